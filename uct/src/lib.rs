@@ -1,0 +1,27 @@
+//! # uct — rucx transports
+//!
+//! The transport layer, modelled on UCX's `uct.h`: memory domains ([`MemoryDomain`]),
+//! interfaces ([`Iface`]) and endpoints ([`Endpoint`]) behind one trait set, implemented by the
+//! built-in transports listed in [`registry`]. Data operations never block; results and received
+//! messages come back through an [`EventSink`] during [`Iface::progress`].
+
+pub mod caps;
+pub mod ep;
+pub mod iface;
+pub mod md;
+pub mod registry;
+
+pub use caps::{
+    AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,
+    OpLimits, PerfModel, TagLimits,
+};
+pub use ep::{
+    check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId, AM_ID_MAX,
+};
+pub use iface::{AmHandlers, EventSink, Iface, IfaceParams, RndvRemote};
+pub use md::{Iov, MemHandle, MemoryDomain, RemoteKey};
+pub use registry::{
+    open, query_resources, query_transports, AnyEp, AnyIface, AnyMd, DeviceInfo, TlResource,
+    Transport, TRANSPORT_NAMES,
+};
+pub use ucs::{Error, Outcome, Result};
