@@ -293,4 +293,8 @@ macro_rules! transports {
 }
 
 // The built-in transports, in the order they are listed and preferred among equals.
-transports! {}
+transports! {
+    Posix => crate::mm::PosixTransport,
+    Sysv => crate::mm::SysvTransport,
+    Cma => crate::cma::CmaTransport,
+}
