@@ -14,7 +14,9 @@ pub mod ring;
 pub mod segment;
 pub mod wire;
 
-mod iface;
+pub mod iface;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 pub use iface::{MmEp, MmIface};
 pub use md::MmMd;
