@@ -446,7 +446,7 @@ impl Iface for MmIface {
             self.released = self.read_pos;
         }
         self.tick = self.tick.wrapping_add(1);
-        let check_peers = self.tick % PEER_CHECK_INTERVAL == 0 && !self.eps.is_empty();
+        let check_peers = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.eps.is_empty();
         if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
             n += self.progress_eps(sink, check_peers);
         }
@@ -599,7 +599,7 @@ impl MmEp {
     fn atomic_ptr<T>(&self, rkey: &RemoteKey, remote_addr: u64) -> Result<*mut T> {
         let size = std::mem::size_of::<T>();
         let p = self.rma_ptr(rkey, remote_addr, size)?;
-        if (p as usize) % size != 0 {
+        if !(p as usize).is_multiple_of(size) {
             return Err(Error::RemoteAccess(format!(
                 "{size}-byte atomic at {remote_addr:#x} is not aligned"
             )));

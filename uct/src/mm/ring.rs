@@ -270,6 +270,7 @@ mod loom_tests {
     fn loom_mpsc_claim_publish_consume() {
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(3);
+        b.max_branches = 100_000;
         b.check(|| {
             let ring = Arc::new(Ring::new());
             let r1 = ring.clone();
