@@ -331,3 +331,5 @@ fn registry_lists_and_opens_self() {
     assert_eq!(iface.tl_name(), "self");
     assert!(crate::open("self", "memory").is_err());
 }
+
+crate::uct_conformance_tests!(conformance, crate::testing::TlPair<SelfTransport>);
