@@ -410,3 +410,77 @@ fn dropping_a_target_wakes_blocked_senders() {
     assert_eq!(rec.pend, vec![(ep.id(), 5)]);
     assert!(matches!(ep.am_short(0, 0, &[]), Err(Error::PeerFailure(_))));
 }
+
+/// A sink that only counts (for the benchmark).
+#[derive(Default)]
+struct Count(usize);
+
+impl EventSink for Count {
+    fn am(&mut self, _: u8, data: &[u8]) {
+        self.0 += data.len();
+    }
+    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+}
+
+/// Prints the self transport's costs. Not a pass/fail test; run it with
+/// `cargo test -p uct --release self_::tests::bench -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark; run with --release -- --ignored --nocapture"]
+fn bench() {
+    use std::time::Instant;
+    let md = SelfMd::new();
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    let mut sink = Count::default();
+    let n = 2_000_000u32;
+
+    // One-way: send one 8-byte AM, progress until it is delivered.
+    let t = Instant::now();
+    for i in 0..n {
+        assert!(ep.am_short(1, i as u64, &[]).unwrap().is_done());
+        iface.progress(&mut sink);
+    }
+    let lat = t.elapsed().as_secs_f64() / n as f64;
+    println!("self am_short 8 B send+deliver: {:.1} ns", lat * 1e9);
+
+    // Rate: bursts of a full ring, then progress.
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while sent < n as u64 {
+        while ep.am_short(1, sent, &[]).unwrap().is_done() {
+            sent += 1;
+        }
+        iface.progress(&mut sink);
+    }
+    let rate = sent as f64 / t.elapsed().as_secs_f64();
+    println!("self am_short 8 B message rate: {:.1} M msg/s", rate / 1e6);
+
+    // Put bandwidth with 1 MiB zcopy.
+    let len = 1 << 20;
+    let src = md.mem_alloc(len).unwrap();
+    let dst = md.mem_alloc(len).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&dst, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let iov = [Iov::whole(&src)];
+    let iters = 2000;
+    let t = Instant::now();
+    for _ in 0..iters {
+        assert!(ep
+            .put_zcopy(&iov, rkey.remote_base, &rkey, 0)
+            .unwrap()
+            .is_done());
+    }
+    let bw = (iters * len) as f64 / t.elapsed().as_secs_f64();
+    println!("self put_zcopy 1 MiB bandwidth: {:.2} GB/s", bw / 1e9);
+
+    // put_short 8 B overhead.
+    let t = Instant::now();
+    for i in 0..n {
+        let v = (i as u64).to_le_bytes();
+        assert!(ep.put_short(&v, rkey.remote_base, &rkey).unwrap().is_done());
+    }
+    let ov = t.elapsed().as_secs_f64() / n as f64;
+    println!("self put_short 8 B: {:.1} ns", ov * 1e9);
+    assert!(sink.0 > 0);
+}
