@@ -484,3 +484,63 @@ fn bench() {
     println!("self put_short 8 B: {:.1} ns", ov * 1e9);
     assert!(sink.0 > 0);
 }
+
+struct PanicSink;
+
+impl EventSink for PanicSink {
+    fn am(&mut self, _: u8, _: &[u8]) {
+        panic!("sink panics (on purpose)");
+    }
+    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+}
+
+#[test]
+fn a_panicking_pack_or_sink_loses_no_buffer() {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let md = SelfMd::new();
+    let mem = md.mem_alloc(64).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&mem, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let _ = ep.am_bcopy(1, |_| panic!("pack panics (on purpose)"));
+    }));
+    assert!(r.is_err());
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let _ = ep.put_bcopy(|_| panic!("pack panics"), rkey.remote_base, &rkey);
+    }));
+    assert!(r.is_err());
+    assert!(ep.am_short(2, 0, b"x").unwrap().is_done());
+    let r = catch_unwind(AssertUnwindSafe(|| iface.progress(&mut PanicSink)));
+    assert!(r.is_err());
+    // Everything still works, over several turns of the ring.
+    let mut rec = Rec::default();
+    for round in 0..3 * RX_RING_LEN {
+        let r = ep.am_bcopy(3, |b| {
+            b[..4].copy_from_slice(&(round as u32).to_le_bytes());
+            4
+        });
+        assert_eq!(r.unwrap(), Outcome::Done(4));
+        iface.progress(&mut rec);
+    }
+    assert_eq!(
+        rec.msgs.len(),
+        3 * RX_RING_LEN,
+        "the panicked messages are not delivered"
+    );
+    assert_eq!(rec.msgs[5].1, 5u32.to_le_bytes());
+    let r = ep.put_bcopy(
+        |b| {
+            b[..2].copy_from_slice(b"ok");
+            2
+        },
+        rkey.remote_base,
+        &rkey,
+    );
+    assert_eq!(r.unwrap(), Outcome::Done(2));
+    let mut got = [0u8; 2];
+    mem.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"ok");
+}
