@@ -564,7 +564,7 @@ impl Iface for SelfIface {
         // Deliver the messages queued now (not those queued by callbacks meanwhile).
         let avail = inner.ring.borrow().count();
         for _ in 0..avail {
-            let loan = {
+            let (loan, am_id, len) = {
                 let mut ring = inner.ring.borrow_mut();
                 let idx = ring.head % RX_RING_LEN;
                 let slot = &mut ring.slots[idx];
@@ -584,7 +584,6 @@ impl Iface for SelfIface {
                     SlotState::Writing | SlotState::Free => break,
                 }
             };
-            let (loan, am_id, len) = loan;
             sink.am(am_id, &loan.buf[..len]);
             n += 1;
             drop(loan); // returns the buffer and frees the slot
