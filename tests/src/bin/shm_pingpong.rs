@@ -2,7 +2,7 @@
 //! 8-byte `am_short` ping-pong latency (half round trip, as ucx_perftest `am_lat` reports it)
 //! and one-way message rate (`am_bw`).
 //!
-//! `shm_pingpong [posix|sysv] [lat|bw] [iterations]`. The process re-runs itself as the peer,
+//! `shm_pingpong [posix|sysv] [lat|bw] [iterations] [bw message size, 8..=8192]`. The process re-runs itself as the peer,
 //! pins itself to core 0 and the peer to core 1, and exchanges addresses over pipes. Build with
 //! `--release`.
 
@@ -51,6 +51,29 @@ impl EventSink for Count {
     }
 }
 
+/// Sends `size` bytes with `am_bcopy` (the first 8 are `v`), retrying on back-pressure.
+fn send_bcopy(
+    iface: &mut uct::AnyIface,
+    ep: &mut uct::AnyEp,
+    sink: &mut Count,
+    v: u64,
+    size: usize,
+) {
+    loop {
+        let r = ep
+            .am_bcopy(0, |buf| {
+                buf[..8].copy_from_slice(&v.to_le_bytes());
+                buf[8..size].fill(0x5a);
+                size
+            })
+            .expect("am_bcopy");
+        if r.is_done() {
+            return;
+        }
+        iface.progress(sink);
+    }
+}
+
 #[inline]
 fn send(iface: &mut uct::AnyIface, ep: &mut uct::AnyEp, sink: &mut Count, v: u64) {
     loop {
@@ -72,6 +95,8 @@ fn main() {
     let iters: u64 = pos
         .get(2)
         .map_or(1_000_000, |s| s.parse().expect("iterations"));
+    let size: usize = pos.get(3).map_or(8, |s| s.parse().expect("size"));
+    assert!((8..=8192).contains(&size), "size must be 8..=8192");
     // SAFETY: alarm only schedules SIGALRM, whose default action ends this process.
     unsafe { libc::alarm(300) };
 
@@ -115,7 +140,7 @@ fn main() {
 
     pin(0);
     let mut peer = Command::new(std::env::current_exe().unwrap())
-        .args([&tl, &test, &iters.to_string(), "--child"])
+        .args([&tl, &test, &iters.to_string(), &size.to_string(), "--child"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -179,7 +204,11 @@ fn main() {
         let t0 = Instant::now();
         let mut tb = t0;
         for i in 0..iters {
-            send(&mut iface, &mut ep, &mut sink, i);
+            if size > 8 {
+                send_bcopy(&mut iface, &mut ep, &mut sink, i, size);
+            } else {
+                send(&mut iface, &mut ep, &mut sink, i);
+            }
             if (i + 1).is_multiple_of(BATCH) {
                 let now = Instant::now();
                 batches.push((now - tb).as_secs_f64() / BATCH as f64);
@@ -193,10 +222,11 @@ fn main() {
         batches.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let typical = batches.get(batches.len() / 2).copied().unwrap_or(f64::NAN);
         println!(
-            "{tl} am_bw 8 B: typical {:.2} M msg/s ({:.3} us per message), overall {:.2} M msg/s \
-             ({} messages in {:.3} s, receiver acknowledged all)",
+            "{tl} am_bw {size} B: typical {:.2} M msg/s ({:.3} us per message, {:.0} MB/s), \
+             overall {:.2} M msg/s ({} messages in {:.3} s, receiver acknowledged all)",
             1e-6 / typical,
             typical * 1e6,
+            size as f64 / typical / 1e6,
             iters as f64 / dt / 1e6,
             iters,
             dt
