@@ -351,9 +351,24 @@ fn peer_killed(tl: &str) {
     let mut inbox = Inbox::default();
     retry(&mut iface, &mut inbox, || ep.am_short(1, 7, &[]));
     wait_msg(&mut iface, &mut inbox, 2);
+    // Sleep on the event fd with no timeout: the peer's death must wake us (the watchdog
+    // fails the test otherwise), and progress then reports the endpoint error.
+    while iface.event_arm(uct::EventFlags::RECV).is_err() {
+        iface.progress(&mut inbox);
+    }
     peer.kill9();
     while inbox.errors.is_empty() {
+        let mut p = libc::pollfd {
+            fd: iface.event_fd().unwrap(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        assert_eq!(unsafe { libc::poll(&mut p, 1, -1) }, 1);
         iface.progress(&mut inbox);
+        if inbox.errors.is_empty() && iface.event_arm(uct::EventFlags::RECV).is_err() {
+            iface.progress(&mut inbox);
+        }
     }
     assert_eq!(inbox.errors.len(), 1);
     assert_eq!(inbox.errors[0].0, ep.id());

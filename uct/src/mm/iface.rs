@@ -96,6 +96,12 @@ enum PeerWatch {
 }
 
 impl PeerWatch {
+    fn fd(&self) -> Option<RawFd> {
+        match self {
+            PeerWatch::Pidfd(fd) => Some(fd.as_raw_fd()),
+            PeerWatch::Pid(_) => None,
+        }
+    }
     fn new(pid: u32) -> Self {
         // SAFETY: FFI; pidfd_open returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
@@ -156,6 +162,26 @@ struct EpShared {
 }
 
 impl EpShared {
+    /// Marks the endpoint failed (once): counted for reporting, and its pidfd leaves the
+    /// interface's epoll set so a sleeper is not woken again and again.
+    fn mark_failed(&self, common: &Common) {
+        if self.failed.replace(true) {
+            return;
+        }
+        common.unreported.set(common.unreported.get() + 1);
+        if let Some(fd) = self.peer.fd() {
+            // SAFETY: FFI on our epoll and pidfd descriptors; a null event is fine for DEL.
+            unsafe {
+                libc::epoll_ctl(
+                    common.epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_DEL,
+                    fd,
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+    }
+
     fn peer_error(&self) -> Error {
         Error::PeerFailure(format!(
             "shared-memory peer process {} has exited",
@@ -164,9 +190,11 @@ impl EpShared {
     }
 }
 
-/// Counters shared between an interface and its endpoints.
-#[derive(Default)]
+/// State shared between an interface and its endpoints.
 struct Common {
+    /// The event fd: an epoll set of the wake-up socket and the peers' pidfds, so a sleeper
+    /// wakes for messages and for a peer's death.
+    epoll: OwnedFd,
     /// Requests queued on all endpoints.
     pending_total: Cell<usize>,
     /// Endpoints found failed but not yet reported.
@@ -226,6 +254,17 @@ impl MmIface {
             return Err(Error::last_os("binding the shared-memory wake-up socket"));
         }
 
+        // SAFETY: FFI; a new epoll descriptor or -1.
+        let ep_fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep_fd < 0 {
+            return Err(Error::last_os(
+                "epoll_create1 for the shared-memory event fd",
+            ));
+        }
+        // SAFETY: a fresh descriptor we own.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep_fd) };
+        epoll_add(&epoll, fd)?;
+
         let local_dev = DeviceAddr::local()?;
         let mut dev_addr = Vec::with_capacity(DeviceAddr::LEN);
         local_dev.encode(&mut dev_addr);
@@ -248,7 +287,11 @@ impl MmIface {
             released: 0,
             sock: Rc::new(sock),
             eps: Vec::new(),
-            common: Rc::new(Common::default()),
+            common: Rc::new(Common {
+                epoll,
+                pending_total: Cell::new(0),
+                unreported: Cell::new(0),
+            }),
             next_ep: 0,
             tick: 0,
         })
@@ -283,8 +326,7 @@ impl MmIface {
             };
             i += 1;
             if check_peers && !ep.failed.get() && ep.peer.exited() {
-                ep.failed.set(true);
-                self.common.unreported.set(self.common.unreported.get() + 1);
+                ep.mark_failed(&self.common);
             }
             if ep.failed.get() {
                 if !ep.reported.get() {
@@ -388,6 +430,9 @@ impl Iface for MmIface {
         // Watch the peer before mapping, so a pid reused later is not mistaken for it.
         let peer = PeerWatch::new(a.seg.pid);
         let seg = Segment::attach(a.seg)?;
+        if let Some(fd) = peer.fd() {
+            epoll_add(&self.common.epoll, fd)?;
+        }
         // SAFETY: attach mapped SEG_LEN bytes; the Segment lives in EpShared with every copy.
         let remote = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
@@ -467,7 +512,7 @@ impl Iface for MmIface {
     }
 
     fn event_fd(&self) -> Option<RawFd> {
-        Some(self.sock.as_raw_fd())
+        Some(self.common.epoll.as_raw_fd())
     }
 
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {
@@ -477,6 +522,12 @@ impl Iface for MmIface {
             ));
         }
         self.drain_socket();
+        // About to sleep: look at the peers now (their pidfds also wake the sleeper later).
+        for ep in self.eps.iter().filter_map(|w| w.upgrade()) {
+            if !ep.failed.get() && ep.peer.exited() {
+                ep.mark_failed(&self.common);
+            }
+        }
         if self.common.unreported.get() > 0 {
             return Err(Error::Busy("endpoint errors wait for progress".into()));
         }
@@ -534,9 +585,7 @@ impl MmEp {
     }
 
     fn mark_failed(&self) {
-        if !self.shared.failed.replace(true) {
-            self.common.unreported.set(self.common.unreported.get() + 1);
-        }
+        self.shared.mark_failed(&self.common);
     }
 
     #[cold]
@@ -963,4 +1012,16 @@ impl Drop for MmEp {
             self.common.unreported.set(self.common.unreported.get() - 1);
         }
     }
+}
+
+fn epoll_add(epoll: &OwnedFd, fd: RawFd) -> Result<()> {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd as u64,
+    };
+    // SAFETY: FFI on our epoll descriptor with a valid event.
+    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+        return Err(Error::last_os("adding to the shared-memory event set"));
+    }
+    Ok(())
 }
