@@ -380,6 +380,38 @@ fn peer_killed(tl: &str) {
     }
     assert_eq!(inbox.errors.len(), 1, "the error is reported once");
 
+    // cma to a dead process: data operations and progress report the peer failure.
+    let mut peer = Peer::spawn(tl);
+    if let (Some(ci), Some(ck)) = (peer.cma_iface.clone(), peer.cma_rkey.clone()) {
+        let (cmd, mut cif) = uct::open("cma", "memory").unwrap();
+        let mut cep = cif.ep_create_connected(&peer.dev, &ci).unwrap();
+        let crkey = cmd.rkey_unpack(&ck).unwrap();
+        let mut local = vec![0u8; 64];
+        // SAFETY: `local` outlives the handle.
+        let h = unsafe { cmd.mem_reg(std::ptr::NonNull::new(local.as_mut_ptr()).unwrap(), 64) }
+            .unwrap();
+        let iov = [Iov::whole(&h)];
+        assert!(cep
+            .get_zcopy(&iov, peer.cma_base, &crkey, 0)
+            .unwrap()
+            .is_done());
+        peer.kill9();
+        let mut cinbox = Inbox::default();
+        while cinbox.errors.is_empty() {
+            cif.progress(&mut cinbox);
+        }
+        assert_eq!(cinbox.errors[0].0, cep.id());
+        assert!(matches!(cinbox.errors[0].1, Error::PeerFailure(_)));
+        assert!(matches!(
+            cep.get_zcopy(&iov, peer.cma_base, &crkey, 0),
+            Err(Error::PeerFailure(_))
+        ));
+        drop(h);
+        drop(local);
+    } else {
+        peer.kill9();
+    }
+
     // Detection on a full FIFO: the sender gets an error, not endless back-pressure.
     let mut peer = Peer::spawn(tl);
     let mut ep = peer.connect(&mut iface);

@@ -88,7 +88,7 @@ fn attr() -> IfaceAttr {
 }
 
 /// Watches a peer process for exit.
-enum PeerWatch {
+pub(crate) enum PeerWatch {
     /// A pidfd: readable once the process has exited.
     Pidfd(OwnedFd),
     /// Fallback without pidfd: `kill(pid, 0)`.
@@ -102,7 +102,7 @@ impl PeerWatch {
             PeerWatch::Pid(_) => None,
         }
     }
-    fn new(pid: u32) -> Self {
+    pub(crate) fn new(pid: u32) -> Self {
         // SAFETY: FFI; pidfd_open returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
         if fd >= 0 {
@@ -112,7 +112,7 @@ impl PeerWatch {
             PeerWatch::Pid(pid as libc::pid_t)
         }
     }
-    fn exited(&self) -> bool {
+    pub(crate) fn exited(&self) -> bool {
         match self {
             PeerWatch::Pidfd(fd) => {
                 let mut p = libc::pollfd {

@@ -18,6 +18,7 @@ pub mod iface;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+pub(crate) use iface::PeerWatch;
 pub use iface::{MmEp, MmIface};
 pub use md::MmMd;
 pub use wire::SegKind;
