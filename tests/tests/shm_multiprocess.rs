@@ -550,3 +550,60 @@ fn shm_posix_no_segment_left_after_kill9() {
         "files left in /dev/shm: {new:?}"
     );
 }
+
+fn sender_dies_mid_claim(tl: &str) {
+    let (_md, mut iface) = uct::open(tl, "memory").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_shm_peer"))
+        .args(["claim-and-die", &hex(iface.iface_address())])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn shm_peer");
+    let _watchdog = Watchdog::new(child.id());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(9), "the peer claims and dies");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "CLAIMED 0");
+    // Another sender (here: this process) queues behind the dead one's hole.
+    let (dev, addr) = (
+        iface.device_address().to_vec(),
+        iface.iface_address().to_vec(),
+    );
+    let mut ep = iface.ep_create_connected(&dev, &addr).unwrap();
+    let mut inbox = Inbox::default();
+    for i in 0..10u64 {
+        assert!(ep.am_short(7, i, &[]).unwrap().is_done());
+    }
+    // Progress steps over the dead sender's element and delivers everything after it.
+    while inbox.msgs.len() < 10 {
+        iface.progress(&mut inbox);
+    }
+    let got: Vec<u64> = inbox
+        .msgs
+        .iter()
+        .map(|(id, d)| {
+            assert_eq!(*id, 7);
+            u64::from_le_bytes(d[..8].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    // The FIFO keeps working across many laps.
+    let total = 5 * uct::mm::fifo::NELEMS;
+    let (mut sent, mut seen) = (0, 0);
+    while seen < total {
+        if sent < total && ep.am_short(8, sent, &[]).unwrap().is_done() {
+            sent += 1;
+        }
+        inbox.msgs.clear();
+        iface.progress(&mut inbox);
+        seen += inbox.msgs.len() as u64;
+    }
+}
+
+#[test]
+fn shm_posix_sender_killed_mid_claim_does_not_stall_the_fifo() {
+    sender_dies_mid_claim("posix");
+}
+
+#[test]
+fn shm_sysv_sender_killed_mid_claim_does_not_stall_the_fifo() {
+    sender_dies_mid_claim("sysv");
+}

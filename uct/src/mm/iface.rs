@@ -28,6 +28,8 @@ pub const RMA_MAX_ZCOPY: usize = 1 << 30;
 const POLL_BATCH: usize = 32;
 /// Progress calls between two checks of the peers' liveness.
 const PEER_CHECK_INTERVAL: u32 = 1024;
+/// Empty progress calls between two looks at a FIFO that may be stalled by a dead sender.
+const STALL_CHECK_INTERVAL: u32 = 1 << 16;
 
 fn attr() -> IfaceAttr {
     let rma = |max_short| OpLimits {
@@ -213,6 +215,8 @@ pub struct MmIface {
     _seg: Segment,
     read_pos: u64,
     released: u64,
+    /// A position found claimed but unpublished at the last stall check.
+    stalled_at: Option<u64>,
     /// Bound to our abstract name: the event fd, and the socket we send wake-ups from.
     sock: Rc<OwnedFd>,
     eps: Vec<Weak<EpShared>>,
@@ -285,6 +289,7 @@ impl MmIface {
             _seg: seg,
             read_pos: 0,
             released: 0,
+            stalled_at: None,
             sock: Rc::new(sock),
             eps: Vec::new(),
             common: Rc::new(Common {
@@ -312,6 +317,40 @@ impl MmIface {
             if n < 0 {
                 break;
             }
+        }
+    }
+
+    /// A sender that died between claiming an element and publishing it would stall the FIFO
+    /// for everyone. When the next position stays claimed but unpublished across two checks
+    /// and the process that stamped it has exited, step over it (a dead process writes no
+    /// more). A sender still alive, however slow, is always waited for.
+    #[cold]
+    fn check_stall(&mut self) {
+        if !self.fifo.claimed_beyond(self.read_pos) {
+            self.stalled_at = None;
+            return;
+        }
+        if self.stalled_at != Some(self.read_pos) {
+            self.stalled_at = Some(self.read_pos);
+            return;
+        }
+        // SAFETY: single consumer polling its next position.
+        if !matches!(unsafe { self.fifo.poll(self.read_pos) }, Polled::Empty) {
+            return;
+        }
+        let Some(pid) = self.fifo.owner_of(self.read_pos) else {
+            return;
+        };
+        if PeerWatch::new(pid).exited() {
+            tracing::warn!(
+                pid,
+                pos = self.read_pos,
+                "a shared-memory sender died between claim and publish; skipping its element"
+            );
+            self.read_pos += 1;
+            self.fifo.release(self.read_pos);
+            self.released = self.read_pos;
+            self.stalled_at = None;
         }
     }
 
@@ -453,6 +492,7 @@ impl Iface for MmIface {
         let (wake_addr, wake_len) = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
         Ok(MmEp {
             fifo: remote,
+            pid: std::process::id(),
             cached_tail: 0,
             shared,
             common: self.common.clone(),
@@ -495,6 +535,9 @@ impl Iface for MmIface {
             self.released = self.read_pos;
         }
         self.tick = self.tick.wrapping_add(1);
+        if n == 0 && self.tick.is_multiple_of(STALL_CHECK_INTERVAL) {
+            self.check_stall();
+        }
         let check_peers = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.eps.is_empty();
         if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
             n += self.progress_eps(sink, check_peers);
@@ -541,6 +584,8 @@ impl Iface for MmIface {
 /// An endpoint to a peer's FIFO.
 pub struct MmEp {
     fifo: FifoPtrs,
+    /// Our pid, stamped into claimed elements.
+    pid: u32,
     cached_tail: u64,
     shared: Rc<EpShared>,
     common: Rc<Common>,
@@ -621,6 +666,7 @@ impl MmEp {
             fifo: &self.fifo,
             pos: c.pos,
         };
+        self.fifo.stamp(c.pos, self.pid);
         let r = fill(self.fifo.inline_area(c.pos), self.fifo.buf_area(c.pos));
         std::mem::forget(guard);
         let out = match r {
