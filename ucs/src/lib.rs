@@ -13,4 +13,6 @@ pub mod mpool;
 pub mod status;
 pub mod time;
 
+mod sync;
+
 pub use status::{Error, Outcome, Result};
