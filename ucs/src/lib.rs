@@ -10,6 +10,7 @@ pub mod config;
 pub mod log;
 pub mod mpmc;
 pub mod mpool;
+pub mod rcache;
 pub mod status;
 pub mod time;
 
