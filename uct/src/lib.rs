@@ -10,6 +10,10 @@ pub mod ep;
 pub mod iface;
 pub mod md;
 pub mod registry;
+pub mod self_;
+#[doc(hidden)]
+pub mod testing;
+pub mod worker;
 
 pub use caps::{
     AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,
@@ -25,3 +29,4 @@ pub use registry::{
     Transport, TRANSPORT_NAMES,
 };
 pub use ucs::{Error, Outcome, Result};
+pub use worker::{IfaceId, Worker};
