@@ -54,7 +54,7 @@ fn attr() -> IfaceAttr {
             | IfaceFlags::PENDING
             | IfaceFlags::CONNECT_TO_IFACE
             | IfaceFlags::ERRHANDLE_PEER_FAILURE,
-        event_flags: EventFlags::RECV | EventFlags::FD,
+        event_flags: EventFlags::RECV | EventFlags::SEND_COMP | EventFlags::FD,
         atomics: AtomicCaps {
             op32: AtomicOps::POST_ALL,
             fop32: AtomicOps::FETCH_ALL,
@@ -559,11 +559,8 @@ impl Iface for MmIface {
     }
 
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {
-        if events.contains(EventFlags::SEND_COMP) {
-            return Err(Error::Unsupported(
-                "shared memory completes sends at once: no send-completion events".into(),
-            ));
-        }
+        // SEND_COMP needs nothing: every send completes before it returns, so there is never a
+        // send completion to wait for.
         self.drain_socket();
         // About to sleep: look at the peers now (their pidfds also wake the sleeper later).
         for ep in self.eps.iter().filter_map(|w| w.upgrade()) {
