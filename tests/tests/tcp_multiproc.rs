@@ -103,13 +103,8 @@ fn server() {
                     }
                     let ep = back.as_mut().unwrap();
                     let hdr = u64::from_le_bytes(data[..8].try_into().unwrap());
-                    loop {
-                        match ep.am_short(AM_PONG, hdr, b"pong").expect("pong") {
-                            Outcome::NoResource => {
-                                iface.progress(&mut sink);
-                            }
-                            _ => break,
-                        }
+                    while ep.am_short(AM_PONG, hdr, b"pong").expect("pong") == Outcome::NoResource {
+                        iface.progress(&mut sink);
                     }
                 }
                 AM_FREEZE => loop {
@@ -204,7 +199,10 @@ fn spawn_server() -> (Child, String) {
     loop {
         line.clear();
         let n = out.read_line(&mut line).expect("read server stdout");
-        assert!(n > 0, "server exited before printing its address");
+        if n == 0 {
+            let _ = child.wait();
+            panic!("server exited before printing its address");
+        }
         // libtest prints "test child_entry ... " before the test's own output.
         if let Some(at) = line.find("ADDR ") {
             return (child, line[at + 5..].trim().to_string());
