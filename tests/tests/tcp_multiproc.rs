@@ -187,22 +187,31 @@ impl Client {
     }
 }
 
-fn spawn_server() -> (Child, String) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env("RUCX_TCP_TEST_ROLE", "server")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn server");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+/// A child process, killed and reaped on drop (also when a test panics).
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_server() -> (ChildGuard, String) {
+    let mut child = ChildGuard(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env("RUCX_TCP_TEST_ROLE", "server")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn server"),
+    );
+    let mut out = BufReader::new(child.0.stdout.take().unwrap());
     let mut line = String::new();
     loop {
         line.clear();
         let n = out.read_line(&mut line).expect("read server stdout");
-        if n == 0 {
-            let _ = child.wait();
-            panic!("server exited before printing its address");
-        }
+        assert!(n > 0, "server exited before printing its address");
         // libtest prints "test child_entry ... " before the test's own output.
         if let Some(at) = line.find("ADDR ") {
             return (child, line[at + 5..].trim().to_string());
@@ -210,14 +219,13 @@ fn spawn_server() -> (Child, String) {
     }
 }
 
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+fn wait_exit(child: &mut ChildGuard) -> std::process::ExitStatus {
     let deadline = Instant::now() + WATCHDOG;
     loop {
-        if let Some(st) = child.try_wait().unwrap() {
+        if let Some(st) = child.0.try_wait().unwrap() {
             return st;
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
             panic!("watchdog: child did not exit");
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -275,7 +283,7 @@ fn killed_peer_becomes_endpoint_error() {
         c.ep.get_zcopy(&[Iov::whole(&dst)], 0x10000, &rk, 77)
             .unwrap();
     assert_eq!(r, Outcome::InProgress);
-    child.kill().unwrap();
+    child.0.kill().unwrap();
     wait_exit(&mut child);
     let deadline = Instant::now() + WATCHDOG;
     while c.sink.errors.is_empty() || !c.sink.comps.iter().any(|x| x.0 == 77) {
