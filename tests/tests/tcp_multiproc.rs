@@ -232,21 +232,34 @@ fn wait_exit(child: &mut ChildGuard) -> std::process::ExitStatus {
     }
 }
 
+fn read_address_file() -> String {
+    let path = std::env::var("RUCX_TCP_TEST_ADDR_FILE").expect("RUCX_TCP_TEST_ADDR_FILE");
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(&path) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "watchdog: no server address");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Entry point of the child processes; does nothing in a normal test run.
 #[test]
 fn child_entry() {
     match std::env::var("RUCX_TCP_TEST_ROLE").as_deref() {
         Ok("server") => server(),
+        Ok("check-unreachable") => {
+            let line = read_address_file();
+            let (dev, ifa) = parse_address(line.trim());
+            let iface = open_iface();
+            let why = iface
+                .is_reachable(&dev, Some(&ifa))
+                .expect_err("the server must not be reachable from this device");
+            println!("{} -> server: unreachable as expected: {why}", device());
+        }
         Ok("client") => {
-            let path = std::env::var("RUCX_TCP_TEST_ADDR_FILE").expect("RUCX_TCP_TEST_ADDR_FILE");
-            let deadline = Instant::now() + WATCHDOG;
-            let line = loop {
-                if let Ok(s) = std::fs::read_to_string(&path) {
-                    break s;
-                }
-                assert!(Instant::now() < deadline, "watchdog: no server address");
-                std::thread::sleep(Duration::from_millis(20));
-            };
+            let line = read_address_file();
             let mut c = Client::connect(line.trim());
             c.ping(100);
             c.send(AM_BYE, 0, b"");
