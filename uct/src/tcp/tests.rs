@@ -909,3 +909,6 @@ fn simultaneous_connect_to_iface_gives_two_working_connections() {
     assert_eq!(a.connection_count(), 2);
     assert_eq!(b.connection_count(), 2);
 }
+
+// The transport conformance suite, over loopback (TlPair picks `lo` for network transports).
+crate::uct_conformance_tests!(conformance, crate::testing::TlPair<TcpTransport>);
