@@ -101,8 +101,8 @@ if cargo build -p rucx-examples --bin uct_hello_world >"$TMP/build.log" 2>&1 &&
                 >"$TMP/hw_client.log" 2>&1; then ok=1; break; fi
             sleep 0.1 # the server may not be listening on its side channel yet
         done
-        if [ $ok = 1 ] && wait "$HWS"; then
-            echo "netns: uct_hello_world $mode over tcp: OK ($(tail -1 "$TMP/hw_server.log"))"
+        if [ $ok = 1 ] && wait "$HWS" && grep -q "UCT TEST SUCCESS" "$TMP/hw_server.log"; then
+            echo "netns: uct_hello_world $mode over tcp: OK: $(grep -a received "$TMP/hw_server.log")"
         else
             echo "netns: uct_hello_world $mode over tcp FAILED" >&2
             cat "$TMP/hw_server.log" "$TMP/hw_client.log" >&2
