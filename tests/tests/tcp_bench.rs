@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use uct::tcp::{TcpEp, TcpIface, TcpTransport};
-use uct::{Endpoint, Error, EventSink, Iface, Outcome, Transport};
+use uct::{Endpoint, Error, EventSink, Iface, MemoryDomain, Outcome, Transport};
 
 const WARMUP: u64 = 20_000;
 const ITERS: u64 = 200_000;
@@ -224,6 +224,125 @@ fn pingpong_latency() {
         "rucx tcp lo ({}) am_short 8 B ping-pong, one-way (half round trip), {ITERS} iterations on \
          CPUs {:?}: typical {typ_us:.3} us, average {avg_us:.3} us, p99 {p99_us:.3} us",
         if ep_mode() { "connect-to-ep" } else { "connect-to-iface" },
+        cpus()
+    );
+}
+
+const BW_SIZE: usize = 1 << 20;
+const BW_ITERS: u64 = 2000;
+const BW_WINDOW: u64 = 16;
+
+/// The target of the bandwidth benchmark: registers 1 MiB, prints its address and rkey, and
+/// progresses until an AM says "done".
+fn bw_target_main() {
+    pin(cpus().1);
+    let md = TcpTransport::open_md("lo").unwrap();
+    let mut iface = open();
+    let mem = md.mem_alloc(BW_SIZE).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&mem, &mut packed).unwrap();
+    println!(
+        "ADDR {} {} {}",
+        hex(iface.device_address()),
+        hex(iface.iface_address()),
+        hex(&packed)
+    );
+    let mut sink = Count::default();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while sink.n == 0 {
+        iface.progress(&mut sink);
+        assert!(Instant::now() < deadline);
+    }
+    std::process::exit(0);
+}
+
+/// Records completions (the bandwidth initiator's window).
+#[derive(Default)]
+struct Window {
+    done: u64,
+}
+
+impl EventSink for Window {
+    fn am(&mut self, _id: u8, _data: &[u8]) {}
+    fn completion(&mut self, comp: u64, r: uct::Result<u64>) {
+        r.unwrap_or_else(|e| panic!("put {comp} failed: {e}"));
+        self.done += 1;
+    }
+    fn ep_error(&mut self, _: uct::EpId, err: Error) {
+        panic!("endpoint error during the benchmark: {err}");
+    }
+}
+
+#[test]
+#[ignore = "benchmark: run with --release -- --ignored --nocapture"]
+fn put_bw_1mib() {
+    if std::env::var("RUCX_BENCH_ROLE").as_deref() == Ok("bw-target") {
+        bw_target_main();
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "put_bw_1mib",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RUCX_BENCH_ROLE", "bw-target")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let (dev, ifa, packed) = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "target exited");
+        if let Some(at) = line.find("ADDR ") {
+            let mut it = line[at + 5..].split_whitespace();
+            break (
+                unhex(it.next().unwrap()),
+                unhex(it.next().unwrap()),
+                unhex(it.next().unwrap()),
+            );
+        }
+    };
+    pin(cpus().0);
+    let md = TcpTransport::open_md("lo").unwrap();
+    let mut iface = open();
+    let mut ep = iface.ep_create_connected(&dev, &ifa).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let src = md.mem_alloc(BW_SIZE).unwrap();
+    let mut w = Window::default();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut posted = 0u64;
+    let mut t0 = Instant::now();
+    let warm = 100;
+    while w.done < BW_ITERS + warm {
+        if w.done == warm && posted == warm {
+            t0 = Instant::now();
+        }
+        let limit = if w.done < warm { warm } else { BW_ITERS + warm };
+        while posted < limit && posted - w.done < BW_WINDOW {
+            let iov = [uct::Iov::whole(&src)];
+            match ep.put_zcopy(&iov, rkey.remote_base, &rkey, posted).unwrap() {
+                Outcome::NoResource => break,
+                Outcome::Done(()) => {
+                    posted += 1;
+                    w.done += 1;
+                }
+                Outcome::InProgress => posted += 1,
+            }
+        }
+        iface.progress(&mut w);
+        assert!(Instant::now() < deadline, "watchdog");
+    }
+    let el = t0.elapsed().as_secs_f64();
+    let mut c = Count::default();
+    send(&mut ep, &mut iface, &mut c, 1, &[]);
+    let _ = child.wait();
+    let mb = (BW_ITERS as f64 * BW_SIZE as f64) / el / (1 << 20) as f64;
+    println!(
+        "rucx tcp lo put_zcopy 1 MiB, window {BW_WINDOW}: {BW_ITERS} puts, {mb:.1} MB/s \
+         (MB = 2^20 bytes, like ucx_perftest) on CPUs {:?}",
         cpus()
     );
 }

@@ -140,6 +140,16 @@ impl Segs {
             }
         }
     }
+    /// The piece containing offset `at`: its address at `at` and the bytes left in it.
+    pub(crate) fn locate(&self, mut at: usize) -> Option<(*mut u8, usize)> {
+        for &(p, l) in &self.seg[..self.n] {
+            if at < l {
+                return Some(((p + at) as *mut u8, l - at));
+            }
+            at -= l;
+        }
+        None
+    }
     /// Copies `data` to offset `at` of the pieces (get responses).
     fn scatter(&self, mut at: usize, mut data: &[u8]) {
         for i in 0..self.n {
@@ -450,6 +460,28 @@ impl RxBuf {
                 io::ErrorKind::Interrupted => continue,
                 _ => return Err(sock_error("recv", e)),
             }
+        }
+    }
+}
+
+/// One non-blocking `recv` into `dst..dst+len`. Gives the count (0 on EAGAIN) and whether
+/// the peer closed the connection.
+fn recv_raw(fd: RawFd, dst: *mut u8, len: usize) -> Result<(usize, bool)> {
+    loop {
+        // SAFETY: the caller guarantees dst..dst+len is writable memory it owns or that is
+        // registered and checked (see `direct_rx`).
+        let r = unsafe { libc::recv(fd, dst as *mut libc::c_void, len, libc::MSG_DONTWAIT) };
+        if r > 0 {
+            return Ok((r as usize, false));
+        }
+        if r == 0 {
+            return Ok((0, true));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok((0, false)),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(sock_error("recv", e)),
         }
     }
 }
@@ -1164,6 +1196,11 @@ impl TcpIface {
             }
             let want = std::mem::take(&mut c.readable) || direct;
             if !c.rx_paused && want {
+                if let Err(e) = direct_rx(inner, key) {
+                    inner.fail(key, e, false);
+                    return 0;
+                }
+                let c = &mut inner.conns[key];
                 let fd = c.fd();
                 if let Err(e) = c.rx.recv(fd) {
                     inner.fail(key, e, false);
@@ -1572,6 +1609,76 @@ fn do_atomic(r: &AtomicReq) -> Result<u64> {
                 O::Swap => a.swap(v, SeqCst),
             },
         })
+    }
+}
+
+/// Zero-copy receive: when the buffered bytes ran out in the middle of a large put or get
+/// response, reads the rest of its payload with `recv` straight into the destination (the
+/// registered target region, or the get's iov), without the intermediate receive buffer.
+fn direct_rx(inner: &mut Inner, key: usize) -> Result<()> {
+    loop {
+        let c = &mut inner.conns[key];
+        if c.rx.has_data() || c.rx.eof {
+            return Ok(());
+        }
+        let Some(pos) = c.rx.reasm.streaming() else {
+            return Ok(());
+        };
+        let left = (pos.total - pos.done) as usize;
+        let (dst, len) = match pos.sub {
+            wire::StreamSub::Put(h) => {
+                match RegTable::global().lookup(h.key, h.remote_addr, pos.total) {
+                    // SAFETY (of the later write): the whole range is a live registration.
+                    Ok(p) => (p.wrapping_add(pos.done as usize), left),
+                    // A refused put: the normal path drains and answers it.
+                    Err(_) => return Ok(()),
+                }
+            }
+            wire::StreamSub::GetResp(a) => {
+                let idx = a.req_id.wrapping_sub(1) as usize;
+                match c.reqs.get(idx) {
+                    Some(Req::GetZcopy { segs, .. }) if segs.total() as u64 == pos.total => {
+                        match segs.locate(pos.done as usize) {
+                            Some((p, l)) => (p, l.min(left)),
+                            None => return Ok(()),
+                        }
+                    }
+                    // Malformed: the normal path reports it.
+                    _ => return Ok(()),
+                }
+            }
+        };
+        let (n, eof) = recv_raw(c.fd(), dst, len)?;
+        if eof {
+            c.rx.eof = true;
+            return Ok(());
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        if c.rx.reasm.advance_stream(n as u64) {
+            match pos.sub {
+                wire::StreamSub::Put(h) => {
+                    if h.req_id != 0 {
+                        let mut sub = [0u8; Ack::LEN];
+                        Ack {
+                            req_id: h.req_id,
+                            status: WireStatus::Ok,
+                        }
+                        .encode(&mut sub);
+                        inner.respond(key, Kind::PutAck, &sub, None);
+                    }
+                }
+                wire::StreamSub::GetResp(a) => {
+                    if let Req::GetZcopy { comp, .. } =
+                        c.reqs.remove(a.req_id.wrapping_sub(1) as usize)
+                    {
+                        inner.done.push_back((comp, Ok(0)));
+                    }
+                }
+            }
+            return Ok(());
+        }
     }
 }
 

@@ -779,10 +779,24 @@ pub enum RxEvent<'a> {
     FlushAck(Ack),
 }
 
-#[derive(Debug, Clone, Copy)]
-enum StreamSub {
+/// The frame whose payload is being streamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamSub {
+    /// A large put.
     Put(PutHdr),
+    /// A large get response.
     GetResp(Ack),
+}
+
+/// Where a streamed payload stands (see [`Reassembler::streaming`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPos {
+    /// The frame.
+    pub sub: StreamSub,
+    /// Payload bytes consumed so far.
+    pub done: u64,
+    /// Payload length.
+    pub total: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -818,6 +832,30 @@ impl Reassembler {
     /// True between frames (an EOF here is clean; elsewhere it cuts a frame).
     pub fn at_boundary(&self) -> bool {
         matches!(self.state, State::Header)
+    }
+
+    /// The large payload being streamed, if any. A caller that knows the payload's
+    /// destination may read the next bytes straight into it (no intermediate buffer) and
+    /// report them with [`Reassembler::advance_stream`] instead of passing them to `next`.
+    pub fn streaming(&self) -> Option<StreamPos> {
+        match self.state {
+            State::Stream { sub, total, done } => Some(StreamPos { sub, done, total }),
+            State::Header => None,
+        }
+    }
+
+    /// Consumes `n` payload bytes the caller placed itself (at most the remaining ones).
+    /// Gives true when that finished the frame.
+    pub fn advance_stream(&mut self, n: u64) -> bool {
+        if let State::Stream { sub, total, done } = self.state {
+            let done = (done + n).min(total);
+            if done == total {
+                self.state = State::Header;
+                return true;
+            }
+            self.state = State::Stream { sub, total, done };
+        }
+        false
     }
 
     /// Decodes from the start of `input` (the bytes not consumed so far). Gives the number of
