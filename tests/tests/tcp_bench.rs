@@ -346,3 +346,98 @@ fn put_bw_1mib() {
         cpus()
     );
 }
+
+/// Records get completions.
+#[derive(Default)]
+struct Gets {
+    done: u64,
+}
+
+impl EventSink for Gets {
+    fn am(&mut self, _id: u8, _data: &[u8]) {}
+    fn get_bcopy_data(&mut self, _comp: u64, data: &[u8]) {
+        assert_eq!(data.len(), 8);
+    }
+    fn completion(&mut self, comp: u64, r: uct::Result<u64>) {
+        r.unwrap_or_else(|e| panic!("get {comp} failed: {e}"));
+        self.done += 1;
+    }
+    fn ep_error(&mut self, _: uct::EpId, err: Error) {
+        panic!("endpoint error during the benchmark: {err}");
+    }
+}
+
+#[test]
+#[ignore = "benchmark: run with --release -- --ignored --nocapture"]
+fn get_bcopy_latency() {
+    if std::env::var("RUCX_BENCH_ROLE").as_deref() == Ok("bw-target") {
+        bw_target_main();
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "get_bcopy_latency",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RUCX_BENCH_ROLE", "bw-target")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let (dev, ifa, packed) = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "target exited");
+        if let Some(at) = line.find("ADDR ") {
+            let mut it = line[at + 5..].split_whitespace();
+            break (
+                unhex(it.next().unwrap()),
+                unhex(it.next().unwrap()),
+                unhex(it.next().unwrap()),
+            );
+        }
+    };
+    pin(cpus().0);
+    let md = TcpTransport::open_md("lo").unwrap();
+    let mut iface = open();
+    let mut ep = iface.ep_create_connected(&dev, &ifa).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let mut g = Gets::default();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let n = 100_000u64;
+    let mut lat: Vec<u64> = Vec::with_capacity(n as usize);
+    for i in 0..n + 10_000 {
+        let t = Instant::now();
+        loop {
+            let r = ep
+                .get_bcopy(8, rkey.remote_base, &rkey, i, &mut |_| {})
+                .unwrap();
+            if r != Outcome::NoResource {
+                break;
+            }
+            iface.progress(&mut g);
+        }
+        while g.done <= i {
+            iface.progress(&mut g);
+        }
+        if i >= 10_000 {
+            lat.push(t.elapsed().as_nanos() as u64);
+        }
+        if i % 4096 == 0 {
+            assert!(Instant::now() < deadline, "watchdog");
+        }
+    }
+    let mut c = Count::default();
+    send(&mut ep, &mut iface, &mut c, 1, &[]);
+    let _ = child.wait();
+    lat.sort_unstable();
+    println!(
+        "rucx tcp lo get_bcopy 8 B: {n} gets, typical {:.3} us, p99 {:.3} us per get (a full \
+         round trip) on CPUs {:?}",
+        lat[lat.len() / 2] as f64 / 1e3,
+        lat[lat.len() * 99 / 100] as f64 / 1e3,
+        cpus()
+    );
+}
