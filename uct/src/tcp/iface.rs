@@ -604,8 +604,8 @@ impl Conn {
 /// Socket options from the environment.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SockCfg {
-    sndbuf: Option<usize>,
-    rcvbuf: Option<usize>,
+    pub(crate) sndbuf: Option<usize>,
+    pub(crate) rcvbuf: Option<usize>,
 }
 
 impl SockCfg {

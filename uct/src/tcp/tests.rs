@@ -912,3 +912,38 @@ fn simultaneous_connect_to_iface_gives_two_working_connections() {
 
 // The transport conformance suite, over loopback (TlPair picks `lo` for network transports).
 crate::uct_conformance_tests!(conformance, crate::testing::TlPair<TcpTransport>);
+
+#[test]
+fn sockets_have_nodelay_and_configured_buffers() {
+    let mut a = open_lo();
+    let mut b = open_lo();
+    // What RUCX_TCP_SNDBUF=192k / RUCX_TCP_RCVBUF=160k give (set here without touching the
+    // environment other tests read).
+    for i in [&a, &b] {
+        let mut g = i.inner.borrow_mut();
+        g.sock_cfg.sndbuf = Some(192 * 1024);
+        g.sock_cfg.rcvbuf = Some(160 * 1024);
+    }
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    let mut ep = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    assert!(ep.am_short(0, 0, b"x").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| !sb.ams.is_empty());
+    for i in [&a, &b] {
+        let g = i.inner.borrow();
+        let socks: Vec<_> = g
+            .conns
+            .iter()
+            .filter_map(|(_, c)| c.sock.as_ref())
+            .collect();
+        assert_eq!(socks.len(), 1);
+        for s in socks {
+            assert!(s.nodelay().unwrap(), "TCP_NODELAY is off");
+            // The kernel doubles the value it was given.
+            assert!(s.send_buffer_size().unwrap() >= 192 * 1024);
+            assert!(s.recv_buffer_size().unwrap() >= 160 * 1024);
+            assert!(s.keepalive().unwrap());
+        }
+    }
+}
