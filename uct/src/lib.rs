@@ -13,6 +13,7 @@ pub mod md;
 pub mod mm;
 pub mod registry;
 pub mod self_;
+pub mod tcp;
 #[doc(hidden)]
 pub mod testing;
 pub mod worker;
