@@ -10,6 +10,9 @@ pub mod ep;
 pub mod iface;
 pub mod md;
 pub mod registry;
+pub mod self_;
+#[doc(hidden)]
+pub mod testing;
 
 pub use caps::{
     AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,
