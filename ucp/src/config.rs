@@ -28,6 +28,12 @@ pub static ZCOPY_THRESH: ConfigVar = ConfigVar {
     default: "auto",
     doc: "Eager message size from which zero-copy is used when the lane has it: a size or auto.",
 };
+/// `RUCX_RNDV_SCHEME`: force a rendezvous data path.
+pub static RNDV_SCHEME: ConfigVar = ConfigVar {
+    name: "RNDV_SCHEME",
+    default: "auto",
+    doc: "Rendezvous data path: get_zcopy, put_zcopy, am (pipeline over active messages) or auto (the best the lanes offer).",
+};
 /// `RUCX_PROTO_INFO`: print the protocol table of every new endpoint configuration.
 pub static PROTO_INFO: ConfigVar = ConfigVar {
     name: "PROTO_INFO",
@@ -58,6 +64,7 @@ pub static ALL_VARS: &[&ConfigVar] = &[
     &NET_DEVICES,
     &RNDV_THRESH,
     &ZCOPY_THRESH,
+    &RNDV_SCHEME,
     &PROTO_INFO,
     &KEEPALIVE_INTERVAL,
     &KEEPALIVE_TIMEOUT,
@@ -75,6 +82,8 @@ pub struct UcpConfig {
     pub rndv_thresh: Option<usize>,
     /// Eager zero-copy threshold override (`None`: from the performance models).
     pub zcopy_thresh: Option<usize>,
+    /// Rendezvous scheme requested.
+    pub rndv_scheme: RndvSchemeCfg,
     /// Print each endpoint configuration's protocol table.
     pub proto_info: bool,
     /// Keepalive interval (`None`: keepalive disabled).
@@ -90,9 +99,40 @@ impl Default for UcpConfig {
             net_devices: Vec::new(),
             rndv_thresh: None,
             zcopy_thresh: None,
+            rndv_scheme: RndvSchemeCfg::Auto,
             proto_info: false,
             keepalive_interval: Some(Duration::from_secs(1)),
             keepalive_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The `RUCX_RNDV_SCHEME` choice. A forced scheme the lanes cannot do falls back to the AM
+/// pipeline, which always works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RndvSchemeCfg {
+    /// The best the lanes offer (get, then put, then AM).
+    Auto,
+    /// Receiver reads with get_zcopy.
+    Get,
+    /// Sender writes with put_zcopy after an RTR.
+    Put,
+    /// Pipeline over active messages.
+    Am,
+}
+
+impl RndvSchemeCfg {
+    fn parse(var: &ConfigVar) -> Result<Self> {
+        let v = var.raw();
+        match v.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "get_zcopy" | "get" => Ok(Self::Get),
+            "put_zcopy" | "put" => Ok(Self::Put),
+            "am" => Ok(Self::Am),
+            _ => Err(Error::Config(format!(
+                "{}={v:?}: accepted: get_zcopy, put_zcopy, am, auto",
+                var.env_name()
+            ))),
         }
     }
 }
@@ -147,6 +187,7 @@ impl UcpConfig {
             net_devices: NET_DEVICES.list(),
             rndv_thresh: size_or_auto(&RNDV_THRESH)?,
             zcopy_thresh: size_or_auto(&ZCOPY_THRESH)?,
+            rndv_scheme: RndvSchemeCfg::parse(&RNDV_SCHEME)?,
             proto_info: PROTO_INFO.bool()?,
             keepalive_interval: interval,
             keepalive_timeout: KEEPALIVE_TIMEOUT.duration()?,

@@ -25,4 +25,6 @@ pub use context::{Context, ContextParams, Features};
 pub use request::{Completion, Op, Request};
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};
-pub use worker::{CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, Worker};
+pub use worker::{
+    CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats, Worker,
+};

@@ -5,7 +5,7 @@
 //! transport. The worker calls them once per endpoint; nothing here runs on the data path.
 
 use crate::address::WorkerAddress;
-use crate::config::UcpConfig;
+use crate::config::{RndvSchemeCfg, UcpConfig};
 use crate::wire::{EagerFirstHdr, EagerHdr, FragHdr, PREFIX_LEN};
 use std::fmt::Write as _;
 use ucs::{Error, Result};
@@ -189,9 +189,12 @@ impl ProtoConfig {
         let bcopy_single_max = bcopy.saturating_sub(only_hdr);
         let first_frag = bcopy.saturating_sub(PREFIX_LEN + EagerFirstHdr::LEN).max(1);
         let middle_frag = bcopy.saturating_sub(PREFIX_LEN + FragHdr::LEN).max(1);
-        let rndv = match rma {
-            Some(r) if r.flags.contains(IfaceFlags::GET_ZCOPY) => RndvScheme::Get,
-            Some(r) if r.flags.contains(IfaceFlags::PUT_ZCOPY) => RndvScheme::Put,
+        let get = rma.is_some_and(|r| r.flags.contains(IfaceFlags::GET_ZCOPY));
+        let put = rma.is_some_and(|r| r.flags.contains(IfaceFlags::PUT_ZCOPY));
+        let rndv = match cfg.rndv_scheme {
+            RndvSchemeCfg::Auto | RndvSchemeCfg::Get if get => RndvScheme::Get,
+            RndvSchemeCfg::Auto | RndvSchemeCfg::Put if put => RndvScheme::Put,
+            RndvSchemeCfg::Get if put => RndvScheme::Put,
             _ => RndvScheme::AmPipeline,
         };
         let auto = match (rndv, rma) {

@@ -10,7 +10,7 @@ use crate::wire::{
     am_id, split_prefix, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, Msg, RemoteBuf, ReqHdr,
     RtrHdr, RtrMode, RtsHdr, NO_REQ,
 };
-use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig};
+use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig, RndvScheme};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
@@ -65,6 +65,25 @@ pub struct ProbeInfo {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Message {
     uid: usize,
+}
+
+/// Counters of the protocols a worker used (for tests and debugging).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProtoStats {
+    /// Single-fragment eager messages sent.
+    pub eager_single: u64,
+    /// Multi-fragment eager messages sent.
+    pub eager_multi: u64,
+    /// Rendezvous requests (RTS) sent.
+    pub rndv_rts: u64,
+    /// Rendezvous received with get_zcopy.
+    pub rndv_get: u64,
+    /// Rendezvous received by asking for put_zcopy.
+    pub rndv_put: u64,
+    /// Rendezvous received over the AM pipeline.
+    pub rndv_am: u64,
+    /// Endpoints failed.
+    pub ep_failures: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -235,6 +254,7 @@ struct State {
     scratch: Vec<u8>,
     next_timer: Duration,
     malformed_unknown: u64,
+    stats: ProtoStats,
 }
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
@@ -346,6 +366,7 @@ impl Worker {
                 scratch: Vec::new(),
                 next_timer: now,
                 malformed_unknown: 0,
+                stats: ProtoStats::default(),
             },
         })
     }
@@ -372,6 +393,11 @@ impl Worker {
             .iter()
             .map(|i| format!("{}/{}", i.tl_name, i.dev_name))
             .collect()
+    }
+
+    /// Protocol counters.
+    pub fn stats(&self) -> ProtoStats {
+        self.st.stats
     }
 
     /// Number of malformed messages dropped because their sender could not be identified.
@@ -1097,6 +1123,7 @@ impl State {
             }
             ep.last_tx = self.clock.now();
             *offset = len.max(1);
+            self.stats.eager_single += 1;
             return Ok(true);
         }
         while *offset < len {
@@ -1110,6 +1137,9 @@ impl State {
                 }
                 .encode();
                 let o = am_send(uep, attr, am_id::EAGER_FIRST, &[&uuid, &h, &data[..n]])?;
+                if o != Outcome::NoResource {
+                    self.stats.eager_multi += 1;
+                }
                 (o, n)
             } else {
                 let n = proto.middle_frag.min(len - *offset);
@@ -1224,6 +1254,7 @@ impl State {
         let r = self.send_ctl(idx, am_id::RTS, &body);
         self.scratch = body;
         r?;
+        self.stats.rndv_rts += 1;
         let s = self.send_mut(key);
         s.rts_sent = true;
         s.stage = SendStage::WaitRndv;
@@ -1563,9 +1594,12 @@ impl State {
             .as_ref()
             .and_then(|l| l.rma.map(|r| l.uct[r].0));
         let wire = self.wire_id(key);
+        let scheme = self.eps[ep].proto.map(|p| p.rndv);
+        let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
         if let Some(li) = rma {
             let flags = self.info[li].attr.flags;
-            let get_ok = flags.contains(IfaceFlags::GET_ZCOPY)
+            let get_ok = scheme == Some(RndvScheme::Get)
+                && flags.contains(IfaceFlags::GET_ZCOPY)
                 && tl == self.info[li].tl_name
                 && !rkey.is_empty();
             let reg = |st: &mut State| -> Result<MemHandle> {
@@ -1582,6 +1616,7 @@ impl State {
                     r.rkey = Some(rk);
                     r.memh = Some(m);
                     r.stage = RecvStage::RndvGet;
+                    self.stats.rndv_get += 1;
                     if !self.get_step(key)? {
                         self.eps[ep].pending.push_back(Pending::Req(key));
                         self.mark_pending(ep);
@@ -1597,6 +1632,7 @@ impl State {
                         let r = self.recv_mut(key);
                         r.memh = Some(m);
                         r.stage = RecvStage::RndvWait;
+                        self.stats.rndv_put += 1;
                         let mut body = Vec::new();
                         RtrHdr {
                             sreq,
@@ -1615,6 +1651,7 @@ impl State {
             }
         }
         self.recv_mut(key).stage = RecvStage::RndvWait;
+        self.stats.rndv_am += 1;
         let mut body = Vec::new();
         RtrHdr {
             sreq,
@@ -2125,6 +2162,7 @@ impl State {
         }
         tracing::debug!("endpoint to {:#018x} failed: {err}", ep.uuid);
         ep.state = EpState::Failed(err.clone());
+        self.stats.ep_failures += 1;
         self.teardown_ep(idx, &err);
         self.failed_notify.push(idx);
     }
