@@ -15,6 +15,7 @@ pub mod registry;
 pub mod self_;
 #[doc(hidden)]
 pub mod testing;
+pub mod tcp;
 
 pub use caps::{
     AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,
