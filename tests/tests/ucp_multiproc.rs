@@ -22,6 +22,7 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(1);
 fn config(tls: &str, keepalive_timeout: Duration) -> UcpConfig {
     UcpConfig {
         tls: tls.split(',').map(String::from).collect(),
+        net_devices: vec!["lo".into()],
         rndv_thresh: std::env::var(RNDV)
             .ok()
             .map(|v| v.parse().expect("threshold")),
@@ -250,15 +251,34 @@ fn ucp_multiproc_shm_posix_multi_fragment_sizes() {
 }
 
 #[test]
+fn ucp_multiproc_tcp_tag_sizes() {
+    echo_test("tcp", None);
+}
+
+#[test]
+fn ucp_multiproc_tcp_multi_fragment_sizes() {
+    echo_test("tcp", Some(300_000));
+}
+
+#[test]
 fn ucp_multiproc_shm_sysv_tag_sizes() {
     echo_test("sysv,cma", None);
 }
 
 #[test]
 fn ucp_multiproc_shm_killed_peer_fails_endpoint_within_keepalive() {
+    killed_peer("posix,cma");
+}
+
+#[test]
+fn ucp_multiproc_tcp_killed_peer_fails_endpoint_within_keepalive() {
+    killed_peer("tcp");
+}
+
+fn killed_peer(tls: &str) {
     for round in 0..3 {
-        let mut w = worker_with("posix,cma", KILL_TIMEOUT);
-        let (mut child, caddr) = spawn_child("sleep", "posix,cma", w.address());
+        let mut w = worker_with(tls, KILL_TIMEOUT);
+        let (mut child, caddr) = spawn_child("sleep", tls, w.address());
         let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
         // An outstanding receive tied to the child (a sync send it never matches).
         let s = w.tag_send_sync(ep, 77, b"unmatched").unwrap();
@@ -274,6 +294,7 @@ fn ucp_multiproc_shm_killed_peer_fails_endpoint_within_keepalive() {
                 Err(Error::Timeout(_))
                     | Err(Error::PeerFailure(_))
                     | Err(Error::ConnectionReset(_))
+                    | Err(Error::Unreachable(_))
             ),
             "round {round}: {:?}",
             c.status
@@ -293,4 +314,40 @@ fn ucp_multiproc_shm_killed_peer_fails_endpoint_within_keepalive() {
         // watchdog; printed for the report).
         eprintln!("round {round}: killed peer detected after {detected:?} (bound {KILL_TIMEOUT:?} + interval)");
     }
+}
+
+/// A stopped (alive but silent) peer: no transport error can fire, only keepalive finds it.
+fn silent_peer(tls: &str) {
+    for round in 0..3 {
+        let mut w = worker_with(tls, KILL_TIMEOUT);
+        let (mut child, caddr) = spawn_child("sleep", tls, w.address());
+        let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
+        // Wire-up round trip: the child's keepalives are flowing before it goes silent.
+        let f = w.ep_flush(ep).unwrap();
+        finish(&mut w, f, "flush");
+        let s = w.tag_send_sync(ep, 77, b"unmatched").unwrap();
+        // SAFETY: plain syscall on our own child's pid.
+        let rc = unsafe { libc::kill(child.0.id() as i32, libc::SIGSTOP) };
+        assert_eq!(rc, 0, "SIGSTOP");
+        let stopped = Instant::now();
+        let c = finish(&mut w, s, "sync send to a silent peer");
+        let detected = stopped.elapsed();
+        assert!(
+            matches!(c.status, Err(Error::Timeout(_))),
+            "round {round}: {:?}",
+            c.status
+        );
+        eprintln!("{tls} round {round}: silent peer detected after {detected:?} (bound {KILL_TIMEOUT:?} + interval)");
+        drop(child);
+    }
+}
+
+#[test]
+fn ucp_multiproc_shm_silent_peer_detected_by_keepalive() {
+    silent_peer("posix,cma");
+}
+
+#[test]
+fn ucp_multiproc_tcp_silent_peer_detected_by_keepalive() {
+    silent_peer("tcp");
 }
