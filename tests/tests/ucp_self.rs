@@ -414,3 +414,56 @@ fn ucp_self_event_fd_wakeup() {
     let c = p.finish_b(r);
     assert_eq!(c.buf.unwrap(), b"wake");
 }
+
+#[test]
+fn ucp_self_active_messages_small_and_rendezvous() {
+    for scheme in [RndvSchemeCfg::Auto, RndvSchemeCfg::Put, RndvSchemeCfg::Am] {
+        let mut p = pair_with(UcpConfig {
+            rndv_scheme: scheme,
+            ..cfg()
+        });
+        let got: Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>> = Rc::default();
+        let g = got.clone();
+        p.b.am_set_handler(7, move |_, hdr, data| {
+            g.borrow_mut().push((hdr.to_vec(), data))
+        });
+        let sizes = [0usize, 1, 100, 8000, 9000, 300_000];
+        for (i, &len) in sizes.iter().enumerate() {
+            let op =
+                p.a.am_send(p.ab, 7, &[i as u8; 3], &pattern(len, i as u8))
+                    .unwrap();
+            assert_eq!(p.finish_a(op).status, Ok(()));
+        }
+        p.pump(20);
+        let got = got.borrow();
+        assert_eq!(got.len(), sizes.len(), "{scheme:?}");
+        for (i, &len) in sizes.iter().enumerate() {
+            assert_eq!(got[i].0, vec![i as u8; 3]);
+            assert!(got[i].1 == pattern(len, i as u8), "am {len} bytes");
+        }
+    }
+}
+
+#[test]
+fn ucp_self_stream_is_ordered_bytes() {
+    let mut p = pair_with(cfg());
+    let ba = p.ba();
+    let mut all = Vec::new();
+    for (i, len) in [5usize, 0, 20_000, 1, 70_000].into_iter().enumerate() {
+        let d = pattern(len, i as u8);
+        all.extend_from_slice(&d);
+        let op = p.a.stream_send(p.ab, &d).unwrap();
+        assert_eq!(p.finish_a(op).status, Ok(()));
+    }
+    // Read it back in differently sized pieces.
+    let mut got = Vec::new();
+    for piece in [3usize, 40_000, 50_003] {
+        let op = p.b.stream_recv(ba, vec![0; piece]).unwrap();
+        let c = p.finish_b(op);
+        assert_eq!(c.status, Ok(()));
+        assert_eq!(c.len, piece);
+        got.extend_from_slice(&c.buf.unwrap());
+    }
+    assert!(got == all);
+    assert_eq!(p.b.stream_available(ba).unwrap(), 0);
+}
