@@ -50,7 +50,7 @@ pub static KEEPALIVE_INTERVAL: ConfigVar = ConfigVar {
 /// `RUCX_KEEPALIVE_TIMEOUT`: silence after which a peer is declared dead.
 pub static KEEPALIVE_TIMEOUT: ConfigVar = ConfigVar {
     name: "KEEPALIVE_TIMEOUT",
-    default: "10s",
+    default: "30s",
     doc:
         "A peer silent for this long (no message, no keepalive) fails its endpoints with a timeout.",
 };
@@ -102,7 +102,7 @@ impl Default for UcpConfig {
             rndv_scheme: RndvSchemeCfg::Auto,
             proto_info: false,
             keepalive_interval: Some(Duration::from_secs(1)),
-            keepalive_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(30),
         }
     }
 }

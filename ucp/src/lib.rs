@@ -13,6 +13,7 @@
 pub mod address;
 pub mod config;
 pub mod context;
+pub mod listener;
 pub mod request;
 pub mod tag_match;
 pub mod wire;
@@ -22,6 +23,7 @@ pub mod worker;
 pub use address::{TlAddress, WorkerAddress};
 pub use config::UcpConfig;
 pub use context::{Context, ContextParams, Features};
+pub use listener::{ConnRequest, Listener};
 pub use request::{Completion, Op, Request};
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};

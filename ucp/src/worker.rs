@@ -144,6 +144,7 @@ enum SendStage {
     WaitRndv,
     Put,
     WaitPutFlush,
+    PutFlushRetry,
     Pipeline,
     Stream,
 }
@@ -196,7 +197,7 @@ enum ReqKind {
     Send(SendReq),
     Recv(RecvReq),
     StreamRecv { buf: Vec<u8>, filled: usize },
-    Flush { eps_left: usize },
+    Flush { eps_left: usize, retry: Vec<usize> },
 }
 
 struct Req {
@@ -262,6 +263,7 @@ struct State {
     pool: Vec<Vec<u8>>,
     to_connect: Vec<usize>,
     pending_eps: Vec<usize>,
+    flushes: Vec<usize>,
     failed_notify: Vec<usize>,
     next_msg_id: u64,
     scratch: Vec<u8>,
@@ -375,6 +377,7 @@ impl Worker {
                 pool: Vec::new(),
                 to_connect: Vec::new(),
                 pending_eps: Vec::new(),
+                flushes: Vec::new(),
                 failed_notify: Vec::new(),
                 next_msg_id: 1,
                 scratch: Vec::new(),
@@ -448,6 +451,32 @@ impl Worker {
             idx: idx as u32,
             gen: self.st.eps[idx].gen,
         })
+    }
+
+    /// Client side of client/server: connects to a [`crate::Listener`] on `server`, exchanges
+    /// worker addresses, and creates the endpoint. A rejected request gives `ConnectionReset`.
+    pub fn connect(&mut self, server: std::net::SocketAddr, params: EpParams) -> Result<EpHandle> {
+        let addr = crate::listener::client_exchange(server, &self.st.address)?;
+        self.ep_create(&addr, params)
+    }
+
+    /// Server side: accepts a connection request and creates the endpoint to the client.
+    pub fn accept(&mut self, req: crate::ConnRequest, params: EpParams) -> Result<EpHandle> {
+        let mut req = req;
+        let ep = match self.ep_create(&req.client_address, params) {
+            Ok(ep) => ep,
+            Err(e) => {
+                let _ = crate::listener::write_msg(
+                    &mut req.stream,
+                    crate::listener::CmKind::Reject,
+                    &[],
+                );
+                return Err(e);
+            }
+        };
+        let addr = self.st.address.clone();
+        crate::listener::write_msg(&mut req.stream, crate::listener::CmKind::Accept, &addr)?;
+        Ok(ep)
     }
 
     /// The endpoint's state: `Ok` while usable, or the error that failed it.
@@ -656,6 +685,7 @@ impl Worker {
             n += 1;
         }
         n += self.st.progress_pending();
+        self.st.progress_flushes();
         self.st.timers();
         n += self.st.notify_failures();
         n
@@ -1172,7 +1202,18 @@ impl State {
     }
 
     fn stream_recv(&mut self, idx: usize, buf: Vec<u8>) -> Result<Op> {
-        self.ep_usable(idx)?;
+        // Bytes that arrived before the peer closed can still be read.
+        let queued: usize = self.eps[idx]
+            .stream_waiters
+            .iter()
+            .map(|&k| match self.reqs.get(k).map(|r| &r.kind) {
+                Some(ReqKind::StreamRecv { buf, filled }) => buf.len() - filled,
+                _ => 0,
+            })
+            .sum();
+        if self.eps[idx].stream_rx.len() < queued + buf.len() {
+            self.ep_usable(idx)?;
+        }
         let key = self.new_req(Some(idx), ReqKind::StreamRecv { buf, filled: 0 });
         self.eps[idx].stream_waiters.push_back(key);
         self.stream_serve(idx);
@@ -1439,6 +1480,7 @@ impl State {
             SendStage::Put => self.put_step(key),
             SendStage::Pipeline => self.pipeline_step(key),
             SendStage::Stream => self.stream_step(key),
+            SendStage::PutFlushRetry => self.put_done(key),
             SendStage::WaitAck | SendStage::WaitRndv | SendStage::WaitPutFlush => Ok(true),
         }
     }
@@ -1563,13 +1605,14 @@ impl State {
             s.offset += n;
         }
         if s.inflight == 0 {
-            self.put_done(key)?;
+            return self.put_done(key);
         }
         Ok(true)
     }
 
-    /// All puts of a send completed: flush the RMA lane, then tell the receiver (ATP).
-    fn put_done(&mut self, key: usize) -> Result<()> {
+    /// All puts of a send completed: flush the RMA lane, then tell the receiver (ATP). Gives
+    /// false when the flush met back-pressure (retry later).
+    fn put_done(&mut self, key: usize) -> Result<bool> {
         let idx = self.reqs[key].ep.unwrap_or(0);
         let wire = self.wire_id(key);
         let l = self.eps[idx]
@@ -1580,19 +1623,22 @@ impl State {
         let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
         let s = self.send_mut(key);
         match out {
-            Outcome::Done(()) | Outcome::NoResource => {
-                // NoResource on flush: earlier puts already completed locally; ATP goes behind
-                // them on the ordered AM lane queue.
+            Outcome::Done(()) => {
                 let rreq = s.rreq;
                 self.send_ctl(idx, am_id::ATP, &ReqHdr { req: rreq }.encode())?;
                 self.finish(key, Ok(()));
+            }
+            Outcome::NoResource => {
+                // The caller queues the request; ATP only after remote completion.
+                s.stage = SendStage::PutFlushRetry;
+                return Ok(false);
             }
             Outcome::InProgress => {
                 s.stage = SendStage::WaitPutFlush;
                 s.inflight = 1;
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     fn pipeline_step(&mut self, key: usize) -> Result<bool> {
@@ -2017,16 +2063,24 @@ impl State {
                         self.finish(key, Ok(()));
                         r
                     } else {
-                        self.put_done(key)
+                        match self.put_done(key) {
+                            Ok(false) => {
+                                self.eps[ep].pending.push_back(Pending::Req(key));
+                                self.mark_pending(ep);
+                                Ok(())
+                            }
+                            Ok(true) => Ok(()),
+                            Err(e) => Err(e),
+                        }
                     }
                 } else {
                     Ok(())
                 }
             }
             COMP_FLUSH => {
-                if let ReqKind::Flush { eps_left } = &mut self.reqs[key].kind {
-                    *eps_left -= 1;
-                    if *eps_left == 0 {
+                if let ReqKind::Flush { eps_left, retry } = &mut self.reqs[key].kind {
+                    *eps_left = eps_left.saturating_sub(1);
+                    if *eps_left == 0 && retry.is_empty() {
                         self.finish(key, Ok(()));
                     }
                 }
@@ -2040,39 +2094,91 @@ impl State {
     }
 
     fn flush_eps(&mut self, eps: &[usize]) -> Result<Op> {
-        let key = self.new_req(None, ReqKind::Flush { eps_left: 1 });
-        let wire = self.wire_id(key);
-        let mut left = 1usize;
         for &idx in eps {
             self.ep_usable(idx)?;
-            if let Some(l) = self.eps[idx].lanes.as_mut() {
-                for (_, uep) in l.uct.iter_mut() {
-                    match uep.flush(comp_id(COMP_FLUSH, wire)) {
-                        Ok(Outcome::InProgress) => left += 1,
-                        Ok(_) => {}
-                        Err(e) => {
-                            self.reqs.remove(key);
-                            return Err(e);
-                        }
-                    }
-                }
-            }
         }
-        // Outstanding ucp-level sends are part of a flush too: they keep the flush open until
-        // they finish (checked by the caller's progress loop through the pending queue).
-        if let ReqKind::Flush { eps_left } = &mut self.reqs[key].kind {
-            *eps_left = left - 1;
-        }
-        if left == 1 && eps.iter().all(|&i| self.eps[i].pending.is_empty()) {
-            self.finish(key, Ok(()));
-        } else if left == 1 {
-            // Only ucp pending work: finish when the pending queues drain.
-            if let ReqKind::Flush { eps_left } = &mut self.reqs[key].kind {
-                *eps_left = 0;
-            }
-            self.reqs[key].ep = eps.first().copied();
+        let key = self.new_req(
+            None,
+            ReqKind::Flush {
+                eps_left: 0,
+                retry: eps.to_vec(),
+            },
+        );
+        self.reqs[key].ep = eps.first().copied();
+        self.flush_step(key)?;
+        if self.reqs[key].done.is_none() {
+            self.flushes.push(key);
         }
         Ok(self.op_of(key))
+    }
+
+    /// Issues the transport flushes a flush request still owes: an endpoint whose ucp queue is
+    /// not empty waits for it to drain; a transport `NoResource` is retried on the next call.
+    fn flush_step(&mut self, key: usize) -> Result<()> {
+        let wire = self.wire_id(key);
+        let retry = match &mut self.reqs[key].kind {
+            ReqKind::Flush { retry, .. } => std::mem::take(retry),
+            _ => return Ok(()),
+        };
+        let mut still = Vec::new();
+        let mut started = 0usize;
+        for idx in retry {
+            if let Err(e) = self.ep_usable(idx) {
+                self.finish(key, Err(e));
+                return Ok(());
+            }
+            let ep = &mut self.eps[idx];
+            if !ep.pending.is_empty() || ep.lanes.is_none() {
+                still.push(idx);
+                continue;
+            }
+            let l = ep.lanes.as_mut().map(|l| &mut l.uct);
+            let mut again = false;
+            for (_, uep) in l.into_iter().flatten() {
+                match uep.flush(comp_id(COMP_FLUSH, wire))? {
+                    Outcome::InProgress => started += 1,
+                    Outcome::NoResource => again = true,
+                    Outcome::Done(()) => {}
+                }
+            }
+            if again {
+                still.push(idx);
+            }
+        }
+        if let ReqKind::Flush { eps_left, retry } = &mut self.reqs[key].kind {
+            *eps_left += started;
+            *retry = still;
+            if *eps_left == 0 && retry.is_empty() {
+                self.finish(key, Ok(()));
+            }
+        }
+        Ok(())
+    }
+
+    fn progress_flushes(&mut self) {
+        if self.flushes.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.flushes);
+        for key in list {
+            let waiting = match self.reqs.get(key) {
+                Some(Req {
+                    done: None,
+                    kind: ReqKind::Flush { retry, .. },
+                    ..
+                }) => !retry.is_empty(),
+                _ => continue,
+            };
+            if waiting {
+                if let Err(e) = self.flush_step(key) {
+                    self.finish(key, Err(e));
+                    continue;
+                }
+            }
+            if self.reqs.get(key).is_some_and(|r| r.done.is_none()) {
+                self.flushes.push(key);
+            }
+        }
     }
 
     // ---- incoming messages ----------------------------------------------------------------
