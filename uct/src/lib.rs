@@ -10,6 +10,7 @@ pub mod ep;
 pub mod iface;
 pub mod md;
 pub mod registry;
+pub mod self_;
 
 pub use caps::{
     AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,
