@@ -6,9 +6,11 @@
 //! messages come back through an [`EventSink`] during [`Iface::progress`].
 
 pub mod caps;
+pub mod cma;
 pub mod ep;
 pub mod iface;
 pub mod md;
+pub mod mm;
 pub mod registry;
 pub mod self_;
 
