@@ -73,13 +73,13 @@ pub fn check_caps(p: &TestParams, tl: &str, attr: &IfaceAttr, md: MdFlags) -> Re
             Ok(())
         }
     };
-    if t.needs_rkey() || p.layout == Layout::Zcopy {
-        if !md.intersects(MdFlags::ALLOC | MdFlags::REG) {
-            return Err(Error::Unsupported(format!(
-                "{tl}'s memory domain can neither allocate nor register memory, which {t} with -D {} needs",
-                p.layout
-            )));
-        }
+    if (t.needs_rkey() || p.layout == Layout::Zcopy)
+        && !md.intersects(MdFlags::ALLOC | MdFlags::REG)
+    {
+        return Err(Error::Unsupported(format!(
+            "{tl}'s memory domain can neither allocate nor register memory, which {t} with -D {} needs",
+            p.layout
+        )));
     }
     match t {
         TestId::AmLat | TestId::AmBw => {
@@ -394,7 +394,7 @@ impl Engine<'_> {
     #[inline]
     fn spin(&mut self) -> Result<()> {
         self.spins = self.spins.wrapping_add(1);
-        if self.spins % PEER_CHECK_SPINS == 0 {
+        if self.spins.is_multiple_of(PEER_CHECK_SPINS) {
             self.check_peer()?;
         }
         Ok(())
