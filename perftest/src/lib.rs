@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod driver;
+pub mod info;
 pub mod params;
 pub mod report;
 pub mod timer;
