@@ -29,11 +29,11 @@ pub fn version_text() -> String {
 fn size_text(n: usize) -> String {
     if n as u64 >= 1 << 62 {
         "unlimited".into()
-    } else if n >= 1 << 30 && n % (1 << 30) == 0 {
+    } else if n >= 1 << 30 && n & ((1 << 30) - 1) == 0 {
         format!("{}G", n >> 30)
-    } else if n >= 1 << 20 && n % (1 << 20) == 0 {
+    } else if n >= 1 << 20 && n & ((1 << 20) - 1) == 0 {
         format!("{}M", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n & ((1 << 10) - 1) == 0 {
         format!("{}K", n >> 10)
     } else {
         n.to_string()

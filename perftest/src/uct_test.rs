@@ -394,7 +394,7 @@ impl Engine<'_> {
     #[inline]
     fn spin(&mut self) -> Result<()> {
         self.spins = self.spins.wrapping_add(1);
-        if self.spins.is_multiple_of(PEER_CHECK_SPINS) {
+        if self.spins & (PEER_CHECK_SPINS - 1) == 0 {
             self.check_peer()?;
         }
         Ok(())
