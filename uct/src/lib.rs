@@ -13,6 +13,9 @@ pub mod md;
 pub mod mm;
 pub mod registry;
 pub mod self_;
+#[doc(hidden)]
+pub mod testing;
+pub mod worker;
 
 pub use caps::{
     AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,
@@ -28,3 +31,4 @@ pub use registry::{
     Transport, TRANSPORT_NAMES,
 };
 pub use ucs::{Error, Outcome, Result};
+pub use worker::{IfaceId, Worker};

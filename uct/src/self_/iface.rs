@@ -117,6 +117,9 @@ impl Ring {
 pub(crate) struct EpSlot {
     pub(crate) target: Option<Weak<IfaceInner>>,
     pub(crate) pending: VecDeque<PendingId>,
+    /// The dispatch round in which a retry of this endpoint said "still no resources": it is
+    /// not retried again in that round.
+    pub(crate) stalled_in: u64,
 }
 
 /// State shared by an interface and the endpoints that send to or from it.
@@ -127,6 +130,8 @@ pub(crate) struct IfaceInner {
     pub(crate) eps: RefCell<slab::Slab<EpSlot>>,
     /// Pending requests queued on this interface's endpoints, in total.
     pub(crate) n_pending: Cell<usize>,
+    /// Counts calls to the pending dispatcher (see `EpSlot::stalled_in`).
+    dispatch_round: Cell<u64>,
     /// Bounce buffer for put_bcopy (taken out while the pack closure runs).
     pub(crate) scratch: RefCell<Box<[u8]>>,
     /// Events armed with `event_arm`; cleared when the fd is signalled.
@@ -308,6 +313,7 @@ impl SelfIface {
             ring: RefCell::new(Ring::new()),
             eps: RefCell::new(slab::Slab::with_capacity(4)),
             n_pending: Cell::new(0),
+            dispatch_round: Cell::new(0),
             scratch: RefCell::new(vec![0u8; SEG_SIZE].into_boxed_slice()),
             armed: Cell::new(EventFlags::empty()),
             efd,
@@ -353,41 +359,54 @@ impl SelfIface {
         let key = self.inner.eps.borrow_mut().insert(EpSlot {
             target: target.clone(),
             pending: VecDeque::with_capacity(4),
+            stalled_in: 0,
         });
         SelfEp::new(EpId(key as u32), Rc::downgrade(&self.inner), target)
     }
 
-    /// Retries pending requests of endpoints whose target has space. Gives the number retried.
+    /// Retries pending requests of endpoints whose target has space, one request per endpoint
+    /// per round (round-robin), at most as many as were queued on entry. Gives the number
+    /// retried.
     fn dispatch_pending<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let inner = &self.inner;
+        let round = inner.dispatch_round.get() + 1;
+        inner.dispatch_round.set(round);
+        let mut budget = inner.n_pending.get();
         let mut n = 0;
-        let mut key = 0;
-        while inner.n_pending.get() > 0 && key < inner.eps.borrow().capacity() {
-            loop {
+        while budget > 0 {
+            let mut progressed = false;
+            let mut key = 0;
+            while budget > 0 && key < inner.eps.borrow().capacity() {
                 let req = {
                     let mut eps = inner.eps.borrow_mut();
-                    let Some(slot) = eps.get_mut(key) else { break };
-                    if slot.pending.is_empty() || !target_has_space(&slot.target) {
-                        break;
+                    match eps.get_mut(key) {
+                        Some(slot)
+                            if slot.stalled_in != round && target_has_space(&slot.target) =>
+                        {
+                            slot.pending.pop_front()
+                        }
+                        _ => None,
                     }
-                    let req = slot.pending.pop_front();
-                    if req.is_some() {
-                        inner.n_pending.set(inner.n_pending.get() - 1);
-                    }
-                    req
                 };
-                let Some(req) = req else { break };
-                n += 1;
-                if !sink.pending(EpId(key as u32), req) {
-                    let mut eps = inner.eps.borrow_mut();
-                    if let Some(slot) = eps.get_mut(key) {
-                        slot.pending.push_front(req);
-                        inner.n_pending.set(inner.n_pending.get() + 1);
+                if let Some(req) = req {
+                    inner.n_pending.set(inner.n_pending.get() - 1);
+                    budget -= 1;
+                    n += 1;
+                    progressed = true;
+                    if !sink.pending(EpId(key as u32), req) {
+                        let mut eps = inner.eps.borrow_mut();
+                        if let Some(slot) = eps.get_mut(key) {
+                            slot.pending.push_front(req);
+                            slot.stalled_in = round;
+                            inner.n_pending.set(inner.n_pending.get() + 1);
+                        }
                     }
-                    break;
                 }
+                key += 1;
             }
-            key += 1;
+            if !progressed {
+                break;
+            }
         }
         n
     }
@@ -397,6 +416,10 @@ impl Drop for SelfIface {
     fn drop(&mut self) {
         let id = self.inner.id;
         let _ = IFACES.try_with(|m| m.borrow_mut().remove(&id));
+        // Senders blocked on this ring retry now (and learn that it is gone).
+        for sender in self.inner.blocked.borrow().iter().filter_map(Weak::upgrade) {
+            sender.notify_send();
+        }
     }
 }
 

@@ -331,3 +331,82 @@ fn registry_lists_and_opens_self() {
     assert_eq!(iface.tl_name(), "self");
     assert!(crate::open("self", "memory").is_err());
 }
+
+crate::uct_conformance_tests!(conformance, crate::testing::TlPair<SelfTransport>);
+
+/// Records pending retries; says "still no resources" for the requests in `refuse` once each.
+#[derive(Default)]
+struct Picky {
+    order: Vec<PendingId>,
+    refuse: Vec<PendingId>,
+}
+
+impl EventSink for Picky {
+    fn am(&mut self, _: u8, _: &[u8]) {}
+    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+    fn pending(&mut self, _ep: EpId, req: PendingId) -> bool {
+        self.order.push(req);
+        if let Some(i) = self.refuse.iter().position(|&r| r == req) {
+            self.refuse.remove(i);
+            return false;
+        }
+        true
+    }
+}
+
+#[test]
+fn pending_dispatch_is_round_robin_and_respects_refusal() {
+    let mut iface = open();
+    let mut a = loopback(&mut iface);
+    let mut b = loopback(&mut iface);
+    while a.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    a.pending_add(1).unwrap();
+    a.pending_add(2).unwrap();
+    b.pending_add(3).unwrap();
+    b.pending_add(4).unwrap();
+    let mut sink = Picky::default();
+    iface.progress(&mut sink);
+    assert_eq!(
+        sink.order,
+        vec![1, 3, 2, 4],
+        "one request per endpoint per round"
+    );
+
+    while a.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    a.pending_add(1).unwrap();
+    a.pending_add(2).unwrap();
+    b.pending_add(3).unwrap();
+    let mut sink = Picky {
+        refuse: vec![1],
+        ..Default::default()
+    };
+    iface.progress(&mut sink);
+    // 1 was refused: endpoint a is not retried again in this progress call, b goes on.
+    assert_eq!(sink.order, vec![1, 3]);
+    assert_eq!(iface.flush(0).unwrap(), Outcome::NoResource);
+    iface.progress(&mut sink);
+    assert_eq!(
+        sink.order,
+        vec![1, 3, 1, 2],
+        "the refused request stays first"
+    );
+    assert_eq!(iface.flush(0).unwrap(), Outcome::DONE);
+}
+
+#[test]
+fn dropping_a_target_wakes_blocked_senders() {
+    let mut a = open();
+    let b = open();
+    let mut ep = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    while ep.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    ep.pending_add(5).unwrap();
+    a.event_arm(EventFlags::SEND_COMP).unwrap();
+    drop(b);
+    assert!(readable(a.event_fd().unwrap()));
+    let mut rec = Rec::default();
+    a.progress(&mut rec);
+    assert_eq!(rec.pend, vec![(ep.id(), 5)]);
+    assert!(matches!(ep.am_short(0, 0, &[]), Err(Error::PeerFailure(_))));
+}
