@@ -263,25 +263,29 @@ mod loom_tests {
         }
     }
 
-    /// Two producers, one consumer, a two-slot ring that fills up: every message arrives once,
-    /// with its payload, and no payload access races.
+    /// Two producers, one consumer, a two-slot ring that fills up (three messages): every
+    /// message arrives once, with its payload, in per-producer order, and no payload access
+    /// races. Preemptions are bounded to keep the model small.
     #[test]
     fn loom_mpsc_claim_publish_consume() {
-        loom::model(|| {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
             let ring = Arc::new(Ring::new());
-            let producers: Vec<_> = (0..2u64)
-                .map(|t| {
-                    let ring = ring.clone();
-                    loom::thread::spawn(move || {
-                        let mut cached = 0;
-                        ring.send(&mut cached, 10 * (t + 1));
-                        ring.send(&mut cached, 10 * (t + 1) + 1);
-                    })
-                })
-                .collect();
+            let r1 = ring.clone();
+            let p1 = loom::thread::spawn(move || {
+                let mut cached = 0;
+                r1.send(&mut cached, 10);
+                r1.send(&mut cached, 11);
+            });
+            let r2 = ring.clone();
+            let p2 = loom::thread::spawn(move || {
+                let mut cached = 0;
+                r2.send(&mut cached, 20);
+            });
             let mut got = Vec::new();
             let mut read_pos = 0u64;
-            while got.len() < 4 {
+            while got.len() < 3 {
                 let slot = (read_pos % N) as usize;
                 if is_ready(&ring.seq[slot], read_pos) {
                     got.push(ring.data[slot].with(|p| unsafe { *p }));
@@ -291,14 +295,11 @@ mod loom_tests {
                     loom::thread::yield_now();
                 }
             }
-            for p in producers {
-                p.join().unwrap();
-            }
-            // Each producer's messages stay in order.
+            p1.join().unwrap();
+            p2.join().unwrap();
             let a: Vec<_> = got.iter().copied().filter(|v| v / 10 == 1).collect();
-            let b: Vec<_> = got.iter().copied().filter(|v| v / 10 == 2).collect();
             assert_eq!(a, vec![10, 11]);
-            assert_eq!(b, vec![20, 21]);
+            assert!(got.contains(&20));
         });
     }
 
