@@ -16,6 +16,7 @@ pub mod self_;
 #[doc(hidden)]
 pub mod testing;
 pub mod worker;
+pub mod tcp;
 
 pub use caps::{
     AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,

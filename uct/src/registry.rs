@@ -298,4 +298,5 @@ transports! {
     Posix => crate::mm::PosixTransport,
     Sysv => crate::mm::SysvTransport,
     Cma => crate::cma::CmaTransport,
+    Tcp => crate::tcp::TcpTransport,
 }
