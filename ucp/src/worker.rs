@@ -1,0 +1,2286 @@
+//! The worker: owns the transport interfaces, the endpoints, the requests and tag matching, and
+//! drives every protocol from `progress()`.
+
+use crate::address::{TlAddress, WorkerAddress};
+use crate::config::UcpConfig;
+use crate::context::{Context, Features};
+use crate::request::{Completion, Op, Request};
+use crate::tag_match::TagMatcher;
+use crate::wire::{
+    am_id, split_prefix, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, Msg, RemoteBuf, ReqHdr,
+    RtrHdr, RtrMode, RtsHdr, NO_REQ,
+};
+use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig, RndvScheme};
+use slab::Slab;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::ptr::NonNull;
+use std::time::Duration;
+use ucs::time::{Clock, MonotonicClock};
+use ucs::{Error, Outcome, Result};
+use uct::{
+    AnyEp, AnyIface, AnyMd, CompletionId, Endpoint as _, EpId, EventFlags, EventSink, Iface as _,
+    IfaceAttr, IfaceFlags, Iov, MdFlags, MemHandle, MemoryDomain as _, RemoteKey,
+};
+
+/// An endpoint of a worker: a handle valid with the worker that created it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EpHandle {
+    idx: u32,
+    gen: u32,
+}
+
+/// An endpoint error handler: called from `progress()` once, when the endpoint fails.
+pub type ErrHandler = Box<dyn FnMut(EpHandle, &Error)>;
+
+/// Parameters of [`Worker::ep_create`].
+#[derive(Default)]
+pub struct EpParams {
+    /// Called once when the endpoint fails (peer died, keepalive timeout, protocol error).
+    pub err_handler: Option<ErrHandler>,
+}
+
+/// How [`Worker::ep_close`] closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseMode {
+    /// Finish every outstanding send, tell the peer, then close.
+    Flush,
+    /// Fail outstanding requests with `Canceled` and close at once.
+    Force,
+}
+
+/// Information about an unexpected message found by [`Worker::tag_probe`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// The message's tag.
+    pub tag: u64,
+    /// Its length.
+    pub len: usize,
+    /// With `remove`: the message, to receive with [`Worker::tag_msg_recv`].
+    pub msg: Option<Message>,
+}
+
+/// An unexpected message taken off the queue by a removing probe.
+#[must_use = "receive it with tag_msg_recv, or its data stays in the worker"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct Message {
+    uid: usize,
+}
+
+/// Counters of the protocols a worker used (for tests and debugging).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProtoStats {
+    /// Single-fragment eager messages sent.
+    pub eager_single: u64,
+    /// Multi-fragment eager messages sent.
+    pub eager_multi: u64,
+    /// Rendezvous requests (RTS) sent.
+    pub rndv_rts: u64,
+    /// Rendezvous received with get_zcopy.
+    pub rndv_get: u64,
+    /// Rendezvous received by asking for put_zcopy.
+    pub rndv_put: u64,
+    /// Rendezvous received over the AM pipeline.
+    pub rndv_am: u64,
+    /// Endpoints failed.
+    pub ep_failures: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Internal state
+
+const COMP_GET: u64 = 1;
+const COMP_PUT: u64 = 2;
+const COMP_FLUSH: u64 = 3;
+
+fn comp_id(kind: u64, wire: u64) -> CompletionId {
+    kind << 60 | (wire & ((1 << 60) - 1))
+}
+
+struct Lanes {
+    uct: Vec<(usize, AnyEp)>,
+    am: usize,
+    rma: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum EpState {
+    Connecting,
+    Ready,
+    Failed(Error),
+    Closed,
+}
+
+enum Pending {
+    Req(usize),
+    Ctl { id: u8, body: Vec<u8> },
+}
+
+struct Ep {
+    gen: u32,
+    uuid: u64,
+    addr: WorkerAddress,
+    lanes: Option<Lanes>,
+    proto: Option<ProtoConfig>,
+    state: EpState,
+    pending: VecDeque<Pending>,
+    in_pending_list: bool,
+    err_handler: Option<ErrHandler>,
+    last_tx: Duration,
+    last_rx: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SendStage {
+    Eager,
+    WaitAck,
+    WaitRndv,
+    Put,
+    WaitPutFlush,
+    Pipeline,
+}
+
+struct SendReq {
+    tag: u64,
+    data: Vec<u8>,
+    give_back: bool,
+    sync: bool,
+    stage: SendStage,
+    offset: usize,
+    msg_id: u64,
+    memh: Option<MemHandle>,
+    rkey: Option<RemoteKey>,
+    remote_addr: u64,
+    rreq: u64,
+    inflight: usize,
+    rts_sent: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecvStage {
+    Posted,
+    Eager,
+    RndvGet,
+    RndvWait,
+}
+
+struct RecvReq {
+    tag: u64,
+    mask: u64,
+    buf: Vec<u8>,
+    stage: RecvStage,
+    sender_tag: u64,
+    total: usize,
+    received: usize,
+    memh: Option<MemHandle>,
+    rkey: Option<RemoteKey>,
+    remote_addr: u64,
+    sreq: u64,
+    offset: usize,
+    inflight: usize,
+}
+
+enum ReqKind {
+    Send(SendReq),
+    Recv(RecvReq),
+    Flush { eps_left: usize },
+}
+
+struct Req {
+    gen: u32,
+    ep: Option<usize>,
+    kind: ReqKind,
+    done: Option<Completion>,
+}
+
+enum UnexpKind {
+    Eager {
+        data: Vec<u8>,
+        total: usize,
+        sreq: u64,
+    },
+    Rts {
+        sreq: u64,
+        len: usize,
+        addr: u64,
+        tl: String,
+        rkey: Vec<u8>,
+    },
+}
+
+struct Unexp {
+    ep: usize,
+    tag: u64,
+    kind: UnexpKind,
+    /// Multi-fragment message still being assembled (key in `assembling`).
+    msg_key: Option<(u64, u64)>,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Unexp(usize),
+    Req(usize),
+}
+
+struct IfaceInfo {
+    tl_name: &'static str,
+    dev_name: String,
+    attr: IfaceAttr,
+    md_reg: bool,
+}
+
+struct State {
+    uuid: u64,
+    cfg: UcpConfig,
+    features: Features,
+    clock: Box<dyn Clock>,
+    mds: Vec<AnyMd>,
+    info: Vec<IfaceInfo>,
+    address: Vec<u8>,
+    eps: Slab<Ep>,
+    ep_gen: u32,
+    by_uuid: HashMap<u64, usize>,
+    by_uct: HashMap<(usize, u32), usize>,
+    reqs: Slab<Req>,
+    req_gen: u32,
+    matcher: TagMatcher,
+    unexp: Slab<Unexp>,
+    assembling: HashMap<(u64, u64), Target>,
+    pool: Vec<Vec<u8>>,
+    to_connect: Vec<usize>,
+    pending_eps: Vec<usize>,
+    failed_notify: Vec<usize>,
+    next_msg_id: u64,
+    scratch: Vec<u8>,
+    next_timer: Duration,
+    malformed_unknown: u64,
+    stats: ProtoStats,
+}
+
+/// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
+///
+/// One thread at a time: every method takes `&mut self` and no lock is taken on the data path.
+/// Share a worker between threads by wrapping it in a `Mutex`.
+pub struct Worker {
+    ifaces: Vec<AnyIface>,
+    epfd: Option<RawFd>,
+    st: State,
+}
+
+fn new_uuid() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), t, n))
+}
+
+const POOL_MAX: usize = 64;
+const POOL_BUF_MAX: usize = 1 << 20;
+
+impl Worker {
+    /// Creates a worker on the real monotonic clock.
+    pub fn new(ctx: &Context) -> Result<Self> {
+        Self::with_clock(ctx, MonotonicClock::new())
+    }
+
+    /// Creates a worker whose timers (keepalive) read `clock`; tests pass a
+    /// [`ucs::time::ManualClock`].
+    pub fn with_clock(ctx: &Context, clock: impl Clock + 'static) -> Result<Self> {
+        let mut ifaces = Vec::new();
+        let mut mds = Vec::new();
+        let mut info = Vec::new();
+        let mut failures = Vec::new();
+        for r in ctx.resources() {
+            match uct::open(r.tl_name, &r.device.name) {
+                Ok((md, iface)) => {
+                    info.push(IfaceInfo {
+                        tl_name: r.tl_name,
+                        dev_name: r.device.name.clone(),
+                        attr: iface.attr().clone(),
+                        md_reg: md.attr().flags.contains(MdFlags::REG),
+                    });
+                    mds.push(md);
+                    ifaces.push(iface);
+                }
+                Err(e) => {
+                    tracing::warn!(tl = r.tl_name, dev = %r.device.name, "cannot open: {e}");
+                    failures.push(format!("{}/{}: {e}", r.tl_name, r.device.name));
+                }
+            }
+        }
+        if ifaces.is_empty() {
+            return Err(Error::NoDevice(format!(
+                "no transport interface could be opened: {}",
+                failures.join("; ")
+            )));
+        }
+        let uuid = new_uuid();
+        let addr = WorkerAddress {
+            uuid,
+            tls: ifaces
+                .iter()
+                .map(|i| TlAddress {
+                    tl_name: i.tl_name().to_owned(),
+                    device_addr: i.device_address().to_vec(),
+                    iface_addr: i.iface_address().to_vec(),
+                })
+                .collect(),
+        };
+        let address = addr.to_bytes()?;
+        let now = clock.now();
+        let epfd = if ctx.features().contains(Features::WAKEUP) {
+            Some(make_epoll(&ifaces)?)
+        } else {
+            None
+        };
+        Ok(Worker {
+            ifaces,
+            epfd,
+            st: State {
+                uuid,
+                cfg: ctx.config().clone(),
+                features: ctx.features(),
+                clock: Box::new(clock),
+                mds,
+                info,
+                address,
+                eps: Slab::new(),
+                ep_gen: 0,
+                by_uuid: HashMap::new(),
+                by_uct: HashMap::new(),
+                reqs: Slab::new(),
+                req_gen: 0,
+                matcher: TagMatcher::new(),
+                unexp: Slab::new(),
+                assembling: HashMap::new(),
+                pool: Vec::new(),
+                to_connect: Vec::new(),
+                pending_eps: Vec::new(),
+                failed_notify: Vec::new(),
+                next_msg_id: 1,
+                scratch: Vec::new(),
+                next_timer: now,
+                malformed_unknown: 0,
+                stats: ProtoStats::default(),
+            },
+        })
+    }
+
+    /// This worker's packed address, for a peer's [`Worker::ep_create`].
+    pub fn address(&self) -> &[u8] {
+        &self.st.address
+    }
+
+    /// This worker's uuid (also the first field of its address).
+    pub fn uuid(&self) -> u64 {
+        self.st.uuid
+    }
+
+    /// Features of the context this worker belongs to.
+    pub fn features(&self) -> Features {
+        self.st.features
+    }
+
+    /// Names of the opened interfaces, as `tl/device`.
+    pub fn interfaces(&self) -> Vec<String> {
+        self.st
+            .info
+            .iter()
+            .map(|i| format!("{}/{}", i.tl_name, i.dev_name))
+            .collect()
+    }
+
+    /// Protocol counters.
+    pub fn stats(&self) -> ProtoStats {
+        self.st.stats
+    }
+
+    /// Number of malformed messages dropped because their sender could not be identified.
+    pub fn malformed_dropped(&self) -> u64 {
+        self.st.malformed_unknown
+    }
+
+    /// Creates an endpoint to the worker whose packed address is `peer_address`: picks lanes,
+    /// connects, and sends this worker's address so the peer can reply.
+    pub fn ep_create(&mut self, peer_address: &[u8], params: EpParams) -> Result<EpHandle> {
+        let addr = WorkerAddress::decode(peer_address)?;
+        if let Some(&idx) = self.st.by_uuid.get(&addr.uuid) {
+            let ep = &mut self.st.eps[idx];
+            if matches!(ep.state, EpState::Ready | EpState::Connecting) {
+                if params.err_handler.is_some() {
+                    ep.err_handler = params.err_handler;
+                }
+                return Ok(EpHandle {
+                    idx: idx as u32,
+                    gen: ep.gen,
+                });
+            }
+        }
+        let idx = self.st.new_ep(addr, params.err_handler);
+        if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx) {
+            let ep = self.st.eps.remove(idx);
+            self.st.by_uuid.remove(&ep.uuid);
+            return Err(e);
+        }
+        let body = self.st.address.clone();
+        self.st.send_ctl(idx, am_id::WIREUP, &body)?;
+        Ok(EpHandle {
+            idx: idx as u32,
+            gen: self.st.eps[idx].gen,
+        })
+    }
+
+    /// The endpoint's state: `Ok` while usable, or the error that failed it.
+    pub fn ep_status(&self, ep: EpHandle) -> Result<()> {
+        let idx = self.st.ep_idx(ep)?;
+        match &self.st.eps[idx].state {
+            EpState::Failed(e) => Err(e.clone()),
+            EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The protocol table of the endpoint (what `RUCX_PROTO_INFO=y` prints).
+    pub fn ep_proto_info(&self, ep: EpHandle) -> Result<String> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.proto_table(idx)
+    }
+
+    /// The endpoint's protocol thresholds.
+    pub fn ep_proto_config(&self, ep: EpHandle) -> Result<ProtoConfig> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.eps[idx]
+            .proto
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))
+    }
+
+    /// Sends a tagged message. Small messages are copied and finish at once; large ones (and any
+    /// that meet back-pressure) are copied into a worker-owned buffer.
+    pub fn tag_send(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Borrowed(data), false)
+    }
+
+    /// Sends a tagged message from a vector the worker takes and gives back in the completion's
+    /// `buf`; rendezvous then reads it in place without a copy.
+    pub fn tag_send_vec(&mut self, ep: EpHandle, tag: u64, data: Vec<u8>) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Owned(data), false)
+    }
+
+    /// Sends a tagged message that completes only when the receiver has matched it.
+    pub fn tag_send_sync(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Borrowed(data), true)
+    }
+
+    /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
+    /// completion gives the buffer back with the data in `buf[..len]`.
+    pub fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
+        self.st.tag_recv(buf, tag, mask)
+    }
+
+    /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and
+    /// must be received with [`Worker::tag_msg_recv`].
+    pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
+        let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
+        let len = match &self.st.unexp[uid as usize].kind {
+            UnexpKind::Eager { total, .. } => *total,
+            UnexpKind::Rts { len, .. } => *len,
+        };
+        let msg = if remove {
+            let got = self.st.matcher.take_unexpected(tag, mask);
+            debug_assert_eq!(got, Some(uid));
+            Some(Message { uid: uid as usize })
+        } else {
+            None
+        };
+        Some(ProbeInfo {
+            tag: mtag,
+            len,
+            msg,
+        })
+    }
+
+    /// Receives a message taken by a removing probe into `buf`.
+    pub fn tag_msg_recv(&mut self, buf: Vec<u8>, msg: Message) -> Result<Op> {
+        let key = self.st.new_recv(buf, msg.uid as u64, 0);
+        self.st.recv_from_unexp(key, msg.uid);
+        Ok(self.st.op_of(key))
+    }
+
+    /// True when the request has finished.
+    pub fn request_test(&self, req: &Request) -> bool {
+        match self.st.reqs.get(req.key as usize) {
+            Some(r) if r.gen == req.gen => r.done.is_some(),
+            _ => true,
+        }
+    }
+
+    /// Takes a finished request's result, or gives the request back if it is still running.
+    pub fn request_take(&mut self, req: Request) -> std::result::Result<Completion, Request> {
+        match self.st.reqs.get(req.key as usize) {
+            Some(r) if r.gen == req.gen && r.done.is_some() => {
+                let r = self.st.reqs.remove(req.key as usize);
+                Ok(r.done.unwrap_or_else(Completion::ok))
+            }
+            Some(r) if r.gen == req.gen => Err(req),
+            _ => Ok(Completion {
+                status: Err(Error::InvalidParam("request was already taken".into())),
+                ..Completion::ok()
+            }),
+        }
+    }
+
+    /// Cancels a posted receive that has not matched: it completes with `Canceled` and gives its
+    /// buffer back. Gives false when the request can no longer be canceled.
+    pub fn request_cancel(&mut self, req: &Request) -> bool {
+        self.st.cancel(req.key as usize, req.gen)
+    }
+
+    /// Progresses until the request finishes and gives its result.
+    pub fn wait(&mut self, req: Request) -> Completion {
+        let mut req = req;
+        let mut idle = 0u32;
+        loop {
+            match self.request_take(req) {
+                Ok(c) => return c,
+                Err(r) => req = r,
+            }
+            if self.progress() == 0 {
+                idle += 1;
+                if idle > 64 {
+                    std::thread::yield_now();
+                }
+            } else {
+                idle = 0;
+            }
+        }
+    }
+
+    /// Finishes `op`: its completion at once, or after waiting on its request.
+    pub fn complete(&mut self, op: Op) -> Completion {
+        match op {
+            Op::Done(c) => c,
+            Op::Pending(r) => self.wait(r),
+        }
+    }
+
+    /// Makes progress on every interface, then on queued sends and timers. Gives the number of
+    /// events handled.
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        for (i, iface) in self.ifaces.iter_mut().enumerate() {
+            let mut sink = Sink {
+                st: &mut self.st,
+                iface: i,
+            };
+            n += iface.progress(&mut sink);
+        }
+        while let Some(idx) = self.st.to_connect.pop() {
+            if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx) {
+                self.st.fail_ep(idx, e);
+            }
+            n += 1;
+        }
+        n += self.st.progress_pending();
+        self.st.timers();
+        n += self.st.notify_failures();
+        n
+    }
+
+    /// The event fd to sleep on (needs [`Features::WAKEUP`]): readable when progress has work.
+    pub fn efd(&self) -> Result<RawFd> {
+        self.epfd.ok_or_else(|| {
+            Error::Unsupported("the context was created without Features::WAKEUP".into())
+        })
+    }
+
+    /// Arms every interface's event fd. Gives `Ok(false)` when events are already pending: call
+    /// `progress()` instead of sleeping.
+    pub fn arm(&mut self) -> Result<bool> {
+        self.efd()?;
+        if !self.st.pending_eps.is_empty() || !self.st.to_connect.is_empty() {
+            return Ok(false);
+        }
+        for i in &mut self.ifaces {
+            if i.event_fd().is_none() {
+                continue;
+            }
+            match i.event_arm(EventFlags::RECV | EventFlags::SEND_COMP) {
+                Ok(()) => {}
+                Err(Error::Busy(_)) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sleeps until an interface has events or `timeout` passes (`None`: the next keepalive
+    /// deadline). Gives at once when events are already pending.
+    pub fn wait_event(&mut self, timeout: Option<Duration>) -> Result<()> {
+        let fd = self.efd()?;
+        if !self.arm()? {
+            return Ok(());
+        }
+        let t = timeout
+            .or(self.st.cfg.keepalive_interval)
+            .map(|d| d.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(-1);
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: `fd` is our epoll fd and `ev` a valid buffer of one event.
+        let rc = unsafe { libc::epoll_wait(fd, &mut ev, 1, t) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io("epoll_wait on the worker event fd", e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes every endpoint: completes when everything sent before has completed remotely.
+    pub fn flush(&mut self) -> Result<Op> {
+        let eps: Vec<usize> = self
+            .st
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Ready)
+            .map(|(i, _)| i)
+            .collect();
+        self.st.flush_eps(&eps)
+    }
+
+    /// Flushes one endpoint.
+    pub fn ep_flush(&mut self, ep: EpHandle) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.flush_eps(&[idx])
+    }
+
+    /// Closes an endpoint (see [`CloseMode`]).
+    pub fn ep_close(&mut self, ep: EpHandle, mode: CloseMode) -> Result<()> {
+        let idx = self.st.ep_idx(ep)?;
+        if mode == CloseMode::Flush && self.st.eps[idx].state == EpState::Ready {
+            let op = self.st.flush_eps(&[idx])?;
+            let c = self.complete(op);
+            c.status?;
+            let _ = self.st.send_ctl(idx, am_id::CLOSE, &[]);
+            let op = self.st.flush_eps(&[idx])?;
+            let _ = self.complete(op);
+        }
+        self.st.close_ep(idx, Error::Canceled);
+        Ok(())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(fd) = self.epfd {
+            // SAFETY: we created this epoll fd and close it once.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+fn make_epoll(ifaces: &[AnyIface]) -> Result<RawFd> {
+    // SAFETY: plain syscall; the result is checked.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(Error::last_os("epoll_create1 for the worker event fd"));
+    }
+    for (i, iface) in ifaces.iter().enumerate() {
+        if let Some(fd) = iface.event_fd() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: `ep` is our epoll fd; `fd` is the interface's live event fd.
+            if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+                let e = Error::last_os("adding an interface event fd to the worker epoll");
+                // SAFETY: closing the fd we just created.
+                unsafe { libc::close(ep) };
+                return Err(e);
+            }
+        }
+    }
+    Ok(ep)
+}
+
+/// Creates the transport endpoints of ucp endpoint `idx` from its peer address.
+fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()> {
+    let addr = st.eps[idx].addr.clone();
+    let locals: Vec<LocalTl<'_>> = st
+        .info
+        .iter()
+        .map(|i| LocalTl {
+            tl_name: i.tl_name,
+            dev_name: &i.dev_name,
+            attr: &i.attr,
+            md_reg: i.md_reg,
+        })
+        .collect();
+    let sel: LaneSelection = select_lanes(&locals, &addr, |li, ri| {
+        let r = &addr.tls[ri];
+        ifaces[li].is_reachable(&r.device_addr, Some(&r.iface_addr))
+    })?;
+    let mut uct_eps: Vec<(usize, AnyEp)> = Vec::new();
+    let mut lane_of =
+        |pick: crate::wireup::LanePick, uct_eps: &mut Vec<(usize, AnyEp)>| -> Result<usize> {
+            if let Some(p) = uct_eps.iter().position(|(l, _)| *l == pick.local) {
+                return Ok(p);
+            }
+            let r = &addr.tls[pick.remote];
+            let ep = ifaces[pick.local].ep_create_connected(&r.device_addr, &r.iface_addr)?;
+            uct_eps.push((pick.local, ep));
+            Ok(uct_eps.len() - 1)
+        };
+    let am = lane_of(sel.am, &mut uct_eps)?;
+    let rma = match sel.rma {
+        Some(p) => Some(lane_of(p, &mut uct_eps)?),
+        None => None,
+    };
+    for (li, e) in &uct_eps {
+        st.by_uct.insert((*li, e.id().0), idx);
+    }
+    let am_attr = &st.info[uct_eps[am].0].attr;
+    let rma_attr = rma.map(|r| &st.info[uct_eps[r].0].attr);
+    let proto = ProtoConfig::compute(am_attr, rma_attr, &st.cfg);
+    let ep = &mut st.eps[idx];
+    ep.lanes = Some(Lanes {
+        uct: uct_eps,
+        am,
+        rma,
+    });
+    ep.proto = Some(proto);
+    ep.state = EpState::Ready;
+    if st.cfg.proto_info {
+        if let Ok(t) = st.proto_table(idx) {
+            eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.eps[idx].uuid);
+        }
+    }
+    if !st.eps[idx].pending.is_empty() {
+        st.mark_pending(idx);
+    }
+    Ok(())
+}
+
+enum SendData<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl SendData<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            SendData::Borrowed(b) => b,
+            SendData::Owned(v) => v,
+        }
+    }
+}
+
+/// Sends an active message built from `parts` on a lane: inline when it fits `max_short`,
+/// otherwise packed into the transport's bcopy buffer.
+fn am_send(ep: &mut AnyEp, attr: &IfaceAttr, id: u8, parts: &[&[u8]]) -> Result<Outcome> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    if attr.flags.contains(IfaceFlags::AM_SHORT) && total <= attr.am.max_short {
+        return ep.am_short_iov(id, parts);
+    }
+    if attr.flags.contains(IfaceFlags::AM_BCOPY) && total <= attr.am.max_bcopy {
+        let r = ep.am_bcopy(id, |buf: &mut [u8]| {
+            let mut off = 0;
+            for p in parts {
+                let end = (off + p.len()).min(buf.len());
+                buf[off..end].copy_from_slice(&p[..end - off]);
+                off = end;
+            }
+            off
+        })?;
+        return Ok(r.unit());
+    }
+    Err(Error::MessageTooLong {
+        len: total,
+        max: attr.am.max_bcopy.max(attr.am.max_short),
+    })
+}
+
+struct Sink<'a> {
+    st: &'a mut State,
+    iface: usize,
+}
+
+impl EventSink for Sink<'_> {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        self.st.handle_am(id, data);
+    }
+    fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        self.st.handle_completion(comp, result);
+    }
+    fn ep_error(&mut self, ep: EpId, err: Error) {
+        if let Some(&idx) = self.st.by_uct.get(&(self.iface, ep.0)) {
+            self.st.fail_ep(idx, err);
+        }
+    }
+}
+
+impl State {
+    fn now(&self) -> Duration {
+        self.clock.now()
+    }
+
+    fn new_ep(&mut self, addr: WorkerAddress, err_handler: Option<ErrHandler>) -> usize {
+        self.ep_gen = self.ep_gen.wrapping_add(1);
+        let now = self.now();
+        let uuid = addr.uuid;
+        let idx = self.eps.insert(Ep {
+            gen: self.ep_gen,
+            uuid,
+            addr,
+            lanes: None,
+            proto: None,
+            state: EpState::Connecting,
+            pending: VecDeque::new(),
+            in_pending_list: false,
+            err_handler,
+            last_tx: now,
+            last_rx: now,
+        });
+        self.by_uuid.insert(uuid, idx);
+        idx
+    }
+
+    fn ep_idx(&self, h: EpHandle) -> Result<usize> {
+        match self.eps.get(h.idx as usize) {
+            Some(e) if e.gen == h.gen => Ok(h.idx as usize),
+            _ => Err(Error::InvalidParam(
+                "endpoint handle is stale (closed) or from another worker".into(),
+            )),
+        }
+    }
+
+    fn ep_usable(&self, idx: usize) -> Result<()> {
+        match &self.eps[idx].state {
+            EpState::Failed(e) => Err(e.clone()),
+            EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
+            _ => Ok(()),
+        }
+    }
+
+    fn proto_table(&self, idx: usize) -> Result<String> {
+        let ep = &self.eps[idx];
+        let (lanes, proto) = match (&ep.lanes, &ep.proto) {
+            (Some(l), Some(p)) => (l, p),
+            _ => return Err(Error::Busy("endpoint is still connecting".into())),
+        };
+        let name = |lane: usize| {
+            let i = &self.info[lanes.uct[lane].0];
+            format!("{}/{}", i.tl_name, i.dev_name)
+        };
+        Ok(proto.table(&name(lanes.am), lanes.rma.map(name).as_deref()))
+    }
+
+    fn get_buf(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_default()
+    }
+
+    fn put_buf(&mut self, mut v: Vec<u8>) {
+        if v.capacity() <= POOL_BUF_MAX && self.pool.len() < POOL_MAX {
+            v.clear();
+            self.pool.push(v);
+        }
+    }
+
+    fn new_req(&mut self, ep: Option<usize>, kind: ReqKind) -> usize {
+        self.req_gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
+        self.reqs.insert(Req {
+            gen: self.req_gen,
+            ep,
+            kind,
+            done: None,
+        })
+    }
+
+    fn wire_id(&self, key: usize) -> u64 {
+        (self.reqs[key].gen as u64) << 32 | key as u64
+    }
+
+    fn req_by_wire(&self, id: u64) -> Option<usize> {
+        let key = (id & 0xFFFF_FFFF) as usize;
+        match self.reqs.get(key) {
+            Some(r) if r.gen as u64 == id >> 32 && r.done.is_none() => Some(key),
+            _ => None,
+        }
+    }
+
+    fn op_of(&mut self, key: usize) -> Op {
+        if self.reqs[key].done.is_some() {
+            let r = self.reqs.remove(key);
+            Op::Done(r.done.unwrap_or_else(Completion::ok))
+        } else {
+            Op::Pending(Request {
+                key: key as u32,
+                gen: self.reqs[key].gen,
+            })
+        }
+    }
+
+    /// Finishes request `key` with `status`, releasing what the protocol held.
+    fn finish(&mut self, key: usize, status: Result<()>) {
+        let (buf, len, tag, recycle) = {
+            let r = &mut self.reqs[key];
+            if r.done.is_some() {
+                return;
+            }
+            match &mut r.kind {
+                ReqKind::Send(s) => {
+                    s.memh = None;
+                    s.rkey = None;
+                    let data = std::mem::take(&mut s.data);
+                    if s.give_back {
+                        (Some(data), 0, s.tag, None)
+                    } else {
+                        (None, 0, s.tag, Some(data))
+                    }
+                }
+                ReqKind::Recv(rv) => {
+                    rv.memh = None;
+                    rv.rkey = None;
+                    (
+                        Some(std::mem::take(&mut rv.buf)),
+                        rv.total,
+                        rv.sender_tag,
+                        None,
+                    )
+                }
+                ReqKind::Flush { .. } => (None, 0, 0, None),
+            }
+        };
+        if let Some(v) = recycle {
+            self.put_buf(v);
+        }
+        self.reqs[key].done = Some(Completion {
+            status,
+            buf,
+            len,
+            tag,
+            value: 0,
+        });
+    }
+
+    fn mark_pending(&mut self, idx: usize) {
+        let ep = &mut self.eps[idx];
+        if !ep.in_pending_list {
+            ep.in_pending_list = true;
+            self.pending_eps.push(idx);
+        }
+    }
+
+    /// Sends a control message, or queues it behind earlier sends of the endpoint.
+    fn send_ctl(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<()> {
+        self.ep_usable(idx)?;
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        if ep.pending.is_empty() {
+            if let Some(l) = ep.lanes.as_mut() {
+                let (li, uep) = &mut l.uct[l.am];
+                let out = am_send(uep, &self.info[*li].attr, id, &[&uuid, body])?;
+                if out != Outcome::NoResource {
+                    ep.last_tx = self.clock.now();
+                    return Ok(());
+                }
+            }
+        }
+        let mut v = self.pool.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(body);
+        self.eps[idx]
+            .pending
+            .push_back(Pending::Ctl { id, body: v });
+        self.mark_pending(idx);
+        Ok(())
+    }
+
+    fn tag_send(&mut self, idx: usize, tag: u64, data: SendData<'_>, sync: bool) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let len = data.as_slice().len();
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        let rndv = self.eps[idx]
+            .proto
+            .map(|p| len >= p.rndv_thresh)
+            .unwrap_or(false);
+        // Fast path: a non-synchronous eager message sent completely right now needs no request.
+        if ready && !sync && !rndv {
+            let msg_id = self.next_msg_id;
+            let mut offset = 0;
+            let done = self.eager_send(idx, tag, data.as_slice(), NO_REQ, msg_id, &mut offset)?;
+            if offset > 0 {
+                self.next_msg_id += 1;
+            }
+            if done {
+                let give = match data {
+                    SendData::Owned(v) => Some(v),
+                    SendData::Borrowed(_) => None,
+                };
+                return Ok(Op::Done(Completion {
+                    buf: give,
+                    tag,
+                    ..Completion::ok()
+                }));
+            }
+            let key = self.new_send(idx, tag, data, sync);
+            let s = self.send_mut(key);
+            s.offset = offset;
+            s.msg_id = msg_id;
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+            return Ok(self.op_of(key));
+        }
+        let key = self.new_send(idx, tag, data, sync);
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        self.send_mut(key).msg_id = id;
+        if ready {
+            self.send_step(key)?;
+        }
+        if self.reqs[key].done.is_none() && !ready {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn new_send(&mut self, idx: usize, tag: u64, data: SendData<'_>, sync: bool) -> usize {
+        let (data, give_back) = match data {
+            SendData::Owned(v) => (v, true),
+            SendData::Borrowed(b) => {
+                let mut v = self.get_buf();
+                v.extend_from_slice(b);
+                (v, false)
+            }
+        };
+        self.new_req(
+            Some(idx),
+            ReqKind::Send(SendReq {
+                tag,
+                data,
+                give_back,
+                sync,
+                stage: SendStage::Eager,
+                offset: 0,
+                msg_id: 0,
+                memh: None,
+                rkey: None,
+                remote_addr: 0,
+                rreq: 0,
+                inflight: 0,
+                rts_sent: false,
+            }),
+        )
+    }
+
+    fn send_mut(&mut self, key: usize) -> &mut SendReq {
+        match &mut self.reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => unreachable!("request {key} is not a send"),
+        }
+    }
+
+    /// Sends eager fragments of `data` from `*offset`. Gives true when all are out.
+    fn eager_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &[u8],
+        sreq: u64,
+        msg_id: u64,
+        offset: &mut usize,
+    ) -> Result<bool> {
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &self.info[*li].attr;
+        let sync = sreq != NO_REQ;
+        let len = data.len();
+        if *offset == 0 && len <= proto.bcopy_single_max {
+            let out = if sync {
+                let h = EagerSyncHdr { tag, sreq }.encode();
+                am_send(uep, attr, am_id::EAGER_SYNC_ONLY, &[&uuid, &h, data])?
+            } else {
+                let h = EagerHdr { tag }.encode();
+                am_send(uep, attr, am_id::EAGER_ONLY, &[&uuid, &h, data])?
+            };
+            if out == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = self.clock.now();
+            *offset = len.max(1);
+            self.stats.eager_single += 1;
+            return Ok(true);
+        }
+        while *offset < len {
+            let out = if *offset == 0 {
+                let n = proto.first_frag.min(len);
+                let h = EagerFirstHdr {
+                    tag,
+                    msg_id,
+                    total_len: len as u64,
+                    sreq,
+                }
+                .encode();
+                let o = am_send(uep, attr, am_id::EAGER_FIRST, &[&uuid, &h, &data[..n]])?;
+                if o != Outcome::NoResource {
+                    self.stats.eager_multi += 1;
+                }
+                (o, n)
+            } else {
+                let n = proto.middle_frag.min(len - *offset);
+                let h = FragHdr {
+                    id: msg_id,
+                    offset: *offset as u64,
+                }
+                .encode();
+                let o = am_send(
+                    uep,
+                    attr,
+                    am_id::EAGER_MIDDLE,
+                    &[&uuid, &h, &data[*offset..*offset + n]],
+                )?;
+                (o, n)
+            };
+            if out.0 == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = self.clock.now();
+            *offset += out.1;
+        }
+        Ok(true)
+    }
+
+    /// Advances a send request as far as resources allow. Gives false on back-pressure.
+    fn send_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let stage = self.send_mut(key).stage;
+        match stage {
+            SendStage::Eager => {
+                let proto = self.eps[idx]
+                    .proto
+                    .ok_or_else(|| Error::Busy("connecting".into()))?;
+                let s = self.send_mut(key);
+                let len = s.data.len();
+                if len >= proto.rndv_thresh {
+                    return self.send_rts(key);
+                }
+                let (tag, sync, msg_id, mut off) = (s.tag, s.sync, s.msg_id, s.offset);
+                let data = std::mem::take(&mut s.data);
+                let sreq = if sync { wire } else { NO_REQ };
+                let r = self.eager_send(idx, tag, &data, sreq, msg_id, &mut off);
+                let s = self.send_mut(key);
+                s.data = data;
+                s.offset = off;
+                if !r? {
+                    return Ok(false);
+                }
+                if sync {
+                    s.stage = SendStage::WaitAck;
+                } else {
+                    self.finish(key, Ok(()));
+                }
+                Ok(true)
+            }
+            SendStage::Put => self.put_step(key),
+            SendStage::Pipeline => self.pipeline_step(key),
+            SendStage::WaitAck | SendStage::WaitRndv | SendStage::WaitPutFlush => Ok(true),
+        }
+    }
+
+    fn send_rts(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        // Register the data on the RMA lane's memory domain once.
+        let rma_iface = self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+        let s = self.send_mut(key);
+        if !s.rts_sent && s.memh.is_none() && !s.data.is_empty() {
+            if let Some(li) = rma_iface {
+                let ptr = NonNull::new(s.data.as_mut_ptr());
+                let len = s.data.len();
+                if let Some(ptr) = ptr {
+                    // SAFETY: the vector is owned by this request and neither moved nor resized
+                    // until the request finishes, which drops the handle first.
+                    match unsafe { self.mds[li].mem_reg(ptr, len) } {
+                        Ok(m) => self.send_mut(key).memh = Some(m),
+                        Err(e) => tracing::debug!("rendezvous send buffer not registered: {e}"),
+                    }
+                }
+            }
+        }
+        let mut rkey = Vec::new();
+        let mut tl = "";
+        let s = self.send_mut(key);
+        let addr = s.data.as_ptr() as u64;
+        let (tag, len) = (s.tag, s.data.len());
+        if let (Some(m), Some(li)) = (s.memh.clone(), rma_iface) {
+            if self.mds[li].rkey_pack(&m, &mut rkey).is_ok() {
+                tl = self.info[li].tl_name;
+            } else {
+                rkey.clear();
+            }
+        }
+        let mut body = std::mem::take(&mut self.scratch);
+        body.clear();
+        RtsHdr {
+            tag,
+            sreq: wire,
+            len: len as u64,
+            buf: RemoteBuf {
+                addr,
+                tl,
+                rkey: &rkey,
+            },
+        }
+        .encode(&mut body);
+        let r = self.send_ctl(idx, am_id::RTS, &body);
+        self.scratch = body;
+        r?;
+        self.stats.rndv_rts += 1;
+        let s = self.send_mut(key);
+        s.rts_sent = true;
+        s.stage = SendStage::WaitRndv;
+        Ok(true)
+    }
+
+    fn put_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let l = eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l
+            .rma
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let (li, uep) = &mut l.uct[rma];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let (Some(memh), Some(rkey)) = (s.memh.clone(), s.rkey.clone()) else {
+            return Err(Error::InvalidParam("put without registration".into()));
+        };
+        let chunk = if attr.put.max_zcopy == 0 {
+            s.data.len()
+        } else {
+            attr.put.max_zcopy
+        };
+        while s.offset < s.data.len() {
+            let n = chunk.min(s.data.len() - s.offset);
+            let iov = Iov::new(&memh, s.offset, n)?;
+            match uep.put_zcopy(
+                &[iov],
+                s.remote_addr + s.offset as u64,
+                &rkey,
+                comp_id(COMP_PUT, wire),
+            )? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => s.inflight += 1,
+                Outcome::Done(()) => {}
+            }
+            s.offset += n;
+        }
+        if s.inflight == 0 {
+            self.put_done(key)?;
+        }
+        Ok(true)
+    }
+
+    /// All puts of a send completed: flush the RMA lane, then tell the receiver (ATP).
+    fn put_done(&mut self, key: usize) -> Result<()> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let l = self.eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l.rma.unwrap_or(l.am);
+        let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
+        let s = self.send_mut(key);
+        match out {
+            Outcome::Done(()) | Outcome::NoResource => {
+                // NoResource on flush: earlier puts already completed locally; ATP goes behind
+                // them on the ordered AM lane queue.
+                let rreq = s.rreq;
+                self.send_ctl(idx, am_id::ATP, &ReqHdr { req: rreq }.encode())?;
+                self.finish(key, Ok(()));
+            }
+            Outcome::InProgress => {
+                s.stage = SendStage::WaitPutFlush;
+                s.inflight = 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn pipeline_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        while s.offset < s.data.len() {
+            let n = proto.middle_frag.min(s.data.len() - s.offset);
+            let h = FragHdr {
+                id: s.rreq,
+                offset: s.offset as u64,
+            }
+            .encode();
+            let out = am_send(
+                uep,
+                attr,
+                am_id::RNDV_DATA,
+                &[&uuid, &h, &s.data[s.offset..s.offset + n]],
+            )?;
+            if out == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        self.finish(key, Ok(()));
+        Ok(true)
+    }
+
+    fn progress_pending(&mut self) -> usize {
+        if self.pending_eps.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        let list = std::mem::take(&mut self.pending_eps);
+        let mut keep = Vec::new();
+        for idx in list {
+            let Some(ep) = self.eps.get_mut(idx) else {
+                continue;
+            };
+            ep.in_pending_list = false;
+            if ep.lanes.is_none() || ep.state != EpState::Ready {
+                if ep.state == EpState::Connecting {
+                    keep.push(idx);
+                }
+                continue;
+            }
+            while let Some(p) = self.eps[idx].pending.pop_front() {
+                let r = match &p {
+                    Pending::Ctl { id, body } => {
+                        let uuid = self.uuid.to_le_bytes();
+                        let ep = &mut self.eps[idx];
+                        let l = ep.lanes.as_mut().map(|l| (l.am, &mut l.uct));
+                        match l {
+                            Some((am, uct)) => {
+                                let (li, uep) = &mut uct[am];
+                                am_send(uep, &self.info[*li].attr, *id, &[&uuid, body])
+                                    .map(|o| o != Outcome::NoResource)
+                            }
+                            None => Ok(false),
+                        }
+                    }
+                    Pending::Req(key) => {
+                        let key = *key;
+                        if self.reqs.get(key).is_none_or(|r| r.done.is_some()) {
+                            Ok(true)
+                        } else {
+                            match &self.reqs[key].kind {
+                                ReqKind::Recv(_) => self.get_step(key),
+                                _ => self.send_step(key),
+                            }
+                        }
+                    }
+                };
+                match r {
+                    Ok(true) => {
+                        n += 1;
+                        if let Pending::Ctl { body, .. } = p {
+                            self.put_buf(body);
+                        }
+                    }
+                    Ok(false) => {
+                        self.eps[idx].pending.push_front(p);
+                        keep.push(idx);
+                        break;
+                    }
+                    Err(e) => {
+                        self.fail_ep(idx, e);
+                        break;
+                    }
+                }
+            }
+        }
+        for idx in keep {
+            self.mark_pending(idx);
+        }
+        n
+    }
+
+    // ---- receive side ---------------------------------------------------------------------
+
+    fn new_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> usize {
+        self.new_req(
+            None,
+            ReqKind::Recv(RecvReq {
+                tag,
+                mask,
+                buf,
+                stage: RecvStage::Posted,
+                sender_tag: 0,
+                total: 0,
+                received: 0,
+                memh: None,
+                rkey: None,
+                remote_addr: 0,
+                sreq: NO_REQ,
+                offset: 0,
+                inflight: 0,
+            }),
+        )
+    }
+
+    fn recv_mut(&mut self, key: usize) -> &mut RecvReq {
+        match &mut self.reqs[key].kind {
+            ReqKind::Recv(r) => r,
+            _ => unreachable!("request {key} is not a receive"),
+        }
+    }
+
+    fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
+        let key = self.new_recv(buf, tag, mask);
+        let wire = self.wire_id(key);
+        if let Some(uid) = self.matcher.post(tag, mask, wire) {
+            self.recv_from_unexp(key, uid as usize);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn cancel(&mut self, key: usize, gen: u32) -> bool {
+        let (tag, mask) = match self.reqs.get(key) {
+            Some(Req {
+                gen: g,
+                done: None,
+                kind: ReqKind::Recv(r),
+                ..
+            }) if *g == gen && r.stage == RecvStage::Posted => (r.tag, r.mask),
+            _ => return false,
+        };
+        let wire = self.wire_id(key);
+        if self.matcher.cancel(tag, mask, wire) {
+            self.finish(key, Err(Error::Canceled));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Delivers unexpected message `uid` to receive `key`.
+    fn recv_from_unexp(&mut self, key: usize, uid: usize) {
+        let u = self.unexp.remove(uid);
+        self.reqs[key].ep = Some(u.ep);
+        match u.kind {
+            UnexpKind::Eager { data, total, sreq } => {
+                if sreq != NO_REQ {
+                    let _ = self.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+                }
+                let cap = self.recv_mut(key).buf.len();
+                let r = self.recv_mut(key);
+                r.sender_tag = u.tag;
+                r.total = total;
+                r.stage = RecvStage::Eager;
+                let n = data.len().min(cap);
+                r.buf[..n].copy_from_slice(&data[..n]);
+                r.received = data.len();
+                match u.msg_key {
+                    Some(mk) => {
+                        self.assembling.insert(mk, Target::Req(key));
+                    }
+                    None => self.recv_check_done(key),
+                }
+                self.put_buf(data);
+            }
+            UnexpKind::Rts {
+                sreq,
+                len,
+                addr,
+                tl,
+                rkey,
+            } => {
+                let r = self.rndv_recv_start(key, u.ep, u.tag, sreq, len, addr, &tl, &rkey);
+                if let Err(e) = r {
+                    self.fail_ep(u.ep, e);
+                }
+            }
+        }
+    }
+
+    fn recv_check_done(&mut self, key: usize) {
+        let r = self.recv_mut(key);
+        if r.received >= r.total {
+            let (total, cap) = (r.total, r.buf.len());
+            let st = if total > cap {
+                Err(Error::Truncated {
+                    len: total,
+                    capacity: cap,
+                })
+            } else {
+                Ok(())
+            };
+            self.finish(key, st);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rndv_recv_start(
+        &mut self,
+        key: usize,
+        ep: usize,
+        tag: u64,
+        sreq: u64,
+        len: usize,
+        addr: u64,
+        tl: &str,
+        rkey: &[u8],
+    ) -> Result<()> {
+        self.reqs[key].ep = Some(ep);
+        let cap = self.recv_mut(key).buf.len();
+        {
+            let r = self.recv_mut(key);
+            r.sender_tag = tag;
+            r.total = len;
+            r.sreq = sreq;
+            r.remote_addr = addr;
+        }
+        if len > cap || len == 0 {
+            // Nothing to move: let the sender finish, and complete (truncated or empty).
+            self.send_ctl(ep, am_id::ATS, &ReqHdr { req: sreq }.encode())?;
+            self.recv_check_done(key);
+            return Ok(());
+        }
+        let rma = self.eps[ep]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+        let wire = self.wire_id(key);
+        let scheme = self.eps[ep].proto.map(|p| p.rndv);
+        let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
+        if let Some(li) = rma {
+            let flags = self.info[li].attr.flags;
+            let get_ok = scheme == Some(RndvScheme::Get)
+                && flags.contains(IfaceFlags::GET_ZCOPY)
+                && tl == self.info[li].tl_name
+                && !rkey.is_empty();
+            let reg = |st: &mut State| -> Result<MemHandle> {
+                let r = st.recv_mut(key);
+                let ptr = NonNull::new(r.buf.as_mut_ptr())
+                    .ok_or_else(|| Error::InvalidParam("empty receive buffer".into()))?;
+                // SAFETY: the buffer is owned by this request and not moved or resized until
+                // the request finishes, which drops the handle first.
+                unsafe { st.mds[li].mem_reg(ptr, len) }
+            };
+            if get_ok {
+                if let (Ok(rk), Ok(m)) = (self.mds[li].rkey_unpack(rkey), reg(self)) {
+                    let r = self.recv_mut(key);
+                    r.rkey = Some(rk);
+                    r.memh = Some(m);
+                    r.stage = RecvStage::RndvGet;
+                    self.stats.rndv_get += 1;
+                    if !self.get_step(key)? {
+                        self.eps[ep].pending.push_back(Pending::Req(key));
+                        self.mark_pending(ep);
+                    }
+                    return Ok(());
+                }
+            }
+            if flags.contains(IfaceFlags::PUT_ZCOPY) && self.info[li].md_reg {
+                if let Ok(m) = reg(self) {
+                    let mut packed = Vec::new();
+                    if self.mds[li].rkey_pack(&m, &mut packed).is_ok() {
+                        let baddr = m.addr() as u64;
+                        let r = self.recv_mut(key);
+                        r.memh = Some(m);
+                        r.stage = RecvStage::RndvWait;
+                        self.stats.rndv_put += 1;
+                        let mut body = Vec::new();
+                        RtrHdr {
+                            sreq,
+                            rreq: wire,
+                            mode: RtrMode::Put,
+                            buf: RemoteBuf {
+                                addr: baddr,
+                                tl: self.info[li].tl_name,
+                                rkey: &packed,
+                            },
+                        }
+                        .encode(&mut body);
+                        return self.send_ctl(ep, am_id::RTR, &body);
+                    }
+                }
+            }
+        }
+        self.recv_mut(key).stage = RecvStage::RndvWait;
+        self.stats.rndv_am += 1;
+        let mut body = Vec::new();
+        RtrHdr {
+            sreq,
+            rreq: wire,
+            mode: RtrMode::AmPipeline,
+            buf: RemoteBuf {
+                addr: 0,
+                tl: "",
+                rkey: &[],
+            },
+        }
+        .encode(&mut body);
+        self.send_ctl(ep, am_id::RTR, &body)
+    }
+
+    fn get_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let l = eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l
+            .rma
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let (li, uep) = &mut l.uct[rma];
+        let attr = &info[*li].attr;
+        let r = match &mut reqs[key].kind {
+            ReqKind::Recv(r) => r,
+            _ => return Ok(true),
+        };
+        let (Some(memh), Some(rkey)) = (r.memh.clone(), r.rkey.clone()) else {
+            return Err(Error::InvalidParam("get without registration".into()));
+        };
+        let chunk = if attr.get.max_zcopy == 0 {
+            r.total
+        } else {
+            attr.get.max_zcopy
+        };
+        while r.offset < r.total {
+            let n = chunk.min(r.total - r.offset);
+            let iov = Iov::new(&memh, r.offset, n)?;
+            match uep.get_zcopy(
+                &[iov],
+                r.remote_addr + r.offset as u64,
+                &rkey,
+                comp_id(COMP_GET, wire),
+            )? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => r.inflight += 1,
+                Outcome::Done(()) => r.received += n,
+            }
+            r.offset += n;
+        }
+        if r.inflight == 0 {
+            self.get_done(key)?;
+        }
+        Ok(true)
+    }
+
+    fn get_done(&mut self, key: usize) -> Result<()> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let r = self.recv_mut(key);
+        r.received = r.total;
+        let sreq = r.sreq;
+        self.finish(key, Ok(()));
+        self.send_ctl(idx, am_id::ATS, &ReqHdr { req: sreq }.encode())
+    }
+
+    fn handle_completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        let kind = comp >> 60;
+        let wire = comp & ((1 << 60) - 1);
+        let Some(key) = self.req_by_wire(wire) else {
+            return;
+        };
+        let ep = self.reqs[key].ep.unwrap_or(0);
+        if let Err(e) = result {
+            self.finish(key, Err(e.clone()));
+            self.fail_ep(ep, e);
+            return;
+        }
+        let r = match kind {
+            COMP_GET => {
+                let r = self.recv_mut(key);
+                r.inflight -= 1;
+                if r.inflight == 0 && r.offset == r.total {
+                    self.get_done(key)
+                } else {
+                    Ok(())
+                }
+            }
+            COMP_PUT => {
+                let s = self.send_mut(key);
+                s.inflight = s.inflight.saturating_sub(1);
+                let stage = s.stage;
+                if s.inflight == 0 && s.offset == s.data.len() {
+                    if stage == SendStage::WaitPutFlush {
+                        let rreq = s.rreq;
+                        let r = self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode());
+                        self.finish(key, Ok(()));
+                        r
+                    } else {
+                        self.put_done(key)
+                    }
+                } else {
+                    Ok(())
+                }
+            }
+            COMP_FLUSH => {
+                if let ReqKind::Flush { eps_left } = &mut self.reqs[key].kind {
+                    *eps_left -= 1;
+                    if *eps_left == 0 {
+                        self.finish(key, Ok(()));
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = r {
+            self.fail_ep(ep, e);
+        }
+    }
+
+    fn flush_eps(&mut self, eps: &[usize]) -> Result<Op> {
+        let key = self.new_req(None, ReqKind::Flush { eps_left: 1 });
+        let wire = self.wire_id(key);
+        let mut left = 1usize;
+        for &idx in eps {
+            self.ep_usable(idx)?;
+            if let Some(l) = self.eps[idx].lanes.as_mut() {
+                for (_, uep) in l.uct.iter_mut() {
+                    match uep.flush(comp_id(COMP_FLUSH, wire)) {
+                        Ok(Outcome::InProgress) => left += 1,
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.reqs.remove(key);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        // Outstanding ucp-level sends are part of a flush too: they keep the flush open until
+        // they finish (checked by the caller's progress loop through the pending queue).
+        if let ReqKind::Flush { eps_left } = &mut self.reqs[key].kind {
+            *eps_left = left - 1;
+        }
+        if left == 1 && eps.iter().all(|&i| self.eps[i].pending.is_empty()) {
+            self.finish(key, Ok(()));
+        } else if left == 1 {
+            // Only ucp pending work: finish when the pending queues drain.
+            if let ReqKind::Flush { eps_left } = &mut self.reqs[key].kind {
+                *eps_left = 0;
+            }
+            self.reqs[key].ep = eps.first().copied();
+        }
+        Ok(self.op_of(key))
+    }
+
+    // ---- incoming messages ----------------------------------------------------------------
+
+    fn handle_am(&mut self, id: u8, data: &[u8]) {
+        let (src, body) = match split_prefix(data) {
+            Ok(x) => x,
+            Err(e) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("dropping a ucp message from an unknown sender: {e}");
+                return;
+            }
+        };
+        let msg = Msg::decode(id, body);
+        if let Ok(Msg::Wireup(a)) = msg {
+            self.handle_wireup(src, a);
+            return;
+        }
+        let Some(&idx) = self.by_uuid.get(&src) else {
+            self.malformed_unknown += 1;
+            tracing::warn!(
+                "dropping ucp message {id} from unknown worker {src:#018x} (no wire-up seen)"
+            );
+            return;
+        };
+        if matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
+            return;
+        }
+        self.eps[idx].last_rx = self.clock.now();
+        let r = match msg {
+            Ok(m) => self.handle_msg(idx, src, m),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            let e = match e {
+                Error::Wire(w) => Error::Wire(format!(
+                    "protocol error from worker {src:#018x} (message id {id}): {w}"
+                )),
+                other => other,
+            };
+            self.fail_ep(idx, e);
+        }
+    }
+
+    fn handle_wireup(&mut self, src: u64, addr: &[u8]) {
+        let peer = match WorkerAddress::decode(addr) {
+            Ok(p) if p.uuid == src => p,
+            Ok(_) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("wire-up address uuid does not match its sender {src:#018x}");
+                return;
+            }
+            Err(e) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("bad wire-up address from {src:#018x}: {e}");
+                return;
+            }
+        };
+        if let Some(&idx) = self.by_uuid.get(&src) {
+            if !matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
+                self.eps[idx].last_rx = self.clock.now();
+                return;
+            }
+        }
+        let idx = self.new_ep(peer, None);
+        self.to_connect.push(idx);
+    }
+
+    fn handle_msg(&mut self, idx: usize, src: u64, msg: Msg<'_>) -> Result<()> {
+        match msg {
+            Msg::Wireup(_) | Msg::Keepalive => Ok(()),
+            Msg::Eager(h, data) => {
+                self.eager_arrived(idx, src, h.tag, data, data.len(), NO_REQ, None);
+                Ok(())
+            }
+            Msg::EagerSync(h, data) => {
+                self.eager_arrived(idx, src, h.tag, data, data.len(), h.sreq, None);
+                Ok(())
+            }
+            Msg::EagerFirst(h, data) => {
+                let total = usize::try_from(h.total_len)
+                    .map_err(|_| Error::Wire("message length overflows".into()))?;
+                if self.assembling.contains_key(&(src, h.msg_id)) {
+                    return Err(Error::Wire(format!(
+                        "first fragment of message {} repeated",
+                        h.msg_id
+                    )));
+                }
+                self.eager_arrived(idx, src, h.tag, data, total, h.sreq, Some(h.msg_id));
+                Ok(())
+            }
+            Msg::EagerMiddle(h, data) => self.eager_middle(src, h, data),
+            Msg::SyncAck(h) => {
+                if let Some(key) = self.req_by_wire(h.req) {
+                    self.finish(key, Ok(()));
+                }
+                Ok(())
+            }
+            Msg::Rts(h) => {
+                let len = usize::try_from(h.len)
+                    .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
+                let uid = self.unexp.vacant_key();
+                match self.matcher.arrive(h.tag, uid as u64) {
+                    Some(wire) => match self.req_by_wire(wire) {
+                        Some(key) => self.rndv_recv_start(
+                            key, idx, h.tag, h.sreq, len, h.buf.addr, h.buf.tl, h.buf.rkey,
+                        ),
+                        None => Ok(()),
+                    },
+                    None => {
+                        self.unexp.insert(Unexp {
+                            ep: idx,
+                            tag: h.tag,
+                            kind: UnexpKind::Rts {
+                                sreq: h.sreq,
+                                len,
+                                addr: h.buf.addr,
+                                tl: h.buf.tl.to_owned(),
+                                rkey: h.buf.rkey.to_vec(),
+                            },
+                            msg_key: None,
+                        });
+                        Ok(())
+                    }
+                }
+            }
+            Msg::Ats(h) => {
+                if let Some(key) = self.req_by_wire(h.req) {
+                    self.finish(key, Ok(()));
+                }
+                Ok(())
+            }
+            Msg::Rtr(h) => {
+                let Some(key) = self.req_by_wire(h.sreq) else {
+                    return Ok(());
+                };
+                let rma = self.eps[idx]
+                    .lanes
+                    .as_ref()
+                    .and_then(|l| l.rma.map(|r| l.uct[r].0));
+                let s = self.send_mut(key);
+                s.rreq = h.rreq;
+                s.offset = 0;
+                let mut use_put = false;
+                if let (RtrMode::Put, Some(li), Some(_)) = (h.mode, rma, s.memh.as_ref()) {
+                    if self.info[li].tl_name == h.buf.tl
+                        && self.info[li].attr.flags.contains(IfaceFlags::PUT_ZCOPY)
+                    {
+                        if let Ok(rk) = self.mds[li].rkey_unpack(h.buf.rkey) {
+                            let s = self.send_mut(key);
+                            s.rkey = Some(rk);
+                            s.remote_addr = h.buf.addr;
+                            s.stage = SendStage::Put;
+                            use_put = true;
+                        }
+                    }
+                }
+                if !use_put {
+                    self.send_mut(key).stage = SendStage::Pipeline;
+                }
+                if !self.eps[idx].pending.is_empty() || !self.send_step(key)? {
+                    self.eps[idx].pending.push_back(Pending::Req(key));
+                    self.mark_pending(idx);
+                }
+                Ok(())
+            }
+            Msg::RndvData(h, data) => {
+                let Some(key) = self.req_by_wire(h.id) else {
+                    return Ok(());
+                };
+                let r = match &mut self.reqs[key].kind {
+                    ReqKind::Recv(r) if r.stage == RecvStage::RndvWait => r,
+                    _ => {
+                        return Err(Error::Wire(
+                            "rendezvous data for a request not expecting it".into(),
+                        ))
+                    }
+                };
+                let off = h.offset as usize;
+                if off.checked_add(data.len()).is_none_or(|e| e > r.total) {
+                    return Err(Error::Wire(format!(
+                        "rendezvous fragment {}+{} outside the {}-byte message",
+                        h.offset,
+                        data.len(),
+                        r.total
+                    )));
+                }
+                r.buf[off..off + data.len()].copy_from_slice(data);
+                r.received += data.len();
+                self.recv_check_done(key);
+                Ok(())
+            }
+            Msg::Atp(h) => {
+                if let Some(key) = self.req_by_wire(h.req) {
+                    let r = self.recv_mut(key);
+                    r.received = r.total;
+                    self.finish(key, Ok(()));
+                }
+                Ok(())
+            }
+            Msg::UserAm(..) | Msg::Stream(_) => Err(Error::Unsupported(
+                "active messages and streams are not enabled on this worker".into(),
+            )),
+            Msg::Close => {
+                self.close_ep(
+                    idx,
+                    Error::ConnectionReset("the peer closed its endpoint".into()),
+                );
+                Ok(())
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn eager_arrived(
+        &mut self,
+        idx: usize,
+        src: u64,
+        tag: u64,
+        data: &[u8],
+        total: usize,
+        sreq: u64,
+        msg_id: Option<u64>,
+    ) {
+        let uid = self.unexp.vacant_key();
+        let complete = data.len() >= total;
+        match self.matcher.arrive(tag, uid as u64) {
+            Some(wire) => {
+                let Some(key) = self.req_by_wire(wire) else {
+                    return;
+                };
+                if sreq != NO_REQ {
+                    let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+                }
+                self.reqs[key].ep = Some(idx);
+                let r = self.recv_mut(key);
+                r.sender_tag = tag;
+                r.total = total;
+                r.stage = RecvStage::Eager;
+                let n = data.len().min(r.buf.len());
+                r.buf[..n].copy_from_slice(&data[..n]);
+                r.received = data.len();
+                if complete {
+                    self.recv_check_done(key);
+                } else if let Some(m) = msg_id {
+                    self.assembling.insert((src, m), Target::Req(key));
+                }
+            }
+            None => {
+                let mut v = self.get_buf();
+                v.reserve(total.min(1 << 26));
+                v.extend_from_slice(data);
+                let msg_key = if complete {
+                    None
+                } else {
+                    msg_id.map(|m| (src, m))
+                };
+                self.unexp.insert(Unexp {
+                    ep: idx,
+                    tag,
+                    kind: UnexpKind::Eager {
+                        data: v,
+                        total,
+                        sreq,
+                    },
+                    msg_key,
+                });
+                if let Some(mk) = msg_key {
+                    self.assembling.insert(mk, Target::Unexp(uid));
+                }
+            }
+        }
+    }
+
+    fn eager_middle(&mut self, src: u64, h: FragHdr, data: &[u8]) -> Result<()> {
+        let Some(&t) = self.assembling.get(&(src, h.id)) else {
+            return Err(Error::Wire(format!(
+                "fragment of unknown message {} (no first fragment)",
+                h.id
+            )));
+        };
+        let off = h.offset as usize;
+        match t {
+            Target::Req(key) => {
+                let r = match self.reqs.get_mut(key).map(|r| &mut r.kind) {
+                    Some(ReqKind::Recv(r)) => r,
+                    _ => {
+                        self.assembling.remove(&(src, h.id));
+                        return Ok(());
+                    }
+                };
+                if off != r.received || off + data.len() > r.total {
+                    return Err(Error::Wire(format!(
+                        "fragment at {off}+{} does not continue message {} ({} of {} bytes)",
+                        data.len(),
+                        h.id,
+                        r.received,
+                        r.total
+                    )));
+                }
+                let cap = r.buf.len();
+                if off < cap {
+                    let n = data.len().min(cap - off);
+                    r.buf[off..off + n].copy_from_slice(&data[..n]);
+                }
+                r.received += data.len();
+                if r.received >= r.total {
+                    self.assembling.remove(&(src, h.id));
+                    self.recv_check_done(key);
+                }
+            }
+            Target::Unexp(uid) => {
+                let u = &mut self.unexp[uid];
+                let UnexpKind::Eager {
+                    data: buf, total, ..
+                } = &mut u.kind
+                else {
+                    return Err(Error::Wire("fragment for a rendezvous message".into()));
+                };
+                if off != buf.len() || off + data.len() > *total {
+                    return Err(Error::Wire(format!(
+                        "fragment at {off}+{} does not continue message {} ({} of {} bytes)",
+                        data.len(),
+                        h.id,
+                        buf.len(),
+                        total
+                    )));
+                }
+                buf.extend_from_slice(data);
+                if buf.len() >= *total {
+                    u.msg_key = None;
+                    self.assembling.remove(&(src, h.id));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- failures, timers, close ----------------------------------------------------------
+
+    fn fail_ep(&mut self, idx: usize, err: Error) {
+        let Some(ep) = self.eps.get_mut(idx) else {
+            return;
+        };
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            return;
+        }
+        tracing::debug!("endpoint to {:#018x} failed: {err}", ep.uuid);
+        ep.state = EpState::Failed(err.clone());
+        self.stats.ep_failures += 1;
+        self.teardown_ep(idx, &err);
+        self.failed_notify.push(idx);
+    }
+
+    fn close_ep(&mut self, idx: usize, err: Error) {
+        let Some(ep) = self.eps.get_mut(idx) else {
+            return;
+        };
+        if ep.state == EpState::Closed {
+            return;
+        }
+        ep.state = EpState::Closed;
+        self.teardown_ep(idx, &err);
+        let uuid = self.eps[idx].uuid;
+        if self.by_uuid.get(&uuid) == Some(&idx) {
+            self.by_uuid.remove(&uuid);
+        }
+    }
+
+    /// Fails every request tied to the endpoint and drops its transport endpoints.
+    fn teardown_ep(&mut self, idx: usize, err: &Error) {
+        let ep = &mut self.eps[idx];
+        let pend: Vec<Pending> = ep.pending.drain(..).collect();
+        if let Some(mut l) = ep.lanes.take() {
+            for (li, uep) in l.uct.iter_mut() {
+                uep.pending_purge(&mut |_| {});
+                self.by_uct.remove(&(*li, uep.id().0));
+            }
+        }
+        for p in pend {
+            if let Pending::Ctl { body, .. } = p {
+                self.put_buf(body);
+            }
+        }
+        let keys: Vec<usize> = self
+            .reqs
+            .iter()
+            .filter(|(_, r)| r.ep == Some(idx) && r.done.is_none())
+            .map(|(k, _)| k)
+            .collect();
+        for k in keys {
+            if matches!(self.reqs[k].kind, ReqKind::Flush { .. }) {
+                self.finish(k, Err(err.clone()));
+                continue;
+            }
+            self.finish(k, Err(err.clone()));
+        }
+        // Unexpected messages that can no longer complete (incomplete, or rendezvous whose data
+        // sits with the failed peer) are dropped; complete eager ones stay receivable.
+        let dead: Vec<usize> = self
+            .unexp
+            .iter()
+            .filter(|(_, u)| {
+                u.ep == idx && (u.msg_key.is_some() || matches!(u.kind, UnexpKind::Rts { .. }))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for uid in dead {
+            self.matcher.remove_unexpected(uid as u64);
+            let u = self.unexp.remove(uid);
+            if let Some(mk) = u.msg_key {
+                self.assembling.remove(&mk);
+            }
+        }
+        let uuid = self.eps[idx].uuid;
+        self.assembling.retain(|(s, _), _| *s != uuid);
+    }
+
+    fn notify_failures(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(idx) = self.failed_notify.pop() {
+            let Some(ep) = self.eps.get_mut(idx) else {
+                continue;
+            };
+            let h = EpHandle {
+                idx: idx as u32,
+                gen: ep.gen,
+            };
+            if let (EpState::Failed(e), Some(cb)) = (&ep.state, ep.err_handler.as_mut()) {
+                cb(h, e);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn timers(&mut self) {
+        let Some(interval) = self.cfg.keepalive_interval else {
+            return;
+        };
+        let now = self.now();
+        if now < self.next_timer {
+            return;
+        }
+        self.next_timer = now + interval / 4;
+        let timeout = self.cfg.keepalive_timeout;
+        let ready: Vec<usize> = self
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Ready)
+            .map(|(i, _)| i)
+            .collect();
+        for idx in ready {
+            let ep = &self.eps[idx];
+            let silent = now.saturating_sub(ep.last_rx);
+            if silent > timeout {
+                let e = Error::Timeout(format!(
+                    "worker {:#018x} was silent for {:?} (keepalive timeout {:?})",
+                    ep.uuid, silent, timeout
+                ));
+                self.fail_ep(idx, e);
+                continue;
+            }
+            if now.saturating_sub(ep.last_tx) >= interval && ep.pending.is_empty() {
+                if let Err(e) = self.send_ctl(idx, am_id::KEEPALIVE, &[]) {
+                    self.fail_ep(idx, e);
+                }
+            }
+        }
+    }
+}
