@@ -35,7 +35,8 @@ fn tests_help() -> String {
     name = "perftest",
     version,
     about = "rucx benchmark: same tests, flags and output as ucx_perftest",
-    after_help = tests_help()
+    after_help = tests_help(),
+    args_override_self = true
 )]
 pub struct Args {
     /// Server to connect to (client mode); without it, run as a server.

@@ -4,8 +4,9 @@ use crate::cli::Mode;
 use crate::params::{Api, TestParams};
 use crate::report::{self, OutputOpts, Recorder};
 use crate::timer::Ticker;
+use crate::ucp_test::UcpTest;
 use crate::uct_test::{Role, UctTest};
-use crate::wire::{decode_status, encode_status, Channel, Kind};
+use crate::wire::{decode_status, encode_status, AddressInfo, Channel, Kind};
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::process::{Child, Command, Stdio};
@@ -94,14 +95,48 @@ pub fn run(mode: Mode) -> Result<()> {
     }
 }
 
-/// Opens the test's resources: a uct transport now; ucp when this build has it.
-fn open_test(p: &TestParams) -> Result<UctTest> {
+/// One side of a test at either level.
+pub enum Test {
+    /// A uct test.
+    Uct(UctTest),
+    /// A ucp test.
+    Ucp(UcpTest),
+}
+
+impl Test {
+    /// This side's addresses.
+    pub fn local_address(&mut self) -> Result<AddressInfo> {
+        match self {
+            Test::Uct(t) => t.local_address(),
+            Test::Ucp(t) => t.local_address(),
+        }
+    }
+    /// Connects to the peer.
+    pub fn connect(&mut self, peer: &AddressInfo) -> Result<()> {
+        match self {
+            Test::Uct(t) => t.connect(peer),
+            Test::Ucp(t) => t.connect(peer),
+        }
+    }
+    /// Runs the test.
+    pub fn run(
+        &mut self,
+        role: Role,
+        rec: Option<&mut Recorder>,
+        chan: Option<&Channel>,
+    ) -> Result<()> {
+        match self {
+            Test::Uct(t) => t.run(role, rec, chan),
+            Test::Ucp(t) => t.run(role, rec, chan),
+        }
+    }
+}
+
+/// Opens the test's resources: a uct transport and device, or a ucp context and worker.
+pub fn open_test(p: &TestParams) -> Result<Test> {
     match p.test.api() {
-        Api::Uct => UctTest::open(p),
-        Api::Ucp => Err(Error::Unsupported(format!(
-            "{} is a ucp test, and this perftest build has no ucp layer yet; run a uct test (e.g. -t am_lat -x posix -d memory)",
-            p.test
-        ))),
+        Api::Uct => UctTest::open(p).map(Test::Uct),
+        Api::Ucp => UcpTest::open(p).map(Test::Ucp),
     }
 }
 
@@ -178,7 +213,7 @@ pub fn serve(port: u16, local_server: bool) -> Result<()> {
     }
 }
 
-fn server_session(test: &mut UctTest, chan: &mut Channel) -> Result<()> {
+fn server_session(test: &mut Test, chan: &mut Channel) -> Result<()> {
     let peer = chan.recv_address()?;
     let mine = test.local_address()?;
     chan.send_address(&mine)?;

@@ -119,3 +119,32 @@ fn one_sided_and_atomic_tests_complete() {
         assert_eq!(parse_csv(&r.stdout)[0], 2000.0, "{args:?}");
     }
 }
+
+#[test]
+fn local_tag_lat_and_tag_bw_run_over_ucp() {
+    for (test, size) in [
+        ("tag_lat", "8"),
+        ("tag_bw", "8"),
+        ("tag_lat", "100000"),
+        ("tag_sync_bw", "64"),
+    ] {
+        let r = run(
+            &[
+                "--local", "-t", test, "-s", size, "-n", "2000", "-w", "10", "-v",
+            ],
+            LIMIT,
+        );
+        assert_eq!(r.code, Some(0), "{test} {size}: {}", r.stderr);
+        let v = parse_csv(&r.stdout);
+        assert_eq!(v[0], 2000.0, "{test}");
+        assert!(v[7] > 0.0, "{test}: message rate {v:?}");
+    }
+}
+
+#[test]
+fn ucp_test_without_api_is_a_one_line_error() {
+    let r = run(&["--local", "-t", "ucp_put_lat"], LIMIT);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("ucp_put_lat"), "{}", r.stderr);
+}
