@@ -85,7 +85,8 @@ run_one() {
         echo "ERR ${msg#perftest: error: }"
         return
     fi
-    grep -E '^[0-9]+,' "$out" | tail -1
+    # UCX pads the iteration count with spaces; progress lines start with "[thread N]".
+    grep -E '^ *[0-9]+,' "$out" | tail -1 | tr -d ' '
 }
 
 median() {
@@ -98,8 +99,10 @@ field() { cut -d, -f"$1"; }
 
 printf "# rucx perftest vs UCX %s ucx_perftest; server core %s, client core %s; median of %s runs each, alternating\n" \
     "${UCX_VERSION:-?}" "$SERVER_CORE" "$CLIENT_CORE" "$REPS"
-printf "# latency rows: 50th percentile µs (lower is better); bw rows: overall MB/s and msg/s (higher is better)\n"
-printf "%-38s %8s %12s %12s %8s   %s\n" "row" "iters" "UCX" "rucx" "rucx/UCX" "note"
+printf "# latency rows: 50th percentile µs (lower is better), then the overall average µs;\n"
+printf "# bw rows: overall MB/s or msg/s (higher is better), then the 50th percentile time per message µs\n"
+printf "# (on a loaded machine the percentile is the robust number; averages include preemption)\n"
+printf "%-38s %8s %12s %12s %8s %10s %10s   %s\n" "row" "iters" "UCX" "rucx" "rucx/UCX" "UCX 2nd" "rucx 2nd" "note"
 
 # row NAME METRIC ITERS UCX_ENV RUCX_ENV -- ARGS (UCX) -- ARGS (rucx, default: same)
 #   METRIC: lat (p50 µs) | bw (MB/s) | mr (msg/s)
@@ -110,9 +113,9 @@ row() {
     iters=$(( iters / SCALE )); [ "$iters" -lt 10 ] && iters=10
     local warm=$(( iters / 10 ))
     local args=("$@")
-    local col
-    case "$metric" in lat) col=2 ;; bw) col=6 ;; mr) col=8 ;; esac
-    local ucx_vals="" rucx_vals="" note="" rucx_na=""
+    local col col2
+    case "$metric" in lat) col=2; col2=4 ;; bw) col=6; col2=2 ;; mr) col=8; col2=2 ;; esac
+    local ucx_vals="" rucx_vals="" ucx_vals2="" rucx_vals2="" note="" rucx_na=""
     local r first second
     for r in $(seq 1 "$REPS"); do
         # Alternate which program goes first.
@@ -120,28 +123,36 @@ row() {
         for who in $first $second; do
             if [ "$who" = ucx ]; then
                 res=$(run_one "$UCX_PERFTEST" "$uenv" "${args[@]}" -n "$iters" -w "$warm")
-                if [[ "$res" == ERR* ]]; then note="UCX failed: ${res#ERR }"; else ucx_vals+="$(echo "$res" | field $col)"$'\n'; fi
+                if [[ "$res" == ERR* || -z "$res" ]]; then
+                    note="UCX failed: ${res#ERR }"
+                else
+                    ucx_vals+="$(echo "$res" | field $col)"$'\n'
+                    ucx_vals2+="$(echo "$res" | field $col2)"$'\n'
+                fi
             else
                 [ -n "$rucx_na" ] && continue
                 res=$(run_one "$RUCX_PERFTEST" "$renv" "${args[@]}" -n "$iters" -w "$warm")
-                if [[ "$res" == ERR* ]]; then
+                if [[ "$res" == ERR* || -z "$res" ]]; then
                     # A test rucx cannot run yet fails the same way every time: stop trying.
                     rucx_na="n/a: ${res#ERR }"
                 else
                     rucx_vals+="$(echo "$res" | field $col)"$'\n'
+                    rucx_vals2+="$(echo "$res" | field $col2)"$'\n'
                 fi
             fi
         done
     done
-    local um rm ratio
+    local um rm ratio um2 rm2
     um=$(printf "%s" "$ucx_vals" | grep . | median)
+    um2=$(printf "%s" "$ucx_vals2" | grep . | median)
     if [ -n "$rucx_na" ]; then
-        printf "%-38s %8s %12s %12s %8s   %s\n" "$name" "$iters" "$um" "-" "-" "$rucx_na"
+        printf "%-38s %8s %12s %12s %8s %10s %10s   %s\n" "$name" "$iters" "$um" "-" "-" "$um2" "-" "$rucx_na"
         return
     fi
     rm=$(printf "%s" "$rucx_vals" | grep . | median)
+    rm2=$(printf "%s" "$rucx_vals2" | grep . | median)
     ratio=$(awk -v a="$rm" -v b="$um" 'BEGIN { if (b+0 > 0 && a != "nan") printf "%.2f", a/b; else print "-" }')
-    printf "%-38s %8s %12s %12s %8s   %s\n" "$name" "$iters" "$um" "$rm" "$ratio" "$note"
+    printf "%-38s %8s %12s %12s %8s %10s %10s   %s\n" "$name" "$iters" "$um" "$rm" "$ratio" "$um2" "$rm2" "$note"
 }
 
 SHM_UCX="UCX_TLS=posix,cma,self"
