@@ -348,6 +348,159 @@ pub fn config_text() -> String {
     s
 }
 
+/// Registers ucp's variables with the ucs registry so [`config_text`] lists them.
+pub fn register_ucp_vars() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let vars: Vec<ucs::config::ConfigVar> = ucp::config::ALL_VARS.iter().map(|v| **v).collect();
+        ucs::config::register(Box::leak(vars.into_boxed_slice()));
+    });
+}
+
+/// Hex encoding of a worker address (what `-p` takes).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Decodes a hex string; bad digits or an odd length are [`ucs::Error::InvalidParam`].
+pub fn from_hex(text: &str) -> ucs::Result<Vec<u8>> {
+    let t = text.trim();
+    if t.len() & 1 != 0 || !t.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(ucs::Error::InvalidParam(
+            "a worker address is an even number of hex digits".into(),
+        ));
+    }
+    (0..t.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&t[i..i + 2], 16)
+                .map_err(|_| ucs::Error::InvalidParam("bad hex digit".into()))
+        })
+        .collect()
+}
+
+/// Which lanes ucp would pick to reach `peer`, why every other transport was not picked, and
+/// the protocol table of that configuration. With `table_only`, just the table.
+pub fn lanes_text(peer: &ucp::WorkerAddress, table_only: bool) -> ucs::Result<String> {
+    use ucp::wireup::{select_lanes, LocalTl, ProtoConfig};
+    let cfg = ucp::UcpConfig::from_env()?;
+    let ctx = ucp::Context::new(ucp::ContextParams {
+        features: ucp::Features::TAG,
+        config: Some(cfg.clone()),
+    })?;
+    let mut s = String::new();
+    let mut opened = Vec::new();
+    for r in ctx.resources() {
+        match uct::open(r.tl_name, &r.device.name) {
+            Ok((md, iface)) => opened.push((r.tl_name, r.device.name.clone(), md, iface)),
+            Err(e) => s.push_str(&format!(
+                "#   {}/{}: cannot be opened: {e}\n",
+                r.tl_name, r.device.name
+            )),
+        }
+    }
+    let locals: Vec<LocalTl<'_>> = opened
+        .iter()
+        .map(|(tl, dev, md, iface)| LocalTl {
+            tl_name: tl,
+            dev_name: dev,
+            attr: iface.attr(),
+            md_reg: md.attr().flags.contains(MdFlags::REG),
+        })
+        .collect();
+    let reach = |li: usize, ri: usize| {
+        let r = &peer.tls[ri];
+        let ia = (!r.iface_addr.is_empty()).then_some(r.iface_addr.as_slice());
+        opened[li].3.is_reachable(&r.device_addr, ia)
+    };
+    if !table_only {
+        s.push_str(&format!(
+            "# Peer worker {:#018x} listens on: {}\n",
+            peer.uuid,
+            peer.tls
+                .iter()
+                .map(|t| t.tl_name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        s.push_str("# Local transports (RUCX_TLS / RUCX_NET_DEVICES applied):\n");
+        for (li, l) in locals.iter().enumerate() {
+            let remotes: Vec<usize> = peer
+                .tls
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.tl_name == l.tl_name)
+                .map(|(i, _)| i)
+                .collect();
+            let verdict = if remotes.is_empty() {
+                format!("rejected: the peer has no {} interface", l.tl_name)
+            } else {
+                let mut v = Vec::new();
+                for ri in remotes {
+                    match reach(li, ri) {
+                        Ok(()) => {
+                            let f = l.attr.flags;
+                            let mut uses = Vec::new();
+                            if f.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) {
+                                uses.push("am");
+                            }
+                            if l.md_reg
+                                && f.intersects(IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY)
+                            {
+                                uses.push("rma");
+                            }
+                            if !(l.attr.atomics.op64.is_empty() && l.attr.atomics.fop64.is_empty())
+                            {
+                                uses.push("amo");
+                            }
+                            v.push(format!(
+                                "reachable (can serve: {}; 64 B one way ≈ {:.0} ns, 1 MiB ≈ {:.1} µs)",
+                                uses.join(", "),
+                                l.attr.perf.time_for(64) * 1e9,
+                                l.attr.perf.time_for(1 << 20) * 1e6
+                            ));
+                        }
+                        Err(why) => v.push(format!(
+                            "rejected: {}",
+                            why.strip_prefix("unreachable: ").unwrap_or(&why)
+                        )),
+                    }
+                }
+                v.join("; ")
+            };
+            s.push_str(&format!("#   {}/{}: {verdict}\n", l.tl_name, l.dev_name));
+        }
+    }
+    let sel = select_lanes(&locals, peer, reach)?;
+    let name = |i: usize| format!("{}/{}", locals[i].tl_name, locals[i].dev_name);
+    if !table_only {
+        s.push_str(&format!("# Lanes: am {}", name(sel.am.local)));
+        s.push_str(&format!(
+            ", rma {}",
+            sel.rma
+                .map(|p| name(p.local))
+                .unwrap_or_else(|| "none".into())
+        ));
+        s.push_str(&format!(
+            ", amo {}\n",
+            sel.amo
+                .map(|p| name(p.local))
+                .unwrap_or_else(|| "none".into())
+        ));
+    }
+    let proto = ProtoConfig::compute(
+        locals[sel.am.local].attr,
+        sel.rma.map(|p| locals[p.local].attr),
+        &cfg,
+    );
+    s.push_str("# Protocols (message size range in bytes, protocol, lanes):\n");
+    s.push_str(&proto.table(
+        &name(sel.am.local),
+        sel.rma.map(|p| name(p.local)).as_deref(),
+    ));
+    Ok(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,3 +44,27 @@ fn bad_flag_is_one_line_exit_1() {
     assert_eq!(r.code, Some(1));
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
 }
+
+#[test]
+fn lanes_and_protocols_to_a_local_peer() {
+    let r = info(&["-p", "local"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("# Lanes: am "), "{}", r.stdout);
+    // The self transport reaches only its own process: it must be listed as rejected, with why.
+    if uct::TRANSPORT_NAMES.contains(&"self") {
+        assert!(r.stdout.contains("self/memory0: rejected"), "{}", r.stdout);
+    }
+    let r = info(&["-e"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("# Protocols"), "{}", r.stdout);
+    assert!(r.stdout.contains(".. inf"), "{}", r.stdout);
+}
+
+#[test]
+fn bad_peer_address_is_one_line_exit_1() {
+    for bad in ["xyz", "0102"] {
+        let r = info(&["-p", bad]);
+        assert_eq!(r.code, Some(1), "{bad}");
+        assert_eq!(r.stderr.lines().count(), 1, "{bad}: {}", r.stderr);
+    }
+}
