@@ -21,7 +21,7 @@ pub fn version_text() -> String {
         "# Transports built in: {}\n",
         uct::TRANSPORT_NAMES.join(", ")
     ));
-    s.push_str("# Layers: ucs, uct");
+    s.push_str("# Layers: ucs, uct, ucp");
     s.push('\n');
     s
 }

@@ -748,8 +748,9 @@ fn send_credit(eng: &mut Engine<'_>, count: u64, short: bool) -> Result<()> {
         let b = count.to_le_bytes();
         eng.issue(|ep| {
             ep.am_bcopy(AM_CREDIT, |dst| {
-                dst[..8].copy_from_slice(&b);
-                8
+                let n = dst.len().min(8);
+                dst[..n].copy_from_slice(&b[..n]);
+                n
             })
             .map(Outcome::unit)
         })?;
