@@ -161,8 +161,8 @@ TCP_UCX="UCX_TLS=tcp UCX_NET_DEVICES=lo"
 TCP_RUCX="RUCX_TLS=tcp RUCX_NET_DEVICES=lo"
 
 sizes=(8 4096 65536 1048576 16777216)
-lat_iters=(100000 50000 20000 2000 100)
-bw_iters=(1000000 200000 50000 5000 200)
+lat_iters=(20000 10000 5000 500 30)
+bw_iters=(200000 50000 10000 1000 40)
 names=(8B 4KiB 64KiB 1MiB 16MiB)
 
 for cls in shm tcp; do
@@ -181,10 +181,10 @@ for cls in shm tcp; do
     done
 done
 
-row "shm ucp_put_lat 8B (us p50)" lat 100000 "$SHM_UCX" "$SHM_RUCX" -t ucp_put_lat -s 8
-row "uct am_lat posix short 8B (us p50)" lat 200000 "" "" -t am_lat -x posix -d memory -D short -s 8
-row "uct am_lat posix bcopy 1KiB (us p50)" lat 100000 "" "" -t am_lat -x posix -d memory -D bcopy -s 1024
-row "uct am_lat tcp short 8B (us p50)" lat 20000 "" "" -t am_lat -x tcp -d lo -D short -s 8
-row "uct am_lat tcp bcopy 1KiB (us p50)" lat 20000 "" "" -t am_lat -x tcp -d lo -D bcopy -s 1024
-row "uct put_bw posix short 8B (msg/s)" mr 1000000 "" "" -t put_bw -x posix -d memory -D short -s 8
-row "uct put_bw posix bcopy 64KiB (MB/s)" bw 20000 "" "" -t put_bw -x posix -d memory -D bcopy -s 65536
+row "shm ucp_put_lat 8B (us p50)" lat 20000 "$SHM_UCX" "$SHM_RUCX" -t ucp_put_lat -s 8
+row "uct am_lat posix short 8B (us p50)" lat 50000 "" "" -t am_lat -x posix -d memory -D short -s 8
+row "uct am_lat posix bcopy 1KiB (us p50)" lat 50000 "" "" -t am_lat -x posix -d memory -D bcopy -s 1024
+row "uct am_lat tcp short 8B (us p50)" lat 10000 "" "" -t am_lat -x tcp -d lo -D short -s 8
+row "uct am_lat tcp bcopy 1KiB (us p50)" lat 10000 "" "" -t am_lat -x tcp -d lo -D bcopy -s 1024
+row "uct put_bw posix short 8B (msg/s)" mr 500000 "" "" -t put_bw -x posix -d memory -D short -s 8
+row "uct put_bw posix bcopy 64KiB (MB/s)" bw 10000 "" "" -t put_bw -x posix -d memory -D bcopy -s 65536
