@@ -187,6 +187,12 @@ impl Recorder {
         }
     }
 
+    /// Marks the end of the measurement without counting an iteration: the time a stream test
+    /// spends waiting for its last operations (drain, flush) belongs to the run.
+    pub fn mark_end(&mut self) {
+        self.last = self.ticker.now();
+    }
+
     #[cold]
     fn progress(&mut self, now: u64) {
         let since = self.count - self.rep_count;
@@ -409,6 +415,42 @@ mod tests {
         let h = table_header(TestId::AmBw, &o);
         assert!(h.contains("       overhead (usec)        "));
         assert!(h.contains("|     Test     |"));
+    }
+
+    #[test]
+    fn time_after_the_last_iteration_counts_when_marked() {
+        let p = TestParams {
+            test: TestId::PutBw,
+            layout: crate::params::Layout::Short,
+            sizes: vec![8],
+            iterations: 10,
+            warmup: 0,
+            outstanding: 1,
+            window: 1,
+            transport: String::new(),
+            device: String::new(),
+        };
+        let opts = OutputOpts {
+            quiet: true,
+            ..OutputOpts::default()
+        };
+        let mut r = Recorder::new(Ticker::new(), &p, false, opts);
+        r.begin();
+        for _ in 0..10 {
+            r.record();
+        }
+        let quick = r.finish();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        r.mark_end();
+        let drained = r.finish();
+        assert_eq!(drained.iterations, 10);
+        // 10 iterations over at least 20 ms: at most 500 per second.
+        assert!(drained.mr_overall <= 500.0, "{drained:?}");
+        assert!(drained.lat_overall >= 2000.0, "{drained:?}");
+        assert!(
+            quick.mr_overall > drained.mr_overall,
+            "{quick:?} {drained:?}"
+        );
     }
 
     #[test]

@@ -343,6 +343,8 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
     while !w.inflight.is_empty() {
         retire_oldest(eng, &mut w, None)?;
     }
+    // The sends still in flight are part of the run: the clock stops when they completed.
+    rec.mark_end();
     Ok(())
 }
 
@@ -428,5 +430,6 @@ fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> 
     while !recvs.inflight.is_empty() {
         retire_oldest(eng, &mut recvs, Some(size))?;
     }
+    rec.mark_end();
     Ok(())
 }

@@ -1019,7 +1019,10 @@ fn run_measuring(
             return Err(Error::Unsupported(format!("{other} is not a uct test")));
         }
     }
-    eng.flush()
+    // Operations still in flight are part of the run: the clock stops when they completed.
+    eng.flush()?;
+    rec.mark_end();
+    Ok(())
 }
 
 /// The answering side.
