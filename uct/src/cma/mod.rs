@@ -553,3 +553,8 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod conformance {
+    crate::uct_conformance_tests!(cma, crate::testing::TlPair<crate::cma::CmaTransport>);
+}

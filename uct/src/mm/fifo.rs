@@ -129,7 +129,7 @@ const _: () = {
     assert!(std::mem::offset_of!(ElemHdr, am_id) == 12);
     assert!(std::mem::offset_of!(ElemHdr, kind) == 13);
     assert!(NELEMS.is_power_of_two());
-    assert!(ELEMS_OFF % 4096 == 0 && BUFS_OFF % 4096 == 0);
+    assert!(ELEMS_OFF.is_multiple_of(4096) && BUFS_OFF.is_multiple_of(4096));
     assert!(std::mem::size_of::<AtomicU64>() == 8);
 };
 

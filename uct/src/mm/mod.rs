@@ -119,3 +119,9 @@ impl Transport for SysvTransport {
         MmIface::open(md.kind(), &params.device)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod conformance {
+    crate::uct_conformance_tests!(posix, crate::testing::TlPair<crate::mm::PosixTransport>);
+    crate::uct_conformance_tests!(sysv, crate::testing::TlPair<crate::mm::SysvTransport>);
+}
