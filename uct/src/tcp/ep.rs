@@ -291,9 +291,21 @@ impl Drop for TcpEp {
             let fd = c.fd();
             let _ = c.tx.progress(fd, &mut inner.done);
         }
-        let c = &inner.conns[self.key];
-        if c.sock.is_none() && matches!(c.state, ConnState::Idle | ConnState::Waiting) {
-            inner.fail(self.key, Error::Canceled, true);
+        let c = &mut inner.conns[self.key];
+        match c.state {
+            ConnState::Idle | ConnState::Waiting => inner.fail(self.key, Error::Canceled, true),
+            ConnState::Failed(_) => {}
+            // The connection stays (its queued bytes still go out, and the peer may send over
+            // it): it becomes unowned, like an accepted one, and a later endpoint to the same
+            // interface reuses it. It closes when the peer closes it or the interface goes.
+            ConnState::Connecting | ConnState::Connected => {
+                c.ep = None;
+                if c.conn_id != 0 {
+                    inner.by_conn_id.remove(&c.conn_id);
+                    c.conn_id = 0;
+                    c.peer_iface = None;
+                }
+            }
         }
         inner.cleanup = true;
     }
@@ -697,6 +709,8 @@ impl Endpoint for TcpEp {
                 mode: HelloMode::Ep,
                 src_conn_id: c.conn_id,
                 dst_conn_id: peer.conn_id,
+                src_ip: u32::from(local.ip),
+                src_port: local.port,
             };
             g.dial(self.key, peer.iface.socket_addr(), hello)
         } else {

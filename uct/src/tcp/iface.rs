@@ -52,6 +52,8 @@ const RESP_ROOM: usize = FrameHeader::LEN + AtomicResp::LEN;
 const LISTENER_TOKEN: u64 = u64::MAX;
 /// Progress calls between two looks at the listening socket (when nothing else needs epoll).
 const EPOLL_EVERY: u32 = 16;
+/// Up to this many connections, progress reads each directly instead of asking epoll.
+const DIRECT_MAX: usize = 4;
 
 /// A deferred completion.
 pub(crate) type Done = (CompletionId, Result<u64>);
@@ -506,6 +508,11 @@ pub(crate) struct Conn {
     pub(crate) deferred_err: Option<Error>,
     pub(crate) epoll_mask: EpollFlags,
     pub(crate) rx_paused: bool,
+    /// epoll reported the socket readable (or closed) since the last `recv`.
+    pub(crate) readable: bool,
+    /// The peer's interface address (from its hello, or the address we dialed): an endpoint
+    /// to that interface reuses this connection when no endpoint owns it.
+    pub(crate) peer_iface: Option<IfaceAddr>,
 }
 
 impl Conn {
@@ -529,6 +536,8 @@ impl Conn {
             deferred_err: None,
             epoll_mask: EpollFlags::empty(),
             rx_paused: false,
+            readable: false,
+            peer_iface: None,
         }
     }
     pub(crate) fn fd(&self) -> RawFd {
@@ -736,6 +745,12 @@ impl Inner {
         c.tx.push_pieces(&[&hb], 0);
         c.sock = Some(sock);
         c.peer = Some(SocketAddr::V4(to));
+        if hello.mode == HelloMode::Iface {
+            c.peer_iface = Some(IfaceAddr {
+                ip: *to.ip(),
+                port: to.port(),
+            });
+        }
         if connected {
             c.state = ConnState::Connected;
             self.set_mask(key, EpollFlags::EPOLLIN);
@@ -1055,10 +1070,14 @@ impl TcpIface {
                 continue;
             }
             let key = token as usize;
-            let connecting = inner
-                .conns
-                .get(key)
-                .is_some_and(|c| c.state == ConnState::Connecting);
+            let flags = ev.events();
+            let Some(c) = inner.conns.get_mut(key) else {
+                continue;
+            };
+            if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP) {
+                c.readable = true;
+            }
+            let connecting = c.state == ConnState::Connecting;
             if connecting
                 && ev
                     .events()
@@ -1070,7 +1089,7 @@ impl TcpIface {
     }
 
     /// Sends queued bytes, receives and dispatches, retries pending requests.
-    fn service<S: EventSink>(&mut self, key: usize, sink: &mut S) -> usize {
+    fn service<S: EventSink>(&mut self, key: usize, sink: &mut S, direct: bool) -> usize {
         {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
@@ -1096,7 +1115,7 @@ impl TcpIface {
                 }
             }
         }
-        let mut n = self.rx(key, sink);
+        let mut n = self.rx(key, sink, direct);
         n += self.dispatch_pending(key, sink);
         n
     }
@@ -1131,7 +1150,9 @@ impl TcpIface {
         }
     }
 
-    fn rx<S: EventSink>(&mut self, key: usize, sink: &mut S) -> usize {
+    /// Receives (always when `direct`, else if epoll said the socket is readable) and
+    /// dispatches.
+    fn rx<S: EventSink>(&mut self, key: usize, sink: &mut S, direct: bool) -> usize {
         let mut rxb = {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
@@ -1141,7 +1162,8 @@ impl TcpIface {
             if c.rx_paused && c.tx.fits(RESP_ROOM * 4, 4) {
                 c.rx_paused = false;
             }
-            if !c.rx_paused {
+            let want = std::mem::take(&mut c.readable) || direct;
+            if !c.rx_paused && want {
                 let fd = c.fd();
                 if let Err(e) = c.rx.recv(fd) {
                     inner.fail(key, e, false);
@@ -1244,7 +1266,15 @@ impl TcpIface {
                 };
                 c.expect_hello = false;
                 return match h.mode {
-                    HelloMode::Iface => Flow::Continue,
+                    HelloMode::Iface => {
+                        if h.src_port != 0 {
+                            c.peer_iface = Some(IfaceAddr {
+                                ip: Ipv4Addr::from(h.src_ip),
+                                port: h.src_port,
+                            });
+                        }
+                        Flow::Continue
+                    }
                     HelloMode::Ep => attach(inner, key, h),
                 };
             }
@@ -1471,8 +1501,7 @@ impl TcpIface {
             let key = g.active[i];
             let c = &g.conns[key];
             let failed = matches!(c.state, ConnState::Failed(_));
-            let orphan_done = !c.ep_alive && c.ep.is_some() && (c.is_idle() || c.sock.is_none());
-            if (failed && !c.ep_alive) || orphan_done {
+            if failed && !c.ep_alive {
                 g.remove(key);
             } else {
                 i += 1;
@@ -1668,11 +1697,33 @@ impl Iface for TcpIface {
         if g.closed {
             return Err(Error::InvalidParam("the tcp interface is closed".into()));
         }
+        // A connection with that interface that no endpoint owns (the peer connected to us,
+        // or an endpoint of ours was destroyed) carries this endpoint too: one connection
+        // per pair of interfaces when endpoints are created one after the other.
+        let reuse = g.active.iter().copied().find(|&k| {
+            let c = &g.conns[k];
+            c.ep.is_none()
+                && c.sock.is_some()
+                && matches!(c.state, ConnState::Connected | ConnState::Connecting)
+                && c.conn_id == 0
+                && c.peer_iface == Some(to)
+        });
+        if let Some(key) = reuse {
+            let id = EpId(g.next_ep);
+            g.next_ep = g.next_ep.wrapping_add(1);
+            let c = &mut g.conns[key];
+            c.ep = Some(id);
+            c.ep_alive = true;
+            drop(g);
+            return Ok(TcpEp::new(self.inner.clone(), key, id));
+        }
         let (key, id) = g.add_conn(ConnState::Idle);
         let hello = Hello {
             mode: HelloMode::Iface,
             src_conn_id: 0,
             dst_conn_id: 0,
+            src_ip: u32::from(g.local.ip),
+            src_port: g.local.port,
         };
         if let Err(e) = g.dial(key, to.socket_addr(), hello) {
             g.remove(key);
@@ -1703,7 +1754,11 @@ impl Iface for TcpIface {
             let g = self.inner.borrow();
             g.connecting > 0 || g.force_epoll
         };
-        if need_epoll || self.tick.is_multiple_of(EPOLL_EVERY) {
+        // Few connections: a non-blocking recv on each (cheaper than epoll_wait + recv, and
+        // measurably lower latency); the listening socket and connects are looked at every
+        // EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
+        let direct = self.inner.borrow().active.len() <= DIRECT_MAX;
+        if !direct || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY) {
             self.poll_events();
         }
         let mut i = 0;
@@ -1713,7 +1768,7 @@ impl Iface for TcpIface {
                 None => break,
             };
             i += 1;
-            count += self.service(key, sink);
+            count += self.service(key, sink, direct);
         }
         count += self.deliver(sink);
         self.cleanup();

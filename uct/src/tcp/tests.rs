@@ -561,6 +561,8 @@ fn garbage_closes_only_that_connection() {
                 mode: wire::HelloMode::Iface,
                 src_conn_id: 0,
                 dst_conn_id: 0,
+                src_ip: 0,
+                src_port: 0,
             }
             .encode(&mut v[8..]);
             let mut h = wire::FrameHeader::new(wire::Kind::Am, 1, 0).to_bytes();
@@ -829,4 +831,81 @@ fn registry_opens_tcp_on_lo() {
         .unwrap()
         .to_string();
     assert!(err.contains("no-such-dev0"), "{err}");
+}
+
+#[test]
+fn reply_endpoint_reuses_the_incoming_connection() {
+    let (mut a, mut b, mut ab) = pair();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    assert!(ab.am_short(0, 1, b"a->b").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 1);
+    // b answers through an endpoint to a's interface: it rides the connection a opened.
+    let mut ba = b
+        .ep_create_connected(a.device_address(), a.iface_address())
+        .unwrap();
+    assert!(ba.am_short(0, 2, b"b->a").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| sa.ams.len() == 1);
+    assert_eq!(&sa.ams[0].1[8..], b"b->a");
+    assert_eq!(a.connection_count(), 1);
+    assert_eq!(b.connection_count(), 1);
+    // Requests work in both directions over the shared connection.
+    let md = TcpMd::new();
+    let ta = md.mem_alloc(16).unwrap();
+    ta.write(0, b"AAAAAAAAAAAAAAAA").unwrap();
+    let rka = rkey_of(&md, &ta);
+    let dst = md.mem_alloc(16).unwrap();
+    assert_eq!(
+        ba.get_zcopy(&[Iov::whole(&dst)], ta.addr() as u64, &rka, 5)
+            .unwrap(),
+        Outcome::InProgress
+    );
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| {
+        sb.comp(5).is_some()
+    });
+    let mut v = [0u8; 16];
+    dst.read(0, &mut v).unwrap();
+    assert_eq!(&v, b"AAAAAAAAAAAAAAAA");
+    // Destroying a's endpoint does not break b's.
+    drop(ab);
+    for i in 0..5 {
+        assert!(ba.am_short(0, 10 + i, b"").unwrap().is_done());
+    }
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| sa.ams.len() == 6);
+    assert!(sa.errors.is_empty() && sb.errors.is_empty());
+    // A new endpoint from a to b reuses the connection again.
+    let mut ab2 = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    assert!(ab2.am_short(0, 3, b"again").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 2);
+    assert_eq!(a.connection_count(), 1);
+    assert_eq!(b.connection_count(), 1);
+}
+
+#[test]
+fn simultaneous_connect_to_iface_gives_two_working_connections() {
+    let mut a = open_lo();
+    let mut b = open_lo();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    let mut ab = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    let mut ba = b
+        .ep_create_connected(a.device_address(), a.iface_address())
+        .unwrap();
+    for i in 0..20 {
+        assert!(ab.am_short(1, i, b"").unwrap().is_done());
+        assert!(ba.am_short(1, i, b"").unwrap().is_done());
+    }
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
+        sa.ams.len() == 20 && sb.ams.len() == 20
+    });
+    for (i, (_, d)) in sa.ams.iter().chain(sb.ams.iter()).enumerate() {
+        assert_eq!(
+            u64::from_le_bytes(d[..8].try_into().unwrap()),
+            i as u64 % 20
+        );
+    }
+    assert_eq!(a.connection_count(), 2);
+    assert_eq!(b.connection_count(), 2);
 }

@@ -14,7 +14,7 @@
 //!
 //! | kind | name        | sub-header       | payload                    | sent by   |
 //! |------|-------------|------------------|----------------------------|-----------|
-//! | 1    | `Hello`     | [`Hello`] (24)   | none                       | connector |
+//! | 1    | `Hello`     | [`Hello`] (32)   | none                       | connector |
 //! | 2    | `Am`        | none             | AM bytes (≤ [`MAX_AM_BODY`]) | sender  |
 //! | 3    | `Put`       | [`PutHdr`] (24)  | data written to the target | initiator |
 //! | 4    | `PutAck`    | [`Ack`] (16)     | none                       | target    |
@@ -330,15 +330,19 @@ pub enum HelloMode {
 /// First frame on every connection, sent by the connecting side.
 ///
 /// ```text
-///  0                 4        5        6                 8
-///  +--------+--------+--------+--------+--------+--------+
-///  |  magic "RUCX" (u32 LE)            | ver    | mode   | reserved (u16) |
-///  +-----------------------------------------------------------------------+
-///  |  src_conn_id (u64 LE): the connector's endpoint id (ep mode)          |  8..16
+///  0                                   4        5        6                 8
+///  +--------+--------+--------+--------+--------+--------+--------+--------+
+///  |  magic "RUCX" (u32 LE)            | ver=1  | mode   | src_port (u16)  |
+///  +--------+--------+--------+--------+--------+--------+--------+--------+
+///  |  src_conn_id (u64 LE): the connector's endpoint id (ep mode) or 0     |  8..16
 ///  +-----------------------------------------------------------------------+
 ///  |  dst_conn_id (u64 LE): the acceptor's endpoint id (ep mode) or 0      |  16..24
-///  +-----------------------------------------------------------------------+
+///  +-----------------------------------+-----------------------------------+
+///  |  src_ip (IPv4, network order)     |  reserved (0)                     |  24..32
+///  +-----------------------------------+-----------------------------------+
 /// ```
+/// `src_ip:src_port` is the connector's interface address (its listening socket), so the
+/// acceptor can send its own messages back over this connection instead of dialing another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
     /// Connection mode.
@@ -347,20 +351,25 @@ pub struct Hello {
     pub src_conn_id: u64,
     /// The acceptor's endpoint id (connect-to-ep) or 0.
     pub dst_conn_id: u64,
+    /// The connector's interface address (IPv4, as a big-endian u32).
+    pub src_ip: u32,
+    /// The connector's interface port.
+    pub src_port: u16,
 }
 
 impl Hello {
     /// Encoded size.
-    pub const LEN: usize = 24;
-    /// Writes into `out[..24]`.
+    pub const LEN: usize = 32;
+    /// Writes into `out[..32]`.
     pub fn encode(&self, out: &mut [u8]) {
         put_u32(out, 0, MAGIC);
         out[4] = VERSION;
         out[5] = self.mode as u8;
-        out[6] = 0;
-        out[7] = 0;
+        out[6..8].copy_from_slice(&self.src_port.to_le_bytes());
         put_u64(out, 8, self.src_conn_id);
         put_u64(out, 16, self.dst_conn_id);
+        out[24..28].copy_from_slice(&self.src_ip.to_be_bytes());
+        put_u32(out, 28, 0);
     }
     /// Reads and validates.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
@@ -382,10 +391,19 @@ impl Hello {
                 })
             }
         };
+        let reserved = u32_at(buf, 28);
+        if reserved != 0 {
+            return Err(WireError::BadField {
+                field: "hello reserved",
+                value: reserved as u64,
+            });
+        }
         Ok(Hello {
             mode,
             src_conn_id: u64_at(buf, 8),
             dst_conn_id: u64_at(buf, 16),
+            src_ip: u32::from_be_bytes([buf[24], buf[25], buf[26], buf[27]]),
+            src_port: u16_at(buf, 6),
         })
     }
 }
@@ -1056,6 +1074,8 @@ mod tests {
                 mode: HelloMode::Ep,
                 src_conn_id: 5,
                 dst_conn_id: u64::MAX,
+                src_ip: 0x7f00_0001,
+                src_port: 4242,
             },
             Hello::LEN,
             Hello::encode,
@@ -1132,6 +1152,8 @@ mod tests {
             mode: HelloMode::Iface,
             src_conn_id: 0,
             dst_conn_id: 0,
+            src_ip: 0,
+            src_port: 0,
         }
         .encode(&mut b);
         b[4] = 9;
