@@ -157,7 +157,9 @@ impl<T> MpmcQueue<T> {
     pub fn len(&self) -> usize {
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed);
-        tail.wrapping_sub(head).min(self.capacity())
+        // A stale `tail` can trail `head` under concurrency: report empty, not huge.
+        let diff = tail.wrapping_sub(head) as isize;
+        (diff.max(0) as usize).min(self.capacity())
     }
 
     /// True when the queue looked empty at the time of the call.
@@ -256,6 +258,29 @@ mod tests {
     fn mpmc_is_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<MpmcQueue<Box<u32>>>();
+    }
+
+    proptest::proptest! {
+        /// Any single-threaded push/pop sequence behaves like a bounded `VecDeque`.
+        #[test]
+        fn mpmc_matches_vecdeque_model(
+            cap in 1usize..9,
+            ops in proptest::collection::vec(proptest::option::of(0u32..1000), 0..200),
+        ) {
+            let q = MpmcQueue::new(cap).unwrap();
+            let cap = q.capacity();
+            let mut model = std::collections::VecDeque::new();
+            for op in ops {
+                match op {
+                    Some(v) => {
+                        let expect = if model.len() < cap { model.push_back(v); Ok(()) } else { Err(v) };
+                        proptest::prop_assert_eq!(q.push(v), expect);
+                    }
+                    None => proptest::prop_assert_eq!(q.pop(), model.pop_front()),
+                }
+                proptest::prop_assert_eq!(q.len(), model.len());
+            }
+        }
     }
 
     /// 4 producers and 4 consumers move 4 × 50 000 distinct values through a small queue; every

@@ -509,20 +509,20 @@ impl<M: Registrar> fmt::Debug for Region<M> {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
 
     #[derive(Default)]
-    struct Log {
-        next: u32,
-        live: Vec<(usize, usize, u32)>,
-        registered: usize,
-        deregistered: usize,
-        fail: bool,
+    pub(super) struct Log {
+        pub(super) next: u32,
+        pub(super) live: Vec<(usize, usize, u32)>,
+        pub(super) registered: usize,
+        pub(super) deregistered: usize,
+        pub(super) fail: bool,
     }
 
     #[derive(Clone, Default)]
-    struct FakeMd(Rc<RefCell<Log>>);
+    pub(super) struct FakeMd(pub(super) Rc<RefCell<Log>>);
 
     impl Registrar for FakeMd {
         type Reg = u32;
@@ -548,6 +548,12 @@ mod tests {
             log.deregistered += 1;
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
 
     fn cache(cfg: RcacheConfig) -> (Rcache<FakeMd>, FakeMd) {
         let md = FakeMd::default();
@@ -762,5 +768,90 @@ mod tests {
             "{err}"
         );
         assert_eq!(RcacheConfig::from_env().unwrap(), RcacheConfig::default());
+    }
+}
+
+#[cfg(test)]
+mod model_tests {
+    use super::tests_support::*;
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Get { page: usize, off: usize, len: usize },
+        Drop(usize),
+        Invalidate { page: usize, pages: usize },
+        Purge,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..32usize, 0..4096usize, 1..12_000usize)
+                .prop_map(|(page, off, len)| Op::Get { page, off, len }),
+            3 => (0..16usize).prop_map(Op::Drop),
+            1 => (0..32usize, 1..4usize).prop_map(|(page, pages)| Op::Invalidate { page, pages }),
+            1 => Just(Op::Purge),
+        ]
+    }
+
+    proptest! {
+        /// Random get/drop/invalidate/purge sequences against the invariants: every region
+        /// covers its request and stays registered while held; cached regions never overlap and
+        /// respect the limits when nothing is held; nothing is leaked or deregistered twice.
+        #[test]
+        fn rcache_invariants_hold(ops in proptest::collection::vec(op(), 1..60),
+                                  max_regions in 1..6usize,
+                                  enable in proptest::bool::weighted(0.8)) {
+            let md = FakeMd::default();
+            let rc = Rcache::new(md.clone(), RcacheConfig {
+                enable,
+                max_regions,
+                ..Default::default()
+            }).unwrap();
+            let mut held: Vec<(Region<FakeMd>, usize, usize)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Get { page, off, len } => {
+                        let addr = page * 4096 + off;
+                        let r = rc.get(addr, len).unwrap();
+                        prop_assert!(r.covers(addr, len));
+                        held.push((r, addr, len));
+                    }
+                    Op::Drop(i) => {
+                        if !held.is_empty() {
+                            held.remove(i % held.len());
+                        }
+                    }
+                    Op::Invalidate { page, pages } => {
+                        rc.invalidate(page * 4096, pages * 4096);
+                    }
+                    Op::Purge => {
+                        rc.purge();
+                    }
+                }
+                let log = md.0.borrow();
+                // Every held region is still registered, with its own key and range.
+                for (r, _, _) in &held {
+                    prop_assert!(log.live.contains(&(r.start(), r.len(), *r.reg())));
+                }
+                // Cached regions do not overlap.
+                let inner = rc.inner.borrow();
+                let mut prev_end = 0;
+                for (&start, &id) in &inner.tree {
+                    prop_assert!(start >= prev_end);
+                    prev_end = inner.entries[id].data.end;
+                }
+                // Each live registration is known to the cache (no leak).
+                prop_assert_eq!(log.live.len(), inner.entries.len());
+                if held.is_empty() {
+                    prop_assert!(inner.tree.len() <= max_regions);
+                }
+            }
+            drop(held);
+            rc.purge();
+            prop_assert_eq!(rc.stats().regions, 0);
+            prop_assert!(md.0.borrow().live.is_empty());
+        }
     }
 }
