@@ -47,6 +47,8 @@ pub mod am_id {
     pub const STREAM: u8 = 14;
     /// The peer closes its endpoint.
     pub const CLOSE: u8 = 15;
+    /// Rendezvous request carrying a user active message's header.
+    pub const AM_RTS: u8 = 16;
 }
 
 /// Length of the uuid prefix.
@@ -491,6 +493,8 @@ pub enum Msg<'a> {
     Stream(&'a [u8]),
     /// Peer closed its endpoint.
     Close,
+    /// Rendezvous for a user active message: AM header, user header, RTS.
+    AmRts(UserAmHdr, &'a [u8], RtsHdr<'a>),
 }
 
 /// Splits off the sender uuid.
@@ -546,7 +550,25 @@ impl<'a> Msg<'a> {
                 Msg::UserAm(h, uh, data)
             }
             STREAM => Msg::Stream(b),
-            CLOSE => Msg::Close,
+            CLOSE => {
+                if !b.is_empty() {
+                    return Err(Error::Wire("close carries unexpected bytes".into()));
+                }
+                Msg::Close
+            }
+            AM_RTS => {
+                let h = UserAmHdr::decode(b)?;
+                let rest = &b[UserAmHdr::LEN..];
+                if (rest.len() as u64) < h.hdr_len as u64 {
+                    return Err(Error::Wire(format!(
+                        "active-message RTS header of {} bytes truncated to {}",
+                        h.hdr_len,
+                        rest.len()
+                    )));
+                }
+                let (uh, rts) = rest.split_at(h.hdr_len as usize);
+                Msg::AmRts(h, uh, RtsHdr::decode(rts)?)
+            }
             other => return Err(Error::Wire(format!("unknown ucp message id {other}"))),
         })
     }
@@ -653,6 +675,28 @@ mod tests {
         }
         b[16] = 9;
         assert!(Msg::decode(am_id::RTR, &b).is_err(), "bad mode");
+    }
+
+    #[test]
+    fn am_rts_round_trip_and_truncation() {
+        let u = UserAmHdr { id: 3, hdr_len: 4 };
+        let rts = RtsHdr {
+            tag: 0,
+            sreq: 5,
+            len: 1 << 20,
+            buf: RemoteBuf {
+                addr: 0x10,
+                tl: "tcp",
+                rkey: &[7, 7],
+            },
+        };
+        let mut b = u.encode().to_vec();
+        b.extend_from_slice(b"hdr!");
+        rts.encode(&mut b);
+        roundtrip(am_id::AM_RTS, &b, Msg::AmRts(u, b"hdr!", rts));
+        for n in 0..b.len() {
+            assert!(Msg::decode(am_id::AM_RTS, &b[..n]).is_err(), "prefix {n}");
+        }
     }
 
     #[test]

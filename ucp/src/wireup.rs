@@ -214,11 +214,13 @@ impl ProtoConfig {
                 };
                 // Rendezvous: RTS, the RMA transfer, and ATS.
                 let rdv = |n: usize| 2.0 * am.perf.time_for(64) + r.perf.time_for(n);
-                let mut n = 256usize;
+                // Rendezvous costs a round trip more than one eager fragment, so it starts
+                // above the single-fragment size at the earliest.
+                let mut n = (bcopy_single_max + 1).next_power_of_two();
                 while n < EAGER_CAP && rdv(n) >= eager(n) {
                     n *= 2;
                 }
-                n
+                n.max(bcopy_single_max + 1)
             }
         };
         let rndv_thresh = cfg.rndv_thresh.unwrap_or(auto);
@@ -236,6 +238,21 @@ impl ProtoConfig {
             rndv,
             zcopy_thresh,
         }
+    }
+
+    /// The sizes where the protocol changes: eager short/bcopy limit, first multi-fragment size,
+    /// rendezvous threshold (each is the first size of the next protocol, minus one for limits).
+    pub fn boundaries(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        if let Some(s) = self.short_max {
+            v.push(s);
+        }
+        v.push(self.bcopy_single_max);
+        v.push(self.first_frag + self.middle_frag);
+        if self.rndv_thresh < (1 << 30) {
+            v.push(self.rndv_thresh);
+        }
+        v
     }
 
     /// The protocol table (size ranges → protocol → lanes), as `RUCX_PROTO_INFO` prints it.

@@ -6,6 +6,7 @@ use crate::config::UcpConfig;
 use crate::context::{Context, Features};
 use crate::request::{Completion, Op, Request};
 use crate::tag_match::TagMatcher;
+use crate::wire::UserAmHdr;
 use crate::wire::{
     am_id, split_prefix, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, Msg, RemoteBuf, ReqHdr,
     RtrHdr, RtrMode, RtsHdr, NO_REQ,
@@ -29,6 +30,10 @@ pub struct EpHandle {
     idx: u32,
     gen: u32,
 }
+
+/// A user active-message handler: gets the sending endpoint, the user header and the data, which
+/// it owns (keep it as long as needed; [`Worker::am_data_release`] recycles it).
+pub type AmHandler = Box<dyn FnMut(EpHandle, &[u8], Vec<u8>)>;
 
 /// An endpoint error handler: called from `progress()` once, when the endpoint fails.
 pub type ErrHandler = Box<dyn FnMut(EpHandle, &Error)>;
@@ -126,6 +131,8 @@ struct Ep {
     pending: VecDeque<Pending>,
     in_pending_list: bool,
     err_handler: Option<ErrHandler>,
+    stream_rx: VecDeque<u8>,
+    stream_waiters: VecDeque<usize>,
     last_tx: Duration,
     last_rx: Duration,
 }
@@ -138,6 +145,7 @@ enum SendStage {
     Put,
     WaitPutFlush,
     Pipeline,
+    Stream,
 }
 
 struct SendReq {
@@ -154,6 +162,8 @@ struct SendReq {
     rreq: u64,
     inflight: usize,
     rts_sent: bool,
+    /// User active message sent by rendezvous: id and user header.
+    am: Option<(u16, Vec<u8>)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,11 +188,14 @@ struct RecvReq {
     sreq: u64,
     offset: usize,
     inflight: usize,
+    /// Data of a user active message arriving by rendezvous: id and user header.
+    am: Option<(u16, Vec<u8>)>,
 }
 
 enum ReqKind {
     Send(SendReq),
     Recv(RecvReq),
+    StreamRecv { buf: Vec<u8>, filled: usize },
     Flush { eps_left: usize },
 }
 
@@ -255,6 +268,7 @@ struct State {
     next_timer: Duration,
     malformed_unknown: u64,
     stats: ProtoStats,
+    am_handlers: HashMap<u16, AmHandler>,
 }
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
@@ -367,6 +381,7 @@ impl Worker {
                 next_timer: now,
                 malformed_unknown: 0,
                 stats: ProtoStats::default(),
+                am_handlers: HashMap::new(),
             },
         })
     }
@@ -512,6 +527,58 @@ impl Worker {
         let key = self.st.new_recv(buf, msg.uid as u64, 0);
         self.st.recv_from_unexp(key, msg.uid);
         Ok(self.st.op_of(key))
+    }
+
+    /// Sets the handler of user active-message `id` (replacing any previous one).
+    pub fn am_set_handler(
+        &mut self,
+        id: u16,
+        handler: impl FnMut(EpHandle, &[u8], Vec<u8>) + 'static,
+    ) {
+        self.st.am_handlers.insert(id, Box::new(handler));
+    }
+
+    /// Gives a buffer an active-message handler kept back to the worker's pool.
+    pub fn am_data_release(&mut self, data: Vec<u8>) {
+        self.st.put_buf(data);
+    }
+
+    /// Sends user active message `id` with a header and data. Data larger than one fragment
+    /// (or above the rendezvous threshold) goes by rendezvous.
+    pub fn am_send(&mut self, ep: EpHandle, id: u16, header: &[u8], data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.am_send(idx, id, header, SendData::Borrowed(data))
+    }
+
+    /// Like [`Worker::am_send`], taking the data vector (given back in the completion).
+    pub fn am_send_vec(
+        &mut self,
+        ep: EpHandle,
+        id: u16,
+        header: &[u8],
+        data: Vec<u8>,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.am_send(idx, id, header, SendData::Owned(data))
+    }
+
+    /// Appends bytes to the endpoint's ordered stream.
+    pub fn stream_send(&mut self, ep: EpHandle, data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.stream_send(idx, SendData::Borrowed(data))
+    }
+
+    /// Receives exactly `buf.len()` stream bytes from the endpoint (in order, after earlier
+    /// stream receives); the completion gives the buffer back.
+    pub fn stream_recv(&mut self, ep: EpHandle, buf: Vec<u8>) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.stream_recv(idx, buf)
+    }
+
+    /// Stream bytes received and not yet consumed on the endpoint.
+    pub fn stream_available(&self, ep: EpHandle) -> Result<usize> {
+        let idx = self.st.ep_idx(ep)?;
+        Ok(self.st.eps[idx].stream_rx.len())
     }
 
     /// True when the request has finished.
@@ -846,6 +913,8 @@ impl State {
             pending: VecDeque::new(),
             in_pending_list: false,
             err_handler,
+            stream_rx: VecDeque::new(),
+            stream_waiters: VecDeque::new(),
             last_tx: now,
             last_rx: now,
         });
@@ -956,11 +1025,29 @@ impl State {
                         None,
                     )
                 }
+                ReqKind::StreamRecv { buf, filled } => {
+                    (Some(std::mem::take(buf)), *filled, 0, None)
+                }
                 ReqKind::Flush { .. } => (None, 0, 0, None),
             }
         };
         if let Some(v) = recycle {
             self.put_buf(v);
+        }
+        let am = match &mut self.reqs[key].kind {
+            ReqKind::Recv(r) => r.am.take(),
+            _ => None,
+        };
+        if let Some((id, hdr)) = am {
+            // A user active message that came by rendezvous: hand it to its handler.
+            let ep = self.reqs[key].ep.unwrap_or(0);
+            self.reqs.remove(key);
+            match (status, buf) {
+                (Ok(()), Some(data)) => self.deliver_am(ep, id, &hdr, data),
+                (Err(e), _) => tracing::warn!("active message {id} lost: {e}"),
+                _ => {}
+            }
+            return;
         }
         self.reqs[key].done = Some(Completion {
             status,
@@ -969,6 +1056,156 @@ impl State {
             tag,
             value: 0,
         });
+    }
+
+    fn deliver_am(&mut self, ep: usize, id: u16, hdr: &[u8], data: Vec<u8>) {
+        let h = EpHandle {
+            idx: ep as u32,
+            gen: self.eps.get(ep).map(|e| e.gen).unwrap_or(0),
+        };
+        match self.am_handlers.get_mut(&id) {
+            Some(cb) => cb(h, hdr, data),
+            None => {
+                tracing::warn!(
+                    id,
+                    len = data.len(),
+                    "active message without handler dropped"
+                );
+                self.put_buf(data);
+            }
+        }
+    }
+
+    fn am_send(&mut self, idx: usize, id: u16, header: &[u8], data: SendData<'_>) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let proto = self.eps[idx]
+            .proto
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let hlen = u32::try_from(header.len())
+            .map_err(|_| Error::InvalidParam("active-message header too long".into()))?;
+        let total = UserAmHdr::LEN + header.len() + data.as_slice().len();
+        if total + EagerHdr::LEN <= proto.bcopy_single_max
+            && data.as_slice().len() < proto.rndv_thresh
+        {
+            let mut body = self.get_buf();
+            body.extend_from_slice(&UserAmHdr { id, hdr_len: hlen }.encode());
+            body.extend_from_slice(header);
+            body.extend_from_slice(data.as_slice());
+            let r = self.send_ctl(idx, am_id::USER_AM, &body);
+            self.put_buf(body);
+            r?;
+            let give = match data {
+                SendData::Owned(v) => Some(v),
+                SendData::Borrowed(_) => None,
+            };
+            return Ok(Op::Done(Completion {
+                buf: give,
+                ..Completion::ok()
+            }));
+        }
+        if header.len() + 64 > proto.bcopy_single_max {
+            return Err(Error::MessageTooLong {
+                len: header.len(),
+                max: proto.bcopy_single_max.saturating_sub(64),
+            });
+        }
+        let key = self.new_send(idx, 0, data, false);
+        self.send_mut(key).am = Some((id, header.to_vec()));
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if ready {
+            self.send_rts(key)?;
+        } else {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn stream_send(&mut self, idx: usize, data: SendData<'_>) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let key = self.new_send(idx, 0, data, false);
+        self.send_mut(key).stage = SendStage::Stream;
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if !ready || !self.stream_step(key)? {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn stream_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let frag = proto.bcopy_single_max;
+        while s.offset < s.data.len() {
+            let n = frag.min(s.data.len() - s.offset);
+            let out = am_send(
+                uep,
+                attr,
+                am_id::STREAM,
+                &[&uuid, &s.data[s.offset..s.offset + n]],
+            )?;
+            if out == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        self.finish(key, Ok(()));
+        Ok(true)
+    }
+
+    fn stream_recv(&mut self, idx: usize, buf: Vec<u8>) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let key = self.new_req(Some(idx), ReqKind::StreamRecv { buf, filled: 0 });
+        self.eps[idx].stream_waiters.push_back(key);
+        self.stream_serve(idx);
+        Ok(self.op_of(key))
+    }
+
+    /// Moves received stream bytes into waiting receives, in posting order.
+    fn stream_serve(&mut self, idx: usize) {
+        while let Some(&key) = self.eps[idx].stream_waiters.front() {
+            let State { eps, reqs, .. } = self;
+            let ep = &mut eps[idx];
+            let done = match reqs.get_mut(key).map(|r| &mut r.kind) {
+                Some(ReqKind::StreamRecv { buf, filled }) => {
+                    let n = (buf.len() - *filled).min(ep.stream_rx.len());
+                    for (d, s) in buf[*filled..*filled + n]
+                        .iter_mut()
+                        .zip(ep.stream_rx.drain(..n))
+                    {
+                        *d = s;
+                    }
+                    *filled += n;
+                    *filled == buf.len()
+                }
+                _ => true,
+            };
+            if !done {
+                break;
+            }
+            self.eps[idx].stream_waiters.pop_front();
+            if self.reqs.get(key).is_some_and(|r| r.done.is_none()) {
+                self.finish(key, Ok(()));
+            }
+        }
     }
 
     fn mark_pending(&mut self, idx: usize) {
@@ -1078,6 +1315,7 @@ impl State {
                 rreq: 0,
                 inflight: 0,
                 rts_sent: false,
+                am: None,
             }),
         )
     }
@@ -1171,6 +1409,7 @@ impl State {
         let wire = self.wire_id(key);
         let stage = self.send_mut(key).stage;
         match stage {
+            SendStage::Eager if self.send_mut(key).am.is_some() => self.send_rts(key),
             SendStage::Eager => {
                 let proto = self.eps[idx]
                     .proto
@@ -1199,6 +1438,7 @@ impl State {
             }
             SendStage::Put => self.put_step(key),
             SendStage::Pipeline => self.pipeline_step(key),
+            SendStage::Stream => self.stream_step(key),
             SendStage::WaitAck | SendStage::WaitRndv | SendStage::WaitPutFlush => Ok(true),
         }
     }
@@ -1240,6 +1480,25 @@ impl State {
         }
         let mut body = std::mem::take(&mut self.scratch);
         body.clear();
+        let am = self
+            .send_mut(key)
+            .am
+            .as_ref()
+            .map(|(id, h)| (*id, h.clone()));
+        let rts_id = match &am {
+            Some((id, h)) => {
+                body.extend_from_slice(
+                    &UserAmHdr {
+                        id: *id,
+                        hdr_len: h.len() as u32,
+                    }
+                    .encode(),
+                );
+                body.extend_from_slice(h);
+                am_id::AM_RTS
+            }
+            None => am_id::RTS,
+        };
         RtsHdr {
             tag,
             sreq: wire,
@@ -1251,7 +1510,7 @@ impl State {
             },
         }
         .encode(&mut body);
-        let r = self.send_ctl(idx, am_id::RTS, &body);
+        let r = self.send_ctl(idx, rts_id, &body);
         self.scratch = body;
         r?;
         self.stats.rndv_rts += 1;
@@ -1467,6 +1726,7 @@ impl State {
                 sreq: NO_REQ,
                 offset: 0,
                 inflight: 0,
+                am: None,
             }),
         )
     }
@@ -2013,9 +2273,38 @@ impl State {
                 }
                 Ok(())
             }
-            Msg::UserAm(..) | Msg::Stream(_) => Err(Error::Unsupported(
-                "active messages and streams are not enabled on this worker".into(),
-            )),
+            Msg::UserAm(h, uh, data) => {
+                let mut v = self.get_buf();
+                v.extend_from_slice(data);
+                self.deliver_am(idx, h.id, uh, v);
+                Ok(())
+            }
+            Msg::AmRts(h, uh, rts) => {
+                let len = usize::try_from(rts.len)
+                    .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
+                if len > (1usize << 40) {
+                    return Err(Error::Wire(format!(
+                        "active message of {len} bytes is implausibly large"
+                    )));
+                }
+                let key = self.new_recv(vec![0; len], 0, 0);
+                self.recv_mut(key).am = Some((h.id, uh.to_vec()));
+                self.rndv_recv_start(
+                    key,
+                    idx,
+                    0,
+                    rts.sreq,
+                    len,
+                    rts.buf.addr,
+                    rts.buf.tl,
+                    rts.buf.rkey,
+                )
+            }
+            Msg::Stream(data) => {
+                self.eps[idx].stream_rx.extend(data);
+                self.stream_serve(idx);
+                Ok(())
+            }
             Msg::Close => {
                 self.close_ep(
                     idx,
