@@ -118,6 +118,14 @@ impl Test {
             Test::Ucp(t) => t.connect(peer),
         }
     }
+    /// Progresses the transports once, outside a test loop (handshakes and the final flush of a
+    /// peer may need it); what arrives is dropped.
+    pub fn progress(&mut self) {
+        match self {
+            Test::Uct(t) => t.idle_progress(),
+            Test::Ucp(t) => t.idle_progress(),
+        }
+    }
     /// Runs the test.
     pub fn run(
         &mut self,
@@ -218,18 +226,53 @@ fn server_session(test: &mut Test, chan: &mut Channel) -> Result<()> {
     let mine = test.local_address()?;
     chan.send_address(&mine)?;
     test.connect(&peer)?;
-    chan.send(Kind::Ready, &[])?;
-    chan.expect(Kind::Ready)?;
-    test.run(Role::Server, None, Some(chan))?;
-    chan.set_timeout(FINISH_TIMEOUT)?;
+    barrier(test, chan, Kind::Ready, HANDSHAKE_TIMEOUT)?;
+    if let Err(e) = test.run(Role::Server, None, Some(chan)) {
+        let _ = chan.send(Kind::Done, &encode_status(1));
+        return Err(e);
+    }
     chan.send(Kind::Done, &encode_status(0))?;
-    let status = decode_status(&chan.expect(Kind::Done)?)?;
+    let status = decode_status(&barrier_wait(test, chan, Kind::Done, FINISH_TIMEOUT)?)?;
     if status != 0 {
         return Err(Error::PeerFailure(format!(
             "the client finished with status {status}"
         )));
     }
     Ok(())
+}
+
+/// Sends `kind` and waits for the peer's, progressing the transports meanwhile (a peer may need
+/// this side's progress to finish connecting or flushing).
+fn barrier(test: &mut Test, chan: &mut Channel, kind: Kind, limit: Duration) -> Result<Vec<u8>> {
+    chan.send(kind, &[])?;
+    barrier_wait(test, chan, kind, limit)
+}
+
+/// Waits for the peer's `kind` message, progressing the transports meanwhile.
+fn barrier_wait(
+    test: &mut Test,
+    chan: &mut Channel,
+    kind: Kind,
+    limit: Duration,
+) -> Result<Vec<u8>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        for _ in 0..64 {
+            test.progress();
+        }
+        if chan.poll_readable()? {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout(format!(
+                "{} did not send {kind:?} within {} s",
+                chan.peer(),
+                limit.as_secs()
+            )));
+        }
+    }
+    chan.set_timeout(limit)?;
+    chan.expect(kind)
 }
 
 /// Connects the side channel; a refused connection says how to start a server.
@@ -268,8 +311,7 @@ pub fn client(host: &str, port: u16, p: &TestParams, out: &OutputOpts) -> Result
     chan.send_address(&mine)?;
     let peer = chan.recv_address()?;
     test.connect(&peer)?;
-    chan.send(Kind::Ready, &[])?;
-    chan.expect(Kind::Ready)?;
+    barrier(&mut test, &mut chan, Kind::Ready, HANDSHAKE_TIMEOUT)?;
     let mut rec = Recorder::new(Ticker::new(), p, false, *out);
     report::print_header(p.test, out);
     let result = test.run(Role::Client, Some(&mut rec), Some(&chan));
@@ -278,9 +320,13 @@ pub fn client(host: &str, port: u16, p: &TestParams, out: &OutputOpts) -> Result
         return Err(e);
     }
     let row = rec.finish();
-    chan.set_timeout(FINISH_TIMEOUT)?;
     chan.send(Kind::Done, &encode_status(0))?;
-    let status = decode_status(&chan.expect(Kind::Done)?)?;
+    let status = decode_status(&barrier_wait(
+        &mut test,
+        &mut chan,
+        Kind::Done,
+        FINISH_TIMEOUT,
+    )?)?;
     if status != 0 {
         return Err(Error::PeerFailure(format!(
             "the server finished with status {status}"

@@ -8,12 +8,17 @@ use crate::params::{Layout, TestId, TestParams};
 use crate::report::Recorder;
 use crate::uct_test::Role;
 use crate::wire::{AddressInfo, Channel};
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::rc::Rc;
 use ucp::{Completion, Context, ContextParams, EpHandle, EpParams, Features, Op, Request, Worker};
 use ucs::{Error, Result};
 
 /// The tag every test message carries.
 const TAG: u64 = 0x1337_a880;
+
+/// The user active-message id of the tests.
+const AM_ID: u16 = 7;
 
 /// The ucp tests this build runs.
 pub const SUPPORTED: &[TestId] = &[
@@ -21,14 +26,20 @@ pub const SUPPORTED: &[TestId] = &[
     TestId::TagBw,
     TestId::TagSyncLat,
     TestId::TagSyncBw,
+    TestId::UcpAmLat,
+    TestId::UcpAmBw,
+    TestId::StreamLat,
+    TestId::StreamBw,
 ];
 
 /// Checks that this build's ucp can run `p`.
 pub fn check(p: &TestParams) -> Result<()> {
     if !SUPPORTED.contains(&p.test) {
+        let names: Vec<&str> = SUPPORTED.iter().map(|t| t.name()).collect();
         return Err(Error::Unsupported(format!(
-            "{}: rucx's ucp layer has no put/get/atomic, active-message or stream API yet; the ucp tests it runs are tag_lat, tag_bw, tag_sync_lat and tag_sync_bw",
-            p.test
+            "{}: rucx's ucp layer has no put/get/atomic API yet; the ucp tests it runs are {}",
+            p.test,
+            names.join(", ")
         )));
     }
     if p.layout == Layout::Iov || p.sizes.len() > 1 {
@@ -57,7 +68,7 @@ impl UcpTest {
         p.validate()?;
         check(p)?;
         let ctx = Context::new(ContextParams {
-            features: Features::TAG,
+            features: Features::TAG | Features::AM | Features::STREAM,
             config: None,
         })?;
         let worker = Worker::new(&ctx)?;
@@ -77,18 +88,37 @@ impl UcpTest {
         })
     }
 
-    /// Creates the endpoint to the peer's worker.
+    /// Creates the endpoint to the peer's worker and progresses until it is connected.
     pub fn connect(&mut self, peer: &AddressInfo) -> Result<()> {
-        self.ep = Some(
-            self.worker
-                .ep_create(&peer.iface_addr, EpParams::default())?,
-        );
-        Ok(())
+        let ep = self
+            .worker
+            .ep_create(&peer.iface_addr, EpParams::default())?;
+        self.ep = Some(ep);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            self.worker.progress();
+            self.worker.ep_status(ep)?;
+            match self.worker.ep_proto_config(ep) {
+                Ok(_) => return Ok(()),
+                Err(Error::Busy(_)) if std::time::Instant::now() < deadline => {}
+                Err(Error::Busy(_)) => {
+                    return Err(Error::Timeout(
+                        "the ucp endpoint did not connect within 30 s".into(),
+                    ))
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The protocol table of the endpoint, once it is connected.
     pub fn proto_info(&self) -> Option<String> {
         self.ep.and_then(|ep| self.worker.ep_proto_info(ep).ok())
+    }
+
+    /// Progresses the worker outside a test loop.
+    pub fn idle_progress(&mut self) {
+        self.worker.progress();
     }
 
     /// Runs warm-up and measured iterations.
@@ -101,14 +131,26 @@ impl UcpTest {
         let ep = self
             .ep
             .ok_or_else(|| Error::InvalidParam("connect() first".into()))?;
+        let p = &self.params;
+        let stash = AmStash::default();
+        if matches!(p.test, TestId::UcpAmLat | TestId::UcpAmBw) {
+            stash.install(&mut self.worker, p.outstanding as usize);
+        }
         let mut eng = Engine {
             worker: &mut self.worker,
             ep,
             chan,
             spins: 0,
+            stash,
+            peer_done: None,
         };
-        let p = &self.params;
         match (p.test, role, rec) {
+            (TestId::UcpAmLat, _, rec) => am_ping_pong(&mut eng, p, rec, role),
+            (TestId::UcpAmBw, Role::Server, _) => am_receive_stream(&mut eng, p),
+            (TestId::UcpAmBw, _, Some(rec)) => am_send_stream(&mut eng, p, rec, role),
+            (TestId::StreamLat, _, rec) => stream_ping_pong(&mut eng, p, rec, role),
+            (TestId::StreamBw, Role::Server, _) => stream_receive(&mut eng, p),
+            (TestId::StreamBw, _, Some(rec)) => stream_send(&mut eng, p, rec, role),
             (TestId::TagLat | TestId::TagSyncLat, Role::Server, _) => {
                 ping_pong(&mut eng, p, None, false)
             }
@@ -124,10 +166,9 @@ impl UcpTest {
                 "{t}: the measuring side needs a recorder"
             ))),
             (t, _, _) => Err(Error::Unsupported(format!("{t} is not a ucp tag test"))),
-        }?;
-        // Everything sent has completed remotely before the side channel says done.
-        let op = eng.worker.flush()?;
-        eng.finish(op).map(|_| ())
+        }
+        // No worker flush here: in every test the receiving side waits for all of the data
+        // itself, and the sender's clock stops when its last operation completed.
     }
 }
 
@@ -136,6 +177,41 @@ struct Engine<'a> {
     ep: EpHandle,
     chan: Option<&'a Channel>,
     spins: u32,
+    stash: AmStash,
+    peer_done: Option<std::time::Instant>,
+}
+
+/// What the active-message handler hands to the loop: a count of messages and the data
+/// buffers to give back to the worker (the handler cannot reach the worker itself).
+#[derive(Default, Clone)]
+struct AmStash {
+    count: Rc<Cell<u64>>,
+    data: Rc<RefCell<Vec<Vec<u8>>>>,
+}
+
+impl AmStash {
+    fn install(&self, worker: &mut Worker, capacity: usize) {
+        self.data.borrow_mut().reserve(capacity.max(64));
+        let me = self.clone();
+        worker.am_set_handler(AM_ID, move |_ep, _hdr, data| {
+            me.count.set(me.count.get() + 1);
+            let mut d = me.data.borrow_mut();
+            if d.len() < d.capacity() {
+                d.push(data);
+            } else {
+                // Never grow the stash on the data path; a dropped buffer is just freed.
+                drop(data);
+            }
+        });
+    }
+
+    /// Gives the kept buffers back to the worker's pool.
+    fn release(&self, worker: &mut Worker) {
+        let mut d = self.data.borrow_mut();
+        while let Some(b) = d.pop() {
+            worker.am_data_release(b);
+        }
+    }
 }
 
 impl Engine<'_> {
@@ -151,15 +227,7 @@ impl Engine<'_> {
     #[cold]
     fn check_peer(&mut self) -> Result<()> {
         self.worker.ep_status(self.ep)?;
-        if let Some(c) = self.chan {
-            if c.poll_readable()? {
-                return Err(Error::PeerFailure(format!(
-                    "{} stopped the test (see its error output)",
-                    c.peer()
-                )));
-            }
-        }
-        Ok(())
+        crate::uct_test::check_peer(self.chan, &mut self.peer_done)
     }
 
     /// Progresses until `req` finishes.
@@ -431,5 +499,191 @@ fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> 
         retire_oldest(eng, &mut recvs, Some(size))?;
     }
     rec.mark_end();
+    Ok(())
+}
+
+/// Waits until `n` active messages have arrived, returning their buffers to the worker.
+fn wait_am(eng: &mut Engine<'_>, n: u64) -> Result<()> {
+    while eng.stash.count.get() < n {
+        eng.worker.progress();
+        eng.stash.release(eng.worker);
+        eng.spin()?;
+    }
+    eng.stash.release(eng.worker);
+    Ok(())
+}
+
+/// Active-message ping-pong (`ucp_am_lat`).
+fn am_ping_pong(
+    eng: &mut Engine<'_>,
+    p: &TestParams,
+    mut rec: Option<&mut Recorder>,
+    role: Role,
+) -> Result<()> {
+    let sbuf = vec![0xa5u8; p.size()];
+    let sender_first = role != Role::Server;
+    for i in 0..p.total_iterations() {
+        if i == p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.begin();
+            }
+        }
+        if !sender_first {
+            wait_am(eng, i + 1)?;
+        }
+        let op = eng.worker.am_send(eng.ep, AM_ID, &[], &sbuf)?;
+        eng.finish(op)?;
+        if sender_first {
+            wait_am(eng, i + 1)?;
+        }
+        if i >= p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.record();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Active-message stream sender (`ucp_am_bw`), `-O` sends in flight; in loopback the messages
+/// come back to this worker and are counted too.
+fn am_send_stream(
+    eng: &mut Engine<'_>,
+    p: &TestParams,
+    rec: &mut Recorder,
+    role: Role,
+) -> Result<()> {
+    let size = p.size();
+    let mut w = Window::new(p.outstanding as usize, size);
+    let total = p.total_iterations();
+    for i in 0..total {
+        if i == p.warmup {
+            rec.begin();
+        }
+        if w.free.is_empty() {
+            retire_oldest(eng, &mut w, None)?;
+        }
+        let buf = w
+            .free
+            .pop()
+            .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
+        match eng.worker.am_send_vec(eng.ep, AM_ID, &[], buf)? {
+            Op::Done(mut c) => {
+                c.status.clone()?;
+                w.free.push(take_buf(&mut c, "send")?);
+            }
+            Op::Pending(r) => w.inflight.push_back((r, None)),
+        }
+        eng.worker.progress();
+        eng.stash.release(eng.worker);
+        if i >= p.warmup {
+            rec.record();
+        }
+    }
+    while !w.inflight.is_empty() {
+        retire_oldest(eng, &mut w, None)?;
+    }
+    if role == Role::Loopback {
+        wait_am(eng, total)?;
+    }
+    rec.mark_end();
+    Ok(())
+}
+
+/// Active-message stream receiver: counts every message.
+fn am_receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
+    wait_am(eng, p.total_iterations())
+}
+
+/// Stream ping-pong (`stream_lat`).
+fn stream_ping_pong(
+    eng: &mut Engine<'_>,
+    p: &TestParams,
+    mut rec: Option<&mut Recorder>,
+    role: Role,
+) -> Result<()> {
+    let size = p.size();
+    let sbuf = vec![0xa5u8; size];
+    let mut rbuf = Some(vec![0u8; size]);
+    let sender_first = role != Role::Server;
+    for i in 0..p.total_iterations() {
+        if i == p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.begin();
+            }
+        }
+        if sender_first {
+            let op = eng.worker.stream_send(eng.ep, &sbuf)?;
+            eng.finish(op)?;
+        }
+        let b = rbuf
+            .take()
+            .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
+        let op = eng.worker.stream_recv(eng.ep, b)?;
+        let mut c = eng.finish(op)?;
+        rbuf = Some(take_buf(&mut c, "stream receive")?);
+        if !sender_first {
+            let op = eng.worker.stream_send(eng.ep, &sbuf)?;
+            eng.finish(op)?;
+        }
+        if i >= p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.record();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stream sender (`stream_bw`): `-O` sends in flight; in loopback the bytes are read back too.
+fn stream_send(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder, role: Role) -> Result<()> {
+    let size = p.size();
+    let sbuf = vec![0x5au8; size];
+    let mut inflight: VecDeque<Request> = VecDeque::with_capacity(p.outstanding as usize);
+    let mut rbuf = Some(vec![0u8; size]);
+    for i in 0..p.total_iterations() {
+        if i == p.warmup {
+            rec.begin();
+        }
+        if inflight.len() >= p.outstanding as usize {
+            if let Some(r) = inflight.pop_front() {
+                eng.wait(r)?;
+            }
+        }
+        match eng.worker.stream_send(eng.ep, &sbuf)? {
+            Op::Done(c) => c.status?,
+            Op::Pending(r) => inflight.push_back(r),
+        }
+        if role == Role::Loopback {
+            let b = rbuf
+                .take()
+                .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
+            let op = eng.worker.stream_recv(eng.ep, b)?;
+            let mut c = eng.finish(op)?;
+            rbuf = Some(take_buf(&mut c, "stream receive")?);
+        }
+        eng.worker.progress();
+        if i >= p.warmup {
+            rec.record();
+        }
+    }
+    while let Some(r) = inflight.pop_front() {
+        eng.wait(r)?;
+    }
+    rec.mark_end();
+    Ok(())
+}
+
+/// Stream receiver: reads every message's bytes in order.
+fn stream_receive(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
+    let mut rbuf = Some(vec![0u8; p.size()]);
+    for _ in 0..p.total_iterations() {
+        let b = rbuf
+            .take()
+            .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
+        let op = eng.worker.stream_recv(eng.ep, b)?;
+        let mut c = eng.finish(op)?;
+        rbuf = Some(take_buf(&mut c, "stream receive")?);
+    }
     Ok(())
 }

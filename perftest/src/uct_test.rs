@@ -378,6 +378,33 @@ struct Engine<'a> {
     chan: Option<&'a Channel>,
     issued: u64,
     spins: u32,
+    /// When the peer said it finished (it may do so while this side drains its last completions).
+    peer_done: Option<std::time::Instant>,
+}
+
+/// How long a side keeps waiting after its peer finished cleanly.
+const AFTER_PEER_DONE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Checks that the peer is still running, or finished cleanly not too long ago.
+pub(crate) fn check_peer(
+    chan: Option<&Channel>,
+    peer_done: &mut Option<std::time::Instant>,
+) -> Result<()> {
+    let Some(c) = chan else { return Ok(()) };
+    match peer_done {
+        Some(t) if t.elapsed() > AFTER_PEER_DONE => Err(Error::Timeout(format!(
+            "{} finished {} s ago and this side is still waiting for the test to complete",
+            c.peer(),
+            AFTER_PEER_DONE.as_secs()
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            if c.peer_finished()? {
+                *peer_done = Some(std::time::Instant::now());
+            }
+            Ok(())
+        }
+    }
 }
 
 impl Engine<'_> {
@@ -402,15 +429,7 @@ impl Engine<'_> {
 
     #[cold]
     fn check_peer(&mut self) -> Result<()> {
-        if let Some(c) = self.chan {
-            if c.poll_readable()? {
-                return Err(Error::PeerFailure(format!(
-                    "{} stopped the test (see its error output)",
-                    c.peer()
-                )));
-            }
-        }
-        Ok(())
+        check_peer(self.chan, &mut self.peer_done)
     }
 
     /// Progresses until `cond` holds.
@@ -617,6 +636,12 @@ impl UctTest {
         Ok(())
     }
 
+    /// Progresses the interface outside a test loop; what arrives is dropped.
+    pub fn idle_progress(&mut self) {
+        let mut sink = Sink::default();
+        self.iface.progress(&mut sink);
+    }
+
     /// Runs warm-up and measured iterations. `rec` measures (client and loopback); `chan` lets
     /// waiting loops notice a peer that went away.
     pub fn run(
@@ -639,6 +664,7 @@ impl UctTest {
             chan,
             issued: 0,
             spins: 0,
+            peer_done: None,
         };
         let ctx = Ctx {
             p: &self.params,

@@ -335,6 +335,51 @@ impl Channel {
         AddressInfo::decode(&self.expect(Kind::Address)?)
     }
 
+    /// Checks, without blocking, what the peer said in the middle of a test: nothing yet
+    /// (`Ok(false)`), or that it finished cleanly (`Ok(true)`, its `Done` with status 0 is
+    /// waiting). A peer that closed the channel, failed, or sent anything else is an error.
+    pub fn peer_finished(&self) -> Result<bool> {
+        let mut b = [0u8; FrameHeader::LEN + 8];
+        self.stream
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("side channel", e))?;
+        let r = self.stream.peek(&mut b);
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| Error::io("side channel", e))?;
+        let n = match r {
+            Ok(0) => {
+                return Err(Error::ConnectionReset(format!(
+                    "{} closed the side channel in the middle of the test",
+                    self.peer
+                )))
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(io_err("polling", &self.peer, e)),
+        };
+        if n < FrameHeader::LEN {
+            return Ok(false);
+        }
+        let hdr = FrameHeader::decode(&b[..FrameHeader::LEN])?;
+        if hdr.kind != Kind::Done {
+            return Err(Error::Wire(format!(
+                "{} sent {:?} in the middle of the test",
+                self.peer, hdr.kind
+            )));
+        }
+        if n < b.len() {
+            return Ok(false);
+        }
+        match decode_status(&b[FrameHeader::LEN..])? {
+            0 => Ok(true),
+            st => Err(Error::PeerFailure(format!(
+                "{} stopped the test (status {st}; see its error output)",
+                self.peer
+            ))),
+        }
+    }
+
     /// Checks, without blocking, whether the peer has sent a message or closed the channel.
     /// Gives `Ok(true)` when a message is waiting, `Ok(false)` when nothing arrived, and
     /// [`Error::ConnectionReset`] when the peer closed the channel.

@@ -121,7 +121,7 @@ fn one_sided_and_atomic_tests_complete() {
 }
 
 #[test]
-fn local_tag_lat_and_tag_bw_run_over_ucp() {
+fn local_ucp_tests_run() {
     for (test, size) in [
         ("tag_lat", "8"),
         ("tag_bw", "8"),
