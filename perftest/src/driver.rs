@@ -263,6 +263,7 @@ fn barrier_wait(
         if chan.poll_readable()? {
             break;
         }
+        std::thread::yield_now();
         if Instant::now() > deadline {
             return Err(Error::Timeout(format!(
                 "{} did not send {kind:?} within {} s",

@@ -221,6 +221,10 @@ impl fmt::Display for Layout {
 
 /// Most iov parts in `-s`.
 pub const MAX_IOV: usize = 32;
+/// Largest message perftest sends (the sum of the `-s` parts).
+pub const MAX_MSG: u64 = 1 << 30;
+/// Largest amount of buffer memory a test may allocate for its window (`-O` × size).
+pub const MAX_WINDOW_BYTES: u64 = 4 << 30;
 /// Longest transport or device name carried on the side channel.
 pub const MAX_NAME: usize = 64;
 
@@ -250,7 +254,9 @@ pub struct TestParams {
 impl TestParams {
     /// Total message size: the sum of the iov parts.
     pub fn size(&self) -> usize {
-        self.sizes.iter().map(|&s| s as usize).sum()
+        self.sizes
+            .iter()
+            .fold(0usize, |a, &s| a.saturating_add(s as usize))
     }
     /// Warm-up plus measured iterations.
     pub fn total_iterations(&self) -> u64 {
@@ -275,6 +281,22 @@ impl TestParams {
         if self.transport.len() > MAX_NAME || self.device.len() > MAX_NAME {
             return bad(format!(
                 "transport and device names are at most {MAX_NAME} bytes"
+            ));
+        }
+        let total = self
+            .sizes
+            .iter()
+            .try_fold(0u64, |a, &s| a.checked_add(s))
+            .unwrap_or(u64::MAX);
+        if total > MAX_MSG {
+            return bad(format!(
+                "message size {total} exceeds perftest's limit of {MAX_MSG} bytes (1 GiB)"
+            ));
+        }
+        if (self.outstanding as u64).saturating_mul(total) > MAX_WINDOW_BYTES {
+            return bad(format!(
+                "-O {} messages of {total} bytes in flight need more than 4 GiB of buffers; use a smaller -O",
+                self.outstanding
             ));
         }
         let size = self.size();

@@ -143,6 +143,7 @@ impl UcpTest {
             spins: 0,
             stash,
             peer_done: None,
+            idle: 0,
         };
         match (p.test, role, rec) {
             (TestId::UcpAmLat, _, rec) => am_ping_pong(&mut eng, p, rec, role),
@@ -179,6 +180,7 @@ struct Engine<'a> {
     spins: u32,
     stash: AmStash,
     peer_done: Option<std::time::Instant>,
+    idle: u32,
 }
 
 /// What the active-message handler hands to the loop: a count of messages and the data
@@ -217,6 +219,10 @@ impl AmStash {
 impl Engine<'_> {
     #[inline]
     fn spin(&mut self) -> Result<()> {
+        self.idle += 1;
+        if self.idle > crate::uct_test::YIELD_AFTER {
+            std::thread::yield_now();
+        }
         self.spins = self.spins.wrapping_add(1);
         if self.spins & (PEER_CHECK_SPINS - 1) == 0 {
             self.check_peer()?;
@@ -233,6 +239,7 @@ impl Engine<'_> {
     /// Progresses until `req` finishes.
     #[inline]
     fn wait(&mut self, mut req: Request) -> Result<Completion> {
+        self.idle = 0;
         loop {
             match self.worker.request_take(req) {
                 Ok(c) => return c.status.clone().map(|_| c),
@@ -504,6 +511,7 @@ fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> 
 
 /// Waits until `n` active messages have arrived, returning their buffers to the worker.
 fn wait_am(eng: &mut Engine<'_>, n: u64) -> Result<()> {
+    eng.idle = 0;
     while eng.stash.count.get() < n {
         eng.worker.progress();
         eng.stash.release(eng.worker);

@@ -380,7 +380,12 @@ struct Engine<'a> {
     spins: u32,
     /// When the peer said it finished (it may do so while this side drains its last completions).
     peer_done: Option<std::time::Instant>,
+    /// Spins of the current wait.
+    idle: u32,
 }
+
+/// Spins of one wait after which each further spin yields the CPU.
+pub(crate) const YIELD_AFTER: u32 = 1 << 14;
 
 /// How long a side keeps waiting after its peer finished cleanly.
 const AFTER_PEER_DONE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -417,9 +422,15 @@ impl Engine<'_> {
         }
     }
 
-    /// Counts a spin; every [`PEER_CHECK_SPINS`] makes sure the peer has not gone away.
+    /// Counts a spin; every [`PEER_CHECK_SPINS`] makes sure the peer has not gone away. A wait
+    /// longer than [`YIELD_AFTER`] spins yields the CPU on each spin: the peer may be waiting
+    /// for this very core (more busy processes than cores).
     #[inline]
     fn spin(&mut self) -> Result<()> {
+        self.idle += 1;
+        if self.idle > YIELD_AFTER {
+            std::thread::yield_now();
+        }
         self.spins = self.spins.wrapping_add(1);
         if self.spins & (PEER_CHECK_SPINS - 1) == 0 {
             self.check_peer()?;
@@ -435,6 +446,7 @@ impl Engine<'_> {
     /// Progresses until `cond` holds.
     #[inline]
     fn wait(&mut self, mut cond: impl FnMut(&Sink) -> bool) -> Result<()> {
+        self.idle = 0;
         while !cond(&self.sink) {
             self.progress()?;
             self.spin()?;
@@ -445,6 +457,7 @@ impl Engine<'_> {
     /// Progresses until `cond` holds; `cond` reads memory the peer writes.
     #[inline]
     fn wait_mem(&mut self, mut cond: impl FnMut() -> bool) -> Result<()> {
+        self.idle = 0;
         while !cond() {
             self.progress()?;
             self.spin()?;
@@ -458,6 +471,7 @@ impl Engine<'_> {
         &mut self,
         mut op: impl FnMut(&mut AnyEp) -> Result<Outcome<T>>,
     ) -> Result<Option<T>> {
+        self.idle = 0;
         loop {
             match op(self.ep)? {
                 Outcome::Done(v) => return Ok(Some(v)),
@@ -476,6 +490,7 @@ impl Engine<'_> {
     /// Waits until fewer than `max` operations are in flight.
     #[inline]
     fn window(&mut self, max: u64) -> Result<()> {
+        self.idle = 0;
         while self.issued - self.sink.comps >= max {
             self.progress()?;
             self.spin()?;
@@ -501,11 +516,19 @@ impl Engine<'_> {
             return Ok(());
         };
         loop {
+            let mut events = 0;
             for _ in 0..256 {
-                self.progress()?;
+                events += self.iface.progress(&mut self.sink);
+                if let Some(e) = self.sink.err.take() {
+                    return Err(e);
+                }
             }
             if c.poll_readable()? {
                 return Ok(());
+            }
+            if events == 0 {
+                // Nothing to serve: let the client have the core if it shares ours.
+                std::thread::yield_now();
             }
         }
     }
@@ -665,6 +688,7 @@ impl UctTest {
             issued: 0,
             spins: 0,
             peer_done: None,
+            idle: 0,
         };
         let ctx = Ctx {
             p: &self.params,

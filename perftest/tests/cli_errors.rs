@@ -106,3 +106,19 @@ fn no_server_there() {
         "no perftest server at 127.0.0.1",
     );
 }
+
+#[test]
+fn sizes_beyond_perftest_limits() {
+    assert_one_line_error(
+        &["--local", "-t", "tag_bw", "-s", "2g"],
+        "limit of 1073741824",
+    );
+    assert_one_line_error(
+        &["--local", "-t", "tag_bw", "-s", "512m", "-O", "64"],
+        "smaller -O",
+    );
+    assert_one_line_error(
+        &["--local", "-t", "tag_bw", "-s", "18446744073709551615,1"],
+        "limit",
+    );
+}
