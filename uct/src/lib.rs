@@ -9,6 +9,7 @@ pub mod caps;
 pub mod ep;
 pub mod iface;
 pub mod md;
+pub mod rc_verbs;
 pub mod registry;
 
 pub use caps::{

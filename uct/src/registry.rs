@@ -293,4 +293,6 @@ macro_rules! transports {
 }
 
 // The built-in transports, in the order they are listed and preferred among equals.
-transports! {}
+transports! {
+    RcVerbs => crate::rc_verbs::RcVerbs,
+}
