@@ -1,11 +1,14 @@
 //! Configuration from `RUCX_*` environment variables, with UCX's names and value syntax.
 //!
 //! Each layer declares its variables as a `static` table of [`ConfigVar`] and registers it in the
-//! global list ([`ALL_VARS`] is the explicit registry); values are read with the typed getters,
-//! which fall back to the declared default and return a [`Error::Config`] naming the variable, the
-//! value and what is accepted when the value does not parse.
+//! global list with [`register`] (idempotent); [`all_vars`] lists every registered variable (for
+//! `rucx-info -c`) and [`check_unknown_env`] warns about `RUCX_*` variables nobody registered,
+//! naming the closest known one. Values are read with the typed getters, which fall back to the
+//! declared default and return a [`Error::Config`] naming the variable, the value and what is
+//! accepted when the value does not parse.
 
 use crate::status::{Error, Result};
+use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 /// Prefix of every rucx environment variable.
@@ -170,6 +173,136 @@ impl ConfigVar {
     }
 }
 
+/// The registered variable tables, in registration order.
+static REGISTRY: Mutex<Vec<&'static [ConfigVar]>> = Mutex::new(Vec::new());
+static UCS_REGISTERED: Once = Once::new();
+
+fn registry() -> std::sync::MutexGuard<'static, Vec<&'static [ConfigVar]>> {
+    // A panic while holding the lock cannot leave the list inconsistent (pushes are atomic
+    // with respect to it), so a poisoned lock is still usable.
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Registers a layer's variables so [`all_vars`] lists them and [`check_unknown_env`] knows
+/// them. Registering the same table again does nothing. ucs's own variables ([`UCS_VARS`]) are
+/// registered automatically.
+pub fn register(vars: &'static [ConfigVar]) {
+    ensure_ucs_registered();
+    register_table(vars);
+}
+
+fn register_table(vars: &'static [ConfigVar]) {
+    let mut reg = registry();
+    if !reg
+        .iter()
+        .any(|t| std::ptr::eq(t.as_ptr(), vars.as_ptr()) && t.len() == vars.len())
+    {
+        reg.push(vars);
+    }
+}
+
+fn ensure_ucs_registered() {
+    UCS_REGISTERED.call_once(|| register_table(&UCS_VARS));
+}
+
+/// ucs's own variables: logging and the registration cache.
+pub static UCS_VARS: [ConfigVar; 4] = [
+    crate::log::LOG_LEVEL_VAR,
+    crate::rcache::RCACHE_ENABLE_VAR,
+    crate::rcache::RCACHE_MAX_REGIONS_VAR,
+    crate::rcache::RCACHE_MAX_SIZE_VAR,
+];
+
+/// Every registered variable, in registration order (ucs's first); a name registered twice is
+/// listed once, with its first definition.
+pub fn all_vars() -> Vec<ConfigVar> {
+    ensure_ucs_registered();
+    let reg = registry();
+    let mut out: Vec<ConfigVar> = Vec::new();
+    for var in reg.iter().flat_map(|t| t.iter()) {
+        if !out.iter().any(|v| v.name == var.name) {
+            out.push(*var);
+        }
+    }
+    out
+}
+
+/// The registered variable called `name` (with or without the `RUCX_` prefix).
+pub fn find(name: &str) -> Option<ConfigVar> {
+    let name = name.strip_prefix(PREFIX).unwrap_or(name);
+    all_vars().into_iter().find(|v| v.name == name)
+}
+
+/// Levenshtein distance between two ASCII-insensitive strings.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().map(|c| c.to_ascii_uppercase()).collect();
+    let b: Vec<char> = b.chars().map(|c| c.to_ascii_uppercase()).collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// The registered variable closest to `name` (without prefix), if one is close enough to be a
+/// plausible misspelling: at most a third of the name's length away, and at least 2 edits
+/// allowed.
+fn closest(name: &str, known: &[ConfigVar]) -> Option<&'static str> {
+    let limit = (name.len() / 3).max(2);
+    known
+        .iter()
+        .map(|v| (edit_distance(name, v.name), v.name))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, n)| (d, n))
+        .map(|(_, n)| n)
+}
+
+/// Of the given environment variable names, those that start with `RUCX_` but are not
+/// registered, each with the closest registered name (full, with prefix) if one is near.
+pub fn unknown_vars<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<(String, Option<String>)> {
+    let known = all_vars();
+    let mut out = Vec::new();
+    for full in names {
+        let Some(name) = full.strip_prefix(PREFIX) else {
+            continue;
+        };
+        if known.iter().any(|v| v.name == name) {
+            continue;
+        }
+        out.push((
+            full.to_owned(),
+            closest(name, &known).map(|n| format!("{PREFIX}{n}")),
+        ));
+    }
+    out.sort();
+    out
+}
+
+/// Warns (through `tracing`) about each `RUCX_*` environment variable that no layer registered,
+/// naming the closest known one, and returns them as (unknown, suggestion) pairs. Call it after
+/// every layer in use has registered its variables.
+pub fn check_unknown_env() -> Vec<(String, Option<String>)> {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    let unknown = unknown_vars(names.iter().map(String::as_str));
+    for (name, suggestion) in &unknown {
+        match suggestion {
+            Some(s) => tracing::warn!("unknown environment variable {name}; did you mean {s}?"),
+            None => tracing::warn!(
+                "unknown environment variable {name}; `rucx-info -c` lists the known ones"
+            ),
+        }
+    }
+    unknown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,5 +344,96 @@ mod tests {
         assert!(err.contains("12zz"), "{err}");
         assert!(err.contains("accepted"), "{err}");
         assert_eq!(V.size(), Ok(Size::Bytes(1024)));
+    }
+    #[test]
+    fn registry_lists_ucs_vars_and_is_idempotent() {
+        static EXTRA: [ConfigVar; 2] = [
+            ConfigVar {
+                name: "TEST_REG_ALPHA",
+                default: "1",
+                doc: "test",
+            },
+            ConfigVar {
+                name: "LOG_LEVEL",
+                default: "trace",
+                doc: "duplicate name: the first definition wins",
+            },
+        ];
+        register(&EXTRA);
+        register(&EXTRA);
+        let all = all_vars();
+        assert_eq!(
+            all.iter().filter(|v| v.name == "TEST_REG_ALPHA").count(),
+            1,
+            "registering twice lists once"
+        );
+        let log = all
+            .iter()
+            .filter(|v| v.name == "LOG_LEVEL")
+            .collect::<Vec<_>>();
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0].default, "warn");
+        for v in UCS_VARS.iter() {
+            assert!(all.contains(v), "{} missing", v.name);
+        }
+        assert_eq!(find("RUCX_TEST_REG_ALPHA").map(|v| v.default), Some("1"));
+        assert_eq!(find("TEST_REG_ALPHA").map(|v| v.default), Some("1"));
+        assert!(find("TEST_REG_NOPE").is_none());
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("LOG_LEVEL", "LOG_LEVEL"), 0);
+        assert_eq!(edit_distance("LOG_LEVLE", "LOG_LEVEL"), 2);
+        assert_eq!(edit_distance("log_level", "LOG_LEVEL"), 0);
+        assert_eq!(edit_distance("", "ABC"), 3);
+        assert_eq!(edit_distance("KITTEN", "SITTING"), 3);
+    }
+
+    #[test]
+    fn unknown_names_get_closest_suggestion() {
+        let got = unknown_vars([
+            "RUCX_LOG_LEVLE",
+            "RUCX_LOG_LEVEL",
+            "PATH",
+            "UCX_TLS",
+            "RUCX_RCACHE_ENABEL",
+            "RUCX_ZZZZZZZZZZZZZZZZ",
+        ]);
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "RUCX_LOG_LEVLE".to_owned(),
+                    Some("RUCX_LOG_LEVEL".to_owned())
+                ),
+                (
+                    "RUCX_RCACHE_ENABEL".to_owned(),
+                    Some("RUCX_RCACHE_ENABLE".to_owned())
+                ),
+                ("RUCX_ZZZZZZZZZZZZZZZZ".to_owned(), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn check_unknown_env_reads_the_environment() {
+        std::env::set_var("RUCX_TEST_CHECK_LOG_LEVLE_X", "1");
+        std::env::set_var("RUCX_LOG_LEVL", "1");
+        let got = check_unknown_env();
+        std::env::remove_var("RUCX_TEST_CHECK_LOG_LEVLE_X");
+        std::env::remove_var("RUCX_LOG_LEVL");
+        assert!(
+            got.iter().any(|(n, _)| n == "RUCX_TEST_CHECK_LOG_LEVLE_X"),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&(
+                "RUCX_LOG_LEVL".to_owned(),
+                Some("RUCX_LOG_LEVEL".to_owned())
+            )),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|(n, _)| n == "RUCX_LOG_LEVEL"));
     }
 }

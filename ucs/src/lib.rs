@@ -10,7 +10,10 @@ pub mod config;
 pub mod log;
 pub mod mpmc;
 pub mod mpool;
+pub mod rcache;
 pub mod status;
 pub mod time;
+
+mod sync;
 
 pub use status::{Error, Outcome, Result};

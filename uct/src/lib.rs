@@ -6,11 +6,17 @@
 //! messages come back through an [`EventSink`] during [`Iface::progress`].
 
 pub mod caps;
+pub mod cma;
 pub mod ep;
 pub mod iface;
 pub mod md;
+pub mod mm;
 pub mod rc_verbs;
 pub mod registry;
+pub mod self_;
+#[doc(hidden)]
+pub mod testing;
+pub mod worker;
 
 pub use caps::{
     AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,
@@ -26,3 +32,4 @@ pub use registry::{
     Transport, TRANSPORT_NAMES,
 };
 pub use ucs::{Error, Outcome, Result};
+pub use worker::{IfaceId, Worker};

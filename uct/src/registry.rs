@@ -294,5 +294,9 @@ macro_rules! transports {
 
 // The built-in transports, in the order they are listed and preferred among equals.
 transports! {
+    SelfTl => crate::self_::SelfTransport,
+    Posix => crate::mm::PosixTransport,
+    Sysv => crate::mm::SysvTransport,
+    Cma => crate::cma::CmaTransport,
     RcVerbs => crate::rc_verbs::RcVerbs,
 }

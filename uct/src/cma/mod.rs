@@ -1,0 +1,555 @@
+//! The `cma` transport (device `memory`, memory domain `cma`): put/get zcopy between processes of
+//! one host with `process_vm_writev` / `process_vm_readv` on registered memory.
+//!
+//! Registration records the range; the packed rkey is the owner's pid plus the range. The
+//! kernel checks the ptrace permission on every call; when it forbids cross-process access the
+//! transport reports itself unavailable with the reason.
+
+use crate::caps::{
+    DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags, OpLimits, PerfModel,
+};
+use crate::ep::{check_len, CompletionId, Endpoint, EpId, PendingId};
+use crate::iface::{EventSink, Iface, IfaceParams};
+use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
+use crate::mm::wire::DeviceAddr;
+use crate::registry::{DeviceInfo, Transport};
+use std::cell::Cell;
+use std::ptr::NonNull;
+use std::rc::{Rc, Weak};
+use ucs::{Error, Outcome, Result};
+
+/// The device name.
+pub const DEVICE: &str = "memory";
+/// Largest iov count of put/get zcopy.
+pub const MAX_IOV: usize = 16;
+/// Largest put/get zcopy.
+pub const MAX_ZCOPY: usize = 1 << 30;
+
+/// A packed cma remote key.
+///
+/// ```text
+/// 0         1        4           8             16            24
+/// +---------+--------+-----------+-------------+-------------+
+/// | version | 0 0 0  | pid (u32) | base (u64)  | len (u64)   |
+/// +---------+--------+-----------+-------------+-------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmaRkey {
+    /// Owner process.
+    pub pid: u32,
+    /// Start of the region in the owner.
+    pub base: u64,
+    /// Length of the region.
+    pub len: u64,
+}
+
+impl CmaRkey {
+    /// Encoded length.
+    pub const LEN: usize = 24;
+    /// Appends the encoding.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&[1, 0, 0, 0]);
+        out.extend_from_slice(&self.pid.to_le_bytes());
+        out.extend_from_slice(&self.base.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+    }
+    /// Decodes exactly [`Self::LEN`] bytes.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(Error::Wire(format!(
+                "cma remote key has {} bytes, expected {}",
+                b.len(),
+                Self::LEN
+            )));
+        }
+        if b[..4] != [1, 0, 0, 0] {
+            return Err(Error::Wire("cma remote key version/reserved bytes".into()));
+        }
+        let k = CmaRkey {
+            pid: u32::from_le_bytes(b[4..8].try_into().expect("4")),
+            base: u64::from_le_bytes(b[8..16].try_into().expect("8")),
+            len: u64::from_le_bytes(b[16..24].try_into().expect("8")),
+        };
+        if k.pid == 0 || k.base.checked_add(k.len).is_none() {
+            return Err(Error::Wire(format!("cma remote key {k:?} is invalid")));
+        }
+        Ok(k)
+    }
+}
+
+/// A cma interface address: the process id.
+///
+/// ```text
+/// 0         1        4
+/// +---------+--------+-----------+
+/// | version | 0 0 0  | pid (u32) |
+/// +---------+--------+-----------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmaIfaceAddr {
+    /// The process.
+    pub pid: u32,
+}
+
+impl CmaIfaceAddr {
+    /// Encoded length.
+    pub const LEN: usize = 8;
+    /// Appends the encoding.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&[1, 0, 0, 0]);
+        out.extend_from_slice(&self.pid.to_le_bytes());
+    }
+    /// Decodes exactly [`Self::LEN`] bytes.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(Error::Wire(format!(
+                "cma interface address has {} bytes, expected {}",
+                b.len(),
+                Self::LEN
+            )));
+        }
+        if b[..4] != [1, 0, 0, 0] {
+            return Err(Error::Wire("cma interface address version".into()));
+        }
+        let pid = u32::from_le_bytes(b[4..8].try_into().expect("4"));
+        if pid == 0 {
+            return Err(Error::Wire("cma interface address has pid 0".into()));
+        }
+        Ok(CmaIfaceAddr { pid })
+    }
+}
+
+/// Checks that this process may use process_vm_readv/writev, and allows peers to do so on it.
+fn self_test() -> std::result::Result<(), String> {
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
+        match s.trim() {
+            "0" => {}
+            "1" => {
+                // Restricted ptrace: let any process of ours attach to us, as UCX does.
+                // SAFETY: FFI, no pointers.
+                let r =
+                    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+                if r != 0 {
+                    return Err(format!(
+                        "kernel.yama.ptrace_scope is 1 and PR_SET_PTRACER failed: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+            }
+            v => {
+                return Err(format!(
+                    "kernel.yama.ptrace_scope is {v}: cross-process memory access is forbidden"
+                ))
+            }
+        }
+    }
+    let src = [0x5au8; 8];
+    let mut dst = [0u8; 8];
+    let local = libc::iovec {
+        iov_base: dst.as_mut_ptr() as *mut libc::c_void,
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: src.as_ptr() as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: FFI reading 8 bytes of our own memory into an 8-byte local buffer.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n != 8 || dst != src {
+        return Err(format!(
+            "process_vm_readv self-test failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// The `cma` transport.
+pub struct CmaTransport;
+
+impl Transport for CmaTransport {
+    const NAME: &'static str = "cma";
+    type Md = CmaMd;
+    type Iface = CmaIface;
+    type Ep = CmaEp;
+
+    fn devices() -> std::result::Result<Vec<DeviceInfo>, String> {
+        self_test()?;
+        Ok(vec![DeviceInfo {
+            name: DEVICE.into(),
+            dev_type: DeviceType::Shm,
+            details: "cross-memory attach (process_vm_readv/writev)".into(),
+        }])
+    }
+    fn open_md(device: &str) -> Result<CmaMd> {
+        check_device(device)?;
+        self_test().map_err(Error::NoDevice)?;
+        Ok(CmaMd {
+            attr: MdAttr {
+                flags: MdFlags::REG | MdFlags::NEED_RKEY,
+                max_alloc: 0,
+                max_reg: usize::MAX,
+                rkey_packed_size: CmaRkey::LEN,
+                reg_cost: (0.0, 0.0),
+            },
+        })
+    }
+    fn open_iface(_md: &CmaMd, params: &IfaceParams) -> Result<CmaIface> {
+        check_device(&params.device)?;
+        CmaIface::open(&params.device)
+    }
+}
+
+fn check_device(device: &str) -> Result<()> {
+    if device == DEVICE {
+        Ok(())
+    } else {
+        Err(Error::NoDevice(format!(
+            "transport 'cma' has no device '{device}'; its only device is '{DEVICE}'"
+        )))
+    }
+}
+
+/// The `cma` memory domain: registration records a range of this process.
+pub struct CmaMd {
+    attr: MdAttr,
+}
+
+/// Marks a handle registered by the cma domain.
+struct CmaReg;
+
+impl MemoryDomain for CmaMd {
+    fn name(&self) -> &'static str {
+        "cma"
+    }
+    fn attr(&self) -> &MdAttr {
+        &self.attr
+    }
+    unsafe fn mem_reg(&self, addr: NonNull<u8>, len: usize) -> Result<MemHandle> {
+        // SAFETY: the caller guarantees the range stays valid while the handle lives.
+        Ok(unsafe { MemHandle::new(addr, len, "cma", Some(Box::new(CmaReg))) })
+    }
+    fn rkey_pack(&self, memh: &MemHandle, out: &mut Vec<u8>) -> Result<()> {
+        if memh.tl_data::<CmaReg>().is_none() {
+            return Err(Error::InvalidParam(format!(
+                "{memh:?} was not registered with memory domain cma"
+            )));
+        }
+        CmaRkey {
+            pid: std::process::id(),
+            base: memh.addr() as u64,
+            len: memh.len() as u64,
+        }
+        .encode(out);
+        Ok(())
+    }
+    fn rkey_unpack(&self, packed: &[u8]) -> Result<RemoteKey> {
+        let k = CmaRkey::decode(packed)?;
+        Ok(RemoteKey::unmapped(k.base, k.len, k.pid as u64))
+    }
+}
+
+struct CmaEpShared {
+    id: EpId,
+    pid: u32,
+    failed: Cell<bool>,
+    reported: Cell<bool>,
+}
+
+/// A cma interface: its address is the process id; there is nothing to receive.
+pub struct CmaIface {
+    attr: IfaceAttr,
+    device: String,
+    dev_addr: Vec<u8>,
+    local_dev: DeviceAddr,
+    iface_addr: Vec<u8>,
+    eps: Vec<Weak<CmaEpShared>>,
+    next_ep: u32,
+}
+
+impl CmaIface {
+    fn open(device: &str) -> Result<Self> {
+        let local_dev = DeviceAddr::local()?;
+        let mut dev_addr = Vec::new();
+        local_dev.encode(&mut dev_addr);
+        let mut iface_addr = Vec::new();
+        CmaIfaceAddr {
+            pid: std::process::id(),
+        }
+        .encode(&mut iface_addr);
+        let zcopy = OpLimits {
+            max_short: 0,
+            max_bcopy: 0,
+            min_zcopy: 0,
+            max_zcopy: MAX_ZCOPY,
+            max_iov: MAX_IOV,
+            max_hdr: 0,
+        };
+        Ok(CmaIface {
+            attr: IfaceAttr {
+                flags: IfaceFlags::PUT_ZCOPY
+                    | IfaceFlags::GET_ZCOPY
+                    | IfaceFlags::CONNECT_TO_IFACE
+                    | IfaceFlags::ERRHANDLE_PEER_FAILURE,
+                event_flags: EventFlags::empty(),
+                atomics: Default::default(),
+                am: OpLimits::default(),
+                put: zcopy,
+                get: zcopy,
+                tag: Default::default(),
+                device_addr_len: DeviceAddr::LEN,
+                iface_addr_len: CmaIfaceAddr::LEN,
+                ep_addr_len: 0,
+                perf: PerfModel {
+                    send_overhead: 400e-9,
+                    recv_overhead: 0.0,
+                    bandwidth: 8e9,
+                    latency: 80e-9,
+                },
+                priority: 0,
+            },
+            device: device.to_owned(),
+            dev_addr,
+            local_dev,
+            iface_addr,
+            eps: Vec::new(),
+            next_ep: 0,
+        })
+    }
+}
+
+impl Iface for CmaIface {
+    type Ep = CmaEp;
+    fn attr(&self) -> &IfaceAttr {
+        &self.attr
+    }
+    fn tl_name(&self) -> &'static str {
+        "cma"
+    }
+    fn device_name(&self) -> &str {
+        &self.device
+    }
+    fn device_address(&self) -> &[u8] {
+        &self.dev_addr
+    }
+    fn iface_address(&self) -> &[u8] {
+        &self.iface_addr
+    }
+    fn is_reachable(
+        &self,
+        dev_addr: &[u8],
+        iface_addr: Option<&[u8]>,
+    ) -> std::result::Result<(), String> {
+        let peer = DeviceAddr::decode(dev_addr).map_err(|e| e.to_string())?;
+        if let Some(why) = self.local_dev.unreachable_reason(&peer) {
+            return Err(why.replace("shared memory", "cma"));
+        }
+        if let Some(ia) = iface_addr {
+            CmaIfaceAddr::decode(ia).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+    fn ep_create_connected(&mut self, dev_addr: &[u8], iface_addr: &[u8]) -> Result<CmaEp> {
+        let peer = DeviceAddr::decode(dev_addr)?;
+        if let Some(why) = self.local_dev.unreachable_reason(&peer) {
+            return Err(Error::Unreachable(why.replace("shared memory", "cma")));
+        }
+        let a = CmaIfaceAddr::decode(iface_addr)?;
+        let shared = Rc::new(CmaEpShared {
+            id: EpId(self.next_ep),
+            pid: a.pid,
+            failed: Cell::new(false),
+            reported: Cell::new(false),
+        });
+        self.next_ep += 1;
+        self.eps.push(Rc::downgrade(&shared));
+        Ok(CmaEp { shared })
+    }
+    fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.eps.len() {
+            let Some(ep) = self.eps[i].upgrade() else {
+                self.eps.swap_remove(i);
+                continue;
+            };
+            i += 1;
+            if ep.failed.get() && !ep.reported.replace(true) {
+                sink.ep_error(ep.id, peer_gone(ep.pid));
+                n += 1;
+            }
+        }
+        n
+    }
+    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
+        Ok(Outcome::DONE)
+    }
+}
+
+fn peer_gone(pid: u32) -> Error {
+    Error::PeerFailure(format!("cma peer process {pid} has exited"))
+}
+
+/// A cma endpoint: reads and writes the peer's registered memory.
+pub struct CmaEp {
+    shared: Rc<CmaEpShared>,
+}
+
+impl CmaEp {
+    fn rw(
+        &mut self,
+        write: bool,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        if self.shared.failed.get() {
+            return Err(peer_gone(self.shared.pid));
+        }
+        if iov.len() > MAX_IOV {
+            return Err(Error::InvalidParam(format!(
+                "{} iov entries, at most {MAX_IOV}",
+                iov.len()
+            )));
+        }
+        if rkey.tl_value != self.shared.pid as u64 {
+            return Err(Error::RemoteAccess(format!(
+                "the remote key belongs to process {}, this endpoint reaches {}",
+                rkey.tl_value, self.shared.pid
+            )));
+        }
+        let total = Iov::total_len(iov);
+        check_len(total, MAX_ZCOPY)?;
+        rkey.check(remote_addr, total)?;
+        if total == 0 {
+            return Ok(Outcome::DONE);
+        }
+        let mut local = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_IOV];
+        for (l, v) in local.iter_mut().zip(iov) {
+            l.iov_base = v.ptr() as *mut libc::c_void;
+            l.iov_len = v.len();
+        }
+        let mut done = 0usize;
+        while done < total {
+            // Skip local pieces already moved (short transfers are resumed).
+            let mut skip = done;
+            let mut k = 0;
+            let mut lv = local;
+            while k < iov.len() && skip >= local[k].iov_len {
+                skip -= local[k].iov_len;
+                k += 1;
+            }
+            lv[k].iov_base = (local[k].iov_base as *mut u8).wrapping_add(skip) as *mut libc::c_void;
+            lv[k].iov_len -= skip;
+            let remote = libc::iovec {
+                iov_base: (remote_addr as usize + done) as *mut libc::c_void,
+                iov_len: total - done,
+            };
+            let pid = self.shared.pid as libc::pid_t;
+            let cnt = (iov.len() - k) as libc::c_ulong;
+            // SAFETY: local pieces are registered ranges of this process (checked when each Iov
+            // was made); the remote range was bounds-checked against the rkey, and the kernel
+            // validates it in the peer.
+            let n = unsafe {
+                if write {
+                    libc::process_vm_writev(pid, lv[k..].as_ptr(), cnt, &remote, 1, 0)
+                } else {
+                    libc::process_vm_readv(pid, lv[k..].as_ptr(), cnt, &remote, 1, 0)
+                }
+            };
+            if n <= 0 {
+                let err = std::io::Error::last_os_error();
+                return Err(match err.raw_os_error() {
+                    Some(libc::ESRCH) => {
+                        self.shared.failed.set(true);
+                        peer_gone(self.shared.pid)
+                    }
+                    Some(libc::EFAULT) => Error::RemoteAccess(format!(
+                        "{total} bytes at {remote_addr:#x} are not mapped in process {}",
+                        self.shared.pid
+                    )),
+                    Some(libc::EPERM) => Error::RemoteAccess(format!(
+                        "the kernel forbids access to process {} (ptrace permission)",
+                        self.shared.pid
+                    )),
+                    _ => Error::io("process_vm_readv/writev", err),
+                });
+            }
+            done += n as usize;
+        }
+        Ok(Outcome::DONE)
+    }
+}
+
+impl Endpoint for CmaEp {
+    fn id(&self) -> EpId {
+        self.shared.id
+    }
+    fn put_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        self.rw(true, iov, remote_addr, rkey)
+    }
+    fn get_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        self.rw(false, iov, remote_addr, rkey)
+    }
+    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
+        if self.shared.failed.get() {
+            return Err(peer_gone(self.shared.pid));
+        }
+        Ok(Outcome::DONE)
+    }
+    fn fence(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn pending_add(&mut self, _req: PendingId) -> Result<()> {
+        Err(Error::Busy(
+            "cma operations never lack resources: retry now".into(),
+        ))
+    }
+    fn pending_purge(&mut self, _f: &mut dyn FnMut(PendingId)) {}
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cma_rkey_and_address_codecs() {
+        let k = CmaRkey {
+            pid: 77,
+            base: 0x1000,
+            len: 64,
+        };
+        let mut v = Vec::new();
+        k.encode(&mut v);
+        assert_eq!(v.len(), CmaRkey::LEN);
+        assert_eq!(CmaRkey::decode(&v).unwrap(), k);
+        for n in 0..v.len() {
+            assert!(matches!(CmaRkey::decode(&v[..n]), Err(Error::Wire(_))));
+        }
+        let mut bad = v.clone();
+        bad[0] = 2;
+        assert!(matches!(CmaRkey::decode(&bad), Err(Error::Wire(_))));
+        let a = CmaIfaceAddr { pid: 99 };
+        let mut v = Vec::new();
+        a.encode(&mut v);
+        assert_eq!(CmaIfaceAddr::decode(&v).unwrap(), a);
+        for n in 0..v.len() {
+            assert!(matches!(CmaIfaceAddr::decode(&v[..n]), Err(Error::Wire(_))));
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The receive FIFO's layout in shared memory and the producer/consumer views over it.
+//!
+//! One segment per interface, of [`SEG_LEN`] bytes:
+//!
+//! ```text
+//! offset 0        FifoCtl (one page): info line | head line | tail line
+//! offset 4096     NELEMS elements of ELEM_SIZE bytes:
+//!                   0..8   seq   (AtomicU64, published last: position + 1)
+//!                   8..12  len   (u32, payload length)
+//!                  12      am_id (u8)
+//!                  13      kind  (u8: 1 inline, 2 in the element's buffer)
+//!                  14..16  reserved
+//!                  16..128 inline payload (INLINE_MAX bytes)
+//! offset BUFS_OFF NELEMS buffers of BUF_SIZE bytes; buffer i belongs to element i, so a bcopy
+//!                 sender packs straight into the receiver's memory (no extra copy).
+//! ```
+//!
+//! Everything is addressed by offsets from the segment base; no pointers live in shared memory.
+//! A producer trusts nothing it reads except the atomics' protocol; the consumer bounds-checks
+//! every length before it touches payload bytes.
+
+use super::ring::{self, Claim};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Number of elements (a power of two).
+pub const NELEMS: u64 = 256;
+/// Size of one element.
+pub const ELEM_SIZE: usize = 128;
+/// Bytes of an element's header.
+pub const ELEM_HDR: usize = 16;
+/// Largest payload carried inside an element.
+pub const INLINE_MAX: usize = ELEM_SIZE - ELEM_HDR;
+/// Size of one element's bcopy buffer.
+pub const BUF_SIZE: usize = 8192;
+/// Offset of the element array.
+pub const ELEMS_OFF: usize = 4096;
+/// Offset of the buffer array.
+pub const BUFS_OFF: usize = ELEMS_OFF + NELEMS as usize * ELEM_SIZE;
+/// Size of a FIFO segment.
+pub const SEG_LEN: usize = BUFS_OFF + NELEMS as usize * BUF_SIZE;
+/// Identifies a rucx FIFO segment ("rucxfifo").
+pub const MAGIC: u64 = u64::from_le_bytes(*b"rucxfifo");
+/// Layout version.
+pub const VERSION: u32 = 1;
+/// The consumer publishes `tail` at least every this many messages.
+pub const RELEASE_BATCH: u64 = NELEMS / 4;
+
+/// Payload kind: inline in the element.
+pub const KIND_INLINE: u8 = 1;
+/// Payload kind: in the element's buffer.
+pub const KIND_BUF: u8 = 2;
+/// No message: a sender claimed the element but failed before filling it.
+pub const KIND_SKIP: u8 = 3;
+
+/// What the consumer found at its next position.
+#[derive(Debug)]
+pub enum Polled<'a> {
+    /// Nothing published yet.
+    Empty,
+    /// A message: active-message id and payload.
+    Msg(u8, &'a [u8]),
+    /// An element to step over without a message.
+    Skip,
+    /// A corrupt element (bad kind or length), stepped over.
+    Corrupt(String),
+}
+
+/// Read-only description of the FIFO, written once by its owner before it is shared.
+#[repr(C, align(128))]
+pub struct FifoInfo {
+    /// [`MAGIC`].
+    pub magic: u64,
+    /// [`VERSION`].
+    pub version: u32,
+    /// [`NELEMS`].
+    pub nelems: u32,
+    /// [`ELEM_SIZE`].
+    pub elem_size: u32,
+    /// [`BUF_SIZE`].
+    pub buf_size: u32,
+    /// Owner's process id.
+    pub owner_pid: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// [`ELEMS_OFF`].
+    pub elems_off: u64,
+    /// [`BUFS_OFF`].
+    pub bufs_off: u64,
+}
+
+/// An atomic word alone on its (pair of) cache lines.
+#[repr(C, align(128))]
+pub struct Line(pub AtomicU64);
+
+/// The FIFO's control block at offset 0.
+#[repr(C)]
+pub struct FifoCtl {
+    /// Description.
+    pub info: FifoInfo,
+    /// Next position to claim (bit 63: receiver armed).
+    pub head: Line,
+    /// Positions below it are consumed.
+    pub tail: Line,
+}
+
+/// An element's header.
+#[repr(C, align(128))]
+pub struct ElemHdr {
+    /// Publish word.
+    pub seq: AtomicU64,
+    /// Payload length.
+    pub len: u32,
+    /// Active-message id.
+    pub am_id: u8,
+    /// [`KIND_INLINE`] or [`KIND_BUF`].
+    pub kind: u8,
+    /// Reserved.
+    pub reserved: u16,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<FifoInfo>() == 128);
+    assert!(std::mem::size_of::<FifoCtl>() == 384);
+    assert!(std::mem::size_of::<FifoCtl>() <= ELEMS_OFF);
+    assert!(std::mem::offset_of!(FifoCtl, head) == 128);
+    assert!(std::mem::offset_of!(FifoCtl, tail) == 256);
+    assert!(std::mem::size_of::<ElemHdr>() == ELEM_SIZE);
+    assert!(std::mem::offset_of!(ElemHdr, len) == 8);
+    assert!(std::mem::offset_of!(ElemHdr, am_id) == 12);
+    assert!(std::mem::offset_of!(ElemHdr, kind) == 13);
+    assert!(NELEMS.is_power_of_two());
+    assert!(ELEMS_OFF % 4096 == 0 && BUFS_OFF % 4096 == 0);
+    assert!(std::mem::size_of::<AtomicU64>() == 8);
+};
+
+/// Raw addresses of a mapped FIFO. Valid while the mapping it was made from lives.
+#[derive(Debug, Clone, Copy)]
+pub struct FifoPtrs {
+    base: *mut u8,
+}
+
+impl FifoPtrs {
+    /// Views a mapping of at least [`SEG_LEN`] bytes.
+    ///
+    /// # Safety
+    /// `base..base+SEG_LEN` must be mapped, 128-byte aligned, and stay mapped while the view (and
+    /// any copy) is used.
+    pub unsafe fn new(base: *mut u8) -> Self {
+        FifoPtrs { base }
+    }
+
+    /// Initializes a fresh (zero-filled) segment as an empty FIFO owned by `pid`.
+    ///
+    /// # Safety
+    /// No one else may access the segment yet.
+    pub unsafe fn init(&self, pid: u32) {
+        let info = self.base as *mut FifoInfo;
+        // SAFETY: the segment is ours alone and large enough (caller's contract).
+        unsafe {
+            info.write(FifoInfo {
+                magic: MAGIC,
+                version: VERSION,
+                nelems: NELEMS as u32,
+                elem_size: ELEM_SIZE as u32,
+                buf_size: BUF_SIZE as u32,
+                owner_pid: pid,
+                reserved: 0,
+                elems_off: ELEMS_OFF as u64,
+                bufs_off: BUFS_OFF as u64,
+            });
+        }
+        // head, tail and every seq start at zero: the segment is zero-filled.
+    }
+
+    /// Checks that the segment holds a FIFO of this layout owned by `pid`.
+    pub fn validate(&self, pid: u32) -> Result<(), String> {
+        // SAFETY: the mapping is at least SEG_LEN bytes (constructor's contract); these fields
+        // are written once before the segment is shared, so plain reads are fine.
+        let info = unsafe { &*(self.base as *const FifoInfo) };
+        if info.magic != MAGIC {
+            return Err("the segment does not hold a rucx FIFO (bad magic)".into());
+        }
+        if info.version != VERSION
+            || info.nelems as u64 != NELEMS
+            || info.elem_size as usize != ELEM_SIZE
+            || info.buf_size as usize != BUF_SIZE
+            || info.elems_off as usize != ELEMS_OFF
+            || info.bufs_off as usize != BUFS_OFF
+        {
+            return Err(format!(
+                "FIFO layout version {} ({} x {} B, {} B buffers) differs from ours",
+                info.version, info.nelems, info.elem_size, info.buf_size
+            ));
+        }
+        if info.owner_pid != pid {
+            return Err(format!(
+                "FIFO belongs to process {}, not {pid}",
+                info.owner_pid
+            ));
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn ctl(&self) -> &FifoCtl {
+        // SAFETY: offset 0 holds a FifoCtl (constructor's contract); its atomics are only used
+        // atomically and its info only read.
+        unsafe { &*(self.base as *const FifoCtl) }
+    }
+    #[inline(always)]
+    fn head(&self) -> &AtomicU64 {
+        &self.ctl().head.0
+    }
+    #[inline(always)]
+    fn tail(&self) -> &AtomicU64 {
+        &self.ctl().tail.0
+    }
+    #[inline(always)]
+    fn elem(&self, pos: u64) -> *mut ElemHdr {
+        let idx = (pos & (NELEMS - 1)) as usize;
+        self.base.wrapping_add(ELEMS_OFF + idx * ELEM_SIZE) as *mut ElemHdr
+    }
+    #[inline(always)]
+    fn seq(&self, pos: u64) -> &AtomicU64 {
+        // SAFETY: the element lies inside the mapping; seq is only accessed atomically.
+        unsafe { &(*self.elem(pos)).seq }
+    }
+    #[inline(always)]
+    fn inline_ptr(&self, pos: u64) -> *mut u8 {
+        (self.elem(pos) as *mut u8).wrapping_add(ELEM_HDR)
+    }
+    #[inline(always)]
+    fn buf_ptr(&self, pos: u64) -> *mut u8 {
+        let idx = (pos & (NELEMS - 1)) as usize;
+        self.base.wrapping_add(BUFS_OFF + idx * BUF_SIZE)
+    }
+
+    // ---- producer side ----
+
+    /// Claims a position, or `None` when the FIFO is full.
+    #[inline(always)]
+    pub fn claim(&self, cached_tail: &mut u64) -> Option<Claim> {
+        ring::claim(self.head(), self.tail(), cached_tail, NELEMS)
+    }
+    /// True when a claim would succeed now.
+    #[inline]
+    pub fn has_space(&self, cached_tail: &mut u64) -> bool {
+        ring::has_space(self.head(), self.tail(), cached_tail, NELEMS)
+    }
+    /// The inline payload area of a claimed position ([`INLINE_MAX`] bytes).
+    #[inline(always)]
+    pub fn inline_area(&self, pos: u64) -> *mut u8 {
+        self.inline_ptr(pos)
+    }
+    /// The buffer of a claimed position ([`BUF_SIZE`] bytes).
+    #[inline(always)]
+    pub fn buf_area(&self, pos: u64) -> *mut u8 {
+        self.buf_ptr(pos)
+    }
+    /// Writes the header of a claimed position and publishes it.
+    ///
+    /// # Safety
+    /// `pos` must have been claimed by this caller and not yet published.
+    #[inline(always)]
+    pub unsafe fn publish(&self, pos: u64, am_id: u8, kind: u8, len: u32) {
+        let e = self.elem(pos);
+        // SAFETY: the claim gives this producer the element until publish (ring protocol).
+        unsafe {
+            std::ptr::addr_of_mut!((*e).len).write(len);
+            std::ptr::addr_of_mut!((*e).am_id).write(am_id);
+            std::ptr::addr_of_mut!((*e).kind).write(kind);
+        }
+        ring::publish(self.seq(pos), pos);
+    }
+
+    // ---- consumer side ----
+
+    /// What is at position `pos`. Every result but [`Polled::Empty`] consumes the position.
+    ///
+    /// # Safety
+    /// Only the FIFO's single consumer may call this, for its next position; the slice is valid
+    /// until the consumer releases the position.
+    #[inline(always)]
+    pub unsafe fn poll<'a>(&self, pos: u64) -> Polled<'a> {
+        if !ring::is_ready(self.seq(pos), pos) {
+            return Polled::Empty;
+        }
+        let e = self.elem(pos);
+        // SAFETY: published (Acquire above), so the header is written and producers leave the
+        // element alone until released; lengths are bounds-checked before slicing.
+        unsafe {
+            let len = std::ptr::addr_of!((*e).len).read() as usize;
+            let am_id = std::ptr::addr_of!((*e).am_id).read();
+            let kind = std::ptr::addr_of!((*e).kind).read();
+            let (p, max) = match kind {
+                KIND_INLINE => (self.inline_ptr(pos), INLINE_MAX),
+                KIND_BUF => (self.buf_ptr(pos), BUF_SIZE),
+                KIND_SKIP => return Polled::Skip,
+                k => return Polled::Corrupt(format!("unknown element kind {k}")),
+            };
+            if len > max {
+                return Polled::Corrupt(format!("length {len} exceeds {max}"));
+            }
+            Polled::Msg(am_id, std::slice::from_raw_parts(p, len))
+        }
+    }
+    /// Tells producers that every position below `read_pos` is consumed.
+    #[inline(always)]
+    pub fn release(&self, read_pos: u64) {
+        ring::release(self.tail(), read_pos);
+    }
+    /// Arms for a wake-up; `false` when messages are already on the way.
+    pub fn arm(&self, read_pos: u64) -> bool {
+        ring::arm(self.head(), read_pos)
+    }
+    /// True when a position at or after `read_pos` has been claimed.
+    pub fn claimed_beyond(&self, read_pos: u64) -> bool {
+        self.head().load(Ordering::Acquire) & !ring::ARMED != read_pos
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[repr(C, align(4096))]
+    struct Page([u8; 4096]);
+
+    fn fresh() -> (Vec<Page>, FifoPtrs) {
+        let mut mem: Vec<Page> = (0..SEG_LEN / 4096).map(|_| Page([0; 4096])).collect();
+        // SAFETY: the Vec is SEG_LEN bytes, page aligned, and outlives the view in each test.
+        let f = unsafe { FifoPtrs::new(mem.as_mut_ptr() as *mut u8) };
+        // SAFETY: fresh memory, nobody else sees it.
+        unsafe { f.init(42) };
+        (mem, f)
+    }
+
+    #[test]
+    fn inline_and_buffer_messages_round_trip() {
+        let (_mem, f) = fresh();
+        f.validate(42).unwrap();
+        assert!(f.validate(43).is_err());
+        let mut tail = 0;
+        let c = f.claim(&mut tail).unwrap();
+        // SAFETY: claimed position, INLINE_MAX bytes available.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b"hello".as_ptr(), f.inline_area(c.pos), 5);
+            f.publish(c.pos, 3, KIND_INLINE, 5);
+        }
+        let c = f.claim(&mut tail).unwrap();
+        let big = vec![0xabu8; BUF_SIZE];
+        // SAFETY: claimed position, BUF_SIZE bytes available.
+        unsafe {
+            std::ptr::copy_nonoverlapping(big.as_ptr(), f.buf_area(c.pos), BUF_SIZE);
+            f.publish(c.pos, 4, KIND_BUF, BUF_SIZE as u32);
+        }
+        // SAFETY: single consumer in this test.
+        unsafe {
+            match f.poll(0) {
+                Polled::Msg(id, d) => assert_eq!((id, d), (3, &b"hello"[..])),
+                other => panic!("{other:?}"),
+            }
+            match f.poll(1) {
+                Polled::Msg(id, d) => {
+                    assert_eq!(id, 4);
+                    assert_eq!(d, &big[..]);
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(matches!(f.poll(2), Polled::Empty));
+        }
+    }
+
+    #[test]
+    fn full_fifo_refuses_until_released_and_corrupt_length_is_caught() {
+        let (_mem, f) = fresh();
+        let mut tail = 0;
+        for _ in 0..NELEMS {
+            let c = f.claim(&mut tail).unwrap();
+            // SAFETY: claimed; a corrupt length is published on purpose.
+            unsafe { f.publish(c.pos, 0, KIND_INLINE, INLINE_MAX as u32 + 1) };
+        }
+        assert!(f.claim(&mut tail).is_none());
+        assert!(!f.has_space(&mut tail));
+        // SAFETY: single consumer.
+        let r = unsafe { f.poll(0) };
+        assert!(
+            matches!(r, Polled::Corrupt(_)),
+            "oversized inline length must be rejected"
+        );
+        f.release(1);
+        assert!(f.has_space(&mut tail));
+        assert_eq!(f.claim(&mut tail).unwrap().pos, NELEMS);
+    }
+}

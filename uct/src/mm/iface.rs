@@ -1,0 +1,944 @@
+//! Interface and endpoint of the shared-memory transports.
+
+use super::fifo::{self, FifoPtrs, Polled, BUF_SIZE, INLINE_MAX};
+use super::segment::Segment;
+use super::wire::{DeviceAddr, IfaceAddr, SegKind};
+use crate::caps::{AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel};
+use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
+use crate::iface::{EventSink, Iface};
+use crate::md::{Iov, RemoteKey};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use ucs::{Error, Outcome, Result};
+
+/// Largest user header of `am_zcopy`.
+pub const AM_MAX_HDR: usize = 128;
+/// Largest iov count of zcopy operations.
+pub const MAX_IOV: usize = 16;
+/// Largest `put_short` / `get_short`.
+pub const RMA_MAX_SHORT: usize = 4096;
+/// Largest `put_bcopy` / `get_bcopy`.
+pub const RMA_MAX_BCOPY: usize = 64 * 1024;
+/// Largest `put_zcopy` / `get_zcopy`.
+pub const RMA_MAX_ZCOPY: usize = 1 << 30;
+/// Messages consumed per progress call at most.
+const POLL_BATCH: usize = 32;
+/// Progress calls between two checks of the peers' liveness.
+const PEER_CHECK_INTERVAL: u32 = 1024;
+
+fn attr() -> IfaceAttr {
+    let rma = |max_short| OpLimits {
+        max_short,
+        max_bcopy: RMA_MAX_BCOPY,
+        min_zcopy: 0,
+        max_zcopy: RMA_MAX_ZCOPY,
+        max_iov: MAX_IOV,
+        max_hdr: 0,
+    };
+    IfaceAttr {
+        flags: IfaceFlags::AM_SHORT
+            | IfaceFlags::AM_BCOPY
+            | IfaceFlags::AM_ZCOPY
+            | IfaceFlags::PUT_SHORT
+            | IfaceFlags::PUT_BCOPY
+            | IfaceFlags::PUT_ZCOPY
+            | IfaceFlags::GET_SHORT
+            | IfaceFlags::GET_BCOPY
+            | IfaceFlags::GET_ZCOPY
+            | IfaceFlags::ATOMIC_CPU
+            | IfaceFlags::PENDING
+            | IfaceFlags::CONNECT_TO_IFACE
+            | IfaceFlags::ERRHANDLE_PEER_FAILURE,
+        event_flags: EventFlags::RECV | EventFlags::FD,
+        atomics: AtomicCaps {
+            op32: AtomicOps::POST_ALL,
+            fop32: AtomicOps::FETCH_ALL,
+            op64: AtomicOps::POST_ALL,
+            fop64: AtomicOps::FETCH_ALL,
+        },
+        am: OpLimits {
+            max_short: INLINE_MAX,
+            max_bcopy: BUF_SIZE,
+            min_zcopy: 0,
+            max_zcopy: BUF_SIZE - AM_MAX_HDR,
+            max_iov: MAX_IOV,
+            max_hdr: AM_MAX_HDR,
+        },
+        put: rma(RMA_MAX_SHORT),
+        get: rma(RMA_MAX_SHORT),
+        tag: Default::default(),
+        device_addr_len: DeviceAddr::LEN,
+        iface_addr_len: IfaceAddr::LEN,
+        ep_addr_len: 0,
+        // Measured on a 2-core VM with the ping-pong in tests/src/bin/shm_pingpong.rs.
+        perf: PerfModel {
+            send_overhead: 10e-9,
+            recv_overhead: 10e-9,
+            bandwidth: 10e9,
+            latency: 80e-9,
+        },
+        priority: 0,
+    }
+}
+
+/// Watches a peer process for exit.
+enum PeerWatch {
+    /// A pidfd: readable once the process has exited.
+    Pidfd(OwnedFd),
+    /// Fallback without pidfd: `kill(pid, 0)`.
+    Pid(libc::pid_t),
+}
+
+impl PeerWatch {
+    fn new(pid: u32) -> Self {
+        // SAFETY: FFI; pidfd_open returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd >= 0 {
+            // SAFETY: a fresh descriptor we own.
+            PeerWatch::Pidfd(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+        } else {
+            PeerWatch::Pid(pid as libc::pid_t)
+        }
+    }
+    fn exited(&self) -> bool {
+        match self {
+            PeerWatch::Pidfd(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: FFI with one valid pollfd and no timeout.
+                let n = unsafe { libc::poll(&mut p, 1, 0) };
+                n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+            }
+            // SAFETY: FFI; signal 0 only checks existence.
+            PeerWatch::Pid(pid) => unsafe {
+                libc::kill(*pid, 0) != 0
+                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+            },
+        }
+    }
+}
+
+fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = name.as_bytes();
+    debug_assert!(bytes.len() < a.sun_path.len() - 1);
+    for (d, s) in a.sun_path[1..].iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len();
+    (a, len as libc::socklen_t)
+}
+
+/// State an endpoint shares with its interface (single-threaded, like the worker).
+struct EpShared {
+    id: EpId,
+    /// The peer's FIFO, kept mapped by `_seg`.
+    remote: FifoPtrs,
+    _seg: Segment,
+    /// The interface's own cache of the peer's tail, for pending dispatch.
+    iface_tail: Cell<u64>,
+    pending: RefCell<VecDeque<PendingId>>,
+    failed: Cell<bool>,
+    reported: Cell<bool>,
+    peer: PeerWatch,
+    peer_pid: u32,
+}
+
+impl EpShared {
+    fn peer_error(&self) -> Error {
+        Error::PeerFailure(format!(
+            "shared-memory peer process {} has exited",
+            self.peer_pid
+        ))
+    }
+}
+
+/// Counters shared between an interface and its endpoints.
+#[derive(Default)]
+struct Common {
+    /// Requests queued on all endpoints.
+    pending_total: Cell<usize>,
+    /// Endpoints found failed but not yet reported.
+    unreported: Cell<usize>,
+}
+
+/// An interface of `posix` or `sysv`: owns the receive FIFO.
+pub struct MmIface {
+    kind: SegKind,
+    attr: IfaceAttr,
+    device: String,
+    dev_addr: Vec<u8>,
+    local_dev: DeviceAddr,
+    iface_addr: Vec<u8>,
+    fifo: FifoPtrs,
+    _seg: Segment,
+    read_pos: u64,
+    released: u64,
+    /// Bound to our abstract name: the event fd, and the socket we send wake-ups from.
+    sock: Rc<OwnedFd>,
+    eps: Vec<Weak<EpShared>>,
+    common: Rc<Common>,
+    next_ep: u32,
+    tick: u32,
+}
+
+impl MmIface {
+    /// Opens an interface with a fresh FIFO segment of `kind`.
+    pub fn open(kind: SegKind, device: &str) -> Result<Self> {
+        let seg = Segment::create(kind, fifo::SEG_LEN)?;
+        // SAFETY: the segment is SEG_LEN bytes, page aligned, and lives in `self._seg` as long as
+        // the view; nobody else knows it yet, so init may write it.
+        let fifo = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
+        let pid = std::process::id();
+        // SAFETY: as above.
+        unsafe { fifo.init(pid) };
+
+        static NONCE: AtomicU64 = AtomicU64::new(0);
+        let nonce =
+            NONCE.fetch_add(1, Ordering::Relaxed) ^ (seg.base().as_ptr() as u64).rotate_left(32);
+        // SAFETY: FFI; a new socket descriptor or -1.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        if fd < 0 {
+            return Err(Error::last_os("socket for shared-memory wake-ups"));
+        }
+        // SAFETY: a fresh descriptor we own.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        let (sa, len) = abstract_addr(&IfaceAddr::socket_name(pid, nonce));
+        // SAFETY: FFI with a valid address of `len` bytes.
+        if unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, len) } != 0 {
+            return Err(Error::last_os("binding the shared-memory wake-up socket"));
+        }
+
+        let local_dev = DeviceAddr::local()?;
+        let mut dev_addr = Vec::with_capacity(DeviceAddr::LEN);
+        local_dev.encode(&mut dev_addr);
+        let mut iface_addr = Vec::with_capacity(IfaceAddr::LEN);
+        IfaceAddr {
+            seg: seg.seg_ref(),
+            nonce,
+        }
+        .encode(&mut iface_addr);
+        Ok(MmIface {
+            kind,
+            attr: attr(),
+            device: device.to_owned(),
+            dev_addr,
+            local_dev,
+            iface_addr,
+            fifo,
+            _seg: seg,
+            read_pos: 0,
+            released: 0,
+            sock: Rc::new(sock),
+            eps: Vec::new(),
+            common: Rc::new(Common::default()),
+            next_ep: 0,
+            tick: 0,
+        })
+    }
+
+    fn drain_socket(&self) {
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: FFI into a local buffer of its stated size.
+            let n = unsafe {
+                libc::recv(
+                    self.sock.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                break;
+            }
+        }
+    }
+
+    /// Dispatches pending requests and endpoint errors. Allocates nothing.
+    fn progress_eps<S: EventSink>(&mut self, sink: &mut S, check_peers: bool) -> usize {
+        let mut count = 0;
+        let mut i = 0;
+        while i < self.eps.len() {
+            let Some(ep) = self.eps[i].upgrade() else {
+                self.eps.swap_remove(i);
+                continue;
+            };
+            i += 1;
+            if check_peers && !ep.failed.get() && ep.peer.exited() {
+                ep.failed.set(true);
+                self.common.unreported.set(self.common.unreported.get() + 1);
+            }
+            if ep.failed.get() {
+                if !ep.reported.get() {
+                    ep.reported.set(true);
+                    self.common.unreported.set(self.common.unreported.get() - 1);
+                    sink.ep_error(ep.id, ep.peer_error());
+                    count += 1;
+                }
+                continue;
+            }
+            loop {
+                let mut tail = ep.iface_tail.get();
+                let space = ep.remote.has_space(&mut tail);
+                ep.iface_tail.set(tail);
+                if !space {
+                    break;
+                }
+                let Some(req) = ep.pending.borrow_mut().pop_front() else {
+                    break;
+                };
+                self.common
+                    .pending_total
+                    .set(self.common.pending_total.get() - 1);
+                count += 1;
+                if !sink.pending(ep.id, req) {
+                    ep.pending.borrow_mut().push_front(req);
+                    self.common
+                        .pending_total
+                        .set(self.common.pending_total.get() + 1);
+                    break;
+                }
+            }
+        }
+        count
+    }
+}
+
+impl Iface for MmIface {
+    type Ep = MmEp;
+
+    fn attr(&self) -> &IfaceAttr {
+        &self.attr
+    }
+    fn tl_name(&self) -> &'static str {
+        self.kind.name()
+    }
+    fn device_name(&self) -> &str {
+        &self.device
+    }
+    fn device_address(&self) -> &[u8] {
+        &self.dev_addr
+    }
+    fn iface_address(&self) -> &[u8] {
+        &self.iface_addr
+    }
+    fn is_reachable(
+        &self,
+        dev_addr: &[u8],
+        iface_addr: Option<&[u8]>,
+    ) -> std::result::Result<(), String> {
+        let peer = DeviceAddr::decode(dev_addr).map_err(|e| e.to_string())?;
+        if let Some(why) = self.local_dev.unreachable_reason(&peer) {
+            return Err(why);
+        }
+        if let Some(ia) = iface_addr {
+            let a = IfaceAddr::decode(ia).map_err(|e| e.to_string())?;
+            if a.seg.kind != self.kind {
+                return Err(format!(
+                    "the peer's address is for {}, this interface is {}",
+                    a.seg.kind.name(),
+                    self.kind.name()
+                ));
+            }
+            if PeerWatch::Pid(a.seg.pid as libc::pid_t).exited() {
+                return Err(format!("peer process {} does not exist", a.seg.pid));
+            }
+        }
+        Ok(())
+    }
+
+    fn ep_create_connected(&mut self, dev_addr: &[u8], iface_addr: &[u8]) -> Result<MmEp> {
+        let peer_dev = DeviceAddr::decode(dev_addr)?;
+        if let Some(why) = self.local_dev.unreachable_reason(&peer_dev) {
+            return Err(Error::Unreachable(why));
+        }
+        let a = IfaceAddr::decode(iface_addr)?;
+        if a.seg.kind != self.kind {
+            return Err(Error::Unreachable(format!(
+                "the peer's address is for {}, this interface is {}",
+                a.seg.kind.name(),
+                self.kind.name()
+            )));
+        }
+        if a.seg.len != fifo::SEG_LEN as u64 {
+            return Err(Error::Wire(format!(
+                "FIFO segment of {} bytes, expected {}",
+                a.seg.len,
+                fifo::SEG_LEN
+            )));
+        }
+        // Watch the peer before mapping, so a pid reused later is not mistaken for it.
+        let peer = PeerWatch::new(a.seg.pid);
+        let seg = Segment::attach(a.seg)?;
+        // SAFETY: attach mapped SEG_LEN bytes; the Segment lives in EpShared with every copy.
+        let remote = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
+        remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
+        let id = EpId(self.next_ep);
+        self.next_ep += 1;
+        let shared = Rc::new(EpShared {
+            id,
+            remote,
+            _seg: seg,
+            iface_tail: Cell::new(0),
+            pending: RefCell::new(VecDeque::new()),
+            failed: Cell::new(false),
+            reported: Cell::new(false),
+            peer,
+            peer_pid: a.seg.pid,
+        });
+        self.eps.push(Rc::downgrade(&shared));
+        let (wake_addr, wake_len) = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
+        Ok(MmEp {
+            fifo: remote,
+            cached_tail: 0,
+            shared,
+            common: self.common.clone(),
+            sock: self.sock.clone(),
+            wake_addr,
+            wake_len,
+        })
+    }
+
+    #[inline]
+    fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        let mut n = 0;
+        while n < POLL_BATCH {
+            // SAFETY: this interface is the FIFO's only consumer and read_pos its next position;
+            // the data slice is used only inside the sink call, before the release below.
+            match unsafe { self.fifo.poll(self.read_pos) } {
+                Polled::Empty => break,
+                Polled::Msg(id, data) => {
+                    if id < crate::ep::AM_ID_MAX {
+                        sink.am(id, data);
+                    } else {
+                        tracing::warn!(id, "shared-memory message with a bad AM id dropped");
+                    }
+                }
+                Polled::Skip => {}
+                Polled::Corrupt(why) => {
+                    tracing::warn!(why, "corrupt shared-memory FIFO element dropped")
+                }
+            }
+            self.read_pos += 1;
+            n += 1;
+            if self.read_pos - self.released >= fifo::RELEASE_BATCH {
+                self.fifo.release(self.read_pos);
+                self.released = self.read_pos;
+            }
+        }
+        if n == 0 && self.released != self.read_pos {
+            self.fifo.release(self.read_pos);
+            self.released = self.read_pos;
+        }
+        self.tick = self.tick.wrapping_add(1);
+        let check_peers = self.tick % PEER_CHECK_INTERVAL == 0 && !self.eps.is_empty();
+        if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
+            n += self.progress_eps(sink, check_peers);
+        }
+        n
+    }
+
+    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
+        // Every operation completes before it returns; queued requests have not started.
+        if self.common.pending_total.get() > 0 {
+            Ok(Outcome::NoResource)
+        } else {
+            Ok(Outcome::DONE)
+        }
+    }
+
+    fn event_fd(&self) -> Option<RawFd> {
+        Some(self.sock.as_raw_fd())
+    }
+
+    fn event_arm(&mut self, events: EventFlags) -> Result<()> {
+        if events.contains(EventFlags::SEND_COMP) {
+            return Err(Error::Unsupported(
+                "shared memory completes sends at once: no send-completion events".into(),
+            ));
+        }
+        self.drain_socket();
+        if self.common.unreported.get() > 0 {
+            return Err(Error::Busy("endpoint errors wait for progress".into()));
+        }
+        if events.contains(EventFlags::RECV) && !self.fifo.arm(self.read_pos) {
+            return Err(Error::Busy("messages are arriving".into()));
+        }
+        Ok(())
+    }
+}
+
+/// An endpoint to a peer's FIFO.
+pub struct MmEp {
+    fifo: FifoPtrs,
+    cached_tail: u64,
+    shared: Rc<EpShared>,
+    common: Rc<Common>,
+    sock: Rc<OwnedFd>,
+    wake_addr: libc::sockaddr_un,
+    wake_len: libc::socklen_t,
+}
+
+/// Publishes a claimed element as "skip" if the sender unwinds before publishing it, so the
+/// receiver never stalls on a hole.
+struct ClaimGuard<'a> {
+    fifo: &'a FifoPtrs,
+    pos: u64,
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the position was claimed by this sender and is not published yet.
+        unsafe { self.fifo.publish(self.pos, 0, fifo::KIND_SKIP, 0) };
+    }
+}
+
+impl MmEp {
+    #[inline(always)]
+    fn check_alive(&self) -> Result<()> {
+        if self.shared.failed.get() {
+            return Err(self.shared.peer_error());
+        }
+        Ok(())
+    }
+
+    /// The FIFO is full: a dead peer is an error, otherwise back-pressure.
+    #[cold]
+    fn no_resource<T>(&self) -> Result<Outcome<T>> {
+        if self.shared.peer.exited() {
+            self.mark_failed();
+            return Err(self.shared.peer_error());
+        }
+        Ok(Outcome::NoResource)
+    }
+
+    fn mark_failed(&self) {
+        if !self.shared.failed.replace(true) {
+            self.common.unreported.set(self.common.unreported.get() + 1);
+        }
+    }
+
+    #[cold]
+    fn wake(&self) {
+        let b = 0u8;
+        // SAFETY: FFI with a valid one-byte buffer and a valid address; a full socket (EAGAIN)
+        // already wakes the receiver, and a gone receiver is detected by the peer watch.
+        unsafe {
+            libc::sendto(
+                self.sock.as_raw_fd(),
+                &b as *const u8 as *const libc::c_void,
+                1,
+                libc::MSG_DONTWAIT,
+                &self.wake_addr as *const _ as *const libc::sockaddr,
+                self.wake_len,
+            );
+        }
+    }
+
+    /// Claims an element, lets `fill` write the payload into (inline area, buffer area) and
+    /// give (kind, length), then publishes it.
+    #[inline(always)]
+    fn send<T>(
+        &mut self,
+        am_id: u8,
+        fill: impl FnOnce(*mut u8, *mut u8) -> Result<(u8, usize, T)>,
+    ) -> Result<Outcome<T>> {
+        self.check_alive()?;
+        let Some(c) = self.fifo.claim(&mut self.cached_tail) else {
+            return self.no_resource();
+        };
+        let guard = ClaimGuard {
+            fifo: &self.fifo,
+            pos: c.pos,
+        };
+        let r = fill(self.fifo.inline_area(c.pos), self.fifo.buf_area(c.pos));
+        std::mem::forget(guard);
+        let out = match r {
+            Ok((kind, len, v)) => {
+                // SAFETY: claimed above, not yet published.
+                unsafe { self.fifo.publish(c.pos, am_id, kind, len as u32) };
+                Ok(Outcome::Done(v))
+            }
+            Err(e) => {
+                // SAFETY: as above; the element is skipped by the receiver.
+                unsafe { self.fifo.publish(c.pos, 0, fifo::KIND_SKIP, 0) };
+                Err(e)
+            }
+        };
+        if c.wake {
+            self.wake();
+        }
+        out
+    }
+
+    fn rma_ptr(&self, rkey: &RemoteKey, remote_addr: u64, len: usize) -> Result<*mut u8> {
+        self.check_alive()?;
+        rkey.local_ptr(remote_addr, len).map_err(|e| match e {
+            Error::Unsupported(_) => Error::RemoteAccess(
+                "the remote key is not mapped: unpack it with the posix/sysv memory domain".into(),
+            ),
+            e => e,
+        })
+    }
+
+    fn atomic_ptr<T>(&self, rkey: &RemoteKey, remote_addr: u64) -> Result<*mut T> {
+        let size = std::mem::size_of::<T>();
+        let p = self.rma_ptr(rkey, remote_addr, size)?;
+        if (p as usize) % size != 0 {
+            return Err(Error::RemoteAccess(format!(
+                "{size}-byte atomic at {remote_addr:#x} is not aligned"
+            )));
+        }
+        Ok(p as *mut T)
+    }
+}
+
+fn check_iov(iov: &[Iov<'_>], max_len: usize) -> Result<usize> {
+    if iov.len() > MAX_IOV {
+        return Err(Error::InvalidParam(format!(
+            "{} iov entries, at most {MAX_IOV}",
+            iov.len()
+        )));
+    }
+    let total = Iov::total_len(iov);
+    check_len(total, max_len)?;
+    Ok(total)
+}
+
+macro_rules! fetch_op {
+    ($p:expr, $op:expr, $v:expr) => {
+        match $op {
+            AtomicOp::Add => $p.fetch_add($v, Ordering::SeqCst),
+            AtomicOp::And => $p.fetch_and($v, Ordering::SeqCst),
+            AtomicOp::Or => $p.fetch_or($v, Ordering::SeqCst),
+            AtomicOp::Xor => $p.fetch_xor($v, Ordering::SeqCst),
+            AtomicOp::Swap => $p.swap($v, Ordering::SeqCst),
+        }
+    };
+}
+
+fn post_only(op: AtomicOp) -> Result<()> {
+    if op == AtomicOp::Swap {
+        return Err(Error::Unsupported(
+            "swap has no post form; use the fetching call".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl Endpoint for MmEp {
+    fn id(&self) -> EpId {
+        self.shared.id
+    }
+
+    #[inline]
+    fn am_short(&mut self, id: u8, header: u64, payload: &[u8]) -> Result<Outcome> {
+        check_am_id(id)?;
+        let len = 8 + payload.len();
+        check_len(len, INLINE_MAX)?;
+        self.send(id, |inl, _| {
+            // SAFETY: the inline area of a claimed element holds INLINE_MAX >= len bytes.
+            unsafe {
+                (inl as *mut [u8; 8]).write_unaligned(header.to_le_bytes());
+                std::ptr::copy_nonoverlapping(payload.as_ptr(), inl.add(8), payload.len());
+            }
+            Ok((fifo::KIND_INLINE, len, ()))
+        })
+    }
+
+    fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
+        check_am_id(id)?;
+        let len: usize = iov.iter().map(|b| b.len()).sum();
+        check_len(len, INLINE_MAX)?;
+        self.send(id, |inl, _| {
+            let mut at = 0;
+            for b in iov {
+                // SAFETY: the total fits INLINE_MAX bytes of the claimed element.
+                unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), inl.add(at), b.len()) };
+                at += b.len();
+            }
+            Ok((fifo::KIND_INLINE, len, ()))
+        })
+    }
+
+    #[inline]
+    fn am_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        id: u8,
+        pack: F,
+    ) -> Result<Outcome<usize>> {
+        check_am_id(id)?;
+        self.send(id, |_, buf| {
+            // SAFETY: the claimed element's buffer is BUF_SIZE bytes that only this sender
+            // touches until it publishes.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_SIZE) };
+            let len = pack(dst);
+            check_len(len, BUF_SIZE)?;
+            Ok((fifo::KIND_BUF, len, len))
+        })
+    }
+
+    fn am_zcopy(
+        &mut self,
+        id: u8,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        check_am_id(id)?;
+        check_len(header.len(), AM_MAX_HDR)?;
+        let total = check_iov(iov, BUF_SIZE - AM_MAX_HDR)?;
+        self.send(id, |_, buf| {
+            // SAFETY: header + total <= BUF_SIZE bytes of the claimed buffer; every iov piece
+            // was bounds-checked against its registered region when it was made.
+            unsafe {
+                std::ptr::copy_nonoverlapping(header.as_ptr(), buf, header.len());
+                let mut at = header.len();
+                for v in iov {
+                    std::ptr::copy_nonoverlapping(v.ptr(), buf.add(at), v.len());
+                    at += v.len();
+                }
+            }
+            Ok((fifo::KIND_BUF, header.len() + total, ()))
+        })
+    }
+
+    fn put_short(&mut self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
+        check_len(data.len(), RMA_MAX_SHORT)?;
+        let p = self.rma_ptr(rkey, remote_addr, data.len())?;
+        // SAFETY: bounds-checked destination inside the peer's mapped region.
+        unsafe { std::ptr::copy(data.as_ptr(), p, data.len()) };
+        Ok(Outcome::DONE)
+    }
+
+    fn put_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        pack: F,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome<usize>> {
+        // Pack straight into the peer's memory: at most max_bcopy, and never past the region.
+        let room = rkey
+            .remote_base
+            .saturating_add(rkey.len)
+            .saturating_sub(remote_addr)
+            .min(RMA_MAX_BCOPY as u64) as usize;
+        let p = self.rma_ptr(rkey, remote_addr, room)?;
+        // SAFETY: `room` bytes at p are inside the mapped region (checked just above).
+        let dst = unsafe { std::slice::from_raw_parts_mut(p, room) };
+        let len = pack(dst);
+        check_len(len, room)?;
+        Ok(Outcome::Done(len))
+    }
+
+    fn put_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        let total = check_iov(iov, RMA_MAX_ZCOPY)?;
+        let p = self.rma_ptr(rkey, remote_addr, total)?;
+        let mut at = 0;
+        for v in iov {
+            // SAFETY: the destination range was bounds-checked for the total; sources are
+            // registered ranges checked when the Iov was made.
+            unsafe { std::ptr::copy(v.ptr(), p.add(at), v.len()) };
+            at += v.len();
+        }
+        Ok(Outcome::DONE)
+    }
+
+    fn get_short(&mut self, buf: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
+        check_len(buf.len(), RMA_MAX_SHORT)?;
+        let p = self.rma_ptr(rkey, remote_addr, buf.len())?;
+        // SAFETY: bounds-checked source inside the peer's mapped region.
+        unsafe { std::ptr::copy(p, buf.as_mut_ptr(), buf.len()) };
+        Ok(Outcome::DONE)
+    }
+
+    fn get_bcopy(
+        &mut self,
+        len: usize,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+        unpack: &mut dyn FnMut(&[u8]),
+    ) -> Result<Outcome> {
+        check_len(len, RMA_MAX_BCOPY)?;
+        let p = self.rma_ptr(rkey, remote_addr, len)?;
+        // SAFETY: bounds-checked range of the peer's mapped region, read during this call.
+        unpack(unsafe { std::slice::from_raw_parts(p, len) });
+        Ok(Outcome::DONE)
+    }
+
+    fn get_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        let total = check_iov(iov, RMA_MAX_ZCOPY)?;
+        let p = self.rma_ptr(rkey, remote_addr, total)?;
+        let mut at = 0;
+        for v in iov {
+            // SAFETY: bounds-checked source; registered destinations.
+            unsafe { std::ptr::copy(p.add(at), v.ptr(), v.len()) };
+            at += v.len();
+        }
+        Ok(Outcome::DONE)
+    }
+
+    fn atomic32_post(
+        &mut self,
+        op: AtomicOp,
+        value: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        post_only(op)?;
+        let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        let a = unsafe { &*p };
+        let _ = fetch_op!(a, op, value);
+        Ok(Outcome::DONE)
+    }
+    fn atomic64_post(
+        &mut self,
+        op: AtomicOp,
+        value: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        post_only(op)?;
+        let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        let a = unsafe { &*p };
+        let _ = fetch_op!(a, op, value);
+        Ok(Outcome::DONE)
+    }
+    fn atomic32_fetch(
+        &mut self,
+        op: AtomicOp,
+        value: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u32>> {
+        let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        let a = unsafe { &*p };
+        Ok(Outcome::Done(fetch_op!(a, op, value)))
+    }
+    fn atomic64_fetch(
+        &mut self,
+        op: AtomicOp,
+        value: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        let a = unsafe { &*p };
+        Ok(Outcome::Done(fetch_op!(a, op, value)))
+    }
+    fn atomic_cswap32(
+        &mut self,
+        compare: u32,
+        swap: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u32>> {
+        let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        let a = unsafe { &*p };
+        let old = match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(v) | Err(v) => v,
+        };
+        Ok(Outcome::Done(old))
+    }
+    fn atomic_cswap64(
+        &mut self,
+        compare: u64,
+        swap: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        let a = unsafe { &*p };
+        let old = match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(v) | Err(v) => v,
+        };
+        Ok(Outcome::Done(old))
+    }
+
+    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
+        self.check_alive()?;
+        if self.shared.pending.borrow().is_empty() {
+            Ok(Outcome::DONE)
+        } else {
+            Ok(Outcome::NoResource)
+        }
+    }
+
+    fn fence(&mut self) -> Result<()> {
+        // Stores to shared memory become visible in program order (publish is a Release store).
+        std::sync::atomic::fence(Ordering::Release);
+        Ok(())
+    }
+
+    fn pending_add(&mut self, req: PendingId) -> Result<()> {
+        self.check_alive()?;
+        if self.shared.pending.borrow().is_empty() && self.fifo.has_space(&mut self.cached_tail) {
+            return Err(Error::Busy("the peer's FIFO has room: retry now".into()));
+        }
+        self.shared.pending.borrow_mut().push_back(req);
+        self.common
+            .pending_total
+            .set(self.common.pending_total.get() + 1);
+        Ok(())
+    }
+
+    fn pending_purge(&mut self, f: &mut dyn FnMut(PendingId)) {
+        let drained: Vec<PendingId> = self.shared.pending.borrow_mut().drain(..).collect();
+        self.common
+            .pending_total
+            .set(self.common.pending_total.get() - drained.len());
+        for r in drained {
+            f(r);
+        }
+    }
+}
+
+impl Drop for MmEp {
+    fn drop(&mut self) {
+        let n = self.shared.pending.borrow().len();
+        self.common
+            .pending_total
+            .set(self.common.pending_total.get() - n);
+        if self.shared.failed.get() && !self.shared.reported.get() {
+            self.common.unreported.set(self.common.unreported.get() - 1);
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The shared-memory transports `posix` and `sysv` ("mm"), on device `memory`.
+//!
+//! Each interface owns a receive FIFO ([`fifo`]) in a segment ([`segment`]) that peers on the
+//! same host map by the interface address ([`wire::IfaceAddr`]). Senders claim an element with a
+//! CAS, write the message inline (short) or into the element's buffer (bcopy, zcopy), and publish
+//! it; the owner polls its FIFO in `progress`. A receiver that sleeps arms a flag in the FIFO and
+//! is woken through its event fd, an abstract unix datagram socket; the busy-polling path makes
+//! no system call. Memory from `mem_alloc` is a shared segment too: peers map it on
+//! `rkey_unpack` and do put/get/atomics with plain loads, stores and CPU atomics.
+
+pub mod fifo;
+mod md;
+pub mod ring;
+pub mod segment;
+pub mod wire;
+
+pub mod iface;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use iface::{MmEp, MmIface};
+pub use md::MmMd;
+pub use wire::SegKind;
+
+use crate::caps::DeviceType;
+use crate::iface::IfaceParams;
+use crate::registry::{DeviceInfo, Transport};
+use ucs::{Error, Result};
+
+/// The device name of the shared-memory transports.
+pub const DEVICE: &str = "memory";
+
+fn check_device(tl: &str, device: &str) -> Result<()> {
+    if device == DEVICE {
+        Ok(())
+    } else {
+        Err(Error::NoDevice(format!(
+            "transport '{tl}' has no device '{device}'; its only device is '{DEVICE}'"
+        )))
+    }
+}
+
+fn device_info(kind: SegKind) -> DeviceInfo {
+    DeviceInfo {
+        name: DEVICE.into(),
+        dev_type: DeviceType::Shm,
+        details: format!(
+            "{} shared memory, FIFO of {} x {} B elements, {} B bcopy buffers",
+            kind.name(),
+            fifo::NELEMS,
+            fifo::ELEM_SIZE,
+            fifo::BUF_SIZE
+        ),
+    }
+}
+
+/// The `posix` transport: memfd segments, attached through `/proc/<pid>/fd`.
+pub struct PosixTransport;
+
+impl Transport for PosixTransport {
+    const NAME: &'static str = "posix";
+    type Md = MmMd;
+    type Iface = MmIface;
+    type Ep = MmEp;
+
+    fn devices() -> std::result::Result<Vec<DeviceInfo>, String> {
+        // SAFETY: FFI probe; the descriptor is closed at once.
+        let fd = unsafe { libc::memfd_create(c"rucx-probe".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!(
+                "memfd_create is not available: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: closing the probe descriptor we just opened.
+        unsafe { libc::close(fd) };
+        if !std::path::Path::new("/proc/self/fd").exists() {
+            return Err("/proc is not mounted: peers cannot reach memfd segments".into());
+        }
+        Ok(vec![device_info(SegKind::Posix)])
+    }
+    fn open_md(device: &str) -> Result<MmMd> {
+        check_device(Self::NAME, device)?;
+        Ok(MmMd::new(SegKind::Posix))
+    }
+    fn open_iface(md: &MmMd, params: &IfaceParams) -> Result<MmIface> {
+        check_device(Self::NAME, &params.device)?;
+        MmIface::open(md.kind(), &params.device)
+    }
+}
+
+/// The `sysv` transport: System V segments removed as soon as they are attached.
+pub struct SysvTransport;
+
+impl Transport for SysvTransport {
+    const NAME: &'static str = "sysv";
+    type Md = MmMd;
+    type Iface = MmIface;
+    type Ep = MmEp;
+
+    fn devices() -> std::result::Result<Vec<DeviceInfo>, String> {
+        let max = std::fs::read_to_string("/proc/sys/kernel/shmmax")
+            .map_err(|e| format!("cannot read /proc/sys/kernel/shmmax: {e}"))?;
+        let max: u64 = max.trim().parse().unwrap_or(0);
+        if max < fifo::SEG_LEN as u64 {
+            return Err(format!(
+                "kernel.shmmax is {max} bytes, a FIFO needs {}",
+                fifo::SEG_LEN
+            ));
+        }
+        Ok(vec![device_info(SegKind::Sysv)])
+    }
+    fn open_md(device: &str) -> Result<MmMd> {
+        check_device(Self::NAME, device)?;
+        Ok(MmMd::new(SegKind::Sysv))
+    }
+    fn open_iface(md: &MmMd, params: &IfaceParams) -> Result<MmIface> {
+        check_device(Self::NAME, &params.device)?;
+        MmIface::open(md.kind(), &params.device)
+    }
+}

@@ -1,0 +1,300 @@
+//! Shared-memory segments: created private (mode 0600) and unlinked at once, attached by peers
+//! through the creator's pid and the segment id. Nothing remains after every user has gone, even
+//! after `kill -9`.
+//!
+//! - posix: a memfd (never visible in /dev/shm); peers open `/proc/<pid>/fd/<fd>`.
+//! - sysv: `shmget(IPC_PRIVATE, 0600)` + `shmat` + `IPC_RMID` straight away; Linux lets peers
+//!   `shmat` a removed segment while someone still has it attached.
+
+use super::wire::{SegKind, SegRef};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use ucs::{Error, Result};
+
+/// Rounds up to the page size.
+pub fn page_align(len: usize) -> Option<usize> {
+    const PAGE: usize = 4096;
+    len.checked_add(PAGE - 1).map(|l| l & !(PAGE - 1))
+}
+
+/// A mapped segment, created here or attached from a peer. Unmapped on drop.
+pub struct Segment {
+    base: NonNull<u8>,
+    len: usize,
+    seg: SegRef,
+    /// The memfd (posix creator only): peers reach the segment through it.
+    _fd: Option<OwnedFd>,
+}
+
+// SAFETY: a Segment is a mapping; it hands out raw addresses only, and all access through them is
+// by copies and atomics behind `unsafe` with their own justification.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Segment({:?} at {:p})", self.seg, self.base)
+    }
+}
+
+fn own_pid() -> u32 {
+    std::process::id()
+}
+
+impl Segment {
+    /// Creates a zero-filled segment of at least `len` bytes (rounded up to pages).
+    pub fn create(kind: SegKind, len: usize) -> Result<Segment> {
+        let len = match page_align(len) {
+            Some(l) if l > 0 => l,
+            _ => return Err(Error::InvalidParam(format!("segment size {len}"))),
+        };
+        match kind {
+            SegKind::Posix => Self::create_posix(len),
+            SegKind::Sysv => Self::create_sysv(len),
+        }
+    }
+
+    fn create_posix(len: usize) -> Result<Segment> {
+        // SAFETY: FFI with a valid NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"rucx-mm".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::last_os(
+                "memfd_create for a posix shared-memory segment",
+            ));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: FFI on our own descriptor.
+        if unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } != 0 {
+            return Err(Error::last_os("fchmod 0600 of a posix segment"));
+        }
+        // SAFETY: FFI on our own descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(Error::NoMemory(format!(
+                "cannot size a posix segment to {len} bytes: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let base = map_fd(&fd, len, "mmap of a new posix segment")?;
+        Ok(Segment {
+            base,
+            len,
+            seg: SegRef {
+                kind: SegKind::Posix,
+                pid: own_pid(),
+                id: fd.as_raw_fd() as u64,
+                len: len as u64,
+            },
+            _fd: Some(fd),
+        })
+    }
+
+    fn create_sysv(len: usize) -> Result<Segment> {
+        // SAFETY: FFI; IPC_PRIVATE always creates a new segment.
+        let id = unsafe { libc::shmget(libc::IPC_PRIVATE, len, libc::IPC_CREAT | 0o600) };
+        if id < 0 {
+            return Err(Error::NoMemory(format!(
+                "shmget of {len} bytes failed: {} (see /proc/sys/kernel/shmmax, shmall)",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: FFI; attaching the segment we just created at an address the kernel picks.
+        let p = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+        let attach_err = std::io::Error::last_os_error();
+        // Remove it at once: it lives until the last detach (our own, at the latest at exit).
+        // SAFETY: FFI on our own segment id.
+        unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+        if p as isize == -1 {
+            return Err(Error::io("shmat of a new sysv segment", attach_err));
+        }
+        Ok(Segment {
+            base: NonNull::new(p as *mut u8).expect("shmat succeeded"),
+            len,
+            seg: SegRef {
+                kind: SegKind::Sysv,
+                pid: own_pid(),
+                id: id as u64,
+                len: len as u64,
+            },
+            _fd: None,
+        })
+    }
+
+    /// Maps a peer's segment. Fails with [`Error::Unreachable`] when it is gone or not a rucx
+    /// segment of that size.
+    pub fn attach(seg: SegRef) -> Result<Segment> {
+        let len = usize::try_from(seg.len)
+            .ok()
+            .filter(|l| *l > 0 && page_align(*l) == Some(*l))
+            .ok_or_else(|| Error::Wire(format!("segment length {}", seg.len)))?;
+        match seg.kind {
+            SegKind::Posix => Self::attach_posix(seg, len),
+            SegKind::Sysv => Self::attach_sysv(seg, len),
+        }
+    }
+
+    fn attach_posix(seg: SegRef, len: usize) -> Result<Segment> {
+        let fd_no = i32::try_from(seg.id)
+            .map_err(|_| Error::Wire(format!("posix segment fd {}", seg.id)))?;
+        let path = format!("/proc/{}/fd/{fd_no}", seg.pid);
+        // Only a rucx memfd is acceptable: never map some other file of the peer's.
+        match std::fs::read_link(&path) {
+            Ok(t) if t.to_string_lossy().starts_with("/memfd:rucx-mm") => {}
+            Ok(t) => {
+                return Err(Error::Unreachable(format!(
+                    "{path} is {} and not a rucx shared-memory segment",
+                    t.display()
+                )))
+            }
+            Err(e) => {
+                return Err(Error::Unreachable(format!(
+                    "cannot reach posix segment {path} (has the peer exited?): {e}"
+                )))
+            }
+        }
+        let cpath = CString::new(path.clone()).expect("no NUL in a /proc path");
+        // SAFETY: FFI with a valid path.
+        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::Unreachable(format!(
+                "cannot open posix segment {path}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: an all-zero stat is a valid out-parameter.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: FFI on our descriptor with a valid out-pointer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || (st.st_size as u64) < seg.len {
+            return Err(Error::Unreachable(format!(
+                "posix segment {path} is smaller than the {len} bytes announced"
+            )));
+        }
+        let base = map_fd(&fd, len, "mmap of a peer's posix segment")?;
+        Ok(Segment {
+            base,
+            len,
+            seg,
+            _fd: None,
+        })
+    }
+
+    fn attach_sysv(seg: SegRef, len: usize) -> Result<Segment> {
+        let id = i32::try_from(seg.id)
+            .map_err(|_| Error::Wire(format!("sysv segment id {}", seg.id)))?;
+        // SAFETY: an all-zero shmid_ds is a valid out-parameter.
+        let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+        // SAFETY: FFI with a valid out-pointer.
+        if unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } != 0 {
+            return Err(Error::Unreachable(format!(
+                "sysv segment {id} is gone (has the peer exited?): {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        if ds.shm_cpid as u32 != seg.pid || (ds.shm_segsz as u64) < seg.len {
+            return Err(Error::Unreachable(format!(
+                "sysv segment {id} was not made by process {} with {len} bytes",
+                seg.pid
+            )));
+        }
+        // SAFETY: FFI; the kernel picks the address.
+        let p = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+        if p as isize == -1 {
+            return Err(Error::Unreachable(format!(
+                "cannot attach sysv segment {id}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(Segment {
+            base: NonNull::new(p as *mut u8).expect("shmat succeeded"),
+            len,
+            seg,
+            _fd: None,
+        })
+    }
+
+    /// Start of the mapping.
+    pub fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+    /// Mapped length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Where peers find it.
+    pub fn seg_ref(&self) -> SegRef {
+        self.seg
+    }
+}
+
+fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<NonNull<u8>> {
+    // SAFETY: FFI; a fresh shared mapping of our descriptor at a kernel-chosen address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::last_os(what));
+    }
+    Ok(NonNull::new(p as *mut u8).expect("mmap succeeded"))
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        match self.seg.kind {
+            // SAFETY: we own this mapping; nobody uses it after drop (holders keep the Segment).
+            SegKind::Posix => unsafe {
+                libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len);
+            },
+            // SAFETY: as above, for a sysv attachment.
+            SegKind::Sysv => unsafe {
+                libc::shmdt(self.base.as_ptr() as *const libc::c_void);
+            },
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn roundtrip(kind: SegKind) {
+        let a = Segment::create(kind, 10000).unwrap();
+        assert_eq!(a.len(), 12288);
+        let b = Segment::attach(a.seg_ref()).unwrap();
+        // SAFETY: both mappings are 12288 bytes of the same segment.
+        unsafe {
+            a.base().as_ptr().add(5000).write(0x5a);
+            assert_eq!(b.base().as_ptr().add(5000).read(), 0x5a);
+        }
+        let mut bad = a.seg_ref();
+        bad.len *= 2;
+        assert!(Segment::attach(bad).is_err(), "oversized attach must fail");
+        let mut bad = a.seg_ref();
+        bad.id += 1000;
+        assert!(Segment::attach(bad).is_err());
+    }
+
+    #[test]
+    fn posix_segment_attach_and_checks() {
+        roundtrip(SegKind::Posix);
+        // A non-memfd descriptor of ours (stdin or similar) is refused.
+        let mut bad = Segment::create(SegKind::Posix, 4096).unwrap().seg_ref();
+        bad.id = 0;
+        assert!(matches!(Segment::attach(bad), Err(Error::Unreachable(_))));
+    }
+
+    #[test]
+    fn sysv_segment_attach_and_checks() {
+        roundtrip(SegKind::Sysv);
+    }
+}

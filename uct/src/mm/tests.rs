@@ -1,0 +1,423 @@
+//! In-process tests of the shared-memory transports: two interfaces of one process talk through
+//! real segments (the multi-process tests live in tests/tests/shm_*.rs).
+
+use super::*;
+use crate::caps::EventFlags;
+use crate::ep::{AtomicOp, Endpoint};
+use crate::iface::{EventSink, Iface, IfaceParams};
+use crate::md::{Iov, MemoryDomain};
+use crate::registry::Transport;
+use crate::EpId;
+use ucs::{Error, Outcome};
+
+trait UnwrapDone<T> {
+    fn unwrap_done(self) -> T;
+}
+
+impl<T> UnwrapDone<T> for Outcome<T> {
+    #[track_caller]
+    fn unwrap_done(self) -> T {
+        match self {
+            Outcome::Done(v) => v,
+            _ => panic!("operation did not complete at once"),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Sink {
+    msgs: Vec<(u8, Vec<u8>)>,
+    retries: Vec<(EpId, u64)>,
+    errors: Vec<(EpId, Error)>,
+}
+
+impl EventSink for Sink {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        self.msgs.push((id, data.to_vec()));
+    }
+    fn completion(&mut self, _comp: u64, _result: ucs::Result<u64>) {
+        panic!("shared memory never completes later");
+    }
+    fn pending(&mut self, ep: EpId, req: u64) -> bool {
+        self.retries.push((ep, req));
+        true
+    }
+    fn ep_error(&mut self, ep: EpId, err: Error) {
+        self.errors.push((ep, err));
+    }
+}
+
+fn params() -> IfaceParams {
+    IfaceParams {
+        device: DEVICE.into(),
+    }
+}
+
+fn pair<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() -> (MmMd, MmIface, MmIface, MmEp) {
+    let md = T::open_md(DEVICE).unwrap();
+    let mut a = T::open_iface(&md, &params()).unwrap();
+    let b = T::open_iface(&md, &params()).unwrap();
+    a.is_reachable(b.device_address(), Some(b.iface_address()))
+        .unwrap();
+    let ep = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    (md, a, b, ep)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+fn messages_at_boundaries<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
+    let (md, _a, mut b, mut ep) = pair::<T>();
+    let attr = b.attr().clone();
+    let mut sink = Sink::default();
+    let mut expect = Vec::new();
+    for len in [0, 1, attr.am.max_short - 8] {
+        let p = pattern(len, 1);
+        assert_eq!(
+            ep.am_short(3, 0x1122334455667788, &p).unwrap(),
+            Outcome::DONE
+        );
+        let mut e = 0x1122334455667788u64.to_le_bytes().to_vec();
+        e.extend_from_slice(&p);
+        expect.push((3, e));
+    }
+    assert!(matches!(
+        ep.am_short(3, 0, &pattern(attr.am.max_short - 7, 0)),
+        Err(Error::MessageTooLong { .. })
+    ));
+    let iov_msg = [&b"ab"[..], &b""[..], &b"cdef"[..]];
+    assert_eq!(ep.am_short_iov(4, &iov_msg).unwrap(), Outcome::DONE);
+    expect.push((4, b"abcdef".to_vec()));
+    for len in [0, 1, attr.am.max_short + 1, attr.am.max_bcopy] {
+        let p = pattern(len, 2);
+        let r = ep
+            .am_bcopy(5, |buf| {
+                buf[..len].copy_from_slice(&p);
+                len
+            })
+            .unwrap();
+        assert_eq!(r, Outcome::Done(len));
+        expect.push((5, p));
+    }
+    assert!(ep.am_bcopy(5, |buf| buf.len() + 1).is_err());
+    let mem = md.mem_alloc(attr.am.max_zcopy).unwrap();
+    let data = pattern(attr.am.max_zcopy, 3);
+    mem.write(0, &data).unwrap();
+    let hdr = pattern(attr.am.max_hdr, 4);
+    let iov = [
+        Iov::new(&mem, 0, 10).unwrap(),
+        Iov::new(&mem, 10, attr.am.max_zcopy - 10).unwrap(),
+    ];
+    assert_eq!(ep.am_zcopy(6, &hdr, &iov, 1).unwrap(), Outcome::DONE);
+    let mut e = hdr.clone();
+    e.extend_from_slice(&data);
+    expect.push((6, e));
+    assert!(matches!(
+        ep.am_short(32, 0, &[]),
+        Err(Error::InvalidParam(_))
+    ));
+    while b.progress(&mut sink) > 0 {}
+    assert_eq!(sink.msgs.len(), expect.len());
+    for (got, want) in sink.msgs.iter().zip(&expect) {
+        assert_eq!(got.0, want.0);
+        assert_eq!(got.1, want.1, "message of id {} differs", want.0);
+    }
+}
+
+#[test]
+fn posix_messages_at_boundaries() {
+    messages_at_boundaries::<PosixTransport>();
+}
+#[test]
+fn sysv_messages_at_boundaries() {
+    messages_at_boundaries::<SysvTransport>();
+}
+
+fn backpressure_and_pending<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
+    let (_md, mut a, mut b, mut ep) = pair::<T>();
+    let mut sent = 0u64;
+    loop {
+        match ep.am_short(1, sent, &[]).unwrap() {
+            Outcome::Done(()) => sent += 1,
+            Outcome::NoResource => break,
+            Outcome::InProgress => unreachable!(),
+        }
+    }
+    assert_eq!(sent, fifo::NELEMS);
+    ep.pending_add(77).unwrap();
+    assert_eq!(a.flush(0).unwrap(), Outcome::NoResource);
+    assert_eq!(ep.flush(0).unwrap(), Outcome::NoResource);
+    let mut sa = Sink::default();
+    a.progress(&mut sa);
+    assert!(sa.retries.is_empty(), "FIFO still full");
+    let mut sb = Sink::default();
+    while b.progress(&mut sb) > 0 {}
+    let got: Vec<u64> = sb
+        .msgs
+        .iter()
+        .map(|(_, d)| u64::from_le_bytes(d[..8].try_into().unwrap()))
+        .collect();
+    assert_eq!(got, (0..sent).collect::<Vec<_>>());
+    a.progress(&mut sa);
+    assert_eq!(sa.retries, vec![(ep.id(), 77)]);
+    assert_eq!(a.flush(0).unwrap(), Outcome::DONE);
+    assert!(matches!(ep.pending_add(78), Err(Error::Busy(_))));
+    let mut purged = Vec::new();
+    ep.pending_purge(&mut |r| purged.push(r));
+    assert!(purged.is_empty());
+}
+
+#[test]
+fn posix_backpressure_and_pending() {
+    backpressure_and_pending::<PosixTransport>();
+}
+#[test]
+fn sysv_backpressure_and_pending() {
+    backpressure_and_pending::<SysvTransport>();
+}
+
+fn rma_and_atomics<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
+    let (md, _a, _b, mut ep) = pair::<T>();
+    let target = md.mem_alloc(4096).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&target, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let base = target.addr() as u64;
+
+    ep.put_short(b"hello", base + 100, &rkey)
+        .unwrap()
+        .unwrap_done();
+    let mut out = [0u8; 5];
+    target.read(100, &mut out).unwrap();
+    assert_eq!(&out, b"hello");
+    ep.put_bcopy(
+        |buf| {
+            buf[..3].copy_from_slice(b"xyz");
+            3
+        },
+        base + 200,
+        &rkey,
+    )
+    .unwrap()
+    .unwrap_done();
+    let mut got = [0u8; 3];
+    ep.get_short(&mut got, base + 200, &rkey)
+        .unwrap()
+        .unwrap_done();
+    assert_eq!(&got, b"xyz");
+    let mut seen = Vec::new();
+    ep.get_bcopy(5, base + 100, &rkey, 0, &mut |d| seen.extend_from_slice(d))
+        .unwrap()
+        .unwrap_done();
+    assert_eq!(seen, b"hello");
+    let local = md.mem_alloc(64).unwrap();
+    local.write(0, &pattern(64, 9)).unwrap();
+    ep.put_zcopy(&[Iov::whole(&local)], base + 1024, &rkey, 0)
+        .unwrap()
+        .unwrap_done();
+    let back = md.mem_alloc(64).unwrap();
+    ep.get_zcopy(&[Iov::whole(&back)], base + 1024, &rkey, 0)
+        .unwrap()
+        .unwrap_done();
+    let mut v = vec![0u8; 64];
+    back.read(0, &mut v).unwrap();
+    assert_eq!(v, pattern(64, 9));
+
+    // Atomics, 64 and 32 bit, post and fetch.
+    let a64 = base + 2048;
+    ep.atomic64_post(AtomicOp::Add, 5, a64, &rkey)
+        .unwrap()
+        .unwrap_done();
+    assert_eq!(
+        ep.atomic64_fetch(AtomicOp::Add, 10, a64, &rkey, 0).unwrap(),
+        Outcome::Done(5)
+    );
+    ep.atomic64_post(AtomicOp::Or, 0x100, a64, &rkey)
+        .unwrap()
+        .unwrap_done();
+    ep.atomic64_post(AtomicOp::Xor, 0x1, a64, &rkey)
+        .unwrap()
+        .unwrap_done();
+    ep.atomic64_post(AtomicOp::And, 0xffff, a64, &rkey)
+        .unwrap()
+        .unwrap_done();
+    assert_eq!(
+        ep.atomic64_fetch(AtomicOp::Swap, 7, a64, &rkey, 0).unwrap(),
+        Outcome::Done((15 | 0x100) ^ 1)
+    );
+    assert_eq!(
+        ep.atomic_cswap64(7, 9, a64, &rkey, 0).unwrap(),
+        Outcome::Done(7)
+    );
+    assert_eq!(
+        ep.atomic_cswap64(7, 11, a64, &rkey, 0).unwrap(),
+        Outcome::Done(9)
+    );
+    let a32 = base + 3000;
+    ep.atomic32_post(AtomicOp::Add, 3, a32, &rkey)
+        .unwrap()
+        .unwrap_done();
+    assert_eq!(
+        ep.atomic32_fetch(AtomicOp::Xor, 1, a32, &rkey, 0).unwrap(),
+        Outcome::Done(3)
+    );
+    assert_eq!(
+        ep.atomic_cswap32(2, 40, a32, &rkey, 0).unwrap(),
+        Outcome::Done(2)
+    );
+    let mut w = [0u8; 4];
+    target.read(3000, &mut w).unwrap();
+    assert_eq!(u32::from_le_bytes(w), 40);
+    assert!(matches!(
+        ep.atomic64_post(AtomicOp::Swap, 1, a64, &rkey),
+        Err(Error::Unsupported(_))
+    ));
+
+    // Out of range and misaligned accesses are refused.
+    for (addr, len) in [(base + 4090, 8usize), (base - 1, 1), (u64::MAX, 1)] {
+        assert!(
+            matches!(
+                ep.put_short(&vec![0; len], addr, &rkey),
+                Err(Error::RemoteAccess(_))
+            ),
+            "{addr:#x}+{len}"
+        );
+    }
+    assert!(matches!(
+        ep.atomic64_fetch(AtomicOp::Add, 1, base + 4092, &rkey, 0),
+        Err(Error::RemoteAccess(_))
+    ));
+    assert!(matches!(
+        ep.atomic64_post(AtomicOp::Add, 1, base + 3, &rkey),
+        Err(Error::RemoteAccess(_))
+    ));
+    assert!(matches!(
+        ep.put_short(&vec![0; crate::mm::iface::RMA_MAX_SHORT + 1], base, &rkey),
+        Err(Error::MessageTooLong { .. })
+    ));
+    // Corrupt and truncated rkeys.
+    assert!(matches!(md.rkey_unpack(&packed[..10]), Err(Error::Wire(_))));
+    let mut bad = packed.clone();
+    bad[1] = 9;
+    assert!(matches!(md.rkey_unpack(&bad), Err(Error::Wire(_))));
+}
+
+#[test]
+fn posix_rma_and_atomics() {
+    rma_and_atomics::<PosixTransport>();
+}
+#[test]
+fn sysv_rma_and_atomics() {
+    rma_and_atomics::<SysvTransport>();
+}
+
+fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+fn event_fd_wakes_an_armed_receiver<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
+    let (_md, _a, mut b, mut ep) = pair::<T>();
+    let fd = b.event_fd().unwrap();
+    b.event_arm(EventFlags::RECV).unwrap();
+    assert!(!readable(fd));
+    ep.am_short(2, 1, &[]).unwrap().unwrap_done();
+    assert!(readable(fd), "armed receiver was not woken");
+    // A message is waiting: arming refuses.
+    assert!(matches!(b.event_arm(EventFlags::RECV), Err(Error::Busy(_))));
+    let mut s = Sink::default();
+    b.progress(&mut s);
+    assert_eq!(s.msgs.len(), 1);
+    b.event_arm(EventFlags::RECV).unwrap();
+    assert!(!readable(fd), "arming drains old wake-ups");
+    // Not armed: the sender does not signal (no syscall on the fast path).
+    b.progress(&mut s);
+    ep.am_short(2, 2, &[]).unwrap().unwrap_done(); // consumes the armed flag
+    b.progress(&mut s);
+    let _ = b.event_arm(EventFlags::RECV);
+    b.progress(&mut s);
+    assert_eq!(s.msgs.len(), 2);
+}
+
+#[test]
+fn posix_event_fd_wakes_an_armed_receiver() {
+    event_fd_wakes_an_armed_receiver::<PosixTransport>();
+}
+#[test]
+fn sysv_event_fd_wakes_an_armed_receiver() {
+    event_fd_wakes_an_armed_receiver::<SysvTransport>();
+}
+
+#[test]
+fn bad_addresses_are_typed_errors() {
+    let md = PosixTransport::open_md(DEVICE).unwrap();
+    let mut a = PosixTransport::open_iface(&md, &params()).unwrap();
+    let smd = SysvTransport::open_md(DEVICE).unwrap();
+    let s = SysvTransport::open_iface(&smd, &params()).unwrap();
+    let dev = a.device_address().to_vec();
+    let ia = a.iface_address().to_vec();
+    assert!(matches!(
+        a.ep_create_connected(&dev[..5], &ia),
+        Err(Error::Wire(_))
+    ));
+    assert!(matches!(
+        a.ep_create_connected(&dev, &ia[..31]),
+        Err(Error::Wire(_))
+    ));
+    // A sysv address given to a posix interface.
+    assert!(matches!(
+        a.ep_create_connected(&dev, s.iface_address()),
+        Err(Error::Unreachable(_))
+    ));
+    assert!(a.is_reachable(&dev, Some(s.iface_address())).is_err());
+    // Another host.
+    let mut other = dev.clone();
+    other[1] ^= 0xff;
+    assert!(a
+        .is_reachable(&other, None)
+        .unwrap_err()
+        .contains("same host"));
+    assert!(matches!(
+        a.ep_create_connected(&other, &ia),
+        Err(Error::Unreachable(_))
+    ));
+    // A pid/fd pair that is not a FIFO.
+    let mut bogus = ia.clone();
+    bogus[8..16].copy_from_slice(&0u64.to_le_bytes());
+    assert!(a.ep_create_connected(&dev, &bogus).is_err());
+    // Wrong device name.
+    assert!(matches!(
+        PosixTransport::open_md("eth0"),
+        Err(Error::NoDevice(_))
+    ));
+    // mem_reg is not a shared-memory capability.
+    let mut x = [0u8; 8];
+    // SAFETY: the buffer outlives the (failed) registration.
+    let r = unsafe { md.mem_reg(std::ptr::NonNull::new(x.as_mut_ptr()).unwrap(), 8) };
+    assert!(matches!(r, Err(Error::Unsupported(_))));
+}
+
+#[test]
+fn registry_lists_posix_sysv_and_cma() {
+    let res = crate::query_resources();
+    for tl in ["posix", "sysv"] {
+        assert!(
+            res.iter()
+                .any(|r| r.tl_name == tl && r.device.name == "memory"),
+            "{tl} missing: {res:?}"
+        );
+    }
+    let (md, iface) = crate::open("posix", "memory").unwrap();
+    assert_eq!(md.name(), "posix");
+    assert_eq!(iface.tl_name(), "posix");
+}

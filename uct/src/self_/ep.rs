@@ -1,0 +1,540 @@
+//! The self endpoint: active messages go into the target interface's receive ring; put, get and
+//! atomics act at once on the memory a remote key maps.
+
+use super::iface::{resolve_ep_addr, EpSlot, IfaceInner, SlotState, MAX_AM_HDR, RX_RING_LEN};
+use super::wire::{DeviceAddr, EpAddr};
+use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
+use crate::md::{Iov, RemoteKey};
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use ucs::{Error, Outcome, Result};
+
+/// A self endpoint.
+pub struct SelfEp {
+    id: EpId,
+    iface: Weak<IfaceInner>,
+    target: Option<Weak<IfaceInner>>,
+}
+
+impl std::fmt::Debug for SelfEp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SelfEp({:?})", self.id)
+    }
+}
+
+fn iface_closed() -> Error {
+    Error::InvalidParam(
+        "self endpoint used after its interface was closed; create a new endpoint".into(),
+    )
+}
+
+/// Total length of byte pieces, checking the piece count.
+fn iov_total(n: usize, total: usize) -> Result<usize> {
+    if n > super::iface::MAX_IOV {
+        return Err(Error::InvalidParam(format!(
+            "{n} iov entries exceed self's limit of {}",
+            super::iface::MAX_IOV
+        )));
+    }
+    Ok(total)
+}
+
+/// Checks the size and alignment of an atomic's target and gives its local address.
+fn atomic_ptr(rkey: &RemoteKey, remote_addr: u64, size: usize) -> Result<*mut u8> {
+    let p = rkey.local_ptr(remote_addr, size)?;
+    if (p as usize) & (size - 1) != 0 || remote_addr & (size as u64 - 1) != 0 {
+        return Err(Error::InvalidParam(format!(
+            "remote address {remote_addr:#x} is not {size}-byte aligned for a {}-bit atomic",
+            size * 8
+        )));
+    }
+    Ok(p)
+}
+
+fn atomic32(p: *mut u8, op: AtomicOp, value: u32) -> u32 {
+    // SAFETY: `atomic_ptr` checked that 4 bytes at `p` lie inside a region mapped in this
+    // process (kept alive by the remote key) and that `p` is 4-byte aligned; every access
+    // rucx makes to that memory while the key is in use is atomic or a plain copy, as with
+    // RDMA or shared memory.
+    let a = unsafe { AtomicU32::from_ptr(p.cast()) };
+    match op {
+        AtomicOp::Add => a.fetch_add(value, Ordering::AcqRel),
+        AtomicOp::And => a.fetch_and(value, Ordering::AcqRel),
+        AtomicOp::Or => a.fetch_or(value, Ordering::AcqRel),
+        AtomicOp::Xor => a.fetch_xor(value, Ordering::AcqRel),
+        AtomicOp::Swap => a.swap(value, Ordering::AcqRel),
+    }
+}
+
+fn atomic64(p: *mut u8, op: AtomicOp, value: u64) -> u64 {
+    // SAFETY: as in `atomic32`, with 8 bytes and 8-byte alignment.
+    let a = unsafe { AtomicU64::from_ptr(p.cast()) };
+    match op {
+        AtomicOp::Add => a.fetch_add(value, Ordering::AcqRel),
+        AtomicOp::And => a.fetch_and(value, Ordering::AcqRel),
+        AtomicOp::Or => a.fetch_or(value, Ordering::AcqRel),
+        AtomicOp::Xor => a.fetch_xor(value, Ordering::AcqRel),
+        AtomicOp::Swap => a.swap(value, Ordering::AcqRel),
+    }
+}
+
+fn no_post_swap() -> Error {
+    Error::Unsupported("atomic swap has no post form; use the fetching call".into())
+}
+
+impl SelfEp {
+    pub(crate) fn new(id: EpId, iface: Weak<IfaceInner>, target: Option<Weak<IfaceInner>>) -> Self {
+        SelfEp { id, iface, target }
+    }
+
+    #[inline]
+    fn iface(&self) -> Result<Rc<IfaceInner>> {
+        self.iface.upgrade().ok_or_else(iface_closed)
+    }
+
+    /// The interface this endpoint sends to (checking that both ends are alive).
+    #[inline]
+    fn target(&self) -> Result<Rc<IfaceInner>> {
+        if self.iface.strong_count() == 0 {
+            return Err(iface_closed());
+        }
+        match &self.target {
+            Some(t) => t.upgrade().ok_or_else(|| {
+                Error::PeerFailure("the self interface this endpoint sends to was closed".into())
+            }),
+            None => Err(Error::InvalidParam(
+                "self endpoint is not connected; call connect_to_ep first".into(),
+            )),
+        }
+    }
+
+    /// Checks that remote operations may run: the endpoint's interface is alive.
+    #[inline]
+    fn check_alive(&self) -> Result<()> {
+        if self.iface.strong_count() == 0 {
+            Err(iface_closed())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Copies a message into the target ring with `fill`, which gets the slot buffer and gives
+    /// the length. `fill` is our own copy code (never user code), so it may run under the borrow.
+    #[inline]
+    fn push(&self, am_id: u8, fill: impl FnOnce(&mut [u8]) -> usize) -> Result<Outcome> {
+        let target = self.target()?;
+        {
+            let mut ring = target.ring.borrow_mut();
+            let Some(idx) = ring.reserve() else {
+                return Ok(Outcome::NoResource);
+            };
+            let slot = &mut ring.slots[idx];
+            let len = fill(&mut slot.buf);
+            slot.am_id = am_id;
+            slot.state = SlotState::Ready(len);
+        }
+        target.notify_recv();
+        Ok(Outcome::DONE)
+    }
+}
+
+impl Drop for SelfEp {
+    fn drop(&mut self) {
+        if let Some(iface) = self.iface.upgrade() {
+            let mut eps = iface.eps.borrow_mut();
+            if let Some(slot) = eps.try_remove(self.id.0 as usize) {
+                iface
+                    .n_pending
+                    .set(iface.n_pending.get() - slot.pending.len());
+            }
+        }
+    }
+}
+
+impl Endpoint for SelfEp {
+    fn id(&self) -> EpId {
+        self.id
+    }
+
+    #[inline]
+    fn am_short(&mut self, id: u8, header: u64, payload: &[u8]) -> Result<Outcome> {
+        check_am_id(id)?;
+        check_len(8 + payload.len(), super::iface::SEG_SIZE)?;
+        self.push(id, |buf| {
+            buf[..8].copy_from_slice(&header.to_le_bytes());
+            buf[8..8 + payload.len()].copy_from_slice(payload);
+            8 + payload.len()
+        })
+    }
+
+    fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
+        check_am_id(id)?;
+        let total = iov_total(iov.len(), iov.iter().map(|p| p.len()).sum())?;
+        check_len(total, super::iface::SEG_SIZE)?;
+        self.push(id, |buf| {
+            let mut off = 0;
+            for piece in iov {
+                buf[off..off + piece.len()].copy_from_slice(piece);
+                off += piece.len();
+            }
+            off
+        })
+    }
+
+    fn am_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        id: u8,
+        pack: F,
+    ) -> Result<Outcome<usize>> {
+        check_am_id(id)?;
+        let target = self.target()?;
+        // Reserve a slot and take its buffer out, so `pack` (user code) runs without a borrow.
+        let (idx, mut buf) = {
+            let mut ring = target.ring.borrow_mut();
+            let Some(idx) = ring.reserve() else {
+                return Ok(Outcome::NoResource);
+            };
+            let slot = &mut ring.slots[idx];
+            slot.state = SlotState::Writing;
+            (idx, std::mem::take(&mut slot.buf))
+        };
+        let len = pack(&mut buf[..super::iface::SEG_SIZE]);
+        let ok = len <= super::iface::SEG_SIZE;
+        {
+            let mut ring = target.ring.borrow_mut();
+            let slot = &mut ring.slots[idx];
+            slot.buf = buf;
+            slot.am_id = id;
+            slot.state = if ok {
+                SlotState::Ready(len)
+            } else {
+                SlotState::Dropped
+            };
+        }
+        if !ok {
+            return Err(Error::InvalidParam(format!(
+                "am_bcopy pack closure claimed {len} bytes in a {}-byte buffer",
+                super::iface::SEG_SIZE
+            )));
+        }
+        target.notify_recv();
+        Ok(Outcome::Done(len))
+    }
+
+    fn am_zcopy(
+        &mut self,
+        id: u8,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        check_am_id(id)?;
+        check_len(header.len(), MAX_AM_HDR)?;
+        let total = iov_total(iov.len(), Iov::total_len(iov))?;
+        check_len(total, super::iface::SEG_SIZE)?;
+        self.push(id, |buf| {
+            buf[..header.len()].copy_from_slice(header);
+            let mut off = header.len();
+            for piece in iov {
+                // SAFETY: an Iov is a bounds-checked range of a registered region, valid while
+                // its handle (borrowed by the Iov) lives; the slot buffer has room for
+                // MAX_AM_HDR + SEG_SIZE bytes and is a different allocation.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        piece.ptr(),
+                        buf.as_mut_ptr().add(off),
+                        piece.len(),
+                    )
+                };
+                off += piece.len();
+            }
+            off
+        })
+    }
+
+    fn put_short(&mut self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
+        self.check_alive()?;
+        check_len(data.len(), super::iface::SEG_SIZE)?;
+        let p = rkey.local_ptr(remote_addr, data.len())?;
+        // SAFETY: `local_ptr` checked the range against the mapped region, which the key keeps
+        // valid; `copy` allows the source to overlap it.
+        unsafe { std::ptr::copy(data.as_ptr(), p, data.len()) };
+        Ok(Outcome::DONE)
+    }
+
+    fn put_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        pack: F,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome<usize>> {
+        let iface = self.iface()?;
+        // Take the bounce buffer out so `pack` runs without a borrow. A put_bcopy issued from
+        // inside `pack` finds it empty and gets NoResource.
+        let mut buf = std::mem::take(&mut *iface.scratch.borrow_mut());
+        if buf.is_empty() {
+            return Ok(Outcome::NoResource);
+        }
+        let len = pack(&mut buf);
+        let res = check_len(len, buf.len()).and_then(|()| {
+            let p = rkey.local_ptr(remote_addr, len)?;
+            // SAFETY: the range was checked against the mapped region; `buf` is ours.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p, len) };
+            Ok(Outcome::Done(len))
+        });
+        *iface.scratch.borrow_mut() = buf;
+        res
+    }
+
+    fn put_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        self.check_alive()?;
+        let total = iov_total(iov.len(), Iov::total_len(iov))?;
+        let mut p = rkey.local_ptr(remote_addr, total)?;
+        for piece in iov {
+            // SAFETY: the whole destination range was checked; each source piece is a
+            // bounds-checked range of a live registration; `copy` tolerates overlap.
+            unsafe {
+                std::ptr::copy(piece.ptr(), p, piece.len());
+                p = p.add(piece.len());
+            }
+        }
+        Ok(Outcome::DONE)
+    }
+
+    fn get_short(&mut self, buf: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
+        self.check_alive()?;
+        check_len(buf.len(), super::iface::SEG_SIZE)?;
+        let p = rkey.local_ptr(remote_addr, buf.len())?;
+        // SAFETY: the source range was checked against the mapped region.
+        unsafe { std::ptr::copy(p, buf.as_mut_ptr(), buf.len()) };
+        Ok(Outcome::DONE)
+    }
+
+    fn get_bcopy(
+        &mut self,
+        len: usize,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+        unpack: &mut dyn FnMut(&[u8]),
+    ) -> Result<Outcome> {
+        self.check_alive()?;
+        check_len(len, super::iface::SEG_SIZE)?;
+        let p = rkey.local_ptr(remote_addr, len)?;
+        // SAFETY: the range was checked against the mapped region, which the key keeps valid
+        // during the call; like a DMA read, concurrent writers see no ordering guarantee.
+        let data = unsafe { std::slice::from_raw_parts(p, len) };
+        unpack(data);
+        Ok(Outcome::DONE)
+    }
+
+    fn get_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        self.check_alive()?;
+        let total = iov_total(iov.len(), Iov::total_len(iov))?;
+        let mut p = rkey.local_ptr(remote_addr, total)? as *const u8;
+        for piece in iov {
+            // SAFETY: the whole source range was checked; each destination piece is a
+            // bounds-checked range of a live registration; `copy` tolerates overlap.
+            unsafe {
+                std::ptr::copy(p, piece.ptr(), piece.len());
+                p = p.add(piece.len());
+            }
+        }
+        Ok(Outcome::DONE)
+    }
+
+    fn atomic32_post(
+        &mut self,
+        op: AtomicOp,
+        value: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        self.check_alive()?;
+        if op == AtomicOp::Swap {
+            return Err(no_post_swap());
+        }
+        atomic32(atomic_ptr(rkey, remote_addr, 4)?, op, value);
+        Ok(Outcome::DONE)
+    }
+
+    fn atomic64_post(
+        &mut self,
+        op: AtomicOp,
+        value: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        self.check_alive()?;
+        if op == AtomicOp::Swap {
+            return Err(no_post_swap());
+        }
+        atomic64(atomic_ptr(rkey, remote_addr, 8)?, op, value);
+        Ok(Outcome::DONE)
+    }
+
+    fn atomic32_fetch(
+        &mut self,
+        op: AtomicOp,
+        value: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u32>> {
+        self.check_alive()?;
+        Ok(Outcome::Done(atomic32(
+            atomic_ptr(rkey, remote_addr, 4)?,
+            op,
+            value,
+        )))
+    }
+
+    fn atomic64_fetch(
+        &mut self,
+        op: AtomicOp,
+        value: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        self.check_alive()?;
+        Ok(Outcome::Done(atomic64(
+            atomic_ptr(rkey, remote_addr, 8)?,
+            op,
+            value,
+        )))
+    }
+
+    fn atomic_cswap32(
+        &mut self,
+        compare: u32,
+        swap: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u32>> {
+        self.check_alive()?;
+        let p = atomic_ptr(rkey, remote_addr, 4)?;
+        // SAFETY: as in `atomic32`.
+        let a = unsafe { AtomicU32::from_ptr(p.cast()) };
+        let old = match a.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        };
+        Ok(Outcome::Done(old))
+    }
+
+    fn atomic_cswap64(
+        &mut self,
+        compare: u64,
+        swap: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        self.check_alive()?;
+        let p = atomic_ptr(rkey, remote_addr, 8)?;
+        // SAFETY: as in `atomic64`.
+        let a = unsafe { AtomicU64::from_ptr(p.cast()) };
+        let old = match a.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        };
+        Ok(Outcome::Done(old))
+    }
+
+    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
+        let iface = self.iface()?;
+        let eps = iface.eps.borrow();
+        match eps.get(self.id.0 as usize) {
+            Some(slot) if !slot.pending.is_empty() => Ok(Outcome::NoResource),
+            _ => Ok(Outcome::DONE),
+        }
+    }
+
+    fn fence(&mut self) -> Result<()> {
+        // Every operation is applied (or queued in order) before the call returns.
+        self.check_alive()
+    }
+
+    fn pending_add(&mut self, req: PendingId) -> Result<()> {
+        let iface = self.iface()?;
+        let target = self.target()?;
+        if target.ring.borrow().has_space() {
+            return Err(Error::Busy(format!(
+                "the receive ring has free buffers (of {RX_RING_LEN}); send now"
+            )));
+        }
+        {
+            let mut eps = iface.eps.borrow_mut();
+            let slot = eps.get_mut(self.id.0 as usize).ok_or_else(iface_closed)?;
+            slot.pending.push_back(req);
+        }
+        iface.n_pending.set(iface.n_pending.get() + 1);
+        target.add_blocked(&iface);
+        Ok(())
+    }
+
+    fn pending_purge(&mut self, f: &mut dyn FnMut(PendingId)) {
+        let Some(iface) = self.iface.upgrade() else {
+            return;
+        };
+        // Take the queue out so `f` runs without a borrow; put the (empty) allocation back.
+        let mut queue = {
+            let mut eps = iface.eps.borrow_mut();
+            match eps.get_mut(self.id.0 as usize) {
+                Some(slot) => std::mem::take(&mut slot.pending),
+                None => return,
+            }
+        };
+        iface.n_pending.set(iface.n_pending.get() - queue.len());
+        for req in queue.drain(..) {
+            f(req);
+        }
+        let mut eps = iface.eps.borrow_mut();
+        if let Some(slot) = eps.get_mut(self.id.0 as usize) {
+            if slot.pending.is_empty() {
+                slot.pending = queue;
+            }
+        }
+    }
+
+    fn ep_address(&self) -> Result<Vec<u8>> {
+        let iface = self.iface()?;
+        Ok(EpAddr {
+            iface_id: iface.id,
+            ep_id: self.id.0,
+        }
+        .encode()
+        .to_vec())
+    }
+
+    fn connect_to_ep(&mut self, dev_addr: &[u8], ep_addr: &[u8]) -> Result<()> {
+        let iface = self.iface()?;
+        let dev = DeviceAddr::decode(dev_addr)?;
+        let me = std::process::id();
+        if dev.pid != me {
+            return Err(Error::Unreachable(format!(
+                "self reaches only its own process ({me}), not process {}",
+                dev.pid
+            )));
+        }
+        let peer = EpAddr::decode(ep_addr)?;
+        let target = Rc::downgrade(&resolve_ep_addr(&peer)?);
+        let mut eps = iface.eps.borrow_mut();
+        let slot: &mut EpSlot = eps.get_mut(self.id.0 as usize).ok_or_else(iface_closed)?;
+        slot.target = Some(target.clone());
+        self.target = Some(target);
+        Ok(())
+    }
+}

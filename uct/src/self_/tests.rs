@@ -1,0 +1,412 @@
+//! Self-specific tests (the generic ones come from the conformance suite, below).
+
+use super::*;
+use crate::caps::EventFlags;
+use crate::ep::{AtomicOp, Endpoint, EpId, PendingId};
+use crate::iface::{EventSink, Iface};
+use crate::md::{Iov, MemoryDomain};
+use ucs::{Error, Outcome};
+
+fn open() -> SelfIface {
+    SelfIface::open(&IfaceParams {
+        device: DEVICE_NAME.into(),
+    })
+    .unwrap()
+}
+
+fn loopback(iface: &mut SelfIface) -> SelfEp {
+    let dev = iface.device_address().to_vec();
+    let addr = iface.iface_address().to_vec();
+    iface.ep_create_connected(&dev, &addr).unwrap()
+}
+
+#[derive(Default)]
+struct Rec {
+    msgs: Vec<(u8, Vec<u8>)>,
+    pend: Vec<(EpId, PendingId)>,
+}
+
+impl EventSink for Rec {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        self.msgs.push((id, data.to_vec()));
+    }
+    fn completion(&mut self, _comp: u64, _result: ucs::Result<u64>) {
+        panic!("self never completes asynchronously");
+    }
+    fn pending(&mut self, ep: EpId, req: PendingId) -> bool {
+        self.pend.push((ep, req));
+        true
+    }
+}
+
+#[test]
+fn loopback_am_short_and_bcopy() {
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    assert_eq!(ep.am_short(3, 0x1122, b"abc").unwrap(), Outcome::DONE);
+    let n = ep
+        .am_bcopy(4, |buf| {
+            buf[..2].copy_from_slice(b"xy");
+            2
+        })
+        .unwrap();
+    assert_eq!(n, Outcome::Done(2));
+    let mut rec = Rec::default();
+    assert_eq!(iface.progress(&mut rec), 2);
+    let mut first = 0x1122u64.to_le_bytes().to_vec();
+    first.extend_from_slice(b"abc");
+    assert_eq!(rec.msgs, vec![(3, first), (4, b"xy".to_vec())]);
+    assert_eq!(iface.progress(&mut rec), 0);
+}
+
+#[test]
+fn bcopy_pack_claiming_too_much_is_an_error_and_frees_the_slot() {
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    let r = ep.am_bcopy(1, |buf| buf.len() + 1);
+    assert!(matches!(r, Err(Error::InvalidParam(_))));
+    assert!(ep.am_short(1, 9, &[]).unwrap().is_done());
+    let mut rec = Rec::default();
+    iface.progress(&mut rec);
+    assert_eq!(
+        rec.msgs.len(),
+        1,
+        "the failed message must not be delivered"
+    );
+    assert_eq!(iface.rx_queued(), 0);
+}
+
+/// A sink that sends from inside its callbacks (allowed by the EventSink contract).
+struct Echo<'a> {
+    ep: &'a mut SelfEp,
+    other: &'a mut SelfEp,
+    got: Vec<Vec<u8>>,
+}
+
+impl EventSink for Echo<'_> {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        self.got.push(data.to_vec());
+        if id == 1 {
+            // Reply from inside the callback, with a bcopy whose pack closure sends too (on
+            // another endpoint to the same interface).
+            let other = &mut *self.other;
+            let r = self.ep.am_bcopy(2, |buf| {
+                assert!(other.am_short(3, 7, b"nested").unwrap().is_done());
+                buf[..5].copy_from_slice(b"reply");
+                5
+            });
+            assert_eq!(r.unwrap(), Outcome::Done(5));
+        }
+    }
+    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+}
+
+#[test]
+fn callbacks_may_send_reentrantly() {
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    let mut ep2 = loopback(&mut iface);
+    let mut ep3 = loopback(&mut iface);
+    assert!(ep.am_short(1, 0, b"ping").unwrap().is_done());
+    let mut echo = Echo {
+        ep: &mut ep2,
+        other: &mut ep3,
+        got: vec![],
+    };
+    assert_eq!(iface.progress(&mut echo), 1);
+    assert_eq!(iface.progress(&mut echo), 2);
+    let mut nested = 7u64.to_le_bytes().to_vec();
+    nested.extend_from_slice(b"nested");
+    // The bcopy reserved its slot before the nested short was sent, so it comes first.
+    assert_eq!(echo.got[1], b"reply");
+    assert_eq!(echo.got[2], nested);
+}
+
+#[test]
+fn ep_after_iface_drop_gives_errors() {
+    let md = SelfMd::new();
+    let mem = md.mem_alloc(64).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&mem, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    drop(iface);
+    let base = rkey.remote_base;
+    assert!(ep.am_short(0, 0, b"x").is_err());
+    assert!(ep.am_bcopy(0, |_| 0).is_err());
+    assert!(ep.put_short(b"x", base, &rkey).is_err());
+    assert!(ep.get_short(&mut [0u8; 1], base, &rkey).is_err());
+    assert!(ep.atomic64_post(AtomicOp::Add, 1, base, &rkey).is_err());
+    assert!(ep.atomic64_fetch(AtomicOp::Add, 1, base, &rkey, 0).is_err());
+    assert!(ep.flush(0).is_err());
+    assert!(ep.fence().is_err());
+    assert!(ep.pending_add(1).is_err());
+    assert!(ep.ep_address().is_err());
+    let mut purged = 0;
+    ep.pending_purge(&mut |_| purged += 1);
+    assert_eq!(purged, 0);
+    drop(ep); // must not panic
+}
+
+#[test]
+fn sending_to_a_closed_iface_is_a_peer_failure() {
+    let mut a = open();
+    let b = open();
+    let mut ep = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    let b_addr = b.iface_address().to_vec();
+    drop(b);
+    assert!(matches!(ep.am_short(0, 0, &[]), Err(Error::PeerFailure(_))));
+    let a_dev = a.device_address().to_vec();
+    assert!(a.ep_create_connected(&a_dev, &b_addr).is_err());
+    assert!(a.is_reachable(a.device_address(), Some(&b_addr)).is_err());
+}
+
+#[test]
+fn other_process_and_other_thread_are_unreachable() {
+    let mut iface = open();
+    let foreign = wire::DeviceAddr {
+        pid: std::process::id().wrapping_add(1),
+    }
+    .encode();
+    let addr = iface.iface_address().to_vec();
+    assert!(iface.is_reachable(&foreign, Some(&addr)).is_err());
+    assert!(matches!(
+        iface.ep_create_connected(&foreign, &addr),
+        Err(Error::Unreachable(_))
+    ));
+    assert!(iface
+        .is_reachable(iface.device_address(), Some(&addr))
+        .is_ok());
+    let dev = iface.device_address().to_vec();
+    let err = std::thread::spawn(move || {
+        let mut other = open();
+        other.ep_create_connected(&dev, &addr).map(|_| ())
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(err, Err(Error::Unreachable(_))));
+    // Garbage addresses.
+    assert!(matches!(
+        iface.ep_create_connected(b"xx", b"yy"),
+        Err(Error::Wire(_))
+    ));
+}
+
+#[test]
+fn connect_to_ep_delivers_to_the_peer_eps_iface() {
+    let mut a = open();
+    let mut b = open();
+    let mut ea = a.ep_create().unwrap();
+    let mut eb = b.ep_create().unwrap();
+    assert!(matches!(
+        ea.am_short(0, 0, &[]),
+        Err(Error::InvalidParam(_))
+    ));
+    let (da, db) = (a.device_address().to_vec(), b.device_address().to_vec());
+    ea.connect_to_ep(&db, &eb.ep_address().unwrap()).unwrap();
+    eb.connect_to_ep(&da, &ea.ep_address().unwrap()).unwrap();
+    assert!(ea.am_short(5, 1, b"to b").unwrap().is_done());
+    assert!(eb.am_short(6, 2, b"to a").unwrap().is_done());
+    let (mut ra, mut rb) = (Rec::default(), Rec::default());
+    a.progress(&mut ra);
+    b.progress(&mut rb);
+    assert_eq!(ra.msgs.len(), 1);
+    assert_eq!(ra.msgs[0].0, 6);
+    assert_eq!(rb.msgs.len(), 1);
+    assert_eq!(rb.msgs[0].0, 5);
+    // Bad endpoint addresses.
+    let mut bad = wire::EpAddr::decode(&eb.ep_address().unwrap()).unwrap();
+    bad.ep_id += 100;
+    assert!(ea.connect_to_ep(&db, &bad.encode()).is_err());
+    assert!(ea.connect_to_ep(&db, &[1, 2, 3]).is_err());
+}
+
+#[test]
+fn misaligned_atomics_and_post_swap_are_rejected() {
+    let md = SelfMd::new();
+    let mem = md.mem_alloc(64).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&mem, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    let base = rkey.remote_base;
+    assert!(matches!(
+        ep.atomic64_fetch(AtomicOp::Add, 1, base + 4, &rkey, 0),
+        Err(Error::InvalidParam(_))
+    ));
+    assert!(matches!(
+        ep.atomic32_post(AtomicOp::Add, 1, base + 2, &rkey),
+        Err(Error::InvalidParam(_))
+    ));
+    assert!(matches!(
+        ep.atomic64_post(AtomicOp::Swap, 1, base, &rkey),
+        Err(Error::Unsupported(_))
+    ));
+    assert!(ep
+        .atomic32_fetch(AtomicOp::Add, 1, base + 4, &rkey, 0)
+        .is_ok());
+}
+
+#[test]
+fn pending_wakes_an_armed_sender_of_another_iface() {
+    let mut a = open();
+    let mut b = open();
+    let mut ep = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    while ep.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    ep.pending_add(42).unwrap();
+    assert_eq!(a.flush(0).unwrap(), Outcome::NoResource);
+    assert_eq!(ep.flush(0).unwrap(), Outcome::NoResource);
+    a.event_arm(EventFlags::SEND_COMP).unwrap();
+    let fd = a.event_fd().unwrap();
+    assert!(!readable(fd));
+    let mut rb = Rec::default();
+    b.progress(&mut rb);
+    assert_eq!(rb.msgs.len(), RX_RING_LEN);
+    assert!(readable(fd), "draining b must wake a's SEND_COMP sleeper");
+    assert!(matches!(
+        a.event_arm(EventFlags::SEND_COMP),
+        Err(Error::Busy(_))
+    ));
+    let mut ra = Rec::default();
+    a.progress(&mut ra);
+    assert_eq!(ra.pend, vec![(ep.id(), 42)]);
+    assert_eq!(a.flush(0).unwrap(), Outcome::DONE);
+    a.event_arm(EventFlags::SEND_COMP).unwrap();
+}
+
+fn readable(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
+#[test]
+fn pending_purge_returns_requests() {
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    while ep.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    ep.pending_add(1).unwrap();
+    ep.pending_add(2).unwrap();
+    let mut got = vec![];
+    ep.pending_purge(&mut |r| got.push(r));
+    assert_eq!(got, vec![1, 2]);
+    assert_eq!(iface.flush(0).unwrap(), Outcome::DONE);
+    let mut rec = Rec::default();
+    iface.progress(&mut rec);
+    assert!(rec.pend.is_empty());
+}
+
+#[test]
+fn zcopy_with_too_many_iovs_is_rejected() {
+    let md = SelfMd::new();
+    let mem = md.mem_alloc(64).unwrap();
+    let iov: Vec<Iov<'_>> = (0..MAX_IOV + 1)
+        .map(|i| Iov::new(&mem, i, 1).unwrap())
+        .collect();
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    assert!(matches!(
+        ep.am_zcopy(0, &[], &iov, 0),
+        Err(Error::InvalidParam(_))
+    ));
+    assert!(ep.am_zcopy(0, &[], &iov[..MAX_IOV], 0).is_ok());
+}
+
+#[test]
+fn registry_lists_and_opens_self() {
+    assert!(crate::TRANSPORT_NAMES.contains(&"self"));
+    let (md, iface) = crate::open("self", DEVICE_NAME).unwrap();
+    assert_eq!(md.name(), "self");
+    assert_eq!(iface.tl_name(), "self");
+    assert!(crate::open("self", "memory").is_err());
+}
+
+crate::uct_conformance_tests!(conformance, crate::testing::TlPair<SelfTransport>);
+
+/// Records pending retries; says "still no resources" for the requests in `refuse` once each.
+#[derive(Default)]
+struct Picky {
+    order: Vec<PendingId>,
+    refuse: Vec<PendingId>,
+}
+
+impl EventSink for Picky {
+    fn am(&mut self, _: u8, _: &[u8]) {}
+    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+    fn pending(&mut self, _ep: EpId, req: PendingId) -> bool {
+        self.order.push(req);
+        if let Some(i) = self.refuse.iter().position(|&r| r == req) {
+            self.refuse.remove(i);
+            return false;
+        }
+        true
+    }
+}
+
+#[test]
+fn pending_dispatch_is_round_robin_and_respects_refusal() {
+    let mut iface = open();
+    let mut a = loopback(&mut iface);
+    let mut b = loopback(&mut iface);
+    while a.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    a.pending_add(1).unwrap();
+    a.pending_add(2).unwrap();
+    b.pending_add(3).unwrap();
+    b.pending_add(4).unwrap();
+    let mut sink = Picky::default();
+    iface.progress(&mut sink);
+    assert_eq!(
+        sink.order,
+        vec![1, 3, 2, 4],
+        "one request per endpoint per round"
+    );
+
+    while a.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    a.pending_add(1).unwrap();
+    a.pending_add(2).unwrap();
+    b.pending_add(3).unwrap();
+    let mut sink = Picky {
+        refuse: vec![1],
+        ..Default::default()
+    };
+    iface.progress(&mut sink);
+    // 1 was refused: endpoint a is not retried again in this progress call, b goes on.
+    assert_eq!(sink.order, vec![1, 3]);
+    assert_eq!(iface.flush(0).unwrap(), Outcome::NoResource);
+    iface.progress(&mut sink);
+    assert_eq!(
+        sink.order,
+        vec![1, 3, 1, 2],
+        "the refused request stays first"
+    );
+    assert_eq!(iface.flush(0).unwrap(), Outcome::DONE);
+}
+
+#[test]
+fn dropping_a_target_wakes_blocked_senders() {
+    let mut a = open();
+    let b = open();
+    let mut ep = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    while ep.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    ep.pending_add(5).unwrap();
+    a.event_arm(EventFlags::SEND_COMP).unwrap();
+    drop(b);
+    assert!(readable(a.event_fd().unwrap()));
+    let mut rec = Rec::default();
+    a.progress(&mut rec);
+    assert_eq!(rec.pend, vec![(ep.id(), 5)]);
+    assert!(matches!(ep.am_short(0, 0, &[]), Err(Error::PeerFailure(_))));
+}

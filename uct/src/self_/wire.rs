@@ -1,0 +1,272 @@
+//! Wire formats of the self transport: device, interface and endpoint addresses, and the packed
+//! remote key. All little-endian, fixed length; `decode` rejects any other length.
+
+use ucs::{Error, Result};
+
+/// First four bytes of a self device address and a self remote key: `"RSLF"`.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"RSLF");
+
+fn wire_err(what: &str, got: &[u8], len: usize) -> Error {
+    Error::Wire(format!(
+        "self {what} must be {len} bytes, got {} bytes",
+        got.len()
+    ))
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// The device address: which process the self interface lives in.
+///
+/// ```text
+///  0               4               8
+///  +---------------+---------------+
+///  | magic "RSLF"  |     pid       |
+///  +---------------+---------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAddr {
+    /// Process id of the owner.
+    pub pid: u32,
+}
+
+impl DeviceAddr {
+    /// Encoded length.
+    pub const LEN: usize = 8;
+    /// Encodes to bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.pid.to_le_bytes());
+        b
+    }
+    /// Decodes; wrong length or magic gives [`Error::Wire`].
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(wire_err("device address", b, Self::LEN));
+        }
+        let magic = u32_at(b, 0);
+        if magic != MAGIC {
+            return Err(Error::Wire(format!(
+                "not a self device address (magic {magic:#010x}, expected {MAGIC:#010x})"
+            )));
+        }
+        Ok(DeviceAddr { pid: u32_at(b, 4) })
+    }
+}
+
+/// The interface address: a process-unique interface number.
+///
+/// ```text
+///  0                               8
+///  +-------------------------------+
+///  |        interface id           |
+///  +-------------------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IfaceAddr {
+    /// Interface id (never 0).
+    pub iface_id: u64,
+}
+
+impl IfaceAddr {
+    /// Encoded length.
+    pub const LEN: usize = 8;
+    /// Encodes to bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        self.iface_id.to_le_bytes()
+    }
+    /// Decodes; wrong length or id 0 gives [`Error::Wire`].
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(wire_err("interface address", b, Self::LEN));
+        }
+        let iface_id = u64_at(b, 0);
+        if iface_id == 0 {
+            return Err(Error::Wire("self interface id 0 is invalid".into()));
+        }
+        Ok(IfaceAddr { iface_id })
+    }
+}
+
+/// The endpoint address, for `connect_to_ep`: the interface and the endpoint number in it.
+///
+/// ```text
+///  0                               8               12
+///  +-------------------------------+---------------+
+///  |        interface id           |  endpoint id  |
+///  +-------------------------------+---------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpAddr {
+    /// Interface id (never 0).
+    pub iface_id: u64,
+    /// Endpoint id inside that interface.
+    pub ep_id: u32,
+}
+
+impl EpAddr {
+    /// Encoded length.
+    pub const LEN: usize = 12;
+    /// Encodes to bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..8].copy_from_slice(&self.iface_id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.ep_id.to_le_bytes());
+        b
+    }
+    /// Decodes; wrong length or interface id 0 gives [`Error::Wire`].
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(wire_err("endpoint address", b, Self::LEN));
+        }
+        let iface_id = u64_at(b, 0);
+        if iface_id == 0 {
+            return Err(Error::Wire("self interface id 0 is invalid".into()));
+        }
+        Ok(EpAddr {
+            iface_id,
+            ep_id: u32_at(b, 8),
+        })
+    }
+}
+
+/// The packed remote key of a self memory region. Valid only in the process that packed it.
+///
+/// ```text
+///  0       4       8               16              24              32
+///  +-------+-------+---------------+---------------+---------------+
+///  | magic |  pid  |   region id   | base address  |    length     |
+///  +-------+-------+---------------+---------------+---------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedRkey {
+    /// Process that owns the region.
+    pub pid: u32,
+    /// Process-unique registration number (never 0).
+    pub region_id: u64,
+    /// Start address of the region.
+    pub base: u64,
+    /// Length of the region.
+    pub len: u64,
+}
+
+impl PackedRkey {
+    /// Encoded length.
+    pub const LEN: usize = 32;
+    /// Encodes to bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.pid.to_le_bytes());
+        b[8..16].copy_from_slice(&self.region_id.to_le_bytes());
+        b[16..24].copy_from_slice(&self.base.to_le_bytes());
+        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+    /// Decodes; wrong length, wrong magic, region id 0 or a region that wraps the address space
+    /// give [`Error::Wire`].
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(wire_err("remote key", b, Self::LEN));
+        }
+        let magic = u32_at(b, 0);
+        if magic != MAGIC {
+            return Err(Error::Wire(format!(
+                "not a self remote key (magic {magic:#010x}, expected {MAGIC:#010x})"
+            )));
+        }
+        let k = PackedRkey {
+            pid: u32_at(b, 4),
+            region_id: u64_at(b, 8),
+            base: u64_at(b, 16),
+            len: u64_at(b, 24),
+        };
+        if k.region_id == 0 {
+            return Err(Error::Wire("self remote key with region id 0".into()));
+        }
+        if k.base == 0 || k.base.checked_add(k.len).is_none() {
+            return Err(Error::Wire(format!(
+                "self remote key region {:#x}+{} is not a valid address range",
+                k.base, k.len
+            )));
+        }
+        Ok(k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_addr_round_trip_and_truncation() {
+        let a = DeviceAddr { pid: 4242 };
+        let b = a.encode();
+        assert_eq!(b.len(), DeviceAddr::LEN);
+        assert_eq!(DeviceAddr::decode(&b).unwrap(), a);
+        for n in 0..DeviceAddr::LEN {
+            assert!(matches!(DeviceAddr::decode(&b[..n]), Err(Error::Wire(_))));
+        }
+        let mut bad = b;
+        bad[0] ^= 1;
+        assert!(matches!(DeviceAddr::decode(&bad), Err(Error::Wire(_))));
+    }
+
+    #[test]
+    fn iface_and_ep_addr_round_trip_and_truncation() {
+        let a = IfaceAddr {
+            iface_id: 0x0102_0304_0506_0708,
+        };
+        let b = a.encode();
+        assert_eq!(b[0], 0x08, "little-endian");
+        assert_eq!(IfaceAddr::decode(&b).unwrap(), a);
+        assert!(IfaceAddr::decode(&b[..7]).is_err());
+        assert!(IfaceAddr::decode(&[0u8; 8]).is_err());
+
+        let e = EpAddr {
+            iface_id: 9,
+            ep_id: 77,
+        };
+        let b = e.encode();
+        assert_eq!(EpAddr::decode(&b).unwrap(), e);
+        for n in 0..EpAddr::LEN {
+            assert!(matches!(EpAddr::decode(&b[..n]), Err(Error::Wire(_))));
+        }
+        let mut long = b.to_vec();
+        long.push(0);
+        assert!(EpAddr::decode(&long).is_err());
+    }
+
+    #[test]
+    fn rkey_round_trip_and_corruption() {
+        let k = PackedRkey {
+            pid: 7,
+            region_id: 3,
+            base: 0x7fff_0000_1000,
+            len: 4096,
+        };
+        let b = k.encode();
+        assert_eq!(&b[0..4], b"RSLF");
+        assert_eq!(PackedRkey::decode(&b).unwrap(), k);
+        for n in 0..PackedRkey::LEN {
+            assert!(matches!(PackedRkey::decode(&b[..n]), Err(Error::Wire(_))));
+        }
+        let wrap = PackedRkey { len: u64::MAX, ..k };
+        assert!(PackedRkey::decode(&wrap.encode()).is_err());
+        let zero_id = PackedRkey { region_id: 0, ..k };
+        assert!(PackedRkey::decode(&zero_id.encode()).is_err());
+        let mut bad = b;
+        bad[2] = 0;
+        assert!(PackedRkey::decode(&bad).is_err());
+    }
+}
