@@ -945,8 +945,9 @@ impl Iface for RcVerbsIface {
                         .into(),
                 ));
             }
-            if ep.rx_reposted > ep.rx_reported {
-                return Err(Error::Busy("credits are owed to a peer".into()));
+            let threshold = (inner.cfg.rx_queue_len as u64 / 4).max(1);
+            if ep.remote.is_some() && ep.rx_reposted - ep.rx_reported >= threshold {
+                return Err(Error::Busy("a credit update waits for a send slot".into()));
             }
         }
         Ok(())
@@ -1286,7 +1287,7 @@ impl Endpoint for RcVerbsEp {
         let key = self.key;
         let r = self.with(|inner, k| {
             let seg = inner.cfg.seg_size;
-            check_len(header.len() + total, seg - AmHdr::LEN)?;
+            check_len(total, seg - AmHdr::LEN - MAX_AM_HDR)?;
             let lim = inner.max_send_sge as usize;
             let mut sges = [ibv_sge::default(); MAX_SEND_SGE as usize];
             let n = Self::lkey_sges(inner, iov, &mut sges[1..lim])?;

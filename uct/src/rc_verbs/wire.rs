@@ -195,9 +195,9 @@ impl PackedRkey {
             base: u64_at(b, 4),
             len: u64_at(b, 12),
         };
-        if k.base.checked_add(k.len).is_none() {
+        if k.base.checked_add(k.len).is_none() || k.base == 0 || k.len == 0 {
             return Err(Error::Wire(format!(
-                "packed rkey region {:#x}+{} wraps around",
+                "packed rkey region {:#x}+{} is empty, at address 0 or wraps around",
                 k.base, k.len
             )));
         }
@@ -302,6 +302,7 @@ mod tests {
             len: 100,
         };
         assert!(PackedRkey::decode(&wrap.encode()).is_err());
+        assert!(PackedRkey::decode(&[0; PackedRkey::LEN]).is_err());
     }
 
     #[test]
