@@ -1042,7 +1042,7 @@ impl RcVerbsEp {
                 addr: v.ptr() as u64,
                 length: u32::try_from(v.len())
                     .map_err(|_| Error::InvalidParam("iov entry longer than 4 GiB".into()))?,
-                lkey: mem.mr.lkey(),
+                lkey: mem.lkey(),
             };
         }
         Ok(iov.len())

@@ -6,7 +6,8 @@
 //!   time by [`ffi`], never linked).
 //! - **Memory domain** ([`RcVerbsMd`]): one protection domain per device; `mem_reg` is
 //!   `ibv_reg_mr` with local write, remote read/write/atomic access; rkeys pack as
-//!   [`wire::PackedRkey`]. Registration is direct (no registration cache yet).
+//!   [`wire::PackedRkey`]; `mem_reg` goes through `ucs::rcache` (`RUCX_RCACHE_ENABLE=n` turns it
+//!   off; see [`RcVerbsMd::invalidate`]).
 //! - **Interface** ([`RcVerbsIface`]): send and receive CQs on one completion channel (the event
 //!   fd), a registered pool of send bounce buffers, and per-endpoint registered receive buffers.
 //! - **Endpoints** ([`RcVerbsEp`]) are RC QPs connected endpoint-to-endpoint: [`wire::EpAddr`]
@@ -43,6 +44,7 @@ use ffi::{Context, Mr, Pd};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use ucs::config::ConfigVar;
+use ucs::rcache::{Rcache, RcacheConfig, RcacheStats, Region, Registrar};
 use ucs::{Error, Result};
 
 /// The rc_verbs transport.
@@ -359,18 +361,100 @@ const ACCESS: i32 = ffi::IBV_ACCESS_LOCAL_WRITE
     | ffi::IBV_ACCESS_REMOTE_READ
     | ffi::IBV_ACCESS_REMOTE_ATOMIC;
 
-/// What a verbs [`MemHandle`] carries: the registration, and the memory when the domain
-/// allocated it (dropped after the registration: field order).
-pub(crate) struct RcMem {
-    pub mr: Mr,
-    _owned: Option<memmap2::MmapMut>,
+/// Registers with `ibv_reg_mr` for the registration cache.
+struct VerbsRegistrar {
+    pd: Arc<Pd>,
 }
 
-/// The rc_verbs memory domain: one protection domain on one device.
+impl Registrar for VerbsRegistrar {
+    type Reg = Mr;
+    fn register(&mut self, addr: usize, len: usize) -> Result<Mr> {
+        // SAFETY: the cache registers ranges that `mem_reg` callers promised to keep mapped
+        // while their handles live; a cached region outliving its handles is the cache's
+        // documented contract (call `RcVerbsMd::invalidate` when unmapping).
+        unsafe { Mr::register(&self.pd, addr as *mut u8, len, ACCESS) }.map_err(|e| {
+            Error::NoMemory(format!(
+                "ibv_reg_mr({addr:#x}, {len}): {e} (is the locked-memory limit, ulimit -l, too low?)"
+            ))
+        })
+    }
+    fn deregister(&mut self, _addr: usize, _len: usize, reg: Mr) {
+        drop(reg);
+    }
+}
+
+/// The `Rc`-based registration cache behind a mutex, so handles can move between threads.
+struct SharedCache {
+    cache: Mutex<Rcache<VerbsRegistrar>>,
+}
+
+// SAFETY: every use of the cache and of the `Rc`s inside it (lookups, region clones and region
+// drops) happens while holding `cache`'s mutex: `get` and `invalidate` below lock it, and
+// `CachedReg::drop` locks it before dropping its region. Nothing else reaches those `Rc`s.
+unsafe impl Send for SharedCache {}
+// SAFETY: as above.
+unsafe impl Sync for SharedCache {}
+
+/// A reference to a cached region, released under the cache's lock.
+struct CachedReg {
+    region: std::mem::ManuallyDrop<Region<VerbsRegistrar>>,
+    cache: Arc<SharedCache>,
+}
+
+// SAFETY: the region's reference count is only touched under `cache`'s mutex (in drop); the
+// keys are copied out at creation, so no other access happens.
+unsafe impl Send for CachedReg {}
+// SAFETY: as above.
+unsafe impl Sync for CachedReg {}
+
+impl Drop for CachedReg {
+    fn drop(&mut self) {
+        let _guard = self.cache.cache.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: dropped exactly once, here, under the cache's lock.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.region) };
+    }
+}
+
+/// What keeps a handle's registration alive (held only to be dropped with the handle).
+#[allow(dead_code)]
+enum RegOwner {
+    /// A registration of the domain's own allocation (MR dropped before the mapping).
+    Owned(Mr, memmap2::MmapMut),
+    /// A direct registration (`RUCX_RCACHE_ENABLE=n`).
+    Direct(Mr),
+    /// A reference to a cached registration.
+    Cached(CachedReg),
+}
+
+/// What a verbs [`MemHandle`] carries: the keys and what keeps them valid.
+pub(crate) struct RcMem {
+    lkey: u32,
+    rkey: u32,
+    _owner: RegOwner,
+}
+
+impl RcMem {
+    /// Local key for scatter/gather entries.
+    pub(crate) fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// Remote key for peers.
+    pub(crate) fn rkey(&self) -> u32 {
+        self.rkey
+    }
+}
+
+/// The rc_verbs memory domain: one protection domain on one device, with a registration cache
+/// (`RUCX_RCACHE_ENABLE`, default on).
+///
+/// Without memory hooks the cache cannot see `munmap`: a program that unmaps registered memory
+/// and maps new memory at the same address must call [`RcVerbsMd::invalidate`] first, or run
+/// with `RUCX_RCACHE_ENABLE=n` (heap memory that is freed and reused without unmapping is fine).
 pub struct RcVerbsMd {
     pub(crate) dev: Arc<DevPort>,
     name: &'static str,
     attr: MdAttr,
+    cache: Option<Arc<SharedCache>>,
 }
 
 impl RcVerbsMd {
@@ -384,7 +468,42 @@ impl RcVerbsMd {
             rkey_packed_size: wire::PackedRkey::LEN,
             reg_cost: (16e-6, 0.06e-9),
         };
-        Ok(RcVerbsMd { dev, name, attr })
+        let cfg = RcacheConfig::from_env()?;
+        let cache = if cfg.enable {
+            let registrar = VerbsRegistrar { pd: dev.pd.clone() };
+            Some(Arc::new(SharedCache {
+                cache: Mutex::new(Rcache::new(registrar, cfg)?),
+            }))
+        } else {
+            None
+        };
+        Ok(RcVerbsMd {
+            dev,
+            name,
+            attr,
+            cache,
+        })
+    }
+
+    /// Drops cached registrations overlapping `len` bytes at `addr`; call it before unmapping
+    /// memory that was registered (handles still alive keep their registration until dropped).
+    /// Gives the number of cached regions removed (0 without a cache).
+    pub fn invalidate(&self, addr: usize, len: usize) -> usize {
+        match &self.cache {
+            Some(c) => c
+                .cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .invalidate(addr, len),
+            None => 0,
+        }
+    }
+
+    /// Registration-cache counters (`None` when the cache is off).
+    pub fn rcache_stats(&self) -> Option<RcacheStats> {
+        self.cache
+            .as_ref()
+            .map(|c| c.cache.lock().unwrap_or_else(|e| e.into_inner()).stats())
     }
 }
 
@@ -396,17 +515,21 @@ impl MemoryDomain for RcVerbsMd {
         &self.attr
     }
     fn mem_alloc(&self, len: usize) -> Result<MemHandle> {
-        let mut map = memmap2::MmapMut::map_anon(len.max(1))
+        if len == 0 {
+            return Err(Error::InvalidParam("cannot allocate 0 bytes".into()));
+        }
+        let mut map = memmap2::MmapMut::map_anon(len)
             .map_err(|e| Error::NoMemory(format!("mmap of {len} bytes: {e}")))?;
         let addr = map.as_mut_ptr();
-        // SAFETY: the mapping is owned by the RcMem stored in the handle, so it outlives the
-        // registration.
-        let mr = unsafe { Mr::register(&self.dev.pd, addr, len.max(1), ACCESS) }.map_err(|e| {
+        // SAFETY: the mapping is owned by the RcMem stored in the handle, and the MR is dropped
+        // before it.
+        let mr = unsafe { Mr::register(&self.dev.pd, addr, len, ACCESS) }.map_err(|e| {
             Error::NoMemory(format!("ibv_reg_mr of {len} bytes on {}: {e}", self.name))
         })?;
         let mem = RcMem {
-            mr,
-            _owned: Some(map),
+            lkey: mr.lkey(),
+            rkey: mr.rkey(),
+            _owner: RegOwner::Owned(mr, map),
         };
         let addr = NonNull::new(addr).ok_or_else(|| Error::NoMemory("mmap gave NULL".into()))?;
         // SAFETY: `mem` owns the mapping, which lives as long as the handle.
@@ -416,14 +539,38 @@ impl MemoryDomain for RcVerbsMd {
         if len == 0 {
             return Err(Error::InvalidParam("cannot register 0 bytes".into()));
         }
-        // SAFETY: the caller keeps the range valid while the handle lives.
-        let mr = unsafe { Mr::register(&self.dev.pd, addr.as_ptr(), len, ACCESS) }.map_err(|e| {
-            Error::NoMemory(format!(
-                "ibv_reg_mr({:p}, {len}) on {}: {e} (is the locked-memory limit, ulimit -l, too low?)",
-                addr, self.name
-            ))
-        })?;
-        let mem = RcMem { mr, _owned: None };
+        let mem = match &self.cache {
+            Some(shared) => {
+                let region = shared
+                    .cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(addr.as_ptr() as usize, len)?;
+                RcMem {
+                    lkey: region.reg().lkey(),
+                    rkey: region.reg().rkey(),
+                    _owner: RegOwner::Cached(CachedReg {
+                        region: std::mem::ManuallyDrop::new(region),
+                        cache: shared.clone(),
+                    }),
+                }
+            }
+            None => {
+                // SAFETY: the caller keeps the range valid while the handle lives.
+                let mr = unsafe { Mr::register(&self.dev.pd, addr.as_ptr(), len, ACCESS) }
+                    .map_err(|e| {
+                        Error::NoMemory(format!(
+                            "ibv_reg_mr({addr:p}, {len}) on {}: {e} (is the locked-memory limit, ulimit -l, too low?)",
+                            self.name
+                        ))
+                    })?;
+                RcMem {
+                    lkey: mr.lkey(),
+                    rkey: mr.rkey(),
+                    _owner: RegOwner::Direct(mr),
+                }
+            }
+        };
         // SAFETY: forwarded from the caller's guarantee.
         Ok(unsafe { MemHandle::new(addr, len, self.name, Some(Box::new(mem))) })
     }
@@ -431,7 +578,7 @@ impl MemoryDomain for RcVerbsMd {
         let mem = mem_of(memh, self.name)?;
         out.extend_from_slice(
             &wire::PackedRkey {
-                rkey: mem.mr.rkey(),
+                rkey: mem.rkey(),
                 base: memh.addr() as u64,
                 len: memh.len() as u64,
             }

@@ -4,6 +4,7 @@
 use super::iface::{RcVerbsEp, RcVerbsIface};
 use super::*;
 use crate::{AtomicOp, Endpoint, EpId, EventFlags, EventSink, Iface, IfaceFlags, Iov};
+use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 use ucs::Outcome;
 
@@ -693,4 +694,43 @@ impl crate::testing::Fixture for RcFixture {
 
 mod conformance {
     crate::uct_conformance_tests!(suite, crate::rc_verbs::tests::RcFixture);
+}
+
+#[test]
+fn registration_cache_hits_and_invalidates() {
+    let Some(dev) = device() else { return };
+    let md = RcVerbs::open_md(&dev).unwrap();
+    let Some(before) = md.rcache_stats() else {
+        println!("note: RUCX_RCACHE_ENABLE=n: registration cache off");
+        return;
+    };
+    let mut buf = vec![0u8; 3 * 4096];
+    let addr = NonNull::new(buf.as_mut_ptr()).unwrap();
+    // SAFETY: `buf` outlives every handle below.
+    let h1 = unsafe { md.mem_reg(addr, buf.len()) }.unwrap();
+    // SAFETY: as above; a sub-range of the same buffer.
+    let h2 = unsafe { md.mem_reg(NonNull::new(addr.as_ptr().wrapping_add(100)).unwrap(), 1000) }
+        .unwrap();
+    let after = md.rcache_stats().unwrap();
+    assert_eq!(after.misses, before.misses + 1);
+    assert_eq!(after.hits, before.hits + 1);
+    let (mut k1, mut k2) = (Vec::new(), Vec::new());
+    md.rkey_pack(&h1, &mut k1).unwrap();
+    md.rkey_pack(&h2, &mut k2).unwrap();
+    let (r1, r2) = (md.rkey_unpack(&k1).unwrap(), md.rkey_unpack(&k2).unwrap());
+    assert_eq!(r1.tl_value, r2.tl_value, "the hit reuses the same MR");
+    assert_eq!(r2.remote_base, addr.as_ptr() as u64 + 100);
+    assert_eq!(r2.len, 1000);
+    // Handles can move to other threads and drop there.
+    std::thread::spawn(move || drop(h2)).join().unwrap();
+    drop(h1);
+    assert!(md.invalidate(addr.as_ptr() as usize, buf.len()) >= 1);
+    // SAFETY: `buf` outlives the handle.
+    let h3 = unsafe { md.mem_reg(addr, 10) }.unwrap();
+    assert_eq!(
+        md.rcache_stats().unwrap().misses,
+        after.misses + 1,
+        "invalidated: registers again"
+    );
+    drop(h3);
 }
