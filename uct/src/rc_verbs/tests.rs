@@ -734,3 +734,47 @@ fn registration_cache_hits_and_invalidates() {
     );
     drop(h3);
 }
+
+#[test]
+fn full_send_queue_gives_no_resource_then_pending_resumes() {
+    let Some(dev) = device() else { return };
+    let mut c = cfg();
+    c.tx_queue_len = 16;
+    c.moderation = 4;
+    let mut p = pair(&dev, c);
+    let target = p.md.mem_alloc(64).unwrap();
+    let mut packed = Vec::new();
+    p.md.rkey_pack(&target, &mut packed).unwrap();
+    let rkey = p.md.rkey_unpack(&packed).unwrap();
+    let base = target.addr() as u64;
+    let mut posted = 0u64;
+    while p.a.put_short(&posted.to_le_bytes(), base, &rkey).unwrap() == Outcome::DONE {
+        posted += 1;
+        assert!(posted <= 16, "more writes posted than the send queue holds");
+    }
+    assert_eq!(
+        posted, 16,
+        "the send queue depth bounds the posted work requests"
+    );
+    p.a.pending_add(5).unwrap();
+    let mut sink = Sink::default();
+    wait(
+        &mut p.iface,
+        &mut sink,
+        "pending dispatch after completions",
+        |s| !s.pend.is_empty(),
+    );
+    assert_eq!(sink.pend, vec![(p.a.id(), 5)]);
+    assert_eq!(
+        p.a.put_short(&99u64.to_le_bytes(), base, &rkey).unwrap(),
+        Outcome::DONE
+    );
+    if p.a.flush(1).unwrap() == Outcome::InProgress {
+        wait(&mut p.iface, &mut sink, "flush", |s| {
+            s.comps.iter().any(|c| c.0 == 1)
+        });
+    }
+    let mut v = [0u8; 8];
+    target.read(0, &mut v).unwrap();
+    assert_eq!(u64::from_le_bytes(v), 99, "writes land in order");
+}
