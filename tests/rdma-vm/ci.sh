@@ -2,6 +2,7 @@
 # rc_verbs for real: builds (or reuses) the Soft-RoCE VM, builds the test binaries, and runs inside
 # one VM boot:
 #   - the uct rc_verbs tests, including the conformance suite (`uct ... rc_verbs`),
+#   - the allocation-counting test of the rc_verbs data path (`rc_verbs_no_alloc`),
 #   - the uct_hello_world pair `-d rxe0:1 -t rc_verbs` with -i, -b and -z,
 # then prints one PASS/FAIL line per check and a summary. Exits non-zero if anything failed.
 # Every step has a timeout; the whole run stays well under 10 minutes on 2 cores.
@@ -24,15 +25,23 @@ timeout 900 "$HERE/build.sh" || die "build.sh failed"
 
 say "building test binaries"
 cd "$ROOT"
-UCT_TESTS="$(timeout 1200 cargo test -p uct --lib --no-run --message-format=json 2>/dev/null |
-    python3 -c '
+# Gives the test executable of `cargo test -p uct <selector> --no-run` for target $1.
+test_exe() {
+    local target=$1
+    shift
+    timeout 1200 cargo test -p uct "$@" --no-run --message-format=json 2>/dev/null |
+        python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "uct":
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
         print(m["executable"])
-' | tail -1)"
+' "$target" | tail -1
+}
+UCT_TESTS="$(test_exe uct --lib)"
 [[ -x "$UCT_TESTS" ]] || die "could not build the uct test binary"
+NO_ALLOC="$(test_exe rc_verbs_no_alloc --test rc_verbs_no_alloc)"
+[[ -x "$NO_ALLOC" ]] || die "could not build the rc_verbs_no_alloc test"
 timeout 1200 cargo build -q -p rucx-examples --bin uct_hello_world || die "could not build uct_hello_world"
 HELLO="$ROOT/target/debug/uct_hello_world"
 
@@ -63,6 +72,7 @@ hello() {
 }
 ibv_devinfo -d rxe0 | grep -E "state|active_mtu|link_layer"
 check uct_rc_verbs_tests timeout 300 $(basename "$UCT_TESTS") rc_verbs --test-threads=2
+check rc_verbs_no_alloc timeout 120 $(basename "$NO_ALLOC")
 check hello_world_am_short hello -i 13401
 check hello_world_am_bcopy hello -b 13402
 check hello_world_am_zcopy hello -z 13403
@@ -70,7 +80,7 @@ EOF
 chmod +x "$WORK/vm-checks.sh"
 
 say "booting the VM and running the checks"
-"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$HELLO" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
+"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$NO_ALLOC" -f "$HELLO" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
 vm_rc=${PIPESTATUS[0]}
 
 echo
@@ -78,7 +88,7 @@ echo "=== rc_verbs inside the Soft-RoCE VM: summary"
 pass=$(grep -c '^@@CHECK .* PASS$' "$WORK/out")
 fail=$(grep -c '^@@CHECK .* FAIL' "$WORK/out")
 grep '^@@CHECK ' "$WORK/out" | sed 's/^@@CHECK /  /'
-expected=4
+expected=5
 if ((pass + fail < expected)); then
     say "only $((pass + fail)) of $expected checks reported (VM exit $vm_rc)"
     fail=$((fail + expected - pass - fail))
