@@ -713,13 +713,6 @@ impl RcVerbsIface {
     }
 }
 
-impl Drop for RcVerbsIface {
-    fn drop(&mut self) {
-        // Endpoints still alive hold the inner state; their QPs are destroyed when they drop,
-        // before the CQs (which the last Rc owner drops after `eps`, by field order).
-    }
-}
-
 impl Iface for RcVerbsIface {
     type Ep = RcVerbsEp;
 
@@ -818,6 +811,9 @@ impl Iface for RcVerbsIface {
             ffi::IBV_ACCESS_LOCAL_WRITE | ffi::IBV_ACCESS_REMOTE_WRITE,
             "rc_verbs credit word",
         )?;
+        if inner.eps.vacant_key() > u16::MAX as usize {
+            return Err(Error::NoMemory("too many rc_verbs endpoints".into()));
+        }
         let gen = inner.next_gen;
         inner.next_gen = inner.next_gen.wrapping_add(1).max(1);
         let psn = random_psn(qp.qp_num());
@@ -847,10 +843,6 @@ impl Iface for RcVerbsIface {
                 inner.eps.remove(key);
                 return Err(e);
             }
-        }
-        if key > u16::MAX as usize {
-            inner.eps.remove(key);
-            return Err(Error::NoMemory("too many rc_verbs endpoints".into()));
         }
         drop(inner);
         Ok(RcVerbsEp {
