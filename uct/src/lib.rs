@@ -11,6 +11,7 @@ pub mod ep;
 pub mod iface;
 pub mod md;
 pub mod mm;
+pub mod rc_verbs;
 pub mod registry;
 pub mod self_;
 pub mod tcp;

@@ -299,4 +299,5 @@ transports! {
     Sysv => crate::mm::SysvTransport,
     Cma => crate::cma::CmaTransport,
     Tcp => crate::tcp::TcpTransport,
+    RcVerbs => crate::rc_verbs::RcVerbs,
 }

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# rc_verbs for real: builds (or reuses) the Soft-RoCE VM, builds the test binaries, and runs inside
+# one VM boot:
+#   - the uct rc_verbs tests, including the conformance suite (`uct ... rc_verbs`),
+#   - the allocation-counting test of the rc_verbs data path (`rc_verbs_no_alloc`),
+#   - the RoCE v2 GID auto-selection and RUCX_IB_GID_INDEX override (uct_hello_world -h),
+#   - the uct_hello_world pair `-d rxe0:1 -t rc_verbs` with -i, -b and -z,
+# then prints one PASS/FAIL line per check and a summary. Exits non-zero if anything failed.
+# Every step has a timeout; the whole run stays well under 10 minutes on 2 cores.
+#
+# Usage: tests/rdma-vm/ci.sh            (from anywhere; needs root for apt-get on first use)
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+started=$(date +%s)
+say() { echo "rdma-vm ci [$(($(date +%s) - started))s]: $*"; }
+die() {
+    say "FAIL: $*"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+
+say "building the VM image (cached in tests/rdma-vm/cache)"
+timeout 900 "$HERE/build.sh" || die "build.sh failed"
+
+say "building test binaries"
+cd "$ROOT"
+# Gives the test executable of `cargo test -p uct <selector> --no-run` for target $1.
+test_exe() {
+    local target=$1
+    shift
+    timeout 1200 cargo test -p uct "$@" --no-run --message-format=json 2>/dev/null |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])
+' "$target" | tail -1
+}
+UCT_TESTS="$(test_exe uct --lib)"
+[[ -x "$UCT_TESTS" ]] || die "could not build the uct test binary"
+NO_ALLOC="$(test_exe rc_verbs_no_alloc --test rc_verbs_no_alloc)"
+[[ -x "$NO_ALLOC" ]] || die "could not build the rc_verbs_no_alloc test"
+timeout 1200 cargo build -q -p rucx-examples --bin uct_hello_world || die "could not build uct_hello_world"
+HELLO="$ROOT/target/debug/uct_hello_world"
+
+WORK="$(mktemp -d /tmp/rdma-vm-ci.XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+# The script that runs inside the VM: one marker line per check.
+cat >"$WORK/vm-checks.sh" <<EOF
+#!/bin/bash
+check() {
+    local name=\$1; shift
+    echo "--- \$name: \$*"
+    "\$@"
+    local rc=\$?
+    if [ \$rc = 0 ]; then echo "@@CHECK \$name PASS"; else echo "@@CHECK \$name FAIL (exit \$rc)"; fi
+}
+hello() {
+    local mode=\$1 port=\$2
+    timeout 60 uct_hello_world -d rxe0:1 -t rc_verbs -p \$port >/tmp/server.\$port 2>&1 &
+    local server=\$!
+    sleep 1
+    timeout 60 uct_hello_world -d rxe0:1 -t rc_verbs -n 10.83.0.1 -p \$port \$mode -s 100
+    local c=\$?
+    wait \$server
+    local s=\$?
+    cat /tmp/server.\$port
+    echo "client exit \$c, server exit \$s"
+    [ \$c = 0 ] && [ \$s = 0 ] && grep -q "received 100 bytes" /tmp/server.\$port
+}
+ibv_devinfo -d rxe0 | grep -E "state|active_mtu|link_layer"
+check uct_rc_verbs_tests timeout 300 $(basename "$UCT_TESTS") rc_verbs --test-threads=2
+check rc_verbs_no_alloc timeout 120 $(basename "$NO_ALLOC")
+gid_override() {
+    RUCX_IB_GID_INDEX=0 uct_hello_world -h | grep "rc_verbs" | tee /dev/stderr | grep -q "GID index 0 (fe80:" &&
+        uct_hello_world -h | grep -q "GID index 1 (::ffff:10.83.0.1)" &&
+        RUCX_IB_GID_INDEX=5000 uct_hello_world -h | grep "rc_verbs" | tee /dev/stderr | grep -q "RUCX_IB_GID_INDEX=5000 is outside"
+}
+check gid_index_auto_and_override gid_override
+check hello_world_am_short hello -i 13401
+check hello_world_am_bcopy hello -b 13402
+check hello_world_am_zcopy hello -z 13403
+EOF
+chmod +x "$WORK/vm-checks.sh"
+
+say "booting the VM and running the checks"
+"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$NO_ALLOC" -f "$HELLO" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
+vm_rc=${PIPESTATUS[0]}
+
+echo
+echo "=== rc_verbs inside the Soft-RoCE VM: summary"
+pass=$(grep -c '^@@CHECK .* PASS$' "$WORK/out")
+fail=$(grep -c '^@@CHECK .* FAIL' "$WORK/out")
+grep '^@@CHECK ' "$WORK/out" | sed 's/^@@CHECK /  /'
+expected=6
+if ((pass + fail < expected)); then
+    say "only $((pass + fail)) of $expected checks reported (VM exit $vm_rc)"
+    fail=$((fail + expected - pass - fail))
+fi
+say "total time $(($(date +%s) - started))s"
+echo "$pass passed, $fail failed"
+((fail == 0))
