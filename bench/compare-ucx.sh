@@ -187,4 +187,5 @@ row "uct am_lat posix bcopy 1KiB (us p50)" lat 50000 "" "" -t am_lat -x posix -d
 row "uct am_lat tcp short 8B (us p50)" lat 10000 "" "" -t am_lat -x tcp -d lo -D short -s 8
 row "uct am_lat tcp bcopy 1KiB (us p50)" lat 10000 "" "" -t am_lat -x tcp -d lo -D bcopy -s 1024
 row "uct put_bw posix short 8B (msg/s)" mr 500000 "" "" -t put_bw -x posix -d memory -D short -s 8
-row "uct put_bw posix bcopy 64KiB (MB/s)" bw 10000 "" "" -t put_bw -x posix -d memory -D bcopy -s 65536
+row "uct put_bw posix bcopy 8KiB (MB/s)" bw 50000 "" "" -t put_bw -x posix -d memory -D bcopy -s 8192
+row "uct put_bw cma zcopy 64KiB (MB/s)" bw 10000 "" "" -t put_bw -x cma -d memory -D zcopy -s 65536

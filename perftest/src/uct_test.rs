@@ -692,6 +692,7 @@ impl UctTest {
         };
         let ctx = Ctx {
             p: &self.params,
+            size: self.params.size(),
             recv: self.recv.as_ref(),
             send: self.send.as_ref(),
             rkey: self.rkey.as_ref(),
@@ -710,6 +711,8 @@ impl UctTest {
 /// What the loops read.
 struct Ctx<'a> {
     p: &'a TestParams,
+    /// The message size (`p.size()`, computed once).
+    size: usize,
     recv: Option<&'a Region>,
     send: Option<&'a Region>,
     rkey: Option<&'a RemoteKey>,
@@ -765,7 +768,7 @@ fn send_am(
     shortiov: &[&[u8]],
     i: u64,
 ) -> Result<()> {
-    let size = ctx.p.size();
+    let size = ctx.size;
     match ctx.p.layout {
         Layout::Short => {
             eng.issue(|ep| ep.am_short(AM_DATA, i, &buf[8..size]))?;
@@ -809,7 +812,7 @@ fn send_credit(eng: &mut Engine<'_>, count: u64, short: bool) -> Result<()> {
 }
 
 fn set_sn(ctx: &Ctx<'_>, buf: &mut [u8], i: u64) -> Result<()> {
-    let size = ctx.p.size();
+    let size = ctx.size;
     if ctx.p.layout == Layout::Zcopy {
         ctx.send()?.memh.write(size - 1, &[sn(i)])
     } else {
@@ -819,7 +822,7 @@ fn set_sn(ctx: &Ctx<'_>, buf: &mut [u8], i: u64) -> Result<()> {
 }
 
 fn put(eng: &mut Engine<'_>, ctx: &Ctx<'_>, buf: &[u8], zc: &[Iov<'_>]) -> Result<()> {
-    let size = ctx.p.size();
+    let size = ctx.size;
     let rkey = ctx.rkey()?;
     let addr = ctx.peer;
     match ctx.p.layout {
@@ -849,7 +852,7 @@ fn put(eng: &mut Engine<'_>, ctx: &Ctx<'_>, buf: &[u8], zc: &[Iov<'_>]) -> Resul
 }
 
 fn get(eng: &mut Engine<'_>, ctx: &Ctx<'_>, buf: &mut [u8], zc: &[Iov<'_>]) -> Result<()> {
-    let size = ctx.p.size();
+    let size = ctx.size;
     let rkey = ctx.rkey()?;
     let addr = ctx.peer;
     eng.window(ctx.p.outstanding as u64)?;
@@ -876,7 +879,7 @@ fn atomic_post_add(eng: &mut Engine<'_>, ctx: &Ctx<'_>) -> Result<()> {
     let rkey = ctx.rkey()?;
     let addr = ctx.peer;
     eng.window(ctx.p.outstanding as u64)?;
-    if ctx.p.size() == 8 {
+    if ctx.size == 8 {
         eng.issue(|ep| ep.atomic64_post(AtomicOp::Add, 1, addr, rkey))?;
     } else {
         eng.issue(|ep| ep.atomic32_post(AtomicOp::Add, 1, addr, rkey))?;
@@ -887,7 +890,7 @@ fn atomic_post_add(eng: &mut Engine<'_>, ctx: &Ctx<'_>) -> Result<()> {
 fn atomic_fetch(eng: &mut Engine<'_>, ctx: &Ctx<'_>, i: u64) -> Result<()> {
     let rkey = ctx.rkey()?;
     let addr = ctx.peer;
-    let wide = ctx.p.size() == 8;
+    let wide = ctx.size == 8;
     match (ctx.p.test, wide) {
         (TestId::FaddLat, true) => eng.issue(|ep| {
             ep.atomic64_fetch(AtomicOp::Add, 1, addr, rkey, COMP_OP)
