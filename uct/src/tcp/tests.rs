@@ -1031,3 +1031,46 @@ fn eof_mid_frame_and_reset_become_endpoint_errors() {
         assert!(ep.flush(2).is_err());
     }
 }
+
+#[test]
+fn both_sides_flooding_requests_do_not_deadlock() {
+    let mut a = open_lo();
+    let mut b = open_lo();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    let mut ea = a.ep_create().unwrap();
+    let mut eb = b.ep_create().unwrap();
+    let (addr_a, addr_b) = (ea.ep_address().unwrap(), eb.ep_address().unwrap());
+    ea.connect_to_ep(b.device_address(), &addr_b).unwrap();
+    eb.connect_to_ep(a.device_address(), &addr_a).unwrap();
+    let md = TcpMd::new();
+    let (ta, tb) = (
+        md.mem_alloc(1 << 20).unwrap(),
+        md.mem_alloc(1 << 20).unwrap(),
+    );
+    let (rka, rkb) = (rkey_of(&md, &ta), rkey_of(&md, &tb));
+    // 1 MiB each: far more than the kernel's socket buffers hold, so both send queues fill.
+    let src = md.mem_alloc(1 << 20).unwrap();
+    assert!(ea.am_short(0, 0, b"").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| !sb.ams.is_empty());
+    // Both sides fill their send queues with puts (requests the other side must answer)
+    // before anyone progresses.
+    let (mut na, mut nb) = (0u64, 0u64);
+    loop {
+        let ra = ea
+            .put_zcopy(&[Iov::whole(&src)], tb.addr() as u64, &rkb, 1000 + na)
+            .unwrap();
+        let rb = eb
+            .put_zcopy(&[Iov::whole(&src)], ta.addr() as u64, &rka, 5000 + nb)
+            .unwrap();
+        na += u64::from(!ra.is_no_resource());
+        nb += u64::from(!rb.is_no_resource());
+        if ra.is_no_resource() && rb.is_no_resource() {
+            break;
+        }
+        assert!(na < 4000 && nb < 4000, "never saw back-pressure");
+    }
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
+        sa.comps.len() as u64 == na && sb.comps.len() as u64 == nb
+    });
+    assert!(sa.comps.iter().chain(&sb.comps).all(|c| c.1.is_ok()));
+}
