@@ -1074,3 +1074,33 @@ fn both_sides_flooding_requests_do_not_deadlock() {
     });
     assert!(sa.comps.iter().chain(&sb.comps).all(|c| c.1.is_ok()));
 }
+
+#[test]
+fn refused_connect_becomes_unreachable_endpoint_error() {
+    let mut a = open_lo();
+    let mut sa = Sink::default();
+    // A port nobody listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dead = IfaceAddr {
+        ip: "127.0.0.1".parse().unwrap(),
+        port,
+    };
+    let dev = a.device_address().to_vec();
+    let mut ep = a.ep_create_connected(&dev, &dead.encode()).unwrap();
+    // Sends before the connect finished are queued, then fail with the endpoint.
+    assert!(ep.am_short(0, 0, b"queued").unwrap().is_done());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sa.errors.is_empty() {
+        a.progress(&mut sa);
+        assert!(Instant::now() < deadline, "watchdog: no endpoint error");
+    }
+    assert!(
+        matches!(sa.errors[0].1, Error::Unreachable(_)),
+        "{}",
+        sa.errors[0].1
+    );
+    assert!(matches!(ep.am_short(0, 0, b""), Err(Error::Unreachable(_))));
+}
