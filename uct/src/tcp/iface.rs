@@ -32,6 +32,8 @@ use ucs::{Error, Outcome, Result};
 pub(crate) const TX_BUF: usize = 128 * 1024;
 /// Bytes of a connection's receive buffer.
 pub(crate) const RX_BUF: usize = wire::MIN_RX_BUFFER + 64 * 1024;
+/// Largest single `recv` into the receive buffer.
+const RX_CHUNK: usize = 64 * 1024;
 /// Entries of a connection's send queue.
 pub(crate) const MAX_TX_ITEMS: usize = 128;
 /// Outstanding requests (get, fetching atomic, put_zcopy, flush) per connection.
@@ -449,7 +451,10 @@ impl RxBuf {
             return Ok(0);
         }
         loop {
-            let dst = &mut self.buf[self.tail..];
+            // At most RX_CHUNK per call: the start of a large put or get payload that lands
+            // here is copied once more, the rest is received straight into its destination.
+            let end = self.buf.len().min(self.tail + RX_CHUNK);
+            let dst = &mut self.buf[self.tail..end];
             // SAFETY: `dst` is a valid writable slice of `dst.len()` bytes.
             let r = unsafe {
                 libc::recv(
