@@ -32,6 +32,8 @@ use ucs::{Error, Outcome, Result};
 pub(crate) const TX_BUF: usize = 128 * 1024;
 /// Bytes of a connection's receive buffer.
 pub(crate) const RX_BUF: usize = wire::MIN_RX_BUFFER + 64 * 1024;
+/// Largest single `recv` into the receive buffer.
+const RX_CHUNK: usize = 64 * 1024;
 /// Entries of a connection's send queue.
 pub(crate) const MAX_TX_ITEMS: usize = 128;
 /// Outstanding requests (get, fetching atomic, put_zcopy, flush) per connection.
@@ -48,6 +50,10 @@ pub(crate) const AM_MAX_HDR: usize = 128;
 pub(crate) const MAX_COPY_FRAME: usize = FrameHeader::LEN + AtomicReq::LEN + MAX_BCOPY;
 /// Room a response needs in the send queue (header + largest response sub-header).
 const RESP_ROOM: usize = FrameHeader::LEN + AtomicResp::LEN;
+/// Send-queue bytes operations leave free for responses.
+const RESERVE_BYTES: usize = 4096;
+/// Send-queue entries operations leave free for responses.
+const RESERVE_ITEMS: usize = 8;
 /// The listening socket's epoll token.
 const LISTENER_TOKEN: u64 = u64::MAX;
 /// Progress calls between two looks at the listening socket (when nothing else needs epoll).
@@ -218,8 +224,17 @@ impl TxQueue {
         self.items.is_empty()
     }
     /// True when `bytes` copied bytes and `items` entries fit.
+    /// True when an operation of `bytes` copied bytes and `items` entries fits, leaving the
+    /// reserve that responses to the peer's requests may use.
     pub(crate) fn fits(&self, bytes: usize, items: usize) -> bool {
-        self.items.len() + items <= MAX_TX_ITEMS && TX_BUF - (self.tail - self.head) >= bytes
+        self.items.len() + items + RESERVE_ITEMS <= MAX_TX_ITEMS
+            && TX_BUF - (self.tail - self.head) >= bytes + RESERVE_BYTES
+    }
+    /// True when one response fits (responses may use the reserve; operations may not, so
+    /// a queue full of our own requests never stops us from answering the peer's, and the
+    /// two sides cannot block each other).
+    pub(crate) fn fits_response(&self) -> bool {
+        self.items.len() + 2 <= MAX_TX_ITEMS && TX_BUF - (self.tail - self.head) >= RESP_ROOM
     }
     fn make_room(&mut self, n: usize) {
         if TX_BUF - self.tail < n {
@@ -436,7 +451,10 @@ impl RxBuf {
             return Ok(0);
         }
         loop {
-            let dst = &mut self.buf[self.tail..];
+            // At most RX_CHUNK per call: the start of a large put or get payload that lands
+            // here is copied once more, the rest is received straight into its destination.
+            let end = self.buf.len().min(self.tail + RX_CHUNK);
+            let dst = &mut self.buf[self.tail..end];
             // SAFETY: `dst` is a valid writable slice of `dst.len()` bytes.
             let r = unsafe {
                 libc::recv(
@@ -918,8 +936,10 @@ fn make_attr(dev: &NetIf) -> IfaceAttr {
         max_iov: MAX_IOV,
         max_hdr: hdr,
     };
+    // Loopback numbers are what tests/tests/tcp_bench.rs measures here (3.5 us one-way for an
+    // 8-byte am_short, 0.5-2 GB/s for 1 MiB puts on a loaded 2-core machine).
     let bw = if dev.loopback {
-        5e9
+        1.5e9
     } else {
         std::fs::read_to_string(format!("/sys/class/net/{}/speed", dev.name))
             .ok()
@@ -964,7 +984,7 @@ fn make_attr(dev: &NetIf) -> IfaceAttr {
             send_overhead: 1e-6,
             recv_overhead: 1e-6,
             bandwidth: bw,
-            latency: if dev.loopback { 2e-6 } else { 10e-6 },
+            latency: if dev.loopback { 1.5e-6 } else { 10e-6 },
         },
         priority: 0,
     }
@@ -1191,7 +1211,7 @@ impl TcpIface {
             let Some(c) = inner.conns.get_mut(key) else {
                 return 0;
             };
-            if c.rx_paused && c.tx.fits(RESP_ROOM * 4, 4) {
+            if c.rx_paused && c.tx.fits_response() {
                 c.rx_paused = false;
             }
             let want = std::mem::take(&mut c.readable) || direct;
@@ -1217,10 +1237,11 @@ impl TcpIface {
         let mut flow = Flow::Continue;
         let mut stalled = false;
         loop {
-            {
+            // Before a request frame (it will queue a response), make sure the response fits;
+            // otherwise stop reading this connection until the send queue drains.
+            if rxb.reasm.at_boundary() && rxb.has_data() && is_request(rxb.buf[rxb.head]) {
                 let g = self.inner.borrow();
-                let c = &g.conns[key];
-                if !c.tx.fits(RESP_ROOM, 2) {
+                if !g.conns[key].tx.fits_response() {
                     drop(g);
                     self.inner.borrow_mut().conns[key].rx_paused = true;
                     break;
@@ -1563,6 +1584,14 @@ fn status_result(s: WireStatus, what: &str, v: u64) -> Result<u64> {
         WireStatus::Ok => Ok(v),
         WireStatus::RemoteAccess => Err(refused(what)),
     }
+}
+
+/// True for the kinds of frame the receiver answers (put may need an ack or a refusal).
+fn is_request(kind: u8) -> bool {
+    kind == Kind::Put as u8
+        || kind == Kind::GetReq as u8
+        || kind == Kind::AtomicReq as u8
+        || kind == Kind::FlushReq as u8
 }
 
 /// Applies a peer's atomic to this process's registered memory; gives the old value.
