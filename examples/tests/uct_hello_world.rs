@@ -1,5 +1,5 @@
 //! End-to-end: the uct_hello_world server/client pair as two real processes, over every
-//! shared-memory transport, with short, bcopy and zcopy sends of 1 byte and of the transport's
+//! shared-memory transport and tcp over loopback, with short, bcopy and zcopy sends of 1 byte and of the transport's
 //! maximum for the mode; and the errors users see for bad input.
 
 use std::process::{Child, Command, Output, Stdio};
@@ -76,11 +76,11 @@ fn max_for(tl: &str, dev: &str, mode: &str) -> usize {
     }
 }
 
-fn check_pairs(tl: &str) {
+fn check_pairs(tl: &str, dev: &str) {
     for mode in ["-i", "-b", "-z"] {
-        let max = max_for(tl, "memory", mode);
+        let max = max_for(tl, dev, mode);
         for size in [1, max] {
-            let (s, c) = run_pair(tl, "memory", mode, size);
+            let (s, c) = run_pair(tl, dev, mode, size);
             let (so, se) = (
                 String::from_utf8_lossy(&s.stdout),
                 String::from_utf8_lossy(&s.stderr),
@@ -104,12 +104,17 @@ fn check_pairs(tl: &str) {
 
 #[test]
 fn hello_world_pair_over_posix() {
-    check_pairs("posix");
+    check_pairs("posix", "memory");
 }
 
 #[test]
 fn hello_world_pair_over_sysv() {
-    check_pairs("sysv");
+    check_pairs("sysv", "memory");
+}
+
+#[test]
+fn hello_world_pair_over_tcp_loopback() {
+    check_pairs("tcp", "lo");
 }
 
 #[test]

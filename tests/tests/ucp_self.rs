@@ -422,7 +422,9 @@ fn ucp_self_active_messages_small_and_rendezvous() {
             rndv_scheme: scheme,
             ..cfg()
         });
-        let got: Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>> = Rc::default();
+        /// (header, data) of each message received.
+        type Received = Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>>;
+        let got: Received = Rc::default();
         let g = got.clone();
         p.b.am_set_handler(7, move |_, hdr, data| {
             g.borrow_mut().push((hdr.to_vec(), data))
