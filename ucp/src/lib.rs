@@ -15,6 +15,7 @@ pub mod config;
 pub mod context;
 pub mod listener;
 pub mod request;
+pub mod rma;
 pub mod tag_match;
 pub mod wire;
 pub mod wireup;
@@ -25,8 +26,10 @@ pub use config::UcpConfig;
 pub use context::{Context, ContextParams, Features};
 pub use listener::{ConnRequest, Listener};
 pub use request::{Completion, Op, Request};
+pub use rma::{MemMap, Rkey};
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};
 pub use worker::{
-    CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats, Worker,
+    AmHandler, AmoSize, CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats,
+    Worker,
 };

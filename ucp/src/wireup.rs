@@ -115,7 +115,7 @@ pub fn select_lanes(
                 }
             }
             let at = &l.attr.atomics;
-            if !(at.fop64.is_empty() && at.op64.is_empty()) {
+            if l.md_reg && !(at.fop64.is_empty() && at.op64.is_empty()) {
                 let c = am_cost(l.attr);
                 if better(c, prio, amo.map(|a| (a.1, a.2))) {
                     amo = Some((pick, c, prio));
