@@ -926,6 +926,11 @@ impl Worker {
             let _ = self.complete(op);
         }
         self.st.close_ep(idx, Error::Canceled);
+        // The handle goes stale; the slot is reused by later endpoints.
+        self.st.eps.remove(idx);
+        self.st.to_connect.retain(|&i| i != idx);
+        self.st.failed_notify.retain(|&i| i != idx);
+        self.st.pending_eps.retain(|&i| i != idx);
         Ok(())
     }
 }
