@@ -56,7 +56,7 @@ fn ucp_alloc_eager_ping_pong_allocates_nothing_when_warm() {
     }
     let msg = [7u8; 64];
     let mut buf = Some(vec![0u8; 64]);
-    let mut round =
+    let round =
         |a: &mut Worker, b: &mut Worker, buf: &mut Option<Vec<u8>>, posted_first: bool| {
             let mut r = None;
             if posted_first {
