@@ -2356,7 +2356,12 @@ impl State {
         if len > cap || len == 0 {
             // Nothing to move: let the sender finish, and complete (truncated or empty).
             self.send_ctl(ep, am_id::ATS, &ReqHdr { req: sreq }.encode())?;
-            self.recv_check_done(key);
+            let st = if len > cap {
+                Err(Error::Truncated { len, capacity: cap })
+            } else {
+                Ok(())
+            };
+            self.finish(key, st);
             return Ok(());
         }
         let rma = self.eps[ep]
