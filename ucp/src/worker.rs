@@ -914,16 +914,28 @@ impl Worker {
         self.st.flush_eps(&[idx])
     }
 
-    /// Closes an endpoint (see [`CloseMode`]).
+    /// Closes an endpoint (see [`CloseMode`]); the handle is stale afterwards. A flush that fails
+    /// (other than because the peer closed first) is reported after the endpoint is closed.
     pub fn ep_close(&mut self, ep: EpHandle, mode: CloseMode) -> Result<()> {
         let idx = self.st.ep_idx(ep)?;
+        let mut result = Ok(());
         if mode == CloseMode::Flush && self.st.eps[idx].state == EpState::Ready {
-            let op = self.st.flush_eps(&[idx])?;
-            let c = self.complete(op);
-            c.status?;
-            let _ = self.st.send_ctl(idx, am_id::CLOSE, &[]);
-            let op = self.st.flush_eps(&[idx])?;
-            let _ = self.complete(op);
+            let flushed = self
+                .st
+                .flush_eps(&[idx])
+                .and_then(|op| self.complete(op).status);
+            match flushed {
+                Ok(()) => {
+                    let _ = self.st.send_ctl(idx, am_id::CLOSE, &[]);
+                    if let Ok(op) = self.st.flush_eps(&[idx]) {
+                        let _ = self.complete(op);
+                    }
+                }
+                // The peer closed its side meanwhile: nothing is left to flush to it.
+                Err(_) if self.st.eps[idx].state == EpState::Closed => {}
+                Err(Error::ConnectionReset(_)) => {}
+                Err(e) => result = Err(e),
+            }
         }
         self.st.close_ep(idx, Error::Canceled);
         // The handle goes stale; the slot is reused by later endpoints.
@@ -931,7 +943,7 @@ impl Worker {
         self.st.to_connect.retain(|&i| i != idx);
         self.st.failed_notify.retain(|&i| i != idx);
         self.st.pending_eps.retain(|&i| i != idx);
-        Ok(())
+        result
     }
 }
 
