@@ -22,11 +22,11 @@ pub static RNDV_THRESH: ConfigVar = ConfigVar {
     default: "auto",
     doc: "Tag message size from which rendezvous is used: a size (8k, 1m, inf) or auto (from the lanes' performance models).",
 };
-/// `RUCX_ZCOPY_THRESH`: message size from which eager zero-copy is used.
+/// `RUCX_ZCOPY_THRESH`: message size from which eager sends of caller-owned vectors go zero-copy.
 pub static ZCOPY_THRESH: ConfigVar = ConfigVar {
     name: "ZCOPY_THRESH",
     default: "auto",
-    doc: "Eager message size from which zero-copy is used when the lane has it: a size or auto.",
+    doc: "Eager size from which tag_send_vec sends straight from the caller's vector (am_zcopy) when the AM lane can: a size, inf, or auto (above one bcopy fragment).",
 };
 /// `RUCX_RNDV_SCHEME`: force a rendezvous data path.
 pub static RNDV_SCHEME: ConfigVar = ConfigVar {
@@ -80,7 +80,7 @@ pub struct UcpConfig {
     pub net_devices: Vec<String>,
     /// Rendezvous threshold override (`None`: from the performance models).
     pub rndv_thresh: Option<usize>,
-    /// Eager zero-copy threshold override (`None`: from the performance models).
+    /// Eager zero-copy threshold override (`None`: above one bcopy fragment).
     pub zcopy_thresh: Option<usize>,
     /// Rendezvous scheme requested.
     pub rndv_scheme: RndvSchemeCfg,
@@ -212,7 +212,15 @@ mod tests {
         std::env::set_var("RUCX_RNDV_THRESH", "8k");
         std::env::set_var("RUCX_TLS", "self,tcp");
         std::env::set_var("RUCX_KEEPALIVE_INTERVAL", "inf");
+        std::env::set_var("RUCX_RNDV_SCHEME", "put_zcopy");
+        std::env::set_var("RUCX_ZCOPY_THRESH", "32k");
         let c = UcpConfig::from_env().unwrap();
+        assert_eq!(c.zcopy_thresh, Some(32 << 10));
+        std::env::remove_var("RUCX_ZCOPY_THRESH");
+        assert_eq!(c.rndv_scheme, RndvSchemeCfg::Put);
+        std::env::set_var("RUCX_RNDV_SCHEME", "teleport");
+        assert!(UcpConfig::from_env().is_err());
+        std::env::remove_var("RUCX_RNDV_SCHEME");
         assert_eq!(c.rndv_thresh, Some(8192));
         assert_eq!(c.tls, vec!["self", "tcp"]);
         assert_eq!(c.keepalive_interval, None);
