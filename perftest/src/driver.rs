@@ -98,9 +98,9 @@ pub fn run(mode: Mode) -> Result<()> {
 /// One side of a test at either level.
 pub enum Test {
     /// A uct test.
-    Uct(UctTest),
+    Uct(Box<UctTest>),
     /// A ucp test.
-    Ucp(UcpTest),
+    Ucp(Box<UcpTest>),
 }
 
 impl Test {
@@ -143,8 +143,8 @@ impl Test {
 /// Opens the test's resources: a uct transport and device, or a ucp context and worker.
 pub fn open_test(p: &TestParams) -> Result<Test> {
     match p.test.api() {
-        Api::Uct => UctTest::open(p).map(Test::Uct),
-        Api::Ucp => UcpTest::open(p).map(Test::Ucp),
+        Api::Uct => UctTest::open(p).map(|t| Test::Uct(Box::new(t))),
+        Api::Ucp => UcpTest::open(p).map(|t| Test::Ucp(Box::new(t))),
     }
 }
 
