@@ -184,6 +184,26 @@ impl UcpTest {
             )));
         }
         let rkey = self.worker.rkey_unpack(ep, &peer.rkey)?;
+        // An empty put or get goes through every check of a real one (a lane that can reach
+        // the peer's memory, the range, the operation): a test that cannot run fails here,
+        // before the table header, and not in the middle of the run.
+        let test = self.params.test;
+        let probe = match test {
+            TestId::UcpPutLat | TestId::UcpPutBw => {
+                Some(self.worker.put(ep, &[], peer.buffer_addr, &rkey))
+            }
+            TestId::UcpGet => Some(self.worker.get(ep, Vec::new(), peer.buffer_addr, &rkey)),
+            _ => None,
+        };
+        if let Some(op) = probe {
+            op.and_then(|op| self.worker.complete(op).status)
+                .map_err(|e| match e {
+                    Error::Unsupported(m) => Error::Unsupported(format!(
+                        "{test} needs a transport with zero-copy put/get (cma or tcp in RUCX_TLS): {m}"
+                    )),
+                    other => other,
+                })?;
+        }
         self.remote = Some((peer.buffer_addr, rkey));
         Ok(())
     }
