@@ -327,9 +327,22 @@ fn ucp_self_reply_over_reverse_endpoint_and_close() {
     let c = p.finish_a(r);
     assert_eq!(c.buf.unwrap(), b"reply");
     assert!(p.a.ep_proto_info(p.ab).unwrap().contains("self/memory0"));
-    p.a.ep_close(p.ab, CloseMode::Flush).unwrap();
-    p.pump(3);
+    // A message sent just before the close is delivered before the close completes.
+    let r = p.b.tag_recv(vec![0; 4], 10, EXACT).unwrap();
+    let s = p.a.tag_send(p.ab, 10, b"last").unwrap();
+    assert!(s.is_done());
+    let op = p.a.ep_close_nb(p.ab, CloseMode::Flush).unwrap();
+    let Op::Pending(close) = op else {
+        panic!("flush-close waits for the peer's acknowledgement")
+    };
+    assert!(!p.a.request_test(&close));
+    p.b.progress(); // b handles "last" and CLOSE, and acknowledges
+    let c = p.finish_b(r);
+    assert_eq!(c.buf.unwrap(), b"last");
     assert!(p.b.ep_status(ba).is_err(), "peer saw the close");
+    let c = p.finish_a(Op::Pending(close));
+    assert_eq!(c.status, Ok(()));
+    assert!(p.a.ep_status(p.ab).is_err(), "handle is stale after close");
 }
 
 #[test]
@@ -556,4 +569,40 @@ fn ucp_self_truncation_in_every_protocol_keeps_the_pair_working() {
         assert_eq!(p.finish_a(s).status, Ok(()), "sender of {len}");
         send_recv(&mut p, 10, 3);
     }
+}
+
+#[test]
+fn ucp_self_eager_zcopy_from_owned_vectors() {
+    let mut p = pair_with(UcpConfig {
+        rndv_thresh: Some(200_000),
+        ..cfg()
+    });
+    let pc = p.a.ep_proto_config(p.ab).unwrap();
+    let z = pc.zcopy_thresh.expect("self can register and has am_zcopy");
+    assert!(p.a.ep_proto_info(p.ab).unwrap().contains("eager zcopy"));
+    for (i, len) in [z, z + 1, 3 * pc.middle_frag + 5, 199_999]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(len, i as u8);
+        let r = p.b.tag_recv(vec![0; len], 40 + i as u64, EXACT).unwrap();
+        let op = if i % 2 == 0 {
+            p.a.tag_send_vec(p.ab, 40 + i as u64, data.clone()).unwrap()
+        } else {
+            p.a.tag_send_sync(p.ab, 40 + i as u64, &data).unwrap()
+        };
+        let sc = p.finish_a(op);
+        assert_eq!(sc.status, Ok(()));
+        if i % 2 == 0 {
+            assert!(sc.buf.unwrap() == data, "the vector comes back unchanged");
+        }
+        let c = p.finish_b(r);
+        assert_eq!(c.status, Ok(()));
+        assert!(c.buf.unwrap() == data, "{len} bytes");
+    }
+    assert_eq!(
+        p.a.stats().eager_zcopy,
+        2,
+        "only owned vectors go zero-copy"
+    );
 }

@@ -11,7 +11,7 @@ use crate::wire::{
     am_id, split_prefix, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, Msg, RemoteBuf, ReqHdr,
     RtrHdr, RtrMode, RtsHdr, NO_REQ,
 };
-use crate::wire::{AtomicRepHdr, AtomicReqHdr, UserAmHdr};
+use crate::wire::{AtomicRepHdr, AtomicReqHdr, UserAmHdr, PREFIX_LEN};
 use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig, RndvScheme};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
@@ -80,6 +80,8 @@ pub struct ProtoStats {
     pub eager_single: u64,
     /// Multi-fragment eager messages sent.
     pub eager_multi: u64,
+    /// Eager messages sent zero-copy from the caller's vector.
+    pub eager_zcopy: u64,
     /// Rendezvous requests (RTS) sent.
     pub rndv_rts: u64,
     /// Rendezvous received with get_zcopy.
@@ -99,6 +101,7 @@ const COMP_GET: u64 = 1;
 const COMP_PUT: u64 = 2;
 const COMP_FLUSH: u64 = 3;
 const COMP_ATOMIC: u64 = 4;
+const COMP_ZCOPY: u64 = 5;
 
 fn comp_id(kind: u64, wire: u64) -> CompletionId {
     kind << 60 | (wire & ((1 << 60) - 1))
@@ -136,6 +139,7 @@ struct Ep {
     err_handler: Option<ErrHandler>,
     stream_rx: VecDeque<u8>,
     stream_waiters: VecDeque<usize>,
+    close_acked: bool,
     last_tx: Duration,
     last_rx: Duration,
 }
@@ -149,6 +153,7 @@ enum SendStage {
     WaitPutFlush,
     PutFlushRetry,
     Pipeline,
+    EagerZcopy,
     Stream,
 }
 
@@ -205,6 +210,7 @@ enum ReqKind {
     Recv(RecvReq),
     StreamRecv { buf: Vec<u8>, filled: usize },
     Atomic { value: u64 },
+    Close,
     Flush { eps_left: usize, retry: Vec<usize> },
 }
 
@@ -282,6 +288,8 @@ struct State {
     regions: crate::rma::Regions,
     amo_hw: u64,
     amo_emulated: u64,
+    quarantine: Vec<Vec<u8>>,
+    closings: Vec<Closing>,
 }
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
@@ -399,6 +407,8 @@ impl Worker {
                 regions: Default::default(),
                 amo_hw: 0,
                 amo_emulated: 0,
+                quarantine: Vec::new(),
+                closings: Vec::new(),
             },
         })
     }
@@ -841,6 +851,7 @@ impl Worker {
         }
         n += self.st.progress_pending();
         self.st.progress_flushes();
+        self.st.progress_closings();
         self.st.timers();
         n += self.st.notify_failures();
         n
@@ -917,34 +928,53 @@ impl Worker {
     /// Closes an endpoint (see [`CloseMode`]); the handle is stale afterwards. A flush that fails
     /// (other than because the peer closed first) is reported after the endpoint is closed.
     pub fn ep_close(&mut self, ep: EpHandle, mode: CloseMode) -> Result<()> {
-        let idx = self.st.ep_idx(ep)?;
-        let mut result = Ok(());
-        if mode == CloseMode::Flush && self.st.eps[idx].state == EpState::Ready {
-            let flushed = self
-                .st
-                .flush_eps(&[idx])
-                .and_then(|op| self.complete(op).status);
-            match flushed {
-                Ok(()) => {
-                    let _ = self.st.send_ctl(idx, am_id::CLOSE, &[]);
-                    if let Ok(op) = self.st.flush_eps(&[idx]) {
-                        let _ = self.complete(op);
-                    }
-                }
-                // The peer closed its side meanwhile: nothing is left to flush to it.
-                Err(_) if self.st.eps[idx].state == EpState::Closed => {}
-                Err(Error::ConnectionReset(_)) => {}
-                Err(e) => result = Err(e),
-            }
-        }
-        self.st.close_ep(idx, Error::Canceled);
-        // The handle goes stale; the slot is reused by later endpoints.
-        self.st.eps.remove(idx);
-        self.st.to_connect.retain(|&i| i != idx);
-        self.st.failed_notify.retain(|&i| i != idx);
-        self.st.pending_eps.retain(|&i| i != idx);
-        result
+        let op = self.ep_close_nb(ep, mode)?;
+        self.complete(op).status
     }
+
+    /// Starts closing an endpoint; the request finishes when it is closed. `Flush` flushes,
+    /// sends CLOSE and waits (at most the keepalive timeout) until the peer has processed it,
+    /// so everything sent before reached the peer's application.
+    pub fn ep_close_nb(&mut self, ep: EpHandle, mode: CloseMode) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        let key = self.st.new_req(None, ReqKind::Close);
+        if mode == CloseMode::Force || self.st.eps[idx].state != EpState::Ready {
+            self.st.close_now(idx, key, Ok(()));
+            return Ok(self.st.op_of(key));
+        }
+        let flush = match self.st.flush_eps(&[idx])? {
+            Op::Done(c) => {
+                if let Err(e) = c.status {
+                    self.st.close_now(idx, key, Err(e));
+                    return Ok(self.st.op_of(key));
+                }
+                None
+            }
+            Op::Pending(r) => Some(r.key as usize),
+        };
+        let mut c = Closing {
+            ep: idx,
+            req: key,
+            flush,
+            deadline: None,
+        };
+        if c.flush.is_none() {
+            self.st.send_close(&mut c);
+        }
+        self.st.closings.push(c);
+        self.st.progress_closings();
+        Ok(self.st.op_of(key))
+    }
+}
+
+/// An endpoint being flush-closed.
+struct Closing {
+    ep: usize,
+    req: usize,
+    /// Flush request still running.
+    flush: Option<usize>,
+    /// CLOSE sent; give up waiting for the ack at this time.
+    deadline: Option<Duration>,
 }
 
 impl Drop for Worker {
@@ -1022,7 +1052,8 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
     }
     let am_attr = &st.info[uct_eps[am].0].attr;
     let rma_attr = rma.map(|r| &st.info[uct_eps[r].0].attr);
-    let proto = ProtoConfig::compute(am_attr, rma_attr, &st.cfg);
+    let am_md_reg = st.info[uct_eps[am].0].md_reg;
+    let proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
     let ep = &mut st.eps[idx];
     ep.lanes = Some(Lanes {
         uct: uct_eps,
@@ -1183,6 +1214,7 @@ impl State {
             err_handler,
             stream_rx: VecDeque::new(),
             stream_waiters: VecDeque::new(),
+            close_acked: false,
             last_tx: now,
             last_rx: now,
         });
@@ -1284,19 +1316,29 @@ impl State {
                     }
                 }
                 ReqKind::Recv(rv) => {
+                    // A receive that failed while the peer may still write into it (rendezvous
+                    // put into our registered buffer) keeps its buffer in quarantine until the
+                    // worker is dropped, so a late write never lands in freed memory.
+                    let exposed = status.is_err()
+                        && rv.memh.is_some()
+                        && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
                     rv.memh = None;
                     rv.rkey = None;
-                    (
-                        Some(std::mem::take(&mut rv.buf)),
-                        rv.total,
-                        rv.sender_tag,
-                        None,
-                    )
+                    let buf = std::mem::take(&mut rv.buf);
+                    let buf = if exposed {
+                        self.quarantine.push(buf);
+                        None
+                    } else {
+                        Some(buf)
+                    };
+                    (buf, rv.total, rv.sender_tag, None)
                 }
                 ReqKind::StreamRecv { buf, filled } => {
                     (Some(std::mem::take(buf)), *filled, 0, None)
                 }
-                ReqKind::Flush { .. } | ReqKind::Atomic { .. } => (None, 0, 0, None),
+                ReqKind::Flush { .. } | ReqKind::Atomic { .. } | ReqKind::Close => {
+                    (None, 0, 0, None)
+                }
             }
         };
         if let Some(v) = recycle {
@@ -1760,6 +1802,15 @@ impl State {
             .proto
             .map(|p| len >= p.rndv_thresh)
             .unwrap_or(false);
+        // Zero-copy eager from a caller-owned vector the AM lane's domain can register.
+        let zc = self.eps[idx].proto.and_then(|p| p.zcopy_thresh);
+        if let (Some(z), false) = (zc, rndv) {
+            if len >= z && len > 0 {
+                if let SendData::Owned(v) = data {
+                    return self.zcopy_send(idx, tag, v, sync);
+                }
+            }
+        }
         // Fast path: a non-synchronous eager message sent completely right now needs no request.
         if ready && !sync && !rndv {
             let msg_id = self.next_msg_id;
@@ -1951,8 +2002,126 @@ impl State {
             SendStage::Put => self.put_step(key),
             SendStage::Pipeline => self.pipeline_step(key),
             SendStage::Stream => self.stream_step(key),
+            SendStage::EagerZcopy => self.zcopy_step(key),
             SendStage::PutFlushRetry => self.put_done(key),
             SendStage::WaitAck | SendStage::WaitRndv | SendStage::WaitPutFlush => Ok(true),
+        }
+    }
+
+    /// Sends an eager message straight from the caller's vector (registered with the AM lane's
+    /// memory domain); falls back to bcopy fragments from it if registration fails.
+    fn zcopy_send(&mut self, idx: usize, tag: u64, v: Vec<u8>, sync: bool) -> Result<Op> {
+        let li = self.eps[idx].lanes.as_ref().map(|l| l.uct[l.am].0);
+        let key = self.new_send(idx, tag, SendData::Owned(v), sync);
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        let s = self.send_mut(key);
+        s.msg_id = id;
+        let ptr = NonNull::new(s.data.as_mut_ptr());
+        let len = s.data.len();
+        if let (Some(li), Some(p)) = (li, ptr) {
+            // SAFETY: the vector is owned by the request and not moved or resized until the
+            // request finishes, which drops the handle first.
+            if let Ok(m) = unsafe { self.mds[li].mem_reg(p, len) } {
+                let s = self.send_mut(key);
+                s.memh = Some(m);
+                s.stage = SendStage::EagerZcopy;
+            }
+        }
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if !ready || !self.send_step(key)? {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn zcopy_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps,
+            reqs,
+            info,
+            stats,
+            ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let memh = s
+            .memh
+            .clone()
+            .ok_or_else(|| Error::InvalidParam("zcopy without registration".into()))?;
+        let len = s.data.len();
+        let sreq = if s.sync { wire } else { NO_REQ };
+        while s.offset < len {
+            let mut hdr = [0u8; PREFIX_LEN + EagerFirstHdr::LEN];
+            hdr[..PREFIX_LEN].copy_from_slice(&uuid);
+            let (id, hlen, n) = if s.offset == 0 {
+                let h = EagerFirstHdr {
+                    tag: s.tag,
+                    msg_id: s.msg_id,
+                    total_len: len as u64,
+                    sreq,
+                }
+                .encode();
+                hdr[PREFIX_LEN..].copy_from_slice(&h);
+                (
+                    am_id::EAGER_FIRST,
+                    PREFIX_LEN + EagerFirstHdr::LEN,
+                    proto.first_frag,
+                )
+            } else {
+                let h = FragHdr {
+                    id: s.msg_id,
+                    offset: s.offset as u64,
+                }
+                .encode();
+                hdr[PREFIX_LEN..PREFIX_LEN + FragHdr::LEN].copy_from_slice(&h);
+                (
+                    am_id::EAGER_MIDDLE,
+                    PREFIX_LEN + FragHdr::LEN,
+                    proto.middle_frag,
+                )
+            };
+            let n = n.min(attr.am.max_zcopy).min(len - s.offset).max(1);
+            let iov = Iov::new(&memh, s.offset, n)?;
+            match uep.am_zcopy(id, &hdr[..hlen], &[iov], comp_id(COMP_ZCOPY, wire))? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => s.inflight += 1,
+                Outcome::Done(()) => {}
+            }
+            if s.offset == 0 {
+                stats.eager_zcopy += 1;
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        if s.inflight == 0 {
+            self.zcopy_done(key);
+        }
+        Ok(true)
+    }
+
+    fn zcopy_done(&mut self, key: usize) {
+        let s = self.send_mut(key);
+        if s.sync {
+            s.stage = SendStage::WaitAck;
+            s.memh = None;
+        } else {
+            self.finish(key, Ok(()));
         }
     }
 
@@ -2562,6 +2731,14 @@ impl State {
                     Ok(())
                 }
             }
+            COMP_ZCOPY => {
+                let s = self.send_mut(key);
+                s.inflight = s.inflight.saturating_sub(1);
+                if s.inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
+                    self.zcopy_done(key);
+                }
+                Ok(())
+            }
             COMP_ATOMIC => {
                 if let (ReqKind::Atomic { value }, Ok(v)) = (&mut self.reqs[key].kind, &result) {
                     *value = *v;
@@ -2938,7 +3115,13 @@ impl State {
                 self.stream_serve(idx);
                 Ok(())
             }
+            Msg::CloseAck => {
+                self.eps[idx].close_acked = true;
+                Ok(())
+            }
             Msg::Close => {
+                // Everything the peer sent before CLOSE has been handled: tell it so.
+                let _ = self.send_ctl(idx, am_id::CLOSE_ACK, &[]);
                 self.close_ep(
                     idx,
                     Error::ConnectionReset("the peer closed its endpoint".into()),
@@ -3087,6 +3270,81 @@ impl State {
         self.stats.ep_failures += 1;
         self.teardown_ep(idx, &err);
         self.failed_notify.push(idx);
+    }
+
+    /// Closes endpoint `idx` now, finishes close request `key`, and frees the slot.
+    fn close_now(&mut self, idx: usize, key: usize, result: Result<()>) {
+        self.close_ep(idx, Error::Canceled);
+        if self.eps.contains(idx) {
+            self.eps.remove(idx);
+        }
+        self.to_connect.retain(|&i| i != idx);
+        self.failed_notify.retain(|&i| i != idx);
+        self.pending_eps.retain(|&i| i != idx);
+        self.finish(key, result);
+    }
+
+    fn send_close(&mut self, c: &mut Closing) {
+        let _ = self.send_ctl(c.ep, am_id::CLOSE, &[]);
+        c.deadline = Some(self.now() + self.cfg.keepalive_timeout);
+    }
+
+    fn progress_closings(&mut self) {
+        if self.closings.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.closings);
+        for mut c in list {
+            if let Some(fk) = c.flush {
+                let status = match self.reqs.get(fk) {
+                    Some(r) => match &r.done {
+                        Some(d) => d.status.clone(),
+                        None => {
+                            self.closings.push(c);
+                            continue;
+                        }
+                    },
+                    None => Ok(()),
+                };
+                if self.reqs.contains(fk) {
+                    self.reqs.remove(fk);
+                }
+                c.flush = None;
+                let ready = self
+                    .eps
+                    .get(c.ep)
+                    .is_some_and(|e| e.state == EpState::Ready);
+                match status {
+                    Ok(()) if ready => self.send_close(&mut c),
+                    // The peer closed or failed first: nothing is left to deliver to it.
+                    Ok(()) | Err(Error::ConnectionReset(_)) => {
+                        self.close_now(c.ep, c.req, Ok(()));
+                        continue;
+                    }
+                    Err(_) if !ready => {
+                        self.close_now(c.ep, c.req, Ok(()));
+                        continue;
+                    }
+                    Err(e) => {
+                        self.close_now(c.ep, c.req, Err(e));
+                        continue;
+                    }
+                }
+            }
+            let done = match self.eps.get(c.ep) {
+                Some(e) => {
+                    e.close_acked
+                        || e.state != EpState::Ready
+                        || c.deadline.is_some_and(|d| self.clock.now() >= d)
+                }
+                None => true,
+            };
+            if done {
+                self.close_now(c.ep, c.req, Ok(()));
+            } else {
+                self.closings.push(c);
+            }
+        }
     }
 
     fn close_ep(&mut self, idx: usize, err: Error) {
