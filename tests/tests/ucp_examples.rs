@@ -105,7 +105,10 @@ fn ucp_examples_hello_world_shm_and_tcp() {
         assert!(out.contains("UCP TEST SUCCESS"), "{out}");
         // RUCX_PROTO_INFO=y printed the endpoint's protocol table.
         assert!(out.contains("[rucx] endpoint to"), "{out}");
-        assert!(out.contains("eager short") && out.contains("rendezvous"), "{out}");
+        assert!(
+            out.contains("eager short") && out.contains("rendezvous"),
+            "{out}"
+        );
         let (sok, sout) = server.join().unwrap();
         assert!(sok, "{tls} server: {sout}");
     }
@@ -117,10 +120,14 @@ fn ucp_examples_client_server_64mib_all_apis_shm_and_tcp() {
     for tls in ["posix,cma", "tcp"] {
         for comm in ["tag", "stream", "am"] {
             let port = free_port().to_string();
+            // The server's log goes to a file, quoted when a client fails.
+            let log_path = std::env::temp_dir()
+                .join(format!("ucp_cs_server_{}_{port}.log", std::process::id()));
+            let log = std::fs::File::create(&log_path).expect("server log");
             let mut s = cmd(&cs, tls);
             s.args(["-p", &port, "-c", comm, "-i", "1", "-s", "64m"])
                 .stdout(Stdio::null())
-                .stderr(Stdio::null());
+                .stderr(log);
             let _server = Proc(s.spawn().expect("server"));
             wait_listening(port.parse().unwrap());
             // Two clients one after the other: the server keeps serving.
@@ -139,9 +146,14 @@ fn ucp_examples_client_server_64mib_all_apis_shm_and_tcp() {
                     "64m",
                 ]);
                 let (ok, out) = run_to_end(c, "client");
-                assert!(ok, "{tls} {comm} client {k}: {out}");
+                let server_log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                assert!(
+                    ok,
+                    "{tls} {comm} client {k}: {out}\nserver log:\n{server_log}"
+                );
                 assert!(out.contains("verified"), "{out}");
             }
+            let _ = std::fs::remove_file(&log_path);
         }
     }
 }
