@@ -3,6 +3,7 @@
 # one VM boot:
 #   - the uct rc_verbs tests, including the conformance suite (`uct ... rc_verbs`),
 #   - the allocation-counting test of the rc_verbs data path (`rc_verbs_no_alloc`),
+#   - dead-peer detection with the default timeout and retry count (about 8 s),
 #   - the RoCE v2 GID auto-selection and RUCX_IB_GID_INDEX override (uct_hello_world -h),
 #   - the uct_hello_world pair `-d rxe0:1 -t rc_verbs` with -i, -b and -z,
 # then prints one PASS/FAIL line per check and a summary. Exits non-zero if anything failed.
@@ -74,6 +75,7 @@ hello() {
 ibv_devinfo -d rxe0 | grep -E "state|active_mtu|link_layer"
 check uct_rc_verbs_tests timeout 300 $(basename "$UCT_TESTS") rc_verbs --test-threads=2
 check rc_verbs_no_alloc timeout 120 $(basename "$NO_ALLOC")
+check dead_peer_default_timeouts timeout 120 $(basename "$UCT_TESTS") dead_peer_with_default_timeouts --ignored
 gid_override() {
     RUCX_IB_GID_INDEX=0 uct_hello_world -h | grep "rc_verbs" | tee /dev/stderr | grep -q "GID index 0 (fe80:" &&
         uct_hello_world -h | grep -q "GID index 1 (::ffff:10.83.0.1)" &&
@@ -95,7 +97,7 @@ echo "=== rc_verbs inside the Soft-RoCE VM: summary"
 pass=$(grep -c '^@@CHECK .* PASS$' "$WORK/out")
 fail=$(grep -c '^@@CHECK .* FAIL' "$WORK/out")
 grep '^@@CHECK ' "$WORK/out" | sed 's/^@@CHECK /  /'
-expected=6
+expected=7
 if ((pass + fail < expected)); then
     say "only $((pass + fail)) of $expected checks reported (VM exit $vm_rc)"
     fail=$((fail + expected - pass - fail))

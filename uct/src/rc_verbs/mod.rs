@@ -105,11 +105,12 @@ pub static TIMEOUT: ConfigVar = ConfigVar {
     default: "1s",
     doc: "RC ack timeout before a retransmission (rounded to 4.096us x 2^n)",
 };
-/// `RUCX_RC_RETRY_COUNT`: transport retries before the endpoint fails.
+/// `RUCX_RC_RETRY_COUNT`: transport retries before the endpoint fails. The default is 6, not
+/// UCX's 7: Soft-RoCE (rxe) treats 7 as "retry forever", so a dead peer would never be reported.
 pub static RETRY_COUNT: ConfigVar = ConfigVar {
     name: "RC_RETRY_COUNT",
-    default: "7",
-    doc: "RC retransmissions before the endpoint fails (0-7)",
+    default: "6",
+    doc: "RC retransmissions before the endpoint fails (0-7; rxe retries forever with 7)",
 };
 /// `RUCX_RC_RNR_RETRY_COUNT`: receiver-not-ready retries (7 = forever).
 pub static RNR_RETRY_COUNT: ConfigVar = ConfigVar {

@@ -778,3 +778,49 @@ fn full_send_queue_gives_no_resource_then_pending_resumes() {
     target.read(0, &mut v).unwrap();
     assert_eq!(u64::from_le_bytes(v), 99, "writes land in order");
 }
+
+/// A peer that received everything and then died is detected by the flush with the default
+/// timeout/retry configuration (run by hand with `--ignored`: it takes about 7 s; with
+/// `RUCX_RC_RETRY_COUNT=7` rxe retries forever and this fails).
+#[test]
+#[ignore]
+fn dead_peer_with_default_timeouts() {
+    let Some(dev) = device() else { return };
+    let md = RcVerbs::open_md(&dev).unwrap();
+    let cfg = RcConfig::from_env().unwrap();
+    println!(
+        "timeout exponent {}, retries {}",
+        cfg.timeout, cfg.retry_count
+    );
+    let mut i1 = RcVerbsIface::open(&md, &dev, cfg.clone()).unwrap();
+    let mut i2 = RcVerbsIface::open(&md, &dev, cfg).unwrap();
+    let mut a = i1.ep_create().unwrap();
+    let mut b = i2.ep_create().unwrap();
+    let (aa, ba) = (a.ep_address().unwrap(), b.ep_address().unwrap());
+    a.connect_to_ep(i2.device_address(), &ba).unwrap();
+    b.connect_to_ep(i1.device_address(), &aa).unwrap();
+    let mut sink = Sink::default();
+    assert_eq!(a.am_short(1, 1, b"x").unwrap(), Outcome::DONE);
+    let mut s2 = Sink::default();
+    wait(&mut i2, &mut s2, "message", |s| !s.ams.is_empty());
+    drop(b);
+    drop(i2);
+    let start = Instant::now();
+    assert_eq!(a.flush(5).unwrap(), Outcome::InProgress);
+    let mut done = false;
+    while start.elapsed() < Duration::from_secs(60) && !done {
+        i1.progress(&mut sink);
+        done = sink.comps.iter().any(|c| c.0 == 5);
+    }
+    println!(
+        "flush completion after {:?}: {:?}; errors {:?}",
+        start.elapsed(),
+        sink.comps,
+        sink.errors
+    );
+    assert!(
+        done,
+        "a dead peer must be detected with the default retry count"
+    );
+    assert!(sink.comps.iter().find(|c| c.0 == 5).unwrap().1.is_err());
+}
