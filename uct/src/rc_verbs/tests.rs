@@ -6,6 +6,7 @@ use super::*;
 use crate::{AtomicOp, Endpoint, EpId, EventFlags, EventSink, Iface, IfaceFlags, Iov};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
+use ucs::config::ConfigVar;
 use ucs::Outcome;
 
 fn device() -> Option<String> {
@@ -96,6 +97,40 @@ fn pair(dev: &str, cfg: RcConfig) -> Pair {
     a.connect_to_ep(&da, &ba).unwrap();
     b.connect_to_ep(&da, &aa).unwrap();
     Pair { md, iface, a, b }
+}
+
+#[test]
+fn config_vars_are_registered() {
+    let _ = RcVerbs::devices();
+    for v in RC_VERBS_VARS.iter() {
+        assert!(
+            ucs::config::find(v.name).is_some(),
+            "{} not registered",
+            v.name
+        );
+        assert!(!v.doc.is_empty());
+    }
+    assert!(ucs::config::find("RUCX_IB_GID_INDEX").is_some());
+}
+
+#[test]
+fn bad_config_values_name_the_variable() {
+    const V: ConfigVar = ConfigVar {
+        name: "RC_TEST_ONLY_RANGE",
+        default: "5",
+        doc: "test",
+    };
+    assert_eq!(uint_var(&V, 1, 10).unwrap(), 5);
+    std::env::set_var("RUCX_RC_TEST_ONLY_RANGE", "11");
+    let err = uint_var(&V, 1, 10).unwrap_err().to_string();
+    std::env::set_var("RUCX_RC_TEST_ONLY_RANGE", "auto");
+    let err_auto = uint_var(&V, 1, 10).unwrap_err().to_string();
+    std::env::remove_var("RUCX_RC_TEST_ONLY_RANGE");
+    assert!(
+        err.contains("RUCX_RC_TEST_ONLY_RANGE") && err.contains("1..=10"),
+        "{err}"
+    );
+    assert!(err_auto.contains("not auto"), "{err_auto}");
 }
 
 #[test]
