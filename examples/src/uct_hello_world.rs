@@ -18,7 +18,10 @@ use std::process::ExitCode;
 use std::ptr::NonNull;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use uct::{AmHandlers, AnyEp, AnyIface, AnyMd, Endpoint, Iface, IfaceFlags, Iov, MemoryDomain, Outcome};
+use uct::{
+    AmHandlers, AnyEp, AnyIface, AnyMd, Endpoint, Iface, IfaceFlags, Iov, MdFlags, MemoryDomain,
+    Outcome,
+};
 
 /// Active-message id used for the hello message.
 const HELLO_AM_ID: u8 = 0;
@@ -84,7 +87,10 @@ fn available_resources() -> String {
         match t.devices {
             Ok(devs) => {
                 for d in devs {
-                    text += &format!("  -t {:<10} -d {:<12} ({}) {}\n", t.tl_name, d.name, d.dev_type, d.details);
+                    text += &format!(
+                        "  -t {:<10} -d {:<12} ({}) {}\n",
+                        t.tl_name, d.name, d.dev_type, d.details
+                    );
                 }
             }
             Err(why) => text += &format!("  -t {:<10} unavailable: {why}\n", t.tl_name),
@@ -110,7 +116,10 @@ fn recv_blob(sock: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     sock.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
     if len > 1 << 20 {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "side-channel blob over 1 MiB"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "side-channel blob over 1 MiB",
+        ));
     }
     let mut blob = vec![0; len];
     sock.read_exact(&mut blob)?;
@@ -137,10 +146,17 @@ fn side_channel(args: &Args) -> Result<TcpStream, String> {
             }
         }
         None => {
-            let listener = TcpListener::bind(("0.0.0.0", args.port))
-                .map_err(|e| format!("cannot listen on port {}: {e} (choose another with -p)", args.port))?;
+            let listener = TcpListener::bind(("0.0.0.0", args.port)).map_err(|e| {
+                format!(
+                    "cannot listen on port {}: {e} (choose another with -p)",
+                    args.port
+                )
+            })?;
             println!("Waiting for connection on port {}...", args.port);
-            listener.accept().map_err(|e| format!("accept failed: {e}"))?.0
+            listener
+                .accept()
+                .map_err(|e| format!("accept failed: {e}"))?
+                .0
         }
     };
     sock.set_nodelay(true).ok();
@@ -150,25 +166,44 @@ fn side_channel(args: &Args) -> Result<TcpStream, String> {
 
 /// Exchanges addresses and gives a connected endpoint to the peer.
 fn connect(iface: &mut AnyIface, sock: &mut TcpStream) -> Result<AnyEp, String> {
-    let io = |e: std::io::Error| format!("side channel: {e}");
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => {
+            "the peer closed the side channel (did it fail? see its output)".to_string()
+        }
+        _ => format!("side channel: {e}"),
+    };
     let flags = iface.attr().flags;
     send_blob(sock, iface.device_address()).map_err(io)?;
     let peer_dev = recv_blob(sock).map_err(io)?;
     if flags.contains(IfaceFlags::CONNECT_TO_IFACE) {
         send_blob(sock, iface.iface_address()).map_err(io)?;
         let peer_iface = recv_blob(sock).map_err(io)?;
-        iface.is_reachable(&peer_dev, Some(&peer_iface)).map_err(|why| format!("peer is unreachable: {why}"))?;
-        iface.ep_create_connected(&peer_dev, &peer_iface).map_err(|e| format!("connecting the endpoint: {e}"))
+        iface
+            .is_reachable(&peer_dev, Some(&peer_iface))
+            .map_err(|why| format!("peer is unreachable: {why}"))?;
+        iface
+            .ep_create_connected(&peer_dev, &peer_iface)
+            .map_err(|e| format!("connecting the endpoint: {e}"))
     } else if flags.contains(IfaceFlags::CONNECT_TO_EP) {
-        let mut ep = iface.ep_create().map_err(|e| format!("creating the endpoint: {e}"))?;
-        let addr = ep.ep_address().map_err(|e| format!("endpoint address: {e}"))?;
+        let mut ep = iface
+            .ep_create()
+            .map_err(|e| format!("creating the endpoint: {e}"))?;
+        let addr = ep
+            .ep_address()
+            .map_err(|e| format!("endpoint address: {e}"))?;
         send_blob(sock, &addr).map_err(io)?;
         let peer_ep = recv_blob(sock).map_err(io)?;
-        iface.is_reachable(&peer_dev, None).map_err(|why| format!("peer is unreachable: {why}"))?;
-        ep.connect_to_ep(&peer_dev, &peer_ep).map_err(|e| format!("connecting to the peer endpoint: {e}"))?;
+        iface
+            .is_reachable(&peer_dev, None)
+            .map_err(|why| format!("peer is unreachable: {why}"))?;
+        ep.connect_to_ep(&peer_dev, &peer_ep)
+            .map_err(|e| format!("connecting to the peer endpoint: {e}"))?;
         Ok(ep)
     } else {
-        Err(format!("transport {} supports neither connect-to-iface nor connect-to-ep", iface.tl_name()))
+        Err(format!(
+            "transport {} supports neither connect-to-iface nor connect-to-ep",
+            iface.tl_name()
+        ))
     }
 }
 
@@ -189,7 +224,11 @@ fn check_mode(iface: &AnyIface, mode: SendMode, size: usize) -> Result<(), Strin
         SendMode::Zcopy => IfaceFlags::AM_ZCOPY,
     };
     if !iface.attr().flags.contains(flag) {
-        return Err(format!("transport {} does not support {}", iface.tl_name(), mode.name()));
+        return Err(format!(
+            "transport {} does not support {}",
+            iface.tl_name(),
+            mode.name()
+        ));
     }
     let max = max_size(iface, mode);
     if size > max {
@@ -214,12 +253,24 @@ fn send_message(
     completed: &Rc<RefCell<Option<uct::Result<u64>>>>,
 ) -> Result<(), String> {
     // Registered before the loop so a zcopy retry reuses it; kept until the send completed.
+    // As the C example: register the buffer where the domain can, else allocate from it.
     let memh = match mode {
-        SendMode::Zcopy if !msg.is_empty() => {
+        SendMode::Zcopy if !msg.is_empty() && md.attr().flags.contains(MdFlags::REG) => {
             let ptr = NonNull::new(msg.as_mut_ptr()).expect("non-empty slice");
             // SAFETY: `msg` outlives `memh`, which is dropped at the end of this function, after
             // the send has completed (flush below).
-            Some(unsafe { md.mem_reg(ptr, msg.len()) }.map_err(|e| format!("registering the message: {e}"))?)
+            Some(
+                unsafe { md.mem_reg(ptr, msg.len()) }
+                    .map_err(|e| format!("registering the message: {e}"))?,
+            )
+        }
+        SendMode::Zcopy if !msg.is_empty() => {
+            let memh = md
+                .mem_alloc(msg.len())
+                .map_err(|e| format!("allocating the message buffer: {e}"))?;
+            memh.write(0, msg)
+                .map_err(|e| format!("filling the message buffer: {e}"))?;
+            Some(memh)
         }
         _ => None,
     };
@@ -249,7 +300,10 @@ fn send_message(
                 while completed.borrow().is_none() {
                     iface.progress(handlers);
                     if Instant::now() > deadline {
-                        return Err(format!("{} did not complete within {PEER_TIMEOUT:?}", mode.name()));
+                        return Err(format!(
+                            "{} did not complete within {PEER_TIMEOUT:?}",
+                            mode.name()
+                        ));
                     }
                 }
                 if let Some(Err(e)) = completed.borrow_mut().take() {
@@ -260,7 +314,9 @@ fn send_message(
             Outcome::NoResource => {
                 iface.progress(handlers);
                 if Instant::now() > deadline {
-                    return Err(format!("no send resources for {PEER_TIMEOUT:?}: is the peer alive?"));
+                    return Err(format!(
+                        "no send resources for {PEER_TIMEOUT:?}: is the peer alive?"
+                    ));
                 }
             }
         }
@@ -290,7 +346,10 @@ fn send_message(
 
 fn run(args: Args) -> Result<(), String> {
     let (Some(tl), Some(dev)) = (args.transport.as_deref(), args.device.as_deref()) else {
-        return Err(format!("both -t TRANSPORT and -d DEVICE are required\n{}", available_resources()));
+        return Err(format!(
+            "both -t TRANSPORT and -d DEVICE are required\n{}",
+            available_resources()
+        ));
     };
     let mode = match (args.short, args.bcopy, args.zcopy) {
         (_, true, _) => SendMode::Bcopy,
@@ -300,7 +359,8 @@ fn run(args: Args) -> Result<(), String> {
     let is_server = args.host.is_none();
 
     // Memory domain and interface on the requested transport and device.
-    let (md, mut iface) = uct::open(tl, dev).map_err(|e| format!("{e}\n{}", available_resources()))?;
+    let (md, mut iface) =
+        uct::open(tl, dev).map_err(|e| format!("{e}\n{}", available_resources()))?;
     println!(
         "INFO: rucx uct_hello_world {}, transport {} on device {} ({})",
         if is_server { "server" } else { "client" },
@@ -308,9 +368,6 @@ fn run(args: Args) -> Result<(), String> {
         iface.device_name(),
         mode.name()
     );
-    if !is_server {
-        check_mode(&iface, mode, args.size)?;
-    }
 
     // The active-message handler: keep a copy of what arrived.
     let received: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
@@ -319,7 +376,9 @@ fn run(args: Args) -> Result<(), String> {
     {
         let received = received.clone();
         handlers
-            .set_am_handler(HELLO_AM_ID, move |data| *received.borrow_mut() = Some(data.to_vec()))
+            .set_am_handler(HELLO_AM_ID, move |data| {
+                *received.borrow_mut() = Some(data.to_vec())
+            })
             .map_err(|e| e.to_string())?;
         let completed = completed.clone();
         handlers.on_completion(move |_, result| *completed.borrow_mut() = Some(result));
@@ -327,6 +386,10 @@ fn run(args: Args) -> Result<(), String> {
 
     // Address exchange over the side channel, then the endpoint.
     let mut sock = side_channel(&args)?;
+    if !is_server {
+        // Checked after connecting, so a refused size also ends the server (it sees EOF).
+        check_mode(&iface, mode, args.size)?;
+    }
     let mut ep = connect(&mut iface, &mut sock)?;
 
     if is_server {
@@ -337,7 +400,9 @@ fn run(args: Args) -> Result<(), String> {
                 return Err(format!("endpoint error while waiting: {e}"));
             }
             if Instant::now() > deadline {
-                return Err(format!("no message from the client within {PEER_TIMEOUT:?}"));
+                return Err(format!(
+                    "no message from the client within {PEER_TIMEOUT:?}"
+                ));
             }
         }
         let msg = received.borrow_mut().take().unwrap_or_default();
@@ -350,22 +415,37 @@ fn run(args: Args) -> Result<(), String> {
             if msg.len() > 64 { "..." } else { "" }
         );
         if msg != expected {
-            return Err(format!("the {} received bytes do not match what the client sends", msg.len()));
+            return Err(format!(
+                "the {} received bytes do not match what the client sends",
+                msg.len()
+            ));
         }
-        sock.write_all(&[1]).map_err(|e| format!("side channel barrier: {e}"))?;
+        sock.write_all(&[1])
+            .map_err(|e| format!("side channel barrier: {e}"))?;
     } else {
         let mut msg = make_message(args.size);
-        send_message(&md, &mut iface, &mut ep, &mut handlers, mode, &mut msg, &completed)?;
+        send_message(
+            &md,
+            &mut iface,
+            &mut ep,
+            &mut handlers,
+            mode,
+            &mut msg,
+            &completed,
+        )?;
         println!("INFO: sent {} bytes with {}", args.size, mode.name());
         // Barrier: the server acknowledges after it checked the message. Keep progressing so
         // transports that need the sender's progress (e.g. tcp) finish the delivery.
-        sock.set_nonblocking(true).map_err(|e| format!("side channel: {e}"))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| format!("side channel: {e}"))?;
         let deadline = Instant::now() + PEER_TIMEOUT;
         let mut ack = [0u8; 1];
         loop {
             match sock.read(&mut ack) {
                 Ok(1) => break,
-                Ok(_) => return Err("the server closed the side channel before acknowledging".into()),
+                Ok(_) => {
+                    return Err("the server closed the side channel before acknowledging".into())
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     iface.progress(&mut handlers);
                     if Instant::now() > deadline {

@@ -351,9 +351,24 @@ fn peer_killed(tl: &str) {
     let mut inbox = Inbox::default();
     retry(&mut iface, &mut inbox, || ep.am_short(1, 7, &[]));
     wait_msg(&mut iface, &mut inbox, 2);
+    // Sleep on the event fd with no timeout: the peer's death must wake us (the watchdog
+    // fails the test otherwise), and progress then reports the endpoint error.
+    while iface.event_arm(uct::EventFlags::RECV).is_err() {
+        iface.progress(&mut inbox);
+    }
     peer.kill9();
     while inbox.errors.is_empty() {
+        let mut p = libc::pollfd {
+            fd: iface.event_fd().unwrap(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        assert_eq!(unsafe { libc::poll(&mut p, 1, -1) }, 1);
         iface.progress(&mut inbox);
+        if inbox.errors.is_empty() && iface.event_arm(uct::EventFlags::RECV).is_err() {
+            iface.progress(&mut inbox);
+        }
     }
     assert_eq!(inbox.errors.len(), 1);
     assert_eq!(inbox.errors[0].0, ep.id());
@@ -364,6 +379,38 @@ fn peer_killed(tl: &str) {
         iface.progress(&mut inbox);
     }
     assert_eq!(inbox.errors.len(), 1, "the error is reported once");
+
+    // cma to a dead process: data operations and progress report the peer failure.
+    let mut peer = Peer::spawn(tl);
+    if let (Some(ci), Some(ck)) = (peer.cma_iface.clone(), peer.cma_rkey.clone()) {
+        let (cmd, mut cif) = uct::open("cma", "memory").unwrap();
+        let mut cep = cif.ep_create_connected(&peer.dev, &ci).unwrap();
+        let crkey = cmd.rkey_unpack(&ck).unwrap();
+        let mut local = vec![0u8; 64];
+        // SAFETY: `local` outlives the handle.
+        let h = unsafe { cmd.mem_reg(std::ptr::NonNull::new(local.as_mut_ptr()).unwrap(), 64) }
+            .unwrap();
+        let iov = [Iov::whole(&h)];
+        assert!(cep
+            .get_zcopy(&iov, peer.cma_base, &crkey, 0)
+            .unwrap()
+            .is_done());
+        peer.kill9();
+        let mut cinbox = Inbox::default();
+        while cinbox.errors.is_empty() {
+            cif.progress(&mut cinbox);
+        }
+        assert_eq!(cinbox.errors[0].0, cep.id());
+        assert!(matches!(cinbox.errors[0].1, Error::PeerFailure(_)));
+        assert!(matches!(
+            cep.get_zcopy(&iov, peer.cma_base, &crkey, 0),
+            Err(Error::PeerFailure(_))
+        ));
+        drop(h);
+        drop(local);
+    } else {
+        peer.kill9();
+    }
 
     // Detection on a full FIFO: the sender gets an error, not endless back-pressure.
     let mut peer = Peer::spawn(tl);
@@ -502,4 +549,61 @@ fn shm_posix_no_segment_left_after_kill9() {
         new.iter().all(|n| !n.contains("rucx")),
         "files left in /dev/shm: {new:?}"
     );
+}
+
+fn sender_dies_mid_claim(tl: &str) {
+    let (_md, mut iface) = uct::open(tl, "memory").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_shm_peer"))
+        .args(["claim-and-die", &hex(iface.iface_address())])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn shm_peer");
+    let _watchdog = Watchdog::new(child.id());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(9), "the peer claims and dies");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "CLAIMED 0");
+    // Another sender (here: this process) queues behind the dead one's hole.
+    let (dev, addr) = (
+        iface.device_address().to_vec(),
+        iface.iface_address().to_vec(),
+    );
+    let mut ep = iface.ep_create_connected(&dev, &addr).unwrap();
+    let mut inbox = Inbox::default();
+    for i in 0..10u64 {
+        assert!(ep.am_short(7, i, &[]).unwrap().is_done());
+    }
+    // Progress steps over the dead sender's element and delivers everything after it.
+    while inbox.msgs.len() < 10 {
+        iface.progress(&mut inbox);
+    }
+    let got: Vec<u64> = inbox
+        .msgs
+        .iter()
+        .map(|(id, d)| {
+            assert_eq!(*id, 7);
+            u64::from_le_bytes(d[..8].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    // The FIFO keeps working across many laps.
+    let total = 5 * uct::mm::fifo::NELEMS;
+    let (mut sent, mut seen) = (0, 0);
+    while seen < total {
+        if sent < total && ep.am_short(8, sent, &[]).unwrap().is_done() {
+            sent += 1;
+        }
+        inbox.msgs.clear();
+        iface.progress(&mut inbox);
+        seen += inbox.msgs.len() as u64;
+    }
+}
+
+#[test]
+fn shm_posix_sender_killed_mid_claim_does_not_stall_the_fifo() {
+    sender_dies_mid_claim("posix");
+}
+
+#[test]
+fn shm_sysv_sender_killed_mid_claim_does_not_stall_the_fifo() {
+    sender_dies_mid_claim("sysv");
 }

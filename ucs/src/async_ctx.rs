@@ -738,6 +738,11 @@ impl<C: Clock> AsyncContext<C> {
     /// [`AsyncContext::event_fd`]). Registrations become edge-triggered so a descriptor the
     /// worker has not yet serviced does not flood the queue. When the queue is full the thread
     /// waits for room; no event is dropped. Gives [`Error::Busy`] if a thread already runs.
+    ///
+    /// With edge-triggered reporting, handle an [`AsyncEvent::Fd`] by reading (or writing) until
+    /// the call would block, or the next readiness change may never come. Events the thread
+    /// queued for a descriptor before [`AsyncContext::remove_fd`] can still be delivered once
+    /// with the old token.
     pub fn start_progress_thread(&mut self, queue_capacity: usize) -> Result<()> {
         if self.thread.is_some() {
             return Err(Error::Busy("the progress thread already runs".into()));

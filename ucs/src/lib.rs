@@ -3,7 +3,18 @@
 //! The bottom layer of rucx, with no networking of its own: the error and outcome types shared by
 //! every layer, configuration from `RUCX_*` environment variables, logging, the async context
 //! (epoll event set, eventfd wake-ups, timers on an injectable clock), a bounded lock-free MPMC
-//! queue, a fixed-size buffer pool and a monotonic time source.
+//! queue, a fixed-size buffer pool, a memory registration cache and a monotonic time source.
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`status`] | [`Outcome`] (Done / InProgress / NoResource) and [`Error`] |
+//! | [`config`] | `RUCX_*` variables, UCX value syntax, the variable registry, unknown-name check |
+//! | [`log`] | `tracing` setup from `RUCX_LOG_LEVEL` |
+//! | [`time`] | [`time::Clock`], the real monotonic clock and a manual one for tests |
+//! | [`async_ctx`] | epoll [`async_ctx::EventSet`], eventfd [`async_ctx::Waker`], [`async_ctx::TimerQueue`], [`async_ctx::AsyncContext`] |
+//! | [`mpmc`] | bounded lock-free [`mpmc::MpmcQueue`] (loom-checked) |
+//! | [`mpool`] | [`mpool::MemPool`] of fixed-size buffers with owned [`mpool::PoolBuf`] handles |
+//! | [`rcache`] | [`rcache::Rcache`], a registration cache generic over a [`rcache::Registrar`] |
 
 pub mod async_ctx;
 pub mod config;

@@ -157,7 +157,9 @@ impl<T> MpmcQueue<T> {
     pub fn len(&self) -> usize {
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed);
-        tail.wrapping_sub(head).min(self.capacity())
+        // A stale `tail` can trail `head` under concurrency: report empty, not huge.
+        let diff = tail.wrapping_sub(head) as isize;
+        (diff.max(0) as usize).min(self.capacity())
     }
 
     /// True when the queue looked empty at the time of the call.

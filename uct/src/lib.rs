@@ -14,6 +14,7 @@ pub mod mm;
 pub mod rc_verbs;
 pub mod registry;
 pub mod self_;
+pub mod tcp;
 #[doc(hidden)]
 pub mod testing;
 pub mod worker;

@@ -298,5 +298,6 @@ transports! {
     Posix => crate::mm::PosixTransport,
     Sysv => crate::mm::SysvTransport,
     Cma => crate::cma::CmaTransport,
+    Tcp => crate::tcp::TcpTransport,
     RcVerbs => crate::rc_verbs::RcVerbs,
 }

@@ -10,7 +10,8 @@
 //! - id 6: the same for the cma buffer;
 //! - id 3: exit 0.
 //!
-//! A watchdog alarm ends it after 120 s whatever happens.
+//! `shm_peer claim-and-die <iface>` instead claims an element in that FIFO and dies without
+//! publishing it. A watchdog alarm ends it after 120 s whatever happens.
 
 use std::io::{BufRead, Write};
 use uct::{Endpoint, EpId, EventSink, Iface, MemoryDomain};
@@ -68,12 +69,33 @@ fn range(data: &[u8]) -> (usize, usize) {
     (off, len)
 }
 
+/// `shm_peer claim-and-die <iface>`: maps the FIFO of the interface address `iface`, claims an
+/// element, stamps it and dies without publishing it: a sender killed at the worst moment.
+fn claim_and_die(iface_addr: &str) -> ! {
+    use uct::mm::{fifo::FifoPtrs, segment::Segment, wire::IfaceAddr};
+    let a = IfaceAddr::decode(&unhex(iface_addr)).expect("interface address");
+    let seg = Segment::attach(a.seg).expect("attach the FIFO");
+    // SAFETY: attach mapped the whole FIFO segment, which stays mapped until we die.
+    let fifo = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
+    fifo.validate(a.seg.pid).expect("a rucx FIFO");
+    let mut tail = 0;
+    let c = fifo.claim(&mut tail).expect("room in the FIFO");
+    fifo.stamp(c.pos, std::process::id());
+    println!("CLAIMED {}", c.pos);
+    std::io::stdout().flush().unwrap();
+    // SAFETY: ends the process at once, like a crash, without publishing the claim.
+    unsafe { libc::_exit(9) }
+}
+
 fn main() {
     // SAFETY: alarm only schedules SIGALRM, whose default action ends this process.
     unsafe { libc::alarm(120) };
     let tl = std::env::args()
         .nth(1)
-        .expect("usage: shm_peer <posix|sysv>");
+        .expect("usage: shm_peer <posix|sysv|claim-and-die>");
+    if tl == "claim-and-die" {
+        claim_and_die(&std::env::args().nth(2).expect("interface address"));
+    }
     let (md, mut iface) = uct::open(&tl, "memory").expect("open transport");
     let region = md.mem_alloc(4096).expect("mem_alloc");
     for i in 0..4096 {

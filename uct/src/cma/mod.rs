@@ -12,6 +12,7 @@ use crate::ep::{check_len, CompletionId, Endpoint, EpId, PendingId};
 use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 use crate::mm::wire::DeviceAddr;
+use crate::mm::PeerWatch;
 use crate::registry::{DeviceInfo, Transport};
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -24,6 +25,8 @@ pub const DEVICE: &str = "memory";
 pub const MAX_IOV: usize = 16;
 /// Largest put/get zcopy.
 pub const MAX_ZCOPY: usize = 1 << 30;
+/// Progress calls between two checks of the peers' liveness.
+const PEER_CHECK_INTERVAL: u32 = 256;
 
 /// A packed cma remote key.
 ///
@@ -252,6 +255,7 @@ impl MemoryDomain for CmaMd {
 struct CmaEpShared {
     id: EpId,
     pid: u32,
+    peer: PeerWatch,
     failed: Cell<bool>,
     reported: Cell<bool>,
 }
@@ -265,6 +269,7 @@ pub struct CmaIface {
     iface_addr: Vec<u8>,
     eps: Vec<Weak<CmaEpShared>>,
     next_ep: u32,
+    tick: u32,
 }
 
 impl CmaIface {
@@ -314,6 +319,7 @@ impl CmaIface {
             iface_addr,
             eps: Vec::new(),
             next_ep: 0,
+            tick: 0,
         })
     }
 }
@@ -358,6 +364,7 @@ impl Iface for CmaIface {
         let shared = Rc::new(CmaEpShared {
             id: EpId(self.next_ep),
             pid: a.pid,
+            peer: PeerWatch::new(a.pid),
             failed: Cell::new(false),
             reported: Cell::new(false),
         });
@@ -366,6 +373,9 @@ impl Iface for CmaIface {
         Ok(CmaEp { shared })
     }
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        // Look at the peers every PEER_CHECK_INTERVAL calls (a poll on each pidfd).
+        self.tick = self.tick.wrapping_add(1);
+        let check = self.tick.is_multiple_of(PEER_CHECK_INTERVAL);
         let mut n = 0;
         let mut i = 0;
         while i < self.eps.len() {
@@ -374,6 +384,9 @@ impl Iface for CmaIface {
                 continue;
             };
             i += 1;
+            if check && !ep.failed.get() && ep.peer.exited() {
+                ep.failed.set(true);
+            }
             if ep.failed.get() && !ep.reported.replace(true) {
                 sink.ep_error(ep.id, peer_gone(ep.pid));
                 n += 1;
@@ -552,4 +565,9 @@ mod tests {
             assert!(matches!(CmaIfaceAddr::decode(&v[..n]), Err(Error::Wire(_))));
         }
     }
+}
+
+#[cfg(all(test, not(loom)))]
+mod conformance {
+    crate::uct_conformance_tests!(cma, crate::testing::TlPair<crate::cma::CmaTransport>);
 }

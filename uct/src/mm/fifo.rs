@@ -10,7 +10,9 @@
 //!                  12      am_id (u8)
 //!                  13      kind  (u8: 1 inline, 2 in the element's buffer)
 //!                  14..16  reserved
-//!                  16..128 inline payload (INLINE_MAX bytes)
+//!                  16..24  owner (AtomicU64: claimer's pid << 32 | low 32 bits of the
+//!                          position, stamped right after the claim)
+//!                  24..128 inline payload (INLINE_MAX bytes)
 //! offset BUFS_OFF NELEMS buffers of BUF_SIZE bytes; buffer i belongs to element i, so a bcopy
 //!                 sender packs straight into the receiver's memory (no extra copy).
 //! ```
@@ -27,7 +29,7 @@ pub const NELEMS: u64 = 256;
 /// Size of one element.
 pub const ELEM_SIZE: usize = 128;
 /// Bytes of an element's header.
-pub const ELEM_HDR: usize = 16;
+pub const ELEM_HDR: usize = 24;
 /// Largest payload carried inside an element.
 pub const INLINE_MAX: usize = ELEM_SIZE - ELEM_HDR;
 /// Size of one element's bcopy buffer.
@@ -116,6 +118,9 @@ pub struct ElemHdr {
     pub kind: u8,
     /// Reserved.
     pub reserved: u16,
+    /// Who claimed the element: `pid << 32 | (position as u32)`. Lets the consumer step over
+    /// an element whose producer died between its claim and its publish.
+    pub owner: AtomicU64,
 }
 
 const _: () = {
@@ -128,8 +133,10 @@ const _: () = {
     assert!(std::mem::offset_of!(ElemHdr, len) == 8);
     assert!(std::mem::offset_of!(ElemHdr, am_id) == 12);
     assert!(std::mem::offset_of!(ElemHdr, kind) == 13);
+    assert!(std::mem::offset_of!(ElemHdr, owner) == 16);
+    assert!(ELEM_HDR == 24);
     assert!(NELEMS.is_power_of_two());
-    assert!(ELEMS_OFF % 4096 == 0 && BUFS_OFF % 4096 == 0);
+    assert!(ELEMS_OFF.is_multiple_of(4096) && BUFS_OFF.is_multiple_of(4096));
     assert!(std::mem::size_of::<AtomicU64>() == 8);
 };
 
@@ -257,6 +264,21 @@ impl FifoPtrs {
     pub fn buf_area(&self, pos: u64) -> *mut u8 {
         self.buf_ptr(pos)
     }
+    /// Records that process `pid` claimed `pos` (right after the claim).
+    #[inline(always)]
+    pub fn stamp(&self, pos: u64, pid: u32) {
+        // SAFETY: the element lies inside the mapping; owner is only accessed atomically.
+        let owner = unsafe { &(*self.elem(pos)).owner };
+        owner.store((pid as u64) << 32 | (pos as u32 as u64), Ordering::Relaxed);
+    }
+
+    /// The process that claimed `pos`, if it has stamped it.
+    pub fn owner_of(&self, pos: u64) -> Option<u32> {
+        // SAFETY: the element lies inside the mapping; owner is only accessed atomically.
+        let owner = unsafe { &(*self.elem(pos)).owner }.load(Ordering::Relaxed);
+        (owner as u32 == pos as u32 && owner >> 32 != 0).then_some((owner >> 32) as u32)
+    }
+
     /// Writes the header of a claimed position and publishes it.
     ///
     /// # Safety

@@ -263,29 +263,30 @@ mod loom_tests {
         }
     }
 
-    /// Two producers, one consumer, a two-slot ring that fills up (three messages): every
-    /// message arrives once, with its payload, in per-producer order, and no payload access
-    /// races. Preemptions are bounded to keep the model small.
-    #[test]
-    fn loom_mpsc_claim_publish_consume() {
+    /// Runs `producers` (each sending its list of values) against one consumer on a two-slot
+    /// ring, and checks that every message arrives once, with its payload, in per-producer
+    /// order. Loom also checks that no payload access races.
+    fn mpsc(producers: &'static [&'static [u64]]) {
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(3);
-        b.check(|| {
+        b.check(move || {
             let ring = Arc::new(Ring::new());
-            let r1 = ring.clone();
-            let p1 = loom::thread::spawn(move || {
-                let mut cached = 0;
-                r1.send(&mut cached, 10);
-                r1.send(&mut cached, 11);
-            });
-            let r2 = ring.clone();
-            let p2 = loom::thread::spawn(move || {
-                let mut cached = 0;
-                r2.send(&mut cached, 20);
-            });
+            let handles: Vec<_> = producers
+                .iter()
+                .map(|vals| {
+                    let r = ring.clone();
+                    loom::thread::spawn(move || {
+                        let mut cached = 0;
+                        for &v in vals.iter() {
+                            r.send(&mut cached, v);
+                        }
+                    })
+                })
+                .collect();
+            let total: usize = producers.iter().map(|v| v.len()).sum();
             let mut got = Vec::new();
             let mut read_pos = 0u64;
-            while got.len() < 3 {
+            while got.len() < total {
                 let slot = (read_pos % N) as usize;
                 if is_ready(&ring.seq[slot], read_pos) {
                     got.push(ring.data[slot].with(|p| unsafe { *p }));
@@ -295,12 +296,26 @@ mod loom_tests {
                     loom::thread::yield_now();
                 }
             }
-            p1.join().unwrap();
-            p2.join().unwrap();
-            let a: Vec<_> = got.iter().copied().filter(|v| v / 10 == 1).collect();
-            assert_eq!(a, vec![10, 11]);
-            assert!(got.contains(&20));
+            for h in handles {
+                h.join().unwrap();
+            }
+            for vals in producers {
+                let mine: Vec<u64> = got.iter().copied().filter(|v| vals.contains(v)).collect();
+                assert_eq!(&mine[..], *vals);
+            }
         });
+    }
+
+    /// Two producers race for claims (CAS on head) while the consumer drains.
+    #[test]
+    fn loom_two_producers_claim_publish_consume() {
+        mpsc(&[&[10], &[20]]);
+    }
+
+    /// One producer fills the two-slot ring and waits for the consumer's release (tail).
+    #[test]
+    fn loom_full_ring_waits_for_release() {
+        mpsc(&[&[1, 2, 3]]);
     }
 
     /// The consumer arms while a producer sends: either arming sees the claim (and the consumer

@@ -221,7 +221,7 @@ impl Segment {
         self.base
     }
     /// Mapped length.
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.len
     }
     /// Where peers find it.
@@ -269,7 +269,7 @@ mod tests {
 
     fn roundtrip(kind: SegKind) {
         let a = Segment::create(kind, 10000).unwrap();
-        assert_eq!(a.len(), 12288);
+        assert_eq!(a.size(), 12288);
         let b = Segment::attach(a.seg_ref()).unwrap();
         // SAFETY: both mappings are 12288 bytes of the same segment.
         unsafe {

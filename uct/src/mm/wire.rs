@@ -398,3 +398,60 @@ mod tests {
         assert!(matches!(RkeyWire::decode(&v), Err(Error::Wire(_))));
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn seg_ref() -> impl Strategy<Value = SegRef> {
+        (any::<bool>(), 1u32.., any::<u64>(), any::<u64>()).prop_map(|(p, pid, id, len)| SegRef {
+            kind: if p { SegKind::Posix } else { SegKind::Sysv },
+            pid,
+            id,
+            len,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = DeviceAddr::decode(&bytes);
+            let _ = IfaceAddr::decode(&bytes);
+            let _ = RkeyWire::decode(&bytes);
+            let _ = crate::cma::CmaRkey::decode(&bytes);
+            let _ = crate::cma::CmaIfaceAddr::decode(&bytes);
+        }
+
+        #[test]
+        fn iface_addr_round_trips(seg in seg_ref(), nonce in any::<u64>()) {
+            let a = IfaceAddr { seg, nonce };
+            let mut v = Vec::new();
+            a.encode(&mut v);
+            prop_assert_eq!(v.len(), IfaceAddr::LEN);
+            prop_assert_eq!(IfaceAddr::decode(&v).unwrap(), a);
+        }
+
+        #[test]
+        fn rkey_round_trips_when_inside_its_segment(
+            seg in seg_ref(), base in any::<u64>(), a in any::<u64>(), b in any::<u64>()
+        ) {
+            let (offset, len) = (a % (seg.len / 2 + 1), b % (seg.len / 2 + 1));
+            let k = RkeyWire { seg, base, len, offset };
+            let mut v = Vec::new();
+            k.encode(&mut v);
+            prop_assert_eq!(RkeyWire::decode(&v).unwrap(), k);
+        }
+
+        #[test]
+        fn device_addr_round_trips(
+            boot_id in any::<[u8; 16]>(), pid_ns in any::<u64>(), ipc_ns in any::<u64>(),
+            net_ns in any::<u64>()
+        ) {
+            let d = DeviceAddr { boot_id, pid_ns, ipc_ns, net_ns };
+            let mut v = Vec::new();
+            d.encode(&mut v);
+            prop_assert_eq!(DeviceAddr::decode(&v).unwrap(), d);
+        }
+    }
+}

@@ -1,7 +1,10 @@
 //! The self endpoint: active messages go into the target interface's receive ring; put, get and
 //! atomics act at once on the memory a remote key maps.
 
-use super::iface::{resolve_ep_addr, EpSlot, IfaceInner, SlotState, MAX_AM_HDR, RX_RING_LEN};
+use super::iface::{
+    resolve_ep_addr, EpSlot, IfaceInner, ScratchLoan, SlotLoan, SlotState, MAX_AM_HDR, RX_RING_LEN,
+    SEG_SIZE,
+};
 use super::wire::{DeviceAddr, EpAddr};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
@@ -159,7 +162,7 @@ impl Endpoint for SelfEp {
     #[inline]
     fn am_short(&mut self, id: u8, header: u64, payload: &[u8]) -> Result<Outcome> {
         check_am_id(id)?;
-        check_len(8 + payload.len(), super::iface::SEG_SIZE)?;
+        check_len(8 + payload.len(), SEG_SIZE)?;
         self.push(id, |buf| {
             buf[..8].copy_from_slice(&header.to_le_bytes());
             buf[8..8 + payload.len()].copy_from_slice(payload);
@@ -170,7 +173,7 @@ impl Endpoint for SelfEp {
     fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
         check_am_id(id)?;
         let total = iov_total(iov.len(), iov.iter().map(|p| p.len()).sum())?;
-        check_len(total, super::iface::SEG_SIZE)?;
+        check_len(total, SEG_SIZE)?;
         self.push(id, |buf| {
             let mut off = 0;
             for piece in iov {
@@ -188,35 +191,21 @@ impl Endpoint for SelfEp {
     ) -> Result<Outcome<usize>> {
         check_am_id(id)?;
         let target = self.target()?;
-        // Reserve a slot and take its buffer out, so `pack` (user code) runs without a borrow.
-        let (idx, mut buf) = {
-            let mut ring = target.ring.borrow_mut();
-            let Some(idx) = ring.reserve() else {
-                return Ok(Outcome::NoResource);
-            };
-            let slot = &mut ring.slots[idx];
-            slot.state = SlotState::Writing;
-            (idx, std::mem::take(&mut slot.buf))
+        // Borrow a slot's buffer, so `pack` (user code) runs without a borrow of the ring. The
+        // loan gives it back when dropped, even if `pack` panics.
+        let Some(mut loan) = SlotLoan::reserve(&target) else {
+            return Ok(Outcome::NoResource);
         };
-        let len = pack(&mut buf[..super::iface::SEG_SIZE]);
-        let ok = len <= super::iface::SEG_SIZE;
-        {
-            let mut ring = target.ring.borrow_mut();
-            let slot = &mut ring.slots[idx];
-            slot.buf = buf;
-            slot.am_id = id;
-            slot.state = if ok {
-                SlotState::Ready(len)
-            } else {
-                SlotState::Dropped
-            };
-        }
-        if !ok {
+        let len = pack(&mut loan.buf[..SEG_SIZE]);
+        if len > SEG_SIZE {
+            drop(loan); // the slot stays Dropped: progress skips it
             return Err(Error::InvalidParam(format!(
-                "am_bcopy pack closure claimed {len} bytes in a {}-byte buffer",
-                super::iface::SEG_SIZE
+                "am_bcopy pack closure claimed {len} bytes in a {SEG_SIZE}-byte buffer"
             )));
         }
+        loan.am_id = id;
+        loan.state = SlotState::Ready(len);
+        drop(loan);
         target.notify_recv();
         Ok(Outcome::Done(len))
     }
@@ -231,7 +220,7 @@ impl Endpoint for SelfEp {
         check_am_id(id)?;
         check_len(header.len(), MAX_AM_HDR)?;
         let total = iov_total(iov.len(), Iov::total_len(iov))?;
-        check_len(total, super::iface::SEG_SIZE)?;
+        check_len(total, SEG_SIZE)?;
         self.push(id, |buf| {
             buf[..header.len()].copy_from_slice(header);
             let mut off = header.len();
@@ -254,7 +243,7 @@ impl Endpoint for SelfEp {
 
     fn put_short(&mut self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
         self.check_alive()?;
-        check_len(data.len(), super::iface::SEG_SIZE)?;
+        check_len(data.len(), SEG_SIZE)?;
         let p = rkey.local_ptr(remote_addr, data.len())?;
         // SAFETY: `local_ptr` checked the range against the mapped region, which the key keeps
         // valid; `copy` allows the source to overlap it.
@@ -269,21 +258,18 @@ impl Endpoint for SelfEp {
         rkey: &RemoteKey,
     ) -> Result<Outcome<usize>> {
         let iface = self.iface()?;
-        // Take the bounce buffer out so `pack` runs without a borrow. A put_bcopy issued from
-        // inside `pack` finds it empty and gets NoResource.
-        let mut buf = std::mem::take(&mut *iface.scratch.borrow_mut());
-        if buf.is_empty() {
+        // Borrow the bounce buffer so `pack` runs without a borrow. A put_bcopy issued from
+        // inside `pack` finds it lent and gets NoResource.
+        let mut loan = ScratchLoan::take(&iface);
+        if loan.buf.is_empty() {
             return Ok(Outcome::NoResource);
         }
-        let len = pack(&mut buf);
-        let res = check_len(len, buf.len()).and_then(|()| {
-            let p = rkey.local_ptr(remote_addr, len)?;
-            // SAFETY: the range was checked against the mapped region; `buf` is ours.
-            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p, len) };
-            Ok(Outcome::Done(len))
-        });
-        *iface.scratch.borrow_mut() = buf;
-        res
+        let len = pack(&mut loan.buf);
+        check_len(len, loan.buf.len())?;
+        let p = rkey.local_ptr(remote_addr, len)?;
+        // SAFETY: the range was checked against the mapped region; the bounce buffer is ours.
+        unsafe { std::ptr::copy_nonoverlapping(loan.buf.as_ptr(), p, len) };
+        Ok(Outcome::Done(len))
     }
 
     fn put_zcopy(
@@ -309,7 +295,7 @@ impl Endpoint for SelfEp {
 
     fn get_short(&mut self, buf: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
         self.check_alive()?;
-        check_len(buf.len(), super::iface::SEG_SIZE)?;
+        check_len(buf.len(), SEG_SIZE)?;
         let p = rkey.local_ptr(remote_addr, buf.len())?;
         // SAFETY: the source range was checked against the mapped region.
         unsafe { std::ptr::copy(p, buf.as_mut_ptr(), buf.len()) };
@@ -325,7 +311,7 @@ impl Endpoint for SelfEp {
         unpack: &mut dyn FnMut(&[u8]),
     ) -> Result<Outcome> {
         self.check_alive()?;
-        check_len(len, super::iface::SEG_SIZE)?;
+        check_len(len, SEG_SIZE)?;
         let p = rkey.local_ptr(remote_addr, len)?;
         // SAFETY: the range was checked against the mapped region, which the key keeps valid
         // during the call; like a DMA read, concurrent writers see no ordering guarantee.

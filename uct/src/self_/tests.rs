@@ -410,3 +410,137 @@ fn dropping_a_target_wakes_blocked_senders() {
     assert_eq!(rec.pend, vec![(ep.id(), 5)]);
     assert!(matches!(ep.am_short(0, 0, &[]), Err(Error::PeerFailure(_))));
 }
+
+/// A sink that only counts (for the benchmark).
+#[derive(Default)]
+struct Count(usize);
+
+impl EventSink for Count {
+    fn am(&mut self, _: u8, data: &[u8]) {
+        self.0 += data.len();
+    }
+    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+}
+
+/// Prints the self transport's costs. Not a pass/fail test; run it with
+/// `cargo test -p uct --release self_::tests::bench -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark; run with --release -- --ignored --nocapture"]
+fn bench() {
+    use std::time::Instant;
+    let md = SelfMd::new();
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    let mut sink = Count::default();
+    let n = 2_000_000u32;
+
+    // One-way: send one 8-byte AM, progress until it is delivered.
+    let t = Instant::now();
+    for i in 0..n {
+        assert!(ep.am_short(1, i as u64, &[]).unwrap().is_done());
+        iface.progress(&mut sink);
+    }
+    let lat = t.elapsed().as_secs_f64() / n as f64;
+    println!("self am_short 8 B send+deliver: {:.1} ns", lat * 1e9);
+
+    // Rate: bursts of a full ring, then progress.
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while sent < n as u64 {
+        while ep.am_short(1, sent, &[]).unwrap().is_done() {
+            sent += 1;
+        }
+        iface.progress(&mut sink);
+    }
+    let rate = sent as f64 / t.elapsed().as_secs_f64();
+    println!("self am_short 8 B message rate: {:.1} M msg/s", rate / 1e6);
+
+    // Put bandwidth with 1 MiB zcopy.
+    let len = 1 << 20;
+    let src = md.mem_alloc(len).unwrap();
+    let dst = md.mem_alloc(len).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&dst, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let iov = [Iov::whole(&src)];
+    let iters = 2000;
+    let t = Instant::now();
+    for _ in 0..iters {
+        assert!(ep
+            .put_zcopy(&iov, rkey.remote_base, &rkey, 0)
+            .unwrap()
+            .is_done());
+    }
+    let bw = (iters * len) as f64 / t.elapsed().as_secs_f64();
+    println!("self put_zcopy 1 MiB bandwidth: {:.2} GB/s", bw / 1e9);
+
+    // put_short 8 B overhead.
+    let t = Instant::now();
+    for i in 0..n {
+        let v = (i as u64).to_le_bytes();
+        assert!(ep.put_short(&v, rkey.remote_base, &rkey).unwrap().is_done());
+    }
+    let ov = t.elapsed().as_secs_f64() / n as f64;
+    println!("self put_short 8 B: {:.1} ns", ov * 1e9);
+    assert!(sink.0 > 0);
+}
+
+struct PanicSink;
+
+impl EventSink for PanicSink {
+    fn am(&mut self, _: u8, _: &[u8]) {
+        panic!("sink panics (on purpose)");
+    }
+    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+}
+
+#[test]
+fn a_panicking_pack_or_sink_loses_no_buffer() {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let md = SelfMd::new();
+    let mem = md.mem_alloc(64).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&mem, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let mut iface = open();
+    let mut ep = loopback(&mut iface);
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let _ = ep.am_bcopy(1, |_| panic!("pack panics (on purpose)"));
+    }));
+    assert!(r.is_err());
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let _ = ep.put_bcopy(|_| panic!("pack panics"), rkey.remote_base, &rkey);
+    }));
+    assert!(r.is_err());
+    assert!(ep.am_short(2, 0, b"x").unwrap().is_done());
+    let r = catch_unwind(AssertUnwindSafe(|| iface.progress(&mut PanicSink)));
+    assert!(r.is_err());
+    // Everything still works, over several turns of the ring.
+    let mut rec = Rec::default();
+    for round in 0..3 * RX_RING_LEN {
+        let r = ep.am_bcopy(3, |b| {
+            b[..4].copy_from_slice(&(round as u32).to_le_bytes());
+            4
+        });
+        assert_eq!(r.unwrap(), Outcome::Done(4));
+        iface.progress(&mut rec);
+    }
+    assert_eq!(
+        rec.msgs.len(),
+        3 * RX_RING_LEN,
+        "the panicked messages are not delivered"
+    );
+    assert_eq!(rec.msgs[5].1, 5u32.to_le_bytes());
+    let r = ep.put_bcopy(
+        |b| {
+            b[..2].copy_from_slice(b"ok");
+            2
+        },
+        rkey.remote_base,
+        &rkey,
+    );
+    assert_eq!(r.unwrap(), Outcome::Done(2));
+    let mut got = [0u8; 2];
+    mem.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"ok");
+}

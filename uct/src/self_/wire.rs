@@ -269,4 +269,26 @@ mod tests {
         bad[2] = 0;
         assert!(PackedRkey::decode(&bad).is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let _ = DeviceAddr::decode(&bytes);
+            let _ = IfaceAddr::decode(&bytes);
+            let _ = EpAddr::decode(&bytes);
+            let _ = PackedRkey::decode(&bytes);
+        }
+
+        #[test]
+        fn rkey_round_trips(pid: u32, region_id in 1u64.., base in 1u64..1 << 56, len in 0u64..1 << 40) {
+            let k = PackedRkey { pid, region_id, base, len };
+            proptest::prop_assert_eq!(PackedRkey::decode(&k.encode()).unwrap(), k);
+        }
+
+        #[test]
+        fn ep_addr_round_trips(iface_id in 1u64.., ep_id: u32) {
+            let a = EpAddr { iface_id, ep_id };
+            proptest::prop_assert_eq!(EpAddr::decode(&a.encode()).unwrap(), a);
+        }
+    }
 }

@@ -1,0 +1,697 @@
+//! The ucp-level tests: a worker per side, one endpoint, tag matching.
+//!
+//! Buffers are allocated once before the loop and cycle through the worker (a posted receive
+//! or a `tag_send_vec` takes a vector and its completion gives it back), so the measurement loop
+//! allocates nothing itself.
+
+use crate::params::{Layout, TestId, TestParams};
+use crate::report::Recorder;
+use crate::uct_test::Role;
+use crate::wire::{AddressInfo, Channel};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use ucp::{Completion, Context, ContextParams, EpHandle, EpParams, Features, Op, Request, Worker};
+use ucs::{Error, Result};
+
+/// The tag every test message carries.
+const TAG: u64 = 0x1337_a880;
+
+/// The user active-message id of the tests.
+const AM_ID: u16 = 7;
+
+/// The ucp tests this build runs.
+pub const SUPPORTED: &[TestId] = &[
+    TestId::TagLat,
+    TestId::TagBw,
+    TestId::TagSyncLat,
+    TestId::TagSyncBw,
+    TestId::UcpAmLat,
+    TestId::UcpAmBw,
+    TestId::StreamLat,
+    TestId::StreamBw,
+];
+
+/// Checks that this build's ucp can run `p`.
+pub fn check(p: &TestParams) -> Result<()> {
+    if !SUPPORTED.contains(&p.test) {
+        let names: Vec<&str> = SUPPORTED.iter().map(|t| t.name()).collect();
+        return Err(Error::Unsupported(format!(
+            "{}: rucx's ucp layer has no put/get/atomic API yet; the ucp tests it runs are {}",
+            p.test,
+            names.join(", ")
+        )));
+    }
+    if p.layout == Layout::Iov || p.sizes.len() > 1 {
+        return Err(Error::Unsupported(
+            "rucx's ucp has no io-vector datatype yet: use one -s size with -D contig".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// How often (in spins) a waiting loop checks that the peer is still there.
+const PEER_CHECK_SPINS: u32 = 1 << 14;
+
+/// One side of a ucp test: a worker and an endpoint to the peer.
+pub struct UcpTest {
+    params: TestParams,
+    // Declared before the context: the worker is dropped first.
+    worker: Worker,
+    _ctx: Context,
+    ep: Option<EpHandle>,
+}
+
+impl UcpTest {
+    /// Creates the context and worker (`RUCX_TLS` and friends apply).
+    pub fn open(p: &TestParams) -> Result<UcpTest> {
+        p.validate()?;
+        check(p)?;
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG | Features::AM | Features::STREAM,
+            config: None,
+        })?;
+        let worker = Worker::new(&ctx)?;
+        Ok(UcpTest {
+            params: p.clone(),
+            worker,
+            _ctx: ctx,
+            ep: None,
+        })
+    }
+
+    /// This side's worker address.
+    pub fn local_address(&mut self) -> Result<AddressInfo> {
+        Ok(AddressInfo {
+            iface_addr: self.worker.address().to_vec(),
+            ..AddressInfo::default()
+        })
+    }
+
+    /// Creates the endpoint to the peer's worker and progresses until it is connected.
+    pub fn connect(&mut self, peer: &AddressInfo) -> Result<()> {
+        let ep = self
+            .worker
+            .ep_create(&peer.iface_addr, EpParams::default())?;
+        self.ep = Some(ep);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            self.worker.progress();
+            self.worker.ep_status(ep)?;
+            match self.worker.ep_proto_config(ep) {
+                Ok(_) => return Ok(()),
+                Err(Error::Busy(_)) if std::time::Instant::now() < deadline => {}
+                Err(Error::Busy(_)) => {
+                    return Err(Error::Timeout(
+                        "the ucp endpoint did not connect within 30 s".into(),
+                    ))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The protocol table of the endpoint, once it is connected.
+    pub fn proto_info(&self) -> Option<String> {
+        self.ep.and_then(|ep| self.worker.ep_proto_info(ep).ok())
+    }
+
+    /// Progresses the worker outside a test loop.
+    pub fn idle_progress(&mut self) {
+        self.worker.progress();
+    }
+
+    /// Runs warm-up and measured iterations.
+    pub fn run(
+        &mut self,
+        role: Role,
+        rec: Option<&mut Recorder>,
+        chan: Option<&Channel>,
+    ) -> Result<()> {
+        let ep = self
+            .ep
+            .ok_or_else(|| Error::InvalidParam("connect() first".into()))?;
+        let p = &self.params;
+        let stash = AmStash::default();
+        if matches!(p.test, TestId::UcpAmLat | TestId::UcpAmBw) {
+            stash.install(&mut self.worker, p.outstanding as usize);
+        }
+        let mut eng = Engine {
+            worker: &mut self.worker,
+            ep,
+            chan,
+            spins: 0,
+            stash,
+            peer_done: None,
+            idle: 0,
+        };
+        match (p.test, role, rec) {
+            (TestId::UcpAmLat, _, rec) => am_ping_pong(&mut eng, p, rec, role),
+            (TestId::UcpAmBw, Role::Server, _) => am_receive_stream(&mut eng, p),
+            (TestId::UcpAmBw, _, Some(rec)) => am_send_stream(&mut eng, p, rec, role),
+            (TestId::StreamLat, _, rec) => stream_ping_pong(&mut eng, p, rec, role),
+            (TestId::StreamBw, Role::Server, _) => stream_receive(&mut eng, p),
+            (TestId::StreamBw, _, Some(rec)) => stream_send(&mut eng, p, rec, role),
+            (TestId::TagLat | TestId::TagSyncLat, Role::Server, _) => {
+                ping_pong(&mut eng, p, None, false)
+            }
+            (TestId::TagLat | TestId::TagSyncLat, _, Some(rec)) => {
+                ping_pong(&mut eng, p, Some(rec), role == Role::Loopback)
+            }
+            (TestId::TagBw | TestId::TagSyncBw, Role::Server, _) => receive_stream(&mut eng, p),
+            (TestId::TagBw | TestId::TagSyncBw, Role::Loopback, Some(rec)) => {
+                loopback_stream(&mut eng, p, rec)
+            }
+            (TestId::TagBw | TestId::TagSyncBw, _, Some(rec)) => send_stream(&mut eng, p, rec),
+            (t, _, None) => Err(Error::InvalidParam(format!(
+                "{t}: the measuring side needs a recorder"
+            ))),
+            (t, _, _) => Err(Error::Unsupported(format!("{t} is not a ucp tag test"))),
+        }
+        // No worker flush here: in every test the receiving side waits for all of the data
+        // itself, and the sender's clock stops when its last operation completed.
+    }
+}
+
+struct Engine<'a> {
+    worker: &'a mut Worker,
+    ep: EpHandle,
+    chan: Option<&'a Channel>,
+    spins: u32,
+    stash: AmStash,
+    peer_done: Option<std::time::Instant>,
+    idle: u32,
+}
+
+/// What the active-message handler hands to the loop: a count of messages and the data
+/// buffers to give back to the worker (the handler cannot reach the worker itself).
+#[derive(Default, Clone)]
+struct AmStash {
+    count: Rc<Cell<u64>>,
+    data: Rc<RefCell<Vec<Vec<u8>>>>,
+}
+
+impl AmStash {
+    fn install(&self, worker: &mut Worker, capacity: usize) {
+        self.data.borrow_mut().reserve(capacity.max(64));
+        let me = self.clone();
+        worker.am_set_handler(AM_ID, move |_ep, _hdr, data| {
+            me.count.set(me.count.get() + 1);
+            let mut d = me.data.borrow_mut();
+            if d.len() < d.capacity() {
+                d.push(data);
+            } else {
+                // Never grow the stash on the data path; a dropped buffer is just freed.
+                drop(data);
+            }
+        });
+    }
+
+    /// Gives the kept buffers back to the worker's pool.
+    fn release(&self, worker: &mut Worker) {
+        let mut d = self.data.borrow_mut();
+        while let Some(b) = d.pop() {
+            worker.am_data_release(b);
+        }
+    }
+}
+
+impl Engine<'_> {
+    #[inline]
+    fn spin(&mut self) -> Result<()> {
+        self.idle += 1;
+        if self.idle > crate::uct_test::YIELD_AFTER {
+            std::thread::yield_now();
+        }
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins & (PEER_CHECK_SPINS - 1) == 0 {
+            self.check_peer()?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn check_peer(&mut self) -> Result<()> {
+        self.worker.ep_status(self.ep)?;
+        crate::uct_test::check_peer(self.chan, &mut self.peer_done)
+    }
+
+    /// Progresses until `req` finishes.
+    #[inline]
+    fn wait(&mut self, mut req: Request) -> Result<Completion> {
+        self.idle = 0;
+        loop {
+            match self.worker.request_take(req) {
+                Ok(c) => return c.status.clone().map(|_| c),
+                Err(r) => req = r,
+            }
+            self.worker.progress();
+            self.spin()?;
+        }
+    }
+
+    /// The completion of `op`, waiting if it is pending.
+    #[inline]
+    fn finish(&mut self, op: Op) -> Result<Completion> {
+        match op {
+            Op::Done(c) => c.status.clone().map(|_| c),
+            Op::Pending(r) => self.wait(r),
+        }
+    }
+
+    /// Sends `buf` (given back when the send completes) or, for the sync tests, a synchronous
+    /// send of its bytes.
+    #[inline]
+    fn send(&mut self, buf: Vec<u8>, sync: bool) -> Result<(Op, Option<Vec<u8>>)> {
+        if sync {
+            let op = self.worker.tag_send_sync(self.ep, TAG, &buf)?;
+            Ok((op, Some(buf)))
+        } else {
+            Ok((self.worker.tag_send_vec(self.ep, TAG, buf)?, None))
+        }
+    }
+}
+
+fn take_buf(c: &mut Completion, what: &str) -> Result<Vec<u8>> {
+    c.buf
+        .take()
+        .ok_or_else(|| Error::Wire(format!("the {what} completion gave no buffer back")))
+}
+
+fn check_len(c: &Completion, size: usize) -> Result<()> {
+    if c.len != size {
+        return Err(Error::Wire(format!(
+            "received {} bytes, expected {size}",
+            c.len
+        )));
+    }
+    Ok(())
+}
+
+fn is_sync(t: TestId) -> bool {
+    matches!(t, TestId::TagSyncLat | TestId::TagSyncBw)
+}
+
+/// Ping-pong: the client sends and waits for the reply; the server replies to each message.
+/// In loopback the endpoint's messages come back to this worker.
+fn ping_pong(
+    eng: &mut Engine<'_>,
+    p: &TestParams,
+    mut rec: Option<&mut Recorder>,
+    loopback: bool,
+) -> Result<()> {
+    let size = p.size();
+    let sync = is_sync(p.test);
+    let total = p.total_iterations();
+    let mut sbuf = Some(vec![0xa5u8; size]);
+    let mut rbuf = Some(vec![0u8; size]);
+    let client = rec.is_some();
+    for i in 0..total {
+        if i == p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.begin();
+            }
+        }
+        let recv_buf = rbuf
+            .take()
+            .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
+        let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
+        if client || loopback {
+            let send_buf = sbuf
+                .take()
+                .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
+            let (sop, kept) = eng.send(send_buf, sync)?;
+            let mut c = eng.finish(sop)?;
+            sbuf = Some(match kept {
+                Some(b) => b,
+                None => take_buf(&mut c, "send")?,
+            });
+            let mut c = eng.finish(rop)?;
+            check_len(&c, size)?;
+            rbuf = Some(take_buf(&mut c, "receive")?);
+        } else {
+            let mut c = eng.finish(rop)?;
+            check_len(&c, size)?;
+            rbuf = Some(take_buf(&mut c, "receive")?);
+            let send_buf = sbuf
+                .take()
+                .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
+            let (sop, kept) = eng.send(send_buf, sync)?;
+            let mut c = eng.finish(sop)?;
+            sbuf = Some(match kept {
+                Some(b) => b,
+                None => take_buf(&mut c, "send")?,
+            });
+        }
+        if i >= p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.record();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A window of `outstanding` buffers for sends or receives in flight.
+struct Window {
+    free: Vec<Vec<u8>>,
+    inflight: VecDeque<(Request, Option<Vec<u8>>)>,
+}
+
+impl Window {
+    fn new(count: usize, size: usize) -> Window {
+        Window {
+            free: (0..count).map(|_| vec![0x5au8; size]).collect(),
+            inflight: VecDeque::with_capacity(count),
+        }
+    }
+}
+
+/// Completes the oldest operation of the window, recycling its buffer.
+fn retire_oldest(eng: &mut Engine<'_>, w: &mut Window, size: Option<usize>) -> Result<()> {
+    if let Some((req, kept)) = w.inflight.pop_front() {
+        let mut c = eng.wait(req)?;
+        if let Some(s) = size {
+            check_len(&c, s)?;
+        }
+        let b = match kept {
+            Some(b) => b,
+            None => take_buf(&mut c, "operation")?,
+        };
+        w.free.push(b);
+    }
+    Ok(())
+}
+
+/// Stream sender: up to `-O` sends in flight.
+fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Result<()> {
+    let size = p.size();
+    let sync = is_sync(p.test);
+    let mut w = Window::new(p.outstanding as usize, size);
+    for i in 0..p.total_iterations() {
+        if i == p.warmup {
+            rec.begin();
+        }
+        if w.free.is_empty() {
+            retire_oldest(eng, &mut w, None)?;
+        }
+        let buf = w
+            .free
+            .pop()
+            .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
+        match eng.send(buf, sync)? {
+            (Op::Done(mut c), kept) => {
+                c.status.clone()?;
+                let b = match kept {
+                    Some(b) => b,
+                    None => take_buf(&mut c, "send")?,
+                };
+                w.free.push(b);
+            }
+            (Op::Pending(r), kept) => w.inflight.push_back((r, kept)),
+        }
+        eng.worker.progress();
+        if i >= p.warmup {
+            rec.record();
+        }
+    }
+    while !w.inflight.is_empty() {
+        retire_oldest(eng, &mut w, None)?;
+    }
+    // The sends still in flight are part of the run: the clock stops when they completed.
+    rec.mark_end();
+    Ok(())
+}
+
+/// Stream receiver: keeps `-O` receives posted until every message has arrived.
+fn receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
+    let size = p.size();
+    let total = p.total_iterations();
+    let mut w = Window::new(p.outstanding as usize, size);
+    let mut posted = 0u64;
+    let mut received = 0u64;
+    while received < total {
+        while posted < total {
+            let Some(buf) = w.free.pop() else { break };
+            match eng.worker.tag_recv(buf, TAG, ucp::TAG_MASK_EXACT)? {
+                Op::Done(mut c) => {
+                    c.status.clone()?;
+                    check_len(&c, size)?;
+                    w.free.push(take_buf(&mut c, "receive")?);
+                    received += 1;
+                }
+                Op::Pending(r) => w.inflight.push_back((r, None)),
+            }
+            posted += 1;
+        }
+        if !w.inflight.is_empty() {
+            retire_oldest(eng, &mut w, Some(size))?;
+            received += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Stream in loopback: sends and receives interleaved in one worker, `-O` of each in flight.
+fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Result<()> {
+    let size = p.size();
+    let sync = is_sync(p.test);
+    let mut sends = Window::new(p.outstanding as usize, size);
+    let mut recvs = Window::new(p.outstanding as usize, size);
+    for i in 0..p.total_iterations() {
+        if i == p.warmup {
+            rec.begin();
+        }
+        if recvs.free.is_empty() {
+            retire_oldest(eng, &mut recvs, Some(size))?;
+        }
+        let rb = recvs
+            .free
+            .pop()
+            .ok_or_else(|| Error::Wire("no free receive buffer".into()))?;
+        match eng.worker.tag_recv(rb, TAG, ucp::TAG_MASK_EXACT)? {
+            Op::Done(mut c) => {
+                c.status.clone()?;
+                recvs.free.push(take_buf(&mut c, "receive")?);
+            }
+            Op::Pending(r) => recvs.inflight.push_back((r, None)),
+        }
+        if sends.free.is_empty() {
+            retire_oldest(eng, &mut sends, None)?;
+        }
+        let sb = sends
+            .free
+            .pop()
+            .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
+        match eng.send(sb, sync)? {
+            (Op::Done(mut c), kept) => {
+                c.status.clone()?;
+                let b = match kept {
+                    Some(b) => b,
+                    None => take_buf(&mut c, "send")?,
+                };
+                sends.free.push(b);
+            }
+            (Op::Pending(r), kept) => sends.inflight.push_back((r, kept)),
+        }
+        eng.worker.progress();
+        if i >= p.warmup {
+            rec.record();
+        }
+    }
+    while !sends.inflight.is_empty() {
+        retire_oldest(eng, &mut sends, None)?;
+    }
+    while !recvs.inflight.is_empty() {
+        retire_oldest(eng, &mut recvs, Some(size))?;
+    }
+    rec.mark_end();
+    Ok(())
+}
+
+/// Waits until `n` active messages have arrived, returning their buffers to the worker.
+fn wait_am(eng: &mut Engine<'_>, n: u64) -> Result<()> {
+    eng.idle = 0;
+    while eng.stash.count.get() < n {
+        eng.worker.progress();
+        eng.stash.release(eng.worker);
+        eng.spin()?;
+    }
+    eng.stash.release(eng.worker);
+    Ok(())
+}
+
+/// Active-message ping-pong (`ucp_am_lat`).
+fn am_ping_pong(
+    eng: &mut Engine<'_>,
+    p: &TestParams,
+    mut rec: Option<&mut Recorder>,
+    role: Role,
+) -> Result<()> {
+    let sbuf = vec![0xa5u8; p.size()];
+    let sender_first = role != Role::Server;
+    for i in 0..p.total_iterations() {
+        if i == p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.begin();
+            }
+        }
+        if !sender_first {
+            wait_am(eng, i + 1)?;
+        }
+        let op = eng.worker.am_send(eng.ep, AM_ID, &[], &sbuf)?;
+        eng.finish(op)?;
+        if sender_first {
+            wait_am(eng, i + 1)?;
+        }
+        if i >= p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.record();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Active-message stream sender (`ucp_am_bw`), `-O` sends in flight; in loopback the messages
+/// come back to this worker and are counted too.
+fn am_send_stream(
+    eng: &mut Engine<'_>,
+    p: &TestParams,
+    rec: &mut Recorder,
+    role: Role,
+) -> Result<()> {
+    let size = p.size();
+    let mut w = Window::new(p.outstanding as usize, size);
+    let total = p.total_iterations();
+    for i in 0..total {
+        if i == p.warmup {
+            rec.begin();
+        }
+        if w.free.is_empty() {
+            retire_oldest(eng, &mut w, None)?;
+        }
+        let buf = w
+            .free
+            .pop()
+            .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
+        match eng.worker.am_send_vec(eng.ep, AM_ID, &[], buf)? {
+            Op::Done(mut c) => {
+                c.status.clone()?;
+                w.free.push(take_buf(&mut c, "send")?);
+            }
+            Op::Pending(r) => w.inflight.push_back((r, None)),
+        }
+        eng.worker.progress();
+        eng.stash.release(eng.worker);
+        if i >= p.warmup {
+            rec.record();
+        }
+    }
+    while !w.inflight.is_empty() {
+        retire_oldest(eng, &mut w, None)?;
+    }
+    if role == Role::Loopback {
+        wait_am(eng, total)?;
+    }
+    rec.mark_end();
+    Ok(())
+}
+
+/// Active-message stream receiver: counts every message.
+fn am_receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
+    wait_am(eng, p.total_iterations())
+}
+
+/// Stream ping-pong (`stream_lat`).
+fn stream_ping_pong(
+    eng: &mut Engine<'_>,
+    p: &TestParams,
+    mut rec: Option<&mut Recorder>,
+    role: Role,
+) -> Result<()> {
+    let size = p.size();
+    let sbuf = vec![0xa5u8; size];
+    let mut rbuf = Some(vec![0u8; size]);
+    let sender_first = role != Role::Server;
+    for i in 0..p.total_iterations() {
+        if i == p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.begin();
+            }
+        }
+        if sender_first {
+            let op = eng.worker.stream_send(eng.ep, &sbuf)?;
+            eng.finish(op)?;
+        }
+        let b = rbuf
+            .take()
+            .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
+        let op = eng.worker.stream_recv(eng.ep, b)?;
+        let mut c = eng.finish(op)?;
+        rbuf = Some(take_buf(&mut c, "stream receive")?);
+        if !sender_first {
+            let op = eng.worker.stream_send(eng.ep, &sbuf)?;
+            eng.finish(op)?;
+        }
+        if i >= p.warmup {
+            if let Some(r) = rec.as_deref_mut() {
+                r.record();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stream sender (`stream_bw`): `-O` sends in flight; in loopback the bytes are read back too.
+fn stream_send(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder, role: Role) -> Result<()> {
+    let size = p.size();
+    let sbuf = vec![0x5au8; size];
+    let mut inflight: VecDeque<Request> = VecDeque::with_capacity(p.outstanding as usize);
+    let mut rbuf = Some(vec![0u8; size]);
+    for i in 0..p.total_iterations() {
+        if i == p.warmup {
+            rec.begin();
+        }
+        if inflight.len() >= p.outstanding as usize {
+            if let Some(r) = inflight.pop_front() {
+                eng.wait(r)?;
+            }
+        }
+        match eng.worker.stream_send(eng.ep, &sbuf)? {
+            Op::Done(c) => c.status?,
+            Op::Pending(r) => inflight.push_back(r),
+        }
+        if role == Role::Loopback {
+            let b = rbuf
+                .take()
+                .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
+            let op = eng.worker.stream_recv(eng.ep, b)?;
+            let mut c = eng.finish(op)?;
+            rbuf = Some(take_buf(&mut c, "stream receive")?);
+        }
+        eng.worker.progress();
+        if i >= p.warmup {
+            rec.record();
+        }
+    }
+    while let Some(r) = inflight.pop_front() {
+        eng.wait(r)?;
+    }
+    rec.mark_end();
+    Ok(())
+}
+
+/// Stream receiver: reads every message's bytes in order.
+fn stream_receive(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
+    let mut rbuf = Some(vec![0u8; p.size()]);
+    for _ in 0..p.total_iterations() {
+        let b = rbuf
+            .take()
+            .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
+        let op = eng.worker.stream_recv(eng.ep, b)?;
+        let mut c = eng.finish(op)?;
+        rbuf = Some(take_buf(&mut c, "stream receive")?);
+    }
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! End-to-end runs: `--local` spawns a server process and runs the client against it; the
+//! output must parse and report the iterations asked for.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Parses the CSV output of one run: header and one row of 8 numbers.
+fn parse_csv(stdout: &str) -> Vec<f64> {
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(
+        lines[0],
+        "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr"
+    );
+    let v: Vec<f64> = lines[1]
+        .split(',')
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    assert_eq!(v.len(), 8, "{stdout}");
+    v
+}
+
+#[test]
+fn local_am_lat_over_posix_prints_csv() {
+    let r = run(
+        &[
+            "--local", "-t", "am_lat", "-x", "posix", "-d", "memory", "-n", "3000", "-w", "100",
+            "-v",
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let v = parse_csv(&r.stdout);
+    assert_eq!(v[0], 3000.0);
+    assert!(v[1] > 0.0 && v[2] > 0.0 && v[3] > 0.0, "latencies {v:?}");
+    // Message rate is the inverse of the (half round trip) latency, as in ucx_perftest.
+    let expect_mr = 1e6 / v[3];
+    assert!((v[7] - expect_mr).abs() / expect_mr < 0.01, "{v:?}");
+    // Bandwidth is size × rate in MB (2^20 bytes).
+    let expect_bw = 8.0 * v[7] / 1048576.0;
+    assert!((v[5] - expect_bw).abs() <= 0.01 + expect_bw * 0.01, "{v:?}");
+}
+
+#[test]
+fn local_am_lat_table_has_final_line() {
+    let r = run(
+        &[
+            "--local", "-t", "am_lat", "-x", "posix", "-d", "memory", "-n", "2000", "-w", "10",
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(
+        lines[3].contains("|    Stage     | # iterations | 50.0%ile |"),
+        "{}",
+        r.stdout
+    );
+    let last = lines.last().unwrap();
+    assert!(last.starts_with("Final:"), "{last}");
+    assert_eq!(last.len(), 106, "ucx_perftest's line width: {last:?}");
+    let fields: Vec<&str> = last.split_whitespace().collect();
+    assert_eq!(fields.len(), 9, "{last}");
+    assert_eq!(fields[1], "2000");
+}
+
+#[test]
+fn local_am_bw_bcopy_json() {
+    let r = run(
+        &[
+            "--local", "-t", "am_bw", "-x", "posix", "-d", "memory", "-D", "bcopy", "-s", "1024",
+            "-n", "5000", "-w", "10", "--json",
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let line = r.stdout.trim();
+    assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+    assert!(line.contains("\"test\":\"am_bw\""), "{line}");
+    assert!(line.contains("\"size\":1024"), "{line}");
+    assert!(line.contains("\"iterations\":5000"), "{line}");
+}
+
+#[test]
+fn self_transport_runs_in_loopback() {
+    let r = run(
+        &[
+            "--local", "-t", "put_lat", "-x", "self", "-d", "memory0", "-n", "2000", "-v",
+        ],
+        LIMIT,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(parse_csv(&r.stdout)[0], 2000.0);
+}
+
+#[test]
+fn one_sided_and_atomic_tests_complete() {
+    for args in [
+        [
+            "-t", "put_bw", "-x", "posix", "-d", "memory", "-D", "bcopy", "-s", "4096",
+        ],
+        [
+            "-t", "get_bw", "-x", "cma", "-d", "memory", "-D", "zcopy", "-s", "65536",
+        ],
+        [
+            "-t", "fadd_lat", "-x", "posix", "-d", "memory", "-s", "8", "-D", "short",
+        ],
+        [
+            "-t", "add_lat", "-x", "sysv", "-d", "memory", "-s", "8", "-D", "short",
+        ],
+    ] {
+        let mut a = vec!["--local", "-n", "2000", "-w", "10", "-v"];
+        a.extend_from_slice(&args);
+        let r = run(&a, LIMIT);
+        assert_eq!(r.code, Some(0), "{args:?}: {}", r.stderr);
+        assert_eq!(parse_csv(&r.stdout)[0], 2000.0, "{args:?}");
+    }
+}
+
+#[test]
+fn local_ucp_tests_run() {
+    for (test, size) in [
+        ("tag_lat", "8"),
+        ("tag_bw", "8"),
+        ("tag_lat", "100000"),
+        ("tag_sync_bw", "64"),
+    ] {
+        let r = run(
+            &[
+                "--local", "-t", test, "-s", size, "-n", "2000", "-w", "10", "-v",
+            ],
+            LIMIT,
+        );
+        assert_eq!(r.code, Some(0), "{test} {size}: {}", r.stderr);
+        let v = parse_csv(&r.stdout);
+        assert_eq!(v[0], 2000.0, "{test}");
+        assert!(v[7] > 0.0, "{test}: message rate {v:?}");
+    }
+}
+
+#[test]
+fn ucp_test_without_api_is_a_one_line_error() {
+    let r = run(&["--local", "-t", "ucp_put_lat"], LIMIT);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("ucp_put_lat"), "{}", r.stderr);
+}

@@ -1,0 +1,159 @@
+//! Runs the ucp example programs as their users would: server and client processes over shared
+//! memory and over tcp, with a watchdog on every process.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WATCHDOG: Duration = Duration::from_secs(180);
+
+fn bin(name: &str) -> PathBuf {
+    // Build the examples once (cargo serialises concurrent builds), then run them from the target
+    // directory this test binary lives in.
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "rucx-examples", "--bin", name])
+        .status()
+        .expect("cargo build");
+    assert!(st.success(), "building {name}");
+    let mut p = std::env::current_exe().expect("exe");
+    p.pop();
+    if p.ends_with("deps") {
+        p.pop();
+    }
+    p.join(name)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run_to_end(mut c: Command, what: &str) -> (bool, String) {
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut p = Proc(child);
+    let end = Instant::now() + WATCHDOG;
+    loop {
+        if let Some(st) = p.0.try_wait().expect("wait") {
+            let mut out = String::new();
+            let mut err = String::new();
+            use std::io::Read;
+            if let Some(mut o) = p.0.stdout.take() {
+                let _ = o.read_to_string(&mut out);
+            }
+            if let Some(mut e) = p.0.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            return (st.success(), format!("{out}{err}"));
+        }
+        assert!(Instant::now() < end, "watchdog: {what} did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn cmd(path: &PathBuf, tls: &str) -> Command {
+    let mut c = Command::new(path);
+    c.env("RUCX_TLS", tls).env("RUCX_NET_DEVICES", "lo");
+    c
+}
+
+fn wait_listening(port: u16) {
+    let end = Instant::now() + WATCHDOG;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < end, "watchdog: server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ucp_examples_hello_world_shm_and_tcp() {
+    let hw = bin("ucp_hello_world");
+    for tls in ["posix,cma", "tcp"] {
+        let port = free_port();
+        let mut s = cmd(&hw, tls);
+        s.args(["-p", &port.to_string(), "-s", "100"]);
+        let server = std::thread::spawn(move || run_to_end(s, "hello server"));
+        // The server's side channel accepts exactly one client: wait for the port by retrying
+        // the client itself.
+        let end = Instant::now() + WATCHDOG;
+        let (ok, out) = loop {
+            let mut c = cmd(&hw, tls);
+            c.args(["-n", "127.0.0.1", "-p", &port.to_string(), "-s", "100"])
+                .env("RUCX_PROTO_INFO", "y");
+            let (ok, out) = run_to_end(c, "hello client");
+            if ok || !out.contains("cannot connect") || Instant::now() > end {
+                break (ok, out);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(ok, "{tls} client: {out}");
+        assert!(out.contains("UCP TEST SUCCESS"), "{out}");
+        // RUCX_PROTO_INFO=y printed the endpoint's protocol table.
+        assert!(out.contains("[rucx] endpoint to"), "{out}");
+        assert!(out.contains("eager short") && out.contains("rendezvous"), "{out}");
+        let (sok, sout) = server.join().unwrap();
+        assert!(sok, "{tls} server: {sout}");
+    }
+}
+
+#[test]
+fn ucp_examples_client_server_64mib_all_apis_shm_and_tcp() {
+    let cs = bin("ucp_client_server");
+    for tls in ["posix,cma", "tcp"] {
+        for comm in ["tag", "stream", "am"] {
+            let port = free_port().to_string();
+            let mut s = cmd(&cs, tls);
+            s.args(["-p", &port, "-c", comm, "-i", "1", "-s", "64m"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let _server = Proc(s.spawn().expect("server"));
+            wait_listening(port.parse().unwrap());
+            // Two clients one after the other: the server keeps serving.
+            for k in 0..2 {
+                let mut c = cmd(&cs, tls);
+                c.args([
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-c",
+                    comm,
+                    "-i",
+                    "1",
+                    "-s",
+                    "64m",
+                ]);
+                let (ok, out) = run_to_end(c, "client");
+                assert!(ok, "{tls} {comm} client {k}: {out}");
+                assert!(out.contains("verified"), "{out}");
+            }
+        }
+    }
+}
+
+#[test]
+fn ucp_examples_client_without_server_fails_with_reason() {
+    let cs = bin("ucp_client_server");
+    let port = free_port().to_string();
+    let mut c = cmd(&cs, "tcp");
+    c.args(["-a", "127.0.0.1", "-p", &port]);
+    let (ok, out) = run_to_end(c, "client");
+    assert!(!ok);
+    assert!(out.contains("ucp_client_server: unreachable"), "{out}");
+    assert_eq!(out.trim().lines().count(), 1, "one-line reason: {out}");
+}

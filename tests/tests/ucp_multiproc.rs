@@ -1,0 +1,463 @@
+//! Multi-process ucp tests: this test binary re-runs itself as the peer process (selected by
+//! `RUCX_UCP_TEST_ROLE`). Every wait has a watchdog, so a broken protocol fails instead of hanging.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use ucp::{
+    Completion, Context, ContextParams, EpHandle, EpParams, Error, Features, Op, UcpConfig, Worker,
+    TAG_MASK_EXACT,
+};
+
+const WATCHDOG: Duration = Duration::from_secs(120);
+const ROLE: &str = "RUCX_UCP_TEST_ROLE";
+const PEER: &str = "RUCX_UCP_TEST_PEER";
+const TLS: &str = "RUCX_UCP_TEST_TLS";
+const RNDV: &str = "RUCX_UCP_TEST_RNDV_THRESH";
+
+/// Silence bound of the killed-peer test. The echo tests use a long one: a debug-build peer
+/// verifying 64 MiB does not progress for a while, and must not be declared dead.
+const KILL_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn config(tls: &str, keepalive_timeout: Duration) -> UcpConfig {
+    UcpConfig {
+        tls: tls.split(',').map(String::from).collect(),
+        net_devices: vec!["lo".into()],
+        rndv_thresh: std::env::var(RNDV)
+            .ok()
+            .map(|v| v.parse().expect("threshold")),
+        keepalive_interval: Some(Duration::from_millis(100)),
+        keepalive_timeout,
+        ..Default::default()
+    }
+}
+
+fn worker(tls: &str) -> Worker {
+    worker_with(tls, Duration::from_secs(60))
+}
+
+fn worker_with(tls: &str, keepalive_timeout: Duration) -> Worker {
+    worker_cfg(config(tls, keepalive_timeout))
+}
+
+fn worker_cfg(cfg: UcpConfig) -> Worker {
+    let ctx = Context::new(ContextParams {
+        features: Features::TAG,
+        config: Some(cfg),
+    })
+    .expect("context");
+    Worker::new(&ctx).expect("worker")
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u64).wrapping_mul(2654435761).wrapping_add(seed) as u8)
+        .collect()
+}
+
+/// Waits for `op` with a watchdog.
+fn finish(w: &mut Worker, op: Op, what: &str) -> Completion {
+    let mut req = match op {
+        Op::Done(c) => return c,
+        Op::Pending(r) => r,
+    };
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        match w.request_take(req) {
+            Ok(c) => return c,
+            Err(r) => req = r,
+        }
+        if w.progress() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(Instant::now() < deadline, "watchdog: {what} did not finish");
+    }
+}
+
+/// The peer process: connects to the parent, echoes every message back with the same tag.
+#[test]
+fn ucp_multiproc_child_entry() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let tls = std::env::var(TLS).expect("tls");
+    let mut w = worker(&tls);
+    let parent = unhex(&std::env::var(PEER).expect("peer address"));
+    let ep = w
+        .ep_create(&parent, EpParams::default())
+        .expect("ep to parent");
+    if role == "rma" {
+        // Serve a mapping until the parent closes our stdin.
+        let map = w.mem_map(1 << 20).expect("mem_map");
+        map.write(0, &[0; 64]).unwrap();
+        println!(
+            "ADDR {} RKEY {} BASE {}",
+            hex(w.address()),
+            hex(map.rkey_packed()),
+            map.address()
+        );
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let mut l = String::new();
+            while std::io::stdin()
+                .read_line(&mut l)
+                .map(|n| n > 0)
+                .unwrap_or(false)
+            {}
+            let _ = tx.send(());
+        });
+        let deadline = Instant::now() + WATCHDOG;
+        while rx.try_recv().is_err() && Instant::now() < deadline {
+            if w.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        drop(map);
+        return;
+    }
+    println!("ADDR {}", hex(w.address()));
+    if role == "sleep" {
+        // Be a live peer until killed.
+        loop {
+            w.progress();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // The parent sends the size list once it knows the endpoint's protocol boundaries.
+    let mut stdin = std::io::stdin().lock();
+    let mut line = String::new();
+    stdin.read_line(&mut line).expect("sizes line");
+    let sizes: Vec<usize> = line
+        .trim()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().expect("size"))
+        .collect();
+    for (i, &len) in sizes.iter().enumerate() {
+        let r = w.tag_recv(vec![0; len], i as u64, TAG_MASK_EXACT).unwrap();
+        let c = finish(&mut w, r, "child receive");
+        assert_eq!(c.status, Ok(()), "child recv {len}");
+        assert_eq!(c.len, len);
+        let buf = c.buf.unwrap();
+        assert!(
+            buf == pattern(len, i as u64),
+            "child: data of {len} bytes differ"
+        );
+        let s = w.tag_send_vec(ep, i as u64, buf).unwrap();
+        assert_eq!(finish(&mut w, s, "child send").status, Ok(()));
+    }
+    let f = w.flush().unwrap();
+    finish(&mut w, f, "child flush");
+    // Stay until the parent has the last reply (it closes our stdin to release us).
+    let deadline = Instant::now() + WATCHDOG;
+    let mut rest = String::new();
+    while stdin.read_line(&mut rest).map(|n| n > 0).unwrap_or(false) {
+        assert!(Instant::now() < deadline);
+    }
+    drop(w);
+}
+
+thread_local! {
+    /// Extra words of this thread's last child address line (`RKEY <hex> BASE <n>` for the
+    /// rma role).
+    static LAST_EXTRA: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_child(role: &str, tls: &str, parent: &[u8]) -> (ChildGuard, Vec<u8>) {
+    spawn_child_rndv(role, tls, parent, None)
+}
+
+fn spawn_child_rndv(
+    role: &str,
+    tls: &str,
+    parent: &[u8],
+    rndv: Option<usize>,
+) -> (ChildGuard, Vec<u8>) {
+    let exe = std::env::current_exe().expect("test exe");
+    let mut cmd = Command::new(exe);
+    if let Some(r) = rndv {
+        cmd.env(RNDV, r.to_string());
+    }
+    let mut child = cmd
+        .args([
+            "--exact",
+            "ucp_multiproc_child_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE, role)
+        .env(TLS, tls)
+        .env(PEER, hex(parent))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let out = child.stdout.take().expect("stdout");
+    let guard = ChildGuard(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            // libtest may print "test name ... " on the same line first.
+            if let Some(i) = line.find("ADDR ") {
+                let _ = tx.send(line[i + 5..].trim().to_string());
+            }
+        }
+    });
+    let line = rx.recv_timeout(WATCHDOG).expect("watchdog: child address");
+    let mut it = line.split_whitespace();
+    let addr = unhex(it.next().expect("address"));
+    LAST_EXTRA.with(|e| *e.borrow_mut() = it.map(String::from).collect());
+    (guard, addr)
+}
+
+fn boundary_sizes(pc: &ucp::wireup::ProtoConfig) -> Vec<usize> {
+    let mut v = vec![0, 1];
+    for b in pc.boundaries() {
+        v.extend([b.saturating_sub(1), b, b + 1]);
+    }
+    v.push(64 << 20);
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn echo_test(tls: &str, rndv: Option<usize>) {
+    let mut w = worker_cfg(UcpConfig {
+        rndv_thresh: rndv,
+        ..config(tls, Duration::from_secs(60))
+    });
+    let (mut child, caddr) = spawn_child_rndv("echo", tls, w.address(), rndv);
+    let ep: EpHandle = w
+        .ep_create(&caddr, EpParams::default())
+        .expect("ep to child");
+    // Both sides pick the same lanes (same host, same transports), so our endpoint's
+    // boundaries are the child's too.
+    let sizes = boundary_sizes(&w.ep_proto_config(ep).unwrap());
+    let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+    {
+        use std::io::Write;
+        let stdin = child.0.stdin.as_mut().expect("child stdin");
+        writeln!(stdin, "{}", list.join(",")).expect("send sizes");
+    }
+    for (i, &len) in sizes.iter().enumerate() {
+        let data = pattern(len, i as u64);
+        let r = w.tag_recv(vec![0; len], i as u64, TAG_MASK_EXACT).unwrap();
+        let s = w.tag_send(ep, i as u64, &data).unwrap();
+        assert_eq!(finish(&mut w, s, "send").status, Ok(()), "send {len}");
+        let c = finish(&mut w, r, "echo");
+        assert_eq!(c.status, Ok(()), "echo {len}");
+        assert_eq!(c.len, len);
+        assert!(c.buf.unwrap() == data, "echo of {len} bytes differs");
+    }
+    drop(child.0.stdin.take());
+    let st = child.0.wait().expect("child exit");
+    assert!(st.success(), "child failed: {st:?}");
+    let stats = w.stats();
+    assert!(stats.rndv_rts > 0, "{stats:?}");
+    if rndv.is_some() {
+        assert!(stats.eager_multi > 0, "{stats:?}");
+    }
+}
+
+#[test]
+fn ucp_multiproc_shm_posix_tag_sizes() {
+    echo_test("posix,cma", None);
+}
+
+#[test]
+fn ucp_multiproc_shm_posix_multi_fragment_sizes() {
+    echo_test("posix,cma", Some(200_000));
+}
+
+#[test]
+fn ucp_multiproc_tcp_tag_sizes() {
+    echo_test("tcp", None);
+}
+
+#[test]
+fn ucp_multiproc_tcp_multi_fragment_sizes() {
+    echo_test("tcp", Some(300_000));
+}
+
+#[test]
+fn ucp_multiproc_shm_sysv_tag_sizes() {
+    echo_test("sysv,cma", None);
+}
+
+#[test]
+fn ucp_multiproc_shm_killed_peer_fails_endpoint_within_keepalive() {
+    killed_peer("posix,cma");
+}
+
+#[test]
+fn ucp_multiproc_tcp_killed_peer_fails_endpoint_within_keepalive() {
+    killed_peer("tcp");
+}
+
+fn killed_peer(tls: &str) {
+    for round in 0..3 {
+        let mut w = worker_with(tls, KILL_TIMEOUT);
+        let (mut child, caddr) = spawn_child("sleep", tls, w.address());
+        let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
+        // An outstanding receive tied to the child (a sync send it never matches).
+        let s = w.tag_send_sync(ep, 77, b"unmatched").unwrap();
+        let r = w.tag_recv(vec![0; 8], 1, TAG_MASK_EXACT).unwrap();
+        child.0.kill().expect("kill child");
+        let _ = child.0.wait();
+        let killed = Instant::now();
+        let c = finish(&mut w, s, "failed sync send");
+        let detected = killed.elapsed();
+        assert!(
+            matches!(
+                c.status,
+                Err(Error::Timeout(_))
+                    | Err(Error::PeerFailure(_))
+                    | Err(Error::ConnectionReset(_))
+                    | Err(Error::Unreachable(_))
+            ),
+            "round {round}: {:?}",
+            c.status
+        );
+        assert!(w.ep_status(ep).is_err());
+        assert!(
+            w.tag_send(ep, 1, b"x").is_err(),
+            "sends on a failed endpoint fail"
+        );
+        // The posted wildcard-free receive is not tied to the dead peer: still cancelable.
+        let Op::Pending(r) = r else {
+            panic!("nothing was sent")
+        };
+        assert!(w.request_cancel(&r));
+        let _ = w.request_take(r);
+        // Keepalive bound: the timeout plus one check interval (no timing assertion beyond the
+        // watchdog; printed for the report).
+        eprintln!("round {round}: killed peer detected after {detected:?} (bound {KILL_TIMEOUT:?} + interval)");
+    }
+}
+
+/// A stopped (alive but silent) peer: no transport error can fire, only keepalive finds it.
+fn silent_peer(tls: &str) {
+    for round in 0..3 {
+        let mut w = worker_with(tls, KILL_TIMEOUT);
+        let (child, caddr) = spawn_child("sleep", tls, w.address());
+        let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
+        // Wire-up round trip: the child's keepalives are flowing before it goes silent.
+        let f = w.ep_flush(ep).unwrap();
+        finish(&mut w, f, "flush");
+        let s = w.tag_send_sync(ep, 77, b"unmatched").unwrap();
+        // SAFETY: plain syscall on our own child's pid.
+        let rc = unsafe { libc::kill(child.0.id() as i32, libc::SIGSTOP) };
+        assert_eq!(rc, 0, "SIGSTOP");
+        let stopped = Instant::now();
+        let c = finish(&mut w, s, "sync send to a silent peer");
+        let detected = stopped.elapsed();
+        assert!(
+            matches!(c.status, Err(Error::Timeout(_))),
+            "round {round}: {:?}",
+            c.status
+        );
+        eprintln!("{tls} round {round}: silent peer detected after {detected:?} (bound {KILL_TIMEOUT:?} + interval)");
+        drop(child);
+    }
+}
+
+#[test]
+fn ucp_multiproc_shm_silent_peer_detected_by_keepalive() {
+    silent_peer("posix,cma");
+}
+
+#[test]
+fn ucp_multiproc_tcp_silent_peer_detected_by_keepalive() {
+    silent_peer("tcp");
+}
+
+fn rma_test(tls: &str, expect_emulated: bool) {
+    use ucp::AmoSize;
+    use uct::AtomicOp;
+    let mut w = worker(tls);
+    let (mut child, caddr) = spawn_child("rma", tls, w.address());
+    let extra = LAST_EXTRA.with(|e| e.borrow().clone());
+    assert_eq!(extra[0], "RKEY");
+    let packed = unhex(&extra[1]);
+    let base: u64 = extra[3].parse().expect("base");
+    let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
+    let rkey = w.rkey_unpack(ep, &packed).expect("rkey");
+    let data = pattern(700_000, 5);
+    let op = w.put(ep, &data, base + 64, &rkey).unwrap();
+    assert_eq!(finish(&mut w, op, "put").status, Ok(()));
+    let op = w.ep_flush(ep).unwrap();
+    assert_eq!(finish(&mut w, op, "flush").status, Ok(()));
+    let op = w.get(ep, vec![0; data.len()], base + 64, &rkey).unwrap();
+    let c = finish(&mut w, op, "get");
+    assert_eq!(c.status, Ok(()));
+    assert!(c.buf.unwrap() == data, "get reads back what put wrote");
+    let op = w
+        .atomic_fetch(ep, AtomicOp::Add, AmoSize::U64, 3, base, &rkey)
+        .unwrap();
+    assert_eq!(finish(&mut w, op, "fadd").value, 0);
+    let op = w
+        .atomic_cswap(ep, AmoSize::U64, 3, 40, base, &rkey)
+        .unwrap();
+    assert_eq!(finish(&mut w, op, "cswap").value, 3);
+    let op = w
+        .atomic_post(ep, AtomicOp::Or, AmoSize::U32, 0x100, base + 8, &rkey)
+        .unwrap();
+    finish(&mut w, op, "or");
+    let op = w
+        .atomic_fetch(ep, AtomicOp::Add, AmoSize::U32, 1, base + 8, &rkey)
+        .unwrap();
+    assert_eq!(finish(&mut w, op, "fadd32").value, 0x100);
+    let op = w.get(ep, vec![0; 16], base, &rkey).unwrap();
+    let got = finish(&mut w, op, "get words").buf.unwrap();
+    assert_eq!(u64::from_le_bytes(got[..8].try_into().unwrap()), 40);
+    assert_eq!(u32::from_le_bytes(got[8..12].try_into().unwrap()), 0x101);
+    let (hw, emu) = w.atomic_counts();
+    if expect_emulated {
+        assert_eq!(hw, 0);
+        assert_eq!(emu, 4);
+        // The target refuses an address outside its mappings with a typed error.
+        let op = w
+            .atomic_fetch(ep, AtomicOp::Add, AmoSize::U64, 1, 8, &rkey)
+            .unwrap();
+        let c = finish(&mut w, op, "bad atomic");
+        assert!(
+            matches!(c.status, Err(Error::RemoteAccess(_))),
+            "{:?}",
+            c.status
+        );
+    } else {
+        assert_eq!((hw, emu), (4, 0));
+    }
+    drop(child.0.stdin.take());
+    let st = child.0.wait().expect("child");
+    assert!(st.success());
+}
+
+#[test]
+fn ucp_multiproc_shm_rma_and_emulated_atomics() {
+    rma_test("posix,cma", true);
+}
+
+#[test]
+fn ucp_multiproc_tcp_rma_and_transport_atomics() {
+    rma_test("tcp", false);
+}

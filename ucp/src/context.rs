@@ -1,0 +1,148 @@
+//! The context: the features an application needs and the transport resources it may use.
+
+use crate::config::UcpConfig;
+use bitflags::bitflags;
+use ucs::{Error, Result};
+use uct::{DeviceType, TlResource};
+
+bitflags! {
+    /// Features an application asks for (`UCP_FEATURE_*`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct Features: u32 {
+        /// Tag matching.
+        const TAG = 1 << 0;
+        /// Remote memory access.
+        const RMA = 1 << 1;
+        /// 32-bit atomics.
+        const AMO32 = 1 << 2;
+        /// 64-bit atomics.
+        const AMO64 = 1 << 3;
+        /// Sleeping on an event fd instead of spinning.
+        const WAKEUP = 1 << 4;
+        /// Ordered byte streams.
+        const STREAM = 1 << 5;
+        /// Active messages.
+        const AM = 1 << 6;
+    }
+}
+
+/// Parameters of [`Context::new`].
+#[derive(Debug, Clone, Default)]
+pub struct ContextParams {
+    /// Features needed.
+    pub features: Features,
+    /// Configuration (`None`: read from the environment).
+    pub config: Option<UcpConfig>,
+}
+
+/// An application's ucp context: features, configuration and the resources workers will open.
+#[derive(Debug, Clone)]
+pub struct Context {
+    features: Features,
+    config: UcpConfig,
+    resources: Vec<TlResource>,
+}
+
+/// Filters resources by `RUCX_TLS` and `RUCX_NET_DEVICES`. Unknown names give an error listing
+/// what exists, so a typo is not silently ignored.
+pub fn filter_resources(
+    all: Vec<TlResource>,
+    tls: &[String],
+    net_devices: &[String],
+) -> Result<Vec<TlResource>> {
+    let tls = crate::config::expand_tls(tls);
+    for t in &tls {
+        let alias_member = crate::config::SHM_TLS.contains(&t.as_str());
+        if !alias_member && !uct::TRANSPORT_NAMES.contains(&t.as_str()) {
+            return Err(Error::Config(format!(
+                "RUCX_TLS names unknown transport '{t}'; built-in transports are: {}",
+                uct::TRANSPORT_NAMES.join(", ")
+            )));
+        }
+    }
+    let out: Vec<TlResource> = all
+        .into_iter()
+        .filter(|r| tls.is_empty() || tls.iter().any(|t| t == r.tl_name))
+        .filter(|r| {
+            r.device.dev_type != DeviceType::Net
+                || net_devices.is_empty()
+                || net_devices.contains(&r.device.name)
+        })
+        .collect();
+    Ok(out)
+}
+
+impl Context {
+    /// Creates a context: reads the configuration (unless given) and discovers every
+    /// transport/device pair allowed by `RUCX_TLS` and `RUCX_NET_DEVICES`.
+    pub fn new(params: ContextParams) -> Result<Self> {
+        let config = match params.config {
+            Some(c) => c,
+            None => UcpConfig::from_env()?,
+        };
+        let resources = filter_resources(uct::query_resources(), &config.tls, &config.net_devices)?;
+        if resources.is_empty() {
+            let avail: Vec<String> = uct::query_transports()
+                .into_iter()
+                .map(|t| match t.devices {
+                    Ok(d) => format!("{} ({} devices)", t.tl_name, d.len()),
+                    Err(why) => format!("{} (unavailable: {why})", t.tl_name),
+                })
+                .collect();
+            return Err(Error::NoDevice(format!(
+                "no transport resource left after RUCX_TLS={:?} RUCX_NET_DEVICES={:?}; built-in: {}",
+                config.tls,
+                config.net_devices,
+                if avail.is_empty() { "none".to_string() } else { avail.join(", ") }
+            )));
+        }
+        Ok(Context {
+            features: params.features,
+            config,
+            resources,
+        })
+    }
+    /// Features requested.
+    pub fn features(&self) -> Features {
+        self.features
+    }
+    /// Configuration in force.
+    pub fn config(&self) -> &UcpConfig {
+        &self.config
+    }
+    /// Transport resources workers open.
+    pub fn resources(&self) -> &[TlResource] {
+        &self.resources
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uct::DeviceInfo;
+
+    fn res(tl: &'static str, dev: &str, t: DeviceType) -> TlResource {
+        TlResource {
+            tl_name: tl,
+            device: DeviceInfo {
+                name: dev.into(),
+                dev_type: t,
+                details: String::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn net_devices_filter_only_network() {
+        let all = vec![
+            res("posix", "memory", DeviceType::Shm),
+            res("tcp", "lo", DeviceType::Net),
+            res("tcp", "eth0", DeviceType::Net),
+        ];
+        let out = filter_resources(all.clone(), &[], &["lo".into()]).unwrap();
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|r| r.device.name != "eth0"));
+        let unknown = filter_resources(all, &["nosuchtl".into()], &[]).unwrap_err();
+        assert!(unknown.to_string().contains("nosuchtl"), "{unknown}");
+    }
+}

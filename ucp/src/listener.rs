@@ -1,0 +1,259 @@
+//! Client/server connection establishment on `ip:port`: a listener the server accepts or
+//! rejects connection requests on, and [`crate::Worker::connect`] for the client.
+//!
+//! The two sides exchange worker addresses over a short-lived TCP connection, then talk over
+//! the lanes wire-up picks (shared memory on one host, tcp otherwise).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+use ucs::{Error, Result};
+
+/// How long either side waits for the other's half of the exchange.
+pub const CM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest worker address accepted in a connection message.
+pub const MAX_ADDR_LEN: usize = 64 << 10;
+
+/// What a connection message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmKind {
+    /// Client → server: please connect, here is my worker address.
+    Request,
+    /// Server → client: accepted, here is my worker address.
+    Accept,
+    /// Server → client: rejected (no address).
+    Reject,
+}
+
+/// Header of a connection message.
+///
+/// ```text
+/// 0              4         5        6                10
+/// +--------------+---------+--------+----------------+---------------------+
+/// | magic "RUCM" | version | kind   | addr len u32LE | worker address      |
+/// +--------------+---------+--------+----------------+---------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmHdr {
+    /// Kind of message.
+    pub kind: CmKind,
+    /// Length of the worker address that follows.
+    pub addr_len: u32,
+}
+
+const MAGIC: [u8; 4] = *b"RUCM";
+const VERSION: u8 = 1;
+
+impl CmHdr {
+    /// Encoded length.
+    pub const LEN: usize = 10;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..4].copy_from_slice(&MAGIC);
+        b[4] = VERSION;
+        b[5] = match self.kind {
+            CmKind::Request => 0,
+            CmKind::Accept => 1,
+            CmKind::Reject => 2,
+        };
+        b[6..].copy_from_slice(&self.addr_len.to_le_bytes());
+        b
+    }
+    /// Decodes and checks a header.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() < Self::LEN {
+            return Err(Error::Wire(format!(
+                "connection header truncated: {} of {} bytes",
+                b.len(),
+                Self::LEN
+            )));
+        }
+        if b[..4] != MAGIC {
+            return Err(Error::Wire(
+                "not a rucx connection (bad magic): is the port right?".into(),
+            ));
+        }
+        if b[4] != VERSION {
+            return Err(Error::Wire(format!(
+                "connection protocol version {} is not supported (this build speaks {VERSION})",
+                b[4]
+            )));
+        }
+        let kind = match b[5] {
+            0 => CmKind::Request,
+            1 => CmKind::Accept,
+            2 => CmKind::Reject,
+            k => return Err(Error::Wire(format!("unknown connection message kind {k}"))),
+        };
+        let addr_len = u32::from_le_bytes([b[6], b[7], b[8], b[9]]);
+        if addr_len as usize > MAX_ADDR_LEN {
+            return Err(Error::Wire(format!(
+                "worker address of {addr_len} bytes exceeds {MAX_ADDR_LEN}"
+            )));
+        }
+        Ok(CmHdr { kind, addr_len })
+    }
+}
+
+fn io(ctx: &str, e: std::io::Error) -> Error {
+    Error::io(ctx.to_owned(), e)
+}
+
+/// Writes one connection message.
+pub(crate) fn write_msg(s: &mut TcpStream, kind: CmKind, addr: &[u8]) -> Result<()> {
+    let h = CmHdr {
+        kind,
+        addr_len: addr.len() as u32,
+    };
+    let mut buf = h.encode().to_vec();
+    buf.extend_from_slice(addr);
+    s.write_all(&buf)
+        .map_err(|e| io("sending a connection message", e))
+}
+
+/// Reads one connection message (blocking, with the socket's timeout).
+pub(crate) fn read_msg(s: &mut TcpStream) -> Result<(CmKind, Vec<u8>)> {
+    let mut h = [0u8; CmHdr::LEN];
+    s.read_exact(&mut h)
+        .map_err(|e| io("reading a connection message", e))?;
+    let h = CmHdr::decode(&h)?;
+    let mut addr = vec![0u8; h.addr_len as usize];
+    s.read_exact(&mut addr)
+        .map_err(|e| io("reading the peer's worker address", e))?;
+    Ok((h.kind, addr))
+}
+
+/// A server's listening socket.
+#[derive(Debug)]
+pub struct Listener {
+    sock: TcpListener,
+}
+
+/// A client's request to connect, to accept with [`crate::Worker::accept`] or reject.
+#[derive(Debug)]
+pub struct ConnRequest {
+    pub(crate) stream: TcpStream,
+    pub(crate) client_address: Vec<u8>,
+    peer: SocketAddr,
+}
+
+impl ConnRequest {
+    /// The client's socket address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+    /// Refuses the connection; the client's `connect` fails with `ConnectionReset`.
+    pub fn reject(mut self) -> Result<()> {
+        write_msg(&mut self.stream, CmKind::Reject, &[])
+    }
+}
+
+impl Listener {
+    /// Listens on `addr` (port 0 picks a free port).
+    pub fn bind(addr: SocketAddr) -> Result<Self> {
+        let sock = TcpListener::bind(addr).map_err(|e| io(&format!("listening on {addr}"), e))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| io("making the listener non-blocking", e))?;
+        Ok(Listener { sock })
+    }
+    /// The address actually bound.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.sock
+            .local_addr()
+            .map_err(|e| io("querying the listener address", e))
+    }
+    /// A pending connection request, if a client is waiting. A client that sends garbage is
+    /// dropped and reported as an error; the listener keeps working.
+    pub fn poll(&mut self) -> Result<Option<ConnRequest>> {
+        let (mut stream, peer) = match self.sock.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(io("accepting a connection", e)),
+        };
+        stream
+            .set_nonblocking(false)
+            .and_then(|_| stream.set_read_timeout(Some(CM_TIMEOUT)))
+            .and_then(|_| stream.set_nodelay(true))
+            .map_err(|e| io("configuring an accepted connection", e))?;
+        let (kind, client_address) = read_msg(&mut stream)?;
+        if kind != CmKind::Request {
+            return Err(Error::Wire(format!(
+                "client {peer} sent {kind:?} instead of a connection request"
+            )));
+        }
+        Ok(Some(ConnRequest {
+            stream,
+            client_address,
+            peer,
+        }))
+    }
+    /// Waits up to `timeout` for a connection request.
+    pub fn wait(&mut self, timeout: Duration) -> Result<Option<ConnRequest>> {
+        let end = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.poll()? {
+                return Ok(Some(r));
+            }
+            if std::time::Instant::now() >= end {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Client side of the exchange: sends our address, gives the server's.
+pub(crate) fn client_exchange(server: SocketAddr, our_address: &[u8]) -> Result<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&server, CM_TIMEOUT).map_err(|e| {
+        Error::Unreachable(format!(
+            "cannot connect to {server}: {e} (is the server running?)"
+        ))
+    })?;
+    s.set_read_timeout(Some(CM_TIMEOUT))
+        .and_then(|_| s.set_nodelay(true))
+        .map_err(|e| io("configuring the connection", e))?;
+    write_msg(&mut s, CmKind::Request, our_address)?;
+    match read_msg(&mut s)? {
+        (CmKind::Accept, addr) => Ok(addr),
+        (CmKind::Reject, _) => Err(Error::ConnectionReset(format!(
+            "server {server} rejected the connection"
+        ))),
+        (CmKind::Request, _) => Err(Error::Wire(format!(
+            "server {server} answered with a request"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_bad_input() {
+        for kind in [CmKind::Request, CmKind::Accept, CmKind::Reject] {
+            let h = CmHdr { kind, addr_len: 77 };
+            assert_eq!(CmHdr::decode(&h.encode()).unwrap(), h);
+        }
+        let b = CmHdr {
+            kind: CmKind::Accept,
+            addr_len: 1,
+        }
+        .encode();
+        for n in 0..b.len() {
+            assert!(CmHdr::decode(&b[..n]).is_err());
+        }
+        let mut bad = b;
+        bad[0] = b'X';
+        assert!(CmHdr::decode(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("magic"));
+        let mut bad = b;
+        bad[5] = 9;
+        assert!(CmHdr::decode(&bad).is_err());
+        let mut bad = b;
+        bad[6..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(CmHdr::decode(&bad).is_err());
+    }
+}

@@ -1,0 +1,875 @@
+//! ucp wire headers: explicit little-endian structs carried in uct active messages.
+//!
+//! Every ucp active message starts with the sender worker's uuid, so the receiver knows which
+//! endpoint it came from (for replies, keepalive and failing the right endpoint on bad input):
+//!
+//! ```text
+//!  0                8
+//!  +----------------+---------------------+-----------------+
+//!  | src uuid u64LE | header (per AM id)  | payload         |
+//!  +----------------+---------------------+-----------------+
+//! ```
+//!
+//! [`Msg::decode`] parses a whole message; it never panics and gives [`Error::Wire`] naming the
+//! message kind and what was missing.
+
+use ucs::{Error, Result};
+
+/// uct active-message ids used by ucp.
+pub mod am_id {
+    /// Worker address of a new peer: [`super::Msg::Wireup`].
+    pub const WIREUP: u8 = 1;
+    /// Single-fragment tag message.
+    pub const EAGER_ONLY: u8 = 2;
+    /// Single-fragment synchronous tag message.
+    pub const EAGER_SYNC_ONLY: u8 = 3;
+    /// First fragment of a multi-fragment tag message.
+    pub const EAGER_FIRST: u8 = 4;
+    /// Later fragment of a multi-fragment tag message.
+    pub const EAGER_MIDDLE: u8 = 5;
+    /// Acknowledges a matched synchronous send.
+    pub const SYNC_ACK: u8 = 6;
+    /// Rendezvous request to send.
+    pub const RTS: u8 = 7;
+    /// Rendezvous: receiver fetched the data.
+    pub const ATS: u8 = 8;
+    /// Rendezvous: receiver is ready to receive (put or pipelined AM).
+    pub const RTR: u8 = 9;
+    /// Rendezvous data fragment over active messages.
+    pub const RNDV_DATA: u8 = 10;
+    /// Rendezvous: sender finished writing (after put).
+    pub const ATP: u8 = 11;
+    /// Keepalive.
+    pub const KEEPALIVE: u8 = 12;
+    /// User active message.
+    pub const USER_AM: u8 = 13;
+    /// Stream data.
+    pub const STREAM: u8 = 14;
+    /// The peer closes its endpoint.
+    pub const CLOSE: u8 = 15;
+    /// Rendezvous request carrying a user active message's header.
+    pub const AM_RTS: u8 = 16;
+    /// Emulated atomic operation request.
+    pub const ATOMIC_REQ: u8 = 17;
+    /// Emulated atomic operation reply.
+    pub const ATOMIC_REP: u8 = 18;
+    /// The peer processed our CLOSE (everything before it was delivered).
+    pub const CLOSE_ACK: u8 = 19;
+}
+
+/// Length of the uuid prefix.
+pub const PREFIX_LEN: usize = 8;
+/// Request id meaning "no request" (a non-synchronous multi-fragment send).
+pub const NO_REQ: u64 = u64::MAX;
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn need(kind: &str, b: &[u8], n: usize) -> Result<()> {
+    if b.len() < n {
+        Err(Error::Wire(format!(
+            "{kind} header truncated: {} bytes, need at least {n}",
+            b.len()
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+/// Header of a single-fragment tag message.
+///
+/// ```text
+/// 0         8
+/// +---------+---------
+/// | tag u64 | payload
+/// +---------+---------
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EagerHdr {
+    /// Tag.
+    pub tag: u64,
+}
+
+impl EagerHdr {
+    /// Encoded length.
+    pub const LEN: usize = 8;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        self.tag.to_le_bytes()
+    }
+    /// Decodes the header from the front of `b`.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        need("eager", b, Self::LEN)?;
+        Ok(EagerHdr { tag: le64(b, 0) })
+    }
+}
+
+/// Header of a single-fragment synchronous tag message.
+///
+/// ```text
+/// 0         8               16
+/// +---------+---------------+---------
+/// | tag u64 | sender req u64| payload
+/// +---------+---------------+---------
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EagerSyncHdr {
+    /// Tag.
+    pub tag: u64,
+    /// Sender's request, echoed in the [`ReqHdr`] of the SYNC_ACK.
+    pub sreq: u64,
+}
+
+impl EagerSyncHdr {
+    /// Encoded length.
+    pub const LEN: usize = 16;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.tag.to_le_bytes());
+        b[8..].copy_from_slice(&self.sreq.to_le_bytes());
+        b
+    }
+    /// Decodes the header from the front of `b`.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        need("eager sync", b, Self::LEN)?;
+        Ok(EagerSyncHdr {
+            tag: le64(b, 0),
+            sreq: le64(b, 8),
+        })
+    }
+}
+
+/// Header of the first fragment of a multi-fragment tag message.
+///
+/// ```text
+/// 0         8            16              24                 32
+/// +---------+------------+---------------+------------------+---------
+/// | tag u64 | msg id u64 | total len u64 | sender req u64   | payload
+/// +---------+------------+---------------+------------------+---------
+/// ```
+/// `sreq` is [`NO_REQ`] unless the send is synchronous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EagerFirstHdr {
+    /// Tag.
+    pub tag: u64,
+    /// Sender-unique message id, repeated in every middle fragment.
+    pub msg_id: u64,
+    /// Length of the whole message.
+    pub total_len: u64,
+    /// Sender request to acknowledge (synchronous send) or [`NO_REQ`].
+    pub sreq: u64,
+}
+
+impl EagerFirstHdr {
+    /// Encoded length.
+    pub const LEN: usize = 32;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.tag.to_le_bytes());
+        b[8..16].copy_from_slice(&self.msg_id.to_le_bytes());
+        b[16..24].copy_from_slice(&self.total_len.to_le_bytes());
+        b[24..].copy_from_slice(&self.sreq.to_le_bytes());
+        b
+    }
+    /// Decodes the header from the front of `b`.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        need("eager first", b, Self::LEN)?;
+        Ok(EagerFirstHdr {
+            tag: le64(b, 0),
+            msg_id: le64(b, 8),
+            total_len: le64(b, 16),
+            sreq: le64(b, 24),
+        })
+    }
+}
+
+/// Header of a later fragment (eager middle, or rendezvous data over AM).
+///
+/// ```text
+/// 0            8            16
+/// +------------+------------+---------
+/// | id u64     | offset u64 | payload
+/// +------------+------------+---------
+/// ```
+/// `id` is the message id (eager) or the receiver's request (rendezvous data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragHdr {
+    /// Message id or receive request.
+    pub id: u64,
+    /// Offset of the payload in the message.
+    pub offset: u64,
+}
+
+impl FragHdr {
+    /// Encoded length.
+    pub const LEN: usize = 16;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.id.to_le_bytes());
+        b[8..].copy_from_slice(&self.offset.to_le_bytes());
+        b
+    }
+    /// Decodes the header from the front of `b`.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        need("fragment", b, Self::LEN)?;
+        Ok(FragHdr {
+            id: le64(b, 0),
+            offset: le64(b, 8),
+        })
+    }
+}
+
+/// A header naming one request: SYNC_ACK and ATS (sender's request), ATP (receiver's request).
+///
+/// ```text
+/// 0
+/// +----------+
+/// | req u64  |
+/// +----------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReqHdr {
+    /// The request.
+    pub req: u64,
+}
+
+impl ReqHdr {
+    /// Encoded length.
+    pub const LEN: usize = 8;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        self.req.to_le_bytes()
+    }
+    /// Decodes the header; trailing bytes are an error.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(Error::Wire(format!(
+                "request header must be {} bytes, got {}",
+                Self::LEN,
+                b.len()
+            )));
+        }
+        Ok(ReqHdr { req: le64(b, 0) })
+    }
+}
+
+/// A remote buffer: address, the transport whose memory domain packed the key, and the key.
+///
+/// ```text
+/// 0            8        9             9+n          11+n
+/// +------------+--------+-------------+------------+-----------+
+/// | addr u64   | n (u8) | tl name (n) | k (u16 LE) | rkey (k)  |
+/// +------------+--------+-------------+------------+-----------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteBuf<'a> {
+    /// Address in the owner's memory.
+    pub addr: u64,
+    /// Transport that packed the key (empty: no key).
+    pub tl: &'a str,
+    /// Packed key.
+    pub rkey: &'a [u8],
+}
+
+impl<'a> RemoteBuf<'a> {
+    /// Encoded length.
+    pub fn len(&self) -> usize {
+        8 + 1 + self.tl.len() + 2 + self.rkey.len()
+    }
+    /// True when no key is attached.
+    pub fn is_empty(&self) -> bool {
+        self.tl.is_empty()
+    }
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.addr.to_le_bytes());
+        out.push(self.tl.len().min(255) as u8);
+        out.extend_from_slice(&self.tl.as_bytes()[..self.tl.len().min(255)]);
+        out.extend_from_slice(&(self.rkey.len().min(u16::MAX as usize) as u16).to_le_bytes());
+        out.extend_from_slice(&self.rkey[..self.rkey.len().min(u16::MAX as usize)]);
+    }
+    /// Decodes from `b`, giving the rest.
+    pub fn decode(b: &'a [u8]) -> Result<(Self, &'a [u8])> {
+        need("remote buffer", b, 9)?;
+        let addr = le64(b, 0);
+        let n = b[8] as usize;
+        need("remote buffer", b, 9 + n + 2)?;
+        let tl = std::str::from_utf8(&b[9..9 + n])
+            .map_err(|_| Error::Wire("remote buffer transport name is not UTF-8".into()))?;
+        let k = u16::from_le_bytes([b[9 + n], b[10 + n]]) as usize;
+        need("remote buffer", b, 11 + n + k)?;
+        Ok((
+            RemoteBuf {
+                addr,
+                tl,
+                rkey: &b[11 + n..11 + n + k],
+            },
+            &b[11 + n + k..],
+        ))
+    }
+}
+
+/// Rendezvous request to send.
+///
+/// ```text
+/// 0         8              16          24
+/// +---------+--------------+-----------+-------------------------------+
+/// | tag u64 | sender req   | len u64   | RemoteBuf (sender's buffer)   |
+/// +---------+--------------+-----------+-------------------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtsHdr<'a> {
+    /// Tag.
+    pub tag: u64,
+    /// Sender's request (echoed by ATS / RTR).
+    pub sreq: u64,
+    /// Message length.
+    pub len: u64,
+    /// Sender's buffer (an empty `tl` when the sender offers no RMA).
+    pub buf: RemoteBuf<'a>,
+}
+
+impl<'a> RtsHdr<'a> {
+    /// Fixed part's length.
+    pub const FIXED_LEN: usize = 24;
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.tag.to_le_bytes());
+        out.extend_from_slice(&self.sreq.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        self.buf.encode(out);
+    }
+    /// Decodes a whole RTS.
+    pub fn decode(b: &'a [u8]) -> Result<Self> {
+        need("RTS", b, Self::FIXED_LEN)?;
+        let (buf, rest) = RemoteBuf::decode(&b[24..])?;
+        if !rest.is_empty() {
+            return Err(Error::Wire(format!(
+                "RTS has {} trailing bytes",
+                rest.len()
+            )));
+        }
+        Ok(RtsHdr {
+            tag: le64(b, 0),
+            sreq: le64(b, 8),
+            len: le64(b, 16),
+            buf,
+        })
+    }
+}
+
+/// How the receiver wants rendezvous data, in an RTR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtrMode {
+    /// Write it with `put_zcopy` into the receiver's buffer, then send ATP.
+    Put,
+    /// Send it in RNDV_DATA active-message fragments.
+    AmPipeline,
+}
+
+/// Rendezvous ready to receive.
+///
+/// ```text
+/// 0            8             16       17
+/// +------------+-------------+--------+------------------------------------+
+/// | sender req | recv req    | mode u8| RemoteBuf (receiver's, for Put)    |
+/// +------------+-------------+--------+------------------------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtrHdr<'a> {
+    /// Sender's request.
+    pub sreq: u64,
+    /// Receiver's request (in ATP and RNDV_DATA).
+    pub rreq: u64,
+    /// Mode.
+    pub mode: RtrMode,
+    /// Receiver's buffer (for Put).
+    pub buf: RemoteBuf<'a>,
+}
+
+impl<'a> RtrHdr<'a> {
+    /// Fixed part's length.
+    pub const FIXED_LEN: usize = 17;
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.sreq.to_le_bytes());
+        out.extend_from_slice(&self.rreq.to_le_bytes());
+        out.push(match self.mode {
+            RtrMode::Put => 0,
+            RtrMode::AmPipeline => 1,
+        });
+        self.buf.encode(out);
+    }
+    /// Decodes a whole RTR.
+    pub fn decode(b: &'a [u8]) -> Result<Self> {
+        need("RTR", b, Self::FIXED_LEN)?;
+        let mode = match b[16] {
+            0 => RtrMode::Put,
+            1 => RtrMode::AmPipeline,
+            m => return Err(Error::Wire(format!("RTR has unknown mode {m}"))),
+        };
+        let (buf, rest) = RemoteBuf::decode(&b[17..])?;
+        if !rest.is_empty() {
+            return Err(Error::Wire(format!(
+                "RTR has {} trailing bytes",
+                rest.len()
+            )));
+        }
+        Ok(RtrHdr {
+            sreq: le64(b, 0),
+            rreq: le64(b, 8),
+            mode,
+            buf,
+        })
+    }
+}
+
+/// Header of a user active message.
+///
+/// ```text
+/// 0          2               6
+/// +----------+---------------+-------------+---------
+/// | id u16   | hdr len u32   | user header | data
+/// +----------+---------------+-------------+---------
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserAmHdr {
+    /// User's active-message id.
+    pub id: u16,
+    /// Length of the user header that follows.
+    pub hdr_len: u32,
+}
+
+impl UserAmHdr {
+    /// Encoded length.
+    pub const LEN: usize = 6;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..2].copy_from_slice(&self.id.to_le_bytes());
+        b[2..].copy_from_slice(&self.hdr_len.to_le_bytes());
+        b
+    }
+    /// Decodes the header from the front of `b`.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        need("user active message", b, Self::LEN)?;
+        Ok(UserAmHdr {
+            id: u16::from_le_bytes([b[0], b[1]]),
+            hdr_len: u32::from_le_bytes([b[2], b[3], b[4], b[5]]),
+        })
+    }
+}
+
+/// An atomic operation emulated over active messages (the target applies it with CPU atomics).
+///
+/// ```text
+/// 0          8      9        10          18          26            34
+/// +----------+------+--------+-----------+-----------+-------------+
+/// | req u64  | op u8| size u8| addr u64  | value u64 | compare u64 |
+/// +----------+------+--------+-----------+-----------+-------------+
+/// ```
+/// `op`: 0 add, 1 and, 2 or, 3 xor, 4 swap, 5 compare-and-swap; `size`: 4 or 8; `req` is
+/// [`NO_REQ`] for a non-fetching operation (no reply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtomicReqHdr {
+    /// Requester's request, or [`NO_REQ`].
+    pub req: u64,
+    /// Operation code.
+    pub op: u8,
+    /// Operand size in bytes.
+    pub size: u8,
+    /// Target address.
+    pub addr: u64,
+    /// Operand.
+    pub value: u64,
+    /// Compare value (cswap).
+    pub compare: u64,
+}
+
+impl AtomicReqHdr {
+    /// Encoded length.
+    pub const LEN: usize = 34;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.req.to_le_bytes());
+        b[8] = self.op;
+        b[9] = self.size;
+        b[10..18].copy_from_slice(&self.addr.to_le_bytes());
+        b[18..26].copy_from_slice(&self.value.to_le_bytes());
+        b[26..].copy_from_slice(&self.compare.to_le_bytes());
+        b
+    }
+    /// Decodes and validates the operation code and size.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(Error::Wire(format!(
+                "atomic request must be {} bytes, got {}",
+                Self::LEN,
+                b.len()
+            )));
+        }
+        let h = AtomicReqHdr {
+            req: le64(b, 0),
+            op: b[8],
+            size: b[9],
+            addr: le64(b, 10),
+            value: le64(b, 18),
+            compare: le64(b, 26),
+        };
+        if h.op > 5 || !(h.size == 4 || h.size == 8) {
+            return Err(Error::Wire(format!(
+                "atomic request with op {} size {}",
+                h.op, h.size
+            )));
+        }
+        Ok(h)
+    }
+}
+
+/// Reply to an emulated fetching atomic.
+///
+/// ```text
+/// 0          8          9
+/// +----------+----------+-----------+
+/// | req u64  | status u8| value u64 |
+/// +----------+----------+-----------+
+/// ```
+/// `status`: 0 done, 1 the address is outside the target's mapped memory or misaligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtomicRepHdr {
+    /// Requester's request.
+    pub req: u64,
+    /// Status.
+    pub status: u8,
+    /// Old value.
+    pub value: u64,
+}
+
+impl AtomicRepHdr {
+    /// Encoded length.
+    pub const LEN: usize = 17;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.req.to_le_bytes());
+        b[8] = self.status;
+        b[9..].copy_from_slice(&self.value.to_le_bytes());
+        b
+    }
+    /// Decodes a reply.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(Error::Wire(format!(
+                "atomic reply must be {} bytes, got {}",
+                Self::LEN,
+                b.len()
+            )));
+        }
+        Ok(AtomicRepHdr {
+            req: le64(b, 0),
+            status: b[8],
+            value: le64(b, 9),
+        })
+    }
+}
+
+/// A decoded ucp message (borrowing the received bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg<'a> {
+    /// A packed worker address of the sender.
+    Wireup(&'a [u8]),
+    /// Single-fragment tag message.
+    Eager(EagerHdr, &'a [u8]),
+    /// Single-fragment synchronous tag message.
+    EagerSync(EagerSyncHdr, &'a [u8]),
+    /// First fragment.
+    EagerFirst(EagerFirstHdr, &'a [u8]),
+    /// Middle fragment.
+    EagerMiddle(FragHdr, &'a [u8]),
+    /// Synchronous send matched.
+    SyncAck(ReqHdr),
+    /// Rendezvous request.
+    Rts(RtsHdr<'a>),
+    /// Rendezvous acknowledge (receiver fetched).
+    Ats(ReqHdr),
+    /// Rendezvous ready to receive.
+    Rtr(RtrHdr<'a>),
+    /// Rendezvous data over AM.
+    RndvData(FragHdr, &'a [u8]),
+    /// Rendezvous: put done.
+    Atp(ReqHdr),
+    /// Keepalive.
+    Keepalive,
+    /// User active message: header, user header, data.
+    UserAm(UserAmHdr, &'a [u8], &'a [u8]),
+    /// Stream bytes.
+    Stream(&'a [u8]),
+    /// Peer closed its endpoint.
+    Close,
+    /// Rendezvous for a user active message: AM header, user header, RTS.
+    AmRts(UserAmHdr, &'a [u8], RtsHdr<'a>),
+    /// Emulated atomic request.
+    AtomicReq(AtomicReqHdr),
+    /// Emulated atomic reply.
+    AtomicRep(AtomicRepHdr),
+    /// The peer processed our CLOSE.
+    CloseAck,
+}
+
+/// Splits off the sender uuid.
+pub fn split_prefix(b: &[u8]) -> Result<(u64, &[u8])> {
+    need("ucp message prefix", b, PREFIX_LEN)?;
+    Ok((le64(b, 0), &b[PREFIX_LEN..]))
+}
+
+impl<'a> Msg<'a> {
+    /// Decodes the body of an active message (after the uuid prefix) of uct id `id`.
+    pub fn decode(id: u8, b: &'a [u8]) -> Result<Self> {
+        use am_id::*;
+        Ok(match id {
+            WIREUP => Msg::Wireup(b),
+            EAGER_ONLY => Msg::Eager(EagerHdr::decode(b)?, &b[EagerHdr::LEN..]),
+            EAGER_SYNC_ONLY => Msg::EagerSync(EagerSyncHdr::decode(b)?, &b[EagerSyncHdr::LEN..]),
+            EAGER_FIRST => {
+                let h = EagerFirstHdr::decode(b)?;
+                let data = &b[EagerFirstHdr::LEN..];
+                if (data.len() as u64) > h.total_len {
+                    return Err(Error::Wire(format!(
+                        "eager first fragment carries {} bytes of a {}-byte message",
+                        data.len(),
+                        h.total_len
+                    )));
+                }
+                Msg::EagerFirst(h, data)
+            }
+            EAGER_MIDDLE => Msg::EagerMiddle(FragHdr::decode(b)?, &b[FragHdr::LEN..]),
+            SYNC_ACK => Msg::SyncAck(ReqHdr::decode(b)?),
+            RTS => Msg::Rts(RtsHdr::decode(b)?),
+            ATS => Msg::Ats(ReqHdr::decode(b)?),
+            RTR => Msg::Rtr(RtrHdr::decode(b)?),
+            RNDV_DATA => Msg::RndvData(FragHdr::decode(b)?, &b[FragHdr::LEN..]),
+            ATP => Msg::Atp(ReqHdr::decode(b)?),
+            KEEPALIVE => {
+                if !b.is_empty() {
+                    return Err(Error::Wire("keepalive carries unexpected bytes".into()));
+                }
+                Msg::Keepalive
+            }
+            USER_AM => {
+                let h = UserAmHdr::decode(b)?;
+                let rest = &b[UserAmHdr::LEN..];
+                if (rest.len() as u64) < h.hdr_len as u64 {
+                    return Err(Error::Wire(format!(
+                        "user active message header of {} bytes truncated to {}",
+                        h.hdr_len,
+                        rest.len()
+                    )));
+                }
+                let (uh, data) = rest.split_at(h.hdr_len as usize);
+                Msg::UserAm(h, uh, data)
+            }
+            STREAM => Msg::Stream(b),
+            CLOSE => {
+                if !b.is_empty() {
+                    return Err(Error::Wire("close carries unexpected bytes".into()));
+                }
+                Msg::Close
+            }
+            AM_RTS => {
+                let h = UserAmHdr::decode(b)?;
+                let rest = &b[UserAmHdr::LEN..];
+                if (rest.len() as u64) < h.hdr_len as u64 {
+                    return Err(Error::Wire(format!(
+                        "active-message RTS header of {} bytes truncated to {}",
+                        h.hdr_len,
+                        rest.len()
+                    )));
+                }
+                let (uh, rts) = rest.split_at(h.hdr_len as usize);
+                Msg::AmRts(h, uh, RtsHdr::decode(rts)?)
+            }
+            ATOMIC_REQ => Msg::AtomicReq(AtomicReqHdr::decode(b)?),
+            CLOSE_ACK => {
+                if !b.is_empty() {
+                    return Err(Error::Wire("close ack carries unexpected bytes".into()));
+                }
+                Msg::CloseAck
+            }
+            ATOMIC_REP => Msg::AtomicRep(AtomicRepHdr::decode(b)?),
+            other => return Err(Error::Wire(format!("unknown ucp message id {other}"))),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(id: u8, body: &[u8], expect: Msg<'_>) {
+        assert_eq!(Msg::decode(id, body).unwrap(), expect);
+    }
+
+    #[test]
+    fn fixed_headers_round_trip_and_reject_truncation() {
+        let e = EagerHdr { tag: 0xdead_beef };
+        let mut b = e.encode().to_vec();
+        b.extend_from_slice(b"xy");
+        roundtrip(am_id::EAGER_ONLY, &b, Msg::Eager(e, b"xy"));
+
+        let s = EagerSyncHdr { tag: 1, sreq: 2 };
+        roundtrip(am_id::EAGER_SYNC_ONLY, &s.encode(), Msg::EagerSync(s, b""));
+
+        let f = EagerFirstHdr {
+            tag: 3,
+            msg_id: 4,
+            total_len: 5,
+            sreq: NO_REQ,
+        };
+        let mut b = f.encode().to_vec();
+        b.extend_from_slice(b"abc");
+        roundtrip(am_id::EAGER_FIRST, &b, Msg::EagerFirst(f, b"abc"));
+        b.extend_from_slice(b"def");
+        assert!(
+            Msg::decode(am_id::EAGER_FIRST, &b).is_err(),
+            "over-long first"
+        );
+
+        let m = FragHdr { id: 9, offset: 77 };
+        roundtrip(am_id::EAGER_MIDDLE, &m.encode(), Msg::EagerMiddle(m, b""));
+        roundtrip(
+            am_id::ATS,
+            &ReqHdr { req: 11 }.encode(),
+            Msg::Ats(ReqHdr { req: 11 }),
+        );
+        let u = UserAmHdr { id: 7, hdr_len: 2 };
+        let mut b = u.encode().to_vec();
+        b.extend_from_slice(b"hhdata");
+        roundtrip(am_id::USER_AM, &b, Msg::UserAm(u, b"hh", b"data"));
+
+        for (id, full) in [
+            (am_id::EAGER_ONLY, e.encode().to_vec()),
+            (am_id::EAGER_SYNC_ONLY, s.encode().to_vec()),
+            (am_id::EAGER_FIRST, f.encode().to_vec()),
+            (am_id::EAGER_MIDDLE, m.encode().to_vec()),
+            (am_id::SYNC_ACK, ReqHdr { req: 1 }.encode().to_vec()),
+            (am_id::USER_AM, u.encode().to_vec()),
+        ] {
+            for n in 0..full.len() {
+                assert!(
+                    matches!(Msg::decode(id, &full[..n]), Err(Error::Wire(_))),
+                    "id {id} prefix {n}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn variable_headers_round_trip_and_reject_truncation() {
+        let rts = RtsHdr {
+            tag: 42,
+            sreq: 7,
+            len: 1 << 20,
+            buf: RemoteBuf {
+                addr: 0x1000,
+                tl: "cma",
+                rkey: &[1, 2, 3, 4],
+            },
+        };
+        let mut b = Vec::new();
+        rts.encode(&mut b);
+        roundtrip(am_id::RTS, &b, Msg::Rts(rts));
+        for n in 0..b.len() {
+            assert!(Msg::decode(am_id::RTS, &b[..n]).is_err(), "rts prefix {n}");
+        }
+        b.push(0);
+        assert!(Msg::decode(am_id::RTS, &b).is_err(), "rts trailing");
+
+        let rtr = RtrHdr {
+            sreq: 7,
+            rreq: 8,
+            mode: RtrMode::Put,
+            buf: RemoteBuf {
+                addr: 0x2000,
+                tl: "self",
+                rkey: &[5; 10],
+            },
+        };
+        let mut b = Vec::new();
+        rtr.encode(&mut b);
+        roundtrip(am_id::RTR, &b, Msg::Rtr(rtr));
+        for n in 0..b.len() {
+            assert!(Msg::decode(am_id::RTR, &b[..n]).is_err(), "rtr prefix {n}");
+        }
+        b[16] = 9;
+        assert!(Msg::decode(am_id::RTR, &b).is_err(), "bad mode");
+    }
+
+    #[test]
+    fn am_rts_round_trip_and_truncation() {
+        let u = UserAmHdr { id: 3, hdr_len: 4 };
+        let rts = RtsHdr {
+            tag: 0,
+            sreq: 5,
+            len: 1 << 20,
+            buf: RemoteBuf {
+                addr: 0x10,
+                tl: "tcp",
+                rkey: &[7, 7],
+            },
+        };
+        let mut b = u.encode().to_vec();
+        b.extend_from_slice(b"hdr!");
+        rts.encode(&mut b);
+        roundtrip(am_id::AM_RTS, &b, Msg::AmRts(u, b"hdr!", rts));
+        for n in 0..b.len() {
+            assert!(Msg::decode(am_id::AM_RTS, &b[..n]).is_err(), "prefix {n}");
+        }
+    }
+
+    #[test]
+    fn atomic_headers_round_trip_and_validate() {
+        let q = AtomicReqHdr {
+            req: 1,
+            op: 5,
+            size: 8,
+            addr: 0x1000,
+            value: 2,
+            compare: 3,
+        };
+        roundtrip(am_id::ATOMIC_REQ, &q.encode(), Msg::AtomicReq(q));
+        let r = AtomicRepHdr {
+            req: 1,
+            status: 0,
+            value: 9,
+        };
+        roundtrip(am_id::ATOMIC_REP, &r.encode(), Msg::AtomicRep(r));
+        let e = q.encode();
+        for n in 0..e.len() {
+            assert!(Msg::decode(am_id::ATOMIC_REQ, &e[..n]).is_err());
+        }
+        let mut bad = e;
+        bad[9] = 3;
+        assert!(Msg::decode(am_id::ATOMIC_REQ, &bad).is_err());
+        let mut bad = e;
+        bad[8] = 6;
+        assert!(Msg::decode(am_id::ATOMIC_REQ, &bad).is_err());
+    }
+
+    #[test]
+    fn prefix_and_unknown_ids() {
+        let mut b = 5u64.to_le_bytes().to_vec();
+        b.push(1);
+        assert_eq!(split_prefix(&b).unwrap(), (5, &[1u8][..]));
+        assert!(split_prefix(&b[..7]).is_err());
+        assert!(Msg::decode(200, &[]).is_err());
+        assert!(Msg::decode(am_id::KEEPALIVE, &[1]).is_err());
+        assert_eq!(Msg::decode(am_id::KEEPALIVE, &[]).unwrap(), Msg::Keepalive);
+    }
+}

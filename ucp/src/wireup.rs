@@ -1,0 +1,505 @@
+//! Wire-up: choosing lanes to a peer from the transports' capabilities and performance models,
+//! and the protocol thresholds of one endpoint configuration.
+//!
+//! Pure functions over [`uct::IfaceAttr`] and reachability answers, so they are tested without a
+//! transport. The worker calls them once per endpoint; nothing here runs on the data path.
+
+use crate::address::WorkerAddress;
+use crate::config::{RndvSchemeCfg, UcpConfig};
+use crate::wire::{EagerFirstHdr, EagerHdr, FragHdr, PREFIX_LEN};
+use std::fmt::Write as _;
+use ucs::{Error, Result};
+use uct::{IfaceAttr, IfaceFlags};
+
+/// What wire-up knows about one local interface.
+#[derive(Debug, Clone)]
+pub struct LocalTl<'a> {
+    /// Transport name.
+    pub tl_name: &'a str,
+    /// Device name.
+    pub dev_name: &'a str,
+    /// Capabilities.
+    pub attr: &'a IfaceAttr,
+    /// Whether its memory domain can register memory (needed for zero-copy rendezvous).
+    pub md_reg: bool,
+}
+
+/// A usable path: local interface index and remote transport entry index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LanePick {
+    /// Index of the local interface.
+    pub local: usize,
+    /// Index of the remote entry in the peer's address.
+    pub remote: usize,
+}
+
+/// The lanes of an endpoint, one per purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneSelection {
+    /// Active messages (tag eager, control, rendezvous over AM).
+    pub am: LanePick,
+    /// Zero-copy RMA for rendezvous and put/get (if any transport offers it).
+    pub rma: Option<LanePick>,
+    /// Remote atomics (if any transport offers them).
+    pub amo: Option<LanePick>,
+}
+
+fn am_cost(a: &IfaceAttr) -> f64 {
+    a.perf.time_for(64)
+}
+
+fn rma_cost(a: &IfaceAttr) -> f64 {
+    a.perf.time_for(1 << 20)
+}
+
+fn better(cost: f64, prio: u8, best: Option<(f64, u8)>) -> bool {
+    match best {
+        None => true,
+        Some((c, p)) => cost < c || (cost == c && prio > p),
+    }
+}
+
+/// Picks lanes to `peer`. `reach(local, remote)` answers the local interface's `is_reachable`
+/// for the remote entry. Without any AM lane the error names every transport and why.
+pub fn select_lanes(
+    locals: &[LocalTl<'_>],
+    peer: &WorkerAddress,
+    mut reach: impl FnMut(usize, usize) -> std::result::Result<(), String>,
+) -> Result<LaneSelection> {
+    let mut why: Vec<String> = Vec::new();
+    let mut am: Option<(LanePick, f64, u8)> = None;
+    let mut rma: Option<(LanePick, f64, u8)> = None;
+    let mut amo: Option<(LanePick, f64, u8)> = None;
+    for (li, l) in locals.iter().enumerate() {
+        let remotes: Vec<usize> = peer
+            .tls
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.tl_name == l.tl_name)
+            .map(|(i, _)| i)
+            .collect();
+        if remotes.is_empty() {
+            why.push(format!(
+                "{}/{}: the peer has no {} interface",
+                l.tl_name, l.dev_name, l.tl_name
+            ));
+            continue;
+        }
+        for ri in remotes {
+            if let Err(e) = reach(li, ri) {
+                why.push(format!("{}/{}: {e}", l.tl_name, l.dev_name));
+                continue;
+            }
+            let pick = LanePick {
+                local: li,
+                remote: ri,
+            };
+            let f = l.attr.flags;
+            let prio = l.attr.priority;
+            if f.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) && l.attr.am.max_bcopy > 64
+            {
+                let c = am_cost(l.attr);
+                if better(c, prio, am.map(|a| (a.1, a.2))) {
+                    am = Some((pick, c, prio));
+                }
+            } else {
+                why.push(format!(
+                    "{}/{}: reachable, but has no active messages (used for RMA only)",
+                    l.tl_name, l.dev_name
+                ));
+            }
+            if l.md_reg && f.intersects(IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY) {
+                let c = rma_cost(l.attr);
+                if better(c, prio, rma.map(|a| (a.1, a.2))) {
+                    rma = Some((pick, c, prio));
+                }
+            }
+            let at = &l.attr.atomics;
+            if l.md_reg && !(at.fop64.is_empty() && at.op64.is_empty()) {
+                let c = am_cost(l.attr);
+                if better(c, prio, amo.map(|a| (a.1, a.2))) {
+                    amo = Some((pick, c, prio));
+                }
+            }
+        }
+    }
+    match am {
+        Some((am, _, _)) => Ok(LaneSelection {
+            am,
+            rma: rma.map(|r| r.0),
+            amo: amo.map(|r| r.0),
+        }),
+        None => {
+            if locals.is_empty() {
+                why.push(
+                    "this worker has no transport (check RUCX_TLS and RUCX_NET_DEVICES)".into(),
+                );
+            }
+            Err(Error::Unreachable(format!(
+                "no transport reaches worker {:#018x}: {}",
+                peer.uuid,
+                why.join("; ")
+            )))
+        }
+    }
+}
+
+/// How rendezvous moves data for this configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RndvScheme {
+    /// Receiver reads with `get_zcopy` then sends ATS.
+    Get,
+    /// Receiver asks (RTR) and the sender writes with `put_zcopy` then sends ATP.
+    Put,
+    /// No zero-copy RMA: the sender streams the data in active messages after the RTR.
+    AmPipeline,
+}
+
+/// Protocol thresholds of one endpoint configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProtoConfig {
+    /// Largest tag payload sent with `am_short` (`None`: the lane has no AM_SHORT).
+    pub short_max: Option<usize>,
+    /// Largest tag payload of one bcopy fragment.
+    pub bcopy_single_max: usize,
+    /// Payload of a first fragment.
+    pub first_frag: usize,
+    /// Payload of a middle fragment (also rendezvous AM fragments).
+    pub middle_frag: usize,
+    /// Messages of at least this size go by rendezvous.
+    pub rndv_thresh: usize,
+    /// Rendezvous data path.
+    pub rndv: RndvScheme,
+    /// Eager messages from caller-owned vectors of at least this size go by `am_zcopy`
+    /// (`None`: the AM lane cannot).
+    pub zcopy_thresh: Option<usize>,
+}
+
+/// Bytes per second assumed for a memory copy (bcopy costs one on each side).
+const MEMCPY_BW: f64 = 5e9;
+/// Messages this large are never eager when rendezvous is possible: bounds unexpected buffering.
+const EAGER_CAP: usize = 512 << 10;
+
+impl ProtoConfig {
+    /// Computes the thresholds from the AM and RMA lanes' capabilities, with `cfg`'s overrides.
+    pub fn compute(
+        am: &IfaceAttr,
+        am_md_reg: bool,
+        rma: Option<&IfaceAttr>,
+        cfg: &UcpConfig,
+    ) -> Self {
+        let only_hdr = PREFIX_LEN + EagerHdr::LEN;
+        let short_max = (am.flags.contains(IfaceFlags::AM_SHORT) && am.am.max_short >= only_hdr)
+            .then(|| am.am.max_short - only_hdr);
+        let bcopy = am.am.max_bcopy;
+        let bcopy_single_max = bcopy.saturating_sub(only_hdr);
+        let first_frag = bcopy.saturating_sub(PREFIX_LEN + EagerFirstHdr::LEN).max(1);
+        let middle_frag = bcopy.saturating_sub(PREFIX_LEN + FragHdr::LEN).max(1);
+        let get = rma.is_some_and(|r| r.flags.contains(IfaceFlags::GET_ZCOPY));
+        let put = rma.is_some_and(|r| r.flags.contains(IfaceFlags::PUT_ZCOPY));
+        let rndv = match cfg.rndv_scheme {
+            RndvSchemeCfg::Auto | RndvSchemeCfg::Get if get => RndvScheme::Get,
+            RndvSchemeCfg::Auto | RndvSchemeCfg::Put if put => RndvScheme::Put,
+            RndvSchemeCfg::Get if put => RndvScheme::Put,
+            _ => RndvScheme::AmPipeline,
+        };
+        let auto = match (rndv, rma) {
+            (RndvScheme::AmPipeline, _) | (_, None) => EAGER_CAP,
+            (_, Some(r)) => {
+                // Eager: fragments over the AM lane plus a copy on each side.
+                let eager = |n: usize| {
+                    let frags = n.div_ceil(middle_frag).max(1) as f64;
+                    frags * (am.perf.send_overhead + am.perf.recv_overhead)
+                        + am.perf.latency
+                        + if am.perf.bandwidth > 0.0 {
+                            n as f64 / am.perf.bandwidth
+                        } else {
+                            0.0
+                        }
+                        + 2.0 * n as f64 / MEMCPY_BW
+                };
+                // Rendezvous: RTS, the RMA transfer, and ATS.
+                let rdv = |n: usize| 2.0 * am.perf.time_for(64) + r.perf.time_for(n);
+                // Rendezvous costs a round trip more than one eager fragment, so it starts
+                // above the single-fragment size at the earliest.
+                let mut n = (bcopy_single_max + 1).next_power_of_two();
+                while n < EAGER_CAP && rdv(n) >= eager(n) {
+                    n *= 2;
+                }
+                n.max(bcopy_single_max + 1)
+            }
+        };
+        let rndv_thresh = cfg.rndv_thresh.unwrap_or(auto);
+        let zcopy_thresh = (am_md_reg
+            && am.flags.contains(IfaceFlags::AM_ZCOPY)
+            && am.am.max_zcopy > 0
+            && am.am.max_hdr >= PREFIX_LEN + EagerFirstHdr::LEN)
+            .then(|| cfg.zcopy_thresh.unwrap_or(bcopy_single_max + 1));
+        ProtoConfig {
+            short_max,
+            bcopy_single_max,
+            first_frag,
+            middle_frag,
+            rndv_thresh,
+            rndv,
+            zcopy_thresh,
+        }
+    }
+
+    /// The sizes where the protocol changes: eager short/bcopy limit, first multi-fragment size,
+    /// rendezvous threshold (each is the first size of the next protocol, minus one for limits).
+    pub fn boundaries(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        if let Some(s) = self.short_max {
+            v.push(s);
+        }
+        v.push(self.bcopy_single_max);
+        v.push(self.first_frag + self.middle_frag);
+        if self.rndv_thresh < (1 << 30) {
+            v.push(self.rndv_thresh);
+        }
+        v
+    }
+
+    /// The protocol table (size ranges → protocol → lanes), as `RUCX_PROTO_INFO` prints it.
+    pub fn table(&self, am_lane: &str, rma_lane: Option<&str>) -> String {
+        let mut s = String::new();
+        let mut from = 0usize;
+        let mut row = |s: &mut String, to: usize, proto: &str, lanes: &str| {
+            if to > from || (to == from && from == 0) {
+                let end = if to == usize::MAX {
+                    "inf".to_string()
+                } else {
+                    format!("{to}")
+                };
+                let _ = writeln!(s, "  {from:>10} .. {end:<10} {proto:<28} {lanes}");
+            }
+            from = from.max(to);
+        };
+        let rt = self.rndv_thresh;
+        if let Some(sm) = self.short_max {
+            row(&mut s, sm.min(rt), "eager short", am_lane);
+        }
+        row(
+            &mut s,
+            self.bcopy_single_max.min(rt),
+            "eager bcopy",
+            am_lane,
+        );
+        match self.zcopy_thresh {
+            Some(z) if z < rt => {
+                // `row` skips empty ranges, so a threshold below the current start is harmless.
+                row(&mut s, z, "multi-fragment eager bcopy", am_lane);
+                row(&mut s, rt, "eager zcopy (owned vectors)", am_lane);
+            }
+            _ => row(&mut s, rt, "multi-fragment eager bcopy", am_lane),
+        }
+        let rndv = match self.rndv {
+            RndvScheme::Get => "rendezvous get_zcopy + ATS".to_string(),
+            RndvScheme::Put => "rendezvous RTR + put_zcopy".to_string(),
+            RndvScheme::AmPipeline => "rendezvous RTR + AM pipeline".to_string(),
+        };
+        let lanes = match self.rndv {
+            RndvScheme::AmPipeline => am_lane.to_string(),
+            _ => format!("{am_lane} + {}", rma_lane.unwrap_or("-")),
+        };
+        row(&mut s, usize::MAX, &rndv, &lanes);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::TlAddress;
+    use uct::{OpLimits, PerfModel};
+
+    fn attr(flags: IfaceFlags, lat: f64, bw: f64) -> IfaceAttr {
+        IfaceAttr {
+            flags,
+            am: OpLimits {
+                max_short: 128,
+                max_bcopy: 8192,
+                ..Default::default()
+            },
+            perf: PerfModel {
+                send_overhead: 1e-7,
+                recv_overhead: 1e-7,
+                bandwidth: bw,
+                latency: lat,
+            },
+            ..Default::default()
+        }
+    }
+
+    fn peer(names: &[&str]) -> WorkerAddress {
+        WorkerAddress {
+            uuid: 0xabc,
+            tls: names
+                .iter()
+                .map(|n| TlAddress {
+                    tl_name: n.to_string(),
+                    device_addr: vec![],
+                    iface_addr: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn prefers_reachable_fastest_am_and_separate_rma() {
+        let am = IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY;
+        let tcp = attr(am, 10e-6, 1e9);
+        let posix = attr(am, 0.3e-6, 10e9);
+        let cma = IfaceAttr {
+            flags: IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY,
+            perf: PerfModel {
+                bandwidth: 12e9,
+                latency: 1e-6,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let locals = [
+            LocalTl {
+                tl_name: "tcp",
+                dev_name: "lo",
+                attr: &tcp,
+                md_reg: true,
+            },
+            LocalTl {
+                tl_name: "posix",
+                dev_name: "memory",
+                attr: &posix,
+                md_reg: false,
+            },
+            LocalTl {
+                tl_name: "cma",
+                dev_name: "memory",
+                attr: &cma,
+                md_reg: true,
+            },
+        ];
+        let p = peer(&["tcp", "posix", "cma"]);
+        let sel = select_lanes(&locals, &p, |_, _| Ok(())).unwrap();
+        assert_eq!(
+            sel.am,
+            LanePick {
+                local: 1,
+                remote: 1
+            }
+        );
+        assert_eq!(
+            sel.rma,
+            Some(LanePick {
+                local: 2,
+                remote: 2
+            })
+        );
+        // A remote peer: shared memory does not reach, tcp carries everything.
+        let sel = select_lanes(&locals, &p, |l, _| {
+            if l == 0 {
+                Ok(())
+            } else {
+                Err("different host".into())
+            }
+        })
+        .unwrap();
+        assert_eq!(
+            sel.am,
+            LanePick {
+                local: 0,
+                remote: 0
+            }
+        );
+        // This tcp offers no zero-copy RMA, so rendezvous will use the AM pipeline.
+        assert_eq!(sel.rma, None);
+    }
+
+    #[test]
+    fn unreachable_names_every_transport_and_reason() {
+        let am = IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY;
+        let a = attr(am, 1e-6, 1e9);
+        let locals = [
+            LocalTl {
+                tl_name: "posix",
+                dev_name: "memory",
+                attr: &a,
+                md_reg: false,
+            },
+            LocalTl {
+                tl_name: "tcp",
+                dev_name: "eth0",
+                attr: &a,
+                md_reg: false,
+            },
+            LocalTl {
+                tl_name: "self",
+                dev_name: "memory0",
+                attr: &a,
+                md_reg: false,
+            },
+        ];
+        let p = peer(&["posix", "tcp"]);
+        let e = select_lanes(&locals, &p, |l, _| {
+            Err(if l == 0 {
+                "needs the same host".into()
+            } else {
+                "no route from eth0".into()
+            })
+        })
+        .unwrap_err();
+        let t = e.to_string();
+        assert!(matches!(e, Error::Unreachable(_)));
+        assert!(t.contains("posix/memory: needs the same host"), "{t}");
+        assert!(t.contains("tcp/eth0: no route from eth0"), "{t}");
+        assert!(
+            t.contains("self/memory0: the peer has no self interface"),
+            "{t}"
+        );
+        let e = select_lanes(&[], &p, |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("RUCX_TLS"), "{e}");
+    }
+
+    #[test]
+    fn thresholds_follow_limits_and_overrides() {
+        let am = attr(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY, 1e-6, 5e9);
+        let cma = IfaceAttr {
+            flags: IfaceFlags::GET_ZCOPY,
+            perf: PerfModel {
+                bandwidth: 12e9,
+                latency: 1e-6,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let cfg = UcpConfig::default();
+        let p = ProtoConfig::compute(&am, false, Some(&cma), &cfg);
+        assert_eq!(p.short_max, Some(128 - 16));
+        assert_eq!(p.bcopy_single_max, 8192 - 16);
+        assert_eq!(p.first_frag, 8192 - 40);
+        assert_eq!(p.middle_frag, 8192 - 24);
+        assert_eq!(p.rndv, RndvScheme::Get);
+        assert!(
+            p.rndv_thresh > 256 && p.rndv_thresh <= EAGER_CAP,
+            "{}",
+            p.rndv_thresh
+        );
+        let none = ProtoConfig::compute(&am, false, None, &cfg);
+        assert_eq!(none.rndv, RndvScheme::AmPipeline);
+        let cfg = UcpConfig {
+            rndv_thresh: Some(1000),
+            ..Default::default()
+        };
+        let p = ProtoConfig::compute(&am, false, Some(&cma), &cfg);
+        assert_eq!(p.rndv_thresh, 1000);
+        let t = p.table("posix/memory", Some("cma/memory"));
+        assert!(
+            t.contains("eager short") && t.contains("rendezvous get_zcopy"),
+            "{t}"
+        );
+        assert!(t.contains("cma/memory"), "{t}");
+    }
+}

@@ -1,0 +1,3466 @@
+//! The worker: owns the transport interfaces, the endpoints, the requests and tag matching, and
+//! drives every protocol from `progress()`.
+
+use crate::address::{TlAddress, WorkerAddress};
+use crate::config::UcpConfig;
+use crate::context::{Context, Features};
+use crate::request::{Completion, Op, Request};
+use crate::rma::{MemMap, Rkey, RkeyBundle};
+use crate::tag_match::TagMatcher;
+use crate::wire::{
+    am_id, split_prefix, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, Msg, RemoteBuf, ReqHdr,
+    RtrHdr, RtrMode, RtsHdr, NO_REQ,
+};
+use crate::wire::{AtomicRepHdr, AtomicReqHdr, UserAmHdr, PREFIX_LEN};
+use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig, RndvScheme};
+use slab::Slab;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::ptr::NonNull;
+use std::time::Duration;
+use ucs::time::{Clock, MonotonicClock};
+use ucs::{Error, Outcome, Result};
+use uct::{
+    AnyEp, AnyIface, AnyMd, CompletionId, Endpoint as _, EpId, EventFlags, EventSink, Iface as _,
+    IfaceAttr, IfaceFlags, Iov, MdFlags, MemHandle, MemoryDomain as _, RemoteKey,
+};
+
+/// An endpoint of a worker: a handle valid with the worker that created it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EpHandle {
+    idx: u32,
+    gen: u32,
+}
+
+/// A user active-message handler: gets the sending endpoint, the user header and the data, which
+/// it owns (keep it as long as needed; [`Worker::am_data_release`] recycles it).
+pub type AmHandler = Box<dyn FnMut(EpHandle, &[u8], Vec<u8>)>;
+
+/// An endpoint error handler: called from `progress()` once, when the endpoint fails.
+pub type ErrHandler = Box<dyn FnMut(EpHandle, &Error)>;
+
+/// Parameters of [`Worker::ep_create`].
+#[derive(Default)]
+pub struct EpParams {
+    /// Called once when the endpoint fails (peer died, keepalive timeout, protocol error).
+    pub err_handler: Option<ErrHandler>,
+}
+
+/// How [`Worker::ep_close`] closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseMode {
+    /// Finish every outstanding send, tell the peer, then close.
+    Flush,
+    /// Fail outstanding requests with `Canceled` and close at once.
+    Force,
+}
+
+/// Information about an unexpected message found by [`Worker::tag_probe`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// The message's tag.
+    pub tag: u64,
+    /// Its length.
+    pub len: usize,
+    /// With `remove`: the message, to receive with [`Worker::tag_msg_recv`].
+    pub msg: Option<Message>,
+}
+
+/// An unexpected message taken off the queue by a removing probe.
+#[must_use = "receive it with tag_msg_recv, or its data stays in the worker"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct Message {
+    uid: usize,
+}
+
+/// Counters of the protocols a worker used (for tests and debugging).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProtoStats {
+    /// Single-fragment eager messages sent.
+    pub eager_single: u64,
+    /// Multi-fragment eager messages sent.
+    pub eager_multi: u64,
+    /// Eager messages sent zero-copy from the caller's vector.
+    pub eager_zcopy: u64,
+    /// Rendezvous requests (RTS) sent.
+    pub rndv_rts: u64,
+    /// Rendezvous received with get_zcopy.
+    pub rndv_get: u64,
+    /// Rendezvous received by asking for put_zcopy.
+    pub rndv_put: u64,
+    /// Rendezvous received over the AM pipeline.
+    pub rndv_am: u64,
+    /// Endpoints failed.
+    pub ep_failures: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Internal state
+
+const COMP_GET: u64 = 1;
+const COMP_PUT: u64 = 2;
+const COMP_FLUSH: u64 = 3;
+const COMP_ATOMIC: u64 = 4;
+const COMP_ZCOPY: u64 = 5;
+
+fn comp_id(kind: u64, wire: u64) -> CompletionId {
+    kind << 60 | (wire & ((1 << 60) - 1))
+}
+
+struct Lanes {
+    uct: Vec<(usize, AnyEp)>,
+    am: usize,
+    rma: Option<usize>,
+    amo: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum EpState {
+    Connecting,
+    Ready,
+    Failed(Error),
+    Closed,
+}
+
+enum Pending {
+    Req(usize),
+    Ctl { id: u8, body: Vec<u8> },
+}
+
+struct Ep {
+    gen: u32,
+    uuid: u64,
+    addr: WorkerAddress,
+    lanes: Option<Lanes>,
+    proto: Option<ProtoConfig>,
+    state: EpState,
+    pending: VecDeque<Pending>,
+    in_pending_list: bool,
+    err_handler: Option<ErrHandler>,
+    stream_rx: VecDeque<u8>,
+    stream_waiters: VecDeque<usize>,
+    close_acked: bool,
+    last_tx: Duration,
+    last_rx: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SendStage {
+    Eager,
+    WaitAck,
+    WaitRndv,
+    Put,
+    WaitPutFlush,
+    PutFlushRetry,
+    Pipeline,
+    EagerZcopy,
+    Stream,
+}
+
+struct SendReq {
+    tag: u64,
+    data: Vec<u8>,
+    give_back: bool,
+    sync: bool,
+    stage: SendStage,
+    offset: usize,
+    msg_id: u64,
+    memh: Option<MemHandle>,
+    rkey: Option<RemoteKey>,
+    remote_addr: u64,
+    rreq: u64,
+    inflight: usize,
+    rts_sent: bool,
+    /// A user `put` (no rendezvous messages around it).
+    user_rma: bool,
+    /// User active message sent by rendezvous: id and user header.
+    am: Option<(u16, Vec<u8>)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecvStage {
+    Posted,
+    Eager,
+    RndvGet,
+    RndvWait,
+}
+
+struct RecvReq {
+    tag: u64,
+    mask: u64,
+    buf: Vec<u8>,
+    stage: RecvStage,
+    sender_tag: u64,
+    total: usize,
+    received: usize,
+    memh: Option<MemHandle>,
+    rkey: Option<RemoteKey>,
+    remote_addr: u64,
+    sreq: u64,
+    offset: usize,
+    inflight: usize,
+    /// A user `get` (no rendezvous messages around it).
+    user_rma: bool,
+    /// Data of a user active message arriving by rendezvous: id and user header.
+    am: Option<(u16, Vec<u8>)>,
+}
+
+enum ReqKind {
+    Send(SendReq),
+    Recv(RecvReq),
+    StreamRecv { buf: Vec<u8>, filled: usize },
+    Atomic { value: u64 },
+    Close,
+    Flush { eps_left: usize, retry: Vec<usize> },
+}
+
+struct Req {
+    gen: u32,
+    ep: Option<usize>,
+    kind: ReqKind,
+    done: Option<Completion>,
+}
+
+enum UnexpKind {
+    Eager {
+        data: Vec<u8>,
+        total: usize,
+        sreq: u64,
+    },
+    Rts {
+        sreq: u64,
+        len: usize,
+        addr: u64,
+        tl: String,
+        rkey: Vec<u8>,
+    },
+}
+
+struct Unexp {
+    ep: usize,
+    tag: u64,
+    kind: UnexpKind,
+    /// Multi-fragment message still being assembled (key in `assembling`).
+    msg_key: Option<(u64, u64)>,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Unexp(usize),
+    Req(usize),
+}
+
+struct IfaceInfo {
+    tl_name: &'static str,
+    dev_name: String,
+    attr: IfaceAttr,
+    md_reg: bool,
+}
+
+struct State {
+    uuid: u64,
+    cfg: UcpConfig,
+    features: Features,
+    clock: Box<dyn Clock>,
+    mds: Vec<AnyMd>,
+    info: Vec<IfaceInfo>,
+    address: Vec<u8>,
+    eps: Slab<Ep>,
+    ep_gen: u32,
+    by_uuid: HashMap<u64, usize>,
+    by_uct: HashMap<(usize, u32), usize>,
+    reqs: Slab<Req>,
+    req_gen: u32,
+    matcher: TagMatcher,
+    unexp: Slab<Unexp>,
+    assembling: HashMap<(u64, u64), Target>,
+    pool: Vec<Vec<u8>>,
+    to_connect: Vec<usize>,
+    pending_eps: Vec<usize>,
+    flushes: Vec<usize>,
+    failed_notify: Vec<usize>,
+    next_msg_id: u64,
+    scratch: Vec<u8>,
+    next_timer: Duration,
+    malformed_unknown: u64,
+    stats: ProtoStats,
+    am_handlers: HashMap<u16, AmHandler>,
+    regions: crate::rma::Regions,
+    amo_hw: u64,
+    amo_emulated: u64,
+    quarantine: Vec<Vec<u8>>,
+    closings: Vec<Closing>,
+}
+
+/// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
+///
+/// One thread at a time: every method takes `&mut self` and no lock is taken on the data path.
+/// Share a worker between threads by wrapping it in a `Mutex`.
+pub struct Worker {
+    ifaces: Vec<AnyIface>,
+    epfd: Option<RawFd>,
+    st: State,
+}
+
+fn new_uuid() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), t, n))
+}
+
+const POOL_MAX: usize = 64;
+const POOL_BUF_MAX: usize = 1 << 20;
+
+impl Worker {
+    /// Creates a worker on the real monotonic clock.
+    pub fn new(ctx: &Context) -> Result<Self> {
+        Self::with_clock(ctx, MonotonicClock::new())
+    }
+
+    /// Creates a worker whose timers (keepalive) read `clock`; tests pass a
+    /// [`ucs::time::ManualClock`].
+    pub fn with_clock(ctx: &Context, clock: impl Clock + 'static) -> Result<Self> {
+        let mut ifaces = Vec::new();
+        let mut mds = Vec::new();
+        let mut info = Vec::new();
+        let mut failures = Vec::new();
+        for r in ctx.resources() {
+            match uct::open(r.tl_name, &r.device.name) {
+                Ok((md, iface)) => {
+                    info.push(IfaceInfo {
+                        tl_name: r.tl_name,
+                        dev_name: r.device.name.clone(),
+                        attr: iface.attr().clone(),
+                        md_reg: md.attr().flags.contains(MdFlags::REG),
+                    });
+                    mds.push(md);
+                    ifaces.push(iface);
+                }
+                Err(e) => {
+                    tracing::warn!(tl = r.tl_name, dev = %r.device.name, "cannot open: {e}");
+                    failures.push(format!("{}/{}: {e}", r.tl_name, r.device.name));
+                }
+            }
+        }
+        if ifaces.is_empty() {
+            return Err(Error::NoDevice(format!(
+                "no transport interface could be opened: {}",
+                failures.join("; ")
+            )));
+        }
+        let uuid = new_uuid();
+        let addr = WorkerAddress {
+            uuid,
+            tls: ifaces
+                .iter()
+                .map(|i| TlAddress {
+                    tl_name: i.tl_name().to_owned(),
+                    device_addr: i.device_address().to_vec(),
+                    iface_addr: i.iface_address().to_vec(),
+                })
+                .collect(),
+        };
+        let address = addr.to_bytes()?;
+        let now = clock.now();
+        let epfd = if ctx.features().contains(Features::WAKEUP) {
+            Some(make_epoll(&ifaces)?)
+        } else {
+            None
+        };
+        Ok(Worker {
+            ifaces,
+            epfd,
+            st: State {
+                uuid,
+                cfg: ctx.config().clone(),
+                features: ctx.features(),
+                clock: Box::new(clock),
+                mds,
+                info,
+                address,
+                eps: Slab::new(),
+                ep_gen: 0,
+                by_uuid: HashMap::new(),
+                by_uct: HashMap::new(),
+                reqs: Slab::new(),
+                req_gen: 0,
+                matcher: TagMatcher::new(),
+                unexp: Slab::new(),
+                assembling: HashMap::new(),
+                pool: Vec::new(),
+                to_connect: Vec::new(),
+                pending_eps: Vec::new(),
+                flushes: Vec::new(),
+                failed_notify: Vec::new(),
+                next_msg_id: 1,
+                scratch: Vec::new(),
+                next_timer: now,
+                malformed_unknown: 0,
+                stats: ProtoStats::default(),
+                am_handlers: HashMap::new(),
+                regions: Default::default(),
+                amo_hw: 0,
+                amo_emulated: 0,
+                quarantine: Vec::new(),
+                closings: Vec::new(),
+            },
+        })
+    }
+
+    /// This worker's packed address, for a peer's [`Worker::ep_create`].
+    pub fn address(&self) -> &[u8] {
+        &self.st.address
+    }
+
+    /// This worker's uuid (also the first field of its address).
+    pub fn uuid(&self) -> u64 {
+        self.st.uuid
+    }
+
+    /// Features of the context this worker belongs to.
+    pub fn features(&self) -> Features {
+        self.st.features
+    }
+
+    /// Names of the opened interfaces, as `tl/device`.
+    pub fn interfaces(&self) -> Vec<String> {
+        self.st
+            .info
+            .iter()
+            .map(|i| format!("{}/{}", i.tl_name, i.dev_name))
+            .collect()
+    }
+
+    /// Protocol counters.
+    pub fn stats(&self) -> ProtoStats {
+        self.st.stats
+    }
+
+    /// Number of malformed messages dropped because their sender could not be identified.
+    pub fn malformed_dropped(&self) -> u64 {
+        self.st.malformed_unknown
+    }
+
+    /// Creates an endpoint to the worker whose packed address is `peer_address`: picks lanes,
+    /// connects, and sends this worker's address so the peer can reply.
+    pub fn ep_create(&mut self, peer_address: &[u8], params: EpParams) -> Result<EpHandle> {
+        let addr = WorkerAddress::decode(peer_address)?;
+        if let Some(&idx) = self.st.by_uuid.get(&addr.uuid) {
+            let ep = &mut self.st.eps[idx];
+            if matches!(ep.state, EpState::Ready | EpState::Connecting) {
+                if params.err_handler.is_some() {
+                    ep.err_handler = params.err_handler;
+                }
+                return Ok(EpHandle {
+                    idx: idx as u32,
+                    gen: ep.gen,
+                });
+            }
+        }
+        let idx = self.st.new_ep(addr, params.err_handler);
+        if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx) {
+            let ep = self.st.eps.remove(idx);
+            self.st.by_uuid.remove(&ep.uuid);
+            return Err(e);
+        }
+        let body = self.st.address.clone();
+        self.st.send_ctl(idx, am_id::WIREUP, &body)?;
+        Ok(EpHandle {
+            idx: idx as u32,
+            gen: self.st.eps[idx].gen,
+        })
+    }
+
+    /// Client side of client/server: connects to a [`crate::Listener`] on `server`, exchanges
+    /// worker addresses, and creates the endpoint. A rejected request gives `ConnectionReset`.
+    pub fn connect(&mut self, server: std::net::SocketAddr, params: EpParams) -> Result<EpHandle> {
+        let addr = crate::listener::client_exchange(server, &self.st.address)?;
+        self.ep_create(&addr, params)
+    }
+
+    /// Server side: accepts a connection request and creates the endpoint to the client.
+    pub fn accept(&mut self, req: crate::ConnRequest, params: EpParams) -> Result<EpHandle> {
+        let mut req = req;
+        let ep = match self.ep_create(&req.client_address, params) {
+            Ok(ep) => ep,
+            Err(e) => {
+                let _ = crate::listener::write_msg(
+                    &mut req.stream,
+                    crate::listener::CmKind::Reject,
+                    &[],
+                );
+                return Err(e);
+            }
+        };
+        let addr = self.st.address.clone();
+        crate::listener::write_msg(&mut req.stream, crate::listener::CmKind::Accept, &addr)?;
+        Ok(ep)
+    }
+
+    /// The endpoint's state: `Ok` while usable, or the error that failed it.
+    pub fn ep_status(&self, ep: EpHandle) -> Result<()> {
+        let idx = self.st.ep_idx(ep)?;
+        match &self.st.eps[idx].state {
+            EpState::Failed(e) => Err(e.clone()),
+            EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The protocol table of the endpoint (what `RUCX_PROTO_INFO=y` prints).
+    pub fn ep_proto_info(&self, ep: EpHandle) -> Result<String> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.proto_table(idx)
+    }
+
+    /// The endpoint's protocol thresholds.
+    pub fn ep_proto_config(&self, ep: EpHandle) -> Result<ProtoConfig> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.eps[idx]
+            .proto
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))
+    }
+
+    /// Sends a tagged message. Small messages are copied and finish at once; large ones (and any
+    /// that meet back-pressure) are copied into a worker-owned buffer.
+    pub fn tag_send(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Borrowed(data), false)
+    }
+
+    /// Sends a tagged message from a vector the worker takes and gives back in the completion's
+    /// `buf`; rendezvous then reads it in place without a copy.
+    pub fn tag_send_vec(&mut self, ep: EpHandle, tag: u64, data: Vec<u8>) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Owned(data), false)
+    }
+
+    /// Sends a tagged message that completes only when the receiver has matched it.
+    pub fn tag_send_sync(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Borrowed(data), true)
+    }
+
+    /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
+    /// completion gives the buffer back with the data in `buf[..len]`.
+    pub fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
+        self.st.tag_recv(buf, tag, mask)
+    }
+
+    /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and
+    /// must be received with [`Worker::tag_msg_recv`].
+    pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
+        let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
+        let len = match &self.st.unexp[uid as usize].kind {
+            UnexpKind::Eager { total, .. } => *total,
+            UnexpKind::Rts { len, .. } => *len,
+        };
+        let msg = if remove {
+            let got = self.st.matcher.take_unexpected(tag, mask);
+            debug_assert_eq!(got, Some(uid));
+            Some(Message { uid: uid as usize })
+        } else {
+            None
+        };
+        Some(ProbeInfo {
+            tag: mtag,
+            len,
+            msg,
+        })
+    }
+
+    /// Receives a message taken by a removing probe into `buf`.
+    pub fn tag_msg_recv(&mut self, buf: Vec<u8>, msg: Message) -> Result<Op> {
+        let key = self.st.new_recv(buf, msg.uid as u64, 0);
+        self.st.recv_from_unexp(key, msg.uid);
+        Ok(self.st.op_of(key))
+    }
+
+    /// Sets the handler of user active-message `id` (replacing any previous one).
+    pub fn am_set_handler(
+        &mut self,
+        id: u16,
+        handler: impl FnMut(EpHandle, &[u8], Vec<u8>) + 'static,
+    ) {
+        self.st.am_handlers.insert(id, Box::new(handler));
+    }
+
+    /// Gives a buffer an active-message handler kept back to the worker's pool.
+    pub fn am_data_release(&mut self, data: Vec<u8>) {
+        self.st.put_buf(data);
+    }
+
+    /// Sends user active message `id` with a header and data. Data larger than one fragment
+    /// (or above the rendezvous threshold) goes by rendezvous.
+    pub fn am_send(&mut self, ep: EpHandle, id: u16, header: &[u8], data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.am_send(idx, id, header, SendData::Borrowed(data))
+    }
+
+    /// Like [`Worker::am_send`], taking the data vector (given back in the completion).
+    pub fn am_send_vec(
+        &mut self,
+        ep: EpHandle,
+        id: u16,
+        header: &[u8],
+        data: Vec<u8>,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.am_send(idx, id, header, SendData::Owned(data))
+    }
+
+    /// Appends bytes to the endpoint's ordered stream.
+    pub fn stream_send(&mut self, ep: EpHandle, data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.stream_send(idx, SendData::Borrowed(data))
+    }
+
+    /// Receives exactly `buf.len()` stream bytes from the endpoint (in order, after earlier
+    /// stream receives); the completion gives the buffer back.
+    pub fn stream_recv(&mut self, ep: EpHandle, buf: Vec<u8>) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.stream_recv(idx, buf)
+    }
+
+    /// Stream bytes received and not yet consumed on the endpoint.
+    pub fn stream_available(&self, ep: EpHandle) -> Result<usize> {
+        let idx = self.st.ep_idx(ep)?;
+        Ok(self.st.eps[idx].stream_rx.len())
+    }
+
+    /// Allocates `len` bytes peers can access remotely, registered with every transport that
+    /// can register memory.
+    pub fn mem_map(&mut self, len: usize) -> Result<MemMap> {
+        let st = &self.st;
+        MemMap::new(len, st.regions.clone(), |ptr, n| {
+            let mut out = Vec::new();
+            for (i, info) in st.info.iter().enumerate() {
+                if !info.md_reg || out.iter().any(|(t, _, _)| *t == info.tl_name) {
+                    continue;
+                }
+                // SAFETY: the MemMap owns the memory and drops these handles before freeing it.
+                let m = match unsafe { st.mds[i].mem_reg(ptr, n) } {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::debug!("{} cannot register the mapping: {e}", info.tl_name);
+                        continue;
+                    }
+                };
+                let mut packed = Vec::new();
+                if st.mds[i].rkey_pack(&m, &mut packed).is_ok() {
+                    out.push((info.tl_name, m, packed));
+                }
+            }
+            out
+        })
+    }
+
+    /// Unpacks a peer's packed remote keys (from its `MemMap::rkey_packed`) for use on `ep`.
+    pub fn rkey_unpack(&mut self, ep: EpHandle, packed: &[u8]) -> Result<Rkey> {
+        let idx = self.st.ep_idx(ep)?;
+        let bundle = RkeyBundle::decode(packed)?;
+        let lanes = self.st.eps[idx]
+            .lanes
+            .as_ref()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let unpack = |lane: Option<usize>| -> Option<uct::RemoteKey> {
+            let li = lanes.uct[lane?].0;
+            let tl = self.st.info[li].tl_name;
+            let (_, k) = bundle.entries.iter().find(|(t, _)| t == tl)?;
+            self.st.mds[li].rkey_unpack(k).ok()
+        };
+        Ok(Rkey {
+            ep: (ep.idx, ep.gen),
+            rma: unpack(lanes.rma),
+            amo: unpack(lanes.amo),
+        })
+    }
+
+    /// Writes `data` to `remote_addr` in the peer's mapping (completes locally; `ep_flush` for
+    /// remote completion).
+    pub fn put(&mut self, ep: EpHandle, data: &[u8], remote_addr: u64, rkey: &Rkey) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.rma(idx, RmaDir::Put(data), remote_addr, rkey)
+    }
+
+    /// Reads `buf.len()` bytes at `remote_addr` of the peer's mapping into `buf` (given back in
+    /// the completion).
+    pub fn get(&mut self, ep: EpHandle, buf: Vec<u8>, remote_addr: u64, rkey: &Rkey) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.rma(idx, RmaDir::Get(buf), remote_addr, rkey)
+    }
+
+    /// A non-fetching atomic (`Add`, `And`, `Or`, `Xor`) on a 4- or 8-byte word of the peer's
+    /// mapping.
+    pub fn atomic_post(
+        &mut self,
+        ep: EpHandle,
+        op: uct::AtomicOp,
+        size: AmoSize,
+        value: u64,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        if op == uct::AtomicOp::Swap {
+            return Err(Error::InvalidParam("swap is fetch-only".into()));
+        }
+        let idx = self.st.ep_idx(ep)?;
+        self.st.atomic(
+            idx,
+            AmoKind::Op(op),
+            size,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            false,
+        )
+    }
+
+    /// A fetching atomic; the old value is the completion's `value`.
+    pub fn atomic_fetch(
+        &mut self,
+        ep: EpHandle,
+        op: uct::AtomicOp,
+        size: AmoSize,
+        value: u64,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.atomic(
+            idx,
+            AmoKind::Op(op),
+            size,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            true,
+        )
+    }
+
+    /// Compare-and-swap; the old value is the completion's `value`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_cswap(
+        &mut self,
+        ep: EpHandle,
+        size: AmoSize,
+        compare: u64,
+        swap: u64,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.atomic(
+            idx,
+            AmoKind::Cswap,
+            size,
+            swap,
+            compare,
+            remote_addr,
+            rkey,
+            true,
+        )
+    }
+
+    /// Atomics since creation: (through the transport, emulated over active messages).
+    pub fn atomic_counts(&self) -> (u64, u64) {
+        (self.st.amo_hw, self.st.amo_emulated)
+    }
+
+    /// True when the request has finished.
+    pub fn request_test(&self, req: &Request) -> bool {
+        match self.st.reqs.get(req.key as usize) {
+            Some(r) if r.gen == req.gen => r.done.is_some(),
+            _ => true,
+        }
+    }
+
+    /// Takes a finished request's result, or gives the request back if it is still running.
+    pub fn request_take(&mut self, req: Request) -> std::result::Result<Completion, Request> {
+        match self.st.reqs.get(req.key as usize) {
+            Some(r) if r.gen == req.gen && r.done.is_some() => {
+                let r = self.st.reqs.remove(req.key as usize);
+                Ok(r.done.unwrap_or_else(Completion::ok))
+            }
+            Some(r) if r.gen == req.gen => Err(req),
+            _ => Ok(Completion {
+                status: Err(Error::InvalidParam("request was already taken".into())),
+                ..Completion::ok()
+            }),
+        }
+    }
+
+    /// Cancels a posted receive that has not matched: it completes with `Canceled` and gives its
+    /// buffer back. Gives false when the request can no longer be canceled.
+    pub fn request_cancel(&mut self, req: &Request) -> bool {
+        self.st.cancel(req.key as usize, req.gen)
+    }
+
+    /// Progresses until the request finishes and gives its result.
+    pub fn wait(&mut self, req: Request) -> Completion {
+        let mut req = req;
+        let mut idle = 0u32;
+        loop {
+            match self.request_take(req) {
+                Ok(c) => return c,
+                Err(r) => req = r,
+            }
+            if self.progress() == 0 {
+                idle += 1;
+                if idle > 64 {
+                    std::thread::yield_now();
+                }
+            } else {
+                idle = 0;
+            }
+        }
+    }
+
+    /// Finishes `op`: its completion at once, or after waiting on its request.
+    pub fn complete(&mut self, op: Op) -> Completion {
+        match op {
+            Op::Done(c) => c,
+            Op::Pending(r) => self.wait(r),
+        }
+    }
+
+    /// Makes progress on every interface, then on queued sends and timers. Gives the number of
+    /// events handled.
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        for (i, iface) in self.ifaces.iter_mut().enumerate() {
+            let mut sink = Sink {
+                st: &mut self.st,
+                iface: i,
+            };
+            n += iface.progress(&mut sink);
+        }
+        while let Some(idx) = self.st.to_connect.pop() {
+            if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx) {
+                self.st.fail_ep(idx, e);
+            }
+            n += 1;
+        }
+        n += self.st.progress_pending();
+        self.st.progress_flushes();
+        self.st.progress_closings();
+        self.st.timers();
+        n += self.st.notify_failures();
+        n
+    }
+
+    /// The event fd to sleep on (needs [`Features::WAKEUP`]): readable when progress has work.
+    pub fn efd(&self) -> Result<RawFd> {
+        self.epfd.ok_or_else(|| {
+            Error::Unsupported("the context was created without Features::WAKEUP".into())
+        })
+    }
+
+    /// Arms every interface's event fd. Gives `Ok(false)` when events are already pending: call
+    /// `progress()` instead of sleeping.
+    pub fn arm(&mut self) -> Result<bool> {
+        self.efd()?;
+        if !self.st.pending_eps.is_empty() || !self.st.to_connect.is_empty() {
+            return Ok(false);
+        }
+        for i in &mut self.ifaces {
+            if i.event_fd().is_none() {
+                continue;
+            }
+            match i.event_arm(EventFlags::RECV | EventFlags::SEND_COMP) {
+                Ok(()) => {}
+                Err(Error::Busy(_)) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sleeps until an interface has events or `timeout` passes (`None`: the next keepalive
+    /// deadline). Gives at once when events are already pending.
+    pub fn wait_event(&mut self, timeout: Option<Duration>) -> Result<()> {
+        let fd = self.efd()?;
+        if !self.arm()? {
+            return Ok(());
+        }
+        let t = timeout
+            .or(self.st.cfg.keepalive_interval)
+            .map(|d| d.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(-1);
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: `fd` is our epoll fd and `ev` a valid buffer of one event.
+        let rc = unsafe { libc::epoll_wait(fd, &mut ev, 1, t) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io("epoll_wait on the worker event fd", e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes every endpoint: completes when everything sent before has completed remotely.
+    pub fn flush(&mut self) -> Result<Op> {
+        let eps: Vec<usize> = self
+            .st
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Ready)
+            .map(|(i, _)| i)
+            .collect();
+        self.st.flush_eps(&eps)
+    }
+
+    /// Flushes one endpoint.
+    pub fn ep_flush(&mut self, ep: EpHandle) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.flush_eps(&[idx])
+    }
+
+    /// Closes an endpoint (see [`CloseMode`]); the handle is stale afterwards. A flush that fails
+    /// (other than because the peer closed first) is reported after the endpoint is closed.
+    pub fn ep_close(&mut self, ep: EpHandle, mode: CloseMode) -> Result<()> {
+        let op = self.ep_close_nb(ep, mode)?;
+        self.complete(op).status
+    }
+
+    /// Starts closing an endpoint; the request finishes when it is closed. `Flush` flushes,
+    /// sends CLOSE and waits (at most the keepalive timeout) until the peer has processed it,
+    /// so everything sent before reached the peer's application.
+    pub fn ep_close_nb(&mut self, ep: EpHandle, mode: CloseMode) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        let key = self.st.new_req(None, ReqKind::Close);
+        if mode == CloseMode::Force || self.st.eps[idx].state != EpState::Ready {
+            self.st.close_now(idx, key, Ok(()));
+            return Ok(self.st.op_of(key));
+        }
+        let flush = match self.st.flush_eps(&[idx])? {
+            Op::Done(c) => {
+                if let Err(e) = c.status {
+                    self.st.close_now(idx, key, Err(e));
+                    return Ok(self.st.op_of(key));
+                }
+                None
+            }
+            Op::Pending(r) => Some(r.key as usize),
+        };
+        let mut c = Closing {
+            ep: idx,
+            req: key,
+            flush,
+            deadline: None,
+        };
+        if c.flush.is_none() {
+            self.st.send_close(&mut c);
+        }
+        self.st.closings.push(c);
+        self.st.progress_closings();
+        Ok(self.st.op_of(key))
+    }
+}
+
+/// An endpoint being flush-closed.
+struct Closing {
+    ep: usize,
+    req: usize,
+    /// Flush request still running.
+    flush: Option<usize>,
+    /// CLOSE sent; give up waiting for the ack at this time.
+    deadline: Option<Duration>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(fd) = self.epfd {
+            // SAFETY: we created this epoll fd and close it once.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+fn make_epoll(ifaces: &[AnyIface]) -> Result<RawFd> {
+    // SAFETY: plain syscall; the result is checked.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(Error::last_os("epoll_create1 for the worker event fd"));
+    }
+    for (i, iface) in ifaces.iter().enumerate() {
+        if let Some(fd) = iface.event_fd() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: `ep` is our epoll fd; `fd` is the interface's live event fd.
+            if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+                let e = Error::last_os("adding an interface event fd to the worker epoll");
+                // SAFETY: closing the fd we just created.
+                unsafe { libc::close(ep) };
+                return Err(e);
+            }
+        }
+    }
+    Ok(ep)
+}
+
+/// Creates the transport endpoints of ucp endpoint `idx` from its peer address.
+fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()> {
+    let addr = st.eps[idx].addr.clone();
+    let locals: Vec<LocalTl<'_>> = st
+        .info
+        .iter()
+        .map(|i| LocalTl {
+            tl_name: i.tl_name,
+            dev_name: &i.dev_name,
+            attr: &i.attr,
+            md_reg: i.md_reg,
+        })
+        .collect();
+    let sel: LaneSelection = select_lanes(&locals, &addr, |li, ri| {
+        let r = &addr.tls[ri];
+        ifaces[li].is_reachable(&r.device_addr, Some(&r.iface_addr))
+    })?;
+    let mut uct_eps: Vec<(usize, AnyEp)> = Vec::new();
+    let mut lane_of =
+        |pick: crate::wireup::LanePick, uct_eps: &mut Vec<(usize, AnyEp)>| -> Result<usize> {
+            if let Some(p) = uct_eps.iter().position(|(l, _)| *l == pick.local) {
+                return Ok(p);
+            }
+            let r = &addr.tls[pick.remote];
+            let ep = ifaces[pick.local].ep_create_connected(&r.device_addr, &r.iface_addr)?;
+            uct_eps.push((pick.local, ep));
+            Ok(uct_eps.len() - 1)
+        };
+    let am = lane_of(sel.am, &mut uct_eps)?;
+    let rma = match sel.rma {
+        Some(p) => Some(lane_of(p, &mut uct_eps)?),
+        None => None,
+    };
+    let amo = match sel.amo {
+        Some(p) => Some(lane_of(p, &mut uct_eps)?),
+        None => None,
+    };
+    for (li, e) in &uct_eps {
+        st.by_uct.insert((*li, e.id().0), idx);
+    }
+    let am_attr = &st.info[uct_eps[am].0].attr;
+    let rma_attr = rma.map(|r| &st.info[uct_eps[r].0].attr);
+    let am_md_reg = st.info[uct_eps[am].0].md_reg;
+    let proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
+    let ep = &mut st.eps[idx];
+    ep.lanes = Some(Lanes {
+        uct: uct_eps,
+        am,
+        rma,
+        amo,
+    });
+    ep.proto = Some(proto);
+    ep.state = EpState::Ready;
+    if st.cfg.proto_info {
+        if let Ok(t) = st.proto_table(idx) {
+            eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.eps[idx].uuid);
+        }
+    }
+    if !st.eps[idx].pending.is_empty() {
+        st.mark_pending(idx);
+    }
+    Ok(())
+}
+
+/// Operand size of an atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmoSize {
+    /// 32 bits.
+    U32,
+    /// 64 bits.
+    U64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AmoKind {
+    Op(uct::AtomicOp),
+    Cswap,
+}
+
+impl AmoKind {
+    fn code(self) -> u8 {
+        match self {
+            AmoKind::Op(uct::AtomicOp::Add) => 0,
+            AmoKind::Op(uct::AtomicOp::And) => 1,
+            AmoKind::Op(uct::AtomicOp::Or) => 2,
+            AmoKind::Op(uct::AtomicOp::Xor) => 3,
+            AmoKind::Op(uct::AtomicOp::Swap) => 4,
+            AmoKind::Cswap => 5,
+        }
+    }
+}
+
+enum RmaDir<'a> {
+    Put(&'a [u8]),
+    Get(Vec<u8>),
+}
+
+enum SendData<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl SendData<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            SendData::Borrowed(b) => b,
+            SendData::Owned(v) => v,
+        }
+    }
+}
+
+/// Sends an active message built from `parts` on a lane: inline when it fits `max_short`,
+/// otherwise packed into the transport's bcopy buffer.
+trait OutcomeExt {
+    fn map_done(self, v: u64) -> Outcome<u64>;
+}
+
+impl OutcomeExt for Outcome<()> {
+    fn map_done(self, v: u64) -> Outcome<u64> {
+        match self {
+            Outcome::Done(()) => Outcome::Done(v),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        }
+    }
+}
+
+trait OutcomeU32 {
+    fn map_done_u32(self) -> Outcome<u64>;
+}
+
+impl OutcomeU32 for Outcome<u32> {
+    fn map_done_u32(self) -> Outcome<u64> {
+        match self {
+            Outcome::Done(v) => Outcome::Done(v as u64),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        }
+    }
+}
+
+fn am_send(ep: &mut AnyEp, attr: &IfaceAttr, id: u8, parts: &[&[u8]]) -> Result<Outcome> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    if attr.flags.contains(IfaceFlags::AM_SHORT) && total <= attr.am.max_short {
+        return ep.am_short_iov(id, parts);
+    }
+    if attr.flags.contains(IfaceFlags::AM_BCOPY) && total <= attr.am.max_bcopy {
+        let r = ep.am_bcopy(id, |buf: &mut [u8]| {
+            let mut off = 0;
+            for p in parts {
+                let end = (off + p.len()).min(buf.len());
+                buf[off..end].copy_from_slice(&p[..end - off]);
+                off = end;
+            }
+            off
+        })?;
+        return Ok(r.unit());
+    }
+    Err(Error::MessageTooLong {
+        len: total,
+        max: attr.am.max_bcopy.max(attr.am.max_short),
+    })
+}
+
+struct Sink<'a> {
+    st: &'a mut State,
+    iface: usize,
+}
+
+impl EventSink for Sink<'_> {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        self.st.handle_am(id, data);
+    }
+    fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        self.st.handle_completion(comp, result);
+    }
+    fn ep_error(&mut self, ep: EpId, err: Error) {
+        if let Some(&idx) = self.st.by_uct.get(&(self.iface, ep.0)) {
+            self.st.fail_ep(idx, err);
+        }
+    }
+}
+
+impl State {
+    fn now(&self) -> Duration {
+        self.clock.now()
+    }
+
+    fn new_ep(&mut self, addr: WorkerAddress, err_handler: Option<ErrHandler>) -> usize {
+        self.ep_gen = self.ep_gen.wrapping_add(1);
+        let now = self.now();
+        let uuid = addr.uuid;
+        let idx = self.eps.insert(Ep {
+            gen: self.ep_gen,
+            uuid,
+            addr,
+            lanes: None,
+            proto: None,
+            state: EpState::Connecting,
+            pending: VecDeque::new(),
+            in_pending_list: false,
+            err_handler,
+            stream_rx: VecDeque::new(),
+            stream_waiters: VecDeque::new(),
+            close_acked: false,
+            last_tx: now,
+            last_rx: now,
+        });
+        self.by_uuid.insert(uuid, idx);
+        idx
+    }
+
+    fn ep_idx(&self, h: EpHandle) -> Result<usize> {
+        match self.eps.get(h.idx as usize) {
+            Some(e) if e.gen == h.gen => Ok(h.idx as usize),
+            _ => Err(Error::InvalidParam(
+                "endpoint handle is stale (closed) or from another worker".into(),
+            )),
+        }
+    }
+
+    fn ep_usable(&self, idx: usize) -> Result<()> {
+        match &self.eps[idx].state {
+            EpState::Failed(e) => Err(e.clone()),
+            EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
+            _ => Ok(()),
+        }
+    }
+
+    fn proto_table(&self, idx: usize) -> Result<String> {
+        let ep = &self.eps[idx];
+        let (lanes, proto) = match (&ep.lanes, &ep.proto) {
+            (Some(l), Some(p)) => (l, p),
+            _ => return Err(Error::Busy("endpoint is still connecting".into())),
+        };
+        let name = |lane: usize| {
+            let i = &self.info[lanes.uct[lane].0];
+            format!("{}/{}", i.tl_name, i.dev_name)
+        };
+        Ok(proto.table(&name(lanes.am), lanes.rma.map(name).as_deref()))
+    }
+
+    fn get_buf(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_default()
+    }
+
+    fn put_buf(&mut self, mut v: Vec<u8>) {
+        if v.capacity() <= POOL_BUF_MAX && self.pool.len() < POOL_MAX {
+            v.clear();
+            self.pool.push(v);
+        }
+    }
+
+    fn new_req(&mut self, ep: Option<usize>, kind: ReqKind) -> usize {
+        self.req_gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
+        self.reqs.insert(Req {
+            gen: self.req_gen,
+            ep,
+            kind,
+            done: None,
+        })
+    }
+
+    fn wire_id(&self, key: usize) -> u64 {
+        (self.reqs[key].gen as u64) << 32 | key as u64
+    }
+
+    fn req_by_wire(&self, id: u64) -> Option<usize> {
+        let key = (id & 0xFFFF_FFFF) as usize;
+        match self.reqs.get(key) {
+            Some(r) if r.gen as u64 == id >> 32 && r.done.is_none() => Some(key),
+            _ => None,
+        }
+    }
+
+    fn op_of(&mut self, key: usize) -> Op {
+        if self.reqs[key].done.is_some() {
+            let r = self.reqs.remove(key);
+            Op::Done(r.done.unwrap_or_else(Completion::ok))
+        } else {
+            Op::Pending(Request {
+                key: key as u32,
+                gen: self.reqs[key].gen,
+            })
+        }
+    }
+
+    /// Finishes request `key` with `status`, releasing what the protocol held.
+    fn finish(&mut self, key: usize, status: Result<()>) {
+        let (buf, len, tag, recycle) = {
+            let r = &mut self.reqs[key];
+            if r.done.is_some() {
+                return;
+            }
+            match &mut r.kind {
+                ReqKind::Send(s) => {
+                    s.memh = None;
+                    s.rkey = None;
+                    let data = std::mem::take(&mut s.data);
+                    if s.give_back {
+                        (Some(data), 0, s.tag, None)
+                    } else {
+                        (None, 0, s.tag, Some(data))
+                    }
+                }
+                ReqKind::Recv(rv) => {
+                    // A receive that failed while the peer may still write into it (rendezvous
+                    // put into our registered buffer) keeps its buffer in quarantine until the
+                    // worker is dropped, so a late write never lands in freed memory.
+                    let exposed = status.is_err()
+                        && rv.memh.is_some()
+                        && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
+                    rv.memh = None;
+                    rv.rkey = None;
+                    let buf = std::mem::take(&mut rv.buf);
+                    let buf = if exposed {
+                        self.quarantine.push(buf);
+                        None
+                    } else {
+                        Some(buf)
+                    };
+                    (buf, rv.total, rv.sender_tag, None)
+                }
+                ReqKind::StreamRecv { buf, filled } => {
+                    (Some(std::mem::take(buf)), *filled, 0, None)
+                }
+                ReqKind::Flush { .. } | ReqKind::Atomic { .. } | ReqKind::Close => {
+                    (None, 0, 0, None)
+                }
+            }
+        };
+        if let Some(v) = recycle {
+            self.put_buf(v);
+        }
+        let am = match &mut self.reqs[key].kind {
+            ReqKind::Recv(r) => r.am.take(),
+            _ => None,
+        };
+        if let Some((id, hdr)) = am {
+            // A user active message that came by rendezvous: hand it to its handler.
+            let ep = self.reqs[key].ep.unwrap_or(0);
+            self.reqs.remove(key);
+            match (status, buf) {
+                (Ok(()), Some(data)) => self.deliver_am(ep, id, &hdr, data),
+                (Err(e), _) => tracing::warn!("active message {id} lost: {e}"),
+                _ => {}
+            }
+            return;
+        }
+        let value = match self.reqs[key].kind {
+            ReqKind::Atomic { value } => value,
+            _ => 0,
+        };
+        self.reqs[key].done = Some(Completion {
+            status,
+            buf,
+            len,
+            tag,
+            value,
+        });
+    }
+
+    fn deliver_am(&mut self, ep: usize, id: u16, hdr: &[u8], data: Vec<u8>) {
+        let h = EpHandle {
+            idx: ep as u32,
+            gen: self.eps.get(ep).map(|e| e.gen).unwrap_or(0),
+        };
+        match self.am_handlers.get_mut(&id) {
+            Some(cb) => cb(h, hdr, data),
+            None => {
+                tracing::warn!(
+                    id,
+                    len = data.len(),
+                    "active message without handler dropped"
+                );
+                self.put_buf(data);
+            }
+        }
+    }
+
+    fn am_send(&mut self, idx: usize, id: u16, header: &[u8], data: SendData<'_>) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let proto = self.eps[idx]
+            .proto
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let hlen = u32::try_from(header.len())
+            .map_err(|_| Error::InvalidParam("active-message header too long".into()))?;
+        let total = UserAmHdr::LEN + header.len() + data.as_slice().len();
+        if total + EagerHdr::LEN <= proto.bcopy_single_max
+            && data.as_slice().len() < proto.rndv_thresh
+        {
+            let mut body = self.get_buf();
+            body.extend_from_slice(&UserAmHdr { id, hdr_len: hlen }.encode());
+            body.extend_from_slice(header);
+            body.extend_from_slice(data.as_slice());
+            let r = self.send_ctl(idx, am_id::USER_AM, &body);
+            self.put_buf(body);
+            r?;
+            let give = match data {
+                SendData::Owned(v) => Some(v),
+                SendData::Borrowed(_) => None,
+            };
+            return Ok(Op::Done(Completion {
+                buf: give,
+                ..Completion::ok()
+            }));
+        }
+        if header.len() + 64 > proto.bcopy_single_max {
+            return Err(Error::MessageTooLong {
+                len: header.len(),
+                max: proto.bcopy_single_max.saturating_sub(64),
+            });
+        }
+        let key = self.new_send(idx, 0, data, false);
+        self.send_mut(key).am = Some((id, header.to_vec()));
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if ready {
+            self.send_rts(key)?;
+        } else {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn rma(&mut self, idx: usize, dir: RmaDir<'_>, remote_addr: u64, rkey: &Rkey) -> Result<Op> {
+        self.ep_usable(idx)?;
+        if rkey.ep != (idx as u32, self.eps[idx].gen) {
+            return Err(Error::InvalidParam(
+                "remote key was unpacked for another endpoint".into(),
+            ));
+        }
+        let rk = rkey.rma.clone().ok_or_else(|| {
+            Error::Unsupported(
+                "no zero-copy RMA lane to this peer for this mapping (no common transport that registers memory)"
+                    .into(),
+            )
+        })?;
+        let li = self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0))
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let len = match &dir {
+            RmaDir::Put(d) => d.len(),
+            RmaDir::Get(b) => b.len(),
+        };
+        rk.check(remote_addr, len)?;
+        let wants = match dir {
+            RmaDir::Put(_) => IfaceFlags::PUT_ZCOPY,
+            RmaDir::Get(_) => IfaceFlags::GET_ZCOPY,
+        };
+        if !self.info[li].attr.flags.contains(wants) {
+            return Err(Error::Unsupported(format!(
+                "{} has no {wants:?}",
+                self.info[li].tl_name
+            )));
+        }
+        match dir {
+            RmaDir::Put(d) => {
+                let key = self.new_send(idx, 0, SendData::Borrowed(d), false);
+                if len == 0 {
+                    self.finish(key, Ok(()));
+                    return Ok(self.op_of(key));
+                }
+                let s = self.send_mut(key);
+                let ptr = NonNull::new(s.data.as_mut_ptr())
+                    .ok_or_else(|| Error::InvalidParam("empty put buffer".into()))?;
+                // SAFETY: the vector is owned by the request and outlives the handle.
+                let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let s = self.send_mut(key);
+                s.memh = Some(m);
+                s.rkey = Some(rk);
+                s.remote_addr = remote_addr;
+                s.user_rma = true;
+                s.stage = SendStage::Put;
+                let queued = !self.eps[idx].pending.is_empty();
+                if queued || !self.put_step(key)? {
+                    self.eps[idx].pending.push_back(Pending::Req(key));
+                    self.mark_pending(idx);
+                }
+                Ok(self.op_of(key))
+            }
+            RmaDir::Get(mut buf) => {
+                let ptr = NonNull::new(buf.as_mut_ptr());
+                let key = self.new_recv(buf, 0, 0);
+                self.reqs[key].ep = Some(idx);
+                if len == 0 {
+                    self.finish(key, Ok(()));
+                    return Ok(self.op_of(key));
+                }
+                let ptr = ptr.ok_or_else(|| Error::InvalidParam("empty get buffer".into()))?;
+                // SAFETY: the buffer is owned by the request and outlives the handle.
+                let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let r = self.recv_mut(key);
+                r.memh = Some(m);
+                r.rkey = Some(rk);
+                r.remote_addr = remote_addr;
+                r.total = len;
+                r.user_rma = true;
+                r.stage = RecvStage::RndvGet;
+                if !self.get_step(key)? {
+                    self.eps[idx].pending.push_back(Pending::Req(key));
+                    self.mark_pending(idx);
+                }
+                Ok(self.op_of(key))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        idx: usize,
+        kind: AmoKind,
+        size: AmoSize,
+        value: u64,
+        compare: u64,
+        addr: u64,
+        rkey: &Rkey,
+        fetch: bool,
+    ) -> Result<Op> {
+        self.ep_usable(idx)?;
+        if rkey.ep != (idx as u32, self.eps[idx].gen) {
+            return Err(Error::InvalidParam(
+                "remote key was unpacked for another endpoint".into(),
+            ));
+        }
+        let bytes = match size {
+            AmoSize::U32 => 4,
+            AmoSize::U64 => 8,
+        };
+        if !addr.is_multiple_of(bytes) {
+            return Err(Error::InvalidParam(format!(
+                "atomic address {addr:#x} is not {bytes}-byte aligned"
+            )));
+        }
+        let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
+        let wire = self.wire_id(key);
+        // Through the transport when the lane has it and nothing is queued ahead.
+        let amo = self.eps[idx].lanes.as_ref().and_then(|l| l.amo);
+        if let (Some(lane), Some(rk), true) =
+            (amo, rkey.amo.as_ref(), self.eps[idx].pending.is_empty())
+        {
+            let l = self.eps[idx].lanes.as_mut().expect("lanes");
+            let uep = &mut l.uct[lane].1;
+            let comp = comp_id(COMP_ATOMIC, wire);
+            let out: Outcome<u64> = match (kind, size, fetch) {
+                (AmoKind::Op(op), AmoSize::U64, false) => {
+                    uep.atomic64_post(op, value, addr, rk)?.unit().map_done(0)
+                }
+                (AmoKind::Op(op), AmoSize::U32, false) => uep
+                    .atomic32_post(op, value as u32, addr, rk)?
+                    .unit()
+                    .map_done(0),
+                (AmoKind::Op(op), AmoSize::U64, true) => {
+                    uep.atomic64_fetch(op, value, addr, rk, comp)?
+                }
+                (AmoKind::Op(op), AmoSize::U32, true) => uep
+                    .atomic32_fetch(op, value as u32, addr, rk, comp)?
+                    .map_done_u32(),
+                (AmoKind::Cswap, AmoSize::U64, _) => {
+                    uep.atomic_cswap64(compare, value, addr, rk, comp)?
+                }
+                (AmoKind::Cswap, AmoSize::U32, _) => uep
+                    .atomic_cswap32(compare as u32, value as u32, addr, rk, comp)?
+                    .map_done_u32(),
+            };
+            match out {
+                Outcome::Done(v) => {
+                    self.amo_hw += 1;
+                    self.reqs[key].kind = ReqKind::Atomic { value: v };
+                    self.finish(key, Ok(()));
+                    return Ok(self.op_of(key));
+                }
+                Outcome::InProgress => {
+                    self.amo_hw += 1;
+                    return Ok(self.op_of(key));
+                }
+                Outcome::NoResource => {} // CPU-coherent atomics: emulation is equivalent
+            }
+        }
+        self.amo_emulated += 1;
+        let h = AtomicReqHdr {
+            req: if fetch { wire } else { NO_REQ },
+            op: kind.code(),
+            size: bytes as u8,
+            addr,
+            value,
+            compare,
+        };
+        self.send_ctl(idx, am_id::ATOMIC_REQ, &h.encode())?;
+        if !fetch {
+            self.finish(key, Ok(()));
+        }
+        Ok(self.op_of(key))
+    }
+
+    /// Applies an emulated atomic to this worker's mapped memory; gives the old value.
+    fn apply_atomic(&self, h: &AtomicReqHdr) -> Result<u64> {
+        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+        let size = h.size as usize;
+        let addr = usize::try_from(h.addr)
+            .map_err(|_| Error::RemoteAccess("address out of range".into()))?;
+        let inside = self
+            .regions
+            .borrow()
+            .iter()
+            .any(|&(s, l)| addr >= s && addr.checked_add(size).is_some_and(|e| e <= s + l));
+        if !inside || addr % size != 0 {
+            return Err(Error::RemoteAccess(format!(
+                "{size} bytes at {addr:#x} are not an aligned word of a mapped region"
+            )));
+        }
+        let op = |old: u64, v: u64| -> u64 {
+            match h.op {
+                0 => old.wrapping_add(v),
+                1 => old & v,
+                2 => old | v,
+                3 => old ^ v,
+                _ => v,
+            }
+        };
+        if size == 8 {
+            // SAFETY: the word lies inside a live mapping of this worker and is 8-byte aligned;
+            // peers access it only through atomics.
+            let a = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+            let old = if h.op == 5 {
+                match a.compare_exchange(h.compare, h.value, SeqCst, SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            } else {
+                a.fetch_update(SeqCst, SeqCst, |o| Some(op(o, h.value)))
+                    .unwrap_or_else(|v| v)
+            };
+            Ok(old)
+        } else {
+            // SAFETY: as above, 4-byte aligned.
+            let a = unsafe { AtomicU32::from_ptr(addr as *mut u32) };
+            let old = if h.op == 5 {
+                match a.compare_exchange(h.compare as u32, h.value as u32, SeqCst, SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            } else {
+                a.fetch_update(SeqCst, SeqCst, |o| {
+                    Some(op(o as u64, h.value & 0xFFFF_FFFF) as u32)
+                })
+                .unwrap_or_else(|v| v)
+            };
+            Ok(old as u64)
+        }
+    }
+
+    fn stream_send(&mut self, idx: usize, data: SendData<'_>) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let key = self.new_send(idx, 0, data, false);
+        self.send_mut(key).stage = SendStage::Stream;
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if !ready || !self.stream_step(key)? {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn stream_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let frag = proto.bcopy_single_max;
+        while s.offset < s.data.len() {
+            let n = frag.min(s.data.len() - s.offset);
+            let out = am_send(
+                uep,
+                attr,
+                am_id::STREAM,
+                &[&uuid, &s.data[s.offset..s.offset + n]],
+            )?;
+            if out == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        self.finish(key, Ok(()));
+        Ok(true)
+    }
+
+    fn stream_recv(&mut self, idx: usize, buf: Vec<u8>) -> Result<Op> {
+        // Bytes that arrived before the peer closed can still be read.
+        let queued: usize = self.eps[idx]
+            .stream_waiters
+            .iter()
+            .map(|&k| match self.reqs.get(k).map(|r| &r.kind) {
+                Some(ReqKind::StreamRecv { buf, filled }) => buf.len() - filled,
+                _ => 0,
+            })
+            .sum();
+        if self.eps[idx].stream_rx.len() < queued + buf.len() {
+            self.ep_usable(idx)?;
+        }
+        let key = self.new_req(Some(idx), ReqKind::StreamRecv { buf, filled: 0 });
+        self.eps[idx].stream_waiters.push_back(key);
+        self.stream_serve(idx);
+        Ok(self.op_of(key))
+    }
+
+    /// Moves received stream bytes into waiting receives, in posting order.
+    fn stream_serve(&mut self, idx: usize) {
+        while let Some(&key) = self.eps[idx].stream_waiters.front() {
+            let State { eps, reqs, .. } = self;
+            let ep = &mut eps[idx];
+            let done = match reqs.get_mut(key).map(|r| &mut r.kind) {
+                Some(ReqKind::StreamRecv { buf, filled }) => {
+                    let n = (buf.len() - *filled).min(ep.stream_rx.len());
+                    for (d, s) in buf[*filled..*filled + n]
+                        .iter_mut()
+                        .zip(ep.stream_rx.drain(..n))
+                    {
+                        *d = s;
+                    }
+                    *filled += n;
+                    *filled == buf.len()
+                }
+                _ => true,
+            };
+            if !done {
+                break;
+            }
+            self.eps[idx].stream_waiters.pop_front();
+            if self.reqs.get(key).is_some_and(|r| r.done.is_none()) {
+                self.finish(key, Ok(()));
+            }
+        }
+    }
+
+    fn mark_pending(&mut self, idx: usize) {
+        let ep = &mut self.eps[idx];
+        if !ep.in_pending_list {
+            ep.in_pending_list = true;
+            self.pending_eps.push(idx);
+        }
+    }
+
+    /// Sends a control message, or queues it behind earlier sends of the endpoint.
+    fn send_ctl(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<()> {
+        self.ep_usable(idx)?;
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        if ep.pending.is_empty() {
+            if let Some(l) = ep.lanes.as_mut() {
+                let (li, uep) = &mut l.uct[l.am];
+                let out = am_send(uep, &self.info[*li].attr, id, &[&uuid, body])?;
+                if out != Outcome::NoResource {
+                    ep.last_tx = self.clock.now();
+                    return Ok(());
+                }
+            }
+        }
+        let mut v = self.pool.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(body);
+        self.eps[idx]
+            .pending
+            .push_back(Pending::Ctl { id, body: v });
+        self.mark_pending(idx);
+        Ok(())
+    }
+
+    fn tag_send(&mut self, idx: usize, tag: u64, data: SendData<'_>, sync: bool) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let len = data.as_slice().len();
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        let rndv = self.eps[idx]
+            .proto
+            .map(|p| len >= p.rndv_thresh)
+            .unwrap_or(false);
+        // Zero-copy eager from a caller-owned vector the AM lane's domain can register.
+        let zc = self.eps[idx].proto.and_then(|p| p.zcopy_thresh);
+        if let (Some(z), false) = (zc, rndv) {
+            if len >= z && len > 0 {
+                if let SendData::Owned(v) = data {
+                    return self.zcopy_send(idx, tag, v, sync);
+                }
+            }
+        }
+        // Fast path: a non-synchronous eager message sent completely right now needs no request.
+        if ready && !sync && !rndv {
+            let msg_id = self.next_msg_id;
+            let mut offset = 0;
+            let done = self.eager_send(idx, tag, data.as_slice(), NO_REQ, msg_id, &mut offset)?;
+            if offset > 0 {
+                self.next_msg_id += 1;
+            }
+            if done {
+                let give = match data {
+                    SendData::Owned(v) => Some(v),
+                    SendData::Borrowed(_) => None,
+                };
+                return Ok(Op::Done(Completion {
+                    buf: give,
+                    tag,
+                    ..Completion::ok()
+                }));
+            }
+            let key = self.new_send(idx, tag, data, sync);
+            let s = self.send_mut(key);
+            s.offset = offset;
+            s.msg_id = msg_id;
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+            return Ok(self.op_of(key));
+        }
+        let key = self.new_send(idx, tag, data, sync);
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        self.send_mut(key).msg_id = id;
+        if ready {
+            self.send_step(key)?;
+        }
+        if self.reqs[key].done.is_none() && !ready {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn new_send(&mut self, idx: usize, tag: u64, data: SendData<'_>, sync: bool) -> usize {
+        let (data, give_back) = match data {
+            SendData::Owned(v) => (v, true),
+            SendData::Borrowed(b) => {
+                let mut v = self.get_buf();
+                v.extend_from_slice(b);
+                (v, false)
+            }
+        };
+        self.new_req(
+            Some(idx),
+            ReqKind::Send(SendReq {
+                tag,
+                data,
+                give_back,
+                sync,
+                stage: SendStage::Eager,
+                offset: 0,
+                msg_id: 0,
+                memh: None,
+                rkey: None,
+                remote_addr: 0,
+                rreq: 0,
+                inflight: 0,
+                rts_sent: false,
+                user_rma: false,
+                am: None,
+            }),
+        )
+    }
+
+    fn send_mut(&mut self, key: usize) -> &mut SendReq {
+        match &mut self.reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => unreachable!("request {key} is not a send"),
+        }
+    }
+
+    /// Sends eager fragments of `data` from `*offset`. Gives true when all are out.
+    fn eager_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &[u8],
+        sreq: u64,
+        msg_id: u64,
+        offset: &mut usize,
+    ) -> Result<bool> {
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &self.info[*li].attr;
+        let sync = sreq != NO_REQ;
+        let len = data.len();
+        if *offset == 0 && len <= proto.bcopy_single_max {
+            let out = if sync {
+                let h = EagerSyncHdr { tag, sreq }.encode();
+                am_send(uep, attr, am_id::EAGER_SYNC_ONLY, &[&uuid, &h, data])?
+            } else {
+                let h = EagerHdr { tag }.encode();
+                am_send(uep, attr, am_id::EAGER_ONLY, &[&uuid, &h, data])?
+            };
+            if out == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = self.clock.now();
+            *offset = len.max(1);
+            self.stats.eager_single += 1;
+            return Ok(true);
+        }
+        while *offset < len {
+            let out = if *offset == 0 {
+                let n = proto.first_frag.min(len);
+                let h = EagerFirstHdr {
+                    tag,
+                    msg_id,
+                    total_len: len as u64,
+                    sreq,
+                }
+                .encode();
+                let o = am_send(uep, attr, am_id::EAGER_FIRST, &[&uuid, &h, &data[..n]])?;
+                if o != Outcome::NoResource {
+                    self.stats.eager_multi += 1;
+                }
+                (o, n)
+            } else {
+                let n = proto.middle_frag.min(len - *offset);
+                let h = FragHdr {
+                    id: msg_id,
+                    offset: *offset as u64,
+                }
+                .encode();
+                let o = am_send(
+                    uep,
+                    attr,
+                    am_id::EAGER_MIDDLE,
+                    &[&uuid, &h, &data[*offset..*offset + n]],
+                )?;
+                (o, n)
+            };
+            if out.0 == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = self.clock.now();
+            *offset += out.1;
+        }
+        Ok(true)
+    }
+
+    /// Advances a send request as far as resources allow. Gives false on back-pressure.
+    fn send_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let stage = self.send_mut(key).stage;
+        match stage {
+            SendStage::Eager if self.send_mut(key).am.is_some() => self.send_rts(key),
+            SendStage::Eager => {
+                let proto = self.eps[idx]
+                    .proto
+                    .ok_or_else(|| Error::Busy("connecting".into()))?;
+                let s = self.send_mut(key);
+                let len = s.data.len();
+                if len >= proto.rndv_thresh {
+                    return self.send_rts(key);
+                }
+                let (tag, sync, msg_id, mut off) = (s.tag, s.sync, s.msg_id, s.offset);
+                let data = std::mem::take(&mut s.data);
+                let sreq = if sync { wire } else { NO_REQ };
+                let r = self.eager_send(idx, tag, &data, sreq, msg_id, &mut off);
+                let s = self.send_mut(key);
+                s.data = data;
+                s.offset = off;
+                if !r? {
+                    return Ok(false);
+                }
+                if sync {
+                    s.stage = SendStage::WaitAck;
+                } else {
+                    self.finish(key, Ok(()));
+                }
+                Ok(true)
+            }
+            SendStage::Put => self.put_step(key),
+            SendStage::Pipeline => self.pipeline_step(key),
+            SendStage::Stream => self.stream_step(key),
+            SendStage::EagerZcopy => self.zcopy_step(key),
+            SendStage::PutFlushRetry => self.put_done(key),
+            SendStage::WaitAck | SendStage::WaitRndv | SendStage::WaitPutFlush => Ok(true),
+        }
+    }
+
+    /// Sends an eager message straight from the caller's vector (registered with the AM lane's
+    /// memory domain); falls back to bcopy fragments from it if registration fails.
+    fn zcopy_send(&mut self, idx: usize, tag: u64, v: Vec<u8>, sync: bool) -> Result<Op> {
+        let li = self.eps[idx].lanes.as_ref().map(|l| l.uct[l.am].0);
+        let key = self.new_send(idx, tag, SendData::Owned(v), sync);
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        let s = self.send_mut(key);
+        s.msg_id = id;
+        let ptr = NonNull::new(s.data.as_mut_ptr());
+        let len = s.data.len();
+        if let (Some(li), Some(p)) = (li, ptr) {
+            // SAFETY: the vector is owned by the request and not moved or resized until the
+            // request finishes, which drops the handle first.
+            if let Ok(m) = unsafe { self.mds[li].mem_reg(p, len) } {
+                let s = self.send_mut(key);
+                s.memh = Some(m);
+                s.stage = SendStage::EagerZcopy;
+            }
+        }
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if !ready || !self.send_step(key)? {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn zcopy_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps,
+            reqs,
+            info,
+            stats,
+            ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let memh = s
+            .memh
+            .clone()
+            .ok_or_else(|| Error::InvalidParam("zcopy without registration".into()))?;
+        let len = s.data.len();
+        let sreq = if s.sync { wire } else { NO_REQ };
+        while s.offset < len {
+            let mut hdr = [0u8; PREFIX_LEN + EagerFirstHdr::LEN];
+            hdr[..PREFIX_LEN].copy_from_slice(&uuid);
+            let (id, hlen, n) = if s.offset == 0 {
+                let h = EagerFirstHdr {
+                    tag: s.tag,
+                    msg_id: s.msg_id,
+                    total_len: len as u64,
+                    sreq,
+                }
+                .encode();
+                hdr[PREFIX_LEN..].copy_from_slice(&h);
+                (
+                    am_id::EAGER_FIRST,
+                    PREFIX_LEN + EagerFirstHdr::LEN,
+                    proto.first_frag,
+                )
+            } else {
+                let h = FragHdr {
+                    id: s.msg_id,
+                    offset: s.offset as u64,
+                }
+                .encode();
+                hdr[PREFIX_LEN..PREFIX_LEN + FragHdr::LEN].copy_from_slice(&h);
+                (
+                    am_id::EAGER_MIDDLE,
+                    PREFIX_LEN + FragHdr::LEN,
+                    proto.middle_frag,
+                )
+            };
+            let n = n.min(attr.am.max_zcopy).min(len - s.offset).max(1);
+            let iov = Iov::new(&memh, s.offset, n)?;
+            match uep.am_zcopy(id, &hdr[..hlen], &[iov], comp_id(COMP_ZCOPY, wire))? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => s.inflight += 1,
+                Outcome::Done(()) => {}
+            }
+            if s.offset == 0 {
+                stats.eager_zcopy += 1;
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        if s.inflight == 0 {
+            self.zcopy_done(key);
+        }
+        Ok(true)
+    }
+
+    fn zcopy_done(&mut self, key: usize) {
+        let s = self.send_mut(key);
+        if s.sync {
+            s.stage = SendStage::WaitAck;
+            s.memh = None;
+        } else {
+            self.finish(key, Ok(()));
+        }
+    }
+
+    fn send_rts(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        // Register the data on the RMA lane's memory domain once.
+        let rma_iface = self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+        let s = self.send_mut(key);
+        if !s.rts_sent && s.memh.is_none() && !s.data.is_empty() {
+            if let Some(li) = rma_iface {
+                let ptr = NonNull::new(s.data.as_mut_ptr());
+                let len = s.data.len();
+                if let Some(ptr) = ptr {
+                    // SAFETY: the vector is owned by this request and neither moved nor resized
+                    // until the request finishes, which drops the handle first.
+                    match unsafe { self.mds[li].mem_reg(ptr, len) } {
+                        Ok(m) => self.send_mut(key).memh = Some(m),
+                        Err(e) => tracing::debug!("rendezvous send buffer not registered: {e}"),
+                    }
+                }
+            }
+        }
+        let mut rkey = Vec::new();
+        let mut tl = "";
+        let s = self.send_mut(key);
+        let addr = s.data.as_ptr() as u64;
+        let (tag, len) = (s.tag, s.data.len());
+        if let (Some(m), Some(li)) = (s.memh.clone(), rma_iface) {
+            if self.mds[li].rkey_pack(&m, &mut rkey).is_ok() {
+                tl = self.info[li].tl_name;
+            } else {
+                rkey.clear();
+            }
+        }
+        let mut body = std::mem::take(&mut self.scratch);
+        body.clear();
+        let am = self
+            .send_mut(key)
+            .am
+            .as_ref()
+            .map(|(id, h)| (*id, h.clone()));
+        let rts_id = match &am {
+            Some((id, h)) => {
+                body.extend_from_slice(
+                    &UserAmHdr {
+                        id: *id,
+                        hdr_len: h.len() as u32,
+                    }
+                    .encode(),
+                );
+                body.extend_from_slice(h);
+                am_id::AM_RTS
+            }
+            None => am_id::RTS,
+        };
+        RtsHdr {
+            tag,
+            sreq: wire,
+            len: len as u64,
+            buf: RemoteBuf {
+                addr,
+                tl,
+                rkey: &rkey,
+            },
+        }
+        .encode(&mut body);
+        let r = self.send_ctl(idx, rts_id, &body);
+        self.scratch = body;
+        r?;
+        self.stats.rndv_rts += 1;
+        let s = self.send_mut(key);
+        s.rts_sent = true;
+        s.stage = SendStage::WaitRndv;
+        Ok(true)
+    }
+
+    fn put_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let l = eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l
+            .rma
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let (li, uep) = &mut l.uct[rma];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let (Some(memh), Some(rkey)) = (s.memh.clone(), s.rkey.clone()) else {
+            return Err(Error::InvalidParam("put without registration".into()));
+        };
+        let chunk = if attr.put.max_zcopy == 0 {
+            s.data.len()
+        } else {
+            attr.put.max_zcopy
+        };
+        while s.offset < s.data.len() {
+            let n = chunk.min(s.data.len() - s.offset);
+            let iov = Iov::new(&memh, s.offset, n)?;
+            match uep.put_zcopy(
+                &[iov],
+                s.remote_addr + s.offset as u64,
+                &rkey,
+                comp_id(COMP_PUT, wire),
+            )? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => s.inflight += 1,
+                Outcome::Done(()) => {}
+            }
+            s.offset += n;
+        }
+        if s.inflight == 0 {
+            return self.put_done(key);
+        }
+        Ok(true)
+    }
+
+    /// All puts of a send completed: flush the RMA lane, then tell the receiver (ATP). Gives
+    /// false when the flush met back-pressure (retry later).
+    fn put_done(&mut self, key: usize) -> Result<bool> {
+        if self.send_mut(key).user_rma {
+            self.finish(key, Ok(()));
+            return Ok(true);
+        }
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let l = self.eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l.rma.unwrap_or(l.am);
+        let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
+        let s = self.send_mut(key);
+        match out {
+            Outcome::Done(()) => {
+                let rreq = s.rreq;
+                self.send_ctl(idx, am_id::ATP, &ReqHdr { req: rreq }.encode())?;
+                self.finish(key, Ok(()));
+            }
+            Outcome::NoResource => {
+                // The caller queues the request; ATP only after remote completion.
+                s.stage = SendStage::PutFlushRetry;
+                return Ok(false);
+            }
+            Outcome::InProgress => {
+                s.stage = SendStage::WaitPutFlush;
+                s.inflight = 1;
+            }
+        }
+        Ok(true)
+    }
+
+    fn pipeline_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        while s.offset < s.data.len() {
+            let n = proto.middle_frag.min(s.data.len() - s.offset);
+            let h = FragHdr {
+                id: s.rreq,
+                offset: s.offset as u64,
+            }
+            .encode();
+            let out = am_send(
+                uep,
+                attr,
+                am_id::RNDV_DATA,
+                &[&uuid, &h, &s.data[s.offset..s.offset + n]],
+            )?;
+            if out == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        self.finish(key, Ok(()));
+        Ok(true)
+    }
+
+    fn progress_pending(&mut self) -> usize {
+        if self.pending_eps.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        let list = std::mem::take(&mut self.pending_eps);
+        let mut keep = Vec::new();
+        for idx in list {
+            let Some(ep) = self.eps.get_mut(idx) else {
+                continue;
+            };
+            ep.in_pending_list = false;
+            if ep.lanes.is_none() || ep.state != EpState::Ready {
+                if ep.state == EpState::Connecting {
+                    keep.push(idx);
+                }
+                continue;
+            }
+            while let Some(p) = self.eps[idx].pending.pop_front() {
+                let r = match &p {
+                    Pending::Ctl { id, body } => {
+                        let uuid = self.uuid.to_le_bytes();
+                        let ep = &mut self.eps[idx];
+                        let l = ep.lanes.as_mut().map(|l| (l.am, &mut l.uct));
+                        match l {
+                            Some((am, uct)) => {
+                                let (li, uep) = &mut uct[am];
+                                am_send(uep, &self.info[*li].attr, *id, &[&uuid, body])
+                                    .map(|o| o != Outcome::NoResource)
+                            }
+                            None => Ok(false),
+                        }
+                    }
+                    Pending::Req(key) => {
+                        let key = *key;
+                        if self.reqs.get(key).is_none_or(|r| r.done.is_some()) {
+                            Ok(true)
+                        } else {
+                            match &self.reqs[key].kind {
+                                ReqKind::Recv(_) => self.get_step(key),
+                                _ => self.send_step(key),
+                            }
+                        }
+                    }
+                };
+                match r {
+                    Ok(true) => {
+                        n += 1;
+                        if let Pending::Ctl { body, .. } = p {
+                            self.put_buf(body);
+                        }
+                    }
+                    Ok(false) => {
+                        self.eps[idx].pending.push_front(p);
+                        keep.push(idx);
+                        break;
+                    }
+                    Err(e) => {
+                        self.fail_ep(idx, e);
+                        break;
+                    }
+                }
+            }
+        }
+        for idx in keep {
+            self.mark_pending(idx);
+        }
+        n
+    }
+
+    // ---- receive side ---------------------------------------------------------------------
+
+    fn new_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> usize {
+        self.new_req(
+            None,
+            ReqKind::Recv(RecvReq {
+                tag,
+                mask,
+                buf,
+                stage: RecvStage::Posted,
+                sender_tag: 0,
+                total: 0,
+                received: 0,
+                memh: None,
+                rkey: None,
+                remote_addr: 0,
+                sreq: NO_REQ,
+                offset: 0,
+                inflight: 0,
+                user_rma: false,
+                am: None,
+            }),
+        )
+    }
+
+    fn recv_mut(&mut self, key: usize) -> &mut RecvReq {
+        match &mut self.reqs[key].kind {
+            ReqKind::Recv(r) => r,
+            _ => unreachable!("request {key} is not a receive"),
+        }
+    }
+
+    fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
+        let key = self.new_recv(buf, tag, mask);
+        let wire = self.wire_id(key);
+        if let Some(uid) = self.matcher.post(tag, mask, wire) {
+            self.recv_from_unexp(key, uid as usize);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn cancel(&mut self, key: usize, gen: u32) -> bool {
+        let (tag, mask) = match self.reqs.get(key) {
+            Some(Req {
+                gen: g,
+                done: None,
+                kind: ReqKind::Recv(r),
+                ..
+            }) if *g == gen && r.stage == RecvStage::Posted => (r.tag, r.mask),
+            _ => return false,
+        };
+        let wire = self.wire_id(key);
+        if self.matcher.cancel(tag, mask, wire) {
+            self.finish(key, Err(Error::Canceled));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Delivers unexpected message `uid` to receive `key`.
+    fn recv_from_unexp(&mut self, key: usize, uid: usize) {
+        let u = self.unexp.remove(uid);
+        self.reqs[key].ep = Some(u.ep);
+        match u.kind {
+            UnexpKind::Eager { data, total, sreq } => {
+                if sreq != NO_REQ {
+                    let _ = self.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+                }
+                let cap = self.recv_mut(key).buf.len();
+                let r = self.recv_mut(key);
+                r.sender_tag = u.tag;
+                r.total = total;
+                r.stage = RecvStage::Eager;
+                let n = data.len().min(cap);
+                r.buf[..n].copy_from_slice(&data[..n]);
+                r.received = data.len();
+                match u.msg_key {
+                    Some(mk) => {
+                        self.assembling.insert(mk, Target::Req(key));
+                    }
+                    None => self.recv_check_done(key),
+                }
+                self.put_buf(data);
+            }
+            UnexpKind::Rts {
+                sreq,
+                len,
+                addr,
+                tl,
+                rkey,
+            } => {
+                let r = self.rndv_recv_start(key, u.ep, u.tag, sreq, len, addr, &tl, &rkey);
+                if let Err(e) = r {
+                    self.fail_ep(u.ep, e);
+                }
+            }
+        }
+    }
+
+    fn recv_check_done(&mut self, key: usize) {
+        let r = self.recv_mut(key);
+        if r.received >= r.total {
+            let (total, cap) = (r.total, r.buf.len());
+            let st = if total > cap {
+                Err(Error::Truncated {
+                    len: total,
+                    capacity: cap,
+                })
+            } else {
+                Ok(())
+            };
+            self.finish(key, st);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rndv_recv_start(
+        &mut self,
+        key: usize,
+        ep: usize,
+        tag: u64,
+        sreq: u64,
+        len: usize,
+        addr: u64,
+        tl: &str,
+        rkey: &[u8],
+    ) -> Result<()> {
+        self.reqs[key].ep = Some(ep);
+        let cap = self.recv_mut(key).buf.len();
+        {
+            let r = self.recv_mut(key);
+            r.sender_tag = tag;
+            r.total = len;
+            r.sreq = sreq;
+            r.remote_addr = addr;
+        }
+        if len > cap || len == 0 {
+            // Nothing to move: let the sender finish, and complete (truncated or empty).
+            self.send_ctl(ep, am_id::ATS, &ReqHdr { req: sreq }.encode())?;
+            let st = if len > cap {
+                Err(Error::Truncated { len, capacity: cap })
+            } else {
+                Ok(())
+            };
+            self.finish(key, st);
+            return Ok(());
+        }
+        let rma = self.eps[ep]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+        let wire = self.wire_id(key);
+        let scheme = self.eps[ep].proto.map(|p| p.rndv);
+        let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
+        if let Some(li) = rma {
+            let flags = self.info[li].attr.flags;
+            let get_ok = scheme == Some(RndvScheme::Get)
+                && flags.contains(IfaceFlags::GET_ZCOPY)
+                && tl == self.info[li].tl_name
+                && !rkey.is_empty();
+            let reg = |st: &mut State| -> Result<MemHandle> {
+                let r = st.recv_mut(key);
+                let ptr = NonNull::new(r.buf.as_mut_ptr())
+                    .ok_or_else(|| Error::InvalidParam("empty receive buffer".into()))?;
+                // SAFETY: the buffer is owned by this request and not moved or resized until
+                // the request finishes, which drops the handle first.
+                unsafe { st.mds[li].mem_reg(ptr, len) }
+            };
+            if get_ok {
+                if let (Ok(rk), Ok(m)) = (self.mds[li].rkey_unpack(rkey), reg(self)) {
+                    let r = self.recv_mut(key);
+                    r.rkey = Some(rk);
+                    r.memh = Some(m);
+                    r.stage = RecvStage::RndvGet;
+                    self.stats.rndv_get += 1;
+                    if !self.get_step(key)? {
+                        self.eps[ep].pending.push_back(Pending::Req(key));
+                        self.mark_pending(ep);
+                    }
+                    return Ok(());
+                }
+            }
+            if flags.contains(IfaceFlags::PUT_ZCOPY) && self.info[li].md_reg {
+                if let Ok(m) = reg(self) {
+                    let mut packed = Vec::new();
+                    if self.mds[li].rkey_pack(&m, &mut packed).is_ok() {
+                        let baddr = m.addr() as u64;
+                        let r = self.recv_mut(key);
+                        r.memh = Some(m);
+                        r.stage = RecvStage::RndvWait;
+                        self.stats.rndv_put += 1;
+                        let mut body = Vec::new();
+                        RtrHdr {
+                            sreq,
+                            rreq: wire,
+                            mode: RtrMode::Put,
+                            buf: RemoteBuf {
+                                addr: baddr,
+                                tl: self.info[li].tl_name,
+                                rkey: &packed,
+                            },
+                        }
+                        .encode(&mut body);
+                        return self.send_ctl(ep, am_id::RTR, &body);
+                    }
+                }
+            }
+        }
+        self.recv_mut(key).stage = RecvStage::RndvWait;
+        self.stats.rndv_am += 1;
+        let mut body = Vec::new();
+        RtrHdr {
+            sreq,
+            rreq: wire,
+            mode: RtrMode::AmPipeline,
+            buf: RemoteBuf {
+                addr: 0,
+                tl: "",
+                rkey: &[],
+            },
+        }
+        .encode(&mut body);
+        self.send_ctl(ep, am_id::RTR, &body)
+    }
+
+    fn get_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let l = eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l
+            .rma
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let (li, uep) = &mut l.uct[rma];
+        let attr = &info[*li].attr;
+        let r = match &mut reqs[key].kind {
+            ReqKind::Recv(r) => r,
+            _ => return Ok(true),
+        };
+        let (Some(memh), Some(rkey)) = (r.memh.clone(), r.rkey.clone()) else {
+            return Err(Error::InvalidParam("get without registration".into()));
+        };
+        let chunk = if attr.get.max_zcopy == 0 {
+            r.total
+        } else {
+            attr.get.max_zcopy
+        };
+        while r.offset < r.total {
+            let n = chunk.min(r.total - r.offset);
+            let iov = Iov::new(&memh, r.offset, n)?;
+            match uep.get_zcopy(
+                &[iov],
+                r.remote_addr + r.offset as u64,
+                &rkey,
+                comp_id(COMP_GET, wire),
+            )? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => r.inflight += 1,
+                Outcome::Done(()) => r.received += n,
+            }
+            r.offset += n;
+        }
+        if r.inflight == 0 {
+            self.get_done(key)?;
+        }
+        Ok(true)
+    }
+
+    fn get_done(&mut self, key: usize) -> Result<()> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let r = self.recv_mut(key);
+        r.received = r.total;
+        if r.user_rma {
+            self.finish(key, Ok(()));
+            return Ok(());
+        }
+        let sreq = r.sreq;
+        self.finish(key, Ok(()));
+        self.send_ctl(idx, am_id::ATS, &ReqHdr { req: sreq }.encode())
+    }
+
+    fn handle_completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        let kind = comp >> 60;
+        let wire = comp & ((1 << 60) - 1);
+        let Some(key) = self.req_by_wire(wire) else {
+            return;
+        };
+        let ep = self.reqs[key].ep.unwrap_or(0);
+        if let Err(e) = result {
+            self.finish(key, Err(e.clone()));
+            self.fail_ep(ep, e);
+            return;
+        }
+        let r = match kind {
+            COMP_GET => {
+                let r = self.recv_mut(key);
+                r.inflight -= 1;
+                if r.inflight == 0 && r.offset == r.total {
+                    self.get_done(key)
+                } else {
+                    Ok(())
+                }
+            }
+            COMP_PUT => {
+                let s = self.send_mut(key);
+                s.inflight = s.inflight.saturating_sub(1);
+                let stage = s.stage;
+                if s.inflight == 0 && s.offset == s.data.len() {
+                    if stage == SendStage::WaitPutFlush {
+                        let rreq = s.rreq;
+                        let r = self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode());
+                        self.finish(key, Ok(()));
+                        r
+                    } else {
+                        match self.put_done(key) {
+                            Ok(false) => {
+                                self.eps[ep].pending.push_back(Pending::Req(key));
+                                self.mark_pending(ep);
+                                Ok(())
+                            }
+                            Ok(true) => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    }
+                } else {
+                    Ok(())
+                }
+            }
+            COMP_ZCOPY => {
+                let s = self.send_mut(key);
+                s.inflight = s.inflight.saturating_sub(1);
+                if s.inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
+                    self.zcopy_done(key);
+                }
+                Ok(())
+            }
+            COMP_ATOMIC => {
+                if let (ReqKind::Atomic { value }, Ok(v)) = (&mut self.reqs[key].kind, &result) {
+                    *value = *v;
+                }
+                self.finish(key, Ok(()));
+                Ok(())
+            }
+            COMP_FLUSH => {
+                if let ReqKind::Flush { eps_left, retry } = &mut self.reqs[key].kind {
+                    *eps_left = eps_left.saturating_sub(1);
+                    if *eps_left == 0 && retry.is_empty() {
+                        self.finish(key, Ok(()));
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = r {
+            self.fail_ep(ep, e);
+        }
+    }
+
+    fn flush_eps(&mut self, eps: &[usize]) -> Result<Op> {
+        for &idx in eps {
+            self.ep_usable(idx)?;
+        }
+        let key = self.new_req(
+            None,
+            ReqKind::Flush {
+                eps_left: 0,
+                retry: eps.to_vec(),
+            },
+        );
+        self.reqs[key].ep = eps.first().copied();
+        self.flush_step(key)?;
+        if self.reqs[key].done.is_none() {
+            self.flushes.push(key);
+        }
+        Ok(self.op_of(key))
+    }
+
+    /// Issues the transport flushes a flush request still owes: an endpoint whose ucp queue is
+    /// not empty waits for it to drain; a transport `NoResource` is retried on the next call.
+    fn flush_step(&mut self, key: usize) -> Result<()> {
+        let wire = self.wire_id(key);
+        let retry = match &mut self.reqs[key].kind {
+            ReqKind::Flush { retry, .. } => std::mem::take(retry),
+            _ => return Ok(()),
+        };
+        let mut still = Vec::new();
+        let mut started = 0usize;
+        for idx in retry {
+            if let Err(e) = self.ep_usable(idx) {
+                self.finish(key, Err(e));
+                return Ok(());
+            }
+            let ep = &mut self.eps[idx];
+            if !ep.pending.is_empty() || ep.lanes.is_none() {
+                still.push(idx);
+                continue;
+            }
+            let l = ep.lanes.as_mut().map(|l| &mut l.uct);
+            let mut again = false;
+            for (_, uep) in l.into_iter().flatten() {
+                match uep.flush(comp_id(COMP_FLUSH, wire))? {
+                    Outcome::InProgress => started += 1,
+                    Outcome::NoResource => again = true,
+                    Outcome::Done(()) => {}
+                }
+            }
+            if again {
+                still.push(idx);
+            }
+        }
+        if let ReqKind::Flush { eps_left, retry } = &mut self.reqs[key].kind {
+            *eps_left += started;
+            *retry = still;
+            if *eps_left == 0 && retry.is_empty() {
+                self.finish(key, Ok(()));
+            }
+        }
+        Ok(())
+    }
+
+    fn progress_flushes(&mut self) {
+        if self.flushes.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.flushes);
+        for key in list {
+            let waiting = match self.reqs.get(key) {
+                Some(Req {
+                    done: None,
+                    kind: ReqKind::Flush { retry, .. },
+                    ..
+                }) => !retry.is_empty(),
+                _ => continue,
+            };
+            if waiting {
+                if let Err(e) = self.flush_step(key) {
+                    self.finish(key, Err(e));
+                    continue;
+                }
+            }
+            if self.reqs.get(key).is_some_and(|r| r.done.is_none()) {
+                self.flushes.push(key);
+            }
+        }
+    }
+
+    // ---- incoming messages ----------------------------------------------------------------
+
+    fn handle_am(&mut self, id: u8, data: &[u8]) {
+        let (src, body) = match split_prefix(data) {
+            Ok(x) => x,
+            Err(e) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("dropping a ucp message from an unknown sender: {e}");
+                return;
+            }
+        };
+        let msg = Msg::decode(id, body);
+        if let Ok(Msg::Wireup(a)) = msg {
+            self.handle_wireup(src, a);
+            return;
+        }
+        let Some(&idx) = self.by_uuid.get(&src) else {
+            self.malformed_unknown += 1;
+            tracing::warn!(
+                "dropping ucp message {id} from unknown worker {src:#018x} (no wire-up seen)"
+            );
+            return;
+        };
+        if matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
+            return;
+        }
+        self.eps[idx].last_rx = self.clock.now();
+        let r = match msg {
+            Ok(m) => self.handle_msg(idx, src, m),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            let e = match e {
+                Error::Wire(w) => Error::Wire(format!(
+                    "protocol error from worker {src:#018x} (message id {id}): {w}"
+                )),
+                other => other,
+            };
+            self.fail_ep(idx, e);
+        }
+    }
+
+    fn handle_wireup(&mut self, src: u64, addr: &[u8]) {
+        let peer = match WorkerAddress::decode(addr) {
+            Ok(p) if p.uuid == src => p,
+            Ok(_) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("wire-up address uuid does not match its sender {src:#018x}");
+                return;
+            }
+            Err(e) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("bad wire-up address from {src:#018x}: {e}");
+                return;
+            }
+        };
+        if let Some(&idx) = self.by_uuid.get(&src) {
+            if !matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
+                self.eps[idx].last_rx = self.clock.now();
+                return;
+            }
+        }
+        let idx = self.new_ep(peer, None);
+        self.to_connect.push(idx);
+    }
+
+    fn handle_msg(&mut self, idx: usize, src: u64, msg: Msg<'_>) -> Result<()> {
+        match msg {
+            Msg::Wireup(_) | Msg::Keepalive => Ok(()),
+            Msg::Eager(h, data) => {
+                self.eager_arrived(idx, src, h.tag, data, data.len(), NO_REQ, None);
+                Ok(())
+            }
+            Msg::EagerSync(h, data) => {
+                self.eager_arrived(idx, src, h.tag, data, data.len(), h.sreq, None);
+                Ok(())
+            }
+            Msg::EagerFirst(h, data) => {
+                let total = usize::try_from(h.total_len)
+                    .map_err(|_| Error::Wire("message length overflows".into()))?;
+                if self.assembling.contains_key(&(src, h.msg_id)) {
+                    return Err(Error::Wire(format!(
+                        "first fragment of message {} repeated",
+                        h.msg_id
+                    )));
+                }
+                self.eager_arrived(idx, src, h.tag, data, total, h.sreq, Some(h.msg_id));
+                Ok(())
+            }
+            Msg::EagerMiddle(h, data) => self.eager_middle(src, h, data),
+            Msg::SyncAck(h) => {
+                if let Some(key) = self.req_by_wire(h.req) {
+                    self.finish(key, Ok(()));
+                }
+                Ok(())
+            }
+            Msg::Rts(h) => {
+                let len = usize::try_from(h.len)
+                    .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
+                let uid = self.unexp.vacant_key();
+                match self.matcher.arrive(h.tag, uid as u64) {
+                    Some(wire) => match self.req_by_wire(wire) {
+                        Some(key) => self.rndv_recv_start(
+                            key, idx, h.tag, h.sreq, len, h.buf.addr, h.buf.tl, h.buf.rkey,
+                        ),
+                        None => Ok(()),
+                    },
+                    None => {
+                        self.unexp.insert(Unexp {
+                            ep: idx,
+                            tag: h.tag,
+                            kind: UnexpKind::Rts {
+                                sreq: h.sreq,
+                                len,
+                                addr: h.buf.addr,
+                                tl: h.buf.tl.to_owned(),
+                                rkey: h.buf.rkey.to_vec(),
+                            },
+                            msg_key: None,
+                        });
+                        Ok(())
+                    }
+                }
+            }
+            Msg::Ats(h) => {
+                if let Some(key) = self.req_by_wire(h.req) {
+                    self.finish(key, Ok(()));
+                }
+                Ok(())
+            }
+            Msg::Rtr(h) => {
+                let Some(key) = self.req_by_wire(h.sreq) else {
+                    return Ok(());
+                };
+                let rma = self.eps[idx]
+                    .lanes
+                    .as_ref()
+                    .and_then(|l| l.rma.map(|r| l.uct[r].0));
+                let s = self.send_mut(key);
+                s.rreq = h.rreq;
+                s.offset = 0;
+                let mut use_put = false;
+                if let (RtrMode::Put, Some(li), Some(_)) = (h.mode, rma, s.memh.as_ref()) {
+                    if self.info[li].tl_name == h.buf.tl
+                        && self.info[li].attr.flags.contains(IfaceFlags::PUT_ZCOPY)
+                    {
+                        if let Ok(rk) = self.mds[li].rkey_unpack(h.buf.rkey) {
+                            let s = self.send_mut(key);
+                            s.rkey = Some(rk);
+                            s.remote_addr = h.buf.addr;
+                            s.stage = SendStage::Put;
+                            use_put = true;
+                        }
+                    }
+                }
+                if !use_put {
+                    self.send_mut(key).stage = SendStage::Pipeline;
+                }
+                if !self.eps[idx].pending.is_empty() || !self.send_step(key)? {
+                    self.eps[idx].pending.push_back(Pending::Req(key));
+                    self.mark_pending(idx);
+                }
+                Ok(())
+            }
+            Msg::RndvData(h, data) => {
+                let Some(key) = self.req_by_wire(h.id) else {
+                    return Ok(());
+                };
+                let r = match &mut self.reqs[key].kind {
+                    ReqKind::Recv(r) if r.stage == RecvStage::RndvWait => r,
+                    _ => {
+                        return Err(Error::Wire(
+                            "rendezvous data for a request not expecting it".into(),
+                        ))
+                    }
+                };
+                let off = h.offset as usize;
+                if off.checked_add(data.len()).is_none_or(|e| e > r.total) {
+                    return Err(Error::Wire(format!(
+                        "rendezvous fragment {}+{} outside the {}-byte message",
+                        h.offset,
+                        data.len(),
+                        r.total
+                    )));
+                }
+                r.buf[off..off + data.len()].copy_from_slice(data);
+                r.received += data.len();
+                self.recv_check_done(key);
+                Ok(())
+            }
+            Msg::Atp(h) => {
+                if let Some(key) = self.req_by_wire(h.req) {
+                    let r = self.recv_mut(key);
+                    r.received = r.total;
+                    self.finish(key, Ok(()));
+                }
+                Ok(())
+            }
+            Msg::UserAm(h, uh, data) => {
+                let mut v = self.get_buf();
+                v.extend_from_slice(data);
+                self.deliver_am(idx, h.id, uh, v);
+                Ok(())
+            }
+            Msg::AmRts(h, uh, rts) => {
+                let len = usize::try_from(rts.len)
+                    .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
+                if len > (1usize << 40) {
+                    return Err(Error::Wire(format!(
+                        "active message of {len} bytes is implausibly large"
+                    )));
+                }
+                let key = self.new_recv(vec![0; len], 0, 0);
+                self.recv_mut(key).am = Some((h.id, uh.to_vec()));
+                self.rndv_recv_start(
+                    key,
+                    idx,
+                    0,
+                    rts.sreq,
+                    len,
+                    rts.buf.addr,
+                    rts.buf.tl,
+                    rts.buf.rkey,
+                )
+            }
+            Msg::AtomicReq(h) => {
+                let (status, old) = match self.apply_atomic(&h) {
+                    Ok(v) => (0, v),
+                    Err(e) => {
+                        tracing::debug!("emulated atomic refused: {e}");
+                        (1, 0)
+                    }
+                };
+                if h.req != NO_REQ {
+                    let rep = AtomicRepHdr {
+                        req: h.req,
+                        status,
+                        value: old,
+                    };
+                    self.send_ctl(idx, am_id::ATOMIC_REP, &rep.encode())?;
+                }
+                Ok(())
+            }
+            Msg::AtomicRep(h) => {
+                if let Some(key) = self.req_by_wire(h.req) {
+                    if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
+                        *value = h.value;
+                    }
+                    let st = if h.status == 0 {
+                        Ok(())
+                    } else {
+                        Err(Error::RemoteAccess(
+                            "the target refused the atomic: address outside its mapped memory or misaligned"
+                                .into(),
+                        ))
+                    };
+                    self.finish(key, st);
+                }
+                Ok(())
+            }
+            Msg::Stream(data) => {
+                self.eps[idx].stream_rx.extend(data);
+                self.stream_serve(idx);
+                Ok(())
+            }
+            Msg::CloseAck => {
+                self.eps[idx].close_acked = true;
+                Ok(())
+            }
+            Msg::Close => {
+                // Everything the peer sent before CLOSE has been handled: tell it so.
+                let _ = self.send_ctl(idx, am_id::CLOSE_ACK, &[]);
+                self.close_ep(
+                    idx,
+                    Error::ConnectionReset("the peer closed its endpoint".into()),
+                );
+                Ok(())
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn eager_arrived(
+        &mut self,
+        idx: usize,
+        src: u64,
+        tag: u64,
+        data: &[u8],
+        total: usize,
+        sreq: u64,
+        msg_id: Option<u64>,
+    ) {
+        let uid = self.unexp.vacant_key();
+        let complete = data.len() >= total;
+        match self.matcher.arrive(tag, uid as u64) {
+            Some(wire) => {
+                let Some(key) = self.req_by_wire(wire) else {
+                    return;
+                };
+                if sreq != NO_REQ {
+                    let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+                }
+                self.reqs[key].ep = Some(idx);
+                let r = self.recv_mut(key);
+                r.sender_tag = tag;
+                r.total = total;
+                r.stage = RecvStage::Eager;
+                let n = data.len().min(r.buf.len());
+                r.buf[..n].copy_from_slice(&data[..n]);
+                r.received = data.len();
+                if complete {
+                    self.recv_check_done(key);
+                } else if let Some(m) = msg_id {
+                    self.assembling.insert((src, m), Target::Req(key));
+                }
+            }
+            None => {
+                let mut v = self.get_buf();
+                v.reserve(total.min(1 << 26));
+                v.extend_from_slice(data);
+                let msg_key = if complete {
+                    None
+                } else {
+                    msg_id.map(|m| (src, m))
+                };
+                self.unexp.insert(Unexp {
+                    ep: idx,
+                    tag,
+                    kind: UnexpKind::Eager {
+                        data: v,
+                        total,
+                        sreq,
+                    },
+                    msg_key,
+                });
+                if let Some(mk) = msg_key {
+                    self.assembling.insert(mk, Target::Unexp(uid));
+                }
+            }
+        }
+    }
+
+    fn eager_middle(&mut self, src: u64, h: FragHdr, data: &[u8]) -> Result<()> {
+        let Some(&t) = self.assembling.get(&(src, h.id)) else {
+            return Err(Error::Wire(format!(
+                "fragment of unknown message {} (no first fragment)",
+                h.id
+            )));
+        };
+        let off = h.offset as usize;
+        match t {
+            Target::Req(key) => {
+                let r = match self.reqs.get_mut(key).map(|r| &mut r.kind) {
+                    Some(ReqKind::Recv(r)) => r,
+                    _ => {
+                        self.assembling.remove(&(src, h.id));
+                        return Ok(());
+                    }
+                };
+                if off != r.received || off + data.len() > r.total {
+                    return Err(Error::Wire(format!(
+                        "fragment at {off}+{} does not continue message {} ({} of {} bytes)",
+                        data.len(),
+                        h.id,
+                        r.received,
+                        r.total
+                    )));
+                }
+                let cap = r.buf.len();
+                if off < cap {
+                    let n = data.len().min(cap - off);
+                    r.buf[off..off + n].copy_from_slice(&data[..n]);
+                }
+                r.received += data.len();
+                if r.received >= r.total {
+                    self.assembling.remove(&(src, h.id));
+                    self.recv_check_done(key);
+                }
+            }
+            Target::Unexp(uid) => {
+                let u = &mut self.unexp[uid];
+                let UnexpKind::Eager {
+                    data: buf, total, ..
+                } = &mut u.kind
+                else {
+                    return Err(Error::Wire("fragment for a rendezvous message".into()));
+                };
+                if off != buf.len() || off + data.len() > *total {
+                    return Err(Error::Wire(format!(
+                        "fragment at {off}+{} does not continue message {} ({} of {} bytes)",
+                        data.len(),
+                        h.id,
+                        buf.len(),
+                        total
+                    )));
+                }
+                buf.extend_from_slice(data);
+                if buf.len() >= *total {
+                    u.msg_key = None;
+                    self.assembling.remove(&(src, h.id));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- failures, timers, close ----------------------------------------------------------
+
+    fn fail_ep(&mut self, idx: usize, err: Error) {
+        let Some(ep) = self.eps.get_mut(idx) else {
+            return;
+        };
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            return;
+        }
+        tracing::debug!("endpoint to {:#018x} failed: {err}", ep.uuid);
+        ep.state = EpState::Failed(err.clone());
+        self.stats.ep_failures += 1;
+        self.teardown_ep(idx, &err);
+        self.failed_notify.push(idx);
+    }
+
+    /// Closes endpoint `idx` now, finishes close request `key`, and frees the slot.
+    fn close_now(&mut self, idx: usize, key: usize, result: Result<()>) {
+        self.close_ep(idx, Error::Canceled);
+        if self.eps.contains(idx) {
+            self.eps.remove(idx);
+        }
+        self.to_connect.retain(|&i| i != idx);
+        self.failed_notify.retain(|&i| i != idx);
+        self.pending_eps.retain(|&i| i != idx);
+        self.finish(key, result);
+    }
+
+    fn send_close(&mut self, c: &mut Closing) {
+        let _ = self.send_ctl(c.ep, am_id::CLOSE, &[]);
+        c.deadline = Some(self.now() + self.cfg.keepalive_timeout);
+    }
+
+    fn progress_closings(&mut self) {
+        if self.closings.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.closings);
+        for mut c in list {
+            if let Some(fk) = c.flush {
+                let status = match self.reqs.get(fk) {
+                    Some(r) => match &r.done {
+                        Some(d) => d.status.clone(),
+                        None => {
+                            self.closings.push(c);
+                            continue;
+                        }
+                    },
+                    None => Ok(()),
+                };
+                if self.reqs.contains(fk) {
+                    self.reqs.remove(fk);
+                }
+                c.flush = None;
+                let ready = self
+                    .eps
+                    .get(c.ep)
+                    .is_some_and(|e| e.state == EpState::Ready);
+                match status {
+                    Ok(()) if ready => self.send_close(&mut c),
+                    // The peer closed or failed first: nothing is left to deliver to it.
+                    Ok(()) | Err(Error::ConnectionReset(_)) => {
+                        self.close_now(c.ep, c.req, Ok(()));
+                        continue;
+                    }
+                    Err(_) if !ready => {
+                        self.close_now(c.ep, c.req, Ok(()));
+                        continue;
+                    }
+                    Err(e) => {
+                        self.close_now(c.ep, c.req, Err(e));
+                        continue;
+                    }
+                }
+            }
+            let done = match self.eps.get(c.ep) {
+                Some(e) => {
+                    e.close_acked
+                        || e.state != EpState::Ready
+                        || c.deadline.is_some_and(|d| self.clock.now() >= d)
+                }
+                None => true,
+            };
+            if done {
+                self.close_now(c.ep, c.req, Ok(()));
+            } else {
+                self.closings.push(c);
+            }
+        }
+    }
+
+    fn close_ep(&mut self, idx: usize, err: Error) {
+        let Some(ep) = self.eps.get_mut(idx) else {
+            return;
+        };
+        if ep.state == EpState::Closed {
+            return;
+        }
+        ep.state = EpState::Closed;
+        self.teardown_ep(idx, &err);
+        let uuid = self.eps[idx].uuid;
+        if self.by_uuid.get(&uuid) == Some(&idx) {
+            self.by_uuid.remove(&uuid);
+        }
+    }
+
+    /// Fails every request tied to the endpoint and drops its transport endpoints.
+    fn teardown_ep(&mut self, idx: usize, err: &Error) {
+        let ep = &mut self.eps[idx];
+        let pend: Vec<Pending> = ep.pending.drain(..).collect();
+        if let Some(mut l) = ep.lanes.take() {
+            for (li, uep) in l.uct.iter_mut() {
+                uep.pending_purge(&mut |_| {});
+                self.by_uct.remove(&(*li, uep.id().0));
+            }
+        }
+        for p in pend {
+            if let Pending::Ctl { body, .. } = p {
+                self.put_buf(body);
+            }
+        }
+        let keys: Vec<usize> = self
+            .reqs
+            .iter()
+            .filter(|(_, r)| r.ep == Some(idx) && r.done.is_none())
+            .map(|(k, _)| k)
+            .collect();
+        for k in keys {
+            if matches!(self.reqs[k].kind, ReqKind::Flush { .. }) {
+                self.finish(k, Err(err.clone()));
+                continue;
+            }
+            self.finish(k, Err(err.clone()));
+        }
+        // Unexpected messages that can no longer complete (incomplete, or rendezvous whose data
+        // sits with the failed peer) are dropped; complete eager ones stay receivable.
+        let dead: Vec<usize> = self
+            .unexp
+            .iter()
+            .filter(|(_, u)| {
+                u.ep == idx && (u.msg_key.is_some() || matches!(u.kind, UnexpKind::Rts { .. }))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for uid in dead {
+            self.matcher.remove_unexpected(uid as u64);
+            let u = self.unexp.remove(uid);
+            if let Some(mk) = u.msg_key {
+                self.assembling.remove(&mk);
+            }
+        }
+        let uuid = self.eps[idx].uuid;
+        self.assembling.retain(|(s, _), _| *s != uuid);
+    }
+
+    fn notify_failures(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(idx) = self.failed_notify.pop() {
+            let Some(ep) = self.eps.get_mut(idx) else {
+                continue;
+            };
+            let h = EpHandle {
+                idx: idx as u32,
+                gen: ep.gen,
+            };
+            if let (EpState::Failed(e), Some(cb)) = (&ep.state, ep.err_handler.as_mut()) {
+                cb(h, e);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn timers(&mut self) {
+        let Some(interval) = self.cfg.keepalive_interval else {
+            return;
+        };
+        let now = self.now();
+        if now < self.next_timer {
+            return;
+        }
+        self.next_timer = now + interval / 4;
+        let timeout = self.cfg.keepalive_timeout;
+        let ready: Vec<usize> = self
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Ready)
+            .map(|(i, _)| i)
+            .collect();
+        for idx in ready {
+            let ep = &self.eps[idx];
+            let silent = now.saturating_sub(ep.last_rx);
+            if silent > timeout {
+                let e = Error::Timeout(format!(
+                    "worker {:#018x} was silent for {:?} (keepalive timeout {:?})",
+                    ep.uuid, silent, timeout
+                ));
+                self.fail_ep(idx, e);
+                continue;
+            }
+            if now.saturating_sub(ep.last_tx) >= interval && ep.pending.is_empty() {
+                if let Err(e) = self.send_ctl(idx, am_id::KEEPALIVE, &[]) {
+                    self.fail_ep(idx, e);
+                }
+            }
+        }
+    }
+}

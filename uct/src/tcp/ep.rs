@@ -1,0 +1,735 @@
+//! tcp endpoints: the data operations.
+
+use super::iface::{
+    sendv, ConnState, Inner, Req, Segs, TxItem, AM_MAX_HDR, MAX_BCOPY, MAX_IOV, MAX_REQS, MAX_SHORT,
+};
+use super::wire::{
+    self, AtomicMode, AtomicReq, FlushReq, FrameHeader, GetReq, Hello, HelloMode, Kind, PutHdr,
+};
+use super::{DevAddr, EpAddr};
+use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
+use crate::md::{Iov, RemoteKey};
+use std::cell::RefCell;
+use std::rc::Rc;
+use ucs::{Error, Outcome, Result};
+
+/// How far a frame got.
+enum Sent {
+    /// The kernel took all of it.
+    All,
+    /// Some or all of it waits in the connection's send queue.
+    Queued,
+}
+
+/// A tcp endpoint: one connection to a peer interface (connect-to-iface) or endpoint
+/// (connect-to-ep). Dropping it closes the connection once its queued bytes are sent.
+pub struct TcpEp {
+    inner: Rc<RefCell<Inner>>,
+    key: usize,
+    id: EpId,
+}
+
+impl std::fmt::Debug for TcpEp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TcpEp({})", self.id.0)
+    }
+}
+
+impl TcpEp {
+    pub(crate) fn new(inner: Rc<RefCell<Inner>>, key: usize, id: EpId) -> Self {
+        TcpEp { inner, key, id }
+    }
+
+    /// The error that closed this endpoint's connection, if it failed.
+    pub fn error(&self) -> Option<Error> {
+        match &self.inner.borrow().conns[self.key].state {
+            ConnState::Failed(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+
+    /// The request id the next `reqs.insert` will use, or None when the table is full.
+    fn next_req_id(&self) -> Option<u64> {
+        let g = self.inner.borrow();
+        let c = &g.conns[self.key];
+        (c.reqs.len() < MAX_REQS).then(|| c.reqs.vacant_key() as u64 + 1)
+    }
+
+    /// Sends `pieces` (copied if they cannot leave now) followed by the zero-copy `z`.
+    /// `Ok(None)` is back-pressure. `req`, if given, is recorded once the frame is accepted.
+    fn send(
+        &mut self,
+        pieces: &[&[u8]],
+        z: Option<(Segs, Option<CompletionId>)>,
+        req: Option<Req>,
+    ) -> Result<Option<Sent>> {
+        let mut g = self.inner.borrow_mut();
+        let inner = &mut *g;
+        let key = self.key;
+        let res = (|| -> Result<Option<Sent>> {
+            let c = &mut inner.conns[key];
+            c.check_usable()?;
+            if !c.pending.is_empty() && !c.dispatching {
+                return Ok(None);
+            }
+            if req.is_some() && c.reqs.len() >= MAX_REQS {
+                return Ok(None);
+            }
+            let copy_len: usize = pieces.iter().map(|p| p.len()).sum();
+            let nitems = 1 + z.is_some() as usize;
+            let connected = c.is_connected();
+            let fd = c.fd();
+            if connected && !c.tx.is_empty() {
+                c.tx.progress(fd, &mut inner.done)?;
+            }
+            let sent = if connected && c.tx.is_empty() {
+                let mut iov = [libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                }; MAX_IOV + 4];
+                let mut cnt = 0;
+                for p in pieces {
+                    if !p.is_empty() {
+                        iov[cnt] = libc::iovec {
+                            iov_base: p.as_ptr() as *mut libc::c_void,
+                            iov_len: p.len(),
+                        };
+                        cnt += 1;
+                    }
+                }
+                let zlen = z.as_ref().map_or(0, |(s, _)| s.remaining());
+                if let Some((s, _)) = z.as_ref() {
+                    s.fill(&mut iov, &mut cnt);
+                }
+                let n = sendv(fd, &iov[..cnt])?;
+                if n == copy_len + zlen {
+                    Sent::All
+                } else {
+                    c.tx.push_pieces(pieces, n);
+                    if let Some((mut s, comp)) = z {
+                        s.advance(n.saturating_sub(copy_len));
+                        c.tx.push_item(TxItem::Zcopy(s, comp));
+                    }
+                    Sent::Queued
+                }
+            } else {
+                if !c.tx.fits(copy_len, nitems) {
+                    return Ok(None);
+                }
+                c.tx.push_pieces(pieces, 0);
+                if let Some((s, comp)) = z {
+                    c.tx.push_item(TxItem::Zcopy(s, comp));
+                }
+                Sent::Queued
+            };
+            if let Some(r) = req {
+                c.reqs.insert(r);
+            }
+            Ok(Some(sent))
+        })();
+        if let Err(e) = &res {
+            if !matches!(
+                inner.conns[key].state,
+                ConnState::Failed(_) | ConnState::Idle
+            ) {
+                inner.fail(key, e.clone(), false);
+            }
+        }
+        res
+    }
+
+    /// Packs a frame straight into the send queue.
+    fn bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        kind: Kind,
+        am_id: u8,
+        sub: &[u8],
+        pack: F,
+        validate: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<Outcome<usize>> {
+        let mut g = self.inner.borrow_mut();
+        let inner = &mut *g;
+        let key = self.key;
+        let res = (|| -> Result<Outcome<usize>> {
+            let c = &mut inner.conns[key];
+            c.check_usable()?;
+            if !c.pending.is_empty() && !c.dispatching {
+                return Ok(Outcome::NoResource);
+            }
+            let connected = c.is_connected();
+            let fd = c.fd();
+            if connected && !c.tx.is_empty() {
+                c.tx.progress(fd, &mut inner.done)?;
+            }
+            let hl = FrameHeader::LEN + sub.len();
+            let room = hl + MAX_BCOPY;
+            if !c.tx.fits(room, 1) {
+                return Ok(Outcome::NoResource);
+            }
+            let was_empty = c.tx.is_empty();
+            let buf = c.tx.reserve(room);
+            let len = pack(&mut buf[hl..]);
+            if len > MAX_BCOPY {
+                return Err(Error::InvalidParam(format!(
+                    "pack callback reported {len} bytes, more than the {MAX_BCOPY}-byte buffer"
+                )));
+            }
+            validate(len)?;
+            FrameHeader::new(kind, am_id, len).encode(&mut buf[..FrameHeader::LEN]);
+            buf[FrameHeader::LEN..hl].copy_from_slice(sub);
+            c.tx.commit(hl + len);
+            if connected && was_empty {
+                c.tx.progress(fd, &mut inner.done)?;
+            }
+            Ok(Outcome::Done(len))
+        })();
+        if let Err(e) = &res {
+            let st = &inner.conns[key].state;
+            let io_failure = matches!(
+                e,
+                Error::Io { .. } | Error::ConnectionReset(_) | Error::PeerFailure(_)
+            );
+            if io_failure && !matches!(st, ConnState::Failed(_)) {
+                inner.fail(key, e.clone(), false);
+            }
+        }
+        res
+    }
+
+    fn note_put(&self) {
+        self.inner.borrow_mut().conns[self.key].put_seq += 1;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        op: AtomicOp,
+        size: u8,
+        mode: AtomicMode,
+        value: u64,
+        compare: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Option<CompletionId>,
+    ) -> Result<Outcome<()>> {
+        rkey.check(remote_addr, size as usize)?;
+        if mode == AtomicMode::Post && op == AtomicOp::Swap {
+            return Err(Error::InvalidParam(
+                "swap has no post form: use a fetching atomic".into(),
+            ));
+        }
+        let (req_id, req) = match comp {
+            Some(comp) => match self.next_req_id() {
+                Some(id) => (id, Some(Req::Atomic { comp })),
+                None => return Ok(Outcome::NoResource),
+            },
+            None => (0, None),
+        };
+        let mut f = [0u8; FrameHeader::LEN + AtomicReq::LEN];
+        FrameHeader::new(Kind::AtomicReq, 0, 0).encode(&mut f);
+        AtomicReq {
+            req_id,
+            remote_addr,
+            key: rkey.tl_value,
+            value,
+            compare,
+            op,
+            size,
+            mode,
+        }
+        .encode(&mut f[FrameHeader::LEN..]);
+        match self.send(&[&f], None, req)? {
+            None => Ok(Outcome::NoResource),
+            Some(_) if comp.is_some() => Ok(Outcome::InProgress),
+            Some(_) => {
+                self.note_put();
+                Ok(Outcome::DONE)
+            }
+        }
+    }
+
+    fn get(
+        &mut self,
+        len: usize,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        make: impl FnOnce() -> Result<Req>,
+    ) -> Result<Outcome> {
+        rkey.check(remote_addr, len)?;
+        let Some(req_id) = self.next_req_id() else {
+            return Ok(Outcome::NoResource);
+        };
+        let req = make()?;
+        let mut f = [0u8; FrameHeader::LEN + GetReq::LEN];
+        FrameHeader::new(Kind::GetReq, 0, 0).encode(&mut f);
+        GetReq {
+            req_id,
+            remote_addr,
+            key: rkey.tl_value,
+            length: len as u64,
+        }
+        .encode(&mut f[FrameHeader::LEN..]);
+        Ok(match self.send(&[&f], None, Some(req))? {
+            None => Outcome::NoResource,
+            Some(_) => Outcome::InProgress,
+        })
+    }
+}
+
+impl Drop for TcpEp {
+    fn drop(&mut self) {
+        let Ok(mut g) = self.inner.try_borrow_mut() else {
+            return;
+        };
+        let inner = &mut *g;
+        let Some(c) = inner.conns.get_mut(self.key) else {
+            return;
+        };
+        c.ep_alive = false;
+        c.pending.clear();
+        if c.is_connected() && !c.tx.is_empty() {
+            let fd = c.fd();
+            let _ = c.tx.progress(fd, &mut inner.done);
+        }
+        let c = &mut inner.conns[self.key];
+        match c.state {
+            ConnState::Idle | ConnState::Waiting => inner.fail(self.key, Error::Canceled, true),
+            ConnState::Failed(_) => {}
+            // The connection stays (its queued bytes still go out, and the peer may send over
+            // it): it becomes unowned, like an accepted one, and a later endpoint to the same
+            // interface reuses it. It closes when the peer closes it or the interface goes.
+            ConnState::Connecting | ConnState::Connected => {
+                c.ep = None;
+                if c.conn_id != 0 {
+                    inner.by_conn_id.remove(&c.conn_id);
+                    c.conn_id = 0;
+                    c.peer_iface = None;
+                }
+            }
+        }
+        inner.cleanup = true;
+    }
+}
+
+impl Endpoint for TcpEp {
+    fn id(&self) -> EpId {
+        self.id
+    }
+
+    #[inline]
+    fn am_short(&mut self, id: u8, header: u64, payload: &[u8]) -> Result<Outcome> {
+        check_am_id(id)?;
+        check_len(8 + payload.len(), MAX_SHORT)?;
+        let hdr = FrameHeader::new(Kind::Am, id, 8 + payload.len()).to_bytes();
+        let hb = header.to_le_bytes();
+        Ok(match self.send(&[&hdr, &hb, payload], None, None)? {
+            None => Outcome::NoResource,
+            Some(_) => Outcome::DONE,
+        })
+    }
+
+    fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
+        check_am_id(id)?;
+        if iov.len() > MAX_IOV {
+            return Err(Error::InvalidParam(format!(
+                "{} iov entries exceed the tcp limit of {MAX_IOV}",
+                iov.len()
+            )));
+        }
+        let total: usize = iov.iter().map(|p| p.len()).sum();
+        check_len(total, MAX_SHORT)?;
+        let hdr = FrameHeader::new(Kind::Am, id, total).to_bytes();
+        let mut pieces: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
+        pieces[0] = &hdr;
+        pieces[1..=iov.len()].copy_from_slice(iov);
+        Ok(match self.send(&pieces[..=iov.len()], None, None)? {
+            None => Outcome::NoResource,
+            Some(_) => Outcome::DONE,
+        })
+    }
+
+    #[inline]
+    fn am_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        id: u8,
+        pack: F,
+    ) -> Result<Outcome<usize>> {
+        check_am_id(id)?;
+        self.bcopy(Kind::Am, id, &[], pack, |_| Ok(()))
+    }
+
+    fn am_zcopy(
+        &mut self,
+        id: u8,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome> {
+        check_am_id(id)?;
+        check_len(header.len(), AM_MAX_HDR)?;
+        let total = Iov::total_len(iov);
+        check_len(total, wire::MAX_AM_BODY - AM_MAX_HDR)?;
+        let segs = Segs::new(iov)?;
+        let hdr = FrameHeader::new(Kind::Am, id, header.len() + total).to_bytes();
+        Ok(
+            match self.send(&[&hdr, header], Some((segs, Some(comp))), None)? {
+                None => Outcome::NoResource,
+                Some(Sent::All) => Outcome::DONE,
+                Some(Sent::Queued) => Outcome::InProgress,
+            },
+        )
+    }
+
+    fn put_short(&mut self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
+        check_len(data.len(), MAX_SHORT)?;
+        rkey.check(remote_addr, data.len())?;
+        let hdr = FrameHeader::new(Kind::Put, 0, data.len()).to_bytes();
+        let mut sub = [0u8; PutHdr::LEN];
+        PutHdr {
+            req_id: 0,
+            remote_addr,
+            key: rkey.tl_value,
+        }
+        .encode(&mut sub);
+        Ok(match self.send(&[&hdr, &sub, data], None, None)? {
+            None => Outcome::NoResource,
+            Some(_) => {
+                self.note_put();
+                Outcome::DONE
+            }
+        })
+    }
+
+    fn put_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        pack: F,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome<usize>> {
+        let mut sub = [0u8; PutHdr::LEN];
+        PutHdr {
+            req_id: 0,
+            remote_addr,
+            key: rkey.tl_value,
+        }
+        .encode(&mut sub);
+        let r = self.bcopy(Kind::Put, 0, &sub, pack, |len| {
+            rkey.check(remote_addr, len).map(|_| ())
+        })?;
+        if r.is_done() {
+            self.note_put();
+        }
+        Ok(r)
+    }
+
+    fn put_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: CompletionId,
+    ) -> Result<Outcome> {
+        let total = Iov::total_len(iov);
+        check_len(total, wire::MAX_RMA)?;
+        rkey.check(remote_addr, total)?;
+        let segs = Segs::new(iov)?;
+        let Some(req_id) = self.next_req_id() else {
+            return Ok(Outcome::NoResource);
+        };
+        let hdr = FrameHeader::new(Kind::Put, 0, total).to_bytes();
+        let mut sub = [0u8; PutHdr::LEN];
+        PutHdr {
+            req_id,
+            remote_addr,
+            key: rkey.tl_value,
+        }
+        .encode(&mut sub);
+        Ok(
+            match self.send(
+                &[&hdr, &sub],
+                Some((segs, None)),
+                Some(Req::PutZcopy { comp }),
+            )? {
+                None => Outcome::NoResource,
+                Some(_) => Outcome::InProgress,
+            },
+        )
+    }
+
+    fn get_bcopy(
+        &mut self,
+        len: usize,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: CompletionId,
+        unpack: &mut dyn FnMut(&[u8]),
+    ) -> Result<Outcome> {
+        // A get over tcp is a round trip: the data always arrive later, through the sink.
+        let _ = unpack;
+        check_len(len, MAX_BCOPY)?;
+        self.get(len, remote_addr, rkey, || Ok(Req::GetBcopy { len, comp }))
+    }
+
+    fn get_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: CompletionId,
+    ) -> Result<Outcome> {
+        let total = Iov::total_len(iov);
+        check_len(total, wire::MAX_RMA)?;
+        self.get(total, remote_addr, rkey, || {
+            Ok(Req::GetZcopy {
+                segs: Segs::new(iov)?,
+                comp,
+            })
+        })
+    }
+
+    fn atomic32_post(
+        &mut self,
+        op: AtomicOp,
+        value: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        self.atomic(
+            op,
+            4,
+            AtomicMode::Post,
+            value as u64,
+            0,
+            remote_addr,
+            rkey,
+            None,
+        )
+    }
+    fn atomic64_post(
+        &mut self,
+        op: AtomicOp,
+        value: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        self.atomic(op, 8, AtomicMode::Post, value, 0, remote_addr, rkey, None)
+    }
+    fn atomic32_fetch(
+        &mut self,
+        op: AtomicOp,
+        value: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: CompletionId,
+    ) -> Result<Outcome<u32>> {
+        Ok(self
+            .atomic(
+                op,
+                4,
+                AtomicMode::Fetch,
+                value as u64,
+                0,
+                remote_addr,
+                rkey,
+                Some(comp),
+            )?
+            .map_never())
+    }
+    fn atomic64_fetch(
+        &mut self,
+        op: AtomicOp,
+        value: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        Ok(self
+            .atomic(
+                op,
+                8,
+                AtomicMode::Fetch,
+                value,
+                0,
+                remote_addr,
+                rkey,
+                Some(comp),
+            )?
+            .map_never())
+    }
+    fn atomic_cswap32(
+        &mut self,
+        compare: u32,
+        swap: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: CompletionId,
+    ) -> Result<Outcome<u32>> {
+        Ok(self
+            .atomic(
+                AtomicOp::Swap,
+                4,
+                AtomicMode::Cswap,
+                swap as u64,
+                compare as u64,
+                remote_addr,
+                rkey,
+                Some(comp),
+            )?
+            .map_never())
+    }
+    fn atomic_cswap64(
+        &mut self,
+        compare: u64,
+        swap: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        Ok(self
+            .atomic(
+                AtomicOp::Swap,
+                8,
+                AtomicMode::Cswap,
+                swap,
+                compare,
+                remote_addr,
+                rkey,
+                Some(comp),
+            )?
+            .map_never())
+    }
+
+    fn flush(&mut self, comp: CompletionId) -> Result<Outcome> {
+        let (req_id, put_seq) = {
+            let mut g = self.inner.borrow_mut();
+            let c = &mut g.conns[self.key];
+            c.check_usable()?;
+            if c.tx.is_empty() && c.reqs.is_empty() && c.put_seq == c.acked_seq {
+                return match c.deferred_err.take() {
+                    Some(e) => Err(e),
+                    None => Ok(Outcome::DONE),
+                };
+            }
+            if c.reqs.len() >= MAX_REQS {
+                return Ok(Outcome::NoResource);
+            }
+            (c.reqs.vacant_key() as u64 + 1, c.put_seq)
+        };
+        let mut f = [0u8; FrameHeader::LEN + FlushReq::LEN];
+        FrameHeader::new(Kind::FlushReq, 0, 0).encode(&mut f);
+        FlushReq { req_id }.encode(&mut f[FrameHeader::LEN..]);
+        let req = Req::Flush {
+            comp: Some(comp),
+            iface_flush: None,
+            put_seq,
+        };
+        Ok(match self.send(&[&f], None, Some(req))? {
+            None => Outcome::NoResource,
+            Some(_) => Outcome::InProgress,
+        })
+    }
+
+    fn fence(&mut self) -> Result<()> {
+        // One ordered stream per endpoint, applied in order by the target: already fenced.
+        Ok(())
+    }
+
+    fn pending_add(&mut self, req: PendingId) -> Result<()> {
+        let mut g = self.inner.borrow_mut();
+        let c = &mut g.conns[self.key];
+        c.check_usable()?;
+        if c.pending.is_empty() && c.has_room() {
+            return Err(Error::Busy(
+                "the endpoint has send resources now: retry the operation".into(),
+            ));
+        }
+        c.pending.push_back(req);
+        Ok(())
+    }
+
+    fn pending_purge(&mut self, f: &mut dyn FnMut(PendingId)) {
+        let reqs: Vec<PendingId> = {
+            let mut g = self.inner.borrow_mut();
+            g.conns[self.key].pending.drain(..).collect()
+        };
+        for r in reqs {
+            f(r);
+        }
+    }
+
+    fn ep_address(&self) -> Result<Vec<u8>> {
+        let g = self.inner.borrow();
+        let c = &g.conns[self.key];
+        if c.conn_id == 0 {
+            return Err(Error::Unsupported(
+                "this tcp endpoint was created connected to an interface; only endpoints from \
+                 ep_create have an address"
+                    .into(),
+            ));
+        }
+        Ok(EpAddr {
+            iface: g.local,
+            conn_id: c.conn_id,
+        }
+        .encode())
+    }
+
+    fn connect_to_ep(&mut self, dev_addr: &[u8], ep_addr: &[u8]) -> Result<()> {
+        let _ = DevAddr::decode(dev_addr)?;
+        let peer = EpAddr::decode(ep_addr)?;
+        let mut g = self.inner.borrow_mut();
+        let local = g.local;
+        let c = &mut g.conns[self.key];
+        if c.conn_id == 0 {
+            return Err(Error::InvalidParam(
+                "connect_to_ep on an endpoint created connected to an interface".into(),
+            ));
+        }
+        match &c.state {
+            ConnState::Idle => {}
+            ConnState::Connected if c.peer_conn_id == peer.conn_id => return Ok(()),
+            ConnState::Failed(e) => return Err(e.clone()),
+            _ => {
+                return Err(Error::InvalidParam(
+                    "the tcp endpoint is already connected".into(),
+                ))
+            }
+        }
+        let me = (u32::from(local.ip), local.port, c.conn_id);
+        let them = (u32::from(peer.iface.ip), peer.iface.port, peer.conn_id);
+        if me == them {
+            return Err(Error::InvalidParam(
+                "connect_to_ep with the endpoint's own address".into(),
+            ));
+        }
+        c.peer_conn_id = peer.conn_id;
+        if me < them {
+            // We dial; the peer's endpoint waits for our hello.
+            let hello = Hello {
+                mode: HelloMode::Ep,
+                src_conn_id: c.conn_id,
+                dst_conn_id: peer.conn_id,
+                src_ip: u32::from(local.ip),
+                src_port: local.port,
+            };
+            g.dial(self.key, peer.iface.socket_addr(), hello)
+        } else {
+            c.state = ConnState::Waiting;
+            Ok(())
+        }
+    }
+}
+
+/// `Outcome<()>` of an operation that never finishes inline, as another value type.
+trait MapNever {
+    fn map_never<T>(self) -> Outcome<T>;
+}
+
+impl MapNever for Outcome<()> {
+    fn map_never<T>(self) -> Outcome<T> {
+        match self {
+            Outcome::NoResource => Outcome::NoResource,
+            _ => Outcome::InProgress,
+        }
+    }
+}
