@@ -3,6 +3,8 @@
 # one VM boot:
 #   - the uct rc_verbs tests, including the conformance suite (`uct ... rc_verbs`),
 #   - the allocation-counting test of the rc_verbs data path (`rc_verbs_no_alloc`),
+#   - dead-peer detection with the default timeout and retry count (about 8 s),
+#   - `rucx-info -d` listing rxe0:1 with its details,
 #   - the RoCE v2 GID auto-selection and RUCX_IB_GID_INDEX override (uct_hello_world -h),
 #   - the uct_hello_world pair `-d rxe0:1 -t rc_verbs` with -i, -b and -z,
 # then prints one PASS/FAIL line per check and a summary. Exits non-zero if anything failed.
@@ -45,6 +47,8 @@ NO_ALLOC="$(test_exe rc_verbs_no_alloc --test rc_verbs_no_alloc)"
 [[ -x "$NO_ALLOC" ]] || die "could not build the rc_verbs_no_alloc test"
 timeout 1200 cargo build -q -p rucx-examples --bin uct_hello_world || die "could not build uct_hello_world"
 HELLO="$ROOT/target/debug/uct_hello_world"
+timeout 1200 cargo build -q -p perftest --bin rucx-info || die "could not build rucx-info"
+INFO="$ROOT/target/debug/rucx-info"
 
 WORK="$(mktemp -d /tmp/rdma-vm-ci.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
@@ -74,12 +78,18 @@ hello() {
 ibv_devinfo -d rxe0 | grep -E "state|active_mtu|link_layer"
 check uct_rc_verbs_tests timeout 300 $(basename "$UCT_TESTS") rc_verbs --test-threads=2
 check rc_verbs_no_alloc timeout 120 $(basename "$NO_ALLOC")
+check dead_peer_default_timeouts timeout 120 $(basename "$UCT_TESTS") dead_peer_with_default_timeouts --ignored
 gid_override() {
     RUCX_IB_GID_INDEX=0 uct_hello_world -h | grep "rc_verbs" | tee /dev/stderr | grep -q "GID index 0 (fe80:" &&
         uct_hello_world -h | grep -q "GID index 1 (::ffff:10.83.0.1)" &&
         RUCX_IB_GID_INDEX=5000 uct_hello_world -h | grep "rc_verbs" | tee /dev/stderr | grep -q "RUCX_IB_GID_INDEX=5000 is outside"
 }
 check gid_index_auto_and_override gid_override
+rucx_info() {
+    rucx-info -d | tee /tmp/info.out | grep -A3 "rc_verbs" | head -8
+    grep -q "rxe0:1" /tmp/info.out && grep -q "GID index 1" /tmp/info.out
+}
+check rucx_info_lists_rxe rucx_info
 check hello_world_am_short hello -i 13401
 check hello_world_am_bcopy hello -b 13402
 check hello_world_am_zcopy hello -z 13403
@@ -87,7 +97,7 @@ EOF
 chmod +x "$WORK/vm-checks.sh"
 
 say "booting the VM and running the checks"
-"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$NO_ALLOC" -f "$HELLO" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
+"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$NO_ALLOC" -f "$HELLO" -f "$INFO" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
 vm_rc=${PIPESTATUS[0]}
 
 echo
@@ -95,7 +105,7 @@ echo "=== rc_verbs inside the Soft-RoCE VM: summary"
 pass=$(grep -c '^@@CHECK .* PASS$' "$WORK/out")
 fail=$(grep -c '^@@CHECK .* FAIL' "$WORK/out")
 grep '^@@CHECK ' "$WORK/out" | sed 's/^@@CHECK /  /'
-expected=6
+expected=8
 if ((pass + fail < expected)); then
     say "only $((pass + fail)) of $expected checks reported (VM exit $vm_rc)"
     fail=$((fail + expected - pass - fail))

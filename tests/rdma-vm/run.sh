@@ -64,7 +64,7 @@ LOGLEVEL=1
 set +e
 timeout -k 5 "$TIMEOUT" qemu-system-x86_64 -accel tcg -machine q35 -cpu max -smp "${RDMA_VM_SMP:-2}" -m "$MEM" \
     -kernel "$CACHE/vmlinux" -initrd "$WORK/initrd" \
-    -append "console=ttyS0 rdinit=/init loglevel=$LOGLEVEL panic=-1 mitigations=off tsc=reliable nokaslr" \
+    -append "console=ttyS0 rdinit=/init loglevel=$LOGLEVEL panic=-1 mitigations=off nokaslr" \
     -nic none -display none -serial stdio -monitor none -no-reboot </dev/null 2>"$WORK/qemu.err" |
     tr -d '\r' | awk -v verbose="${RDMA_VM_VERBOSE:-0}" -v rcfile="$WORK/rc" '
         /^@@RDMAVM-EXIT [0-9]+@@$/ { rc = $2; sub(/@@$/, "", rc); print rc > rcfile; inside = 0; next }

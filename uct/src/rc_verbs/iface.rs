@@ -605,6 +605,12 @@ impl RcVerbsIface {
         for wc in &wcs[..n] {
             let (key, gen, seq) = split_wr_id(wc.wr_id);
             let ok = wc.status == ffi::IBV_WC_SUCCESS;
+            tracing::trace!(
+                ep = key,
+                seq,
+                status = wc.status,
+                "rc_verbs send completion"
+            );
             {
                 let mut inner = self.inner.borrow_mut();
                 if inner.ep(key, gen).is_none() {
@@ -956,7 +962,7 @@ fn random_psn(qpn: u32) -> u32 {
 }
 
 /// Appends a flush marker to endpoint `k`: after its last work request when that one is
-/// signaled, else behind a new signaled zero-length RDMA WRITE.
+/// signaled, else behind a new signaled 8-byte credit write.
 fn ep_flush_marker(inner: &mut Inner, k: usize, kind: TxKind) -> Result<()> {
     let ep = &mut inner.eps[k];
     if ep.last_wqe_signaled {
@@ -971,14 +977,33 @@ fn ep_flush_marker(inner: &mut Inner, k: usize, kind: TxKind) -> Result<()> {
     let remote = ep
         .remote
         .ok_or_else(|| Error::InvalidParam("rc_verbs endpoint is not connected yet".into()))?;
+    // A signaled 8-byte write of our credit count (always valid to repeat) rather than a
+    // zero-length write: rxe never retransmits nor times out a zero-length RDMA WRITE whose
+    // peer is gone, so the flush would hang instead of failing.
+    let src = ep.credit.base().wrapping_add(8).cast::<u64>();
+    // SAFETY: word 1 of our registered credit page, written only by us (see maybe_send_credits).
+    unsafe { std::ptr::write_volatile(src, ep.rx_reposted) };
+    let mut sge = ibv_sge {
+        addr: src as u64,
+        length: 8,
+        lkey: ep.credit.mr.lkey(),
+    };
     let mut wr = ibv_send_wr {
-        sg_list: std::ptr::null_mut(),
-        num_sge: 0,
+        sg_list: &mut sge,
+        num_sge: 1,
         opcode: ffi::IBV_WR_RDMA_WRITE,
         ..Default::default()
     };
     wr.set_rdma(remote.credit_addr, remote.credit_rkey);
-    inner.post(k, &mut wr, kind, true)
+    let reposted = ep.rx_reposted;
+    tracing::trace!(
+        ep = k,
+        seq = ep.next_seq,
+        "rc_verbs flush: signaled credit write"
+    );
+    inner.post(k, &mut wr, kind, true)?;
+    inner.eps[k].rx_reported = reposted;
+    Ok(())
 }
 
 /// An rc_verbs endpoint: one RC queue pair.

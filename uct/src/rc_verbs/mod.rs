@@ -52,85 +52,87 @@ pub struct RcVerbs;
 
 /// `RUCX_IB_GID_INDEX`: GID table index to use (`auto`: the RoCE v2 IPv4-mapped entry on RoCE, 0
 /// on InfiniBand).
-pub static GID_INDEX: ConfigVar = ConfigVar {
+pub const GID_INDEX: ConfigVar = ConfigVar {
     name: "IB_GID_INDEX",
     default: "auto",
     doc: "GID table index for RoCE/IB addressing; auto picks the RoCE v2 IPv4-mapped entry",
 };
 /// `RUCX_RC_TX_QUEUE_LEN`: send queue depth of each QP.
-pub static TX_QUEUE_LEN: ConfigVar = ConfigVar {
+pub const TX_QUEUE_LEN: ConfigVar = ConfigVar {
     name: "RC_TX_QUEUE_LEN",
     default: "128",
     doc: "send work requests outstanding per rc_verbs endpoint",
 };
 /// `RUCX_RC_RX_QUEUE_LEN`: receive buffers posted per endpoint (the peer's send credits).
-pub static RX_QUEUE_LEN: ConfigVar = ConfigVar {
+pub const RX_QUEUE_LEN: ConfigVar = ConfigVar {
     name: "RC_RX_QUEUE_LEN",
     default: "64",
     doc: "receive buffers per rc_verbs endpoint (active-message credits of the peer)",
 };
 /// `RUCX_RC_SEG_SIZE`: size of a send or receive buffer (largest active message + 1).
-pub static SEG_SIZE: ConfigVar = ConfigVar {
+pub const SEG_SIZE: ConfigVar = ConfigVar {
     name: "RC_SEG_SIZE",
     default: "8k",
     doc: "rc_verbs bounce/receive buffer size; bounds am_bcopy/am_zcopy and put/get_bcopy",
 };
 /// `RUCX_RC_TX_BUFS`: bounce buffers per interface.
-pub static TX_BUFS: ConfigVar = ConfigVar {
+pub const TX_BUFS: ConfigVar = ConfigVar {
     name: "RC_TX_BUFS",
     default: "256",
     doc: "registered send bounce buffers per rc_verbs interface",
 };
 /// `RUCX_RC_TX_MODERATION`: signal one send in N.
-pub static TX_MODERATION: ConfigVar = ConfigVar {
+pub const TX_MODERATION: ConfigVar = ConfigVar {
     name: "RC_TX_MODERATION",
     default: "16",
     doc: "request a send completion every N work requests (completion moderation)",
 };
 /// `RUCX_RC_MAX_INLINE`: inline data requested per QP.
-pub static MAX_INLINE: ConfigVar = ConfigVar {
+pub const MAX_INLINE: ConfigVar = ConfigVar {
     name: "RC_MAX_INLINE",
     default: "128",
     doc: "bytes sent inline in the work request (bounds am_short and put_short)",
 };
 /// `RUCX_RC_CQ_LEN`: completion-queue length (bounds the number of endpoints).
-pub static CQ_LEN: ConfigVar = ConfigVar {
+pub const CQ_LEN: ConfigVar = ConfigVar {
     name: "RC_CQ_LEN",
     default: "8192",
     doc: "entries of each rc_verbs completion queue (endpoints x queue length must fit)",
 };
 /// `RUCX_RC_TIMEOUT`: transport retry timeout.
-pub static TIMEOUT: ConfigVar = ConfigVar {
+pub const TIMEOUT: ConfigVar = ConfigVar {
     name: "RC_TIMEOUT",
     default: "1s",
     doc: "RC ack timeout before a retransmission (rounded to 4.096us x 2^n)",
 };
-/// `RUCX_RC_RETRY_COUNT`: transport retries before the endpoint fails.
-pub static RETRY_COUNT: ConfigVar = ConfigVar {
+/// `RUCX_RC_RETRY_COUNT`: transport retries before the endpoint fails. The default is 6, not
+/// UCX's 7: Soft-RoCE (rxe) treats 7 as "retry forever", so a dead peer would never be reported.
+pub const RETRY_COUNT: ConfigVar = ConfigVar {
     name: "RC_RETRY_COUNT",
-    default: "7",
-    doc: "RC retransmissions before the endpoint fails (0-7)",
+    default: "6",
+    doc: "RC retransmissions before the endpoint fails (0-7; rxe retries forever with 7)",
 };
 /// `RUCX_RC_RNR_RETRY_COUNT`: receiver-not-ready retries (7 = forever).
-pub static RNR_RETRY_COUNT: ConfigVar = ConfigVar {
+pub const RNR_RETRY_COUNT: ConfigVar = ConfigVar {
     name: "RC_RNR_RETRY_COUNT",
     default: "7",
     doc: "RC receiver-not-ready retries (0-7, 7 means unlimited)",
 };
 
-/// Every rc_verbs configuration variable.
-pub static CONFIG_VARS: &[&ConfigVar] = &[
-    &GID_INDEX,
-    &TX_QUEUE_LEN,
-    &RX_QUEUE_LEN,
-    &SEG_SIZE,
-    &TX_BUFS,
-    &TX_MODERATION,
-    &MAX_INLINE,
-    &CQ_LEN,
-    &TIMEOUT,
-    &RETRY_COUNT,
-    &RNR_RETRY_COUNT,
+/// Every rc_verbs configuration variable, registered with `ucs::config::register` when the
+/// transport is queried or opened (so the unknown-variable check knows them).
+pub static RC_VERBS_VARS: [ConfigVar; 11] = [
+    GID_INDEX,
+    TX_QUEUE_LEN,
+    RX_QUEUE_LEN,
+    SEG_SIZE,
+    TX_BUFS,
+    TX_MODERATION,
+    MAX_INLINE,
+    CQ_LEN,
+    TIMEOUT,
+    RETRY_COUNT,
+    RNR_RETRY_COUNT,
 ];
 
 fn uint_var(v: &ConfigVar, min: u64, max: u64) -> Result<u64> {
@@ -609,6 +611,7 @@ impl Transport for RcVerbs {
     type Ep = RcVerbsEp;
 
     fn devices() -> std::result::Result<Vec<DeviceInfo>, String> {
+        ucs::config::register(&RC_VERBS_VARS);
         let names = ffi::device_list().map_err(|e| e.to_string())?;
         if names.is_empty() {
             return Err("no RDMA devices found (libibverbs lists none)".into());
@@ -669,6 +672,7 @@ impl Transport for RcVerbs {
     }
 
     fn open_md(device: &str) -> Result<RcVerbsMd> {
+        ucs::config::register(&RC_VERBS_VARS);
         RcVerbsMd::open(device)
     }
 

@@ -6,6 +6,7 @@ use super::*;
 use crate::{AtomicOp, Endpoint, EpId, EventFlags, EventSink, Iface, IfaceFlags, Iov};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
+use ucs::config::ConfigVar;
 use ucs::Outcome;
 
 fn device() -> Option<String> {
@@ -96,6 +97,40 @@ fn pair(dev: &str, cfg: RcConfig) -> Pair {
     a.connect_to_ep(&da, &ba).unwrap();
     b.connect_to_ep(&da, &aa).unwrap();
     Pair { md, iface, a, b }
+}
+
+#[test]
+fn config_vars_are_registered() {
+    let _ = RcVerbs::devices();
+    for v in RC_VERBS_VARS.iter() {
+        assert!(
+            ucs::config::find(v.name).is_some(),
+            "{} not registered",
+            v.name
+        );
+        assert!(!v.doc.is_empty());
+    }
+    assert!(ucs::config::find("RUCX_IB_GID_INDEX").is_some());
+}
+
+#[test]
+fn bad_config_values_name_the_variable() {
+    const V: ConfigVar = ConfigVar {
+        name: "RC_TEST_ONLY_RANGE",
+        default: "5",
+        doc: "test",
+    };
+    assert_eq!(uint_var(&V, 1, 10).unwrap(), 5);
+    std::env::set_var("RUCX_RC_TEST_ONLY_RANGE", "11");
+    let err = uint_var(&V, 1, 10).unwrap_err().to_string();
+    std::env::set_var("RUCX_RC_TEST_ONLY_RANGE", "auto");
+    let err_auto = uint_var(&V, 1, 10).unwrap_err().to_string();
+    std::env::remove_var("RUCX_RC_TEST_ONLY_RANGE");
+    assert!(
+        err.contains("RUCX_RC_TEST_ONLY_RANGE") && err.contains("1..=10"),
+        "{err}"
+    );
+    assert!(err_auto.contains("not auto"), "{err_auto}");
 }
 
 #[test]
@@ -777,4 +812,50 @@ fn full_send_queue_gives_no_resource_then_pending_resumes() {
     let mut v = [0u8; 8];
     target.read(0, &mut v).unwrap();
     assert_eq!(u64::from_le_bytes(v), 99, "writes land in order");
+}
+
+/// A peer that received everything and then died is detected by the flush with the default
+/// timeout/retry configuration (run by hand with `--ignored`: it takes about 7 s; with
+/// `RUCX_RC_RETRY_COUNT=7` rxe retries forever and this fails).
+#[test]
+#[ignore]
+fn dead_peer_with_default_timeouts() {
+    let Some(dev) = device() else { return };
+    let md = RcVerbs::open_md(&dev).unwrap();
+    let cfg = RcConfig::from_env().unwrap();
+    println!(
+        "timeout exponent {}, retries {}",
+        cfg.timeout, cfg.retry_count
+    );
+    let mut i1 = RcVerbsIface::open(&md, &dev, cfg.clone()).unwrap();
+    let mut i2 = RcVerbsIface::open(&md, &dev, cfg).unwrap();
+    let mut a = i1.ep_create().unwrap();
+    let mut b = i2.ep_create().unwrap();
+    let (aa, ba) = (a.ep_address().unwrap(), b.ep_address().unwrap());
+    a.connect_to_ep(i2.device_address(), &ba).unwrap();
+    b.connect_to_ep(i1.device_address(), &aa).unwrap();
+    let mut sink = Sink::default();
+    assert_eq!(a.am_short(1, 1, b"x").unwrap(), Outcome::DONE);
+    let mut s2 = Sink::default();
+    wait(&mut i2, &mut s2, "message", |s| !s.ams.is_empty());
+    drop(b);
+    drop(i2);
+    let start = Instant::now();
+    assert_eq!(a.flush(5).unwrap(), Outcome::InProgress);
+    let mut done = false;
+    while start.elapsed() < Duration::from_secs(60) && !done {
+        i1.progress(&mut sink);
+        done = sink.comps.iter().any(|c| c.0 == 5);
+    }
+    println!(
+        "flush completion after {:?}: {:?}; errors {:?}",
+        start.elapsed(),
+        sink.comps,
+        sink.errors
+    );
+    assert!(
+        done,
+        "a dead peer must be detected with the default retry count"
+    );
+    assert!(sink.comps.iter().find(|c| c.0 == 5).unwrap().1.is_err());
 }
