@@ -822,6 +822,9 @@ mod tests {
         });
     }
 
+    /// Active messages a handler received: (user header, data).
+    type Inbox = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+
     /// Counts a sender thread as finished when it ends (also by a failed assertion).
     struct Finished<'a>(&'a std::sync::atomic::AtomicU64);
 
@@ -917,7 +920,7 @@ mod tests {
         let b = MtWorker::new(&ctx(f)).expect("b");
         let ab = a.ep_create(b.address(), None).expect("ep a->b");
         let ba = b.ep_create(a.address(), None).expect("ep b->a");
-        let inbox: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>> = Arc::default();
+        let inbox: Inbox = Arc::default();
         let sink = inbox.clone();
         b.am_set_handler(
             9,
