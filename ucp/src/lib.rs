@@ -43,7 +43,7 @@ pub use address::{TlAddress, WorkerAddress};
 pub use config::UcpConfig;
 pub use context::{Context, ContextParams, Features};
 pub use listener::{ConnRequest, Listener};
-pub use mt::{MtAmHandler, MtErrHandler, MtRequest, MtWorker};
+pub use mt::{MtAmHandler, MtErrHandler, MtMem, MtRequest, MtWorker};
 pub use request::{Completion, Op, Request};
 pub use rma::{MemMap, Rkey};
 pub use tag_match::EXACT as TAG_MASK_EXACT;

@@ -31,6 +31,25 @@
 //! the completion. `MtWorker` and `MtRequest` are `Send + Sync` by auto-traits (checked at
 //! compile time below); nothing requires `Worker: Send`.
 //!
+//! The compiler rejects letting a thread-bound value out, for example a [`MemMap`] (it shares
+//! `Rc` state with its worker; [`MtWorker::mem_map`] keeps it on the progress thread and hands
+//! out an [`MtMem`] id instead):
+//!
+//! ```compile_fail,E0277
+//! fn leak(mt: &ucp::MtWorker) {
+//!     let _map = mt.with(|w| w.mem_map(4096));
+//! }
+//! ```
+//!
+//! or a handler that is not `Send`:
+//!
+//! ```compile_fail,E0277
+//! fn handler(mt: &ucp::MtWorker) {
+//!     let counter = std::rc::Rc::new(std::cell::Cell::new(0));
+//!     let _ = mt.am_set_handler(1, Box::new(move |_, _, _| counter.set(counter.get() + 1)));
+//! }
+//! ```
+//!
 //! ## Progress and sleeping
 //! The progress thread runs queued commands, calls [`Worker::progress`] and hands finished
 //! requests to their waiters. When idle it spins briefly, then sleeps in `poll(2)` on the worker's
@@ -51,8 +70,10 @@
 //! `Error::Busy` instead of deadlocking.
 
 use crate::request::{Completion, Op, Request};
+use crate::rma::{MemMap, Rkey};
 use crate::worker::{CloseMode, EpHandle, EpParams, Message, ProbeInfo, Worker};
 use crate::Context;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -82,6 +103,9 @@ const POLL_SLEEP: Duration = Duration::from_millis(1);
 
 /// What the progress thread owns: the worker and the requests it still has to hand back.
 struct Engine {
+    /// Mappings made through [`MtWorker::mem_map`], by id (dropped before the worker).
+    maps: HashMap<u64, MemMap>,
+    next_map: u64,
     worker: Worker,
     pending: Vec<(Request, Reply<Completion>)>,
 }
@@ -386,20 +410,7 @@ impl MtWorker {
         R: Send + 'static,
         F: FnOnce(&mut Worker) -> R + Send + 'static,
     {
-        if self.shared.on_progress_thread() {
-            return Err(Error::Busy(
-                "a blocking MtWorker call from its own progress thread (a handler) would deadlock"
-                    .into(),
-            ));
-        }
-        let slot = Slot::new();
-        let reply = Reply(Some(slot.clone()));
-        let cmd: Cmd = Box::new(move |e: &mut Engine| reply.send(f(&mut e.worker)));
-        self.shared.push(cmd).map_err(|_| stopped())?;
-        match slot.take(None) {
-            Ok(Some(v)) => Ok(v),
-            _ => Err(stopped()),
-        }
+        self.with_engine(move |e| f(&mut e.worker))
     }
 
     /// Submits an operation that gives an [`Op`] (the form of every non-blocking [`Worker`]
@@ -499,6 +510,126 @@ impl MtWorker {
     pub fn flush(&self) -> MtRequest {
         self.submit(|w| w.flush())
     }
+
+    /// Flushes one endpoint: completes when everything sent on it completed remotely.
+    pub fn ep_flush(&self, ep: EpHandle) -> MtRequest {
+        self.submit(move |w| w.ep_flush(ep))
+    }
+
+    /// Maps `len` bytes for remote access (see [`Worker::mem_map`]). The [`MemMap`] itself is
+    /// thread-bound and stays on the progress thread; the caller gets an [`MtMem`] naming it,
+    /// with the address and packed rkey a peer needs. Release it with [`MtWorker::mem_unmap`]
+    /// (or when the worker stops).
+    pub fn mem_map(&self, len: usize) -> Result<MtMem> {
+        self.with_engine(move |e| {
+            let m = e.worker.mem_map(len)?;
+            let id = e.next_map;
+            e.next_map += 1;
+            let mem = MtMem {
+                id,
+                address: m.address(),
+                len: m.len(),
+                rkey: m.rkey_packed().to_vec(),
+            };
+            e.maps.insert(id, m);
+            Ok(mem)
+        })?
+    }
+
+    /// Releases a mapping made by [`MtWorker::mem_map`]; gives `InvalidParam` for an unknown
+    /// or already released one.
+    pub fn mem_unmap(&self, mem: MtMem) -> Result<()> {
+        self.with_engine(move |e| {
+            e.maps
+                .remove(&mem.id)
+                .map(drop)
+                .ok_or_else(|| unknown_map(mem.id))
+        })?
+    }
+
+    /// Copies `len` bytes at `offset` out of a mapping.
+    pub fn mem_read(&self, mem: &MtMem, offset: usize, len: usize) -> Result<Vec<u8>> {
+        let id = mem.id;
+        self.with_engine(move |e| {
+            let m = e.maps.get(&id).ok_or_else(|| unknown_map(id))?;
+            let mut out = vec![0; len];
+            m.read(offset, &mut out)?;
+            Ok(out)
+        })?
+    }
+
+    /// Copies `data` into a mapping at `offset`.
+    pub fn mem_write(&self, mem: &MtMem, offset: usize, data: Vec<u8>) -> Result<()> {
+        let id = mem.id;
+        self.with_engine(move |e| {
+            e.maps
+                .get(&id)
+                .ok_or_else(|| unknown_map(id))?
+                .write(offset, &data)
+        })?
+    }
+
+    /// Unpacks a peer's packed rkey for `ep` (see [`Worker::rkey_unpack`]). An [`Rkey`] is plain
+    /// data naming the endpoint and the transports' remote keys; the worker checks it against
+    /// the endpoint on every use.
+    pub fn rkey_unpack(&self, ep: EpHandle, packed: &[u8]) -> Result<Rkey> {
+        let packed = packed.to_vec();
+        self.with(move |w| w.rkey_unpack(ep, &packed))?
+    }
+
+    /// Writes `data` to `remote_addr` of the peer's mapping (local completion:
+    /// [`MtWorker::ep_flush`] for remote completion).
+    pub fn put(&self, ep: EpHandle, data: Vec<u8>, remote_addr: u64, rkey: Rkey) -> MtRequest {
+        self.submit(move |w| w.put(ep, &data, remote_addr, &rkey))
+    }
+
+    /// Reads `buf.len()` bytes at `remote_addr` of the peer's mapping into `buf` (given back in
+    /// the completion).
+    pub fn get(&self, ep: EpHandle, buf: Vec<u8>, remote_addr: u64, rkey: Rkey) -> MtRequest {
+        self.submit(move |w| w.get(ep, buf, remote_addr, &rkey))
+    }
+
+    /// Runs `f` with the engine (worker plus the mappings it keeps) on the progress thread.
+    fn with_engine<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Engine) -> R + Send + 'static,
+    {
+        if self.shared.on_progress_thread() {
+            return Err(reentry());
+        }
+        let slot = Slot::new();
+        let reply = Reply(Some(slot.clone()));
+        let cmd: Cmd = Box::new(move |e: &mut Engine| reply.send(f(e)));
+        self.shared.push(cmd).map_err(|_| stopped())?;
+        match slot.take(None) {
+            Ok(Some(v)) => Ok(v),
+            _ => Err(stopped()),
+        }
+    }
+}
+
+/// A mapping of an [`MtWorker`] (see [`MtWorker::mem_map`]): an id the worker resolves on every
+/// use, plus what a peer needs to access it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MtMem {
+    id: u64,
+    /// Start address of the mapping (the base for a peer's `remote_addr`).
+    pub address: u64,
+    /// Its length in bytes.
+    pub len: usize,
+    /// The packed remote keys, for a peer's `rkey_unpack`.
+    pub rkey: Vec<u8>,
+}
+
+fn unknown_map(id: u64) -> Error {
+    Error::InvalidParam(format!("MtMem {id} is not a live mapping of this MtWorker"))
+}
+
+fn reentry() -> Error {
+    Error::Busy(
+        "a blocking MtWorker call from its own progress thread (a handler) would deadlock".into(),
+    )
 }
 
 impl Drop for MtWorker {
@@ -554,9 +685,7 @@ impl MtRequest {
     /// canceled any more). Blocks until the worker has handled the cancel.
     pub fn cancel(&self) -> Result<bool> {
         if self.shared.on_progress_thread() {
-            return Err(Error::Busy(
-                "a blocking MtWorker call from its own progress thread would deadlock".into(),
-            ));
+            return Err(reentry());
         }
         let target = self.slot.clone();
         let slot = Slot::new();
@@ -640,13 +769,17 @@ fn run(ctx: Context, shared: Arc<Shared>, ready: Ready) {
     let _ = ready.send(Ok((worker.address().to_vec(), worker.uuid())));
     drop(ready);
     let mut eng = Engine {
+        maps: HashMap::new(),
+        next_map: 1,
         worker,
         pending: Vec::new(),
     };
     let mut idle = 0u32;
     loop {
         let mut n = 0;
-        while let Some(cmd) = shared.queue.pop() {
+        // At most one queue's worth per round, so steady submitters cannot starve progress.
+        while n < QUEUE_DEPTH {
+            let Some(cmd) = shared.queue.pop() else { break };
             cmd(&mut eng);
             n += 1;
         }
@@ -978,6 +1111,88 @@ mod tests {
         let rx = a.tag_recv(vec![0; 8], 5, TAG_MASK_EXACT);
         drop(a);
         let c = done(rx, "receive of a stopped worker");
+        assert_eq!(c.status, Err(Error::Canceled));
+    }
+
+    /// RMA from several threads: puts into a peer's mapping, flush, read back; gets; a
+    /// released mapping id gives a typed error.
+    #[test]
+    fn mt_rma_put_get_from_threads() {
+        let rma_ctx = || {
+            Context::new(ContextParams {
+                features: Features::TAG | Features::RMA | Features::WAKEUP,
+                config: Some(UcpConfig {
+                    tls: vec!["posix".into(), "cma".into()],
+                    ..Default::default()
+                }),
+            })
+            .expect("context")
+        };
+        let a = MtWorker::new(&rma_ctx()).expect("a");
+        let b = MtWorker::new(&rma_ctx()).expect("b");
+        let mem = a.mem_map(THREADS as usize * 4096).expect("mem_map");
+        assert_eq!(mem.len, THREADS as usize * 4096);
+        let ba = b.ep_create(a.address(), None).expect("ep b->a");
+        let deadline = Instant::now() + WATCHDOG;
+        let rkey = loop {
+            match b.rkey_unpack(ba, &mem.rkey) {
+                Ok(k) => break k,
+                Err(Error::Busy(_)) => assert!(Instant::now() < deadline, "watchdog: wire-up"),
+                Err(e) => panic!("rkey_unpack: {e}"),
+            }
+            std::thread::yield_now();
+        };
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (b, rkey) = (&b, rkey.clone());
+                let base = mem.address + t * 4096;
+                s.spawn(move || {
+                    let c = done(b.put(ba, pattern(4096, t), base, rkey.clone()), "put");
+                    assert_eq!(c.status, Ok(()));
+                    assert_eq!(done(b.ep_flush(ba), "flush").status, Ok(()));
+                    let c = done(b.get(ba, vec![0; 4096], base, rkey), "get");
+                    assert_eq!(c.status, Ok(()));
+                    assert!(c.buf.unwrap() == pattern(4096, t), "get data differ");
+                });
+            }
+        });
+        for t in 0..THREADS {
+            let got = a.mem_read(&mem, t as usize * 4096, 4096).unwrap();
+            assert!(got == pattern(4096, t), "put data of thread {t} differ");
+        }
+        a.mem_write(&mem, 0, vec![7; 8]).unwrap();
+        assert_eq!(a.mem_read(&mem, 0, 8).unwrap(), vec![7; 8]);
+        assert!(a.mem_read(&mem, mem.len, 1).is_err(), "out of range read");
+        let stale = MtMem {
+            id: mem.id,
+            address: 0,
+            len: 0,
+            rkey: Vec::new(),
+        };
+        a.mem_unmap(mem).unwrap();
+        assert!(matches!(a.mem_unmap(stale), Err(Error::InvalidParam(_))));
+    }
+
+    /// A panicking handler stops the worker: waiters get `Canceled`, later calls an error, and
+    /// nothing hangs.
+    #[test]
+    fn mt_panicking_handler_stops_worker_cleanly() {
+        let f = Features::TAG | Features::AM;
+        let a = MtWorker::new(&ctx(f)).expect("a");
+        let b = MtWorker::new(&ctx(f)).expect("b");
+        a.am_set_handler(
+            3,
+            Box::new(|_, _, _| panic!("handler fails (expected by the test)")),
+        )
+        .unwrap();
+        let ab = a.ep_create(b.address(), None).expect("ep a->b");
+        let rx = a.tag_recv(vec![0; 8], 1, TAG_MASK_EXACT);
+        let ba = b.ep_create(a.address(), None).expect("ep");
+        let _ = done(b.am_send(ba, 3, vec![], vec![1, 2, 3]), "am send");
+        let c = done(rx, "receive of a stopped worker");
+        assert_eq!(c.status, Err(Error::Canceled));
+        assert_eq!(a.with(|w| w.uuid()), Err(Error::Canceled));
+        let c = done(a.tag_send(ab, 1, vec![]), "send");
         assert_eq!(c.status, Err(Error::Canceled));
     }
 }
