@@ -246,3 +246,75 @@ fn ucp_mt_threads_to_plain_peer_over_shm() {
 fn ucp_mt_threads_to_mt_peer_over_shm() {
     run_pair("mt");
 }
+
+/// Measures (does not assert) the multi-thread path in one process over shared memory: the
+/// round-trip latency of one thread's 8-byte tag ping-pong between two MtWorkers, and the
+/// message rate of four threads streaming 8-byte tag messages into one. Run with
+/// `cargo test --release -p rucx-tests --test ucp_mt -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark: prints numbers"]
+fn ucp_mt_bench() {
+    let a = MtWorker::new(&ctx()).expect("a");
+    let b = MtWorker::new(&ctx()).expect("b");
+    let ab = a.ep_create(b.address(), None).expect("ep a->b");
+    let ba = b.ep_create(a.address(), None).expect("ep b->a");
+    let iters = 20_000u64;
+    std::thread::scope(|s| {
+        let b = &b;
+        s.spawn(move || {
+            for i in 0..iters {
+                let c = done(b.tag_recv(vec![0; 8], i, TAG_MASK_EXACT), "pong recv");
+                let _ = done(b.tag_send(ba, i, c.buf.unwrap()), "pong send");
+            }
+        });
+        let t0 = Instant::now();
+        for i in 0..iters {
+            let rx = a.tag_recv(vec![0; 8], i, TAG_MASK_EXACT);
+            let _ = done(a.tag_send(ab, i, vec![1; 8]), "ping send");
+            assert_eq!(done(rx, "ping recv").status, Ok(()));
+        }
+        let us = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        println!(
+            "MtWorker 8 B tag ping-pong: {us:.2} us round trip ({:.2} us one way)",
+            us / 2.0
+        );
+    });
+    let per = 50_000u64;
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        let b = &b;
+        s.spawn(move || {
+            let mut rxs = Vec::with_capacity(512);
+            for i in 0..THREADS * per {
+                rxs.push(b.tag_recv(vec![0; 8], 0, 0));
+                if rxs.len() == 512 || i + 1 == THREADS * per {
+                    for r in rxs.drain(..) {
+                        assert_eq!(done(r, "rate recv").status, Ok(()));
+                    }
+                }
+            }
+        });
+        for t in 0..THREADS {
+            let a = &a;
+            s.spawn(move || {
+                let mut txs = Vec::with_capacity(512);
+                for i in 0..per {
+                    txs.push(a.tag_send(ab, t << 32 | i, vec![2; 8]));
+                    if txs.len() == 512 {
+                        for r in txs.drain(..) {
+                            assert_eq!(done(r, "rate send").status, Ok(()));
+                        }
+                    }
+                }
+                for r in txs {
+                    assert_eq!(done(r, "rate send").status, Ok(()));
+                }
+            });
+        }
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "MtWorker 8 B tag message rate, {THREADS} sender threads: {:.0} msg/s",
+        (THREADS * per) as f64 / secs
+    );
+}
