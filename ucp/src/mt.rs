@@ -22,14 +22,16 @@
 //!   when the worker finishes it.
 //!
 //! Soundness is then checked by the compiler, not argued: everything that crosses threads must
-//! be `Send` (the command closures, their captures, their results), so a `MemMap`, an `Rkey`, a
-//! `Request` or any other worker-bound value simply cannot be returned by [`MtWorker::with`], and
-//! user callbacks ([`MtAmHandler`], [`MtErrHandler`]) must be `Send` because they are moved to
-//! the progress thread. What callers hold are plain data: [`EpHandle`] (an index + generation,
-//! re-resolved by the worker on every use, so a stale one gives an error), [`Message`] (an index
-//! into the worker's unexpected queue), and owned `Vec<u8>` buffers that the worker gives back in
+//! be `Send` (the command closures, their captures, their results), so a thread-bound value such
+//! as a `MemMap` cannot be returned by [`MtWorker::with`], and user callbacks ([`MtAmHandler`],
+//! [`MtErrHandler`]) must be `Send` because they are moved to the progress thread. What callers
+//! do hold is plain data the worker re-resolves on every use: [`EpHandle`] (index + generation:
+//! a stale one gives an error), [`Message`] (an index into the unexpected queue), a `Request`
+//! from [`MtWorker::with`] (key + generation), [`MtMem`] (an id of a mapping kept on the
+//! progress thread), [`Rkey`] (an endpoint id and the transports' remote keys, whose `Send` uct
+//! states with its own `SAFETY` comment), and owned `Vec<u8>` buffers the worker gives back in
 //! the completion. `MtWorker` and `MtRequest` are `Send + Sync` by auto-traits (checked at
-//! compile time below); nothing requires `Worker: Send`.
+//! compile time below): this module has no `unsafe impl`, and nothing requires `Worker: Send`.
 //!
 //! The compiler rejects letting a thread-bound value out, for example a [`MemMap`] (it shares
 //! `Rc` state with its worker; [`MtWorker::mem_map`] keeps it on the progress thread and hands
@@ -67,7 +69,15 @@
 //! Handlers run on the progress thread. They may submit operations (which only enqueue), but a
 //! blocking call from a handler ([`MtWorker::ep_create`], [`MtWorker::with`], waiting on a
 //! request) would wait for the thread it runs on: blocking calls made there fail with
-//! `Error::Busy` instead of deadlocking.
+//! `Error::Busy` instead of deadlocking. A panic in a handler or a [`MtWorker::with`] closure
+//! ends the progress thread (the worker's state may be mid-update, so it is not reused): every
+//! outstanding and later request completes with `Canceled`, blocking calls give `Canceled`,
+//! and nothing hangs.
+//!
+//! ## Transports
+//! Every transport works, with one consequence of the design: the `self` transport reaches only
+//! workers created on the same thread, so an `MtWorker` talks to other workers (including other
+//! `MtWorker`s in the same process) over shared memory, cma or tcp.
 
 use crate::request::{Completion, Op, Request};
 use crate::rma::{MemMap, Rkey};
