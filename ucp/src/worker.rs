@@ -295,7 +295,7 @@ struct State {
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
 ///
 /// One thread at a time: every method takes `&mut self` and no lock is taken on the data path.
-/// Share a worker between threads by wrapping it in a `Mutex`.
+/// Its transports are thread-bound (it is not `Send`); for several threads use [`crate::MtWorker`].
 pub struct Worker {
     ifaces: Vec<AnyIface>,
     epfd: Option<RawFd>,
