@@ -96,6 +96,35 @@ fn ucp_multiproc_child_entry() {
     let ep = w
         .ep_create(&parent, EpParams::default())
         .expect("ep to parent");
+    if role == "rma" {
+        // Serve a mapping until the parent closes our stdin.
+        let map = w.mem_map(1 << 20).expect("mem_map");
+        map.write(0, &[0; 64]).unwrap();
+        println!(
+            "ADDR {} RKEY {} BASE {}",
+            hex(w.address()),
+            hex(map.rkey_packed()),
+            map.address()
+        );
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let mut l = String::new();
+            while std::io::stdin()
+                .read_line(&mut l)
+                .map(|n| n > 0)
+                .unwrap_or(false)
+            {}
+            let _ = tx.send(());
+        });
+        let deadline = Instant::now() + WATCHDOG;
+        while rx.try_recv().is_err() && Instant::now() < deadline {
+            if w.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        drop(map);
+        return;
+    }
     println!("ADDR {}", hex(w.address()));
     if role == "sleep" {
         // Be a live peer until killed.
@@ -136,6 +165,12 @@ fn ucp_multiproc_child_entry() {
         assert!(Instant::now() < deadline);
     }
     drop(w);
+}
+
+thread_local! {
+    /// Extra words of this thread's last child address line (`RKEY <hex> BASE <n>` for the
+    /// rma role).
+    static LAST_EXTRA: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 struct ChildGuard(Child);
@@ -183,11 +218,14 @@ fn spawn_child_rndv(
         for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
             // libtest may print "test name ... " on the same line first.
             if let Some(i) = line.find("ADDR ") {
-                let _ = tx.send(unhex(line[i + 5..].trim()));
+                let _ = tx.send(line[i + 5..].trim().to_string());
             }
         }
     });
-    let addr = rx.recv_timeout(WATCHDOG).expect("watchdog: child address");
+    let line = rx.recv_timeout(WATCHDOG).expect("watchdog: child address");
+    let mut it = line.split_whitespace();
+    let addr = unhex(it.next().expect("address"));
+    LAST_EXTRA.with(|e| *e.borrow_mut() = it.map(String::from).collect());
     (guard, addr)
 }
 
@@ -350,4 +388,76 @@ fn ucp_multiproc_shm_silent_peer_detected_by_keepalive() {
 #[test]
 fn ucp_multiproc_tcp_silent_peer_detected_by_keepalive() {
     silent_peer("tcp");
+}
+
+fn rma_test(tls: &str, expect_emulated: bool) {
+    use ucp::AmoSize;
+    use uct::AtomicOp;
+    let mut w = worker(tls);
+    let (mut child, caddr) = spawn_child("rma", tls, w.address());
+    let extra = LAST_EXTRA.with(|e| e.borrow().clone());
+    assert_eq!(extra[0], "RKEY");
+    let packed = unhex(&extra[1]);
+    let base: u64 = extra[3].parse().expect("base");
+    let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
+    let rkey = w.rkey_unpack(ep, &packed).expect("rkey");
+    let data = pattern(700_000, 5);
+    let op = w.put(ep, &data, base + 64, &rkey).unwrap();
+    assert_eq!(finish(&mut w, op, "put").status, Ok(()));
+    let op = w.ep_flush(ep).unwrap();
+    assert_eq!(finish(&mut w, op, "flush").status, Ok(()));
+    let op = w.get(ep, vec![0; data.len()], base + 64, &rkey).unwrap();
+    let c = finish(&mut w, op, "get");
+    assert_eq!(c.status, Ok(()));
+    assert!(c.buf.unwrap() == data, "get reads back what put wrote");
+    let op = w
+        .atomic_fetch(ep, AtomicOp::Add, AmoSize::U64, 3, base, &rkey)
+        .unwrap();
+    assert_eq!(finish(&mut w, op, "fadd").value, 0);
+    let op = w
+        .atomic_cswap(ep, AmoSize::U64, 3, 40, base, &rkey)
+        .unwrap();
+    assert_eq!(finish(&mut w, op, "cswap").value, 3);
+    let op = w
+        .atomic_post(ep, AtomicOp::Or, AmoSize::U32, 0x100, base + 8, &rkey)
+        .unwrap();
+    finish(&mut w, op, "or");
+    let op = w
+        .atomic_fetch(ep, AtomicOp::Add, AmoSize::U32, 1, base + 8, &rkey)
+        .unwrap();
+    assert_eq!(finish(&mut w, op, "fadd32").value, 0x100);
+    let op = w.get(ep, vec![0; 16], base, &rkey).unwrap();
+    let got = finish(&mut w, op, "get words").buf.unwrap();
+    assert_eq!(u64::from_le_bytes(got[..8].try_into().unwrap()), 40);
+    assert_eq!(u32::from_le_bytes(got[8..12].try_into().unwrap()), 0x101);
+    let (hw, emu) = w.atomic_counts();
+    if expect_emulated {
+        assert_eq!(hw, 0);
+        assert_eq!(emu, 4);
+        // The target refuses an address outside its mappings with a typed error.
+        let op = w
+            .atomic_fetch(ep, AtomicOp::Add, AmoSize::U64, 1, 8, &rkey)
+            .unwrap();
+        let c = finish(&mut w, op, "bad atomic");
+        assert!(
+            matches!(c.status, Err(Error::RemoteAccess(_))),
+            "{:?}",
+            c.status
+        );
+    } else {
+        assert_eq!((hw, emu), (4, 0));
+    }
+    drop(child.0.stdin.take());
+    let st = child.0.wait().expect("child");
+    assert!(st.success());
+}
+
+#[test]
+fn ucp_multiproc_shm_rma_and_emulated_atomics() {
+    rma_test("posix,cma", true);
+}
+
+#[test]
+fn ucp_multiproc_tcp_rma_and_transport_atomics() {
+    rma_test("tcp", false);
 }

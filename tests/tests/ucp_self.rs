@@ -12,6 +12,9 @@ use ucs::time::ManualClock;
 
 const EXACT: u64 = TAG_MASK_EXACT;
 
+/// Active messages a handler received: (user header, data).
+type Inbox = Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>>;
+
 fn cfg() -> UcpConfig {
     UcpConfig {
         tls: vec!["self".into()],
@@ -422,7 +425,7 @@ fn ucp_self_active_messages_small_and_rendezvous() {
             rndv_scheme: scheme,
             ..cfg()
         });
-        let got: Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>> = Rc::default();
+        let got: Inbox = Rc::default();
         let g = got.clone();
         p.b.am_set_handler(7, move |_, hdr, data| {
             g.borrow_mut().push((hdr.to_vec(), data))
@@ -466,4 +469,91 @@ fn ucp_self_stream_is_ordered_bytes() {
     }
     assert!(got == all);
     assert_eq!(p.b.stream_available(ba).unwrap(), 0);
+}
+
+#[test]
+fn ucp_self_rma_put_get_flush_and_atomics() {
+    use ucp::AmoSize;
+    use uct::AtomicOp;
+    let mut p = pair_with(cfg());
+    let map = p.b.mem_map(1 << 20).unwrap();
+    let rkey = p.a.rkey_unpack(p.ab, map.rkey_packed()).unwrap();
+    let base = map.address();
+    let data = pattern(300_000, 3);
+    let op = p.a.put(p.ab, &data, base + 100, &rkey).unwrap();
+    assert_eq!(p.finish_a(op).status, Ok(()));
+    let op = p.a.ep_flush(p.ab).unwrap();
+    assert_eq!(p.finish_a(op).status, Ok(()));
+    let mut local = vec![0; data.len()];
+    map.read(100, &mut local).unwrap();
+    assert!(local == data, "put landed");
+    let op = p.a.get(p.ab, vec![0; 5000], base + 1000, &rkey).unwrap();
+    let c = p.finish_a(op);
+    assert_eq!(c.buf.unwrap(), data[900..5900].to_vec());
+    // Out of the mapping: typed error, nothing sent.
+    assert!(matches!(
+        p.a.put(p.ab, &[1; 16], base + (1 << 20) - 8, &rkey),
+        Err(Error::RemoteAccess(_))
+    ));
+    // Atomics on an 8-byte word at offset 0 and a 4-byte word at offset 8.
+    map.write(0, &[0; 16]).unwrap();
+    let op =
+        p.a.atomic_post(p.ab, AtomicOp::Add, AmoSize::U64, 5, base, &rkey)
+            .unwrap();
+    p.finish_a(op);
+    let op =
+        p.a.atomic_fetch(p.ab, AtomicOp::Add, AmoSize::U64, 7, base, &rkey)
+            .unwrap();
+    assert_eq!(p.finish_a(op).value, 5);
+    let op =
+        p.a.atomic_cswap(p.ab, AmoSize::U64, 12, 100, base, &rkey)
+            .unwrap();
+    assert_eq!(p.finish_a(op).value, 12);
+    let op =
+        p.a.atomic_fetch(p.ab, AtomicOp::Swap, AmoSize::U32, 0xAABB, base + 8, &rkey)
+            .unwrap();
+    assert_eq!(p.finish_a(op).value, 0);
+    let op =
+        p.a.atomic_fetch(p.ab, AtomicOp::Xor, AmoSize::U32, 0xFF, base + 8, &rkey)
+            .unwrap();
+    assert_eq!(p.finish_a(op).value, 0xAABB);
+    let mut w = [0u8; 12];
+    map.read(0, &mut w).unwrap();
+    assert_eq!(u64::from_le_bytes(w[..8].try_into().unwrap()), 100);
+    assert_eq!(u32::from_le_bytes(w[8..].try_into().unwrap()), 0xAA44);
+    let (hw, emu) = p.a.atomic_counts();
+    assert_eq!(
+        (hw, emu),
+        (5, 0),
+        "self has CPU atomics on registered memory"
+    );
+    assert!(p
+        .a
+        .atomic_post(p.ab, AtomicOp::Add, AmoSize::U64, 1, base + 4, &rkey)
+        .is_err());
+}
+
+#[test]
+fn ucp_self_truncation_in_every_protocol_keeps_the_pair_working() {
+    let mut p = pair_with(UcpConfig {
+        rndv_thresh: Some(100_000),
+        ..cfg()
+    });
+    // Multi-fragment eager and rendezvous into a too-small buffer: Truncated with the real
+    // length, the sender completes, and the next message still arrives intact.
+    for len in [50_000usize, 500_000] {
+        let r = p.b.tag_recv(vec![0; 1000], 2, EXACT).unwrap();
+        let s = p.a.tag_send(p.ab, 2, &pattern(len, 1)).unwrap();
+        let c = p.finish_b(r);
+        assert_eq!(
+            c.status,
+            Err(Error::Truncated {
+                len,
+                capacity: 1000
+            })
+        );
+        assert_eq!(c.len, len);
+        assert_eq!(p.finish_a(s).status, Ok(()), "sender of {len}");
+        send_recv(&mut p, 10, 3);
+    }
 }

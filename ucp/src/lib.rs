@@ -8,13 +8,31 @@
 //! Tag matching follows MPI: per-sender order, receives matched in posting order across exact and
 //! wildcard tags, an unexpected queue, and `Truncated` with the real length. Messages go eager
 //! (short, bcopy, multi-fragment) or by rendezvous (get_zcopy + ATS, RTR + put_zcopy + ATP, or
-//! an active-message pipeline), with thresholds computed once per endpoint configuration.
+//! an active-message pipeline), with thresholds computed once per endpoint configuration
+//! (`RUCX_PROTO_INFO=y` prints each endpoint's table; `RUCX_RNDV_THRESH` and `RUCX_RNDV_SCHEME`
+//! override the choice).
+//!
+//! ## Wire-up
+//! Every transport connects to an interface address, so an endpoint is one-way. Its first message
+//! carries the sender's packed worker address; the receiver creates the reverse endpoint it
+//! replies on (sync acks, ATS/RTR/ATP, atomic replies, keepalive). Every ucp message starts with
+//! the sender's worker uuid, which names the endpoint a message (or a malformed header) belongs to.
+//!
+//! ## Room for tag offload (issue 7)
+//! [`tag_match::TagMatcher`] stays the single source of truth for ordering. A lane whose
+//! `IfaceAttr` has `TAG_EAGER_*`/`TAG_RNDV_ZCOPY` will post receives to the interface as well;
+//! the transport's `tag_unexp_eager`/`tag_unexp_rndv` events feed the same arrival paths as
+//! `EAGER_*`/`RTS` messages (they already take tag, sender and data as arguments), and
+//! `tag_recv_done` completes the request the matcher gave out. `ProtoConfig` gets an offload row.
+
+#![warn(missing_docs)]
 
 pub mod address;
 pub mod config;
 pub mod context;
 pub mod listener;
 pub mod request;
+pub mod rma;
 pub mod tag_match;
 pub mod wire;
 pub mod wireup;
@@ -25,8 +43,10 @@ pub use config::UcpConfig;
 pub use context::{Context, ContextParams, Features};
 pub use listener::{ConnRequest, Listener};
 pub use request::{Completion, Op, Request};
+pub use rma::{MemMap, Rkey};
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};
 pub use worker::{
-    CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats, Worker,
+    AmHandler, AmoSize, CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats,
+    Worker,
 };

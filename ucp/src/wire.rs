@@ -49,6 +49,10 @@ pub mod am_id {
     pub const CLOSE: u8 = 15;
     /// Rendezvous request carrying a user active message's header.
     pub const AM_RTS: u8 = 16;
+    /// Emulated atomic operation request.
+    pub const ATOMIC_REQ: u8 = 17;
+    /// Emulated atomic operation reply.
+    pub const ATOMIC_REP: u8 = 18;
 }
 
 /// Length of the uuid prefix.
@@ -460,6 +464,120 @@ impl UserAmHdr {
     }
 }
 
+/// An atomic operation emulated over active messages (the target applies it with CPU atomics).
+///
+/// ```text
+/// 0          8      9        10          18          26            34
+/// +----------+------+--------+-----------+-----------+-------------+
+/// | req u64  | op u8| size u8| addr u64  | value u64 | compare u64 |
+/// +----------+------+--------+-----------+-----------+-------------+
+/// ```
+/// `op`: 0 add, 1 and, 2 or, 3 xor, 4 swap, 5 compare-and-swap; `size`: 4 or 8; `req` is
+/// [`NO_REQ`] for a non-fetching operation (no reply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtomicReqHdr {
+    /// Requester's request, or [`NO_REQ`].
+    pub req: u64,
+    /// Operation code.
+    pub op: u8,
+    /// Operand size in bytes.
+    pub size: u8,
+    /// Target address.
+    pub addr: u64,
+    /// Operand.
+    pub value: u64,
+    /// Compare value (cswap).
+    pub compare: u64,
+}
+
+impl AtomicReqHdr {
+    /// Encoded length.
+    pub const LEN: usize = 34;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.req.to_le_bytes());
+        b[8] = self.op;
+        b[9] = self.size;
+        b[10..18].copy_from_slice(&self.addr.to_le_bytes());
+        b[18..26].copy_from_slice(&self.value.to_le_bytes());
+        b[26..].copy_from_slice(&self.compare.to_le_bytes());
+        b
+    }
+    /// Decodes and validates the operation code and size.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(Error::Wire(format!(
+                "atomic request must be {} bytes, got {}",
+                Self::LEN,
+                b.len()
+            )));
+        }
+        let h = AtomicReqHdr {
+            req: le64(b, 0),
+            op: b[8],
+            size: b[9],
+            addr: le64(b, 10),
+            value: le64(b, 18),
+            compare: le64(b, 26),
+        };
+        if h.op > 5 || !(h.size == 4 || h.size == 8) {
+            return Err(Error::Wire(format!(
+                "atomic request with op {} size {}",
+                h.op, h.size
+            )));
+        }
+        Ok(h)
+    }
+}
+
+/// Reply to an emulated fetching atomic.
+///
+/// ```text
+/// 0          8          9
+/// +----------+----------+-----------+
+/// | req u64  | status u8| value u64 |
+/// +----------+----------+-----------+
+/// ```
+/// `status`: 0 done, 1 the address is outside the target's mapped memory or misaligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtomicRepHdr {
+    /// Requester's request.
+    pub req: u64,
+    /// Status.
+    pub status: u8,
+    /// Old value.
+    pub value: u64,
+}
+
+impl AtomicRepHdr {
+    /// Encoded length.
+    pub const LEN: usize = 17;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..8].copy_from_slice(&self.req.to_le_bytes());
+        b[8] = self.status;
+        b[9..].copy_from_slice(&self.value.to_le_bytes());
+        b
+    }
+    /// Decodes a reply.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(Error::Wire(format!(
+                "atomic reply must be {} bytes, got {}",
+                Self::LEN,
+                b.len()
+            )));
+        }
+        Ok(AtomicRepHdr {
+            req: le64(b, 0),
+            status: b[8],
+            value: le64(b, 9),
+        })
+    }
+}
+
 /// A decoded ucp message (borrowing the received bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Msg<'a> {
@@ -495,6 +613,10 @@ pub enum Msg<'a> {
     Close,
     /// Rendezvous for a user active message: AM header, user header, RTS.
     AmRts(UserAmHdr, &'a [u8], RtsHdr<'a>),
+    /// Emulated atomic request.
+    AtomicReq(AtomicReqHdr),
+    /// Emulated atomic reply.
+    AtomicRep(AtomicRepHdr),
 }
 
 /// Splits off the sender uuid.
@@ -569,6 +691,8 @@ impl<'a> Msg<'a> {
                 let (uh, rts) = rest.split_at(h.hdr_len as usize);
                 Msg::AmRts(h, uh, RtsHdr::decode(rts)?)
             }
+            ATOMIC_REQ => Msg::AtomicReq(AtomicReqHdr::decode(b)?),
+            ATOMIC_REP => Msg::AtomicRep(AtomicRepHdr::decode(b)?),
             other => return Err(Error::Wire(format!("unknown ucp message id {other}"))),
         })
     }
@@ -697,6 +821,35 @@ mod tests {
         for n in 0..b.len() {
             assert!(Msg::decode(am_id::AM_RTS, &b[..n]).is_err(), "prefix {n}");
         }
+    }
+
+    #[test]
+    fn atomic_headers_round_trip_and_validate() {
+        let q = AtomicReqHdr {
+            req: 1,
+            op: 5,
+            size: 8,
+            addr: 0x1000,
+            value: 2,
+            compare: 3,
+        };
+        roundtrip(am_id::ATOMIC_REQ, &q.encode(), Msg::AtomicReq(q));
+        let r = AtomicRepHdr {
+            req: 1,
+            status: 0,
+            value: 9,
+        };
+        roundtrip(am_id::ATOMIC_REP, &r.encode(), Msg::AtomicRep(r));
+        let e = q.encode();
+        for n in 0..e.len() {
+            assert!(Msg::decode(am_id::ATOMIC_REQ, &e[..n]).is_err());
+        }
+        let mut bad = e;
+        bad[9] = 3;
+        assert!(Msg::decode(am_id::ATOMIC_REQ, &bad).is_err());
+        let mut bad = e;
+        bad[8] = 6;
+        assert!(Msg::decode(am_id::ATOMIC_REQ, &bad).is_err());
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub fn select_lanes(
                 }
             }
             let at = &l.attr.atomics;
-            if !(at.fop64.is_empty() && at.op64.is_empty()) {
+            if l.md_reg && !(at.fop64.is_empty() && at.op64.is_empty()) {
                 let c = am_cost(l.attr);
                 if better(c, prio, amo.map(|a| (a.1, a.2))) {
                     amo = Some((pick, c, prio));
@@ -170,8 +170,6 @@ pub struct ProtoConfig {
     pub rndv_thresh: usize,
     /// Rendezvous data path.
     pub rndv: RndvScheme,
-    /// Eager zero-copy threshold (`None`: not used).
-    pub zcopy_thresh: Option<usize>,
 }
 
 /// Bytes per second assumed for a memory copy (bcopy costs one on each side).
@@ -224,11 +222,6 @@ impl ProtoConfig {
             }
         };
         let rndv_thresh = cfg.rndv_thresh.unwrap_or(auto);
-        let zcopy_thresh = if am.flags.contains(IfaceFlags::AM_ZCOPY) {
-            Some(cfg.zcopy_thresh.unwrap_or(usize::MAX))
-        } else {
-            None
-        };
         ProtoConfig {
             short_max,
             bcopy_single_max,
@@ -236,7 +229,6 @@ impl ProtoConfig {
             middle_frag,
             rndv_thresh,
             rndv,
-            zcopy_thresh,
         }
     }
 

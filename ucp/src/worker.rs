@@ -5,12 +5,13 @@ use crate::address::{TlAddress, WorkerAddress};
 use crate::config::UcpConfig;
 use crate::context::{Context, Features};
 use crate::request::{Completion, Op, Request};
+use crate::rma::{MemMap, Rkey, RkeyBundle};
 use crate::tag_match::TagMatcher;
-use crate::wire::UserAmHdr;
 use crate::wire::{
     am_id, split_prefix, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, Msg, RemoteBuf, ReqHdr,
     RtrHdr, RtrMode, RtsHdr, NO_REQ,
 };
+use crate::wire::{AtomicRepHdr, AtomicReqHdr, UserAmHdr};
 use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig, RndvScheme};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
@@ -97,6 +98,7 @@ pub struct ProtoStats {
 const COMP_GET: u64 = 1;
 const COMP_PUT: u64 = 2;
 const COMP_FLUSH: u64 = 3;
+const COMP_ATOMIC: u64 = 4;
 
 fn comp_id(kind: u64, wire: u64) -> CompletionId {
     kind << 60 | (wire & ((1 << 60) - 1))
@@ -106,6 +108,7 @@ struct Lanes {
     uct: Vec<(usize, AnyEp)>,
     am: usize,
     rma: Option<usize>,
+    amo: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -163,6 +166,8 @@ struct SendReq {
     rreq: u64,
     inflight: usize,
     rts_sent: bool,
+    /// A user `put` (no rendezvous messages around it).
+    user_rma: bool,
     /// User active message sent by rendezvous: id and user header.
     am: Option<(u16, Vec<u8>)>,
 }
@@ -189,6 +194,8 @@ struct RecvReq {
     sreq: u64,
     offset: usize,
     inflight: usize,
+    /// A user `get` (no rendezvous messages around it).
+    user_rma: bool,
     /// Data of a user active message arriving by rendezvous: id and user header.
     am: Option<(u16, Vec<u8>)>,
 }
@@ -197,6 +204,7 @@ enum ReqKind {
     Send(SendReq),
     Recv(RecvReq),
     StreamRecv { buf: Vec<u8>, filled: usize },
+    Atomic { value: u64 },
     Flush { eps_left: usize, retry: Vec<usize> },
 }
 
@@ -271,6 +279,9 @@ struct State {
     malformed_unknown: u64,
     stats: ProtoStats,
     am_handlers: HashMap<u16, AmHandler>,
+    regions: crate::rma::Regions,
+    amo_hw: u64,
+    amo_emulated: u64,
 }
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
@@ -385,6 +396,9 @@ impl Worker {
                 malformed_unknown: 0,
                 stats: ProtoStats::default(),
                 am_handlers: HashMap::new(),
+                regions: Default::default(),
+                amo_hw: 0,
+                amo_emulated: 0,
             },
         })
     }
@@ -610,6 +624,147 @@ impl Worker {
         Ok(self.st.eps[idx].stream_rx.len())
     }
 
+    /// Allocates `len` bytes peers can access remotely, registered with every transport that
+    /// can register memory.
+    pub fn mem_map(&mut self, len: usize) -> Result<MemMap> {
+        let st = &self.st;
+        MemMap::new(len, st.regions.clone(), |ptr, n| {
+            let mut out = Vec::new();
+            for (i, info) in st.info.iter().enumerate() {
+                if !info.md_reg || out.iter().any(|(t, _, _)| *t == info.tl_name) {
+                    continue;
+                }
+                // SAFETY: the MemMap owns the memory and drops these handles before freeing it.
+                let m = match unsafe { st.mds[i].mem_reg(ptr, n) } {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::debug!("{} cannot register the mapping: {e}", info.tl_name);
+                        continue;
+                    }
+                };
+                let mut packed = Vec::new();
+                if st.mds[i].rkey_pack(&m, &mut packed).is_ok() {
+                    out.push((info.tl_name, m, packed));
+                }
+            }
+            out
+        })
+    }
+
+    /// Unpacks a peer's packed remote keys (from its `MemMap::rkey_packed`) for use on `ep`.
+    pub fn rkey_unpack(&mut self, ep: EpHandle, packed: &[u8]) -> Result<Rkey> {
+        let idx = self.st.ep_idx(ep)?;
+        let bundle = RkeyBundle::decode(packed)?;
+        let lanes = self.st.eps[idx]
+            .lanes
+            .as_ref()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let unpack = |lane: Option<usize>| -> Option<uct::RemoteKey> {
+            let li = lanes.uct[lane?].0;
+            let tl = self.st.info[li].tl_name;
+            let (_, k) = bundle.entries.iter().find(|(t, _)| t == tl)?;
+            self.st.mds[li].rkey_unpack(k).ok()
+        };
+        Ok(Rkey {
+            ep: (ep.idx, ep.gen),
+            rma: unpack(lanes.rma),
+            amo: unpack(lanes.amo),
+        })
+    }
+
+    /// Writes `data` to `remote_addr` in the peer's mapping (completes locally; `ep_flush` for
+    /// remote completion).
+    pub fn put(&mut self, ep: EpHandle, data: &[u8], remote_addr: u64, rkey: &Rkey) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.rma(idx, RmaDir::Put(data), remote_addr, rkey)
+    }
+
+    /// Reads `buf.len()` bytes at `remote_addr` of the peer's mapping into `buf` (given back in
+    /// the completion).
+    pub fn get(&mut self, ep: EpHandle, buf: Vec<u8>, remote_addr: u64, rkey: &Rkey) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.rma(idx, RmaDir::Get(buf), remote_addr, rkey)
+    }
+
+    /// A non-fetching atomic (`Add`, `And`, `Or`, `Xor`) on a 4- or 8-byte word of the peer's
+    /// mapping.
+    pub fn atomic_post(
+        &mut self,
+        ep: EpHandle,
+        op: uct::AtomicOp,
+        size: AmoSize,
+        value: u64,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        if op == uct::AtomicOp::Swap {
+            return Err(Error::InvalidParam("swap is fetch-only".into()));
+        }
+        let idx = self.st.ep_idx(ep)?;
+        self.st.atomic(
+            idx,
+            AmoKind::Op(op),
+            size,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            false,
+        )
+    }
+
+    /// A fetching atomic; the old value is the completion's `value`.
+    pub fn atomic_fetch(
+        &mut self,
+        ep: EpHandle,
+        op: uct::AtomicOp,
+        size: AmoSize,
+        value: u64,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.atomic(
+            idx,
+            AmoKind::Op(op),
+            size,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            true,
+        )
+    }
+
+    /// Compare-and-swap; the old value is the completion's `value`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_cswap(
+        &mut self,
+        ep: EpHandle,
+        size: AmoSize,
+        compare: u64,
+        swap: u64,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.atomic(
+            idx,
+            AmoKind::Cswap,
+            size,
+            swap,
+            compare,
+            remote_addr,
+            rkey,
+            true,
+        )
+    }
+
+    /// Atomics since creation: (through the transport, emulated over active messages).
+    pub fn atomic_counts(&self) -> (u64, u64) {
+        (self.st.amo_hw, self.st.amo_emulated)
+    }
+
     /// True when the request has finished.
     pub fn request_test(&self, req: &Request) -> bool {
         match self.st.reqs.get(req.key as usize) {
@@ -759,19 +914,36 @@ impl Worker {
         self.st.flush_eps(&[idx])
     }
 
-    /// Closes an endpoint (see [`CloseMode`]).
+    /// Closes an endpoint (see [`CloseMode`]); the handle is stale afterwards. A flush that fails
+    /// (other than because the peer closed first) is reported after the endpoint is closed.
     pub fn ep_close(&mut self, ep: EpHandle, mode: CloseMode) -> Result<()> {
         let idx = self.st.ep_idx(ep)?;
+        let mut result = Ok(());
         if mode == CloseMode::Flush && self.st.eps[idx].state == EpState::Ready {
-            let op = self.st.flush_eps(&[idx])?;
-            let c = self.complete(op);
-            c.status?;
-            let _ = self.st.send_ctl(idx, am_id::CLOSE, &[]);
-            let op = self.st.flush_eps(&[idx])?;
-            let _ = self.complete(op);
+            let flushed = self
+                .st
+                .flush_eps(&[idx])
+                .and_then(|op| self.complete(op).status);
+            match flushed {
+                Ok(()) => {
+                    let _ = self.st.send_ctl(idx, am_id::CLOSE, &[]);
+                    if let Ok(op) = self.st.flush_eps(&[idx]) {
+                        let _ = self.complete(op);
+                    }
+                }
+                // The peer closed its side meanwhile: nothing is left to flush to it.
+                Err(_) if self.st.eps[idx].state == EpState::Closed => {}
+                Err(Error::ConnectionReset(_)) => {}
+                Err(e) => result = Err(e),
+            }
         }
         self.st.close_ep(idx, Error::Canceled);
-        Ok(())
+        // The handle goes stale; the slot is reused by later endpoints.
+        self.st.eps.remove(idx);
+        self.st.to_connect.retain(|&i| i != idx);
+        self.st.failed_notify.retain(|&i| i != idx);
+        self.st.pending_eps.retain(|&i| i != idx);
+        result
     }
 }
 
@@ -841,6 +1013,10 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         Some(p) => Some(lane_of(p, &mut uct_eps)?),
         None => None,
     };
+    let amo = match sel.amo {
+        Some(p) => Some(lane_of(p, &mut uct_eps)?),
+        None => None,
+    };
     for (li, e) in &uct_eps {
         st.by_uct.insert((*li, e.id().0), idx);
     }
@@ -852,6 +1028,7 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         uct: uct_eps,
         am,
         rma,
+        amo,
     });
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
@@ -864,6 +1041,39 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         st.mark_pending(idx);
     }
     Ok(())
+}
+
+/// Operand size of an atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmoSize {
+    /// 32 bits.
+    U32,
+    /// 64 bits.
+    U64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AmoKind {
+    Op(uct::AtomicOp),
+    Cswap,
+}
+
+impl AmoKind {
+    fn code(self) -> u8 {
+        match self {
+            AmoKind::Op(uct::AtomicOp::Add) => 0,
+            AmoKind::Op(uct::AtomicOp::And) => 1,
+            AmoKind::Op(uct::AtomicOp::Or) => 2,
+            AmoKind::Op(uct::AtomicOp::Xor) => 3,
+            AmoKind::Op(uct::AtomicOp::Swap) => 4,
+            AmoKind::Cswap => 5,
+        }
+    }
+}
+
+enum RmaDir<'a> {
+    Put(&'a [u8]),
+    Get(Vec<u8>),
 }
 
 enum SendData<'a> {
@@ -882,6 +1092,34 @@ impl SendData<'_> {
 
 /// Sends an active message built from `parts` on a lane: inline when it fits `max_short`,
 /// otherwise packed into the transport's bcopy buffer.
+trait OutcomeExt {
+    fn map_done(self, v: u64) -> Outcome<u64>;
+}
+
+impl OutcomeExt for Outcome<()> {
+    fn map_done(self, v: u64) -> Outcome<u64> {
+        match self {
+            Outcome::Done(()) => Outcome::Done(v),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        }
+    }
+}
+
+trait OutcomeU32 {
+    fn map_done_u32(self) -> Outcome<u64>;
+}
+
+impl OutcomeU32 for Outcome<u32> {
+    fn map_done_u32(self) -> Outcome<u64> {
+        match self {
+            Outcome::Done(v) => Outcome::Done(v as u64),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        }
+    }
+}
+
 fn am_send(ep: &mut AnyEp, attr: &IfaceAttr, id: u8, parts: &[&[u8]]) -> Result<Outcome> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     if attr.flags.contains(IfaceFlags::AM_SHORT) && total <= attr.am.max_short {
@@ -1058,7 +1296,7 @@ impl State {
                 ReqKind::StreamRecv { buf, filled } => {
                     (Some(std::mem::take(buf)), *filled, 0, None)
                 }
-                ReqKind::Flush { .. } => (None, 0, 0, None),
+                ReqKind::Flush { .. } | ReqKind::Atomic { .. } => (None, 0, 0, None),
             }
         };
         if let Some(v) = recycle {
@@ -1079,12 +1317,16 @@ impl State {
             }
             return;
         }
+        let value = match self.reqs[key].kind {
+            ReqKind::Atomic { value } => value,
+            _ => 0,
+        };
         self.reqs[key].done = Some(Completion {
             status,
             buf,
             len,
             tag,
-            value: 0,
+            value,
         });
     }
 
@@ -1149,6 +1391,234 @@ impl State {
             self.mark_pending(idx);
         }
         Ok(self.op_of(key))
+    }
+
+    fn rma(&mut self, idx: usize, dir: RmaDir<'_>, remote_addr: u64, rkey: &Rkey) -> Result<Op> {
+        self.ep_usable(idx)?;
+        if rkey.ep != (idx as u32, self.eps[idx].gen) {
+            return Err(Error::InvalidParam(
+                "remote key was unpacked for another endpoint".into(),
+            ));
+        }
+        let rk = rkey.rma.clone().ok_or_else(|| {
+            Error::Unsupported(
+                "no zero-copy RMA lane to this peer for this mapping (no common transport that registers memory)"
+                    .into(),
+            )
+        })?;
+        let li = self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0))
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let len = match &dir {
+            RmaDir::Put(d) => d.len(),
+            RmaDir::Get(b) => b.len(),
+        };
+        rk.check(remote_addr, len)?;
+        let wants = match dir {
+            RmaDir::Put(_) => IfaceFlags::PUT_ZCOPY,
+            RmaDir::Get(_) => IfaceFlags::GET_ZCOPY,
+        };
+        if !self.info[li].attr.flags.contains(wants) {
+            return Err(Error::Unsupported(format!(
+                "{} has no {wants:?}",
+                self.info[li].tl_name
+            )));
+        }
+        match dir {
+            RmaDir::Put(d) => {
+                let key = self.new_send(idx, 0, SendData::Borrowed(d), false);
+                if len == 0 {
+                    self.finish(key, Ok(()));
+                    return Ok(self.op_of(key));
+                }
+                let s = self.send_mut(key);
+                let ptr = NonNull::new(s.data.as_mut_ptr())
+                    .ok_or_else(|| Error::InvalidParam("empty put buffer".into()))?;
+                // SAFETY: the vector is owned by the request and outlives the handle.
+                let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let s = self.send_mut(key);
+                s.memh = Some(m);
+                s.rkey = Some(rk);
+                s.remote_addr = remote_addr;
+                s.user_rma = true;
+                s.stage = SendStage::Put;
+                let queued = !self.eps[idx].pending.is_empty();
+                if queued || !self.put_step(key)? {
+                    self.eps[idx].pending.push_back(Pending::Req(key));
+                    self.mark_pending(idx);
+                }
+                Ok(self.op_of(key))
+            }
+            RmaDir::Get(mut buf) => {
+                let ptr = NonNull::new(buf.as_mut_ptr());
+                let key = self.new_recv(buf, 0, 0);
+                self.reqs[key].ep = Some(idx);
+                if len == 0 {
+                    self.finish(key, Ok(()));
+                    return Ok(self.op_of(key));
+                }
+                let ptr = ptr.ok_or_else(|| Error::InvalidParam("empty get buffer".into()))?;
+                // SAFETY: the buffer is owned by the request and outlives the handle.
+                let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let r = self.recv_mut(key);
+                r.memh = Some(m);
+                r.rkey = Some(rk);
+                r.remote_addr = remote_addr;
+                r.total = len;
+                r.user_rma = true;
+                r.stage = RecvStage::RndvGet;
+                if !self.get_step(key)? {
+                    self.eps[idx].pending.push_back(Pending::Req(key));
+                    self.mark_pending(idx);
+                }
+                Ok(self.op_of(key))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        idx: usize,
+        kind: AmoKind,
+        size: AmoSize,
+        value: u64,
+        compare: u64,
+        addr: u64,
+        rkey: &Rkey,
+        fetch: bool,
+    ) -> Result<Op> {
+        self.ep_usable(idx)?;
+        if rkey.ep != (idx as u32, self.eps[idx].gen) {
+            return Err(Error::InvalidParam(
+                "remote key was unpacked for another endpoint".into(),
+            ));
+        }
+        let bytes = match size {
+            AmoSize::U32 => 4,
+            AmoSize::U64 => 8,
+        };
+        if !addr.is_multiple_of(bytes) {
+            return Err(Error::InvalidParam(format!(
+                "atomic address {addr:#x} is not {bytes}-byte aligned"
+            )));
+        }
+        let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
+        let wire = self.wire_id(key);
+        // Through the transport when the lane has it and nothing is queued ahead.
+        let amo = self.eps[idx].lanes.as_ref().and_then(|l| l.amo);
+        if let (Some(lane), Some(rk), true) =
+            (amo, rkey.amo.as_ref(), self.eps[idx].pending.is_empty())
+        {
+            let l = self.eps[idx].lanes.as_mut().expect("lanes");
+            let uep = &mut l.uct[lane].1;
+            let comp = comp_id(COMP_ATOMIC, wire);
+            let out: Outcome<u64> = match (kind, size, fetch) {
+                (AmoKind::Op(op), AmoSize::U64, false) => {
+                    uep.atomic64_post(op, value, addr, rk)?.unit().map_done(0)
+                }
+                (AmoKind::Op(op), AmoSize::U32, false) => uep
+                    .atomic32_post(op, value as u32, addr, rk)?
+                    .unit()
+                    .map_done(0),
+                (AmoKind::Op(op), AmoSize::U64, true) => {
+                    uep.atomic64_fetch(op, value, addr, rk, comp)?
+                }
+                (AmoKind::Op(op), AmoSize::U32, true) => uep
+                    .atomic32_fetch(op, value as u32, addr, rk, comp)?
+                    .map_done_u32(),
+                (AmoKind::Cswap, AmoSize::U64, _) => {
+                    uep.atomic_cswap64(compare, value, addr, rk, comp)?
+                }
+                (AmoKind::Cswap, AmoSize::U32, _) => uep
+                    .atomic_cswap32(compare as u32, value as u32, addr, rk, comp)?
+                    .map_done_u32(),
+            };
+            match out {
+                Outcome::Done(v) => {
+                    self.amo_hw += 1;
+                    self.reqs[key].kind = ReqKind::Atomic { value: v };
+                    self.finish(key, Ok(()));
+                    return Ok(self.op_of(key));
+                }
+                Outcome::InProgress => {
+                    self.amo_hw += 1;
+                    return Ok(self.op_of(key));
+                }
+                Outcome::NoResource => {} // CPU-coherent atomics: emulation is equivalent
+            }
+        }
+        self.amo_emulated += 1;
+        let h = AtomicReqHdr {
+            req: if fetch { wire } else { NO_REQ },
+            op: kind.code(),
+            size: bytes as u8,
+            addr,
+            value,
+            compare,
+        };
+        self.send_ctl(idx, am_id::ATOMIC_REQ, &h.encode())?;
+        if !fetch {
+            self.finish(key, Ok(()));
+        }
+        Ok(self.op_of(key))
+    }
+
+    /// Applies an emulated atomic to this worker's mapped memory; gives the old value.
+    fn apply_atomic(&self, h: &AtomicReqHdr) -> Result<u64> {
+        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+        let size = h.size as usize;
+        let addr = usize::try_from(h.addr)
+            .map_err(|_| Error::RemoteAccess("address out of range".into()))?;
+        let inside = self
+            .regions
+            .borrow()
+            .iter()
+            .any(|&(s, l)| addr >= s && addr.checked_add(size).is_some_and(|e| e <= s + l));
+        if !inside || addr % size != 0 {
+            return Err(Error::RemoteAccess(format!(
+                "{size} bytes at {addr:#x} are not an aligned word of a mapped region"
+            )));
+        }
+        let op = |old: u64, v: u64| -> u64 {
+            match h.op {
+                0 => old.wrapping_add(v),
+                1 => old & v,
+                2 => old | v,
+                3 => old ^ v,
+                _ => v,
+            }
+        };
+        if size == 8 {
+            // SAFETY: the word lies inside a live mapping of this worker and is 8-byte aligned;
+            // peers access it only through atomics.
+            let a = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+            let old = if h.op == 5 {
+                match a.compare_exchange(h.compare, h.value, SeqCst, SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            } else {
+                a.fetch_update(SeqCst, SeqCst, |o| Some(op(o, h.value)))
+                    .unwrap_or_else(|v| v)
+            };
+            Ok(old)
+        } else {
+            // SAFETY: as above, 4-byte aligned.
+            let a = unsafe { AtomicU32::from_ptr(addr as *mut u32) };
+            let old = if h.op == 5 {
+                match a.compare_exchange(h.compare as u32, h.value as u32, SeqCst, SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            } else {
+                a.fetch_update(SeqCst, SeqCst, |o| {
+                    Some(op(o as u64, h.value & 0xFFFF_FFFF) as u32)
+                })
+                .unwrap_or_else(|v| v)
+            };
+            Ok(old as u64)
+        }
     }
 
     fn stream_send(&mut self, idx: usize, data: SendData<'_>) -> Result<Op> {
@@ -1356,6 +1826,7 @@ impl State {
                 rreq: 0,
                 inflight: 0,
                 rts_sent: false,
+                user_rma: false,
                 am: None,
             }),
         )
@@ -1613,6 +2084,10 @@ impl State {
     /// All puts of a send completed: flush the RMA lane, then tell the receiver (ATP). Gives
     /// false when the flush met back-pressure (retry later).
     fn put_done(&mut self, key: usize) -> Result<bool> {
+        if self.send_mut(key).user_rma {
+            self.finish(key, Ok(()));
+            return Ok(true);
+        }
         let idx = self.reqs[key].ep.unwrap_or(0);
         let wire = self.wire_id(key);
         let l = self.eps[idx]
@@ -1772,6 +2247,7 @@ impl State {
                 sreq: NO_REQ,
                 offset: 0,
                 inflight: 0,
+                user_rma: false,
                 am: None,
             }),
         )
@@ -1892,7 +2368,12 @@ impl State {
         if len > cap || len == 0 {
             // Nothing to move: let the sender finish, and complete (truncated or empty).
             self.send_ctl(ep, am_id::ATS, &ReqHdr { req: sreq }.encode())?;
-            self.recv_check_done(key);
+            let st = if len > cap {
+                Err(Error::Truncated { len, capacity: cap })
+            } else {
+                Ok(())
+            };
+            self.finish(key, st);
             return Ok(());
         }
         let rma = self.eps[ep]
@@ -2025,6 +2506,10 @@ impl State {
         let idx = self.reqs[key].ep.unwrap_or(0);
         let r = self.recv_mut(key);
         r.received = r.total;
+        if r.user_rma {
+            self.finish(key, Ok(()));
+            return Ok(());
+        }
         let sreq = r.sreq;
         self.finish(key, Ok(()));
         self.send_ctl(idx, am_id::ATS, &ReqHdr { req: sreq }.encode())
@@ -2076,6 +2561,13 @@ impl State {
                 } else {
                     Ok(())
                 }
+            }
+            COMP_ATOMIC => {
+                if let (ReqKind::Atomic { value }, Ok(v)) = (&mut self.reqs[key].kind, &result) {
+                    *value = *v;
+                }
+                self.finish(key, Ok(()));
+                Ok(())
             }
             COMP_FLUSH => {
                 if let ReqKind::Flush { eps_left, retry } = &mut self.reqs[key].kind {
@@ -2405,6 +2897,41 @@ impl State {
                     rts.buf.tl,
                     rts.buf.rkey,
                 )
+            }
+            Msg::AtomicReq(h) => {
+                let (status, old) = match self.apply_atomic(&h) {
+                    Ok(v) => (0, v),
+                    Err(e) => {
+                        tracing::debug!("emulated atomic refused: {e}");
+                        (1, 0)
+                    }
+                };
+                if h.req != NO_REQ {
+                    let rep = AtomicRepHdr {
+                        req: h.req,
+                        status,
+                        value: old,
+                    };
+                    self.send_ctl(idx, am_id::ATOMIC_REP, &rep.encode())?;
+                }
+                Ok(())
+            }
+            Msg::AtomicRep(h) => {
+                if let Some(key) = self.req_by_wire(h.req) {
+                    if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
+                        *value = h.value;
+                    }
+                    let st = if h.status == 0 {
+                        Ok(())
+                    } else {
+                        Err(Error::RemoteAccess(
+                            "the target refused the atomic: address outside its mapped memory or misaligned"
+                                .into(),
+                        ))
+                    };
+                    self.finish(key, st);
+                }
+                Ok(())
             }
             Msg::Stream(data) => {
                 self.eps[idx].stream_rx.extend(data);

@@ -1,0 +1,221 @@
+//! Memory for remote access: [`MemMap`] (allocated and registered with every memory domain that
+//! can register), the packed remote-key bundle peers unpack, and the unpacked [`Rkey`].
+
+use std::alloc::Layout;
+use std::cell::RefCell;
+use std::ptr::NonNull;
+use std::rc::Rc;
+use ucs::{Error, Result};
+use uct::{MemHandle, RemoteKey};
+
+/// Live mapped regions of a worker `(start, len)`, for checking emulated atomics.
+pub(crate) type Regions = Rc<RefCell<Vec<(usize, usize)>>>;
+
+const ALIGN: usize = 64;
+
+/// Memory mapped for remote access by a worker's peers (`ucp_mem_map`). Reads and writes go
+/// through copies, because peers may access it at any time.
+pub struct MemMap {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// Registrations per transport: (tl name, handle). Dropped before the memory.
+    regs: Vec<(&'static str, MemHandle)>,
+    packed: Vec<u8>,
+    regions: Regions,
+}
+
+impl std::fmt::Debug for MemMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MemMap({:p}+{})", self.ptr, self.len)
+    }
+}
+
+impl MemMap {
+    /// Allocates `len` zeroed bytes and registers them; `reg` is called for each memory domain
+    /// that can register and gives `(tl name, handle, packed rkey)`.
+    pub(crate) fn new(
+        len: usize,
+        regions: Regions,
+        mut reg: impl FnMut(NonNull<u8>, usize) -> Vec<(&'static str, MemHandle, Vec<u8>)>,
+    ) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::InvalidParam("cannot map 0 bytes".into()));
+        }
+        let layout = Layout::from_size_align(len, ALIGN)
+            .map_err(|e| Error::InvalidParam(format!("cannot map {len} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw)
+            .ok_or_else(|| Error::NoMemory(format!("allocating {len} bytes to map")))?;
+        let got = reg(ptr, len);
+        let mut regs = Vec::new();
+        let mut bundle = Vec::new();
+        for (tl, m, packed) in got {
+            bundle.push((tl, packed));
+            regs.push((tl, m));
+        }
+        let packed = RkeyBundle {
+            entries: bundle
+                .iter()
+                .map(|(t, p)| (t.to_string(), p.clone()))
+                .collect(),
+        }
+        .encode()?;
+        regions.borrow_mut().push((ptr.as_ptr() as usize, len));
+        Ok(MemMap {
+            ptr,
+            len,
+            regs,
+            packed,
+            regions,
+        })
+    }
+    /// Start address (what peers pass as `remote_addr`).
+    pub fn address(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Never empty (mapping 0 bytes is refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The packed remote keys a peer unpacks with `Worker::rkey_unpack`.
+    pub fn rkey_packed(&self) -> &[u8] {
+        &self.packed
+    }
+    /// Transports the memory is registered with.
+    pub fn transports(&self) -> Vec<&'static str> {
+        self.regs.iter().map(|r| r.0).collect()
+    }
+    fn check(&self, offset: usize, n: usize) -> Result<*mut u8> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.len => Ok(self.ptr.as_ptr().wrapping_add(offset)),
+            _ => Err(Error::InvalidParam(format!(
+                "range {offset}+{n} is outside the {}-byte mapping",
+                self.len
+            ))),
+        }
+    }
+    /// Copies bytes out of the mapping.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let p = self.check(offset, out.len())?;
+        // SAFETY: bounds checked; the memory lives as long as self.
+        unsafe { std::ptr::copy(p, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+    /// Copies bytes into the mapping.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let p = self.check(offset, data.len())?;
+        // SAFETY: bounds checked; the memory lives as long as self.
+        unsafe { std::ptr::copy(data.as_ptr(), p, data.len()) };
+        Ok(())
+    }
+}
+
+impl Drop for MemMap {
+    fn drop(&mut self) {
+        let start = self.ptr.as_ptr() as usize;
+        self.regions.borrow_mut().retain(|&(s, _)| s != start);
+        self.regs.clear();
+        // SAFETY: allocated in `new` with this layout; registrations are gone.
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr.as_ptr(),
+                Layout::from_size_align_unchecked(self.len, ALIGN),
+            )
+        };
+    }
+}
+
+/// Packed remote keys of one mapping, one per transport.
+///
+/// ```text
+/// 0        1
+/// +--------+--------------------------------------------------------------+
+/// | n (u8) | n × ( name len u8 | name | rkey len u16 LE | packed rkey )    |
+/// +--------+--------------------------------------------------------------+
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RkeyBundle {
+    /// (transport name, packed rkey).
+    pub entries: Vec<(String, Vec<u8>)>,
+}
+
+impl RkeyBundle {
+    /// Encodes the bundle.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        if self.entries.len() > 255 {
+            return Err(Error::InvalidParam("too many remote keys".into()));
+        }
+        let mut v = vec![self.entries.len() as u8];
+        for (t, k) in &self.entries {
+            if t.len() > 255 || k.len() > u16::MAX as usize {
+                return Err(Error::InvalidParam(format!("remote key of {t} too long")));
+            }
+            v.push(t.len() as u8);
+            v.extend_from_slice(t.as_bytes());
+            v.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            v.extend_from_slice(k);
+        }
+        Ok(v)
+    }
+    /// Decodes a bundle; truncated or trailing input gives [`Error::Wire`].
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        let short = || Error::Wire("packed remote key bundle is truncated".into());
+        let n = *b.first().ok_or_else(short)? as usize;
+        let mut pos = 1;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let nl = *b.get(pos).ok_or_else(short)? as usize;
+            pos += 1;
+            let name = b.get(pos..pos + nl).ok_or_else(short)?;
+            pos += nl;
+            let kl = b.get(pos..pos + 2).ok_or_else(short)?;
+            let kl = u16::from_le_bytes([kl[0], kl[1]]) as usize;
+            pos += 2;
+            let key = b.get(pos..pos + kl).ok_or_else(short)?;
+            pos += kl;
+            let name = std::str::from_utf8(name)
+                .map_err(|_| Error::Wire("remote key transport name is not UTF-8".into()))?;
+            entries.push((name.to_owned(), key.to_vec()));
+        }
+        if pos != b.len() {
+            return Err(Error::Wire(format!(
+                "packed remote key bundle has {} trailing bytes",
+                b.len() - pos
+            )));
+        }
+        Ok(RkeyBundle { entries })
+    }
+}
+
+/// A peer's mapping, unpacked for one endpoint's lanes.
+#[derive(Debug, Clone)]
+pub struct Rkey {
+    pub(crate) ep: (u32, u32),
+    pub(crate) rma: Option<RemoteKey>,
+    pub(crate) amo: Option<RemoteKey>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_round_trip_and_truncation() {
+        let b = RkeyBundle {
+            entries: vec![("cma".into(), vec![1, 2, 3]), ("tcp".into(), vec![])],
+        };
+        let e = b.encode().unwrap();
+        assert_eq!(RkeyBundle::decode(&e).unwrap(), b);
+        for n in 0..e.len() {
+            assert!(RkeyBundle::decode(&e[..n]).is_err(), "prefix {n}");
+        }
+        let mut t = e.clone();
+        t.push(9);
+        assert!(RkeyBundle::decode(&t).is_err());
+    }
+}
