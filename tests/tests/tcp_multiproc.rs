@@ -249,6 +249,16 @@ fn read_address_file() -> String {
 fn child_entry() {
     match std::env::var("RUCX_TCP_TEST_ROLE").as_deref() {
         Ok("server") => server(),
+        Ok("devices") => match TcpTransport::devices() {
+            Ok(d) => {
+                let names: Vec<String> = d.into_iter().map(|d| d.name).collect();
+                println!("DEVICES {}", names.join(","));
+            }
+            Err(why) => {
+                let open = uct::open("tcp", "lo").err().map(|e| e.to_string());
+                println!("NODEVICES {why} | open: {open:?}");
+            }
+        },
         Ok("check-unreachable") => {
             let line = read_address_file();
             let (dev, ifa) = parse_address(line.trim());
@@ -341,4 +351,35 @@ fn garbage_on_listening_port_is_survived() {
     c.ping(10);
     c.send(AM_BYE, 0, b"");
     assert!(wait_exit(&mut child).success());
+}
+
+/// Runs the "devices" role with `RUCX_NET_DEVICES=value` and gives its answer line.
+fn devices_with(value: &str) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env("RUCX_TCP_TEST_ROLE", "devices")
+        .env("RUCX_NET_DEVICES", value)
+        .output()
+        .expect("run the devices role");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| {
+            l.find("DEVICES ")
+                .map(|at| l[at.saturating_sub(2)..].to_string())
+        })
+        .unwrap_or_else(|| panic!("no answer from the devices role: {text}"))
+}
+
+#[test]
+fn net_devices_variable_restricts_and_rejects_unknown_names() {
+    let only_lo = devices_with("lo");
+    assert!(only_lo.ends_with("DEVICES lo"), "{only_lo}");
+    let bad = devices_with("lo,nosuchdev0");
+    assert!(bad.starts_with("NODEVICES"), "{bad}");
+    assert!(bad.contains("nosuchdev0"), "{bad}");
+    // Opening tcp then fails too, saying why, instead of falling back to another device.
+    assert!(
+        bad.contains("open: Some(") && bad.contains("unavailable"),
+        "{bad}"
+    );
 }

@@ -48,6 +48,10 @@ pub(crate) const AM_MAX_HDR: usize = 128;
 pub(crate) const MAX_COPY_FRAME: usize = FrameHeader::LEN + AtomicReq::LEN + MAX_BCOPY;
 /// Room a response needs in the send queue (header + largest response sub-header).
 const RESP_ROOM: usize = FrameHeader::LEN + AtomicResp::LEN;
+/// Send-queue bytes operations leave free for responses.
+const RESERVE_BYTES: usize = 4096;
+/// Send-queue entries operations leave free for responses.
+const RESERVE_ITEMS: usize = 8;
 /// The listening socket's epoll token.
 const LISTENER_TOKEN: u64 = u64::MAX;
 /// Progress calls between two looks at the listening socket (when nothing else needs epoll).
@@ -218,8 +222,17 @@ impl TxQueue {
         self.items.is_empty()
     }
     /// True when `bytes` copied bytes and `items` entries fit.
+    /// True when an operation of `bytes` copied bytes and `items` entries fits, leaving the
+    /// reserve that responses to the peer's requests may use.
     pub(crate) fn fits(&self, bytes: usize, items: usize) -> bool {
-        self.items.len() + items <= MAX_TX_ITEMS && TX_BUF - (self.tail - self.head) >= bytes
+        self.items.len() + items + RESERVE_ITEMS <= MAX_TX_ITEMS
+            && TX_BUF - (self.tail - self.head) >= bytes + RESERVE_BYTES
+    }
+    /// True when one response fits (responses may use the reserve; operations may not, so
+    /// a queue full of our own requests never stops us from answering the peer's, and the
+    /// two sides cannot block each other).
+    pub(crate) fn fits_response(&self) -> bool {
+        self.items.len() + 2 <= MAX_TX_ITEMS && TX_BUF - (self.tail - self.head) >= RESP_ROOM
     }
     fn make_room(&mut self, n: usize) {
         if TX_BUF - self.tail < n {
@@ -1191,7 +1204,7 @@ impl TcpIface {
             let Some(c) = inner.conns.get_mut(key) else {
                 return 0;
             };
-            if c.rx_paused && c.tx.fits(RESP_ROOM * 4, 4) {
+            if c.rx_paused && c.tx.fits_response() {
                 c.rx_paused = false;
             }
             let want = std::mem::take(&mut c.readable) || direct;
@@ -1217,10 +1230,11 @@ impl TcpIface {
         let mut flow = Flow::Continue;
         let mut stalled = false;
         loop {
-            {
+            // Before a request frame (it will queue a response), make sure the response fits;
+            // otherwise stop reading this connection until the send queue drains.
+            if rxb.reasm.at_boundary() && rxb.has_data() && is_request(rxb.buf[rxb.head]) {
                 let g = self.inner.borrow();
-                let c = &g.conns[key];
-                if !c.tx.fits(RESP_ROOM, 2) {
+                if !g.conns[key].tx.fits_response() {
                     drop(g);
                     self.inner.borrow_mut().conns[key].rx_paused = true;
                     break;
@@ -1563,6 +1577,14 @@ fn status_result(s: WireStatus, what: &str, v: u64) -> Result<u64> {
         WireStatus::Ok => Ok(v),
         WireStatus::RemoteAccess => Err(refused(what)),
     }
+}
+
+/// True for the kinds of frame the receiver answers (put may need an ack or a refusal).
+fn is_request(kind: u8) -> bool {
+    kind == Kind::Put as u8
+        || kind == Kind::GetReq as u8
+        || kind == Kind::AtomicReq as u8
+        || kind == Kind::FlushReq as u8
 }
 
 /// Applies a peer's atomic to this process's registered memory; gives the old value.

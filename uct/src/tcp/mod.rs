@@ -57,7 +57,7 @@ use ucs::config::ConfigVar;
 use ucs::{Error, Result};
 
 /// `RUCX_TCP_SNDBUF`: socket send buffer size.
-pub static TCP_SNDBUF: ConfigVar = ConfigVar {
+pub const TCP_SNDBUF: ConfigVar = ConfigVar {
     name: "TCP_SNDBUF",
     default: "auto",
     doc:
@@ -65,21 +65,22 @@ pub static TCP_SNDBUF: ConfigVar = ConfigVar {
 };
 
 /// `RUCX_TCP_RCVBUF`: socket receive buffer size.
-pub static TCP_RCVBUF: ConfigVar = ConfigVar {
+pub const TCP_RCVBUF: ConfigVar = ConfigVar {
     name: "TCP_RCVBUF",
     default: "auto",
     doc: "tcp socket receive buffer size (SO_RCVBUF), a size like 256k, or auto for the kernel default",
 };
 
 /// `RUCX_NET_DEVICES`: network devices to use.
-pub static NET_DEVICES: ConfigVar = ConfigVar {
+pub const NET_DEVICES: ConfigVar = ConfigVar {
     name: "NET_DEVICES",
     default: "all",
     doc: "Comma-separated network devices to use (lo, eth0, ...), or all",
 };
 
-/// Every configuration variable of the tcp transport.
-pub static CONFIG_VARS: &[&ConfigVar] = &[&TCP_SNDBUF, &TCP_RCVBUF, &NET_DEVICES];
+/// Every configuration variable of the tcp transport (registered with `ucs::config` when the
+/// transport is first queried, so `rucx-info -c` lists them and they are not "unknown").
+pub static TCP_VARS: [ConfigVar; 3] = [TCP_SNDBUF, TCP_RCVBUF, NET_DEVICES];
 
 /// Reads a socket buffer size variable: `None` for `auto`.
 pub fn sock_buf_size(var: &ConfigVar) -> Result<Option<usize>> {
@@ -347,6 +348,7 @@ impl Transport for TcpTransport {
     type Ep = TcpEp;
 
     fn devices() -> std::result::Result<Vec<DeviceInfo>, String> {
+        ucs::config::register(&TCP_VARS);
         let ifs = usable_devices().map_err(|e| e.to_string())?;
         Ok(ifs
             .into_iter()
@@ -370,6 +372,7 @@ impl Transport for TcpTransport {
 
     fn open_iface(md: &TcpMd, params: &IfaceParams) -> Result<TcpIface> {
         let _ = md;
+        ucs::config::register(&TCP_VARS);
         let ifs = usable_devices()?;
         let dev = ifs
             .into_iter()

@@ -791,6 +791,14 @@ fn socket_buffer_variables() {
     std::env::remove_var("RUCX_TEST_TCP_BUFSZ");
     assert_eq!(TCP_SNDBUF.env_name(), "RUCX_TCP_SNDBUF");
     assert_eq!(TCP_RCVBUF.env_name(), "RUCX_TCP_RCVBUF");
+    // Known to the configuration registry once the transport was queried.
+    let _ = TcpTransport::devices();
+    for name in ["RUCX_TCP_SNDBUF", "RUCX_TCP_RCVBUF", "RUCX_NET_DEVICES"] {
+        assert!(
+            ucs::config::find(name).is_some(),
+            "{name} is not registered"
+        );
+    }
 }
 
 #[test]
@@ -946,4 +954,153 @@ fn sockets_have_nodelay_and_configured_buffers() {
             assert!(s.keepalive().unwrap());
         }
     }
+}
+
+#[test]
+fn eof_mid_frame_and_reset_become_endpoint_errors() {
+    for reset in [false, true] {
+        let mut a = open_lo();
+        let mut sa = Sink::default();
+        // A fake peer interface: a plain listening socket.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let peer = IfaceAddr {
+            ip: "127.0.0.1".parse().unwrap(),
+            port,
+        };
+        let dev = a.device_address().to_vec();
+        let mut ep = a.ep_create_connected(&dev, &peer.encode()).unwrap();
+        let md = TcpMd::new();
+        let dst = md.mem_alloc(64).unwrap();
+        let rk = RemoteKey::unmapped(0x1000, 64, 1 << 32);
+        assert_eq!(
+            ep.get_zcopy(&[Iov::whole(&dst)], 0x1000, &rk, 1).unwrap(),
+            Outcome::InProgress
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut s = loop {
+            a.progress(&mut sa);
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+            assert!(Instant::now() < deadline, "watchdog: no connection");
+        };
+        if reset {
+            socket2::SockRef::from(&s)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+        } else {
+            // Read the hello and the get request first (closing with unread bytes would send a
+            // reset instead of a FIN).
+            s.set_nonblocking(true).unwrap();
+            let want = 8 + wire::Hello::LEN + 8 + wire::GetReq::LEN;
+            let mut got = 0;
+            let mut buf = [0u8; 256];
+            while got < want {
+                a.progress(&mut sa);
+                match s.read(&mut buf) {
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+                assert!(Instant::now() < deadline, "watchdog: request not received");
+            }
+            // A get response header announcing 40 body bytes, then only 2 of them.
+            let mut f = wire::FrameHeader::new(wire::Kind::GetResp, 0, 24)
+                .to_bytes()
+                .to_vec();
+            f.extend_from_slice(&[1, 0]);
+            s.write_all(&f).unwrap();
+        }
+        drop(s);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sa.errors.is_empty() || sa.comp(1).is_none() {
+            a.progress(&mut sa);
+            assert!(Instant::now() < deadline, "watchdog: no endpoint error");
+        }
+        assert_eq!(sa.errors.len(), 1);
+        let err = &sa.errors[0].1;
+        assert!(matches!(err, Error::ConnectionReset(_)), "{err}");
+        if !reset {
+            assert!(err.to_string().contains("middle of a frame"), "{err}");
+        }
+        assert!(matches!(sa.comp(1), Some(Err(Error::ConnectionReset(_)))));
+        assert!(ep.flush(2).is_err());
+    }
+}
+
+#[test]
+fn both_sides_flooding_requests_do_not_deadlock() {
+    let mut a = open_lo();
+    let mut b = open_lo();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    let mut ea = a.ep_create().unwrap();
+    let mut eb = b.ep_create().unwrap();
+    let (addr_a, addr_b) = (ea.ep_address().unwrap(), eb.ep_address().unwrap());
+    ea.connect_to_ep(b.device_address(), &addr_b).unwrap();
+    eb.connect_to_ep(a.device_address(), &addr_a).unwrap();
+    let md = TcpMd::new();
+    let (ta, tb) = (
+        md.mem_alloc(1 << 20).unwrap(),
+        md.mem_alloc(1 << 20).unwrap(),
+    );
+    let (rka, rkb) = (rkey_of(&md, &ta), rkey_of(&md, &tb));
+    // 1 MiB each: far more than the kernel's socket buffers hold, so both send queues fill.
+    let src = md.mem_alloc(1 << 20).unwrap();
+    assert!(ea.am_short(0, 0, b"").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| !sb.ams.is_empty());
+    // Both sides fill their send queues with puts (requests the other side must answer)
+    // before anyone progresses.
+    let (mut na, mut nb) = (0u64, 0u64);
+    loop {
+        let ra = ea
+            .put_zcopy(&[Iov::whole(&src)], tb.addr() as u64, &rkb, 1000 + na)
+            .unwrap();
+        let rb = eb
+            .put_zcopy(&[Iov::whole(&src)], ta.addr() as u64, &rka, 5000 + nb)
+            .unwrap();
+        na += u64::from(!ra.is_no_resource());
+        nb += u64::from(!rb.is_no_resource());
+        if ra.is_no_resource() && rb.is_no_resource() {
+            break;
+        }
+        assert!(na < 4000 && nb < 4000, "never saw back-pressure");
+    }
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
+        sa.comps.len() as u64 == na && sb.comps.len() as u64 == nb
+    });
+    assert!(sa.comps.iter().chain(&sb.comps).all(|c| c.1.is_ok()));
+}
+
+#[test]
+fn refused_connect_becomes_unreachable_endpoint_error() {
+    let mut a = open_lo();
+    let mut sa = Sink::default();
+    // A port nobody listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dead = IfaceAddr {
+        ip: "127.0.0.1".parse().unwrap(),
+        port,
+    };
+    let dev = a.device_address().to_vec();
+    let mut ep = a.ep_create_connected(&dev, &dead.encode()).unwrap();
+    // Sends before the connect finished are queued, then fail with the endpoint.
+    assert!(ep.am_short(0, 0, b"queued").unwrap().is_done());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sa.errors.is_empty() {
+        a.progress(&mut sa);
+        assert!(Instant::now() < deadline, "watchdog: no endpoint error");
+    }
+    assert!(
+        matches!(sa.errors[0].1, Error::Unreachable(_)),
+        "{}",
+        sa.errors[0].1
+    );
+    assert!(matches!(ep.am_short(0, 0, b""), Err(Error::Unreachable(_))));
 }
