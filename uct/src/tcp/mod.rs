@@ -40,6 +40,7 @@
 mod ep;
 mod iface;
 pub mod md;
+mod tag;
 pub mod wire;
 
 #[cfg(test)]
