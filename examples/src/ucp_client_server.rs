@@ -201,12 +201,15 @@ fn run(args: &Args) -> Result<(), String> {
                     .map_err(|e| e.to_string())?;
             for i in 0..args.iters {
                 let data = pattern(args.size, i);
-                s.send(ep, args.comm, data.clone())?;
-                let echo = s.recv(ep, args.comm, args.size)?;
+                s.send(ep, args.comm, data.clone())
+                    .map_err(|e| format!("iteration {i} send: {e}"))?;
+                let echo = s
+                    .recv(ep, args.comm, args.size)
+                    .map_err(|e| format!("iteration {i} echo: {e}"))?;
                 check(&echo, &data, &format!("iteration {i} echo"))?;
             }
             s.w.ep_close(ep, CloseMode::Flush)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| format!("close: {e}"))?;
             println!(
                 "client: {} iteration(s) of {} bytes over {:?} verified",
                 args.iters, args.size, args.comm

@@ -93,7 +93,8 @@ fn ucp_examples_hello_world_shm_and_tcp() {
         let end = Instant::now() + WATCHDOG;
         let (ok, out) = loop {
             let mut c = cmd(&hw, tls);
-            c.args(["-n", "127.0.0.1", "-p", &port.to_string(), "-s", "100"]);
+            c.args(["-n", "127.0.0.1", "-p", &port.to_string(), "-s", "100"])
+                .env("RUCX_PROTO_INFO", "y");
             let (ok, out) = run_to_end(c, "hello client");
             if ok || !out.contains("cannot connect") || Instant::now() > end {
                 break (ok, out);
@@ -102,6 +103,9 @@ fn ucp_examples_hello_world_shm_and_tcp() {
         };
         assert!(ok, "{tls} client: {out}");
         assert!(out.contains("UCP TEST SUCCESS"), "{out}");
+        // RUCX_PROTO_INFO=y printed the endpoint's protocol table.
+        assert!(out.contains("[rucx] endpoint to"), "{out}");
+        assert!(out.contains("eager short") && out.contains("rendezvous"), "{out}");
         let (sok, sout) = server.join().unwrap();
         assert!(sok, "{tls} server: {sout}");
     }

@@ -73,8 +73,13 @@ fn ucp_listener_reject_then_accept_and_talk() {
     assert_eq!(finish(&mut w, op).buf.unwrap(), b"hello server");
     let op = w.tag_send(ep, 6, b"hello client").unwrap();
     assert_eq!(finish(&mut w, op).status, Ok(()));
+    // Keep progressing: the client's flush-close waits for our acknowledgement.
+    while !client.is_finished() {
+        w.progress();
+        assert!(Instant::now() < end, "watchdog: client did not finish");
+    }
     client.join().unwrap();
-    // The client's flush-close reaches us: the endpoint reports the peer closed.
+    // The client's flush-close reached us: the endpoint reports the peer closed.
     while w.ep_status(ep).is_ok() {
         w.progress();
         assert!(Instant::now() < end, "watchdog: close not seen");

@@ -327,9 +327,22 @@ fn ucp_self_reply_over_reverse_endpoint_and_close() {
     let c = p.finish_a(r);
     assert_eq!(c.buf.unwrap(), b"reply");
     assert!(p.a.ep_proto_info(p.ab).unwrap().contains("self/memory0"));
-    p.a.ep_close(p.ab, CloseMode::Flush).unwrap();
-    p.pump(3);
+    // A message sent just before the close is delivered before the close completes.
+    let r = p.b.tag_recv(vec![0; 4], 10, EXACT).unwrap();
+    let s = p.a.tag_send(p.ab, 10, b"last").unwrap();
+    assert!(s.is_done());
+    let op = p.a.ep_close_nb(p.ab, CloseMode::Flush).unwrap();
+    let Op::Pending(close) = op else {
+        panic!("flush-close waits for the peer's acknowledgement")
+    };
+    assert!(!p.a.request_test(&close));
+    p.b.progress(); // b handles "last" and CLOSE, and acknowledges
+    let c = p.finish_b(r);
+    assert_eq!(c.buf.unwrap(), b"last");
     assert!(p.b.ep_status(ba).is_err(), "peer saw the close");
+    let c = p.finish_a(Op::Pending(close));
+    assert_eq!(c.status, Ok(()));
+    assert!(p.a.ep_status(p.ab).is_err(), "handle is stale after close");
 }
 
 #[test]

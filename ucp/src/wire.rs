@@ -53,6 +53,8 @@ pub mod am_id {
     pub const ATOMIC_REQ: u8 = 17;
     /// Emulated atomic operation reply.
     pub const ATOMIC_REP: u8 = 18;
+    /// The peer processed our CLOSE (everything before it was delivered).
+    pub const CLOSE_ACK: u8 = 19;
 }
 
 /// Length of the uuid prefix.
@@ -617,6 +619,8 @@ pub enum Msg<'a> {
     AtomicReq(AtomicReqHdr),
     /// Emulated atomic reply.
     AtomicRep(AtomicRepHdr),
+    /// The peer processed our CLOSE.
+    CloseAck,
 }
 
 /// Splits off the sender uuid.
@@ -692,6 +696,12 @@ impl<'a> Msg<'a> {
                 Msg::AmRts(h, uh, RtsHdr::decode(rts)?)
             }
             ATOMIC_REQ => Msg::AtomicReq(AtomicReqHdr::decode(b)?),
+            CLOSE_ACK => {
+                if !b.is_empty() {
+                    return Err(Error::Wire("close ack carries unexpected bytes".into()));
+                }
+                Msg::CloseAck
+            }
             ATOMIC_REP => Msg::AtomicRep(AtomicRepHdr::decode(b)?),
             other => return Err(Error::Wire(format!("unknown ucp message id {other}"))),
         })

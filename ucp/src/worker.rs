@@ -136,6 +136,7 @@ struct Ep {
     err_handler: Option<ErrHandler>,
     stream_rx: VecDeque<u8>,
     stream_waiters: VecDeque<usize>,
+    close_acked: bool,
     last_tx: Duration,
     last_rx: Duration,
 }
@@ -205,6 +206,7 @@ enum ReqKind {
     Recv(RecvReq),
     StreamRecv { buf: Vec<u8>, filled: usize },
     Atomic { value: u64 },
+    Close,
     Flush { eps_left: usize, retry: Vec<usize> },
 }
 
@@ -282,6 +284,8 @@ struct State {
     regions: crate::rma::Regions,
     amo_hw: u64,
     amo_emulated: u64,
+    quarantine: Vec<Vec<u8>>,
+    closings: Vec<Closing>,
 }
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
@@ -399,6 +403,8 @@ impl Worker {
                 regions: Default::default(),
                 amo_hw: 0,
                 amo_emulated: 0,
+                quarantine: Vec::new(),
+                closings: Vec::new(),
             },
         })
     }
@@ -841,6 +847,7 @@ impl Worker {
         }
         n += self.st.progress_pending();
         self.st.progress_flushes();
+        self.st.progress_closings();
         self.st.timers();
         n += self.st.notify_failures();
         n
@@ -917,34 +924,53 @@ impl Worker {
     /// Closes an endpoint (see [`CloseMode`]); the handle is stale afterwards. A flush that fails
     /// (other than because the peer closed first) is reported after the endpoint is closed.
     pub fn ep_close(&mut self, ep: EpHandle, mode: CloseMode) -> Result<()> {
-        let idx = self.st.ep_idx(ep)?;
-        let mut result = Ok(());
-        if mode == CloseMode::Flush && self.st.eps[idx].state == EpState::Ready {
-            let flushed = self
-                .st
-                .flush_eps(&[idx])
-                .and_then(|op| self.complete(op).status);
-            match flushed {
-                Ok(()) => {
-                    let _ = self.st.send_ctl(idx, am_id::CLOSE, &[]);
-                    if let Ok(op) = self.st.flush_eps(&[idx]) {
-                        let _ = self.complete(op);
-                    }
-                }
-                // The peer closed its side meanwhile: nothing is left to flush to it.
-                Err(_) if self.st.eps[idx].state == EpState::Closed => {}
-                Err(Error::ConnectionReset(_)) => {}
-                Err(e) => result = Err(e),
-            }
-        }
-        self.st.close_ep(idx, Error::Canceled);
-        // The handle goes stale; the slot is reused by later endpoints.
-        self.st.eps.remove(idx);
-        self.st.to_connect.retain(|&i| i != idx);
-        self.st.failed_notify.retain(|&i| i != idx);
-        self.st.pending_eps.retain(|&i| i != idx);
-        result
+        let op = self.ep_close_nb(ep, mode)?;
+        self.complete(op).status
     }
+
+    /// Starts closing an endpoint; the request finishes when it is closed. `Flush` flushes,
+    /// sends CLOSE and waits (at most the keepalive timeout) until the peer has processed it,
+    /// so everything sent before reached the peer's application.
+    pub fn ep_close_nb(&mut self, ep: EpHandle, mode: CloseMode) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        let key = self.st.new_req(None, ReqKind::Close);
+        if mode == CloseMode::Force || self.st.eps[idx].state != EpState::Ready {
+            self.st.close_now(idx, key, Ok(()));
+            return Ok(self.st.op_of(key));
+        }
+        let flush = match self.st.flush_eps(&[idx])? {
+            Op::Done(c) => {
+                if let Err(e) = c.status {
+                    self.st.close_now(idx, key, Err(e));
+                    return Ok(self.st.op_of(key));
+                }
+                None
+            }
+            Op::Pending(r) => Some(r.key as usize),
+        };
+        let mut c = Closing {
+            ep: idx,
+            req: key,
+            flush,
+            deadline: None,
+        };
+        if c.flush.is_none() {
+            self.st.send_close(&mut c);
+        }
+        self.st.closings.push(c);
+        self.st.progress_closings();
+        Ok(self.st.op_of(key))
+    }
+}
+
+/// An endpoint being flush-closed.
+struct Closing {
+    ep: usize,
+    req: usize,
+    /// Flush request still running.
+    flush: Option<usize>,
+    /// CLOSE sent; give up waiting for the ack at this time.
+    deadline: Option<Duration>,
 }
 
 impl Drop for Worker {
@@ -1183,6 +1209,7 @@ impl State {
             err_handler,
             stream_rx: VecDeque::new(),
             stream_waiters: VecDeque::new(),
+            close_acked: false,
             last_tx: now,
             last_rx: now,
         });
@@ -1284,19 +1311,29 @@ impl State {
                     }
                 }
                 ReqKind::Recv(rv) => {
+                    // A receive that failed while the peer may still write into it (rendezvous
+                    // put into our registered buffer) keeps its buffer in quarantine until the
+                    // worker is dropped, so a late write never lands in freed memory.
+                    let exposed = status.is_err()
+                        && rv.memh.is_some()
+                        && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
                     rv.memh = None;
                     rv.rkey = None;
-                    (
-                        Some(std::mem::take(&mut rv.buf)),
-                        rv.total,
-                        rv.sender_tag,
-                        None,
-                    )
+                    let buf = std::mem::take(&mut rv.buf);
+                    let buf = if exposed {
+                        self.quarantine.push(buf);
+                        None
+                    } else {
+                        Some(buf)
+                    };
+                    (buf, rv.total, rv.sender_tag, None)
                 }
                 ReqKind::StreamRecv { buf, filled } => {
                     (Some(std::mem::take(buf)), *filled, 0, None)
                 }
-                ReqKind::Flush { .. } | ReqKind::Atomic { .. } => (None, 0, 0, None),
+                ReqKind::Flush { .. } | ReqKind::Atomic { .. } | ReqKind::Close => {
+                    (None, 0, 0, None)
+                }
             }
         };
         if let Some(v) = recycle {
@@ -2938,7 +2975,13 @@ impl State {
                 self.stream_serve(idx);
                 Ok(())
             }
+            Msg::CloseAck => {
+                self.eps[idx].close_acked = true;
+                Ok(())
+            }
             Msg::Close => {
+                // Everything the peer sent before CLOSE has been handled: tell it so.
+                let _ = self.send_ctl(idx, am_id::CLOSE_ACK, &[]);
                 self.close_ep(
                     idx,
                     Error::ConnectionReset("the peer closed its endpoint".into()),
@@ -3087,6 +3130,81 @@ impl State {
         self.stats.ep_failures += 1;
         self.teardown_ep(idx, &err);
         self.failed_notify.push(idx);
+    }
+
+    /// Closes endpoint `idx` now, finishes close request `key`, and frees the slot.
+    fn close_now(&mut self, idx: usize, key: usize, result: Result<()>) {
+        self.close_ep(idx, Error::Canceled);
+        if self.eps.contains(idx) {
+            self.eps.remove(idx);
+        }
+        self.to_connect.retain(|&i| i != idx);
+        self.failed_notify.retain(|&i| i != idx);
+        self.pending_eps.retain(|&i| i != idx);
+        self.finish(key, result);
+    }
+
+    fn send_close(&mut self, c: &mut Closing) {
+        let _ = self.send_ctl(c.ep, am_id::CLOSE, &[]);
+        c.deadline = Some(self.now() + self.cfg.keepalive_timeout);
+    }
+
+    fn progress_closings(&mut self) {
+        if self.closings.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.closings);
+        for mut c in list {
+            if let Some(fk) = c.flush {
+                let status = match self.reqs.get(fk) {
+                    Some(r) => match &r.done {
+                        Some(d) => d.status.clone(),
+                        None => {
+                            self.closings.push(c);
+                            continue;
+                        }
+                    },
+                    None => Ok(()),
+                };
+                if self.reqs.contains(fk) {
+                    self.reqs.remove(fk);
+                }
+                c.flush = None;
+                let ready = self
+                    .eps
+                    .get(c.ep)
+                    .is_some_and(|e| e.state == EpState::Ready);
+                match status {
+                    Ok(()) if ready => self.send_close(&mut c),
+                    // The peer closed or failed first: nothing is left to deliver to it.
+                    Ok(()) | Err(Error::ConnectionReset(_)) => {
+                        self.close_now(c.ep, c.req, Ok(()));
+                        continue;
+                    }
+                    Err(_) if !ready => {
+                        self.close_now(c.ep, c.req, Ok(()));
+                        continue;
+                    }
+                    Err(e) => {
+                        self.close_now(c.ep, c.req, Err(e));
+                        continue;
+                    }
+                }
+            }
+            let done = match self.eps.get(c.ep) {
+                Some(e) => {
+                    e.close_acked
+                        || e.state != EpState::Ready
+                        || c.deadline.is_some_and(|d| self.clock.now() >= d)
+                }
+                None => true,
+            };
+            if done {
+                self.close_now(c.ep, c.req, Ok(()));
+            } else {
+                self.closings.push(c);
+            }
+        }
     }
 
     fn close_ep(&mut self, idx: usize, err: Error) {
