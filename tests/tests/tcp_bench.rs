@@ -1,13 +1,28 @@
-//! tcp ping-pong latency benchmark (ignored by default; a benchmark, not a test):
+//! tcp benchmarks (ignored by default; benchmarks, not tests):
 //!
 //! ```text
 //! cargo test --release -p rucx-tests --test tcp_bench -- --ignored --nocapture
+//! RUCX_BENCH_MODE=ep cargo test --release -p rucx-tests --test tcp_bench pingpong -- --ignored --nocapture
 //! ```
 //!
-//! Two processes pinned to CPUs 0 and 1 (`RUCX_BENCH_CPUS=a,b` to change) exchange 8-byte
-//! `am_short` messages over tcp on `lo`; the reported latency is half the round trip, like
-//! `ucx_perftest -t am_lat`
-//! (typical = median, as in its "typical" column). Every wait has a watchdog.
+//! Two processes pinned to CPUs 0 and 1 (`RUCX_BENCH_CPUS=a,b` to change) talk over tcp on
+//! `lo`:
+//! - `pingpong_latency`: 8-byte `am_short` ping-pong; the latency is half the round trip, like
+//!   `ucx_perftest -t am_lat` (typical = median, as in its "typical" column). Default mode:
+//!   connect-to-iface endpoints both ways; `RUCX_BENCH_MODE=ep`: one connect-to-ep pair.
+//! - `put_bw_1mib`: 1 MiB `put_zcopy`, 16 in flight, MB/s with MB = 2^20 like ucx_perftest.
+//! - `get_bcopy_latency`: 8-byte `get_bcopy`, full round trip per get.
+//!
+//! UCX 1.13 side by side (server first, then the client with `127.0.0.1`):
+//! ```text
+//! taskset -c 1 ucx_perftest -x tcp -d lo -t am_lat -n 200000
+//! taskset -c 0 ucx_perftest -x tcp -d lo -t am_lat -n 200000 127.0.0.1
+//! taskset -c 1 ucx_perftest -x tcp -d lo -t put_bw -D zcopy -s 1048576 -n 2000
+//! taskset -c 0 ucx_perftest -x tcp -d lo -t put_bw -D zcopy -s 1048576 -n 2000 127.0.0.1
+//! UCX_TLS=tcp UCX_NET_DEVICES=lo ucx_perftest -t ucp_get -s 8 -n 2000 [127.0.0.1]
+//! ```
+//! (UCX's uct tcp has no get; its ucp get over tcp is the comparison.) Every wait has a
+//! watchdog.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
