@@ -1427,6 +1427,40 @@ mod tests {
         assert!(r.at_boundary());
     }
 
+    #[test]
+    fn tag_eager_reports_its_start_before_the_payload() {
+        let mut sub = [0u8; TagHdr::LEN];
+        TagHdr { tag: 5, imm: 6 }.encode(&mut sub);
+        // Small: one whole chunk.
+        let f = frame(Kind::TagEager, 0, &sub, &[1, 2, 3]);
+        let mut r = Reassembler::new();
+        let (n, ev) = r.next(&f).unwrap();
+        assert_eq!(n, f.len());
+        let Some(RxEvent::TagEager(t, c)) = ev else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(
+            (t.tag, t.imm, c.data, c.last),
+            (5, 6, &[1u8, 2, 3][..], true)
+        );
+        // Large: the start (no bytes, not last) as soon as the sub-header is in, even with no
+        // payload byte buffered; then the payload is streamed.
+        let payload = vec![9u8; TAG_WHOLE + 1];
+        let f = frame(Kind::TagEager, 0, &sub, &payload);
+        let hl = FrameHeader::LEN + TagHdr::LEN;
+        let mut r = Reassembler::new();
+        let (n, ev) = r.next(&f[..hl]).unwrap();
+        assert_eq!(n, hl);
+        let Some(RxEvent::TagEager(_, c)) = ev else {
+            panic!("{ev:?}")
+        };
+        assert!(c.data.is_empty() && !c.last && c.total == payload.len() as u64);
+        let pos = r.streaming().expect("streaming");
+        assert_eq!((pos.done, pos.total), (0, payload.len() as u64));
+        assert!(r.advance_stream(payload.len() as u64));
+        assert!(r.at_boundary());
+    }
+
     fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             (0u8..32, proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(id, p)| frame(
