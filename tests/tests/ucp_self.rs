@@ -570,3 +570,39 @@ fn ucp_self_truncation_in_every_protocol_keeps_the_pair_working() {
         send_recv(&mut p, 10, 3);
     }
 }
+
+#[test]
+fn ucp_self_eager_zcopy_from_owned_vectors() {
+    let mut p = pair_with(UcpConfig {
+        rndv_thresh: Some(200_000),
+        ..cfg()
+    });
+    let pc = p.a.ep_proto_config(p.ab).unwrap();
+    let z = pc.zcopy_thresh.expect("self can register and has am_zcopy");
+    assert!(p.a.ep_proto_info(p.ab).unwrap().contains("eager zcopy"));
+    for (i, len) in [z, z + 1, 3 * pc.middle_frag + 5, 199_999]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(len, i as u8);
+        let r = p.b.tag_recv(vec![0; len], 40 + i as u64, EXACT).unwrap();
+        let op = if i % 2 == 0 {
+            p.a.tag_send_vec(p.ab, 40 + i as u64, data.clone()).unwrap()
+        } else {
+            p.a.tag_send_sync(p.ab, 40 + i as u64, &data).unwrap()
+        };
+        let sc = p.finish_a(op);
+        assert_eq!(sc.status, Ok(()));
+        if i % 2 == 0 {
+            assert!(sc.buf.unwrap() == data, "the vector comes back unchanged");
+        }
+        let c = p.finish_b(r);
+        assert_eq!(c.status, Ok(()));
+        assert!(c.buf.unwrap() == data, "{len} bytes");
+    }
+    assert_eq!(
+        p.a.stats().eager_zcopy,
+        2,
+        "only owned vectors go zero-copy"
+    );
+}

@@ -22,6 +22,12 @@ pub static RNDV_THRESH: ConfigVar = ConfigVar {
     default: "auto",
     doc: "Tag message size from which rendezvous is used: a size (8k, 1m, inf) or auto (from the lanes' performance models).",
 };
+/// `RUCX_ZCOPY_THRESH`: message size from which eager sends of caller-owned vectors go zero-copy.
+pub static ZCOPY_THRESH: ConfigVar = ConfigVar {
+    name: "ZCOPY_THRESH",
+    default: "auto",
+    doc: "Eager size from which tag_send_vec sends straight from the caller's vector (am_zcopy) when the AM lane can: a size, inf, or auto (above one bcopy fragment).",
+};
 /// `RUCX_RNDV_SCHEME`: force a rendezvous data path.
 pub static RNDV_SCHEME: ConfigVar = ConfigVar {
     name: "RNDV_SCHEME",
@@ -57,6 +63,7 @@ pub static ALL_VARS: &[&ConfigVar] = &[
     &TLS,
     &NET_DEVICES,
     &RNDV_THRESH,
+    &ZCOPY_THRESH,
     &RNDV_SCHEME,
     &PROTO_INFO,
     &KEEPALIVE_INTERVAL,
@@ -73,6 +80,8 @@ pub struct UcpConfig {
     pub net_devices: Vec<String>,
     /// Rendezvous threshold override (`None`: from the performance models).
     pub rndv_thresh: Option<usize>,
+    /// Eager zero-copy threshold override (`None`: above one bcopy fragment).
+    pub zcopy_thresh: Option<usize>,
     /// Rendezvous scheme requested.
     pub rndv_scheme: RndvSchemeCfg,
     /// Print each endpoint configuration's protocol table.
@@ -89,6 +98,7 @@ impl Default for UcpConfig {
             tls: Vec::new(),
             net_devices: Vec::new(),
             rndv_thresh: None,
+            zcopy_thresh: None,
             rndv_scheme: RndvSchemeCfg::Auto,
             proto_info: false,
             keepalive_interval: Some(Duration::from_secs(1)),
@@ -176,6 +186,7 @@ impl UcpConfig {
             tls: TLS.list(),
             net_devices: NET_DEVICES.list(),
             rndv_thresh: size_or_auto(&RNDV_THRESH)?,
+            zcopy_thresh: size_or_auto(&ZCOPY_THRESH)?,
             rndv_scheme: RndvSchemeCfg::parse(&RNDV_SCHEME)?,
             proto_info: PROTO_INFO.bool()?,
             keepalive_interval: interval,
@@ -202,7 +213,10 @@ mod tests {
         std::env::set_var("RUCX_TLS", "self,tcp");
         std::env::set_var("RUCX_KEEPALIVE_INTERVAL", "inf");
         std::env::set_var("RUCX_RNDV_SCHEME", "put_zcopy");
+        std::env::set_var("RUCX_ZCOPY_THRESH", "32k");
         let c = UcpConfig::from_env().unwrap();
+        assert_eq!(c.zcopy_thresh, Some(32 << 10));
+        std::env::remove_var("RUCX_ZCOPY_THRESH");
         assert_eq!(c.rndv_scheme, RndvSchemeCfg::Put);
         std::env::set_var("RUCX_RNDV_SCHEME", "teleport");
         assert!(UcpConfig::from_env().is_err());

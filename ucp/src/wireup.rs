@@ -170,6 +170,9 @@ pub struct ProtoConfig {
     pub rndv_thresh: usize,
     /// Rendezvous data path.
     pub rndv: RndvScheme,
+    /// Eager messages from caller-owned vectors of at least this size go by `am_zcopy`
+    /// (`None`: the AM lane cannot).
+    pub zcopy_thresh: Option<usize>,
 }
 
 /// Bytes per second assumed for a memory copy (bcopy costs one on each side).
@@ -179,7 +182,12 @@ const EAGER_CAP: usize = 512 << 10;
 
 impl ProtoConfig {
     /// Computes the thresholds from the AM and RMA lanes' capabilities, with `cfg`'s overrides.
-    pub fn compute(am: &IfaceAttr, rma: Option<&IfaceAttr>, cfg: &UcpConfig) -> Self {
+    pub fn compute(
+        am: &IfaceAttr,
+        am_md_reg: bool,
+        rma: Option<&IfaceAttr>,
+        cfg: &UcpConfig,
+    ) -> Self {
         let only_hdr = PREFIX_LEN + EagerHdr::LEN;
         let short_max = (am.flags.contains(IfaceFlags::AM_SHORT) && am.am.max_short >= only_hdr)
             .then(|| am.am.max_short - only_hdr);
@@ -222,6 +230,11 @@ impl ProtoConfig {
             }
         };
         let rndv_thresh = cfg.rndv_thresh.unwrap_or(auto);
+        let zcopy_thresh = (am_md_reg
+            && am.flags.contains(IfaceFlags::AM_ZCOPY)
+            && am.am.max_zcopy > 0
+            && am.am.max_hdr >= PREFIX_LEN + EagerFirstHdr::LEN)
+            .then(|| cfg.zcopy_thresh.unwrap_or(bcopy_single_max + 1));
         ProtoConfig {
             short_max,
             bcopy_single_max,
@@ -229,6 +242,7 @@ impl ProtoConfig {
             middle_frag,
             rndv_thresh,
             rndv,
+            zcopy_thresh,
         }
     }
 
@@ -260,7 +274,7 @@ impl ProtoConfig {
                 };
                 let _ = writeln!(s, "  {from:>10} .. {end:<10} {proto:<28} {lanes}");
             }
-            from = to;
+            from = from.max(to);
         };
         let rt = self.rndv_thresh;
         if let Some(sm) = self.short_max {
@@ -272,7 +286,14 @@ impl ProtoConfig {
             "eager bcopy",
             am_lane,
         );
-        row(&mut s, rt, "multi-fragment eager bcopy", am_lane);
+        match self.zcopy_thresh {
+            Some(z) if z < rt => {
+                // `row` skips empty ranges, so a threshold below the current start is harmless.
+                row(&mut s, z, "multi-fragment eager bcopy", am_lane);
+                row(&mut s, rt, "eager zcopy (owned vectors)", am_lane);
+            }
+            _ => row(&mut s, rt, "multi-fragment eager bcopy", am_lane),
+        }
         let rndv = match self.rndv {
             RndvScheme::Get => "rendezvous get_zcopy + ATS".to_string(),
             RndvScheme::Put => "rendezvous RTR + put_zcopy".to_string(),
@@ -455,7 +476,7 @@ mod tests {
             ..Default::default()
         };
         let cfg = UcpConfig::default();
-        let p = ProtoConfig::compute(&am, Some(&cma), &cfg);
+        let p = ProtoConfig::compute(&am, false, Some(&cma), &cfg);
         assert_eq!(p.short_max, Some(128 - 16));
         assert_eq!(p.bcopy_single_max, 8192 - 16);
         assert_eq!(p.first_frag, 8192 - 40);
@@ -466,13 +487,13 @@ mod tests {
             "{}",
             p.rndv_thresh
         );
-        let none = ProtoConfig::compute(&am, None, &cfg);
+        let none = ProtoConfig::compute(&am, false, None, &cfg);
         assert_eq!(none.rndv, RndvScheme::AmPipeline);
         let cfg = UcpConfig {
             rndv_thresh: Some(1000),
             ..Default::default()
         };
-        let p = ProtoConfig::compute(&am, Some(&cma), &cfg);
+        let p = ProtoConfig::compute(&am, false, Some(&cma), &cfg);
         assert_eq!(p.rndv_thresh, 1000);
         let t = p.table("posix/memory", Some("cma/memory"));
         assert!(

@@ -11,7 +11,7 @@ use crate::wire::{
     am_id, split_prefix, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, Msg, RemoteBuf, ReqHdr,
     RtrHdr, RtrMode, RtsHdr, NO_REQ,
 };
-use crate::wire::{AtomicRepHdr, AtomicReqHdr, UserAmHdr};
+use crate::wire::{AtomicRepHdr, AtomicReqHdr, UserAmHdr, PREFIX_LEN};
 use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig, RndvScheme};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
@@ -80,6 +80,8 @@ pub struct ProtoStats {
     pub eager_single: u64,
     /// Multi-fragment eager messages sent.
     pub eager_multi: u64,
+    /// Eager messages sent zero-copy from the caller's vector.
+    pub eager_zcopy: u64,
     /// Rendezvous requests (RTS) sent.
     pub rndv_rts: u64,
     /// Rendezvous received with get_zcopy.
@@ -99,6 +101,7 @@ const COMP_GET: u64 = 1;
 const COMP_PUT: u64 = 2;
 const COMP_FLUSH: u64 = 3;
 const COMP_ATOMIC: u64 = 4;
+const COMP_ZCOPY: u64 = 5;
 
 fn comp_id(kind: u64, wire: u64) -> CompletionId {
     kind << 60 | (wire & ((1 << 60) - 1))
@@ -150,6 +153,7 @@ enum SendStage {
     WaitPutFlush,
     PutFlushRetry,
     Pipeline,
+    EagerZcopy,
     Stream,
 }
 
@@ -1048,7 +1052,8 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
     }
     let am_attr = &st.info[uct_eps[am].0].attr;
     let rma_attr = rma.map(|r| &st.info[uct_eps[r].0].attr);
-    let proto = ProtoConfig::compute(am_attr, rma_attr, &st.cfg);
+    let am_md_reg = st.info[uct_eps[am].0].md_reg;
+    let proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
     let ep = &mut st.eps[idx];
     ep.lanes = Some(Lanes {
         uct: uct_eps,
@@ -1797,6 +1802,15 @@ impl State {
             .proto
             .map(|p| len >= p.rndv_thresh)
             .unwrap_or(false);
+        // Zero-copy eager from a caller-owned vector the AM lane's domain can register.
+        let zc = self.eps[idx].proto.and_then(|p| p.zcopy_thresh);
+        if let (Some(z), false) = (zc, rndv) {
+            if len >= z && len > 0 {
+                if let SendData::Owned(v) = data {
+                    return self.zcopy_send(idx, tag, v, sync);
+                }
+            }
+        }
         // Fast path: a non-synchronous eager message sent completely right now needs no request.
         if ready && !sync && !rndv {
             let msg_id = self.next_msg_id;
@@ -1988,8 +2002,126 @@ impl State {
             SendStage::Put => self.put_step(key),
             SendStage::Pipeline => self.pipeline_step(key),
             SendStage::Stream => self.stream_step(key),
+            SendStage::EagerZcopy => self.zcopy_step(key),
             SendStage::PutFlushRetry => self.put_done(key),
             SendStage::WaitAck | SendStage::WaitRndv | SendStage::WaitPutFlush => Ok(true),
+        }
+    }
+
+    /// Sends an eager message straight from the caller's vector (registered with the AM lane's
+    /// memory domain); falls back to bcopy fragments from it if registration fails.
+    fn zcopy_send(&mut self, idx: usize, tag: u64, v: Vec<u8>, sync: bool) -> Result<Op> {
+        let li = self.eps[idx].lanes.as_ref().map(|l| l.uct[l.am].0);
+        let key = self.new_send(idx, tag, SendData::Owned(v), sync);
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        let s = self.send_mut(key);
+        s.msg_id = id;
+        let ptr = NonNull::new(s.data.as_mut_ptr());
+        let len = s.data.len();
+        if let (Some(li), Some(p)) = (li, ptr) {
+            // SAFETY: the vector is owned by the request and not moved or resized until the
+            // request finishes, which drops the handle first.
+            if let Ok(m) = unsafe { self.mds[li].mem_reg(p, len) } {
+                let s = self.send_mut(key);
+                s.memh = Some(m);
+                s.stage = SendStage::EagerZcopy;
+            }
+        }
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if !ready || !self.send_step(key)? {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    fn zcopy_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        let wire = self.wire_id(key);
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps,
+            reqs,
+            info,
+            stats,
+            ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let memh = s
+            .memh
+            .clone()
+            .ok_or_else(|| Error::InvalidParam("zcopy without registration".into()))?;
+        let len = s.data.len();
+        let sreq = if s.sync { wire } else { NO_REQ };
+        while s.offset < len {
+            let mut hdr = [0u8; PREFIX_LEN + EagerFirstHdr::LEN];
+            hdr[..PREFIX_LEN].copy_from_slice(&uuid);
+            let (id, hlen, n) = if s.offset == 0 {
+                let h = EagerFirstHdr {
+                    tag: s.tag,
+                    msg_id: s.msg_id,
+                    total_len: len as u64,
+                    sreq,
+                }
+                .encode();
+                hdr[PREFIX_LEN..].copy_from_slice(&h);
+                (
+                    am_id::EAGER_FIRST,
+                    PREFIX_LEN + EagerFirstHdr::LEN,
+                    proto.first_frag,
+                )
+            } else {
+                let h = FragHdr {
+                    id: s.msg_id,
+                    offset: s.offset as u64,
+                }
+                .encode();
+                hdr[PREFIX_LEN..PREFIX_LEN + FragHdr::LEN].copy_from_slice(&h);
+                (
+                    am_id::EAGER_MIDDLE,
+                    PREFIX_LEN + FragHdr::LEN,
+                    proto.middle_frag,
+                )
+            };
+            let n = n.min(attr.am.max_zcopy).min(len - s.offset).max(1);
+            let iov = Iov::new(&memh, s.offset, n)?;
+            match uep.am_zcopy(id, &hdr[..hlen], &[iov], comp_id(COMP_ZCOPY, wire))? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => s.inflight += 1,
+                Outcome::Done(()) => {}
+            }
+            if s.offset == 0 {
+                stats.eager_zcopy += 1;
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        if s.inflight == 0 {
+            self.zcopy_done(key);
+        }
+        Ok(true)
+    }
+
+    fn zcopy_done(&mut self, key: usize) {
+        let s = self.send_mut(key);
+        if s.sync {
+            s.stage = SendStage::WaitAck;
+            s.memh = None;
+        } else {
+            self.finish(key, Ok(()));
         }
     }
 
@@ -2598,6 +2730,14 @@ impl State {
                 } else {
                     Ok(())
                 }
+            }
+            COMP_ZCOPY => {
+                let s = self.send_mut(key);
+                s.inflight = s.inflight.saturating_sub(1);
+                if s.inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
+                    self.zcopy_done(key);
+                }
+                Ok(())
             }
             COMP_ATOMIC => {
                 if let (ReqKind::Atomic { value }, Ok(v)) = (&mut self.reqs[key].kind, &result) {
