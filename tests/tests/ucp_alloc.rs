@@ -56,23 +56,21 @@ fn ucp_alloc_eager_ping_pong_allocates_nothing_when_warm() {
     }
     let msg = [7u8; 64];
     let mut buf = Some(vec![0u8; 64]);
-    let round =
-        |a: &mut Worker, b: &mut Worker, buf: &mut Option<Vec<u8>>, posted_first: bool| {
-            let mut r = None;
-            if posted_first {
-                r = Some(b.tag_recv(buf.take().unwrap(), 1, TAG_MASK_EXACT).unwrap());
-            }
-            match a.tag_send(ab, 1, &msg).unwrap() {
-                Op::Done(_) => {}
-                Op::Pending(_) => panic!("eager send should finish at once"),
-            }
-            b.progress();
-            let r =
-                r.unwrap_or_else(|| b.tag_recv(buf.take().unwrap(), 1, TAG_MASK_EXACT).unwrap());
-            let c = b.complete(r);
-            assert_eq!(c.len, 64);
-            *buf = c.buf;
-        };
+    let round = |a: &mut Worker, b: &mut Worker, buf: &mut Option<Vec<u8>>, posted_first: bool| {
+        let mut r = None;
+        if posted_first {
+            r = Some(b.tag_recv(buf.take().unwrap(), 1, TAG_MASK_EXACT).unwrap());
+        }
+        match a.tag_send(ab, 1, &msg).unwrap() {
+            Op::Done(_) => {}
+            Op::Pending(_) => panic!("eager send should finish at once"),
+        }
+        b.progress();
+        let r = r.unwrap_or_else(|| b.tag_recv(buf.take().unwrap(), 1, TAG_MASK_EXACT).unwrap());
+        let c = b.complete(r);
+        assert_eq!(c.len, 64);
+        *buf = c.buf;
+    };
     // Warm-up: pools, slabs and queues reach their steady size.
     for i in 0..200 {
         round(&mut a, &mut b, &mut buf, i % 2 == 0);

@@ -105,7 +105,10 @@ fn ucp_examples_hello_world_shm_and_tcp() {
         assert!(out.contains("UCP TEST SUCCESS"), "{out}");
         // RUCX_PROTO_INFO=y printed the endpoint's protocol table.
         assert!(out.contains("[rucx] endpoint to"), "{out}");
-        assert!(out.contains("eager short") && out.contains("rendezvous"), "{out}");
+        assert!(
+            out.contains("eager short") && out.contains("rendezvous"),
+            "{out}"
+        );
         let (sok, sout) = server.join().unwrap();
         assert!(sok, "{tls} server: {sout}");
     }

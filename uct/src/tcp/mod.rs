@@ -49,6 +49,7 @@ mod tests;
 pub use ep::TcpEp;
 pub use iface::TcpIface;
 pub use md::TcpMd;
+pub use tag::TagCanceler;
 
 use crate::caps::DeviceType;
 use crate::iface::IfaceParams;

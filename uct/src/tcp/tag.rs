@@ -199,24 +199,60 @@ impl TcpIface {
 
     /// `tag_recv_cancel`: removes a posted receive.
     pub(crate) fn tag_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
-        let mut g = self.inner.borrow_mut();
+        self.tag_canceler().cancel(ctx, force)
+    }
+}
+
+/// Cancels posted receives of a tcp interface from anywhere, including inside a progress
+/// callback of any interface (the layer above matches messages of other transports in its
+/// callbacks and must take a receive back from the transport at that moment, before the
+/// transport can match it too). A clone of the interface's shared state, no lock.
+#[derive(Clone)]
+pub struct TagCanceler(std::rc::Rc<std::cell::RefCell<super::iface::Inner>>);
+
+impl std::fmt::Debug for TagCanceler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TagCanceler")
+    }
+}
+
+impl TagCanceler {
+    /// As [`crate::Iface::tag_recv_cancel`]: removes the receive if it is still posted. Gives
+    /// [`Error::Busy`] when a message already matched it (it completes normally) and
+    /// [`Error::InvalidParam`] for an unknown receive.
+    pub fn cancel(&self, ctx: TagRecvId, force: bool) -> Result<()> {
+        let Ok(mut g) = self.0.try_borrow_mut() else {
+            return Err(Error::Busy(
+                "the tcp interface is inside progress and holds its state".into(),
+            ));
+        };
         if g.tag.cancel(ctx, force).is_some() {
             return Ok(());
         }
-        let in_flight = g.conns.iter().any(|(_, c)| {
-            matches!(&c.tag_rx, TagRx::Posted { p, .. } if p.ctx == ctx)
-                || c.reqs.iter().any(
-                    |(_, r)| matches!(r, super::iface::Req::TagGet { ctx: x, .. } if *x == ctx),
-                )
-        });
-        if in_flight {
-            Err(Error::Busy(format!(
-                "tag receive {ctx} already matched a message; it completes normally"
-            )))
-        } else {
-            Err(Error::InvalidParam(format!(
-                "no tag receive {ctx} is posted"
-            )))
-        }
+        drop(g);
+        cancel_miss(&self.0.borrow(), ctx)
+    }
+}
+
+fn cancel_miss(g: &super::iface::Inner, ctx: TagRecvId) -> Result<()> {
+    let in_flight = g.conns.iter().any(|(_, c)| {
+        matches!(&c.tag_rx, TagRx::Posted { p, .. } if p.ctx == ctx)
+            || c.reqs.iter().any(
+                |(_, r)| matches!(r, super::iface::Req::TagGet { ctx: x, .. } if *x == ctx),
+            )
+    });
+    if in_flight {
+        Err(Error::Busy(format!(
+            "tag receive {ctx} already matched a message; it completes normally"
+        )))
+    } else {
+        Err(Error::InvalidParam(format!("no tag receive {ctx} is posted")))
+    }
+}
+
+impl TcpIface {
+    /// A handle that cancels this interface's posted receives (see [`TagCanceler`]).
+    pub fn tag_canceler(&self) -> TagCanceler {
+        TagCanceler(self.inner.clone())
     }
 }
