@@ -182,6 +182,8 @@ for cls in shm tcp; do
 done
 
 row "shm ucp_put_lat 8B (us p50)" lat 20000 "$SHM_UCX" "$SHM_RUCX" -t ucp_put_lat -s 8
+row "shm ucp_put_bw 64KiB (MB/s)" bw 10000 "$SHM_UCX" "$SHM_RUCX" -t ucp_put_bw -s 65536 -O 16
+row "shm ucp_get 64KiB (MB/s)" bw 10000 "$SHM_UCX" "$SHM_RUCX" -t ucp_get -s 65536 -O 16
 row "uct am_lat posix short 8B (us p50)" lat 50000 "" "" -t am_lat -x posix -d memory -D short -s 8
 row "uct am_lat posix bcopy 1KiB (us p50)" lat 50000 "" "" -t am_lat -x posix -d memory -D bcopy -s 1024
 row "uct am_lat tcp short 8B (us p50)" lat 10000 "" "" -t am_lat -x tcp -d lo -D short -s 8

@@ -98,9 +98,9 @@ pub fn run(mode: Mode) -> Result<()> {
 /// One side of a test at either level.
 pub enum Test {
     /// A uct test.
-    Uct(UctTest),
+    Uct(Box<UctTest>),
     /// A ucp test.
-    Ucp(UcpTest),
+    Ucp(Box<UcpTest>),
 }
 
 impl Test {
@@ -143,8 +143,8 @@ impl Test {
 /// Opens the test's resources: a uct transport and device, or a ucp context and worker.
 pub fn open_test(p: &TestParams) -> Result<Test> {
     match p.test.api() {
-        Api::Uct => UctTest::open(p).map(Test::Uct),
-        Api::Ucp => UcpTest::open(p).map(Test::Ucp),
+        Api::Uct => UctTest::open(p).map(|t| Test::Uct(Box::new(t))),
+        Api::Ucp => UcpTest::open(p).map(|t| Test::Ucp(Box::new(t))),
     }
 }
 
@@ -418,14 +418,46 @@ pub fn local(p: &TestParams, out: &OutputOpts, cores: &[usize]) -> Result<()> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| Error::io("starting the server process", e))?;
     let stdout = child
         .stdout
         .take()
         .ok_or_else(|| Error::InvalidParam("server process has no stdout".into()))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| Error::InvalidParam("server process has no stderr".into()))?;
+    // The server's diagnostics pass through; its final error line is held back, so that one
+    // failure is reported once (see `combine_errors`).
+    let server_error = std::thread::spawn(move || {
+        let mut last = None;
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            match line.strip_prefix("perftest: error: ") {
+                Some(m) => last = Some(m.to_owned()),
+                None => eprintln!("{line}"),
+            }
+        }
+        last
+    });
     let child = ServerChild(child);
+    let result = local_client(p, out, client_core, stdout, child);
+    // The child has exited or been killed: its stderr is closed.
+    let server_msg = server_error.join().ok().flatten();
+    combine_errors(result, server_msg)
+}
+
+/// The client half of `--local`: reads the server's port, runs the client, and waits for the
+/// server to finish.
+fn local_client(
+    p: &TestParams,
+    out: &OutputOpts,
+    client_core: Option<usize>,
+    stdout: std::process::ChildStdout,
+    child: ServerChild,
+) -> Result<()> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -447,4 +479,50 @@ pub fn local(p: &TestParams, out: &OutputOpts, cores: &[usize]) -> Result<()> {
     }
     client("127.0.0.1", port, p, out)?;
     child.finish(Duration::from_secs(30))
+}
+
+/// One error for a `--local` run. When the client failed on its own account (a test it cannot
+/// run, bad input), its error stands and the server's (usually the same, or a consequence) is
+/// dropped; when the client only saw its peer go away or fall silent, the server's reason is
+/// the error.
+fn combine_errors(client: Result<()>, server_msg: Option<String>) -> Result<()> {
+    match (client, server_msg) {
+        (Ok(()), _) => Ok(()),
+        (
+            Err(
+                Error::PeerFailure(_)
+                | Error::ConnectionReset(_)
+                | Error::Timeout(_)
+                | Error::Unreachable(_)
+                | Error::Wire(_),
+            ),
+            Some(m),
+        ) => Err(Error::PeerFailure(format!(
+            "the server process failed: {m}"
+        ))),
+        (Err(e), _) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_errors_are_reported_once() {
+        let srv = || Some("not supported: no lane".to_string());
+        // The client's own error stands.
+        let e = combine_errors(Err(Error::Unsupported("client".into())), srv()).unwrap_err();
+        assert!(
+            matches!(e, Error::Unsupported(ref m) if m == "client"),
+            "{e}"
+        );
+        // The client only saw the server go away: the server's reason is the error.
+        let e = combine_errors(Err(Error::ConnectionReset("eof".into())), srv()).unwrap_err();
+        assert!(e.to_string().contains("no lane"), "{e}");
+        // Nothing from the server: the client's error.
+        let e = combine_errors(Err(Error::Timeout("slow".into())), None).unwrap_err();
+        assert!(matches!(e, Error::Timeout(_)), "{e}");
+        assert!(combine_errors(Ok(()), srv()).is_ok());
+    }
 }

@@ -490,6 +490,7 @@ pub fn lanes_text(peer: &ucp::WorkerAddress, table_only: bool) -> ucs::Result<St
     }
     let proto = ProtoConfig::compute(
         locals[sel.am.local].attr,
+        locals[sel.am.local].md_reg,
         sel.rma.map(|p| locals[p.local].attr),
         &cfg,
     );

@@ -11,6 +11,7 @@ pub mod info;
 pub mod params;
 pub mod report;
 pub mod timer;
+pub mod ucp_rma;
 pub mod ucp_test;
 pub mod uct_test;
 pub mod wire;

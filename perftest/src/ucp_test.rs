@@ -1,4 +1,6 @@
-//! The ucp-level tests: a worker per side, one endpoint, tag matching.
+//! The ucp-level tests: a worker per side, one endpoint; tag matching, active messages, streams,
+//! and the one-sided tests (put, get, atomics) on memory each side maps with `mem_map` and
+//! exposes to the other through its packed remote key (sent over the side channel).
 //!
 //! Buffers are allocated once before the loop and cycle through the worker (a posted receive
 //! or a `tag_send_vec` takes a vector and its completion gives it back), so the measurement loop
@@ -11,7 +13,10 @@ use crate::wire::{AddressInfo, Channel};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use ucp::{Completion, Context, ContextParams, EpHandle, EpParams, Features, Op, Request, Worker};
+use ucp::{
+    Completion, Context, ContextParams, EpHandle, EpParams, Features, MemMap, Op, Request, Rkey,
+    Worker,
+};
 use ucs::{Error, Result};
 
 /// The tag every test message carries.
@@ -30,6 +35,13 @@ pub const SUPPORTED: &[TestId] = &[
     TestId::UcpAmBw,
     TestId::StreamLat,
     TestId::StreamBw,
+    TestId::UcpPutLat,
+    TestId::UcpPutBw,
+    TestId::UcpGet,
+    TestId::UcpAdd,
+    TestId::UcpFadd,
+    TestId::UcpSwap,
+    TestId::UcpCswap,
 ];
 
 /// Checks that this build's ucp can run `p`.
@@ -37,9 +49,19 @@ pub fn check(p: &TestParams) -> Result<()> {
     if !SUPPORTED.contains(&p.test) {
         let names: Vec<&str> = SUPPORTED.iter().map(|t| t.name()).collect();
         return Err(Error::Unsupported(format!(
-            "{}: rucx's ucp layer has no put/get/atomic API yet; the ucp tests it runs are {}",
+            "{} is not a ucp test; the ucp tests are {}",
             p.test,
             names.join(", ")
+        )));
+    }
+    if matches!(
+        p.test,
+        TestId::UcpPutLat | TestId::UcpPutBw | TestId::UcpGet
+    ) && p.size() == 0
+    {
+        return Err(Error::InvalidParam(format!(
+            "{} needs -s of at least 1",
+            p.test
         )));
     }
     if p.layout == Layout::Iov || p.sizes.len() > 1 {
@@ -56,10 +78,24 @@ const PEER_CHECK_SPINS: u32 = 1 << 14;
 /// One side of a ucp test: a worker and an endpoint to the peer.
 pub struct UcpTest {
     params: TestParams,
+    /// The peer's exposed memory: its address and remote key unpacked on `ep`.
+    remote: Option<(u64, Rkey)>,
+    /// This side's memory exposed to the peer (one-sided tests). Declared before the worker:
+    /// its registrations are dropped first.
+    map: Option<MemMap>,
     // Declared before the context: the worker is dropped first.
     worker: Worker,
     _ctx: Context,
     ep: Option<EpHandle>,
+}
+
+/// Bytes each side maps for a one-sided test: the message, or one atomic word.
+fn map_len(p: &TestParams) -> usize {
+    if p.test.is_atomic() {
+        8
+    } else {
+        p.size().max(1)
+    }
 }
 
 impl UcpTest {
@@ -67,25 +103,47 @@ impl UcpTest {
     pub fn open(p: &TestParams) -> Result<UcpTest> {
         p.validate()?;
         check(p)?;
+        let mut features = Features::TAG | Features::AM | Features::STREAM;
+        if p.test.needs_rkey() {
+            features |= Features::RMA | Features::AMO32 | Features::AMO64;
+        }
         let ctx = Context::new(ContextParams {
-            features: Features::TAG | Features::AM | Features::STREAM,
+            features,
             config: None,
         })?;
-        let worker = Worker::new(&ctx)?;
+        let mut worker = Worker::new(&ctx)?;
+        let map = if p.test.needs_rkey() {
+            let m = worker.mem_map(map_len(p))?;
+            if p.test == TestId::UcpGet {
+                // What the peer's gets must read back.
+                m.write(0, &vec![GET_FILL; m.len()])?;
+            }
+            Some(m)
+        } else {
+            None
+        };
         Ok(UcpTest {
             params: p.clone(),
             worker,
             _ctx: ctx,
             ep: None,
+            map,
+            remote: None,
         })
     }
 
-    /// This side's worker address.
+    /// This side's worker address, and for one-sided tests its mapped memory and remote key.
     pub fn local_address(&mut self) -> Result<AddressInfo> {
-        Ok(AddressInfo {
+        let mut a = AddressInfo {
             iface_addr: self.worker.address().to_vec(),
             ..AddressInfo::default()
-        })
+        };
+        if let Some(m) = &self.map {
+            a.buffer_addr = m.address();
+            a.buffer_len = m.len() as u64;
+            a.rkey = m.rkey_packed().to_vec();
+        }
+        Ok(a)
     }
 
     /// Creates the endpoint to the peer's worker and progresses until it is connected.
@@ -99,7 +157,7 @@ impl UcpTest {
             self.worker.progress();
             self.worker.ep_status(ep)?;
             match self.worker.ep_proto_config(ep) {
-                Ok(_) => return Ok(()),
+                Ok(_) => return self.unpack_peer_memory(ep, peer),
                 Err(Error::Busy(_)) if std::time::Instant::now() < deadline => {}
                 Err(Error::Busy(_)) => {
                     return Err(Error::Timeout(
@@ -109,6 +167,45 @@ impl UcpTest {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Unpacks the peer's remote key on `ep` (one-sided tests).
+    fn unpack_peer_memory(&mut self, ep: EpHandle, peer: &AddressInfo) -> Result<()> {
+        if !self.params.test.needs_rkey() {
+            return Ok(());
+        }
+        let need = map_len(&self.params) as u64;
+        if peer.buffer_addr == 0 || peer.buffer_len < need || peer.rkey.is_empty() {
+            return Err(Error::Wire(format!(
+                "{}: the peer exposed {} bytes with a {}-byte remote key; the test needs {need} bytes",
+                self.params.test,
+                peer.buffer_len,
+                peer.rkey.len()
+            )));
+        }
+        let rkey = self.worker.rkey_unpack(ep, &peer.rkey)?;
+        // An empty put or get goes through every check of a real one (a lane that can reach
+        // the peer's memory, the range, the operation): a test that cannot run fails here,
+        // before the table header, and not in the middle of the run.
+        let test = self.params.test;
+        let probe = match test {
+            TestId::UcpPutLat | TestId::UcpPutBw => {
+                Some(self.worker.put(ep, &[], peer.buffer_addr, &rkey))
+            }
+            TestId::UcpGet => Some(self.worker.get(ep, Vec::new(), peer.buffer_addr, &rkey)),
+            _ => None,
+        };
+        if let Some(op) = probe {
+            op.and_then(|op| self.worker.complete(op).status)
+                .map_err(|e| match e {
+                    Error::Unsupported(m) => Error::Unsupported(format!(
+                        "{test} needs a transport with zero-copy put/get (cma or tcp in RUCX_TLS): {m}"
+                    )),
+                    other => other,
+                })?;
+        }
+        self.remote = Some((peer.buffer_addr, rkey));
+        Ok(())
     }
 
     /// The protocol table of the endpoint, once it is connected.
@@ -132,6 +229,31 @@ impl UcpTest {
             .ep
             .ok_or_else(|| Error::InvalidParam("connect() first".into()))?;
         let p = &self.params;
+        if p.test.needs_rkey() {
+            let map = self
+                .map
+                .as_ref()
+                .ok_or_else(|| Error::InvalidParam("no mapped memory".into()))?;
+            let (addr, rkey) = self
+                .remote
+                .as_ref()
+                .ok_or_else(|| Error::InvalidParam("connect() first".into()))?;
+            let mut eng = Engine {
+                worker: &mut self.worker,
+                ep,
+                chan,
+                spins: 0,
+                stash: AmStash::default(),
+                peer_done: None,
+                idle: 0,
+            };
+            let target = crate::ucp_rma::Target {
+                map,
+                addr: *addr,
+                rkey,
+            };
+            return crate::ucp_rma::run(&mut eng, p, &target, role, rec);
+        }
         let stash = AmStash::default();
         if matches!(p.test, TestId::UcpAmLat | TestId::UcpAmBw) {
             stash.install(&mut self.worker, p.outstanding as usize);
@@ -173,10 +295,14 @@ impl UcpTest {
     }
 }
 
-struct Engine<'a> {
-    worker: &'a mut Worker,
-    ep: EpHandle,
-    chan: Option<&'a Channel>,
+/// Byte pattern of the memory `ucp_get` reads.
+pub(crate) const GET_FILL: u8 = 0x3c;
+
+/// The state of a running ucp test loop.
+pub(crate) struct Engine<'a> {
+    pub(crate) worker: &'a mut Worker,
+    pub(crate) ep: EpHandle,
+    pub(crate) chan: Option<&'a Channel>,
     spins: u32,
     stash: AmStash,
     peer_done: Option<std::time::Instant>,
@@ -217,8 +343,9 @@ impl AmStash {
 }
 
 impl Engine<'_> {
+    /// Counts one idle spin; now and then checks the peer is still there.
     #[inline]
-    fn spin(&mut self) -> Result<()> {
+    pub(crate) fn spin(&mut self) -> Result<()> {
         self.idle += 1;
         if self.idle > crate::uct_test::YIELD_AFTER {
             std::thread::yield_now();
@@ -236,9 +363,44 @@ impl Engine<'_> {
         crate::uct_test::check_peer(self.chan, &mut self.peer_done)
     }
 
-    /// Progresses until `req` finishes.
+    /// Progresses until `cond` holds; `cond` reads memory the peer writes.
     #[inline]
-    fn wait(&mut self, mut req: Request) -> Result<Completion> {
+    pub(crate) fn wait_mem(&mut self, mut cond: impl FnMut() -> bool) -> Result<()> {
+        self.idle = 0;
+        while !cond() {
+            self.worker.progress();
+            self.spin()?;
+        }
+        Ok(())
+    }
+
+    /// Progresses until the peer's next side-channel message arrives (one-sided tests: the
+    /// target keeps its worker progressing, which serves emulated atomics and transports that
+    /// need the target's progress, until the initiator says it is done). Without a side
+    /// channel (loopback) there is nothing to wait for.
+    pub(crate) fn serve_until_peer_done(&mut self) -> Result<()> {
+        let Some(c) = self.chan else {
+            return Ok(());
+        };
+        loop {
+            let mut events = 0;
+            for _ in 0..256 {
+                events += self.worker.progress();
+            }
+            self.worker.ep_status(self.ep)?;
+            if c.poll_readable()? {
+                return Ok(());
+            }
+            if events == 0 {
+                // Nothing to serve: let the initiator have the core if it shares ours.
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Progresses until `req` finishes; an operation that failed gives its error.
+    #[inline]
+    pub(crate) fn wait(&mut self, mut req: Request) -> Result<Completion> {
         self.idle = 0;
         loop {
             match self.worker.request_take(req) {
@@ -252,7 +414,7 @@ impl Engine<'_> {
 
     /// The completion of `op`, waiting if it is pending.
     #[inline]
-    fn finish(&mut self, op: Op) -> Result<Completion> {
+    pub(crate) fn finish(&mut self, op: Op) -> Result<Completion> {
         match op {
             Op::Done(c) => c.status.clone().map(|_| c),
             Op::Pending(r) => self.wait(r),

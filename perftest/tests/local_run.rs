@@ -141,10 +141,134 @@ fn local_ucp_tests_run() {
     }
 }
 
+/// Runs a ucp test with `RUCX_TLS` set (None: the default, shared memory) under a watchdog.
+fn run_ucp(tls: Option<&str>, args: &[&str]) -> Run {
+    let mut cmd = perftest();
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    match tls {
+        Some(t) => cmd.env("RUCX_TLS", t),
+        None => cmd.env_remove("RUCX_TLS"),
+    };
+    wait_with_watchdog(cmd.spawn().expect("spawn perftest"), LIMIT)
+}
+
+/// The one-sided ucp tests: each runs to the end (the client checks the fetched values and the
+/// final word of the atomics, the server the memory the puts wrote, the client what gets read)
+/// and reports every iteration.
+fn one_sided_ucp_tests(tls: Option<&str>, cases: &[(&str, &str, &str)]) {
+    for &(test, size, outstanding) in cases {
+        let r = run_ucp(
+            tls,
+            &[
+                "--local",
+                "-t",
+                test,
+                "-s",
+                size,
+                "-O",
+                outstanding,
+                "-n",
+                "1500",
+                "-w",
+                "10",
+                "-v",
+            ],
+        );
+        assert_eq!(r.code, Some(0), "{tls:?} {test} -s {size}: {}", r.stderr);
+        let v = parse_csv(&r.stdout);
+        assert_eq!(v[0], 1500.0, "{tls:?} {test} -s {size}");
+        assert!(v[7] > 0.0, "{tls:?} {test}: message rate {v:?}");
+        if size.parse::<f64>().unwrap() >= 4096.0 {
+            assert!(v[5] > 0.0, "{tls:?} {test}: bandwidth {v:?}");
+        }
+    }
+}
+
 #[test]
-fn ucp_test_without_api_is_a_one_line_error() {
-    let r = run(&["--local", "-t", "ucp_put_lat"], LIMIT);
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
-    assert!(r.stderr.contains("ucp_put_lat"), "{}", r.stderr);
+fn local_ucp_put_lat_over_shm() {
+    one_sided_ucp_tests(
+        None,
+        &[("ucp_put_lat", "8", "1"), ("ucp_put_lat", "65536", "1")],
+    );
+}
+
+#[test]
+fn local_ucp_put_bw_over_shm() {
+    one_sided_ucp_tests(
+        None,
+        &[("ucp_put_bw", "8", "16"), ("ucp_put_bw", "100000", "4")],
+    );
+}
+
+#[test]
+fn local_ucp_get_over_shm() {
+    one_sided_ucp_tests(None, &[("ucp_get", "8", "1"), ("ucp_get", "65536", "8")]);
+}
+
+#[test]
+fn local_ucp_add_over_shm() {
+    one_sided_ucp_tests(None, &[("ucp_add", "8", "16"), ("ucp_add", "4", "1")]);
+}
+
+#[test]
+fn local_ucp_fadd_over_shm() {
+    one_sided_ucp_tests(None, &[("ucp_fadd", "8", "1"), ("ucp_fadd", "4", "16")]);
+}
+
+#[test]
+fn local_ucp_swap_over_shm() {
+    one_sided_ucp_tests(None, &[("ucp_swap", "8", "16"), ("ucp_swap", "4", "1")]);
+}
+
+#[test]
+fn local_ucp_cswap_over_shm() {
+    // -O 1: every compare-and-swap must match (the client checks).
+    one_sided_ucp_tests(None, &[("ucp_cswap", "8", "1"), ("ucp_cswap", "4", "1")]);
+}
+
+#[test]
+fn local_ucp_one_sided_over_tcp() {
+    one_sided_ucp_tests(
+        Some("tcp"),
+        &[
+            ("ucp_put_lat", "64", "1"),
+            ("ucp_put_bw", "65536", "4"),
+            ("ucp_get", "4096", "4"),
+            ("ucp_add", "8", "16"),
+            ("ucp_fadd", "8", "4"),
+            ("ucp_swap", "4", "4"),
+            ("ucp_cswap", "8", "1"),
+        ],
+    );
+}
+
+#[test]
+fn ucp_one_sided_bad_size_is_a_one_line_error() {
+    for args in [
+        ["-t", "ucp_put_lat", "-s", "0"],
+        ["-t", "ucp_fadd", "-s", "16"],
+    ] {
+        let mut a = vec!["--local"];
+        a.extend_from_slice(&args);
+        let r = run(&a, LIMIT);
+        assert_eq!(r.code, Some(1), "{args:?}");
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(r.stderr.contains(args[1]), "{}", r.stderr);
+    }
+}
+
+#[test]
+fn ucp_put_without_an_rma_transport_is_a_one_line_error() {
+    // posix shared memory carries messages but cannot reach the peer's mapping: no lane for
+    // put/get. The test fails at connection, before the table.
+    for test in ["ucp_put_lat", "ucp_get"] {
+        let r = run_ucp(Some("posix,self"), &["--local", "-t", test, "-n", "100"]);
+        assert_eq!(r.code, Some(1), "{test}: {}", r.stdout);
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(r.stderr.contains("RUCX_TLS"), "{}", r.stderr);
+        assert!(!r.stdout.contains("Final"), "{}", r.stdout);
+    }
 }
