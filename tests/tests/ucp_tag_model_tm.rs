@@ -162,6 +162,65 @@ fn ucp_tag_offload_is_used_over_tcp() {
     assert!(b.request_cancel(&e));
 }
 
+/// Over tcp, a rendezvous goes by `tag_rndv_zcopy`: a posted receive is filled by the
+/// transport (no ATS); an unexpected one goes through ucp's software rendezvous (RTS carried as
+/// the header, get, ATS) and the sender cancels the transport operation.
+#[test]
+fn ucp_tag_offload_rendezvous_over_tcp() {
+    let (mut a, mut b, ab) = pair("tcp");
+    let len = 300_000;
+    // Expected.
+    let r = match b.tag_recv(vec![0; len], 1, u64::MAX).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("nothing sent yet"),
+    };
+    let data = body(1, len);
+    let s = a.tag_send(ab, 1, &data).unwrap();
+    let c = wait(&mut a, &mut b, r);
+    assert_eq!((c.status, c.len), (Ok(()), len));
+    assert!(c.buf.unwrap() == data);
+    if let Op::Pending(r) = s {
+        pump(&mut a, &mut b);
+        assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
+    }
+    let st = a.tag_offload_stats();
+    assert_eq!((st.sent_rndv, st.matched_rndv), (1, 1), "{st:?}");
+    // Unexpected: software rendezvous.
+    let data = body(2, len);
+    let s = a.tag_send(ab, 2, &data).unwrap();
+    pump(&mut a, &mut b);
+    let c = match b.tag_recv(vec![0; len], 2, u64::MAX).unwrap() {
+        Op::Done(c) => c,
+        Op::Pending(r) => wait(&mut a, &mut b, r),
+    };
+    assert_eq!((c.status, c.len), (Ok(()), len));
+    assert!(c.buf.unwrap() == data);
+    if let Op::Pending(r) = s {
+        pump(&mut a, &mut b);
+        assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
+    }
+    let st = a.tag_offload_stats();
+    assert_eq!((st.sent_rndv, st.matched_rndv), (2, 1), "{st:?}");
+    // Nothing left behind: flush completes.
+    let f = a.flush().unwrap();
+    if let Op::Pending(r) = f {
+        let start = Instant::now();
+        let mut r = r;
+        loop {
+            a.progress();
+            b.progress();
+            match a.request_take(r) {
+                Ok(c) => {
+                    assert_eq!(c.status, Ok(()));
+                    break;
+                }
+                Err(back) => r = back,
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "watchdog: flush");
+        }
+    }
+}
+
 /// `RUCX_PROTO_INFO`'s table shows the offloaded range on a tcp endpoint.
 #[test]
 fn ucp_tag_offload_in_proto_table() {

@@ -67,6 +67,12 @@ pub(super) struct TmState {
     pub(super) sent: u64,
     /// Receives completed by the transport.
     pub(super) matched: u64,
+    /// Rendezvous sent by `tag_rndv_zcopy` and not finished: (send wire id, operation id).
+    rndv_ops: Vec<(u64, u64)>,
+    /// Rendezvous sent by tag offload.
+    sent_rndv: u64,
+    /// Rendezvous the peer's transport pulled (no ATS).
+    matched_rndv: u64,
 }
 
 impl TmState {
@@ -79,6 +85,9 @@ impl TmState {
             sw_only: 0,
             sent: 0,
             matched: 0,
+            rndv_ops: Vec::new(),
+            sent_rndv: 0,
+            matched_rndv: 0,
         }
     }
 
@@ -271,9 +280,13 @@ impl State {
         idx: usize,
         tag: u64,
         data: SendData<'d>,
+        rndv: bool,
     ) -> Result<std::result::Result<Op, SendData<'d>>> {
         if !self.tm.enabled {
             return Ok(Err(data));
+        }
+        if rndv {
+            return self.tm_rndv_send(idx, tag, data);
         }
         let len = data.as_slice().len();
         let uuid = self.uuid;
@@ -350,9 +363,110 @@ impl State {
         Ok(Ok(self.op_of(key)))
     }
 
-    /// Completion of a `tag_eager_zcopy` send.
+    /// Completion of a `tag_eager_zcopy` send, or of a `tag_rndv_zcopy` the receiver's
+    /// transport pulled.
     pub(super) fn tm_send_done(&mut self, key: usize, res: Result<()>) {
+        let wire = self.wire_id(key);
+        if let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) {
+            self.tm.rndv_ops.swap_remove(i);
+            self.tm.matched_rndv += 1;
+        }
         self.finish(key, res);
+    }
+
+    /// The receiver took a tag-offload rendezvous in software (unexpected): its ATS finishes the
+    /// send, and the transport's operation is canceled.
+    pub(super) fn tm_rndv_ats(&mut self, key: usize, wire: u64) {
+        let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) else {
+            return;
+        };
+        let (_, op) = self.tm.rndv_ops.swap_remove(i);
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        if let Some(l) = self.eps.get_mut(idx).and_then(|e| e.lanes.as_mut()) {
+            if let Err(e) = l.uct[l.am].1.tag_rndv_cancel(op) {
+                tracing::debug!("tag rendezvous {op} already gone: {e}");
+            }
+        }
+    }
+
+    /// Rendezvous by tag offload: the RTS travels as the header of `tag_rndv_zcopy`; a receive
+    /// the peer's transport matched pulls the data straight into its buffer (no ATS); an
+    /// unexpected one reaches the peer's ucp as an ordinary RTS (get + ATS, then cancel here).
+    fn tm_rndv_send<'d>(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'d>,
+    ) -> Result<std::result::Result<Op, SendData<'d>>> {
+        let len = data.as_slice().len();
+        let Some(l) = self.eps[idx].lanes.as_ref() else {
+            return Ok(Err(data));
+        };
+        let li = l.uct[l.am].0;
+        let same_rma = l.rma.map(|r| l.uct[r].0) == Some(li);
+        let a = &self.info[li].attr;
+        if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
+            || !same_rma
+            || len == 0
+            || len > a.tag.rndv_max_zcopy
+        {
+            return Ok(Err(data));
+        }
+        let max_hdr = a.tag.rndv_max_hdr;
+        let key = self.new_send(idx, tag, data, false);
+        let wire = self.wire_id(key);
+        let s = self.send_mut(key);
+        let addr = s.data.as_ptr() as u64;
+        let p = NonNull::new(s.data.as_mut_ptr()).ok_or_else(|| Error::NoMemory("empty".into()))?;
+        // SAFETY: the request owns `data` and keeps it unchanged until it finishes; `finish`
+        // drops the registration before it gives the vector back.
+        let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
+        let mut rkey = Vec::new();
+        self.mds[li].rkey_pack(&memh, &mut rkey)?;
+        let mut hdr = std::mem::take(&mut self.scratch);
+        hdr.clear();
+        hdr.extend_from_slice(&self.uuid.to_le_bytes());
+        RtsHdr {
+            tag,
+            sreq: wire,
+            len: len as u64,
+            buf: RemoteBuf {
+                addr,
+                tl: self.info[li].tl_name,
+                rkey: &rkey,
+            },
+        }
+        .encode(&mut hdr);
+        let out = if hdr.len() <= max_hdr {
+            let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
+            l.uct[l.am]
+                .1
+                .tag_rndv_zcopy(tag, &hdr, &[Iov::whole(&memh)], comp_id(COMP_TM, wire))
+        } else {
+            Ok(Outcome::NoResource)
+        };
+        self.scratch = hdr;
+        match out? {
+            Outcome::Done(op) => {
+                self.tm.sent_rndv += 1;
+                self.tm.rndv_ops.push((wire, op));
+                let s = self.send_mut(key);
+                s.memh = Some(memh);
+                s.rts_sent = true;
+                s.stage = SendStage::WaitRndv;
+                self.stats.rndv_rts += 1;
+                self.eps[idx].last_tx = self.clock.now();
+            }
+            // `InProgress` carries no operation id (not what tcp answers): the ordinary path.
+            Outcome::InProgress | Outcome::NoResource => {
+                let id = self.next_msg_id;
+                self.next_msg_id += 1;
+                self.send_mut(key).msg_id = id;
+                self.eps[idx].pending.push_back(Pending::Req(key));
+                self.mark_pending(idx);
+            }
+        }
+        Ok(Ok(self.op_of(key)))
     }
 
     /// The row `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li`.
@@ -386,6 +500,11 @@ pub struct TmStats {
     pub matched: u64,
     /// Receives currently posted to the transport.
     pub posted: usize,
+    /// Rendezvous sent by `tag_rndv_zcopy`.
+    pub sent_rndv: u64,
+    /// Of those, pulled by the peer's transport into a posted receive (the rest went by the
+    /// software rendezvous).
+    pub matched_rndv: u64,
 }
 
 impl Worker {
@@ -397,6 +516,8 @@ impl Worker {
             sent: tm.sent,
             matched: tm.matched,
             posted: tm.posted.len(),
+            sent_rndv: tm.sent_rndv,
+            matched_rndv: tm.matched_rndv,
         }
     }
 }

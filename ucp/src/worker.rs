@@ -1206,14 +1206,9 @@ impl EventSink for Sink<'_> {
     fn tag_unexp_eager(&mut self, tag: u64, imm: u64, data: &[u8]) {
         self.st.tm_unexp_eager(tag, imm, data);
     }
-    fn tag_unexp_rndv(&mut self, tag: u64, rndv: uct::RndvRemote<'_>) {
-        // ucp never sends tag_rndv_*: a peer that does speaks another protocol.
-        self.st.malformed_unknown += 1;
-        tracing::warn!(
-            tag,
-            len = rndv.length,
-            "tag-offload rendezvous dropped: not used by ucp"
-        );
+    fn tag_unexp_rndv(&mut self, _tag: u64, rndv: uct::RndvRemote<'_>) {
+        // The header is the sender's whole RTS message: the software rendezvous takes over.
+        self.st.handle_am(am_id::RTS, rndv.header);
     }
     fn tag_recv_done(&mut self, ctx: u64, tag: u64, imm: u64, len: usize, res: Result<()>) {
         self.st.tm_recv_done(ctx, tag, imm, len, res);
@@ -1832,8 +1827,8 @@ impl State {
             .map(|p| len >= p.rndv_thresh)
             .unwrap_or(false);
         // Tag offload when the lane offers it and nothing is queued before this message.
-        let data = if ready && !sync && !rndv {
-            match self.tm_send(idx, tag, data)? {
+        let data = if ready && !sync {
+            match self.tm_send(idx, tag, data, rndv)? {
                 Ok(op) => return Ok(op),
                 Err(data) => data,
             }
@@ -3022,6 +3017,7 @@ impl State {
             }
             Msg::Ats(h) => {
                 if let Some(key) = self.req_by_wire(h.req) {
+                    self.tm_rndv_ats(key, h.req);
                     self.finish(key, Ok(()));
                 }
                 Ok(())
