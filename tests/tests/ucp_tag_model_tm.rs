@@ -227,6 +227,7 @@ fn ucp_tag_offload_in_proto_table() {
     let (a, _b, ab) = pair("tcp");
     let t = a.ep_proto_info(ab).unwrap();
     assert!(t.contains("tag offload eager"), "{t}");
+    assert!(t.contains("tag offload rndv"), "{t}");
 }
 
 fn run_model(tl: &str, steps: Vec<Step>) -> Result<(), TestCaseError> {

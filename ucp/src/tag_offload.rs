@@ -9,6 +9,14 @@
 //! intermediate copy; a tagged frame that matches no posted receive arrives as
 //! `tag_unexp_eager` and takes the ordinary eager arrival path.
 //!
+//! Rendezvous (messages at or above the rendezvous threshold, when the lane's RMA interface is
+//! its AM interface): the sender registers the data and sends its ordinary RTS message as the
+//! header of `tag_rndv_zcopy`. A posted receive the peer's transport matched pulls the data
+//! straight into its buffer (`TagGet`, answered from the sender's memory); the send completes
+//! when the transport has sent the data: no ATS, no ucp message at all. An unmatched one arrives
+//! as `tag_unexp_rndv`; its header goes through ucp's RTS handler (matching, get, ATS), and the
+//! sender cancels the transport operation when the ATS arrives.
+//!
 //! ucp's [`TagMatcher`](crate::tag_match::TagMatcher) stays the single source of truth for
 //! ordering (the approach of UCX's `ucp_tag_offload`):
 //! - every receive is in the matcher's expected queue, offloaded or not;
@@ -469,23 +477,40 @@ impl State {
         Ok(Ok(self.op_of(key)))
     }
 
-    /// The row `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li`.
-    pub(super) fn tm_proto_row(&self, li: usize, proto: &ProtoConfig, lane: &str) -> String {
+    /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li` (`same_rma`: its
+    /// RMA lane is the same interface, as a tag-offload rendezvous needs).
+    pub(super) fn tm_proto_row(
+        &self,
+        li: usize,
+        same_rma: bool,
+        proto: &ProtoConfig,
+        lane: &str,
+    ) -> String {
         let a = &self.info[li].attr;
-        if !self.tm.enabled || !a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) {
-            return String::new();
+        let mut s = String::new();
+        if !self.tm.enabled {
+            return s;
         }
-        let to = a
-            .tag
-            .eager_max_zcopy
-            .min(proto.rndv_thresh.saturating_sub(1));
-        if to < TM_THRESH {
-            return String::new();
+        let rt = proto.rndv_thresh;
+        let to = a.tag.eager_max_zcopy.min(rt.saturating_sub(1));
+        if a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) && to >= TM_THRESH {
+            s.push_str(&format!(
+                "  {TM_THRESH:>10} .. {to:<10} {:<28} {lane}\n",
+                "tag offload eager (overrides)"
+            ));
         }
-        format!(
-            "  {TM_THRESH:>10} .. {to:<10} {:<28} {lane}\n",
-            "tag offload eager (overrides)"
-        )
+        if a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) && same_rma && rt < usize::MAX {
+            let end = if a.tag.rndv_max_zcopy == usize::MAX {
+                "inf".to_string()
+            } else {
+                a.tag.rndv_max_zcopy.to_string()
+            };
+            s.push_str(&format!(
+                "  {rt:>10} .. {end:<10} {:<28} {lane}\n",
+                "tag offload rndv (overrides)"
+            ));
+        }
+        s
     }
 }
 

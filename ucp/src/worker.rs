@@ -1272,7 +1272,9 @@ impl State {
             format!("{}/{}", i.tl_name, i.dev_name)
         };
         let mut t = proto.table(&name(lanes.am), lanes.rma.map(name).as_deref());
-        t.push_str(&self.tm_proto_row(lanes.uct[lanes.am].0, proto, &name(lanes.am)));
+        let li = lanes.uct[lanes.am].0;
+        let same_rma = lanes.rma.map(|r| lanes.uct[r].0) == Some(li);
+        t.push_str(&self.tm_proto_row(li, same_rma, proto, &name(lanes.am)));
         Ok(t)
     }
 
