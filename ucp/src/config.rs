@@ -68,6 +68,7 @@ pub static ALL_VARS: &[&ConfigVar] = &[
     &PROTO_INFO,
     &KEEPALIVE_INTERVAL,
     &KEEPALIVE_TIMEOUT,
+    &crate::worker::TM_ENABLE,
 ];
 
 /// ucp's configuration, read from the environment by [`UcpConfig::from_env`] or built by hand.

@@ -18,12 +18,17 @@ use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::time::Duration;
+use ucs::config::ConfigVar;
 use ucs::time::{Clock, MonotonicClock};
 use ucs::{Error, Outcome, Result};
 use uct::{
     AnyEp, AnyIface, AnyMd, CompletionId, Endpoint as _, EpId, EventFlags, EventSink, Iface as _,
     IfaceAttr, IfaceFlags, Iov, MdFlags, MemHandle, MemoryDomain as _, RemoteKey,
 };
+
+#[path = "tag_offload.rs"]
+mod tag_offload;
+pub use tag_offload::{TmStats, TM_ENABLE, TM_THRESH};
 
 /// An endpoint of a worker: a handle valid with the worker that created it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -290,6 +295,8 @@ struct State {
     amo_emulated: u64,
     quarantine: Vec<Vec<u8>>,
     closings: Vec<Closing>,
+    /// Tag offload (see `tag_offload`).
+    tm: tag_offload::TmState,
 }
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
@@ -373,7 +380,7 @@ impl Worker {
         } else {
             None
         };
-        Ok(Worker {
+        let mut w = Worker {
             ifaces,
             epfd,
             st: State {
@@ -409,8 +416,11 @@ impl Worker {
                 amo_emulated: 0,
                 quarantine: Vec::new(),
                 closings: Vec::new(),
+                tm: tag_offload::TmState::new(),
             },
-        })
+        };
+        tag_offload::TmState::init(&w.ifaces, &mut w.st)?;
+        Ok(w)
     }
 
     /// This worker's packed address, for a peer's [`Worker::ep_create`].
@@ -550,7 +560,9 @@ impl Worker {
     /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
     /// completion gives the buffer back with the data in `buf[..len]`.
     pub fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
-        self.st.tag_recv(buf, tag, mask)
+        let op = self.st.tag_recv(buf, tag, mask)?;
+        tag_offload::after_post(&mut self.ifaces, &mut self.st, &op);
+        Ok(op)
     }
 
     /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and
@@ -1191,6 +1203,16 @@ impl EventSink for Sink<'_> {
             self.st.fail_ep(idx, err);
         }
     }
+    fn tag_unexp_eager(&mut self, tag: u64, imm: u64, data: &[u8]) {
+        self.st.tm_unexp_eager(tag, imm, data);
+    }
+    fn tag_unexp_rndv(&mut self, _tag: u64, rndv: uct::RndvRemote<'_>) {
+        // The header is the sender's whole RTS message: the software rendezvous takes over.
+        self.st.handle_am(am_id::RTS, rndv.header);
+    }
+    fn tag_recv_done(&mut self, ctx: u64, tag: u64, imm: u64, len: usize, res: Result<()>) {
+        self.st.tm_recv_done(ctx, tag, imm, len, res);
+    }
 }
 
 impl State {
@@ -1249,7 +1271,11 @@ impl State {
             let i = &self.info[lanes.uct[lane].0];
             format!("{}/{}", i.tl_name, i.dev_name)
         };
-        Ok(proto.table(&name(lanes.am), lanes.rma.map(name).as_deref()))
+        let mut t = proto.table(&name(lanes.am), lanes.rma.map(name).as_deref());
+        let li = lanes.uct[lanes.am].0;
+        let same_rma = lanes.rma.map(|r| lanes.uct[r].0) == Some(li);
+        t.push_str(&self.tm_proto_row(li, same_rma, proto, &name(lanes.am)));
+        Ok(t)
     }
 
     fn get_buf(&mut self) -> Vec<u8> {
@@ -1802,6 +1828,15 @@ impl State {
             .proto
             .map(|p| len >= p.rndv_thresh)
             .unwrap_or(false);
+        // Tag offload when the lane offers it and nothing is queued before this message.
+        let data = if ready && !sync {
+            match self.tm_send(idx, tag, data, rndv)? {
+                Ok(op) => return Ok(op),
+                Err(data) => data,
+            }
+        } else {
+            data
+        };
         // Zero-copy eager from a caller-owned vector the AM lane's domain can register.
         let zc = self.eps[idx].proto.and_then(|p| p.zcopy_thresh);
         if let (Some(z), false) = (zc, rndv) {
@@ -2449,7 +2484,11 @@ impl State {
             _ => return false,
         };
         let wire = self.wire_id(key);
+        let Some(offloaded) = self.tm_before_cancel(wire) else {
+            return false;
+        };
         if self.matcher.cancel(tag, mask, wire) {
+            self.tm_after_cancel(offloaded);
             self.finish(key, Err(Error::Canceled));
             true
         } else {
@@ -2739,6 +2778,10 @@ impl State {
                 }
                 Ok(())
             }
+            tag_offload::COMP_TM => {
+                self.tm_send_done(key, Ok(()));
+                Ok(())
+            }
             COMP_ATOMIC => {
                 if let (ReqKind::Atomic { value }, Ok(v)) = (&mut self.reqs[key].kind, &result) {
                     *value = *v;
@@ -2950,7 +2993,7 @@ impl State {
                 let len = usize::try_from(h.len)
                     .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
                 let uid = self.unexp.vacant_key();
-                match self.matcher.arrive(h.tag, uid as u64) {
+                match self.tm_arrive(h.tag, uid as u64) {
                     Some(wire) => match self.req_by_wire(wire) {
                         Some(key) => self.rndv_recv_start(
                             key, idx, h.tag, h.sreq, len, h.buf.addr, h.buf.tl, h.buf.rkey,
@@ -2976,6 +3019,7 @@ impl State {
             }
             Msg::Ats(h) => {
                 if let Some(key) = self.req_by_wire(h.req) {
+                    self.tm_rndv_ats(key, h.req);
                     self.finish(key, Ok(()));
                 }
                 Ok(())
@@ -3144,7 +3188,7 @@ impl State {
     ) {
         let uid = self.unexp.vacant_key();
         let complete = data.len() >= total;
-        match self.matcher.arrive(tag, uid as u64) {
+        match self.tm_arrive(tag, uid as u64) {
             Some(wire) => {
                 let Some(key) = self.req_by_wire(wire) else {
                     return;

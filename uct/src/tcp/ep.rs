@@ -5,6 +5,7 @@ use super::iface::{
 };
 use super::wire::{
     self, AtomicMode, AtomicReq, FlushReq, FrameHeader, GetReq, Hello, HelloMode, Kind, PutHdr,
+    TagHdr, TagRndvHdr,
 };
 use super::{DevAddr, EpAddr};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
@@ -717,6 +718,125 @@ impl Endpoint for TcpEp {
             c.state = ConnState::Waiting;
             Ok(())
         }
+    }
+
+    fn tag_eager_short(&mut self, tag: u64, data: &[u8]) -> Result<Outcome> {
+        check_len(data.len(), MAX_SHORT)?;
+        let mut f = [0u8; FrameHeader::LEN + TagHdr::LEN];
+        FrameHeader::new(Kind::TagEager, 0, data.len()).encode(&mut f);
+        TagHdr { tag, imm: 0 }.encode(&mut f[FrameHeader::LEN..]);
+        Ok(match self.send(&[&f, data], None, None)? {
+            None => Outcome::NoResource,
+            Some(_) => Outcome::DONE,
+        })
+    }
+
+    fn tag_eager_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        pack: F,
+    ) -> Result<Outcome<usize>> {
+        let mut sub = [0u8; TagHdr::LEN];
+        TagHdr { tag, imm }.encode(&mut sub);
+        self.bcopy(Kind::TagEager, 0, &sub, pack, |_| Ok(()))
+    }
+
+    fn tag_eager_zcopy(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome> {
+        let total = Iov::total_len(iov);
+        check_len(total, wire::MAX_TAG_EAGER)?;
+        let segs = Segs::new(iov)?;
+        let mut f = [0u8; FrameHeader::LEN + TagHdr::LEN];
+        FrameHeader::new(Kind::TagEager, 0, total).encode(&mut f);
+        TagHdr { tag, imm }.encode(&mut f[FrameHeader::LEN..]);
+        Ok(match self.send(&[&f], Some((segs, Some(comp))), None)? {
+            None => Outcome::NoResource,
+            Some(Sent::All) => Outcome::DONE,
+            Some(Sent::Queued) => Outcome::InProgress,
+        })
+    }
+
+    /// Announces the data; the receiver pulls it when a posted receive matches. On success
+    /// gives `Done(op)`: the operation has *started* (its completion with `comp` follows once
+    /// the receiver took the data, or with an error) and `op` names it for `tag_rndv_cancel`.
+    fn tag_rndv_zcopy(
+        &mut self,
+        tag: u64,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        check_len(header.len(), wire::MAX_TAG_RNDV_HDR)?;
+        let total = Iov::total_len(iov);
+        check_len(total, wire::MAX_RMA)?;
+        let segs = Segs::new(iov)?;
+        let Some(op_id) = self.next_req_id() else {
+            return Ok(Outcome::NoResource);
+        };
+        // One tcp-registered region: the receiver may also fetch it with a get (unexpected
+        // rendezvous handled by the layer above).
+        let (remote_addr, key) = match iov {
+            [v] => match super::md::reg_key(v.memh()) {
+                Some(k) => (v.ptr() as u64, k),
+                None => (0, 0),
+            },
+            _ => (0, 0),
+        };
+        let mut f = [0u8; FrameHeader::LEN + TagRndvHdr::LEN];
+        FrameHeader::new(Kind::TagRndv, 0, header.len()).encode(&mut f);
+        TagRndvHdr {
+            tag,
+            op_id,
+            remote_addr,
+            key,
+            length: total as u64,
+        }
+        .encode(&mut f[FrameHeader::LEN..]);
+        Ok(
+            match self.send(&[&f, header], None, Some(Req::TagRndv { segs, comp }))? {
+                None => Outcome::NoResource,
+                Some(_) => Outcome::Done(op_id),
+            },
+        )
+    }
+
+    fn tag_rndv_cancel(&mut self, op: u64) -> Result<()> {
+        let mut g = self.inner.borrow_mut();
+        let c = &mut g.conns[self.key];
+        let idx = op.wrapping_sub(1) as usize;
+        match c.reqs.get(idx) {
+            Some(Req::TagRndv { .. }) => {
+                c.reqs.remove(idx);
+                Ok(())
+            }
+            _ => Err(Error::InvalidParam(format!(
+                "no tag rendezvous {op} is outstanding on this endpoint"
+            ))),
+        }
+    }
+
+    fn tag_rndv_request(&mut self, tag: u64, header: &[u8]) -> Result<Outcome> {
+        check_len(header.len(), wire::MAX_TAG_RNDV_HDR)?;
+        let mut f = [0u8; FrameHeader::LEN + TagRndvHdr::LEN];
+        FrameHeader::new(Kind::TagRndv, 0, header.len()).encode(&mut f);
+        TagRndvHdr {
+            tag,
+            op_id: 0,
+            remote_addr: 0,
+            key: 0,
+            length: 0,
+        }
+        .encode(&mut f[FrameHeader::LEN..]);
+        Ok(match self.send(&[&f, header], None, None)? {
+            None => Outcome::NoResource,
+            Some(_) => Outcome::DONE,
+        })
     }
 }
 

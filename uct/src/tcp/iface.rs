@@ -6,13 +6,16 @@
 //! duration of the dispatch (a move of a `Vec`, not a copy or an allocation).
 
 use super::md::RegTable;
+use super::tag::{TagRx, TagState};
 use super::wire::{
-    self, Ack, AtomicMode, AtomicReq, AtomicResp, FlushReq, FrameHeader, Hello, HelloMode, Kind,
-    Reassembler, RxEvent, WireStatus,
+    self, Ack, AtomicMode, AtomicReq, AtomicResp, FlushReq, FrameHeader, GetReq, Hello, HelloMode,
+    Kind, Reassembler, RxEvent, WireStatus,
 };
 use super::{sock_buf_size, DevAddr, EpAddr, IfaceAddr, NetIf, TcpEp, TCP_RCVBUF, TCP_SNDBUF};
-use crate::caps::{AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel};
-use crate::ep::{CompletionId, EpId, PendingId};
+use crate::caps::{
+    AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
+};
+use crate::ep::{CompletionId, EpId, PendingId, TagRecvId};
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, MemHandle};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
@@ -49,7 +52,15 @@ pub(crate) const AM_MAX_HDR: usize = 128;
 /// Largest frame the send path copies: header, largest sub-header, bcopy payload.
 pub(crate) const MAX_COPY_FRAME: usize = FrameHeader::LEN + AtomicReq::LEN + MAX_BCOPY;
 /// Room a response needs in the send queue (header + largest response sub-header).
-const RESP_ROOM: usize = FrameHeader::LEN + AtomicResp::LEN;
+const RESP_ROOM: usize = FrameHeader::LEN + max(AtomicResp::LEN, GetReq::LEN);
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
 /// Send-queue bytes operations leave free for responses.
 const RESERVE_BYTES: usize = 4096;
 /// Send-queue entries operations leave free for responses.
@@ -146,6 +157,20 @@ impl Segs {
             }
         }
     }
+    /// Keeps only the first `len` bytes (at most the total).
+    pub(crate) fn truncate(&mut self, mut len: usize) {
+        for i in 0..self.n {
+            if len <= self.seg[i].1 {
+                self.seg[i].1 = len;
+                for m in &mut self.memh[i + 1..self.n] {
+                    *m = None;
+                }
+                self.n = i + 1;
+                return;
+            }
+            len -= self.seg[i].1;
+        }
+    }
     /// The piece containing offset `at`: its address at `at` and the bytes left in it.
     pub(crate) fn locate(&self, mut at: usize) -> Option<(*mut u8, usize)> {
         for &(p, l) in &self.seg[..self.n] {
@@ -157,7 +182,7 @@ impl Segs {
         None
     }
     /// Copies `data` to offset `at` of the pieces (get responses).
-    fn scatter(&self, mut at: usize, mut data: &[u8]) {
+    pub(crate) fn scatter(&self, mut at: usize, mut data: &[u8]) {
         for i in 0..self.n {
             let (p, l) = self.seg[i];
             if at >= l {
@@ -514,6 +539,18 @@ pub(crate) enum Req {
     GetBcopy { len: usize, comp: CompletionId },
     /// Fetching atomic or cswap.
     Atomic { comp: CompletionId },
+    /// Sender of `tag_rndv_zcopy`: the data, until the receiver's `TagGet` (or a cancel).
+    TagRndv { segs: Segs, comp: CompletionId },
+    /// Receiver of a matched tagged rendezvous: the posted buffer the `TagGet` fills.
+    TagGet {
+        segs: Segs,
+        ctx: TagRecvId,
+        tag: u64,
+        /// Bytes asked for (the posted capacity, or less).
+        want: usize,
+        /// The message's real length.
+        length: usize,
+    },
     /// Flush of an endpoint (`comp`) or part of an interface flush.
     Flush {
         comp: Option<CompletionId>,
@@ -563,6 +600,10 @@ pub(crate) struct Conn {
     /// The peer's interface address (from its hello, or the address we dialed): an endpoint
     /// to that interface reuses this connection when no endpoint owns it.
     pub(crate) peer_iface: Option<IfaceAddr>,
+    /// Tag offload: where the tagged eager message being received goes.
+    pub(crate) tag_rx: TagRx,
+    /// Tag offload: staging for a large unexpected tagged eager message (kept for reuse).
+    pub(crate) tag_stage: Vec<u8>,
 }
 
 impl Conn {
@@ -578,7 +619,7 @@ impl Conn {
             peer: None,
             tx: TxQueue::new(),
             rx: RxBuf::new(),
-            reqs: Slab::with_capacity(MAX_REQS),
+            reqs: Slab::with_capacity(MAX_REQS + super::tag::MAX_POSTED),
             pending: VecDeque::with_capacity(64),
             dispatching: false,
             put_seq: 0,
@@ -588,6 +629,8 @@ impl Conn {
             rx_paused: false,
             readable: false,
             peer_iface: None,
+            tag_rx: TagRx::Idle,
+            tag_stage: Vec::new(),
         }
     }
     pub(crate) fn fd(&self) -> RawFd {
@@ -671,6 +714,8 @@ pub(crate) struct Inner {
     pub(crate) cleanup: bool,
     pub(crate) closed: bool,
     pub(crate) force_epoll: bool,
+    /// Tag offload: posted receives and their completions.
+    pub(crate) tag: TagState,
 }
 
 impl Inner {
@@ -718,7 +763,11 @@ impl Inner {
                 Req::PutZcopy { comp }
                 | Req::GetZcopy { comp, .. }
                 | Req::GetBcopy { comp, .. }
-                | Req::Atomic { comp } => self.done.push_back((comp, Err(err.clone()))),
+                | Req::Atomic { comp }
+                | Req::TagRndv { comp, .. } => self.done.push_back((comp, Err(err.clone()))),
+                Req::TagGet { ctx, tag, .. } => {
+                    self.tag.done.push_back((ctx, tag, 0, 0, Err(err.clone())))
+                }
                 Req::Flush {
                     comp, iface_flush, ..
                 } => {
@@ -735,6 +784,11 @@ impl Inner {
                     }
                 }
             }
+        }
+        if let TagRx::Posted { p, hdr, .. } = std::mem::take(&mut c.tag_rx) {
+            self.tag
+                .done
+                .push_back((p.ctx, hdr.tag, hdr.imm, 0, Err(err.clone())));
         }
         let peer = c.peer.map(|p| p.to_string()).unwrap_or_default();
         match c.ep {
@@ -960,7 +1014,11 @@ fn make_attr(dev: &NetIf) -> IfaceAttr {
             | IfaceFlags::PENDING
             | IfaceFlags::CONNECT_TO_IFACE
             | IfaceFlags::CONNECT_TO_EP
-            | IfaceFlags::ERRHANDLE_PEER_FAILURE,
+            | IfaceFlags::ERRHANDLE_PEER_FAILURE
+            | IfaceFlags::TAG_EAGER_SHORT
+            | IfaceFlags::TAG_EAGER_BCOPY
+            | IfaceFlags::TAG_EAGER_ZCOPY
+            | IfaceFlags::TAG_RNDV_ZCOPY,
         event_flags: EventFlags::FD | EventFlags::RECV | EventFlags::SEND_COMP,
         atomics: AtomicCaps {
             op32: AtomicOps::POST_ALL,
@@ -976,7 +1034,15 @@ fn make_attr(dev: &NetIf) -> IfaceAttr {
         ),
         put: lim(MAX_SHORT, MAX_BCOPY, wire::MAX_RMA, 0),
         get: lim(0, MAX_BCOPY, wire::MAX_RMA, 0),
-        tag: Default::default(),
+        tag: TagLimits {
+            eager_max_short: MAX_SHORT,
+            eager_max_bcopy: MAX_BCOPY,
+            eager_max_zcopy: wire::MAX_TAG_EAGER,
+            rndv_max_hdr: wire::MAX_TAG_RNDV_HDR,
+            rndv_max_zcopy: wire::MAX_RMA,
+            recv_max_outstanding: super::tag::MAX_POSTED,
+            recv_max_iov: MAX_IOV,
+        },
         device_addr_len: DevAddr::LEN,
         iface_addr_len: IfaceAddr::LEN,
         ep_addr_len: EpAddr::LEN,
@@ -1056,6 +1122,7 @@ impl TcpIface {
             cleanup: false,
             closed: false,
             force_epoll: false,
+            tag: TagState::new(),
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -1087,6 +1154,16 @@ impl TcpIface {
             match e {
                 Some((ep, err)) => {
                     sink.ep_error(ep, err);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        loop {
+            let d = self.inner.borrow_mut().tag.done.pop_front();
+            match d {
+                Some((ctx, tag, imm, len, res)) => {
+                    sink.tag_recv_done(ctx, tag, imm, len, res);
                     n += 1;
                 }
                 None => break,
@@ -1205,6 +1282,7 @@ impl TcpIface {
     /// Receives (always when `direct`, else if epoll said the socket is readable) and
     /// dispatches.
     fn rx<S: EventSink>(&mut self, key: usize, sink: &mut S, direct: bool) -> usize {
+        let mut tag_fin = false;
         let mut rxb = {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
@@ -1216,9 +1294,13 @@ impl TcpIface {
             }
             let want = std::mem::take(&mut c.readable) || direct;
             if !c.rx_paused && want {
-                if let Err(e) = direct_rx(inner, key) {
-                    inner.fail(key, e, false);
-                    return 0;
+                match direct_rx(inner, key) {
+                    Err(e) => {
+                        inner.fail(key, e, false);
+                        return 0;
+                    }
+                    Ok(true) => tag_fin = true,
+                    Ok(false) => {}
                 }
                 let c = &mut inner.conns[key];
                 let fd = c.fd();
@@ -1228,12 +1310,18 @@ impl TcpIface {
                 }
             }
             let c = &mut inner.conns[key];
-            if !c.rx.has_data() && !c.rx.eof {
+            if !c.rx.has_data() && !c.rx.eof && !tag_fin {
                 return 0;
             }
             std::mem::take(&mut c.rx)
         };
         let mut count = 0;
+        if tag_fin {
+            // A tagged message received straight into its destination: report it before any
+            // later frame, so unexpected messages keep their arrival order.
+            self.tag_finish(key, None, sink);
+            count += 1;
+        }
         let mut flow = Flow::Continue;
         let mut stalled = false;
         loop {
@@ -1341,6 +1429,124 @@ impl TcpIface {
                     return Flow::Fail(Error::Wire("unexpected second hello".into()))
                 }
                 RxEvent::Am { .. } => {}
+                RxEvent::TagEager(t, chunk) => {
+                    if matches!(c.tag_rx, TagRx::Idle) {
+                        // The frame's first event: match before the payload.
+                        c.tag_rx = inner.tag.match_eager(t, chunk.total as usize);
+                        if let TagRx::Unexp { .. } = c.tag_rx {
+                            if !chunk.last {
+                                c.tag_stage.clear();
+                                c.tag_stage.resize(chunk.total as usize, 0);
+                            }
+                        }
+                    }
+                    match &c.tag_rx {
+                        TagRx::Posted { p, .. } => {
+                            p.segs.scatter(chunk.offset as usize, chunk.data)
+                        }
+                        TagRx::Unexp { .. } if !(chunk.offset == 0 && chunk.last) => {
+                            let at = chunk.offset as usize;
+                            match c.tag_stage.get_mut(at..at + chunk.data.len()) {
+                                Some(dst) => dst.copy_from_slice(chunk.data),
+                                None => {
+                                    return Flow::Fail(Error::Wire(
+                                        "tagged eager bytes beyond the announced length".into(),
+                                    ))
+                                }
+                            }
+                        }
+                        TagRx::Unexp { .. } => {}
+                        TagRx::Idle => {
+                            return Flow::Fail(Error::Wire(
+                                "tagged eager bytes without a start".into(),
+                            ))
+                        }
+                    }
+                    if chunk.last {
+                        drop(g);
+                        let whole = (chunk.offset == 0).then_some(chunk.data);
+                        self.tag_finish(key, whole, sink);
+                        return Flow::Continue;
+                    }
+                    return Flow::Continue;
+                }
+                RxEvent::TagRndv(h, user_hdr) => {
+                    if let Some(p) = inner.tag.match_rndv(&h) {
+                        let want = (h.length as usize).min(p.segs.total());
+                        let mut segs = p.segs;
+                        segs.truncate(want);
+                        let req_id = c.reqs.insert(Req::TagGet {
+                            segs,
+                            ctx: p.ctx,
+                            tag: h.tag,
+                            want,
+                            length: h.length as usize,
+                        }) as u64
+                            + 1;
+                        let mut sub = [0u8; GetReq::LEN];
+                        GetReq {
+                            req_id,
+                            remote_addr: 0,
+                            key: h.op_id,
+                            length: want as u64,
+                        }
+                        .encode(&mut sub);
+                        inner.respond(key, Kind::TagGet, &sub, None);
+                        return Flow::Continue;
+                    }
+                    drop(g);
+                    let rkey = super::md::PackedRkey {
+                        base: h.remote_addr,
+                        len: h.length,
+                        key: h.key,
+                    }
+                    .to_bytes();
+                    let rkey: &[u8] = if h.key != 0 { &rkey } else { &[] };
+                    sink.tag_unexp_rndv(
+                        h.tag,
+                        crate::iface::RndvRemote {
+                            header: user_hdr,
+                            remote_addr: h.remote_addr,
+                            length: h.length as usize,
+                            rkey,
+                        },
+                    );
+                    return Flow::Continue;
+                }
+                RxEvent::TagGet(r) => {
+                    let idx = r.key.wrapping_sub(1) as usize;
+                    let ok = matches!(c.reqs.get(idx), Some(Req::TagRndv { segs, .. })
+                        if r.length as usize <= segs.total());
+                    let mut sub = [0u8; Ack::LEN];
+                    if ok {
+                        let Req::TagRndv { mut segs, comp } = c.reqs.remove(idx) else {
+                            unreachable!("checked above")
+                        };
+                        segs.truncate(r.length as usize);
+                        Ack {
+                            req_id: r.req_id,
+                            status: WireStatus::Ok,
+                        }
+                        .encode(&mut sub);
+                        inner.respond(
+                            key,
+                            Kind::GetResp,
+                            &sub,
+                            Some(TxItem::Zcopy(segs, Some(comp))),
+                        );
+                    } else {
+                        tracing::warn!(
+                            op = r.key,
+                            "refused a tag get for an unknown or canceled rendezvous"
+                        );
+                        Ack {
+                            req_id: r.req_id,
+                            status: WireStatus::RemoteAccess,
+                        }
+                        .encode(&mut sub);
+                        inner.respond(key, Kind::GetResp, &sub, None);
+                    }
+                }
                 RxEvent::Put(h, chunk) => {
                     let r = RegTable::global().lookup(h.key, h.remote_addr, chunk.total);
                     if let Ok(p) = r {
@@ -1439,6 +1645,25 @@ impl TcpIface {
                                     comp = Some((*cid, Ok(0)));
                                     c.reqs.remove(idx);
                                 }
+                            }
+                        }
+                        Some(Req::TagGet { segs, want, .. }) => {
+                            let want = *want;
+                            if a.status == WireStatus::Ok && chunk.total as usize != want {
+                                return bad_len(want);
+                            }
+                            if a.status == WireStatus::Ok {
+                                segs.scatter(chunk.offset as usize, chunk.data);
+                            }
+                            if a.status != WireStatus::Ok || chunk.last {
+                                let Req::TagGet {
+                                    ctx, tag, length, ..
+                                } = c.reqs.remove(idx)
+                                else {
+                                    unreachable!("matched above")
+                                };
+                                let res = super::tag::rndv_result(a.status, want, length);
+                                inner.tag.done.push_back((ctx, tag, 0, length, res));
                             }
                         }
                         Some(Req::GetBcopy { len, comp: cid }) => {
@@ -1588,7 +1813,9 @@ fn status_result(s: WireStatus, what: &str, v: u64) -> Result<u64> {
 
 /// True for the kinds of frame the receiver answers (put may need an ack or a refusal).
 fn is_request(kind: u8) -> bool {
-    kind == Kind::Put as u8
+    kind == Kind::TagRndv as u8
+        || kind == Kind::TagGet as u8
+        || kind == Kind::Put as u8
         || kind == Kind::GetReq as u8
         || kind == Kind::AtomicReq as u8
         || kind == Kind::FlushReq as u8
@@ -1641,17 +1868,19 @@ fn do_atomic(r: &AtomicReq) -> Result<u64> {
     }
 }
 
-/// Zero-copy receive: when the buffered bytes ran out in the middle of a large put or get
-/// response, reads the rest of its payload with `recv` straight into the destination (the
-/// registered target region, or the get's iov), without the intermediate receive buffer.
-fn direct_rx(inner: &mut Inner, key: usize) -> Result<()> {
+/// Zero-copy receive: when the buffered bytes ran out in the middle of a large put, get
+/// response or tagged eager message, reads the rest of its payload with `recv` straight into
+/// the destination (the registered target region, the get's iov, the posted receive's
+/// buffer, or the staging of an unexpected tagged message), without the intermediate receive
+/// buffer. Gives true when a tagged eager message finished (the caller reports it).
+fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
     loop {
         let c = &mut inner.conns[key];
         if c.rx.has_data() || c.rx.eof {
-            return Ok(());
+            return Ok(false);
         }
         let Some(pos) = c.rx.reasm.streaming() else {
-            return Ok(());
+            return Ok(false);
         };
         let left = (pos.total - pos.done) as usize;
         let (dst, len) = match pos.sub {
@@ -1660,7 +1889,7 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<()> {
                     // SAFETY (of the later write): the whole range is a live registration.
                     Ok(p) => (p.wrapping_add(pos.done as usize), left),
                     // A refused put: the normal path drains and answers it.
-                    Err(_) => return Ok(()),
+                    Err(_) => return Ok(false),
                 }
             }
             wire::StreamSub::GetResp(a) => {
@@ -1669,21 +1898,42 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<()> {
                     Some(Req::GetZcopy { segs, .. }) if segs.total() as u64 == pos.total => {
                         match segs.locate(pos.done as usize) {
                             Some((p, l)) => (p, l.min(left)),
-                            None => return Ok(()),
+                            None => return Ok(false),
+                        }
+                    }
+                    Some(Req::TagGet { segs, want, .. }) if *want as u64 == pos.total => {
+                        match segs.locate(pos.done as usize) {
+                            Some((p, l)) => (p, l.min(left)),
+                            None => return Ok(false),
                         }
                     }
                     // Malformed: the normal path reports it.
-                    _ => return Ok(()),
+                    _ => return Ok(false),
                 }
             }
+            wire::StreamSub::TagEager(_) => match &c.tag_rx {
+                TagRx::Posted { p, .. } => match p.segs.locate(pos.done as usize) {
+                    Some((p, l)) => (p, l.min(left)),
+                    // Beyond the posted capacity (truncated): the normal path drains it.
+                    None => return Ok(false),
+                },
+                TagRx::Unexp { .. } if c.tag_stage.len() as u64 == pos.total => {
+                    // SAFETY (of the later write): `done..total` lies inside `tag_stage`.
+                    (
+                        c.tag_stage.as_mut_ptr().wrapping_add(pos.done as usize),
+                        left,
+                    )
+                }
+                _ => return Ok(false),
+            },
         };
         let (n, eof) = recv_raw(c.fd(), dst, len)?;
         if eof {
             c.rx.eof = true;
-            return Ok(());
+            return Ok(false);
         }
         if n == 0 {
-            return Ok(());
+            return Ok(false);
         }
         if c.rx.reasm.advance_stream(n as u64) {
             match pos.sub {
@@ -1699,14 +1949,24 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<()> {
                     }
                 }
                 wire::StreamSub::GetResp(a) => {
-                    if let Req::GetZcopy { comp, .. } =
-                        c.reqs.remove(a.req_id.wrapping_sub(1) as usize)
-                    {
-                        inner.done.push_back((comp, Ok(0)));
+                    match c.reqs.remove(a.req_id.wrapping_sub(1) as usize) {
+                        Req::GetZcopy { comp, .. } => inner.done.push_back((comp, Ok(0))),
+                        Req::TagGet {
+                            ctx,
+                            tag,
+                            want,
+                            length,
+                            ..
+                        } => {
+                            let res = super::tag::rndv_result(WireStatus::Ok, want, length);
+                            inner.tag.done.push_back((ctx, tag, 0, length, res));
+                        }
+                        _ => unreachable!("checked before the recv"),
                     }
                 }
+                wire::StreamSub::TagEager(_) => return Ok(true),
             }
-            return Ok(());
+            return Ok(false);
         }
     }
 }
@@ -1952,6 +2212,20 @@ impl Iface for TcpIface {
             c.tx.push_pieces(&[&f], 0);
         }
         Ok(Outcome::InProgress)
+    }
+
+    fn tag_recv_zcopy(
+        &mut self,
+        tag: u64,
+        mask: u64,
+        iov: &[Iov<'_>],
+        ctx: TagRecvId,
+    ) -> Result<Outcome> {
+        self.tag_post(tag, mask, iov, ctx)
+    }
+
+    fn tag_recv_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
+        self.tag_cancel(ctx, force)
     }
 
     fn event_fd(&self) -> Option<RawFd> {

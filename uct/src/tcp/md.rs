@@ -198,6 +198,15 @@ impl PackedRkey {
         out.extend_from_slice(&self.len.to_le_bytes());
         out.extend_from_slice(&self.key.to_le_bytes());
     }
+    /// The encoding as an array (no allocation).
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = Self::VERSION;
+        b[8..16].copy_from_slice(&self.base.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.key.to_le_bytes());
+        b
+    }
     /// Decodes, rejecting truncated or foreign input.
     pub fn decode(b: &[u8]) -> Result<Self> {
         if b.len() != Self::LEN {

@@ -30,6 +30,12 @@
 //!   table. A get is one request/response round trip served by the target's progress; no timer
 //!   is involved. Large put and get payloads are received with `recv` straight into their
 //!   destination (the room issue 7's tagged frames need as well).
+//! - **Tag offload** (issue 7, see `tag.rs`): receives posted with `tag_recv_zcopy` are
+//!   matched (tag under mask, in posting order) as soon as a `TagEager`/`TagRndv` frame's
+//!   sub-header is read; a matched eager payload is `recv`d straight into the posted buffer, a
+//!   matched rendezvous is pulled with a `TagGet` whose answer lands there too; unmatched ones
+//!   go to `tag_unexp_eager`/`tag_unexp_rndv`. [`TagCanceler`] takes posted receives back from
+//!   inside callbacks (ucp's matcher stays the source of truth).
 //! - **Progress** busy-polls. With up to 4 connections it calls a non-blocking `recv` on each
 //!   (measured: lower latency than `epoll_wait` + `recv`) and looks at the listening socket and
 //!   connects in flight with `epoll_wait(0)` every 16 calls; with more connections it makes one
@@ -40,6 +46,7 @@
 mod ep;
 mod iface;
 pub mod md;
+mod tag;
 pub mod wire;
 
 #[cfg(test)]
@@ -48,6 +55,7 @@ mod tests;
 pub use ep::TcpEp;
 pub use iface::TcpIface;
 pub use md::TcpMd;
+pub use tag::TagCanceler;
 
 use crate::caps::DeviceType;
 use crate::iface::IfaceParams;

@@ -24,12 +24,21 @@
 //! | 8    | `AtomicResp`| [`AtomicResp`] (24) | none                    | target    |
 //! | 9    | `FlushReq`  | [`FlushReq`] (8) | none                       | initiator |
 //! | 10   | `FlushAck`  | [`Ack`] (16)     | none                       | target    |
+//! | 16   | `TagEager`  | [`TagHdr`] (16)  | message (≤ [`MAX_TAG_EAGER`]) | sender |
+//! | 17   | `TagRndv`   | [`TagRndvHdr`] (40) | user header (≤ [`MAX_TAG_RNDV_HDR`]) | sender |
+//! | 18   | `TagGet`    | [`GetReq`] (32)  | none                       | receiver  |
 //!
-//! `flags` is reserved and must be zero; kinds 16..=31 are reserved for tag offload (issue 7:
-//! `TagEager` with a `{tag, imm}` sub-header whose payload the receiver streams straight into a
-//! posted buffer, `TagRndv` carrying `{tag, remote_addr, key, length}` plus a header), which is
-//! why `Put` and `GetResp` payloads are already delivered as a stream of chunks: the consumer
-//! picks the destination from the sub-header before the payload arrives.
+//! `flags` is reserved and must be zero. Tag offload: a `TagEager` payload above
+//! [`TAG_WHOLE`] bytes is streamed, and the reassembler reports its start (an empty first
+//! chunk) as soon as the sub-header is in, so the receiver matches the tag against its posted
+//! receives before the payload and can `recv` the payload straight into the posted buffer. A
+//! `TagRndv` announces `length` bytes held by the sender under operation id `op_id` (0: a
+//! rendezvous *request*, which never matches a posted receive); a receiver whose posted receive
+//! matched asks for the data with `TagGet` (`GetReq` with `key` = the sender's op id and
+//! `remote_addr` = 0), and the sender answers with a `GetResp` sent straight from its buffer,
+//! which the receiver `recv`s straight into the posted buffer. That is why `Put`, `GetResp` and
+//! `TagEager` payloads are delivered as a stream of chunks: the consumer picks the destination
+//! from the sub-header before the payload arrives.
 //!
 //! [`Reassembler`] is a pure state machine (no I/O): it turns bytes, split anywhere, into
 //! [`RxEvent`]s, and rejects malformed input with a [`WireError`].
@@ -50,6 +59,14 @@ pub const MAX_RMA: usize = 1 << 30;
 /// Smallest receive buffer a [`Reassembler`] user must offer: a whole `Am` frame or a whole
 /// small `Put`/`GetResp` frame must fit.
 pub const MIN_RX_BUFFER: usize = FrameHeader::LEN + PutHdr::LEN + MAX_WHOLE;
+/// Largest payload of a `TagEager` frame.
+pub const MAX_TAG_EAGER: usize = 1 << 20;
+/// `TagEager` payloads up to this size are delivered in one chunk (they arrive with their
+/// header in one `recv`, and one copy is cheaper than a second system call); larger ones are
+/// streamed.
+pub const TAG_WHOLE: usize = 1024;
+/// Largest user header of a `TagRndv` frame.
+pub const MAX_TAG_RNDV_HDR: usize = 256;
 
 /// A frame that could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -179,6 +196,12 @@ pub enum Kind {
     FlushReq = 9,
     /// Acknowledges a flush.
     FlushAck = 10,
+    /// A tagged eager message (tag offload).
+    TagEager = 16,
+    /// A tagged rendezvous announcement or request (tag offload).
+    TagRndv = 17,
+    /// The receiver of a matched `TagRndv` asks the sender for its data.
+    TagGet = 18,
 }
 
 impl Kind {
@@ -195,6 +218,9 @@ impl Kind {
             8 => Kind::AtomicResp,
             9 => Kind::FlushReq,
             10 => Kind::FlushAck,
+            16 => Kind::TagEager,
+            17 => Kind::TagRndv,
+            18 => Kind::TagGet,
             _ => return Err(WireError::UnknownKind(v)),
         })
     }
@@ -206,7 +232,9 @@ impl Kind {
             Kind::Am => 0,
             Kind::Put => PutHdr::LEN,
             Kind::PutAck | Kind::GetResp | Kind::FlushAck => Ack::LEN,
-            Kind::GetReq => GetReq::LEN,
+            Kind::GetReq | Kind::TagGet => GetReq::LEN,
+            Kind::TagEager => TagHdr::LEN,
+            Kind::TagRndv => TagRndvHdr::LEN,
             Kind::AtomicReq => AtomicReq::LEN,
             Kind::AtomicResp => AtomicResp::LEN,
             Kind::FlushReq => FlushReq::LEN,
@@ -218,6 +246,8 @@ impl Kind {
         match self {
             Kind::Am => MAX_AM_BODY,
             Kind::Put | Kind::GetResp => MAX_RMA,
+            Kind::TagEager => MAX_TAG_EAGER,
+            Kind::TagRndv => MAX_TAG_RNDV_HDR,
             _ => 0,
         }
     }
@@ -405,6 +435,97 @@ impl Hello {
             src_ip: u32::from_be_bytes([buf[24], buf[25], buf[26], buf[27]]),
             src_port: u16_at(buf, 6),
         })
+    }
+}
+
+/// Sub-header of `TagEager`: the tag and the immediate value.
+///
+/// ```text
+///  0                                       8                                      16
+///  +---------------------------------------+---------------------------------------+
+///  |  tag (u64 LE)                         |  imm (u64 LE)                         |
+///  +---------------------------------------+---------------------------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagHdr {
+    /// The message's tag.
+    pub tag: u64,
+    /// Immediate data (`tag_eager_bcopy`/`zcopy`; 0 for short).
+    pub imm: u64,
+}
+
+impl TagHdr {
+    /// Encoded size.
+    pub const LEN: usize = 16;
+    /// Writes into `out[..16]`.
+    pub fn encode(&self, out: &mut [u8]) {
+        put_u64(out, 0, self.tag);
+        put_u64(out, 8, self.imm);
+    }
+    /// Reads.
+    pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
+        need("tag header", buf, Self::LEN)?;
+        Ok(TagHdr {
+            tag: u64_at(buf, 0),
+            imm: u64_at(buf, 8),
+        })
+    }
+}
+
+/// Sub-header of `TagRndv`; the user header follows as the payload.
+///
+/// ```text
+///  0                                       8                                      16
+///  +---------------------------------------+---------------------------------------+
+///  |  tag (u64 LE)                         |  op_id (u64 LE; 0 = rendezvous request)|
+///  +---------------------------------------+---------------------------------------+
+///  |  remote_addr (u64 LE): data address   |  key (u64 LE): tcp registration key   |  16..32
+///  +---------------------------------------+---------------------------------------+
+///  |  length (u64 LE): data length         |                                          32..40
+///  +---------------------------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagRndvHdr {
+    /// The message's tag.
+    pub tag: u64,
+    /// The sender's operation id (`TagGet` names it), 0 for a request.
+    pub op_id: u64,
+    /// Address of the data at the sender (for a software get of an unexpected rendezvous).
+    pub remote_addr: u64,
+    /// The sender's registration key of the data (0 if not registered with tcp).
+    pub key: u64,
+    /// Length of the data.
+    pub length: u64,
+}
+
+impl TagRndvHdr {
+    /// Encoded size.
+    pub const LEN: usize = 40;
+    /// Writes into `out[..40]`.
+    pub fn encode(&self, out: &mut [u8]) {
+        put_u64(out, 0, self.tag);
+        put_u64(out, 8, self.op_id);
+        put_u64(out, 16, self.remote_addr);
+        put_u64(out, 24, self.key);
+        put_u64(out, 32, self.length);
+    }
+    /// Reads, rejecting a request that claims data and a length above [`MAX_RMA`].
+    pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
+        need("tag rendezvous header", buf, Self::LEN)?;
+        let h = TagRndvHdr {
+            tag: u64_at(buf, 0),
+            op_id: u64_at(buf, 8),
+            remote_addr: u64_at(buf, 16),
+            key: u64_at(buf, 24),
+            length: u64_at(buf, 32),
+        };
+        if h.length > MAX_RMA as u64 || (h.op_id == 0 && h.length != 0) {
+            return Err(WireError::BadField {
+                field: "tag rendezvous length",
+                value: h.length,
+            });
+        }
+        Ok(h)
     }
 }
 
@@ -769,6 +890,12 @@ pub enum RxEvent<'a> {
     GetReq(GetReq),
     /// Get response bytes.
     GetResp(Ack, Chunk<'a>),
+    /// Tagged eager bytes; a streamed frame starts with an empty chunk at offset 0.
+    TagEager(TagHdr, Chunk<'a>),
+    /// A tagged rendezvous with its user header.
+    TagRndv(TagRndvHdr, &'a [u8]),
+    /// A request for the data of a tagged rendezvous (`key` is the op id).
+    TagGet(GetReq),
     /// An atomic request.
     AtomicReq(AtomicReq),
     /// An atomic response.
@@ -786,6 +913,8 @@ pub enum StreamSub {
     Put(PutHdr),
     /// A large get response.
     GetResp(Ack),
+    /// A large tagged eager message.
+    TagEager(TagHdr),
 }
 
 /// Where a streamed payload stands (see [`Reassembler::streaming`]).
@@ -894,7 +1023,8 @@ impl Reassembler {
                 let body_len = h.length as usize;
                 let sub_len = h.kind.sub_len();
                 let payload = body_len - sub_len;
-                let streamed = matches!(h.kind, Kind::Put | Kind::GetResp) && payload > MAX_WHOLE;
+                let streamed = (matches!(h.kind, Kind::Put | Kind::GetResp) && payload > MAX_WHOLE)
+                    || (h.kind == Kind::TagEager && payload > TAG_WHOLE);
                 let want = if streamed {
                     FrameHeader::LEN + sub_len
                 } else {
@@ -934,6 +1064,27 @@ impl Reassembler {
                         }
                         stream_event(s, whole(0))
                     }
+                    Kind::TagEager => {
+                        let t = TagHdr::decode(sub)?;
+                        if streamed {
+                            self.state = State::Stream {
+                                sub: StreamSub::TagEager(t),
+                                total: payload as u64,
+                                done: 0,
+                            };
+                            // The start, so the receiver can match before the payload.
+                            let start = Chunk {
+                                offset: 0,
+                                total: payload as u64,
+                                data: &[],
+                                last: false,
+                            };
+                            return Ok((want, Some(RxEvent::TagEager(t, start))));
+                        }
+                        RxEvent::TagEager(t, whole(0))
+                    }
+                    Kind::TagRndv => RxEvent::TagRndv(TagRndvHdr::decode(sub)?, data),
+                    Kind::TagGet => RxEvent::TagGet(GetReq::decode(sub)?),
                     Kind::PutAck => RxEvent::PutAck(Ack::decode(sub)?),
                     Kind::GetReq => RxEvent::GetReq(GetReq::decode(sub)?),
                     Kind::AtomicReq => RxEvent::AtomicReq(AtomicReq::decode(sub)?),
@@ -951,6 +1102,7 @@ fn stream_event(sub: StreamSub, chunk: Chunk<'_>) -> RxEvent<'_> {
     match sub {
         StreamSub::Put(h) => RxEvent::Put(h, chunk),
         StreamSub::GetResp(a) => RxEvent::GetResp(a, chunk),
+        StreamSub::TagEager(t) => RxEvent::TagEager(t, chunk),
     }
 }
 
@@ -965,6 +1117,10 @@ pub enum OwnedEvent {
     Put(PutHdr, Vec<u8>),
     /// A whole get response payload.
     GetResp(Ack, Vec<u8>),
+    /// A whole tagged eager payload.
+    TagEager(TagHdr, Vec<u8>),
+    /// A tagged rendezvous and its user header.
+    TagRndv(TagRndvHdr, Vec<u8>),
 }
 
 /// Decodes `chunks` (the stream, split anywhere) with a buffer of at most `buf_cap` bytes the
@@ -1013,13 +1169,18 @@ fn collect(ev: RxEvent<'_>, partial: &mut Option<OwnedEvent>, out: &mut Vec<Owne
         }
         RxEvent::Put(h, c) => (c, OwnedEvent::Put(h, Vec::new())),
         RxEvent::GetResp(a, c) => (c, OwnedEvent::GetResp(a, Vec::new())),
+        RxEvent::TagEager(t, c) => (c, OwnedEvent::TagEager(t, Vec::new())),
+        RxEvent::TagRndv(h, d) => {
+            out.push(OwnedEvent::TagRndv(h, d.to_vec()));
+            return;
+        }
         other => {
             out.push(OwnedEvent::Control(format!("{other:?}")));
             return;
         }
     };
     let p = partial.get_or_insert(fresh);
-    if let OwnedEvent::Put(_, v) | OwnedEvent::GetResp(_, v) = p {
+    if let OwnedEvent::Put(_, v) | OwnedEvent::GetResp(_, v) | OwnedEvent::TagEager(_, v) = p {
         v.extend_from_slice(chunk.data);
     }
     if chunk.last {
@@ -1130,6 +1291,43 @@ mod tests {
             PutHdr::decode,
         );
         check(
+            TagHdr {
+                tag: u64::MAX - 1,
+                imm: 42,
+            },
+            TagHdr::LEN,
+            TagHdr::encode,
+            TagHdr::decode,
+        );
+        check(
+            TagRndvHdr {
+                tag: 7,
+                op_id: 3,
+                remote_addr: 0x1000,
+                key: 5,
+                length: 1 << 20,
+            },
+            TagRndvHdr::LEN,
+            TagRndvHdr::encode,
+            TagRndvHdr::decode,
+        );
+        // A rendezvous request (op 0) carries no data; lengths above MAX_RMA are refused.
+        for (op, len) in [(0u64, 1u64), (1, MAX_RMA as u64 + 1)] {
+            let mut b = [0u8; TagRndvHdr::LEN];
+            TagRndvHdr {
+                tag: 1,
+                op_id: op,
+                remote_addr: 0,
+                key: 0,
+                length: len,
+            }
+            .encode(&mut b);
+            assert!(matches!(
+                TagRndvHdr::decode(&b),
+                Err(WireError::BadField { .. })
+            ));
+        }
+        check(
             Ack {
                 req_id: 3,
                 status: WireStatus::RemoteAccess,
@@ -1229,6 +1427,40 @@ mod tests {
         assert!(r.at_boundary());
     }
 
+    #[test]
+    fn tag_eager_reports_its_start_before_the_payload() {
+        let mut sub = [0u8; TagHdr::LEN];
+        TagHdr { tag: 5, imm: 6 }.encode(&mut sub);
+        // Small: one whole chunk.
+        let f = frame(Kind::TagEager, 0, &sub, &[1, 2, 3]);
+        let mut r = Reassembler::new();
+        let (n, ev) = r.next(&f).unwrap();
+        assert_eq!(n, f.len());
+        let Some(RxEvent::TagEager(t, c)) = ev else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(
+            (t.tag, t.imm, c.data, c.last),
+            (5, 6, &[1u8, 2, 3][..], true)
+        );
+        // Large: the start (no bytes, not last) as soon as the sub-header is in, even with no
+        // payload byte buffered; then the payload is streamed.
+        let payload = vec![9u8; TAG_WHOLE + 1];
+        let f = frame(Kind::TagEager, 0, &sub, &payload);
+        let hl = FrameHeader::LEN + TagHdr::LEN;
+        let mut r = Reassembler::new();
+        let (n, ev) = r.next(&f[..hl]).unwrap();
+        assert_eq!(n, hl);
+        let Some(RxEvent::TagEager(_, c)) = ev else {
+            panic!("{ev:?}")
+        };
+        assert!(c.data.is_empty() && !c.last && c.total == payload.len() as u64);
+        let pos = r.streaming().expect("streaming");
+        assert_eq!((pos.done, pos.total), (0, payload.len() as u64));
+        assert!(r.advance_stream(payload.len() as u64));
+        assert!(r.at_boundary());
+    }
+
     fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             (0u8..32, proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(id, p)| frame(
@@ -1256,6 +1488,24 @@ mod tests {
                 }
                 .encode(&mut sub);
                 frame(Kind::GetResp, 0, &sub, &vec![k as u8; len])
+            }),
+            (any::<u64>(), any::<u64>(), 0usize..(3 * TAG_WHOLE)).prop_map(|(tag, imm, len)| {
+                let mut sub = [0u8; TagHdr::LEN];
+                TagHdr { tag, imm }.encode(&mut sub);
+                let p: Vec<u8> = (0..len).map(|i| (i as u64 ^ tag) as u8).collect();
+                frame(Kind::TagEager, 0, &sub, &p)
+            }),
+            (any::<u64>(), 0u64..5, 0usize..MAX_TAG_RNDV_HDR).prop_map(|(tag, op, hl)| {
+                let mut sub = [0u8; TagRndvHdr::LEN];
+                TagRndvHdr {
+                    tag,
+                    op_id: op,
+                    remote_addr: tag ^ 3,
+                    key: 9,
+                    length: if op == 0 { 0 } else { tag % 100_000 },
+                }
+                .encode(&mut sub);
+                frame(Kind::TagRndv, 0, &sub, &vec![tag as u8; hl])
             }),
             any::<u64>().prop_map(|k| {
                 let mut sub = [0u8; FlushReq::LEN];
@@ -1296,6 +1546,13 @@ mod tests {
                 }
                 if let OwnedEvent::Put(_, data) = ev {
                     prop_assert_eq!(&data[..], &f[8 + PutHdr::LEN..]);
+                }
+                if let OwnedEvent::TagEager(t, data) = ev {
+                    prop_assert_eq!(t.tag, u64::from_le_bytes(f[8..16].try_into().unwrap()));
+                    prop_assert_eq!(&data[..], &f[8 + TagHdr::LEN..]);
+                }
+                if let OwnedEvent::TagRndv(_, data) = ev {
+                    prop_assert_eq!(&data[..], &f[8 + TagRndvHdr::LEN..]);
                 }
             }
             let mut points: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();

@@ -36,12 +36,17 @@
 //!   rkey is rejected by `rkey_unpack`.
 //! - Operations may complete at once or with `InProgress` + completion; the suite accepts both.
 //!
+//! - Tag offload ([`tag`]): limits non-zero exactly with their TAG_* flags, no tag operation
+//!   without them; eager sizes, matching order under masks, truncation, cancel, the posted
+//!   limit, expected and unexpected rendezvous.
+//!
 //! Tests skip (returning early with a note on stderr) when the capabilities say the operation
 //! is absent, or when `Fixture::new` gives `NoDevice`, `Unsupported` or `Unreachable`. Waits
 //! are bounded by a watchdog ([`WATCHDOG`]), never by timing assertions.
 
 mod fixture;
 pub mod suite;
+pub mod tag;
 
 pub use fixture::{
     local_mem, pattern, progress_until, remote_mem, run_op, Fixture, OpValue, Recorder, RemoteMem,
@@ -75,7 +80,25 @@ macro_rules! uct_conformance_tests {
                 atomics_64,
                 event_fd_wakes_receiver
             );
+            $crate::uct_conformance_tests!(@tag_tests $fixture;
+                tag_caps,
+                tag_eager_sizes,
+                tag_match_order_and_mask,
+                tag_truncated,
+                tag_cancel,
+                tag_recv_limit,
+                tag_rndv_expected,
+                tag_rndv_unexpected
+            );
         }
+    };
+    (@tag_tests $fixture:ty; $($test:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                $crate::testing::tag::$test::<$fixture>()
+            }
+        )*
     };
     (@tests $fixture:ty; $($test:ident),* $(,)?) => {
         $(

@@ -1,0 +1,361 @@
+//! The tag-matching reference model of `ucp_tag_model.rs` run with tag offload on (the
+//! default; `RUCX_TM_ENABLE` unset) over tcp (which offloads: exact receives go to the
+//! transport, 20 kB eager messages go as tagged frames) and over shared memory (no offload: the
+//! same results): random sequences of post, send and cancel give the same matches, in the same
+//! order, as the naive model. Plus direct checks that the offload path is taken.
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use std::time::{Duration, Instant};
+use ucp::{Context, ContextParams, EpParams, Features, Op, Request, UcpConfig, Worker};
+
+#[derive(Debug, Clone)]
+enum Step {
+    Post { tag: u64, mask: u64 },
+    Send { tag: u64, len: usize },
+    Cancel { nth: usize },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let tag = 0u64..4;
+    let mask = prop_oneof![3 => Just(u64::MAX), 1 => Just(0u64), 1 => Just(!1u64)];
+    let len = prop_oneof![Just(8usize), Just(2_000), Just(20_000), Just(150_000)];
+    prop_oneof![
+        3 => (tag.clone(), mask).prop_map(|(tag, mask)| Step::Post { tag, mask }),
+        3 => (tag, len).prop_map(|(tag, len)| Step::Send { tag, len }),
+        1 => (0usize..6).prop_map(|nth| Step::Cancel { nth }),
+    ]
+}
+
+/// What a posted receive ended with, by message index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Got {
+    Msg(u32),
+    Canceled,
+}
+
+fn body(idx: u32, len: usize) -> Vec<u8> {
+    let mut v = vec![(idx % 251) as u8; len];
+    v[..4].copy_from_slice(&idx.to_le_bytes());
+    v
+}
+
+/// Progresses both workers until both stay idle for a while (bounded by a watchdog).
+fn pump(a: &mut Worker, b: &mut Worker) {
+    let start = Instant::now();
+    let mut idle = 0;
+    while idle < 300 {
+        let n = a.progress() + b.progress();
+        idle = if n == 0 { idle + 1 } else { 0 };
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "watchdog: workers never went idle"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn ucp_tag_model_tcp_offload(steps in proptest::collection::vec(step(), 1..40)) {
+        run_model("tcp", steps)?;
+    }
+    #[test]
+    fn ucp_tag_model_shm_offload_on(steps in proptest::collection::vec(step(), 1..40)) {
+        run_model("posix", steps)?;
+    }
+}
+
+fn pair(tl: &str) -> (Worker, Worker, ucp::EpHandle) {
+    let ctx = Context::new(ContextParams {
+        features: Features::TAG,
+        config: Some(UcpConfig {
+            tls: vec![tl.into()],
+            net_devices: vec!["lo".into()],
+            rndv_thresh: Some(100_000),
+            keepalive_interval: None,
+            ..Default::default()
+        }),
+    })
+    .unwrap();
+    let mut a = Worker::new(&ctx).unwrap();
+    let mut b = Worker::new(&ctx).unwrap();
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    pump(&mut a, &mut b);
+    (a, b, ab)
+}
+
+fn wait(a: &mut Worker, b: &mut Worker, r: Request) -> ucp::Completion {
+    let start = Instant::now();
+    let mut r = r;
+    loop {
+        a.progress();
+        b.progress();
+        match b.request_take(r) {
+            Ok(c) => return c,
+            Err(back) => r = back,
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "watchdog: receive never completed"
+        );
+    }
+}
+
+/// Over tcp, an exact receive posted first is filled by the transport (tagged frame straight
+/// into the buffer); one posted after the message arrived takes it from the unexpected queue;
+/// a wildcard receive waiting stops offload, so a later exact receive does not overtake it.
+#[test]
+fn ucp_tag_offload_is_used_over_tcp() {
+    let (mut a, mut b, ab) = pair("tcp");
+    assert!(
+        b.tag_offload_stats().posting,
+        "tcp worker does not post to the transport"
+    );
+    for (i, len) in [1025usize, 8192, 20_000, 99_999].into_iter().enumerate() {
+        let r = match b.tag_recv(vec![0; len + 10], 7, u64::MAX).unwrap() {
+            Op::Pending(r) => r,
+            Op::Done(_) => panic!("nothing was sent yet"),
+        };
+        assert_eq!(b.tag_offload_stats().posted, 1);
+        let data = body(i as u32, len);
+        let s = a.tag_send(ab, 7, &data).unwrap();
+        let c = wait(&mut a, &mut b, r);
+        assert_eq!(c.status, Ok(()));
+        assert_eq!((c.len, c.tag), (len, 7));
+        assert!(c.buf.unwrap()[..len] == data[..], "{len} bytes differ");
+        if let Op::Pending(r) = s {
+            pump(&mut a, &mut b);
+            assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
+        }
+        assert_eq!(
+            b.tag_offload_stats().matched,
+            i as u64 + 1,
+            "{len} bytes not matched by tcp"
+        );
+    }
+    assert_eq!(a.tag_offload_stats().sent, 4);
+    // Unexpected first: the tagged frame goes to ucp's unexpected queue.
+    let data = body(9, 30_000);
+    let _ = a.tag_send(ab, 8, &data).unwrap();
+    pump(&mut a, &mut b);
+    let c = match b.tag_recv(vec![0; 30_000], 8, u64::MAX).unwrap() {
+        Op::Done(c) => c,
+        Op::Pending(r) => wait(&mut a, &mut b, r),
+    };
+    assert!(c.buf.unwrap() == data);
+    assert_eq!(b.tag_offload_stats().matched, 4);
+    // A wildcard receive waits: the exact one after it is not offloaded, and the message goes
+    // to the wildcard (posted first).
+    let w = match b.tag_recv(vec![0; 30_000], 0, 0).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("queue should be empty"),
+    };
+    let e = match b.tag_recv(vec![0; 30_000], 5, u64::MAX).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("queue should be empty"),
+    };
+    assert_eq!(b.tag_offload_stats().posted, 0, "posted behind a wildcard");
+    let _ = a.tag_send(ab, 5, &body(1, 5000)).unwrap();
+    let c = wait(&mut a, &mut b, w);
+    assert_eq!((c.status, c.tag), (Ok(()), 5));
+    assert!(b.request_cancel(&e));
+}
+
+/// Over tcp, a rendezvous goes by `tag_rndv_zcopy`: a posted receive is filled by the
+/// transport (no ATS); an unexpected one goes through ucp's software rendezvous (RTS carried as
+/// the header, get, ATS) and the sender cancels the transport operation.
+#[test]
+fn ucp_tag_offload_rendezvous_over_tcp() {
+    let (mut a, mut b, ab) = pair("tcp");
+    let len = 300_000;
+    // Expected.
+    let r = match b.tag_recv(vec![0; len], 1, u64::MAX).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("nothing sent yet"),
+    };
+    let data = body(1, len);
+    let s = a.tag_send(ab, 1, &data).unwrap();
+    let c = wait(&mut a, &mut b, r);
+    assert_eq!((c.status, c.len), (Ok(()), len));
+    assert!(c.buf.unwrap() == data);
+    if let Op::Pending(r) = s {
+        pump(&mut a, &mut b);
+        assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
+    }
+    let st = a.tag_offload_stats();
+    assert_eq!((st.sent_rndv, st.matched_rndv), (1, 1), "{st:?}");
+    // Unexpected: software rendezvous.
+    let data = body(2, len);
+    let s = a.tag_send(ab, 2, &data).unwrap();
+    pump(&mut a, &mut b);
+    let c = match b.tag_recv(vec![0; len], 2, u64::MAX).unwrap() {
+        Op::Done(c) => c,
+        Op::Pending(r) => wait(&mut a, &mut b, r),
+    };
+    assert_eq!((c.status, c.len), (Ok(()), len));
+    assert!(c.buf.unwrap() == data);
+    if let Op::Pending(r) = s {
+        pump(&mut a, &mut b);
+        assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
+    }
+    let st = a.tag_offload_stats();
+    assert_eq!((st.sent_rndv, st.matched_rndv), (2, 1), "{st:?}");
+    // Nothing left behind: flush completes.
+    let f = a.flush().unwrap();
+    if let Op::Pending(r) = f {
+        let start = Instant::now();
+        let mut r = r;
+        loop {
+            a.progress();
+            b.progress();
+            match a.request_take(r) {
+                Ok(c) => {
+                    assert_eq!(c.status, Ok(()));
+                    break;
+                }
+                Err(back) => r = back,
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "watchdog: flush");
+        }
+    }
+}
+
+/// `RUCX_PROTO_INFO`'s table shows the offloaded range on a tcp endpoint.
+#[test]
+fn ucp_tag_offload_in_proto_table() {
+    let (a, _b, ab) = pair("tcp");
+    let t = a.ep_proto_info(ab).unwrap();
+    assert!(t.contains("tag offload eager"), "{t}");
+    assert!(t.contains("tag offload rndv"), "{t}");
+}
+
+fn run_model(tl: &str, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let ctx = Context::new(ContextParams {
+        features: Features::TAG,
+        config: Some(UcpConfig {
+            tls: vec![tl.into()],
+            net_devices: if tl == "tcp" {
+                vec!["lo".into()]
+            } else {
+                vec![]
+            },
+            rndv_thresh: Some(100_000),
+            keepalive_interval: None,
+            ..Default::default()
+        }),
+    })
+    .unwrap();
+    let mut a = Worker::new(&ctx).unwrap();
+    let mut b = Worker::new(&ctx).unwrap();
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    pump(&mut a, &mut b);
+
+    // Model state.
+    let mut m_expected: Vec<(u64, u64, usize)> = Vec::new(); // tag, mask, recv index
+    let mut m_unexp: Vec<(u64, u32)> = Vec::new(); // tag, message index
+    let mut m_result: Vec<Option<Got>> = Vec::new();
+    // Real state.
+    let mut reqs: Vec<Option<Request>> = Vec::new();
+    let mut r_result: Vec<Option<Got>> = Vec::new();
+    let mut sends = Vec::new();
+    let mut next_msg = 0u32;
+
+    for s in steps {
+        match s {
+            Step::Post { tag, mask } => {
+                let i = m_result.len();
+                match m_unexp
+                    .iter()
+                    .position(|&(t, _)| (t & mask) == (tag & mask))
+                {
+                    Some(u) => m_result.push(Some(Got::Msg(m_unexp.remove(u).1))),
+                    None => {
+                        m_expected.push((tag, mask, i));
+                        m_result.push(None);
+                    }
+                }
+                match b.tag_recv(vec![0; 200_000], tag, mask).unwrap() {
+                    Op::Done(c) => {
+                        let buf = c.buf.unwrap();
+                        reqs.push(None);
+                        r_result.push(Some(Got::Msg(u32::from_le_bytes(
+                            buf[..4].try_into().unwrap(),
+                        ))));
+                    }
+                    Op::Pending(r) => {
+                        reqs.push(Some(r));
+                        r_result.push(None);
+                    }
+                }
+            }
+            Step::Send { tag, len } => {
+                let idx = next_msg;
+                next_msg += 1;
+                match m_expected
+                    .iter()
+                    .position(|&(t, m, _)| (t & m) == (tag & m))
+                {
+                    Some(e) => {
+                        let (_, _, ri) = m_expected.remove(e);
+                        m_result[ri] = Some(Got::Msg(idx));
+                    }
+                    None => m_unexp.push((tag, idx)),
+                }
+                sends.push(a.tag_send(ab, tag, &body(idx, len)).unwrap());
+            }
+            Step::Cancel { nth } => {
+                if m_expected.is_empty() {
+                    continue;
+                }
+                let (_, _, ri) = m_expected.remove(nth % m_expected.len());
+                m_result[ri] = Some(Got::Canceled);
+                let r = reqs[ri].take().expect("model says pending");
+                prop_assert!(
+                    b.request_cancel(&r),
+                    "real receive {ri} could not be canceled"
+                );
+                let c = b.request_take(r).unwrap();
+                prop_assert_eq!(c.status, Err(ucp::Error::Canceled));
+                r_result[ri] = Some(Got::Canceled);
+            }
+        }
+        pump(&mut a, &mut b);
+        // Collect real completions.
+        for (i, slot) in reqs.iter_mut().enumerate() {
+            if let Some(r) = slot.take() {
+                match b.request_take(r) {
+                    Ok(c) => {
+                        prop_assert_eq!(&c.status, &Ok(()));
+                        let buf = c.buf.unwrap();
+                        let idx = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                        prop_assert!(buf[4..c.len].iter().all(|&x| x == (idx % 251) as u8));
+                        r_result[i] = Some(Got::Msg(idx));
+                    }
+                    Err(r) => *slot = Some(r),
+                }
+            }
+        }
+        prop_assert_eq!(&r_result, &m_result);
+    }
+    // Drain the unexpected queue with wildcards: same order as the model's.
+    for &(_, idx) in &m_unexp {
+        let op = b.tag_recv(vec![0; 200_000], 0, 0).unwrap();
+        let c = match op {
+            Op::Done(c) => c,
+            Op::Pending(r) => {
+                pump(&mut a, &mut b);
+                b.request_take(r).expect("drained")
+            }
+        };
+        let buf = c.buf.unwrap();
+        prop_assert_eq!(u32::from_le_bytes(buf[..4].try_into().unwrap()), idx);
+    }
+    for s in sends {
+        if let Op::Pending(r) = s {
+            pump(&mut a, &mut b);
+            prop_assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,548 @@
+//! Tag offload: eager tag messages matched by the transport, straight into the user's buffer.
+//!
+//! A lane whose interface advertises `TAG_EAGER_BCOPY` (tcp) sends eager messages of
+//! [`TM_THRESH`]..=`tag.eager_max_zcopy` bytes (below the rendezvous threshold) as tagged
+//! frames (`tag_eager_bcopy` up to `tag.eager_max_bcopy`, `tag_eager_zcopy` above; the immediate
+//! value carries the sender's worker uuid). The receiving worker posts receives to its tag
+//! interface (`tag_recv_zcopy`, the first tcp interface with tag offload), so a tagged frame is
+//! matched before its payload is read and the payload lands in the receive's buffer with no
+//! intermediate copy; a tagged frame that matches no posted receive arrives as
+//! `tag_unexp_eager` and takes the ordinary eager arrival path.
+//!
+//! Rendezvous (messages at or above the rendezvous threshold, when the lane's RMA interface is
+//! its AM interface): the sender registers the data and sends its ordinary RTS message as the
+//! header of `tag_rndv_zcopy`. A posted receive the peer's transport matched pulls the data
+//! straight into its buffer (`TagGet`, answered from the sender's memory); the send completes
+//! when the transport has sent the data: no ATS, no ucp message at all. An unmatched one arrives
+//! as `tag_unexp_rndv`; its header goes through ucp's RTS handler (matching, get, ATS), and the
+//! sender cancels the transport operation when the ATS arrives.
+//!
+//! ucp's [`TagMatcher`](crate::tag_match::TagMatcher) stays the single source of truth for
+//! ordering (the approach of UCX's `ucp_tag_offload`):
+//! - every receive is in the matcher's expected queue, offloaded or not;
+//! - a receive is posted to the transport only when the matcher had no unexpected message for
+//!   it (it was queued), its mask is exact, and no receive that is *not* offloaded is waiting
+//!   (`sw_only == 0`): otherwise an earlier software-only receive (a wildcard, say) could lose a
+//!   message to a later offloaded one;
+//! - when a message arriving by any other path (another transport, an active message, an
+//!   unexpected tagged frame) matches an offloaded receive in the matcher, the receive is taken
+//!   back from the transport at once ([`uct::tcp::TagCanceler`] works inside callbacks); if the
+//!   transport already matched it (a frame whose payload is still arriving), the receive belongs
+//!   to that frame, which came first, and the matcher tries the next receive: a receive is
+//!   never matched twice;
+//! - `tag_recv_done` removes the receive from the matcher and completes it; cancel takes the
+//!   receive back from the transport first and fails if the transport already matched it.
+//!
+//! Messages between two workers keep their order because every tag message of an endpoint
+//! (tagged frame or active message) goes over the same lane, i.e. the same tcp connection,
+//! and offload is only used when nothing is queued on the endpoint.
+//!
+//! `RUCX_TM_ENABLE=n` turns offload off (sending and posting); a worker always accepts tagged
+//! frames. `RUCX_PROTO_INFO=y` shows the offloaded size range in the endpoint's table.
+//! Registering the buffers costs one small allocation per zero-copy message and per posted
+//! receive (a `MemHandle`), as ucp's rendezvous registrations do.
+
+use super::*;
+use std::ptr::NonNull;
+use uct::md::Iov;
+
+/// `RUCX_TM_ENABLE`: use transport tag offload.
+pub static TM_ENABLE: ConfigVar = ConfigVar {
+    name: "TM_ENABLE",
+    default: "y",
+    doc: "Use transport tag matching (tcp) for eager tag messages: y or n.",
+};
+
+/// Smallest eager message sent by tag offload: smaller ones arrive whole with their header, so
+/// the active-message path costs the same copy.
+pub const TM_THRESH: usize = 1025;
+
+/// Completion kind of a `tag_eager_zcopy` send.
+pub(super) const COMP_TM: u64 = 7;
+
+/// Tag-offload state of a worker.
+pub(super) struct TmState {
+    /// Offload allowed (`RUCX_TM_ENABLE`).
+    enabled: bool,
+    /// The interface receives are posted to, and its canceler.
+    iface: Option<(usize, uct::tcp::TagCanceler)>,
+    /// Receives (wire ids) posted to the transport, with their registrations.
+    posted: Vec<(u64, MemHandle)>,
+    max_posted: usize,
+    /// Receives in the matcher's expected queue that are not offloaded.
+    sw_only: usize,
+    /// Messages sent by tag offload.
+    pub(super) sent: u64,
+    /// Receives completed by the transport.
+    pub(super) matched: u64,
+    /// Rendezvous sent by `tag_rndv_zcopy` and not finished: (send wire id, operation id).
+    rndv_ops: Vec<(u64, u64)>,
+    /// Rendezvous sent by tag offload.
+    sent_rndv: u64,
+    /// Rendezvous the peer's transport pulled (no ATS).
+    matched_rndv: u64,
+}
+
+impl TmState {
+    pub(super) fn new() -> Self {
+        TmState {
+            enabled: false,
+            iface: None,
+            posted: Vec::new(),
+            max_posted: 0,
+            sw_only: 0,
+            sent: 0,
+            matched: 0,
+            rndv_ops: Vec::new(),
+            sent_rndv: 0,
+            matched_rndv: 0,
+        }
+    }
+
+    /// Picks the tag interface (the first tcp interface with tag offload).
+    pub(super) fn init(ifaces: &[AnyIface], st: &mut State) -> Result<()> {
+        st.tm.enabled = TM_ENABLE.bool()?;
+        if !st.tm.enabled {
+            return Ok(());
+        }
+        for (i, iface) in ifaces.iter().enumerate() {
+            if let AnyIface::Tcp(t) = iface {
+                let a = &st.info[i].attr;
+                if a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) && a.tag.recv_max_outstanding > 0 {
+                    st.tm.max_posted = a.tag.recv_max_outstanding;
+                    st.tm.posted = Vec::with_capacity(st.tm.max_posted);
+                    st.tm.iface = Some((i, t.tag_canceler()));
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// After `tag_recv`: posts a receive still waiting in the matcher to the transport, or counts it
+/// as software-only.
+pub(super) fn after_post(ifaces: &mut [AnyIface], st: &mut State, op: &Op) {
+    let Op::Pending(r) = op else { return };
+    let key = r.key as usize;
+    let (tag, mask, ptr, len) = match st.reqs.get_mut(key) {
+        Some(Req {
+            done: None,
+            kind: ReqKind::Recv(rv),
+            ..
+        }) if rv.stage == RecvStage::Posted => (rv.tag, rv.mask, rv.buf.as_mut_ptr(), rv.buf.len()),
+        _ => return,
+    };
+    let wire = st.wire_id(key);
+    if try_post(ifaces, st, tag, mask, ptr, len, wire) {
+        return;
+    }
+    st.tm.sw_only += 1;
+}
+
+fn try_post(
+    ifaces: &mut [AnyIface],
+    st: &mut State,
+    tag: u64,
+    mask: u64,
+    ptr: *mut u8,
+    len: usize,
+    wire: u64,
+) -> bool {
+    let tm = &st.tm;
+    let Some((ti, _)) = tm.iface.as_ref() else {
+        return false;
+    };
+    let ti = *ti;
+    if mask != crate::tag_match::EXACT
+        || tm.sw_only > 0
+        || tm.posted.len() >= tm.max_posted
+        || len < TM_THRESH
+    {
+        return false;
+    }
+    let Some(p) = NonNull::new(ptr) else {
+        return false;
+    };
+    // SAFETY: `ptr..ptr+len` is the receive's buffer, owned by its request, which keeps it
+    // (without reallocating) until the receive completes; the registration is dropped when the
+    // transport gives the receive back or completes it, before the buffer is returned.
+    let memh = match unsafe { st.mds[ti].mem_reg(p, len) } {
+        Ok(m) => m,
+        Err(_) => return false,
+    };
+    let r = ifaces[ti].tag_recv_zcopy(tag, mask, &[Iov::whole(&memh)], wire);
+    match r {
+        Ok(Outcome::InProgress) => {
+            st.tm.posted.push((wire, memh));
+            true
+        }
+        _ => false,
+    }
+}
+
+impl State {
+    /// Takes receive `wire` back from the transport if it is posted there. `Ok(true)`: it was
+    /// offloaded and is now back; `Ok(false)`: it was never offloaded; `Err`: the transport
+    /// already matched it.
+    pub(super) fn tm_unpost(&mut self, wire: u64) -> std::result::Result<bool, ()> {
+        let Some(i) = self.tm.posted.iter().position(|p| p.0 == wire) else {
+            return Ok(false);
+        };
+        let Some((_, c)) = self.tm.iface.as_ref() else {
+            return Ok(false);
+        };
+        match c.cancel(wire, true) {
+            Ok(()) => {
+                self.tm.posted.swap_remove(i);
+                Ok(true)
+            }
+            Err(_) => Err(()),
+        }
+    }
+
+    /// `matcher.arrive` for a message that did not come through the transport's matching.
+    pub(super) fn tm_arrive(&mut self, tag: u64, uid: u64) -> Option<u64> {
+        loop {
+            let wire = self.matcher.arrive(tag, uid)?;
+            match self.tm_unpost(wire) {
+                Ok(true) => return Some(wire),
+                Ok(false) => {
+                    self.tm.sw_only = self.tm.sw_only.saturating_sub(1);
+                    return Some(wire);
+                }
+                // The transport matched it with an earlier message: try the next receive.
+                Err(()) => continue,
+            }
+        }
+    }
+
+    /// Before canceling receive `wire`: false when the transport already matched it (the
+    /// cancel fails, the receive completes). Gives whether it was offloaded.
+    pub(super) fn tm_before_cancel(&mut self, wire: u64) -> Option<bool> {
+        self.tm_unpost(wire).ok()
+    }
+
+    /// After receive `wire` left the matcher by cancel.
+    pub(super) fn tm_after_cancel(&mut self, offloaded: bool) {
+        if !offloaded {
+            self.tm.sw_only = self.tm.sw_only.saturating_sub(1);
+        }
+    }
+
+    /// A tagged frame matched no posted receive: an ordinary eager arrival from `imm` (the
+    /// sender's uuid).
+    pub(super) fn tm_unexp_eager(&mut self, tag: u64, imm: u64, data: &[u8]) {
+        let Some(&idx) = self.by_uuid.get(&imm) else {
+            self.malformed_unknown += 1;
+            tracing::warn!(
+                "tagged message from unknown worker {imm:#018x} dropped ({} bytes)",
+                data.len()
+            );
+            return;
+        };
+        let now = self.now();
+        self.eps[idx].last_rx = now;
+        self.eager_arrived(idx, imm, tag, data, data.len(), NO_REQ, None);
+    }
+
+    /// The transport completed receive `wire`.
+    pub(super) fn tm_recv_done(
+        &mut self,
+        wire: u64,
+        tag: u64,
+        imm: u64,
+        len: usize,
+        res: Result<()>,
+    ) {
+        if let Some(i) = self.tm.posted.iter().position(|p| p.0 == wire) {
+            self.tm.posted.swap_remove(i);
+        }
+        let Some(key) = self.req_by_wire(wire) else {
+            return;
+        };
+        self.tm.matched += 1;
+        if let Some(&idx) = self.by_uuid.get(&imm) {
+            self.reqs[key].ep = Some(idx);
+            let now = self.now();
+            self.eps[idx].last_rx = now;
+        }
+        let (rtag, rmask) = {
+            let r = self.recv_mut(key);
+            (r.tag, r.mask)
+        };
+        // Still in the matcher unless a software arrival skipped it (see `tm_arrive`).
+        self.matcher.cancel(rtag, rmask, wire);
+        let r = self.recv_mut(key);
+        r.sender_tag = tag;
+        r.total = len;
+        r.received = len;
+        r.stage = RecvStage::Eager;
+        self.finish(key, res);
+    }
+
+    /// Sends an eager message by tag offload when the endpoint's lane offers it and the size
+    /// fits; gives the data back otherwise (nothing was sent).
+    pub(super) fn tm_send<'d>(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'d>,
+        rndv: bool,
+    ) -> Result<std::result::Result<Op, SendData<'d>>> {
+        if !self.tm.enabled {
+            return Ok(Err(data));
+        }
+        if rndv {
+            return self.tm_rndv_send(idx, tag, data);
+        }
+        let len = data.as_slice().len();
+        let uuid = self.uuid;
+        let Some(l) = self.eps[idx].lanes.as_mut() else {
+            return Ok(Err(data));
+        };
+        let (li, uep) = &mut l.uct[l.am];
+        let li = *li;
+        let t = self.info[li].attr.tag;
+        let flags = self.info[li].attr.flags;
+        if len < TM_THRESH || !flags.contains(IfaceFlags::TAG_EAGER_BCOPY) {
+            return Ok(Err(data));
+        }
+        if len <= t.eager_max_bcopy {
+            let src = data.as_slice();
+            let out = uep.tag_eager_bcopy(tag, uuid, |b| {
+                b[..len].copy_from_slice(src);
+                len
+            })?;
+            if out.is_no_resource() {
+                return Ok(Err(data));
+            }
+            self.tm.sent += 1;
+            self.eps[idx].last_tx = self.clock.now();
+            let buf = match data {
+                SendData::Owned(v) => Some(v),
+                SendData::Borrowed(_) => None,
+            };
+            return Ok(Ok(Op::Done(Completion {
+                buf,
+                tag,
+                ..Completion::ok()
+            })));
+        }
+        if !flags.contains(IfaceFlags::TAG_EAGER_ZCOPY) || len > t.eager_max_zcopy {
+            return Ok(Err(data));
+        }
+        let key = self.new_send(idx, tag, data, false);
+        let wire = self.wire_id(key);
+        let s = self.send_mut(key);
+        let p = NonNull::new(s.data.as_mut_ptr()).ok_or_else(|| Error::NoMemory("empty".into()))?;
+        // SAFETY: the request owns `data` and keeps it unchanged until the send completes;
+        // `finish` drops the registration before it gives the vector back.
+        let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
+        let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
+        let out = l.uct[l.am].1.tag_eager_zcopy(
+            tag,
+            uuid,
+            &[Iov::whole(&memh)],
+            comp_id(COMP_TM, wire),
+        )?;
+        match out {
+            Outcome::Done(()) => {
+                self.tm.sent += 1;
+                self.finish(key, Ok(()));
+            }
+            Outcome::InProgress => {
+                self.tm.sent += 1;
+                let s = self.send_mut(key);
+                s.memh = Some(memh);
+                s.offset = len;
+            }
+            Outcome::NoResource => {
+                // Nothing left: the ordinary path sends it (in order, through the pending queue).
+                let id = self.next_msg_id;
+                self.next_msg_id += 1;
+                self.send_mut(key).msg_id = id;
+                self.eps[idx].pending.push_back(Pending::Req(key));
+                self.mark_pending(idx);
+                return Ok(Ok(self.op_of(key)));
+            }
+        }
+        self.eps[idx].last_tx = self.clock.now();
+        Ok(Ok(self.op_of(key)))
+    }
+
+    /// Completion of a `tag_eager_zcopy` send, or of a `tag_rndv_zcopy` the receiver's
+    /// transport pulled.
+    pub(super) fn tm_send_done(&mut self, key: usize, res: Result<()>) {
+        let wire = self.wire_id(key);
+        if let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) {
+            self.tm.rndv_ops.swap_remove(i);
+            self.tm.matched_rndv += 1;
+        }
+        self.finish(key, res);
+    }
+
+    /// The receiver took a tag-offload rendezvous in software (unexpected): its ATS finishes the
+    /// send, and the transport's operation is canceled.
+    pub(super) fn tm_rndv_ats(&mut self, key: usize, wire: u64) {
+        let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) else {
+            return;
+        };
+        let (_, op) = self.tm.rndv_ops.swap_remove(i);
+        let idx = self.reqs[key].ep.unwrap_or(0);
+        if let Some(l) = self.eps.get_mut(idx).and_then(|e| e.lanes.as_mut()) {
+            if let Err(e) = l.uct[l.am].1.tag_rndv_cancel(op) {
+                tracing::debug!("tag rendezvous {op} already gone: {e}");
+            }
+        }
+    }
+
+    /// Rendezvous by tag offload: the RTS travels as the header of `tag_rndv_zcopy`; a receive
+    /// the peer's transport matched pulls the data straight into its buffer (no ATS); an
+    /// unexpected one reaches the peer's ucp as an ordinary RTS (get + ATS, then cancel here).
+    fn tm_rndv_send<'d>(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'d>,
+    ) -> Result<std::result::Result<Op, SendData<'d>>> {
+        let len = data.as_slice().len();
+        let Some(l) = self.eps[idx].lanes.as_ref() else {
+            return Ok(Err(data));
+        };
+        let li = l.uct[l.am].0;
+        let same_rma = l.rma.map(|r| l.uct[r].0) == Some(li);
+        let a = &self.info[li].attr;
+        if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
+            || !same_rma
+            || len == 0
+            || len > a.tag.rndv_max_zcopy
+        {
+            return Ok(Err(data));
+        }
+        let max_hdr = a.tag.rndv_max_hdr;
+        let key = self.new_send(idx, tag, data, false);
+        let wire = self.wire_id(key);
+        let s = self.send_mut(key);
+        let addr = s.data.as_ptr() as u64;
+        let p = NonNull::new(s.data.as_mut_ptr()).ok_or_else(|| Error::NoMemory("empty".into()))?;
+        // SAFETY: the request owns `data` and keeps it unchanged until it finishes; `finish`
+        // drops the registration before it gives the vector back.
+        let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
+        let mut rkey = Vec::new();
+        self.mds[li].rkey_pack(&memh, &mut rkey)?;
+        let mut hdr = std::mem::take(&mut self.scratch);
+        hdr.clear();
+        hdr.extend_from_slice(&self.uuid.to_le_bytes());
+        RtsHdr {
+            tag,
+            sreq: wire,
+            len: len as u64,
+            buf: RemoteBuf {
+                addr,
+                tl: self.info[li].tl_name,
+                rkey: &rkey,
+            },
+        }
+        .encode(&mut hdr);
+        let out = if hdr.len() <= max_hdr {
+            let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
+            l.uct[l.am]
+                .1
+                .tag_rndv_zcopy(tag, &hdr, &[Iov::whole(&memh)], comp_id(COMP_TM, wire))
+        } else {
+            Ok(Outcome::NoResource)
+        };
+        self.scratch = hdr;
+        match out? {
+            Outcome::Done(op) => {
+                self.tm.sent_rndv += 1;
+                self.tm.rndv_ops.push((wire, op));
+                let s = self.send_mut(key);
+                s.memh = Some(memh);
+                s.rts_sent = true;
+                s.stage = SendStage::WaitRndv;
+                self.stats.rndv_rts += 1;
+                self.eps[idx].last_tx = self.clock.now();
+            }
+            // `InProgress` carries no operation id (not what tcp answers): the ordinary path.
+            Outcome::InProgress | Outcome::NoResource => {
+                let id = self.next_msg_id;
+                self.next_msg_id += 1;
+                self.send_mut(key).msg_id = id;
+                self.eps[idx].pending.push_back(Pending::Req(key));
+                self.mark_pending(idx);
+            }
+        }
+        Ok(Ok(self.op_of(key)))
+    }
+
+    /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li` (`same_rma`: its
+    /// RMA lane is the same interface, as a tag-offload rendezvous needs).
+    pub(super) fn tm_proto_row(
+        &self,
+        li: usize,
+        same_rma: bool,
+        proto: &ProtoConfig,
+        lane: &str,
+    ) -> String {
+        let a = &self.info[li].attr;
+        let mut s = String::new();
+        if !self.tm.enabled {
+            return s;
+        }
+        let rt = proto.rndv_thresh;
+        let to = a.tag.eager_max_zcopy.min(rt.saturating_sub(1));
+        if a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) && to >= TM_THRESH {
+            s.push_str(&format!(
+                "  {TM_THRESH:>10} .. {to:<10} {:<28} {lane}\n",
+                "tag offload eager (overrides)"
+            ));
+        }
+        if a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) && same_rma && rt < usize::MAX {
+            let end = if a.tag.rndv_max_zcopy == usize::MAX {
+                "inf".to_string()
+            } else {
+                a.tag.rndv_max_zcopy.to_string()
+            };
+            s.push_str(&format!(
+                "  {rt:>10} .. {end:<10} {:<28} {lane}\n",
+                "tag offload rndv (overrides)"
+            ));
+        }
+        s
+    }
+}
+
+/// Tag-offload counters of a worker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TmStats {
+    /// Whether this worker posts receives to a transport (`RUCX_TM_ENABLE` and a tag interface).
+    pub posting: bool,
+    /// Eager messages sent as tagged frames.
+    pub sent: u64,
+    /// Receives the transport matched and filled.
+    pub matched: u64,
+    /// Receives currently posted to the transport.
+    pub posted: usize,
+    /// Rendezvous sent by `tag_rndv_zcopy`.
+    pub sent_rndv: u64,
+    /// Of those, pulled by the peer's transport into a posted receive (the rest went by the
+    /// software rendezvous).
+    pub matched_rndv: u64,
+}
+
+impl Worker {
+    /// Tag-offload counters (for tests and diagnostics).
+    pub fn tag_offload_stats(&self) -> TmStats {
+        let tm = &self.st.tm;
+        TmStats {
+            posting: tm.enabled && tm.iface.is_some(),
+            sent: tm.sent,
+            matched: tm.matched,
+            posted: tm.posted.len(),
+            sent_rndv: tm.sent_rndv,
+            matched_rndv: tm.matched_rndv,
+        }
+    }
+}

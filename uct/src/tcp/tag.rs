@@ -1,0 +1,258 @@
+//! Tag offload for tcp: receives posted on the interface, matched as tagged frames arrive.
+//!
+//! - **Posted receives** (`tag_recv_zcopy`) wait in posting order in [`TagState`]. A tagged
+//!   frame is matched (tag under the receive's mask) against them as soon as its sub-header is
+//!   decoded, before its payload: the first posted receive that fits takes it.
+//! - **Eager** (`TagEager`): a matched payload goes straight into the posted buffer. A payload
+//!   above [`wire::TAG_WHOLE`] bytes is streamed: the bytes already in the connection's receive
+//!   buffer are copied once, the rest is `recv`d directly into the posted buffer. An unmatched
+//!   message goes to [`EventSink::tag_unexp_eager`] (from the receive buffer when it arrived
+//!   whole, else from a per-connection staging buffer that is kept for reuse). A message larger
+//!   than the posted buffer fills it and completes with [`Error::Truncated`].
+//! - **Rendezvous** (`TagRndv`): a matched one makes the receiver send `TagGet`; the sender
+//!   answers with a `GetResp` written from its buffer (zero-copy send), which the receiver
+//!   `recv`s straight into the posted buffer; the sender's `tag_rndv_zcopy` completes when the
+//!   kernel took the data, the receive when it landed. An unmatched one (and every
+//!   `tag_rndv_request`) goes to [`EventSink::tag_unexp_rndv`] with the sender's address and a
+//!   packed tcp rkey (when the data is one tcp-registered region), so the layer above can fetch
+//!   it itself and then `tag_rndv_cancel` the sender's operation.
+//! - **Cancel**: a receive still posted is removed; without `force` it completes with
+//!   [`Error::Canceled`]. A receive that already matched cannot be canceled (it completes).
+//!
+//! Nothing here allocates on the data path: the posted queue and the staging buffers keep
+//! their capacity.
+//!
+//! [`wire::TAG_WHOLE`]: super::wire::TAG_WHOLE
+
+use super::iface::{Segs, TcpIface};
+use super::wire::{TagHdr, TagRndvHdr, WireStatus};
+use crate::ep::TagRecvId;
+use crate::iface::EventSink;
+use crate::md::Iov;
+use std::collections::VecDeque;
+use ucs::{Error, Outcome, Result};
+
+/// Most receives posted at once (`TagLimits::recv_max_outstanding`).
+pub(crate) const MAX_POSTED: usize = 128;
+
+/// A completion of a posted receive: `(ctx, tag, imm, length, result)`.
+pub(crate) type TagDone = (TagRecvId, u64, u64, usize, Result<()>);
+
+/// A receive posted with `tag_recv_zcopy`.
+pub(crate) struct Posted {
+    pub(crate) tag: u64,
+    pub(crate) mask: u64,
+    pub(crate) segs: Segs,
+    pub(crate) ctx: TagRecvId,
+}
+
+/// Where a connection's tagged eager message goes. (One per connection; boxing the large
+/// variant would allocate per message.)
+#[allow(clippy::large_enum_variant)]
+#[derive(Default)]
+pub(crate) enum TagRx {
+    /// No tagged eager message in progress.
+    #[default]
+    Idle,
+    /// Into a posted receive.
+    Posted {
+        p: Posted,
+        hdr: TagHdr,
+        total: usize,
+    },
+    /// Unexpected (into the staging buffer unless it arrived whole).
+    Unexp { hdr: TagHdr },
+}
+
+/// The interface's posted receives and their completions.
+pub(crate) struct TagState {
+    posted: VecDeque<Posted>,
+    pub(crate) done: VecDeque<TagDone>,
+}
+
+impl TagState {
+    pub(crate) fn new() -> Self {
+        TagState {
+            posted: VecDeque::with_capacity(MAX_POSTED),
+            done: VecDeque::with_capacity(MAX_POSTED),
+        }
+    }
+
+    /// Removes and gives the first posted receive matching `tag`.
+    fn take_match(&mut self, tag: u64) -> Option<Posted> {
+        let i = self
+            .posted
+            .iter()
+            .position(|p| (p.tag ^ tag) & p.mask == 0)?;
+        self.posted.remove(i)
+    }
+
+    /// Matches the start of a tagged eager message of `total` bytes.
+    pub(crate) fn match_eager(&mut self, hdr: TagHdr, total: usize) -> TagRx {
+        match self.take_match(hdr.tag) {
+            Some(p) => TagRx::Posted { p, hdr, total },
+            None => TagRx::Unexp { hdr },
+        }
+    }
+
+    /// Matches a tagged rendezvous (a request never matches).
+    pub(crate) fn match_rndv(&mut self, h: &TagRndvHdr) -> Option<Posted> {
+        if h.op_id == 0 {
+            return None;
+        }
+        self.take_match(h.tag)
+    }
+
+    fn post(&mut self, tag: u64, mask: u64, iov: &[Iov<'_>], ctx: TagRecvId) -> Result<Outcome> {
+        if self.posted.len() >= MAX_POSTED {
+            return Ok(Outcome::NoResource);
+        }
+        let segs = Segs::new(iov)?;
+        self.posted.push_back(Posted {
+            tag,
+            mask,
+            segs,
+            ctx,
+        });
+        Ok(Outcome::InProgress)
+    }
+
+    fn cancel(&mut self, ctx: TagRecvId, force: bool) -> Option<()> {
+        let i = self.posted.iter().position(|p| p.ctx == ctx)?;
+        let p = self.posted.remove(i)?;
+        if !force {
+            self.done
+                .push_back((p.ctx, p.tag, 0, 0, Err(Error::Canceled)));
+        }
+        Some(())
+    }
+}
+
+/// Result of a posted receive that asked for `want` bytes of a `length`-byte message.
+pub(crate) fn rndv_result(status: WireStatus, want: usize, length: usize) -> Result<()> {
+    match status {
+        WireStatus::Ok if want < length => Err(Error::Truncated {
+            len: length,
+            capacity: want,
+        }),
+        WireStatus::Ok => Ok(()),
+        WireStatus::RemoteAccess => Err(Error::RemoteAccess(
+            "the sender refused the rendezvous data (canceled or unknown operation)".into(),
+        )),
+    }
+}
+
+impl TcpIface {
+    /// Reports the connection's finished tagged eager message: to its posted receive, or as
+    /// unexpected (`whole`: the payload when it arrived in one chunk, else the staging buffer).
+    pub(crate) fn tag_finish<S: EventSink>(
+        &mut self,
+        key: usize,
+        whole: Option<&[u8]>,
+        sink: &mut S,
+    ) {
+        let (rx, stage) = {
+            let mut g = self.inner.borrow_mut();
+            let c = &mut g.conns[key];
+            let rx = std::mem::take(&mut c.tag_rx);
+            let stage = match (&rx, whole) {
+                (TagRx::Unexp { .. }, None) => std::mem::take(&mut c.tag_stage),
+                _ => Vec::new(),
+            };
+            (rx, stage)
+        };
+        match rx {
+            TagRx::Posted { p, hdr, total } => {
+                let cap = p.segs.total();
+                let res = if total > cap {
+                    Err(Error::Truncated {
+                        len: total,
+                        capacity: cap,
+                    })
+                } else {
+                    Ok(())
+                };
+                sink.tag_recv_done(p.ctx, hdr.tag, hdr.imm, total, res);
+            }
+            TagRx::Unexp { hdr } => {
+                sink.tag_unexp_eager(hdr.tag, hdr.imm, whole.unwrap_or(&stage));
+                if whole.is_none() {
+                    if let Some(c) = self.inner.borrow_mut().conns.get_mut(key) {
+                        c.tag_stage = stage;
+                    }
+                }
+            }
+            TagRx::Idle => {}
+        }
+    }
+
+    /// `tag_recv_zcopy`: posts a receive.
+    pub(crate) fn tag_post(
+        &mut self,
+        tag: u64,
+        mask: u64,
+        iov: &[Iov<'_>],
+        ctx: TagRecvId,
+    ) -> Result<Outcome> {
+        self.inner.borrow_mut().tag.post(tag, mask, iov, ctx)
+    }
+
+    /// `tag_recv_cancel`: removes a posted receive.
+    pub(crate) fn tag_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
+        self.tag_canceler().cancel(ctx, force)
+    }
+}
+
+/// Cancels posted receives of a tcp interface from anywhere, including inside a progress
+/// callback of any interface (the layer above matches messages of other transports in its
+/// callbacks and must take a receive back from the transport at that moment, before the
+/// transport can match it too). A clone of the interface's shared state, no lock.
+#[derive(Clone)]
+pub struct TagCanceler(std::rc::Rc<std::cell::RefCell<super::iface::Inner>>);
+
+impl std::fmt::Debug for TagCanceler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TagCanceler")
+    }
+}
+
+impl TagCanceler {
+    /// As [`crate::Iface::tag_recv_cancel`]: removes the receive if it is still posted. Gives
+    /// [`Error::Busy`] when a message already matched it (it completes normally) and
+    /// [`Error::InvalidParam`] for an unknown receive.
+    pub fn cancel(&self, ctx: TagRecvId, force: bool) -> Result<()> {
+        let Ok(mut g) = self.0.try_borrow_mut() else {
+            return Err(Error::Busy(
+                "the tcp interface is inside progress and holds its state".into(),
+            ));
+        };
+        if g.tag.cancel(ctx, force).is_some() {
+            return Ok(());
+        }
+        drop(g);
+        cancel_miss(&self.0.borrow(), ctx)
+    }
+}
+
+fn cancel_miss(g: &super::iface::Inner, ctx: TagRecvId) -> Result<()> {
+    let in_flight = g.conns.iter().any(|(_, c)| {
+        matches!(&c.tag_rx, TagRx::Posted { p, .. } if p.ctx == ctx)
+            || c.reqs.iter().any(
+                |(_, r)| matches!(r, super::iface::Req::TagGet { ctx: x, .. } if *x == ctx),
+            )
+    });
+    if in_flight {
+        Err(Error::Busy(format!(
+            "tag receive {ctx} already matched a message; it completes normally"
+        )))
+    } else {
+        Err(Error::InvalidParam(format!("no tag receive {ctx} is posted")))
+    }
+}
+
+impl TcpIface {
+    /// A handle that cancels this interface's posted receives (see [`TagCanceler`]).
+    pub fn tag_canceler(&self) -> TagCanceler {
+        TagCanceler(self.inner.clone())
+    }
+}
