@@ -237,16 +237,18 @@ impl TagCanceler {
 fn cancel_miss(g: &super::iface::Inner, ctx: TagRecvId) -> Result<()> {
     let in_flight = g.conns.iter().any(|(_, c)| {
         matches!(&c.tag_rx, TagRx::Posted { p, .. } if p.ctx == ctx)
-            || c.reqs.iter().any(
-                |(_, r)| matches!(r, super::iface::Req::TagGet { ctx: x, .. } if *x == ctx),
-            )
+            || c.reqs
+                .iter()
+                .any(|(_, r)| matches!(r, super::iface::Req::TagGet { ctx: x, .. } if *x == ctx))
     });
     if in_flight {
         Err(Error::Busy(format!(
             "tag receive {ctx} already matched a message; it completes normally"
         )))
     } else {
-        Err(Error::InvalidParam(format!("no tag receive {ctx} is posted")))
+        Err(Error::InvalidParam(format!(
+            "no tag receive {ctx} is posted"
+        )))
     }
 }
 
