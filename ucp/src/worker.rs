@@ -289,6 +289,9 @@ struct State {
     next_msg_id: u64,
     scratch: Vec<u8>,
     next_timer: Duration,
+    /// The clock as read at the start of the current (or last) progress call: message
+    /// timestamps for keepalive use it, so the data path reads no clock per message.
+    now_cache: Duration,
     malformed_unknown: u64,
     stats: ProtoStats,
     am_handlers: HashMap<u16, AmHandler>,
@@ -425,6 +428,7 @@ impl Worker {
                 failed_notify: Vec::new(),
                 next_msg_id: 1,
                 scratch: Vec::new(),
+                now_cache: now,
                 next_timer: now,
                 malformed_unknown: 0,
                 stats: ProtoStats::default(),
@@ -892,6 +896,7 @@ impl Worker {
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
         self.tick = self.tick.wrapping_add(1);
+        self.st.now_cache = self.st.clock.now();
         let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
         for (i, iface) in self.ifaces.iter_mut().enumerate() {
             let idle = self.st.iface_users[i] == 0;
@@ -1853,7 +1858,7 @@ impl State {
                 let (li, uep) = &mut l.uct[l.am];
                 let out = am_send(uep, &self.info[*li].attr, id, &[&uuid, body])?;
                 if out != Outcome::NoResource {
-                    ep.last_tx = self.clock.now();
+                    ep.last_tx = self.now_cache;
                     return Ok(());
                 }
             }
@@ -1996,7 +2001,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = self.clock.now();
+            ep.last_tx = self.now_cache;
             *offset = len.max(1);
             self.stats.eager_single += 1;
             return Ok(true);
@@ -2034,7 +2039,7 @@ impl State {
             if out.0 == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = self.clock.now();
+            ep.last_tx = self.now_cache;
             *offset += out.1;
         }
         Ok(true)
@@ -2950,7 +2955,7 @@ impl State {
         if matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
             return;
         }
-        self.eps[idx].last_rx = self.clock.now();
+        self.eps[idx].last_rx = self.now_cache;
         let r = match msg {
             Ok(m) => self.handle_msg(idx, src, m),
             Err(e) => Err(e),
@@ -2982,7 +2987,7 @@ impl State {
         };
         if let Some(&idx) = self.by_uuid.get(&src) {
             if !matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
-                self.eps[idx].last_rx = self.clock.now();
+                self.eps[idx].last_rx = self.now_cache;
                 return;
             }
         }
@@ -3509,7 +3514,7 @@ impl State {
         let Some(interval) = self.cfg.keepalive_interval else {
             return;
         };
-        let now = self.now();
+        let now = self.now_cache;
         if now < self.next_timer {
             return;
         }
