@@ -88,9 +88,7 @@ impl MemMap {
             backing,
         };
         map.packed = RkeyBundle { entries }.encode()?;
-        map.regions
-            .borrow_mut()
-            .push((ptr.as_ptr() as usize, len));
+        map.regions.borrow_mut().push((ptr.as_ptr() as usize, len));
         Ok(map)
     }
     /// Start address (what peers pass as `remote_addr`).

@@ -652,8 +652,7 @@ impl Worker {
         for i in order {
             let info = &st.info[i];
             let f = st.mds[i].attr().flags;
-            if !f.contains(MdFlags::ALLOC | MdFlags::RKEY_PTR) || len > st.mds[i].attr().max_alloc
-            {
+            if !f.contains(MdFlags::ALLOC | MdFlags::RKEY_PTR) || len > st.mds[i].attr().max_alloc {
                 continue;
             }
             match st.mds[i].mem_alloc(len) {
@@ -675,7 +674,12 @@ impl Worker {
                 let ptr = NonNull::new(m.addr())
                     .ok_or_else(|| Error::NoMemory("shared segment at null".into()))?;
                 // Segments are fresh mappings (zero-filled by the kernel).
-                (ptr, crate::rma::Backing::Shared { _segment: m.clone() })
+                (
+                    ptr,
+                    crate::rma::Backing::Shared {
+                        _segment: m.clone(),
+                    },
+                )
             }
             None => MemMap::heap(len)?,
         };
@@ -731,9 +735,7 @@ impl Worker {
             {
                 return None;
             }
-            key_for(*li)
-                .filter(|k| k.is_mapped())
-                .map(|k| (pos, k))
+            key_for(*li).filter(|k| k.is_mapped()).map(|k| (pos, k))
         });
         Ok(Rkey {
             ep: (ep.idx, ep.gen),
