@@ -131,6 +131,10 @@ fn ucp_multiproc_child_entry() {
         return;
     }
     println!("ADDR {}", hex(w.address()));
+    if role == "am" {
+        am_child(&mut w, ep);
+        return;
+    }
     if role == "sleep" {
         // Be a live peer until killed.
         loop {
@@ -536,4 +540,90 @@ fn ucp_multiproc_shm_user_memory_rma_via_cma_and_emulated_atomics() {
 #[test]
 fn ucp_multiproc_tcp_rma_and_transport_atomics() {
     rma_test("tcp", "rma", RmaPath::Transport);
+}
+
+/// Sizes of the user active messages of the flush test: empty, short, one fragment, and one
+/// above the shared-memory rendezvous threshold.
+const AM_SIZES: [usize; 4] = [0, 8, 1000, 300_000];
+const AM_ID: u16 = 7;
+
+/// The "am" child: receives the parent's active messages, checks them, and answers with one
+/// tag message holding how many arrived intact.
+fn am_child(w: &mut Worker, ep: EpHandle) {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let got: Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>> = Rc::default();
+    let g = got.clone();
+    w.am_set_handler(AM_ID, move |_, hdr, data| {
+        g.borrow_mut().push((hdr.to_vec(), data))
+    });
+    let deadline = Instant::now() + WATCHDOG;
+    while got.borrow().len() < AM_SIZES.len() {
+        assert!(Instant::now() < deadline, "watchdog: child active messages");
+        if w.progress() == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let ok = got
+        .borrow()
+        .iter()
+        .enumerate()
+        .filter(|(i, (h, d))| {
+            h.as_slice() == [*i as u8; 3] && *d == pattern(AM_SIZES[*i], *i as u64)
+        })
+        .count();
+    let s = w.tag_send(ep, 99, &(ok as u64).to_le_bytes()).unwrap();
+    assert_eq!(finish(w, s, "child reply").status, Ok(()));
+    let f = w.flush().unwrap();
+    finish(w, f, "child flush");
+    let mut rest = String::new();
+    while std::io::stdin()
+        .read_line(&mut rest)
+        .map(|n| n > 0)
+        .unwrap_or(false)
+    {}
+}
+
+/// Regression: a worker flush after user active-message sends to another process completes
+/// (it used to wait forever), and every message arrives intact and in order.
+fn am_flush_test(tls: &str) {
+    let mut w = worker(tls);
+    let (mut child, caddr) = spawn_child("am", tls, w.address());
+    let ep = w
+        .ep_create(&caddr, EpParams::default())
+        .expect("ep to child");
+    let mut ops = Vec::new();
+    for (i, &len) in AM_SIZES.iter().enumerate() {
+        let data = pattern(len, i as u64);
+        ops.push(w.am_send_vec(ep, AM_ID, &[i as u8; 3], data).unwrap());
+    }
+    let f = w.flush().unwrap();
+    assert_eq!(finish(&mut w, f, "worker flush after am").status, Ok(()));
+    for op in ops {
+        assert_eq!(finish(&mut w, op, "am send").status, Ok(()));
+    }
+    let f = w.ep_flush(ep).unwrap();
+    assert_eq!(finish(&mut w, f, "ep flush after am").status, Ok(()));
+    let r = w.tag_recv(vec![0; 8], 99, TAG_MASK_EXACT).unwrap();
+    let c = finish(&mut w, r, "child reply");
+    assert_eq!(c.status, Ok(()));
+    let n = u64::from_le_bytes(c.buf.unwrap()[..8].try_into().unwrap());
+    assert_eq!(
+        n,
+        AM_SIZES.len() as u64,
+        "active messages intact at the child"
+    );
+    drop(child.0.stdin.take());
+    let st = child.0.wait().expect("child exit");
+    assert!(st.success(), "child failed: {st:?}");
+}
+
+#[test]
+fn ucp_multiproc_shm_am_then_worker_flush_completes() {
+    am_flush_test("posix,cma");
+}
+
+#[test]
+fn ucp_multiproc_tcp_am_then_worker_flush_completes() {
+    am_flush_test("tcp");
 }

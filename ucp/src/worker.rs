@@ -112,6 +112,10 @@ struct Lanes {
     am: usize,
     rma: Option<usize>,
     amo: Option<usize>,
+    /// The atomic lane chosen but not yet connected: a transport the AM and RMA lanes do not
+    /// use gets its endpoint when a remote key is first unpacked (so a tag-only endpoint over
+    /// shared memory opens no tcp connection just for atomics).
+    amo_later: Option<crate::wireup::LanePick>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -269,6 +273,9 @@ struct State {
     ep_gen: u32,
     by_uuid: HashMap<u64, usize>,
     by_uct: HashMap<(usize, u32), usize>,
+    /// Transport endpoints per interface (index as `info`): interfaces without any are polled
+    /// only every [`IDLE_IFACE_PERIOD`] progress calls.
+    iface_users: Vec<u32>,
     reqs: Slab<Req>,
     req_gen: u32,
     matcher: TagMatcher,
@@ -300,7 +307,23 @@ pub struct Worker {
     ifaces: Vec<AnyIface>,
     epfd: Option<RawFd>,
     st: State,
+    /// Progress calls so far (wrapping): paces the polling of idle interfaces.
+    tick: u32,
+    /// Per interface, the tick of its last event: an interface without endpoints that had
+    /// one recently (a peer uses it to reach us) is polled on every call for a while.
+    last_event: Vec<u32>,
+    /// The next progress call polls every interface (set after an event-fd wakeup or a busy
+    /// arm, whose event may be on an idle interface).
+    poll_all: bool,
 }
+
+/// An interface no endpoint uses yet (it may still receive a peer's first wire-up message or
+/// connection) is polled on one progress call in this many: polling an idle tcp interface costs
+/// system calls, several times the cost of a whole shared-memory message.
+const IDLE_IFACE_PERIOD: u32 = 32;
+/// For this many progress calls after an event, an interface without endpoints is polled on
+/// every call.
+const IDLE_IFACE_RECENT: u32 = 4096;
 
 fn new_uuid() -> u64 {
     use std::hash::BuildHasher;
@@ -368,6 +391,7 @@ impl Worker {
         };
         let address = addr.to_bytes()?;
         let now = clock.now();
+        let n_ifaces = ifaces.len();
         let epfd = if ctx.features().contains(Features::WAKEUP) {
             Some(make_epoll(&ifaces)?)
         } else {
@@ -388,6 +412,7 @@ impl Worker {
                 ep_gen: 0,
                 by_uuid: HashMap::new(),
                 by_uct: HashMap::new(),
+                iface_users: vec![0; n_ifaces],
                 reqs: Slab::new(),
                 req_gen: 0,
                 matcher: TagMatcher::new(),
@@ -410,6 +435,9 @@ impl Worker {
                 quarantine: Vec::new(),
                 closings: Vec::new(),
             },
+            tick: 0,
+            last_event: vec![0; n_ifaces],
+            poll_all: true,
         })
     }
 
@@ -718,6 +746,7 @@ impl Worker {
     pub fn rkey_unpack(&mut self, ep: EpHandle, packed: &[u8]) -> Result<Rkey> {
         let idx = self.st.ep_idx(ep)?;
         let bundle = RkeyBundle::decode(packed)?;
+        self.connect_amo_lane(idx);
         let lanes = self.st.eps[idx]
             .lanes
             .as_ref()
@@ -743,6 +772,32 @@ impl Worker {
             amo: unpack(lanes.amo),
             mapped,
         })
+    }
+
+    /// Connects the endpoint's deferred atomic lane, if any. When the transport cannot connect,
+    /// atomics stay emulated over the AM lane (they were correct either way).
+    fn connect_amo_lane(&mut self, idx: usize) {
+        let st = &mut self.st;
+        let Some(l) = st.eps[idx].lanes.as_mut() else {
+            return;
+        };
+        let Some(p) = l.amo_later.take() else {
+            return;
+        };
+        let r = &st.eps[idx].addr.tls[p.remote];
+        match self.ifaces[p.local].ep_create_connected(&r.device_addr, &r.iface_addr) {
+            Ok(uep) => {
+                st.by_uct.insert((p.local, uep.id().0), idx);
+                st.iface_users[p.local] += 1;
+                let l = st.eps[idx].lanes.as_mut().expect("lanes");
+                l.uct.push((p.local, uep));
+                l.amo = Some(l.uct.len() - 1);
+            }
+            Err(e) => tracing::debug!(
+                "atomic lane {} not connected, atomics are emulated: {e}",
+                st.info[p.local].tl_name
+            ),
+        }
     }
 
     /// Writes `data` to `remote_addr` in the peer's mapping (completes locally; `ep_flush` for
@@ -899,12 +954,22 @@ impl Worker {
     /// events handled.
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
+        self.tick = self.tick.wrapping_add(1);
+        let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
         for (i, iface) in self.ifaces.iter_mut().enumerate() {
+            let idle = self.st.iface_users[i] == 0;
+            if idle && !all && self.tick.wrapping_sub(self.last_event[i]) > IDLE_IFACE_RECENT {
+                continue;
+            }
             let mut sink = Sink {
                 st: &mut self.st,
                 iface: i,
             };
-            n += iface.progress(&mut sink);
+            let k = iface.progress(&mut sink);
+            if k > 0 {
+                self.last_event[i] = self.tick;
+                n += k;
+            }
         }
         while let Some(idx) = self.st.to_connect.pop() {
             if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx) {
@@ -940,7 +1005,10 @@ impl Worker {
             }
             match i.event_arm(EventFlags::RECV | EventFlags::SEND_COMP) {
                 Ok(()) => {}
-                Err(Error::Busy(_)) => return Ok(false),
+                Err(Error::Busy(_)) => {
+                    self.poll_all = true;
+                    return Ok(false);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -961,6 +1029,7 @@ impl Worker {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
         // SAFETY: `fd` is our epoll fd and `ev` a valid buffer of one event.
         let rc = unsafe { libc::epoll_wait(fd, &mut ev, 1, t) };
+        self.poll_all = true;
         if rc < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {
@@ -1106,12 +1175,16 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         Some(p) => Some(lane_of(p, &mut uct_eps)?),
         None => None,
     };
-    let amo = match sel.amo {
-        Some(p) => Some(lane_of(p, &mut uct_eps)?),
-        None => None,
+    let (amo, amo_later) = match sel.amo {
+        Some(p) if uct_eps.iter().any(|(l, _)| *l == p.local) => {
+            (Some(lane_of(p, &mut uct_eps)?), None)
+        }
+        Some(p) => (None, Some(p)),
+        None => (None, None),
     };
     for (li, e) in &uct_eps {
         st.by_uct.insert((*li, e.id().0), idx);
+        st.iface_users[*li] += 1;
     }
     let am_attr = &st.info[uct_eps[am].0].attr;
     let rma_attr = rma.map(|r| &st.info[uct_eps[r].0].attr);
@@ -1123,6 +1196,7 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         am,
         rma,
         amo,
+        amo_later,
     });
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
@@ -3575,7 +3649,9 @@ impl State {
         if let Some(mut l) = ep.lanes.take() {
             for (li, uep) in l.uct.iter_mut() {
                 uep.pending_purge(&mut |_| {});
-                self.by_uct.remove(&(*li, uep.id().0));
+                if self.by_uct.remove(&(*li, uep.id().0)).is_some() {
+                    self.iface_users[*li] = self.iface_users[*li].saturating_sub(1);
+                }
             }
         }
         for p in pend {
