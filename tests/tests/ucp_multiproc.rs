@@ -96,9 +96,14 @@ fn ucp_multiproc_child_entry() {
     let ep = w
         .ep_create(&parent, EpParams::default())
         .expect("ep to parent");
-    if role == "rma" {
-        // Serve a mapping until the parent closes our stdin.
-        let map = w.mem_map(1 << 20).expect("mem_map");
+    if role == "rma" || role == "rma_user" {
+        // Serve a mapping until the parent closes our stdin: allocated by ucp (a shared
+        // segment when a shared-memory transport is on) or the user's own buffer.
+        let map = if role == "rma" {
+            w.mem_map(1 << 20).expect("mem_map")
+        } else {
+            w.mem_map_vec(vec![0xEE; 1 << 20]).expect("mem_map_vec")
+        };
         map.write(0, &[0; 64]).unwrap();
         println!(
             "ADDR {} RKEY {} BASE {}",
@@ -396,17 +401,52 @@ fn ucp_multiproc_tcp_silent_peer_detected_by_keepalive() {
     silent_peer("tcp");
 }
 
-fn rma_test(tls: &str, expect_emulated: bool) {
+/// How the parent expects to reach the child's mapping.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RmaPath {
+    /// The peer's shared segment mapped here: copies and CPU atomics.
+    Mapped,
+    /// Registered memory through cma; atomics emulated over active messages.
+    Cma,
+    /// The network transport's own RMA and atomics.
+    Transport,
+}
+
+/// The status of an operation that may fail at once or in its completion.
+fn status_of(w: &mut Worker, r: Result<Op, Error>, what: &str) -> Result<(), Error> {
+    match r {
+        Ok(op) => finish(w, op, what).status,
+        Err(e) => Err(e),
+    }
+}
+
+fn rma_test(tls: &str, role: &str, path: RmaPath) {
     use ucp::AmoSize;
     use uct::AtomicOp;
     let mut w = worker(tls);
-    let (mut child, caddr) = spawn_child("rma", tls, w.address());
+    let (mut child, caddr) = spawn_child(role, tls, w.address());
     let extra = LAST_EXTRA.with(|e| e.borrow().clone());
     assert_eq!(extra[0], "RKEY");
     let packed = unhex(&extra[1]);
     let base: u64 = extra[3].parse().expect("base");
     let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
     let rkey = w.rkey_unpack(ep, &packed).expect("rkey");
+    assert_eq!(rkey.is_mapped(), path == RmaPath::Mapped, "{tls} {role}");
+    // Small (put_short), odd-sized and fragment-spanning puts land exactly where aimed.
+    for (n, at) in [(8usize, 200_000u64), (1, 300_001), (9000, 400_003)] {
+        let d = pattern(n, n as u64);
+        let op = w.put(ep, &d, base + at, &rkey).unwrap();
+        assert_eq!(finish(&mut w, op, "small put").status, Ok(()));
+        let op = w.get(ep, vec![0; n + 2], base + at - 1, &rkey).unwrap();
+        let got = finish(&mut w, op, "small get").buf.unwrap();
+        assert_eq!(&got[1..=n], &d[..], "{n} bytes at {at}");
+        let fill = if role == "rma_user" { 0xEE } else { 0 };
+        assert_eq!(
+            (got[0], got[n + 1]),
+            (fill, fill),
+            "neighbours of {n} bytes at {at}"
+        );
+    }
     let data = pattern(700_000, 5);
     let op = w.put(ep, &data, base + 64, &rkey).unwrap();
     assert_eq!(finish(&mut w, op, "put").status, Ok(()));
@@ -437,7 +477,29 @@ fn rma_test(tls: &str, expect_emulated: bool) {
     assert_eq!(u64::from_le_bytes(got[..8].try_into().unwrap()), 40);
     assert_eq!(u32::from_le_bytes(got[8..12].try_into().unwrap()), 0x101);
     let (hw, emu) = w.atomic_counts();
-    if expect_emulated {
+    // Outside the mapping: a typed error, at once or in the completion; nothing written.
+    let end = base + (1 << 20);
+    let r = w.put(ep, &[1; 16], end - 8, &rkey);
+    assert!(matches!(
+        status_of(&mut w, r, "put past the end"),
+        Err(Error::RemoteAccess(_))
+    ));
+    let r = w.get(ep, vec![0; 16], end - 8, &rkey);
+    assert!(matches!(
+        status_of(&mut w, r, "get past the end"),
+        Err(Error::RemoteAccess(_))
+    ));
+    let r = w.get(ep, vec![0; 16], base - 16, &rkey);
+    assert!(matches!(
+        status_of(&mut w, r, "get before the start"),
+        Err(Error::RemoteAccess(_))
+    ));
+    let r = w.atomic_fetch(ep, AtomicOp::Add, AmoSize::U64, 1, end, &rkey);
+    assert!(matches!(
+        status_of(&mut w, r, "atomic past the end"),
+        Err(Error::RemoteAccess(_))
+    ));
+    if path == RmaPath::Cma {
         assert_eq!(hw, 0);
         assert_eq!(emu, 4);
         // The target refuses an address outside its mappings with a typed error.
@@ -453,19 +515,33 @@ fn rma_test(tls: &str, expect_emulated: bool) {
     } else {
         assert_eq!((hw, emu), (4, 0));
     }
+    let op = w.get(ep, vec![0; 8], end - 8, &rkey).unwrap();
+    let tail = finish(&mut w, op, "last word").buf.unwrap();
+    let fill = if role == "rma_user" { 0xEE } else { 0 };
+    assert_eq!(tail, vec![fill; 8], "the refused put wrote nothing");
     drop(child.0.stdin.take());
     let st = child.0.wait().expect("child");
     assert!(st.success());
 }
 
 #[test]
-fn ucp_multiproc_shm_rma_and_emulated_atomics() {
-    rma_test("posix,cma", true);
+fn ucp_multiproc_shm_posix_mapped_rma_and_cpu_atomics() {
+    rma_test("posix,cma", "rma", RmaPath::Mapped);
+}
+
+#[test]
+fn ucp_multiproc_shm_sysv_mapped_rma_and_cpu_atomics() {
+    rma_test("sysv,cma", "rma", RmaPath::Mapped);
+}
+
+#[test]
+fn ucp_multiproc_shm_user_memory_rma_via_cma_and_emulated_atomics() {
+    rma_test("posix,cma", "rma_user", RmaPath::Cma);
 }
 
 #[test]
 fn ucp_multiproc_tcp_rma_and_transport_atomics() {
-    rma_test("tcp", false);
+    rma_test("tcp", "rma", RmaPath::Transport);
 }
 
 /// Sizes of the user active messages of the flush test: empty, short, one fragment, and one

@@ -13,8 +13,25 @@ pub(crate) type Regions = Rc<RefCell<Vec<(usize, usize)>>>;
 
 const ALIGN: usize = 64;
 
+/// Where the memory of a [`MemMap`] comes from.
+pub(crate) enum Backing {
+    /// Zeroed heap memory allocated with this layout (no shared-memory transport).
+    Heap(Layout),
+    /// A shared segment from a memory domain's `mem_alloc`; peers on this host map it.
+    Shared {
+        /// Keeps the segment mapped for as long as the mapping lives.
+        _segment: MemHandle,
+    },
+    /// The user's buffer, owned by the mapping while it lives.
+    User(Vec<u8>),
+}
+
 /// Memory mapped for remote access by a worker's peers (`ucp_mem_map`). Reads and writes go
 /// through copies, because peers may access it at any time.
+///
+/// Allocated mappings come from a shared-memory domain when the worker has one (peers on this
+/// host then map the segment and put/get/atomics are plain loads, stores and CPU atomics);
+/// mappings of user memory are registered only (peers reach them through cma or the network).
 pub struct MemMap {
     ptr: NonNull<u8>,
     len: usize,
@@ -22,6 +39,7 @@ pub struct MemMap {
     regs: Vec<(&'static str, MemHandle)>,
     packed: Vec<u8>,
     regions: Regions,
+    backing: Backing,
 }
 
 impl std::fmt::Debug for MemMap {
@@ -31,13 +49,8 @@ impl std::fmt::Debug for MemMap {
 }
 
 impl MemMap {
-    /// Allocates `len` zeroed bytes and registers them; `reg` is called for each memory domain
-    /// that can register and gives `(tl name, handle, packed rkey)`.
-    pub(crate) fn new(
-        len: usize,
-        regions: Regions,
-        mut reg: impl FnMut(NonNull<u8>, usize) -> Vec<(&'static str, MemHandle, Vec<u8>)>,
-    ) -> Result<Self> {
+    /// Heap memory of `len` zeroed bytes, for when no shared-memory domain can allocate.
+    pub(crate) fn heap(len: usize) -> Result<(NonNull<u8>, Backing)> {
         if len == 0 {
             return Err(Error::InvalidParam("cannot map 0 bytes".into()));
         }
@@ -47,28 +60,36 @@ impl MemMap {
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw)
             .ok_or_else(|| Error::NoMemory(format!("allocating {len} bytes to map")))?;
-        let got = reg(ptr, len);
-        let mut regs = Vec::new();
-        let mut bundle = Vec::new();
-        for (tl, m, packed) in got {
-            bundle.push((tl, packed));
+        Ok((ptr, Backing::Heap(layout)))
+    }
+
+    /// Wraps `len` bytes at `ptr` held by `backing`; `keys` are the registrations and packed
+    /// remote keys, one per transport, in the order peers should prefer them.
+    pub(crate) fn new(
+        ptr: NonNull<u8>,
+        len: usize,
+        backing: Backing,
+        regions: Regions,
+        keys: Vec<(&'static str, MemHandle, Vec<u8>)>,
+    ) -> Result<Self> {
+        let mut regs = Vec::with_capacity(keys.len());
+        let mut entries = Vec::with_capacity(keys.len());
+        for (tl, m, packed) in keys {
+            entries.push((tl.to_string(), packed));
             regs.push((tl, m));
         }
-        let packed = RkeyBundle {
-            entries: bundle
-                .iter()
-                .map(|(t, p)| (t.to_string(), p.clone()))
-                .collect(),
-        }
-        .encode()?;
-        regions.borrow_mut().push((ptr.as_ptr() as usize, len));
-        Ok(MemMap {
+        // Build the value first so that an encoding error still frees the memory.
+        let mut map = MemMap {
             ptr,
             len,
             regs,
-            packed,
+            packed: Vec::new(),
             regions,
-        })
+            backing,
+        };
+        map.packed = RkeyBundle { entries }.encode()?;
+        map.regions.borrow_mut().push((ptr.as_ptr() as usize, len));
+        Ok(map)
     }
     /// Start address (what peers pass as `remote_addr`).
     pub fn address(&self) -> u64 {
@@ -86,9 +107,28 @@ impl MemMap {
     pub fn rkey_packed(&self) -> &[u8] {
         &self.packed
     }
-    /// Transports the memory is registered with.
+    /// Transports the memory is registered with (or allocated from).
     pub fn transports(&self) -> Vec<&'static str> {
         self.regs.iter().map(|r| r.0).collect()
+    }
+    /// True when the memory is a shared segment peers on this host map directly.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backing, Backing::Shared { .. })
+    }
+    /// Gives back the user buffer of a mapping made by `Worker::mem_map_vec` (with whatever
+    /// peers wrote into it); `None` for allocated mappings.
+    pub fn into_vec(mut self) -> Option<Vec<u8>> {
+        match std::mem::replace(&mut self.backing, Backing::User(Vec::new())) {
+            Backing::User(v) => {
+                // Unregister before the buffer leaves; drop then frees nothing.
+                self.regs.clear();
+                Some(v)
+            }
+            other => {
+                self.backing = other;
+                None
+            }
+        }
     }
     fn check(&self, offset: usize, n: usize) -> Result<*mut u8> {
         match offset.checked_add(n) {
@@ -120,13 +160,11 @@ impl Drop for MemMap {
         let start = self.ptr.as_ptr() as usize;
         self.regions.borrow_mut().retain(|&(s, _)| s != start);
         self.regs.clear();
-        // SAFETY: allocated in `new` with this layout; registrations are gone.
-        unsafe {
-            std::alloc::dealloc(
-                self.ptr.as_ptr(),
-                Layout::from_size_align_unchecked(self.len, ALIGN),
-            )
-        };
+        if let Backing::Heap(layout) = self.backing {
+            // SAFETY: allocated in `heap` with this layout; registrations are gone.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
+        // A shared segment or user vector is released when `backing` drops, after this.
     }
 }
 
@@ -198,6 +236,16 @@ pub struct Rkey {
     pub(crate) ep: (u32, u32),
     pub(crate) rma: Option<RemoteKey>,
     pub(crate) amo: Option<RemoteKey>,
+    /// The peer's shared segment mapped in this process, with the endpoint lane (index into
+    /// its transport endpoints) whose transport accesses it by loads, stores and CPU atomics.
+    pub(crate) mapped: Option<(usize, RemoteKey)>,
+}
+
+impl Rkey {
+    /// True when the peer's memory is mapped in this process (put/get are memory copies).
+    pub fn is_mapped(&self) -> bool {
+        self.mapped.is_some()
+    }
 }
 
 #[cfg(test)]

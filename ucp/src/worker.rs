@@ -678,34 +678,87 @@ impl Worker {
         Ok(self.st.eps[idx].stream_rx.len())
     }
 
-    /// Allocates `len` bytes peers can access remotely, registered with every transport that
-    /// can register memory.
+    /// Allocates `len` zeroed bytes peers can access remotely (`ucp_mem_map` allocate mode).
+    ///
+    /// With a shared-memory transport (posix, sysv) the memory is a shared segment from its
+    /// memory domain, so peers on this host map it and put/get/atomics on it are plain memory
+    /// accesses; it is also registered with every transport that registers memory (cma, tcp),
+    /// and the packed remote key carries every one of those keys.
     pub fn mem_map(&mut self, len: usize) -> Result<MemMap> {
+        if len == 0 {
+            return Err(Error::InvalidParam("cannot map 0 bytes".into()));
+        }
         let st = &self.st;
-        MemMap::new(len, st.regions.clone(), |ptr, n| {
-            let mut out = Vec::new();
-            for (i, info) in st.info.iter().enumerate() {
-                if !info.md_reg || out.iter().any(|(t, _, _)| *t == info.tl_name) {
-                    continue;
-                }
-                // SAFETY: the MemMap owns the memory and drops these handles before freeing it.
-                let m = match unsafe { st.mds[i].mem_reg(ptr, n) } {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::debug!("{} cannot register the mapping: {e}", info.tl_name);
-                        continue;
-                    }
-                };
-                let mut packed = Vec::new();
-                if st.mds[i].rkey_pack(&m, &mut packed).is_ok() {
-                    out.push((info.tl_name, m, packed));
-                }
+        let mut shared = None;
+        // Domains whose allocations peers map; `self` (reachable only from this worker) last.
+        let mut order: Vec<usize> = (0..st.info.len()).collect();
+        order.sort_by_key(|&i| st.info[i].tl_name == "self");
+        for i in order {
+            let info = &st.info[i];
+            let f = st.mds[i].attr().flags;
+            if !f.contains(MdFlags::ALLOC | MdFlags::RKEY_PTR) || len > st.mds[i].attr().max_alloc {
+                continue;
             }
-            out
-        })
+            match st.mds[i].mem_alloc(len) {
+                Ok(m) => {
+                    let mut packed = Vec::new();
+                    match st.mds[i].rkey_pack(&m, &mut packed) {
+                        Ok(()) => {
+                            shared = Some((info.tl_name, m, packed));
+                            break;
+                        }
+                        Err(e) => tracing::debug!("{} cannot pack its key: {e}", info.tl_name),
+                    }
+                }
+                Err(e) => tracing::debug!("{} cannot allocate {len} bytes: {e}", info.tl_name),
+            }
+        }
+        let (ptr, backing) = match &shared {
+            Some((_, m, _)) => {
+                let ptr = NonNull::new(m.addr())
+                    .ok_or_else(|| Error::NoMemory("shared segment at null".into()))?;
+                // Segments are fresh mappings (zero-filled by the kernel).
+                (
+                    ptr,
+                    crate::rma::Backing::Shared {
+                        _segment: m.clone(),
+                    },
+                )
+            }
+            None => MemMap::heap(len)?,
+        };
+        let mut keys: Vec<_> = shared.into_iter().collect();
+        // SAFETY: the MemMap owns the memory and drops these handles before releasing it.
+        unsafe { self.st.register_all(ptr, len, &mut keys) };
+        MemMap::new(ptr, len, backing, self.st.regions.clone(), keys)
+    }
+
+    /// Maps the user's buffer for remote access (`ucp_mem_map` of existing memory): it is
+    /// registered with every transport that registers memory, so peers reach it through cma
+    /// on this host or the network. The mapping owns the vector; `MemMap::into_vec` gives it
+    /// back.
+    pub fn mem_map_vec(&mut self, mut buf: Vec<u8>) -> Result<MemMap> {
+        let len = buf.len();
+        let ptr = NonNull::new(buf.as_mut_ptr())
+            .filter(|_| len > 0)
+            .ok_or_else(|| Error::InvalidParam("cannot map an empty buffer".into()))?;
+        let mut keys = Vec::new();
+        // SAFETY: the vector's heap block does not move while the MemMap owns it, and the
+        // MemMap drops the registrations before the vector.
+        unsafe { self.st.register_all(ptr, len, &mut keys) };
+        MemMap::new(
+            ptr,
+            len,
+            crate::rma::Backing::User(buf),
+            self.st.regions.clone(),
+            keys,
+        )
     }
 
     /// Unpacks a peer's packed remote keys (from its `MemMap::rkey_packed`) for use on `ep`.
+    ///
+    /// When a lane of the endpoint is a shared-memory transport whose key is in the bundle,
+    /// the peer's segment is mapped here and put/get/atomics go through it.
     pub fn rkey_unpack(&mut self, ep: EpHandle, packed: &[u8]) -> Result<Rkey> {
         let idx = self.st.ep_idx(ep)?;
         let bundle = RkeyBundle::decode(packed)?;
@@ -714,16 +767,26 @@ impl Worker {
             .lanes
             .as_ref()
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
-        let unpack = |lane: Option<usize>| -> Option<uct::RemoteKey> {
-            let li = lanes.uct[lane?].0;
+        let key_for = |li: usize| -> Option<uct::RemoteKey> {
             let tl = self.st.info[li].tl_name;
             let (_, k) = bundle.entries.iter().find(|(t, _)| t == tl)?;
             self.st.mds[li].rkey_unpack(k).ok()
         };
+        let unpack = |lane: Option<usize>| key_for(lanes.uct[lane?].0);
+        let mapped = lanes.uct.iter().enumerate().find_map(|(pos, (li, _))| {
+            let f = self.st.info[*li].attr.flags;
+            if !f.contains(IfaceFlags::PUT_SHORT | IfaceFlags::PUT_BCOPY)
+                || !f.contains(IfaceFlags::GET_SHORT | IfaceFlags::GET_BCOPY)
+            {
+                return None;
+            }
+            key_for(*li).filter(|k| k.is_mapped()).map(|k| (pos, k))
+        });
         Ok(Rkey {
             ep: (ep.idx, ep.gen),
             rma: unpack(lanes.rma),
             amo: unpack(lanes.amo),
+            mapped,
         })
     }
 
@@ -1540,6 +1603,36 @@ impl State {
         Ok(self.op_of(key))
     }
 
+    /// Registers `ptr..ptr+len` with every memory domain that registers memory and packs its
+    /// key, appending `(tl name, handle, packed key)` to `keys` (one per transport name).
+    ///
+    /// # Safety
+    /// The memory must stay valid until the returned handles are dropped.
+    unsafe fn register_all(
+        &self,
+        ptr: NonNull<u8>,
+        len: usize,
+        keys: &mut Vec<(&'static str, MemHandle, Vec<u8>)>,
+    ) {
+        for (i, info) in self.info.iter().enumerate() {
+            if !info.md_reg || keys.iter().any(|(t, _, _)| *t == info.tl_name) {
+                continue;
+            }
+            // SAFETY: the caller keeps the memory valid while the handle lives.
+            let m = match unsafe { self.mds[i].mem_reg(ptr, len) } {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!("{} cannot register the mapping: {e}", info.tl_name);
+                    continue;
+                }
+            };
+            let mut packed = Vec::new();
+            if self.mds[i].rkey_pack(&m, &mut packed).is_ok() {
+                keys.push((info.tl_name, m, packed));
+            }
+        }
+    }
+
     fn rma(&mut self, idx: usize, dir: RmaDir<'_>, remote_addr: u64, rkey: &Rkey) -> Result<Op> {
         self.ep_usable(idx)?;
         if rkey.ep != (idx as u32, self.eps[idx].gen) {
@@ -1547,6 +1640,104 @@ impl State {
                 "remote key was unpacked for another endpoint".into(),
             ));
         }
+        if let Some((lane, mk)) = &rkey.mapped {
+            if self.eps[idx].pending.is_empty() {
+                return self.rma_mapped(idx, *lane, mk, dir, remote_addr, rkey);
+            }
+        }
+        self.rma_registered(idx, dir, remote_addr, rkey)
+    }
+
+    /// Put/get on a peer segment mapped in this process: the lane's short and bcopy
+    /// operations, which copy straight between the user's buffer and the segment. Nothing is
+    /// registered, allocated or queued; a lane that pushes back hands the rest of the
+    /// operation to the registered (cma) path.
+    fn rma_mapped(
+        &mut self,
+        idx: usize,
+        lane: usize,
+        mk: &RemoteKey,
+        dir: RmaDir<'_>,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        let len = match &dir {
+            RmaDir::Put(d) => d.len(),
+            RmaDir::Get(b) => b.len(),
+        };
+        mk.check(remote_addr, len)?;
+        let l = self.eps[idx].lanes.as_mut().expect("ready endpoint");
+        let (li, uep) = &mut l.uct[lane];
+        let attr = &self.info[*li].attr;
+        let mut off = 0;
+        match dir {
+            RmaDir::Put(d) => {
+                if len <= attr.put.max_short {
+                    if let Outcome::Done(()) = uep.put_short(d, remote_addr, mk)? {
+                        off = len;
+                    }
+                } else {
+                    let chunk = attr.put.max_bcopy.max(1);
+                    while off < len {
+                        let piece = &d[off..len.min(off + chunk)];
+                        let at = remote_addr + off as u64;
+                        let pack = |dst: &mut [u8]| {
+                            dst[..piece.len()].copy_from_slice(piece);
+                            piece.len()
+                        };
+                        match uep.put_bcopy(pack, at, mk)? {
+                            Outcome::Done(n) if n == piece.len() => off += n,
+                            _ => break,
+                        }
+                    }
+                }
+                if off == len {
+                    return Ok(Op::Done(Completion::ok()));
+                }
+                let at = remote_addr + off as u64;
+                self.rma_registered(idx, RmaDir::Put(&d[off..]), at, rkey)
+            }
+            RmaDir::Get(mut buf) => {
+                if len <= attr.get.max_short {
+                    if let Outcome::Done(()) = uep.get_short(&mut buf, remote_addr, mk)? {
+                        off = len;
+                    }
+                } else {
+                    let chunk = attr.get.max_bcopy.max(1);
+                    while off < len {
+                        let n = chunk.min(len - off);
+                        let at = remote_addr + off as u64;
+                        let dst = &mut buf[off..off + n];
+                        let mut unpack = |src: &[u8]| dst.copy_from_slice(&src[..n]);
+                        // Only Done or NoResource: the copy happens during the call.
+                        match uep.get_bcopy(n, at, mk, comp_id(COMP_GET, 0), &mut unpack)? {
+                            Outcome::Done(()) => off += n,
+                            _ => break,
+                        }
+                    }
+                }
+                if off == len {
+                    return Ok(Op::Done(Completion {
+                        len,
+                        buf: Some(buf),
+                        ..Completion::ok()
+                    }));
+                }
+                // Rare: the lane pushed back. Read the whole buffer through the registered path.
+                self.rma_registered(idx, RmaDir::Get(buf), remote_addr, rkey)
+            }
+        }
+    }
+
+    /// Put/get through the RMA lane's zero-copy operations on registered memory (cma on this
+    /// host, the network otherwise).
+    fn rma_registered(
+        &mut self,
+        idx: usize,
+        dir: RmaDir<'_>,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
         let rk = rkey.rma.clone().ok_or_else(|| {
             Error::Unsupported(
                 "no zero-copy RMA lane to this peer for this mapping (no common transport that registers memory)"
@@ -1655,10 +1846,25 @@ impl State {
         let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
         let wire = self.wire_id(key);
         // Through the transport when the lane has it and nothing is queued ahead.
-        let amo = self.eps[idx].lanes.as_ref().and_then(|l| l.amo);
-        if let (Some(lane), Some(rk), true) =
-            (amo, rkey.amo.as_ref(), self.eps[idx].pending.is_empty())
-        {
+        // A peer segment mapped here takes CPU atomics on the shared-memory lane.
+        let cpu = |lane: usize| {
+            self.eps[idx].lanes.as_ref().is_some_and(|l| {
+                let a = &self.info[l.uct[lane].0].attr;
+                a.flags.contains(IfaceFlags::ATOMIC_CPU)
+                    && match size {
+                        AmoSize::U32 => !a.atomics.fop32.is_empty(),
+                        AmoSize::U64 => !a.atomics.fop64.is_empty(),
+                    }
+            })
+        };
+        let (amo, amo_key) = match &rkey.mapped {
+            Some((lane, k)) if cpu(*lane) => (Some(*lane), Some(k)),
+            _ => (
+                self.eps[idx].lanes.as_ref().and_then(|l| l.amo),
+                rkey.amo.as_ref(),
+            ),
+        };
+        if let (Some(lane), Some(rk), true) = (amo, amo_key, self.eps[idx].pending.is_empty()) {
             let l = self.eps[idx].lanes.as_mut().expect("lanes");
             let uep = &mut l.uct[lane].1;
             let comp = comp_id(COMP_ATOMIC, wire);
