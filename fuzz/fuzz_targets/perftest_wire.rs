@@ -10,4 +10,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| rucx_fuzz::perftest_wire(data));
+fuzz_target!(|data: &[u8]| {
+    rucx_fuzz::perftest_wire(data);
+});

@@ -10,4 +10,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| rucx_fuzz::tcp_frames(data));
+fuzz_target!(|data: &[u8]| {
+    rucx_fuzz::tcp_frames(data);
+});

@@ -19,8 +19,10 @@ use ucs::Error;
 pub struct Target {
     /// Name of the cargo-fuzz target.
     pub name: &'static str,
-    /// Runs every decoder of the family on the input, panicking on a contract violation.
-    pub check: fn(&[u8]),
+    /// Runs every decoder of the family on the input, panicking on a contract violation;
+    /// returns how many decoders accepted it
+    /// (for `tcp_frames`: how many messages a clean stream held).
+    pub check: fn(&[u8]) -> usize,
     /// Valid encodings to start mutations from.
     pub seeds: fn() -> Vec<Vec<u8>>,
 }
@@ -90,29 +92,39 @@ fn rkey_err(what: &str, e: &Error) {
     }
 }
 
-/// Decodes `data`; on success checks decode → encode → decode → encode is stable.
+/// Decodes `data`; on success checks decode → encode → decode → encode is stable. Returns 1
+/// if `data` was accepted.
 fn round_trip<T: PartialEq + Debug>(
     what: &str,
     data: &[u8],
     decode: impl Fn(&[u8]) -> ucs::Result<T>,
     encode: impl Fn(&T) -> Vec<u8>,
-) {
+) -> usize {
     match decode(data) {
-        Err(e) => wire_err(what, &e),
+        Err(e) => {
+            wire_err(what, &e);
+            0
+        }
         Ok(x) => {
             let bytes = encode(&x);
             let y = decode(&bytes)
                 .unwrap_or_else(|e| panic!("{what}: own encoding of {x:?} rejected: {e}"));
             assert_eq!(x, y, "{what}: decode(encode(x)) != x");
             assert_eq!(encode(&y), bytes, "{what}: encoding is not stable");
+            1
         }
     }
 }
 
-/// Decodes `data` with a decoder that has no encoder: only the error is checked.
-fn decode_only<T>(what: &str, r: ucs::Result<T>) {
-    if let Err(e) = r {
-        wire_err(what, &e);
+/// Checks a decode result of a decoder without an encoder: only the error. Returns 1 if
+/// accepted.
+fn decode_only<T>(what: &str, r: ucs::Result<T>) -> usize {
+    match r {
+        Ok(_) => 1,
+        Err(e) => {
+            wire_err(what, &e);
+            0
+        }
     }
 }
 
@@ -135,18 +147,22 @@ fn appended(f: impl Fn(&mut Vec<u8>)) -> Vec<u8> {
 
 /// tcp stream reassembly: the first byte picks a chunk size, the rest is the stream. Decoding
 /// it whole and in chunks must agree (same messages, same error), without panicking.
-pub fn tcp_frames(data: &[u8]) {
+pub fn tcp_frames(data: &[u8]) -> usize {
     use uct::tcp::wire::decode_stream;
     let Some((&first, stream)) = data.split_first() else {
-        return;
+        return 0;
     };
     let chunk = (first as usize % 97) + 1;
     let (whole, r1) = decode_stream([stream], 0);
     let (split, r2) = decode_stream(stream.chunks(chunk), 0);
     assert_eq!(whole, split, "chunking changed the decoded messages");
     assert_eq!(r1, r2, "chunking changed the decode result");
-    if let Err(e) = r1 {
-        wire_err("tcp stream", &e.into());
+    match r1 {
+        Ok(()) => whole.len(),
+        Err(e) => {
+            wire_err("tcp stream", &e.into());
+            0
+        }
     }
 }
 
@@ -171,81 +187,84 @@ fn tcp_frames_seeds() -> Vec<Vec<u8>> {
     };
     s.extend_from_slice(&FrameHeader::new(Kind::Put, 0, 300).to_bytes());
     s.extend_from_slice(&into_buf::<{ PutHdr::LEN }>(|b| put.encode(b)));
-    s.extend(std::iter::repeat(0x5a).take(300));
+    s.extend_from_slice(&[0x5a; 300]);
     vec![s]
 }
 
 /// tcp frame sub-headers, device/iface/endpoint addresses and packed rkeys.
-pub fn tcp_wire(data: &[u8]) {
+pub fn tcp_wire(data: &[u8]) -> usize {
+    let mut ok = 0;
     use uct::tcp::wire::*;
     fn w<T>(r: Result<T, WireError>) -> ucs::Result<T> {
         r.map_err(Into::into)
     }
-    round_trip(
+    ok += round_trip(
         "tcp FrameHeader",
         data,
         |b| w(FrameHeader::decode(b)),
         |x| x.to_bytes().to_vec(),
     );
-    round_trip(
+    ok += round_trip(
         "tcp Hello",
         data,
         |b| w(Hello::decode(b)),
         |x| into_buf::<{ Hello::LEN }>(|b| x.encode(b)),
     );
-    round_trip(
+    ok += round_trip(
         "tcp PutHdr",
         data,
         |b| w(PutHdr::decode(b)),
         |x| into_buf::<{ PutHdr::LEN }>(|b| x.encode(b)),
     );
-    round_trip(
+    ok += round_trip(
         "tcp Ack",
         data,
         |b| w(Ack::decode(b)),
         |x| into_buf::<{ Ack::LEN }>(|b| x.encode(b)),
     );
-    round_trip(
+    ok += round_trip(
         "tcp GetReq",
         data,
         |b| w(GetReq::decode(b)),
         |x| into_buf::<{ GetReq::LEN }>(|b| x.encode(b)),
     );
-    round_trip(
+    ok += round_trip(
         "tcp AtomicReq",
         data,
         |b| w(AtomicReq::decode(b)),
         |x| into_buf::<{ AtomicReq::LEN }>(|b| x.encode(b)),
     );
-    round_trip(
+    ok += round_trip(
         "tcp AtomicResp",
         data,
         |b| w(AtomicResp::decode(b)),
         |x| into_buf::<{ AtomicResp::LEN }>(|b| x.encode(b)),
     );
-    round_trip(
+    ok += round_trip(
         "tcp FlushReq",
         data,
         |b| w(FlushReq::decode(b)),
         |x| into_buf::<{ FlushReq::LEN }>(|b| x.encode(b)),
     );
-    round_trip("tcp DevAddr", data, uct::tcp::DevAddr::decode, |x| {
+    ok += round_trip("tcp DevAddr", data, uct::tcp::DevAddr::decode, |x| {
         x.encode()
     });
-    round_trip("tcp IfaceAddr", data, uct::tcp::IfaceAddr::decode, |x| {
+    ok += round_trip("tcp IfaceAddr", data, uct::tcp::IfaceAddr::decode, |x| {
         x.encode()
     });
-    round_trip("tcp EpAddr", data, uct::tcp::EpAddr::decode, |x| x.encode());
-    round_trip(
+    ok += round_trip("tcp EpAddr", data, uct::tcp::EpAddr::decode, |x| x.encode());
+    ok += round_trip(
         "tcp PackedRkey",
         data,
         uct::tcp::md::PackedRkey::decode,
         |x| appended(|v| x.encode(v)),
     );
     let md = uct::tcp::TcpMd::new();
-    if let Err(e) = uct::md::MemoryDomain::rkey_unpack(&md, data) {
-        rkey_err("tcp rkey_unpack", &e);
+    match uct::md::MemoryDomain::rkey_unpack(&md, data) {
+        Ok(_) => ok += 1,
+        Err(e) => rkey_err("tcp rkey_unpack", &e),
     }
+    ok
 }
 
 fn tcp_wire_seeds() -> Vec<Vec<u8>> {
@@ -328,17 +347,19 @@ fn tcp_wire_seeds() -> Vec<Vec<u8>> {
 
 /// Shared-memory device and interface addresses and remote keys. (`MmMd::rkey_unpack` is not
 /// called: it maps the segment a key names, which a fuzzer must not do.)
-pub fn mm_wire(data: &[u8]) {
+pub fn mm_wire(data: &[u8]) -> usize {
+    let mut ok = 0;
     use uct::mm::wire::*;
-    round_trip("mm DeviceAddr", data, DeviceAddr::decode, |x| {
+    ok += round_trip("mm DeviceAddr", data, DeviceAddr::decode, |x| {
         appended(|v| x.encode(v))
     });
-    round_trip("mm IfaceAddr", data, IfaceAddr::decode, |x| {
+    ok += round_trip("mm IfaceAddr", data, IfaceAddr::decode, |x| {
         appended(|v| x.encode(v))
     });
-    round_trip("mm RkeyWire", data, RkeyWire::decode, |x| {
+    ok += round_trip("mm RkeyWire", data, RkeyWire::decode, |x| {
         appended(|v| x.encode(v))
     });
+    ok
 }
 
 fn mm_wire_seeds() -> Vec<Vec<u8>> {
@@ -380,22 +401,25 @@ fn mm_wire_seeds() -> Vec<Vec<u8>> {
 
 /// Self-transport addresses and remote keys, and `SelfMd::rkey_unpack` (which must refuse a
 /// key of another process or of no live region).
-pub fn self_wire(data: &[u8]) {
+pub fn self_wire(data: &[u8]) -> usize {
+    let mut ok = 0;
     use uct::self_::wire::*;
-    round_trip("self DeviceAddr", data, DeviceAddr::decode, |x| {
+    ok += round_trip("self DeviceAddr", data, DeviceAddr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("self IfaceAddr", data, IfaceAddr::decode, |x| {
+    ok += round_trip("self IfaceAddr", data, IfaceAddr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("self EpAddr", data, EpAddr::decode, |x| x.encode().to_vec());
-    round_trip("self PackedRkey", data, PackedRkey::decode, |x| {
+    ok += round_trip("self EpAddr", data, EpAddr::decode, |x| x.encode().to_vec());
+    ok += round_trip("self PackedRkey", data, PackedRkey::decode, |x| {
         x.encode().to_vec()
     });
     let md = uct::self_::SelfMd::new();
-    if let Err(e) = uct::md::MemoryDomain::rkey_unpack(&md, data) {
-        rkey_err("self rkey_unpack", &e);
+    match uct::md::MemoryDomain::rkey_unpack(&md, data) {
+        Ok(_) => ok += 1,
+        Err(e) => rkey_err("self rkey_unpack", &e),
     }
+    ok
 }
 
 fn self_wire_seeds() -> Vec<Vec<u8>> {
@@ -436,14 +460,16 @@ fn self_wire_seeds() -> Vec<Vec<u8>> {
 // uct cma
 
 /// CMA interface address and remote key, and `CmaMd::rkey_unpack`.
-pub fn cma_wire(data: &[u8]) {
+pub fn cma_wire(data: &[u8]) -> usize {
+    let mut ok = 0;
     use uct::cma::*;
-    round_trip("cma CmaRkey", data, CmaRkey::decode, |x| {
+    ok += round_trip("cma CmaRkey", data, CmaRkey::decode, |x| {
         appended(|v| x.encode(v))
     });
-    round_trip("cma CmaIfaceAddr", data, CmaIfaceAddr::decode, |x| {
+    ok += round_trip("cma CmaIfaceAddr", data, CmaIfaceAddr::decode, |x| {
         appended(|v| x.encode(v))
     });
+    ok
 }
 
 fn cma_wire_seeds() -> Vec<Vec<u8>> {
@@ -465,21 +491,26 @@ fn cma_wire_seeds() -> Vec<Vec<u8>> {
 // uct rc_verbs
 
 /// rc_verbs device address, endpoint address blob, packed rkey and the AM header.
-pub fn rc_verbs_wire(data: &[u8]) {
+pub fn rc_verbs_wire(data: &[u8]) -> usize {
+    let mut ok = 0;
     use uct::rc_verbs::wire::*;
-    round_trip("rc_verbs DevAddr", data, DevAddr::decode, |x| {
+    ok += round_trip("rc_verbs DevAddr", data, DevAddr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("rc_verbs EpAddr", data, EpAddr::decode, |x| {
+    ok += round_trip("rc_verbs EpAddr", data, EpAddr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("rc_verbs PackedRkey", data, PackedRkey::decode, |x| {
+    ok += round_trip("rc_verbs PackedRkey", data, PackedRkey::decode, |x| {
         x.encode().to_vec()
     });
     match AmHdr::decode(data) {
-        Ok((_, rest)) => assert_eq!(rest.len() + AmHdr::LEN, data.len(), "rc_verbs AmHdr"),
+        Ok((_, rest)) => {
+            assert_eq!(rest.len() + AmHdr::LEN, data.len(), "rc_verbs AmHdr");
+            ok += 1;
+        }
         Err(e) => wire_err("rc_verbs AmHdr", &e),
     }
+    ok
 }
 
 fn rc_verbs_wire_seeds() -> Vec<Vec<u8>> {
@@ -518,38 +549,39 @@ fn rc_verbs_wire_seeds() -> Vec<Vec<u8>> {
 
 /// ucp active-message bodies: the first byte is the uct AM id, the rest the body for
 /// `Msg::decode`; every header type also decodes the whole input and must round-trip.
-pub fn ucp_msg(data: &[u8]) {
+pub fn ucp_msg(data: &[u8]) -> usize {
+    let mut ok = 0;
     use ucp::wire::*;
     if let Some((&id, body)) = data.split_first() {
-        decode_only("ucp Msg", Msg::decode(id, body));
+        ok += decode_only("ucp Msg", Msg::decode(id, body));
     }
-    decode_only("ucp prefix", split_prefix(data));
-    round_trip("ucp EagerHdr", data, EagerHdr::decode, |x| {
+    ok += decode_only("ucp prefix", split_prefix(data));
+    ok += round_trip("ucp EagerHdr", data, EagerHdr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("ucp EagerSyncHdr", data, EagerSyncHdr::decode, |x| {
+    ok += round_trip("ucp EagerSyncHdr", data, EagerSyncHdr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("ucp EagerFirstHdr", data, EagerFirstHdr::decode, |x| {
+    ok += round_trip("ucp EagerFirstHdr", data, EagerFirstHdr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("ucp FragHdr", data, FragHdr::decode, |x| {
+    ok += round_trip("ucp FragHdr", data, FragHdr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("ucp ReqHdr", data, ReqHdr::decode, |x| x.encode().to_vec());
-    round_trip("ucp UserAmHdr", data, UserAmHdr::decode, |x| {
+    ok += round_trip("ucp ReqHdr", data, ReqHdr::decode, |x| x.encode().to_vec());
+    ok += round_trip("ucp UserAmHdr", data, UserAmHdr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("ucp AtomicReqHdr", data, AtomicReqHdr::decode, |x| {
+    ok += round_trip("ucp AtomicReqHdr", data, AtomicReqHdr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("ucp AtomicRepHdr", data, AtomicRepHdr::decode, |x| {
+    ok += round_trip("ucp AtomicRepHdr", data, AtomicRepHdr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("ucp CmHdr", data, ucp::listener::CmHdr::decode, |x| {
+    ok += round_trip("ucp CmHdr", data, ucp::listener::CmHdr::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("ucp RkeyBundle", data, ucp::rma::RkeyBundle::decode, |x| {
+    ok += round_trip("ucp RkeyBundle", data, ucp::rma::RkeyBundle::decode, |x| {
         x.encode().expect("a decoded bundle re-encodes")
     });
     // Borrowing headers: round-trip by hand.
@@ -560,6 +592,7 @@ pub fn ucp_msg(data: &[u8]) {
             assert_eq!(bytes.len() + rest.len(), data.len(), "ucp RemoteBuf length");
             let (y, tail) = RemoteBuf::decode(&bytes).expect("ucp RemoteBuf re-decode");
             assert_eq!((x, tail.len()), (y, 0), "ucp RemoteBuf round trip");
+            ok += 1;
         }
     }
     match RtsHdr::decode(data) {
@@ -569,6 +602,7 @@ pub fn ucp_msg(data: &[u8]) {
             let y = RtsHdr::decode(&bytes).expect("ucp RtsHdr re-decode");
             assert_eq!(x, y, "ucp RtsHdr round trip");
             assert_eq!(appended(|v| y.encode(v)), bytes, "ucp RtsHdr encoding");
+            ok += 1;
         }
     }
     match RtrHdr::decode(data) {
@@ -578,8 +612,10 @@ pub fn ucp_msg(data: &[u8]) {
             let y = RtrHdr::decode(&bytes).expect("ucp RtrHdr re-decode");
             assert_eq!(x, y, "ucp RtrHdr round trip");
             assert_eq!(appended(|v| y.encode(v)), bytes, "ucp RtrHdr encoding");
+            ok += 1;
         }
     }
+    ok
 }
 
 fn ucp_msg_seeds() -> Vec<Vec<u8>> {
@@ -679,10 +715,12 @@ fn ucp_msg_seeds() -> Vec<Vec<u8>> {
 // ucp worker address
 
 /// The packed worker address (what `ucp_worker_get_address` gives and peers exchange).
-pub fn ucp_address(data: &[u8]) {
-    round_trip("ucp WorkerAddress", data, ucp::WorkerAddress::decode, |x| {
+pub fn ucp_address(data: &[u8]) -> usize {
+    let mut ok = 0;
+    ok += round_trip("ucp WorkerAddress", data, ucp::WorkerAddress::decode, |x| {
         x.to_bytes().expect("a decoded address re-encodes")
     });
+    ok
 }
 
 fn ucp_address_seeds() -> Vec<Vec<u8>> {
@@ -708,28 +746,30 @@ fn ucp_address_seeds() -> Vec<Vec<u8>> {
 // perftest side channel
 
 /// perftest side-channel frame header and message payloads.
-pub fn perftest_wire(data: &[u8]) {
+pub fn perftest_wire(data: &[u8]) -> usize {
+    let mut ok = 0;
     use perftest::wire::*;
-    round_trip("perftest FrameHeader", data, FrameHeader::decode, |x| {
+    ok += round_trip("perftest FrameHeader", data, FrameHeader::decode, |x| {
         x.encode().to_vec()
     });
-    round_trip("perftest AddressInfo", data, AddressInfo::decode, |x| {
+    ok += round_trip("perftest AddressInfo", data, AddressInfo::decode, |x| {
         let mut v = Vec::new();
         x.encode(&mut v).expect("a decoded address re-encodes");
         v
     });
-    round_trip(
+    ok += round_trip(
         "perftest TestParams",
         data,
         perftest::params::TestParams::decode,
         |x| appended(|v| x.encode(v)),
     );
-    round_trip("perftest reason", data, decode_reason, |x| {
+    ok += round_trip("perftest reason", data, decode_reason, |x| {
         appended(|v| encode_reason(x, v))
     });
-    round_trip("perftest status", data, decode_status, |x| {
+    ok += round_trip("perftest status", data, decode_status, |x| {
         encode_status(*x).to_vec()
     });
+    ok
 }
 
 fn perftest_wire_seeds() -> Vec<Vec<u8>> {
