@@ -1,0 +1,15 @@
+//! Fuzzes self-transport addresses, packed rkeys and SelfMd::rkey_unpack.
+//!
+//! The checks live in `rucx_fuzz::self_wire` (shared with the stable test
+//! `tests/tests/decoder_garbage.rs`): no panic, typed errors, round trip where an encoder exists.
+//!
+//! ```text
+//! cd fuzz && cargo +nightly fuzz run self_wire
+//! ```
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    rucx_fuzz::self_wire(data);
+});
