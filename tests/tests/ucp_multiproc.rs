@@ -554,7 +554,9 @@ const AM_ID: u16 = 7;
 fn am_child(w: &mut Worker, ep: EpHandle) {
     use std::cell::RefCell;
     use std::rc::Rc;
-    let got: Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>> = Rc::default();
+    /// (header, data) of each active message received.
+    type Inbox = Rc<RefCell<Vec<(Vec<u8>, Vec<u8>)>>>;
+    let got: Inbox = Rc::default();
     let g = got.clone();
     w.am_set_handler(AM_ID, move |_, hdr, data| {
         g.borrow_mut().push((hdr.to_vec(), data))
