@@ -422,6 +422,25 @@ fn run(args: Args) -> Result<(), String> {
         }
         sock.write_all(&[1])
             .map_err(|e| format!("side channel barrier: {e}"))?;
+        // Two-way barrier: keep the endpoint until the client has torn its side down (it closes
+        // the side channel last), so a transport whose client still completes work towards us
+        // (e.g. rc_verbs flush acknowledgements) never waits for a vanished peer.
+        let mut rest = [0u8; 1];
+        let deadline = Instant::now() + PEER_TIMEOUT;
+        sock.set_nonblocking(true).map_err(|e| format!("side channel: {e}"))?;
+        loop {
+            match sock.read(&mut rest) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    iface.progress(&mut handlers);
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
     } else {
         let mut msg = make_message(args.size);
         send_message(
@@ -456,9 +475,12 @@ fn run(args: Args) -> Result<(), String> {
             }
         }
     }
+    // Endpoint, interface and domain go first; the side channel closes last (the server's
+    // barrier waits for that).
     drop(ep);
     drop(iface);
     drop(md);
+    drop(sock);
     Ok(())
 }
 
