@@ -427,7 +427,8 @@ fn run(args: Args) -> Result<(), String> {
         // (e.g. rc_verbs flush acknowledgements) never waits for a vanished peer.
         let mut rest = [0u8; 1];
         let deadline = Instant::now() + PEER_TIMEOUT;
-        sock.set_nonblocking(true).map_err(|e| format!("side channel: {e}"))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| format!("side channel: {e}"))?;
         loop {
             match sock.read(&mut rest) {
                 Ok(0) => break,

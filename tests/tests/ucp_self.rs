@@ -606,3 +606,72 @@ fn ucp_self_eager_zcopy_from_owned_vectors() {
         "only owned vectors go zero-copy"
     );
 }
+
+#[test]
+fn ucp_self_completion_callbacks_run_in_progress_and_consume_the_request() {
+    let mut p = pair_with(cfg());
+    let got: Rc<RefCell<Vec<Completion>>> = Rc::default();
+    // A pending receive: its callback runs during the progress call that finishes it.
+    let r = match p.b.tag_recv(vec![0; 32], 9, EXACT).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("nothing was sent yet"),
+    };
+    let g = got.clone();
+    p.b.request_set_callback(&r, move |c| g.borrow_mut().push(c))
+        .unwrap();
+    p.pump(3);
+    assert!(got.borrow().is_empty(), "no message yet, no callback");
+    let s = p.a.tag_send(p.ab, 9, b"called back").unwrap();
+    p.finish_a(s);
+    for _ in 0..100 {
+        if !got.borrow().is_empty() {
+            break;
+        }
+        p.pump(1);
+    }
+    {
+        let done = got.borrow();
+        assert_eq!(done.len(), 1, "callback runs exactly once");
+        assert_eq!(done[0].status, Ok(()));
+        assert_eq!(
+            &done[0].buf.as_ref().unwrap()[..done[0].len],
+            b"called back"
+        );
+    }
+    // A request that finished before the callback was set: the callback runs at once.
+    let s = p.a.tag_send(p.ab, 10, b"early").unwrap();
+    p.finish_a(s);
+    p.pump(3);
+    let op = p.b.tag_recv(vec![0; 8], 10, EXACT).unwrap();
+    if let Op::Pending(r) = op {
+        p.pump(3);
+        let g = got.clone();
+        p.b.request_set_callback(&r, move |c| g.borrow_mut().push(c))
+            .unwrap();
+        for _ in 0..100 {
+            if got.borrow().len() == 2 {
+                break;
+            }
+            p.pump(1);
+        }
+    } else if let Op::Done(c) = op {
+        got.borrow_mut().push(c);
+    }
+    assert_eq!(got.borrow().len(), 2);
+    assert_eq!(&got.borrow()[1].buf.as_ref().unwrap()[..5], b"early");
+    // A canceled receive reports Canceled through its callback and gives the buffer back.
+    let r = match p.b.tag_recv(vec![3; 4], 11, EXACT).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("nothing was sent"),
+    };
+    let g = got.clone();
+    p.b.request_set_callback(&r, move |c| g.borrow_mut().push(c))
+        .unwrap();
+    assert!(p.b.request_cancel(&r));
+    p.pump(1);
+    assert_eq!(got.borrow().len(), 3);
+    assert_eq!(got.borrow()[2].status, Err(Error::Canceled));
+    assert_eq!(got.borrow()[2].buf, Some(vec![3; 4]));
+    // The request was consumed by its callback: setting another one is an error.
+    assert!(p.b.request_set_callback(&r, |_| {}).is_err());
+}

@@ -50,5 +50,5 @@ pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};
 pub use worker::{
     AmHandler, AmoSize, CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats,
-    Worker,
+    RequestCallback, Worker,
 };

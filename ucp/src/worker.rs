@@ -228,7 +228,12 @@ struct Req {
     ep: Option<usize>,
     kind: ReqKind,
     done: Option<Completion>,
+    /// Invoked with the result when the request finishes (instead of `request_take`).
+    callback: Option<RequestCallback>,
 }
+
+/// A completion callback set with [`Worker::request_set_callback`].
+pub type RequestCallback = Box<dyn FnOnce(Completion)>;
 
 enum UnexpKind {
     Eager {
@@ -304,6 +309,8 @@ struct State {
     amo_hw: u64,
     amo_emulated: u64,
     quarantine: Vec<Vec<u8>>,
+    /// Finished requests whose callback is due at the end of this progress call.
+    callbacks_due: Vec<usize>,
     closings: Vec<Closing>,
     /// Tag offload (see `tag_offload`).
     tm: tag_offload::TmState,
@@ -444,6 +451,7 @@ impl Worker {
                 amo_hw: 0,
                 amo_emulated: 0,
                 quarantine: Vec::new(),
+                callbacks_due: Vec::new(),
                 closings: Vec::new(),
                 tm: tag_offload::TmState::new(),
             },
@@ -932,6 +940,32 @@ impl Worker {
         }
     }
 
+    /// Has `callback` invoked with the request's result when it finishes, during a later
+    /// `progress()` call (at once, here, if it has already finished). The request is consumed:
+    /// its result goes to the callback only (the handle stays usable for `request_cancel`). A
+    /// stale or already taken request is an error.
+    pub fn request_set_callback(
+        &mut self,
+        req: &Request,
+        callback: impl FnOnce(Completion) + 'static,
+    ) -> Result<()> {
+        let key = req.key as usize;
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == req.gen && r.done.is_none() => {
+                r.callback = Some(Box::new(callback));
+                Ok(())
+            }
+            Some(r) if r.gen == req.gen => {
+                let r = self.st.reqs.remove(key);
+                callback(r.done.unwrap_or_else(Completion::ok));
+                Ok(())
+            }
+            _ => Err(Error::InvalidParam(
+                "request was already taken or does not belong to this worker".into(),
+            )),
+        }
+    }
+
     /// Cancels a posted receive that has not matched: it completes with `Canceled` and gives its
     /// buffer back. Gives false when the request can no longer be canceled.
     pub fn request_cancel(&mut self, req: &Request) -> bool {
@@ -999,6 +1033,7 @@ impl Worker {
         self.st.progress_closings();
         self.st.timers();
         n += self.st.notify_failures();
+        n += self.st.run_callbacks();
         n
     }
 
@@ -1438,6 +1473,7 @@ impl State {
             ep,
             kind,
             done: None,
+            callback: None,
         })
     }
 
@@ -1538,6 +1574,28 @@ impl State {
             tag,
             value,
         });
+        if self.reqs[key].callback.is_some() {
+            self.callbacks_due.push(key);
+        }
+    }
+
+    /// Invokes the callbacks of requests that finished; each request is consumed.
+    fn run_callbacks(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(key) = self.callbacks_due.pop() {
+            let due = self
+                .reqs
+                .get(key)
+                .is_some_and(|r| r.done.is_some() && r.callback.is_some());
+            if due {
+                let r = self.reqs.remove(key);
+                if let (Some(cb), Some(c)) = (r.callback, r.done) {
+                    cb(c);
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 
     fn deliver_am(&mut self, ep: usize, id: u16, hdr: &[u8], data: Vec<u8>) {
