@@ -92,14 +92,21 @@ fn check(dir: u64, i: u64, c: Completion) {
     assert_eq!(c.len, want.len(), "direction {dir}: message {i} length");
     let seq = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
     assert_eq!(seq, i, "direction {dir}: message {i} arrived out of order");
-    assert_eq!(&buf[..c.len], &want[..], "direction {dir}: message {i} data");
+    assert_eq!(
+        &buf[..c.len],
+        &want[..],
+        "direction {dir}: message {i} data"
+    );
 }
 
 #[test]
 fn ucp_tcp_second_side_waiting_for_wireup_shares_one_connection_in_order() {
     let mut a = worker();
     let mut b = worker();
-    assert!(b.has_ep_to(&[1, 2, 3]).is_err(), "a bad address is an error");
+    assert!(
+        b.has_ep_to(&[1, 2, 3]).is_err(),
+        "a bad address is an error"
+    );
     let (a_addr, b_addr) = (a.address().to_vec(), b.address().to_vec());
     assert!(!b.has_ep_to(&a_addr).expect("has_ep_to"));
     let before = sockets();
@@ -109,7 +116,10 @@ fn ucp_tcp_second_side_waiting_for_wireup_shares_one_connection_in_order() {
     while !b.has_ep_to(&a_addr).expect("has_ep_to") {
         a.progress();
         b.progress();
-        assert!(Instant::now() < deadline, "watchdog: a's wire-up never reached b");
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: a's wire-up never reached b"
+        );
     }
     let ba = b.ep_create(&a_addr, EpParams::default()).expect("ep b->a");
     while a.ep_proto_config(ab).is_err() || b.ep_proto_config(ba).is_err() {
@@ -117,7 +127,10 @@ fn ucp_tcp_second_side_waiting_for_wireup_shares_one_connection_in_order() {
         b.ep_status(ba).expect("ep b->a");
         a.progress();
         b.progress();
-        assert!(Instant::now() < deadline, "watchdog: endpoints never connected");
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: endpoints never connected"
+        );
     }
     // One TCP connection has two ends in this process; two connections would have four.
     assert_eq!(sockets() - before, 2, "a and b share one tcp connection");
@@ -146,7 +159,10 @@ fn ucp_tcp_second_side_waiting_for_wireup_shares_one_connection_in_order() {
                 }
             }
         }
-        assert!(Instant::now() < deadline, "watchdog: messages did not arrive");
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: messages did not arrive"
+        );
     }
     // Still one connection after the load.
     assert_eq!(sockets() - before, 2, "no second connection under load");
