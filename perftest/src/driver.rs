@@ -118,6 +118,14 @@ impl Test {
             Test::Ucp(t) => t.connect(peer),
         }
     }
+    /// Server side, before `connect`: lets the client's endpoint arrive first (ucp; a no-op
+    /// for uct tests, whose server side already reuses the client's connection).
+    pub fn await_peer(&mut self, peer: &AddressInfo) -> Result<()> {
+        match self {
+            Test::Uct(_) => Ok(()),
+            Test::Ucp(t) => t.await_peer(peer),
+        }
+    }
     /// Progresses the transports once, outside a test loop (handshakes and the final flush of a
     /// peer may need it); what arrives is dropped.
     pub fn progress(&mut self) {
@@ -225,6 +233,7 @@ fn server_session(test: &mut Test, chan: &mut Channel) -> Result<()> {
     let peer = chan.recv_address()?;
     let mine = test.local_address()?;
     chan.send_address(&mine)?;
+    test.await_peer(&peer)?;
     test.connect(&peer)?;
     barrier(test, chan, Kind::Ready, HANDSHAKE_TIMEOUT)?;
     if let Err(e) = test.run(Role::Server, None, Some(chan)) {

@@ -146,6 +146,21 @@ impl UcpTest {
         Ok(a)
     }
 
+    /// Server side, before [`UcpTest::connect`]: progresses until the client's wire-up has
+    /// created this worker's endpoint to it (at most 2 s; after that `connect` creates its own).
+    /// The two sides then share the client's connections instead of each dialing the other at
+    /// the same moment (tcp: one two-way connection, no pure ACK per message).
+    pub fn await_peer(&mut self, peer: &AddressInfo) -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !self.worker.has_ep_to(&peer.iface_addr)? {
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+            self.worker.progress();
+        }
+        Ok(())
+    }
+
     /// Creates the endpoint to the peer's worker and progresses until it is connected.
     pub fn connect(&mut self, peer: &AddressInfo) -> Result<()> {
         let ep = self

@@ -553,6 +553,18 @@ impl Worker {
         Ok(ep)
     }
 
+    /// True when this worker has a usable endpoint to the worker whose packed address is
+    /// `peer_address`: one created here, or one created when that worker's wire-up arrived.
+    /// A side that knows its peer is creating an endpoint to it can wait for this before its
+    /// own `ep_create`, which then returns that endpoint and rides the peer's connections
+    /// (tcp: one two-way connection instead of one per direction).
+    pub fn has_ep_to(&self, peer_address: &[u8]) -> Result<bool> {
+        let addr = WorkerAddress::decode(peer_address)?;
+        Ok(self.st.by_uuid.get(&addr.uuid).is_some_and(|&idx| {
+            matches!(self.st.eps[idx].state, EpState::Ready | EpState::Connecting)
+        }))
+    }
+
     /// The endpoint's state: `Ok` while usable, or the error that failed it.
     pub fn ep_status(&self, ep: EpHandle) -> Result<()> {
         let idx = self.st.ep_idx(ep)?;
