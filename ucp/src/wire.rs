@@ -55,6 +55,8 @@ pub mod am_id {
     pub const ATOMIC_REP: u8 = 18;
     /// The peer processed our CLOSE (everything before it was delivered).
     pub const CLOSE_ACK: u8 = 19;
+    /// Endpoint address of a connect-to-endpoint lane (rc_verbs): [`super::EpAddrHdr`].
+    pub const EP_ADDR: u8 = 20;
 }
 
 /// Length of the uuid prefix.
@@ -580,6 +582,50 @@ impl AtomicRepHdr {
     }
 }
 
+/// Endpoint address of the sender's connect-to-endpoint lane (rc_verbs), exchanged over the
+/// already connected AM lane during wire-up.
+///
+/// ```text
+/// 0          1
+/// +----------+--------------------------+
+/// | flags u8 | uct endpoint address (n) |
+/// +----------+--------------------------+
+/// ```
+///
+/// Flag bit 0 (`connected`): the sender has already connected its endpoint to the receiver's,
+/// so the receiver may use the lane as soon as its own endpoint is connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpAddrHdr<'a> {
+    /// The sender's endpoint is connected to the receiver's.
+    pub connected: bool,
+    /// The sender's uct endpoint address (non-empty).
+    pub ep_addr: &'a [u8],
+}
+
+impl<'a> EpAddrHdr<'a> {
+    /// Length of the fixed part (the flags byte).
+    pub const LEN: usize = 1;
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(u8::from(self.connected));
+        out.extend_from_slice(self.ep_addr);
+    }
+    /// Decodes the message; unknown flags or an empty address are errors.
+    pub fn decode(b: &'a [u8]) -> Result<Self> {
+        need("endpoint address", b, Self::LEN + 1)?;
+        if b[0] & !1 != 0 {
+            return Err(Error::Wire(format!(
+                "endpoint address has unknown flags {:#04x}",
+                b[0]
+            )));
+        }
+        Ok(EpAddrHdr {
+            connected: b[0] & 1 != 0,
+            ep_addr: &b[Self::LEN..],
+        })
+    }
+}
+
 /// A decoded ucp message (borrowing the received bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Msg<'a> {
@@ -621,6 +667,8 @@ pub enum Msg<'a> {
     AtomicRep(AtomicRepHdr),
     /// The peer processed our CLOSE.
     CloseAck,
+    /// The peer's connect-to-endpoint lane address.
+    EpAddr(EpAddrHdr<'a>),
 }
 
 /// Splits off the sender uuid.
@@ -696,6 +744,7 @@ impl<'a> Msg<'a> {
                 Msg::AmRts(h, uh, RtsHdr::decode(rts)?)
             }
             ATOMIC_REQ => Msg::AtomicReq(AtomicReqHdr::decode(b)?),
+            EP_ADDR => Msg::EpAddr(EpAddrHdr::decode(b)?),
             CLOSE_ACK => {
                 if !b.is_empty() {
                     return Err(Error::Wire("close ack carries unexpected bytes".into()));
@@ -809,6 +858,24 @@ mod tests {
         }
         b[16] = 9;
         assert!(Msg::decode(am_id::RTR, &b).is_err(), "bad mode");
+    }
+
+    #[test]
+    fn ep_addr_round_trip_and_rejects_bad_input() {
+        for connected in [false, true] {
+            let h = EpAddrHdr {
+                connected,
+                ep_addr: &[1, 2, 3, 4],
+            };
+            let mut v = Vec::new();
+            h.encode(&mut v);
+            assert_eq!(v.len(), EpAddrHdr::LEN + 4);
+            assert_eq!(EpAddrHdr::decode(&v).unwrap(), h);
+            assert_eq!(Msg::decode(am_id::EP_ADDR, &v).unwrap(), Msg::EpAddr(h));
+        }
+        assert!(matches!(EpAddrHdr::decode(&[]), Err(Error::Wire(_))));
+        assert!(matches!(EpAddrHdr::decode(&[1]), Err(Error::Wire(_))));
+        assert!(matches!(EpAddrHdr::decode(&[2, 9]), Err(Error::Wire(_))));
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub struct LaneSelection {
     pub amo: Option<LanePick>,
 }
 
+/// Whether endpoints of this interface can only connect endpoint to endpoint (rc_verbs): they
+/// need an address exchange over another, already connected lane.
+pub fn connect_to_ep_only(a: &IfaceAttr) -> bool {
+    a.flags.contains(IfaceFlags::CONNECT_TO_EP) && !a.flags.contains(IfaceFlags::CONNECT_TO_IFACE)
+}
+
 fn am_cost(a: &IfaceAttr) -> f64 {
     a.perf.time_for(64)
 }
@@ -68,7 +74,7 @@ pub fn select_lanes(
 ) -> Result<LaneSelection> {
     let mut why: Vec<String> = Vec::new();
     let mut am: Option<(LanePick, f64, u8)> = None;
-    let mut rma: Option<(LanePick, f64, u8)> = None;
+    let mut rma_cands: Vec<(LanePick, f64, u8)> = Vec::new();
     let mut amo: Option<(LanePick, f64, u8)> = None;
     for (li, l) in locals.iter().enumerate() {
         let remotes: Vec<usize> = peer
@@ -96,12 +102,23 @@ pub fn select_lanes(
             };
             let f = l.attr.flags;
             let prio = l.attr.priority;
-            if f.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY) && l.attr.am.max_bcopy > 64
+            // A connect-to-endpoint-only transport (rc_verbs) is connected during wire-up over
+            // the AM lane, so it serves RMA (rendezvous get/put, put/get) only: AM stays on one
+            // connect-to-interface lane from the first message, which keeps AM ordering.
+            let ep_only = connect_to_ep_only(l.attr);
+            if !ep_only
+                && f.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY)
+                && l.attr.am.max_bcopy > 64
             {
                 let c = am_cost(l.attr);
                 if better(c, prio, am.map(|a| (a.1, a.2))) {
                     am = Some((pick, c, prio));
                 }
+            } else if ep_only {
+                why.push(format!(
+                    "{}/{}: reachable, but connects endpoint to endpoint (used for RMA only)",
+                    l.tl_name, l.dev_name
+                ));
             } else {
                 why.push(format!(
                     "{}/{}: reachable, but has no active messages (used for RMA only)",
@@ -109,13 +126,10 @@ pub fn select_lanes(
                 ));
             }
             if l.md_reg && f.intersects(IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY) {
-                let c = rma_cost(l.attr);
-                if better(c, prio, rma.map(|a| (a.1, a.2))) {
-                    rma = Some((pick, c, prio));
-                }
+                rma_cands.push((pick, rma_cost(l.attr), prio));
             }
             let at = &l.attr.atomics;
-            if l.md_reg && !(at.fop64.is_empty() && at.op64.is_empty()) {
+            if !ep_only && l.md_reg && !(at.fop64.is_empty() && at.op64.is_empty()) {
                 let c = am_cost(l.attr);
                 if better(c, prio, amo.map(|a| (a.1, a.2))) {
                     amo = Some((pick, c, prio));
@@ -123,6 +137,24 @@ pub fn select_lanes(
             }
         }
     }
+    // RMA prefers a transport other than the AM lane's when one reaches the peer: rendezvous
+    // data then moves beside the active messages instead of queueing behind them on the same
+    // connection (for example rc_verbs next to tcp). Otherwise the cheapest RMA lane.
+    let pick_rma = |am_local: Option<usize>| {
+        let mut best: Option<(LanePick, f64, u8)> = None;
+        let mut best_other: Option<(LanePick, f64, u8)> = None;
+        for &(p, c, prio) in &rma_cands {
+            if better(c, prio, best.map(|b| (b.1, b.2))) {
+                best = Some((p, c, prio));
+            }
+            let other = am_local.is_none_or(|a| locals[p.local].tl_name != locals[a].tl_name);
+            if other && better(c, prio, best_other.map(|b| (b.1, b.2))) {
+                best_other = Some((p, c, prio));
+            }
+        }
+        best_other.or(best)
+    };
+    let rma = pick_rma(am.map(|a| a.0.local));
     match am {
         Some((am, _, _)) => Ok(LaneSelection {
             am,
@@ -414,6 +446,66 @@ mod tests {
         );
         // This tcp offers no zero-copy RMA, so rendezvous will use the AM pipeline.
         assert_eq!(sel.rma, None);
+    }
+
+    #[test]
+    fn connect_to_ep_only_lane_serves_rma_not_am() {
+        // tcp also offers (emulated) RMA and models itself faster here, yet RMA goes to the
+        // separate rc_verbs lane, beside the AM traffic.
+        let tcp = attr(
+            IfaceFlags::AM_SHORT
+                | IfaceFlags::AM_BCOPY
+                | IfaceFlags::GET_ZCOPY
+                | IfaceFlags::PUT_ZCOPY
+                | IfaceFlags::CONNECT_TO_IFACE,
+            1e-6,
+            20e9,
+        );
+        let mut rc = attr(
+            IfaceFlags::AM_SHORT
+                | IfaceFlags::AM_BCOPY
+                | IfaceFlags::GET_ZCOPY
+                | IfaceFlags::PUT_ZCOPY
+                | IfaceFlags::CONNECT_TO_EP,
+            1e-6,
+            10e9,
+        );
+        rc.atomics.op64 = uct::AtomicOps::all();
+        let locals = [
+            LocalTl {
+                tl_name: "tcp",
+                dev_name: "eth0",
+                attr: &tcp,
+                md_reg: true,
+            },
+            LocalTl {
+                tl_name: "rc_verbs",
+                dev_name: "rxe0:1",
+                attr: &rc,
+                md_reg: true,
+            },
+        ];
+        let sel = select_lanes(&locals, &peer(&["tcp", "rc_verbs"]), |_, _| Ok(())).unwrap();
+        assert_eq!(
+            sel.am,
+            LanePick {
+                local: 0,
+                remote: 0
+            }
+        );
+        assert_eq!(
+            sel.rma,
+            Some(LanePick {
+                local: 1,
+                remote: 1
+            })
+        );
+        assert_eq!(sel.amo, None);
+        // rc_verbs alone cannot carry the wire-up: no AM lane, and the error says why.
+        let e = select_lanes(&locals[1..], &peer(&["rc_verbs"]), |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("connects endpoint to endpoint"), "{e}");
     }
 
     #[test]

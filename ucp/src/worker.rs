@@ -11,7 +11,7 @@ use crate::wire::{
     am_id, split_prefix, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, Msg, RemoteBuf, ReqHdr,
     RtrHdr, RtrMode, RtsHdr, NO_REQ,
 };
-use crate::wire::{AtomicRepHdr, AtomicReqHdr, UserAmHdr, PREFIX_LEN};
+use crate::wire::{AtomicRepHdr, AtomicReqHdr, EpAddrHdr, UserAmHdr, PREFIX_LEN};
 use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig, RndvScheme};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
@@ -121,6 +121,21 @@ struct Lanes {
     /// use gets its endpoint when a remote key is first unpacked (so a tag-only endpoint over
     /// shared memory opens no tcp connection just for atomics).
     amo_later: Option<crate::wireup::LanePick>,
+    /// The RMA lane over a connect-to-endpoint transport (rc_verbs) while its endpoint address
+    /// exchange runs over the AM lane; it joins `uct` as `rma` once both sides are connected.
+    rma_wait: Option<WaitLane>,
+}
+
+/// A connect-to-endpoint lane being wired up (see [`EpAddrHdr`]).
+struct WaitLane {
+    /// Local interface index.
+    li: usize,
+    /// The peer's transport entry index (its device address).
+    remote: usize,
+    /// The unconnected (or connected, not yet confirmed) endpoint.
+    ep: AnyEp,
+    /// `connect_to_ep` done on our side.
+    connected: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -149,6 +164,8 @@ struct Ep {
     stream_rx: VecDeque<u8>,
     stream_waiters: VecDeque<usize>,
     close_acked: bool,
+    /// A peer endpoint address that arrived before this endpoint's lanes were created.
+    peer_ep_addr: Option<(bool, Vec<u8>)>,
     last_tx: Duration,
     last_rx: Duration,
 }
@@ -521,6 +538,7 @@ impl Worker {
         }
         let body = self.st.address.clone();
         self.st.send_ctl(idx, am_id::WIREUP, &body)?;
+        self.st.ep_lane_start(idx)?;
         Ok(EpHandle {
             idx: idx as u32,
             gen: self.st.eps[idx].gen,
@@ -1035,7 +1053,9 @@ impl Worker {
             }
         }
         while let Some(idx) = self.st.to_connect.pop() {
-            if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx) {
+            if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx)
+                .and_then(|()| self.st.ep_lane_start(idx))
+            {
                 self.st.fail_ep(idx, e);
             }
             n += 1;
@@ -1223,6 +1243,20 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         let r = &addr.tls[ri];
         ifaces[li].is_reachable(&r.device_addr, Some(&r.iface_addr))
     })?;
+    // A connect-to-endpoint RMA lane gets an unconnected endpoint now and is connected by the
+    // address exchange over the AM lane (`State::ep_lane_start`).
+    let mut rma_wait = None;
+    if let Some(p) = sel
+        .rma
+        .filter(|p| crate::wireup::connect_to_ep_only(&st.info[p.local].attr))
+    {
+        rma_wait = Some(WaitLane {
+            li: p.local,
+            remote: p.remote,
+            ep: ifaces[p.local].ep_create()?,
+            connected: false,
+        });
+    }
     let mut uct_eps: Vec<(usize, AnyEp)> = Vec::new();
     let mut lane_of =
         |pick: crate::wireup::LanePick, uct_eps: &mut Vec<(usize, AnyEp)>| -> Result<usize> {
@@ -1236,6 +1270,7 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         };
     let am = lane_of(sel.am, &mut uct_eps)?;
     let rma = match sel.rma {
+        Some(_) if rma_wait.is_some() => None,
         Some(p) => Some(lane_of(p, &mut uct_eps)?),
         None => None,
     };
@@ -1246,7 +1281,11 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         Some(p) => (None, Some(p)),
         None => (None, None),
     };
-    for (li, e) in &uct_eps {
+    for (li, e) in uct_eps
+        .iter()
+        .map(|(l, e)| (l, e))
+        .chain(rma_wait.iter().map(|w| (&w.li, &w.ep)))
+    {
         st.by_uct.insert((*li, e.id().0), idx);
         st.iface_users[*li] += 1;
     }
@@ -1261,6 +1300,7 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         rma,
         amo,
         amo_later,
+        rma_wait,
     });
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
@@ -1426,6 +1466,7 @@ impl State {
             stream_rx: VecDeque::new(),
             stream_waiters: VecDeque::new(),
             close_acked: false,
+            peer_ep_addr: None,
             last_tx: now,
             last_rx: now,
         });
@@ -3514,6 +3555,7 @@ impl State {
                 self.stream_serve(idx);
                 Ok(())
             }
+            Msg::EpAddr(h) => self.on_ep_addr(idx, h.connected, h.ep_addr),
             Msg::CloseAck => {
                 self.eps[idx].close_acked = true;
                 Ok(())
@@ -3762,10 +3804,103 @@ impl State {
     }
 
     /// Fails every request tied to the endpoint and drops its transport endpoints.
+    /// Starts the address exchange of a connect-to-endpoint lane once the endpoint's lanes
+    /// exist (after the wire-up message on the creator's side): answers an address that
+    /// arrived early, or sends ours.
+    fn ep_lane_start(&mut self, idx: usize) -> Result<()> {
+        if self.eps[idx]
+            .lanes
+            .as_ref()
+            .is_none_or(|l| l.rma_wait.is_none())
+        {
+            return Ok(());
+        }
+        if let Some((connected, addr)) = self.eps[idx].peer_ep_addr.take() {
+            return self.on_ep_addr(idx, connected, &addr);
+        }
+        let ep_addr = match self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma_wait.as_ref())
+        {
+            Some(w) => w.ep.ep_address()?,
+            None => return Ok(()),
+        };
+        let mut body = Vec::new();
+        EpAddrHdr {
+            connected: false,
+            ep_addr: &ep_addr,
+        }
+        .encode(&mut body);
+        self.send_ctl(idx, am_id::EP_ADDR, &body)
+    }
+
+    /// The peer's connect-to-endpoint lane address: connect ours to it (replying with our
+    /// address, marked connected), and once the peer says it is connected too, start using the
+    /// lane for RMA. The AM lane never changes, so message order is kept.
+    fn on_ep_addr(&mut self, idx: usize, peer_connected: bool, addr: &[u8]) -> Result<()> {
+        let ep = &mut self.eps[idx];
+        let Some(l) = ep.lanes.as_mut() else {
+            ep.peer_ep_addr = Some((peer_connected, addr.to_vec()));
+            return Ok(());
+        };
+        let Some(w) = l.rma_wait.as_mut() else {
+            // We do not use that transport to this peer (or already do): nothing to connect.
+            return Ok(());
+        };
+        let mut reply = None;
+        if !w.connected {
+            let dev = ep
+                .addr
+                .tls
+                .get(w.remote)
+                .map(|t| t.device_addr.as_slice())
+                .unwrap_or_default();
+            w.ep.connect_to_ep(dev, addr)?;
+            w.connected = true;
+            reply = Some(w.ep.ep_address()?);
+        }
+        if peer_connected {
+            let w = l.rma_wait.take().expect("waiting lane");
+            l.uct.push((w.li, w.ep));
+            l.rma = Some(l.uct.len() - 1);
+            let am_li = l.uct[l.am].0;
+            self.eps[idx].proto = Some(ProtoConfig::compute(
+                &self.info[am_li].attr,
+                self.info[am_li].md_reg,
+                Some(&self.info[w.li].attr),
+                &self.cfg,
+            ));
+            if self.cfg.proto_info {
+                if let Ok(t) = self.proto_table(idx) {
+                    eprintln!(
+                        "[rucx] endpoint to {:#018x} (RMA lane connected):\n{t}",
+                        self.eps[idx].uuid
+                    );
+                }
+            }
+        }
+        if let Some(a) = reply {
+            let mut body = Vec::new();
+            EpAddrHdr {
+                connected: true,
+                ep_addr: &a,
+            }
+            .encode(&mut body);
+            self.send_ctl(idx, am_id::EP_ADDR, &body)?;
+        }
+        Ok(())
+    }
+
     fn teardown_ep(&mut self, idx: usize, err: &Error) {
         let ep = &mut self.eps[idx];
         let pend: Vec<Pending> = ep.pending.drain(..).collect();
         if let Some(mut l) = ep.lanes.take() {
+            if let Some(w) = l.rma_wait.take() {
+                if self.by_uct.remove(&(w.li, w.ep.id().0)).is_some() {
+                    self.iface_users[w.li] = self.iface_users[w.li].saturating_sub(1);
+                }
+            }
             for (li, uep) in l.uct.iter_mut() {
                 uep.pending_purge(&mut |_| {});
                 if self.by_uct.remove(&(*li, uep.id().0)).is_some() {
