@@ -23,6 +23,8 @@ pub mod mpmc;
 pub mod mpool;
 pub mod rcache;
 pub mod status;
+#[doc(hidden)]
+pub mod testing;
 pub mod time;
 
 mod sync;
