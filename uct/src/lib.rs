@@ -7,6 +7,7 @@
 
 pub mod caps;
 pub mod cma;
+mod cpu_atomic;
 pub mod ep;
 pub mod iface;
 pub mod md;

@@ -4,6 +4,7 @@ use super::fifo::{self, FifoPtrs, Polled, BUF_SIZE, INLINE_MAX};
 use super::segment::Segment;
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
 use crate::caps::{AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel};
+use crate::cpu_atomic::{self, reject_post_swap};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, RemoteKey};
@@ -718,27 +719,6 @@ fn check_iov(iov: &[Iov<'_>], max_len: usize) -> Result<usize> {
     Ok(total)
 }
 
-macro_rules! fetch_op {
-    ($p:expr, $op:expr, $v:expr) => {
-        match $op {
-            AtomicOp::Add => $p.fetch_add($v, Ordering::SeqCst),
-            AtomicOp::And => $p.fetch_and($v, Ordering::SeqCst),
-            AtomicOp::Or => $p.fetch_or($v, Ordering::SeqCst),
-            AtomicOp::Xor => $p.fetch_xor($v, Ordering::SeqCst),
-            AtomicOp::Swap => $p.swap($v, Ordering::SeqCst),
-        }
-    };
-}
-
-fn post_only(op: AtomicOp) -> Result<()> {
-    if op == AtomicOp::Swap {
-        return Err(Error::Unsupported(
-            "swap has no post form; use the fetching call".into(),
-        ));
-    }
-    Ok(())
-}
-
 impl Endpoint for MmEp {
     fn id(&self) -> EpId {
         self.shared.id
@@ -927,11 +907,10 @@ impl Endpoint for MmEp {
         remote_addr: u64,
         rkey: &RemoteKey,
     ) -> Result<Outcome> {
-        post_only(op)?;
+        reject_post_swap(op)?;
         let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
-        let a = unsafe { &*p };
-        let _ = fetch_op!(a, op, value);
+        unsafe { cpu_atomic::fetch32(p.cast(), op, value) };
         Ok(Outcome::DONE)
     }
     fn atomic64_post(
@@ -941,11 +920,10 @@ impl Endpoint for MmEp {
         remote_addr: u64,
         rkey: &RemoteKey,
     ) -> Result<Outcome> {
-        post_only(op)?;
+        reject_post_swap(op)?;
         let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
-        let a = unsafe { &*p };
-        let _ = fetch_op!(a, op, value);
+        unsafe { cpu_atomic::fetch64(p.cast(), op, value) };
         Ok(Outcome::DONE)
     }
     fn atomic32_fetch(
@@ -958,8 +936,9 @@ impl Endpoint for MmEp {
     ) -> Result<Outcome<u32>> {
         let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
-        let a = unsafe { &*p };
-        Ok(Outcome::Done(fetch_op!(a, op, value)))
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::fetch32(p.cast(), op, value)
+        }))
     }
     fn atomic64_fetch(
         &mut self,
@@ -971,8 +950,9 @@ impl Endpoint for MmEp {
     ) -> Result<Outcome<u64>> {
         let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
-        let a = unsafe { &*p };
-        Ok(Outcome::Done(fetch_op!(a, op, value)))
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::fetch64(p.cast(), op, value)
+        }))
     }
     fn atomic_cswap32(
         &mut self,
@@ -984,11 +964,9 @@ impl Endpoint for MmEp {
     ) -> Result<Outcome<u32>> {
         let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
-        let a = unsafe { &*p };
-        let old = match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(v) | Err(v) => v,
-        };
-        Ok(Outcome::Done(old))
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::cswap32(p.cast(), compare, swap)
+        }))
     }
     fn atomic_cswap64(
         &mut self,
@@ -1000,11 +978,9 @@ impl Endpoint for MmEp {
     ) -> Result<Outcome<u64>> {
         let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
-        let a = unsafe { &*p };
-        let old = match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(v) | Err(v) => v,
-        };
-        Ok(Outcome::Done(old))
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::cswap64(p.cast(), compare, swap)
+        }))
     }
 
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {

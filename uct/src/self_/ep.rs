@@ -6,10 +6,10 @@ use super::iface::{
     SEG_SIZE,
 };
 use super::wire::{DeviceAddr, EpAddr};
+use crate::cpu_atomic::{self, reject_post_swap};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use ucs::{Error, Outcome, Result};
 
 /// A self endpoint.
@@ -52,37 +52,6 @@ fn atomic_ptr(rkey: &RemoteKey, remote_addr: u64, size: usize) -> Result<*mut u8
         )));
     }
     Ok(p)
-}
-
-fn atomic32(p: *mut u8, op: AtomicOp, value: u32) -> u32 {
-    // SAFETY: `atomic_ptr` checked that 4 bytes at `p` lie inside a region mapped in this
-    // process (kept alive by the remote key) and that `p` is 4-byte aligned; every access
-    // rucx makes to that memory while the key is in use is atomic or a plain copy, as with
-    // RDMA or shared memory.
-    let a = unsafe { AtomicU32::from_ptr(p.cast()) };
-    match op {
-        AtomicOp::Add => a.fetch_add(value, Ordering::AcqRel),
-        AtomicOp::And => a.fetch_and(value, Ordering::AcqRel),
-        AtomicOp::Or => a.fetch_or(value, Ordering::AcqRel),
-        AtomicOp::Xor => a.fetch_xor(value, Ordering::AcqRel),
-        AtomicOp::Swap => a.swap(value, Ordering::AcqRel),
-    }
-}
-
-fn atomic64(p: *mut u8, op: AtomicOp, value: u64) -> u64 {
-    // SAFETY: as in `atomic32`, with 8 bytes and 8-byte alignment.
-    let a = unsafe { AtomicU64::from_ptr(p.cast()) };
-    match op {
-        AtomicOp::Add => a.fetch_add(value, Ordering::AcqRel),
-        AtomicOp::And => a.fetch_and(value, Ordering::AcqRel),
-        AtomicOp::Or => a.fetch_or(value, Ordering::AcqRel),
-        AtomicOp::Xor => a.fetch_xor(value, Ordering::AcqRel),
-        AtomicOp::Swap => a.swap(value, Ordering::AcqRel),
-    }
-}
-
-fn no_post_swap() -> Error {
-    Error::Unsupported("atomic swap has no post form; use the fetching call".into())
 }
 
 impl SelfEp {
@@ -349,10 +318,11 @@ impl Endpoint for SelfEp {
         rkey: &RemoteKey,
     ) -> Result<Outcome> {
         self.check_alive()?;
-        if op == AtomicOp::Swap {
-            return Err(no_post_swap());
-        }
-        atomic32(atomic_ptr(rkey, remote_addr, 4)?, op, value);
+        reject_post_swap(op)?;
+        let p = atomic_ptr(rkey, remote_addr, 4)?;
+        // SAFETY: `atomic_ptr` checked that the word lies inside a region mapped in this process
+        // (kept alive by the key) and is aligned; rucx accesses it only atomically or by copy.
+        unsafe { cpu_atomic::fetch32(p, op, value) };
         Ok(Outcome::DONE)
     }
 
@@ -364,10 +334,10 @@ impl Endpoint for SelfEp {
         rkey: &RemoteKey,
     ) -> Result<Outcome> {
         self.check_alive()?;
-        if op == AtomicOp::Swap {
-            return Err(no_post_swap());
-        }
-        atomic64(atomic_ptr(rkey, remote_addr, 8)?, op, value);
+        reject_post_swap(op)?;
+        let p = atomic_ptr(rkey, remote_addr, 8)?;
+        // SAFETY: as in `atomic32_post`.
+        unsafe { cpu_atomic::fetch64(p, op, value) };
         Ok(Outcome::DONE)
     }
 
@@ -380,11 +350,9 @@ impl Endpoint for SelfEp {
         _comp: CompletionId,
     ) -> Result<Outcome<u32>> {
         self.check_alive()?;
-        Ok(Outcome::Done(atomic32(
-            atomic_ptr(rkey, remote_addr, 4)?,
-            op,
-            value,
-        )))
+        let p = atomic_ptr(rkey, remote_addr, 4)?;
+        // SAFETY: as in `atomic32_post`.
+        Ok(Outcome::Done(unsafe { cpu_atomic::fetch32(p, op, value) }))
     }
 
     fn atomic64_fetch(
@@ -396,11 +364,9 @@ impl Endpoint for SelfEp {
         _comp: CompletionId,
     ) -> Result<Outcome<u64>> {
         self.check_alive()?;
-        Ok(Outcome::Done(atomic64(
-            atomic_ptr(rkey, remote_addr, 8)?,
-            op,
-            value,
-        )))
+        let p = atomic_ptr(rkey, remote_addr, 8)?;
+        // SAFETY: as in `atomic32_post`.
+        Ok(Outcome::Done(unsafe { cpu_atomic::fetch64(p, op, value) }))
     }
 
     fn atomic_cswap32(
@@ -413,12 +379,10 @@ impl Endpoint for SelfEp {
     ) -> Result<Outcome<u32>> {
         self.check_alive()?;
         let p = atomic_ptr(rkey, remote_addr, 4)?;
-        // SAFETY: as in `atomic32`.
-        let a = unsafe { AtomicU32::from_ptr(p.cast()) };
-        let old = match a.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(v) | Err(v) => v,
-        };
-        Ok(Outcome::Done(old))
+        // SAFETY: as in `atomic32_post`.
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::cswap32(p, compare, swap)
+        }))
     }
 
     fn atomic_cswap64(
@@ -431,12 +395,10 @@ impl Endpoint for SelfEp {
     ) -> Result<Outcome<u64>> {
         self.check_alive()?;
         let p = atomic_ptr(rkey, remote_addr, 8)?;
-        // SAFETY: as in `atomic64`.
-        let a = unsafe { AtomicU64::from_ptr(p.cast()) };
-        let old = match a.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(v) | Err(v) => v,
-        };
-        Ok(Outcome::Done(old))
+        // SAFETY: as in `atomic32_post`.
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::cswap64(p, compare, swap)
+        }))
     }
 
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
