@@ -30,6 +30,30 @@ use uct::{
 mod tag_offload;
 pub use tag_offload::{TmStats, TM_ENABLE, TM_THRESH};
 
+/// Hashes worker uuids (random 64-bit numbers) with one multiply instead of SipHash: every
+/// arriving message looks its sender up by uuid, and SipHash cost about 150 instructions of it.
+type UuidHash = std::hash::BuildHasherDefault<UuidHasher>;
+
+/// The [`std::hash::Hasher`] of [`UuidHash`]: a Fibonacci multiply, folding the high half in so
+/// both the bucket index (low bits) and the control tag (high bits) depend on every input bit.
+#[derive(Default)]
+struct UuidHasher(u64);
+
+impl std::hash::Hasher for UuidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let m = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = m ^ (m >> 32);
+    }
+}
+
 /// An endpoint of a worker: a handle valid with the worker that created it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EpHandle {
@@ -298,7 +322,7 @@ struct State {
     address: Vec<u8>,
     eps: Slab<Ep>,
     ep_gen: u32,
-    by_uuid: HashMap<u64, usize>,
+    by_uuid: HashMap<u64, usize, UuidHash>,
     by_uct: HashMap<(usize, u32), usize>,
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.
@@ -444,7 +468,7 @@ impl Worker {
                 address,
                 eps: Slab::new(),
                 ep_gen: 0,
-                by_uuid: HashMap::new(),
+                by_uuid: HashMap::default(),
                 by_uct: HashMap::new(),
                 iface_users: vec![0; n_ifaces],
                 reqs: Slab::new(),
@@ -1035,7 +1059,7 @@ impl Worker {
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
         self.tick = self.tick.wrapping_add(1);
-        self.st.now_cache = self.st.clock.now();
+        self.st.now_cache = self.st.clock.now_coarse();
         let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
         for (i, iface) in self.ifaces.iter_mut().enumerate() {
             let idle = self.st.iface_users[i] == 0;
