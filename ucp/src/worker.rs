@@ -1752,9 +1752,7 @@ impl State {
         let key = self.new_send(idx, 0, data, false);
         self.send_mut(key).am = Some((id, header.to_vec()));
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
-        if ready {
-            self.send_rts(key)?;
-        } else {
+        if !ready || !self.send_rts(key)? {
             self.eps[idx].pending.push_back(Pending::Req(key));
             self.mark_pending(idx);
         }
@@ -2238,6 +2236,23 @@ impl State {
         }
     }
 
+    /// Sends a control message on the AM lane now, whatever is queued (for the request at the
+    /// head of the endpoint's queue). False on back-pressure.
+    fn send_ctl_now(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<bool> {
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        if am_send(uep, &self.info[*li].attr, id, &[&uuid, body])? == Outcome::NoResource {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_cache;
+        Ok(true)
+    }
+
     /// Sends a control message, or queues it behind earlier sends of the endpoint.
     fn send_ctl(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<()> {
         self.ep_usable(idx)?;
@@ -2320,10 +2335,9 @@ impl State {
         let id = self.next_msg_id;
         self.next_msg_id += 1;
         self.send_mut(key).msg_id = id;
-        if ready {
-            self.send_step(key)?;
-        }
-        if self.reqs[key].done.is_none() && !ready {
+        // Back-pressure queues the request (it resumes from `progress_pending`, in order).
+        let queued = !ready || !self.send_step(key)?;
+        if queued && self.reqs[key].done.is_none() {
             self.eps[idx].pending.push_back(Pending::Req(key));
             self.mark_pending(idx);
         }
@@ -2670,9 +2684,13 @@ impl State {
             },
         }
         .encode(&mut body);
-        let r = self.send_ctl(idx, rts_id, &body);
+        // Sent now or not at all: the request is at the head of the endpoint's queue (or the
+        // queue is empty), and queueing the RTS behind later messages would reorder matching.
+        let r = self.send_ctl_now(idx, rts_id, &body);
         self.scratch = body;
-        r?;
+        if !r? {
+            return Ok(false);
+        }
         self.stats.rndv_rts += 1;
         let s = self.send_mut(key);
         s.rts_sent = true;
