@@ -9,7 +9,7 @@
 #   - the uct_hello_world pair `-d rxe0:1 -t rc_verbs` with -i, -b and -z,
 #   - the ucp tag tests over rc_verbs (tests/tests/ucp_rc_verbs.rs; wire-up over tcp, then AM
 #     and RMA lanes on rc_verbs): two workers in one process (also switching while the
-#     receiver does not progress), and two processes with eager
+#     receiver does not progress; connected through a ucp listener), and two processes with eager
 #     small/large + rendezvous, 400 messages in order through wildcard receives, order across
 #     the lane switch, and a killed peer failing the endpoint,
 #   - perftest tag_lat 8 B and ucp_put_bw 64 KiB between two processes over rc_verbs (short
@@ -118,6 +118,7 @@ ucp_rc() {
 }
 check ucp_rc_two_workers ucp_rc tag_over_rc_verbs_two_workers
 check ucp_rc_switch_receiver_idle ucp_rc switch_while_the_receiver_is_idle
+check ucp_rc_listener ucp_rc listener_connection_then_rc_verbs_lanes
 check ucp_rc_mp_eager_and_rndv ucp_rc mp_eager_small_and_large_and_rndv
 check ucp_rc_mp_many_in_order_wildcard ucp_rc mp_many_messages_in_order_wildcard
 check ucp_rc_mp_order_across_lane_switch ucp_rc mp_order_across_the_lane_switch
@@ -153,7 +154,7 @@ echo "=== rc_verbs inside the Soft-RoCE VM: summary"
 pass=$(grep -c '^@@CHECK .* PASS$' "$WORK/out")
 fail=$(grep -c '^@@CHECK .* FAIL' "$WORK/out")
 grep '^@@CHECK ' "$WORK/out" | sed 's/^@@CHECK /  /'
-expected=16
+expected=17
 if ((pass + fail < expected)); then
     say "only $((pass + fail)) of $expected checks reported (VM exit $vm_rc)"
     fail=$((fail + expected - pass - fail))

@@ -217,6 +217,60 @@ fn switch_while_the_receiver_is_idle() {
     );
 }
 
+/// Waits (progressing only `w`) until `ep` is wired up and checks its AM lane is rc_verbs.
+fn wired_alone(w: &mut Worker, ep: EpHandle) {
+    wait_rc_am_lane(w, &mut [], ep);
+}
+
+#[test]
+fn listener_connection_then_rc_verbs_lanes() {
+    // Skip cleanly where there is no rc_verbs (the threads below expect it).
+    if worker().is_none() {
+        return;
+    }
+    let mut l = ucp::Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = l.local_addr().unwrap();
+    // The client: connects through the listener (worker addresses over its tcp connection),
+    // then the rc_verbs lane connects over the tcp AM lane and takes over.
+    let client = std::thread::spawn(move || {
+        let mut w = worker().expect("rc_verbs");
+        let ep = w.connect(addr, EpParams::default()).unwrap();
+        wired_alone(&mut w, ep);
+        for (i, n) in [8usize, 5000, 1 << 20].into_iter().enumerate() {
+            let d = pattern(n, i as u64);
+            let r = w
+                .tag_recv(vec![0; n], 100 + i as u64, TAG_MASK_EXACT)
+                .unwrap();
+            let s = w.tag_send(ep, i as u64, &d).unwrap();
+            assert_eq!(finish(&mut w, s, "client send").status, Ok(()));
+            let c = finish(&mut w, r, "client receive");
+            assert_eq!(c.status, Ok(()));
+            assert!(c.buf.unwrap() == d, "reply of {n} bytes differs");
+        }
+        assert!(w.stats().rndv_get >= 1, "{:?}", w.stats());
+        w.ep_close(ep, ucp::CloseMode::Flush).unwrap();
+    });
+    let mut w = worker().expect("rc_verbs");
+    let req = l
+        .wait(DEADLINE)
+        .unwrap()
+        .expect("watchdog: no connection request");
+    let ep = w.accept(req, EpParams::default()).unwrap();
+    wired_alone(&mut w, ep);
+    for (i, n) in [8usize, 5000, 1 << 20].into_iter().enumerate() {
+        let r = w.tag_recv(vec![0; n], i as u64, TAG_MASK_EXACT).unwrap();
+        let c = finish(&mut w, r, "server receive");
+        assert_eq!(c.status, Ok(()));
+        let s = w.tag_send_vec(ep, 100 + i as u64, c.buf.unwrap()).unwrap();
+        assert_eq!(finish(&mut w, s, "server send").status, Ok(()));
+    }
+    // Serve until the client is done (its close needs our progress).
+    while !client.is_finished() {
+        w.progress();
+    }
+    client.join().expect("client thread");
+}
+
 // ---- two processes ---------------------------------------------------------------------------
 
 fn hex(b: &[u8]) -> String {
