@@ -139,7 +139,8 @@ pub fn select_lanes(
                 }
             } else if ep_only {
                 why.push(format!(
-                    "{}/{}: reachable, but connects endpoint to endpoint (used for RMA only)",
+                    "{}/{}: reachable, but connects endpoint to endpoint: its wire-up needs a \
+                     tcp lane (add tcp to RUCX_TLS, and its netdev to RUCX_NET_DEVICES)",
                     l.tl_name, l.dev_name
                 ));
             } else {
@@ -608,6 +609,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("connects endpoint to endpoint"), "{e}");
+        assert!(e.contains("add tcp to RUCX_TLS"), "{e}");
     }
 
     #[test]
