@@ -172,7 +172,10 @@ impl UcpTest {
             self.worker.progress();
             self.worker.ep_status(ep)?;
             match self.worker.ep_proto_config(ep) {
-                Ok(_) => return self.unpack_peer_memory(ep, peer),
+                Ok(_) => {
+                    self.await_wireup(ep, deadline)?;
+                    return self.unpack_peer_memory(ep, peer);
+                }
                 Err(Error::Busy(_)) if std::time::Instant::now() < deadline => {}
                 Err(Error::Busy(_)) => {
                     return Err(Error::Timeout(
@@ -182,6 +185,24 @@ impl UcpTest {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Progresses until the endpoint's wire-up is complete: over rc_verbs the lane connects
+    /// after the tcp wire-up and then carries the active messages and RMA, so the test (and
+    /// the remote key unpacked for it) must not start before. If the peer never completes it
+    /// (its rc_verbs lane failed to connect) the test runs on the wire-up lane, as the
+    /// protocol table printed with `RUCX_PROTO_INFO=y` shows.
+    fn await_wireup(&mut self, ep: EpHandle, deadline: std::time::Instant) -> Result<()> {
+        while !self.worker.ep_wired_up(ep)? {
+            if std::time::Instant::now() >= deadline {
+                eprintln!(
+                    "perftest: endpoint wire-up incomplete after 30 s, using the wire-up lane"
+                );
+                break;
+            }
+            self.worker.progress();
+        }
+        Ok(())
     }
 
     /// Unpacks the peer's remote key on `ep` (one-sided tests).

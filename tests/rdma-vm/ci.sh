@@ -7,7 +7,13 @@
 #   - `rucx-info -d` listing rxe0:1 with its details,
 #   - the RoCE v2 GID auto-selection and RUCX_IB_GID_INDEX override (uct_hello_world -h),
 #   - the uct_hello_world pair `-d rxe0:1 -t rc_verbs` with -i, -b and -z,
-#   - the ucp two-worker tag test over rc_verbs (RMA lane) + tcp (AM lane, wire-up),
+#   - the ucp tag tests over rc_verbs (tests/tests/ucp_rc_verbs.rs; wire-up over tcp, then AM
+#     and RMA lanes on rc_verbs): two workers in one process (also switching while the
+#     receiver does not progress; connected through a ucp listener), and two processes with eager
+#     small/large + rendezvous, 400 messages in order through wildcard receives, order across
+#     the lane switch, and a killed peer failing the endpoint,
+#   - perftest tag_lat 8 B and ucp_put_bw 64 KiB between two processes over rc_verbs (short
+#     runs: it must work and its protocol table must show rc_verbs as the AM lane),
 # then prints one PASS/FAIL line per check and a summary. Exits non-zero if anything failed.
 # Every step has a timeout; the whole run stays well under 10 minutes on 2 cores.
 #
@@ -57,8 +63,9 @@ NO_ALLOC="$(test_exe rc_verbs_no_alloc --test rc_verbs_no_alloc)"
 [[ -x "$NO_ALLOC" ]] || die "could not build the rc_verbs_no_alloc test"
 timeout 1200 cargo build -q -p rucx-examples --bin uct_hello_world || die "could not build uct_hello_world"
 HELLO="$ROOT/target/debug/uct_hello_world"
-timeout 1200 cargo build -q -p perftest --bin rucx-info || die "could not build rucx-info"
+timeout 1200 cargo build -q -p perftest --bin rucx-info --bin perftest || die "could not build rucx-info and perftest"
 INFO="$ROOT/target/debug/rucx-info"
+PERFTEST="$ROOT/target/debug/perftest"
 
 WORK="$(mktemp -d /tmp/rdma-vm-ci.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
@@ -104,17 +111,42 @@ check hello_world_am_short hello -i 13401
 check hello_world_am_bcopy hello -b 13402
 check hello_world_am_zcopy hello -z 13403
 ucp_rc() {
-    timeout 180 $(basename "$UCP_RC") --nocapture 2>&1 | tee /tmp/ucp_rc.out
+    timeout 150 $(basename "$UCP_RC") --exact \$1 --nocapture --test-threads=1 2>&1 | grep -v "^child: *\(running .*\)\?\$" | tee /tmp/ucp_rc.out
     local rc=\${PIPESTATUS[0]}
     # The test skips (and passes) without rc_verbs: here it must have really run.
-    ! grep -q "skipped" /tmp/ucp_rc.out && [ \$rc = 0 ]
+    ! grep -q "skipped" /tmp/ucp_rc.out && grep -q "1 passed" /tmp/ucp_rc.out && [ \$rc = 0 ]
 }
-check ucp_tag_rc_verbs_tcp ucp_rc
+check ucp_rc_two_workers ucp_rc tag_over_rc_verbs_two_workers
+check ucp_rc_switch_receiver_idle ucp_rc switch_while_the_receiver_is_idle
+check ucp_rc_listener ucp_rc listener_connection_then_rc_verbs_lanes
+check ucp_rc_mp_eager_and_rndv ucp_rc mp_eager_small_and_large_and_rndv
+check ucp_rc_mp_many_in_order_wildcard ucp_rc mp_many_messages_in_order_wildcard
+check ucp_rc_mp_order_across_lane_switch ucp_rc mp_order_across_the_lane_switch
+check ucp_rc_mp_killed_peer ucp_rc mp_killed_peer_fails_the_endpoint
+# perftest over rc_verbs (wire-up helper: tcp on rxe0's netdev), server and client processes.
+perf_rc() {
+    local port=\$1; shift
+    RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0 timeout 90 perftest -p \$port >/tmp/perf_server.out 2>&1 &
+    local server=\$!
+    sleep 1
+    RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0 RUCX_PROTO_INFO=y timeout 90 perftest 10.83.0.1 -p \$port "\$@" >/tmp/perf.out 2>&1
+    local c=\$?
+    wait \$server
+    local s=\$?
+    grep -A8 "AM and RMA lanes moved" /tmp/perf.out | head -8
+    grep "Final:" /tmp/perf.out || tail -5 /tmp/perf.out
+    echo "client exit \$c, server exit \$s"
+    [ \$c = 0 ] && [ \$s = 0 ] && grep -q "Final:" /tmp/perf.out &&
+        grep -q "AM and RMA lanes moved to rc_verbs" /tmp/perf.out &&
+        grep -A3 "AM and RMA lanes moved" /tmp/perf.out | grep "eager short" | grep -q "rc_verbs/rxe0:1"
+}
+check perftest_tag_lat_rc_verbs perf_rc 13411 -t tag_lat -s 8 -n 300 -w 30
+check perftest_ucp_put_bw_rc_verbs perf_rc 13412 -t ucp_put_bw -s 65536 -n 50 -w 5
 EOF
 chmod +x "$WORK/vm-checks.sh"
 
 say "booting the VM and running the checks"
-"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$NO_ALLOC" -f "$HELLO" -f "$INFO" -f "$UCP_RC" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
+"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$NO_ALLOC" -f "$HELLO" -f "$INFO" -f "$UCP_RC" -f "$PERFTEST" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
 vm_rc=${PIPESTATUS[0]}
 
 echo
@@ -122,7 +154,7 @@ echo "=== rc_verbs inside the Soft-RoCE VM: summary"
 pass=$(grep -c '^@@CHECK .* PASS$' "$WORK/out")
 fail=$(grep -c '^@@CHECK .* FAIL' "$WORK/out")
 grep '^@@CHECK ' "$WORK/out" | sed 's/^@@CHECK /  /'
-expected=9
+expected=17
 if ((pass + fail < expected)); then
     say "only $((pass + fail)) of $expected checks reported (VM exit $vm_rc)"
     fail=$((fail + expected - pass - fail))

@@ -8,7 +8,7 @@ use ucs::{Error, Result};
 pub static TLS: ConfigVar = ConfigVar {
     name: "TLS",
     default: "all",
-    doc: "Comma-separated transports to use (self, posix, sysv, cma, tcp; aliases shm, sm = posix,sysv,cma), or all.",
+    doc: "Comma-separated transports to use (self, posix, sysv, cma, tcp, rc_verbs; aliases shm, sm = posix,sysv,cma), or all.",
 };
 /// `RUCX_NET_DEVICES`: network devices to use.
 pub static NET_DEVICES: ConfigVar = ConfigVar {
@@ -54,6 +54,12 @@ pub static KEEPALIVE_TIMEOUT: ConfigVar = ConfigVar {
     doc:
         "A peer silent for this long (no message, no keepalive) fails its endpoints with a timeout.",
 };
+/// `RUCX_AM_LANE_SWITCH`: move the AM lane to rc_verbs once it is connected.
+pub static AM_LANE_SWITCH: ConfigVar = ConfigVar {
+    name: "AM_LANE_SWITCH",
+    default: "y",
+    doc: "Once a connect-to-endpoint lane (rc_verbs) to a peer is connected, move the active messages (eager, rendezvous control, AM API) from the wire-up lane (tcp) to it (y/n).",
+};
 
 /// The transports the `shm` alias stands for.
 pub const SHM_TLS: [&str; 3] = ["posix", "sysv", "cma"];
@@ -68,6 +74,7 @@ pub static ALL_VARS: &[&ConfigVar] = &[
     &PROTO_INFO,
     &KEEPALIVE_INTERVAL,
     &KEEPALIVE_TIMEOUT,
+    &AM_LANE_SWITCH,
     &crate::worker::TM_ENABLE,
 ];
 
@@ -91,6 +98,8 @@ pub struct UcpConfig {
     pub keepalive_interval: Option<Duration>,
     /// Silence after which a peer is declared dead.
     pub keepalive_timeout: Duration,
+    /// Move the AM lane to a connected connect-to-endpoint lane (rc_verbs).
+    pub am_lane_switch: bool,
 }
 
 impl Default for UcpConfig {
@@ -104,6 +113,7 @@ impl Default for UcpConfig {
             proto_info: false,
             keepalive_interval: Some(Duration::from_secs(1)),
             keepalive_timeout: Duration::from_secs(30),
+            am_lane_switch: true,
         }
     }
 }
@@ -192,6 +202,7 @@ impl UcpConfig {
             proto_info: PROTO_INFO.bool()?,
             keepalive_interval: interval,
             keepalive_timeout: KEEPALIVE_TIMEOUT.duration()?,
+            am_lane_switch: AM_LANE_SWITCH.bool()?,
         })
     }
 }

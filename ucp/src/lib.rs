@@ -17,6 +17,9 @@
 //! carries the sender's packed worker address; the receiver creates the reverse endpoint it
 //! replies on (sync acks, ATS/RTR/ATP, atomic replies, keepalive). Every ucp message starts with
 //! the sender's worker uuid, which names the endpoint a message (or a malformed header) belongs to.
+//! rc_verbs connects endpoint to endpoint: its endpoint addresses are swapped over the tcp lane
+//! after that first message, and then the AM and RMA lanes move to rc_verbs behind an ordering
+//! marker (see [`wireup`]), so tcp carries only the wire-up.
 //!
 //! ## Room for tag offload (issue 7)
 //! [`tag_match::TagMatcher`] stays the single source of truth for ordering. A lane whose

@@ -57,6 +57,9 @@ pub mod am_id {
     pub const CLOSE_ACK: u8 = 19;
     /// Endpoint address of a connect-to-endpoint lane (rc_verbs): [`super::EpAddrHdr`].
     pub const EP_ADDR: u8 = 20;
+    /// The sender's last message on its old AM lane: everything after it comes over the
+    /// connect-to-endpoint lane (rc_verbs). No body: [`super::Msg::AmLaneSwitch`].
+    pub const AM_LANE_SWITCH: u8 = 21;
 }
 
 /// Length of the uuid prefix.
@@ -669,6 +672,8 @@ pub enum Msg<'a> {
     CloseAck,
     /// The peer's connect-to-endpoint lane address.
     EpAddr(EpAddrHdr<'a>),
+    /// The peer moved its AM lane: its later messages come over the connect-to-endpoint lane.
+    AmLaneSwitch,
 }
 
 /// Splits off the sender uuid.
@@ -752,6 +757,14 @@ impl<'a> Msg<'a> {
                 Msg::CloseAck
             }
             ATOMIC_REP => Msg::AtomicRep(AtomicRepHdr::decode(b)?),
+            AM_LANE_SWITCH => {
+                if !b.is_empty() {
+                    return Err(Error::Wire(
+                        "AM lane switch carries unexpected bytes".into(),
+                    ));
+                }
+                Msg::AmLaneSwitch
+            }
             other => return Err(Error::Wire(format!("unknown ucp message id {other}"))),
         })
     }
@@ -938,5 +951,17 @@ mod tests {
         assert!(Msg::decode(200, &[]).is_err());
         assert!(Msg::decode(am_id::KEEPALIVE, &[1]).is_err());
         assert_eq!(Msg::decode(am_id::KEEPALIVE, &[]).unwrap(), Msg::Keepalive);
+    }
+
+    #[test]
+    fn am_lane_switch_has_no_body() {
+        assert_eq!(
+            Msg::decode(am_id::AM_LANE_SWITCH, &[]).unwrap(),
+            Msg::AmLaneSwitch
+        );
+        assert!(matches!(
+            Msg::decode(am_id::AM_LANE_SWITCH, &[0]),
+            Err(Error::Wire(_))
+        ));
     }
 }

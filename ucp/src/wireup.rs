@@ -2,7 +2,30 @@
 //! and the protocol thresholds of one endpoint configuration.
 //!
 //! Pure functions over [`uct::IfaceAttr`] and reachability answers, so they are tested without a
-//! transport. The worker calls them once per endpoint; nothing here runs on the data path.
+//! transport. The worker calls them once per endpoint; nothing here runs on the data path except
+//! [`AmSwitchGate::admit`] (one branch per message).
+//!
+//! ## Moving the AM lane to a connect-to-endpoint transport (rc_verbs)
+//! rc_verbs endpoints connect endpoint to endpoint, so they cannot carry the first message to a
+//! peer. Wire-up therefore starts on a connect-to-interface AM lane (tcp): the worker address
+//! goes over it, then the rc_verbs endpoint addresses (`EP_ADDR`, three messages: ours, the
+//! peer's marked connected, ours marked connected). Once both QPs are connected the lane serves
+//! RMA, and when [`carries_am`] accepts it the AM lane (eager, rendezvous control, user AM,
+//! stream, keepalive, close) moves to it as well:
+//!
+//! - Sender: the switch waits until the endpoint's pending queue is empty (no message is half
+//!   sent on the old lane), then sends `AM_LANE_SWITCH` as the last message on the old lane and
+//!   from then on sends every active message on the new lane. If the marker meets
+//!   back-pressure the switch is retried from progress; nothing is sent on the new lane before
+//!   the marker went out.
+//! - Receiver ([`AmSwitchGate`], one per peer): active messages from that peer arriving on a
+//!   connect-to-endpoint interface before its marker are held (copied, in arrival order); the
+//!   marker releases them in order, after everything the old lane delivered before it. Since
+//!   each lane is itself ordered, per-sender order holds across the switch. The copies only
+//!   happen in the short window between the peer's switch and our reading of its marker.
+//! - If the rc_verbs endpoint cannot connect (either side), that side drops the lane and never
+//!   sends its "connected" address, so neither side switches: both stay on tcp. A failure of the
+//!   rc_verbs lane after the switch is an endpoint error, like a failure of any lane.
 
 use crate::address::WorkerAddress;
 use crate::config::{RndvSchemeCfg, UcpConfig};
@@ -103,8 +126,8 @@ pub fn select_lanes(
             let f = l.attr.flags;
             let prio = l.attr.priority;
             // A connect-to-endpoint-only transport (rc_verbs) is connected during wire-up over
-            // the AM lane, so it serves RMA (rendezvous get/put, put/get) only: AM stays on one
-            // connect-to-interface lane from the first message, which keeps AM ordering.
+            // the AM lane, so it is chosen for RMA here; the worker moves the AM lane to it once
+            // connected (see the module docs), behind an ordering marker.
             let ep_only = connect_to_ep_only(l.attr);
             if !ep_only
                 && f.intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY)
@@ -116,7 +139,8 @@ pub fn select_lanes(
                 }
             } else if ep_only {
                 why.push(format!(
-                    "{}/{}: reachable, but connects endpoint to endpoint (used for RMA only)",
+                    "{}/{}: reachable, but connects endpoint to endpoint: its wire-up needs a \
+                     tcp lane (add tcp to RUCX_TLS, and its netdev to RUCX_NET_DEVICES)",
                     l.tl_name, l.dev_name
                 ));
             } else {
@@ -173,6 +197,85 @@ pub fn select_lanes(
                 why.join("; ")
             )))
         }
+    }
+}
+
+/// Smallest `max_bcopy` a lane needs to carry ucp active messages (control messages with a
+/// packed remote key, fragment headers).
+pub const AM_MIN_BCOPY: usize = 256;
+
+/// Whether a connected connect-to-endpoint lane (rc_verbs) can take over the AM lane: it has
+/// bcopy (or short) active messages big enough for every ucp control message, and the
+/// configuration allows it (`RUCX_AM_LANE_SWITCH`).
+pub fn carries_am(a: &IfaceAttr, cfg: &UcpConfig) -> bool {
+    cfg.am_lane_switch && a.flags.contains(IfaceFlags::AM_BCOPY) && a.am.max_bcopy >= AM_MIN_BCOPY
+}
+
+/// What [`AmSwitchGate::admit`] decided for one arriving message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Handle it now.
+    Now,
+    /// Held until the peer's lane-switch marker (a copy is kept in the gate).
+    Held,
+}
+
+/// Receive side of one peer's AM lane switch (see the module docs): messages that arrive on the
+/// peer's new (connect-to-endpoint) lane before the marker on its old lane are held, in order.
+#[derive(Debug, Default)]
+pub struct AmSwitchGate {
+    seen: bool,
+    held: std::collections::VecDeque<(u8, Vec<u8>)>,
+}
+
+impl AmSwitchGate {
+    /// A gate that has not seen the marker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the peer's marker has arrived (its AM lane is the new one).
+    pub fn switched(&self) -> bool {
+        self.seen
+    }
+
+    /// Messages held now.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Decides for a message `id`/`data` (the whole message, uuid prefix included) that arrived
+    /// on the new lane (`on_new_lane`) or the old one.
+    pub fn admit(&mut self, on_new_lane: bool, id: u8, data: &[u8]) -> Admit {
+        if self.seen || !on_new_lane {
+            return Admit::Now;
+        }
+        self.held.push_back((id, data.to_vec()));
+        Admit::Held
+    }
+
+    /// The peer's marker arrived (`on_new_lane`: over which lane). Gives the held messages in
+    /// arrival order, to be handled now. A marker on the new lane or a second one is a protocol
+    /// error.
+    pub fn marker(
+        &mut self,
+        on_new_lane: bool,
+    ) -> Result<std::collections::VecDeque<(u8, Vec<u8>)>> {
+        if on_new_lane {
+            return Err(Error::Wire(
+                "AM lane switch marker arrived on the new lane".into(),
+            ));
+        }
+        if self.seen {
+            return Err(Error::Wire("second AM lane switch marker".into()));
+        }
+        self.seen = true;
+        Ok(std::mem::take(&mut self.held))
+    }
+
+    /// Drops the held messages (the endpoint failed or closed).
+    pub fn clear(&mut self) {
+        self.held.clear();
     }
 }
 
@@ -506,6 +609,76 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("connects endpoint to endpoint"), "{e}");
+        assert!(e.contains("add tcp to RUCX_TLS"), "{e}");
+    }
+
+    #[test]
+    fn rc_lane_takes_over_am_when_it_can() {
+        let rc = attr(
+            IfaceFlags::AM_SHORT
+                | IfaceFlags::AM_BCOPY
+                | IfaceFlags::GET_ZCOPY
+                | IfaceFlags::PUT_ZCOPY
+                | IfaceFlags::CONNECT_TO_EP,
+            1e-6,
+            10e9,
+        );
+        let cfg = UcpConfig::default();
+        assert!(cfg.am_lane_switch);
+        assert!(carries_am(&rc, &cfg));
+        // Switched off by configuration: AM stays on the wire-up lane.
+        let off = UcpConfig {
+            am_lane_switch: false,
+            ..Default::default()
+        };
+        assert!(!carries_am(&rc, &off));
+        // RMA-only, or segments too small for a control message with a remote key.
+        let mut rma_only = rc.clone();
+        rma_only.flags = IfaceFlags::GET_ZCOPY | IfaceFlags::CONNECT_TO_EP;
+        assert!(!carries_am(&rma_only, &cfg));
+        let mut tiny = rc.clone();
+        tiny.am.max_bcopy = AM_MIN_BCOPY - 1;
+        assert!(!carries_am(&tiny, &cfg));
+        // After the switch the thresholds follow the new lane's limits.
+        let mut rc_small = rc.clone();
+        rc_small.am.max_bcopy = 4096;
+        rc_small.am.max_short = 60;
+        let p = ProtoConfig::compute(&rc_small, true, Some(&rc_small), &cfg);
+        assert_eq!(p.short_max, Some(60 - 16));
+        assert_eq!(p.bcopy_single_max, 4096 - 16);
+        assert_eq!(p.rndv, RndvScheme::Get);
+        let t = p.table("rc_verbs/rxe0:1", Some("rc_verbs/rxe0:1"));
+        assert!(
+            t.contains("eager short") && t.contains("rc_verbs/rxe0:1"),
+            "{t}"
+        );
+        assert!(!t.contains("tcp"), "{t}");
+    }
+
+    #[test]
+    fn switch_gate_holds_new_lane_until_marker_in_order() {
+        let mut g = AmSwitchGate::new();
+        // Old lane: handled at once, before and after anything held.
+        assert_eq!(g.admit(false, 2, b"tcp-1"), Admit::Now);
+        assert_eq!(g.admit(true, 2, b"rc-1"), Admit::Held);
+        assert_eq!(g.admit(true, 4, b"rc-2"), Admit::Held);
+        assert_eq!(g.admit(false, 2, b"tcp-2"), Admit::Now);
+        assert_eq!(g.held(), 2);
+        assert!(!g.switched());
+        let out: Vec<_> = g.marker(false).unwrap().into_iter().collect();
+        assert_eq!(out, vec![(2, b"rc-1".to_vec()), (4, b"rc-2".to_vec())]);
+        assert!(g.switched());
+        assert_eq!(g.held(), 0);
+        assert_eq!(g.admit(true, 2, b"rc-3"), Admit::Now);
+        // A second marker is a protocol error.
+        assert!(matches!(g.marker(false), Err(Error::Wire(_))));
+        // A marker on the new lane is a protocol error, and releases nothing.
+        let mut g = AmSwitchGate::new();
+        assert_eq!(g.admit(true, 2, b"x"), Admit::Held);
+        assert!(matches!(g.marker(true), Err(Error::Wire(_))));
+        assert_eq!(g.held(), 1);
+        g.clear();
+        assert_eq!(g.held(), 0);
     }
 
     #[test]

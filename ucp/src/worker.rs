@@ -12,7 +12,9 @@ use crate::wire::{
     RtrHdr, RtrMode, RtsHdr, NO_REQ,
 };
 use crate::wire::{AtomicRepHdr, AtomicReqHdr, EpAddrHdr, UserAmHdr, PREFIX_LEN};
-use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig, RndvScheme};
+use crate::wireup::{
+    select_lanes, Admit, AmSwitchGate, LaneSelection, LocalTl, ProtoConfig, RndvScheme,
+};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
@@ -121,6 +123,11 @@ pub struct ProtoStats {
     pub rndv_am: u64,
     /// Endpoints failed.
     pub ep_failures: u64,
+    /// Endpoints whose AM lane moved to a connect-to-endpoint lane (rc_verbs) after wire-up.
+    pub am_lane_switches: u64,
+    /// Messages that arrived on a peer's new AM lane before its lane-switch marker and were
+    /// held until it (see [`crate::wireup::AmSwitchGate`]).
+    pub am_switch_held: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -148,6 +155,13 @@ struct Lanes {
     /// The RMA lane over a connect-to-endpoint transport (rc_verbs) while its endpoint address
     /// exchange runs over the AM lane; it joins `uct` as `rma` once both sides are connected.
     rma_wait: Option<WaitLane>,
+    /// The connected connect-to-endpoint lane (index in `uct`) the AM lane moves to as soon as
+    /// no message is pending on the old one (see `State::am_switch_try`).
+    am_next: Option<usize>,
+    /// The old AM lane (index in `uct`) after a switch, when no other purpose uses it: it no
+    /// longer counts as a user of its interface (polled like an idle one), but stays connected
+    /// (its failure still fails the endpoint).
+    released: Option<usize>,
 }
 
 /// A connect-to-endpoint lane being wired up (see [`EpAddrHdr`]).
@@ -190,6 +204,8 @@ struct Ep {
     close_acked: bool,
     /// A peer endpoint address that arrived before this endpoint's lanes were created.
     peer_ep_addr: Option<(bool, Vec<u8>)>,
+    /// Receive side of the peer's AM lane switch.
+    rx_gate: AmSwitchGate,
     last_tx: Duration,
     last_rx: Duration,
 }
@@ -310,6 +326,8 @@ struct IfaceInfo {
     dev_name: String,
     attr: IfaceAttr,
     md_reg: bool,
+    /// Connects endpoint to endpoint only (rc_verbs): a peer's AM lane after its switch.
+    ep_only: bool,
 }
 
 struct State {
@@ -419,6 +437,7 @@ impl Worker {
                         dev_name: r.device.name.clone(),
                         attr: iface.attr().clone(),
                         md_reg: md.attr().flags.contains(MdFlags::REG),
+                        ep_only: crate::wireup::connect_to_ep_only(iface.attr()),
                     });
                     mds.push(md);
                     ifaces.push(iface);
@@ -615,6 +634,31 @@ impl Worker {
             EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
             _ => Ok(()),
         }
+    }
+
+    /// The endpoint's AM lane as `transport/device` (for example `rc_verbs/rxe0:1` once the
+    /// lane moved there after wire-up); `Busy` while the endpoint is connecting.
+    pub fn ep_am_lane(&self, ep: EpHandle) -> Result<String> {
+        let idx = self.st.ep_idx(ep)?;
+        let l = self.st.eps[idx]
+            .lanes
+            .as_ref()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let i = &self.st.info[l.uct[l.am].0];
+        Ok(format!("{}/{}", i.tl_name, i.dev_name))
+    }
+
+    /// True once the endpoint's wire-up is complete: its lanes exist, a connect-to-endpoint
+    /// lane (rc_verbs) is connected or given up, and a due AM lane switch happened. Until then
+    /// messages go over the wire-up lane (tcp); remote keys unpacked before an RMA lane joins
+    /// cannot use it, so one-sided users wait for this first.
+    pub fn ep_wired_up(&self, ep: EpHandle) -> Result<bool> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.ep_usable(idx)?;
+        Ok(self.st.eps[idx]
+            .lanes
+            .as_ref()
+            .is_some_and(|l| l.rma_wait.is_none() && l.am_next.is_none()))
     }
 
     /// The protocol table of the endpoint (what `RUCX_PROTO_INFO=y` prints).
@@ -1325,6 +1369,8 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
         amo,
         amo_later,
         rma_wait,
+        am_next: None,
+        released: None,
     });
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
@@ -1446,7 +1492,7 @@ struct Sink<'a> {
 
 impl EventSink for Sink<'_> {
     fn am(&mut self, id: u8, data: &[u8]) {
-        self.st.handle_am(id, data);
+        self.st.handle_am_from(Some(self.iface), id, data);
     }
     fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
         self.st.handle_completion(comp, result);
@@ -1491,6 +1537,7 @@ impl State {
             stream_waiters: VecDeque::new(),
             close_acked: false,
             peer_ep_addr: None,
+            rx_gate: AmSwitchGate::new(),
             last_tx: now,
             last_rx: now,
         });
@@ -1729,9 +1776,7 @@ impl State {
         let key = self.new_send(idx, 0, data, false);
         self.send_mut(key).am = Some((id, header.to_vec()));
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
-        if ready {
-            self.send_rts(key)?;
-        } else {
+        if !ready || !self.send_rts(key)? {
             self.eps[idx].pending.push_back(Pending::Req(key));
             self.mark_pending(idx);
         }
@@ -2215,6 +2260,23 @@ impl State {
         }
     }
 
+    /// Sends a control message on the AM lane now, whatever is queued (for the request at the
+    /// head of the endpoint's queue). False on back-pressure.
+    fn send_ctl_now(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<bool> {
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        if am_send(uep, &self.info[*li].attr, id, &[&uuid, body])? == Outcome::NoResource {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_cache;
+        Ok(true)
+    }
+
     /// Sends a control message, or queues it behind earlier sends of the endpoint.
     fn send_ctl(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<()> {
         self.ep_usable(idx)?;
@@ -2297,10 +2359,9 @@ impl State {
         let id = self.next_msg_id;
         self.next_msg_id += 1;
         self.send_mut(key).msg_id = id;
-        if ready {
-            self.send_step(key)?;
-        }
-        if self.reqs[key].done.is_none() && !ready {
+        // Back-pressure queues the request (it resumes from `progress_pending`, in order).
+        let queued = !ready || !self.send_step(key)?;
+        if queued && self.reqs[key].done.is_none() {
             self.eps[idx].pending.push_back(Pending::Req(key));
             self.mark_pending(idx);
         }
@@ -2647,9 +2708,13 @@ impl State {
             },
         }
         .encode(&mut body);
-        let r = self.send_ctl(idx, rts_id, &body);
+        // Sent now or not at all: the request is at the head of the endpoint's queue (or the
+        // queue is empty), and queueing the RTS behind later messages would reorder matching.
+        let r = self.send_ctl_now(idx, rts_id, &body);
         self.scratch = body;
-        r?;
+        if !r? {
+            return Ok(false);
+        }
         self.stats.rndv_rts += 1;
         let s = self.send_mut(key);
         s.rts_sent = true;
@@ -2843,6 +2908,19 @@ impl State {
                         self.fail_ep(idx, e);
                         break;
                     }
+                }
+            }
+            // The queue drained on the old lane: a due AM lane switch happens now.
+            let due = self.eps.get(idx).is_some_and(|e| {
+                e.state == EpState::Ready
+                    && e.pending.is_empty()
+                    && e.lanes.as_ref().is_some_and(|l| l.am_next.is_some())
+            });
+            if due {
+                match self.am_switch_try(idx) {
+                    Ok(true) => n += 1,
+                    Ok(false) => keep.push(idx),
+                    Err(e) => self.fail_ep(idx, e),
                 }
             }
         }
@@ -3316,6 +3394,12 @@ impl State {
     // ---- incoming messages ----------------------------------------------------------------
 
     fn handle_am(&mut self, id: u8, data: &[u8]) {
+        self.handle_am_from(None, id, data);
+    }
+
+    /// An active message that arrived on interface `iface` (`None`: not from an AM lane, e.g.
+    /// a tag-offload rendezvous header).
+    fn handle_am_from(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
         let (src, body) = match split_prefix(data) {
             Ok(x) => x,
             Err(e) => {
@@ -3340,7 +3424,14 @@ impl State {
             return;
         }
         self.eps[idx].last_rx = self.now_cache;
+        // The peer's AM lane switch: messages on its new lane wait for the marker on the old.
+        let on_new = iface.is_some_and(|i| self.info[i].ep_only);
+        if on_new && self.eps[idx].rx_gate.admit(true, id, data) == Admit::Held {
+            self.stats.am_switch_held += 1;
+            return;
+        }
         let r = match msg {
+            Ok(Msg::AmLaneSwitch) => self.on_lane_switch(idx, on_new),
             Ok(m) => self.handle_msg(idx, src, m),
             Err(e) => Err(e),
         };
@@ -3580,6 +3671,7 @@ impl State {
                 Ok(())
             }
             Msg::EpAddr(h) => self.on_ep_addr(idx, h.connected, h.ep_addr),
+            Msg::AmLaneSwitch => self.on_lane_switch(idx, false),
             Msg::CloseAck => {
                 self.eps[idx].close_acked = true;
                 Ok(())
@@ -3861,7 +3953,9 @@ impl State {
 
     /// The peer's connect-to-endpoint lane address: connect ours to it (replying with our
     /// address, marked connected), and once the peer says it is connected too, start using the
-    /// lane for RMA. The AM lane never changes, so message order is kept.
+    /// lane for RMA and (when it can carry them) active messages, behind the lane-switch marker
+    /// (see the `wireup` module docs). If our endpoint cannot connect, the lane is dropped and
+    /// we never say "connected": both sides stay on the wire-up lane.
     fn on_ep_addr(&mut self, idx: usize, peer_connected: bool, addr: &[u8]) -> Result<()> {
         let ep = &mut self.eps[idx];
         let Some(l) = ep.lanes.as_mut() else {
@@ -3880,27 +3974,26 @@ impl State {
                 .get(w.remote)
                 .map(|t| t.device_addr.as_slice())
                 .unwrap_or_default();
-            w.ep.connect_to_ep(dev, addr)?;
-            w.connected = true;
-            reply = Some(w.ep.ep_address()?);
-        }
-        if peer_connected {
-            let w = l.rma_wait.take().expect("waiting lane");
-            l.uct.push((w.li, w.ep));
-            l.rma = Some(l.uct.len() - 1);
-            let am_li = l.uct[l.am].0;
-            self.eps[idx].proto = Some(ProtoConfig::compute(
-                &self.info[am_li].attr,
-                self.info[am_li].md_reg,
-                Some(&self.info[w.li].attr),
-                &self.cfg,
-            ));
-            if self.cfg.proto_info {
-                if let Ok(t) = self.proto_table(idx) {
-                    eprintln!(
-                        "[rucx] endpoint to {:#018x} (RMA lane connected):\n{t}",
-                        self.eps[idx].uuid
+            match w
+                .ep
+                .connect_to_ep(dev, addr)
+                .and_then(|()| w.ep.ep_address())
+            {
+                Ok(a) => {
+                    w.connected = true;
+                    reply = Some(a);
+                }
+                Err(e) => {
+                    let w = l.rma_wait.take().expect("waiting lane");
+                    let name = self.info[w.li].tl_name;
+                    tracing::warn!(
+                        "{name} lane to {:#018x} did not connect, staying on the wire-up lane: {e}",
+                        ep.uuid
                     );
+                    if self.by_uct.remove(&(w.li, w.ep.id().0)).is_some() {
+                        self.iface_users[w.li] = self.iface_users[w.li].saturating_sub(1);
+                    }
+                    return Ok(());
                 }
             }
         }
@@ -3913,21 +4006,130 @@ impl State {
             .encode(&mut body);
             self.send_ctl(idx, am_id::EP_ADDR, &body)?;
         }
+        if peer_connected {
+            let Some(l) = self.eps[idx].lanes.as_mut() else {
+                return Ok(());
+            };
+            let Some(w) = l.rma_wait.take() else {
+                return Ok(());
+            };
+            l.uct.push((w.li, w.ep));
+            let lane = l.uct.len() - 1;
+            l.rma = Some(lane);
+            if crate::wireup::carries_am(&self.info[w.li].attr, &self.cfg) {
+                l.am_next = Some(lane);
+            }
+            let am_li = l.uct[l.am].0;
+            self.eps[idx].proto = Some(ProtoConfig::compute(
+                &self.info[am_li].attr,
+                self.info[am_li].md_reg,
+                Some(&self.info[w.li].attr),
+                &self.cfg,
+            ));
+            if self.cfg.proto_info
+                && self.eps[idx]
+                    .lanes
+                    .as_ref()
+                    .is_some_and(|l| l.am_next.is_none())
+            {
+                if let Ok(t) = self.proto_table(idx) {
+                    eprintln!(
+                        "[rucx] endpoint to {:#018x} (RMA lane connected):\n{t}",
+                        self.eps[idx].uuid
+                    );
+                }
+            }
+            if self.eps[idx].pending.is_empty() && !self.am_switch_try(idx)? {
+                self.mark_pending(idx);
+            } else if !self.eps[idx].pending.is_empty() {
+                // `progress_pending` switches once the queue drained.
+                self.mark_pending(idx);
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the endpoint's AM lane to `am_next` if one is due: sends the lane-switch marker as
+    /// the last message on the old lane, then makes the new lane the AM lane and recomputes
+    /// the thresholds from its limits. Call only with an empty pending queue. Gives false when
+    /// the marker met back-pressure (retry from progress); true when switched or nothing due.
+    fn am_switch_try(&mut self, idx: usize) -> Result<bool> {
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        let Some(l) = ep.lanes.as_mut() else {
+            return Ok(true);
+        };
+        let Some(new) = l.am_next else {
+            return Ok(true);
+        };
+        let old = l.am;
+        {
+            let (li, uep) = &mut l.uct[old];
+            if am_send(uep, &self.info[*li].attr, am_id::AM_LANE_SWITCH, &[&uuid])?
+                == Outcome::NoResource
+            {
+                return Ok(false);
+            }
+        }
+        ep.last_tx = self.now_cache;
+        l.am = new;
+        l.am_next = None;
+        // The old lane stays connected; if no other purpose uses it, its interface no longer
+        // counts this endpoint as a user (it is then polled like an idle interface).
+        if l.rma != Some(old) && l.amo != Some(old) {
+            l.released = Some(old);
+            let li = l.uct[old].0;
+            self.iface_users[li] = self.iface_users[li].saturating_sub(1);
+        }
+        let new_li = l.uct[new].0;
+        let rma_li = l.rma.map(|r| l.uct[r].0);
+        self.eps[idx].proto = Some(ProtoConfig::compute(
+            &self.info[new_li].attr,
+            self.info[new_li].md_reg,
+            rma_li.map(|r| &self.info[r].attr),
+            &self.cfg,
+        ));
+        self.stats.am_lane_switches += 1;
+        if self.cfg.proto_info {
+            if let Ok(t) = self.proto_table(idx) {
+                eprintln!(
+                    "[rucx] endpoint to {:#018x} (AM and RMA lanes moved to {}):\n{t}",
+                    self.eps[idx].uuid, self.info[new_li].tl_name
+                );
+            }
+        }
+        Ok(true)
+    }
+
+    /// The peer's lane-switch marker (`on_new`: it came over the new lane, a protocol error):
+    /// handles the messages its new lane delivered early, in order.
+    fn on_lane_switch(&mut self, idx: usize, on_new: bool) -> Result<()> {
+        let held = self.eps[idx].rx_gate.marker(on_new)?;
+        let gen = self.eps[idx].gen;
+        for (id, data) in held {
+            if self.eps.get(idx).is_none_or(|e| {
+                e.gen != gen || matches!(e.state, EpState::Failed(_) | EpState::Closed)
+            }) {
+                break;
+            }
+            self.handle_am_from(None, id, &data);
+        }
         Ok(())
     }
 
     fn teardown_ep(&mut self, idx: usize, err: &Error) {
         let ep = &mut self.eps[idx];
         let pend: Vec<Pending> = ep.pending.drain(..).collect();
+        ep.rx_gate.clear();
         if let Some(mut l) = ep.lanes.take() {
             if let Some(w) = l.rma_wait.take() {
                 if self.by_uct.remove(&(w.li, w.ep.id().0)).is_some() {
                     self.iface_users[w.li] = self.iface_users[w.li].saturating_sub(1);
                 }
             }
-            for (li, uep) in l.uct.iter_mut() {
+            for (pos, (li, uep)) in l.uct.iter_mut().enumerate() {
                 uep.pending_purge(&mut |_| {});
-                if self.by_uct.remove(&(*li, uep.id().0)).is_some() {
+                if self.by_uct.remove(&(*li, uep.id().0)).is_some() && l.released != Some(pos) {
                     self.iface_users[*li] = self.iface_users[*li].saturating_sub(1);
                 }
             }
