@@ -123,13 +123,14 @@ check ucp_rc_mp_eager_and_rndv ucp_rc mp_eager_small_and_large_and_rndv
 check ucp_rc_mp_many_in_order_wildcard ucp_rc mp_many_messages_in_order_wildcard
 check ucp_rc_mp_order_across_lane_switch ucp_rc mp_order_across_the_lane_switch
 check ucp_rc_mp_killed_peer ucp_rc mp_killed_peer_fails_the_endpoint
-# perftest over rc_verbs (wire-up helper: tcp on rxe0's netdev), server and client processes.
+# perftest over rc_verbs, configured as UCX is (RUCX_TLS=rc_verbs: tcp joins by itself as the
+# wire-up transport), server and client processes.
 perf_rc() {
     local port=\$1; shift
-    RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0 timeout 90 perftest -p \$port >/tmp/perf_server.out 2>&1 &
+    RUCX_TLS=rc_verbs RUCX_NET_DEVICES=rxe0:1 timeout 90 perftest -p \$port >/tmp/perf_server.out 2>&1 &
     local server=\$!
     sleep 1
-    RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0 RUCX_PROTO_INFO=y timeout 90 perftest 10.83.0.1 -p \$port "\$@" >/tmp/perf.out 2>&1
+    RUCX_TLS=rc_verbs RUCX_NET_DEVICES=rxe0:1 RUCX_PROTO_INFO=y timeout 90 perftest 10.83.0.1 -p \$port "\$@" >/tmp/perf.out 2>&1
     local c=\$?
     wait \$server
     local s=\$?

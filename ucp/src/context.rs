@@ -43,8 +43,21 @@ pub struct Context {
     resources: Vec<TlResource>,
 }
 
+/// Transports that connect endpoint to endpoint only and so need another transport to carry
+/// their wire-up (as UCX's rc needs ud as its auxiliary transport).
+const EP_ONLY_TLS: [&str; 1] = ["rc_verbs"];
+
+/// The transport rucx adds for the wire-up of [`EP_ONLY_TLS`] when `RUCX_TLS` names none.
+const AUX_TL: &str = "tcp";
+
 /// Filters resources by `RUCX_TLS` and `RUCX_NET_DEVICES`. Unknown names give an error listing
 /// what exists, so a typo is not silently ignored.
+///
+/// When `RUCX_TLS` names rc_verbs but no tcp, tcp joins as the auxiliary wire-up transport (UCX
+/// adds ud_verbs the same way): on the tcp devices `RUCX_NET_DEVICES` names, or on every tcp
+/// device when it names none (`RUCX_NET_DEVICES=rxe0:1` selects the RDMA port, not a netdev).
+/// Once an rc_verbs lane connects, the worker moves active messages to it, so tcp then carries
+/// only the wire-up.
 pub fn filter_resources(
     all: Vec<TlResource>,
     tls: &[String],
@@ -60,15 +73,28 @@ pub fn filter_resources(
             )));
         }
     }
-    let out: Vec<TlResource> = all
-        .into_iter()
-        .filter(|r| tls.is_empty() || tls.iter().any(|t| t == r.tl_name))
-        .filter(|r| {
-            r.device.dev_type != DeviceType::Net
-                || net_devices.is_empty()
-                || net_devices.contains(&r.device.name)
-        })
-        .collect();
+    let named = |r: &TlResource| {
+        r.device.dev_type != DeviceType::Net
+            || net_devices.is_empty()
+            || net_devices.contains(&r.device.name)
+    };
+    let aux = !tls.is_empty()
+        && tls.iter().any(|t| EP_ONLY_TLS.contains(&t.as_str()))
+        && !tls.iter().any(|t| t == AUX_TL);
+    let aux_named = aux && all.iter().any(|r| r.tl_name == AUX_TL && named(r));
+    let mut out = Vec::new();
+    for r in all {
+        let listed = tls.is_empty() || tls.iter().any(|t| t == r.tl_name);
+        if listed && named(&r) {
+            out.push(r);
+        } else if aux && r.tl_name == AUX_TL && (named(&r) || !aux_named) {
+            tracing::debug!(
+                "{AUX_TL}/{} joins as the wire-up transport of rc_verbs",
+                r.device.name
+            );
+            out.push(r);
+        }
+    }
     Ok(out)
 }
 
@@ -144,5 +170,34 @@ mod tests {
         assert!(out.iter().all(|r| r.device.name != "eth0"));
         let unknown = filter_resources(all, &["nosuchtl".into()], &[]).unwrap_err();
         assert!(unknown.to_string().contains("nosuchtl"), "{unknown}");
+    }
+
+    fn names(rs: &[TlResource]) -> Vec<String> {
+        rs.iter()
+            .map(|r| format!("{}/{}", r.tl_name, r.device.name))
+            .collect()
+    }
+
+    #[test]
+    fn rc_verbs_alone_brings_tcp_for_its_wire_up() {
+        let all = vec![
+            res("posix", "memory", DeviceType::Shm),
+            res("tcp", "lo", DeviceType::Net),
+            res("tcp", "veth0", DeviceType::Net),
+            res("rc_verbs", "rxe0:1", DeviceType::Net),
+        ];
+        // RUCX_NET_DEVICES names only the RDMA port: tcp comes on every device.
+        let out = filter_resources(all.clone(), &["rc_verbs".into()], &["rxe0:1".into()]).unwrap();
+        assert_eq!(names(&out), ["tcp/lo", "tcp/veth0", "rc_verbs/rxe0:1"]);
+        // It also names a netdev: tcp comes only there.
+        let nd = ["rxe0:1".to_string(), "veth0".to_string()];
+        let out = filter_resources(all.clone(), &["rc_verbs".into()], &nd).unwrap();
+        assert_eq!(names(&out), ["tcp/veth0", "rc_verbs/rxe0:1"]);
+        // tcp named explicitly: the ordinary filter, nothing added.
+        let out = filter_resources(all.clone(), &["rc_verbs".into(), "tcp".into()], &nd).unwrap();
+        assert_eq!(names(&out), ["tcp/veth0", "rc_verbs/rxe0:1"]);
+        // No rc_verbs named: no auxiliary tcp.
+        let out = filter_resources(all, &["posix".into()], &[]).unwrap();
+        assert_eq!(names(&out), ["posix/memory"]);
     }
 }

@@ -140,7 +140,8 @@ pub fn select_lanes(
             } else if ep_only {
                 why.push(format!(
                     "{}/{}: reachable, but connects endpoint to endpoint: its wire-up needs a \
-                     tcp lane (add tcp to RUCX_TLS, and its netdev to RUCX_NET_DEVICES)",
+                     tcp lane that reaches the peer (add tcp to RUCX_TLS, and its netdev to \
+                     RUCX_NET_DEVICES)",
                     l.tl_name, l.dev_name
                 ));
             } else {
