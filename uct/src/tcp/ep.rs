@@ -299,7 +299,7 @@ impl Drop for TcpEp {
             // The connection stays (its queued bytes still go out, and the peer may send over
             // it): it becomes unowned, like an accepted one, and a later endpoint to the same
             // interface reuses it. It closes when the peer closes it or the interface goes.
-            ConnState::Connecting | ConnState::Connected => {
+            ConnState::Connecting | ConnState::Handshake | ConnState::Connected => {
                 c.ep = None;
                 if c.conn_id != 0 {
                     inner.by_conn_id.remove(&c.conn_id);

@@ -8,8 +8,8 @@
 use super::md::RegTable;
 use super::tag::{TagRx, TagState};
 use super::wire::{
-    self, Ack, AtomicMode, AtomicReq, AtomicResp, FlushReq, FrameHeader, GetReq, Hello, HelloMode,
-    Kind, Reassembler, RxEvent, WireStatus,
+    self, Ack, AtomicMode, AtomicReq, AtomicResp, FlushReq, FrameHeader, GetReq, Hello, HelloAck,
+    HelloMode, Kind, Reassembler, RxEvent, WireStatus,
 };
 use super::{sock_buf_size, DevAddr, EpAddr, IfaceAddr, NetIf, TcpEp, TCP_RCVBUF, TCP_SNDBUF};
 use crate::caps::{
@@ -302,6 +302,20 @@ impl TxQueue {
         }
         self.commit(n);
     }
+    /// Puts `b` before everything queued (a connection's first frame, ahead of the frames an
+    /// endpoint queued while the connection was being set up; the caller checked that nothing
+    /// was sent yet and that `b` fits, which the operations' reserve guarantees).
+    pub(crate) fn push_front(&mut self, b: &[u8]) {
+        let n = b.len();
+        if self.head < n {
+            self.buf.copy_within(self.head..self.tail, n);
+            self.tail = self.tail - self.head + n;
+            self.head = n;
+        }
+        self.head -= n;
+        self.buf[self.head..self.head + n].copy_from_slice(b);
+        self.items.push_front(TxItem::Copy(n));
+    }
     /// Queues a zero-copy entry.
     pub(crate) fn push_item(&mut self, item: TxItem) {
         self.items.push_back(item);
@@ -568,6 +582,9 @@ pub(crate) enum ConnState {
     Waiting,
     /// Non-blocking connect in flight.
     Connecting,
+    /// Connect-to-iface dial: connected, the hello is (being) sent, and operations queue
+    /// until the acceptor's `HelloAck` (see `wire::Hello` for simultaneous connects).
+    Handshake,
     /// Up.
     Connected,
     /// Closed, with the reason.
@@ -604,6 +621,19 @@ pub(crate) struct Conn {
     pub(crate) tag_rx: TagRx,
     /// Tag offload: staging for a large unexpected tagged eager message (kept for reuse).
     pub(crate) tag_stage: Vec<u8>,
+    /// Connect-to-iface: the connection sequence number (ours if `dialed`, else the
+    /// connector's from its hello).
+    pub(crate) seq: u64,
+    /// A connect-to-iface connection this side dialed.
+    pub(crate) dialed: bool,
+    /// An accepted connection that lost a simultaneous connect: never acknowledged, never
+    /// used, closed when the peer closes it.
+    pub(crate) rejected: bool,
+    /// The hello of a connect-to-iface dial, sent before anything else.
+    pub(crate) ctl: [u8; FrameHeader::LEN + Hello::LEN],
+    /// Bytes of `ctl` to send, and sent so far.
+    pub(crate) ctl_len: usize,
+    pub(crate) ctl_sent: usize,
 }
 
 impl Conn {
@@ -631,6 +661,12 @@ impl Conn {
             peer_iface: None,
             tag_rx: TagRx::Idle,
             tag_stage: Vec::new(),
+            seq: 0,
+            dialed: false,
+            rejected: false,
+            ctl: [0; FrameHeader::LEN + Hello::LEN],
+            ctl_len: 0,
+            ctl_sent: 0,
         }
     }
     pub(crate) fn fd(&self) -> RawFd {
@@ -716,6 +752,8 @@ pub(crate) struct Inner {
     pub(crate) force_epoll: bool,
     /// Tag offload: posted receives and their completions.
     pub(crate) tag: TagState,
+    /// Connect-to-iface: the sequence number the next endpoint to each peer interface gets.
+    pub(crate) next_seq: HashMap<IfaceAddr, u64>,
 }
 
 impl Inner {
@@ -799,8 +837,63 @@ impl Inner {
             _ if quiet => tracing::debug!(peer, "tcp connection closed: {err}"),
             _ => tracing::warn!(peer, "closing tcp connection: {err}"),
         }
+        let was_dial = c.dialed && !matches!(c.state, ConnState::Connected);
+        let (peer_iface, seq) = (c.peer_iface, c.seq);
         c.state = ConnState::Failed(err);
         self.cleanup = true;
+        if was_dial {
+            // A dial that won a simultaneous connect failed before it was acknowledged: the
+            // peer's endpoint waits on the connection we left unanswered; closing it tells
+            // the peer (an endpoint error there instead of a wait).
+            let losers: Vec<usize> = self
+                .active
+                .iter()
+                .copied()
+                .filter(|&k| {
+                    let o = &self.conns[k];
+                    o.rejected && o.peer_iface == peer_iface && o.seq == seq
+                })
+                .collect();
+            for k in losers {
+                self.fail(
+                    k,
+                    Error::ConnectionReset(
+                        "the connection that won a simultaneous connect failed".into(),
+                    ),
+                    true,
+                );
+            }
+        }
+    }
+
+    /// Sends what is left of the connection's hello.
+    fn send_ctl(&mut self, key: usize) -> Result<()> {
+        let c = &mut self.conns[key];
+        if c.ctl_sent >= c.ctl_len {
+            return Ok(());
+        }
+        let rest = &c.ctl[c.ctl_sent..c.ctl_len];
+        let iov = [libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        }];
+        c.ctl_sent += sendv(c.fd(), &iov)?;
+        let mask = if c.ctl_sent < c.ctl_len {
+            EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
+        } else {
+            EpollFlags::EPOLLIN
+        };
+        self.set_mask(key, mask);
+        Ok(())
+    }
+
+    /// The state a dial enters once its TCP connect completed.
+    fn connected_state(&self, key: usize) -> ConnState {
+        if self.conns[key].dialed {
+            ConnState::Handshake
+        } else {
+            ConnState::Connected
+        }
     }
 
     fn remove(&mut self, key: usize) {
@@ -846,18 +939,27 @@ impl Inner {
         let mut hb = [0u8; FrameHeader::LEN + Hello::LEN];
         FrameHeader::new(Kind::Hello, 0, 0).encode(&mut hb);
         hello.encode(&mut hb[FrameHeader::LEN..]);
-        c.tx.push_pieces(&[&hb], 0);
-        c.sock = Some(sock);
-        c.peer = Some(SocketAddr::V4(to));
         if hello.mode == HelloMode::Iface {
+            // The hello goes first; operations queue behind it until the HelloAck.
+            c.ctl = hb;
+            c.ctl_len = hb.len();
+            c.ctl_sent = 0;
+            c.dialed = true;
+            c.seq = hello.src_conn_id;
             c.peer_iface = Some(IfaceAddr {
                 ip: *to.ip(),
                 port: to.port(),
             });
+        } else {
+            c.tx.push_pieces(&[&hb], 0);
         }
+        c.sock = Some(sock);
+        c.peer = Some(SocketAddr::V4(to));
         if connected {
-            c.state = ConnState::Connected;
+            let state = self.connected_state(key);
+            self.conns[key].state = state;
             self.set_mask(key, EpollFlags::EPOLLIN);
+            self.send_ctl(key)?;
         } else {
             c.state = ConnState::Connecting;
             self.connecting += 1;
@@ -872,12 +974,17 @@ impl Inner {
         let res = c.sock.as_ref().map(|s| s.take_error());
         match res {
             Some(Ok(None)) => {
-                c.state = ConnState::Connected;
                 self.connecting -= 1;
+                let state = self.connected_state(key);
+                let c = &mut self.conns[key];
+                c.state = state;
                 let mask = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT;
                 c.epoll_mask = mask;
-                let out = !c.tx.is_empty();
+                let out = !c.tx.is_empty() && c.state == ConnState::Connected;
                 self.set_mask(key, if out { mask } else { EpollFlags::EPOLLIN });
+                if let Err(e) = self.send_ctl(key) {
+                    self.fail(key, e, false);
+                }
             }
             Some(Ok(Some(e))) | Some(Err(e)) => {
                 let peer = c.peer.map(|p| p.to_string()).unwrap_or_default();
@@ -1123,6 +1230,7 @@ impl TcpIface {
             closed: false,
             force_epoll: false,
             tag: TagState::new(),
+            next_seq: HashMap::new(),
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -1225,10 +1333,18 @@ impl TcpIface {
             let Some(c) = inner.conns.get_mut(key) else {
                 return 0;
             };
-            if !c.is_connected() {
-                return 0;
+            match c.state {
+                ConnState::Connected => {}
+                ConnState::Handshake => {
+                    if let Err(e) = inner.send_ctl(key) {
+                        inner.fail(key, e, false);
+                        return 0;
+                    }
+                }
+                _ => return 0,
             }
-            if !c.tx.is_empty() {
+            let c = &mut inner.conns[key];
+            if c.is_connected() && !c.tx.is_empty() {
                 let fd = c.fd();
                 match c.tx.progress(fd, &mut inner.done) {
                     Ok(true) => {
@@ -1412,21 +1528,37 @@ impl TcpIface {
                 };
                 c.expect_hello = false;
                 return match h.mode {
-                    HelloMode::Iface => {
-                        if h.src_port != 0 {
-                            c.peer_iface = Some(IfaceAddr {
-                                ip: Ipv4Addr::from(h.src_ip),
-                                port: h.src_port,
-                            });
-                        }
-                        Flow::Continue
-                    }
+                    HelloMode::Iface => iface_hello(inner, key, h),
                     HelloMode::Ep => attach(inner, key, h),
                 };
+            }
+            if c.state == ConnState::Handshake {
+                return match ev {
+                    RxEvent::HelloAck(a) if a.seq == c.seq => {
+                        // Acknowledged: the frames held since the dial go out now.
+                        c.state = ConnState::Connected;
+                        Flow::Continue
+                    }
+                    RxEvent::HelloAck(a) => Flow::Fail(Error::Wire(format!(
+                        "hello ack for connection {} on connection {}",
+                        a.seq, c.seq
+                    ))),
+                    _ => Flow::Fail(Error::Wire(
+                        "the acceptor's first frame is not a hello ack".into(),
+                    )),
+                };
+            }
+            if c.rejected {
+                return Flow::Fail(Error::Wire(
+                    "a frame on a connection that lost a simultaneous connect".into(),
+                ));
             }
             match ev {
                 RxEvent::Hello(_) => {
                     return Flow::Fail(Error::Wire("unexpected second hello".into()))
+                }
+                RxEvent::HelloAck(_) => {
+                    return Flow::Fail(Error::Wire("unexpected hello ack".into()))
                 }
                 RxEvent::Am { .. } => {}
                 RxEvent::TagEager(t, chunk) => {
@@ -1971,6 +2103,114 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
     }
 }
 
+/// Connect-to-iface: the accepted connection `key` brought the hello `h`. Without a dial of
+/// ours for the same pair (peer interface, sequence number) it is acknowledged and waits,
+/// unowned, for our endpoint of that number. With one, the connects were simultaneous: the
+/// connection dialed by the smaller interface address wins (see `wire::Hello`).
+fn iface_hello(inner: &mut Inner, key: usize, h: Hello) -> Flow {
+    if h.src_port == 0 || h.dst_conn_id != 0 {
+        return Flow::Fail(Error::Wire(format!(
+            "connect-to-iface hello with port {} and endpoint {:#x}",
+            h.src_port, h.dst_conn_id
+        )));
+    }
+    let peer = IfaceAddr {
+        ip: Ipv4Addr::from(h.src_ip),
+        port: h.src_port,
+    };
+    let seq = h.src_conn_id;
+    let local = inner.local;
+    let c = &mut inner.conns[key];
+    c.peer_iface = Some(peer);
+    c.seq = seq;
+    // A connection to ourselves is never "simultaneous": both ends are the same dial.
+    let mine = (peer != local)
+        .then(|| {
+            inner.active.iter().copied().find(|&k| {
+                let o = &inner.conns[k];
+                o.dialed
+                    && o.seq == seq
+                    && o.peer_iface == Some(peer)
+                    && !matches!(o.state, ConnState::Failed(_))
+            })
+        })
+        .flatten();
+    if let Some(y) = mine {
+        let we_win = (u32::from(local.ip), local.port) < (u32::from(peer.ip), peer.port);
+        if we_win {
+            // Our dial wins; the peer moves its endpoint onto it and closes this one.
+            inner.conns[key].rejected = true;
+            return Flow::Continue;
+        }
+        if matches!(
+            inner.conns[y].state,
+            ConnState::Connecting | ConnState::Handshake
+        ) {
+            return adopt(inner, key, y);
+        }
+        // Our dial was acknowledged although the peer's should have won: not a rucx peer
+        // following this protocol. Take the connection as an independent one.
+        tracing::warn!(
+            peer = %peer.socket_addr(),
+            seq,
+            "simultaneous connect: the peer acknowledged the losing connection"
+        );
+    }
+    let mut sub = [0u8; HelloAck::LEN];
+    HelloAck { seq }.encode(&mut sub);
+    inner.respond(key, Kind::HelloAck, &sub, None);
+    Flow::Continue
+}
+
+/// Simultaneous connect lost by our dial `y`: `y` takes the accepted connection `key` (its
+/// socket and received bytes), acknowledges it ahead of the frames its endpoint queued, and
+/// closes its own socket (nothing but the hello was sent there, and the peer never answers
+/// it).
+fn adopt(inner: &mut Inner, key: usize, y: usize) -> Flow {
+    let x = &mut inner.conns[key];
+    let sock = x.sock.take();
+    let mask = std::mem::replace(&mut x.epoll_mask, EpollFlags::empty());
+    let (peer, readable) = (x.peer, x.readable);
+    let t = &mut inner.conns[y];
+    if let Some(old) = t.sock.take() {
+        if !t.epoll_mask.is_empty() {
+            let _ = inner.epoll.delete(old.as_fd());
+        }
+    }
+    if t.state == ConnState::Connecting {
+        inner.connecting -= 1;
+    }
+    t.sock = sock;
+    t.peer = peer;
+    t.readable = readable;
+    t.state = ConnState::Connected;
+    t.ctl_len = 0;
+    t.ctl_sent = 0;
+    let mut f = [0u8; FrameHeader::LEN + HelloAck::LEN];
+    FrameHeader::new(Kind::HelloAck, 0, 0).encode(&mut f);
+    HelloAck { seq: t.seq }.encode(&mut f[FrameHeader::LEN..]);
+    t.tx.push_front(&f);
+    // Re-register the socket under its new owner's key (an accepted socket is registered).
+    let out = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT;
+    t.epoll_mask = out;
+    if let Some(s) = t.sock.as_ref() {
+        let mut ev = EpollEvent::new(out, y as u64);
+        let r = if mask.is_empty() {
+            inner.epoll.add(s.as_fd(), ev)
+        } else {
+            inner.epoll.modify(s.as_fd(), &mut ev)
+        };
+        if let Err(e) = r {
+            tracing::warn!("epoll_ctl on a tcp connection failed: {e}");
+        }
+    }
+    tracing::debug!(
+        seq = t.seq,
+        "simultaneous connect: moved to the peer's connection"
+    );
+    Flow::Redirect(y)
+}
+
 /// Connect-to-ep: the accepted connection `key` says it is for our endpoint `h.dst_conn_id`.
 fn attach(inner: &mut Inner, key: usize, h: Hello) -> Flow {
     let Some(&to) = inner.by_conn_id.get(&h.dst_conn_id) else {
@@ -2093,16 +2333,40 @@ impl Iface for TcpIface {
         if g.closed {
             return Err(Error::InvalidParam("the tcp interface is closed".into()));
         }
-        // A connection with that interface that no endpoint owns (the peer connected to us,
-        // or an endpoint of ours was destroyed) carries this endpoint too: one connection
-        // per pair of interfaces when endpoints are created one after the other.
-        let reuse = g.active.iter().copied().find(|&k| {
-            let c = &g.conns[k];
+        // Our endpoint number `seq` to that interface pairs with the peer's number `seq`:
+        // the connection the peer dialed for it, if it arrived, carries this endpoint too.
+        // Otherwise a connection with that interface that no endpoint owns any more (an
+        // endpoint of ours or of the peer was destroyed) is reused. Else we dial, and a
+        // simultaneous dial by the peer resolves to one connection (see `iface_hello`).
+        let seq = {
+            let n = g.next_seq.entry(to).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let usable = |c: &Conn| {
             c.ep.is_none()
                 && c.sock.is_some()
-                && matches!(c.state, ConnState::Connected | ConnState::Connecting)
+                && !c.rejected
                 && c.conn_id == 0
                 && c.peer_iface == Some(to)
+        };
+        let paired = g.active.iter().copied().find(|&k| {
+            let c = &g.conns[k];
+            usable(c) && !c.dialed && c.seq == seq && c.state == ConnState::Connected
+        });
+        // An accepted connection with a higher number is kept for our endpoint of that
+        // number (taking it would leave that endpoint to dial a connection the peer's dial
+        // of the same number may win against, with nothing left to pair).
+        let reuse = paired.or_else(|| {
+            g.active.iter().copied().find(|&k| {
+                let c = &g.conns[k];
+                usable(c)
+                    && (c.dialed || c.seq < seq)
+                    && matches!(
+                        c.state,
+                        ConnState::Connected | ConnState::Connecting | ConnState::Handshake
+                    )
+            })
         });
         if let Some(key) = reuse {
             let id = EpId(g.next_ep);
@@ -2116,7 +2380,7 @@ impl Iface for TcpIface {
         let (key, id) = g.add_conn(ConnState::Idle);
         let hello = Hello {
             mode: HelloMode::Iface,
-            src_conn_id: 0,
+            src_conn_id: seq,
             dst_conn_id: 0,
             src_ip: u32::from(g.local.ip),
             src_port: g.local.port,
@@ -2244,7 +2508,8 @@ impl Iface for TcpIface {
             if c.rx.has_data() || !c.pending.is_empty() && c.has_room() {
                 return Err(Error::Busy("received data is waiting for progress".into()));
             }
-            if c.is_connected() && !c.tx.is_empty() {
+            let unsent_hello = c.state == ConnState::Handshake && c.ctl_sent < c.ctl_len;
+            if unsent_hello || c.is_connected() && !c.tx.is_empty() {
                 g.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
             }
         }
