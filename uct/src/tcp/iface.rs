@@ -634,6 +634,10 @@ pub(crate) struct Conn {
     /// Bytes of `ctl` to send, and sent so far.
     pub(crate) ctl_len: usize,
     pub(crate) ctl_sent: usize,
+    /// The socket refused bytes: the send queue waits for epoll to report it writable
+    /// instead of retrying `sendmsg` at every call (each retry takes the socket lock the
+    /// peer's incoming data and ACKs need; on loopback that halves large-message bandwidth).
+    pub(crate) wait_out: bool,
 }
 
 impl Conn {
@@ -667,6 +671,7 @@ impl Conn {
             ctl: [0; FrameHeader::LEN + Hello::LEN],
             ctl_len: 0,
             ctl_sent: 0,
+            wait_out: false,
         }
     }
     pub(crate) fn fd(&self) -> RawFd {
@@ -754,6 +759,8 @@ pub(crate) struct Inner {
     pub(crate) tag: TagState,
     /// Connect-to-iface: the sequence number the next endpoint to each peer interface gets.
     pub(crate) next_seq: HashMap<IfaceAddr, u64>,
+    /// Connections with `wait_out` set (progress asks epoll while there are any).
+    pub(crate) waiting_out: usize,
 }
 
 impl Inner {
@@ -776,6 +783,43 @@ impl Inner {
         }
     }
 
+    /// Sends what the socket takes of `key`'s send queue, unless the queue waits for
+    /// writability; when the socket refuses bytes, the queue waits (see `Conn::wait_out`).
+    #[inline]
+    pub(crate) fn flush_tx(&mut self, key: usize) -> Result<()> {
+        let c = &mut self.conns[key];
+        if c.tx.is_empty() || c.wait_out || !c.is_connected() {
+            return Ok(());
+        }
+        let fd = c.fd();
+        if c.tx.progress(fd, &mut self.done)? {
+            if c.epoll_mask.contains(EpollFlags::EPOLLOUT) {
+                self.set_mask(key, EpollFlags::EPOLLIN);
+            }
+        } else {
+            self.wait_writable(key);
+        }
+        Ok(())
+    }
+
+    /// The socket of `key` took less than offered: wait for epoll to report it writable.
+    pub(crate) fn wait_writable(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        if !c.wait_out {
+            c.wait_out = true;
+            self.waiting_out += 1;
+        }
+        self.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
+    }
+
+    fn clear_wait_out(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        if c.wait_out {
+            c.wait_out = false;
+            self.waiting_out -= 1;
+        }
+    }
+
     /// Closes a connection with `err`: completes everything outstanding with it and reports
     /// an endpoint error (once). `quiet` logs at debug level (a clean close by the peer of an
     /// accepted connection).
@@ -788,6 +832,10 @@ impl Inner {
         }
         if c.state == ConnState::Connecting {
             self.connecting -= 1;
+        }
+        if c.wait_out {
+            c.wait_out = false;
+            self.waiting_out -= 1;
         }
         if let Some(s) = c.sock.take() {
             if !c.epoll_mask.is_empty() {
@@ -897,6 +945,7 @@ impl Inner {
     }
 
     fn remove(&mut self, key: usize) {
+        self.clear_wait_out(key);
         let c = self.conns.remove(key);
         if let Some(s) = c.sock.as_ref() {
             if !c.epoll_mask.is_empty() {
@@ -1231,6 +1280,7 @@ impl TcpIface {
             force_epoll: false,
             tag: TagState::new(),
             next_seq: HashMap::new(),
+            waiting_out: 0,
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -1314,6 +1364,16 @@ impl TcpIface {
             if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP) {
                 c.readable = true;
             }
+            if c.wait_out
+                && flags
+                    .intersects(EpollFlags::EPOLLOUT | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP)
+            {
+                c.wait_out = false;
+                inner.waiting_out -= 1;
+            }
+            let Some(c) = inner.conns.get_mut(key) else {
+                continue;
+            };
             let connecting = c.state == ConnState::Connecting;
             if connecting
                 && ev
@@ -1343,21 +1403,9 @@ impl TcpIface {
                 }
                 _ => return 0,
             }
-            let c = &mut inner.conns[key];
-            if c.is_connected() && !c.tx.is_empty() {
-                let fd = c.fd();
-                match c.tx.progress(fd, &mut inner.done) {
-                    Ok(true) => {
-                        if c.epoll_mask.contains(EpollFlags::EPOLLOUT) {
-                            inner.set_mask(key, EpollFlags::EPOLLIN);
-                        }
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        inner.fail(key, e, false);
-                        return 0;
-                    }
-                }
+            if let Err(e) = inner.flush_tx(key) {
+                inner.fail(key, e, false);
+                return 0;
             }
         }
         let mut n = self.rx(key, sink, direct);
@@ -1500,13 +1548,10 @@ impl TcpIface {
                         )
                     };
                     inner.fail(key, err, clean && accepted);
-                } else if let Some(c) = inner.conns.get_mut(key) {
+                } else if inner.conns.contains(key) {
                     // Responses queued by the dispatch go out now: a get is one round trip.
-                    if c.is_connected() && !c.tx.is_empty() {
-                        let fd = c.fd();
-                        if let Err(e) = c.tx.progress(fd, &mut inner.done) {
-                            inner.fail(key, e, false);
-                        }
+                    if let Err(e) = inner.flush_tx(key) {
+                        inner.fail(key, e, false);
                     }
                 }
             }
@@ -2412,7 +2457,7 @@ impl Iface for TcpIface {
         self.tick = self.tick.wrapping_add(1);
         let need_epoll = {
             let g = self.inner.borrow();
-            g.connecting > 0 || g.force_epoll
+            g.connecting > 0 || g.force_epoll || g.waiting_out > 0
         };
         // Few connections: a non-blocking recv on each (cheaper than epoll_wait + recv, and
         // measurably lower latency); the listening socket and connects are looked at every

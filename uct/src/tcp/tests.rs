@@ -194,6 +194,12 @@ fn backpressure_partial_sends_and_pending() {
         assert!(Instant::now() < deadline, "watchdog: never saw NoResource");
     }
     assert!(sent > 10);
+    // The full socket makes the queue wait for epoll's "writable" instead of retrying sendmsg.
+    {
+        let g = a.inner.borrow();
+        assert_eq!(g.waiting_out, 1);
+        assert!(g.conns.iter().any(|(_, c)| c.wait_out));
+    }
     // pending_add accepts the request.
     ep.pending_add(42).unwrap();
     // While a request is pending, new operations queue behind it.
@@ -214,6 +220,11 @@ fn backpressure_partial_sends_and_pending() {
     }
     // Resources are back: pending_add now says retry at once.
     assert!(matches!(ep.pending_add(43), Err(Error::Busy(_))));
+    let inner_a = a.inner.clone();
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, _| {
+        inner_a.borrow().waiting_out == 0
+    });
+    assert!(a.inner.borrow().conns.iter().all(|(_, c)| !c.wait_out));
 }
 
 #[test]
