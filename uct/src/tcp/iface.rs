@@ -71,6 +71,10 @@ const LISTENER_TOKEN: u64 = u64::MAX;
 const EPOLL_EVERY: u32 = 16;
 /// Up to this many connections, progress reads each directly instead of asking epoll.
 const DIRECT_MAX: usize = 4;
+/// Empty direct polls of a connection after which it waits for epoll (see `Conn::rx_gated`):
+/// a ping-pong waits through a few dozen, a peer that went quiet or a slow bulk sender
+/// through many more.
+const GATE_AFTER: u32 = 256;
 
 /// A deferred completion.
 pub(crate) type Done = (CompletionId, Result<u64>);
@@ -464,6 +468,8 @@ pub(crate) struct RxBuf {
     tail: usize,
     reasm: Reassembler,
     eof: bool,
+    /// `direct_rx` just found the socket empty (no second `recv` right after).
+    drained: bool,
 }
 
 impl RxBuf {
@@ -638,6 +644,14 @@ pub(crate) struct Conn {
     /// instead of retrying `sendmsg` at every call (each retry takes the socket lock the
     /// peer's incoming data and ACKs need; on loopback that halves large-message bandwidth).
     pub(crate) wait_out: bool,
+    /// The next `recv` waits for epoll's "readable" instead of polling the socket at every
+    /// call (a `recv` takes the socket lock the sender's incoming segments need;
+    /// `epoll_wait` does not). Set in the middle of a large payload when the socket had no
+    /// more bytes, and after [`GATE_AFTER`] empty polls in a row between frames; a burst
+    /// of small messages (a ping-pong) is polled directly, which is what its latency wants.
+    pub(crate) rx_gated: bool,
+    /// Direct polls in a row that found nothing.
+    pub(crate) empty_polls: u32,
 }
 
 impl Conn {
@@ -672,6 +686,8 @@ impl Conn {
             ctl_len: 0,
             ctl_sent: 0,
             wait_out: false,
+            rx_gated: false,
+            empty_polls: 0,
         }
     }
     pub(crate) fn fd(&self) -> RawFd {
@@ -761,6 +777,8 @@ pub(crate) struct Inner {
     pub(crate) next_seq: HashMap<IfaceAddr, u64>,
     /// Connections with `wait_out` set (progress asks epoll while there are any).
     pub(crate) waiting_out: usize,
+    /// Connections with `rx_gated` set (progress asks epoll while there are any).
+    pub(crate) gated: usize,
 }
 
 impl Inner {
@@ -818,6 +836,10 @@ impl Inner {
             c.wait_out = false;
             self.waiting_out -= 1;
         }
+        if c.rx_gated {
+            c.rx_gated = false;
+            self.gated -= 1;
+        }
     }
 
     /// Closes a connection with `err`: completes everything outstanding with it and reports
@@ -836,6 +858,10 @@ impl Inner {
         if c.wait_out {
             c.wait_out = false;
             self.waiting_out -= 1;
+        }
+        if c.rx_gated {
+            c.rx_gated = false;
+            self.gated -= 1;
         }
         if let Some(s) = c.sock.take() {
             if !c.epoll_mask.is_empty() {
@@ -1281,6 +1307,7 @@ impl TcpIface {
             tag: TagState::new(),
             next_seq: HashMap::new(),
             waiting_out: 0,
+            gated: 0,
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -1361,16 +1388,17 @@ impl TcpIface {
             let Some(c) = inner.conns.get_mut(key) else {
                 continue;
             };
-            if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP) {
+            let err = EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP;
+            let (mut ungate, mut unblock) = (false, false);
+            if flags.intersects(EpollFlags::EPOLLIN | err) {
                 c.readable = true;
+                ungate = std::mem::take(&mut c.rx_gated);
             }
-            if c.wait_out
-                && flags
-                    .intersects(EpollFlags::EPOLLOUT | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP)
-            {
-                c.wait_out = false;
-                inner.waiting_out -= 1;
+            if flags.intersects(EpollFlags::EPOLLOUT | err) {
+                unblock = std::mem::take(&mut c.wait_out);
             }
+            inner.gated -= ungate as usize;
+            inner.waiting_out -= unblock as usize;
             let Some(c) = inner.conns.get_mut(key) else {
                 continue;
             };
@@ -1456,7 +1484,7 @@ impl TcpIface {
             if c.rx_paused && c.tx.fits_response() {
                 c.rx_paused = false;
             }
-            let want = std::mem::take(&mut c.readable) || direct;
+            let want = std::mem::take(&mut c.readable) || direct && !c.rx_gated;
             if !c.rx_paused && want {
                 match direct_rx(inner, key) {
                     Err(e) => {
@@ -1468,9 +1496,24 @@ impl TcpIface {
                 }
                 let c = &mut inner.conns[key];
                 let fd = c.fd();
-                if let Err(e) = c.rx.recv(fd) {
-                    inner.fail(key, e, false);
-                    return 0;
+                if !std::mem::take(&mut c.rx.drained) {
+                    if let Err(e) = c.rx.recv(fd) {
+                        inner.fail(key, e, false);
+                        return 0;
+                    }
+                }
+                if direct {
+                    if c.rx.has_data() || c.rx.eof || tag_fin {
+                        c.empty_polls = 0;
+                    } else {
+                        c.empty_polls += 1;
+                        let streaming = c.rx.reasm.streaming().is_some();
+                        if !c.rx_gated && (streaming || c.empty_polls >= GATE_AFTER) {
+                            c.rx_gated = true;
+                            c.empty_polls = 0;
+                            inner.gated += 1;
+                        }
+                    }
                 }
             }
             let c = &mut inner.conns[key];
@@ -2110,6 +2153,7 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
             return Ok(false);
         }
         if n == 0 {
+            c.rx.drained = true;
             return Ok(false);
         }
         if c.rx.reasm.advance_stream(n as u64) {
@@ -2143,6 +2187,12 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
                 }
                 wire::StreamSub::TagEager(_) => return Ok(true),
             }
+            return Ok(false);
+        }
+        if n < len {
+            // The socket had less than asked for: it is empty now (a second `recv` would
+            // only say so); epoll tells when more arrived.
+            inner.conns[key].rx.drained = true;
             return Ok(false);
         }
     }
@@ -2457,15 +2507,20 @@ impl Iface for TcpIface {
         self.tick = self.tick.wrapping_add(1);
         let need_epoll = {
             let g = self.inner.borrow();
-            g.connecting > 0 || g.force_epoll || g.waiting_out > 0
+            g.connecting > 0 || g.force_epoll || g.waiting_out > 0 || g.gated > 0
         };
         // Few connections: a non-blocking recv on each (cheaper than epoll_wait + recv, and
         // measurably lower latency); the listening socket and connects are looked at every
         // EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
-        let direct = self.inner.borrow().active.len() <= DIRECT_MAX;
-        if !direct || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY) {
+        let few = self.inner.borrow().active.len() <= DIRECT_MAX;
+        let polled = !few || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY);
+        if polled {
             self.poll_events();
         }
+        // A call that asked epoll reads the sockets it reported readable, and no others:
+        // polling every socket with `recv` as well would only add system calls (and socket
+        // lock round trips the peer's incoming segments wait on).
+        let direct = few && !polled;
         let mut i = 0;
         loop {
             let key = match self.inner.borrow().active.get(i) {

@@ -43,9 +43,15 @@
 //! - **Progress** busy-polls. With up to 4 connections it calls a non-blocking `recv` on each
 //!   (measured: lower latency than `epoll_wait` + `recv`) and looks at the listening socket and
 //!   connects in flight with `epoll_wait(0)` every 16 calls; with more connections it makes one
-//!   `epoll_wait(0)` per call and reads the ready ones. The event fd is that epoll fd
-//!   (EventFlags::FD). Keepalive (10 s + 3 × 2 s) bounds the detection of a peer host that
-//!   vanishes without a FIN or RST; a killed process is noticed at the next read.
+//!   `epoll_wait(0)` per call and reads the ready ones. A call that asked epoll reads only the
+//!   sockets epoll reported. A connection waits for epoll instead of being polled directly
+//!   while its socket refuses bytes (no `sendmsg` retry at every call), in the middle of a
+//!   large payload once the socket ran empty, and after 256 empty polls in a row: each `recv`
+//!   or `sendmsg` takes the socket lock the peer's incoming segments and ACKs need (that
+//!   contention shows in loopback profiles of 1 MiB transfers; this is how UCX waits too,
+//!   and it cuts the receiver's `recv` calls tenfold). The event fd is that
+//!   epoll fd (EventFlags::FD). Keepalive (10 s + 3 × 2 s) bounds the detection of a peer
+//!   host that vanishes without a FIN or RST; a killed process is noticed at the next read.
 
 mod ep;
 mod iface;

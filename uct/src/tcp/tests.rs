@@ -228,6 +228,50 @@ fn backpressure_partial_sends_and_pending() {
 }
 
 #[test]
+fn quiet_connection_waits_for_epoll_and_still_receives() {
+    let (mut a, mut b, mut ep) = pair();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    assert!(ep.am_short(0, 0, b"up").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 1);
+    // Nothing arrives for a while: b stops polling the socket and waits for epoll.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b.inner.borrow().gated == 0 {
+        b.progress(&mut sb);
+        assert!(Instant::now() < deadline, "watchdog: never gated");
+    }
+    assert!(b.inner.borrow().conns.iter().any(|(_, c)| c.rx_gated));
+    // Messages still arrive, complete and in order, and the connection is polled again.
+    for i in 1..=50u64 {
+        assert!(ep.am_short(0, i, b"after").unwrap().is_done());
+    }
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 51);
+    for (i, (_, d)) in sb.ams.iter().enumerate() {
+        assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), i as u64);
+    }
+    assert_eq!(b.inner.borrow().gated, 0);
+    // A large put is received with the connection waiting for epoll in the middle of the
+    // payload, and lands whole.
+    let md = TcpMd::new();
+    let (src, dst) = (
+        md.mem_alloc(1 << 20).unwrap(),
+        md.mem_alloc(1 << 20).unwrap(),
+    );
+    let pattern: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    src.write(0, &pattern).unwrap();
+    let rk = rkey_of(&md, &dst);
+    let r = ep.put_zcopy(&[Iov::whole(&src)], dst.addr() as u64, &rk, 77);
+    assert!(!r.unwrap().is_no_resource());
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
+        sa.comp(77).is_some()
+    });
+    assert!(matches!(sa.comp(77), Some(Ok(_))));
+    let mut got = vec![0u8; 1 << 20];
+    dst.read(0, &mut got).unwrap();
+    assert!(got == pattern);
+    assert!(sa.errors.is_empty() && sb.errors.is_empty());
+}
+
+#[test]
 fn zcopy_partial_send_keeps_memory_until_taken() {
     let (mut a, mut b, mut ep) = pair();
     let (mut sa, mut sb) = (Sink::default(), Sink::default());
