@@ -188,7 +188,24 @@ fn tcp_frames_seeds() -> Vec<Vec<u8>> {
     s.extend_from_slice(&FrameHeader::new(Kind::Put, 0, 300).to_bytes());
     s.extend_from_slice(&into_buf::<{ PutHdr::LEN }>(|b| put.encode(b)));
     s.extend_from_slice(&[0x5a; 300]);
-    vec![s]
+    // A connect-to-iface set-up: the connector's hello, the acceptor's ack, then an AM.
+    let mut t = vec![13u8];
+    let hello = Hello {
+        mode: HelloMode::Iface,
+        src_conn_id: 2,
+        dst_conn_id: 0,
+        src_ip: 0x7f00_0001,
+        src_port: 4001,
+    };
+    t.extend_from_slice(&FrameHeader::new(Kind::Hello, 0, 0).to_bytes());
+    t.extend_from_slice(&into_buf::<{ Hello::LEN }>(|b| hello.encode(b)));
+    t.extend_from_slice(&FrameHeader::new(Kind::HelloAck, 0, 0).to_bytes());
+    t.extend_from_slice(&into_buf::<{ HelloAck::LEN }>(|b| {
+        HelloAck { seq: 2 }.encode(b)
+    }));
+    t.extend_from_slice(&FrameHeader::new(Kind::Am, 1, 3).to_bytes());
+    t.extend_from_slice(b"xyz");
+    vec![s, t]
 }
 
 /// tcp frame sub-headers, device/iface/endpoint addresses and packed rkeys.
@@ -246,6 +263,12 @@ pub fn tcp_wire(data: &[u8]) -> usize {
         |b| w(FlushReq::decode(b)),
         |x| into_buf::<{ FlushReq::LEN }>(|b| x.encode(b)),
     );
+    ok += round_trip(
+        "tcp HelloAck",
+        data,
+        |b| w(HelloAck::decode(b)),
+        |x| into_buf::<{ HelloAck::LEN }>(|b| x.encode(b)),
+    );
     ok += round_trip("tcp DevAddr", data, uct::tcp::DevAddr::decode, |x| {
         x.encode()
     });
@@ -285,6 +308,7 @@ fn tcp_wire_seeds() -> Vec<Vec<u8>> {
             }
             .encode(b)
         }),
+        into_buf::<{ HelloAck::LEN }>(|b| HelloAck { seq: 5 }.encode(b)),
         into_buf::<{ Ack::LEN }>(|b| {
             Ack {
                 req_id: 77,

@@ -81,8 +81,9 @@ impl TcpEp {
             let connected = c.is_connected();
             let fd = c.fd();
             if connected && !c.tx.is_empty() {
-                c.tx.progress(fd, &mut inner.done)?;
+                inner.flush_tx(key)?;
             }
+            let c = &mut inner.conns[key];
             let sent = if connected && c.tx.is_empty() {
                 let mut iov = [libc::iovec {
                     iov_base: std::ptr::null_mut(),
@@ -126,6 +127,10 @@ impl TcpEp {
             if let Some(r) = req {
                 c.reqs.insert(r);
             }
+            if connected && matches!(sent, Sent::Queued) {
+                // The socket took less than offered (or the queue waits already).
+                inner.wait_writable(key);
+            }
             Ok(Some(sent))
         })();
         if let Err(e) = &res {
@@ -158,10 +163,10 @@ impl TcpEp {
                 return Ok(Outcome::NoResource);
             }
             let connected = c.is_connected();
-            let fd = c.fd();
             if connected && !c.tx.is_empty() {
-                c.tx.progress(fd, &mut inner.done)?;
+                inner.flush_tx(key)?;
             }
+            let c = &mut inner.conns[key];
             let hl = FrameHeader::LEN + sub.len();
             let room = hl + MAX_BCOPY;
             if !c.tx.fits(room, 1) {
@@ -180,7 +185,7 @@ impl TcpEp {
             buf[FrameHeader::LEN..hl].copy_from_slice(sub);
             c.tx.commit(hl + len);
             if connected && was_empty {
-                c.tx.progress(fd, &mut inner.done)?;
+                inner.flush_tx(key)?;
             }
             Ok(Outcome::Done(len))
         })();
@@ -299,7 +304,7 @@ impl Drop for TcpEp {
             // The connection stays (its queued bytes still go out, and the peer may send over
             // it): it becomes unowned, like an accepted one, and a later endpoint to the same
             // interface reuses it. It closes when the peer closes it or the interface goes.
-            ConnState::Connecting | ConnState::Connected => {
+            ConnState::Connecting | ConnState::Handshake | ConnState::Connected => {
                 c.ep = None;
                 if c.conn_id != 0 {
                     inner.by_conn_id.remove(&c.conn_id);

@@ -8,8 +8,8 @@
 use super::md::RegTable;
 use super::tag::{TagRx, TagState};
 use super::wire::{
-    self, Ack, AtomicMode, AtomicReq, AtomicResp, FlushReq, FrameHeader, GetReq, Hello, HelloMode,
-    Kind, Reassembler, RxEvent, WireStatus,
+    self, Ack, AtomicMode, AtomicReq, AtomicResp, FlushReq, FrameHeader, GetReq, Hello, HelloAck,
+    HelloMode, Kind, Reassembler, RxEvent, WireStatus,
 };
 use super::{sock_buf_size, DevAddr, EpAddr, IfaceAddr, NetIf, TcpEp, TCP_RCVBUF, TCP_SNDBUF};
 use crate::caps::{
@@ -71,6 +71,10 @@ const LISTENER_TOKEN: u64 = u64::MAX;
 const EPOLL_EVERY: u32 = 16;
 /// Up to this many connections, progress reads each directly instead of asking epoll.
 const DIRECT_MAX: usize = 4;
+/// Empty direct polls of a connection after which it waits for epoll (see `Conn::rx_gated`):
+/// a ping-pong waits through a few dozen, a peer that went quiet or a slow bulk sender
+/// through many more.
+const GATE_AFTER: u32 = 256;
 
 /// A deferred completion.
 pub(crate) type Done = (CompletionId, Result<u64>);
@@ -302,6 +306,20 @@ impl TxQueue {
         }
         self.commit(n);
     }
+    /// Puts `b` before everything queued (a connection's first frame, ahead of the frames an
+    /// endpoint queued while the connection was being set up; the caller checked that nothing
+    /// was sent yet and that `b` fits, which the operations' reserve guarantees).
+    pub(crate) fn push_front(&mut self, b: &[u8]) {
+        let n = b.len();
+        if self.head < n {
+            self.buf.copy_within(self.head..self.tail, n);
+            self.tail = self.tail - self.head + n;
+            self.head = n;
+        }
+        self.head -= n;
+        self.buf[self.head..self.head + n].copy_from_slice(b);
+        self.items.push_front(TxItem::Copy(n));
+    }
     /// Queues a zero-copy entry.
     pub(crate) fn push_item(&mut self, item: TxItem) {
         self.items.push_back(item);
@@ -450,6 +468,8 @@ pub(crate) struct RxBuf {
     tail: usize,
     reasm: Reassembler,
     eof: bool,
+    /// `direct_rx` just found the socket empty (no second `recv` right after).
+    drained: bool,
 }
 
 impl RxBuf {
@@ -568,6 +588,9 @@ pub(crate) enum ConnState {
     Waiting,
     /// Non-blocking connect in flight.
     Connecting,
+    /// Connect-to-iface dial: connected, the hello is (being) sent, and operations queue
+    /// until the acceptor's `HelloAck` (see `wire::Hello` for simultaneous connects).
+    Handshake,
     /// Up.
     Connected,
     /// Closed, with the reason.
@@ -604,6 +627,31 @@ pub(crate) struct Conn {
     pub(crate) tag_rx: TagRx,
     /// Tag offload: staging for a large unexpected tagged eager message (kept for reuse).
     pub(crate) tag_stage: Vec<u8>,
+    /// Connect-to-iface: the connection sequence number (ours if `dialed`, else the
+    /// connector's from its hello).
+    pub(crate) seq: u64,
+    /// A connect-to-iface connection this side dialed.
+    pub(crate) dialed: bool,
+    /// An accepted connection that lost a simultaneous connect: never acknowledged, never
+    /// used, closed when the peer closes it.
+    pub(crate) rejected: bool,
+    /// The hello of a connect-to-iface dial, sent before anything else.
+    pub(crate) ctl: [u8; FrameHeader::LEN + Hello::LEN],
+    /// Bytes of `ctl` to send, and sent so far.
+    pub(crate) ctl_len: usize,
+    pub(crate) ctl_sent: usize,
+    /// The socket refused bytes: the send queue waits for epoll to report it writable
+    /// instead of retrying `sendmsg` at every call (each retry takes the socket lock the
+    /// peer's incoming data and ACKs need; on loopback that halves large-message bandwidth).
+    pub(crate) wait_out: bool,
+    /// The next `recv` waits for epoll's "readable" instead of polling the socket at every
+    /// call (a `recv` takes the socket lock the sender's incoming segments need;
+    /// `epoll_wait` does not). Set in the middle of a large payload when the socket had no
+    /// more bytes, and after [`GATE_AFTER`] empty polls in a row between frames; a burst
+    /// of small messages (a ping-pong) is polled directly, which is what its latency wants.
+    pub(crate) rx_gated: bool,
+    /// Direct polls in a row that found nothing.
+    pub(crate) empty_polls: u32,
 }
 
 impl Conn {
@@ -631,6 +679,15 @@ impl Conn {
             peer_iface: None,
             tag_rx: TagRx::Idle,
             tag_stage: Vec::new(),
+            seq: 0,
+            dialed: false,
+            rejected: false,
+            ctl: [0; FrameHeader::LEN + Hello::LEN],
+            ctl_len: 0,
+            ctl_sent: 0,
+            wait_out: false,
+            rx_gated: false,
+            empty_polls: 0,
         }
     }
     pub(crate) fn fd(&self) -> RawFd {
@@ -716,6 +773,12 @@ pub(crate) struct Inner {
     pub(crate) force_epoll: bool,
     /// Tag offload: posted receives and their completions.
     pub(crate) tag: TagState,
+    /// Connect-to-iface: the sequence number the next endpoint to each peer interface gets.
+    pub(crate) next_seq: HashMap<IfaceAddr, u64>,
+    /// Connections with `wait_out` set (progress asks epoll while there are any).
+    pub(crate) waiting_out: usize,
+    /// Connections with `rx_gated` set (progress asks epoll while there are any).
+    pub(crate) gated: usize,
 }
 
 impl Inner {
@@ -738,6 +801,47 @@ impl Inner {
         }
     }
 
+    /// Sends what the socket takes of `key`'s send queue, unless the queue waits for
+    /// writability; when the socket refuses bytes, the queue waits (see `Conn::wait_out`).
+    #[inline]
+    pub(crate) fn flush_tx(&mut self, key: usize) -> Result<()> {
+        let c = &mut self.conns[key];
+        if c.tx.is_empty() || c.wait_out || !c.is_connected() {
+            return Ok(());
+        }
+        let fd = c.fd();
+        if c.tx.progress(fd, &mut self.done)? {
+            if c.epoll_mask.contains(EpollFlags::EPOLLOUT) {
+                self.set_mask(key, EpollFlags::EPOLLIN);
+            }
+        } else {
+            self.wait_writable(key);
+        }
+        Ok(())
+    }
+
+    /// The socket of `key` took less than offered: wait for epoll to report it writable.
+    pub(crate) fn wait_writable(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        if !c.wait_out {
+            c.wait_out = true;
+            self.waiting_out += 1;
+        }
+        self.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
+    }
+
+    fn clear_wait_out(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        if c.wait_out {
+            c.wait_out = false;
+            self.waiting_out -= 1;
+        }
+        if c.rx_gated {
+            c.rx_gated = false;
+            self.gated -= 1;
+        }
+    }
+
     /// Closes a connection with `err`: completes everything outstanding with it and reports
     /// an endpoint error (once). `quiet` logs at debug level (a clean close by the peer of an
     /// accepted connection).
@@ -750,6 +854,14 @@ impl Inner {
         }
         if c.state == ConnState::Connecting {
             self.connecting -= 1;
+        }
+        if c.wait_out {
+            c.wait_out = false;
+            self.waiting_out -= 1;
+        }
+        if c.rx_gated {
+            c.rx_gated = false;
+            self.gated -= 1;
         }
         if let Some(s) = c.sock.take() {
             if !c.epoll_mask.is_empty() {
@@ -799,11 +911,67 @@ impl Inner {
             _ if quiet => tracing::debug!(peer, "tcp connection closed: {err}"),
             _ => tracing::warn!(peer, "closing tcp connection: {err}"),
         }
+        let was_dial = c.dialed && !matches!(c.state, ConnState::Connected);
+        let (peer_iface, seq) = (c.peer_iface, c.seq);
         c.state = ConnState::Failed(err);
         self.cleanup = true;
+        if was_dial {
+            // A dial that won a simultaneous connect failed before it was acknowledged: the
+            // peer's endpoint waits on the connection we left unanswered; closing it tells
+            // the peer (an endpoint error there instead of a wait).
+            let losers: Vec<usize> = self
+                .active
+                .iter()
+                .copied()
+                .filter(|&k| {
+                    let o = &self.conns[k];
+                    o.rejected && o.peer_iface == peer_iface && o.seq == seq
+                })
+                .collect();
+            for k in losers {
+                self.fail(
+                    k,
+                    Error::ConnectionReset(
+                        "the connection that won a simultaneous connect failed".into(),
+                    ),
+                    true,
+                );
+            }
+        }
+    }
+
+    /// Sends what is left of the connection's hello.
+    fn send_ctl(&mut self, key: usize) -> Result<()> {
+        let c = &mut self.conns[key];
+        if c.ctl_sent >= c.ctl_len {
+            return Ok(());
+        }
+        let rest = &c.ctl[c.ctl_sent..c.ctl_len];
+        let iov = [libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        }];
+        c.ctl_sent += sendv(c.fd(), &iov)?;
+        let mask = if c.ctl_sent < c.ctl_len {
+            EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
+        } else {
+            EpollFlags::EPOLLIN
+        };
+        self.set_mask(key, mask);
+        Ok(())
+    }
+
+    /// The state a dial enters once its TCP connect completed.
+    fn connected_state(&self, key: usize) -> ConnState {
+        if self.conns[key].dialed {
+            ConnState::Handshake
+        } else {
+            ConnState::Connected
+        }
     }
 
     fn remove(&mut self, key: usize) {
+        self.clear_wait_out(key);
         let c = self.conns.remove(key);
         if let Some(s) = c.sock.as_ref() {
             if !c.epoll_mask.is_empty() {
@@ -846,18 +1014,27 @@ impl Inner {
         let mut hb = [0u8; FrameHeader::LEN + Hello::LEN];
         FrameHeader::new(Kind::Hello, 0, 0).encode(&mut hb);
         hello.encode(&mut hb[FrameHeader::LEN..]);
-        c.tx.push_pieces(&[&hb], 0);
-        c.sock = Some(sock);
-        c.peer = Some(SocketAddr::V4(to));
         if hello.mode == HelloMode::Iface {
+            // The hello goes first; operations queue behind it until the HelloAck.
+            c.ctl = hb;
+            c.ctl_len = hb.len();
+            c.ctl_sent = 0;
+            c.dialed = true;
+            c.seq = hello.src_conn_id;
             c.peer_iface = Some(IfaceAddr {
                 ip: *to.ip(),
                 port: to.port(),
             });
+        } else {
+            c.tx.push_pieces(&[&hb], 0);
         }
+        c.sock = Some(sock);
+        c.peer = Some(SocketAddr::V4(to));
         if connected {
-            c.state = ConnState::Connected;
+            let state = self.connected_state(key);
+            self.conns[key].state = state;
             self.set_mask(key, EpollFlags::EPOLLIN);
+            self.send_ctl(key)?;
         } else {
             c.state = ConnState::Connecting;
             self.connecting += 1;
@@ -872,12 +1049,17 @@ impl Inner {
         let res = c.sock.as_ref().map(|s| s.take_error());
         match res {
             Some(Ok(None)) => {
-                c.state = ConnState::Connected;
                 self.connecting -= 1;
+                let state = self.connected_state(key);
+                let c = &mut self.conns[key];
+                c.state = state;
                 let mask = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT;
                 c.epoll_mask = mask;
-                let out = !c.tx.is_empty();
+                let out = !c.tx.is_empty() && c.state == ConnState::Connected;
                 self.set_mask(key, if out { mask } else { EpollFlags::EPOLLIN });
+                if let Err(e) = self.send_ctl(key) {
+                    self.fail(key, e, false);
+                }
             }
             Some(Ok(Some(e))) | Some(Err(e)) => {
                 let peer = c.peer.map(|p| p.to_string()).unwrap_or_default();
@@ -1123,6 +1305,9 @@ impl TcpIface {
             closed: false,
             force_epoll: false,
             tag: TagState::new(),
+            next_seq: HashMap::new(),
+            waiting_out: 0,
+            gated: 0,
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -1203,9 +1388,20 @@ impl TcpIface {
             let Some(c) = inner.conns.get_mut(key) else {
                 continue;
             };
-            if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP) {
+            let err = EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP;
+            let (mut ungate, mut unblock) = (false, false);
+            if flags.intersects(EpollFlags::EPOLLIN | err) {
                 c.readable = true;
+                ungate = std::mem::take(&mut c.rx_gated);
             }
+            if flags.intersects(EpollFlags::EPOLLOUT | err) {
+                unblock = std::mem::take(&mut c.wait_out);
+            }
+            inner.gated -= ungate as usize;
+            inner.waiting_out -= unblock as usize;
+            let Some(c) = inner.conns.get_mut(key) else {
+                continue;
+            };
             let connecting = c.state == ConnState::Connecting;
             if connecting
                 && ev
@@ -1225,23 +1421,19 @@ impl TcpIface {
             let Some(c) = inner.conns.get_mut(key) else {
                 return 0;
             };
-            if !c.is_connected() {
-                return 0;
-            }
-            if !c.tx.is_empty() {
-                let fd = c.fd();
-                match c.tx.progress(fd, &mut inner.done) {
-                    Ok(true) => {
-                        if c.epoll_mask.contains(EpollFlags::EPOLLOUT) {
-                            inner.set_mask(key, EpollFlags::EPOLLIN);
-                        }
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
+            match c.state {
+                ConnState::Connected => {}
+                ConnState::Handshake => {
+                    if let Err(e) = inner.send_ctl(key) {
                         inner.fail(key, e, false);
                         return 0;
                     }
                 }
+                _ => return 0,
+            }
+            if let Err(e) = inner.flush_tx(key) {
+                inner.fail(key, e, false);
+                return 0;
             }
         }
         let mut n = self.rx(key, sink, direct);
@@ -1292,7 +1484,7 @@ impl TcpIface {
             if c.rx_paused && c.tx.fits_response() {
                 c.rx_paused = false;
             }
-            let want = std::mem::take(&mut c.readable) || direct;
+            let want = std::mem::take(&mut c.readable) || direct && !c.rx_gated;
             if !c.rx_paused && want {
                 match direct_rx(inner, key) {
                     Err(e) => {
@@ -1304,9 +1496,24 @@ impl TcpIface {
                 }
                 let c = &mut inner.conns[key];
                 let fd = c.fd();
-                if let Err(e) = c.rx.recv(fd) {
-                    inner.fail(key, e, false);
-                    return 0;
+                if !std::mem::take(&mut c.rx.drained) {
+                    if let Err(e) = c.rx.recv(fd) {
+                        inner.fail(key, e, false);
+                        return 0;
+                    }
+                }
+                if direct {
+                    if c.rx.has_data() || c.rx.eof || tag_fin {
+                        c.empty_polls = 0;
+                    } else {
+                        c.empty_polls += 1;
+                        let streaming = c.rx.reasm.streaming().is_some();
+                        if !c.rx_gated && (streaming || c.empty_polls >= GATE_AFTER) {
+                            c.rx_gated = true;
+                            c.empty_polls = 0;
+                            inner.gated += 1;
+                        }
+                    }
                 }
             }
             let c = &mut inner.conns[key];
@@ -1384,13 +1591,10 @@ impl TcpIface {
                         )
                     };
                     inner.fail(key, err, clean && accepted);
-                } else if let Some(c) = inner.conns.get_mut(key) {
+                } else if inner.conns.contains(key) {
                     // Responses queued by the dispatch go out now: a get is one round trip.
-                    if c.is_connected() && !c.tx.is_empty() {
-                        let fd = c.fd();
-                        if let Err(e) = c.tx.progress(fd, &mut inner.done) {
-                            inner.fail(key, e, false);
-                        }
+                    if let Err(e) = inner.flush_tx(key) {
+                        inner.fail(key, e, false);
                     }
                 }
             }
@@ -1412,21 +1616,37 @@ impl TcpIface {
                 };
                 c.expect_hello = false;
                 return match h.mode {
-                    HelloMode::Iface => {
-                        if h.src_port != 0 {
-                            c.peer_iface = Some(IfaceAddr {
-                                ip: Ipv4Addr::from(h.src_ip),
-                                port: h.src_port,
-                            });
-                        }
-                        Flow::Continue
-                    }
+                    HelloMode::Iface => iface_hello(inner, key, h),
                     HelloMode::Ep => attach(inner, key, h),
                 };
+            }
+            if c.state == ConnState::Handshake {
+                return match ev {
+                    RxEvent::HelloAck(a) if a.seq == c.seq => {
+                        // Acknowledged: the frames held since the dial go out now.
+                        c.state = ConnState::Connected;
+                        Flow::Continue
+                    }
+                    RxEvent::HelloAck(a) => Flow::Fail(Error::Wire(format!(
+                        "hello ack for connection {} on connection {}",
+                        a.seq, c.seq
+                    ))),
+                    _ => Flow::Fail(Error::Wire(
+                        "the acceptor's first frame is not a hello ack".into(),
+                    )),
+                };
+            }
+            if c.rejected {
+                return Flow::Fail(Error::Wire(
+                    "a frame on a connection that lost a simultaneous connect".into(),
+                ));
             }
             match ev {
                 RxEvent::Hello(_) => {
                     return Flow::Fail(Error::Wire("unexpected second hello".into()))
+                }
+                RxEvent::HelloAck(_) => {
+                    return Flow::Fail(Error::Wire("unexpected hello ack".into()))
                 }
                 RxEvent::Am { .. } => {}
                 RxEvent::TagEager(t, chunk) => {
@@ -1933,6 +2153,7 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
             return Ok(false);
         }
         if n == 0 {
+            c.rx.drained = true;
             return Ok(false);
         }
         if c.rx.reasm.advance_stream(n as u64) {
@@ -1968,7 +2189,121 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
             }
             return Ok(false);
         }
+        if n < len {
+            // The socket had less than asked for: it is empty now (a second `recv` would
+            // only say so); epoll tells when more arrived.
+            inner.conns[key].rx.drained = true;
+            return Ok(false);
+        }
     }
+}
+
+/// Connect-to-iface: the accepted connection `key` brought the hello `h`. Without a dial of
+/// ours for the same pair (peer interface, sequence number) it is acknowledged and waits,
+/// unowned, for our endpoint of that number. With one, the connects were simultaneous: the
+/// connection dialed by the smaller interface address wins (see `wire::Hello`).
+fn iface_hello(inner: &mut Inner, key: usize, h: Hello) -> Flow {
+    if h.src_port == 0 || h.dst_conn_id != 0 {
+        return Flow::Fail(Error::Wire(format!(
+            "connect-to-iface hello with port {} and endpoint {:#x}",
+            h.src_port, h.dst_conn_id
+        )));
+    }
+    let peer = IfaceAddr {
+        ip: Ipv4Addr::from(h.src_ip),
+        port: h.src_port,
+    };
+    let seq = h.src_conn_id;
+    let local = inner.local;
+    let c = &mut inner.conns[key];
+    c.peer_iface = Some(peer);
+    c.seq = seq;
+    // A connection to ourselves is never "simultaneous": both ends are the same dial.
+    let mine = (peer != local)
+        .then(|| {
+            inner.active.iter().copied().find(|&k| {
+                let o = &inner.conns[k];
+                o.dialed
+                    && o.seq == seq
+                    && o.peer_iface == Some(peer)
+                    && !matches!(o.state, ConnState::Failed(_))
+            })
+        })
+        .flatten();
+    if let Some(y) = mine {
+        let we_win = (u32::from(local.ip), local.port) < (u32::from(peer.ip), peer.port);
+        if we_win {
+            // Our dial wins; the peer moves its endpoint onto it and closes this one.
+            inner.conns[key].rejected = true;
+            return Flow::Continue;
+        }
+        if matches!(
+            inner.conns[y].state,
+            ConnState::Connecting | ConnState::Handshake
+        ) {
+            return adopt(inner, key, y);
+        }
+        // Our dial was acknowledged although the peer's should have won: not a rucx peer
+        // following this protocol. Take the connection as an independent one.
+        tracing::warn!(
+            peer = %peer.socket_addr(),
+            seq,
+            "simultaneous connect: the peer acknowledged the losing connection"
+        );
+    }
+    let mut sub = [0u8; HelloAck::LEN];
+    HelloAck { seq }.encode(&mut sub);
+    inner.respond(key, Kind::HelloAck, &sub, None);
+    Flow::Continue
+}
+
+/// Simultaneous connect lost by our dial `y`: `y` takes the accepted connection `key` (its
+/// socket and received bytes), acknowledges it ahead of the frames its endpoint queued, and
+/// closes its own socket (nothing but the hello was sent there, and the peer never answers
+/// it).
+fn adopt(inner: &mut Inner, key: usize, y: usize) -> Flow {
+    let x = &mut inner.conns[key];
+    let sock = x.sock.take();
+    let mask = std::mem::replace(&mut x.epoll_mask, EpollFlags::empty());
+    let (peer, readable) = (x.peer, x.readable);
+    let t = &mut inner.conns[y];
+    if let Some(old) = t.sock.take() {
+        if !t.epoll_mask.is_empty() {
+            let _ = inner.epoll.delete(old.as_fd());
+        }
+    }
+    if t.state == ConnState::Connecting {
+        inner.connecting -= 1;
+    }
+    t.sock = sock;
+    t.peer = peer;
+    t.readable = readable;
+    t.state = ConnState::Connected;
+    t.ctl_len = 0;
+    t.ctl_sent = 0;
+    let mut f = [0u8; FrameHeader::LEN + HelloAck::LEN];
+    FrameHeader::new(Kind::HelloAck, 0, 0).encode(&mut f);
+    HelloAck { seq: t.seq }.encode(&mut f[FrameHeader::LEN..]);
+    t.tx.push_front(&f);
+    // Re-register the socket under its new owner's key (an accepted socket is registered).
+    let out = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT;
+    t.epoll_mask = out;
+    if let Some(s) = t.sock.as_ref() {
+        let mut ev = EpollEvent::new(out, y as u64);
+        let r = if mask.is_empty() {
+            inner.epoll.add(s.as_fd(), ev)
+        } else {
+            inner.epoll.modify(s.as_fd(), &mut ev)
+        };
+        if let Err(e) = r {
+            tracing::warn!("epoll_ctl on a tcp connection failed: {e}");
+        }
+    }
+    tracing::debug!(
+        seq = t.seq,
+        "simultaneous connect: moved to the peer's connection"
+    );
+    Flow::Redirect(y)
 }
 
 /// Connect-to-ep: the accepted connection `key` says it is for our endpoint `h.dst_conn_id`.
@@ -2093,16 +2428,40 @@ impl Iface for TcpIface {
         if g.closed {
             return Err(Error::InvalidParam("the tcp interface is closed".into()));
         }
-        // A connection with that interface that no endpoint owns (the peer connected to us,
-        // or an endpoint of ours was destroyed) carries this endpoint too: one connection
-        // per pair of interfaces when endpoints are created one after the other.
-        let reuse = g.active.iter().copied().find(|&k| {
-            let c = &g.conns[k];
+        // Our endpoint number `seq` to that interface pairs with the peer's number `seq`:
+        // the connection the peer dialed for it, if it arrived, carries this endpoint too.
+        // Otherwise a connection with that interface that no endpoint owns any more (an
+        // endpoint of ours or of the peer was destroyed) is reused. Else we dial, and a
+        // simultaneous dial by the peer resolves to one connection (see `iface_hello`).
+        let seq = {
+            let n = g.next_seq.entry(to).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let usable = |c: &Conn| {
             c.ep.is_none()
                 && c.sock.is_some()
-                && matches!(c.state, ConnState::Connected | ConnState::Connecting)
+                && !c.rejected
                 && c.conn_id == 0
                 && c.peer_iface == Some(to)
+        };
+        let paired = g.active.iter().copied().find(|&k| {
+            let c = &g.conns[k];
+            usable(c) && !c.dialed && c.seq == seq && c.state == ConnState::Connected
+        });
+        // An accepted connection with a higher number is kept for our endpoint of that
+        // number (taking it would leave that endpoint to dial a connection the peer's dial
+        // of the same number may win against, with nothing left to pair).
+        let reuse = paired.or_else(|| {
+            g.active.iter().copied().find(|&k| {
+                let c = &g.conns[k];
+                usable(c)
+                    && (c.dialed || c.seq < seq)
+                    && matches!(
+                        c.state,
+                        ConnState::Connected | ConnState::Connecting | ConnState::Handshake
+                    )
+            })
         });
         if let Some(key) = reuse {
             let id = EpId(g.next_ep);
@@ -2116,7 +2475,7 @@ impl Iface for TcpIface {
         let (key, id) = g.add_conn(ConnState::Idle);
         let hello = Hello {
             mode: HelloMode::Iface,
-            src_conn_id: 0,
+            src_conn_id: seq,
             dst_conn_id: 0,
             src_ip: u32::from(g.local.ip),
             src_port: g.local.port,
@@ -2148,15 +2507,20 @@ impl Iface for TcpIface {
         self.tick = self.tick.wrapping_add(1);
         let need_epoll = {
             let g = self.inner.borrow();
-            g.connecting > 0 || g.force_epoll
+            g.connecting > 0 || g.force_epoll || g.waiting_out > 0 || g.gated > 0
         };
         // Few connections: a non-blocking recv on each (cheaper than epoll_wait + recv, and
         // measurably lower latency); the listening socket and connects are looked at every
         // EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
-        let direct = self.inner.borrow().active.len() <= DIRECT_MAX;
-        if !direct || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY) {
+        let few = self.inner.borrow().active.len() <= DIRECT_MAX;
+        let polled = !few || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY);
+        if polled {
             self.poll_events();
         }
+        // A call that asked epoll reads the sockets it reported readable, and no others:
+        // polling every socket with `recv` as well would only add system calls (and socket
+        // lock round trips the peer's incoming segments wait on).
+        let direct = few && !polled;
         let mut i = 0;
         loop {
             let key = match self.inner.borrow().active.get(i) {
@@ -2244,7 +2608,8 @@ impl Iface for TcpIface {
             if c.rx.has_data() || !c.pending.is_empty() && c.has_room() {
                 return Err(Error::Busy("received data is waiting for progress".into()));
             }
-            if c.is_connected() && !c.tx.is_empty() {
+            let unsent_hello = c.state == ConnState::Handshake && c.ctl_sent < c.ctl_len;
+            if unsent_hello || c.is_connected() && !c.tx.is_empty() {
                 g.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
             }
         }

@@ -9,14 +9,18 @@
 //!   interface's non-blocking listening socket; an endpoint address ([`EpAddr`]) adds the
 //!   endpoint's connection id.
 //! - **Connections.** `ep_create_connected` (CONNECT_TO_IFACE) dials with a non-blocking
-//!   connect; the hello frame names the dialer's interface address. An endpoint to an
-//!   interface that already has a connection with us that no endpoint owns (typically: the peer
-//!   connected first, and we answer) rides that connection instead of dialing, so a client and
-//!   a server that create their endpoints one after the other share one two-way connection
-//!   (this matters: two one-way connections cost a pure ACK per message, about 1.3 µs of a
-//!   3.6 µs ping-pong here). If both sides create endpoints at the same moment, before either
-//!   hello arrived, the result is a well-defined pair of connections, one per endpoint, each
-//!   carrying its endpoint's messages and the responses to its requests (as in UCX).
+//!   connect; the hello frame names the dialer's interface address and the endpoint's
+//!   sequence number (the k-th endpoint of this interface to that peer interface). The dialer
+//!   holds its operations (queued, `NoResource` when the queue is full) until the acceptor's
+//!   `HelloAck`. An endpoint pairs with the peer's endpoint of the same number: if the peer's
+//!   connection for that number already arrived, the endpoint rides it instead of dialing, so
+//!   a client and a server share one two-way connection (this matters: two one-way
+//!   connections cost a pure ACK per message, about 1.3 µs of a 3.6 µs ping-pong here). If
+//!   both sides dialed at the same moment, the connection dialed by the smaller interface
+//!   address wins: the other side moves its endpoint and the operations it held onto the
+//!   winner and closes its own dial, on which only the hello was sent, so nothing is lost,
+//!   duplicated or reordered (details in [`wire::Hello`]). A peer that dies during the
+//!   handshake closes the connection the survivor waits on: an endpoint error.
 //!   `ep_create` + `connect_to_ep` (CONNECT_TO_EP) always gives exactly one connection per
 //!   endpoint pair, even when both sides connect at the same time: the side with the smaller
 //!   (ip, port, conn id) dials, the other waits for the dialer's hello naming its endpoint.
@@ -39,9 +43,15 @@
 //! - **Progress** busy-polls. With up to 4 connections it calls a non-blocking `recv` on each
 //!   (measured: lower latency than `epoll_wait` + `recv`) and looks at the listening socket and
 //!   connects in flight with `epoll_wait(0)` every 16 calls; with more connections it makes one
-//!   `epoll_wait(0)` per call and reads the ready ones. The event fd is that epoll fd
-//!   (EventFlags::FD). Keepalive (10 s + 3 × 2 s) bounds the detection of a peer host that
-//!   vanishes without a FIN or RST; a killed process is noticed at the next read.
+//!   `epoll_wait(0)` per call and reads the ready ones. A call that asked epoll reads only the
+//!   sockets epoll reported. A connection waits for epoll instead of being polled directly
+//!   while its socket refuses bytes (no `sendmsg` retry at every call), in the middle of a
+//!   large payload once the socket ran empty, and after 256 empty polls in a row: each `recv`
+//!   or `sendmsg` takes the socket lock the peer's incoming segments and ACKs need (that
+//!   contention shows in loopback profiles of 1 MiB transfers; this is how UCX waits too,
+//!   and it cuts the receiver's `recv` calls tenfold). The event fd is that
+//!   epoll fd (EventFlags::FD). Keepalive (10 s + 3 × 2 s) bounds the detection of a peer
+//!   host that vanishes without a FIN or RST; a killed process is noticed at the next read.
 
 mod ep;
 mod iface;
@@ -267,7 +277,7 @@ impl DevAddr {
 ///  | ver=1  |   0    | port (u16 LE)   |  IPv4 address (network order)     |
 ///  +--------+--------+--------+--------+--------+--------+--------+--------+
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IfaceAddr {
     /// Listening address.
     pub ip: Ipv4Addr,

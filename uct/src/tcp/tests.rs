@@ -194,6 +194,12 @@ fn backpressure_partial_sends_and_pending() {
         assert!(Instant::now() < deadline, "watchdog: never saw NoResource");
     }
     assert!(sent > 10);
+    // The full socket makes the queue wait for epoll's "writable" instead of retrying sendmsg.
+    {
+        let g = a.inner.borrow();
+        assert_eq!(g.waiting_out, 1);
+        assert!(g.conns.iter().any(|(_, c)| c.wait_out));
+    }
     // pending_add accepts the request.
     ep.pending_add(42).unwrap();
     // While a request is pending, new operations queue behind it.
@@ -214,6 +220,55 @@ fn backpressure_partial_sends_and_pending() {
     }
     // Resources are back: pending_add now says retry at once.
     assert!(matches!(ep.pending_add(43), Err(Error::Busy(_))));
+    let inner_a = a.inner.clone();
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, _| {
+        inner_a.borrow().waiting_out == 0
+    });
+    assert!(a.inner.borrow().conns.iter().all(|(_, c)| !c.wait_out));
+}
+
+#[test]
+fn quiet_connection_waits_for_epoll_and_still_receives() {
+    let (mut a, mut b, mut ep) = pair();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    assert!(ep.am_short(0, 0, b"up").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 1);
+    // Nothing arrives for a while: b stops polling the socket and waits for epoll.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b.inner.borrow().gated == 0 {
+        b.progress(&mut sb);
+        assert!(Instant::now() < deadline, "watchdog: never gated");
+    }
+    assert!(b.inner.borrow().conns.iter().any(|(_, c)| c.rx_gated));
+    // Messages still arrive, complete and in order, and the connection is polled again.
+    for i in 1..=50u64 {
+        assert!(ep.am_short(0, i, b"after").unwrap().is_done());
+    }
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 51);
+    for (i, (_, d)) in sb.ams.iter().enumerate() {
+        assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), i as u64);
+    }
+    assert_eq!(b.inner.borrow().gated, 0);
+    // A large put is received with the connection waiting for epoll in the middle of the
+    // payload, and lands whole.
+    let md = TcpMd::new();
+    let (src, dst) = (
+        md.mem_alloc(1 << 20).unwrap(),
+        md.mem_alloc(1 << 20).unwrap(),
+    );
+    let pattern: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    src.write(0, &pattern).unwrap();
+    let rk = rkey_of(&md, &dst);
+    let r = ep.put_zcopy(&[Iov::whole(&src)], dst.addr() as u64, &rk, 77);
+    assert!(!r.unwrap().is_no_resource());
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
+        sa.comp(77).is_some()
+    });
+    assert!(matches!(sa.comp(77), Some(Ok(_))));
+    let mut got = vec![0u8; 1 << 20];
+    dst.read(0, &mut got).unwrap();
+    assert!(got == pattern);
+    assert!(sa.errors.is_empty() && sb.errors.is_empty());
 }
 
 #[test]
@@ -559,10 +614,10 @@ fn garbage_closes_only_that_connection() {
             wire::FrameHeader::new(wire::Kind::Hello, 0, 0).encode(&mut v);
             wire::Hello {
                 mode: wire::HelloMode::Iface,
-                src_conn_id: 0,
+                src_conn_id: 99,
                 dst_conn_id: 0,
-                src_ip: 0,
-                src_port: 0,
+                src_ip: 0x7f00_0001,
+                src_port: 1,
             }
             .encode(&mut v[8..]);
             let mut h = wire::FrameHeader::new(wire::Kind::Am, 1, 0).to_bytes();
@@ -583,13 +638,21 @@ fn garbage_closes_only_that_connection() {
         // The interface closes the connection: we read EOF (or a reset).
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut buf = [0u8; 64];
+        let mut got = 0;
         loop {
             b.progress(&mut sb);
             match s.read(&mut buf) {
                 Ok(0) => break,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => break,
-                Ok(_) => panic!("the interface sent data to a garbage peer"),
+                // At most the answer to a valid hello.
+                Ok(n) => {
+                    got += n;
+                    assert!(
+                        got <= 8 + wire::HelloAck::LEN,
+                        "the interface sent data to a garbage peer"
+                    );
+                }
             }
             assert!(
                 Instant::now() < deadline,
@@ -890,32 +953,330 @@ fn reply_endpoint_reuses_the_incoming_connection() {
     assert_eq!(b.connection_count(), 1);
 }
 
+/// Two interfaces ordered by address: the first one's dials win simultaneous connects.
+fn ordered_pair() -> (TcpIface, TcpIface) {
+    let a = open_lo();
+    let b = open_lo();
+    let key = |i: &TcpIface| (u32::from(*i.listen_addr().ip()), i.listen_addr().port());
+    if key(&a) < key(&b) {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+/// Connections that lost a simultaneous connect and wait for the peer to close them.
+fn rejected_count(i: &TcpIface) -> usize {
+    let g = i.inner.borrow();
+    g.conns
+        .iter()
+        .filter(|(_, c)| c.rejected && c.sock.is_some())
+        .count()
+}
+
+/// The sequence numbers (low 32 bits of the AM header) of the messages from endpoint `ep`
+/// (high 32 bits), in arrival order.
+fn seqs_from(s: &Sink, ep: u64) -> Vec<u64> {
+    s.ams
+        .iter()
+        .map(|(_, d)| u64::from_le_bytes(d[..8].try_into().unwrap()))
+        .filter(|h| h >> 32 == ep)
+        .map(|h| h & 0xffff_ffff)
+        .collect()
+}
+
 #[test]
-fn simultaneous_connect_to_iface_gives_two_working_connections() {
+fn simultaneous_connect_to_iface_gives_one_connection_in_order() {
+    // Both creation orders, and both sides being the smaller address.
+    for flip in [false, true] {
+        let (x, y) = ordered_pair();
+        let (mut a, mut b) = if flip { (y, x) } else { (x, y) };
+        let (mut sa, mut sb) = (Sink::default(), Sink::default());
+        let mut ab = a
+            .ep_create_connected(b.device_address(), b.iface_address())
+            .unwrap();
+        let mut ba = b
+            .ep_create_connected(a.device_address(), a.iface_address())
+            .unwrap();
+        // Before the race: both endpoints queue messages while their dials are in flight.
+        const N: u64 = 300;
+        let (mut na, mut nb) = (0u64, 0u64);
+        for _ in 0..20 {
+            assert!(ab.am_short(1, na, b"before").unwrap().is_done());
+            assert!(ba.am_short(1, nb, b"before").unwrap().is_done());
+            na += 1;
+            nb += 1;
+        }
+        // During the race: progress one side at a time, sending from both in between.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while na < N || nb < N {
+            a.progress(&mut sa);
+            if na < N && ab.am_short(1, na, b"during").unwrap().is_done() {
+                na += 1;
+            }
+            b.progress(&mut sb);
+            if nb < N && ba.am_short(1, nb, b"during").unwrap().is_done() {
+                nb += 1;
+            }
+            assert!(Instant::now() < deadline, "watchdog: sends never accepted");
+        }
+        run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
+            sa.ams.len() as u64 == N && sb.ams.len() as u64 == N
+        });
+        // Everything exactly once and in order, in both directions.
+        let want: Vec<u64> = (0..N).collect();
+        assert_eq!(seqs_from(&sb, 0), want);
+        assert_eq!(seqs_from(&sa, 0), want);
+        assert!(sa.errors.is_empty() && sb.errors.is_empty());
+        // The losing connection closes: one connection on each side.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while a.connection_count() + b.connection_count() != 2 {
+            a.progress(&mut sa);
+            b.progress(&mut sb);
+            assert!(
+                Instant::now() < deadline,
+                "watchdog: losing connection stays open"
+            );
+        }
+        assert_eq!(a.connection_count(), 1);
+        assert_eq!(b.connection_count(), 1);
+        assert_eq!(rejected_count(&a) + rejected_count(&b), 0);
+        // Requests and their responses use that connection in both directions.
+        let md = TcpMd::new();
+        let (ta, tb) = (md.mem_alloc(16).unwrap(), md.mem_alloc(16).unwrap());
+        ta.write(0, b"AAAAAAAAAAAAAAAA").unwrap();
+        tb.write(0, b"BBBBBBBBBBBBBBBB").unwrap();
+        let (rka, rkb) = (rkey_of(&md, &ta), rkey_of(&md, &tb));
+        let (da, db) = (md.mem_alloc(16).unwrap(), md.mem_alloc(16).unwrap());
+        let r = ab.get_zcopy(&[Iov::whole(&da)], tb.addr() as u64, &rkb, 1);
+        assert_eq!(r.unwrap(), Outcome::InProgress);
+        let r = ba.get_zcopy(&[Iov::whole(&db)], ta.addr() as u64, &rka, 2);
+        assert_eq!(r.unwrap(), Outcome::InProgress);
+        run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
+            sa.comp(1).is_some() && sb.comp(2).is_some()
+        });
+        let mut v = [0u8; 16];
+        da.read(0, &mut v).unwrap();
+        assert_eq!(&v, b"BBBBBBBBBBBBBBBB");
+        db.read(0, &mut v).unwrap();
+        assert_eq!(&v, b"AAAAAAAAAAAAAAAA");
+        assert_eq!(a.connection_count() + b.connection_count(), 2);
+    }
+}
+
+#[test]
+fn many_simultaneous_endpoints_race_without_loss_or_reordering() {
+    const EPS: usize = 4;
+    const N: u64 = 400;
     let mut a = open_lo();
     let mut b = open_lo();
     let (mut sa, mut sb) = (Sink::default(), Sink::default());
-    let mut ab = a
-        .ep_create_connected(b.device_address(), b.iface_address())
-        .unwrap();
-    let mut ba = b
-        .ep_create_connected(a.device_address(), a.iface_address())
-        .unwrap();
-    for i in 0..20 {
-        assert!(ab.am_short(1, i, b"").unwrap().is_done());
-        assert!(ba.am_short(1, i, b"").unwrap().is_done());
+    let md = TcpMd::new();
+    let (ta, tb) = (md.mem_alloc(64).unwrap(), md.mem_alloc(64).unwrap());
+    ta.write(0, &[0xaa; 64]).unwrap();
+    tb.write(0, &[0xbb; 64]).unwrap();
+    let (rka, rkb) = (rkey_of(&md, &ta), rkey_of(&md, &tb));
+    let dst: Vec<MemHandle> = (0..2 * EPS).map(|_| md.mem_alloc(64).unwrap()).collect();
+    let zsrc = md.mem_alloc(256).unwrap();
+    zsrc.write(0, &[0x5a; 256]).unwrap();
+    // Endpoints created interleaved, some right away (simultaneous dials), some after a
+    // little progress (the peer's connection may have arrived already, or be half-way).
+    let mut eas = Vec::new();
+    let mut ebs = Vec::new();
+    for i in 0..EPS {
+        eas.push(
+            a.ep_create_connected(b.device_address(), b.iface_address())
+                .unwrap(),
+        );
+        for _ in 0..i * 3 {
+            a.progress(&mut sa);
+            b.progress(&mut sb);
+        }
+        ebs.push(
+            b.ep_create_connected(a.device_address(), a.iface_address())
+                .unwrap(),
+        );
+        // A request issued before the connection is decided: its response must come back.
+        let r = eas[i].get_zcopy(
+            &[Iov::whole(&dst[i])],
+            tb.addr() as u64,
+            &rkb,
+            100 + i as u64,
+        );
+        assert_eq!(r.unwrap(), Outcome::InProgress);
+        let r = ebs[i].get_zcopy(
+            &[Iov::whole(&dst[EPS + i])],
+            ta.addr() as u64,
+            &rka,
+            200 + i as u64,
+        );
+        assert_eq!(r.unwrap(), Outcome::InProgress);
     }
+    // Every endpoint sends N messages (short, bcopy and zcopy mixed), one side progressing
+    // at a time; back-pressure just means "try again later".
+    let mut next = [[0u64; EPS]; 2];
+    let mut zc = 1000u64;
+    let send = |ep: &mut TcpEp, tag: u64, seq: u64, zc: &mut u64| -> bool {
+        let hdr = tag << 32 | seq;
+        match seq % 3 {
+            0 => ep.am_short(2, hdr, &[seq as u8; 5]).unwrap().is_done(),
+            1 => ep
+                .am_bcopy(2, |buf| {
+                    buf[..8].copy_from_slice(&hdr.to_le_bytes());
+                    buf[8..40].fill(seq as u8);
+                    40
+                })
+                .unwrap()
+                .is_done(),
+            _ => {
+                *zc += 1;
+                !ep.am_zcopy(
+                    2,
+                    &hdr.to_le_bytes(),
+                    &[Iov::new(&zsrc, 0, 100).unwrap()],
+                    *zc,
+                )
+                .unwrap()
+                .is_no_resource()
+            }
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while next.iter().flatten().any(|&n| n < N) {
+        a.progress(&mut sa);
+        for (i, ep) in eas.iter_mut().enumerate() {
+            for _ in 0..3 {
+                if next[0][i] < N && send(ep, i as u64, next[0][i], &mut zc) {
+                    next[0][i] += 1;
+                }
+            }
+        }
+        b.progress(&mut sb);
+        for (i, ep) in ebs.iter_mut().enumerate() {
+            for _ in 0..3 {
+                if next[1][i] < N && send(ep, i as u64, next[1][i], &mut zc) {
+                    next[1][i] += 1;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "watchdog: sends never accepted");
+    }
+    // Flush every endpoint.
+    let mut flushing = Vec::new();
+    for (i, ep) in eas.iter_mut().chain(ebs.iter_mut()).enumerate() {
+        let id = 300 + i as u64;
+        let mut r = ep.flush(id).unwrap();
+        while r.is_no_resource() {
+            a.progress(&mut sa);
+            b.progress(&mut sb);
+            r = ep.flush(id).unwrap();
+        }
+        if !r.is_done() {
+            flushing.push(id);
+        }
+    }
+    let total = EPS as u64 * N;
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
-        sa.ams.len() == 20 && sb.ams.len() == 20
+        sa.ams.len() as u64 == total
+            && sb.ams.len() as u64 == total
+            && flushing
+                .iter()
+                .all(|&id| sa.comp(id).is_some() || sb.comp(id).is_some())
     });
-    for (i, (_, d)) in sa.ams.iter().chain(sb.ams.iter()).enumerate() {
-        assert_eq!(
-            u64::from_le_bytes(d[..8].try_into().unwrap()),
-            i as u64 % 20
+    let want: Vec<u64> = (0..N).collect();
+    for i in 0..EPS as u64 {
+        assert_eq!(seqs_from(&sb, i), want, "a's endpoint {i}");
+        assert_eq!(seqs_from(&sa, i), want, "b's endpoint {i}");
+    }
+    // Payloads intact.
+    for (_, d) in sa.ams.iter().chain(&sb.ams) {
+        let seq = u64::from_le_bytes(d[..8].try_into().unwrap()) & 0xffff_ffff;
+        match seq % 3 {
+            0 => assert_eq!(&d[8..], &[seq as u8; 5]),
+            1 => assert!(d.len() == 40 && d[8..].iter().all(|&x| x == seq as u8)),
+            _ => assert!(d.len() == 108 && d[8..].iter().all(|&x| x == 0x5a)),
+        }
+    }
+    for i in 0..EPS {
+        let mut v = [0u8; 64];
+        assert!(matches!(sa.comp(100 + i as u64), Some(Ok(_))));
+        dst[i].read(0, &mut v).unwrap();
+        assert_eq!(v, [0xbb; 64]);
+        assert!(matches!(sb.comp(200 + i as u64), Some(Ok(_))));
+        dst[EPS + i].read(0, &mut v).unwrap();
+        assert_eq!(v, [0xaa; 64]);
+    }
+    assert!(sa.comps.iter().chain(&sb.comps).all(|c| c.1.is_ok()));
+    assert!(sa.errors.is_empty() && sb.errors.is_empty());
+    // One connection per endpoint pair on each side once the losers closed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while a.connection_count() + b.connection_count() != 2 * EPS {
+        a.progress(&mut sa);
+        b.progress(&mut sb);
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: losing connections stay open"
         );
     }
-    assert_eq!(a.connection_count(), 2);
-    assert_eq!(b.connection_count(), 2);
+    assert_eq!(a.connection_count(), EPS);
+    assert_eq!(b.connection_count(), EPS);
+}
+
+#[test]
+fn peer_death_during_simultaneous_connect_is_an_endpoint_error() {
+    // `small`'s dial wins; `big` waits on its own dial, which `small` leaves unanswered.
+    let (mut small, mut big) = ordered_pair();
+    let (mut ss, mut sb) = (Sink::default(), Sink::default());
+    let mut e_big = big
+        .ep_create_connected(small.device_address(), small.iface_address())
+        .unwrap();
+    // big's hello leaves (progress sends it once the connect completed) before small dials.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !big
+        .inner
+        .borrow()
+        .conns
+        .iter()
+        .any(|(_, c)| c.dialed && c.ctl_len > 0 && c.ctl_sent == c.ctl_len)
+    {
+        big.progress(&mut sb);
+        assert!(Instant::now() < deadline, "watchdog: hello not sent");
+    }
+    let mut e_small = small
+        .ep_create_connected(big.device_address(), big.iface_address())
+        .unwrap();
+    assert!(e_small.am_short(0, 1, b"held").unwrap().is_done());
+    assert!(e_big.am_short(0, 2, b"held").unwrap().is_done());
+    let md = TcpMd::new();
+    let src = md.mem_alloc(64).unwrap();
+    let r = e_big.am_zcopy(0, b"", &[Iov::whole(&src)], 9).unwrap();
+    assert_eq!(r, Outcome::InProgress);
+    // Only `small` runs: it sees big's hello while its own dial waits, and rejects it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rejected_count(&small) == 0 {
+        small.progress(&mut ss);
+        assert!(Instant::now() < deadline, "watchdog: hello never seen");
+    }
+    assert!(
+        ss.ams.is_empty(),
+        "nothing is delivered from a rejected connection"
+    );
+    drop(e_small);
+    drop(small);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sb.errors.is_empty() || sb.comp(9).is_none() {
+        big.progress(&mut sb);
+        assert!(Instant::now() < deadline, "watchdog: no endpoint error");
+    }
+    assert_eq!(sb.errors.len(), 1);
+    assert_eq!(sb.errors[0].0, e_big.id());
+    assert!(
+        matches!(sb.errors[0].1, Error::ConnectionReset(_)),
+        "{}",
+        sb.errors[0].1
+    );
+    assert!(matches!(sb.comp(9), Some(Err(_))));
+    assert!(e_big.am_short(0, 3, b"").is_err());
 }
 
 // The transport conformance suite, over loopback (TlPair picks `lo` for network transports).
@@ -993,13 +1354,21 @@ fn eof_mid_frame_and_reset_become_endpoint_errors() {
                 .set_linger(Some(Duration::ZERO))
                 .unwrap();
         } else {
-            // Read the hello and the get request first (closing with unread bytes would send a
-            // reset instead of a FIN).
+            // Read the hello, acknowledge it (the endpoint holds the get until then), and read
+            // the get request (closing with unread bytes would send a reset instead of a FIN).
             s.set_nonblocking(true).unwrap();
             let want = 8 + wire::Hello::LEN + 8 + wire::GetReq::LEN;
             let mut got = 0;
+            let mut acked = false;
             let mut buf = [0u8; 256];
             while got < want {
+                if !acked && got >= 8 + wire::Hello::LEN {
+                    let mut ack = [0u8; 8 + wire::HelloAck::LEN];
+                    wire::FrameHeader::new(wire::Kind::HelloAck, 0, 0).encode(&mut ack);
+                    wire::HelloAck { seq: 0 }.encode(&mut ack[8..]);
+                    s.write_all(&ack).unwrap();
+                    acked = true;
+                }
                 a.progress(&mut sa);
                 match s.read(&mut buf) {
                     Ok(n) => got += n,

@@ -15,6 +15,7 @@
 //! | kind | name        | sub-header       | payload                    | sent by   |
 //! |------|-------------|------------------|----------------------------|-----------|
 //! | 1    | `Hello`     | [`Hello`] (32)   | none                       | connector |
+//! | 11   | `HelloAck`  | [`HelloAck`] (8) | none                       | acceptor  |
 //! | 2    | `Am`        | none             | AM bytes (≤ [`MAX_AM_BODY`]) | sender  |
 //! | 3    | `Put`       | [`PutHdr`] (24)  | data written to the target | initiator |
 //! | 4    | `PutAck`    | [`Ack`] (16)     | none                       | target    |
@@ -28,7 +29,11 @@
 //! | 17   | `TagRndv`   | [`TagRndvHdr`] (40) | user header (≤ [`MAX_TAG_RNDV_HDR`]) | sender |
 //! | 18   | `TagGet`    | [`GetReq`] (32)  | none                       | receiver  |
 //!
-//! `flags` is reserved and must be zero. Tag offload: a `TagEager` payload above
+//! `flags` is reserved and must be zero. Connection set-up: a connect-to-iface connector
+//! sends `Hello` and holds every other frame until the acceptor's `HelloAck` arrives; an
+//! acceptor that lost a simultaneous connect (see [`Hello`]) never acknowledges, so no frame
+//! is ever sent on a connection that gets dropped. Connect-to-ep hellos are not acknowledged.
+//! Tag offload: a `TagEager` payload above
 //! [`TAG_WHOLE`] bytes is streamed, and the reassembler reports its start (an empty first
 //! chunk) as soon as the sub-header is in, so the receiver matches the tag against its posted
 //! receives before the payload and can `recv` the payload straight into the posted buffer. A
@@ -47,8 +52,9 @@ use std::fmt;
 
 /// Magic number at the start of [`Hello`]: `"RUCX"` read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"RUCX");
-/// Protocol version carried in [`Hello`].
-pub const VERSION: u8 = 1;
+/// Protocol version carried in [`Hello`] (2: connect-to-iface hellos carry a connection
+/// sequence number and are answered with [`HelloAck`]).
+pub const VERSION: u8 = 2;
 /// Largest body of an `Am` frame (the AM bytes).
 pub const MAX_AM_BODY: usize = 64 * 1024;
 /// `Put` and `GetResp` payloads up to this size are delivered in one chunk; larger ones in
@@ -196,6 +202,8 @@ pub enum Kind {
     FlushReq = 9,
     /// Acknowledges a flush.
     FlushAck = 10,
+    /// The acceptor took a connect-to-iface connection: the connector may send.
+    HelloAck = 11,
     /// A tagged eager message (tag offload).
     TagEager = 16,
     /// A tagged rendezvous announcement or request (tag offload).
@@ -218,6 +226,7 @@ impl Kind {
             8 => Kind::AtomicResp,
             9 => Kind::FlushReq,
             10 => Kind::FlushAck,
+            11 => Kind::HelloAck,
             16 => Kind::TagEager,
             17 => Kind::TagRndv,
             18 => Kind::TagGet,
@@ -238,6 +247,7 @@ impl Kind {
             Kind::AtomicReq => AtomicReq::LEN,
             Kind::AtomicResp => AtomicResp::LEN,
             Kind::FlushReq => FlushReq::LEN,
+            Kind::HelloAck => HelloAck::LEN,
         }
     }
 
@@ -359,12 +369,22 @@ pub enum HelloMode {
 
 /// First frame on every connection, sent by the connecting side.
 ///
+/// In `Iface` mode `src_conn_id` is the connection *sequence number*: a connector numbers its
+/// connect-to-iface endpoints to each peer interface 0, 1, 2, ... in creation order, and the
+/// acceptor's endpoint number k to that interface pairs with the connector's number k. When
+/// both sides dialed pair k at the same time (each receives the other's hello while its own
+/// dial waits for a [`HelloAck`]), the connection dialed by the side with the smaller
+/// interface address (IPv4 address, then port) wins: the larger side moves its endpoint,
+/// with its held frames, onto the winning connection and acknowledges it there, then closes
+/// its own dial; the smaller side leaves the losing connection unanswered until the peer
+/// closes it.
+///
 /// ```text
 ///  0                                   4        5        6                 8
 ///  +--------+--------+--------+--------+--------+--------+--------+--------+
 ///  |  magic "RUCX" (u32 LE)            | ver=1  | mode   | src_port (u16)  |
 ///  +--------+--------+--------+--------+--------+--------+--------+--------+
-///  |  src_conn_id (u64 LE): the connector's endpoint id (ep mode) or 0     |  8..16
+///  |  src_conn_id (u64 LE): connector's endpoint id (ep) or sequence (iface) |  8..16
 ///  +-----------------------------------------------------------------------+
 ///  |  dst_conn_id (u64 LE): the acceptor's endpoint id (ep mode) or 0      |  16..24
 ///  +-----------------------------------+-----------------------------------+
@@ -377,7 +397,7 @@ pub enum HelloMode {
 pub struct Hello {
     /// Connection mode.
     pub mode: HelloMode,
-    /// The connector's endpoint id.
+    /// The connector's endpoint id (`Ep`) or connection sequence number (`Iface`).
     pub src_conn_id: u64,
     /// The acceptor's endpoint id (connect-to-ep) or 0.
     pub dst_conn_id: u64,
@@ -434,6 +454,36 @@ impl Hello {
             dst_conn_id: u64_at(buf, 16),
             src_ip: u32::from_be_bytes([buf[24], buf[25], buf[26], buf[27]]),
             src_port: u16_at(buf, 6),
+        })
+    }
+}
+
+/// Sub-header of `HelloAck`: the acceptor answers a connect-to-iface [`Hello`].
+///
+/// ```text
+///  0                                       8
+///  +---------------------------------------+
+///  |  seq (u64 LE): the hello's sequence   |
+///  +---------------------------------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloAck {
+    /// The connection sequence number of the acknowledged hello (its `src_conn_id`).
+    pub seq: u64,
+}
+
+impl HelloAck {
+    /// Encoded size.
+    pub const LEN: usize = 8;
+    /// Writes into `out[..8]`.
+    pub fn encode(&self, out: &mut [u8]) {
+        put_u64(out, 0, self.seq);
+    }
+    /// Reads.
+    pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
+        need("hello ack", buf, Self::LEN)?;
+        Ok(HelloAck {
+            seq: u64_at(buf, 0),
         })
     }
 }
@@ -875,6 +925,8 @@ pub struct Chunk<'a> {
 pub enum RxEvent<'a> {
     /// A hello frame.
     Hello(Hello),
+    /// A hello acknowledgement.
+    HelloAck(HelloAck),
     /// A whole active message.
     Am {
         /// AM id.
@@ -1044,6 +1096,7 @@ impl Reassembler {
                 };
                 let ev = match h.kind {
                     Kind::Hello => RxEvent::Hello(Hello::decode(sub)?),
+                    Kind::HelloAck => RxEvent::HelloAck(HelloAck::decode(sub)?),
                     Kind::Am => RxEvent::Am {
                         id: h.am_id,
                         data: body,
@@ -1378,6 +1431,12 @@ mod tests {
             FlushReq::encode,
             FlushReq::decode,
         );
+        check(
+            HelloAck { seq: u64::MAX - 3 },
+            HelloAck::LEN,
+            HelloAck::encode,
+            HelloAck::decode,
+        );
     }
 
     #[test]
@@ -1394,6 +1453,43 @@ mod tests {
         .encode(&mut b);
         b[4] = 9;
         assert_eq!(Hello::decode(&b), Err(WireError::BadVersion(9)));
+    }
+
+    #[test]
+    fn hello_ack_frame_decodes_and_rejects_bad_lengths() {
+        let mut sub = [0u8; HelloAck::LEN];
+        HelloAck {
+            seq: 0x0102_0304_0506_0708,
+        }
+        .encode(&mut sub);
+        assert_eq!(sub, [8, 7, 6, 5, 4, 3, 2, 1]);
+        let f = frame(Kind::HelloAck, 0, &sub, &[]);
+        assert_eq!(f[0], 11);
+        let mut r = Reassembler::new();
+        assert_eq!(r.next(&f[..f.len() - 1]).unwrap(), (0, None));
+        assert_eq!(
+            r.next(&f).unwrap(),
+            (
+                f.len(),
+                Some(RxEvent::HelloAck(HelloAck {
+                    seq: 0x0102_0304_0506_0708
+                }))
+            )
+        );
+        // The body is exactly the 8-byte sub-header; an AM id is refused.
+        for len in [0usize, 7, 9, 16] {
+            let mut b = FrameHeader::new(Kind::HelloAck, 0, 0).to_bytes();
+            b[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+            assert!(matches!(
+                FrameHeader::decode(&b),
+                Err(WireError::BadLength { .. })
+            ));
+        }
+        let b = FrameHeader::new(Kind::HelloAck, 1, 0).to_bytes();
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(WireError::BadAmId { .. })
+        ));
     }
 
     #[test]
@@ -1511,6 +1607,11 @@ mod tests {
                 let mut sub = [0u8; FlushReq::LEN];
                 FlushReq { req_id: k }.encode(&mut sub);
                 frame(Kind::FlushReq, 0, &sub, &[])
+            }),
+            any::<u64>().prop_map(|k| {
+                let mut sub = [0u8; HelloAck::LEN];
+                HelloAck { seq: k }.encode(&mut sub);
+                frame(Kind::HelloAck, 0, &sub, &[])
             }),
             any::<u64>().prop_map(|k| {
                 let mut sub = [0u8; GetReq::LEN];
