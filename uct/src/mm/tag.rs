@@ -1168,4 +1168,140 @@ mod tests {
         assert_eq!(t.failed_ops.len(), MAX_RNDV_OPS);
         assert!(t.op_alloc(0, EpId(4), None).is_some());
     }
+
+    use crate::iface::Iface;
+    use crate::md::MemoryDomain;
+    use crate::mm::{MmMd, PosixTransport, DEVICE};
+    use crate::registry::Transport;
+    use crate::Endpoint;
+    use crate::IfaceParams;
+
+    #[derive(Default)]
+    struct Rec {
+        done: Vec<(TagRecvId, u64, usize, Result<()>)>,
+        comps: Vec<(CompletionId, Result<u64>)>,
+        unexp: Vec<(u64, Vec<u8>, u64, usize, Vec<u8>)>,
+    }
+
+    impl EventSink for Rec {
+        fn am(&mut self, id: u8, _data: &[u8]) {
+            panic!("unexpected active message {id}");
+        }
+        fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
+            self.comps.push((comp, result));
+        }
+        fn tag_unexp_rndv(&mut self, tag: u64, r: RndvRemote<'_>) {
+            self.unexp.push((
+                tag,
+                r.header.to_vec(),
+                r.remote_addr,
+                r.length,
+                r.rkey.to_vec(),
+            ));
+        }
+        fn tag_recv_done(
+            &mut self,
+            ctx: TagRecvId,
+            tag: u64,
+            _imm: u64,
+            len: usize,
+            r: Result<()>,
+        ) {
+            self.done.push((ctx, tag, len, r));
+        }
+    }
+
+    fn reg(md: &MmMd, v: &mut [u8]) -> MemHandle {
+        let p = std::ptr::NonNull::new(v.as_mut_ptr()).unwrap();
+        // SAFETY: every test keeps the vector alive (unmoved) longer than the handle.
+        unsafe { md.mem_reg(p, v.len()) }.unwrap()
+    }
+
+    /// A rendezvous from ordinary (registered, not shared) memory is read by the receiving
+    /// interface with process_vm_readv straight into the posted buffer and acknowledged
+    /// through the sender's FIFO; an unmatched one arrives with the sender's address and no
+    /// key, and cancels cleanly.
+    #[test]
+    fn rndv_from_registered_memory_is_read_by_cma() {
+        let md = PosixTransport::open_md(DEVICE).unwrap();
+        let p = IfaceParams {
+            device: DEVICE.into(),
+        };
+        let mut a = PosixTransport::open_iface(&md, &p).unwrap();
+        let mut b = PosixTransport::open_iface(&md, &p).unwrap();
+        let mut ep = a
+            .ep_create_connected(b.device_address(), b.iface_address())
+            .unwrap();
+        let n = 300_000;
+        let mut src: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+        let mut dst = vec![0u8; n + 8];
+        let sm = reg(&md, &mut src);
+        let dm = reg(&md, &mut dst);
+        let mut rec = Rec::default();
+        let iov_r = [
+            Iov::new(&dm, 0, 100_000).unwrap(),
+            Iov::new(&dm, 100_000, n + 8 - 100_000).unwrap(),
+        ];
+        assert_eq!(
+            b.tag_recv_zcopy(5, u64::MAX, &iov_r, 1).unwrap(),
+            Outcome::InProgress
+        );
+        let op = match ep.tag_rndv_zcopy(5, b"h", &[Iov::whole(&sm)], 9).unwrap() {
+            Outcome::Done(op) => op,
+            o => panic!("{o:?}"),
+        };
+        assert_ne!(op, 0);
+        for _ in 0..1000 {
+            if !rec.done.is_empty() && !rec.comps.is_empty() {
+                break;
+            }
+            b.progress(&mut rec);
+            a.progress(&mut rec);
+        }
+        assert_eq!(rec.done.len(), 1);
+        let (ctx, tag, len, r) = rec.done.pop().unwrap();
+        assert_eq!((ctx, tag, len), (1, 5, n));
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(rec.comps.len(), 1);
+        assert!(matches!(rec.comps.pop().unwrap(), (9, Ok(_))));
+        drop(dm);
+        assert!(dst[..n] == src[..], "cma rendezvous data differs");
+        assert_eq!(&dst[n..], &[0u8; 8]);
+        // The acknowledged operation is gone.
+        assert!(ep.tag_rndv_cancel(op).is_err());
+
+        // Unexpected: address and length, no key (the memory is not a shared segment).
+        let op = match ep
+            .tag_rndv_zcopy(6, b"hdr", &[Iov::whole(&sm)], 10)
+            .unwrap()
+        {
+            Outcome::Done(op) => op,
+            o => panic!("{o:?}"),
+        };
+        for _ in 0..100 {
+            b.progress(&mut rec);
+        }
+        assert_eq!(rec.unexp.len(), 1);
+        let (tag, hdr, addr, len, rkey) = rec.unexp.pop().unwrap();
+        assert_eq!(
+            (tag, hdr.as_slice(), addr, len),
+            (6, &b"hdr"[..], src.as_ptr() as u64, n)
+        );
+        assert!(rkey.is_empty());
+        ep.tag_rndv_cancel(op).unwrap();
+        for _ in 0..100 {
+            a.progress(&mut rec);
+        }
+        assert!(rec.comps.is_empty(), "a canceled rendezvous completed");
+        // Several pieces are refused.
+        let two = [
+            Iov::new(&sm, 0, 10).unwrap(),
+            Iov::new(&sm, 10, 10).unwrap(),
+        ];
+        assert!(matches!(
+            ep.tag_rndv_zcopy(6, b"", &two, 11),
+            Err(Error::InvalidParam(_))
+        ));
+        drop(sm);
+    }
 }
