@@ -1176,11 +1176,14 @@ mod tests {
     use crate::Endpoint;
     use crate::IfaceParams;
 
+    /// tag, header, remote address, length, rkey.
+    type Unexp = (u64, Vec<u8>, u64, usize, Vec<u8>);
+
     #[derive(Default)]
     struct Rec {
         done: Vec<(TagRecvId, u64, usize, Result<()>)>,
         comps: Vec<(CompletionId, Result<u64>)>,
-        unexp: Vec<(u64, Vec<u8>, u64, usize, Vec<u8>)>,
+        unexp: Vec<Unexp>,
     }
 
     impl EventSink for Rec {
