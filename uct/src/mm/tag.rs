@@ -1307,4 +1307,52 @@ mod tests {
         ));
         drop(sm);
     }
+
+    /// A matched rendezvous whose sender has exited completes the receive with `PeerFailure`
+    /// (the cross-memory read finds no process), never a hang or a panic.
+    #[test]
+    fn rndv_from_a_dead_sender_fails_the_receive() {
+        let md = PosixTransport::open_md(DEVICE).unwrap();
+        let p = IfaceParams {
+            device: DEVICE.into(),
+        };
+        let mut a = PosixTransport::open_iface(&md, &p).unwrap();
+        let mut b = PosixTransport::open_iface(&md, &p).unwrap();
+        let mut ep = a
+            .ep_create_connected(b.device_address(), b.iface_address())
+            .unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let mut dst = vec![0u8; 100];
+        let dm = reg(&md, &mut dst);
+        assert_eq!(
+            b.tag_recv_zcopy(3, u64::MAX, &[Iov::whole(&dm)], 4)
+                .unwrap(),
+            Outcome::InProgress
+        );
+        let h = RndvHdr {
+            tag: 3,
+            op_id: 1 << 32 | 1,
+            length: 100,
+            addr: 0x10000,
+            pid: dead,
+            src: RndvSrc::Cma,
+            reply: a.common.self_addr,
+        };
+        assert_eq!(ep.rndv_send(&h, b"").unwrap(), Outcome::DONE);
+        let mut rec = Rec::default();
+        for _ in 0..100 {
+            b.progress(&mut rec);
+            a.progress(&mut rec);
+        }
+        assert_eq!(rec.done.len(), 1);
+        let (ctx, tag, len, r) = rec.done.pop().unwrap();
+        assert_eq!((ctx, tag, len), (4, 3, 100));
+        assert!(matches!(r, Err(Error::PeerFailure(_))), "{r:?}");
+        // The error acknowledgement names no operation of `a`: nothing completes.
+        assert!(rec.comps.is_empty());
+        drop(dm);
+        assert_eq!(dst, vec![0u8; 100]);
+    }
 }
