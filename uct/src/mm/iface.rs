@@ -167,17 +167,22 @@ pub(super) fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) 
 }
 
 /// State an endpoint shares with its interface (single-threaded, like the worker).
-struct EpShared {
+pub(super) struct EpShared {
     id: EpId,
     /// The peer's FIFO, kept mapped by `_seg`.
-    remote: FifoPtrs,
+    pub(super) remote: FifoPtrs,
     _seg: Segment,
-    /// The interface's own cache of the peer's tail, for pending dispatch.
-    iface_tail: Cell<u64>,
+    /// The interface's own cache of the peer's tail, for pending dispatch and the
+    /// interface's own messages to the peer (rendezvous acknowledgements).
+    pub(super) iface_tail: Cell<u64>,
+    /// The peer interface's address.
+    pub(super) peer_addr: IfaceAddr,
+    /// The peer's wake-up socket address.
+    pub(super) wake: (libc::sockaddr_un, libc::socklen_t),
     pending: RefCell<VecDeque<PendingId>>,
-    failed: Cell<bool>,
+    pub(super) failed: Cell<bool>,
     reported: Cell<bool>,
-    peer: PeerWatch,
+    pub(super) peer: PeerWatch,
     peer_pid: u32,
 }
 
@@ -243,7 +248,7 @@ pub struct MmIface {
     stalled_at: Option<u64>,
     /// Bound to our abstract name: the event fd, and the socket we send wake-ups from.
     pub(super) sock: Rc<OwnedFd>,
-    eps: Vec<Weak<EpShared>>,
+    pub(super) eps: Vec<Weak<EpShared>>,
     pub(super) common: Rc<Common>,
     next_ep: u32,
     tick: u32,
@@ -510,11 +515,14 @@ impl Iface for MmIface {
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
         let id = EpId(self.next_ep);
         self.next_ep += 1;
+        let (wake_addr, wake_len) = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
         let shared = Rc::new(EpShared {
             id,
             remote,
             _seg: seg,
             iface_tail: Cell::new(0),
+            peer_addr: a,
+            wake: (wake_addr, wake_len),
             pending: RefCell::new(VecDeque::new()),
             failed: Cell::new(false),
             reported: Cell::new(false),
@@ -522,7 +530,6 @@ impl Iface for MmIface {
             peer_pid: a.seg.pid,
         });
         self.eps.push(Rc::downgrade(&shared));
-        let (wake_addr, wake_len) = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
         Ok(MmEp {
             fifo: remote,
             pid: std::process::id(),

@@ -595,8 +595,8 @@ impl TagState {
         }
     }
 
-    /// Sends `ack` to the sender at `to` (queued when its FIFO is full; dropped when the sender
-    /// is gone). Gives false when it was queued.
+    /// Sends `ack` to the sender at `to` through the reply cache (attached on first use).
+    /// Gives false when its FIFO is full (queue it); a gone sender drops it.
     fn send_ack(&mut self, to: &IfaceAddr, ack: Ack, sock: &OwnedFd) -> bool {
         let i = match self.replies.iter().position(|r| r.addr == *to) {
             Some(i) => i,
@@ -616,38 +616,47 @@ impl TagState {
         };
         let pid = self.my_pid;
         let r = &mut self.replies[i];
-        let Some(c) = r.fifo.claim(&mut r.cached_tail) else {
-            if r.watch.exited() {
-                return true;
-            }
-            return false;
-        };
-        r.fifo.stamp(c.pos, pid);
-        let b = ack.encode();
-        // SAFETY: a claimed element's inline area holds INLINE_MAX >= 16 bytes, ours until
-        // published; nothing between claim and publish can unwind.
-        unsafe {
-            std::ptr::copy_nonoverlapping(b.as_ptr(), r.fifo.inline_area(c.pos), Ack::LEN);
-            r.fifo
-                .publish(c.pos, ID_ACK, fifo::KIND_INLINE, Ack::LEN as u32);
-        }
-        if c.wake {
-            let one = 0u8;
-            // SAFETY: FFI with a one-byte buffer and a valid address; a full or gone socket
-            // is harmless (the sender polls, and its death is found by its watchers).
-            unsafe {
-                libc::sendto(
-                    sock.as_raw_fd(),
-                    &one as *const u8 as *const libc::c_void,
-                    1,
-                    libc::MSG_DONTWAIT,
-                    &r.wake.0 as *const _ as *const libc::sockaddr,
-                    r.wake.1,
-                );
-            }
-        }
-        true
+        push_ack(&r.fifo, &mut r.cached_tail, &r.wake, pid, ack, sock) || r.watch.exited()
     }
+}
+
+/// Writes `ack` into a sender's FIFO and wakes it if it sleeps. Gives false when the FIFO is
+/// full.
+fn push_ack(
+    f: &FifoPtrs,
+    cached_tail: &mut u64,
+    wake: &(libc::sockaddr_un, libc::socklen_t),
+    pid: u32,
+    ack: Ack,
+    sock: &OwnedFd,
+) -> bool {
+    let Some(c) = f.claim(cached_tail) else {
+        return false;
+    };
+    f.stamp(c.pos, pid);
+    let b = ack.encode();
+    // SAFETY: a claimed element's inline area holds INLINE_MAX >= 16 bytes, ours until
+    // published; nothing between claim and publish can unwind.
+    unsafe {
+        std::ptr::copy_nonoverlapping(b.as_ptr(), f.inline_area(c.pos), Ack::LEN);
+        f.publish(c.pos, ID_ACK, fifo::KIND_INLINE, Ack::LEN as u32);
+    }
+    if c.wake {
+        let one = 0u8;
+        // SAFETY: FFI with a one-byte buffer and a valid address; a full or gone socket is
+        // harmless (the sender polls, and its death is found by its watchers).
+        unsafe {
+            libc::sendto(
+                sock.as_raw_fd(),
+                &one as *const u8 as *const libc::c_void,
+                1,
+                libc::MSG_DONTWAIT,
+                &wake.0 as *const _ as *const libc::sockaddr,
+                wake.1,
+            );
+        }
+    }
+    true
 }
 
 fn attach_reply(to: &IfaceAddr) -> Result<Reply> {
@@ -730,20 +739,13 @@ impl MmIface {
                 let length = usize::try_from(h.length).unwrap_or(usize::MAX);
                 let cap = p.capacity();
                 let want = length.min(cap);
-                let (res, queued) = {
-                    let mut t = self.common.tag.borrow_mut();
-                    let res = t.read_rndv(&h, want, &p);
-                    let ack = Ack {
-                        op_id: h.op_id,
-                        status: res.is_err() as u8,
-                    };
-                    let sent = t.send_ack(&h.reply, ack, &self.sock);
-                    if !sent {
-                        t.acks.push_back((h.reply, ack));
-                    }
-                    (res, !sent)
+                let res = self.common.tag.borrow_mut().read_rndv(&h, want, &p);
+                let ack = Ack {
+                    op_id: h.op_id,
+                    status: res.is_err() as u8,
                 };
-                if queued {
+                if !self.ack(&h.reply, ack) {
+                    self.common.tag.borrow_mut().acks.push_back((h.reply, ack));
                     self.common.tag_work.set(true);
                 }
                 let res = res.and(if length > cap {
@@ -794,17 +796,37 @@ impl MmIface {
             sink.completion(comp, Err(err));
             n += 1;
         }
-        let mut t = self.common.tag.borrow_mut();
-        for _ in 0..t.acks.len() {
-            let (to, ack) = t.acks.pop_front().expect("counted");
-            if !t.send_ack(&to, ack, &self.sock) {
-                t.acks.push_back((to, ack));
+        let queued = self.common.tag.borrow().acks.len();
+        for _ in 0..queued {
+            let a = self.common.tag.borrow_mut().acks.pop_front();
+            let Some((to, ack)) = a else { break };
+            if !self.ack(&to, ack) {
+                self.common.tag.borrow_mut().acks.push_front((to, ack));
                 break;
             }
             n += 1;
         }
-        self.common.tag_work.set(t.has_work());
+        let work = self.common.tag.borrow().has_work();
+        self.common.tag_work.set(work);
         n
+    }
+
+    /// Sends a rendezvous acknowledgement to the interface at `to`: through this interface's
+    /// endpoint to it when there is one (its FIFO is mapped already), else through the reply
+    /// cache. Gives false when the FIFO is full (retry later).
+    fn ack(&mut self, to: &IfaceAddr, ack: Ack) -> bool {
+        let pid = self.common.tag.borrow().my_pid;
+        for w in &self.eps {
+            let Some(ep) = w.upgrade() else { continue };
+            if ep.peer_addr == *to && !ep.failed.get() {
+                let mut tail = ep.iface_tail.get();
+                let sent = push_ack(&ep.remote, &mut tail, &ep.wake, pid, ack, &self.sock);
+                ep.iface_tail.set(tail);
+                // A full FIFO of a dead peer never drains: drop the acknowledgement.
+                return sent || ep.peer.exited();
+            }
+        }
+        self.common.tag.borrow_mut().send_ack(to, ack, &self.sock)
     }
 
     /// `tag_recv_zcopy`.
