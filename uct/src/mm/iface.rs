@@ -240,9 +240,9 @@ pub struct MmIface {
     dev_addr: Vec<u8>,
     local_dev: DeviceAddr,
     iface_addr: Vec<u8>,
-    fifo: FifoPtrs,
+    pub(super) fifo: FifoPtrs,
     _seg: Segment,
-    read_pos: u64,
+    pub(super) read_pos: u64,
     released: u64,
     /// A position found claimed but unpublished at the last stall check.
     stalled_at: Option<u64>,

@@ -33,6 +33,8 @@
 //! once and is cached.
 
 use super::fifo::{self, FifoPtrs, BUF_SIZE, INLINE_MAX};
+
+const _: () = assert!(RndvHdr::LEN <= INLINE_MAX);
 use super::iface::{abstract_addr, check_iov, Common, MmEp, MmIface, PeerWatch, MAX_IOV};
 use super::segment::Segment;
 use super::wire::{IfaceAddr, RkeyWire, SegRef};
@@ -60,7 +62,7 @@ pub const EAGER_MAX_SHORT: usize = INLINE_MAX - EagerHdr::LEN;
 /// Largest `tag_eager_bcopy` / `tag_eager_zcopy` payload (one element buffer).
 pub const EAGER_MAX_BCOPY: usize = BUF_SIZE - EagerHdr::LEN;
 /// Largest rendezvous user header.
-pub const RNDV_MAX_HDR: usize = BUF_SIZE - RndvHdr::LEN;
+pub const RNDV_MAX_HDR: usize = BUF_SIZE - RkeyWire::LEN;
 /// Largest rendezvous.
 pub const RNDV_MAX_ZCOPY: usize = 1 << 30;
 /// Senders' FIFOs kept attached for acknowledgements.
@@ -126,18 +128,28 @@ pub enum RndvSrc {
     Seg(RkeyWire),
 }
 
-/// Header of a rendezvous announcement; the sender's user header follows.
+/// A rendezvous announcement. Its fixed header travels in the FIFO element's inline area; the
+/// element's buffer holds the segment key (only for a segment source) and the sender's user
+/// header. The receiver of a matched rendezvous reads only the inline part (the same cache
+/// lines as an inline active message); the buffer is read for an unexpected one.
 ///
+/// Inline area (the fixed header, [`RndvHdr::LEN`] bytes):
 /// ```text
 /// 0        8        16        24        32        36    37    38         40
 /// +--------+--------+---------+---------+---------+-----+-----+----------+
 /// | tag    | op id  | length  | address | pid u32 | src | 0   | hdr len  |
 /// +--------+--------+---------+---------+---------+-----+-----+----------+
-/// 40                                   72                                120
-/// +------------------------------------+-----------------------------------+----------------
-/// | reply: sender's interface address | segment key (RkeyWire; zero unless | user header ...
-/// | (IfaceAddr, 32 bytes)              | src = 2), 48 bytes                 | (hdr len bytes)
-/// +------------------------------------+-----------------------------------+----------------
+/// 40                                   72
+/// +------------------------------------+
+/// | reply: sender's interface address |
+/// | (IfaceAddr, 32 bytes)              |
+/// +------------------------------------+
+/// ```
+/// Buffer (`hdr len` + 48 bytes for a segment source, else `hdr len`):
+/// ```text
+/// +------------------------------------------------+-----------------------------+
+/// | segment key (RkeyWire, 48 bytes; only src = 2) | user header (hdr len bytes) |
+/// +------------------------------------------------+-----------------------------+
 /// ```
 ///
 /// `src`: 0 request (op id 0, length 0), 1 cross-memory read of `address` in process `pid`,
@@ -161,12 +173,18 @@ pub struct RndvHdr {
 }
 
 impl RndvHdr {
-    /// Encoded length without the user header.
-    pub const LEN: usize = 120;
-    /// Offset of the segment key.
-    pub const RKEY_OFF: usize = 72;
+    /// Length of the fixed (inline) header.
+    pub const LEN: usize = 72;
 
-    /// Encodes the header for a user header of `hdr_len` bytes into `out`.
+    /// Bytes the segment key takes at the start of the buffer.
+    pub fn key_len(&self) -> usize {
+        match self.src {
+            RndvSrc::Seg(_) => RkeyWire::LEN,
+            _ => 0,
+        }
+    }
+
+    /// Encodes the fixed header, for a user header of `hdr_len` bytes, into `out`.
     pub fn encode(&self, hdr_len: u16, out: &mut [u8; Self::LEN]) {
         out[0..8].copy_from_slice(&self.tag.to_le_bytes());
         out[8..16].copy_from_slice(&self.op_id.to_le_bytes());
@@ -180,30 +198,38 @@ impl RndvHdr {
         };
         out[37] = 0;
         out[38..40].copy_from_slice(&hdr_len.to_le_bytes());
-        let mut tmp = [0u8; 80];
-        let mut v = ArrayOut::new(&mut tmp);
-        self.reply.encode_to(&mut v);
+        self.reply.encode_to(&mut ArrayOut::new(&mut out[40..72]));
+    }
+
+    /// Encodes the buffer part (segment key, then `user`) into `out`, which must hold
+    /// `key_len() + user.len()` bytes.
+    pub fn encode_body(&self, user: &[u8], out: &mut [u8]) {
+        let mut v = ArrayOut::new(out);
         if let RndvSrc::Seg(k) = self.src {
             k.encode_to(&mut v);
         }
-        out[40..120].copy_from_slice(&tmp);
+        v.put(user);
     }
 
-    /// Decodes a message into its header and user header.
-    pub fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
-        if b.len() < Self::LEN {
-            return Err(truncated("rendezvous header", b.len(), Self::LEN));
+    /// Decodes the fixed header (the first [`Self::LEN`] bytes of `fixed`) and the buffer
+    /// part; gives the header, the segment key's bytes (empty without one) and the user header.
+    pub fn decode<'a>(fixed: &[u8], body: &'a [u8]) -> Result<(Self, &'a [u8], &'a [u8])> {
+        if fixed.len() < Self::LEN {
+            return Err(truncated("rendezvous header", fixed.len(), Self::LEN));
         }
+        let b = &fixed[..Self::LEN];
         if b[37] != 0 {
             return Err(Error::Wire("rendezvous header reserved byte".into()));
         }
         let hdr_len = u16::from_le_bytes([b[38], b[39]]) as usize;
-        if b.len() != Self::LEN + hdr_len {
+        let key_len = if b[36] == 2 { RkeyWire::LEN } else { 0 };
+        if body.len() != key_len + hdr_len {
             return Err(Error::Wire(format!(
-                "rendezvous message of {} bytes announces a {hdr_len}-byte header",
-                b.len()
+                "rendezvous body of {} bytes, expected {key_len} + {hdr_len}",
+                body.len()
             )));
         }
+        let (key, user) = body.split_at(key_len);
         let h = RndvHdr {
             tag: u64_at(b, 0),
             op_id: u64_at(b, 8),
@@ -213,10 +239,10 @@ impl RndvHdr {
             src: match b[36] {
                 0 => RndvSrc::Request,
                 1 => RndvSrc::Cma,
-                2 => RndvSrc::Seg(RkeyWire::decode(&b[Self::RKEY_OFF..Self::LEN])?),
+                2 => RndvSrc::Seg(RkeyWire::decode(key)?),
                 s => return Err(Error::Wire(format!("rendezvous source kind {s}"))),
             },
-            reply: IfaceAddr::decode(&b[40..Self::RKEY_OFF])?,
+            reply: IfaceAddr::decode(&b[40..72])?,
         };
         match h.src {
             RndvSrc::Request if h.op_id != 0 || h.length != 0 => {
@@ -231,19 +257,12 @@ impl RndvHdr {
                     h.length, h.addr, k.base, k.len
                 )))
             }
-            RndvSrc::Request | RndvSrc::Cma
-                if b[Self::RKEY_OFF..Self::LEN].iter().any(|&x| x != 0) =>
-            {
-                return Err(Error::Wire(
-                    "rendezvous key bytes are not zero without a segment".into(),
-                ))
-            }
             _ => {}
         }
         if h.pid == 0 {
             return Err(Error::Wire("rendezvous from pid 0".into()));
         }
-        Ok((h, &b[Self::LEN..]))
+        Ok((h, key, user))
     }
 }
 
@@ -711,7 +730,12 @@ impl MmIface {
                 }
             }
             ID_RNDV => {
-                let (h, user) = match RndvHdr::decode(data) {
+                // SAFETY: the element at `read_pos` is published and not yet released; its
+                // inline area holds INLINE_MAX >= LEN bytes the sender wrote before publishing.
+                let fixed = unsafe {
+                    std::slice::from_raw_parts(self.fifo.inline_area(self.read_pos), RndvHdr::LEN)
+                };
+                let (h, key, user) = match RndvHdr::decode(fixed, data) {
                     Ok(x) => x,
                     Err(e) => return tracing::warn!("bad rendezvous message dropped: {e}"),
                 };
@@ -721,17 +745,13 @@ impl MmIface {
                     None
                 };
                 let Some(p) = m else {
-                    let rkey = match h.src {
-                        RndvSrc::Seg(_) => &data[RndvHdr::RKEY_OFF..RndvHdr::LEN],
-                        _ => &[][..],
-                    };
                     sink.tag_unexp_rndv(
                         h.tag,
                         RndvRemote {
                             header: user,
                             remote_addr: h.addr,
                             length: h.length as usize,
-                            rkey,
+                            rkey: key,
                         },
                     );
                     return;
@@ -941,15 +961,17 @@ impl MmEp {
 
     fn rndv_send(&mut self, h: &RndvHdr, header: &[u8]) -> Result<Outcome> {
         check_len(header.len(), RNDV_MAX_HDR)?;
-        self.send(ID_RNDV, |_, buf| {
+        let body = h.key_len() + header.len();
+        self.send(ID_RNDV, |inl, buf| {
             let mut fixed = [0u8; RndvHdr::LEN];
             h.encode(header.len() as u16, &mut fixed);
-            // SAFETY: LEN + header.len() <= BUF_SIZE bytes of the claimed buffer.
+            // SAFETY: the inline area holds INLINE_MAX >= LEN bytes and the buffer BUF_SIZE >=
+            // key + header bytes (checked above), both ours until published.
             unsafe {
-                std::ptr::copy_nonoverlapping(fixed.as_ptr(), buf, RndvHdr::LEN);
-                std::ptr::copy_nonoverlapping(header.as_ptr(), buf.add(RndvHdr::LEN), header.len());
+                std::ptr::copy_nonoverlapping(fixed.as_ptr(), inl, RndvHdr::LEN);
+                h.encode_body(header, std::slice::from_raw_parts_mut(buf, body));
             }
-            Ok((fifo::KIND_BUF, RndvHdr::LEN + header.len(), ()))
+            Ok((fifo::KIND_BUF, body, ()))
         })
     }
 
@@ -1059,12 +1081,13 @@ mod tests {
         }
     }
 
-    fn encode_rndv(h: &RndvHdr, user: &[u8]) -> Vec<u8> {
+    /// (fixed inline header, buffer part).
+    fn encode_rndv(h: &RndvHdr, user: &[u8]) -> (Vec<u8>, Vec<u8>) {
         let mut b = [0u8; RndvHdr::LEN];
         h.encode(user.len() as u16, &mut b);
-        let mut v = b.to_vec();
-        v.extend_from_slice(user);
-        v
+        let mut body = vec![0u8; h.key_len() + user.len()];
+        h.encode_body(user, &mut body);
+        (b.to_vec(), body)
     }
 
     #[test]
@@ -1112,19 +1135,36 @@ mod tests {
                 src,
                 reply: reply(),
             };
-            let m = encode_rndv(&h, b"user header");
-            assert_eq!(m.len(), RndvHdr::LEN + 11);
-            let (d, u) = RndvHdr::decode(&m).unwrap();
+            let (f, body) = encode_rndv(&h, b"user header");
+            assert_eq!(body.len(), h.key_len() + 11);
+            let (d, key, u) = RndvHdr::decode(&f, &body).unwrap();
             assert_eq!(d, h);
             assert_eq!(u, b"user header");
+            match src {
+                RndvSrc::Seg(k) => assert_eq!(RkeyWire::decode(key).unwrap(), k),
+                _ => assert!(key.is_empty()),
+            }
+            // The fixed part as the general codec writes the address and key.
+            let mut ia = Vec::new();
+            h.reply.encode(&mut ia);
+            assert_eq!(&f[40..72], &ia[..]);
             // Every truncation is an error, never a panic.
-            for n in 0..m.len() {
-                assert!(RndvHdr::decode(&m[..n]).is_err(), "{n} bytes accepted");
+            for n in 0..f.len() {
+                assert!(
+                    RndvHdr::decode(&f[..n], &body).is_err(),
+                    "{n} bytes accepted"
+                );
+            }
+            for n in 0..body.len() {
+                assert!(
+                    RndvHdr::decode(&f, &body[..n]).is_err(),
+                    "{n} body bytes accepted"
+                );
             }
             // One byte too many for the announced header length.
-            let mut long = m.clone();
+            let mut long = body.clone();
             long.push(0);
-            assert!(RndvHdr::decode(&long).is_err());
+            assert!(RndvHdr::decode(&f, &long).is_err());
         }
     }
 
@@ -1139,20 +1179,40 @@ mod tests {
             src: RndvSrc::Cma,
             reply: reply(),
         };
-        let good = encode_rndv(&h, &[]);
+        let (good, body) = encode_rndv(&h, &[]);
         let bad = |f: &dyn Fn(&mut Vec<u8>)| {
             let mut m = good.clone();
             f(&mut m);
-            RndvHdr::decode(&m).is_err()
+            RndvHdr::decode(&m, &body).is_err()
         };
         assert!(bad(&|m| m[36] = 9), "unknown source");
         assert!(bad(&|m| m[37] = 1), "reserved byte");
         assert!(bad(&|m| m[8..16].fill(0)), "data without an operation id");
         assert!(bad(&|m| m[36] = 0), "request with data");
-        assert!(bad(&|m| m[100] = 1), "key bytes without a segment");
+        assert!(bad(&|m| m[36] = 2), "segment source without its key");
         assert!(bad(&|m| m[32..36].fill(0)), "pid 0");
         assert!(bad(&|m| m[40] = 9), "bad reply address version");
-        assert!(RndvHdr::decode(&good).is_ok());
+        assert!(RndvHdr::decode(&good, &body).is_ok());
+        // A segment key that does not cover the data.
+        let mut k = RkeyWire {
+            seg: reply().seg,
+            base: 0x1000,
+            len: 10,
+            offset: 0,
+        };
+        let mut hs = RndvHdr {
+            src: RndvSrc::Seg(k),
+            ..h
+        };
+        let (f, b) = encode_rndv(&hs, b"u");
+        assert!(RndvHdr::decode(&f, &b).is_ok());
+        k.len = 9;
+        hs.src = RndvSrc::Seg(k);
+        let (f, b) = encode_rndv(&hs, b"u");
+        assert!(
+            RndvHdr::decode(&f, &b).is_err(),
+            "key shorter than the data"
+        );
     }
 
     #[test]
