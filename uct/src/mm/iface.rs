@@ -88,7 +88,7 @@ fn attr() -> IfaceAttr {
             rndv_max_hdr: tag::RNDV_MAX_HDR,
             rndv_max_zcopy: tag::RNDV_MAX_ZCOPY,
             recv_max_outstanding: tag::MAX_POSTED,
-            recv_max_iov: MAX_IOV,
+            recv_max_iov: tag::RECV_MAX_IOV,
         },
         device_addr_len: DeviceAddr::LEN,
         iface_addr_len: IfaceAddr::LEN,

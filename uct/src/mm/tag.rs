@@ -11,11 +11,13 @@
 //!   payload is copied once, straight from the FIFO element into the posted buffer; an
 //!   unmatched one goes to [`EventSink::tag_unexp_eager`] from the element (no copy). A payload
 //!   larger than the posted buffer fills it and completes with [`Error::Truncated`].
-//! - **Rendezvous** ([`RndvHdr`] + user header): the sender announces where its data is. When
+//! - **Rendezvous** ([`RndvHdr`] in the element's inline area, the user header in its buffer):
+//!   the sender announces where its data is. When
 //!   a posted receive matches, the *receiving interface* copies the data into the posted buffer
 //!   itself — from the sender's shared segment, mapped, when the data lies in memory from
 //!   `mem_alloc` of posix/sysv; otherwise with one `process_vm_readv` (cross-memory attach) —
-//!   and then tells the sender through the sender's own FIFO ([`Ack`]), which completes the
+//!   and then tells the sender through the sender's own FIFO ([`Ack`]; by the interface's
+//!   endpoint to the sender when it has one, else by a cached mapping), which completes the
 //!   sender's `tag_rndv_zcopy`. No layer above takes part. An unmatched rendezvous (and every
 //!   `tag_rndv_request`) goes to [`EventSink::tag_unexp_rndv`] with the sender's address and,
 //!   for segment memory, a posix/sysv remote key, so the layer above can fetch the data itself
@@ -27,15 +29,18 @@
 //!   rendezvous operations completed with [`Error::PeerFailure`] once the endpoint's failure is
 //!   found (see [`super`]).
 //!
-//! Nothing here allocates on the data path: the posted queue, the operation table and the
-//! queues of deferred events keep their capacity; attaching a sender's FIFO (for the first
-//! acknowledgement to it) or a sender's segment (for the first rendezvous from it) maps memory
-//! once and is cached.
+//! Nothing here allocates on the data path (`tests/tests/shm_tag_no_alloc.rs`): the posted
+//! queue, the operation table and the queues of deferred events keep their capacity; attaching
+//! a sender's FIFO (for the first acknowledgement to a sender without an endpoint) or a sender's
+//! segment (for the first rendezvous from it) maps memory once and is cached (a cached posix
+//! segment is checked by inode, since its reference is a reusable descriptor number).
+//!
+//! Limits: a rendezvous takes one piece of memory (several give `InvalidParam`); eager messages
+//! take one FIFO element buffer ([`EAGER_MAX_BCOPY`]), so `tag_eager_zcopy` copies once into it
+//! like bcopy (nothing is gained over bcopy, it exists for the API).
 
 use super::fifo::{self, FifoPtrs, BUF_SIZE, INLINE_MAX};
-
-const _: () = assert!(RndvHdr::LEN <= INLINE_MAX);
-use super::iface::{abstract_addr, check_iov, Common, MmEp, MmIface, PeerWatch, MAX_IOV};
+use super::iface::{abstract_addr, check_iov, Common, MmEp, MmIface, PeerWatch};
 use super::segment::Segment;
 use super::wire::{IfaceAddr, RkeyWire, SegRef};
 use crate::ep::{check_len, CompletionId, EpId, TagRecvId};
@@ -46,6 +51,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
 
+const _: () = assert!(RndvHdr::LEN <= INLINE_MAX);
+
 /// FIFO id of a tagged eager message.
 pub const ID_EAGER: u8 = 0xe0;
 /// FIFO id of a rendezvous announcement or request.
@@ -55,6 +62,9 @@ pub const ID_ACK: u8 = 0xe2;
 
 /// Most receives posted at once (`TagLimits::recv_max_outstanding`).
 pub const MAX_POSTED: usize = 128;
+/// Largest iov count of a posted receive (`TagLimits::recv_max_iov`); small, so a posted
+/// receive stays a few cache lines.
+pub const RECV_MAX_IOV: usize = 4;
 /// Most rendezvous operations outstanding per interface.
 pub const MAX_RNDV_OPS: usize = 256;
 /// Largest `tag_eager_short` payload (inline in the element).
@@ -357,8 +367,8 @@ struct Posted {
     mask: u64,
     ctx: TagRecvId,
     n: usize,
-    segs: [(*mut u8, usize); MAX_IOV],
-    keep: [Option<MemHandle>; MAX_IOV],
+    segs: [(*mut u8, usize); RECV_MAX_IOV],
+    keep: [Option<MemHandle>; RECV_MAX_IOV],
 }
 
 impl Posted {
@@ -496,9 +506,9 @@ impl TagState {
     }
 
     fn post(&mut self, tag: u64, mask: u64, iov: &[Iov<'_>], ctx: TagRecvId) -> Result<Outcome> {
-        if iov.len() > MAX_IOV {
+        if iov.len() > RECV_MAX_IOV {
             return Err(Error::InvalidParam(format!(
-                "{} iov entries in a posted receive, at most {MAX_IOV}",
+                "{} iov entries in a posted receive, at most {RECV_MAX_IOV}",
                 iov.len()
             )));
         }
@@ -510,7 +520,7 @@ impl TagState {
             mask,
             ctx,
             n: iov.len(),
-            segs: [(std::ptr::null_mut(), 0); MAX_IOV],
+            segs: [(std::ptr::null_mut(), 0); RECV_MAX_IOV],
             keep: Default::default(),
         };
         for (i, v) in iov.iter().enumerate() {
