@@ -168,6 +168,8 @@ fn ucp_tag_offload_is_used_over_tcp() {
 fn ucp_tag_offload_is_used_over_shm() {
     offload_is_used("posix", &[1025, 4000, 8000, 8176]);
     offload_is_used("sysv", &[1025, 4000, 8000, 8176]);
+    // With tcp open too, receives go to the interface the endpoint uses (shared memory).
+    offload_is_used("posix,tcp", &[1025, 4000, 8000, 8176]);
 }
 
 fn offload_is_used(tl: &str, sizes: &[usize]) {
@@ -454,4 +456,53 @@ fn run_model_named(tl: &str, name: &str, steps: Vec<Step>) -> Result<(), TestCas
         a.tag_offload_stats().matched_rndv,
     );
     Ok(())
+}
+
+/// A worker with shared memory and tcp whose peer is reachable only by tcp posts its receives
+/// to tcp (the interface its endpoint uses), so the tcp transport matches them.
+#[test]
+fn ucp_tag_offload_follows_the_endpoints_interface() {
+    let ctx = |tls: &[&str]| {
+        Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: tls.iter().map(|s| s.to_string()).collect(),
+                net_devices: vec!["lo".into()],
+                rndv_thresh: Some(100_000),
+                keepalive_interval: None,
+                ..Default::default()
+            }),
+        })
+        .unwrap()
+    };
+    let (ca, cb) = (ctx(&["tcp"]), ctx(&["posix", "tcp"]));
+    let mut a = Worker::new(&ca).unwrap();
+    let mut b = Worker::new(&cb).unwrap();
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    pump(&mut a, &mut b);
+    // One message so the receiver's reverse endpoint (over tcp) exists.
+    let _ = a.tag_send(ab, 99, b"hello").unwrap();
+    pump(&mut a, &mut b);
+    match b.tag_recv(vec![0; 16], 99, u64::MAX).unwrap() {
+        Op::Done(c) => assert_eq!(c.status, Ok(())),
+        Op::Pending(r) => {
+            wait(&mut a, &mut b, r);
+        }
+    }
+    let len = 20_000;
+    let r = match b.tag_recv(vec![0; len], 7, u64::MAX).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("nothing was sent yet"),
+    };
+    assert_eq!(b.tag_offload_stats().posted, 1);
+    let data = body(1, len);
+    let _ = a.tag_send(ab, 7, &data).unwrap();
+    let c = wait(&mut a, &mut b, r);
+    assert_eq!(c.status, Ok(()));
+    assert!(c.buf.unwrap()[..len] == data[..]);
+    assert_eq!(
+        b.tag_offload_stats().matched,
+        1,
+        "the tcp message was not matched by the tcp transport"
+    );
 }

@@ -5,8 +5,9 @@
 //! frames (`tag_eager_bcopy` up to `tag.eager_max_bcopy`, `tag_eager_zcopy` above; the immediate
 //! value carries the sender's worker uuid). The receiving worker posts receives to its tag
 //! interface (`tag_recv_zcopy`): of the interfaces that offer tag offload and a canceler
-//! ([`uct::Iface::tag_recv_canceler`]), the one with the lowest latency (shared memory before
-//! tcp), with no transport named here. A tagged message is matched before its payload is read
+//! ([`uct::Iface::tag_recv_canceler`]), the one that serves the most endpoints, the lowest
+//! latency among equals (chosen again whenever nothing is posted), with no transport named
+//! here. A tagged message is matched before its payload is read
 //! and the payload lands in the receive's buffer with no intermediate copy; one that matches
 //! no posted receive (or arrives on another interface) comes as `tag_unexp_eager` and takes the
 //! ordinary eager arrival path.
@@ -43,9 +44,9 @@
 //! (tagged frame or active message) goes over the same lane, i.e. the same tcp connection or
 //! shared-memory FIFO, and offload is only used when nothing is queued on the endpoint.
 //!
-//! Limitation: receives are posted to one interface; tagged messages arriving on another
-//! (a worker that talks to local peers by shared memory and to remote ones by tcp) are
-//! matched by ucp as unexpected, correctly but without the offload's saved copy.
+//! Limitation: receives are posted to one interface at a time; tagged messages arriving on
+//! another (a worker that talks to local peers by shared memory and to remote ones by tcp)
+//! are matched by ucp as unexpected, correctly but without the offload's saved copy.
 //!
 //! `RUCX_TM_ENABLE=n` turns offload off (sending and posting); a worker always accepts tagged
 //! frames. `RUCX_PROTO_INFO=y` shows the offloaded size range in the endpoint's table.
@@ -76,6 +77,9 @@ pub(super) struct TmState {
     enabled: bool,
     /// The interface receives are posted to, and its canceler.
     iface: Option<(usize, uct::TagRecvCanceler)>,
+    /// Every interface that could be the tag interface: (index, canceler, max posted), by
+    /// latency, lowest first.
+    cands: Vec<(usize, uct::TagRecvCanceler, usize)>,
     /// Receives (wire ids) posted to the transport, with their registrations.
     posted: Vec<(u64, MemHandle)>,
     max_posted: usize,
@@ -99,6 +103,7 @@ impl TmState {
         TmState {
             enabled: false,
             iface: None,
+            cands: Vec::new(),
             posted: Vec::new(),
             max_posted: 0,
             sw_only: 0,
@@ -110,14 +115,14 @@ impl TmState {
         }
     }
 
-    /// Picks the tag interface: of those with tag offload and a receive canceler, the one with
-    /// the lowest latency (the first among equals).
+    /// Finds the interfaces with tag offload and a receive canceler; the one with the lowest
+    /// latency is the tag interface until endpoints connect (see [`TmState::repick`]).
     pub(super) fn init(ifaces: &[AnyIface], st: &mut State) -> Result<()> {
         st.tm.enabled = TM_ENABLE.bool()?;
         if !st.tm.enabled {
             return Ok(());
         }
-        let mut best: Option<(usize, f64, uct::TagRecvCanceler)> = None;
+        let mut cands: Vec<(f64, usize, uct::TagRecvCanceler, usize)> = Vec::new();
         for (i, iface) in ifaces.iter().enumerate() {
             let a = &st.info[i].attr;
             if !a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) || a.tag.recv_max_outstanding == 0 {
@@ -126,17 +131,37 @@ impl TmState {
             let Some(c) = iface.tag_recv_canceler() else {
                 continue;
             };
-            let lat = a.perf.latency;
-            if best.as_ref().is_none_or(|b| lat < b.1) {
-                best = Some((i, lat, c));
-            }
+            cands.push((a.perf.latency, i, c, a.tag.recv_max_outstanding));
         }
-        if let Some((i, _, c)) = best {
-            st.tm.max_posted = st.info[i].attr.tag.recv_max_outstanding;
-            st.tm.posted = Vec::with_capacity(st.tm.max_posted);
+        cands.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let most = cands.iter().map(|c| c.3).max().unwrap_or(0);
+        st.tm.posted = Vec::with_capacity(most);
+        st.tm.cands = cands.into_iter().map(|(_, i, c, m)| (i, c, m)).collect();
+        if let Some((i, c, m)) = st.tm.cands.first().cloned() {
+            st.tm.max_posted = m;
             st.tm.iface = Some((i, c));
         }
         Ok(())
+    }
+
+    /// With nothing posted to the transport, makes the tag interface the candidate that serves
+    /// the most endpoints (`users`, per interface), the lowest latency among equals: receives
+    /// go where the messages arrive (shared memory for local peers, tcp for remote ones).
+    fn repick(&mut self, users: &[u32]) {
+        if self.cands.len() < 2 || !self.posted.is_empty() {
+            return;
+        }
+        let mut best = 0;
+        for (k, c) in self.cands.iter().enumerate() {
+            if users[c.0] > users[self.cands[best].0] {
+                best = k;
+            }
+        }
+        let (i, c, m) = &self.cands[best];
+        if self.iface.as_ref().map(|x| x.0) != Some(*i) {
+            self.iface = Some((*i, c.clone()));
+            self.max_posted = *m;
+        }
     }
 }
 
@@ -169,6 +194,7 @@ fn try_post(
     len: usize,
     wire: u64,
 ) -> bool {
+    st.tm.repick(&st.iface_users);
     let tm = &st.tm;
     let Some((ti, _)) = tm.iface.as_ref() else {
         return false;
