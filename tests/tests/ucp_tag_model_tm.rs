@@ -1,8 +1,11 @@
 //! The tag-matching reference model of `ucp_tag_model.rs` run with tag offload on (the
-//! default; `RUCX_TM_ENABLE` unset) over tcp (which offloads: exact receives go to the
-//! transport, 20 kB eager messages go as tagged frames) and over shared memory (no offload: the
-//! same results): random sequences of post, send and cancel give the same matches, in the same
-//! order, as the naive model. Plus direct checks that the offload path is taken.
+//! default; `RUCX_TM_ENABLE` unset) over tcp (exact receives go to the transport, 20 kB eager
+//! messages go as tagged frames, 150 kB ones by `tag_rndv_zcopy`) and over shared memory
+//! (posix alone, rendezvous read by the receiving interface with process_vm_readv and the
+//! software fallback pipelined over active messages; sysv; posix with cma, the software
+//! fallback by get): random sequences of post, send and cancel give the same matches, in the
+//! same order, as the naive model, and the offload path is taken (counters). Plus direct checks
+//! of the offload path per transport.
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -64,13 +67,62 @@ proptest! {
     fn ucp_tag_model_shm_offload_on(steps in proptest::collection::vec(step(), 1..40)) {
         run_model("posix", steps)?;
     }
+    #[test]
+    fn ucp_tag_model_sysv_offload_on(steps in proptest::collection::vec(step(), 1..40)) {
+        run_model("sysv", steps)?;
+    }
+    #[test]
+    fn ucp_tag_model_posix_cma_offload_on(steps in proptest::collection::vec(step(), 1..40)) {
+        run_model("posix,cma", steps)?;
+    }
+}
+
+/// Offload counters summed over every model case of a transport list, so a test can assert
+/// that the random sequences really went through the transport's matching.
+static MODEL_OFFLOAD: std::sync::Mutex<Vec<(String, u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+fn note_offload(tl: &str, matched: u64, matched_rndv: u64) {
+    let mut g = MODEL_OFFLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    match g.iter_mut().find(|e| e.0 == tl) {
+        Some(e) => {
+            e.1 += matched;
+            e.2 += matched_rndv;
+        }
+        None => g.push((tl.to_string(), matched, matched_rndv)),
+    }
+}
+
+/// The shared-memory model runs, deterministically seeded, do use the transport's matching
+/// for both eager messages and rendezvous.
+#[test]
+fn ucp_tag_model_shm_really_offloads() {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    for tl in ["posix", "sysv", "posix,cma"] {
+        let mut runner = TestRunner::new_with_rng(
+            Config {
+                cases: 16,
+                ..Config::default()
+            },
+            TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
+        );
+        let name = format!("{tl}#det");
+        runner
+            .run(&proptest::collection::vec(step(), 10..40), |steps| {
+                run_model_named(tl, &name, steps)
+            })
+            .unwrap();
+        let g = MODEL_OFFLOAD.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, m, r) = g.iter().find(|e| e.0 == name).cloned().expect("counted");
+        assert!(m > 0, "{tl}: no receive was matched by the transport");
+        assert!(r > 0, "{tl}: no rendezvous was served by the transport");
+    }
 }
 
 fn pair(tl: &str) -> (Worker, Worker, ucp::EpHandle) {
     let ctx = Context::new(ContextParams {
         features: Features::TAG,
         config: Some(UcpConfig {
-            tls: vec![tl.into()],
+            tls: tl.split(',').map(String::from).collect(),
             net_devices: vec!["lo".into()],
             rndv_thresh: Some(100_000),
             keepalive_interval: None,
@@ -107,12 +159,26 @@ fn wait(a: &mut Worker, b: &mut Worker, r: Request) -> ucp::Completion {
 /// a wildcard receive waiting stops offload, so a later exact receive does not overtake it.
 #[test]
 fn ucp_tag_offload_is_used_over_tcp() {
-    let (mut a, mut b, ab) = pair("tcp");
+    offload_is_used("tcp", &[1025, 8192, 20_000, 99_999]);
+}
+
+/// The same over shared memory: eager messages up to one FIFO element buffer are matched by
+/// the interface and copied straight from the FIFO element into the receive's buffer.
+#[test]
+fn ucp_tag_offload_is_used_over_shm() {
+    offload_is_used("posix", &[1025, 4000, 8000, 8176]);
+    offload_is_used("sysv", &[1025, 4000, 8000, 8176]);
+    // With tcp open too, receives go to the interface the endpoint uses (shared memory).
+    offload_is_used("posix,tcp", &[1025, 4000, 8000, 8176]);
+}
+
+fn offload_is_used(tl: &str, sizes: &[usize]) {
+    let (mut a, mut b, ab) = pair(tl);
     assert!(
         b.tag_offload_stats().posting,
-        "tcp worker does not post to the transport"
+        "{tl} worker does not post to the transport"
     );
-    for (i, len) in [1025usize, 8192, 20_000, 99_999].into_iter().enumerate() {
+    for (i, len) in sizes.iter().copied().enumerate() {
         let r = match b.tag_recv(vec![0; len + 10], 7, u64::MAX).unwrap() {
             Op::Pending(r) => r,
             Op::Done(_) => panic!("nothing was sent yet"),
@@ -131,10 +197,10 @@ fn ucp_tag_offload_is_used_over_tcp() {
         assert_eq!(
             b.tag_offload_stats().matched,
             i as u64 + 1,
-            "{len} bytes not matched by tcp"
+            "{len} bytes not matched by {tl}"
         );
     }
-    assert_eq!(a.tag_offload_stats().sent, 4);
+    assert_eq!(a.tag_offload_stats().sent, sizes.len() as u64);
     // Unexpected first: the tagged frame goes to ucp's unexpected queue.
     let data = body(9, 30_000);
     let _ = a.tag_send(ab, 8, &data).unwrap();
@@ -144,7 +210,7 @@ fn ucp_tag_offload_is_used_over_tcp() {
         Op::Pending(r) => wait(&mut a, &mut b, r),
     };
     assert!(c.buf.unwrap() == data);
-    assert_eq!(b.tag_offload_stats().matched, 4);
+    assert_eq!(b.tag_offload_stats().matched, sizes.len() as u64);
     // A wildcard receive waits: the exact one after it is not offloaded, and the message goes
     // to the wildcard (posted first).
     let w = match b.tag_recv(vec![0; 30_000], 0, 0).unwrap() {
@@ -162,12 +228,28 @@ fn ucp_tag_offload_is_used_over_tcp() {
     assert!(b.request_cancel(&e));
 }
 
+/// Over shared memory a rendezvous goes by `tag_rndv_zcopy`: a posted receive is filled by the
+/// receiving interface itself (process_vm_readv) and the send completes by the transport's
+/// acknowledgement (no ATS); an unexpected one goes by ucp's software rendezvous (pipelined
+/// over active messages with posix alone, get over cma with both) and the sender cancels the
+/// transport operation.
+#[test]
+fn ucp_tag_offload_rendezvous_over_shm() {
+    for tl in ["posix", "sysv", "posix,cma"] {
+        rendezvous(tl);
+    }
+}
+
 /// Over tcp, a rendezvous goes by `tag_rndv_zcopy`: a posted receive is filled by the
 /// transport (no ATS); an unexpected one goes through ucp's software rendezvous (RTS carried as
 /// the header, get, ATS) and the sender cancels the transport operation.
 #[test]
 fn ucp_tag_offload_rendezvous_over_tcp() {
-    let (mut a, mut b, ab) = pair("tcp");
+    rendezvous("tcp");
+}
+
+fn rendezvous(tl: &str) {
+    let (mut a, mut b, ab) = pair(tl);
     let len = 300_000;
     // Expected.
     let r = match b.tag_recv(vec![0; len], 1, u64::MAX).unwrap() {
@@ -184,7 +266,7 @@ fn ucp_tag_offload_rendezvous_over_tcp() {
         assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
     }
     let st = a.tag_offload_stats();
-    assert_eq!((st.sent_rndv, st.matched_rndv), (1, 1), "{st:?}");
+    assert_eq!((st.sent_rndv, st.matched_rndv), (1, 1), "{tl}: {st:?}");
     // Unexpected: software rendezvous.
     let data = body(2, len);
     let s = a.tag_send(ab, 2, &data).unwrap();
@@ -200,7 +282,7 @@ fn ucp_tag_offload_rendezvous_over_tcp() {
         assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
     }
     let st = a.tag_offload_stats();
-    assert_eq!((st.sent_rndv, st.matched_rndv), (2, 1), "{st:?}");
+    assert_eq!((st.sent_rndv, st.matched_rndv), (2, 1), "{tl}: {st:?}");
     // Nothing left behind: flush completes.
     let f = a.flush().unwrap();
     if let Op::Pending(r) = f {
@@ -221,20 +303,26 @@ fn ucp_tag_offload_rendezvous_over_tcp() {
     }
 }
 
-/// `RUCX_PROTO_INFO`'s table shows the offloaded range on a tcp endpoint.
+/// `RUCX_PROTO_INFO`'s table shows the offloaded ranges on tcp and shared-memory endpoints.
 #[test]
 fn ucp_tag_offload_in_proto_table() {
-    let (a, _b, ab) = pair("tcp");
-    let t = a.ep_proto_info(ab).unwrap();
-    assert!(t.contains("tag offload eager"), "{t}");
-    assert!(t.contains("tag offload rndv"), "{t}");
+    for tl in ["tcp", "posix", "sysv"] {
+        let (a, _b, ab) = pair(tl);
+        let t = a.ep_proto_info(ab).unwrap();
+        assert!(t.contains("tag offload eager"), "{tl}: {t}");
+        assert!(t.contains("tag offload rndv"), "{tl}: {t}");
+    }
 }
 
 fn run_model(tl: &str, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    run_model_named(tl, tl, steps)
+}
+
+fn run_model_named(tl: &str, name: &str, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let ctx = Context::new(ContextParams {
         features: Features::TAG,
         config: Some(UcpConfig {
-            tls: vec![tl.into()],
+            tls: tl.split(',').map(String::from).collect(),
             net_devices: if tl == "tcp" {
                 vec!["lo".into()]
             } else {
@@ -357,5 +445,64 @@ fn run_model(tl: &str, steps: Vec<Step>) -> Result<(), TestCaseError> {
             prop_assert_eq!(a.request_take(r).expect("send done").status, Ok(()));
         }
     }
+    prop_assert!(
+        b.tag_offload_stats().posting,
+        "{} does not post receives to the transport",
+        tl
+    );
+    note_offload(
+        name,
+        b.tag_offload_stats().matched,
+        a.tag_offload_stats().matched_rndv,
+    );
     Ok(())
+}
+
+/// A worker with shared memory and tcp whose peer is reachable only by tcp posts its receives
+/// to tcp (the interface its endpoint uses), so the tcp transport matches them.
+#[test]
+fn ucp_tag_offload_follows_the_endpoints_interface() {
+    let ctx = |tls: &[&str]| {
+        Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: tls.iter().map(|s| s.to_string()).collect(),
+                net_devices: vec!["lo".into()],
+                rndv_thresh: Some(100_000),
+                keepalive_interval: None,
+                ..Default::default()
+            }),
+        })
+        .unwrap()
+    };
+    let (ca, cb) = (ctx(&["tcp"]), ctx(&["posix", "tcp"]));
+    let mut a = Worker::new(&ca).unwrap();
+    let mut b = Worker::new(&cb).unwrap();
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    pump(&mut a, &mut b);
+    // One message so the receiver's reverse endpoint (over tcp) exists.
+    let _ = a.tag_send(ab, 99, b"hello").unwrap();
+    pump(&mut a, &mut b);
+    match b.tag_recv(vec![0; 16], 99, u64::MAX).unwrap() {
+        Op::Done(c) => assert_eq!(c.status, Ok(())),
+        Op::Pending(r) => {
+            wait(&mut a, &mut b, r);
+        }
+    }
+    let len = 20_000;
+    let r = match b.tag_recv(vec![0; len], 7, u64::MAX).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("nothing was sent yet"),
+    };
+    assert_eq!(b.tag_offload_stats().posted, 1);
+    let data = body(1, len);
+    let _ = a.tag_send(ab, 7, &data).unwrap();
+    let c = wait(&mut a, &mut b, r);
+    assert_eq!(c.status, Ok(()));
+    assert!(c.buf.unwrap()[..len] == data[..]);
+    assert_eq!(
+        b.tag_offload_stats().matched,
+        1,
+        "the tcp message was not matched by the tcp transport"
+    );
 }

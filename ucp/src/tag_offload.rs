@@ -1,21 +1,28 @@
 //! Tag offload: eager tag messages matched by the transport, straight into the user's buffer.
 //!
-//! A lane whose interface advertises `TAG_EAGER_BCOPY` (tcp) sends eager messages of
+//! A lane whose interface advertises `TAG_EAGER_BCOPY` (tcp, posix, sysv) sends eager messages of
 //! [`TM_THRESH`]..=`tag.eager_max_zcopy` bytes (below the rendezvous threshold) as tagged
 //! frames (`tag_eager_bcopy` up to `tag.eager_max_bcopy`, `tag_eager_zcopy` above; the immediate
 //! value carries the sender's worker uuid). The receiving worker posts receives to its tag
-//! interface (`tag_recv_zcopy`, the first tcp interface with tag offload), so a tagged frame is
-//! matched before its payload is read and the payload lands in the receive's buffer with no
-//! intermediate copy; a tagged frame that matches no posted receive arrives as
-//! `tag_unexp_eager` and takes the ordinary eager arrival path.
+//! interface (`tag_recv_zcopy`): of the interfaces that offer tag offload and a canceler
+//! ([`uct::Iface::tag_recv_canceler`]), the one that serves the most endpoints, the lowest
+//! latency among equals (chosen again whenever nothing is posted), with no transport named
+//! here. A tagged message is matched before its payload is read
+//! and the payload lands in the receive's buffer with no intermediate copy; one that matches
+//! no posted receive (or arrives on another interface) comes as `tag_unexp_eager` and takes the
+//! ordinary eager arrival path.
 //!
-//! Rendezvous (messages at or above the rendezvous threshold, when the lane's RMA interface is
-//! its AM interface): the sender registers the data and sends its ordinary RTS message as the
-//! header of `tag_rndv_zcopy`. A posted receive the peer's transport matched pulls the data
-//! straight into its buffer (`TagGet`, answered from the sender's memory); the send completes
-//! when the transport has sent the data: no ATS, no ucp message at all. An unmatched one arrives
-//! as `tag_unexp_rndv`; its header goes through ucp's RTS handler (matching, get, ATS), and the
-//! sender cancels the transport operation when the ATS arrives.
+//! Rendezvous (messages at or above the rendezvous threshold, when the AM lane offers
+//! `TAG_RNDV_ZCOPY`): the sender registers the data on the AM lane's domain for the transport,
+//! and sends its ordinary RTS message (describing the data for the RMA lane, exactly as the
+//! software rendezvous does) as the header of `tag_rndv_zcopy`. A posted receive the peer's
+//! transport matched gets the data straight into its buffer, moved by the transport (tcp: a
+//! `TagGet` answered from the sender's memory; posix/sysv: the receiving interface maps the
+//! sender's segment or reads with `process_vm_readv`, then acknowledges through the sender's
+//! FIFO); the send completes when the transport says so: no ATS, no ucp message at all. An
+//! unmatched one arrives as `tag_unexp_rndv`; its header goes through ucp's RTS handler
+//! (matching, get or pipeline, ATS), and the sender cancels the transport operation when its
+//! request finishes that way.
 //!
 //! ucp's [`TagMatcher`](crate::tag_match::TagMatcher) stays the single source of truth for
 //! ordering (the approach of UCX's `ucp_tag_offload`):
@@ -26,7 +33,7 @@
 //!   message to a later offloaded one;
 //! - when a message arriving by any other path (another transport, an active message, an
 //!   unexpected tagged frame) matches an offloaded receive in the matcher, the receive is taken
-//!   back from the transport at once ([`uct::tcp::TagCanceler`] works inside callbacks); if the
+//!   back from the transport at once ([`uct::TagRecvCancel`] works inside callbacks); if the
 //!   transport already matched it (a frame whose payload is still arriving), the receive belongs
 //!   to that frame, which came first, and the matcher tries the next receive: a receive is
 //!   never matched twice;
@@ -34,8 +41,12 @@
 //!   receive back from the transport first and fails if the transport already matched it.
 //!
 //! Messages between two workers keep their order because every tag message of an endpoint
-//! (tagged frame or active message) goes over the same lane, i.e. the same tcp connection,
-//! and offload is only used when nothing is queued on the endpoint.
+//! (tagged frame or active message) goes over the same lane, i.e. the same tcp connection or
+//! shared-memory FIFO, and offload is only used when nothing is queued on the endpoint.
+//!
+//! Limitation: receives are posted to one interface at a time; tagged messages arriving on
+//! another (a worker that talks to local peers by shared memory and to remote ones by tcp)
+//! are matched by ucp as unexpected, correctly but without the offload's saved copy.
 //!
 //! `RUCX_TM_ENABLE=n` turns offload off (sending and posting); a worker always accepts tagged
 //! frames. `RUCX_PROTO_INFO=y` shows the offloaded size range in the endpoint's table.
@@ -50,7 +61,7 @@ use uct::md::Iov;
 pub static TM_ENABLE: ConfigVar = ConfigVar {
     name: "TM_ENABLE",
     default: "y",
-    doc: "Use transport tag matching (tcp) for eager tag messages: y or n.",
+    doc: "Use transport tag matching (tcp, posix, sysv) for tag messages: y or n.",
 };
 
 /// Smallest eager message sent by tag offload: smaller ones arrive whole with their header, so
@@ -65,7 +76,10 @@ pub(super) struct TmState {
     /// Offload allowed (`RUCX_TM_ENABLE`).
     enabled: bool,
     /// The interface receives are posted to, and its canceler.
-    iface: Option<(usize, uct::tcp::TagCanceler)>,
+    iface: Option<(usize, uct::TagRecvCanceler)>,
+    /// Every interface that could be the tag interface: (index, canceler, max posted), by
+    /// latency, lowest first.
+    cands: Vec<(usize, uct::TagRecvCanceler, usize)>,
     /// Receives (wire ids) posted to the transport, with their registrations.
     posted: Vec<(u64, MemHandle)>,
     max_posted: usize,
@@ -75,8 +89,9 @@ pub(super) struct TmState {
     pub(super) sent: u64,
     /// Receives completed by the transport.
     pub(super) matched: u64,
-    /// Rendezvous sent by `tag_rndv_zcopy` and not finished: (send wire id, operation id).
-    rndv_ops: Vec<(u64, u64)>,
+    /// Rendezvous sent by `tag_rndv_zcopy` and not finished: (send wire id, operation id, the
+    /// registration the transport reads the data through).
+    rndv_ops: Vec<(u64, u64, MemHandle)>,
     /// Rendezvous sent by tag offload.
     sent_rndv: u64,
     /// Rendezvous the peer's transport pulled (no ATS).
@@ -88,6 +103,7 @@ impl TmState {
         TmState {
             enabled: false,
             iface: None,
+            cands: Vec::new(),
             posted: Vec::new(),
             max_posted: 0,
             sw_only: 0,
@@ -99,24 +115,53 @@ impl TmState {
         }
     }
 
-    /// Picks the tag interface (the first tcp interface with tag offload).
+    /// Finds the interfaces with tag offload and a receive canceler; the one with the lowest
+    /// latency is the tag interface until endpoints connect (see [`TmState::repick`]).
     pub(super) fn init(ifaces: &[AnyIface], st: &mut State) -> Result<()> {
         st.tm.enabled = TM_ENABLE.bool()?;
         if !st.tm.enabled {
             return Ok(());
         }
+        let mut cands: Vec<(f64, usize, uct::TagRecvCanceler, usize)> = Vec::new();
         for (i, iface) in ifaces.iter().enumerate() {
-            if let AnyIface::Tcp(t) = iface {
-                let a = &st.info[i].attr;
-                if a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) && a.tag.recv_max_outstanding > 0 {
-                    st.tm.max_posted = a.tag.recv_max_outstanding;
-                    st.tm.posted = Vec::with_capacity(st.tm.max_posted);
-                    st.tm.iface = Some((i, t.tag_canceler()));
-                    break;
-                }
+            let a = &st.info[i].attr;
+            if !a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) || a.tag.recv_max_outstanding == 0 {
+                continue;
             }
+            let Some(c) = iface.tag_recv_canceler() else {
+                continue;
+            };
+            cands.push((a.perf.latency, i, c, a.tag.recv_max_outstanding));
+        }
+        cands.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let most = cands.iter().map(|c| c.3).max().unwrap_or(0);
+        st.tm.posted = Vec::with_capacity(most);
+        st.tm.cands = cands.into_iter().map(|(_, i, c, m)| (i, c, m)).collect();
+        if let Some((i, c, m)) = st.tm.cands.first().cloned() {
+            st.tm.max_posted = m;
+            st.tm.iface = Some((i, c));
         }
         Ok(())
+    }
+
+    /// With nothing posted to the transport, makes the tag interface the candidate that serves
+    /// the most endpoints (`users`, per interface), the lowest latency among equals: receives
+    /// go where the messages arrive (shared memory for local peers, tcp for remote ones).
+    fn repick(&mut self, users: &[u32]) {
+        if self.cands.len() < 2 || !self.posted.is_empty() {
+            return;
+        }
+        let mut best = 0;
+        for (k, c) in self.cands.iter().enumerate() {
+            if users[c.0] > users[self.cands[best].0] {
+                best = k;
+            }
+        }
+        let (i, c, m) = &self.cands[best];
+        if self.iface.as_ref().map(|x| x.0) != Some(*i) {
+            self.iface = Some((*i, c.clone()));
+            self.max_posted = *m;
+        }
     }
 }
 
@@ -149,6 +194,7 @@ fn try_post(
     len: usize,
     wire: u64,
 ) -> bool {
+    st.tm.repick(&st.iface_users);
     let tm = &st.tm;
     let Some((ti, _)) = tm.iface.as_ref() else {
         return false;
@@ -388,7 +434,7 @@ impl State {
         let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) else {
             return;
         };
-        let (_, op) = self.tm.rndv_ops.swap_remove(i);
+        let (_, op, _memh) = self.tm.rndv_ops.swap_remove(i);
         let idx = self.reqs[key].ep.unwrap_or(0);
         if let Some(l) = self.eps.get_mut(idx).and_then(|e| e.lanes.as_mut()) {
             if let Err(e) = l.uct[l.am].1.tag_rndv_cancel(op) {
@@ -397,8 +443,19 @@ impl State {
         }
     }
 
+    /// A send request finishes: a transport rendezvous still outstanding for it (the receiver
+    /// took it in software, by get, put or pipeline) is canceled, so the transport forgets the
+    /// memory before it goes back to the caller.
+    pub(super) fn tm_send_finishing(&mut self, key: usize) {
+        if self.tm.rndv_ops.is_empty() {
+            return;
+        }
+        let wire = self.wire_id(key);
+        self.tm_rndv_ats(key, wire);
+    }
+
     /// Rendezvous by tag offload: the RTS travels as the header of `tag_rndv_zcopy`; a receive
-    /// the peer's transport matched pulls the data straight into its buffer (no ATS); an
+    /// the peer's transport matched gets the data straight into its buffer (no ATS); an
     /// unexpected one reaches the peer's ucp as an ordinary RTS (get + ATS, then cancel here).
     fn tm_rndv_send<'d>(
         &mut self,
@@ -411,13 +468,9 @@ impl State {
             return Ok(Err(data));
         };
         let li = l.uct[l.am].0;
-        let same_rma = l.rma.map(|r| l.uct[r].0) == Some(li);
+        let rma_li = l.rma.map(|r| l.uct[r].0);
         let a = &self.info[li].attr;
-        if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
-            || !same_rma
-            || len == 0
-            || len > a.tag.rndv_max_zcopy
-        {
+        if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) || len == 0 || len > a.tag.rndv_max_zcopy {
             return Ok(Err(data));
         }
         let max_hdr = a.tag.rndv_max_hdr;
@@ -426,11 +479,26 @@ impl State {
         let s = self.send_mut(key);
         let addr = s.data.as_ptr() as u64;
         let p = NonNull::new(s.data.as_mut_ptr()).ok_or_else(|| Error::NoMemory("empty".into()))?;
-        // SAFETY: the request owns `data` and keeps it unchanged until it finishes; `finish`
-        // drops the registration before it gives the vector back.
+        // SAFETY: the request owns `data` and keeps it unchanged until it finishes; the
+        // registration is dropped (and the transport operation canceled) before `finish` gives
+        // the vector back.
         let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
+        // The RTS describes the data for the RMA lane, as the software rendezvous does.
         let mut rkey = Vec::new();
-        self.mds[li].rkey_pack(&memh, &mut rkey)?;
+        let mut tl = "";
+        let rma_memh = match rma_li {
+            Some(r) if r == li => Some(memh.clone()),
+            // SAFETY: as above.
+            Some(r) => unsafe { self.mds[r].mem_reg(p, len) }.ok(),
+            None => None,
+        };
+        if let (Some(m), Some(r)) = (rma_memh.as_ref(), rma_li) {
+            if self.mds[r].rkey_pack(m, &mut rkey).is_ok() {
+                tl = self.info[r].tl_name;
+            } else {
+                rkey.clear();
+            }
+        }
         let mut hdr = std::mem::take(&mut self.scratch);
         hdr.clear();
         hdr.extend_from_slice(&self.uuid.to_le_bytes());
@@ -440,7 +508,7 @@ impl State {
             len: len as u64,
             buf: RemoteBuf {
                 addr,
-                tl: self.info[li].tl_name,
+                tl,
                 rkey: &rkey,
             },
         }
@@ -457,9 +525,9 @@ impl State {
         match out? {
             Outcome::Done(op) => {
                 self.tm.sent_rndv += 1;
-                self.tm.rndv_ops.push((wire, op));
+                self.tm.rndv_ops.push((wire, op, memh));
                 let s = self.send_mut(key);
-                s.memh = Some(memh);
+                s.memh = rma_memh;
                 s.rts_sent = true;
                 s.stage = SendStage::WaitRndv;
                 self.stats.rndv_rts += 1;
@@ -477,15 +545,8 @@ impl State {
         Ok(Ok(self.op_of(key)))
     }
 
-    /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li` (`same_rma`: its
-    /// RMA lane is the same interface, as a tag-offload rendezvous needs).
-    pub(super) fn tm_proto_row(
-        &self,
-        li: usize,
-        same_rma: bool,
-        proto: &ProtoConfig,
-        lane: &str,
-    ) -> String {
+    /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li`.
+    pub(super) fn tm_proto_row(&self, li: usize, proto: &ProtoConfig, lane: &str) -> String {
         let a = &self.info[li].attr;
         let mut s = String::new();
         if !self.tm.enabled {
@@ -499,7 +560,7 @@ impl State {
                 "tag offload eager (overrides)"
             ));
         }
-        if a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) && same_rma && rt < usize::MAX {
+        if a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) && rt < usize::MAX {
             let end = if a.tag.rndv_max_zcopy == usize::MAX {
                 "inf".to_string()
             } else {

@@ -1574,8 +1574,7 @@ impl State {
         };
         let mut t = proto.table(&name(lanes.am), lanes.rma.map(name).as_deref());
         let li = lanes.uct[lanes.am].0;
-        let same_rma = lanes.rma.map(|r| lanes.uct[r].0) == Some(li);
-        t.push_str(&self.tm_proto_row(li, same_rma, proto, &name(lanes.am)));
+        t.push_str(&self.tm_proto_row(li, proto, &name(lanes.am)));
         Ok(t)
     }
 
@@ -1627,6 +1626,9 @@ impl State {
 
     /// Finishes request `key` with `status`, releasing what the protocol held.
     fn finish(&mut self, key: usize, status: Result<()>) {
+        if matches!(self.reqs[key].kind, ReqKind::Send(_)) && self.reqs[key].done.is_none() {
+            self.tm_send_finishing(key);
+        }
         let (buf, len, tag, recycle) = {
             let r = &mut self.reqs[key];
             if r.done.is_some() {

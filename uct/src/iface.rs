@@ -27,6 +27,20 @@ pub struct RndvRemote<'a> {
     pub rkey: &'a [u8],
 }
 
+/// Takes receives back from an interface's tag matching from anywhere, including inside a
+/// progress callback of any interface: the layer above matches messages that came another way
+/// in its callbacks and must take the receive back from the transport at that moment, before the
+/// transport can match it too.
+pub trait TagRecvCancel {
+    /// As [`Iface::tag_recv_cancel`]: removes the receive if it is still posted. Gives
+    /// [`Error::Busy`] when a message already matched it (it completes normally) and
+    /// [`Error::InvalidParam`] for an unknown receive.
+    fn cancel(&self, ctx: TagRecvId, force: bool) -> Result<()>;
+}
+
+/// A shared handle to an interface's [`TagRecvCancel`] (see [`Iface::tag_recv_canceler`]).
+pub type TagRecvCanceler = std::rc::Rc<dyn TagRecvCancel>;
+
 /// Receives everything progress produces. Callbacks may call any endpoint operation
 /// (transports never hold internal borrows across a callback), but must not call `progress`.
 pub trait EventSink {
@@ -148,6 +162,11 @@ pub trait Iface {
             "{} has no tag offload",
             self.tl_name()
         )))
+    }
+    /// Tag offload: a handle that cancels this interface's posted receives from anywhere (see
+    /// [`TagRecvCancel`]); `None` without tag offload.
+    fn tag_recv_canceler(&self) -> Option<TagRecvCanceler> {
+        None
     }
 }
 

@@ -27,7 +27,9 @@ pub use caps::{
 pub use ep::{
     check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId, AM_ID_MAX,
 };
-pub use iface::{AmHandlers, EventSink, Iface, IfaceParams, RndvRemote};
+pub use iface::{
+    AmHandlers, EventSink, Iface, IfaceParams, RndvRemote, TagRecvCancel, TagRecvCanceler,
+};
 pub use md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 pub use registry::{
     open, query_resources, query_transports, AnyEp, AnyIface, AnyMd, DeviceInfo, TlResource,

@@ -202,6 +202,9 @@ macro_rules! transports {
             fn tag_recv_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
                 match *self { $( AnyIface::$variant(ref mut i) => i.tag_recv_cancel(ctx, force), )* }
             }
+            fn tag_recv_canceler(&self) -> Option<crate::iface::TagRecvCanceler> {
+                match *self { $( AnyIface::$variant(ref i) => i.tag_recv_canceler(), )* }
+            }
         }
 
         impl Endpoint for AnyEp {

@@ -2,10 +2,15 @@
 
 use super::fifo::{self, FifoPtrs, Polled, BUF_SIZE, INLINE_MAX};
 use super::segment::Segment;
+use super::tag::{self, TagState};
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
-use crate::caps::{AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel};
+use crate::caps::{
+    AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
+};
 use crate::cpu_atomic::{self, reject_post_swap};
-use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
+use crate::ep::{
+    check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId,
+};
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, RemoteKey};
 use std::cell::{Cell, RefCell};
@@ -54,7 +59,11 @@ fn attr() -> IfaceAttr {
             | IfaceFlags::ATOMIC_CPU
             | IfaceFlags::PENDING
             | IfaceFlags::CONNECT_TO_IFACE
-            | IfaceFlags::ERRHANDLE_PEER_FAILURE,
+            | IfaceFlags::ERRHANDLE_PEER_FAILURE
+            | IfaceFlags::TAG_EAGER_SHORT
+            | IfaceFlags::TAG_EAGER_BCOPY
+            | IfaceFlags::TAG_EAGER_ZCOPY
+            | IfaceFlags::TAG_RNDV_ZCOPY,
         event_flags: EventFlags::RECV | EventFlags::SEND_COMP | EventFlags::FD,
         atomics: AtomicCaps {
             op32: AtomicOps::POST_ALL,
@@ -72,7 +81,15 @@ fn attr() -> IfaceAttr {
         },
         put: rma(RMA_MAX_SHORT),
         get: rma(RMA_MAX_SHORT),
-        tag: Default::default(),
+        tag: TagLimits {
+            eager_max_short: tag::EAGER_MAX_SHORT,
+            eager_max_bcopy: tag::EAGER_MAX_BCOPY,
+            eager_max_zcopy: tag::EAGER_MAX_BCOPY,
+            rndv_max_hdr: tag::RNDV_MAX_HDR,
+            rndv_max_zcopy: tag::RNDV_MAX_ZCOPY,
+            recv_max_outstanding: tag::MAX_POSTED,
+            recv_max_iov: tag::RECV_MAX_IOV,
+        },
         device_addr_len: DeviceAddr::LEN,
         iface_addr_len: IfaceAddr::LEN,
         ep_addr_len: 0,
@@ -136,7 +153,7 @@ impl PeerWatch {
     }
 }
 
-fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
+pub(super) fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
     // SAFETY: all-zero is a valid sockaddr_un.
     let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     a.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -150,17 +167,22 @@ fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
 }
 
 /// State an endpoint shares with its interface (single-threaded, like the worker).
-struct EpShared {
+pub(super) struct EpShared {
     id: EpId,
     /// The peer's FIFO, kept mapped by `_seg`.
-    remote: FifoPtrs,
+    pub(super) remote: FifoPtrs,
     _seg: Segment,
-    /// The interface's own cache of the peer's tail, for pending dispatch.
-    iface_tail: Cell<u64>,
+    /// The interface's own cache of the peer's tail, for pending dispatch and the
+    /// interface's own messages to the peer (rendezvous acknowledgements).
+    pub(super) iface_tail: Cell<u64>,
+    /// The peer interface's address.
+    pub(super) peer_addr: IfaceAddr,
+    /// The peer's wake-up socket address.
+    pub(super) wake: (libc::sockaddr_un, libc::socklen_t),
     pending: RefCell<VecDeque<PendingId>>,
-    failed: Cell<bool>,
+    pub(super) failed: Cell<bool>,
     reported: Cell<bool>,
-    peer: PeerWatch,
+    pub(super) peer: PeerWatch,
     peer_pid: u32,
 }
 
@@ -194,7 +216,7 @@ impl EpShared {
 }
 
 /// State shared between an interface and its endpoints.
-struct Common {
+pub(crate) struct Common {
     /// The event fd: an epoll set of the wake-up socket and the peers' pidfds, so a sleeper
     /// wakes for messages and for a peer's death.
     epoll: OwnedFd,
@@ -202,6 +224,12 @@ struct Common {
     pending_total: Cell<usize>,
     /// Endpoints found failed but not yet reported.
     unreported: Cell<usize>,
+    /// Tag offload: posted receives, rendezvous operations, deferred tag events.
+    pub(super) tag: RefCell<TagState>,
+    /// Deferred tag events wait for progress.
+    pub(super) tag_work: Cell<bool>,
+    /// This interface's address (where rendezvous acknowledgements come back to).
+    pub(super) self_addr: IfaceAddr,
 }
 
 /// An interface of `posix` or `sysv`: owns the receive FIFO.
@@ -212,16 +240,16 @@ pub struct MmIface {
     dev_addr: Vec<u8>,
     local_dev: DeviceAddr,
     iface_addr: Vec<u8>,
-    fifo: FifoPtrs,
+    pub(super) fifo: FifoPtrs,
     _seg: Segment,
-    read_pos: u64,
+    pub(super) read_pos: u64,
     released: u64,
     /// A position found claimed but unpublished at the last stall check.
     stalled_at: Option<u64>,
     /// Bound to our abstract name: the event fd, and the socket we send wake-ups from.
-    sock: Rc<OwnedFd>,
-    eps: Vec<Weak<EpShared>>,
-    common: Rc<Common>,
+    pub(super) sock: Rc<OwnedFd>,
+    pub(super) eps: Vec<Weak<EpShared>>,
+    pub(super) common: Rc<Common>,
     next_ep: u32,
     tick: u32,
 }
@@ -274,11 +302,11 @@ impl MmIface {
         let mut dev_addr = Vec::with_capacity(DeviceAddr::LEN);
         local_dev.encode(&mut dev_addr);
         let mut iface_addr = Vec::with_capacity(IfaceAddr::LEN);
-        IfaceAddr {
+        let self_addr = IfaceAddr {
             seg: seg.seg_ref(),
             nonce,
-        }
-        .encode(&mut iface_addr);
+        };
+        self_addr.encode(&mut iface_addr);
         Ok(MmIface {
             kind,
             attr: attr(),
@@ -297,6 +325,9 @@ impl MmIface {
                 epoll,
                 pending_total: Cell::new(0),
                 unreported: Cell::new(0),
+                tag: RefCell::new(TagState::new()),
+                tag_work: Cell::new(false),
+                self_addr,
             }),
             next_ep: 0,
             tick: 0,
@@ -372,7 +403,13 @@ impl MmIface {
                 if !ep.reported.get() {
                     ep.reported.set(true);
                     self.common.unreported.set(self.common.unreported.get() - 1);
-                    sink.ep_error(ep.id, ep.peer_error());
+                    let err = ep.peer_error();
+                    // Its outstanding rendezvous operations complete with the error too.
+                    self.common.tag.borrow_mut().fail_ops(ep.id, &err);
+                    self.common
+                        .tag_work
+                        .set(self.common.tag.borrow().has_work());
+                    sink.ep_error(ep.id, err);
                     count += 1;
                 }
                 continue;
@@ -478,11 +515,14 @@ impl Iface for MmIface {
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
         let id = EpId(self.next_ep);
         self.next_ep += 1;
+        let (wake_addr, wake_len) = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
         let shared = Rc::new(EpShared {
             id,
             remote,
             _seg: seg,
             iface_tail: Cell::new(0),
+            peer_addr: a,
+            wake: (wake_addr, wake_len),
             pending: RefCell::new(VecDeque::new()),
             failed: Cell::new(false),
             reported: Cell::new(false),
@@ -490,7 +530,6 @@ impl Iface for MmIface {
             peer_pid: a.seg.pid,
         });
         self.eps.push(Rc::downgrade(&shared));
-        let (wake_addr, wake_len) = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
         Ok(MmEp {
             fifo: remote,
             pid: std::process::id(),
@@ -516,7 +555,7 @@ impl Iface for MmIface {
                     if id < crate::ep::AM_ID_MAX {
                         sink.am(id, data);
                     } else {
-                        tracing::warn!(id, "shared-memory message with a bad AM id dropped");
+                        self.tag_msg(id, data, sink);
                     }
                 }
                 Polled::Skip => {}
@@ -542,6 +581,9 @@ impl Iface for MmIface {
         let check_peers = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.eps.is_empty();
         if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
             n += self.progress_eps(sink, check_peers);
+        }
+        if self.common.tag_work.get() {
+            n += self.tag_progress(sink);
         }
         n
     }
@@ -572,10 +614,29 @@ impl Iface for MmIface {
         if self.common.unreported.get() > 0 {
             return Err(Error::Busy("endpoint errors wait for progress".into()));
         }
+        if self.common.tag_work.get() {
+            return Err(Error::Busy("tag events wait for progress".into()));
+        }
         if events.contains(EventFlags::RECV) && !self.fifo.arm(self.read_pos) {
             return Err(Error::Busy("messages are arriving".into()));
         }
         Ok(())
+    }
+
+    fn tag_recv_zcopy(
+        &mut self,
+        tag: u64,
+        mask: u64,
+        iov: &[Iov<'_>],
+        ctx: TagRecvId,
+    ) -> Result<Outcome> {
+        self.tag_post(tag, mask, iov, ctx)
+    }
+    fn tag_recv_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
+        self.tag_cancel(ctx, force)
+    }
+    fn tag_recv_canceler(&self) -> Option<crate::iface::TagRecvCanceler> {
+        Some(Rc::new(self.tag_canceler()))
     }
 }
 
@@ -583,10 +644,10 @@ impl Iface for MmIface {
 pub struct MmEp {
     fifo: FifoPtrs,
     /// Our pid, stamped into claimed elements.
-    pid: u32,
+    pub(super) pid: u32,
     cached_tail: u64,
     shared: Rc<EpShared>,
-    common: Rc<Common>,
+    pub(super) common: Rc<Common>,
     sock: Rc<OwnedFd>,
     wake_addr: libc::sockaddr_un,
     wake_len: libc::socklen_t,
@@ -609,8 +670,13 @@ impl Drop for ClaimGuard<'_> {
 }
 
 impl MmEp {
+    /// This endpoint's id.
+    pub(super) fn shared_id(&self) -> EpId {
+        self.shared.id
+    }
+
     #[inline(always)]
-    fn check_alive(&self) -> Result<()> {
+    pub(super) fn check_alive(&self) -> Result<()> {
         if self.shared.failed.get() {
             return Err(self.shared.peer_error());
         }
@@ -651,7 +717,7 @@ impl MmEp {
     /// Claims an element, lets `fill` write the payload into (inline area, buffer area) and
     /// give (kind, length), then publishes it.
     #[inline(always)]
-    fn send<T>(
+    pub(super) fn send<T>(
         &mut self,
         am_id: u8,
         fill: impl FnOnce(*mut u8, *mut u8) -> Result<(u8, usize, T)>,
@@ -707,7 +773,7 @@ impl MmEp {
     }
 }
 
-fn check_iov(iov: &[Iov<'_>], max_len: usize) -> Result<usize> {
+pub(super) fn check_iov(iov: &[Iov<'_>], max_len: usize) -> Result<usize> {
     if iov.len() > MAX_IOV {
         return Err(Error::InvalidParam(format!(
             "{} iov entries, at most {MAX_IOV}",
@@ -981,6 +1047,42 @@ impl Endpoint for MmEp {
         Ok(Outcome::Done(unsafe {
             cpu_atomic::cswap64(p.cast(), compare, swap)
         }))
+    }
+
+    fn tag_eager_short(&mut self, tag: u64, data: &[u8]) -> Result<Outcome> {
+        self.tag_short(tag, data)
+    }
+    fn tag_eager_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        pack: F,
+    ) -> Result<Outcome<usize>> {
+        self.tag_bcopy(tag, imm, pack)
+    }
+    fn tag_eager_zcopy(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        iov: &[Iov<'_>],
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        self.tag_zcopy(tag, imm, iov)
+    }
+    fn tag_rndv_zcopy(
+        &mut self,
+        tag: u64,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        self.tag_rndv(tag, header, iov, comp)
+    }
+    fn tag_rndv_cancel(&mut self, op: u64) -> Result<()> {
+        self.tag_rndv_cancel_op(op)
+    }
+    fn tag_rndv_request(&mut self, tag: u64, header: &[u8]) -> Result<Outcome> {
+        self.tag_rndv_req(tag, header)
     }
 
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {

@@ -63,11 +63,19 @@ impl MemoryDomain for MmMd {
         // handle's private data, so the memory lives as long as the handle.
         Ok(unsafe { MemHandle::new(base, len, self.name(), Some(Box::new(seg))) })
     }
-    unsafe fn mem_reg(&self, _addr: NonNull<u8>, _len: usize) -> Result<MemHandle> {
-        Err(Error::Unsupported(format!(
-            "memory domain {} cannot share existing memory; allocate with mem_alloc (or use cma)",
-            self.name()
-        )))
+    /// Registers existing memory for local use only: zero-copy sources and posted tag
+    /// receives (a peer's interface reads a tag rendezvous from it with `process_vm_readv`). It
+    /// has no remote key (`rkey_pack` refuses it), so peers cannot put, get or do atomics on it,
+    /// and the domain does not advertise `REG`.
+    unsafe fn mem_reg(&self, addr: NonNull<u8>, len: usize) -> Result<MemHandle> {
+        if len == 0 {
+            return Err(Error::InvalidParam(format!(
+                "{} mem_reg of 0 bytes",
+                self.name()
+            )));
+        }
+        // SAFETY: the caller guarantees the range stays valid while the handle lives.
+        Ok(unsafe { MemHandle::new(addr, len, self.name(), None) })
     }
     fn rkey_pack(&self, memh: &MemHandle, out: &mut Vec<u8>) -> Result<()> {
         let seg = memh
@@ -75,7 +83,8 @@ impl MemoryDomain for MmMd {
             .filter(|_| memh.md_name() == self.name())
             .ok_or_else(|| {
                 Error::InvalidParam(format!(
-                    "{memh:?} was not allocated by memory domain {}",
+                    "{memh:?} was not allocated by memory domain {} (registered memory has no \
+                     remote key: allocate with mem_alloc, or use cma)",
                     self.name()
                 ))
             })?;

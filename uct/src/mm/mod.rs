@@ -16,6 +16,11 @@
 //! stepped over by the receiver once its stamp names a dead process. Limitation: a sender
 //! that dies in the two instructions between its claim and its stamp still stalls that FIFO.
 //!
+//! Tag offload ([`tag`]): tagged messages share the FIFO with active messages; the receiving
+//! interface matches them against its posted receives, copies eager payloads straight from the
+//! FIFO element into the posted buffer, and serves a matched rendezvous itself (mapping the
+//! sender's segment, or one `process_vm_readv`), acknowledging through the sender's FIFO.
+//!
 //! Tests: unit tests beside each piece; `mm::conformance` (the shared suite);
 //! `RUSTFLAGS="--cfg loom" cargo test -p uct --release --lib mm` (loom models of the ring);
 //! multi-process tests in `tests/tests/shm_*.rs`; `tests/src/bin/shm_pingpong.rs` measures.
@@ -24,6 +29,7 @@ pub mod fifo;
 mod md;
 pub mod ring;
 pub mod segment;
+pub mod tag;
 pub mod wire;
 
 pub mod iface;
@@ -33,6 +39,7 @@ mod tests;
 pub(crate) use iface::PeerWatch;
 pub use iface::{MmEp, MmIface};
 pub use md::MmMd;
+pub use tag::MmTagCanceler;
 pub use wire::SegKind;
 
 use crate::caps::DeviceType;

@@ -25,6 +25,9 @@ pub struct Segment {
     seg: SegRef,
     /// The memfd (posix creator only): peers reach the segment through it.
     _fd: Option<OwnedFd>,
+    /// Inode of an attached posix segment (0 otherwise): tells it from a later segment that
+    /// reuses its descriptor number.
+    ino: u64,
 }
 
 // SAFETY: a Segment is a mapping; it hands out raw addresses only, and all access through them is
@@ -88,6 +91,7 @@ impl Segment {
                 len: len as u64,
             },
             _fd: Some(fd),
+            ino: 0,
         })
     }
 
@@ -119,6 +123,7 @@ impl Segment {
                 len: len as u64,
             },
             _fd: None,
+            ino: 0,
         })
     }
 
@@ -179,6 +184,7 @@ impl Segment {
             len,
             seg,
             _fd: None,
+            ino: st.st_ino,
         })
     }
 
@@ -213,6 +219,7 @@ impl Segment {
             len,
             seg,
             _fd: None,
+            ino: 0,
         })
     }
 
@@ -227,6 +234,27 @@ impl Segment {
     /// Where peers find it.
     pub fn seg_ref(&self) -> SegRef {
         self.seg
+    }
+
+    /// For a mapping kept in a cache: whether the peer's segment reference still names this
+    /// segment. A posix reference is a descriptor number, which the peer may reuse for a new
+    /// segment once it freed this one: the inode tells them apart (one `stat`, no allocation).
+    /// A sysv id carries a sequence number and is not reused in practice.
+    pub fn still_current(&self) -> bool {
+        if self.ino == 0 {
+            return true;
+        }
+        let mut path = [0u8; 64];
+        let mut w = &mut path[..];
+        use std::io::Write;
+        if write!(w, "/proc/{}/fd/{}\0", self.seg.pid, self.seg.id).is_err() {
+            return false;
+        }
+        // SAFETY: an all-zero stat is a valid out-parameter.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: FFI with a NUL-terminated path in `path` and a valid out-pointer.
+        let r = unsafe { libc::stat(path.as_ptr() as *const libc::c_char, &mut st) };
+        r == 0 && st.st_ino == self.ino
     }
 }
 

@@ -402,11 +402,17 @@ fn bad_addresses_are_typed_errors() {
         PosixTransport::open_md("eth0"),
         Err(Error::NoDevice(_))
     ));
-    // mem_reg is not a shared-memory capability.
+    // mem_reg is local only: it works for zero-copy sources and tag receives, but has no
+    // remote key, and REG (peers' put/get/atomics) is not advertised.
     let mut x = [0u8; 8];
-    // SAFETY: the buffer outlives the (failed) registration.
-    let r = unsafe { md.mem_reg(std::ptr::NonNull::new(x.as_mut_ptr()).unwrap(), 8) };
-    assert!(matches!(r, Err(Error::Unsupported(_))));
+    // SAFETY: the buffer outlives the registration.
+    let h = unsafe { md.mem_reg(std::ptr::NonNull::new(x.as_mut_ptr()).unwrap(), 8) }.unwrap();
+    assert_eq!(h.addr(), x.as_mut_ptr());
+    assert!(matches!(
+        md.rkey_pack(&h, &mut Vec::new()),
+        Err(Error::InvalidParam(_))
+    ));
+    assert!(!md.attr().flags.contains(crate::caps::MdFlags::REG));
 }
 
 #[test]

@@ -2591,6 +2591,9 @@ impl Iface for TcpIface {
     fn tag_recv_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
         self.tag_cancel(ctx, force)
     }
+    fn tag_recv_canceler(&self) -> Option<crate::iface::TagRecvCanceler> {
+        Some(std::rc::Rc::new(self.tag_canceler()))
+    }
 
     fn event_fd(&self) -> Option<RawFd> {
         Some(self.inner.borrow().epoll.0.as_raw_fd())

@@ -252,6 +252,12 @@ fn cancel_miss(g: &super::iface::Inner, ctx: TagRecvId) -> Result<()> {
     }
 }
 
+impl crate::iface::TagRecvCancel for TagCanceler {
+    fn cancel(&self, ctx: TagRecvId, force: bool) -> Result<()> {
+        TagCanceler::cancel(self, ctx, force)
+    }
+}
+
 impl TcpIface {
     /// A handle that cancels this interface's posted receives (see [`TagCanceler`]).
     pub fn tag_canceler(&self) -> TagCanceler {
