@@ -130,6 +130,32 @@ impl MemMap {
             }
         }
     }
+    /// The shared segment's memory handle (posix/sysv `mem_alloc`) of an allocated mapping;
+    /// `None` for heap memory and user buffers. A clone keeps the segment mapped.
+    pub(crate) fn segment(&self) -> Option<&MemHandle> {
+        match &self.backing {
+            Backing::Shared { _segment } => Some(_segment),
+            _ => None,
+        }
+    }
+
+    /// The registration of the memory with transport `tl`, if it has one.
+    pub(crate) fn reg_of(&self, tl: &str) -> Option<&MemHandle> {
+        self.regs.iter().find(|r| r.0 == tl).map(|r| &r.1)
+    }
+
+    /// Address of `offset` after checking that `offset..offset + n` lies in the mapping and
+    /// is not empty; a typed error otherwise.
+    pub(crate) fn range(&self, offset: usize, n: usize) -> Result<NonNull<u8>> {
+        if n == 0 {
+            return Err(Error::InvalidParam(
+                "cannot send 0 bytes of a mapping".into(),
+            ));
+        }
+        let p = self.check(offset, n)?;
+        NonNull::new(p).ok_or_else(|| Error::InvalidParam("mapping at null".into()))
+    }
+
     fn check(&self, offset: usize, n: usize) -> Result<*mut u8> {
         match offset.checked_add(n) {
             Some(end) if end <= self.len => Ok(self.ptr.as_ptr().wrapping_add(offset)),

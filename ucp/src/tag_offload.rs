@@ -96,6 +96,21 @@ pub(super) struct TmState {
     sent_rndv: u64,
     /// Rendezvous the peer's transport pulled (no ATS).
     matched_rndv: u64,
+    /// Sends reading their data in place from a [`MemMap`]'s shared segment, not finished.
+    mapped: Vec<MappedSend>,
+    /// Rendezvous sent from a mapped segment (by tag offload or the software RTS).
+    sent_mapped: u64,
+}
+
+/// A rendezvous send whose data stays in a [`MemMap`]'s shared segment until it finishes.
+struct MappedSend {
+    /// Wire id of the send request.
+    wire: u64,
+    /// Address and length of the data inside the segment.
+    addr: usize,
+    len: usize,
+    /// Keeps the segment mapped (the `MemMap` may be dropped meanwhile).
+    _seg: MemHandle,
 }
 
 impl TmState {
@@ -112,6 +127,8 @@ impl TmState {
             rndv_ops: Vec::new(),
             sent_rndv: 0,
             matched_rndv: 0,
+            mapped: Vec::new(),
+            sent_mapped: 0,
         }
     }
 
@@ -447,11 +464,168 @@ impl State {
     /// took it in software, by get, put or pipeline) is canceled, so the transport forgets the
     /// memory before it goes back to the caller.
     pub(super) fn tm_send_finishing(&mut self, key: usize) {
-        if self.tm.rndv_ops.is_empty() {
+        if self.tm.rndv_ops.is_empty() && self.tm.mapped.is_empty() {
             return;
         }
         let wire = self.wire_id(key);
         self.tm_rndv_ats(key, wire);
+        // The transport forgot the memory: the segment may go.
+        if let Some(i) = self.tm.mapped.iter().position(|m| m.wire == wire) {
+            self.tm.mapped.swap_remove(i);
+        }
+    }
+
+    /// Sends `len` bytes at `offset` of `map` (see [`Worker::tag_send_mapped`]). A rendezvous
+    /// from a shared segment announces the data in place: by `tag_rndv_zcopy` with the
+    /// segment's own memory handle (the peer's interface then copies straight from the mapped
+    /// segment into a posted receive), or by the software RTS with the RMA lane's registration
+    /// of the segment. Everything else is sent like [`Worker::tag_send`] (a copy).
+    pub(super) fn tag_send_mapped(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        map: &MemMap,
+        offset: usize,
+        len: usize,
+    ) -> Result<Op> {
+        let ptr = map.range(offset, len)?;
+        self.ep_usable(idx)?;
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        let rndv = self.eps[idx].proto.is_some_and(|p| len >= p.rndv_thresh);
+        let seg = match map.segment() {
+            Some(seg) if ready && rndv => seg.clone(),
+            _ => {
+                // SAFETY: `range` checked that the bytes lie in the mapping, which the caller
+                // borrows for this call; they are only copied from here.
+                let data = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+                return self.tag_send(idx, tag, SendData::Borrowed(data), false);
+            }
+        };
+        let l = self.eps[idx].lanes.as_ref().expect("ready checked lanes");
+        let li = l.uct[l.am].0;
+        let rma = l
+            .rma
+            .map(|r| l.uct[r].0)
+            .and_then(|r| map.reg_of(self.info[r].tl_name).map(|m| (r, m.clone())));
+        let a = &self.info[li].attr;
+        let offload = self.tm.enabled
+            && a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
+            && len <= a.tag.rndv_max_zcopy;
+        let max_hdr = a.tag.rndv_max_hdr;
+        let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
+        let wire = self.wire_id(key);
+        self.tm.mapped.push(MappedSend {
+            wire,
+            addr: ptr.as_ptr() as usize,
+            len,
+            _seg: seg.clone(),
+        });
+        // The RTS describes the data for the RMA lane, as the software rendezvous does.
+        let mut rkey = Vec::new();
+        let mut tl = "";
+        if let Some((r, m)) = &rma {
+            if self.mds[*r].rkey_pack(m, &mut rkey).is_ok() {
+                tl = self.info[*r].tl_name;
+            } else {
+                rkey.clear();
+            }
+        }
+        let mut hdr = std::mem::take(&mut self.scratch);
+        hdr.clear();
+        if offload {
+            hdr.extend_from_slice(&self.uuid.to_le_bytes());
+        }
+        RtsHdr {
+            tag,
+            sreq: wire,
+            len: len as u64,
+            buf: RemoteBuf {
+                addr: ptr.as_ptr() as u64,
+                tl,
+                rkey: &rkey,
+            },
+        }
+        .encode(&mut hdr);
+        let out = if !offload {
+            self.send_ctl_now(idx, am_id::RTS, &hdr)
+        } else if hdr.len() <= max_hdr {
+            let off = ptr.as_ptr() as usize - seg.addr() as usize;
+            let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
+            Iov::new(&seg, off, len)
+                .and_then(|iov| {
+                    l.uct[l.am]
+                        .1
+                        .tag_rndv_zcopy(tag, &hdr, &[iov], comp_id(COMP_TM, wire))
+                })
+                .map(|o| match o {
+                    Outcome::Done(op) => {
+                        self.tm.rndv_ops.push((wire, op, seg.clone()));
+                        self.tm.sent_rndv += 1;
+                        true
+                    }
+                    // `InProgress` carries no operation id: the ordinary path.
+                    Outcome::InProgress | Outcome::NoResource => false,
+                })
+        } else {
+            Ok(false)
+        };
+        self.scratch = hdr;
+        let sent = match out {
+            Ok(sent) => sent,
+            Err(e) => {
+                // Nothing went out: forget the request.
+                self.tm.mapped.pop();
+                let r = self.reqs.remove(key);
+                if let ReqKind::Send(s) = r.kind {
+                    self.put_buf(s.data);
+                }
+                return Err(e);
+            }
+        };
+        if !sent {
+            // Back-pressure: the ordinary path sends a copy later, in order.
+            self.tm_mapped_materialize(key);
+            let id = self.next_msg_id;
+            self.next_msg_id += 1;
+            self.send_mut(key).msg_id = id;
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+            return Ok(self.op_of(key));
+        }
+        if !offload {
+            self.send_mut(key).msg_id = self.next_msg_id;
+            self.next_msg_id += 1;
+        }
+        self.tm.sent_mapped += 1;
+        self.stats.rndv_rts += 1;
+        let s = self.send_mut(key);
+        s.memh = rma.map(|(_, m)| m);
+        s.rts_sent = true;
+        s.stage = SendStage::WaitRndv;
+        self.eps[idx].last_tx = self.clock.now();
+        Ok(self.op_of(key))
+    }
+
+    /// Before a send request reads its own data (the receiver asked for put or pipelined
+    /// active messages, or the RTS met back-pressure): a send from a mapped segment copies the
+    /// data into the request, which then proceeds like any other send.
+    pub(super) fn tm_mapped_materialize(&mut self, key: usize) {
+        if self.tm.mapped.is_empty() {
+            return;
+        }
+        let wire = self.wire_id(key);
+        let Some(i) = self.tm.mapped.iter().position(|m| m.wire == wire) else {
+            return;
+        };
+        let m = self.tm.mapped.swap_remove(i);
+        let s = self.send_mut(key);
+        // SAFETY: `m._seg` keeps the segment mapped, and `addr..addr + len` was checked to lie
+        // inside it when the send started.
+        let src = unsafe { std::slice::from_raw_parts(m.addr as *const u8, m.len) };
+        s.data.clear();
+        s.data.extend_from_slice(src);
+        // The registration was of the segment, not of this copy.
+        s.memh = None;
     }
 
     /// Rendezvous by tag offload: the RTS travels as the header of `tag_rndv_zcopy`; a receive
@@ -591,6 +765,9 @@ pub struct TmStats {
     /// Of those, pulled by the peer's transport into a posted receive (the rest went by the
     /// software rendezvous).
     pub matched_rndv: u64,
+    /// Rendezvous sent by [`Worker::tag_send_mapped`] with the data in place in a shared
+    /// segment (by tag offload or the software RTS).
+    pub sent_mapped: u64,
 }
 
 impl Worker {
@@ -604,6 +781,7 @@ impl Worker {
             posted: tm.posted.len(),
             sent_rndv: tm.sent_rndv,
             matched_rndv: tm.matched_rndv,
+            sent_mapped: tm.sent_mapped,
         }
     }
 }

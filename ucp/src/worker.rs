@@ -695,6 +695,30 @@ impl Worker {
         self.st.tag_send(idx, tag, SendData::Borrowed(data), true)
     }
 
+    /// Sends `len` bytes at `offset` of `map` (from [`Worker::mem_map`]) as a tagged message.
+    ///
+    /// When `map` is a shared-memory segment (posix, sysv) and the message goes by rendezvous,
+    /// the data is read in place: the transport gets the segment's memory handle, so a peer on
+    /// this host copies straight from the mapped segment into its posted receive (one memory
+    /// copy, no cross-memory read), and the software rendezvous fetches it from the segment
+    /// (get over the RMA lane). Eager sizes, heap mappings and back-pressure copy the bytes
+    /// like [`Worker::tag_send`].
+    ///
+    /// The request keeps the segment mapped until it completes, so dropping `map` early is
+    /// safe; the bytes must not be changed until completion (the peer may see either). A range
+    /// outside the mapping, or an empty one, gives [`Error::InvalidParam`].
+    pub fn tag_send_mapped(
+        &mut self,
+        ep: EpHandle,
+        tag: u64,
+        map: &MemMap,
+        offset: usize,
+        len: usize,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send_mapped(idx, tag, map, offset, len)
+    }
+
     /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
     /// completion gives the buffer back with the data in `buf[..len]`.
     pub fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
@@ -3541,6 +3565,7 @@ impl State {
                 let Some(key) = self.req_by_wire(h.sreq) else {
                     return Ok(());
                 };
+                self.tm_mapped_materialize(key);
                 let rma = self.eps[idx]
                     .lanes
                     .as_ref()

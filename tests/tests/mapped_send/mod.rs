@@ -1,0 +1,182 @@
+//! Shared body of the `Worker::tag_send_mapped` tests (offload on and off).
+
+// Each test binary uses part of it.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+use ucp::{Completion, Context, ContextParams, EpParams, Error, Features, Op, UcpConfig, Worker};
+
+const RNDV_THRESH: usize = 100_000;
+
+/// Progresses both workers until both stay idle for a while (bounded by a watchdog).
+fn pump(a: &mut Worker, b: &mut Worker) {
+    let start = Instant::now();
+    let mut idle = 0;
+    while idle < 300 {
+        let n = a.progress() + b.progress();
+        idle = if n == 0 { idle + 1 } else { 0 };
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "watchdog: workers never went idle"
+        );
+    }
+}
+
+fn pair(tl: &str) -> (Worker, Worker, ucp::EpHandle) {
+    let ctx = Context::new(ContextParams {
+        features: Features::TAG | Features::RMA,
+        config: Some(UcpConfig {
+            tls: tl.split(',').map(String::from).collect(),
+            rndv_thresh: Some(RNDV_THRESH),
+            keepalive_interval: None,
+            ..Default::default()
+        }),
+    })
+    .unwrap();
+    let mut a = Worker::new(&ctx).unwrap();
+    let mut b = Worker::new(&ctx).unwrap();
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    pump(&mut a, &mut b);
+    (a, b, ab)
+}
+
+/// Completes `op` on `w` while progressing both workers (bounded by a watchdog).
+fn complete(w: &mut Worker, other: &mut Worker, op: Op, rev: bool) -> Completion {
+    let mut r = match op {
+        Op::Done(c) => return c,
+        Op::Pending(r) => r,
+    };
+    let start = Instant::now();
+    loop {
+        if rev {
+            other.progress();
+            w.progress();
+        } else {
+            w.progress();
+            other.progress();
+        }
+        match w.request_take(r) {
+            Ok(c) => return c,
+            Err(back) => r = back,
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "watchdog: request never completed"
+        );
+    }
+}
+
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seed) as u8)
+        .collect()
+}
+
+/// Sends `len` bytes at `offset` of a fresh mapping of `tl` to a receive posted before
+/// (`expected`) or after the message arrived; checks the data and gives the sender's
+/// counter of in-place rendezvous.
+fn one(tl: &str, offset: usize, len: usize, expected: bool, drop_map: bool) -> u64 {
+    let (mut a, mut b, ab) = pair(tl);
+    let map = a.mem_map(offset + len + 64).unwrap();
+    assert!(
+        map.is_shared(),
+        "{tl}: mem_map did not allocate a shared segment"
+    );
+    let data = pattern(len as u32, len);
+    map.write(offset, &data).unwrap();
+    let tag = 0x77;
+    let recv = |b: &mut Worker| b.tag_recv(vec![0; len + 5], tag, u64::MAX).unwrap();
+    let mut r = if expected { Some(recv(&mut b)) } else { None };
+    let s = a.tag_send_mapped(ab, tag, &map, offset, len).unwrap();
+    if drop_map {
+        // The request keeps the segment mapped.
+        drop(map);
+    }
+    if r.is_none() {
+        pump(&mut a, &mut b);
+        r = Some(recv(&mut b));
+    }
+    let c = complete(&mut b, &mut a, r.unwrap(), false);
+    assert_eq!(c.status, Ok(()), "{tl} {len}");
+    assert_eq!((c.len, c.tag), (len, tag), "{tl} {len}");
+    assert!(
+        c.buf.unwrap()[..len] == data[..],
+        "{tl}: {len} bytes differ"
+    );
+    let sc = complete(&mut a, &mut b, s, true);
+    assert_eq!(sc.status, Ok(()), "{tl}: send of {len}");
+    pump(&mut a, &mut b);
+    a.tag_offload_stats().sent_mapped
+}
+
+/// Every transport set: eager sizes are copied (no in-place rendezvous), rendezvous sizes are
+/// read in place from the segment (counter), expected and unexpected, the mapping dropped
+/// early or not; `offload` says whether the transport's tag matching pulled the expected one.
+pub fn mapped_sends_deliver(offload: bool) {
+    for tl in ["posix", "sysv", "posix,cma", "sysv,cma"] {
+        for (len, off) in [(8, 0), (5000, 3), (RNDV_THRESH - 1, 64)] {
+            assert_eq!(one(tl, off, len, true, false), 0, "{tl}: eager {len}");
+            assert_eq!(one(tl, off, len, false, false), 0, "{tl}: eager {len}");
+        }
+        for (len, off) in [(RNDV_THRESH, 0), (300_001, 1), (1 << 20, 4096)] {
+            for expected in [true, false] {
+                assert_eq!(
+                    one(tl, off, len, expected, false),
+                    1,
+                    "{tl}: rendezvous of {len} not sent in place"
+                );
+            }
+        }
+        assert_eq!(one(tl, 8, 300_000, true, true), 1, "{tl}: dropped map");
+        assert_eq!(one(tl, 8, 300_000, false, true), 1, "{tl}: dropped map");
+        // The transport pulled an expected rendezvous straight from the segment, or (offload
+        // off) nothing went through the transport's matching.
+        let (mut a, mut b, ab) = pair(tl);
+        let len = 200_000;
+        let map = a.mem_map(len).unwrap();
+        let data = pattern(5, len);
+        map.write(0, &data).unwrap();
+        let r = b.tag_recv(vec![0; len], 3, u64::MAX).unwrap();
+        let s = a.tag_send_mapped(ab, 3, &map, 0, len).unwrap();
+        let c = complete(&mut b, &mut a, r, false);
+        assert!(c.status.is_ok() && c.buf.unwrap() == data, "{tl}");
+        complete(&mut a, &mut b, s, true).status.unwrap();
+        let st = a.tag_offload_stats();
+        assert_eq!(st.sent_mapped, 1, "{tl}: {st:?}");
+        if offload {
+            assert_eq!((st.sent_rndv, st.matched_rndv), (1, 1), "{tl}: {st:?}");
+        } else {
+            assert_eq!((st.sent_rndv, st.matched_rndv), (0, 0), "{tl}: {st:?}");
+        }
+    }
+}
+
+/// A range outside the mapping (or empty, or overflowing) is a typed error, and nothing is
+/// sent.
+pub fn bad_ranges_are_errors() {
+    let (mut a, mut b, ab) = pair("posix");
+    let map = a.mem_map(4096).unwrap();
+    for (off, len) in [
+        (0, 4097),
+        (4096, 1),
+        (4000, 200),
+        (0, 0),
+        (usize::MAX, 2),
+        (1, usize::MAX),
+    ] {
+        match a.tag_send_mapped(ab, 1, &map, off, len) {
+            Err(Error::InvalidParam(_)) => {}
+            other => panic!("{off}+{len}: {other:?}"),
+        }
+    }
+    pump(&mut a, &mut b);
+    assert!(
+        b.tag_probe(1, u64::MAX, false).is_none(),
+        "something was sent"
+    );
+    // The worker is still usable.
+    let r = b.tag_recv(vec![0; 4096], 1, u64::MAX).unwrap();
+    let s = a.tag_send_mapped(ab, 1, &map, 0, 4096).unwrap();
+    assert!(complete(&mut b, &mut a, r, false).status.is_ok());
+    complete(&mut a, &mut b, s, true).status.unwrap();
+}
