@@ -5,6 +5,11 @@
 //! Buffers are allocated once before the loop and cycle through the worker (a posted receive
 //! or a `tag_send_vec` takes a vector and its completion gives it back), so the measurement loop
 //! allocates nothing itself.
+//!
+//! `tag_lat` and `tag_bw` send from memory allocated with `mem_map`, as `ucx_perftest` does
+//! (`ucp_mem_map`): with a shared-memory transport it is a posix/sysv segment, and
+//! `tag_send_mapped` lets a rendezvous be copied by the peer straight from the mapped segment.
+//! When mapping fails, they send from a vector (`tag_send_vec`) instead.
 
 use crate::params::{Layout, TestId, TestParams};
 use crate::report::Recorder;
@@ -83,6 +88,8 @@ pub struct UcpTest {
     /// This side's memory exposed to the peer (one-sided tests). Declared before the worker:
     /// its registrations are dropped first.
     map: Option<MemMap>,
+    /// Memory `tag_lat` and `tag_bw` send from (`None`: they send vectors).
+    tag_map: Option<MemMap>,
     // Declared before the context: the worker is dropped first.
     worker: Worker,
     _ctx: Context,
@@ -122,12 +129,25 @@ impl UcpTest {
         } else {
             None
         };
+        let tag_map = if matches!(p.test, TestId::TagLat | TestId::TagBw) && p.size() > 0 {
+            match worker.mem_map(p.size()) {
+                Ok(m) => {
+                    m.write(0, &vec![0xa5u8; m.len()])?;
+                    Some(m)
+                }
+                // No domain could allocate it: the test sends vectors, as before.
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
         Ok(UcpTest {
             params: p.clone(),
             worker,
             _ctx: ctx,
             ep: None,
             map,
+            tag_map,
             remote: None,
         })
     }
@@ -282,6 +302,7 @@ impl UcpTest {
                 stash: AmStash::default(),
                 peer_done: None,
                 idle: 0,
+                send_map: None,
             };
             let target = crate::ucp_rma::Target {
                 map,
@@ -302,6 +323,7 @@ impl UcpTest {
             stash,
             peer_done: None,
             idle: 0,
+            send_map: self.tag_map.as_ref(),
         };
         match (p.test, role, rec) {
             (TestId::UcpAmLat, _, rec) => am_ping_pong(&mut eng, p, rec, role),
@@ -343,6 +365,8 @@ pub(crate) struct Engine<'a> {
     stash: AmStash,
     peer_done: Option<std::time::Instant>,
     idle: u32,
+    /// Mapped memory the tag tests send from (`tag_send_mapped`), when it could be mapped.
+    send_map: Option<&'a MemMap>,
 }
 
 /// What the active-message handler hands to the loop: a count of messages and the data
@@ -461,6 +485,11 @@ impl Engine<'_> {
     /// send of its bytes.
     #[inline]
     fn send(&mut self, buf: Vec<u8>, sync: bool) -> Result<(Op, Option<Vec<u8>>)> {
+        if let (Some(m), false) = (self.send_map, sync) {
+            // The message's bytes come from the mapping; `buf` only keeps its place in the loop.
+            let op = self.worker.tag_send_mapped(self.ep, TAG, m, 0, buf.len())?;
+            return Ok((op, Some(buf)));
+        }
         if sync {
             let op = self.worker.tag_send_sync(self.ep, TAG, &buf)?;
             Ok((op, Some(buf)))
