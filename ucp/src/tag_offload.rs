@@ -48,6 +48,16 @@
 //! another (a worker that talks to local peers by shared memory and to remote ones by tcp)
 //! are matched by ucp as unexpected, correctly but without the offload's saved copy.
 //!
+//! Sends from mapped memory ([`Worker::tag_send_mapped`]): a rendezvous whose data lies in a
+//! [`MemMap`]'s posix/sysv segment passes the segment's own memory handle to `tag_rndv_zcopy`,
+//! so the receiving interface copies straight from the mapped segment (one `memcpy`, no
+//! `process_vm_readv`), and its RTS (for the software path, or with offload off) describes the
+//! data in place with the RMA lane's registration of the segment: the sender copies nothing.
+//! The request keeps a clone of the segment's handle until it finishes, so the memory stays
+//! mapped even if the `MemMap` is dropped; a receiver that answers with RTR (put or pipelined
+//! active messages) or back-pressure on the RTS makes the request copy the data first
+//! (`tm_mapped_materialize`), after which it proceeds like any send.
+//!
 //! `RUCX_TM_ENABLE=n` turns offload off (sending and posting); a worker always accepts tagged
 //! frames. `RUCX_PROTO_INFO=y` shows the offloaded size range in the endpoint's table.
 //! Registering the buffers costs one small allocation per zero-copy message and per posted

@@ -702,7 +702,8 @@ impl Worker {
     /// this host copies straight from the mapped segment into its posted receive (one memory
     /// copy, no cross-memory read), and the software rendezvous fetches it from the segment
     /// (get over the RMA lane). Eager sizes, heap mappings and back-pressure copy the bytes
-    /// like [`Worker::tag_send`].
+    /// like [`Worker::tag_send`]. The send is not synchronous (it may complete before the
+    /// receiver matched it, as [`Worker::tag_send`]).
     ///
     /// The request keeps the segment mapped until it completes, so dropping `map` early is
     /// safe; the bytes must not be changed until completion (the peer may see either). A range
