@@ -101,9 +101,11 @@ impl TagMatcher {
         if self.wild.is_empty() {
             // No wildcard receive: the earliest exact one for the tag wins, usually the first
             // of its bucket.
+            if b.front().is_some_and(|e| e.tag == tag) {
+                return b.pop_front().map(|e| e.id);
+            }
             let i = b.iter().position(|e| e.tag == tag)?;
-            let e = if i == 0 { b.pop_front() } else { b.remove(i) };
-            return e.map(|e| e.id);
+            return b.remove(i).map(|e| e.id);
         }
         let ei = b.iter().position(|e| e.tag == tag);
         let wi = self.wild.iter().position(|e| tag_fits(tag, e.tag, e.mask));
