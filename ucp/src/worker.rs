@@ -2404,7 +2404,49 @@ impl State {
     }
 
     /// Sends eager fragments of `data` from `*offset`. Gives true when all are out.
+    ///
+    /// A message that fits one fragment goes here, inline in the caller; longer ones (and the
+    /// errors of an endpoint still connecting) in [`State::eager_send_frags`].
+    #[inline]
     fn eager_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &[u8],
+        sreq: u64,
+        msg_id: u64,
+        offset: &mut usize,
+    ) -> Result<bool> {
+        let len = data.len();
+        let ep = &mut self.eps[idx];
+        let (Some(proto), Some(l)) = (ep.proto.as_ref(), ep.lanes.as_mut()) else {
+            return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
+        };
+        if *offset != 0 || len > proto.bcopy_single_max {
+            return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
+        }
+        let uuid = self.uuid.to_le_bytes();
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &self.info[*li].attr;
+        let out = if sreq != NO_REQ {
+            let h = EagerSyncHdr { tag, sreq }.encode();
+            am_send(uep, attr, am_id::EAGER_SYNC_ONLY, &[&uuid, &h, data])?
+        } else {
+            let h = EagerHdr { tag }.encode();
+            am_send(uep, attr, am_id::EAGER_ONLY, &[&uuid, &h, data])?
+        };
+        if out == Outcome::NoResource {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_cache;
+        *offset = len.max(1);
+        self.stats.eager_single += 1;
+        Ok(true)
+    }
+
+    /// [`State::eager_send`] of a message in several fragments (or on an endpoint without
+    /// lanes yet: `Busy`).
+    fn eager_send_frags(
         &mut self,
         idx: usize,
         tag: u64,
@@ -2422,24 +2464,7 @@ impl State {
             .ok_or_else(|| Error::Busy("connecting".into()))?;
         let (li, uep) = &mut l.uct[l.am];
         let attr = &self.info[*li].attr;
-        let sync = sreq != NO_REQ;
         let len = data.len();
-        if *offset == 0 && len <= proto.bcopy_single_max {
-            let out = if sync {
-                let h = EagerSyncHdr { tag, sreq }.encode();
-                am_send(uep, attr, am_id::EAGER_SYNC_ONLY, &[&uuid, &h, data])?
-            } else {
-                let h = EagerHdr { tag }.encode();
-                am_send(uep, attr, am_id::EAGER_ONLY, &[&uuid, &h, data])?
-            };
-            if out == Outcome::NoResource {
-                return Ok(false);
-            }
-            ep.last_tx = self.now_cache;
-            *offset = len.max(1);
-            self.stats.eager_single += 1;
-            return Ok(true);
-        }
         while *offset < len {
             let out = if *offset == 0 {
                 let n = proto.first_frag.min(len);
