@@ -98,6 +98,15 @@ impl TagMatcher {
     /// Removes and gives the earliest-posted receive that fits `tag`, if any.
     pub fn match_expected(&mut self, tag: u64) -> Option<u64> {
         let b = &mut self.exact[bucket(tag)];
+        if self.wild.is_empty() {
+            // No wildcard receive: the earliest exact one for the tag wins, usually the first
+            // of its bucket.
+            if b.front().is_some_and(|e| e.tag == tag) {
+                return b.pop_front().map(|e| e.id);
+            }
+            let i = b.iter().position(|e| e.tag == tag)?;
+            return b.remove(i).map(|e| e.id);
+        }
         let ei = b.iter().position(|e| e.tag == tag);
         let wi = self.wild.iter().position(|e| tag_fits(tag, e.tag, e.mask));
         match (ei, wi) {

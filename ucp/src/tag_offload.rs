@@ -221,17 +221,18 @@ fn try_post(
     len: usize,
     wire: u64,
 ) -> bool {
+    // The checks that do not depend on the tag interface first: a small or wildcard receive
+    // (most of them) costs no interface pick.
+    if mask != crate::tag_match::EXACT || st.tm.sw_only > 0 || len < TM_THRESH {
+        return false;
+    }
     st.tm.repick(&st.iface_users);
     let tm = &st.tm;
     let Some((ti, _)) = tm.iface.as_ref() else {
         return false;
     };
     let ti = *ti;
-    if mask != crate::tag_match::EXACT
-        || tm.sw_only > 0
-        || tm.posted.len() >= tm.max_posted
-        || len < TM_THRESH
-    {
+    if tm.posted.len() >= tm.max_posted {
         return false;
     }
     let Some(p) = NonNull::new(ptr) else {

@@ -67,21 +67,27 @@ pub const PREFIX_LEN: usize = 8;
 /// Request id meaning "no request" (a non-synchronous multi-fragment send).
 pub const NO_REQ: u64 = u64::MAX;
 
+#[inline]
 fn le64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
 }
 
+#[inline]
 fn need(kind: &str, b: &[u8], n: usize) -> Result<()> {
     if b.len() < n {
-        Err(Error::Wire(format!(
-            "{kind} header truncated: {} bytes, need at least {n}",
-            b.len()
-        )))
+        Err(truncated(kind, b.len(), n))
     } else {
         Ok(())
     }
+}
+
+#[cold]
+fn truncated(kind: &str, len: usize, n: usize) -> Error {
+    Error::Wire(format!(
+        "{kind} header truncated: {len} bytes, need at least {n}"
+    ))
 }
 
 /// Header of a single-fragment tag message.
@@ -106,6 +112,7 @@ impl EagerHdr {
         self.tag.to_le_bytes()
     }
     /// Decodes the header from the front of `b`.
+    #[inline]
     pub fn decode(b: &[u8]) -> Result<Self> {
         need("eager", b, Self::LEN)?;
         Ok(EagerHdr { tag: le64(b, 0) })
@@ -677,6 +684,7 @@ pub enum Msg<'a> {
 }
 
 /// Splits off the sender uuid.
+#[inline]
 pub fn split_prefix(b: &[u8]) -> Result<(u64, &[u8])> {
     need("ucp message prefix", b, PREFIX_LEN)?;
     Ok((le64(b, 0), &b[PREFIX_LEN..]))

@@ -1052,6 +1052,8 @@ impl Worker {
     pub fn request_take(&mut self, req: Request) -> std::result::Result<Completion, Request> {
         match self.st.reqs.get(req.key as usize) {
             Some(r) if r.gen == req.gen && r.done.is_some() => {
+                // Moving `done` out of the removed request (not `take` before the removal)
+                // leaves less to drop.
                 let r = self.st.reqs.remove(req.key as usize);
                 Ok(r.done.unwrap_or_else(Completion::ok))
             }
@@ -1638,74 +1640,67 @@ impl State {
     }
 
     fn op_of(&mut self, key: usize) -> Op {
-        if self.reqs[key].done.is_some() {
-            let r = self.reqs.remove(key);
-            Op::Done(r.done.unwrap_or_else(Completion::ok))
-        } else {
-            Op::Pending(Request {
+        let r = &self.reqs[key];
+        if r.done.is_none() {
+            return Op::Pending(Request {
                 key: key as u32,
-                gen: self.reqs[key].gen,
-            })
+                gen: r.gen,
+            });
         }
+        let r = self.reqs.remove(key);
+        Op::Done(r.done.unwrap_or_else(Completion::ok))
     }
 
     /// Finishes request `key` with `status`, releasing what the protocol held.
     fn finish(&mut self, key: usize, status: Result<()>) {
-        if matches!(self.reqs[key].kind, ReqKind::Send(_)) && self.reqs[key].done.is_none() {
+        let r = &self.reqs[key];
+        if r.done.is_some() {
+            return;
+        }
+        if matches!(r.kind, ReqKind::Send(_)) {
             self.tm_send_finishing(key);
         }
-        let (buf, len, tag, recycle) = {
-            let r = &mut self.reqs[key];
-            if r.done.is_some() {
-                return;
-            }
-            match &mut r.kind {
-                ReqKind::Send(s) => {
-                    s.memh = None;
-                    s.rkey = None;
-                    let data = std::mem::take(&mut s.data);
-                    if s.give_back {
-                        (Some(data), 0, s.tag, None)
-                    } else {
-                        (None, 0, s.tag, Some(data))
-                    }
-                }
-                ReqKind::Recv(rv) => {
-                    // A receive that failed while the peer may still write into it (rendezvous
-                    // put into our registered buffer) keeps its buffer in quarantine until the
-                    // worker is dropped, so a late write never lands in freed memory.
-                    let exposed = status.is_err()
-                        && rv.memh.is_some()
-                        && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
-                    rv.memh = None;
-                    rv.rkey = None;
-                    let buf = std::mem::take(&mut rv.buf);
-                    let buf = if exposed {
-                        self.quarantine.push(buf);
-                        None
-                    } else {
-                        Some(buf)
-                    };
-                    (buf, rv.total, rv.sender_tag, None)
-                }
-                ReqKind::StreamRecv { buf, filled } => {
-                    (Some(std::mem::take(buf)), *filled, 0, None)
-                }
-                ReqKind::Flush { .. } | ReqKind::Atomic { .. } | ReqKind::Close => {
-                    (None, 0, 0, None)
+        let r = &mut self.reqs[key];
+        let mut recycle = None;
+        let mut am = None;
+        let (buf, len, tag, value) = match &mut r.kind {
+            ReqKind::Send(s) => {
+                s.memh = None;
+                s.rkey = None;
+                let data = std::mem::take(&mut s.data);
+                if s.give_back {
+                    (Some(data), 0, s.tag, 0)
+                } else {
+                    recycle = Some(data);
+                    (None, 0, s.tag, 0)
                 }
             }
-        };
-        if let Some(v) = recycle {
-            self.put_buf(v);
-        }
-        let am = match &mut self.reqs[key].kind {
-            ReqKind::Recv(r) => r.am.take(),
-            _ => None,
+            ReqKind::Recv(rv) => {
+                // A receive that failed while the peer may still write into it (rendezvous
+                // put into our registered buffer) keeps its buffer in quarantine until the
+                // worker is dropped, so a late write never lands in freed memory.
+                let exposed = status.is_err()
+                    && rv.memh.is_some()
+                    && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
+                rv.memh = None;
+                rv.rkey = None;
+                am = rv.am.take();
+                let buf = std::mem::take(&mut rv.buf);
+                let buf = if exposed {
+                    self.quarantine.push(buf);
+                    None
+                } else {
+                    Some(buf)
+                };
+                (buf, rv.total, rv.sender_tag, 0)
+            }
+            ReqKind::StreamRecv { buf, filled } => (Some(std::mem::take(buf)), *filled, 0, 0),
+            ReqKind::Atomic { value } => (None, 0, 0, *value),
+            ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
         };
         if let Some((id, hdr)) = am {
             // A user active message that came by rendezvous: hand it to its handler.
-            let ep = self.reqs[key].ep.unwrap_or(0);
+            let ep = r.ep.unwrap_or(0);
             self.reqs.remove(key);
             match (status, buf) {
                 (Ok(()), Some(data)) => self.deliver_am(ep, id, &hdr, data),
@@ -1714,19 +1709,18 @@ impl State {
             }
             return;
         }
-        let value = match self.reqs[key].kind {
-            ReqKind::Atomic { value } => value,
-            _ => 0,
-        };
-        self.reqs[key].done = Some(Completion {
+        r.done = Some(Completion {
             status,
             buf,
             len,
             tag,
             value,
         });
-        if self.reqs[key].callback.is_some() {
+        if r.callback.is_some() {
             self.callbacks_due.push(key);
+        }
+        if let Some(v) = recycle {
+            self.put_buf(v);
         }
     }
 
@@ -2332,13 +2326,15 @@ impl State {
     fn tag_send(&mut self, idx: usize, tag: u64, data: SendData<'_>, sync: bool) -> Result<Op> {
         self.ep_usable(idx)?;
         let len = data.as_slice().len();
-        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
-        let rndv = self.eps[idx]
-            .proto
-            .map(|p| len >= p.rndv_thresh)
-            .unwrap_or(false);
-        // Tag offload when the lane offers it and nothing is queued before this message.
-        let data = if ready && !sync {
+        let ep = &self.eps[idx];
+        let ready = ep.pending.is_empty() && ep.lanes.is_some();
+        let (rndv, zc) = match &ep.proto {
+            Some(p) => (len >= p.rndv_thresh, p.zcopy_thresh),
+            None => (false, None),
+        };
+        // Tag offload when the lane offers it and nothing is queued before this message (it
+        // sends eager messages of TM_THRESH bytes and more only).
+        let data = if ready && !sync && (rndv || len >= TM_THRESH) {
             match self.tm_send(idx, tag, data, rndv)? {
                 Ok(op) => return Ok(op),
                 Err(data) => data,
@@ -2347,7 +2343,6 @@ impl State {
             data
         };
         // Zero-copy eager from a caller-owned vector the AM lane's domain can register.
-        let zc = self.eps[idx].proto.and_then(|p| p.zcopy_thresh);
         if let (Some(z), false) = (zc, rndv) {
             if len >= z && len > 0 {
                 if let SendData::Owned(v) = data {
@@ -2434,7 +2429,49 @@ impl State {
     }
 
     /// Sends eager fragments of `data` from `*offset`. Gives true when all are out.
+    ///
+    /// A message that fits one fragment goes here, inline in the caller; longer ones (and the
+    /// errors of an endpoint still connecting) in [`State::eager_send_frags`].
+    #[inline]
     fn eager_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &[u8],
+        sreq: u64,
+        msg_id: u64,
+        offset: &mut usize,
+    ) -> Result<bool> {
+        let len = data.len();
+        let ep = &mut self.eps[idx];
+        let (Some(proto), Some(l)) = (ep.proto.as_ref(), ep.lanes.as_mut()) else {
+            return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
+        };
+        if *offset != 0 || len > proto.bcopy_single_max {
+            return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
+        }
+        let uuid = self.uuid.to_le_bytes();
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &self.info[*li].attr;
+        let out = if sreq != NO_REQ {
+            let h = EagerSyncHdr { tag, sreq }.encode();
+            am_send(uep, attr, am_id::EAGER_SYNC_ONLY, &[&uuid, &h, data])?
+        } else {
+            let h = EagerHdr { tag }.encode();
+            am_send(uep, attr, am_id::EAGER_ONLY, &[&uuid, &h, data])?
+        };
+        if out == Outcome::NoResource {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_cache;
+        *offset = len.max(1);
+        self.stats.eager_single += 1;
+        Ok(true)
+    }
+
+    /// [`State::eager_send`] of a message in several fragments (or on an endpoint without
+    /// lanes yet: `Busy`).
+    fn eager_send_frags(
         &mut self,
         idx: usize,
         tag: u64,
@@ -2452,24 +2489,7 @@ impl State {
             .ok_or_else(|| Error::Busy("connecting".into()))?;
         let (li, uep) = &mut l.uct[l.am];
         let attr = &self.info[*li].attr;
-        let sync = sreq != NO_REQ;
         let len = data.len();
-        if *offset == 0 && len <= proto.bcopy_single_max {
-            let out = if sync {
-                let h = EagerSyncHdr { tag, sreq }.encode();
-                am_send(uep, attr, am_id::EAGER_SYNC_ONLY, &[&uuid, &h, data])?
-            } else {
-                let h = EagerHdr { tag }.encode();
-                am_send(uep, attr, am_id::EAGER_ONLY, &[&uuid, &h, data])?
-            };
-            if out == Outcome::NoResource {
-                return Ok(false);
-            }
-            ep.last_tx = self.now_cache;
-            *offset = len.max(1);
-            self.stats.eager_single += 1;
-            return Ok(true);
-        }
         while *offset < len {
             let out = if *offset == 0 {
                 let n = proto.first_frag.min(len);
@@ -2991,7 +3011,9 @@ impl State {
 
     fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
         let key = self.new_recv(buf, tag, mask);
-        let wire = self.wire_id(key);
+        // `wire_id(key)`: the new request has the latest generation.
+        let wire = (self.req_gen as u64) << 32 | key as u64;
+        debug_assert_eq!(wire, self.wire_id(key));
         if let Some(uid) = self.matcher.post(tag, mask, wire) {
             self.recv_from_unexp(key, uid as usize);
         }
@@ -3435,9 +3457,8 @@ impl State {
                 return;
             }
         };
-        let msg = Msg::decode(id, body);
-        if let Ok(Msg::Wireup(a)) = msg {
-            self.handle_wireup(src, a);
+        if id == am_id::WIREUP {
+            self.handle_wireup(src, body);
             return;
         }
         let Some(&idx) = self.by_uuid.get(&src) else {
@@ -3447,30 +3468,45 @@ impl State {
             );
             return;
         };
-        if matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
-            return;
-        }
-        self.eps[idx].last_rx = self.now_cache;
         // The peer's AM lane switch: messages on its new lane wait for the marker on the old.
         let on_new = iface.is_some_and(|i| self.info[i].ep_only);
-        if on_new && self.eps[idx].rx_gate.admit(true, id, data) == Admit::Held {
+        let ep = &mut self.eps[idx];
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            return;
+        }
+        ep.last_rx = self.now_cache;
+        if on_new && ep.rx_gate.admit(true, id, data) == Admit::Held {
             self.stats.am_switch_held += 1;
             return;
         }
-        let r = match msg {
-            Ok(Msg::AmLaneSwitch) => self.on_lane_switch(idx, on_new),
-            Ok(m) => self.handle_msg(idx, src, m),
-            Err(e) => Err(e),
+        let r = if id == am_id::EAGER_ONLY {
+            // The common message, without the general decode and dispatch.
+            EagerHdr::decode(body).map(|h| {
+                let payload = &body[EagerHdr::LEN..];
+                self.eager_arrived(idx, src, h.tag, payload, payload.len(), NO_REQ, None);
+            })
+        } else {
+            match Msg::decode(id, body) {
+                Ok(Msg::AmLaneSwitch) => self.on_lane_switch(idx, on_new),
+                Ok(m) => self.handle_msg(idx, src, m),
+                Err(e) => Err(e),
+            }
         };
         if let Err(e) = r {
-            let e = match e {
-                Error::Wire(w) => Error::Wire(format!(
-                    "protocol error from worker {src:#018x} (message id {id}): {w}"
-                )),
-                other => other,
-            };
-            self.fail_ep(idx, e);
+            self.am_failed(idx, src, id, e);
         }
+    }
+
+    /// A message from the peer of endpoint `idx` broke the protocol: the endpoint fails.
+    #[cold]
+    fn am_failed(&mut self, idx: usize, src: u64, id: u8, e: Error) {
+        let e = match e {
+            Error::Wire(w) => Error::Wire(format!(
+                "protocol error from worker {src:#018x} (message id {id}): {w}"
+            )),
+            other => other,
+        };
+        self.fail_ep(idx, e);
     }
 
     fn handle_wireup(&mut self, src: u64, addr: &[u8]) {
@@ -3737,16 +3773,29 @@ impl State {
                 if sreq != NO_REQ {
                     let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
                 }
-                self.reqs[key].ep = Some(idx);
-                let r = self.recv_mut(key);
+                let req = &mut self.reqs[key];
+                req.ep = Some(idx);
+                let ReqKind::Recv(r) = &mut req.kind else {
+                    unreachable!("request {key} is not a receive")
+                };
                 r.sender_tag = tag;
                 r.total = total;
                 r.stage = RecvStage::Eager;
-                let n = data.len().min(r.buf.len());
+                let cap = r.buf.len();
+                let n = data.len().min(cap);
                 r.buf[..n].copy_from_slice(&data[..n]);
                 r.received = data.len();
                 if complete {
-                    self.recv_check_done(key);
+                    // All of it is here (as `recv_check_done` would find).
+                    let st = if total > cap {
+                        Err(Error::Truncated {
+                            len: total,
+                            capacity: cap,
+                        })
+                    } else {
+                        Ok(())
+                    };
+                    self.finish(key, st);
                 } else if let Some(m) = msg_id {
                     self.assembling.insert((src, m), Target::Req(key));
                 }
