@@ -532,15 +532,10 @@ impl State {
             _seg: seg.clone(),
         });
         // The RTS describes the data for the RMA lane, as the software rendezvous does.
-        let mut rkey = Vec::new();
-        let mut tl = "";
-        if let Some((r, m)) = &rma {
-            if self.mds[*r].rkey_pack(m, &mut rkey).is_ok() {
-                tl = self.info[*r].tl_name;
-            } else {
-                rkey.clear();
-            }
-        }
+        let (tl, rkey) = match &rma {
+            Some((r, m)) => self.rts_rkey(Some(*r), Some(m)),
+            None => self.rts_rkey(None, None),
+        };
         let mut hdr = std::mem::take(&mut self.scratch);
         hdr.clear();
         if offload {
@@ -557,6 +552,7 @@ impl State {
             },
         }
         .encode(&mut hdr);
+        self.rkey_scratch = rkey;
         let out = if !offload {
             self.send_ctl_now(idx, am_id::RTS, &hdr)
         } else if hdr.len() <= max_hdr {
@@ -669,21 +665,13 @@ impl State {
         // the vector back.
         let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
         // The RTS describes the data for the RMA lane, as the software rendezvous does.
-        let mut rkey = Vec::new();
-        let mut tl = "";
         let rma_memh = match rma_li {
             Some(r) if r == li => Some(memh.clone()),
             // SAFETY: as above.
             Some(r) => unsafe { self.mds[r].mem_reg(p, len) }.ok(),
             None => None,
         };
-        if let (Some(m), Some(r)) = (rma_memh.as_ref(), rma_li) {
-            if self.mds[r].rkey_pack(m, &mut rkey).is_ok() {
-                tl = self.info[r].tl_name;
-            } else {
-                rkey.clear();
-            }
-        }
+        let (tl, rkey) = self.rts_rkey(rma_li, rma_memh.as_ref());
         let mut hdr = std::mem::take(&mut self.scratch);
         hdr.clear();
         hdr.extend_from_slice(&self.uuid.to_le_bytes());
@@ -698,6 +686,7 @@ impl State {
             },
         }
         .encode(&mut hdr);
+        self.rkey_scratch = rkey;
         let out = if hdr.len() <= max_hdr {
             let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
             l.uct[l.am]

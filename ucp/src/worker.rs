@@ -357,6 +357,8 @@ struct State {
     failed_notify: Vec<usize>,
     next_msg_id: u64,
     scratch: Vec<u8>,
+    /// Reused buffer for the remote key an RTS carries (see [`State::rts_rkey`]).
+    rkey_scratch: Vec<u8>,
     next_timer: Duration,
     /// The clock as read at the start of the current (or last) progress call: message
     /// timestamps for keepalive use it, so the data path reads no clock per message.
@@ -502,6 +504,7 @@ impl Worker {
                 failed_notify: Vec::new(),
                 next_msg_id: 1,
                 scratch: Vec::new(),
+                rkey_scratch: Vec::new(),
                 now_cache: now,
                 next_timer: now,
                 malformed_unknown: 0,
@@ -2711,18 +2714,11 @@ impl State {
                 }
             }
         }
-        let mut rkey = Vec::new();
-        let mut tl = "";
         let s = self.send_mut(key);
         let addr = s.data.as_ptr() as u64;
         let (tag, len) = (s.tag, s.data.len());
-        if let (Some(m), Some(li)) = (s.memh.clone(), rma_iface) {
-            if self.mds[li].rkey_pack(&m, &mut rkey).is_ok() {
-                tl = self.info[li].tl_name;
-            } else {
-                rkey.clear();
-            }
-        }
+        let memh = s.memh.clone();
+        let (tl, rkey) = self.rts_rkey(rma_iface, memh.as_ref());
         let mut body = std::mem::take(&mut self.scratch);
         body.clear();
         let am = self
@@ -2759,6 +2755,7 @@ impl State {
         // queue is empty), and queueing the RTS behind later messages would reorder matching.
         let r = self.send_ctl_now(idx, rts_id, &body);
         self.scratch = body;
+        self.rkey_scratch = rkey;
         if !r? {
             return Ok(false);
         }
@@ -2767,6 +2764,22 @@ impl State {
         s.rts_sent = true;
         s.stage = SendStage::WaitRndv;
         Ok(true)
+    }
+
+    /// The remote key an RTS carries for `memh` on RMA interface `li`, packed into the reused
+    /// `rkey_scratch` (give the buffer back there once the RTS is encoded), with the transport's
+    /// name; an empty key and name when there is no RMA lane or the key cannot be packed (the
+    /// peer then asks for the data by RTR).
+    fn rts_rkey(&mut self, li: Option<usize>, memh: Option<&MemHandle>) -> (&'static str, Vec<u8>) {
+        let mut rkey = std::mem::take(&mut self.rkey_scratch);
+        rkey.clear();
+        if let (Some(li), Some(m)) = (li, memh) {
+            if self.mds[li].rkey_pack(m, &mut rkey).is_ok() {
+                return (self.info[li].tl_name, rkey);
+            }
+            rkey.clear();
+        }
+        ("", rkey)
     }
 
     fn put_step(&mut self, key: usize) -> Result<bool> {
