@@ -44,7 +44,7 @@ struct Args {
     /// Server host name or address; without it this process is the server
     #[arg(short = 'n')]
     host: Option<String>,
-    /// Side-channel TCP port
+    /// Side-channel TCP port (server: 0 picks a free one and prints it)
     #[arg(short = 'p', default_value_t = 13337)]
     port: u16,
     /// Send with am_short (default)
@@ -152,7 +152,10 @@ fn side_channel(args: &Args) -> Result<TcpStream, String> {
                     args.port
                 )
             })?;
-            println!("Waiting for connection on port {}...", args.port);
+            // `-p 0` lets the kernel pick a free port; the line names the port actually bound.
+            let bound = listener.local_addr().map(|a| a.port()).unwrap_or(args.port);
+            println!("Waiting for connection on port {bound}...");
+            std::io::Write::flush(&mut std::io::stdout()).ok();
             listener
                 .accept()
                 .map_err(|e| format!("accept failed: {e}"))?

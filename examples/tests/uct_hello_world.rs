@@ -2,19 +2,12 @@
 //! shared-memory transport and tcp over loopback, with short, bcopy and zcopy sends of 1 byte and of the transport's
 //! maximum for the mode; and the errors users see for bad input.
 
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 use uct::Iface;
 
 const BIN: &str = env!("CARGO_BIN_EXE_uct_hello_world");
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
-
-fn port() -> u16 {
-    // Distinct ports per test process and per call, away from the default 13337.
-    let base = 20000 + (std::process::id() % 2000) as u16 * 10;
-    base + NEXT_PORT.fetch_add(1, Ordering::Relaxed) % 10
-}
 
 /// Waits for a child with a watchdog; kills it and fails the test if it hangs.
 fn wait_with_watchdog(mut child: Child, what: &str) -> Output {
@@ -35,14 +28,44 @@ fn wait_with_watchdog(mut child: Child, what: &str) -> Output {
     }
 }
 
+/// Starts the server on a port the kernel picks (`-p 0`), reads the port from its "Waiting for
+/// connection on port N" line, then runs the client against it.
 fn run_pair(tl: &str, dev: &str, mode: &str, size: usize) -> (Output, Output) {
-    let p = port().to_string();
-    let server = Command::new(BIN)
-        .args(["-d", dev, "-t", tl, "-p", &p])
+    let mut server = Command::new(BIN)
+        .args(["-d", dev, "-t", tl, "-p", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn server");
+    // The server's stdout is read on a thread so a hung server cannot block the test: the
+    // watchdog below still applies.
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let stdout = server.stdout.take().expect("server stdout");
+    let reader = std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout);
+        let mut all = String::new();
+        let mut line = String::new();
+        while lines.read_line(&mut line).unwrap_or(0) > 0 {
+            if let Some(rest) = line.trim().strip_prefix("Waiting for connection on port ") {
+                let _ = port_tx.send(rest.trim_end_matches('.').parse::<u16>().ok());
+            }
+            all.push_str(&line);
+            line.clear();
+        }
+        all
+    });
+    let port = match port_rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Some(p)) => p,
+        other => {
+            let _ = server.kill();
+            let mut err = String::new();
+            if let Some(mut e) = server.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            let _ = server.wait();
+            panic!("{tl}: the server never said its port ({other:?}); stderr: {err}");
+        }
+    };
     let client = Command::new(BIN)
         .args([
             "-d",
@@ -52,7 +75,7 @@ fn run_pair(tl: &str, dev: &str, mode: &str, size: usize) -> (Output, Output) {
             "-n",
             "127.0.0.1",
             "-p",
-            &p,
+            &port.to_string(),
             mode,
             "-s",
             &size.to_string(),
@@ -62,7 +85,8 @@ fn run_pair(tl: &str, dev: &str, mode: &str, size: usize) -> (Output, Output) {
         .spawn()
         .expect("spawn client");
     let c = wait_with_watchdog(client, "client");
-    let s = wait_with_watchdog(server, "server");
+    let mut s = wait_with_watchdog(server, "server");
+    s.stdout = reader.join().expect("server stdout reader").into_bytes();
     (s, c)
 }
 
@@ -88,7 +112,7 @@ fn check_pairs(tl: &str, dev: &str) {
             let ce = String::from_utf8_lossy(&c.stderr);
             assert!(
                 c.status.success(),
-                "{tl} {mode} {size}: client failed: {ce}"
+                "{tl} {mode} {size}: client failed: {ce}; server said: {so} {se}"
             );
             assert!(
                 s.status.success(),
