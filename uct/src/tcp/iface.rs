@@ -37,6 +37,11 @@ pub(crate) const TX_BUF: usize = 128 * 1024;
 pub(crate) const RX_BUF: usize = wire::MIN_RX_BUFFER + 64 * 1024;
 /// Largest single `recv` into the receive buffer.
 const RX_CHUNK: usize = 64 * 1024;
+/// The `recv` into the receive buffer right after a streamed (large) payload: large payloads
+/// tend to follow each other, and this bounds what of the next one's payload lands in the
+/// buffer (and is copied once more) before `direct_rx` takes over. A stream of small frames
+/// gets `RX_CHUNK` again from the next call.
+const RX_AFTER_STREAM: usize = 4 * 1024;
 /// Entries of a connection's send queue.
 pub(crate) const MAX_TX_ITEMS: usize = 128;
 /// Outstanding requests (get, fetching atomic, put_zcopy, flush) per connection.
@@ -470,6 +475,10 @@ pub(crate) struct RxBuf {
     eof: bool,
     /// `direct_rx` just found the socket empty (no second `recv` right after).
     drained: bool,
+    /// A streamed payload was just received: the next `recv` is an [`RX_AFTER_STREAM`] one.
+    after_stream: bool,
+    /// The last `recv` was a short one and filled its whole length.
+    small_full: bool,
 }
 
 impl RxBuf {
@@ -498,7 +507,12 @@ impl RxBuf {
         loop {
             // At most RX_CHUNK per call: the start of a large put or get payload that lands
             // here is copied once more, the rest is received straight into its destination.
-            let end = self.buf.len().min(self.tail + RX_CHUNK);
+            let chunk = if self.after_stream {
+                RX_AFTER_STREAM
+            } else {
+                RX_CHUNK
+            };
+            let end = self.buf.len().min(self.tail + chunk);
             let dst = &mut self.buf[self.tail..end];
             // SAFETY: `dst` is a valid writable slice of `dst.len()` bytes.
             let r = unsafe {
@@ -511,6 +525,9 @@ impl RxBuf {
             };
             if r > 0 {
                 self.tail += r as usize;
+                // A full short read: small frames may be coming in bulk, use full reads
+                // unless the frames in it end in a streamed payload again.
+                self.small_full = self.after_stream && r as usize == chunk;
                 return Ok(r as usize);
             }
             if r == 0 {
@@ -1579,6 +1596,14 @@ impl TcpIface {
             Flow::Continue => {
                 let eof_now = rxb.eof && (stalled || !rxb.has_data());
                 let clean = !rxb.has_data() && rxb.reasm.at_boundary();
+                if rxb.reasm.streaming().is_some() {
+                    // A large payload is coming: its rest is for `direct_rx`, and the frame
+                    // after it starts with a short `recv` (until a short one fills up with
+                    // small frames).
+                    rxb.after_stream = true;
+                } else if std::mem::take(&mut rxb.small_full) {
+                    rxb.after_stream = false;
+                }
                 inner.conns[key].rx = rxb;
                 if eof_now {
                     let c = &inner.conns[key];
@@ -2157,6 +2182,7 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
             return Ok(false);
         }
         if c.rx.reasm.advance_stream(n as u64) {
+            c.rx.after_stream = true;
             match pos.sub {
                 wire::StreamSub::Put(h) => {
                     if h.req_id != 0 {

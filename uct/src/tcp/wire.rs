@@ -58,13 +58,19 @@ pub const VERSION: u8 = 2;
 /// Largest body of an `Am` frame (the AM bytes).
 pub const MAX_AM_BODY: usize = 64 * 1024;
 /// `Put` and `GetResp` payloads up to this size are delivered in one chunk; larger ones in
-/// chunks as bytes arrive.
-pub const MAX_WHOLE: usize = 64 * 1024;
+/// chunks as bytes arrive, so the receiver can `recv` most of them straight into their
+/// destination (above this size that saves more than the extra system call costs).
+pub const MAX_WHOLE: usize = 16 * 1024;
 /// Largest payload of one `Put` or `GetResp` (and length of a `GetReq`).
 pub const MAX_RMA: usize = 1 << 30;
 /// Smallest receive buffer a [`Reassembler`] user must offer: a whole `Am` frame or a whole
 /// small `Put`/`GetResp` frame must fit.
-pub const MIN_RX_BUFFER: usize = FrameHeader::LEN + PutHdr::LEN + MAX_WHOLE;
+pub const MIN_RX_BUFFER: usize = FrameHeader::LEN
+    + if MAX_AM_BODY > PutHdr::LEN + MAX_WHOLE {
+        MAX_AM_BODY
+    } else {
+        PutHdr::LEN + MAX_WHOLE
+    };
 /// Largest payload of a `TagEager` frame.
 pub const MAX_TAG_EAGER: usize = 1 << 20;
 /// `TagEager` payloads up to this size are delivered in one chunk (they arrive with their
