@@ -1,6 +1,6 @@
 //! `Worker::tag_send_mapped` with tag offload on (the default): data from a `mem_map` shared
 //! segment arrives intact at eager and rendezvous sizes over posix and sysv (alone, and with
-//! cma as the RMA lane), the rendezvous is announced in place (counter) and an expected one is
+//! cma as the RMA lane), and from a heap mapping over tcp; the rendezvous is announced in place (counter) and an expected one is
 //! pulled by the receiving interface; bad ranges are errors.
 
 mod mapped_send;

@@ -1,7 +1,7 @@
 //! `Worker::tag_send_mapped` with tag offload off (`RUCX_TM_ENABLE=n`, set before any worker
 //! exists; this binary has a single test, so nothing races with it): the software rendezvous
-//! reads the data in place from the shared segment (get over cma, or pipelined active
-//! messages from a copy when there is no RMA lane).
+//! reads the data in place from the shared segment or the tcp heap mapping (get over cma or
+//! tcp, or pipelined active messages from a copy when there is no RMA lane).
 
 mod mapped_send;
 

@@ -5,6 +5,7 @@ use std::alloc::Layout;
 use std::cell::RefCell;
 use std::ptr::NonNull;
 use std::rc::Rc;
+use std::sync::Arc;
 use ucs::{Error, Result};
 use uct::{MemHandle, RemoteKey};
 
@@ -13,10 +14,39 @@ pub(crate) type Regions = Rc<RefCell<Vec<(usize, usize)>>>;
 
 const ALIGN: usize = 64;
 
+/// Zeroed heap memory of a [`MemMap`], freed when the last holder drops it: the mapping, or a
+/// send that reads it in place after the mapping was dropped.
+pub(crate) struct HeapBlock {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the block is plain memory owned by this value; it is only read or written through
+// raw pointers by code that documents why the access is valid.
+unsafe impl Send for HeapBlock {}
+// SAFETY: as above.
+unsafe impl Sync for HeapBlock {}
+
+impl Drop for HeapBlock {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `MemMap::heap` with this layout, freed only here.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// What keeps the memory of a [`MemMap`] alive while an operation reads it in place.
+#[derive(Clone)]
+pub(crate) enum Keep {
+    /// A shared segment's memory handle (posix/sysv `mem_alloc`).
+    Segment(MemHandle),
+    /// Heap memory (held, never read through this value).
+    Heap(#[allow(dead_code)] Arc<HeapBlock>),
+}
+
 /// Where the memory of a [`MemMap`] comes from.
 pub(crate) enum Backing {
-    /// Zeroed heap memory allocated with this layout (no shared-memory transport).
-    Heap(Layout),
+    /// Zeroed heap memory (no shared-memory transport could allocate).
+    Heap(Arc<HeapBlock>),
     /// A shared segment from a memory domain's `mem_alloc`; peers on this host map it.
     Shared {
         /// Keeps the segment mapped for as long as the mapping lives.
@@ -60,7 +90,7 @@ impl MemMap {
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw)
             .ok_or_else(|| Error::NoMemory(format!("allocating {len} bytes to map")))?;
-        Ok((ptr, Backing::Heap(layout)))
+        Ok((ptr, Backing::Heap(Arc::new(HeapBlock { ptr, layout }))))
     }
 
     /// Wraps `len` bytes at `ptr` held by `backing`; `keys` are the registrations and packed
@@ -130,12 +160,13 @@ impl MemMap {
             }
         }
     }
-    /// The shared segment's memory handle (posix/sysv `mem_alloc`) of an allocated mapping;
-    /// `None` for heap memory and user buffers. A clone keeps the segment mapped.
-    pub(crate) fn segment(&self) -> Option<&MemHandle> {
+    /// What keeps the memory alive for a send that reads it in place: the shared segment or
+    /// the heap block; `None` for user buffers (`mem_map_vec` can give them back).
+    pub(crate) fn keep_alive(&self) -> Option<Keep> {
         match &self.backing {
-            Backing::Shared { _segment } => Some(_segment),
-            _ => None,
+            Backing::Shared { _segment } => Some(Keep::Segment(_segment.clone())),
+            Backing::Heap(b) => Some(Keep::Heap(b.clone())),
+            Backing::User(_) => None,
         }
     }
 
@@ -186,11 +217,8 @@ impl Drop for MemMap {
         let start = self.ptr.as_ptr() as usize;
         self.regions.borrow_mut().retain(|&(s, _)| s != start);
         self.regs.clear();
-        if let Backing::Heap(layout) = self.backing {
-            // SAFETY: allocated in `heap` with this layout; registrations are gone.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
-        }
-        // A shared segment or user vector is released when `backing` drops, after this.
+        // The memory (heap block, shared segment or user vector) is released when `backing`
+        // drops, after this, unless a send reading it in place still holds it.
     }
 }
 

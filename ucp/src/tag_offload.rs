@@ -53,8 +53,10 @@
 //! so the receiving interface copies straight from the mapped segment (one `memcpy`, no
 //! `process_vm_readv`), and its RTS (for the software path, or with offload off) describes the
 //! data in place with the RMA lane's registration of the segment: the sender copies nothing.
-//! The request keeps a clone of the segment's handle until it finishes, so the memory stays
-//! mapped even if the `MemMap` is dropped; a receiver that answers with RTR (put or pipelined
+//! A heap mapping (no shared-memory transport, e.g. tcp alone) is read in place the same way
+//! through its registrations with the AM lane's and the RMA lane's transports. The request
+//! keeps the segment (or heap block) alive until it finishes, so the memory stays valid even
+//! if the `MemMap` is dropped; a receiver that answers with RTR (put or pipelined
 //! active messages) or back-pressure on the RTS makes the request copy the data first
 //! (`tm_mapped_materialize`), after which it proceeds like any send.
 //!
@@ -64,6 +66,7 @@
 //! receive (a `MemHandle`), as ucp's rendezvous registrations do.
 
 use super::*;
+use crate::rma::Keep;
 use std::ptr::NonNull;
 use uct::md::Iov;
 
@@ -116,11 +119,11 @@ pub(super) struct TmState {
 struct MappedSend {
     /// Wire id of the send request.
     wire: u64,
-    /// Address and length of the data inside the segment.
+    /// Address and length of the data inside the mapping.
     addr: usize,
     len: usize,
-    /// Keeps the segment mapped (the `MemMap` may be dropped meanwhile).
-    _seg: MemHandle,
+    /// Keeps the memory alive (the `MemMap` may be dropped meanwhile).
+    _keep: Keep,
 }
 
 impl TmState {
@@ -503,8 +506,8 @@ impl State {
         self.ep_usable(idx)?;
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         let rndv = self.eps[idx].proto.is_some_and(|p| len >= p.rndv_thresh);
-        let seg = match map.segment() {
-            Some(seg) if ready && rndv => seg.clone(),
+        let keep = match map.keep_alive() {
+            Some(k) if ready && rndv => k,
             _ => {
                 // SAFETY: `range` checked that the bytes lie in the mapping, which the caller
                 // borrows for this call; they are only copied from here.
@@ -519,9 +522,16 @@ impl State {
             .map(|r| l.uct[r].0)
             .and_then(|r| map.reg_of(self.info[r].tl_name).map(|m| (r, m.clone())));
         let a = &self.info[li].attr;
+        // The handle the AM lane's transport reads the data through: the shared segment
+        // itself, or the heap block's registration with that transport.
+        let am_memh = match &keep {
+            Keep::Segment(seg) => Some(seg.clone()),
+            Keep::Heap(_) => map.reg_of(self.info[li].tl_name).cloned(),
+        };
         let offload = self.tm.enabled
             && a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
-            && len <= a.tag.rndv_max_zcopy;
+            && len <= a.tag.rndv_max_zcopy
+            && am_memh.is_some();
         let max_hdr = a.tag.rndv_max_hdr;
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
         let wire = self.wire_id(key);
@@ -529,7 +539,7 @@ impl State {
             wire,
             addr: ptr.as_ptr() as usize,
             len,
-            _seg: seg.clone(),
+            _keep: keep,
         });
         // The RTS describes the data for the RMA lane, as the software rendezvous does.
         let (tl, rkey) = match &rma {
@@ -555,10 +565,10 @@ impl State {
         self.rkey_scratch = rkey;
         let out = if !offload {
             self.send_ctl_now(idx, am_id::RTS, &hdr)
-        } else if hdr.len() <= max_hdr {
-            let off = ptr.as_ptr() as usize - seg.addr() as usize;
+        } else if let (true, Some(memh)) = (hdr.len() <= max_hdr, am_memh) {
+            let off = ptr.as_ptr() as usize - memh.addr() as usize;
             let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
-            Iov::new(&seg, off, len)
+            Iov::new(&memh, off, len)
                 .and_then(|iov| {
                     l.uct[l.am]
                         .1
@@ -566,7 +576,7 @@ impl State {
                 })
                 .map(|o| match o {
                     Outcome::Done(op) => {
-                        self.tm.rndv_ops.push((wire, op, seg.clone()));
+                        self.tm.rndv_ops.push((wire, op, memh.clone()));
                         self.tm.sent_rndv += 1;
                         true
                     }
@@ -626,7 +636,7 @@ impl State {
         };
         let m = self.tm.mapped.swap_remove(i);
         let s = self.send_mut(key);
-        // SAFETY: `m._seg` keeps the segment mapped, and `addr..addr + len` was checked to lie
+        // SAFETY: `m._keep` keeps the memory alive, and `addr..addr + len` was checked to lie
         // inside it when the send started.
         let src = unsafe { std::slice::from_raw_parts(m.addr as *const u8, m.len) };
         s.data.clear();

@@ -704,11 +704,13 @@ impl Worker {
     /// the data is read in place: the transport gets the segment's memory handle, so a peer on
     /// this host copies straight from the mapped segment into its posted receive (one memory
     /// copy, no cross-memory read), and the software rendezvous fetches it from the segment
-    /// (get over the RMA lane). Eager sizes, heap mappings and back-pressure copy the bytes
-    /// like [`Worker::tag_send`]. The send is not synchronous (it may complete before the
-    /// receiver matched it, as [`Worker::tag_send`]).
+    /// (get over the RMA lane). Heap mappings (no shared-memory transport, e.g. tcp alone)
+    /// are read in place too, through their registrations: tcp sends the payload straight
+    /// from the mapping. Eager sizes and back-pressure copy the bytes like
+    /// [`Worker::tag_send`]. The send is not synchronous (it may complete before the receiver
+    /// matched it, as [`Worker::tag_send`]).
     ///
-    /// The request keeps the segment mapped until it completes, so dropping `map` early is
+    /// The request keeps the memory alive until it completes, so dropping `map` early is
     /// safe; the bytes must not be changed until completion (the peer may see either). A range
     /// outside the mapping, or an empty one, gives [`Error::InvalidParam`].
     pub fn tag_send_mapped(
