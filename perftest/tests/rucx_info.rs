@@ -36,6 +36,10 @@ fn version_devices_and_config() {
     let r = info(&["-c"]);
     assert_eq!(r.code, Some(0));
     assert!(r.stdout.contains("RUCX_LOG_LEVEL="), "{}", r.stdout);
+    // Transport variables too, registered when the transports are queried.
+    for v in ["RUCX_TCP_SNDBUF=", "RUCX_TCP_CONGESTION=auto", "RUCX_NET_DEVICES="] {
+        assert!(r.stdout.contains(v), "{v} missing: {}", r.stdout);
+    }
 }
 
 #[test]

@@ -143,6 +143,8 @@ fn main() -> ExitCode {
         print!("{}", perftest::info::devices_text(&uct::query_transports()));
     }
     if args.config {
+        // Querying the transports registers their variables (RUCX_TCP_*, RUCX_IB_*, ...).
+        let _ = uct::query_transports();
         print!("{}", perftest::info::config_text());
     }
     for (addr, table_only) in [

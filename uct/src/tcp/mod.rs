@@ -89,6 +89,16 @@ pub const TCP_RCVBUF: ConfigVar = ConfigVar {
     doc: "tcp socket receive buffer size (SO_RCVBUF), a size like 256k, or auto for the kernel default",
 };
 
+/// `RUCX_TCP_CONGESTION`: TCP congestion control of the transport's sockets.
+pub const TCP_CONGESTION: ConfigVar = ConfigVar {
+    name: "TCP_CONGESTION",
+    default: "auto",
+    doc: "tcp congestion control (TCP_CONGESTION) of the sockets: auto (reno on loopback, where \
+          the link is memory and a pacing algorithm such as bbr only adds delay; the system \
+          default elsewhere), system (never change it), or an algorithm the kernel allows \
+          (reno, cubic, bbr...) for every connection",
+};
+
 /// `RUCX_NET_DEVICES`: network devices to use.
 pub const NET_DEVICES: ConfigVar = ConfigVar {
     name: "NET_DEVICES",
@@ -98,7 +108,7 @@ pub const NET_DEVICES: ConfigVar = ConfigVar {
 
 /// Every configuration variable of the tcp transport (registered with `ucs::config` when the
 /// transport is first queried, so `rucx-info -c` lists them and they are not "unknown").
-pub static TCP_VARS: [ConfigVar; 3] = [TCP_SNDBUF, TCP_RCVBUF, NET_DEVICES];
+pub static TCP_VARS: [ConfigVar; 4] = [TCP_SNDBUF, TCP_RCVBUF, TCP_CONGESTION, NET_DEVICES];
 
 /// Reads a socket buffer size variable: `None` for `auto`.
 pub fn sock_buf_size(var: &ConfigVar) -> Result<Option<usize>> {
@@ -114,6 +124,32 @@ pub fn sock_buf_size(var: &ConfigVar) -> Result<Option<usize>> {
         )));
     }
     Ok(Some(s as usize))
+}
+
+/// The congestion control `RUCX_TCP_CONGESTION` asks for on `dev`: `None` to keep the
+/// system's. An algorithm name must be a plain word (it is checked against the kernel when the
+/// interface opens).
+pub fn congestion_for(var: &ConfigVar, dev: &NetIf) -> Result<Option<String>> {
+    let raw = var.raw();
+    let v = raw.trim();
+    if v.eq_ignore_ascii_case("auto") {
+        return Ok(dev.loopback.then(|| "reno".to_string()));
+    }
+    if v.eq_ignore_ascii_case("system") {
+        return Ok(None);
+    }
+    if v.is_empty()
+        || v.len() > 15
+        || !v
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(Error::Config(format!(
+            "{}={raw}: accepted: auto, system, or a congestion control name such as reno or cubic",
+            var.env_name()
+        )));
+    }
+    Ok(Some(v.to_string()))
 }
 
 /// The tcp transport.

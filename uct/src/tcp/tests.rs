@@ -1473,3 +1473,152 @@ fn refused_connect_becomes_unreachable_endpoint_error() {
     );
     assert!(matches!(ep.am_short(0, 0, b""), Err(Error::Unreachable(_))));
 }
+
+/// `sendv`'s windows over an iov list cover every byte once, in order, each at most `max`
+/// bytes, whatever the piece sizes and the window size.
+#[test]
+fn iov_windows_cover_the_list_in_order() {
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+    for cuts in [
+        vec![10_000],
+        vec![1, 9_999],
+        vec![3_000, 0, 2_000, 5_000],
+        vec![4_096, 4_096, 1_808],
+        vec![100; 100],
+    ] {
+        let mut iov = Vec::new();
+        let mut at = 0;
+        for c in &cuts {
+            iov.push(libc::iovec {
+                iov_base: data[at..].as_ptr() as *mut libc::c_void,
+                iov_len: *c,
+            });
+            at += c;
+        }
+        for max in [1, 7, 100, 4_096, 9_999, 10_000, 50_000] {
+            let mut got = Vec::new();
+            let mut out = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; 32];
+            while got.len() < data.len() {
+                let (cnt, n) = super::iface::iov_window(&iov, got.len(), max, &mut out);
+                assert!(n > 0 && n <= max, "{cuts:?} max {max}: window of {n}");
+                let sum: usize = out[..cnt].iter().map(|v| v.iov_len).sum();
+                assert_eq!(sum, n);
+                for v in &out[..cnt] {
+                    // SAFETY: each window entry points into `data`.
+                    got.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len)
+                    });
+                }
+            }
+            assert_eq!(got, data, "{cuts:?} max {max}");
+        }
+    }
+}
+
+/// The congestion control a socket uses (`TCP_CONGESTION`).
+fn congestion_of(s: &socket2::Socket) -> String {
+    use std::os::fd::AsRawFd;
+    let mut buf = [0u8; 32];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `len` bytes and the kernel writes at most that.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "getsockopt: {}", std::io::Error::last_os_error());
+    let end = buf[..len as usize]
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(len as usize);
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// `RUCX_TCP_CONGESTION=auto` (the default) gives loopback connections reno on both sides
+/// (unless the kernel refuses it);
+/// `system` (here: the configuration with no algorithm) keeps the kernel's default.
+#[test]
+fn loopback_connections_use_reno_and_system_keeps_the_default() {
+    let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .unwrap()
+        .trim()
+        .to_string();
+    for keep_system in [false, true] {
+        let mut a = open_lo();
+        let mut b = open_lo();
+        if keep_system {
+            for i in [&a, &b] {
+                i.inner.borrow_mut().sock_cfg.congestion = None;
+            }
+        }
+        let (mut sa, mut sb) = (Sink::default(), Sink::default());
+        let mut ep = a
+            .ep_create_connected(b.device_address(), b.iface_address())
+            .unwrap();
+        assert!(ep.am_short(0, 0, b"x").unwrap().is_done());
+        run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| !sb.ams.is_empty());
+        // Auto falls back to the system's only where the kernel refuses reno (it does not here).
+        let refused = a.inner.borrow().sock_cfg.congestion.is_none();
+        let want = if keep_system || refused {
+            system.as_str()
+        } else {
+            "reno"
+        };
+        for i in [&a, &b] {
+            let g = i.inner.borrow();
+            for (_, c) in g.conns.iter() {
+                if let Some(s) = c.sock.as_ref() {
+                    assert_eq!(congestion_of(s), want, "keep_system {keep_system}");
+                }
+            }
+        }
+    }
+}
+
+/// `RUCX_TCP_CONGESTION` values: auto depends on the device, system keeps the kernel's, a
+/// name is taken as given, anything else is an error that names the variable.
+#[test]
+fn congestion_setting_parses() {
+    use ucs::config::ConfigVar;
+    let lo = NetIf {
+        name: "lo".into(),
+        ip: "127.0.0.1".parse().unwrap(),
+        prefix: 8,
+        loopback: true,
+    };
+    let eth = NetIf {
+        name: "eth9".into(),
+        ip: "10.0.0.1".parse().unwrap(),
+        prefix: 24,
+        loopback: false,
+    };
+    // Variables no one sets, given values through their defaults.
+    let var = |v: &'static str| ConfigVar {
+        name: "TCP_CONGESTION_TEST_UNSET",
+        default: v,
+        doc: "",
+    };
+    assert_eq!(
+        congestion_for(&var("auto"), &lo).unwrap().as_deref(),
+        Some("reno")
+    );
+    assert_eq!(congestion_for(&var("auto"), &eth).unwrap(), None);
+    assert_eq!(congestion_for(&var("system"), &lo).unwrap(), None);
+    assert_eq!(
+        congestion_for(&var("cubic"), &eth).unwrap().as_deref(),
+        Some("cubic")
+    );
+    for bad in ["", "re no", "bbr;rm", "averyveryverylongname"] {
+        match congestion_for(&var(bad), &lo) {
+            Err(Error::Config(m)) => assert!(m.contains("TCP_CONGESTION_TEST_UNSET"), "{m}"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
