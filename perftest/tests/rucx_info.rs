@@ -37,7 +37,11 @@ fn version_devices_and_config() {
     assert_eq!(r.code, Some(0));
     assert!(r.stdout.contains("RUCX_LOG_LEVEL="), "{}", r.stdout);
     // Transport variables too, registered when the transports are queried.
-    for v in ["RUCX_TCP_SNDBUF=", "RUCX_TCP_CONGESTION=auto", "RUCX_NET_DEVICES="] {
+    for v in [
+        "RUCX_TCP_SNDBUF=",
+        "RUCX_TCP_CONGESTION=auto",
+        "RUCX_NET_DEVICES=",
+    ] {
         assert!(r.stdout.contains(v), "{v} missing: {}", r.stdout);
     }
 }
