@@ -318,8 +318,7 @@ impl State {
             );
             return;
         };
-        let now = self.now();
-        self.eps[idx].last_rx = now;
+        self.eps[idx].last_rx = self.now_cache;
         self.eager_arrived(idx, imm, tag, data, data.len(), NO_REQ, None);
     }
 
@@ -341,8 +340,7 @@ impl State {
         self.tm.matched += 1;
         if let Some(&idx) = self.by_uuid.get(&imm) {
             self.reqs[key].ep = Some(idx);
-            let now = self.now();
-            self.eps[idx].last_rx = now;
+            self.eps[idx].last_rx = self.now_cache;
         }
         let (rtag, rmask) = {
             let r = self.recv_mut(key);
@@ -395,7 +393,7 @@ impl State {
                 return Ok(Err(data));
             }
             self.tm.sent += 1;
-            self.eps[idx].last_tx = self.clock.now();
+            self.eps[idx].last_tx = self.now_cache;
             let buf = match data {
                 SendData::Owned(v) => Some(v),
                 SendData::Borrowed(_) => None,
@@ -444,7 +442,7 @@ impl State {
                 return Ok(Ok(self.op_of(key)));
             }
         }
-        self.eps[idx].last_tx = self.clock.now();
+        self.eps[idx].last_tx = self.now_cache;
         Ok(Ok(self.op_of(key)))
     }
 
@@ -619,7 +617,7 @@ impl State {
         s.memh = rma.map(|(_, m)| m);
         s.rts_sent = true;
         s.stage = SendStage::WaitRndv;
-        self.eps[idx].last_tx = self.clock.now();
+        self.eps[idx].last_tx = self.now_cache;
         Ok(self.op_of(key))
     }
 
@@ -715,7 +713,7 @@ impl State {
                 s.rts_sent = true;
                 s.stage = SendStage::WaitRndv;
                 self.stats.rndv_rts += 1;
-                self.eps[idx].last_tx = self.clock.now();
+                self.eps[idx].last_tx = self.now_cache;
             }
             // `InProgress` carries no operation id (not what tcp answers): the ordinary path.
             Outcome::InProgress | Outcome::NoResource => {
