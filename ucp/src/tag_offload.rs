@@ -504,9 +504,9 @@ impl State {
         self.ep_usable(idx)?;
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         let rndv = self.eps[idx].proto.is_some_and(|p| len >= p.rndv_thresh);
-        let keep = match map.keep_alive() {
-            Some(k) if ready && rndv => k,
-            _ => {
+        let keep = match (ready && rndv).then(|| map.keep_alive()).flatten() {
+            Some(k) => k,
+            None => {
                 // SAFETY: `range` checked that the bytes lie in the mapping, which the caller
                 // borrows for this call; they are only copied from here.
                 let data = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
