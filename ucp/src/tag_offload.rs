@@ -1,6 +1,7 @@
 //! Tag offload: eager tag messages matched by the transport, straight into the user's buffer.
 //!
-//! A lane whose interface advertises `TAG_EAGER_BCOPY` (tcp, posix, sysv) sends eager messages of
+//! A lane whose interface advertises `TAG_EAGER_BCOPY` and `tag.eager_saves_copy` (tcp: the
+//! payload is `recv`'d straight into the posted buffer) sends eager messages of
 //! [`TM_THRESH`]..=`tag.eager_max_zcopy` bytes (below the rendezvous threshold) as tagged
 //! frames (`tag_eager_bcopy` up to `tag.eager_max_bcopy`, `tag_eager_zcopy` above; the immediate
 //! value carries the sender's worker uuid). The receiving worker posts receives to its tag
@@ -10,7 +11,10 @@
 //! here. A tagged message is matched before its payload is read
 //! and the payload lands in the receive's buffer with no intermediate copy; one that matches
 //! no posted receive (or arrives on another interface) comes as `tag_unexp_eager` and takes the
-//! ordinary eager arrival path.
+//! ordinary eager arrival path. Where eager matching saves no copy (posix, sysv: one copy out of
+//! the FIFO element either way), eager messages go by active messages and only receives that
+//! may get a rendezvous (at least the smallest rendezvous threshold of any endpoint) are
+//! posted: posting a small receive would cost a registration and a post for nothing.
 //!
 //! Rendezvous (messages at or above the rendezvous threshold, when the AM lane offers
 //! `TAG_RNDV_ZCOPY`): the sender registers the data on the AM lane's domain for the transport,
@@ -98,6 +102,9 @@ pub(super) struct TmState {
     max_posted: usize,
     /// Receives in the matcher's expected queue that are not offloaded.
     sw_only: usize,
+    /// Smallest rendezvous threshold of any endpoint: on an interface whose eager offload saves
+    /// no copy, only receives at least this large (which may get a rendezvous) are posted.
+    min_rndv: usize,
     /// Messages sent by tag offload.
     pub(super) sent: u64,
     /// Receives completed by the transport.
@@ -135,6 +142,7 @@ impl TmState {
             posted: Vec::new(),
             max_posted: 0,
             sw_only: 0,
+            min_rndv: usize::MAX,
             sent: 0,
             matched: 0,
             rndv_ops: Vec::new(),
@@ -172,6 +180,11 @@ impl TmState {
             st.tm.iface = Some((i, c));
         }
         Ok(())
+    }
+
+    /// Notes an endpoint's rendezvous threshold (see `min_rndv`).
+    pub(super) fn note_rndv_thresh(&mut self, thresh: usize) {
+        self.min_rndv = self.min_rndv.min(thresh);
     }
 
     /// With nothing posted to the transport, makes the tag interface the candidate that serves
@@ -236,6 +249,11 @@ fn try_post(
     };
     let ti = *ti;
     if tm.posted.len() >= tm.max_posted {
+        return false;
+    }
+    // Where the transport's eager matching saves no copy, a receive that can only get eager
+    // messages would cost a registration and a post for nothing.
+    if !st.info[ti].attr.tag.eager_saves_copy && len < tm.min_rndv {
         return false;
     }
     let Some(p) = NonNull::new(ptr) else {
@@ -380,7 +398,7 @@ impl State {
         let li = *li;
         let t = self.info[li].attr.tag;
         let flags = self.info[li].attr.flags;
-        if len < TM_THRESH || !flags.contains(IfaceFlags::TAG_EAGER_BCOPY) {
+        if len < TM_THRESH || !flags.contains(IfaceFlags::TAG_EAGER_BCOPY) || !t.eager_saves_copy {
             return Ok(Err(data));
         }
         if len <= t.eager_max_bcopy {
@@ -736,7 +754,10 @@ impl State {
         }
         let rt = proto.rndv_thresh;
         let to = a.tag.eager_max_zcopy.min(rt.saturating_sub(1));
-        if a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) && to >= TM_THRESH {
+        if a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY)
+            && a.tag.eager_saves_copy
+            && to >= TM_THRESH
+        {
             s.push_str(&format!(
                 "  {TM_THRESH:>10} .. {to:<10} {:<28} {lane}\n",
                 "tag offload eager (overrides)"

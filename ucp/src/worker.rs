@@ -1406,6 +1406,7 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
     });
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
+    st.tm.note_rndv_thresh(proto.rndv_thresh);
     if st.cfg.proto_info {
         if let Ok(t) = st.proto_table(idx) {
             eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.eps[idx].uuid);
@@ -4112,12 +4113,14 @@ impl State {
                 l.am_next = Some(lane);
             }
             let am_li = l.uct[l.am].0;
-            self.eps[idx].proto = Some(ProtoConfig::compute(
+            let proto = ProtoConfig::compute(
                 &self.info[am_li].attr,
                 self.info[am_li].md_reg,
                 Some(&self.info[w.li].attr),
                 &self.cfg,
-            ));
+            );
+            self.tm.note_rndv_thresh(proto.rndv_thresh);
+            self.eps[idx].proto = Some(proto);
             if self.cfg.proto_info
                 && self.eps[idx]
                     .lanes
@@ -4175,12 +4178,14 @@ impl State {
         }
         let new_li = l.uct[new].0;
         let rma_li = l.rma.map(|r| l.uct[r].0);
-        self.eps[idx].proto = Some(ProtoConfig::compute(
+        let proto = ProtoConfig::compute(
             &self.info[new_li].attr,
             self.info[new_li].md_reg,
             rma_li.map(|r| &self.info[r].attr),
             &self.cfg,
-        ));
+        );
+        self.tm.note_rndv_thresh(proto.rndv_thresh);
+        self.eps[idx].proto = Some(proto);
         self.stats.am_lane_switches += 1;
         if self.cfg.proto_info {
             if let Ok(t) = self.proto_table(idx) {

@@ -143,6 +143,12 @@ pub struct TagLimits {
     pub recv_max_outstanding: usize,
     /// Largest iov count of a posted receive.
     pub recv_max_iov: usize,
+    /// True when an eager message the transport matches lands in the posted buffer with one
+    /// copy fewer than the active-message path would take (tcp `recv`s the payload straight
+    /// into it). False when both paths copy once (shared memory): the layer above then gains
+    /// nothing from posting small receives or sending eager messages by tag offload, only from
+    /// rendezvous.
+    pub eager_saves_copy: bool,
 }
 
 /// A linear performance model, in SI units: seconds and bytes per second.

@@ -89,6 +89,8 @@ fn attr() -> IfaceAttr {
             rndv_max_zcopy: tag::RNDV_MAX_ZCOPY,
             recv_max_outstanding: tag::MAX_POSTED,
             recv_max_iov: tag::RECV_MAX_IOV,
+            // One copy out of the FIFO element either way.
+            eager_saves_copy: false,
         },
         device_addr_len: DeviceAddr::LEN,
         iface_addr_len: IfaceAddr::LEN,

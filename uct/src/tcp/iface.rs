@@ -1360,6 +1360,7 @@ fn make_attr(dev: &NetIf) -> IfaceAttr {
             rndv_max_zcopy: wire::MAX_RMA,
             recv_max_outstanding: super::tag::MAX_POSTED,
             recv_max_iov: MAX_IOV,
+            eager_saves_copy: true,
         },
         device_addr_len: DevAddr::LEN,
         iface_addr_len: IfaceAddr::LEN,
