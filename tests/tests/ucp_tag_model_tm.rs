@@ -557,3 +557,82 @@ fn ucp_tag_offload_follows_the_endpoints_interface() {
         "the tcp message was not matched by the tcp transport"
     );
 }
+
+/// Over tcp with the default thresholds, tag offload sends eager messages up to 64 KiB (the
+/// payload lands straight in the posted buffer, one message instead of a rendezvous round
+/// trip) and rendezvous above; a synchronous send keeps the ordinary threshold; the protocol
+/// table says so.
+#[test]
+fn ucp_tcp_offload_eager_reaches_64k() {
+    let ctx = Context::new(ContextParams {
+        features: Features::TAG,
+        config: Some(UcpConfig {
+            tls: vec!["tcp".into()],
+            net_devices: vec!["lo".into()],
+            keepalive_interval: None,
+            ..Default::default()
+        }),
+    })
+    .unwrap();
+    let mut a = Worker::new(&ctx).unwrap();
+    let mut b = Worker::new(&ctx).unwrap();
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    pump(&mut a, &mut b);
+    let t = a.ep_proto_info(ab).unwrap();
+    assert!(
+        t.contains("1025 .. 65536") && t.contains("tag offload eager"),
+        "{t}"
+    );
+    assert!(t.contains("65537 .. "), "{t}");
+    let send = |a: &mut Worker, b: &mut Worker, len: usize, sync: bool| {
+        let r = match b.tag_recv(vec![0; len], 3, u64::MAX).unwrap() {
+            Op::Pending(r) => r,
+            Op::Done(_) => panic!("nothing was sent yet"),
+        };
+        let data = body(len as u32, len);
+        let s = if sync {
+            a.tag_send_sync(ab, 3, &data).unwrap()
+        } else {
+            a.tag_send(ab, 3, &data).unwrap()
+        };
+        let c = wait(a, b, r);
+        assert_eq!((c.status, c.len), (Ok(()), len));
+        assert!(c.buf.unwrap() == data, "{len} bytes differ");
+        if let Op::Pending(r) = s {
+            let start = Instant::now();
+            let mut r = r;
+            loop {
+                a.progress();
+                b.progress();
+                match a.request_take(r) {
+                    Ok(c) => break assert_eq!(c.status, Ok(())),
+                    Err(back) => r = back,
+                }
+                assert!(start.elapsed() < Duration::from_secs(30), "watchdog: send");
+            }
+        }
+        a.tag_offload_stats()
+    };
+    let st = send(&mut a, &mut b, 40_000, false);
+    assert_eq!(
+        (st.sent, st.sent_rndv),
+        (1, 0),
+        "40 000 B not eager: {st:?}"
+    );
+    let st = send(&mut a, &mut b, 65_536, false);
+    assert_eq!((st.sent, st.sent_rndv), (2, 0), "64 KiB not eager: {st:?}");
+    let st = send(&mut a, &mut b, 65_537, false);
+    assert_eq!(
+        (st.sent, st.sent_rndv),
+        (2, 1),
+        "64 KiB + 1 not rendezvous: {st:?}"
+    );
+    // Synchronous: the ordinary rendezvous threshold (tcp's is below 40 000 B), not offload.
+    let before = a.tag_offload_stats();
+    let st = send(&mut a, &mut b, 40_000, true);
+    assert_eq!(
+        (st.sent, st.sent_rndv),
+        (before.sent, before.sent_rndv),
+        "{st:?}"
+    );
+}

@@ -304,6 +304,10 @@ pub struct ProtoConfig {
     pub middle_frag: usize,
     /// Messages of at least this size go by rendezvous.
     pub rndv_thresh: usize,
+    /// Non-synchronous tag messages of at least this size go by rendezvous: `rndv_thresh`, or
+    /// more where the AM lane's tag offload receives eager messages straight into posted
+    /// buffers (set by the worker, see `State::tm_adjust_proto`).
+    pub tag_rndv_thresh: usize,
     /// Rendezvous data path.
     pub rndv: RndvScheme,
     /// Eager messages from caller-owned vectors of at least this size go by `am_zcopy`
@@ -377,8 +381,19 @@ impl ProtoConfig {
             first_frag,
             middle_frag,
             rndv_thresh,
+            tag_rndv_thresh: rndv_thresh,
             rndv,
             zcopy_thresh,
+        }
+    }
+
+    /// The rendezvous threshold of a tag send (`sync`: a synchronous one).
+    #[inline]
+    pub fn tag_thresh(&self, sync: bool) -> usize {
+        if sync {
+            self.rndv_thresh
+        } else {
+            self.tag_rndv_thresh
         }
     }
 

@@ -1392,7 +1392,8 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
     let am_attr = &st.info[uct_eps[am].0].attr;
     let rma_attr = rma.map(|r| &st.info[uct_eps[r].0].attr);
     let am_md_reg = st.info[uct_eps[am].0].md_reg;
-    let proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
+    let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
+    st.tm_adjust_proto(uct_eps[am].0, &mut proto);
     let ep = &mut st.eps[idx];
     ep.lanes = Some(Lanes {
         uct: uct_eps,
@@ -1406,7 +1407,6 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
     });
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
-    st.tm.note_rndv_thresh(proto.rndv_thresh);
     if st.cfg.proto_info {
         if let Ok(t) = st.proto_table(idx) {
             eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.eps[idx].uuid);
@@ -2335,7 +2335,7 @@ impl State {
         let ep = &self.eps[idx];
         let ready = ep.pending.is_empty() && ep.lanes.is_some();
         let (rndv, zc) = match &ep.proto {
-            Some(p) => (len >= p.rndv_thresh, p.zcopy_thresh),
+            Some(p) => (len >= p.tag_thresh(sync), p.zcopy_thresh),
             None => (false, None),
         };
         // Tag offload when the lane offers it and nothing is queued before this message (it
@@ -2548,7 +2548,9 @@ impl State {
                     .ok_or_else(|| Error::Busy("connecting".into()))?;
                 let s = self.send_mut(key);
                 let len = s.data.len();
-                if len >= proto.rndv_thresh {
+                // (Only before the first eager fragment left: a tag message below the tag
+                // threshold may have started eager.)
+                if s.offset == 0 && len >= proto.tag_thresh(s.sync) {
                     return self.send_rts(key);
                 }
                 let (tag, sync, msg_id, mut off) = (s.tag, s.sync, s.msg_id, s.offset);
@@ -4113,13 +4115,13 @@ impl State {
                 l.am_next = Some(lane);
             }
             let am_li = l.uct[l.am].0;
-            let proto = ProtoConfig::compute(
+            let mut proto = ProtoConfig::compute(
                 &self.info[am_li].attr,
                 self.info[am_li].md_reg,
                 Some(&self.info[w.li].attr),
                 &self.cfg,
             );
-            self.tm.note_rndv_thresh(proto.rndv_thresh);
+            self.tm_adjust_proto(am_li, &mut proto);
             self.eps[idx].proto = Some(proto);
             if self.cfg.proto_info
                 && self.eps[idx]
@@ -4178,13 +4180,13 @@ impl State {
         }
         let new_li = l.uct[new].0;
         let rma_li = l.rma.map(|r| l.uct[r].0);
-        let proto = ProtoConfig::compute(
+        let mut proto = ProtoConfig::compute(
             &self.info[new_li].attr,
             self.info[new_li].md_reg,
             rma_li.map(|r| &self.info[r].attr),
             &self.cfg,
         );
-        self.tm.note_rndv_thresh(proto.rndv_thresh);
+        self.tm_adjust_proto(new_li, &mut proto);
         self.eps[idx].proto = Some(proto);
         self.stats.am_lane_switches += 1;
         if self.cfg.proto_info {
