@@ -533,6 +533,11 @@ impl State {
         let rndv = self.eps[idx]
             .proto
             .is_some_and(|p| len >= p.tag_rndv_thresh);
+        if ready && !rndv && self.tm.enabled && len >= TM_THRESH {
+            if let Some(op) = self.tm_eager_mapped(idx, tag, map, ptr, len)? {
+                return Ok(op);
+            }
+        }
         let keep = match (ready && rndv).then(|| map.keep_alive()).flatten() {
             Some(k) => k,
             None => {
@@ -648,6 +653,80 @@ impl State {
         s.stage = SendStage::WaitRndv;
         self.eps[idx].last_tx = self.now_cache;
         Ok(self.op_of(key))
+    }
+
+    /// An eager message from mapped memory by `tag_eager_zcopy` in place, where the AM lane's
+    /// transport receives eager messages straight into posted buffers and the size is above
+    /// its bcopy limit: the transport reads the mapping through its registration (or the
+    /// shared segment's handle), and the request keeps the memory alive until the transport is
+    /// done. `None`: not applicable, or back-pressure; the caller sends a copy.
+    fn tm_eager_mapped(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        map: &MemMap,
+        ptr: NonNull<u8>,
+        len: usize,
+    ) -> Result<Option<Op>> {
+        let Some(l) = self.eps[idx].lanes.as_ref() else {
+            return Ok(None);
+        };
+        let li = l.uct[l.am].0;
+        let a = &self.info[li].attr;
+        if !a.flags.contains(IfaceFlags::TAG_EAGER_ZCOPY)
+            || !a.tag.eager_saves_copy
+            || len <= a.tag.eager_max_bcopy
+            || len > a.tag.eager_max_zcopy
+        {
+            return Ok(None);
+        }
+        let Some(keep) = map.keep_alive() else {
+            return Ok(None);
+        };
+        let memh = match &keep {
+            Keep::Segment(seg) => seg.clone(),
+            Keep::Heap(_) => match map.reg_of(self.info[li].tl_name) {
+                Some(m) => m.clone(),
+                None => return Ok(None),
+            },
+        };
+        let iov = Iov::new(&memh, ptr.as_ptr() as usize - memh.addr() as usize, len)?;
+        let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
+        let wire = self.wire_id(key);
+        let uuid = self.uuid;
+        let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
+        let out = l.uct[l.am]
+            .1
+            .tag_eager_zcopy(tag, uuid, &[iov], comp_id(COMP_TM, wire));
+        match out {
+            Ok(Outcome::Done(())) => {
+                self.tm.sent += 1;
+                self.finish(key, Ok(()));
+            }
+            Ok(Outcome::InProgress) => {
+                self.tm.sent += 1;
+                self.tm.mapped.push(MappedSend {
+                    wire,
+                    addr: ptr.as_ptr() as usize,
+                    len,
+                    _keep: keep,
+                });
+                let s = self.send_mut(key);
+                s.memh = Some(memh);
+                s.offset = len;
+            }
+            Ok(Outcome::NoResource) | Err(_) => {
+                // Nothing went out: forget the request; the caller sends a copy (or reports
+                // the error the ordinary path meets).
+                let r = self.reqs.remove(key);
+                if let ReqKind::Send(s) = r.kind {
+                    self.put_buf(s.data);
+                }
+                return Ok(None);
+            }
+        }
+        self.eps[idx].last_tx = self.now_cache;
+        Ok(Some(self.op_of(key)))
     }
 
     /// Before a send request reads its own data (the receiver asked for put or pipelined

@@ -131,6 +131,13 @@ pub fn mapped_sends_deliver(offload: bool) {
             }
         }
         assert_eq!(one(tl, 8, 300_000, true, true), 1, "{tl}: dropped map");
+        // An eager message above the bcopy size (tcp sends it in place by tag offload) with
+        // the mapping dropped before completion.
+        assert_eq!(
+            one(tl, 8, 50_000, true, true),
+            0,
+            "{tl}: dropped map, eager"
+        );
         assert_eq!(one(tl, 8, 300_000, false, true), 1, "{tl}: dropped map");
         // The transport pulled an expected rendezvous straight from the segment, or (offload
         // off) nothing went through the transport's matching.
