@@ -513,8 +513,9 @@ fn shm_posix_no_segment_left_after_kill9() {
     let (md, mut iface) = uct::open("posix", "memory").unwrap();
     let mut peer = Peer::spawn("posix");
     let pid = peer.pid();
-    // The FIFO is a memfd with mode 0600 and no name in any file system.
-    let fd = u64::from_le_bytes(peer.iface[8..16].try_into().unwrap());
+    // The FIFO is a memfd with mode 0600 and no name in any file system. (The segment id
+    // carries the descriptor number in its low 32 bits, a serial in the high ones.)
+    let fd = u64::from_le_bytes(peer.iface[8..16].try_into().unwrap()) as u32;
     let link = format!("/proc/{pid}/fd/{fd}");
     let target = std::fs::read_link(&link).unwrap();
     assert!(
@@ -527,7 +528,7 @@ fn shm_posix_no_segment_left_after_kill9() {
         0o600
     );
     use std::os::unix::fs::MetadataExt;
-    let region_fd = u64::from_le_bytes(peer.rkey[8..16].try_into().unwrap());
+    let region_fd = u64::from_le_bytes(peer.rkey[8..16].try_into().unwrap()) as u32;
     let inodes = [
         std::fs::metadata(&link).unwrap().ino(),
         std::fs::metadata(format!("/proc/{pid}/fd/{region_fd}"))

@@ -87,7 +87,7 @@ impl Segment {
             seg: SegRef {
                 kind: SegKind::Posix,
                 pid: own_pid(),
-                id: fd.as_raw_fd() as u64,
+                id: posix_seg_id(fd.as_raw_fd()),
                 len: len as u64,
             },
             _fd: Some(fd),
@@ -141,7 +141,7 @@ impl Segment {
     }
 
     fn attach_posix(seg: SegRef, len: usize) -> Result<Segment> {
-        let fd_no = i32::try_from(seg.id)
+        let fd_no = i32::try_from(seg.id & 0xffff_ffff)
             .map_err(|_| Error::Wire(format!("posix segment fd {}", seg.id)))?;
         let path = format!("/proc/{}/fd/{fd_no}", seg.pid);
         // Only a rucx memfd is acceptable: never map some other file of the peer's.
@@ -237,17 +237,28 @@ impl Segment {
     }
 
     /// For a mapping kept in a cache: whether the peer's segment reference still names this
-    /// segment. A posix reference is a descriptor number, which the peer may reuse for a new
-    /// segment once it freed this one: the inode tells them apart (one `stat`, no allocation).
-    /// A sysv id carries a sequence number and is not reused in practice.
+    /// segment. A posix reference carries a per-process serial next to the descriptor number
+    /// (the peer may reuse the number for a new segment once it freed this one), so equal
+    /// references name the same segment; a reference without one (an older peer) is checked
+    /// by inode (one `stat`). A sysv id carries a sequence number and is not reused in
+    /// practice.
     pub fn still_current(&self) -> bool {
-        if self.ino == 0 {
+        // A reference with a serial (see `posix_seg_id`) names one segment only: a new
+        // segment on a reused descriptor has another serial, so no `stat` is needed.
+        if self.ino == 0 || self.seg.id >> 32 != 0 {
             return true;
         }
         let mut path = [0u8; 64];
         let mut w = &mut path[..];
         use std::io::Write;
-        if write!(w, "/proc/{}/fd/{}\0", self.seg.pid, self.seg.id).is_err() {
+        if write!(
+            w,
+            "/proc/{}/fd/{}\0",
+            self.seg.pid,
+            self.seg.id & 0xffff_ffff
+        )
+        .is_err()
+        {
             return false;
         }
         // SAFETY: an all-zero stat is a valid out-parameter.
@@ -256,6 +267,18 @@ impl Segment {
         let r = unsafe { libc::stat(path.as_ptr() as *const libc::c_char, &mut st) };
         r == 0 && st.st_ino == self.ino
     }
+}
+
+/// The id of a posix segment: its descriptor number in the low 32 bits, where peers open it
+/// (`/proc/PID/fd/N`), and a serial unique in this process in the high 32 bits, so a peer
+/// that cached a mapping never mistakes a new segment on a reused descriptor number for it
+/// (and needs no `stat` per use to check).
+fn posix_seg_id(fd: i32) -> u64 {
+    static SERIAL: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let serial = SERIAL
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        .max(1);
+    (serial as u64) << 32 | fd as u32 as u64
 }
 
 fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<NonNull<u8>> {

@@ -62,7 +62,8 @@ pub struct SegRef {
     pub kind: SegKind,
     /// Creator's process id.
     pub pid: u32,
-    /// A memfd number in the creator (posix) or a shmid (sysv).
+    /// Posix: the memfd's descriptor number in the creator (low 32 bits) and a serial unique
+    /// in the creator (high 32 bits). Sysv: the shmid.
     pub id: u64,
     /// Mapped length.
     pub len: u64,
