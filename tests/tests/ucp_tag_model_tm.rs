@@ -119,12 +119,18 @@ fn ucp_tag_model_shm_really_offloads() {
 }
 
 fn pair(tl: &str) -> (Worker, Worker, ucp::EpHandle) {
+    pair_with(tl, Some(100_000))
+}
+
+/// Two workers of one context over `tl`, `a` connected to `b`; `rndv_thresh` as
+/// `RUCX_RNDV_THRESH` (`None`: the default thresholds).
+fn pair_with(tl: &str, rndv_thresh: Option<usize>) -> (Worker, Worker, ucp::EpHandle) {
     let ctx = Context::new(ContextParams {
         features: Features::TAG,
         config: Some(UcpConfig {
             tls: tl.split(',').map(String::from).collect(),
             net_devices: vec!["lo".into()],
-            rndv_thresh: Some(100_000),
+            rndv_thresh,
             keepalive_interval: None,
             ..Default::default()
         }),
@@ -564,20 +570,7 @@ fn ucp_tag_offload_follows_the_endpoints_interface() {
 /// table says so.
 #[test]
 fn ucp_tcp_offload_eager_reaches_64k() {
-    let ctx = Context::new(ContextParams {
-        features: Features::TAG,
-        config: Some(UcpConfig {
-            tls: vec!["tcp".into()],
-            net_devices: vec!["lo".into()],
-            keepalive_interval: None,
-            ..Default::default()
-        }),
-    })
-    .unwrap();
-    let mut a = Worker::new(&ctx).unwrap();
-    let mut b = Worker::new(&ctx).unwrap();
-    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
-    pump(&mut a, &mut b);
+    let (mut a, mut b, ab) = pair_with("tcp", None);
     let t = a.ep_proto_info(ab).unwrap();
     assert!(
         t.contains("1025 .. 65536") && t.contains("tag offload eager"),
