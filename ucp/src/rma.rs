@@ -43,6 +43,17 @@ pub(crate) enum Keep {
     Heap(#[allow(dead_code)] Arc<HeapBlock>),
 }
 
+impl Keep {
+    /// The handle transport `tl` reads the memory through: the shared segment itself, or the
+    /// heap block's registration with `tl` (`None` if it has none).
+    pub(crate) fn handle_for(&self, map: &MemMap, tl: &str) -> Option<MemHandle> {
+        match self {
+            Keep::Segment(seg) => Some(seg.clone()),
+            Keep::Heap(_) => map.reg_of(tl).cloned(),
+        }
+    }
+}
+
 /// Where the memory of a [`MemMap`] comes from.
 pub(crate) enum Backing {
     /// Zeroed heap memory (no shared-memory transport could allocate).

@@ -556,10 +556,7 @@ impl State {
         let a = &self.info[li].attr;
         // The handle the AM lane's transport reads the data through: the shared segment
         // itself, or the heap block's registration with that transport.
-        let am_memh = match &keep {
-            Keep::Segment(seg) => Some(seg.clone()),
-            Keep::Heap(_) => map.reg_of(self.info[li].tl_name).cloned(),
-        };
+        let am_memh = keep.handle_for(map, self.info[li].tl_name);
         let offload = self.tm.enabled
             && a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
             && len <= a.tag.rndv_max_zcopy
@@ -683,12 +680,8 @@ impl State {
         let Some(keep) = map.keep_alive() else {
             return Ok(None);
         };
-        let memh = match &keep {
-            Keep::Segment(seg) => seg.clone(),
-            Keep::Heap(_) => match map.reg_of(self.info[li].tl_name) {
-                Some(m) => m.clone(),
-                None => return Ok(None),
-            },
+        let Some(memh) = keep.handle_for(map, self.info[li].tl_name) else {
+            return Ok(None);
         };
         let iov = Iov::new(&memh, ptr.as_ptr() as usize - memh.addr() as usize, len)?;
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
@@ -840,7 +833,6 @@ impl State {
     /// wins.
     pub(super) fn tm_adjust_proto(&mut self, li: usize, p: &mut ProtoConfig) {
         let a = &self.info[li].attr;
-        p.tag_rndv_thresh = p.rndv_thresh;
         if self.tm.enabled
             && self.cfg.rndv_thresh.is_none()
             && a.flags

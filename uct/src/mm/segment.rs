@@ -141,7 +141,7 @@ impl Segment {
     }
 
     fn attach_posix(seg: SegRef, len: usize) -> Result<Segment> {
-        let fd_no = i32::try_from(seg.id & 0xffff_ffff)
+        let fd_no = i32::try_from(posix_fd(seg.id))
             .map_err(|_| Error::Wire(format!("posix segment fd {}", seg.id)))?;
         let path = format!("/proc/{}/fd/{fd_no}", seg.pid);
         // Only a rucx memfd is acceptable: never map some other file of the peer's.
@@ -251,14 +251,7 @@ impl Segment {
         let mut path = [0u8; 64];
         let mut w = &mut path[..];
         use std::io::Write;
-        if write!(
-            w,
-            "/proc/{}/fd/{}\0",
-            self.seg.pid,
-            self.seg.id & 0xffff_ffff
-        )
-        .is_err()
-        {
+        if write!(w, "/proc/{}/fd/{}\0", self.seg.pid, posix_fd(self.seg.id)).is_err() {
             return false;
         }
         // SAFETY: an all-zero stat is a valid out-parameter.
@@ -279,6 +272,11 @@ fn posix_seg_id(fd: i32) -> u64 {
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         .max(1);
     (serial as u64) << 32 | fd as u32 as u64
+}
+
+/// The descriptor number in a posix segment id (see [`posix_seg_id`]).
+fn posix_fd(id: u64) -> u32 {
+    id as u32
 }
 
 fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<NonNull<u8>> {
