@@ -171,8 +171,12 @@ unsafe fn tag_send(
     let res = {
         let mut i = w.inner.borrow_mut();
         match (data, sync) {
-            (d, true) => i.w.tag_send_sync(h, tag, d.bytes()),
-            (SendData::Slice(s), false) => i.w.tag_send(h, tag, s),
+            // SAFETY: the client keeps a send buffer unchanged until the request completes
+            // (the contract of every UCX send), so rucx reads it in place.
+            (SendData::Slice(s), sync) => unsafe {
+                i.w.tag_send_raw(h, tag, s.as_ptr(), s.len(), sync)
+            },
+            (SendData::Owned(v), true) => i.w.tag_send_sync(h, tag, &v),
             (SendData::Owned(v), false) => i.w.tag_send_vec(h, tag, v),
         }
     };
