@@ -134,6 +134,12 @@ impl RawPeer {
         self.inbox.0.clear();
     }
 
+    /// Drops what was received and not taken.
+    pub fn clear(&mut self) {
+        self.poll();
+        self.inbox.0.clear();
+    }
+
     /// Largest message body (after the uuid prefix) one active message carries.
     pub fn max_body(&self) -> usize {
         self.iface.attr().am.max_bcopy - PREFIX_LEN

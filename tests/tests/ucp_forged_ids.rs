@@ -237,3 +237,51 @@ fn posix_forged_ids_on_a_posted_receive() {
 fn tcp_forged_ids_on_a_posted_receive() {
     posted_recv_survives("tcp");
 }
+
+/// A peer announcing an active-message rendezvous of 1 TiB (the largest the protocol allows)
+/// makes the worker allocate the receive buffer: where the kernel refuses (overcommit modes 0
+/// and 2 with less memory than that), the allocation failure fails that peer's endpoint with
+/// `NoMemory` instead of aborting the process; the other peer's endpoint stays usable.
+#[test]
+fn posix_huge_am_rendezvous_fails_only_that_endpoint() {
+    let tl = "posix";
+    let mut w = worker(tl);
+    let failed: Failed = Default::default();
+    let mut p = RawPeer::new(tl, &w);
+    let mut a = RawPeer::new(tl, &w);
+    let ep_p = w.ep_create(&p.address(), params(&failed)).expect("ep to p");
+    let ep_a = w.ep_create(&a.address(), params(&failed)).expect("ep to a");
+    let mut body = ucp::wire::UserAmHdr { id: 1, hdr_len: 0 }.encode().to_vec();
+    RtsHdr {
+        tag: 0,
+        sreq: 9,
+        len: 1 << 40,
+        buf: RemoteBuf {
+            addr: 0,
+            tl: "",
+            rkey: &[],
+        },
+    }
+    .encode(&mut body);
+    assert!(a.send(&mut w, am_id::AM_RTS, &body));
+    let overcommit = std::fs::read_to_string("/proc/sys/vm/overcommit_memory").unwrap_or_default();
+    if overcommit.trim() == "1" {
+        // The kernel hands out the lazily zeroed terabyte: the worker asks for the data.
+        let rtr = a.wait_for(&mut w, am_id::RTR);
+        assert_eq!(RtrHdr::decode(&rtr).expect("RTR").sreq, 9);
+    } else {
+        let e = wait_failed(&mut w, &mut [&mut a, &mut p], &failed, ep_a);
+        assert!(e.contains("cannot allocate"), "{e}");
+    }
+    // The other endpoint still works.
+    let req = pending(
+        w.tag_recv(vec![0u8; 64], TAG, TAG_MASK_EXACT)
+            .expect("tag_recv"),
+    );
+    let mut m = TAG.to_le_bytes().to_vec();
+    m.extend_from_slice(b"still here");
+    assert!(p.send(&mut w, am_id::EAGER_ONLY, &m));
+    let c = w.wait(req);
+    assert_eq!((c.status, c.len), (Ok(()), 10));
+    assert!(w.ep_status(ep_p).is_ok());
+}

@@ -1512,6 +1512,27 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
     Ok(())
 }
 
+/// A zeroed buffer of `len` bytes for data a peer announced, or `NoMemory` when the allocator
+/// refuses it (a peer's size must not abort the process). Zeroed pages come from the allocator
+/// lazily, as `vec![0; len]` does.
+fn zeroed_buf(len: usize) -> Result<Vec<u8>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len)
+        .map_err(|_| Error::NoMemory(format!("{len} bytes cannot be allocated")))?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(Error::NoMemory(format!(
+            "cannot allocate {len} bytes for a message a peer announced"
+        )));
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `len` u8s (capacity
+    // `len`), and all `len` bytes are initialised (zero).
+    Ok(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
 /// Operand size of an atomic operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AmoSize {
@@ -3859,7 +3880,7 @@ impl State {
                         "active message of {len} bytes is implausibly large"
                     )));
                 }
-                let key = self.new_recv(vec![0; len], 0, 0);
+                let key = self.new_recv(zeroed_buf(len)?, 0, 0);
                 self.recv_mut(key).am = Some((h.id, uh.to_vec()));
                 self.rndv_recv_start(
                     key,
