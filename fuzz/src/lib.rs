@@ -11,6 +11,9 @@
 //!
 //! Each family also has `seeds`: valid encodings the garbage test truncates and bit-flips.
 
+pub mod forged;
+pub mod peer;
+
 use std::fmt::Debug;
 use std::net::Ipv4Addr;
 use ucs::Error;

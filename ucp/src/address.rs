@@ -11,6 +11,15 @@
 //!  |  (u8)   | (ASCII)   |                 |           |                  |           |
 //!  +---------+-----------+-----------------+-----------+------------------+-----------+
 //! ```
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
 
 use ucs::{Error, Result};
 

@@ -364,6 +364,9 @@ impl State {
         let Some(key) = self.req_by_wire(wire) else {
             return;
         };
+        if !matches!(self.reqs[key].kind, ReqKind::Recv(_)) {
+            return;
+        }
         self.tm.matched += 1;
         if let Some(&idx) = self.by_uuid.get(&imm) {
             self.reqs[key].ep = Some(idx);
@@ -441,7 +444,10 @@ impl State {
         // SAFETY: the request owns `data` and keeps it unchanged until the send completes;
         // `finish` drops the registration before it gives the vector back.
         let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
-        let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
+        let l = self.eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
         let out = l.uct[l.am].1.tag_eager_zcopy(
             tag,
             uuid,
@@ -547,7 +553,10 @@ impl State {
                 return self.tag_send(idx, tag, SendData::Borrowed(data), false);
             }
         };
-        let l = self.eps[idx].lanes.as_ref().expect("ready checked lanes");
+        let l = self.eps[idx]
+            .lanes
+            .as_ref()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
         let li = l.uct[l.am].0;
         let rma = l
             .rma
@@ -582,7 +591,7 @@ impl State {
         }
         RtsHdr {
             tag,
-            sreq: wire,
+            sreq: self.peer_id(idx, key),
             len: len as u64,
             buf: RemoteBuf {
                 addr: ptr.as_ptr() as u64,
@@ -596,9 +605,12 @@ impl State {
             self.send_ctl_now(idx, am_id::RTS, &hdr)
         } else if let (true, Some(memh)) = (hdr.len() <= max_hdr, am_memh) {
             let off = ptr.as_ptr() as usize - memh.addr() as usize;
-            let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
-            Iov::new(&memh, off, len)
-                .and_then(|iov| {
+            self.eps[idx]
+                .lanes
+                .as_mut()
+                .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))
+                .and_then(|l| {
+                    let iov = Iov::new(&memh, off, len)?;
                     l.uct[l.am]
                         .1
                         .tag_rndv_zcopy(tag, &hdr, &[iov], comp_id(COMP_TM, wire))
@@ -687,10 +699,12 @@ impl State {
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
         let wire = self.wire_id(key);
         let uuid = self.uuid;
-        let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
-        let out = l.uct[l.am]
-            .1
-            .tag_eager_zcopy(tag, uuid, &[iov], comp_id(COMP_TM, wire));
+        let out = match self.eps[idx].lanes.as_mut() {
+            Some(l) => l.uct[l.am]
+                .1
+                .tag_eager_zcopy(tag, uuid, &[iov], comp_id(COMP_TM, wire)),
+            None => Ok(Outcome::NoResource),
+        };
         match out {
             Ok(Outcome::Done(())) => {
                 self.tm.sent += 1;
@@ -785,7 +799,7 @@ impl State {
         hdr.extend_from_slice(&self.uuid.to_le_bytes());
         RtsHdr {
             tag,
-            sreq: wire,
+            sreq: self.peer_id(idx, key),
             len: len as u64,
             buf: RemoteBuf {
                 addr,
@@ -796,10 +810,15 @@ impl State {
         .encode(&mut hdr);
         self.rkey_scratch = rkey;
         let out = if hdr.len() <= max_hdr {
-            let l = self.eps[idx].lanes.as_mut().expect("lanes checked above");
-            l.uct[l.am]
-                .1
-                .tag_rndv_zcopy(tag, &hdr, &[Iov::whole(&memh)], comp_id(COMP_TM, wire))
+            match self.eps[idx].lanes.as_mut() {
+                Some(l) => l.uct[l.am].1.tag_rndv_zcopy(
+                    tag,
+                    &hdr,
+                    &[Iov::whole(&memh)],
+                    comp_id(COMP_TM, wire),
+                ),
+                None => Ok(Outcome::NoResource),
+            }
         } else {
             Ok(Outcome::NoResource)
         };

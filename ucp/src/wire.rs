@@ -12,6 +12,15 @@
 //!
 //! [`Msg::decode`] parses a whole message; it never panics and gives [`Error::Wire`] naming the
 //! message kind and what was missing.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
 
 use ucs::{Error, Result};
 

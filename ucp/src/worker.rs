@@ -1,5 +1,22 @@
 //! The worker: owns the transport interfaces, the endpoints, the requests and tag matching, and
 //! drives every protocol from `progress()`.
+//!
+//! Peers are not trusted. A message that names one of our requests (SYNC_ACK, ATS, RTR,
+//! RNDV_DATA, ATP, ATOMIC_REP) is checked by `State::peer_req` against the request's owning
+//! endpoint, kind and stage before anything is touched; a mismatch fails the endpoint that sent
+//! it and nothing else. Request ids on the wire are scrambled with a secret drawn per endpoint,
+//! so one peer cannot name another endpoint's requests. No `unwrap`, `expect`, `unreachable!`
+//! or `panic!` is allowed here outside tests (the lint below); the two request accessors that
+//! assert a kind are internal invariants, documented where they are allowed.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
 
 use crate::address::{TlAddress, WorkerAddress};
 use crate::config::UcpConfig;
@@ -131,6 +148,10 @@ pub struct ProtoStats {
     /// Messages that arrived on a peer's new AM lane before its lane-switch marker and were
     /// held until it (see [`crate::wireup::AmSwitchGate`]).
     pub am_switch_held: u64,
+    /// Messages that named a request their sender may not touch (unknown, finished, another
+    /// endpoint's, or of the wrong kind or stage): each failed its sender's endpoint and left
+    /// the request named alone.
+    pub forged_ids: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -194,6 +215,8 @@ enum Pending {
 
 struct Ep {
     gen: u32,
+    /// Scrambles the ids of this endpoint's requests on the wire (see [`State::peer_id`]).
+    secret: u64,
     uuid: u64,
     addr: WorkerAddress,
     lanes: Option<Lanes>,
@@ -244,6 +267,9 @@ struct SendReq {
     user_rma: bool,
     /// User active message sent by rendezvous: id and user header.
     am: Option<(u16, Vec<u8>)>,
+    /// A synchronous send whose SYNC_ACK came while fragments were still going out: it
+    /// finishes as soon as they are out.
+    acked: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,6 +307,71 @@ enum ReqKind {
     Atomic { value: u64 },
     Close,
     Flush { eps_left: usize, retry: Vec<usize> },
+}
+
+/// A message that names one of our requests, for [`State::peer_req`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    SyncAck,
+    Ats,
+    Rtr,
+    RndvData,
+    Atp,
+    AtomicRep,
+}
+
+/// Bits of a request's internal id (and of an endpoint's secret): generation and slot.
+const PEER_ID_MASK: u64 = (1 << 60) - 1;
+
+impl Named {
+    /// True when a request of this kind and stage may get the message.
+    fn fits(self, kind: &ReqKind) -> bool {
+        match (self, kind) {
+            // Acknowledges a synchronous eager send whose first fragment went out.
+            (Named::SyncAck, ReqKind::Send(s)) => {
+                s.sync
+                    && !s.acked
+                    && match s.stage {
+                        SendStage::WaitAck => true,
+                        SendStage::Eager | SendStage::EagerZcopy => s.offset > 0,
+                        _ => false,
+                    }
+            }
+            // Answers an RTS that went out.
+            (Named::Ats | Named::Rtr, ReqKind::Send(s)) => {
+                s.rts_sent && s.stage == SendStage::WaitRndv
+            }
+            // Data for a receive that sent its RTR.
+            (Named::RndvData, ReqKind::Recv(r)) => r.stage == RecvStage::RndvWait && !r.user_rma,
+            // Put done: only a receive that offered its buffer for put (it holds a registration).
+            (Named::Atp, ReqKind::Recv(r)) => {
+                r.stage == RecvStage::RndvWait && r.memh.is_some() && !r.user_rma
+            }
+            (Named::AtomicRep, ReqKind::Atomic { .. }) => true,
+            _ => false,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Named::SyncAck => "SYNC_ACK",
+            Named::Ats => "ATS",
+            Named::Rtr => "RTR",
+            Named::RndvData => "RNDV_DATA",
+            Named::Atp => "ATP",
+            Named::AtomicRep => "ATOMIC_REP",
+        }
+    }
+
+    fn expects(self) -> &'static str {
+        match self {
+            Named::SyncAck => "a synchronous send waiting for its acknowledgement",
+            Named::Ats | Named::Rtr => "a rendezvous send waiting for an answer to its RTS",
+            Named::RndvData => "a receive waiting for rendezvous data",
+            Named::Atp => "a receive waiting for a rendezvous put",
+            Named::AtomicRep => "an atomic waiting for its reply",
+        }
+    }
 }
 
 struct Req {
@@ -942,11 +1033,14 @@ impl Worker {
         let r = &st.eps[idx].addr.tls[p.remote];
         match self.ifaces[p.local].ep_create_connected(&r.device_addr, &r.iface_addr) {
             Ok(uep) => {
-                st.by_uct.insert((p.local, uep.id().0), idx);
-                st.iface_users[p.local] += 1;
-                let l = st.eps[idx].lanes.as_mut().expect("lanes");
+                let Some(l) = st.eps[idx].lanes.as_mut() else {
+                    return;
+                };
                 l.uct.push((p.local, uep));
                 l.amo = Some(l.uct.len() - 1);
+                st.by_uct
+                    .insert((p.local, l.uct[l.uct.len() - 1].1.id().0), idx);
+                st.iface_users[p.local] += 1;
             }
             Err(e) => tracing::debug!(
                 "atomic lane {} not connected, atomics are emulated: {e}",
@@ -1421,6 +1515,27 @@ fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()>
     Ok(())
 }
 
+/// A zeroed buffer of `len` bytes for data a peer announced, or `NoMemory` when the allocator
+/// refuses it (a peer's size must not abort the process). Zeroed pages come from the allocator
+/// lazily, as `vec![0; len]` does.
+fn zeroed_buf(len: usize) -> Result<Vec<u8>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len)
+        .map_err(|_| Error::NoMemory(format!("{len} bytes cannot be allocated")))?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(Error::NoMemory(format!(
+            "cannot allocate {len} bytes for a message a peer announced"
+        )));
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `len` u8s (capacity
+    // `len`), and all `len` bytes are initialised (zero).
+    Ok(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
 /// Operand size of an atomic operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AmoSize {
@@ -1564,6 +1679,7 @@ impl State {
         let uuid = addr.uuid;
         let idx = self.eps.insert(Ep {
             gen: self.ep_gen,
+            secret: ucs::random::secret_u64() & PEER_ID_MASK,
             uuid,
             addr,
             lanes: None,
@@ -1641,6 +1757,43 @@ impl State {
 
     fn wire_id(&self, key: usize) -> u64 {
         (self.reqs[key].gen as u64) << 32 | key as u64
+    }
+
+    /// The id request `key` has on the wire towards the peer of endpoint `idx`: its internal
+    /// id (generation and slot, 60 bits) scrambled with the endpoint's secret, so no other peer
+    /// can guess it. The top four bits stay clear: it is never [`NO_REQ`].
+    fn peer_id(&self, idx: usize, key: usize) -> u64 {
+        self.wire_id(key) ^ self.eps[idx].secret
+    }
+
+    /// The request the peer of endpoint `idx` names by `id` in message `named`, checked: a
+    /// live request of that endpoint, of the kind and in the stage the message may touch.
+    /// Anything else (a guessed, finished or another endpoint's request, or one in the wrong
+    /// stage) is a protocol error, counted in [`ProtoStats::forged_ids`] and logged; the caller
+    /// fails the endpoint, and the request named is left as it was.
+    fn peer_req(&mut self, idx: usize, id: u64, named: Named) -> Result<usize> {
+        let wire = id ^ self.eps[idx].secret;
+        let key = (wire & 0xFFFF_FFFF) as usize;
+        let fits = match self.reqs.get(key) {
+            Some(r) if r.gen as u64 == wire >> 32 && r.done.is_none() && r.ep == Some(idx) => {
+                named.fits(&r.kind)
+            }
+            _ => false,
+        };
+        if fits {
+            return Ok(key);
+        }
+        self.stats.forged_ids += 1;
+        let what = named.name();
+        let expects = named.expects();
+        tracing::warn!(
+            "worker {:#018x} sent a {what} naming request {id:#018x}, not {expects} of its \
+             endpoint: failing that endpoint",
+            self.eps[idx].uuid
+        );
+        Err(Error::Wire(format!(
+            "{what} names request {id:#018x}, which is not {expects} of this endpoint"
+        )))
     }
 
     fn req_by_wire(&self, id: u64) -> Option<usize> {
@@ -1879,7 +2032,10 @@ impl State {
             RmaDir::Get(b) => b.len(),
         };
         mk.check(remote_addr, len)?;
-        let l = self.eps[idx].lanes.as_mut().expect("ready endpoint");
+        let l = self.eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
         let (li, uep) = &mut l.uct[lane];
         let attr = &self.info[*li].attr;
         let mut off = 0;
@@ -2058,6 +2214,7 @@ impl State {
         }
         let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
         let wire = self.wire_id(key);
+        let peer_wire = self.peer_id(idx, key);
         // Through the transport when the lane has it and nothing is queued ahead.
         // A peer segment mapped here takes CPU atomics on the shared-memory lane.
         let cpu = |lane: usize| {
@@ -2078,7 +2235,10 @@ impl State {
             ),
         };
         if let (Some(lane), Some(rk), true) = (amo, amo_key, self.eps[idx].pending.is_empty()) {
-            let l = self.eps[idx].lanes.as_mut().expect("lanes");
+            let l = self.eps[idx]
+                .lanes
+                .as_mut()
+                .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
             let uep = &mut l.uct[lane].1;
             let comp = comp_id(COMP_ATOMIC, wire);
             let out: Outcome<u64> = match (kind, size, fetch) {
@@ -2118,7 +2278,7 @@ impl State {
         }
         self.amo_emulated += 1;
         let h = AtomicReqHdr {
-            req: if fetch { wire } else { NO_REQ },
+            req: if fetch { peer_wire } else { NO_REQ },
             op: kind.code(),
             size: bytes as u8,
             addr,
@@ -2430,10 +2590,15 @@ impl State {
                 rts_sent: false,
                 user_rma: false,
                 am: None,
+                acked: false,
             }),
         )
     }
 
+    /// The send request `key`. Internal invariant: callers pass keys of requests they know are
+    /// sends (created as one, or checked by [`State::peer_req`] or the completion kind); a
+    /// peer's id never reaches here unchecked.
+    #[allow(clippy::unreachable)]
     fn send_mut(&mut self, key: usize) -> &mut SendReq {
         match &mut self.reqs[key].kind {
             ReqKind::Send(s) => s,
@@ -2545,7 +2710,7 @@ impl State {
     /// Advances a send request as far as resources allow. Gives false on back-pressure.
     fn send_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.reqs[key].ep.unwrap_or(0);
-        let wire = self.wire_id(key);
+        let wire = self.peer_id(idx, key);
         let stage = self.send_mut(key).stage;
         match stage {
             SendStage::Eager if self.send_mut(key).am.is_some() => self.send_rts(key),
@@ -2570,7 +2735,7 @@ impl State {
                 if !r? {
                     return Ok(false);
                 }
-                if sync {
+                if sync && !s.acked {
                     s.stage = SendStage::WaitAck;
                 } else {
                     self.finish(key, Ok(()));
@@ -2617,6 +2782,7 @@ impl State {
     fn zcopy_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.reqs[key].ep.unwrap_or(0);
         let wire = self.wire_id(key);
+        let peer_wire = self.peer_id(idx, key);
         let uuid = self.uuid.to_le_bytes();
         let now = self.clock.now();
         let State {
@@ -2643,7 +2809,7 @@ impl State {
             .clone()
             .ok_or_else(|| Error::InvalidParam("zcopy without registration".into()))?;
         let len = s.data.len();
-        let sreq = if s.sync { wire } else { NO_REQ };
+        let sreq = if s.sync { peer_wire } else { NO_REQ };
         while s.offset < len {
             let mut hdr = [0u8; PREFIX_LEN + EagerFirstHdr::LEN];
             hdr[..PREFIX_LEN].copy_from_slice(&uuid);
@@ -2695,7 +2861,7 @@ impl State {
 
     fn zcopy_done(&mut self, key: usize) {
         let s = self.send_mut(key);
-        if s.sync {
+        if s.sync && !s.acked {
             s.stage = SendStage::WaitAck;
             s.memh = None;
         } else {
@@ -2705,7 +2871,7 @@ impl State {
 
     fn send_rts(&mut self, key: usize) -> Result<bool> {
         let idx = self.reqs[key].ep.unwrap_or(0);
-        let wire = self.wire_id(key);
+        let wire = self.peer_id(idx, key);
         // Register the data on the RMA lane's memory domain once.
         let rma_iface = self.eps[idx]
             .lanes
@@ -3028,6 +3194,8 @@ impl State {
         )
     }
 
+    /// The receive request `key`. Internal invariant, as [`State::send_mut`].
+    #[allow(clippy::unreachable)]
     fn recv_mut(&mut self, key: usize) -> &mut RecvReq {
         match &mut self.reqs[key].kind {
             ReqKind::Recv(r) => r,
@@ -3161,7 +3329,7 @@ impl State {
             .lanes
             .as_ref()
             .and_then(|l| l.rma.map(|r| l.uct[r].0));
-        let wire = self.wire_id(key);
+        let wire = self.peer_id(ep, key);
         let scheme = self.eps[ep].proto.map(|p| p.rndv);
         let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
         if let Some(li) = rma {
@@ -3302,6 +3470,19 @@ impl State {
         let Some(key) = self.req_by_wire(wire) else {
             return;
         };
+        // A completion of the wrong kind for its request is dropped (the transport mixed up
+        // its operations; the request is left as it is).
+        let fits = match (kind, &self.reqs[key].kind) {
+            (COMP_GET, ReqKind::Recv(_)) | (COMP_PUT | COMP_ZCOPY, ReqKind::Send(_)) => true,
+            (COMP_GET | COMP_PUT | COMP_ZCOPY, _) => false,
+            _ => true,
+        };
+        if !fits {
+            tracing::warn!(
+                "completion of kind {kind} for request {wire:#x} of another kind dropped"
+            );
+            return;
+        }
         let ep = self.reqs[key].ep.unwrap_or(0);
         if let Err(e) = result {
             self.finish(key, Err(e.clone()));
@@ -3311,7 +3492,7 @@ impl State {
         let r = match kind {
             COMP_GET => {
                 let r = self.recv_mut(key);
-                r.inflight -= 1;
+                r.inflight = r.inflight.saturating_sub(1);
                 if r.inflight == 0 && r.offset == r.total {
                     self.get_done(key)
                 } else {
@@ -3590,8 +3771,13 @@ impl State {
             }
             Msg::EagerMiddle(h, data) => self.eager_middle(src, h, data),
             Msg::SyncAck(h) => {
-                if let Some(key) = self.req_by_wire(h.req) {
+                let key = self.peer_req(idx, h.req, Named::SyncAck)?;
+                let s = self.send_mut(key);
+                if s.stage == SendStage::WaitAck {
                     self.finish(key, Ok(()));
+                } else {
+                    // Fragments are still going out: the send finishes when they are.
+                    s.acked = true;
                 }
                 Ok(())
             }
@@ -3624,16 +3810,14 @@ impl State {
                 }
             }
             Msg::Ats(h) => {
-                if let Some(key) = self.req_by_wire(h.req) {
-                    self.tm_rndv_ats(key, h.req);
-                    self.finish(key, Ok(()));
-                }
+                let key = self.peer_req(idx, h.req, Named::Ats)?;
+                let wire = self.wire_id(key);
+                self.tm_rndv_ats(key, wire);
+                self.finish(key, Ok(()));
                 Ok(())
             }
             Msg::Rtr(h) => {
-                let Some(key) = self.req_by_wire(h.sreq) else {
-                    return Ok(());
-                };
+                let key = self.peer_req(idx, h.sreq, Named::Rtr)?;
                 self.tm_mapped_materialize(key);
                 let rma = self.eps[idx]
                     .lanes
@@ -3666,9 +3850,7 @@ impl State {
                 Ok(())
             }
             Msg::RndvData(h, data) => {
-                let Some(key) = self.req_by_wire(h.id) else {
-                    return Ok(());
-                };
+                let key = self.peer_req(idx, h.id, Named::RndvData)?;
                 let r = match &mut self.reqs[key].kind {
                     ReqKind::Recv(r) if r.stage == RecvStage::RndvWait => r,
                     _ => {
@@ -3692,11 +3874,10 @@ impl State {
                 Ok(())
             }
             Msg::Atp(h) => {
-                if let Some(key) = self.req_by_wire(h.req) {
-                    let r = self.recv_mut(key);
-                    r.received = r.total;
-                    self.finish(key, Ok(()));
-                }
+                let key = self.peer_req(idx, h.req, Named::Atp)?;
+                let r = self.recv_mut(key);
+                r.received = r.total;
+                self.finish(key, Ok(()));
                 Ok(())
             }
             Msg::UserAm(h, uh, data) => {
@@ -3713,7 +3894,7 @@ impl State {
                         "active message of {len} bytes is implausibly large"
                     )));
                 }
-                let key = self.new_recv(vec![0; len], 0, 0);
+                let key = self.new_recv(zeroed_buf(len)?, 0, 0);
                 self.recv_mut(key).am = Some((h.id, uh.to_vec()));
                 self.rndv_recv_start(
                     key,
@@ -3745,20 +3926,19 @@ impl State {
                 Ok(())
             }
             Msg::AtomicRep(h) => {
-                if let Some(key) = self.req_by_wire(h.req) {
-                    if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
-                        *value = h.value;
-                    }
-                    let st = if h.status == 0 {
-                        Ok(())
-                    } else {
-                        Err(Error::RemoteAccess(
-                            "the target refused the atomic: address outside its mapped memory or misaligned"
-                                .into(),
-                        ))
-                    };
-                    self.finish(key, st);
+                let key = self.peer_req(idx, h.req, Named::AtomicRep)?;
+                if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
+                    *value = h.value;
                 }
+                let st = if h.status == 0 {
+                    Ok(())
+                } else {
+                    Err(Error::RemoteAccess(
+                        "the target refused the atomic: address outside its mapped memory or misaligned"
+                            .into(),
+                    ))
+                };
+                self.finish(key, st);
                 Ok(())
             }
             Msg::Stream(data) => {
@@ -3806,10 +3986,11 @@ impl State {
                     let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
                 }
                 let req = &mut self.reqs[key];
-                req.ep = Some(idx);
+                // The matcher holds receives only.
                 let ReqKind::Recv(r) = &mut req.kind else {
-                    unreachable!("request {key} is not a receive")
+                    return;
                 };
+                req.ep = Some(idx);
                 r.sender_tag = tag;
                 r.total = total;
                 r.stage = RecvStage::Eager;
@@ -4093,7 +4274,9 @@ impl State {
                     reply = Some(a);
                 }
                 Err(e) => {
-                    let w = l.rma_wait.take().expect("waiting lane");
+                    let Some(w) = l.rma_wait.take() else {
+                        return Ok(());
+                    };
                     let name = self.info[w.li].tl_name;
                     tracing::warn!(
                         "{name} lane to {:#018x} did not connect, staying on the wire-up lane: {e}",

@@ -21,6 +21,7 @@ pub mod config;
 pub mod log;
 pub mod mpmc;
 pub mod mpool;
+pub mod random;
 pub mod rcache;
 pub mod status;
 #[doc(hidden)]

@@ -38,6 +38,20 @@
 //! Limits: a rendezvous takes one piece of memory (several give `InvalidParam`); eager messages
 //! take one FIFO element buffer ([`EAGER_MAX_BCOPY`]), so `tag_eager_zcopy` copies once into it
 //! like bcopy (nothing is gained over bcopy, it exists for the API).
+//!
+//! Peers are not trusted: an acknowledgement can come from any process that can write into
+//! our FIFO, so a rendezvous operation's id carries an unguessable nonce (see
+//! `TagState::op_alloc`); headers are checked before use, and nothing here panics on peer
+//! bytes (the lint below).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
 
 use super::fifo::{self, FifoPtrs, BUF_SIZE, INLINE_MAX};
 use super::iface::{abstract_addr, check_iov, Common, MmEp, MmIface, PeerWatch};
@@ -75,13 +89,19 @@ pub const EAGER_MAX_BCOPY: usize = BUF_SIZE - EagerHdr::LEN;
 pub const RNDV_MAX_HDR: usize = BUF_SIZE - RkeyWire::LEN;
 /// Largest rendezvous.
 pub const RNDV_MAX_ZCOPY: usize = 1 << 30;
+/// Bits of a rendezvous operation id that hold its slot (plus one).
+const OP_SLOT_BITS: u32 = 16;
+const OP_SLOT_MASK: u64 = (1 << OP_SLOT_BITS) - 1;
+const _: () = assert!(MAX_RNDV_OPS < OP_SLOT_MASK as usize);
 /// Senders' FIFOs kept attached for acknowledgements.
 const MAX_REPLIES: usize = 64;
 /// Senders' segments kept attached for rendezvous reads.
 const MAX_SOURCES: usize = 16;
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
 }
 
 fn truncated(what: &str, len: usize, need: usize) -> Error {
@@ -245,7 +265,7 @@ impl RndvHdr {
             op_id: u64_at(b, 8),
             length: u64_at(b, 16),
             addr: u64_at(b, 24),
-            pid: u32::from_le_bytes(b[32..36].try_into().expect("4 bytes")),
+            pid: u32::from_le_bytes([b[32], b[33], b[34], b[35]]),
             src: match b[36] {
                 0 => RndvSrc::Request,
                 1 => RndvSrc::Cma,
@@ -444,7 +464,8 @@ impl Posted {
 struct RndvOp {
     comp: CompletionId,
     ep: EpId,
-    gen: u32,
+    /// The unguessable part of the operation's id (see [`TagState::op_alloc`]).
+    nonce: u64,
     /// Keeps memory from `mem_alloc` mapped while the receiver may read it.
     _src: Option<MemHandle>,
 }
@@ -466,7 +487,10 @@ pub(crate) struct TagState {
     canceled: VecDeque<(TagRecvId, u64)>,
     ops: Vec<Option<RndvOp>>,
     free_ops: Vec<u32>,
-    next_gen: u32,
+    /// Keys the operation-id nonces (randomly keyed SipHash of `op_count`).
+    op_keys: std::collections::hash_map::RandomState,
+    /// Operations allocated so far.
+    op_count: u64,
     /// Operations failed by their peer's death, reported by the next progress.
     failed_ops: VecDeque<(CompletionId, Error)>,
     /// Acknowledgements waiting for room in their sender's FIFO.
@@ -483,7 +507,8 @@ impl TagState {
             canceled: VecDeque::with_capacity(MAX_POSTED),
             ops: (0..MAX_RNDV_OPS).map(|_| None).collect(),
             free_ops: (0..MAX_RNDV_OPS as u32).rev().collect(),
-            next_gen: 1,
+            op_keys: std::collections::hash_map::RandomState::new(),
+            op_count: 0,
             failed_ops: VecDeque::with_capacity(MAX_RNDV_OPS),
             acks: VecDeque::with_capacity(MAX_RNDV_OPS),
             replies: Vec::with_capacity(MAX_REPLIES),
@@ -537,31 +562,38 @@ impl TagState {
                 "no tag receive {ctx} is posted"
             )));
         };
-        let p = self.posted.remove(i).expect("found above");
+        let Some(p) = self.posted.remove(i) else {
+            return Ok(());
+        };
         if !force {
             self.canceled.push_back((p.ctx, p.tag));
         }
         Ok(())
     }
 
+    /// Takes an operation slot. The id on the wire is the slot (plus one, low 16 bits) under a
+    /// 48-bit nonce from a randomly keyed SipHash of a counter: the acknowledgement that
+    /// completes the operation can come from any process that can write into our FIFO, so the
+    /// id must not be guessable, not even from the ids of other operations a receiver saw.
     fn op_alloc(&mut self, comp: CompletionId, ep: EpId, src: Option<MemHandle>) -> Option<u64> {
+        use std::hash::BuildHasher;
         let idx = self.free_ops.pop()?;
-        let gen = self.next_gen;
-        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        self.op_count += 1;
+        let nonce = self.op_keys.hash_one(self.op_count) >> OP_SLOT_BITS;
         self.ops[idx as usize] = Some(RndvOp {
             comp,
             ep,
-            gen,
+            nonce,
             _src: src,
         });
-        Some((gen as u64) << 32 | (idx as u64 + 1))
+        Some(nonce << OP_SLOT_BITS | (idx as u64 + 1))
     }
 
     fn op_take(&mut self, id: u64, ep: Option<EpId>) -> Option<RndvOp> {
-        let idx = (id as u32 as usize).checked_sub(1)?;
+        let idx = ((id & OP_SLOT_MASK) as usize).checked_sub(1)?;
         let slot = self.ops.get_mut(idx)?;
         match slot {
-            Some(op) if op.gen == (id >> 32) as u32 && ep.is_none_or(|e| e == op.ep) => {
+            Some(op) if op.nonce == id >> OP_SLOT_BITS && ep.is_none_or(|e| e == op.ep) => {
                 let op = slot.take();
                 self.free_ops.push(idx as u32);
                 op
@@ -573,8 +605,7 @@ impl TagState {
     /// Fails every outstanding rendezvous of endpoint `ep` (its peer died).
     pub(crate) fn fail_ops(&mut self, ep: EpId, err: &Error) {
         for (idx, slot) in self.ops.iter_mut().enumerate() {
-            if slot.as_ref().is_some_and(|o| o.ep == ep) {
-                let op = slot.take().expect("checked");
+            if let Some(op) = slot.take_if(|o| o.ep == ep) {
                 self.free_ops.push(idx as u32);
                 self.failed_ops.push_back((op.comp, err.clone()));
             }
@@ -934,10 +965,15 @@ impl MmEp {
             // SAFETY: the claimed element's buffer is BUF_SIZE bytes only this sender touches
             // until it publishes.
             let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_SIZE) };
-            let (h, body) = dst.split_at_mut(EagerHdr::LEN);
+            let Some((h, body)) = dst.split_first_chunk_mut::<{ EagerHdr::LEN }>() else {
+                return Err(Error::MessageTooLong {
+                    len: EagerHdr::LEN,
+                    max: BUF_SIZE,
+                });
+            };
             let len = pack(body);
             check_len(len, EAGER_MAX_BCOPY)?;
-            EagerHdr { tag, imm }.encode(h.try_into().expect("16 bytes"));
+            EagerHdr { tag, imm }.encode(h);
             Ok((fifo::KIND_BUF, EagerHdr::LEN + len, len))
         })
     }
@@ -1402,6 +1438,82 @@ mod tests {
             ep.tag_rndv_zcopy(6, b"", &two, 11),
             Err(Error::InvalidParam(_))
         ));
+        drop(sm);
+    }
+
+    /// Acknowledgements complete a rendezvous only when they name its id exactly: a process
+    /// that can write into the sender's FIFO (here the receiver of another rendezvous, which
+    /// knows that one's id) cannot complete an operation by guessing. Guesses tried: the
+    /// slot-and-counter ids this transport used to give, and the known id with every other
+    /// slot. The operation then completes by its real acknowledgement.
+    #[test]
+    fn forged_acks_complete_no_rendezvous() {
+        let md = PosixTransport::open_md(DEVICE).unwrap();
+        let p = IfaceParams {
+            device: DEVICE.into(),
+        };
+        let mut a = PosixTransport::open_iface(&md, &p).unwrap();
+        let mut b = PosixTransport::open_iface(&md, &p).unwrap();
+        let mut c = PosixTransport::open_iface(&md, &p).unwrap();
+        let mut to_b = a
+            .ep_create_connected(b.device_address(), b.iface_address())
+            .unwrap();
+        let mut to_c = a
+            .ep_create_connected(c.device_address(), c.iface_address())
+            .unwrap();
+        let mut src: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
+        let sm = reg(&md, &mut src);
+        let mut rec = Rec::default();
+        let known = match to_b.tag_rndv_zcopy(1, b"", &[Iov::whole(&sm)], 7).unwrap() {
+            Outcome::Done(op) => op,
+            o => panic!("{o:?}"),
+        };
+        let victim = match to_c.tag_rndv_zcopy(2, b"", &[Iov::whole(&sm)], 8).unwrap() {
+            Outcome::Done(op) => op,
+            o => panic!("{o:?}"),
+        };
+        assert_ne!(
+            known >> OP_SLOT_BITS,
+            victim >> OP_SLOT_BITS,
+            "nonces repeat"
+        );
+        let mut guesses: Vec<u64> = (1..8u64)
+            .flat_map(|g| (1..8u64).map(move |s| g << 32 | s))
+            .collect();
+        guesses.extend((1..=MAX_RNDV_OPS as u64).map(|s| known & !OP_SLOT_MASK | s));
+        guesses.retain(|&g| g != known);
+        let to = a.common.self_addr;
+        for op_id in guesses {
+            let ack = Ack { op_id, status: 0 };
+            while !b.common.tag.borrow_mut().send_ack(&to, ack, &b.sock) {
+                a.progress(&mut rec);
+            }
+        }
+        for _ in 0..1000 {
+            a.progress(&mut rec);
+        }
+        assert!(
+            rec.comps.is_empty(),
+            "a forged ack completed {:?}",
+            rec.comps
+        );
+        // The real receiver of the victim's rendezvous acknowledges it.
+        let ack = Ack {
+            op_id: victim,
+            status: 0,
+        };
+        assert!(c.common.tag.borrow_mut().send_ack(&to, ack, &c.sock));
+        for _ in 0..1000 {
+            if !rec.comps.is_empty() {
+                break;
+            }
+            a.progress(&mut rec);
+        }
+        assert_eq!(rec.comps.len(), 1);
+        assert!(matches!(rec.comps[0], (8, Ok(_))));
+        to_b.tag_rndv_cancel(known).unwrap();
+        b.progress(&mut rec);
+        c.progress(&mut rec);
         drop(sm);
     }
 

@@ -1590,7 +1590,9 @@ impl TcpIface {
                     return n;
                 }
                 let Some(ep) = c.ep else { return n };
-                let req = c.pending.pop_front().expect("non-empty");
+                let Some(req) = c.pending.pop_front() else {
+                    return n;
+                };
                 c.dispatching = true;
                 (ep, req)
             };
@@ -1884,8 +1886,8 @@ impl TcpIface {
                         if r.length as usize <= segs.total());
                     let mut sub = [0u8; Ack::LEN];
                     if ok {
-                        let Req::TagRndv { mut segs, comp } = c.reqs.remove(idx) else {
-                            unreachable!("checked above")
+                        let Some(Req::TagRndv { mut segs, comp }) = c.reqs.try_remove(idx) else {
+                            return Flow::Fail(unknown_req("tag get", r.key));
                         };
                         segs.truncate(r.length as usize);
                         Ack {
@@ -1953,8 +1955,9 @@ impl TcpIface {
                         let idx = (a.req_id - 1) as usize;
                         match c.reqs.get(idx) {
                             Some(Req::PutZcopy { .. }) => {
-                                let Req::PutZcopy { comp: cid } = c.reqs.remove(idx) else {
-                                    unreachable!()
+                                let Some(Req::PutZcopy { comp: cid }) = c.reqs.try_remove(idx)
+                                else {
+                                    return Flow::Fail(unknown_req("put ack", a.req_id));
                                 };
                                 comp = Some((cid, status_result(a.status, "put", 0)));
                             }
@@ -2021,11 +2024,11 @@ impl TcpIface {
                                 segs.scatter(chunk.offset as usize, chunk.data);
                             }
                             if a.status != WireStatus::Ok || chunk.last {
-                                let Req::TagGet {
+                                let Some(Req::TagGet {
                                     ctx, tag, length, ..
-                                } = c.reqs.remove(idx)
+                                }) = c.reqs.try_remove(idx)
                                 else {
-                                    unreachable!("matched above")
+                                    return Flow::Fail(unknown_req("get response", a.req_id));
                                 };
                                 let res = super::tag::rndv_result(a.status, want, length);
                                 inner.tag.done.push_back((ctx, tag, 0, length, res));
@@ -2102,13 +2105,13 @@ impl TcpIface {
                     let idx = a.req_id.wrapping_sub(1) as usize;
                     match c.reqs.get(idx) {
                         Some(Req::Flush { .. }) => {
-                            let Req::Flush {
+                            let Some(Req::Flush {
                                 comp: cid,
                                 iface_flush,
                                 put_seq,
-                            } = c.reqs.remove(idx)
+                            }) = c.reqs.try_remove(idx)
                             else {
-                                unreachable!()
+                                return Flow::Fail(unknown_req("flush ack", a.req_id));
                             };
                             c.acked_seq = c.acked_seq.max(put_seq);
                             let err = c.deferred_err.take();
@@ -2318,7 +2321,13 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
                     }
                 }
                 wire::StreamSub::GetResp(a) => {
-                    match c.reqs.remove(a.req_id.wrapping_sub(1) as usize) {
+                    // The request was checked (kind and size) before the recv.
+                    let idx = a.req_id.wrapping_sub(1) as usize;
+                    match c.reqs.get(idx) {
+                        Some(Req::GetZcopy { .. } | Req::TagGet { .. }) => {}
+                        _ => return Err(unknown_req("get response", a.req_id)),
+                    }
+                    match c.reqs.remove(idx) {
                         Req::GetZcopy { comp, .. } => inner.done.push_back((comp, Ok(0))),
                         Req::TagGet {
                             ctx,
@@ -2330,7 +2339,7 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
                             let res = super::tag::rndv_result(WireStatus::Ok, want, length);
                             inner.tag.done.push_back((ctx, tag, 0, length, res));
                         }
-                        _ => unreachable!("checked before the recv"),
+                        _ => {}
                     }
                 }
                 wire::StreamSub::TagEager(_) => return Ok(true),

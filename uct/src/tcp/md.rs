@@ -223,7 +223,11 @@ impl PackedRkey {
                 Self::VERSION
             )));
         }
-        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
         Ok(PackedRkey {
             base: u(8),
             len: u(16),

@@ -52,6 +52,21 @@
 //!   and it cuts the receiver's `recv` calls tenfold). The event fd is that
 //!   epoll fd (EventFlags::FD). Keepalive (10 s + 3 × 2 s) bounds the detection of a peer
 //!   host that vanishes without a FIN or RST; a killed process is noticed at the next read.
+//! - **Peers are not trusted.** A reply names a request by its slot in the table of the
+//!   connection it arrives on (put and flush acks, get and atomic responses, the `TagGet` of a
+//!   tagged rendezvous), so no other connection can reach it; the slot must hold a request of
+//!   the kind the reply answers, or the connection fails. Nothing here panics on peer bytes
+//!   (the lint below keeps `unwrap`, `expect`, `unreachable!` and `panic!` out).
+
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
 
 mod ep;
 mod iface;
@@ -73,6 +88,13 @@ use crate::registry::{DeviceInfo, Transport};
 use std::net::Ipv4Addr;
 use ucs::config::ConfigVar;
 use ucs::{Error, Result};
+
+/// A little-endian u64 from the first 8 bytes of `b` (callers check the length).
+fn le64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
 
 /// `RUCX_TCP_SNDBUF`: socket send buffer size.
 pub const TCP_SNDBUF: ConfigVar = ConfigVar {
@@ -300,7 +322,7 @@ impl DevAddr {
             ip: Ipv4Addr::new(b[4], b[5], b[6], b[7]),
             prefix: b[2],
             loopback: b[3] == 1,
-            netns: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            netns: le64(&b[8..16]),
         })
     }
 }
@@ -390,7 +412,7 @@ impl EpAddr {
         }
         Ok(EpAddr {
             iface: IfaceAddr::decode(&b[..8])?,
-            conn_id: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            conn_id: le64(&b[8..16]),
         })
     }
 }

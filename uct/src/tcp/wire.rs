@@ -1243,7 +1243,7 @@ fn collect(ev: RxEvent<'_>, partial: &mut Option<OwnedEvent>, out: &mut Vec<Owne
         v.extend_from_slice(chunk.data);
     }
     if chunk.last {
-        out.push(partial.take().expect("partial event"));
+        out.extend(partial.take());
     }
 }
 
