@@ -91,12 +91,14 @@ impl Peer {
         }
     }
 
-    /// Connects both ways: our endpoint to the peer, then the peer's back to us.
+    /// Connects both ways: our endpoint to the peer, then the peer's back to us, and waits for
+    /// one echo (so the peer's endpoint exists, and with it the peer's grant of access to its
+    /// memory).
     fn connect(&mut self, iface: &mut uct::AnyIface) -> uct::AnyEp {
         iface
             .is_reachable(&self.dev, Some(&self.iface))
             .expect("peer reachable");
-        let ep = iface
+        let mut ep = iface
             .ep_create_connected(&self.dev, &self.iface)
             .expect("connect to peer");
         writeln!(
@@ -107,6 +109,9 @@ impl Peer {
         )
         .unwrap();
         self.stdin.flush().unwrap();
+        let mut inbox = Inbox::default();
+        retry(iface, &mut inbox, || ep.am_short(1, 0, &[]));
+        wait_msg(iface, &mut inbox, 2);
         ep
     }
 
@@ -382,6 +387,8 @@ fn peer_killed(tl: &str) {
 
     // cma to a dead process: data operations and progress report the peer failure.
     let mut peer = Peer::spawn(tl);
+    let (_md2, mut iface2) = uct::open(tl, "memory").unwrap();
+    let _back = peer.connect(&mut iface2);
     if let (Some(ci), Some(ck)) = (peer.cma_iface.clone(), peer.cma_rkey.clone()) {
         let (cmd, mut cif) = uct::open("cma", "memory").unwrap();
         let mut cep = cif.ep_create_connected(&peer.dev, &ci).unwrap();

@@ -74,7 +74,7 @@ fn range(data: &[u8]) -> (usize, usize) {
 fn claim_and_die(iface_addr: &str) -> ! {
     use uct::mm::{fifo::FifoPtrs, segment::Segment, wire::IfaceAddr};
     let a = IfaceAddr::decode(&unhex(iface_addr)).expect("interface address");
-    let seg = Segment::attach(a.seg).expect("attach the FIFO");
+    let seg = Segment::attach_fifo(a.seg).expect("attach the FIFO");
     // SAFETY: attach mapped the whole FIFO segment, which stays mapped until we die.
     let fifo = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
     fifo.validate(a.seg.pid).expect("a rucx FIFO");

@@ -1,22 +1,33 @@
 //! The `cma` transport (device `memory`, memory domain `cma`): put/get zcopy between processes of
 //! one host with `process_vm_writev` / `process_vm_readv` on registered memory.
 //!
-//! Registration records the range; the packed rkey is the owner's pid plus the range. The
-//! kernel checks the ptrace permission on every call; when it forbids cross-process access the
-//! transport reports itself unavailable with the reason.
+//! Registration records the range; the packed rkey is the owner's pid plus the range. The pid
+//! in a peer's address or key is only a claim: an endpoint reads or writes another process
+//! only once that process has granted this one access through the kernel-verified grant
+//! socket ([`crate::grant`]), which every rucx process does for the peers it creates
+//! endpoints to. A claimed pid that never granted fails the endpoint with
+//! [`Error::RemoteAccess`] and a log line, and nothing of that process is touched. Every
+//! access is checked against the remote key (same pid, range inside the key's region).
+//!
+//! The kernel checks the ptrace permission on every call. `is_reachable` asks it up front (by
+//! opening `/proc/<pid>/mem`, which reads nothing), so a peer the kernel forbids (Yama
+//! `ptrace_scope` 1, another user, no `CAP_SYS_PTRACE`) is reported unreachable with the reason
+//! and ucp uses another path for it; Yama `ptrace_scope` 2 or 3 makes the transport unavailable.
 
 use crate::caps::{
     DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags, OpLimits, PerfModel,
 };
 use crate::ep::{check_len, CompletionId, Endpoint, EpId, PendingId};
+use crate::grant::Grant;
 use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 use crate::mm::wire::DeviceAddr;
 use crate::mm::PeerWatch;
 use crate::registry::{DeviceInfo, Transport};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use ucs::{Error, Outcome, Result};
 
 /// The device name.
@@ -122,28 +133,14 @@ impl CmaIfaceAddr {
     }
 }
 
-/// Checks that this process may use process_vm_readv/writev, and allows peers to do so on it.
+/// Checks that this process may use process_vm_readv/writev at all.
 fn self_test() -> std::result::Result<(), String> {
-    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
-        match s.trim() {
-            "0" => {}
-            "1" => {
-                // Restricted ptrace: let any process of ours attach to us, as UCX does.
-                // SAFETY: FFI, no pointers.
-                let r =
-                    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
-                if r != 0 {
-                    return Err(format!(
-                        "kernel.yama.ptrace_scope is 1 and PR_SET_PTRACER failed: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
-            }
-            v => {
-                return Err(format!(
-                    "kernel.yama.ptrace_scope is {v}: cross-process memory access is forbidden"
-                ))
-            }
+    match crate::grant::ptrace_scope() {
+        None | Some(0) | Some(1) => {}
+        Some(v) => {
+            return Err(format!(
+                "kernel.yama.ptrace_scope is {v}: cross-process memory access is forbidden"
+            ))
         }
     }
     let src = [0x5au8; 8];
@@ -199,6 +196,8 @@ impl Transport for CmaTransport {
     }
     fn open_iface(_md: &CmaMd, params: &IfaceParams) -> Result<CmaIface> {
         check_device(&params.device)?;
+        // Peers grant us access through our grant socket; without it no peer can be verified.
+        crate::grant::listen()?;
         CmaIface::open(&params.device)
     }
 }
@@ -256,8 +255,43 @@ struct CmaEpShared {
     id: EpId,
     pid: u32,
     peer: PeerWatch,
+    /// Our consent that the peer reaches us (none towards ourselves).
+    _grant: Option<Arc<Grant>>,
+    /// The peer process has granted us access (checked until it has).
+    verified: Cell<bool>,
+    /// The peer never granted access when we needed it: the endpoint failed with this.
+    refused: RefCell<Option<Error>>,
     failed: Cell<bool>,
     reported: Cell<bool>,
+}
+
+impl CmaEpShared {
+    /// The error a failed endpoint gives.
+    fn failure(&self) -> Error {
+        self.refused
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| peer_gone(self.pid))
+    }
+
+    /// Checks that the peer process granted us access; on the first refusal fails the
+    /// endpoint (reported once by progress) and logs it.
+    fn verify(&self) -> Result<()> {
+        if self.verified.get() {
+            return Ok(());
+        }
+        match crate::grant::check(self.pid, "cma access") {
+            Ok(()) => {
+                self.verified.set(true);
+                Ok(())
+            }
+            Err(e) => {
+                *self.refused.borrow_mut() = Some(e.clone());
+                self.failed.set(true);
+                Err(e)
+            }
+        }
+    }
 }
 
 /// A cma interface: its address is the process id; there is nothing to receive.
@@ -351,7 +385,12 @@ impl Iface for CmaIface {
             return Err(why.replace("shared memory", "cma"));
         }
         if let Some(ia) = iface_addr {
-            CmaIfaceAddr::decode(ia).map_err(|e| e.to_string())?;
+            let a = CmaIfaceAddr::decode(ia).map_err(|e| e.to_string())?;
+            if a.pid != std::process::id() {
+                crate::grant::may_trace(a.pid).inspect_err(|why| {
+                    tracing::info!("cma is not used for process {}: {why}", a.pid)
+                })?;
+            }
         }
         Ok(())
     }
@@ -361,10 +400,21 @@ impl Iface for CmaIface {
             return Err(Error::Unreachable(why.replace("shared memory", "cma")));
         }
         let a = CmaIfaceAddr::decode(iface_addr)?;
+        let own = a.pid == std::process::id();
+        // Watch the peer before granting, so a pid reused later is not mistaken for it.
+        let peer = PeerWatch::new(a.pid);
+        let grant = if own {
+            None
+        } else {
+            Some(crate::grant::grant_to(a.pid)?)
+        };
         let shared = Rc::new(CmaEpShared {
             id: EpId(self.next_ep),
             pid: a.pid,
-            peer: PeerWatch::new(a.pid),
+            peer,
+            _grant: grant,
+            verified: Cell::new(own || crate::grant::granted(a.pid)),
+            refused: RefCell::new(None),
             failed: Cell::new(false),
             reported: Cell::new(false),
         });
@@ -376,6 +426,9 @@ impl Iface for CmaIface {
         // Look at the peers every PEER_CHECK_INTERVAL calls (a poll on each pidfd).
         self.tick = self.tick.wrapping_add(1);
         let check = self.tick.is_multiple_of(PEER_CHECK_INTERVAL);
+        if check {
+            crate::grant::maintain();
+        }
         let mut n = 0;
         let mut i = 0;
         while i < self.eps.len() {
@@ -388,7 +441,7 @@ impl Iface for CmaIface {
                 ep.failed.set(true);
             }
             if ep.failed.get() && !ep.reported.replace(true) {
-                sink.ep_error(ep.id, peer_gone(ep.pid));
+                sink.ep_error(ep.id, ep.failure());
                 n += 1;
             }
         }
@@ -417,7 +470,7 @@ impl CmaEp {
         rkey: &RemoteKey,
     ) -> Result<Outcome> {
         if self.shared.failed.get() {
-            return Err(peer_gone(self.shared.pid));
+            return Err(self.shared.failure());
         }
         if iov.len() > MAX_IOV {
             return Err(Error::InvalidParam(format!(
@@ -425,6 +478,8 @@ impl CmaEp {
                 iov.len()
             )));
         }
+        // The endpoint's process first: an unverified pid fails the endpoint whatever the key.
+        self.shared.verify()?;
         if rkey.tl_value != self.shared.pid as u64 {
             return Err(Error::RemoteAccess(format!(
                 "the remote key belongs to process {}, this endpoint reaches {}",
@@ -521,7 +576,7 @@ impl Endpoint for CmaEp {
     }
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
         if self.shared.failed.get() {
-            return Err(peer_gone(self.shared.pid));
+            return Err(self.shared.failure());
         }
         Ok(Outcome::DONE)
     }
@@ -564,6 +619,97 @@ mod tests {
         for n in 0..v.len() {
             assert!(matches!(CmaIfaceAddr::decode(&v[..n]), Err(Error::Wire(_))));
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod access_tests {
+    use super::*;
+
+    fn open() -> (CmaMd, CmaIface) {
+        let md = CmaTransport::open_md(DEVICE).unwrap();
+        let iface = CmaTransport::open_iface(
+            &md,
+            &IfaceParams {
+                device: DEVICE.into(),
+            },
+        )
+        .unwrap();
+        (md, iface)
+    }
+
+    #[test]
+    fn every_access_is_checked_against_the_remote_key() {
+        let (md, mut iface) = open();
+        let mut remote = vec![7u8; 64];
+        // SAFETY: `remote` outlives the handle.
+        let rh = unsafe { md.mem_reg(NonNull::new(remote.as_mut_ptr()).unwrap(), 64) }.unwrap();
+        let mut packed = Vec::new();
+        md.rkey_pack(&rh, &mut packed).unwrap();
+        let rkey = md.rkey_unpack(&packed).unwrap();
+        let mut local = vec![0u8; 16];
+        // SAFETY: `local` outlives the handle.
+        let lh = unsafe { md.mem_reg(NonNull::new(local.as_mut_ptr()).unwrap(), 16) }.unwrap();
+        let dev = iface.device_address().to_vec();
+        let addr = iface.iface_address().to_vec();
+        let mut ep = iface.ep_create_connected(&dev, &addr).unwrap();
+        let base = rh.addr() as u64;
+        let two = [Iov::new(&lh, 0, 2).unwrap()];
+        let eight = [Iov::new(&lh, 0, 8).unwrap()];
+        // Inside the region: works.
+        assert_eq!(
+            ep.get_zcopy(&two, base + 62, &rkey, 0).unwrap(),
+            Outcome::DONE
+        );
+        // Past its end, before its start, and with an offset + length that overflows.
+        for (iov, at) in [
+            (&two, base + 63),
+            (&two, base + 64),
+            (&two, base - 1),
+            (&eight, u64::MAX - 3),
+            (&eight, u64::MAX),
+        ] {
+            let r = ep.get_zcopy(iov, at, &rkey, 0);
+            assert!(matches!(r, Err(Error::RemoteAccess(_))), "{at:#x}: {r:?}");
+            let r = ep.put_zcopy(iov, at, &rkey, 0);
+            assert!(matches!(r, Err(Error::RemoteAccess(_))), "{at:#x}: {r:?}");
+        }
+        // A key naming another process is refused by this endpoint.
+        let other = RemoteKey::unmapped(base, 64, 1);
+        let r = ep.get_zcopy(&two, base, &other, 0);
+        assert!(matches!(r, Err(Error::RemoteAccess(_))), "{r:?}");
+        // A packed key whose range overflows does not even decode.
+        let mut bad = Vec::new();
+        CmaRkey {
+            pid: 77,
+            base: u64::MAX - 10,
+            len: 64,
+        }
+        .encode(&mut bad);
+        assert!(matches!(md.rkey_unpack(&bad), Err(Error::Wire(_))));
+        // Nothing above wrote outside the one good read.
+        assert_eq!(remote, vec![7u8; 64]);
+        drop(lh);
+        assert_eq!(&local[..2], &[7, 7]);
+        assert!(local[2..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn an_address_naming_a_process_that_is_not_a_rucx_peer_is_refused() {
+        let (_md, mut iface) = open();
+        let mut victim = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let dev = iface.device_address().to_vec();
+        let mut forged = Vec::new();
+        CmaIfaceAddr { pid: victim.id() }.encode(&mut forged);
+        let r = iface.ep_create_connected(&dev, &forged).map(|_| ());
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        let e = r.unwrap_err();
+        assert!(matches!(e, Error::Unreachable(_)), "{e}");
+        assert!(e.to_string().contains("not a rucx process"), "{e}");
     }
 }
 

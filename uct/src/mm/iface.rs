@@ -155,7 +155,7 @@ impl PeerWatch {
     }
 }
 
-pub(super) fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
+pub(crate) fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
     // SAFETY: all-zero is a valid sockaddr_un.
     let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     a.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -186,6 +186,9 @@ pub(super) struct EpShared {
     reported: Cell<bool>,
     pub(super) peer: PeerWatch,
     peer_pid: u32,
+    /// Our consent that the peer maps our segments and reads our memory (none towards
+    /// ourselves).
+    _grant: Option<std::sync::Arc<crate::grant::Grant>>,
 }
 
 impl EpShared {
@@ -259,6 +262,9 @@ pub struct MmIface {
 impl MmIface {
     /// Opens an interface with a fresh FIFO segment of `kind`.
     pub fn open(kind: SegKind, device: &str) -> Result<Self> {
+        // Peers grant us access to their segments through our grant socket. Without it (the
+        // name is taken) messages still flow, but mapping peers' memory is refused.
+        let _ = crate::grant::listen();
         let seg = Segment::create(kind, fifo::SEG_LEN)?;
         // SAFETY: the segment is SEG_LEN bytes, page aligned, and lives in `self._seg` as long as
         // the view; nobody else knows it yet, so init may write it.
@@ -508,7 +514,13 @@ impl Iface for MmIface {
         }
         // Watch the peer before mapping, so a pid reused later is not mistaken for it.
         let peer = PeerWatch::new(a.seg.pid);
-        let seg = Segment::attach(a.seg)?;
+        let seg = Segment::attach_fifo(a.seg)?;
+        // Let the peer map our segments and read our registered memory (it checks that we did).
+        let grant = if a.seg.pid == std::process::id() {
+            None
+        } else {
+            Some(crate::grant::grant_to(a.seg.pid)?)
+        };
         if let Some(fd) = peer.fd() {
             epoll_add(&self.common.epoll, fd)?;
         }
@@ -530,6 +542,7 @@ impl Iface for MmIface {
             reported: Cell::new(false),
             peer,
             peer_pid: a.seg.pid,
+            _grant: grant,
         });
         self.eps.push(Rc::downgrade(&shared));
         Ok(MmEp {
@@ -581,6 +594,9 @@ impl Iface for MmIface {
             self.check_stall();
         }
         let check_peers = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.eps.is_empty();
+        if check_peers {
+            crate::grant::maintain();
+        }
         if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
             n += self.progress_eps(sink, check_peers);
         }

@@ -127,9 +127,24 @@ impl Segment {
         })
     }
 
-    /// Maps a peer's segment. Fails with [`Error::Unreachable`] when it is gone or not a rucx
-    /// segment of that size.
+    /// Maps a peer's data segment (memory from `mem_alloc`, named by a remote key or a
+    /// rendezvous header). Fails with [`Error::RemoteAccess`] unless the creator process
+    /// granted this process access ([`crate::grant`]; the pid in `seg` is only the peer's
+    /// claim), and with [`Error::Unreachable`] when it is gone or not a rucx segment of that
+    /// size created by that process.
     pub fn attach(seg: SegRef) -> Result<Segment> {
+        crate::grant::check(seg.pid, &format!("mapping a {} segment", seg.kind.name()))?;
+        Self::attach_unchecked(seg)
+    }
+
+    /// Maps a peer's receive FIFO: any process may send to a rucx interface, so no grant is
+    /// needed, but the segment must still be a rucx segment of that size held (posix) or
+    /// created (sysv) by the named process, and the caller validates the FIFO header.
+    pub fn attach_fifo(seg: SegRef) -> Result<Segment> {
+        Self::attach_unchecked(seg)
+    }
+
+    fn attach_unchecked(seg: SegRef) -> Result<Segment> {
         let len = usize::try_from(seg.len)
             .ok()
             .filter(|l| *l > 0 && page_align(*l) == Some(*l))

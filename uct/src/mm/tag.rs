@@ -416,8 +416,11 @@ impl Posted {
         at
     }
 
-    /// Reads `want` bytes at `addr` of process `pid` into the buffer pieces.
+    /// Reads `want` bytes at `addr` of process `pid` into the buffer pieces, once `pid` is
+    /// known to have granted this process access.
     fn cma_read(&self, pid: u32, addr: u64, want: usize) -> Result<()> {
+        // The header's pid is the sender's claim: read only a process that granted us access.
+        crate::grant::check(pid, "a cross-memory rendezvous read")?;
         let mut done = 0usize;
         for &(p, l) in &self.segs[..self.n] {
             let mut off = 0usize;
@@ -728,7 +731,7 @@ fn attach_reply(to: &IfaceAddr) -> Result<Reply> {
             fifo::SEG_LEN
         )));
     }
-    let seg = Segment::attach(to.seg)?;
+    let seg = Segment::attach_fifo(to.seg)?;
     // SAFETY: attach mapped SEG_LEN bytes, kept by `_seg` as long as the view.
     let f = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
     f.validate(to.seg.pid).map_err(Error::Unreachable)?;
@@ -1517,8 +1520,8 @@ mod tests {
         drop(sm);
     }
 
-    /// A matched rendezvous whose sender has exited completes the receive with `PeerFailure`
-    /// (the cross-memory read finds no process), never a hang or a panic.
+    /// A matched rendezvous whose sender has exited completes the receive with an error (the
+    /// process is gone, so it holds no grant: `RemoteAccess`), never a hang or a panic.
     #[test]
     fn rndv_from_a_dead_sender_fails_the_receive() {
         let md = PosixTransport::open_md(DEVICE).unwrap();
@@ -1558,7 +1561,7 @@ mod tests {
         assert_eq!(rec.done.len(), 1);
         let (ctx, tag, len, r) = rec.done.pop().unwrap();
         assert_eq!((ctx, tag, len), (4, 3, 100));
-        assert!(matches!(r, Err(Error::PeerFailure(_))), "{r:?}");
+        assert!(matches!(r, Err(Error::RemoteAccess(_))), "{r:?}");
         // The error acknowledgement names no operation of `a`: nothing completes.
         assert!(rec.comps.is_empty());
         drop(dm);
