@@ -875,6 +875,32 @@ int main(void)
         CHECK(wait_req(p) == UCS_OK, "put_nb");
         CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, NULL)) == UCS_OK, "flush");
         CHECK(memcmp(mine + 8, sbuf, 1000) == 0, "put into user memory");
+        ucp_request_param_t xp;
+        memset(&xp, 0, sizeof(xp));
+        xp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        xp.cb.send = send_cb;
+        xp.user_data = (void *)0x77;
+        char back[500];
+        memset(back, 0, sizeof(back));
+        void *gx = ucp_get_nbx(e10, back, sizeof(back), (uint64_t)(uintptr_t)mine + 8, rkey, &xp);
+        if (gx != NULL && !UCS_PTR_IS_ERR(gx)) {
+            struct my_req *gq = gx;
+            wait_done(gq);
+            CHECK(gq->status == UCS_OK && gq->user_data == (void *)0x77, "get_nbx callback");
+            gq->done = 0;
+            ucp_request_free(gx);
+        } else {
+            CHECK(gx == NULL, "get_nbx failed");
+        }
+        CHECK(memcmp(back, sbuf, sizeof(back)) == 0, "get_nbx data");
+        void *px = ucp_put_nbx(e10, sbuf + 2000, 64, (uint64_t)(uintptr_t)mine + 4000, rkey, &xp);
+        if (px != NULL && !UCS_PTR_IS_ERR(px)) {
+            wait_done((struct my_req *)px);
+            ((struct my_req *)px)->done = 0;
+            ucp_request_free(px);
+        }
+        CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, NULL)) == UCS_OK, "flush");
+        CHECK(memcmp(mine + 4000, sbuf + 2000, 64) == 0, "put_nbx data");
         ucp_rkey_destroy(rkey);
         CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap");
         mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH;
