@@ -523,3 +523,99 @@ pub unsafe extern "C" fn ucp_get_nb(
         }
     })
 }
+
+/// The byte length of an `_nbx` RMA call's `count` elements (contiguous datatypes only).
+fn nbx_len(name: &str, count: usize, nbx: &crate::tag::Nbx) -> Result<usize, Status> {
+    if nbx.datatype & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_CONTIG {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            "RMA with a non-contiguous datatype",
+        ));
+    }
+    crate::datatype::contig_len(name, count, nbx.datatype)
+}
+
+/// `ucs_status_ptr_t ucp_put_nbx(ucp_ep_h ep, const void *buffer, size_t count,
+/// uint64_t remote_addr, ucp_rkey_h rkey, const ucp_request_param_t *param)` (contiguous
+/// datatypes).
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nbx(
+    ep: *mut Ep,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_put_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let len = match nbx_len(NAME, count, &p) {
+            Ok(l) => l,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            rma(
+                NAME,
+                ep,
+                buffer as *mut c_void,
+                len,
+                remote_addr,
+                rkey,
+                false,
+                p.send_args(),
+            )
+        }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_get_nbx(ucp_ep_h ep, void *buffer, size_t count, uint64_t remote_addr,
+/// ucp_rkey_h rkey, const ucp_request_param_t *param)` (contiguous datatypes; the data lands
+/// in `buffer`).
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nbx(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_get_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let len = match nbx_len(NAME, count, &p) {
+            Ok(l) => l,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            rma(
+                NAME,
+                ep,
+                buffer,
+                len,
+                remote_addr,
+                rkey,
+                true,
+                p.send_args(),
+            )
+        }
+    })
+}
