@@ -10,6 +10,10 @@
 //!   gives the same value, and encoding that value again gives the same bytes.
 //!
 //! Each family also has `seeds`: valid encodings the garbage test truncates and bit-flips.
+//!
+//! [`forged`] is the stateful target (`ucp_peer`): a real worker and raw peers ([`peer`])
+//! exchanging ucp messages with forged request ids; its stable mirror is
+//! `tests/tests/ucp_forged_fuzz.rs`.
 
 pub mod forged;
 pub mod peer;

@@ -285,3 +285,60 @@ fn posix_huge_am_rendezvous_fails_only_that_endpoint() {
     assert_eq!((c.status, c.len), (Ok(()), 10));
     assert!(w.ep_status(ep_p).is_ok());
 }
+
+/// A synchronous send in many eager fragments that meets back-pressure: the receiver matches
+/// the first fragment and acknowledges at once, before the sender has sent the rest. The
+/// acknowledgement is the real one, so the send finishes, but only once every fragment is out:
+/// the receiver gets the whole message.
+#[test]
+fn tcp_early_sync_ack_waits_for_the_last_fragment() {
+    let ctx = ucp::Context::new(ucp::ContextParams {
+        features: ucp::Features::TAG,
+        config: Some(ucp::UcpConfig {
+            tls: vec!["tcp".into()],
+            net_devices: vec!["lo".into()],
+            rndv_thresh: Some(64 << 20),
+            keepalive_interval: None,
+            ..Default::default()
+        }),
+    })
+    .expect("context");
+    let mut w = Worker::new(&ctx).expect("worker");
+    let mut p = RawPeer::new("tcp", &w);
+    let ep_p = w.ep_create(&p.address(), EpParams::default()).expect("ep");
+    let len = 8 << 20;
+    let data = pattern(len, 11);
+    let req = pending(w.tag_send_sync(ep_p, TAG, &data).expect("send"));
+    let mut got = vec![0u8; len];
+    let mut have = 0;
+    let mut acked = false;
+    let start = Instant::now();
+    while have < len {
+        w.progress();
+        p.poll();
+        for m in p.take(am_id::EAGER_FIRST) {
+            let h = ucp::wire::EagerFirstHdr::decode(&m).expect("first");
+            assert_eq!((h.tag, h.total_len), (TAG, len as u64));
+            let d = &m[ucp::wire::EagerFirstHdr::LEN..];
+            got[..d.len()].copy_from_slice(d);
+            have += d.len();
+            // Matched: acknowledge now, while most fragments are still to come.
+            assert!(p.send(&mut w, am_id::SYNC_ACK, &req_msg(h.sreq)));
+            acked = true;
+        }
+        for m in p.take(am_id::EAGER_MIDDLE) {
+            let h = FragHdr::decode(&m).expect("middle");
+            let d = &m[FragHdr::LEN..];
+            got[h.offset as usize..h.offset as usize + d.len()].copy_from_slice(d);
+            have += d.len();
+        }
+        assert!(
+            start.elapsed() < WATCHDOG,
+            "the message stopped at {have} of {len} bytes (acknowledged: {acked})"
+        );
+    }
+    assert!(acked && got == data, "message differs");
+    let c = w.wait(req);
+    assert_eq!(c.status, Ok(()));
+    assert_eq!(w.stats().forged_ids, 0);
+}
