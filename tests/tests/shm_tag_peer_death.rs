@@ -1,10 +1,10 @@
 //! Shared-memory tag offload when the receiver dies during a rendezvous: the sender's
 //! `tag_rndv_zcopy` operations (from shared-segment memory and from ordinary registered
 //! memory) complete with `PeerFailure`, and the endpoint reports the failure once. The peer is
-//! `tests/src/bin/shm_peer.rs` (it never matches the rendezvous); a watchdog kills it and
-//! aborts if the test hangs.
+//! `tests/src/bin/shm_peer.rs` (it connects back, which grants us access, and never matches
+//! the rendezvous); a watchdog kills it and aborts if the test hangs.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -68,6 +68,21 @@ fn receiver_death_fails_rendezvous(tl: &str) {
     let (md, mut iface) = uct::open(tl, "memory").expect("open");
     assert!(iface.attr().flags.contains(uct::IfaceFlags::TAG_RNDV_ZCOPY));
     let mut ep = iface.ep_create_connected(&dev, &addr).expect("connect");
+    // The peer connects back, and with that tells us it can read our memory with cma (the
+    // ordinary-memory rendezvous needs it; the watchdog bounds the wait).
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(
+        stdin,
+        "CONNECT {} {}",
+        hex(iface.device_address()),
+        hex(iface.iface_address())
+    )
+    .expect("CONNECT");
+    stdin.flush().expect("flush");
+    while !uct::grant::peer_may_trace_us(pid) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // One rendezvous from shared-segment memory, one from ordinary memory (cma).
     let seg = md.mem_alloc(64 * 1024).expect("mem_alloc");
     let mut heap = vec![7u8; 64 * 1024];

@@ -313,7 +313,9 @@ pub trait Endpoint {
         unsupported("tag_eager_zcopy")
     }
     /// Tag offload: starts a rendezvous of registered memory; the receiver pulls it into its
-    /// posted buffer, or gets `header` as unexpected. Gives an operation id for `tag_rndv_cancel`.
+    /// posted buffer, or gets `header` as unexpected. Gives an operation id for `tag_rndv_cancel`,
+    /// or `InProgress` when nothing was sent because the transport cannot serve this one (the
+    /// receiver could not reach the memory): the caller then uses its ordinary rendezvous.
     fn tag_rndv_zcopy(
         &mut self,
         tag: u64,

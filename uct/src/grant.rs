@@ -53,13 +53,25 @@ struct Registry {
     listener: Option<OwnedFd>,
     /// Why the listener could not be made, once it failed.
     listen_error: Option<String>,
-    /// Connections accepted on our socket: (granting pid, connection).
-    incoming: Vec<(u32, OwnedFd)>,
+    /// Connections accepted on our socket.
+    incoming: Vec<Incoming>,
     /// Our connections to peers' sockets, by peer pid.
     outgoing: HashMap<u32, Weak<Grant>>,
     /// The pid made our ptracer under Yama `ptrace_scope` 1, if any.
     ptracer: Option<u32>,
 }
+
+/// A grant made to us: the granting process, its connection, and what it said about reaching
+/// us (the one byte it writes after connecting; `None` until it is read).
+struct Incoming {
+    pid: u32,
+    conn: OwnedFd,
+    it_may_trace_us: Option<bool>,
+}
+
+/// The byte a granting process writes: whether the kernel lets it trace the granted one.
+const MAY_TRACE: u8 = 1;
+const MAY_NOT_TRACE: u8 = 2;
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
 
@@ -211,6 +223,22 @@ pub fn grant_to(pid: u32) -> Result<Arc<Grant>> {
                 );
             }
         }
+        // Tell the peer whether we can reach it with cma (it then picks its rendezvous path).
+        let b = if may_trace(pid).is_ok() {
+            MAY_TRACE
+        } else {
+            MAY_NOT_TRACE
+        };
+        // SAFETY: FFI writing one byte from `b` to our connected socket (a fresh socket buffer
+        // always has room).
+        unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                &b as *const u8 as *const libc::c_void,
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
         let g = Arc::new(Grant { pid, _conn: fd });
         r.outgoing.retain(|_, w| w.strong_count() > 0);
         r.outgoing.insert(pid, Arc::downgrade(&g));
@@ -246,7 +274,11 @@ fn refresh(r: &mut Registry) {
         // SAFETY: a fresh descriptor we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         if let Some(pid) = peer_pid(&fd) {
-            r.incoming.push((pid, fd));
+            r.incoming.push(Incoming {
+                pid,
+                conn: fd,
+                it_may_trace_us: None,
+            });
             accepted = true;
         }
     }
@@ -255,15 +287,15 @@ fn refresh(r: &mut Registry) {
     }
 }
 
-/// Drops connections whose granting side has closed (one `poll` over all of them, or over
-/// those of process `only`).
-fn prune(incoming: &mut Vec<(u32, OwnedFd)>, only: Option<u32>) {
+/// Reads what each granting process said, and drops connections whose granting side has
+/// closed (one `poll` over all of them, or over those of process `only`).
+fn prune(incoming: &mut Vec<Incoming>, only: Option<u32>) {
     let mine = |p: u32| only.is_none_or(|o| o == p);
     let mut fds: Vec<libc::pollfd> = incoming
         .iter()
-        .filter(|(p, _)| mine(*p))
-        .map(|(_, fd)| libc::pollfd {
-            fd: fd.as_raw_fd(),
+        .filter(|g| mine(g.pid))
+        .map(|g| libc::pollfd {
+            fd: g.conn.as_raw_fd(),
             events: libc::POLLIN | libc::POLLRDHUP,
             revents: 0,
         })
@@ -277,14 +309,34 @@ fn prune(incoming: &mut Vec<(u32, OwnedFd)>, only: Option<u32>) {
         return;
     }
     let mut i = 0;
-    incoming.retain(|(p, _)| {
-        if !mine(*p) {
+    incoming.retain_mut(|g| {
+        if !mine(g.pid) {
             return true;
         }
         let ev = fds[i].revents;
         i += 1;
-        // A granting side never writes: anything readable is its end of stream.
-        ev & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0
+        if ev & libc::POLLIN != 0 {
+            let mut b = [0u8; 1];
+            // SAFETY: FFI reading at most one byte into `b`.
+            let n = unsafe {
+                libc::recv(
+                    g.conn.as_raw_fd(),
+                    b.as_mut_ptr() as *mut libc::c_void,
+                    1,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            match n {
+                1 if g.it_may_trace_us.is_none() => {
+                    g.it_may_trace_us = Some(b[0] == MAY_TRACE);
+                    return ev & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0;
+                }
+                // End of stream, or more than the one byte a granting process writes.
+                _ if n >= 0 => return false,
+                _ => {}
+            }
+        }
+        ev & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0
     });
 }
 
@@ -297,15 +349,79 @@ pub fn granted(pid: u32) -> bool {
     with_registry(|r| {
         refresh(r);
         prune(&mut r.incoming, Some(pid));
-        r.incoming.iter().any(|(p, _)| *p == pid)
+        r.incoming.iter().any(|g| g.pid == pid)
     })
 }
 
-/// [`granted`], as an error naming `what` was refused (and logged).
+/// Whether process `pid`, which granted us access, said the kernel lets it trace this process
+/// (so it can read our memory with cma). `false` when it has not granted us, said no, or its
+/// answer has not arrived: callers then use a path that needs no cma from it.
+pub fn peer_may_trace_us(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    with_registry(|r| {
+        refresh(r);
+        prune(&mut r.incoming, Some(pid));
+        r.incoming
+            .iter()
+            .any(|g| g.pid == pid && g.it_may_trace_us == Some(true))
+    })
+}
+
+/// How long [`check`] waits for a grant that has not arrived: a peer that exchanged addresses
+/// and keys out of band may create its endpoint to us a moment after we unpack its key.
+pub const GRANT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`granted`], waiting up to `timeout` (sleeping on our grant socket) while process `pid`
+/// exists and has not granted us yet.
+pub fn wait_granted(pid: u32, timeout: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + timeout;
+    loop {
+        if granted(pid) {
+            return true;
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        // SAFETY: FFI; signal 0 only checks existence.
+        let gone = unsafe { libc::kill(pid as libc::pid_t, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if left.is_zero() || gone {
+            return false;
+        }
+        let Some(fd) = with_registry(|r| r.listener.as_ref().map(|l| l.as_raw_fd())) else {
+            return false;
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Wake on a new connection, and look again at least every 10 ms (a connection another
+        // thread accepted first, or its byte arriving later).
+        let ms = left.as_millis().clamp(1, 10) as i32;
+        // SAFETY: FFI with one valid pollfd (the listener lives as long as the process).
+        unsafe { libc::poll(&mut p, 1, ms) };
+    }
+}
+
+/// [`wait_granted`] for at most [`GRANT_WAIT`], as an error naming `what` was refused (and
+/// logged).
 pub fn check(pid: u32, what: &str) -> Result<()> {
+    if wait_granted(pid, GRANT_WAIT) {
+        return Ok(());
+    }
+    refuse(pid, what)
+}
+
+/// [`granted`] without waiting (for paths inside `progress`), as an error like [`check`]'s.
+pub fn check_now(pid: u32, what: &str) -> Result<()> {
     if granted(pid) {
         return Ok(());
     }
+    refuse(pid, what)
+}
+
+fn refuse(pid: u32, what: &str) -> Result<()> {
     tracing::warn!("refusing {what} of process {pid}: it has not granted this process access");
     Err(Error::RemoteAccess(format!(
         "refusing {what} of process {pid}: that process has no rucx endpoint to this process \

@@ -9,6 +9,9 @@
 //! same pattern, printing their remote keys (hex) in place of the dashes. It creates no
 //! endpoint to anyone, so it grants no process access to its memory.
 //!
+//! `memory_victim rucx-nodump`: `rucx`, in a process that made itself non-dumpable (only a
+//! tracer with `CAP_SYS_PTRACE` may reach it).
+//!
 //! It then reads commands from stdin, one per line:
 //! - `CHECK`: prints `INTACT` if every buffer still holds the pattern, else `CHANGED <which>`;
 //! - `GRANT <dev> <cma-iface>`: creates a cma endpoint to that interface (so the process that
@@ -49,7 +52,12 @@ fn main() {
     let heap: Vec<u8> = (0..LEN).map(pattern).collect();
     let mut segments = Vec::new();
     let mut cma = None;
-    if mode == "rucx" {
+    if mode == "rucx-nodump" {
+        // SAFETY: FFI, no pointers.
+        let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        assert_eq!(r, 0, "PR_SET_DUMPABLE 0");
+    }
+    if mode == "rucx" || mode == "rucx-nodump" {
         cma = Some(uct::open("cma", "memory").expect("cma interface"));
         for tl in ["posix", "sysv"] {
             let (md, iface) = uct::open(tl, "memory").expect("shared-memory interface");
@@ -61,7 +69,7 @@ fn main() {
             segments.push((tl, md, iface, h, k));
         }
     } else if mode != "plain" {
-        eprintln!("usage: memory_victim <plain|rucx>");
+        eprintln!("usage: memory_victim <plain|rucx|rucx-nodump>");
         std::process::exit(2);
     }
     let keys: Vec<String> = match segments.as_slice() {

@@ -693,6 +693,11 @@ impl MmEp {
         self.shared.id
     }
 
+    /// The peer process (the owner of the FIFO this endpoint sends to).
+    pub(super) fn peer_pid(&self) -> u32 {
+        self.shared.peer_pid
+    }
+
     #[inline(always)]
     pub(super) fn check_alive(&self) -> Result<()> {
         if self.shared.failed.get() {

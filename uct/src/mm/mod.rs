@@ -21,6 +21,12 @@
 //! FIFO element into the posted buffer, and serves a matched rendezvous itself (mapping the
 //! sender's segment, or one `process_vm_readv`), acknowledging through the sender's FIFO.
 //!
+//! Trust: any process may send to a FIFO, but a peer's data segment is mapped, and its
+//! ordinary memory read, only once that process has granted this one access
+//! ([`crate::grant`]; creating an endpoint grants the peer). A rendezvous from ordinary memory
+//! is announced for a cma read only when the receiving process said the kernel lets it trace
+//! the sender; otherwise `tag_rndv_zcopy` sends nothing and the caller takes its ordinary path.
+//!
 //! Tests: unit tests beside each piece; `mm::conformance` (the shared suite);
 //! `RUSTFLAGS="--cfg loom" cargo test -p uct --release --lib mm` (loom models of the ring);
 //! multi-process tests in `tests/tests/shm_*.rs`; `tests/src/bin/shm_pingpong.rs` measures.

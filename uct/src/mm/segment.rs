@@ -130,10 +130,17 @@ impl Segment {
     /// Maps a peer's data segment (memory from `mem_alloc`, named by a remote key or a
     /// rendezvous header). Fails with [`Error::RemoteAccess`] unless the creator process
     /// granted this process access ([`crate::grant`]; the pid in `seg` is only the peer's
-    /// claim), and with [`Error::Unreachable`] when it is gone or not a rucx segment of that
+    /// claim; a grant not there yet is waited for up to [`crate::grant::GRANT_WAIT`]), and with [`Error::Unreachable`] when it is gone or not a rucx segment of that
     /// size created by that process.
     pub fn attach(seg: SegRef) -> Result<Segment> {
         crate::grant::check(seg.pid, &format!("mapping a {} segment", seg.kind.name()))?;
+        Self::attach_unchecked(seg)
+    }
+
+    /// [`Segment::attach`] without waiting for a grant that has not arrived (for paths inside
+    /// `progress`, where a peer naming a process that never grants must not stall us).
+    pub fn attach_no_wait(seg: SegRef) -> Result<Segment> {
+        crate::grant::check_now(seg.pid, &format!("mapping a {} segment", seg.kind.name()))?;
         Self::attach_unchecked(seg)
     }
 

@@ -420,7 +420,7 @@ impl Posted {
     /// known to have granted this process access.
     fn cma_read(&self, pid: u32, addr: u64, want: usize) -> Result<()> {
         // The header's pid is the sender's claim: read only a process that granted us access.
-        crate::grant::check(pid, "a cross-memory rendezvous read")?;
+        crate::grant::check_now(pid, "a cross-memory rendezvous read")?;
         let mut done = 0usize;
         for &(p, l) in &self.segs[..self.n] {
             let mut off = 0usize;
@@ -625,7 +625,7 @@ impl TagState {
         let i = match self.sources.iter().position(|s| s.seg_ref() == seg) {
             Some(i) => i,
             None => {
-                let s = Segment::attach(seg).map_err(|e| {
+                let s = Segment::attach_no_wait(seg).map_err(|e| {
                     Error::RemoteAccess(format!("cannot map the rendezvous sender's segment: {e}"))
                 })?;
                 if self.sources.len() >= MAX_SOURCES {
@@ -1025,7 +1025,9 @@ impl MmEp {
     }
 
     /// `tag_rndv_zcopy`: announces the data (one piece); the receiver reads it and
-    /// acknowledges, which completes `comp`. Gives the operation id.
+    /// acknowledges, which completes `comp`. Gives the operation id, or `InProgress` with
+    /// nothing sent when the data is ordinary memory and the receiving process has not said
+    /// that the kernel lets it read us with cma (the caller then uses its ordinary rendezvous).
     pub(super) fn tag_rndv(
         &mut self,
         tag: u64,
@@ -1054,7 +1056,10 @@ impl MmEp {
                     offset: addr - s.base().as_ptr() as u64,
                 })
             }
-            _ => RndvSrc::Cma,
+            // Ordinary memory is read by the receiver with cma: only when it said it can (the
+            // kernel may forbid it to trace us). Otherwise the caller takes its ordinary path.
+            _ if crate::grant::peer_may_trace_us(self.peer_pid()) => RndvSrc::Cma,
+            _ => return Ok(Outcome::InProgress),
         };
         self.check_alive()?;
         let id = self.shared_id();
