@@ -85,6 +85,8 @@ const RESERVE_BYTES: usize = 4096;
 const RESERVE_ITEMS: usize = 8;
 /// The listening socket's epoll token.
 const LISTENER_TOKEN: u64 = u64::MAX;
+/// Epoll token of the timer that ends a pause of the listening socket.
+const ACCEPT_TIMER_TOKEN: u64 = u64::MAX - 1;
 /// Progress calls between two looks at the listening socket (when nothing else needs epoll).
 const EPOLL_EVERY: u32 = 16;
 /// Up to this many connections, progress reads each directly instead of asking epoll.
@@ -922,6 +924,24 @@ pub(crate) struct Inner {
     pub(crate) accept_pause: Duration,
     /// Accept failures are logged at most once a second.
     pub(crate) accept_log: ucs::limits::RateLimit,
+    /// A timerfd in the epoll set that fires when a pause ends, so a caller sleeping on the
+    /// interface's event fd wakes to resume accepting (`None` if it could not be created:
+    /// then the pause ends at the first progress after it).
+    pub(crate) accept_timer: Option<std::os::fd::OwnedFd>,
+}
+
+/// A non-blocking monotonic timerfd, or `None`.
+fn new_timer() -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe {
+        libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+        )
+    };
+    // SAFETY: `fd` is a new descriptor this function owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// First pause of the listening socket after `accept` hits the descriptor limit.
@@ -1281,6 +1301,20 @@ impl Inner {
         if fd_limit {
             self.arm_listener(false);
             self.accept_paused_until = Some(now + self.accept_pause);
+            if let Some(t) = self.accept_timer.as_ref() {
+                let spec = libc::itimerspec {
+                    it_interval: libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    },
+                    it_value: libc::timespec {
+                        tv_sec: self.accept_pause.as_secs() as libc::time_t,
+                        tv_nsec: self.accept_pause.subsec_nanos() as libc::c_long,
+                    },
+                };
+                // SAFETY: `t` is our timerfd; `spec` is a valid itimerspec; no old value asked.
+                unsafe { libc::timerfd_settime(t.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+            }
             self.accept_pause = (self.accept_pause * 2).min(ACCEPT_PAUSE_MAX);
         }
     }
@@ -1492,6 +1526,11 @@ impl TcpIface {
                 EpollEvent::new(EpollFlags::EPOLLIN, LISTENER_TOKEN),
             )
             .map_err(|e| Error::io("epoll_ctl(listener)", e.into()))?;
+        let accept_timer = new_timer().filter(|t| {
+            epoll
+                .add(t, EpollEvent::new(EpollFlags::EPOLLIN, ACCEPT_TIMER_TOKEN))
+                .is_ok()
+        });
         let local = IfaceAddr { ip: dev.ip, port };
         let netns = super::netns_id()?;
         let dev_addr = DevAddr {
@@ -1528,6 +1567,7 @@ impl TcpIface {
             accept_paused_until: None,
             accept_pause: ACCEPT_PAUSE_MIN,
             accept_log: ucs::limits::RateLimit::new(Duration::from_secs(1)),
+            accept_timer,
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -1604,6 +1644,17 @@ impl TcpIface {
             let token = ev.data();
             if token == LISTENER_TOKEN {
                 inner.accept_all();
+                continue;
+            }
+            if token == ACCEPT_TIMER_TOKEN {
+                if let Some(t) = inner.accept_timer.as_ref() {
+                    let mut ticks = [0u8; 8];
+                    // SAFETY: reads at most 8 bytes into `ticks` from our non-blocking timerfd.
+                    unsafe { libc::read(t.as_raw_fd(), ticks.as_mut_ptr().cast(), ticks.len()) };
+                }
+                if inner.resume_accept(Instant::now()) {
+                    inner.accept_all();
+                }
                 continue;
             }
             let key = token as usize;
