@@ -262,7 +262,14 @@ fn run(args: &Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    ucs::log::init_program(&ucp::config::config_tables());
     let args = Args::parse();
+    // The message and its copies (sent, received, expected) must fit in memory.
+    let need = (args.size as u64).saturating_mul(3);
+    if let Err(e) = ucs::limits::check_alloc(&format!("-s {}", args.size), need) {
+        eprintln!("ucp_client_server: {e}");
+        return ExitCode::FAILURE;
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

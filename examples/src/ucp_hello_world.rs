@@ -116,7 +116,15 @@ fn run(args: &Args) -> Result<(), String> {
             let mut len = [0u8; 4];
             s.read_exact(&mut len)
                 .map_err(|e| format!("reading the server address: {e}"))?;
-            let mut addr = vec![0u8; u32::from_le_bytes(len) as usize];
+            let len = u32::from_le_bytes(len) as usize;
+            if len > ucp::listener::MAX_ADDR_LEN {
+                return Err(format!(
+                    "the server announced a {len}-byte address (at most {} expected): is the \
+                     port right?",
+                    ucp::listener::MAX_ADDR_LEN
+                ));
+            }
+            let mut addr = vec![0u8; len];
             s.read_exact(&mut addr)
                 .map_err(|e| format!("reading the server address: {e}"))?;
             let ep = w
@@ -154,7 +162,14 @@ fn run(args: &Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    ucs::log::init_program(&ucp::config::config_tables());
     let args = Args::parse();
+    // The message and its copies (sent, received, expected) must fit in memory.
+    let need = (args.size as u64).saturating_mul(2);
+    if let Err(e) = ucs::limits::check_alloc(&format!("-s {}", args.size), need) {
+        eprintln!("ucp_hello_world: {e}");
+        return ExitCode::FAILURE;
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -489,7 +489,7 @@ fn run(args: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    ucs::log::init();
+    ucs::log::init_program(&uct::config_tables());
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -502,6 +502,12 @@ fn main() -> ExitCode {
         let mut cmd = Args::command();
         println!("{}\n{}", cmd.render_help(), available_resources());
         return ExitCode::SUCCESS;
+    }
+    // The message and its copies (sent, received, expected) must fit in memory.
+    let need = (args.size as u64).saturating_mul(2);
+    if let Err(e) = ucs::limits::check_alloc(&format!("-s {}", args.size), need) {
+        eprintln!("uct_hello_world: {e}");
+        return ExitCode::FAILURE;
     }
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,

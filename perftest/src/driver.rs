@@ -6,11 +6,14 @@ use crate::report::{self, OutputOpts, Recorder};
 use crate::timer::Ticker;
 use crate::ucp_test::UcpTest;
 use crate::uct_test::{Role, UctTest};
-use crate::wire::{decode_status, encode_status, AddressInfo, Channel, Kind};
+use crate::wire::{
+    decode_status, encode_reason, encode_status, AddressInfo, Channel, FrameHeader, Kind,
+};
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use ucp::acceptor::{Acceptor, Framing};
 use ucs::{Error, Result};
 
 /// How long the handshake waits for the peer.
@@ -189,21 +192,31 @@ pub fn serve(port: u16, local_server: bool) -> Result<()> {
         use std::io::Write;
         let _ = std::io::stdout().flush();
     }
+    let mut acceptor = Acceptor::new(listener, request_framing(), HANDSHAKE_TIMEOUT)?;
+    let mut announce = !quiet;
     loop {
-        if !quiet {
+        if announce {
             println!("Waiting for connection...");
+            announce = false;
         }
-        let (stream, peer) = listener
-            .accept()
-            .map_err(|e| Error::io("accepting a client", e))?;
+        let accepted = match acceptor.poll() {
+            Ok(Some(a)) => a,
+            Ok(None) => {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(e) => {
+                eprintln!("perftest: bad request: {e}");
+                continue;
+            }
+        };
+        let peer = accepted.peer;
+        announce = !quiet;
         if !quiet {
             println!("Accepted connection from {peer}");
         }
-        let mut chan = Channel::new(stream, HANDSHAKE_TIMEOUT)?;
-        let params = match chan
-            .expect(Kind::Request)
-            .and_then(|b| TestParams::decode(&b))
-        {
+        let mut chan = Channel::new(accepted.stream, HANDSHAKE_TIMEOUT)?;
+        let params = match TestParams::decode(&accepted.msg[FrameHeader::LEN..]) {
             Ok(p) => p,
             Err(e) => {
                 let _ = chan.send_reject(&e.to_string());
@@ -226,6 +239,35 @@ pub fn serve(port: u16, local_server: bool) -> Result<()> {
             println!("{}", report::info_box(&params));
         }
         return server_session(&mut test, &mut chan);
+    }
+}
+
+/// The server's first message from a client is one side-channel `Request` frame; the
+/// [`Acceptor`] reads it without blocking and refuses with a `Reject` frame.
+fn request_framing() -> Framing {
+    Framing {
+        header_len: FrameHeader::LEN,
+        total_len: |h| {
+            let h = FrameHeader::decode(h)?;
+            if h.kind != Kind::Request {
+                return Err(Error::Wire(format!(
+                    "expected a Request message, got {:?}",
+                    h.kind
+                )));
+            }
+            Ok(FrameHeader::LEN + h.len as usize)
+        },
+        refusal: |reason| {
+            let mut payload = Vec::new();
+            encode_reason(reason, &mut payload);
+            let h = FrameHeader {
+                kind: Kind::Reject,
+                len: payload.len() as u32,
+            };
+            let mut b = h.encode().to_vec();
+            b.extend_from_slice(&payload);
+            b
+        },
     }
 }
 

@@ -336,8 +336,7 @@ pub fn config_text() -> String {
         s.push_str("#\n");
         s.push_str(&format!("{}={}\n", v.env_name(), v.raw()));
     }
-    let unknown = ucs::config::check_unknown_env();
-    for (name, hint) in unknown {
+    for (name, hint) in ucs::config::unknown_env() {
         match hint {
             Some(h) => s.push_str(&format!(
                 "# warning: {name} is not a rucx variable (did you mean {h}?)\n"
@@ -346,15 +345,6 @@ pub fn config_text() -> String {
         }
     }
     s
-}
-
-/// Registers ucp's variables with the ucs registry so [`config_text`] lists them.
-pub fn register_ucp_vars() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let vars: Vec<ucs::config::ConfigVar> = ucp::config::ALL_VARS.iter().map(|v| **v).collect();
-        ucs::config::register(Box::leak(vars.into_boxed_slice()));
-    });
 }
 
 /// Hex encoding of a worker address (what `-p` takes).

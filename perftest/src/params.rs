@@ -225,6 +225,11 @@ pub const MAX_IOV: usize = 32;
 pub const MAX_MSG: u64 = 1 << 30;
 /// Largest amount of buffer memory a test may allocate for its window (`-O` × size).
 pub const MAX_WINDOW_BYTES: u64 = 4 << 30;
+/// Most operations in flight (`-O`) and largest flow-control window (`-W`).
+pub const MAX_COUNT: u32 = 1 << 20;
+/// Memory one operation in flight costs besides its buffer (request, queue slot, vector
+/// header), for the memory check in [`TestParams::validate`].
+const PER_OP_BYTES: u64 = 256;
 /// Longest transport or device name carried on the side channel.
 pub const MAX_NAME: usize = 64;
 
@@ -278,6 +283,18 @@ impl TestParams {
         if self.window == 0 {
             return bad("-W must be at least 1".into());
         }
+        if self.outstanding > MAX_COUNT {
+            return bad(format!(
+                "-O {} exceeds perftest's limit of {MAX_COUNT} operations in flight",
+                self.outstanding
+            ));
+        }
+        if self.window > MAX_COUNT {
+            return bad(format!(
+                "-W {} exceeds perftest's limit of {MAX_COUNT}",
+                self.window
+            ));
+        }
         if self.transport.len() > MAX_NAME || self.device.len() > MAX_NAME {
             return bad(format!(
                 "transport and device names are at most {MAX_NAME} bytes"
@@ -299,6 +316,19 @@ impl TestParams {
                 self.outstanding
             ));
         }
+        // Send and receive buffers for each operation in flight (and one of each besides), plus
+        // the bookkeeping of the operations and the window: all of it must fit in memory.
+        let ops = u64::from(self.outstanding) + 2;
+        let bytes = ops
+            .saturating_mul(total.saturating_mul(2).saturating_add(PER_OP_BYTES))
+            .saturating_add(u64::from(self.window).saturating_mul(PER_OP_BYTES));
+        ucs::limits::check_alloc(
+            &format!(
+                "-s {total} with -O {} and -W {}",
+                self.outstanding, self.window
+            ),
+            bytes,
+        )?;
         let size = self.size();
         let t = self.test;
         if t.is_atomic() {
@@ -572,5 +602,26 @@ mod tests {
         p.sizes = vec![8];
         p.iterations = 0;
         assert!(p.validate().is_err());
+    }
+
+    #[test]
+    fn validate_bounds_sizes_and_counts() {
+        let mut p = sample();
+        p.sizes = vec![99_999_999_999_999];
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("exceeds") && e.contains("1 GiB"), "{e}");
+        let mut p = sample();
+        p.outstanding = u32::MAX;
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("-O 4294967295"), "{e}");
+        let mut p = sample();
+        p.window = u32::MAX;
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("-W 4294967295"), "{e}");
+        // Within the caps but beyond memory: 1 GiB messages, 4 in flight, on a small limit.
+        let e = ucs::limits::check_alloc_within("-s 1073741824 with -O 4", 10 << 30, 1 << 30)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("-O 4") && e.contains("1.0 GiB"), "{e}");
     }
 }

@@ -19,6 +19,7 @@ use crate::ucp_test::{Engine, GET_FILL};
 use crate::uct_test::Role;
 use std::collections::VecDeque;
 use ucp::{AmoSize, Completion, MemMap, Op, Request, Rkey};
+use ucs::limits::try_vec;
 use ucs::{Error, Result};
 use uct::AtomicOp;
 
@@ -100,7 +101,7 @@ pub(crate) fn run(
 fn put_lat(eng: &mut Engine<'_>, p: &TestParams, t: &Target<'_>, rec: &mut Recorder) -> Result<()> {
     let size = p.size();
     let last = size - 1;
-    let mut sbuf = vec![PUT_FILL; size];
+    let mut sbuf = try_vec("a message buffer", size, PUT_FILL)?;
     for i in 0..p.total_iterations() {
         if i == p.warmup {
             rec.begin();
@@ -121,7 +122,7 @@ fn put_lat(eng: &mut Engine<'_>, p: &TestParams, t: &Target<'_>, rec: &mut Recor
 fn put_lat_answer(eng: &mut Engine<'_>, p: &TestParams, t: &Target<'_>) -> Result<()> {
     let size = p.size();
     let last = size - 1;
-    let mut sbuf = vec![PUT_FILL; size];
+    let mut sbuf = try_vec("a message buffer", size, PUT_FILL)?;
     for i in 0..p.total_iterations() {
         let want = sn(i);
         eng.wait_mem(|| byte_at(t.map, last) == want)?;
@@ -134,7 +135,7 @@ fn put_lat_answer(eng: &mut Engine<'_>, p: &TestParams, t: &Target<'_>) -> Resul
 
 /// Checks the target's mapping holds the puts' pattern.
 fn verify_put(map: &MemMap, size: usize) -> Result<()> {
-    let mut got = vec![0u8; size];
+    let mut got = try_vec("a message buffer", size, 0)?;
     map.read(0, &mut got)?;
     match got.iter().position(|&b| b != PUT_FILL) {
         None => Ok(()),
@@ -148,7 +149,7 @@ fn verify_put(map: &MemMap, size: usize) -> Result<()> {
 /// `ucp_put_bw`: `-O` puts in flight, then a flush of the endpoint (remote completion) stops
 /// the clock.
 fn put_bw(eng: &mut Engine<'_>, p: &TestParams, t: &Target<'_>, rec: &mut Recorder) -> Result<()> {
-    let sbuf = vec![PUT_FILL; p.size()];
+    let sbuf = try_vec("a message buffer", p.size(), PUT_FILL)?;
     let window = p.outstanding as usize;
     let mut inflight: VecDeque<Request> = VecDeque::with_capacity(window);
     for i in 0..p.total_iterations() {
@@ -207,7 +208,9 @@ fn get(eng: &mut Engine<'_>, p: &TestParams, t: &Target<'_>, rec: &mut Recorder)
     let size = p.size();
     let window = p.outstanding as usize;
     let total = p.total_iterations();
-    let mut free: Vec<Vec<u8>> = (0..window).map(|_| vec![0u8; size]).collect();
+    let mut free: Vec<Vec<u8>> = (0..window)
+        .map(|_| try_vec("a get buffer", size, 0))
+        .collect::<Result<_>>()?;
     let mut inflight: VecDeque<Request> = VecDeque::with_capacity(window);
     let mut completed = 0u64;
     let check = |n: u64| n == 0 || n + 1 == total;

@@ -22,6 +22,7 @@ use ucp::{
     Completion, Context, ContextParams, EpHandle, EpParams, Features, MemMap, Op, Request, Rkey,
     Worker,
 };
+use ucs::limits::try_vec;
 use ucs::{Error, Result};
 
 /// The tag every test message carries.
@@ -123,7 +124,7 @@ impl UcpTest {
             let m = worker.mem_map(map_len(p))?;
             if p.test == TestId::UcpGet {
                 // What the peer's gets must read back.
-                m.write(0, &vec![GET_FILL; m.len()])?;
+                m.write(0, &try_vec("a message buffer", m.len(), GET_FILL)?)?;
             }
             Some(m)
         } else {
@@ -132,7 +133,7 @@ impl UcpTest {
         let tag_map = if matches!(p.test, TestId::TagLat | TestId::TagBw) && p.size() > 0 {
             match worker.mem_map(p.size()) {
                 Ok(m) => {
-                    m.write(0, &vec![0xa5u8; m.len()])?;
+                    m.write(0, &try_vec("a message buffer", m.len(), 0xa5)?)?;
                     Some(m)
                 }
                 // No domain could allocate it: the test sends vectors, as before.
@@ -530,8 +531,8 @@ fn ping_pong(
     let size = p.size();
     let sync = is_sync(p.test);
     let total = p.total_iterations();
-    let mut sbuf = Some(vec![0xa5u8; size]);
-    let mut rbuf = Some(vec![0u8; size]);
+    let mut sbuf = Some(try_vec("a message buffer", size, 0xa5)?);
+    let mut rbuf = Some(try_vec("a message buffer", size, 0)?);
     let client = rec.is_some();
     for i in 0..total {
         if i == p.warmup {
@@ -586,11 +587,13 @@ struct Window {
 }
 
 impl Window {
-    fn new(count: usize, size: usize) -> Window {
-        Window {
-            free: (0..count).map(|_| vec![0x5au8; size]).collect(),
+    fn new(count: usize, size: usize) -> Result<Window> {
+        Ok(Window {
+            free: (0..count)
+                .map(|_| try_vec("a window buffer", size, 0x5a))
+                .collect::<Result<_>>()?,
             inflight: VecDeque::with_capacity(count),
-        }
+        })
     }
 }
 
@@ -614,7 +617,7 @@ fn retire_oldest(eng: &mut Engine<'_>, w: &mut Window, size: Option<usize>) -> R
 fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Result<()> {
     let size = p.size();
     let sync = is_sync(p.test);
-    let mut w = Window::new(p.outstanding as usize, size);
+    let mut w = Window::new(p.outstanding as usize, size)?;
     for i in 0..p.total_iterations() {
         if i == p.warmup {
             rec.begin();
@@ -654,7 +657,7 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
 fn receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
     let size = p.size();
     let total = p.total_iterations();
-    let mut w = Window::new(p.outstanding as usize, size);
+    let mut w = Window::new(p.outstanding as usize, size)?;
     let mut posted = 0u64;
     let mut received = 0u64;
     while received < total {
@@ -683,8 +686,8 @@ fn receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
 fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Result<()> {
     let size = p.size();
     let sync = is_sync(p.test);
-    let mut sends = Window::new(p.outstanding as usize, size);
-    let mut recvs = Window::new(p.outstanding as usize, size);
+    let mut sends = Window::new(p.outstanding as usize, size)?;
+    let mut recvs = Window::new(p.outstanding as usize, size)?;
     for i in 0..p.total_iterations() {
         if i == p.warmup {
             rec.begin();
@@ -755,7 +758,7 @@ fn am_ping_pong(
     mut rec: Option<&mut Recorder>,
     role: Role,
 ) -> Result<()> {
-    let sbuf = vec![0xa5u8; p.size()];
+    let sbuf = try_vec("a message buffer", p.size(), 0xa5)?;
     let sender_first = role != Role::Server;
     for i in 0..p.total_iterations() {
         if i == p.warmup {
@@ -789,7 +792,7 @@ fn am_send_stream(
     role: Role,
 ) -> Result<()> {
     let size = p.size();
-    let mut w = Window::new(p.outstanding as usize, size);
+    let mut w = Window::new(p.outstanding as usize, size)?;
     let total = p.total_iterations();
     for i in 0..total {
         if i == p.warmup {
@@ -838,8 +841,8 @@ fn stream_ping_pong(
     role: Role,
 ) -> Result<()> {
     let size = p.size();
-    let sbuf = vec![0xa5u8; size];
-    let mut rbuf = Some(vec![0u8; size]);
+    let sbuf = try_vec("a message buffer", size, 0xa5)?;
+    let mut rbuf = Some(try_vec("a message buffer", size, 0)?);
     let sender_first = role != Role::Server;
     for i in 0..p.total_iterations() {
         if i == p.warmup {
@@ -873,9 +876,9 @@ fn stream_ping_pong(
 /// Stream sender (`stream_bw`): `-O` sends in flight; in loopback the bytes are read back too.
 fn stream_send(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder, role: Role) -> Result<()> {
     let size = p.size();
-    let sbuf = vec![0x5au8; size];
+    let sbuf = try_vec("a message buffer", size, 0x5a)?;
     let mut inflight: VecDeque<Request> = VecDeque::with_capacity(p.outstanding as usize);
-    let mut rbuf = Some(vec![0u8; size]);
+    let mut rbuf = Some(try_vec("a message buffer", size, 0)?);
     for i in 0..p.total_iterations() {
         if i == p.warmup {
             rec.begin();
@@ -911,7 +914,7 @@ fn stream_send(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder, role: R
 
 /// Stream receiver: reads every message's bytes in order.
 fn stream_receive(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
-    let mut rbuf = Some(vec![0u8; p.size()]);
+    let mut rbuf = Some(try_vec("a message buffer", p.size(), 0)?);
     for _ in 0..p.total_iterations() {
         let b = rbuf
             .take()

@@ -78,6 +78,16 @@ pub static ALL_VARS: &[&ConfigVar] = &[
     &crate::worker::TM_ENABLE,
 ];
 
+/// The `RUCX_*` variable tables of ucp and the transports under it, for
+/// [`ucs::log::init_program`] (every binary calls it with these) and the configuration printer.
+pub fn config_tables() -> Vec<&'static [ConfigVar]> {
+    static UCP_TABLE: std::sync::OnceLock<Vec<ConfigVar>> = std::sync::OnceLock::new();
+    let ucp = UCP_TABLE.get_or_init(|| ALL_VARS.iter().map(|v| **v).collect());
+    let mut out = vec![ucp.as_slice()];
+    out.extend(uct::config_tables());
+    out
+}
+
 /// ucp's configuration, read from the environment by [`UcpConfig::from_env`] or built by hand.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UcpConfig {

@@ -30,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod acceptor;
 pub mod address;
 pub mod config;
 pub mod context;

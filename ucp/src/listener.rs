@@ -4,9 +4,10 @@
 //! The two sides exchange worker addresses over a short-lived TCP connection, then talk over
 //! the lanes wire-up picks (shared memory on one host, tcp otherwise).
 
+use crate::acceptor::{Acceptor, Framing};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use ucs::{Error, Result};
 
 /// How long either side waits for the other's half of the exchange.
@@ -100,6 +101,9 @@ fn io(ctx: &str, e: std::io::Error) -> Error {
     Error::io(ctx.to_owned(), e)
 }
 
+/// Longest reason a reject message carries.
+const MAX_REASON: usize = 1024;
+
 /// Writes one connection message.
 pub(crate) fn write_msg(s: &mut TcpStream, kind: CmKind, addr: &[u8]) -> Result<()> {
     let h = CmHdr {
@@ -109,6 +113,28 @@ pub(crate) fn write_msg(s: &mut TcpStream, kind: CmKind, addr: &[u8]) -> Result<
     let mut buf = h.encode().to_vec();
     buf.extend_from_slice(addr);
     s.write_all(&buf)
+        .map_err(|e| io("sending a connection message", e))
+}
+
+/// A reject message whose payload is `reason` (UTF-8, cut at [`MAX_REASON`] bytes), so the
+/// client's error says why.
+fn reject_bytes(reason: &str) -> Vec<u8> {
+    let mut end = reason.len().min(MAX_REASON);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let h = CmHdr {
+        kind: CmKind::Reject,
+        addr_len: end as u32,
+    };
+    let mut b = h.encode().to_vec();
+    b.extend_from_slice(&reason.as_bytes()[..end]);
+    b
+}
+
+/// Writes a reject message that says why ([`reject_bytes`]).
+pub(crate) fn write_reject(s: &mut TcpStream, reason: &str) -> Result<()> {
+    s.write_all(&reject_bytes(reason))
         .map_err(|e| io("sending a connection message", e))
 }
 
@@ -125,9 +151,33 @@ pub(crate) fn read_msg(s: &mut TcpStream) -> Result<(CmKind, Vec<u8>)> {
 }
 
 /// A server's listening socket.
+///
+/// Connection requests are read without blocking, each accepted connection with its own
+/// deadline ([`CM_TIMEOUT`] unless [`Listener::set_request_timeout`] says otherwise), so idle
+/// or slow clients never delay a client whose request is complete. At the descriptor limit the
+/// listener refuses waiting clients with a reason naming the limit, and logs at most once a
+/// second (see [`Acceptor`]).
 #[derive(Debug)]
 pub struct Listener {
-    sock: TcpListener,
+    acceptor: Acceptor,
+}
+
+/// How connection messages are framed, for the [`Acceptor`].
+fn cm_framing() -> Framing {
+    Framing {
+        header_len: CmHdr::LEN,
+        total_len: |h| {
+            let h = CmHdr::decode(h)?;
+            if h.kind != CmKind::Request {
+                return Err(Error::Wire(format!(
+                    "{:?} instead of a connection request",
+                    h.kind
+                )));
+            }
+            Ok(CmHdr::LEN + h.addr_len as usize)
+        },
+        refusal: reject_bytes,
+    }
 }
 
 /// A client's request to connect, to accept with [`crate::Worker::accept`] or reject.
@@ -153,49 +203,48 @@ impl Listener {
     /// Listens on `addr` (port 0 picks a free port).
     pub fn bind(addr: SocketAddr) -> Result<Self> {
         let sock = TcpListener::bind(addr).map_err(|e| io(&format!("listening on {addr}"), e))?;
-        sock.set_nonblocking(true)
-            .map_err(|e| io("making the listener non-blocking", e))?;
-        Ok(Listener { sock })
+        Ok(Listener {
+            acceptor: Acceptor::new(sock, cm_framing(), CM_TIMEOUT)?,
+        })
     }
     /// The address actually bound.
     pub fn local_addr(&self) -> Result<SocketAddr> {
-        self.sock
-            .local_addr()
-            .map_err(|e| io("querying the listener address", e))
+        self.acceptor.local_addr()
     }
-    /// A pending connection request, if a client is waiting. A client that sends garbage is
-    /// dropped and reported as an error; the listener keeps working.
+    /// How long an accepted connection may take to send its whole request before it is
+    /// closed (default [`CM_TIMEOUT`]). Applies to connections accepted from now on.
+    pub fn set_request_timeout(&mut self, timeout: Duration) {
+        self.acceptor.set_request_timeout(timeout);
+    }
+    /// Accepted connections whose request is still incomplete.
+    pub fn pending(&self) -> usize {
+        self.acceptor.pending()
+    }
+    /// A pending connection request, if a client's is complete. Never blocks: it accepts
+    /// what is waiting, reads what each accepted connection sent, and closes connections past
+    /// their deadline. A client that sends garbage or goes away is dropped and reported as an
+    /// error; the listener keeps working (call again).
     pub fn poll(&mut self) -> Result<Option<ConnRequest>> {
-        let (mut stream, peer) = match self.sock.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => return Err(io("accepting a connection", e)),
+        let Some(a) = self.acceptor.poll()? else {
+            return Ok(None);
         };
-        stream
-            .set_nonblocking(false)
-            .and_then(|_| stream.set_read_timeout(Some(CM_TIMEOUT)))
-            .and_then(|_| stream.set_nodelay(true))
+        a.stream
+            .set_write_timeout(Some(CM_TIMEOUT))
             .map_err(|e| io("configuring an accepted connection", e))?;
-        let (kind, client_address) = read_msg(&mut stream)?;
-        if kind != CmKind::Request {
-            return Err(Error::Wire(format!(
-                "client {peer} sent {kind:?} instead of a connection request"
-            )));
-        }
         Ok(Some(ConnRequest {
-            stream,
-            client_address,
-            peer,
+            stream: a.stream,
+            client_address: a.msg[CmHdr::LEN..].to_vec(),
+            peer: a.peer,
         }))
     }
     /// Waits up to `timeout` for a connection request.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<ConnRequest>> {
-        let end = std::time::Instant::now() + timeout;
+        let end = Instant::now() + timeout;
         loop {
             if let Some(r) = self.poll()? {
                 return Ok(Some(r));
             }
-            if std::time::Instant::now() >= end {
+            if Instant::now() >= end {
                 return Ok(None);
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -203,21 +252,48 @@ impl Listener {
     }
 }
 
+/// A client-side read error, said plainly: a server that does not answer in time is a
+/// timeout (not the socket's `WouldBlock`), a closed connection a reset.
+fn client_read_error(server: SocketAddr, e: Error) -> Error {
+    match e {
+        Error::Io {
+            kind: std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut,
+            ..
+        } => Error::Timeout(format!(
+            "server {server} did not answer the connection request within {} s (is it \
+                 overloaded, or not a rucx listener?)",
+            CM_TIMEOUT.as_secs()
+        )),
+        Error::Io {
+            kind: std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset,
+            ..
+        } => Error::ConnectionReset(format!(
+            "server {server} closed the connection without answering the request"
+        )),
+        other => other,
+    }
+}
+
 /// Client side of the exchange: sends our address, gives the server's.
 pub(crate) fn client_exchange(server: SocketAddr, our_address: &[u8]) -> Result<Vec<u8>> {
     let mut s = TcpStream::connect_timeout(&server, CM_TIMEOUT).map_err(|e| {
         Error::Unreachable(format!(
-            "cannot connect to {server}: {e} (is the server running?)"
+            "cannot connect to {server}: {} (is the server running?)",
+            ucs::limits::explain_io(&e)
         ))
     })?;
     s.set_read_timeout(Some(CM_TIMEOUT))
         .and_then(|_| s.set_nodelay(true))
         .map_err(|e| io("configuring the connection", e))?;
     write_msg(&mut s, CmKind::Request, our_address)?;
-    match read_msg(&mut s)? {
+    match read_msg(&mut s).map_err(|e| client_read_error(server, e))? {
         (CmKind::Accept, addr) => Ok(addr),
-        (CmKind::Reject, _) => Err(Error::ConnectionReset(format!(
+        (CmKind::Reject, reason) if reason.is_empty() => Err(Error::ConnectionReset(format!(
             "server {server} rejected the connection"
+        ))),
+        (CmKind::Reject, reason) => Err(Error::ConnectionReset(format!(
+            "server {server} rejected the connection: {}",
+            String::from_utf8_lossy(&reason)
         ))),
         (CmKind::Request, _) => Err(Error::Wire(format!(
             "server {server} answered with a request"
@@ -228,6 +304,35 @@ pub(crate) fn client_exchange(server: SocketAddr, our_address: &[u8]) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_that_does_not_answer_is_a_timeout_not_would_block() {
+        let server: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let e = client_read_error(
+            server,
+            Error::io("reading", std::io::ErrorKind::WouldBlock.into()),
+        );
+        assert!(matches!(e, Error::Timeout(_)), "{e}");
+        assert!(e.to_string().contains("did not answer"), "{e}");
+        assert!(!e.to_string().contains("WouldBlock"), "{e}");
+        let e = client_read_error(
+            server,
+            Error::io("reading", std::io::ErrorKind::UnexpectedEof.into()),
+        );
+        assert!(matches!(e, Error::ConnectionReset(_)), "{e}");
+    }
+
+    #[test]
+    fn reject_carries_its_reason() {
+        let b = reject_bytes("too many open files");
+        let h = CmHdr::decode(&b).unwrap();
+        assert_eq!(h.kind, CmKind::Reject);
+        assert_eq!(&b[CmHdr::LEN..], b"too many open files");
+        let long = "é".repeat(MAX_REASON);
+        let b = reject_bytes(&long);
+        assert!(b.len() - CmHdr::LEN <= MAX_REASON);
+        assert!(std::str::from_utf8(&b[CmHdr::LEN..]).is_ok());
+    }
 
     #[test]
     fn header_round_trip_and_bad_input() {

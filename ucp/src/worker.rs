@@ -698,11 +698,7 @@ impl Worker {
         let ep = match self.ep_create(&req.client_address, params) {
             Ok(ep) => ep,
             Err(e) => {
-                let _ = crate::listener::write_msg(
-                    &mut req.stream,
-                    crate::listener::CmKind::Reject,
-                    &[],
-                );
+                let _ = crate::listener::write_reject(&mut req.stream, &e.to_string());
                 return Err(e);
             }
         };

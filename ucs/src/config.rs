@@ -284,14 +284,20 @@ pub fn unknown_vars<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<(String
     out
 }
 
+/// The `RUCX_*` environment variables that no layer registered, each with the closest
+/// registered name ([`unknown_vars`] over this process's environment), without logging.
+pub fn unknown_env() -> Vec<(String, Option<String>)> {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    unknown_vars(names.iter().map(String::as_str))
+}
+
 /// Warns (through `tracing`) about each `RUCX_*` environment variable that no layer registered,
 /// naming the closest known one, and returns them as (unknown, suggestion) pairs. Call it after
 /// every layer in use has registered its variables.
 pub fn check_unknown_env() -> Vec<(String, Option<String>)> {
-    let names: Vec<String> = std::env::vars_os()
-        .filter_map(|(k, _)| k.into_string().ok())
-        .collect();
-    let unknown = unknown_vars(names.iter().map(String::as_str));
+    let unknown = unknown_env();
     for (name, suggestion) in &unknown {
         match suggestion {
             Some(s) => tracing::warn!("unknown environment variable {name}; did you mean {s}?"),

@@ -9,7 +9,8 @@
 //! | --- | --- |
 //! | [`status`] | [`Outcome`] (Done / InProgress / NoResource) and [`Error`] |
 //! | [`config`] | `RUCX_*` variables, UCX value syntax, the variable registry, unknown-name check |
-//! | [`log`] | `tracing` setup from `RUCX_LOG_LEVEL` |
+//! | [`log`] | `tracing` setup from `RUCX_LOG_LEVEL`, [`log::init_program`] for every binary |
+//! | [`limits`] | descriptor and memory limits: bounds checks, `try_vec`, errors naming the limit |
 //! | [`time`] | [`time::Clock`], the real monotonic clock and a manual one for tests |
 //! | [`async_ctx`] | epoll [`async_ctx::EventSet`], eventfd [`async_ctx::Waker`], [`async_ctx::TimerQueue`], [`async_ctx::AsyncContext`] |
 //! | [`mpmc`] | bounded lock-free [`mpmc::MpmcQueue`] (loom-checked) |
@@ -18,6 +19,7 @@
 
 pub mod async_ctx;
 pub mod config;
+pub mod limits;
 pub mod log;
 pub mod mpmc;
 pub mod mpool;

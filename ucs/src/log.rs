@@ -70,6 +70,38 @@ pub fn init() {
     }
 }
 
+/// What every rucx binary calls first: registers the variable tables of the layers it uses
+/// (`tables`; ucs's own are always known), installs logging at `RUCX_LOG_LEVEL` ([`init`]), and
+/// warns once per process about each `RUCX_*` variable no table names, with the closest known
+/// name ([`crate::config::check_unknown_env`]). Calling it again registers the tables and does
+/// nothing else.
+pub fn init_program(tables: &[&'static [ConfigVar]]) {
+    for t in tables {
+        crate::config::register(t);
+    }
+    init();
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        let set: Vec<String> = crate::config::all_vars()
+            .iter()
+            .filter(|v| v.is_set())
+            .map(|v| format!("{}={}", v.env_name(), v.raw()))
+            .collect();
+        tracing::debug!(
+            "{} (pid {}): {} configuration variables known; set in the environment: {}",
+            std::env::args().next().unwrap_or_default(),
+            std::process::id(),
+            crate::config::all_vars().len(),
+            if set.is_empty() {
+                "none".to_owned()
+            } else {
+                set.join(", ")
+            }
+        );
+        crate::config::check_unknown_env();
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

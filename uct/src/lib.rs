@@ -33,8 +33,8 @@ pub use iface::{
 };
 pub use md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 pub use registry::{
-    open, query_resources, query_transports, AnyEp, AnyIface, AnyMd, DeviceInfo, TlResource,
-    Transport, TRANSPORT_NAMES,
+    config_tables, open, query_resources, query_transports, AnyEp, AnyIface, AnyMd, DeviceInfo,
+    TlResource, Transport, TRANSPORT_NAMES,
 };
 pub use ucs::{Error, Outcome, Result};
 pub use worker::{IfaceId, Worker};

@@ -58,6 +58,12 @@ pub struct TransportStatus {
     pub devices: std::result::Result<Vec<DeviceInfo>, String>,
 }
 
+/// The `RUCX_*` variable tables of the built-in transports, for
+/// [`ucs::log::init_program`] and the configuration printer.
+pub fn config_tables() -> [&'static [ucs::config::ConfigVar]; 2] {
+    [&crate::tcp::TCP_VARS, &crate::rc_verbs::RC_VERBS_VARS]
+}
+
 /// Every built-in transport with its devices or the reason it is unavailable.
 pub fn query_transports() -> Vec<TransportStatus> {
     TRANSPORT_NAMES

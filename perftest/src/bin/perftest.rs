@@ -4,6 +4,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    ucs::log::init_program(&ucp::config::config_tables());
     let args = match perftest::Args::try_parse() {
         Ok(a) => a,
         Err(e) => {

@@ -106,6 +106,7 @@ fn peer_text(addr: &str, table_only: bool) -> ucs::Result<String> {
 }
 
 fn main() -> ExitCode {
+    ucs::log::init_program(&ucp::config::config_tables());
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -130,7 +131,6 @@ fn main() -> ExitCode {
             }
         };
     }
-    perftest::info::register_ucp_vars();
     let none = !(args.show_version
         || args.devices
         || args.config

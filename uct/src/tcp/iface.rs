@@ -85,6 +85,8 @@ const RESERVE_BYTES: usize = 4096;
 const RESERVE_ITEMS: usize = 8;
 /// The listening socket's epoll token.
 const LISTENER_TOKEN: u64 = u64::MAX;
+/// Epoll token of the timer that ends a pause of the listening socket.
+const ACCEPT_TIMER_TOKEN: u64 = u64::MAX - 1;
 /// Progress calls between two looks at the listening socket (when nothing else needs epoll).
 const EPOLL_EVERY: u32 = 16;
 /// Up to this many connections, progress reads each directly instead of asking epoll.
@@ -915,7 +917,37 @@ pub(crate) struct Inner {
     pub(crate) waiting_out: usize,
     /// Connections with `rx_gated` set (progress asks epoll while there are any).
     pub(crate) gated: usize,
+    /// At the descriptor limit: the listening socket is out of the epoll set until this time.
+    pub(crate) accept_paused_until: Option<Instant>,
+    /// The pause the next descriptor-limit failure gets (doubles up to `ACCEPT_PAUSE_MAX`,
+    /// back to `ACCEPT_PAUSE_MIN` after an accept succeeds).
+    pub(crate) accept_pause: Duration,
+    /// Accept failures are logged at most once a second.
+    pub(crate) accept_log: ucs::limits::RateLimit,
+    /// A timerfd in the epoll set that fires when a pause ends, so a caller sleeping on the
+    /// interface's event fd wakes to resume accepting (`None` if it could not be created:
+    /// then the pause ends at the first progress after it).
+    pub(crate) accept_timer: Option<std::os::fd::OwnedFd>,
 }
+
+/// A non-blocking monotonic timerfd, or `None`.
+fn new_timer() -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe {
+        libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+        )
+    };
+    // SAFETY: `fd` is a new descriptor this function owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// First pause of the listening socket after `accept` hits the descriptor limit.
+const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(100);
+/// Longest pause of the listening socket after repeated descriptor-limit failures.
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 impl Inner {
     fn set_mask(&mut self, key: usize, mask: EpollFlags) {
@@ -1209,7 +1241,88 @@ impl Inner {
         }
     }
 
+    /// Sets the listening socket's epoll interest: readable, or nothing (paused).
+    fn arm_listener(&mut self, on: bool) {
+        let Some(l) = self.listener.as_ref() else {
+            return;
+        };
+        let flags = if on {
+            EpollFlags::EPOLLIN
+        } else {
+            EpollFlags::empty()
+        };
+        let mut ev = EpollEvent::new(flags, LISTENER_TOKEN);
+        if let Err(e) = self.epoll.modify(l.as_fd(), &mut ev) {
+            tracing::warn!("epoll_ctl on the tcp listening socket failed: {e}");
+        }
+    }
+
+    /// Puts the listening socket back in the epoll set once its pause is over; true when it
+    /// was resumed (the caller accepts what waited meanwhile).
+    fn resume_accept(&mut self, now: Instant) -> bool {
+        match self.accept_paused_until {
+            Some(t) if now >= t => {
+                self.accept_paused_until = None;
+                self.arm_listener(true);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `accept` failed: at the descriptor limit the listening socket leaves the epoll set for
+    /// a pause (level-triggered readiness would otherwise report it again at once, forever),
+    /// and the waiting client stays in the kernel's backlog until descriptors free up. Logged
+    /// at most once a second, with the limit.
+    fn accept_failed(&mut self, e: &io::Error) {
+        let now = Instant::now();
+        let fd_limit = ucs::limits::is_fd_limit(e);
+        if let Some(held) = self.accept_log.allow(now) {
+            let more = if held > 0 {
+                format!(" ({held} similar failures not logged)")
+            } else {
+                String::new()
+            };
+            let then = if fd_limit {
+                format!(
+                    "; new connections wait in the backlog, retrying in {} ms",
+                    self.accept_pause.as_millis()
+                )
+            } else {
+                String::new()
+            };
+            tracing::warn!(
+                "tcp {}:{}: cannot accept a connection: {}{then}{more}",
+                self.local.ip,
+                self.local.port,
+                ucs::limits::explain_io(e)
+            );
+        }
+        if fd_limit {
+            self.arm_listener(false);
+            self.accept_paused_until = Some(now + self.accept_pause);
+            if let Some(t) = self.accept_timer.as_ref() {
+                let spec = libc::itimerspec {
+                    it_interval: libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    },
+                    it_value: libc::timespec {
+                        tv_sec: self.accept_pause.as_secs() as libc::time_t,
+                        tv_nsec: self.accept_pause.subsec_nanos() as libc::c_long,
+                    },
+                };
+                // SAFETY: `t` is our timerfd; `spec` is a valid itimerspec; no old value asked.
+                unsafe { libc::timerfd_settime(t.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+            }
+            self.accept_pause = (self.accept_pause * 2).min(ACCEPT_PAUSE_MAX);
+        }
+    }
+
     fn accept_all(&mut self) {
+        if self.accept_paused_until.is_some() {
+            return;
+        }
         loop {
             let Some(l) = self.listener.as_ref() else {
                 return;
@@ -1219,10 +1332,11 @@ impl Inner {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    tracing::warn!("tcp accept failed: {e}");
+                    self.accept_failed(&e);
                     return;
                 }
             };
+            self.accept_pause = ACCEPT_PAUSE_MIN;
             if let Err(e) = self.sock_cfg.apply(&sock) {
                 tracing::warn!("configuring an accepted tcp connection failed: {e}");
                 continue;
@@ -1412,8 +1526,13 @@ impl TcpIface {
                 EpollEvent::new(EpollFlags::EPOLLIN, LISTENER_TOKEN),
             )
             .map_err(|e| Error::io("epoll_ctl(listener)", e.into()))?;
+        let accept_timer = new_timer().filter(|t| {
+            epoll
+                .add(t, EpollEvent::new(EpollFlags::EPOLLIN, ACCEPT_TIMER_TOKEN))
+                .is_ok()
+        });
         let local = IfaceAddr { ip: dev.ip, port };
-        let netns = super::netns_id();
+        let netns = super::netns_id()?;
         let dev_addr = DevAddr {
             ip: dev.ip,
             prefix: dev.prefix,
@@ -1445,6 +1564,10 @@ impl TcpIface {
             next_seq: HashMap::new(),
             waiting_out: 0,
             gated: 0,
+            accept_paused_until: None,
+            accept_pause: ACCEPT_PAUSE_MIN,
+            accept_log: ucs::limits::RateLimit::new(Duration::from_secs(1)),
+            accept_timer,
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -1514,10 +1637,24 @@ impl TcpIface {
             }
         };
         inner.force_epoll = false;
+        if inner.accept_paused_until.is_some() && inner.resume_accept(Instant::now()) {
+            inner.accept_all();
+        }
         for ev in &self.events[..n] {
             let token = ev.data();
             if token == LISTENER_TOKEN {
                 inner.accept_all();
+                continue;
+            }
+            if token == ACCEPT_TIMER_TOKEN {
+                if let Some(t) = inner.accept_timer.as_ref() {
+                    let mut ticks = [0u8; 8];
+                    // SAFETY: reads at most 8 bytes into `ticks` from our non-blocking timerfd.
+                    unsafe { libc::read(t.as_raw_fd(), ticks.as_mut_ptr().cast(), ticks.len()) };
+                }
+                if inner.resume_accept(Instant::now()) {
+                    inner.accept_all();
+                }
                 continue;
             }
             let key = token as usize;

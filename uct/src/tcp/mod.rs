@@ -265,15 +265,25 @@ fn fnv1a(data: &[u8], mut h: u64) -> u64 {
 
 /// An identity of this host's network namespace: two processes get the same value exactly
 /// when they share a kernel boot and a network namespace (and so can reach each other on `lo`).
-pub fn netns_id() -> u64 {
+/// The boot id is read once per process; a failure to read it (for example at the descriptor
+/// limit) is an error naming the cause, never a made-up identity.
+pub fn netns_id() -> Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    let boot = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    static BOOT_ID: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let boot = match BOOT_ID.get() {
+        Some(b) => b,
+        None => {
+            let b = std::fs::read("/proc/sys/kernel/random/boot_id")
+                .map_err(|e| Error::io("reading /proc/sys/kernel/random/boot_id", e))?;
+            BOOT_ID.get_or_init(|| b)
+        }
+    };
     let ns = std::fs::metadata("/proc/self/ns/net")
         .map(|m| (m.dev(), m.ino()))
-        .unwrap_or((0, 0));
-    let h = fnv1a(&boot, 0xcbf2_9ce4_8422_2325);
+        .map_err(|e| Error::io("reading /proc/self/ns/net", e))?;
+    let h = fnv1a(boot, 0xcbf2_9ce4_8422_2325);
     let h = fnv1a(&ns.0.to_le_bytes(), h);
-    fnv1a(&ns.1.to_le_bytes(), h)
+    Ok(fnv1a(&ns.1.to_le_bytes(), h))
 }
 
 /// The device address: which IPv4 network the device is on, and where the host is.
