@@ -65,6 +65,9 @@ pub(crate) enum Backing {
     },
     /// The user's buffer, owned by the mapping while it lives.
     User(Vec<u8>),
+    /// Caller memory the mapping does not own (`Worker::mem_map_raw`): valid while it lives,
+    /// by the caller's promise.
+    Raw,
 }
 
 /// Memory mapped for remote access by a worker's peers (`ucp_mem_map`). Reads and writes go
@@ -177,7 +180,7 @@ impl MemMap {
         match &self.backing {
             Backing::Shared { _segment } => Some(Keep::Segment(_segment.clone())),
             Backing::Heap(b) => Some(Keep::Heap(b.clone())),
-            Backing::User(_) => None,
+            Backing::User(_) | Backing::Raw => None,
         }
     }
 

@@ -28,8 +28,11 @@ use uct::{
     IfaceAttr, IfaceFlags, Iov, MdFlags, MemHandle, MemoryDomain as _, RemoteKey,
 };
 
+#[path = "raw_recv.rs"]
+mod raw_recv;
 #[path = "tag_offload.rs"]
 mod tag_offload;
+use raw_recv::RecvBuf;
 pub use tag_offload::{TmStats, TM_ENABLE, TM_THRESH};
 
 /// Hashes worker uuids (random 64-bit numbers) with one multiply instead of SipHash: every
@@ -254,7 +257,7 @@ enum RecvStage {
 struct RecvReq {
     tag: u64,
     mask: u64,
-    buf: Vec<u8>,
+    buf: RecvBuf,
     stage: RecvStage,
     sender_tag: u64,
     total: usize,
@@ -963,7 +966,7 @@ impl Worker {
     /// the completion).
     pub fn get(&mut self, ep: EpHandle, buf: Vec<u8>, remote_addr: u64, rkey: &Rkey) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.rma(idx, RmaDir::Get(buf), remote_addr, rkey)
+        self.st.rma(idx, RmaDir::Get(buf.into()), remote_addr, rkey)
     }
 
     /// A non-fetching atomic (`Add`, `And`, `Or`, `Xor`) on a 4- or 8-byte word of the peer's
@@ -1448,7 +1451,7 @@ impl AmoKind {
 
 enum RmaDir<'a> {
     Put(&'a [u8]),
-    Get(Vec<u8>),
+    Get(RecvBuf),
 }
 
 enum SendData<'a> {
@@ -1691,12 +1694,12 @@ impl State {
                 rv.memh = None;
                 rv.rkey = None;
                 am = rv.am.take();
-                let buf = std::mem::take(&mut rv.buf);
+                let buf = std::mem::take(&mut rv.buf).into_vec();
                 let buf = if exposed {
-                    self.quarantine.push(buf);
+                    self.quarantine.extend(buf);
                     None
                 } else {
-                    Some(buf)
+                    buf
                 };
                 (buf, rv.total, rv.sender_tag, 0)
             }
@@ -1926,7 +1929,7 @@ impl State {
                 if off == len {
                     return Ok(Op::Done(Completion {
                         len,
-                        buf: Some(buf),
+                        buf: buf.into_vec(),
                         ..Completion::ok()
                     }));
                 }
@@ -2997,7 +3000,8 @@ impl State {
 
     // ---- receive side ---------------------------------------------------------------------
 
-    fn new_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> usize {
+    fn new_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> usize {
+        let buf = buf.into();
         self.new_req(
             None,
             ReqKind::Recv(RecvReq {
@@ -3027,7 +3031,7 @@ impl State {
         }
     }
 
-    fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
+    fn tag_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> Result<Op> {
         let key = self.new_recv(buf, tag, mask);
         // `wire_id(key)`: the new request has the latest generation.
         let wire = (self.req_gen as u64) << 32 | key as u64;

@@ -1,0 +1,294 @@
+//! `ucp_config_t`: rucx's [`UcpConfig`] read from `RUCX_*` and from UCX's own variables.
+//!
+//! For each setting the first of these that is set wins: `RUCX_<NAME>`, then
+//! `<env_prefix>_UCX_<NAME>` (when the client passes a prefix), then `UCX_<NAME>`. UCX's
+//! values are translated to rucx's meanings:
+//!
+//! | UCX variable | rucx setting |
+//! |---|---|
+//! | `UCX_TLS` | `RUCX_TLS`: `all`, `^a,b` (every rucx transport but those), `shm`/`sm`, `self`, `tcp`, `posix`, `sysv`, `cma`, `mm` (posix, sysv), `rc*`/`ud*`/`dc*`/`ib` (rc_verbs); GPU transports (`cuda*`, `rocm*`, `gdr_copy`, `ze*`) and others rucx lacks are dropped with a warning |
+//! | `UCX_NET_DEVICES` | `RUCX_NET_DEVICES` (`all` or a list) |
+//! | `UCX_RNDV_THRESH`, `UCX_ZCOPY_THRESH` | same names (sizes, `inf`, `auto`) |
+//! | `UCX_RNDV_SCHEME` | same (`get_zcopy`, `put_zcopy`, `auto`) |
+//! | `UCX_KEEPALIVE_INTERVAL` | same (a time, or `inf`) |
+//!
+//! `ucp_config_modify` sets the same names (`TLS`, `NET_DEVICES`, …) on a read configuration.
+
+use crate::ffi::*;
+use crate::guard::{ffi, refuse};
+use std::ffi::{c_char, CStr};
+use std::time::Duration;
+use ucp::config::RndvSchemeCfg;
+use ucp::UcpConfig;
+use ucs::config::{parse_duration, parse_list, parse_size, Size};
+
+/// The settings read from UCX's variables, by rucx name.
+const MAPPED: [&str; 6] = [
+    "TLS",
+    "NET_DEVICES",
+    "RNDV_THRESH",
+    "ZCOPY_THRESH",
+    "RNDV_SCHEME",
+    "KEEPALIVE_INTERVAL",
+];
+
+/// A configuration read by `ucp_config_read`.
+pub struct Config {
+    /// What `ucp_init` uses.
+    pub ucp: UcpConfig,
+}
+
+/// Translates a `UCX_TLS` value into a `RUCX_TLS` list (empty: all).
+pub fn map_tls(value: &str) -> Result<Vec<String>, String> {
+    let v = value.trim();
+    let (negate, list) = match v.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, v),
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |s: &str| {
+        if !out.iter().any(|x| x == s) {
+            out.push(s.to_owned());
+        }
+    };
+    for item in parse_list(list) {
+        let t = item.trim_start_matches('\\').to_ascii_lowercase();
+        match t.as_str() {
+            "all" if !negate => return Ok(Vec::new()),
+            "shm" | "sm" => ucp::config::SHM_TLS.iter().for_each(|s| push(s)),
+            "mm" => ["posix", "sysv"].iter().for_each(|s| push(s)),
+            "self" | "tcp" | "posix" | "sysv" | "cma" | "rc_verbs" => push(&t),
+            "ib" => push("rc_verbs"),
+            x if x.starts_with("rc") || x.starts_with("ud") || x.starts_with("dc") => {
+                push("rc_verbs")
+            }
+            x if x.starts_with("cuda")
+                || x.starts_with("rocm")
+                || x.starts_with("ze")
+                || x == "gdr_copy" =>
+            {
+                tracing::debug!(
+                    "UCX_TLS: {x} moves GPU memory, which rucx does not handle; ignored"
+                )
+            }
+            x => tracing::warn!("UCX_TLS: rucx has no transport '{x}'; ignored"),
+        }
+    }
+    if negate {
+        let keep: Vec<String> = uct::TRANSPORT_NAMES
+            .iter()
+            .filter(|t| !out.iter().any(|x| x == *t))
+            .map(|t| t.to_string())
+            .collect();
+        if keep.is_empty() {
+            return Err(format!("'{value}' leaves no transport"));
+        }
+        return Ok(keep);
+    }
+    if out.is_empty() {
+        return Err(format!("'{value}' names no transport rucx has"));
+    }
+    Ok(out)
+}
+
+fn size_or_auto(v: &str) -> Result<Option<usize>, String> {
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    match parse_size(v)? {
+        Size::Inf => Ok(Some(usize::MAX)),
+        Size::Bytes(b) => Ok(Some(usize::try_from(b).unwrap_or(usize::MAX))),
+    }
+}
+
+/// Applies one setting by rucx name (`TLS`, …) with a UCX-syntax value.
+pub fn apply(cfg: &mut UcpConfig, name: &str, value: &str) -> Result<(), String> {
+    match name {
+        "TLS" => cfg.tls = map_tls(value)?,
+        "NET_DEVICES" => {
+            cfg.net_devices = if value.trim().eq_ignore_ascii_case("all") {
+                Vec::new()
+            } else {
+                parse_list(value)
+            }
+        }
+        "RNDV_THRESH" => cfg.rndv_thresh = size_or_auto(value)?,
+        "ZCOPY_THRESH" => cfg.zcopy_thresh = size_or_auto(value)?,
+        "RNDV_SCHEME" => {
+            cfg.rndv_scheme = match value.trim().to_ascii_lowercase().as_str() {
+                "auto" => RndvSchemeCfg::Auto,
+                "get_zcopy" => RndvSchemeCfg::Get,
+                "put_zcopy" => RndvSchemeCfg::Put,
+                "am" => RndvSchemeCfg::Am,
+                _ => {
+                    return Err(format!(
+                        "'{value}' (accepted: get_zcopy, put_zcopy, am, auto)"
+                    ))
+                }
+            }
+        }
+        "KEEPALIVE_INTERVAL" => {
+            cfg.keepalive_interval = if value.trim().eq_ignore_ascii_case("inf") {
+                None
+            } else {
+                let d = parse_duration(value)?;
+                if d == Duration::ZERO {
+                    return Err("must be positive (or inf)".into());
+                }
+                Some(d)
+            }
+        }
+        _ => return Err(format!("rucx has no setting {name}")),
+    }
+    Ok(())
+}
+
+/// Reads the configuration: `RUCX_*` first, then `<prefix>_UCX_*`, then `UCX_*`.
+pub fn read(prefix: Option<&str>) -> Result<UcpConfig, String> {
+    let mut cfg = UcpConfig::from_env().map_err(|e| e.to_string())?;
+    for name in MAPPED {
+        if std::env::var_os(format!("RUCX_{name}")).is_some() {
+            continue;
+        }
+        let prefixed = prefix
+            .filter(|p| !p.is_empty())
+            .map(|p| format!("{p}_UCX_{name}"));
+        let found = prefixed
+            .and_then(|n| std::env::var(&n).ok().map(|v| (n, v)))
+            .or_else(|| {
+                let n = format!("UCX_{name}");
+                std::env::var(&n).ok().map(|v| (n, v))
+            });
+        if let Some((var, value)) = found {
+            apply(&mut cfg, name, &value).map_err(|why| format!("{var}={value:?}: {why}"))?;
+        }
+    }
+    Ok(cfg)
+}
+
+/// `ucs_status_t ucp_config_read(const char *env_prefix, const char *filename,
+/// ucp_config_t **config_p)`. A configuration file is not supported (`filename` must be NULL).
+///
+/// # Safety
+/// `env_prefix` NULL or a C string; `config_p` a writable pointer.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_config_read(
+    env_prefix: *const c_char,
+    filename: *const c_char,
+    config_p: *mut *mut Config,
+) -> Status {
+    const NAME: &str = "ucp_config_read";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        if config_p.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "config_p is NULL");
+        }
+        if !filename.is_null() {
+            return refuse(
+                NAME,
+                UCS_ERR_UNSUPPORTED,
+                "rucx reads no configuration file",
+            );
+        }
+        let prefix = if env_prefix.is_null() {
+            None
+        } else {
+            // SAFETY: the caller passes a C string.
+            Some(
+                unsafe { CStr::from_ptr(env_prefix) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
+        match read(prefix.as_deref()) {
+            Ok(ucp) => {
+                // SAFETY: checked non-null above.
+                unsafe { *config_p = Box::into_raw(Box::new(Config { ucp })) };
+                UCS_OK
+            }
+            Err(why) => refuse(NAME, UCS_ERR_INVALID_PARAM, why),
+        }
+    })
+}
+
+/// `void ucp_config_release(ucp_config_t *config)`.
+///
+/// # Safety
+/// `config` from `ucp_config_read`, released once (NULL is ignored).
+#[no_mangle]
+pub unsafe extern "C" fn ucp_config_release(config: *mut Config) {
+    ffi("ucp_config_release", (), || {
+        if !config.is_null() {
+            // SAFETY: allocated by ucp_config_read.
+            drop(unsafe { Box::from_raw(config) });
+        }
+    })
+}
+
+/// `ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)`:
+/// sets one of the mapped settings (`TLS`, `NET_DEVICES`, `RNDV_THRESH`, `ZCOPY_THRESH`,
+/// `RNDV_SCHEME`, `KEEPALIVE_INTERVAL`; a `UCX_` prefix is accepted) with a UCX-syntax value.
+///
+/// # Safety
+/// Valid pointers from the caller.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_config_modify(
+    config: *mut Config,
+    name: *const c_char,
+    value: *const c_char,
+) -> Status {
+    const NAME: &str = "ucp_config_modify";
+    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
+        if config.is_null() || name.is_null() || value.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+        }
+        // SAFETY: C strings from the caller.
+        let (n, v) = unsafe {
+            (
+                CStr::from_ptr(name).to_string_lossy().into_owned(),
+                CStr::from_ptr(value).to_string_lossy().into_owned(),
+            )
+        };
+        let n = n.strip_prefix("UCX_").unwrap_or(&n).to_ascii_uppercase();
+        // SAFETY: a live configuration.
+        let cfg = unsafe { &mut (*config).ucp };
+        match apply(cfg, &n, &v) {
+            Ok(()) => UCS_OK,
+            Err(why) => refuse(NAME, UCS_ERR_NO_ELEM, format!("{n}={v:?}: {why}")),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ucx_tls_values() {
+        assert_eq!(
+            map_tls("shm,self").unwrap(),
+            ["posix", "sysv", "cma", "self"]
+        );
+        assert_eq!(map_tls("tcp").unwrap(), ["tcp"]);
+        assert!(map_tls("all").unwrap().is_empty());
+        assert_eq!(
+            map_tls("rc_x,ud_x,sm").unwrap(),
+            ["rc_verbs", "posix", "sysv", "cma"]
+        );
+        let neg = map_tls("^tcp").unwrap();
+        assert!(!neg.contains(&"tcp".to_string()) && neg.contains(&"self".to_string()));
+        assert!(map_tls("cuda_copy").is_err());
+    }
+
+    #[test]
+    fn apply_settings() {
+        let mut c = UcpConfig::default();
+        apply(&mut c, "RNDV_THRESH", "8k").unwrap();
+        assert_eq!(c.rndv_thresh, Some(8192));
+        apply(&mut c, "NET_DEVICES", "lo").unwrap();
+        assert_eq!(c.net_devices, ["lo"]);
+        apply(&mut c, "KEEPALIVE_INTERVAL", "inf").unwrap();
+        assert_eq!(c.keepalive_interval, None);
+        assert!(apply(&mut c, "RNDV_SCHEME", "teleport").is_err());
+        assert!(apply(&mut c, "NOPE", "1").is_err());
+    }
+}

@@ -1,0 +1,415 @@
+//! `ucp_ep_h`: endpoints created from a peer's worker address, their error handlers, flush and
+//! close, and the old active-message send (`ucp_am_send_nb`).
+//!
+//! rucx keeps one endpoint per peer worker: a second `ucp_ep_create` to the same address (or
+//! to a peer that connected first) shares it. Closing any client endpoint closes it.
+
+use crate::datatype::{send_data, Finish, SendData};
+use crate::ffi::*;
+use crate::guard::{check_mask, fail, ffi, refuse, status_of};
+use crate::request::{submit, Cb, OpArgs};
+use crate::worker::{worker_ref, Worker};
+use std::ffi::{c_uint, c_void};
+use ucp::{CloseMode, EpHandle, EpParams as UcpEpParams};
+
+/// A client endpoint.
+pub struct Ep {
+    /// Its worker.
+    pub worker: *const Worker,
+    /// rucx's endpoint.
+    pub h: EpHandle,
+    /// Error handler (`ucp_err_handler_t.cb`).
+    pub err_cb: Option<ErrHandlerCb>,
+    /// Its argument (`user_data` when given, else `err_handler.arg`).
+    pub err_arg: *mut c_void,
+}
+
+/// The worker and rucx handle of a client endpoint.
+pub(crate) fn ep_ref<'a>(name: &str, ep: *mut Ep) -> Result<(&'a Worker, EpHandle), Status> {
+    if ep.is_null() {
+        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "ep is NULL"));
+    }
+    // SAFETY: a live endpoint from ucp_ep_create; its worker outlives it.
+    unsafe { Ok((&*(*ep).worker, (*ep).h)) }
+}
+
+const EP_KNOWN: u64 = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+    | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+    | UCP_EP_PARAM_FIELD_ERR_HANDLER
+    | UCP_EP_PARAM_FIELD_USER_DATA
+    | UCP_EP_PARAM_FIELD_SOCK_ADDR
+    | UCP_EP_PARAM_FIELD_FLAGS
+    | UCP_EP_PARAM_FIELD_CONN_REQUEST
+    | UCP_EP_PARAM_FIELD_NAME
+    | UCP_EP_PARAM_FIELD_LOCAL_SOCK_ADDR;
+
+/// Longest address accepted (rucx's addresses are a few hundred bytes).
+const MAX_ADDRESS: usize = 1 << 16;
+
+/// `ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params,
+/// ucp_ep_h *ep_p)`: from a remote worker address (client/server sockaddr connections are not
+/// supported). Error handling modes NONE and PEER are both honored the same way: when the
+/// peer fails, outstanding requests complete with an error and the error handler, if given,
+/// runs from `ucp_worker_progress`.
+///
+/// # Safety
+/// A live worker; valid `params` whose address came from `ucp_worker_get_address` /
+/// `ucp_worker_query` of a rucx worker.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_create(
+    worker: *mut Worker,
+    params: *const EpParams,
+    ep_p: *mut *mut Ep,
+) -> Status {
+    const NAME: &str = "ucp_ep_create";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return s,
+        };
+        if params.is_null() || ep_p.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+        }
+        // SAFETY: the caller's params.
+        let p = unsafe { &*params };
+        if let Err(s) = check_mask(NAME, "ucp_ep_params_t.field_mask", p.field_mask, EP_KNOWN) {
+            return s;
+        }
+        let has = |b: u64| p.field_mask & b != 0;
+        if has(UCP_EP_PARAM_FIELD_SOCK_ADDR) || has(UCP_EP_PARAM_FIELD_CONN_REQUEST) {
+            return refuse(
+                NAME,
+                UCS_ERR_UNSUPPORTED,
+                "client/server (sockaddr) endpoints are not supported; use a worker address",
+            );
+        }
+        if !has(UCP_EP_PARAM_FIELD_REMOTE_ADDRESS) || p.address.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "no remote address");
+        }
+        if has(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE) && p.err_mode > UCP_ERR_HANDLING_MODE_PEER {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("error handling mode {}", p.err_mode),
+            );
+        }
+        if has(UCP_EP_PARAM_FIELD_FLAGS) && p.flags & !(UCP_EP_PARAMS_FLAGS_NO_LOOPBACK) != 0 {
+            return refuse(
+                NAME,
+                UCS_ERR_UNSUPPORTED,
+                format!("endpoint flags {:#x}", p.flags),
+            );
+        }
+        // SAFETY: the address starts with its 4-byte length (see worker::client_address).
+        let bytes = unsafe {
+            let mut len = [0u8; 4];
+            std::ptr::copy_nonoverlapping(p.address as *const u8, len.as_mut_ptr(), 4);
+            let len = u32::from_le_bytes(len) as usize;
+            if len == 0 || len > MAX_ADDRESS {
+                return refuse(
+                    NAME,
+                    UCS_ERR_INVALID_ADDR,
+                    format!("not a rucx worker address (length {len})"),
+                );
+            }
+            std::slice::from_raw_parts((p.address as *const u8).add(4), len)
+        };
+        let (err_cb, err_arg) = if has(UCP_EP_PARAM_FIELD_ERR_HANDLER) {
+            let arg = if has(UCP_EP_PARAM_FIELD_USER_DATA) {
+                p.user_data
+            } else {
+                p.err_handler.arg
+            };
+            (p.err_handler.cb, arg)
+        } else {
+            (None, std::ptr::null_mut())
+        };
+        let _g = w.lock.lock();
+        let mut i = w.inner.borrow_mut();
+        let q = i.ep_errors.clone();
+        let params = UcpEpParams {
+            err_handler: Some(Box::new(move |h, e| q.borrow_mut().push((h, status_of(e))))),
+        };
+        let h = match i.w.ep_create(bytes, params) {
+            Ok(h) => h,
+            Err(e) => return fail(NAME, &e),
+        };
+        let ep = Box::into_raw(Box::new(Ep {
+            worker: w,
+            h,
+            err_cb,
+            err_arg,
+        }));
+        i.eps.entry(h).or_default().push(ep as usize);
+        // SAFETY: checked non-null.
+        unsafe { *ep_p = ep };
+        UCS_OK
+    })
+}
+
+/// Forgets a client endpoint and frees it.
+fn forget(w: &Worker, ep: *mut Ep, h: EpHandle) {
+    let mut i = w.inner.borrow_mut();
+    if let Some(v) = i.eps.get_mut(&h) {
+        v.retain(|&e| e != ep as usize);
+        if v.is_empty() {
+            i.eps.remove(&h);
+        }
+    }
+    drop(i);
+    // SAFETY: created by ucp_ep_create, freed once.
+    drop(unsafe { Box::from_raw(ep) });
+}
+
+/// Closes an endpoint; the request completes when it is closed.
+fn close(name: &str, ep: *mut Ep, mode: CloseMode, args: OpArgs) -> StatusPtr {
+    let (w, h) = match ep_ref(name, ep) {
+        Ok(x) => x,
+        Err(s) => return status_ptr(s),
+    };
+    let _g = w.lock.lock();
+    let shared = w.inner.borrow().eps.get(&h).map(|v| v.len()).unwrap_or(0) > 1;
+    let res = if shared {
+        // Another client endpoint still uses the rucx endpoint: flush only.
+        w.inner.borrow_mut().w.ep_flush(h)
+    } else {
+        w.inner.borrow_mut().w.ep_close_nb(h, mode)
+    };
+    forget(w, ep, h);
+    submit(name, w, res, &args, Finish::None)
+}
+
+/// `ucs_status_ptr_t ucp_disconnect_nb(ucp_ep_h ep)`: flushes and closes (the deprecated form of
+/// `ucp_ep_close_nb(ep, UCP_EP_CLOSE_MODE_FLUSH)`).
+///
+/// # Safety
+/// A live endpoint, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_disconnect_nb(ep: *mut Ep) -> StatusPtr {
+    ffi("ucp_disconnect_nb", status_ptr(UCS_ERR_NO_MEMORY), || {
+        close(
+            "ucp_disconnect_nb",
+            ep,
+            CloseMode::Flush,
+            OpArgs::with_cb(Cb::None, false),
+        )
+    })
+}
+
+/// `ucs_status_ptr_t ucp_ep_close_nb(ucp_ep_h ep, unsigned mode)`.
+///
+/// # Safety
+/// A live endpoint, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_close_nb(ep: *mut Ep, mode: c_uint) -> StatusPtr {
+    const NAME: &str = "ucp_ep_close_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let m = match mode {
+            UCP_EP_CLOSE_MODE_FORCE => CloseMode::Force,
+            UCP_EP_CLOSE_MODE_FLUSH => CloseMode::Flush,
+            _ => {
+                return status_ptr(refuse(
+                    NAME,
+                    UCS_ERR_INVALID_PARAM,
+                    format!("close mode {mode}"),
+                ))
+            }
+        };
+        close(NAME, ep, m, OpArgs::with_cb(Cb::None, false))
+    })
+}
+
+/// `ucs_status_ptr_t ucp_ep_close_nbx(ucp_ep_h ep, const ucp_request_param_t *param)`:
+/// `UCP_EP_CLOSE_FLAG_FORCE` in `param->flags` closes at once.
+///
+/// # Safety
+/// A live endpoint, not used afterwards; valid `param`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_close_nbx(ep: *mut Ep, param: *const RequestParam) -> StatusPtr {
+    const NAME: &str = "ucp_ep_close_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: checked by parse_param.
+        let raw = unsafe { &*param };
+        let force = raw.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 && raw.flags & 1 != 0;
+        close(
+            NAME,
+            ep,
+            if force {
+                CloseMode::Force
+            } else {
+                CloseMode::Flush
+            },
+            p.send_args(),
+        )
+    })
+}
+
+/// Progresses `w` until the request finishes; gives its status.
+pub(crate) fn wait(w: &Worker, r: StatusPtr) -> Status {
+    if r.is_null() {
+        return UCS_OK;
+    }
+    if ptr_is_err(r) {
+        return r as isize as Status;
+    }
+    loop {
+        // SAFETY: a request just returned.
+        let s = unsafe { crate::request::ucp_request_check_status(r) };
+        if s != UCS_INPROGRESS {
+            // SAFETY: released once.
+            unsafe { crate::request::ucp_request_free(r) };
+            return s;
+        }
+        w.progress();
+    }
+}
+
+/// `void ucp_ep_destroy(ucp_ep_h ep)`: flushes and closes, blocking.
+///
+/// # Safety
+/// A live endpoint, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_destroy(ep: *mut Ep) {
+    ffi("ucp_ep_destroy", (), || {
+        let Ok((w, _)) = ep_ref("ucp_ep_destroy", ep) else {
+            return;
+        };
+        let r = close(
+            "ucp_ep_destroy",
+            ep,
+            CloseMode::Flush,
+            OpArgs::with_cb(Cb::None, false),
+        );
+        wait(w, r);
+    })
+}
+
+/// `ucs_status_ptr_t ucp_ep_flush_nb(ucp_ep_h ep, unsigned flags, ucp_send_callback_t cb)`.
+///
+/// # Safety
+/// A live endpoint.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush_nb(
+    ep: *mut Ep,
+    flags: c_uint,
+    cb: Option<SendCb>,
+) -> StatusPtr {
+    const NAME: &str = "ucp_ep_flush_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        if flags != 0 {
+            return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, "flags must be 0"));
+        }
+        let (w, h) = match ep_ref(NAME, ep) {
+            Ok(x) => x,
+            Err(s) => return status_ptr(s),
+        };
+        let _g = w.lock.lock();
+        let res = w.inner.borrow_mut().w.ep_flush(h);
+        submit(
+            NAME,
+            w,
+            res,
+            &OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false),
+            Finish::None,
+        )
+    })
+}
+
+/// `ucs_status_ptr_t ucp_ep_flush_nbx(ucp_ep_h ep, const ucp_request_param_t *param)`.
+///
+/// # Safety
+/// A live endpoint; valid `param`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush_nbx(ep: *mut Ep, param: *const RequestParam) -> StatusPtr {
+    const NAME: &str = "ucp_ep_flush_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let (w, h) = match ep_ref(NAME, ep) {
+            Ok(x) => x,
+            Err(s) => return status_ptr(s),
+        };
+        let _g = w.lock.lock();
+        let res = w.inner.borrow_mut().w.ep_flush(h);
+        submit(NAME, w, res, &p.send_args(), Finish::None)
+    })
+}
+
+/// `ucs_status_t ucp_ep_flush(ucp_ep_h ep)`: blocking flush (progresses the worker).
+///
+/// # Safety
+/// A live endpoint.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush(ep: *mut Ep) -> Status {
+    const NAME: &str = "ucp_ep_flush";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let (w, _) = match ep_ref(NAME, ep) {
+            Ok(x) => x,
+            Err(s) => return s,
+        };
+        // SAFETY: forwarded.
+        let r = unsafe { ucp_ep_flush_nb(ep, 0, None) };
+        wait(w, r)
+    })
+}
+
+/// `ucs_status_ptr_t ucp_am_send_nb(ucp_ep_h ep, uint16_t id, const void *buffer, size_t count,
+/// ucp_datatype_t datatype, ucp_send_callback_t cb, unsigned flags)`: active message `id` to
+/// the peer's handler (`ucp_worker_set_am_handler`). `UCP_AM_SEND_FLAG_REPLY` gives the
+/// receiver's handler an endpoint to reply on when it has one to the sender.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_am_send_nb(
+    ep: *mut Ep,
+    id: u16,
+    buffer: *const c_void,
+    count: usize,
+    datatype: Datatype,
+    cb: Option<SendCb>,
+    flags: c_uint,
+) -> StatusPtr {
+    const NAME: &str = "ucp_am_send_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        if flags & !(UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_RNDV) != 0 {
+            return status_ptr(refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("unknown flags {flags:#x}"),
+            ));
+        }
+        let (w, h) = match ep_ref(NAME, ep) {
+            Ok(x) => x,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded contract.
+        let data = match unsafe { send_data(NAME, buffer, count, datatype) } {
+            Ok(d) => d,
+            Err(s) => return status_ptr(s),
+        };
+        let _g = w.lock.lock();
+        let res = {
+            let mut i = w.inner.borrow_mut();
+            match data {
+                SendData::Slice(s) => i.w.am_send(h, id, &[], s),
+                SendData::Owned(v) => i.w.am_send_vec(h, id, &[], v),
+            }
+        };
+        submit(
+            NAME,
+            w,
+            res,
+            &OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false),
+            Finish::None,
+        )
+    })
+}

@@ -1,0 +1,28 @@
+//! # rucx-capi — libucp.so.0 for C programs
+//!
+//! UCX 1.13's C API (`ucp/api/ucp.h`, `ucp_compat.h`) on top of rucx's `ucp` crate, so MPI
+//! libraries built against UCX (Debian's Open MPI 4.1 and MPICH 4.0) run on rucx with nothing
+//! changed but `LD_LIBRARY_PATH`. `capi/build.sh OUT_DIR` builds `libucp.so.0` (this crate),
+//! `libucs.so.0` (`capi/ucs`) and `libucm.so.0` (`capi/ucm`) into one folder.
+//!
+//! The C types are declared in [`ffi`] from the headers (nothing of UCX is copied). Every
+//! exported function runs through [`guard::ffi`]: bad input gives `UCS_ERR_INVALID_PARAM` /
+//! `UCS_ERR_UNSUPPORTED` and one log line, and a panic never crosses into C. Requests, their
+//! memory layout and callbacks are described in [`request`]; datatypes in [`datatype`].
+
+pub mod config;
+pub mod context;
+pub mod datatype;
+pub mod ep;
+pub mod ffi;
+pub mod guard;
+pub mod lock;
+pub mod request;
+pub mod rma;
+pub mod tag;
+pub mod worker;
+
+/// UCX's status codes and `ucs_status_string`, compiled from `capi/ucs` (the source of
+/// libucs.so.0) so libucp exports `ucs_status_string` too.
+#[path = "../ucs/src/lib.rs"]
+pub mod ucs_codes;

@@ -1,0 +1,107 @@
+//! A reentrant lock: the thread that holds a worker's lock may take it again. UCX runs
+//! completion callbacks with the worker locked, and callbacks call back into the library
+//! (free the request, post the next send), so the lock must admit its own holder.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+thread_local! {
+    static THREAD_TAG: u8 = const { 0 };
+}
+
+/// A non-zero number unique to the calling thread while it lives.
+fn me() -> usize {
+    THREAD_TAG.with(|t| t as *const u8 as usize)
+}
+
+/// A mutex its holder may lock again; [`RLock::lock`] gives a guard that unlocks one level.
+pub struct RLock {
+    mutex: Mutex<()>,
+    owner: AtomicUsize,
+    /// Depth and the outermost guard; touched only by the owner.
+    held: UnsafeCell<(u32, Option<MutexGuard<'static, ()>>)>,
+}
+
+// SAFETY: `held` is only accessed by the thread recorded in `owner`, which holds `mutex`.
+unsafe impl Sync for RLock {}
+// SAFETY: as above; the guard inside is dropped by the thread that took it (depth returns to
+// zero before any other thread can own the lock).
+unsafe impl Send for RLock {}
+
+impl Default for RLock {
+    fn default() -> Self {
+        RLock {
+            mutex: Mutex::new(()),
+            owner: AtomicUsize::new(0),
+            held: UnsafeCell::new((0, None)),
+        }
+    }
+}
+
+/// One level of an [`RLock`].
+pub struct RGuard<'a>(&'a RLock);
+
+impl RLock {
+    /// Locks (again, if this thread holds it already).
+    pub fn lock(&self) -> RGuard<'_> {
+        let id = me();
+        if self.owner.load(Ordering::Acquire) == id {
+            // SAFETY: this thread owns the lock, so it alone touches `held`.
+            unsafe { (*self.held.get()).0 += 1 };
+            return RGuard(self);
+        }
+        let g = self.mutex.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: the guard borrows `self.mutex`, which outlives it: the guard is dropped in
+        // `RGuard::drop` before `self` can be dropped (a guard borrows `self`).
+        let g: MutexGuard<'static, ()> = unsafe { std::mem::transmute(g) };
+        self.owner.store(id, Ordering::Release);
+        // SAFETY: we now hold the mutex.
+        unsafe { *self.held.get() = (1, Some(g)) };
+        RGuard(self)
+    }
+}
+
+impl Drop for RGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the holder of a guard owns the lock.
+        let held = unsafe { &mut *self.0.held.get() };
+        held.0 -= 1;
+        if held.0 == 0 {
+            self.0.owner.store(0, Ordering::Release);
+            drop(held.1.take());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn reentrant_and_exclusive() {
+        let l = Arc::new(RLock::default());
+        let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        {
+            let _a = l.lock();
+            let _b = l.lock();
+        }
+        let mut th = Vec::new();
+        for _ in 0..4 {
+            let (l, c) = (l.clone(), count.clone());
+            th.push(std::thread::spawn(move || {
+                for _ in 0..10_000 {
+                    let _g = l.lock();
+                    let _h = l.lock();
+                    let v = c.load(Ordering::Relaxed);
+                    c.store(v + 1, Ordering::Relaxed);
+                }
+            }));
+        }
+        for t in th {
+            t.join().unwrap();
+        }
+        assert_eq!(count.load(Ordering::Relaxed), 40_000);
+    }
+}

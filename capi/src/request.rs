@@ -1,0 +1,456 @@
+//! Requests: what an `_nb`/`_nbx` call returns, and how it completes.
+//!
+//! A request is `HDR_SIZE` bytes of rucx state ([`ReqHdr`]) followed by the client's area of
+//! `ucp_params_t.request_size` bytes; the pointer the client sees is the start of its area.
+//! Request memory comes from a per-worker free list (`request_init` runs once when a memory is
+//! created, `request_cleanup` once before it is freed at `ucp_worker_destroy`), or from the
+//! client (`UCP_OP_ATTR_FIELD_REQUEST`: the header is built in the `HDR_SIZE` bytes before the
+//! pointer it passes, which is why `ucp_context_query` reports `HDR_SIZE` as `request_size`).
+//!
+//! When rucx finishes an operation, its completion is queued on the worker; the queue is
+//! drained by `ucp_worker_progress` after rucx's own progress call has returned, so the client's
+//! callbacks (which often call back into the library) never run inside rucx's worker. The
+//! drain copies received data into non-contiguous buffers (IOV, generic datatypes), writes the
+//! status and the receive info into the header, marks the request completed, and then calls the
+//! callback — or, if the client already freed the request, puts its memory back on the list.
+
+use crate::datatype::Finish;
+use crate::ffi::*;
+use crate::guard::{ffi, status_of};
+use crate::worker::Worker;
+use std::alloc::Layout;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use ucp::{Completion, Op, Request};
+
+/// Bytes of rucx state before the client's area of every request.
+pub const HDR_SIZE: usize = 128;
+/// Alignment of request memory.
+const ALIGN: usize = 16;
+
+/// The request has finished (status and info are valid).
+pub const F_COMPLETED: u32 = 1;
+/// The client released the request (`ucp_request_free`): no callback; recycle on completion.
+pub const F_RELEASED: u32 = 2;
+/// The memory belongs to the worker's free list (not the client's).
+pub const F_POOLED: u32 = 4;
+
+/// The completion callback of a request, with its C signature.
+#[derive(Clone, Copy)]
+pub enum Cb {
+    /// None.
+    None,
+    /// `ucp_send_callback_t`.
+    Send(SendCb),
+    /// `ucp_send_nbx_callback_t`.
+    SendNbx(SendNbxCb),
+    /// `ucp_tag_recv_callback_t`.
+    Recv(TagRecvCb),
+    /// `ucp_tag_recv_nbx_callback_t`.
+    RecvNbx(TagRecvNbxCb),
+}
+
+/// rucx's state of one request, in the bytes before the client's area.
+#[repr(C)]
+pub struct ReqHdr {
+    /// `F_*` bits.
+    pub flags: AtomicU32,
+    /// Final status (valid with `F_COMPLETED`).
+    pub status: Status,
+    /// Receive info (valid with `F_COMPLETED`).
+    pub info: TagRecvInfo,
+    /// The worker that owns the operation.
+    pub worker: *const Worker,
+    /// Completion callback.
+    pub cb: Cb,
+    /// `user_data` for `_nbx` callbacks.
+    pub user_data: *mut c_void,
+    /// The running operation (boxed), null once completed.
+    pub op: *mut Running,
+}
+
+const _: () = assert!(std::mem::size_of::<ReqHdr>() <= HDR_SIZE);
+
+/// An operation still running in rucx.
+pub struct Running {
+    /// rucx's handle (for cancel).
+    pub req: Option<Request>,
+    /// What to do with the data when it completes.
+    pub finish: Finish,
+}
+
+/// How the client asked for the operation.
+pub struct OpArgs {
+    /// Caller-supplied request memory (`UCP_OP_ATTR_FIELD_REQUEST`), or null.
+    pub caller_req: *mut c_void,
+    /// Callback.
+    pub cb: Cb,
+    /// `user_data`.
+    pub user_data: *mut c_void,
+    /// `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`: always return a request.
+    pub no_imm: bool,
+    /// `recv_info.tag_info` to fill on immediate completion, or null.
+    pub info_out: *mut TagRecvInfo,
+}
+
+impl OpArgs {
+    /// A request with a callback and nothing else (`_nb` calls).
+    pub fn with_cb(cb: Cb, no_imm: bool) -> Self {
+        OpArgs {
+            caller_req: std::ptr::null_mut(),
+            cb,
+            user_data: std::ptr::null_mut(),
+            no_imm,
+            info_out: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// The per-worker free list of request memories.
+pub struct Pool {
+    free: Vec<usize>,
+    all: Vec<usize>,
+    layout: Layout,
+    init: Option<RequestInitCb>,
+    cleanup: Option<RequestInitCb>,
+}
+
+impl Pool {
+    /// A pool for client areas of `user` bytes.
+    pub fn new(user: usize, init: Option<RequestInitCb>, cleanup: Option<RequestInitCb>) -> Self {
+        let size = HDR_SIZE + user.div_ceil(ALIGN) * ALIGN;
+        Pool {
+            free: Vec::new(),
+            all: Vec::new(),
+            layout: Layout::from_size_align(size, ALIGN).expect("request layout"),
+            init,
+            cleanup,
+        }
+    }
+
+    /// A request memory (header start), calling `request_init` on a new one.
+    fn get(&mut self) -> *mut u8 {
+        if let Some(p) = self.free.pop() {
+            return p as *mut u8;
+        }
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(self.layout) };
+        if p.is_null() {
+            std::alloc::handle_alloc_error(self.layout);
+        }
+        self.all.push(p as usize);
+        if let Some(init) = self.init {
+            // SAFETY: the client's area of a fresh request memory.
+            unsafe { init(p.add(HDR_SIZE).cast()) };
+        }
+        p
+    }
+
+    fn put(&mut self, p: *mut u8) {
+        self.free.push(p as usize);
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for &p in &self.all {
+            if let Some(cleanup) = self.cleanup {
+                // SAFETY: the client's area of a memory created by `get`.
+                unsafe { cleanup((p as *mut u8).add(HDR_SIZE).cast()) };
+            }
+            // SAFETY: allocated by `get` with this layout.
+            unsafe { std::alloc::dealloc(p as *mut u8, self.layout) };
+        }
+    }
+}
+
+/// The header of the request whose client pointer is `user`.
+pub fn hdr_of(user: *mut c_void) -> *mut ReqHdr {
+    (user as *mut u8).wrapping_sub(HDR_SIZE).cast()
+}
+
+/// The client pointer of a header.
+pub fn user_of(hdr: *mut ReqHdr) -> *mut c_void {
+    (hdr as *mut u8).wrapping_add(HDR_SIZE).cast()
+}
+
+/// Builds a request header (in caller memory or from the pool).
+fn new_request(w: &Worker, args: &OpArgs, flags: u32) -> *mut ReqHdr {
+    let (hdr, pooled) = if args.caller_req.is_null() {
+        (w.pool.borrow_mut().get() as *mut ReqHdr, F_POOLED)
+    } else {
+        (hdr_of(args.caller_req), 0)
+    };
+    // SAFETY: `hdr` starts HDR_SIZE bytes of request memory (ours, or the caller's per the
+    // FIELD_REQUEST contract), aligned for the header.
+    unsafe {
+        hdr.write(ReqHdr {
+            flags: AtomicU32::new(flags | pooled),
+            status: UCS_INPROGRESS,
+            info: TagRecvInfo::default(),
+            worker: w,
+            cb: args.cb,
+            user_data: args.user_data,
+            op: std::ptr::null_mut(),
+        })
+    };
+    hdr
+}
+
+/// The status and receive info of a completion, after moving its data where the client wants
+/// it.
+fn finalize(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
+    let mut status = match &c.status {
+        Ok(()) => UCS_OK,
+        Err(e) => status_of(e),
+    };
+    let info = TagRecvInfo {
+        sender_tag: c.tag,
+        length: c.len,
+    };
+    if let Some(s) = finish.deliver(c.buf.as_deref(), c.len) {
+        if status == UCS_OK {
+            status = s;
+        }
+    }
+    (status, info)
+}
+
+/// Hands an operation's outcome to the client: `NULL` / an error pointer when it finished
+/// at once, else a request. Called with the worker locked and its rucx worker not borrowed.
+pub fn submit(
+    name: &str,
+    w: &Worker,
+    res: ucs::Result<Op>,
+    args: &OpArgs,
+    finish: Finish,
+) -> StatusPtr {
+    match res {
+        Err(e) => {
+            finish.abort();
+            tracing::debug!("{name}: {e}");
+            status_ptr(status_of(&e))
+        }
+        Ok(Op::Done(c)) if !args.no_imm => {
+            let (status, info) = finalize(finish, c);
+            if !args.info_out.is_null() {
+                // SAFETY: the client's recv_info pointer.
+                unsafe { *args.info_out = info };
+            }
+            if !args.caller_req.is_null() {
+                let h = new_request(w, args, 0);
+                // SAFETY: a header just built.
+                unsafe {
+                    (*h).status = status;
+                    (*h).info = info;
+                    (*h).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                }
+            }
+            status_ptr(status)
+        }
+        Ok(Op::Done(c)) => {
+            let h = new_request(w, args, 0);
+            let running = Box::new(Running { req: None, finish });
+            // SAFETY: a header just built.
+            unsafe { (*h).op = Box::into_raw(running) };
+            w.inner.borrow().done.borrow_mut().push((h as usize, c));
+            user_of(h)
+        }
+        Ok(Op::Pending(r)) => {
+            let h = new_request(w, args, 0);
+            let mut inner = w.inner.borrow_mut();
+            let done = inner.done.clone();
+            let key = h as usize;
+            if let Err(e) = inner
+                .w
+                .request_set_callback(&r, move |c| done.borrow_mut().push((key, c)))
+            {
+                drop(inner);
+                finish.abort();
+                recycle(w, h);
+                return status_ptr(status_of(&e));
+            }
+            let running = Box::new(Running {
+                req: Some(r),
+                finish,
+            });
+            // SAFETY: a header just built.
+            unsafe { (*h).op = Box::into_raw(running) };
+            user_of(h)
+        }
+    }
+}
+
+/// Puts a pooled request memory back on the free list (caller memory is left alone).
+fn recycle(w: &Worker, h: *mut ReqHdr) {
+    // SAFETY: a live header.
+    if unsafe { (*h).flags.load(Ordering::Acquire) } & F_POOLED != 0 {
+        w.pool.borrow_mut().put(h as *mut u8);
+    }
+}
+
+/// Completes a request from the worker's queue: data delivered, status written, then the
+/// callback (or recycling, if the client freed it). Worker locked, rucx worker not borrowed.
+pub fn complete(w: &Worker, key: usize, c: Completion) {
+    let h = key as *mut ReqHdr;
+    // SAFETY: a request of this worker that has not completed yet: its memory is valid (the
+    // client keeps caller memory until completion; pooled memory is recycled only after).
+    let hdr = unsafe { &mut *h };
+    let running = if hdr.op.is_null() {
+        None
+    } else {
+        // SAFETY: boxed by `submit`, taken once.
+        Some(unsafe { Box::from_raw(hdr.op) })
+    };
+    hdr.op = std::ptr::null_mut();
+    let finish = running.map(|r| r.finish).unwrap_or(Finish::None);
+    let (status, mut info) = finalize(finish, c);
+    hdr.status = status;
+    hdr.info = info;
+    let prev = hdr.flags.fetch_or(F_COMPLETED, Ordering::AcqRel);
+    if prev & F_RELEASED != 0 {
+        recycle(w, h);
+        return;
+    }
+    let user = user_of(h);
+    let (cb, ud) = (hdr.cb, hdr.user_data);
+    // SAFETY: the client's callbacks, called with the signatures of the header.
+    unsafe {
+        match cb {
+            Cb::None => {}
+            Cb::Send(f) => f(user, status),
+            Cb::SendNbx(f) => f(user, status, ud),
+            Cb::Recv(f) => f(user, status, &mut info),
+            Cb::RecvNbx(f) => f(user, status, &info, ud),
+        }
+    }
+}
+
+fn worker_of(request: *mut c_void) -> Option<(&'static Worker, *mut ReqHdr)> {
+    if request.is_null() || ptr_is_err(request) {
+        return None;
+    }
+    let h = hdr_of(request);
+    // SAFETY: a request pointer given out by this library.
+    let w = unsafe { (*h).worker };
+    // SAFETY: the worker outlives its requests.
+    Some((unsafe { &*w }, h))
+}
+
+/// `ucs_status_t ucp_request_check_status(void *request)`.
+///
+/// # Safety
+/// A request from this library.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> Status {
+    ffi("ucp_request_check_status", UCS_ERR_INVALID_PARAM, || {
+        let Some((_, h)) = worker_of(request) else {
+            return UCS_ERR_INVALID_PARAM;
+        };
+        // SAFETY: a live request.
+        let hdr = unsafe { &*h };
+        if hdr.flags.load(Ordering::Acquire) & F_COMPLETED != 0 {
+            hdr.status
+        } else {
+            UCS_INPROGRESS
+        }
+    })
+}
+
+/// `ucs_status_t ucp_request_test(void *request, ucp_tag_recv_info_t *info)`: the status, and
+/// for a finished receive its info.
+///
+/// # Safety
+/// A request from this library; `info` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_request_test(request: *mut c_void, info: *mut TagRecvInfo) -> Status {
+    ffi("ucp_request_test", UCS_ERR_INVALID_PARAM, || {
+        let Some((_, h)) = worker_of(request) else {
+            return UCS_ERR_INVALID_PARAM;
+        };
+        // SAFETY: a live request.
+        let hdr = unsafe { &*h };
+        if hdr.flags.load(Ordering::Acquire) & F_COMPLETED == 0 {
+            return UCS_INPROGRESS;
+        }
+        if !info.is_null() {
+            // SAFETY: the caller's pointer.
+            unsafe { *info = hdr.info };
+        }
+        hdr.status
+    })
+}
+
+/// `int ucp_request_is_completed(void *request)`.
+///
+/// # Safety
+/// A request from this library.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> i32 {
+    // SAFETY: forwarded.
+    (unsafe { ucp_request_check_status(request) } != UCS_INPROGRESS) as i32
+}
+
+/// `void ucp_request_free(void *request)`: gives the request back. A running operation goes
+/// on, but its callback will not be called.
+///
+/// # Safety
+/// A request from this library, freed once.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
+    ffi("ucp_request_free", (), || {
+        let Some((w, h)) = worker_of(request) else {
+            tracing::warn!("ucp_request_free: not a request pointer");
+            return;
+        };
+        let _g = w.lock.lock();
+        // SAFETY: a live request.
+        let prev = unsafe { (*h).flags.fetch_or(F_RELEASED, Ordering::AcqRel) };
+        if prev & F_COMPLETED != 0 {
+            recycle(w, h);
+        }
+    })
+}
+
+/// `void ucp_request_release(void *request)`: the deprecated name of `ucp_request_free`.
+///
+/// # Safety
+/// As `ucp_request_free`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_request_release(request: *mut c_void) {
+    // SAFETY: forwarded.
+    unsafe { ucp_request_free(request) }
+}
+
+/// `void ucp_request_cancel(ucp_worker_h worker, void *request)`: a receive that has not
+/// matched completes with `UCS_ERR_CANCELED` (its callback runs from `ucp_worker_progress`);
+/// other operations, and receives already matched, are not affected.
+///
+/// # Safety
+/// A worker and one of its requests.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_request_cancel(worker: *mut Worker, request: *mut c_void) {
+    ffi("ucp_request_cancel", (), || {
+        let Some((w, h)) = worker_of(request) else {
+            tracing::warn!("ucp_request_cancel: not a request pointer");
+            return;
+        };
+        if !worker.is_null() && !std::ptr::eq(worker, w) {
+            tracing::warn!("ucp_request_cancel: the request belongs to another worker");
+            return;
+        }
+        let _g = w.lock.lock();
+        // SAFETY: a live request.
+        let hdr = unsafe { &*h };
+        if hdr.flags.load(Ordering::Acquire) & F_COMPLETED != 0 || hdr.op.is_null() {
+            return;
+        }
+        // SAFETY: the running operation of a live request.
+        if let Some(r) = unsafe { &(*hdr.op).req } {
+            let mut inner = w.inner.borrow_mut();
+            if !inner.w.request_cancel(r) {
+                tracing::debug!("ucp_request_cancel: the operation can no longer be canceled");
+            }
+        }
+    })
+}

@@ -1,0 +1,539 @@
+//! Tag matching: `ucp_tag_send_*`, `ucp_tag_recv_*`, `ucp_tag_probe_nb`, `ucp_tag_msg_recv_*`,
+//! and the parsing of `ucp_request_param_t` that every `_nbx` call shares.
+
+use crate::datatype::{recv_target, send_data, Finish, SendData};
+use crate::ep::ep_ref;
+use crate::ffi::*;
+use crate::guard::{check_mask, ffi, refuse};
+use crate::request::{submit, Cb, OpArgs};
+use crate::worker::{worker_ref, Worker};
+use std::ffi::{c_int, c_void};
+use ucp::Message;
+
+/// A parsed `ucp_request_param_t`.
+pub struct Nbx {
+    /// `request` (FIELD_REQUEST) or null.
+    pub request: *mut c_void,
+    /// The raw callback (FIELD_CALLBACK) or null.
+    pub cb: *const c_void,
+    /// `user_data` (FIELD_USER_DATA) or null.
+    pub user_data: *mut c_void,
+    /// `datatype` (FIELD_DATATYPE), default bytes.
+    pub datatype: Datatype,
+    /// NO_IMM_CMPL.
+    pub no_imm: bool,
+    /// `recv_info` (FIELD_RECV_INFO) or null.
+    pub recv_info: *mut c_void,
+}
+
+impl Nbx {
+    fn args(&self, cb: Cb) -> OpArgs {
+        OpArgs {
+            caller_req: self.request,
+            cb,
+            user_data: self.user_data,
+            no_imm: self.no_imm,
+            info_out: std::ptr::null_mut(),
+        }
+    }
+
+    /// Arguments of a send-like operation (callback `ucp_send_nbx_callback_t`).
+    pub fn send_args(&self) -> OpArgs {
+        let cb = if self.cb.is_null() {
+            Cb::None
+        } else {
+            // SAFETY: FIELD_CALLBACK of a send-like call holds a ucp_send_nbx_callback_t.
+            Cb::SendNbx(unsafe { std::mem::transmute::<*const c_void, SendNbxCb>(self.cb) })
+        };
+        self.args(cb)
+    }
+
+    /// Arguments of a tag receive (callback `ucp_tag_recv_nbx_callback_t`).
+    pub fn recv_args(&self) -> OpArgs {
+        let cb = if self.cb.is_null() {
+            Cb::None
+        } else {
+            // SAFETY: FIELD_CALLBACK of a tag receive holds a ucp_tag_recv_nbx_callback_t.
+            Cb::RecvNbx(unsafe { std::mem::transmute::<*const c_void, TagRecvNbxCb>(self.cb) })
+        };
+        let mut a = self.args(cb);
+        a.info_out = self.recv_info.cast();
+        a
+    }
+}
+
+/// Reads a `ucp_request_param_t`: unknown bits, and memory types other than host, are
+/// refused; `FORCE_IMM_CMPL` is not supported; the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are
+/// accepted and have no effect.
+///
+/// # Safety
+/// `param` NULL or valid.
+pub unsafe fn parse_param(
+    name: &str,
+    param: *const RequestParam,
+    _send: bool,
+) -> Result<Nbx, Status> {
+    if param.is_null() {
+        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "param is NULL"));
+    }
+    // SAFETY: the caller's param.
+    let p = unsafe { &*param };
+    check_mask(
+        name,
+        "ucp_request_param_t.op_attr_mask",
+        p.op_attr_mask as u64,
+        UCP_OP_ATTR_KNOWN as u64,
+    )?;
+    let has = |b: u32| p.op_attr_mask & b != 0;
+    if has(UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            "UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL is not supported",
+        ));
+    }
+    if has(UCP_OP_ATTR_FIELD_MEMORY_TYPE)
+        && p.memory_type != UCS_MEMORY_TYPE_HOST
+        && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+    {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            format!(
+                "memory type {} (rucx moves host memory only)",
+                p.memory_type
+            ),
+        ));
+    }
+    if has(UCP_OP_ATTR_FIELD_REQUEST) && p.request.is_null() {
+        return Err(refuse(
+            name,
+            UCS_ERR_INVALID_PARAM,
+            "FIELD_REQUEST with a NULL request",
+        ));
+    }
+    Ok(Nbx {
+        request: if has(UCP_OP_ATTR_FIELD_REQUEST) {
+            p.request
+        } else {
+            std::ptr::null_mut()
+        },
+        cb: if has(UCP_OP_ATTR_FIELD_CALLBACK) {
+            // SAFETY: every member of the union is one function pointer; read it as a pointer.
+            unsafe { p.cb.raw }
+        } else {
+            std::ptr::null()
+        },
+        user_data: if has(UCP_OP_ATTR_FIELD_USER_DATA) {
+            p.user_data
+        } else {
+            std::ptr::null_mut()
+        },
+        datatype: if has(UCP_OP_ATTR_FIELD_DATATYPE) {
+            p.datatype
+        } else {
+            1 << UCP_DATATYPE_SHIFT
+        },
+        no_imm: has(UCP_OP_ATTR_FLAG_NO_IMM_CMPL),
+        recv_info: if has(UCP_OP_ATTR_FIELD_RECV_INFO) {
+            p.recv_info
+        } else {
+            std::ptr::null_mut()
+        },
+    })
+}
+
+/// Starts a tag send (`sync`: completes when the receiver matched it).
+///
+/// # Safety
+/// A live endpoint; buffer valid for the datatype.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tag_send(
+    name: &str,
+    ep: *mut crate::ep::Ep,
+    buffer: *const c_void,
+    count: usize,
+    dt: Datatype,
+    tag: Tag,
+    sync: bool,
+    args: OpArgs,
+) -> StatusPtr {
+    let (w, h) = match ep_ref(name, ep) {
+        Ok(x) => x,
+        Err(s) => return status_ptr(s),
+    };
+    // SAFETY: forwarded contract.
+    let data = match unsafe { send_data(name, buffer, count, dt) } {
+        Ok(d) => d,
+        Err(s) => return status_ptr(s),
+    };
+    let _g = w.lock.lock();
+    let res = {
+        let mut i = w.inner.borrow_mut();
+        match (data, sync) {
+            (d, true) => i.w.tag_send_sync(h, tag, d.bytes()),
+            (SendData::Slice(s), false) => i.w.tag_send(h, tag, s),
+            (SendData::Owned(v), false) => i.w.tag_send_vec(h, tag, v),
+        }
+    };
+    submit(name, w, res, &args, Finish::None)
+}
+
+/// `ucs_status_ptr_t ucp_tag_send_nb(ucp_ep_h ep, const void *buffer, size_t count,
+/// ucp_datatype_t datatype, ucp_tag_t tag, ucp_send_callback_t cb)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_nb(
+    ep: *mut crate::ep::Ep,
+    buffer: *const c_void,
+    count: usize,
+    datatype: Datatype,
+    tag: Tag,
+    cb: Option<SendCb>,
+) -> StatusPtr {
+    const NAME: &str = "ucp_tag_send_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        // SAFETY: forwarded.
+        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, false, args) }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_tag_send_sync_nb(...)`: as `ucp_tag_send_nb`, completing when the
+/// receiver has matched the message.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_sync_nb(
+    ep: *mut crate::ep::Ep,
+    buffer: *const c_void,
+    count: usize,
+    datatype: Datatype,
+    tag: Tag,
+    cb: Option<SendCb>,
+) -> StatusPtr {
+    const NAME: &str = "ucp_tag_send_sync_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        // SAFETY: forwarded.
+        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, true, args) }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count,
+/// ucp_tag_t tag, const ucp_request_param_t *param)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_nbx(
+    ep: *mut crate::ep::Ep,
+    buffer: *const c_void,
+    count: usize,
+    tag: Tag,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_tag_send_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            tag_send(
+                NAME,
+                ep,
+                buffer,
+                count,
+                p.datatype,
+                tag,
+                false,
+                p.send_args(),
+            )
+        }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_tag_send_sync_nbx(...)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
+    ep: *mut crate::ep::Ep,
+    buffer: *const c_void,
+    count: usize,
+    tag: Tag,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_tag_send_sync_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            tag_send(
+                NAME,
+                ep,
+                buffer,
+                count,
+                p.datatype,
+                tag,
+                true,
+                p.send_args(),
+            )
+        }
+    })
+}
+
+/// A receive posted (`msg`: of a message taken by a removing probe).
+///
+/// # Safety
+/// A live worker; buffer valid for the datatype until completion.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tag_recv(
+    name: &str,
+    worker: *mut Worker,
+    buffer: *mut c_void,
+    count: usize,
+    dt: Datatype,
+    tag: Tag,
+    mask: Tag,
+    msg: Option<*mut c_void>,
+    args: OpArgs,
+) -> StatusPtr {
+    let w = match worker_ref(name, worker) {
+        Ok(w) => w,
+        Err(s) => return status_ptr(s),
+    };
+    let message = match msg {
+        Some(m) if m.is_null() || m == probed_marker() => {
+            return status_ptr(refuse(
+                name,
+                UCS_ERR_INVALID_PARAM,
+                "message handle is not from a removing probe",
+            ))
+        }
+        // SAFETY: a handle from ucp_tag_probe_nb with remove, received once.
+        Some(m) => Some(unsafe { Box::from_raw(m as *mut Message) }),
+        None => None,
+    };
+    // SAFETY: forwarded contract.
+    let (cap, finish) = match unsafe { recv_target(name, buffer, count, dt) } {
+        Ok(x) => x,
+        Err(s) => {
+            if let Some(m) = message {
+                // Receive the message anyway (into nothing) so its data does not stay queued.
+                let _g = w.lock.lock();
+                let _ = w.inner.borrow_mut().w.tag_msg_recv(Vec::new(), *m);
+            }
+            return status_ptr(s);
+        }
+    };
+    let _g = w.lock.lock();
+    let res = {
+        let mut i = w.inner.borrow_mut();
+        let buf = vec![0u8; cap];
+        match message {
+            Some(m) => i.w.tag_msg_recv(buf, *m),
+            None => i.w.tag_recv(buf, tag, mask),
+        }
+    };
+    submit(name, w, res, &args, finish)
+}
+
+/// `ucs_status_ptr_t ucp_tag_recv_nb(ucp_worker_h worker, void *buffer, size_t count,
+/// ucp_datatype_t datatype, ucp_tag_t tag, ucp_tag_t tag_mask, ucp_tag_recv_callback_t cb)`:
+/// always returns a request (the callback runs from `ucp_worker_progress`).
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_recv_nb(
+    worker: *mut Worker,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: Datatype,
+    tag: Tag,
+    tag_mask: Tag,
+    cb: Option<TagRecvCb>,
+) -> StatusPtr {
+    const NAME: &str = "ucp_tag_recv_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let args = OpArgs::with_cb(cb.map(Cb::Recv).unwrap_or(Cb::None), true);
+        // SAFETY: forwarded.
+        unsafe {
+            tag_recv(
+                NAME, worker, buffer, count, datatype, tag, tag_mask, None, args,
+            )
+        }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_tag_recv_nbx(ucp_worker_h worker, void *buffer, size_t count,
+/// ucp_tag_t tag, ucp_tag_t tag_mask, const ucp_request_param_t *param)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_recv_nbx(
+    worker: *mut Worker,
+    buffer: *mut c_void,
+    count: usize,
+    tag: Tag,
+    tag_mask: Tag,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_tag_recv_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { parse_param(NAME, param, false) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            tag_recv(
+                NAME,
+                worker,
+                buffer,
+                count,
+                p.datatype,
+                tag,
+                tag_mask,
+                None,
+                p.recv_args(),
+            )
+        }
+    })
+}
+
+/// What a non-removing probe returns: a non-NULL handle that is not a message.
+fn probed_marker() -> *mut c_void {
+    static MARK: u8 = 0;
+    &MARK as *const u8 as *mut c_void
+}
+
+/// `ucp_tag_message_h ucp_tag_probe_nb(ucp_worker_h worker, ucp_tag_t tag, ucp_tag_t tag_mask,
+/// int remove, ucp_tag_recv_info_t *info)`: NULL when no unexpected message fits; with
+/// `remove` the message is taken off the queue and must be received with
+/// `ucp_tag_msg_recv_nb(x)`.
+///
+/// # Safety
+/// A live worker; `info` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_probe_nb(
+    worker: *mut Worker,
+    tag: Tag,
+    tag_mask: Tag,
+    remove: c_int,
+    info: *mut TagRecvInfo,
+) -> *mut c_void {
+    const NAME: &str = "ucp_tag_probe_nb";
+    ffi(NAME, std::ptr::null_mut(), || {
+        let Ok(w) = worker_ref(NAME, worker) else {
+            return std::ptr::null_mut();
+        };
+        if info.is_null() {
+            refuse(NAME, UCS_ERR_INVALID_PARAM, "info is NULL");
+            return std::ptr::null_mut();
+        }
+        let _g = w.lock.lock();
+        let found = w.inner.borrow_mut().w.tag_probe(tag, tag_mask, remove != 0);
+        match found {
+            None => std::ptr::null_mut(),
+            Some(p) => {
+                // SAFETY: checked non-null.
+                unsafe {
+                    *info = TagRecvInfo {
+                        sender_tag: p.tag,
+                        length: p.len,
+                    }
+                };
+                match p.msg {
+                    Some(m) => Box::into_raw(Box::new(m)).cast(),
+                    None => probed_marker(),
+                }
+            }
+        }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_tag_msg_recv_nb(ucp_worker_h worker, void *buffer, size_t count,
+/// ucp_datatype_t datatype, ucp_tag_message_h message, ucp_tag_recv_callback_t cb)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_msg_recv_nb(
+    worker: *mut Worker,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: Datatype,
+    message: *mut c_void,
+    cb: Option<TagRecvCb>,
+) -> StatusPtr {
+    const NAME: &str = "ucp_tag_msg_recv_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let args = OpArgs::with_cb(cb.map(Cb::Recv).unwrap_or(Cb::None), true);
+        // SAFETY: forwarded.
+        unsafe {
+            tag_recv(
+                NAME,
+                worker,
+                buffer,
+                count,
+                datatype,
+                0,
+                0,
+                Some(message),
+                args,
+            )
+        }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_tag_msg_recv_nbx(ucp_worker_h worker, void *buffer, size_t count,
+/// ucp_tag_message_h message, const ucp_request_param_t *param)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_msg_recv_nbx(
+    worker: *mut Worker,
+    buffer: *mut c_void,
+    count: usize,
+    message: *mut c_void,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_tag_msg_recv_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { parse_param(NAME, param, false) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            tag_recv(
+                NAME,
+                worker,
+                buffer,
+                count,
+                p.datatype,
+                0,
+                0,
+                Some(message),
+                p.recv_args(),
+            )
+        }
+    })
+}

@@ -1,0 +1,556 @@
+//! `ucp_worker_h`: a rucx [`ucp::Worker`] behind a reentrant lock, with the queues that carry
+//! completions, endpoint failures and active messages out of rucx's progress call to the
+//! client's callbacks.
+//!
+//! Thread modes: every worker is locked on entry to each call (`UCS_THREAD_MODE_MULTI` is
+//! always safe); the lock admits its holder again, so callbacks may call into the library.
+
+use crate::context::{write_name, Context};
+use crate::ffi::*;
+use crate::guard::{check_mask, fail, ffi, refuse};
+use crate::lock::RLock;
+use crate::request::{complete, submit, Cb, OpArgs, Pool};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_uint, c_void, CStr};
+use std::rc::Rc;
+use ucp::{Completion, EpHandle, WorkerAddress};
+
+/// Completions waiting for `ucp_worker_progress`: (request header, result).
+pub type DoneQueue = Rc<RefCell<Vec<(usize, Completion)>>>;
+
+/// Active messages waiting for `ucp_worker_progress`: (id, data, sender endpoint).
+pub type AmQueue = Rc<RefCell<Vec<(u16, Vec<u8>, EpHandle)>>>;
+
+/// What only the lock holder touches while no client code runs.
+pub struct Inner {
+    /// rucx's worker.
+    pub w: ucp::Worker,
+    /// Finished operations.
+    pub done: DoneQueue,
+    /// Endpoints that failed: (handle, status).
+    pub ep_errors: Rc<RefCell<Vec<(EpHandle, Status)>>>,
+    /// Active messages that arrived: (id, data, sender endpoint).
+    pub am_in: AmQueue,
+    /// Old-API active-message handlers: id -> (callback, arg, flags).
+    pub am_handlers: HashMap<u16, (AmCb, usize, u32)>,
+    /// Client endpoints (`Ep` addresses) per rucx endpoint.
+    pub eps: HashMap<EpHandle, Vec<usize>>,
+}
+
+/// A worker.
+pub struct Worker {
+    /// Taken by every call on the worker.
+    pub lock: RLock,
+    /// rucx state; borrowed only while no client code runs.
+    pub inner: RefCell<Inner>,
+    /// Request memories.
+    pub pool: RefCell<Pool>,
+    /// The context.
+    pub ctx: *const Context,
+    /// Thread mode asked for.
+    pub thread_mode: c_uint,
+    /// Name.
+    pub name: String,
+}
+
+// SAFETY: every access to `inner` and `pool` (whose rucx objects are single-threaded: Rc,
+// RefCell) happens with `lock` held, so one thread at a time touches them; nothing inside is
+// shared with objects outside the worker.
+unsafe impl Send for Worker {}
+// SAFETY: as above.
+unsafe impl Sync for Worker {}
+
+impl Worker {
+    /// Runs rucx's progress, then (outside it) the completions, endpoint failures and active
+    /// messages it produced. Gives the number of events.
+    pub fn progress(&self) -> usize {
+        let _g = self.lock.lock();
+        let (mut n, done, errs, ams) = {
+            let mut i = self.inner.borrow_mut();
+            let n = i.w.progress();
+            let done = std::mem::take(&mut *i.done.borrow_mut());
+            let errs = if i.ep_errors.borrow().is_empty() {
+                Vec::new()
+            } else {
+                std::mem::take(&mut *i.ep_errors.borrow_mut())
+            };
+            let ams = if i.am_in.borrow().is_empty() {
+                Vec::new()
+            } else {
+                std::mem::take(&mut *i.am_in.borrow_mut())
+            };
+            (n, done, errs, ams)
+        };
+        n += done.len();
+        for (key, c) in done {
+            complete(self, key, c);
+        }
+        for (h, status) in errs {
+            self.ep_failed(h, status);
+        }
+        for (id, data, ep) in ams {
+            self.deliver_am(id, data, ep);
+        }
+        n
+    }
+
+    fn ep_failed(&self, h: EpHandle, status: Status) {
+        let eps = self.inner.borrow().eps.get(&h).cloned().unwrap_or_default();
+        for e in eps {
+            let ep = e as *mut crate::ep::Ep;
+            // SAFETY: a live client endpoint (removed from `eps` before it is freed).
+            let (cb, arg) = unsafe { ((*ep).err_cb, (*ep).err_arg) };
+            if let Some(cb) = cb {
+                // SAFETY: the client's error handler with its documented arguments.
+                unsafe { cb(arg, ep.cast(), status) };
+            }
+        }
+    }
+
+    fn deliver_am(&self, id: u16, mut data: Vec<u8>, ep: EpHandle) {
+        let (handler, reply) = {
+            let i = self.inner.borrow();
+            (
+                i.am_handlers.get(&id).copied(),
+                i.eps.get(&ep).and_then(|v| v.first().copied()).unwrap_or(0),
+            )
+        };
+        match handler {
+            Some((cb, arg, _)) => {
+                // SAFETY: the client's handler; the data stays valid during the call (no
+                // UCP_CB_PARAM_FLAG_DATA: the handler may not keep it).
+                let s = unsafe {
+                    cb(
+                        arg as *mut c_void,
+                        data.as_mut_ptr().cast(),
+                        data.len(),
+                        reply as *mut c_void,
+                        0,
+                    )
+                };
+                if s == UCS_INPROGRESS {
+                    tracing::warn!("active message {id}: the handler kept data it was not given (no UCP_CB_PARAM_FLAG_DATA); ignored");
+                }
+            }
+            None => tracing::warn!("active message {id} arrived with no handler set; dropped"),
+        }
+        self.inner.borrow_mut().w.am_data_release(data);
+    }
+}
+
+const WPARAM_KNOWN: u64 = UCP_WORKER_PARAM_FIELD_THREAD_MODE
+    | UCP_WORKER_PARAM_FIELD_CPU_MASK
+    | UCP_WORKER_PARAM_FIELD_EVENTS
+    | UCP_WORKER_PARAM_FIELD_USER_DATA
+    | UCP_WORKER_PARAM_FIELD_EVENT_FD
+    | UCP_WORKER_PARAM_FIELD_FLAGS
+    | UCP_WORKER_PARAM_FIELD_NAME
+    | UCP_WORKER_PARAM_FIELD_AM_ALIGNMENT
+    | UCP_WORKER_PARAM_FIELD_CLIENT_ID;
+
+/// `ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t *params,
+/// ucp_worker_h *worker_p)`. Accepted fields: thread mode (all modes are safe), name, flags
+/// (`UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK`), and hints rucx has no use for (CPU mask, events,
+/// user data, AM alignment, client id). An external event fd is not supported.
+///
+/// # Safety
+/// A live context; `params` and `worker_p` valid.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_create(
+    context: *mut Context,
+    params: *const WorkerParams,
+    worker_p: *mut *mut Worker,
+) -> Status {
+    const NAME: &str = "ucp_worker_create";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        if context.is_null() || params.is_null() || worker_p.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+        }
+        // SAFETY: caller pointers.
+        let (ctx, p) = unsafe { (&*context, &*params) };
+        if let Err(s) = check_mask(
+            NAME,
+            "ucp_worker_params_t.field_mask",
+            p.field_mask,
+            WPARAM_KNOWN,
+        ) {
+            return s;
+        }
+        let has = |b: u64| p.field_mask & b != 0;
+        if has(UCP_WORKER_PARAM_FIELD_EVENT_FD) {
+            return refuse(
+                NAME,
+                UCS_ERR_UNSUPPORTED,
+                "an external event fd is not supported",
+            );
+        }
+        if has(UCP_WORKER_PARAM_FIELD_FLAGS) && p.flags & !UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK != 0
+        {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("unknown worker flags {:#x}", p.flags),
+            );
+        }
+        let mode = if has(UCP_WORKER_PARAM_FIELD_THREAD_MODE) {
+            p.thread_mode
+        } else {
+            UCS_THREAD_MODE_SINGLE
+        };
+        if mode > UCS_THREAD_MODE_MULTI {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("thread mode {mode}"));
+        }
+        let w = match ucp::Worker::new(&ctx.ucp) {
+            Ok(w) => w,
+            Err(e) => return fail(NAME, &e),
+        };
+        let name = if has(UCP_WORKER_PARAM_FIELD_NAME) && !p.name.is_null() {
+            // SAFETY: a C string.
+            unsafe { CStr::from_ptr(p.name) }
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            format!("{}:{:x}", ctx.name, w.uuid())
+        };
+        let inner = Inner {
+            w,
+            done: Rc::default(),
+            ep_errors: Rc::default(),
+            am_in: Rc::default(),
+            am_handlers: HashMap::new(),
+            eps: HashMap::new(),
+        };
+        let worker = Box::new(Worker {
+            lock: RLock::default(),
+            inner: RefCell::new(inner),
+            pool: RefCell::new(Pool::new(
+                ctx.user_req_size,
+                ctx.request_init,
+                ctx.request_cleanup,
+            )),
+            ctx: context,
+            thread_mode: mode,
+            name,
+        });
+        let raw = Box::into_raw(worker);
+        ctx.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(raw as usize);
+        // SAFETY: checked non-null.
+        unsafe { *worker_p = raw };
+        UCS_OK
+    })
+}
+
+/// `void ucp_worker_destroy(ucp_worker_h worker)`: closes the worker; request memories are
+/// cleaned up (`request_cleanup`) and freed.
+///
+/// # Safety
+/// A worker from `ucp_worker_create`, destroyed once, with no call running on it.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut Worker) {
+    ffi("ucp_worker_destroy", (), || {
+        if worker.is_null() {
+            return;
+        }
+        // SAFETY: created by ucp_worker_create.
+        let w = unsafe { Box::from_raw(worker) };
+        // SAFETY: the context outlives its workers.
+        let ctx = unsafe { &*w.ctx };
+        ctx.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|&x| x != worker as usize);
+        let Worker { inner, pool, .. } = *w;
+        // rucx's worker (and the callbacks that point at requests) goes first.
+        drop(inner);
+        drop(pool);
+    })
+}
+
+/// The worker of a handle, or an error status.
+pub(crate) fn worker_ref<'a>(name: &str, w: *mut Worker) -> Result<&'a Worker, Status> {
+    if w.is_null() {
+        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "worker is NULL"));
+    }
+    // SAFETY: a live worker handle from the client.
+    Ok(unsafe { &*w })
+}
+
+/// `unsigned ucp_worker_progress(ucp_worker_h worker)`.
+///
+/// # Safety
+/// A live worker.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Worker) -> c_uint {
+    ffi("ucp_worker_progress", 0, || {
+        match worker_ref("ucp_worker_progress", worker) {
+            Ok(w) => w.progress().min(c_uint::MAX as usize) as c_uint,
+            Err(_) => 0,
+        }
+    })
+}
+
+/// The address bytes given to clients: a 4-byte little-endian length, then rucx's packed
+/// worker address (so `ucp_ep_create`, which gets no length, knows where it ends). With
+/// `net_only`, only network transports are kept.
+pub fn client_address(w: &ucp::Worker, net_only: bool) -> Result<Vec<u8>, ucs::Error> {
+    let mut raw = w.address().to_vec();
+    if net_only {
+        let mut a = WorkerAddress::decode(&raw)?;
+        a.tls
+            .retain(|t| matches!(t.tl_name.as_str(), "tcp" | "rc_verbs"));
+        raw = a.to_bytes()?;
+    }
+    let mut out = Vec::with_capacity(4 + raw.len());
+    out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+    out.extend_from_slice(&raw);
+    Ok(out)
+}
+
+/// Hands an address to the client as malloc'd memory (freed by `ucp_worker_release_address`).
+fn give_address(bytes: &[u8]) -> *mut c_void {
+    // SAFETY: malloc of a non-zero size, filled below.
+    let p = unsafe { libc::malloc(bytes.len()) };
+    if !p.is_null() {
+        // SAFETY: `p` holds `bytes.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p as *mut u8, bytes.len()) };
+    }
+    p
+}
+
+/// `ucs_status_t ucp_worker_get_address(ucp_worker_h worker, ucp_address_t **address_p,
+/// size_t *address_length_p)`.
+///
+/// # Safety
+/// A live worker and writable pointers.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_get_address(
+    worker: *mut Worker,
+    address_p: *mut *mut c_void,
+    address_length_p: *mut usize,
+) -> Status {
+    const NAME: &str = "ucp_worker_get_address";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return s,
+        };
+        if address_p.is_null() || address_length_p.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL output pointer");
+        }
+        let _g = w.lock.lock();
+        let bytes = match client_address(&w.inner.borrow().w, false) {
+            Ok(b) => b,
+            Err(e) => return fail(NAME, &e),
+        };
+        let p = give_address(&bytes);
+        if p.is_null() {
+            return UCS_ERR_NO_MEMORY;
+        }
+        // SAFETY: checked non-null.
+        unsafe {
+            *address_p = p;
+            *address_length_p = bytes.len();
+        }
+        UCS_OK
+    })
+}
+
+/// `void ucp_worker_release_address(ucp_worker_h worker, ucp_address_t *address)`.
+///
+/// # Safety
+/// An address from `ucp_worker_get_address` or `ucp_worker_query`, released once.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_release_address(_worker: *mut Worker, address: *mut c_void) {
+    ffi("ucp_worker_release_address", (), || {
+        // SAFETY: malloc'd by give_address (free(NULL) is a no-op).
+        unsafe { libc::free(address) };
+    })
+}
+
+/// `ucs_status_t ucp_worker_query(ucp_worker_h worker, ucp_worker_attr_t *attr)`. With
+/// `UCP_WORKER_ADDRESS_FLAG_NET_ONLY` the address carries only network transports.
+///
+/// # Safety
+/// A live worker and a writable `attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_query(worker: *mut Worker, attr: *mut WorkerAttr) -> Status {
+    const NAME: &str = "ucp_worker_query";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return s,
+        };
+        if attr.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "attr is NULL");
+        }
+        // SAFETY: the caller's struct.
+        let a = unsafe { &mut *attr };
+        let known = UCP_WORKER_ATTR_FIELD_THREAD_MODE
+            | UCP_WORKER_ATTR_FIELD_ADDRESS
+            | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS
+            | UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER
+            | UCP_WORKER_ATTR_FIELD_NAME
+            | UCP_WORKER_ATTR_FIELD_MAX_INFO_STRING;
+        if let Err(s) = check_mask(NAME, "ucp_worker_attr_t.field_mask", a.field_mask, known) {
+            return s;
+        }
+        let has = |b: u64| a.field_mask & b != 0;
+        if has(UCP_WORKER_ATTR_FIELD_THREAD_MODE) {
+            a.thread_mode = w.thread_mode;
+        }
+        if has(UCP_WORKER_ATTR_FIELD_ADDRESS) {
+            let flags = if has(UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS) {
+                a.address_flags
+            } else {
+                0
+            };
+            if flags & !UCP_WORKER_ADDRESS_FLAG_NET_ONLY != 0 {
+                return refuse(
+                    NAME,
+                    UCS_ERR_INVALID_PARAM,
+                    format!("unknown address flags {flags:#x}"),
+                );
+            }
+            let _g = w.lock.lock();
+            let bytes = match client_address(
+                &w.inner.borrow().w,
+                flags & UCP_WORKER_ADDRESS_FLAG_NET_ONLY != 0,
+            ) {
+                Ok(b) => b,
+                Err(e) => return fail(NAME, &e),
+            };
+            let p = give_address(&bytes);
+            if p.is_null() {
+                return UCS_ERR_NO_MEMORY;
+            }
+            a.address = p;
+            a.address_length = bytes.len();
+        }
+        if has(UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER) {
+            a.max_am_header = 0;
+        }
+        if has(UCP_WORKER_ATTR_FIELD_NAME) {
+            write_name(&mut a.name, &w.name);
+        }
+        if has(UCP_WORKER_ATTR_FIELD_MAX_INFO_STRING) {
+            a.max_debug_string = 0;
+        }
+        UCS_OK
+    })
+}
+
+/// `ucs_status_ptr_t ucp_worker_flush_nb(ucp_worker_h worker, unsigned flags,
+/// ucp_send_callback_t cb)`: completes when every operation started before has completed
+/// remotely.
+///
+/// # Safety
+/// A live worker.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_flush_nb(
+    worker: *mut Worker,
+    flags: c_uint,
+    cb: Option<SendCb>,
+) -> StatusPtr {
+    const NAME: &str = "ucp_worker_flush_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return status_ptr(s),
+        };
+        if flags != 0 {
+            return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, "flags must be 0"));
+        }
+        let _g = w.lock.lock();
+        let res = w.inner.borrow_mut().w.flush();
+        let cb = cb.map(Cb::Send).unwrap_or(Cb::None);
+        submit(
+            NAME,
+            w,
+            res,
+            &OpArgs::with_cb(cb, false),
+            crate::datatype::Finish::None,
+        )
+    })
+}
+
+/// `ucs_status_ptr_t ucp_worker_flush_nbx(ucp_worker_h worker, const ucp_request_param_t *param)`.
+///
+/// # Safety
+/// A live worker and a valid `param`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_flush_nbx(
+    worker: *mut Worker,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_worker_flush_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: the caller's param.
+        let nbx = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(n) => n,
+            Err(s) => return status_ptr(s),
+        };
+        let _g = w.lock.lock();
+        let res = w.inner.borrow_mut().w.flush();
+        submit(
+            NAME,
+            w,
+            res,
+            &nbx.send_args(),
+            crate::datatype::Finish::None,
+        )
+    })
+}
+
+/// `ucs_status_t ucp_worker_set_am_handler(ucp_worker_h worker, uint16_t id,
+/// ucp_am_callback_t cb, void *arg, uint32_t flags)`: the handler of active message `id`
+/// (called from `ucp_worker_progress` with the whole message; the data is valid during the
+/// call only). A NULL `cb` removes it.
+///
+/// # Safety
+/// A live worker; `cb` callable with `arg`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_set_am_handler(
+    worker: *mut Worker,
+    id: u16,
+    cb: Option<AmCb>,
+    arg: *mut c_void,
+    flags: u32,
+) -> Status {
+    const NAME: &str = "ucp_worker_set_am_handler";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return s,
+        };
+        if flags & !(UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA) != 0 {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("unknown flags {flags:#x}"),
+            );
+        }
+        let _g = w.lock.lock();
+        let mut i = w.inner.borrow_mut();
+        match cb {
+            Some(cb) => {
+                i.am_handlers.insert(id, (cb, arg as usize, flags));
+                let q = i.am_in.clone();
+                i.w.am_set_handler(id, move |ep, _hdr, data| {
+                    q.borrow_mut().push((id, data, ep))
+                });
+            }
+            None => {
+                i.am_handlers.remove(&id);
+            }
+        }
+        UCS_OK
+    })
+}
