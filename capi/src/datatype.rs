@@ -34,7 +34,7 @@ impl SendData<'_> {
 pub enum Finish {
     /// Nowhere else (received in place, or a send).
     None,
-    /// Copy into contiguous client memory of `cap` bytes.
+    /// Contiguous client memory of `cap` bytes (copied into when received into a vector).
     Copy {
         /// Destination.
         dst: *mut u8,
@@ -166,7 +166,8 @@ fn iov_list(name: &str, buffer: *const c_void, count: usize) -> Result<Vec<DtIov
 }
 
 /// The receive capacity for `count` elements of `dt` at `buffer`, and how to deliver.
-/// Contiguous receives deliver in place (`Finish::None`).
+/// Contiguous memory gives `Finish::Copy` (receivers post it as raw memory instead of copying
+/// when they can).
 ///
 /// # Safety
 /// As [`send_data`].

@@ -171,8 +171,12 @@ unsafe fn tag_send(
     let res = {
         let mut i = w.inner.borrow_mut();
         match (data, sync) {
-            (d, true) => i.w.tag_send_sync(h, tag, d.bytes()),
-            (SendData::Slice(s), false) => i.w.tag_send(h, tag, s),
+            // SAFETY: the client keeps a send buffer unchanged until the request completes
+            // (the contract of every UCX send), so rucx reads it in place.
+            (SendData::Slice(s), sync) => unsafe {
+                i.w.tag_send_raw(h, tag, s.as_ptr(), s.len(), sync)
+            },
+            (SendData::Owned(v), true) => i.w.tag_send_sync(h, tag, &v),
             (SendData::Owned(v), false) => i.w.tag_send_vec(h, tag, v),
         }
     };
@@ -339,12 +343,30 @@ unsafe fn tag_recv(
         }
     };
     let _g = w.lock.lock();
-    let res = {
+    let (res, finish) = {
         let mut i = w.inner.borrow_mut();
-        let buf = vec![0u8; cap];
-        match message {
-            Some(m) => i.w.tag_msg_recv(buf, *m),
-            None => i.w.tag_recv(buf, tag, mask),
+        match finish {
+            // Contiguous memory: the data lands in the client's buffer.
+            Finish::Copy { dst, cap } => {
+                // SAFETY: the client keeps its buffer until the request completes (the
+                // contract of every UCX receive).
+                let r = unsafe {
+                    match message {
+                        Some(m) => i.w.tag_msg_recv_raw(dst, cap, *m),
+                        None => i.w.tag_recv_raw(dst, cap, tag, mask),
+                    }
+                };
+                (r, Finish::None)
+            }
+            // IOV and generic datatypes: received whole, then scattered or unpacked.
+            finish => {
+                let buf = vec![0u8; cap];
+                let r = match message {
+                    Some(m) => i.w.tag_msg_recv(buf, *m),
+                    None => i.w.tag_recv(buf, tag, mask),
+                };
+                (r, finish)
+            }
         }
     };
     submit(name, w, res, &args, finish)

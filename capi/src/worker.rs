@@ -46,6 +46,9 @@ pub struct Worker {
     pub inner: RefCell<Inner>,
     /// Request memories.
     pub pool: RefCell<Pool>,
+    /// An empty vector with capacity, swapped with the completion queue by each progress call
+    /// (so the queue does not reallocate).
+    pub spare: RefCell<Vec<(usize, Completion)>>,
     /// The context.
     pub ctx: *const Context,
     /// Thread mode asked for.
@@ -66,10 +69,11 @@ impl Worker {
     /// messages it produced. Gives the number of events.
     pub fn progress(&self) -> usize {
         let _g = self.lock.lock();
-        let (mut n, done, errs, ams) = {
+        let (mut n, mut done, errs, ams) = {
             let mut i = self.inner.borrow_mut();
             let n = i.w.progress();
-            let done = std::mem::take(&mut *i.done.borrow_mut());
+            let mut done = std::mem::take(&mut *self.spare.borrow_mut());
+            std::mem::swap(&mut done, &mut *i.done.borrow_mut());
             let errs = if i.ep_errors.borrow().is_empty() {
                 Vec::new()
             } else {
@@ -83,9 +87,10 @@ impl Worker {
             (n, done, errs, ams)
         };
         n += done.len();
-        for (key, c) in done {
+        for (key, c) in done.drain(..) {
             complete(self, key, c);
         }
+        *self.spare.borrow_mut() = done;
         for (h, status) in errs {
             self.ep_failed(h, status);
         }
@@ -229,6 +234,7 @@ pub unsafe extern "C" fn ucp_worker_create(
                 ctx.request_init,
                 ctx.request_cleanup,
             )),
+            spare: RefCell::new(Vec::with_capacity(64)),
             ctx: context,
             thread_mode: mode,
             name,

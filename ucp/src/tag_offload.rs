@@ -423,7 +423,7 @@ impl State {
             self.eps[idx].last_tx = self.now_cache;
             let buf = match data {
                 SendData::Owned(v) => Some(v),
-                SendData::Borrowed(_) => None,
+                SendData::Borrowed(_) | SendData::Raw(_) => None,
             };
             return Ok(Ok(Op::Done(Completion {
                 buf,
@@ -623,7 +623,7 @@ impl State {
                 self.tm.mapped.pop();
                 let r = self.reqs.remove(key);
                 if let ReqKind::Send(s) = r.kind {
-                    self.put_buf(s.data);
+                    s.data.into_vec().into_iter().for_each(|v| self.put_buf(v));
                 }
                 return Err(e);
             }
@@ -713,7 +713,7 @@ impl State {
                 // the error the ordinary path meets).
                 let r = self.reqs.remove(key);
                 if let ReqKind::Send(s) = r.kind {
-                    self.put_buf(s.data);
+                    s.data.into_vec().into_iter().for_each(|v| self.put_buf(v));
                 }
                 return Ok(None);
             }
@@ -738,8 +738,7 @@ impl State {
         // SAFETY: `m._keep` keeps the memory alive, and `addr..addr + len` was checked to lie
         // inside it when the send started.
         let src = unsafe { std::slice::from_raw_parts(m.addr as *const u8, m.len) };
-        s.data.clear();
-        s.data.extend_from_slice(src);
+        s.data.copy_from(src);
         // The registration was of the segment, not of this copy.
         s.memh = None;
     }

@@ -28,11 +28,11 @@ use uct::{
     IfaceAttr, IfaceFlags, Iov, MdFlags, MemHandle, MemoryDomain as _, RemoteKey,
 };
 
-#[path = "raw_recv.rs"]
-mod raw_recv;
+#[path = "raw_mem.rs"]
+mod raw_mem;
 #[path = "tag_offload.rs"]
 mod tag_offload;
-use raw_recv::RecvBuf;
+use raw_mem::{RecvBuf, SendBuf};
 pub use tag_offload::{TmStats, TM_ENABLE, TM_THRESH};
 
 /// Hashes worker uuids (random 64-bit numbers) with one multiply instead of SipHash: every
@@ -228,7 +228,7 @@ enum SendStage {
 
 struct SendReq {
     tag: u64,
-    data: Vec<u8>,
+    data: SendBuf,
     give_back: bool,
     sync: bool,
     stage: SendStage,
@@ -1457,12 +1457,15 @@ enum RmaDir<'a> {
 enum SendData<'a> {
     Borrowed(&'a [u8]),
     Owned(Vec<u8>),
+    /// Caller memory that stays valid and unchanged until the send completes (see
+    /// `Worker::tag_send_raw`): a request reads it in place instead of copying it.
+    Raw(&'a [u8]),
 }
 
 impl SendData<'_> {
     fn as_slice(&self) -> &[u8] {
         match self {
-            SendData::Borrowed(b) => b,
+            SendData::Borrowed(b) | SendData::Raw(b) => b,
             SendData::Owned(v) => v,
         }
     }
@@ -1676,11 +1679,11 @@ impl State {
             ReqKind::Send(s) => {
                 s.memh = None;
                 s.rkey = None;
-                let data = std::mem::take(&mut s.data);
+                let data = std::mem::take(&mut s.data).into_vec();
                 if s.give_back {
-                    (Some(data), 0, s.tag, 0)
+                    (data, 0, s.tag, 0)
                 } else {
-                    recycle = Some(data);
+                    recycle = data;
                     (None, 0, s.tag, 0)
                 }
             }
@@ -1790,7 +1793,7 @@ impl State {
             r?;
             let give = match data {
                 SendData::Owned(v) => Some(v),
-                SendData::Borrowed(_) => None,
+                SendData::Borrowed(_) | SendData::Raw(_) => None,
             };
             return Ok(Op::Done(Completion {
                 buf: give,
@@ -2370,7 +2373,7 @@ impl State {
             if done {
                 let give = match data {
                     SendData::Owned(v) => Some(v),
-                    SendData::Borrowed(_) => None,
+                    SendData::Borrowed(_) | SendData::Raw(_) => None,
                 };
                 return Ok(Op::Done(Completion {
                     buf: give,
@@ -2401,12 +2404,13 @@ impl State {
 
     fn new_send(&mut self, idx: usize, tag: u64, data: SendData<'_>, sync: bool) -> usize {
         let (data, give_back) = match data {
-            SendData::Owned(v) => (v, true),
+            SendData::Owned(v) => (SendBuf::from(v), true),
             SendData::Borrowed(b) => {
                 let mut v = self.get_buf();
                 v.extend_from_slice(b);
-                (v, false)
+                (SendBuf::from(v), false)
             }
+            SendData::Raw(b) => (SendBuf::raw(b), false),
         };
         self.new_req(
             Some(idx),
@@ -3484,6 +3488,12 @@ impl State {
             return;
         }
         let Some(&idx) = self.by_uuid.get(&src) else {
+            if id == am_id::CLOSE_ACK {
+                // Both sides closed at once: this side forgot the endpoint on the peer's CLOSE
+                // before the ack of its own CLOSE arrived.
+                tracing::debug!("CLOSE_ACK from {src:#018x} after its endpoint was closed");
+                return;
+            }
             self.malformed_unknown += 1;
             tracing::warn!(
                 "dropping ucp message {id} from unknown worker {src:#018x} (no wire-up seen)"

@@ -1,0 +1,748 @@
+/*
+ * rucx libucp C ABI test: compiled against UCX 1.13's installed headers (libucx-dev) and linked
+ * against rucx's libucp.so.0. It checks that the struct sizes the headers give are the ones the
+ * library is built for, and exercises every struct the library reads or writes through real
+ * calls (so a field read at a wrong offset shows up as wrong behaviour): context and worker
+ * parameters and attributes, two workers in one process exchanging tagged messages with
+ * contiguous, IOV and generic datatypes, probe/msg_recv, cancel, truncation, request_size and
+ * request_init/cleanup, caller-supplied requests, callbacks with user_data, immediate
+ * completion and its recv_info, sync sends, RMA, active messages, and refused input.
+ *
+ * Run through run.sh (or cargo test -p rucx-capi --test c_abi). Exit status 0 = pass.
+ */
+#include <ucp/api/ucp.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            failures++;                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
+        }                                                                  \
+    } while (0)
+#define REQUIRE(cond, ...)                                                 \
+    do {                                                                   \
+        CHECK(cond, __VA_ARGS__);                                          \
+        if (!(cond)) {                                                     \
+            exit(1);                                                       \
+        }                                                                  \
+    } while (0)
+
+/* The sizes rucx's ffi.rs is written for (it asserts them at compile time). */
+static void layout(void)
+{
+    CHECK(sizeof(ucs_status_t) == 1, "%zu", sizeof(ucs_status_t));
+    CHECK(sizeof(ucp_params_t) == 80, "%zu", sizeof(ucp_params_t));
+    CHECK(offsetof(ucp_params_t, request_size) == 16, "-");
+    CHECK(offsetof(ucp_params_t, request_init) == 24, "-");
+    CHECK(offsetof(ucp_params_t, request_cleanup) == 32, "-");
+    CHECK(offsetof(ucp_params_t, mt_workers_shared) == 48, "-");
+    CHECK(offsetof(ucp_params_t, name) == 72, "-");
+    CHECK(sizeof(ucp_context_attr_t) == 64, "%zu", sizeof(ucp_context_attr_t));
+    CHECK(offsetof(ucp_context_attr_t, request_size) == 8, "-");
+    CHECK(offsetof(ucp_context_attr_t, thread_mode) == 16, "-");
+    CHECK(offsetof(ucp_context_attr_t, memory_types) == 24, "-");
+    CHECK(offsetof(ucp_context_attr_t, name) == 32, "-");
+    CHECK(sizeof(ucp_worker_params_t) == 200, "%zu", sizeof(ucp_worker_params_t));
+    CHECK(offsetof(ucp_worker_params_t, thread_mode) == 8, "-");
+    CHECK(offsetof(ucp_worker_params_t, events) == 144, "-");
+    CHECK(offsetof(ucp_worker_params_t, flags) == 168, "-");
+    CHECK(offsetof(ucp_worker_params_t, name) == 176, "-");
+    CHECK(offsetof(ucp_worker_params_t, client_id) == 192, "-");
+    CHECK(sizeof(ucp_worker_attr_t) == 80, "%zu", sizeof(ucp_worker_attr_t));
+    CHECK(offsetof(ucp_worker_attr_t, address_flags) == 12, "-");
+    CHECK(offsetof(ucp_worker_attr_t, address) == 16, "-");
+    CHECK(offsetof(ucp_worker_attr_t, address_length) == 24, "-");
+    CHECK(offsetof(ucp_worker_attr_t, name) == 40, "-");
+    CHECK(offsetof(ucp_worker_attr_t, max_debug_string) == 72, "-");
+    CHECK(sizeof(ucp_ep_params_t) == 104, "%zu", sizeof(ucp_ep_params_t));
+    CHECK(offsetof(ucp_ep_params_t, address) == 8, "-");
+    CHECK(offsetof(ucp_ep_params_t, err_mode) == 16, "-");
+    CHECK(offsetof(ucp_ep_params_t, err_handler) == 24, "-");
+    CHECK(offsetof(ucp_ep_params_t, user_data) == 40, "-");
+    CHECK(offsetof(ucp_ep_params_t, flags) == 48, "-");
+    CHECK(offsetof(ucp_ep_params_t, sockaddr) == 56, "-");
+    CHECK(offsetof(ucp_ep_params_t, conn_request) == 72, "-");
+    CHECK(offsetof(ucp_ep_params_t, name) == 80, "-");
+    CHECK(offsetof(ucp_ep_params_t, local_sockaddr) == 88, "-");
+    CHECK(sizeof(ucp_request_param_t) == 72, "%zu", sizeof(ucp_request_param_t));
+    CHECK(offsetof(ucp_request_param_t, flags) == 4, "-");
+    CHECK(offsetof(ucp_request_param_t, request) == 8, "-");
+    CHECK(offsetof(ucp_request_param_t, cb) == 16, "-");
+    CHECK(offsetof(ucp_request_param_t, datatype) == 24, "-");
+    CHECK(offsetof(ucp_request_param_t, user_data) == 32, "-");
+    CHECK(offsetof(ucp_request_param_t, reply_buffer) == 40, "-");
+    CHECK(offsetof(ucp_request_param_t, memory_type) == 48, "-");
+    CHECK(offsetof(ucp_request_param_t, recv_info) == 56, "-");
+    CHECK(offsetof(ucp_request_param_t, memh) == 64, "-");
+    CHECK(sizeof(ucp_tag_recv_info_t) == 16, "-");
+    CHECK(offsetof(ucp_tag_recv_info_t, length) == 8, "-");
+    CHECK(sizeof(ucp_dt_iov_t) == 16, "-");
+    CHECK(sizeof(ucp_generic_dt_ops_t) == 48, "-");
+    CHECK(offsetof(ucp_generic_dt_ops_t, unpack) == 32, "-");
+    CHECK(sizeof(ucp_mem_map_params_t) == 40, "%zu", sizeof(ucp_mem_map_params_t));
+    CHECK(offsetof(ucp_mem_map_params_t, flags) == 24, "-");
+    CHECK(offsetof(ucp_mem_map_params_t, memory_type) == 32, "-");
+    CHECK(sizeof(ucp_mem_attr_t) == 32, "%zu", sizeof(ucp_mem_attr_t));
+    CHECK(sizeof(ucp_err_handler_t) == 16, "-");
+    CHECK(UCP_DATATYPE_GENERIC == 7 && UCP_DATATYPE_IOV == 2 && UCP_DATATYPE_SHIFT == 3, "-");
+    CHECK(ucp_dt_make_contig(4) == 32, "-");
+    CHECK(UCP_OP_ATTR_FLAG_NO_IMM_CMPL == (1u << 16), "-");
+}
+
+/* ---- requests: the client's area --------------------------------------------------------- */
+
+#define REQ_MAGIC 0x5eed5eedu
+struct my_req {
+    unsigned magic;
+    int done;
+    ucs_status_t status;
+    size_t length;
+    ucp_tag_t tag;
+    void *user_data;
+};
+static int n_init, n_cleanup;
+static void req_init(void *r)
+{
+    struct my_req *q = r;
+    q->magic = REQ_MAGIC;
+    q->done = 0;
+    n_init++;
+}
+static void req_cleanup(void *r)
+{
+    struct my_req *q = r;
+    CHECK(q->magic == REQ_MAGIC, "cleanup on memory that init did not see");
+    n_cleanup++;
+}
+
+static void send_cb(void *r, ucs_status_t st, void *ud)
+{
+    struct my_req *q = r;
+    CHECK(q->magic == REQ_MAGIC, "send callback on a request init did not see");
+    q->done++;
+    q->status = st;
+    q->user_data = ud;
+}
+static void recv_cb(void *r, ucs_status_t st, const ucp_tag_recv_info_t *info, void *ud)
+{
+    struct my_req *q = r;
+    CHECK(q->magic == REQ_MAGIC, "recv callback on a request init did not see");
+    q->done++;
+    q->status = st;
+    q->length = info->length;
+    q->tag = info->sender_tag;
+    q->user_data = ud;
+}
+static void recv_cb_nb(void *r, ucs_status_t st, ucp_tag_recv_info_t *info)
+{
+    recv_cb(r, st, info, NULL);
+}
+static int old_send_done;
+static void send_cb_nb(void *r, ucs_status_t st)
+{
+    (void)r;
+    CHECK(st == UCS_OK, "%s", ucs_status_string(st));
+    old_send_done++;
+}
+
+static ucp_worker_h W[2];
+static void progress(void)
+{
+    ucp_worker_progress(W[0]);
+    ucp_worker_progress(W[1]);
+}
+
+/* Waits for a request returned by an operation; gives its final status and frees it. */
+static ucs_status_t wait_req(void *r)
+{
+    if (r == NULL) {
+        return UCS_OK;
+    }
+    if (UCS_PTR_IS_ERR(r)) {
+        return UCS_PTR_STATUS(r);
+    }
+    ucs_status_t st;
+    long spins = 0;
+    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+        progress();
+        REQUIRE(++spins < 100000000L, "request never completed");
+    }
+    ucp_request_free(r);
+    return st;
+}
+
+static void wait_done(struct my_req *q)
+{
+    long spins = 0;
+    while (!q->done) {
+        progress();
+        REQUIRE(++spins < 100000000L, "callback never came");
+    }
+}
+
+/* ---- generic datatype: every other int ----------------------------------------------------- */
+struct strided { const int *src; int *dst; size_t count; };
+static void *g_start_pack(void *ctx, const void *buf, size_t count)
+{
+    struct strided *s = calloc(1, sizeof(*s));
+    (void)ctx;
+    s->src = buf;
+    s->count = count;
+    return s;
+}
+static void *g_start_unpack(void *ctx, void *buf, size_t count)
+{
+    struct strided *s = calloc(1, sizeof(*s));
+    (void)ctx;
+    s->dst = buf;
+    s->count = count;
+    return s;
+}
+static size_t g_packed_size(void *state) { return ((struct strided *)state)->count * sizeof(int); }
+static size_t g_pack(void *state, size_t offset, void *dest, size_t max)
+{
+    struct strided *s = state;
+    size_t n = 0;
+    for (size_t i = offset / sizeof(int); i < s->count && n + sizeof(int) <= max; i++) {
+        memcpy((char *)dest + n, &s->src[2 * i], sizeof(int));
+        n += sizeof(int);
+    }
+    return n;
+}
+static ucs_status_t g_unpack(void *state, size_t offset, const void *src, size_t len)
+{
+    struct strided *s = state;
+    for (size_t k = 0; k + sizeof(int) <= len; k += sizeof(int)) {
+        memcpy(&s->dst[2 * ((offset + k) / sizeof(int))], (const char *)src + k, sizeof(int));
+    }
+    return UCS_OK;
+}
+static int g_finished;
+static void g_finish(void *state) { free(state); g_finished++; }
+
+/* ---- active messages and errors ------------------------------------------------------------ */
+static int am_calls;
+static char am_data[64];
+static ucs_status_t am_handler(void *arg, void *data, size_t length, ucp_ep_h reply_ep, unsigned flags)
+{
+    (void)reply_ep;
+    (void)flags;
+    CHECK(arg == (void *)0xabc, "am arg %p", arg);
+    CHECK(length <= sizeof(am_data), "am length %zu", length);
+    memcpy(am_data, data, length);
+    am_calls++;
+    return UCS_OK;
+}
+/* Progresses worker 0 from another thread (the worker is UCS_THREAD_MODE_MULTI) while the main
+ * thread blocks in a call on worker 1 that needs its peer to answer (tcp's RMA does). */
+static volatile int stop_helper;
+static void *helper(void *arg)
+{
+    (void)arg;
+    while (!stop_helper) {
+        ucp_worker_progress(W[0]);
+    }
+    return NULL;
+}
+
+static void err_handler(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    (void)arg; (void)ep; (void)st;
+}
+
+int main(void)
+{
+    layout();
+
+    unsigned maj, min, rel;
+    ucp_get_version(&maj, &min, &rel);
+    CHECK(maj == 1 && min == 13, "version %u.%u", maj, min);
+    CHECK(strstr(ucp_get_version_string(), "rucx") != NULL,
+          "the loaded libucp is not rucx's: %s", ucp_get_version_string());
+    CHECK(strlen(ucs_status_string(UCS_ERR_CANCELED)) > 0, "-");
+
+    /* Configuration: UCX_* names are read; a value naming nothing rucx has is refused. */
+    ucp_config_t *cfg;
+    const char *tls = getenv("UCX_TLS");
+    setenv("UCX_TLS", "cuda_copy", 1);
+    CHECK(ucp_config_read(NULL, NULL, &cfg) == UCS_ERR_INVALID_PARAM, "UCX_TLS=cuda_copy accepted");
+    if (tls) setenv("UCX_TLS", tls, 1); else unsetenv("UCX_TLS");
+    CHECK(ucp_config_read(NULL, NULL, NULL) == UCS_ERR_INVALID_PARAM, "NULL config_p");
+    REQUIRE(ucp_config_read(NULL, NULL, &cfg) == UCS_OK, "config_read");
+    CHECK(ucp_config_modify(cfg, "NO_SUCH_SETTING", "1") != UCS_OK, "-");
+
+    ucp_params_t params;
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
+                        UCP_PARAM_FIELD_REQUEST_INIT | UCP_PARAM_FIELD_REQUEST_CLEANUP |
+                        UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AM;
+    params.request_size = sizeof(struct my_req);
+    params.request_init = req_init;
+    params.request_cleanup = req_cleanup;
+    params.name = "abi-test";
+    params.estimated_num_eps = 2;
+    ucp_context_h ctx;
+    ucp_params_t bad = params;
+    bad.field_mask |= 1ull << 40;
+    CHECK(ucp_init(&bad, cfg, &ctx) == UCS_ERR_INVALID_PARAM, "unknown ucp_params bit");
+    bad = params;
+    bad.features |= 1ull << 30;
+    CHECK(ucp_init(&bad, cfg, &ctx) == UCS_ERR_INVALID_PARAM, "unknown feature");
+    CHECK(ucp_init(NULL, cfg, &ctx) == UCS_ERR_INVALID_PARAM, "NULL params");
+    REQUIRE(ucp_init(&params, cfg, &ctx) == UCS_OK, "ucp_init");
+    ucp_config_release(cfg);
+
+    ucp_context_attr_t cattr;
+    memset(&cattr, 0x7f, sizeof(cattr));
+    cattr.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE | UCP_ATTR_FIELD_NAME;
+    REQUIRE(ucp_context_query(ctx, &cattr) == UCS_OK, "context_query");
+    size_t hdr = cattr.request_size;
+    CHECK(hdr >= 16 && hdr <= 4096, "request_size %zu", hdr);
+    CHECK(strcmp(cattr.name, "abi-test") == 0, "name '%s'", cattr.name);
+    CHECK(cattr.thread_mode == (ucs_thread_mode_t)0x7f7f7f7f, "a field outside the mask was written");
+    cattr.field_mask = 1ull << 20;
+    CHECK(ucp_context_query(ctx, &cattr) == UCS_ERR_INVALID_PARAM, "unknown attr bit");
+
+    /* print_info: the lines Open MPI parses. */
+    FILE *f = tmpfile();
+    ucp_context_print_info(ctx, f);
+    fseek(f, 0, SEEK_SET);
+    char line[512], tl[128], dev[128];
+    int resources = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "# resource %*d : md %*d dev %*d flags -- %127[^/ \n\r]/%127[^/ \n\r]", tl, dev) == 2) {
+            resources++;
+        }
+    }
+    fclose(f);
+    CHECK(resources > 0, "no '# resource' line in print_info");
+
+    /* Workers. */
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_NAME |
+                    UCP_WORKER_PARAM_FIELD_FLAGS;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    wp.flags = UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK;
+    wp.name = "w0";
+    ucp_worker_params_t wbad = wp;
+    wbad.field_mask |= 1ull << 33;
+    CHECK(ucp_worker_create(ctx, &wbad, &W[0]) == UCS_ERR_INVALID_PARAM, "unknown worker bit");
+    wbad = wp;
+    wbad.flags = 1ull << 7;
+    CHECK(ucp_worker_create(ctx, &wbad, &W[0]) == UCS_ERR_INVALID_PARAM, "unknown worker flag (read at offset 168)");
+    REQUIRE(ucp_worker_create(ctx, &wp, &W[0]) == UCS_OK, "worker 0");
+    wp.name = "w1";
+    REQUIRE(ucp_worker_create(ctx, &wp, &W[1]) == UCS_OK, "worker 1");
+
+    ucp_worker_attr_t wa;
+    memset(&wa, 0, sizeof(wa));
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE | UCP_WORKER_ATTR_FIELD_NAME |
+                    UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+    wa.address_flags = 0;
+    REQUIRE(ucp_worker_query(W[1], &wa) == UCS_OK, "worker_query");
+    CHECK(wa.thread_mode == UCS_THREAD_MODE_MULTI, "thread mode %d", wa.thread_mode);
+    CHECK(strcmp(wa.name, "w1") == 0, "worker name '%s'", wa.name);
+    CHECK(wa.address != NULL && wa.address_length > 4, "address");
+    ucp_address_t *addr1 = wa.address;
+    size_t full_len = wa.address_length;
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+    wa.address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY;
+    REQUIRE(ucp_worker_query(W[1], &wa) == UCS_OK, "worker_query net only");
+    CHECK(wa.address_length <= full_len, "net-only address longer than the full one");
+    ucp_worker_release_address(W[1], wa.address);
+
+    ucp_address_t *addr0;
+    size_t len0;
+    REQUIRE(ucp_worker_get_address(W[0], &addr0, &len0) == UCS_OK, "get_address");
+
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_USER_DATA;
+    ep.address = addr1;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = err_handler;
+    ep.user_data = (void *)0x1;
+    ucp_ep_h e01, e10;
+    ucp_ep_params_t ebad = ep;
+    ebad.field_mask |= UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    CHECK(ucp_ep_create(W[0], &ebad, &e01) == UCS_ERR_UNSUPPORTED, "sockaddr endpoint");
+    REQUIRE(ucp_ep_create(W[0], &ep, &e01) == UCS_OK, "ep 0->1");
+    ep.address = addr0;
+    REQUIRE(ucp_ep_create(W[1], &ep, &e10) == UCS_OK, "ep 1->0");
+    ucp_worker_release_address(W[1], addr1);
+    ucp_worker_release_address(W[0], addr0);
+
+    /* Contiguous send and receive with callbacks and user_data. */
+    char sbuf[4096], rbuf[4096];
+    for (int i = 0; i < 4096; i++) sbuf[i] = (char)(i * 7);
+    memset(rbuf, 0, sizeof(rbuf));
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    rp.cb.recv = recv_cb;
+    rp.user_data = (void *)0x5150;
+    rp.datatype = ucp_dt_make_contig(1);
+    void *rr = ucp_tag_recv_nbx(W[1], rbuf, sizeof(rbuf), 0x1234, ~0ull, &rp);
+    REQUIRE(rr != NULL && !UCS_PTR_IS_ERR(rr), "posted receive returned %p", rr);
+    struct my_req *rq = rr;
+    CHECK(rq->magic == REQ_MAGIC, "request_init did not run on the returned request");
+    CHECK(!rq->done && ucp_request_check_status(rr) == UCS_INPROGRESS, "-");
+    ucp_request_param_t sp;
+    memset(&sp, 0, sizeof(sp));
+    sp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    sp.cb.send = send_cb;
+    sp.user_data = (void *)0x6160;
+    void *sr = ucp_tag_send_nbx(e01, sbuf, sizeof(sbuf), 0x1234, &sp);
+    CHECK(!UCS_PTR_IS_ERR(sr), "send failed");
+    wait_done(rq);
+    CHECK(rq->status == UCS_OK, "%s", ucs_status_string(rq->status));
+    CHECK(rq->length == sizeof(sbuf) && rq->tag == 0x1234, "info %zu %llx", rq->length, (unsigned long long)rq->tag);
+    CHECK(rq->user_data == (void *)0x5150, "user_data %p", rq->user_data);
+    CHECK(memcmp(sbuf, rbuf, sizeof(sbuf)) == 0, "data");
+    CHECK(rq->done == 1, "callback ran %d times", rq->done);
+    rq->done = 0;
+    ucp_request_free(rr);
+    if (sr != NULL) {
+        struct my_req *sq = sr;
+        wait_done(sq);
+        CHECK(sq->status == UCS_OK && sq->user_data == (void *)0x6160, "send callback");
+        sq->done = 0;
+        ucp_request_free(sr);
+    }
+
+    /* Unexpected message, then a receive with recv_info: immediate completion. */
+    void *s2 = ucp_tag_send_nbx(e01, sbuf, 100, 0x77, &sp);
+    ucp_tag_recv_info_t pinfo;
+    long spins = 0;
+    while (ucp_tag_probe_nb(W[1], 0x77, ~0ull, 0, &pinfo) == NULL) {
+        progress();
+        REQUIRE(++spins < 100000000L, "probe never found the message");
+    }
+    CHECK(pinfo.length == 100 && pinfo.sender_tag == 0x77, "probe info");
+    ucp_tag_recv_info_t ri = {0, 0};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FIELD_CALLBACK;
+    rp.recv_info.tag_info = &ri;
+    memset(rbuf, 0, sizeof(rbuf));
+    void *r2 = ucp_tag_recv_nbx(W[1], rbuf, sizeof(rbuf), 0x77, ~0ull, &rp);
+    CHECK(r2 == NULL, "an eager unexpected message should complete at once (got %p)", r2);
+    CHECK(ri.length == 100 && ri.sender_tag == 0x77, "recv_info %zu", ri.length);
+    CHECK(memcmp(sbuf, rbuf, 100) == 0, "data");
+    if (r2 != NULL) wait_req(r2);
+    if (s2 != NULL && !UCS_PTR_IS_ERR(s2)) {
+        wait_done((struct my_req *)s2);
+        ((struct my_req *)s2)->done = 0;
+        ucp_request_free(s2);
+    }
+
+    /* Caller-supplied request memory (Open MPI's blocking receive: alloca(size) + size). */
+    {
+        char *area = malloc(hdr + 64);
+        memset(area, 0xa5, hdr + 64);
+        void *mine = area + 32 + hdr - 32; /* = area + hdr: the header fits before it */
+        mine = area + hdr;
+        ucp_request_param_t cp;
+        memset(&cp, 0, sizeof(cp));
+        cp.op_attr_mask = UCP_OP_ATTR_FIELD_REQUEST;
+        cp.request = mine;
+        memset(rbuf, 0, sizeof(rbuf));
+        ucp_tag_recv_nbx(W[1], rbuf, 50, 0x99, ~0ull, &cp);
+        CHECK(ucp_request_check_status(mine) == UCS_INPROGRESS, "-");
+        void *s3 = ucp_tag_send_nbx(e01, sbuf, 50, 0x99, &sp);
+        ucp_tag_recv_info_t ci;
+        ucs_status_t st;
+        spins = 0;
+        while ((st = ucp_request_test(mine, &ci)) == UCS_INPROGRESS) {
+            progress();
+            REQUIRE(++spins < 100000000L, "caller request never completed");
+        }
+        CHECK(st == UCS_OK && ci.length == 50 && ci.sender_tag == 0x99, "caller request info");
+        CHECK(memcmp(sbuf, rbuf, 50) == 0, "data");
+        for (size_t i = hdr; i < hdr + 64; i++) {
+            CHECK((unsigned char)area[i] == 0xa5, "the library wrote past the request pointer (+%zu)", i - hdr);
+            if ((unsigned char)area[i] != 0xa5) break;
+        }
+        if (s3 != NULL && !UCS_PTR_IS_ERR(s3)) {
+            wait_done((struct my_req *)s3);
+            ((struct my_req *)s3)->done = 0;
+            ucp_request_free(s3);
+        }
+        free(area);
+    }
+
+    /* IOV send -> contiguous receive, and contiguous send -> IOV receive. */
+    {
+        char a[10], b[20], c[30];
+        memset(a, 'a', 10); memset(b, 'b', 20); memset(c, 'c', 30);
+        ucp_dt_iov_t iov[3] = {{a, 10}, {b, 20}, {c, 30}};
+        ucp_request_param_t ip;
+        memset(&ip, 0, sizeof(ip));
+        ip.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+        ip.datatype = ucp_dt_make_iov();
+        void *s = ucp_tag_send_nbx(e01, iov, 3, 0x10, &ip);
+        memset(rbuf, 0, sizeof(rbuf));
+        void *r = ucp_tag_recv_nb(W[1], rbuf, 60, ucp_dt_make_contig(1), 0x10, ~0ull, recv_cb_nb);
+        struct my_req *q = r;
+        REQUIRE(r != NULL && !UCS_PTR_IS_ERR(r), "recv_nb always returns a request");
+        wait_done(q);
+        CHECK(q->status == UCS_OK && q->length == 60, "iov->contig %d %zu", q->status, q->length);
+        CHECK(rbuf[0] == 'a' && rbuf[10] == 'b' && rbuf[30] == 'c' && rbuf[59] == 'c', "iov gather");
+        q->done = 0;
+        ucp_request_free(r);
+        CHECK(wait_req(s) == UCS_OK, "iov send");
+
+        char x[25], y[35];
+        memset(x, 0, 25); memset(y, 0, 35);
+        ucp_dt_iov_t riov[2] = {{x, 25}, {y, 35}};
+        s = ucp_tag_send_nb(e01, sbuf, 60, ucp_dt_make_contig(1), 0x11, send_cb_nb);
+        ip.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        ip.cb.recv = recv_cb;
+        r = ucp_tag_recv_nbx(W[1], riov, 2, 0x11, ~0ull, &ip);
+        q = r;
+        REQUIRE(r != NULL && !UCS_PTR_IS_ERR(r), "NO_IMM_CMPL returns a request");
+        wait_done(q);
+        CHECK(q->status == UCS_OK && memcmp(x, sbuf, 25) == 0 && memcmp(y, sbuf + 25, 35) == 0, "iov scatter");
+        q->done = 0;
+        ucp_request_free(r);
+        if (s != NULL) {
+            spins = 0;
+            while (!old_send_done) { progress(); REQUIRE(++spins < 100000000L, "nb send callback"); }
+            ucp_request_free(s);
+        }
+    }
+
+    /* Generic datatype on both sides: every other int. */
+    {
+        ucp_generic_dt_ops_t ops = {g_start_pack, g_start_unpack, g_packed_size, g_pack, g_unpack, g_finish};
+        ucp_datatype_t gdt;
+        REQUIRE(ucp_dt_create_generic(&ops, NULL, &gdt) == UCS_OK, "dt_create_generic");
+        CHECK((gdt & UCP_DATATYPE_CLASS_MASK) == UCP_DATATYPE_GENERIC, "class");
+        int src[200], dst[200];
+        for (int i = 0; i < 200; i++) { src[i] = i * 3 + 1; dst[i] = -1; }
+        void *s = ucp_tag_send_nb(e01, src, 100, gdt, 0x20, send_cb_nb);
+        void *r = ucp_tag_recv_nb(W[1], dst, 100, gdt, 0x20, ~0ull, recv_cb_nb);
+        struct my_req *q = r;
+        wait_done(q);
+        CHECK(q->status == UCS_OK && q->length == 400, "generic %d %zu", q->status, q->length);
+        int ok = 1;
+        for (int i = 0; i < 200; i++) ok &= (i % 2 == 0) ? dst[i] == src[i] : dst[i] == -1;
+        CHECK(ok, "generic unpack placed the ints");
+        CHECK(g_finished == 2, "finish called %d times", g_finished);
+        q->done = 0;
+        ucp_request_free(r);
+        if (s != NULL) wait_req(s);
+        ucp_dt_destroy(gdt);
+    }
+
+    /* Probe with remove, then msg_recv (old API, with its callback). */
+    {
+        void *s = ucp_tag_send_nbx(e01, sbuf, 300, 0x30, &sp);
+        ucp_tag_recv_info_t pi;
+        ucp_tag_message_h msg;
+        spins = 0;
+        while ((msg = ucp_tag_probe_nb(W[1], 0x30, ~0ull, 1, &pi)) == NULL) {
+            progress();
+            REQUIRE(++spins < 100000000L, "probe");
+        }
+        CHECK(pi.length == 300, "probe length");
+        CHECK(ucp_tag_probe_nb(W[1], 0x30, ~0ull, 0, &pi) == NULL, "a removed message is still probed");
+        memset(rbuf, 0, sizeof(rbuf));
+        void *r = ucp_tag_msg_recv_nb(W[1], rbuf, sizeof(rbuf), ucp_dt_make_contig(1), msg, recv_cb_nb);
+        struct my_req *q = r;
+        REQUIRE(r != NULL && !UCS_PTR_IS_ERR(r), "msg_recv_nb");
+        wait_done(q);
+        CHECK(q->status == UCS_OK && q->length == 300 && memcmp(rbuf, sbuf, 300) == 0, "msg_recv");
+        q->done = 0;
+        ucp_request_free(r);
+        if (s != NULL && !UCS_PTR_IS_ERR(s)) { wait_done((struct my_req *)s); ((struct my_req *)s)->done = 0; ucp_request_free(s); }
+
+        /* msg_recv_nbx with the nbx callback. */
+        s = ucp_tag_send_nbx(e01, sbuf, 40, 0x31, &sp);
+        spins = 0;
+        while ((msg = ucp_tag_probe_nb(W[1], 0x31, ~0ull, 1, &pi)) == NULL) {
+            progress();
+            REQUIRE(++spins < 100000000L, "probe");
+        }
+        ucp_request_param_t mp;
+        memset(&mp, 0, sizeof(mp));
+        mp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        mp.cb.recv = recv_cb;
+        mp.user_data = (void *)0x31;
+        r = ucp_tag_msg_recv_nbx(W[1], rbuf, sizeof(rbuf), msg, &mp);
+        if (r != NULL) {
+            q = r;
+            wait_done(q);
+            CHECK(q->status == UCS_OK && q->length == 40 && q->user_data == (void *)0x31, "msg_recv_nbx");
+            q->done = 0;
+            ucp_request_free(r);
+        }
+        if (s != NULL && !UCS_PTR_IS_ERR(s)) { wait_done((struct my_req *)s); ((struct my_req *)s)->done = 0; ucp_request_free(s); }
+    }
+
+    /* Cancel a receive that never matches: its callback runs from progress with CANCELED. */
+    {
+        void *r = ucp_tag_recv_nb(W[1], rbuf, 10, ucp_dt_make_contig(1), 0xdead, ~0ull, recv_cb_nb);
+        struct my_req *q = r;
+        ucp_request_cancel(W[1], r);
+        CHECK(!q->done, "callback ran inside ucp_request_cancel");
+        wait_done(q);
+        CHECK(q->status == UCS_ERR_CANCELED, "cancel status %s", ucs_status_string(q->status));
+        CHECK(ucp_request_check_status(r) == UCS_ERR_CANCELED, "-");
+        q->done = 0;
+        ucp_request_free(r);
+    }
+
+    /* Truncation: 100 bytes into 10; the info carries the real length. */
+    {
+        void *s = ucp_tag_send_nbx(e01, sbuf, 100, 0x40, &sp);
+        void *r = ucp_tag_recv_nb(W[1], rbuf, 10, ucp_dt_make_contig(1), 0x40, ~0ull, recv_cb_nb);
+        struct my_req *q = r;
+        wait_done(q);
+        CHECK(q->status == UCS_ERR_MESSAGE_TRUNCATED, "truncation status %s", ucs_status_string(q->status));
+        CHECK(q->length == 100, "truncated info length %zu", q->length);
+        q->done = 0;
+        ucp_request_free(r);
+        if (s != NULL && !UCS_PTR_IS_ERR(s)) { wait_done((struct my_req *)s); ((struct my_req *)s)->done = 0; ucp_request_free(s); }
+    }
+
+    /* Sync send: not complete before the receiver matched it. */
+    {
+        ucp_request_param_t np;
+        memset(&np, 0, sizeof(np));
+        void *s = ucp_tag_send_sync_nbx(e01, sbuf, 8, 0x50, &np);
+        REQUIRE(s != NULL && !UCS_PTR_IS_ERR(s), "sync send completed before any receive");
+        for (int i = 0; i < 1000; i++) progress();
+        CHECK(ucp_request_check_status(s) == UCS_INPROGRESS, "sync send completed unmatched");
+        void *r = ucp_tag_recv_nb(W[1], rbuf, 8, ucp_dt_make_contig(1), 0x50, ~0ull, recv_cb_nb);
+        CHECK(wait_req(s) == UCS_OK, "sync send");
+        CHECK(wait_req(r) == UCS_OK, "sync recv");
+    }
+
+    /* A freed request's callback never runs. */
+    {
+        void *r = ucp_tag_recv_nbx(W[1], rbuf, 8, 0x60, ~0ull, &rp);
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+        r = ucp_tag_recv_nbx(W[1], rbuf, 8, 0x60, ~0ull, &rp);
+        struct my_req *q = r;
+        ucp_request_free(r);
+        void *s = ucp_tag_send_nbx(e01, sbuf, 8, 0x60, &sp);
+        for (int i = 0; i < 2000; i++) progress();
+        (void)q;
+        if (s != NULL && !UCS_PTR_IS_ERR(s)) { wait_done((struct my_req *)s); ((struct my_req *)s)->done = 0; ucp_request_free(s); }
+    }
+
+    /* Refused input: unknown op_attr bit, NULL param, strided datatype. */
+    {
+        ucp_request_param_t xp;
+        memset(&xp, 0, sizeof(xp));
+        xp.op_attr_mask = 1u << 12;
+        void *x = ucp_tag_send_nbx(e01, sbuf, 1, 1, &xp);
+        CHECK(UCS_PTR_IS_ERR(x) && UCS_PTR_STATUS(x) == UCS_ERR_INVALID_PARAM, "unknown op_attr bit");
+        x = ucp_tag_send_nbx(e01, sbuf, 1, 1, NULL);
+        CHECK(UCS_PTR_IS_ERR(x) && UCS_PTR_STATUS(x) == UCS_ERR_INVALID_PARAM, "NULL param");
+        x = ucp_tag_send_nb(e01, sbuf, 1, UCP_DATATYPE_STRIDED, 1, NULL);
+        CHECK(UCS_PTR_IS_ERR(x) && UCS_PTR_STATUS(x) == UCS_ERR_UNSUPPORTED, "strided datatype");
+        x = ucp_tag_send_nbx(NULL, sbuf, 1, 1, &sp);
+        CHECK(UCS_PTR_IS_ERR(x) && UCS_PTR_STATUS(x) == UCS_ERR_INVALID_PARAM, "NULL ep");
+    }
+
+    /* RMA: allocated and registered memory, rkeys, put/get. */
+    {
+        ucp_mem_map_params_t mp;
+        memset(&mp, 0, sizeof(mp));
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        mp.length = 4096;
+        mp.flags = UCP_MEM_MAP_ALLOCATE;
+        ucp_mem_h memh;
+        REQUIRE(ucp_mem_map(ctx, &mp, &memh) == UCS_OK, "mem_map allocate");
+        ucp_mem_attr_t ma;
+        ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+        REQUIRE(ucp_mem_query(memh, &ma) == UCS_OK, "mem_query");
+        CHECK(ma.length == 4096 && ma.address != NULL, "mem attr");
+        void *kb;
+        size_t ks;
+        REQUIRE(ucp_rkey_pack(ctx, memh, &kb, &ks) == UCS_OK, "rkey_pack");
+        ucp_rkey_h rkey;
+        REQUIRE(ucp_ep_rkey_unpack(e10, kb, &rkey) == UCS_OK, "rkey_unpack");
+        ucp_rkey_buffer_release(kb);
+        uint64_t base = (uint64_t)(uintptr_t)ma.address;
+        ucs_status_t st = ucp_put_nbi(e10, sbuf, 256, base + 64, rkey);
+        CHECK(st == UCS_OK || st == UCS_INPROGRESS, "put_nbi %s", ucs_status_string(st));
+        CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, send_cb_nb)) == UCS_OK, "flush");
+        CHECK(memcmp((char *)ma.address + 64, sbuf, 256) == 0, "put landed");
+        char got[256];
+        memset(got, 0, sizeof(got));
+        void *g = ucp_get_nb(e10, got, 256, base + 64, rkey, send_cb_nb);
+        CHECK(wait_req(g) == UCS_OK, "get_nb");
+        CHECK(memcmp(got, sbuf, 256) == 0, "get data");
+        memset(got, 0, sizeof(got));
+        st = ucp_get_nbi(e10, got, 128, base + 64, rkey);
+        CHECK(st == UCS_OK || st == UCS_INPROGRESS, "get_nbi");
+        CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, NULL)) == UCS_OK, "flush");
+        CHECK(memcmp(got, sbuf, 128) == 0, "get_nbi data");
+        pthread_t th;
+        stop_helper = 0;
+        REQUIRE(pthread_create(&th, NULL, helper, NULL) == 0, "pthread_create");
+        CHECK(ucp_put(e10, sbuf + 1000, 16, base, rkey) == UCS_OK, "blocking put");
+        CHECK(ucp_ep_flush(e10) == UCS_OK, "ep_flush");
+        stop_helper = 1;
+        pthread_join(th, NULL);
+        CHECK(memcmp(ma.address, sbuf + 1000, 16) == 0, "put data");
+        ucp_rkey_destroy(rkey);
+        CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap");
+
+        /* The client's own memory. */
+        static char mine[8192];
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+        mp.address = mine;
+        mp.length = sizeof(mine);
+        REQUIRE(ucp_mem_map(ctx, &mp, &memh) == UCS_OK, "mem_map user memory");
+        REQUIRE(ucp_rkey_pack(ctx, memh, &kb, &ks) == UCS_OK, "rkey_pack");
+        REQUIRE(ucp_ep_rkey_unpack(e10, kb, &rkey) == UCS_OK, "rkey_unpack");
+        ucp_rkey_buffer_release(kb);
+        void *p = ucp_put_nb(e10, sbuf, 1000, (uint64_t)(uintptr_t)mine + 8, rkey, send_cb_nb);
+        CHECK(wait_req(p) == UCS_OK, "put_nb");
+        CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, NULL)) == UCS_OK, "flush");
+        CHECK(memcmp(mine + 8, sbuf, 1000) == 0, "put into user memory");
+        ucp_rkey_destroy(rkey);
+        CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap");
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+        CHECK(ucp_mem_map(ctx, &mp, &memh) == UCS_ERR_INVALID_PARAM, "no address, no ALLOCATE");
+    }
+
+    /* Active messages (old API). */
+    {
+        REQUIRE(ucp_worker_set_am_handler(W[1], 7, am_handler, (void *)0xabc, UCP_AM_FLAG_WHOLE_MSG) == UCS_OK, "set_am_handler");
+        void *s = ucp_am_send_nb(e01, 7, "hello-am", 9, ucp_dt_make_contig(1), send_cb_nb, 0);
+        CHECK(!UCS_PTR_IS_ERR(s), "am_send_nb");
+        spins = 0;
+        while (!am_calls) { progress(); REQUIRE(++spins < 100000000L, "am never arrived"); }
+        CHECK(am_calls == 1 && strcmp(am_data, "hello-am") == 0, "am data '%s'", am_data);
+        if (s != NULL) wait_req(s);
+    }
+
+    /* Close and clean up: request_cleanup runs once per request memory init saw. */
+    CHECK(wait_req(ucp_disconnect_nb(e01)) == UCS_OK, "disconnect");
+    CHECK(wait_req(ucp_ep_close_nb(e10, UCP_EP_CLOSE_MODE_FORCE)) == UCS_OK, "close");
+    ucp_worker_destroy(W[0]);
+    ucp_worker_destroy(W[1]);
+    CHECK(n_init > 0 && n_cleanup == n_init, "init %d cleanup %d", n_init, n_cleanup);
+    ucp_cleanup(ctx);
+
+    if (failures) {
+        fprintf(stderr, "abi_layout: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("abi_layout: all checks passed (request header %zu bytes, %d request memories)\n", hdr, n_init);
+    return 0;
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Compiles abi_layout.c against UCX 1.13's installed headers (Debian: libucx-dev) and runs it on
+# rucx's libucp.so.0 from LIBDIR, over shared memory and over tcp on loopback:
+#   capi/tests/c/run.sh LIBDIR      (LIBDIR from capi/build.sh, or holding libucp.so.0)
+set -euo pipefail
+lib=${1:?usage: run.sh LIBDIR}
+lib=$(cd "$lib" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+if [ ! -f /usr/include/ucp/api/ucp.h ]; then
+    echo "FAIL: /usr/include/ucp/api/ucp.h is missing: install libucx-dev (apt-get install libucx-dev)" >&2
+    exit 1
+fi
+[ -f "$lib/libucp.so.0" ] || { echo "FAIL: no libucp.so.0 in $lib" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ln -s "$lib/libucp.so.0" "$tmp/libucp.so"
+${CC:-cc} -O1 -g -Wall -Wextra -Werror -o "$tmp/abi_layout" "$here/abi_layout.c" \
+    -I/usr/include -L"$tmp" -lucp -Wl,-rpath,"$lib"
+for tls in "shm,self" "tcp"; do
+    echo "== UCX_TLS=$tls"
+    env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
+        timeout 300 "$tmp/abi_layout"
+done

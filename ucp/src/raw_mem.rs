@@ -1,0 +1,348 @@
+//! Operations on memory the worker does not own (for a C API whose callers pass raw buffers):
+//! the receive state holds a [`RecvBuf`] and the send state a [`SendBuf`], each either a vector
+//! the worker owns or the caller's memory. The `unsafe` entry points below post receives and
+//! gets straight into caller memory and send from it in place, so no copy through a vector is
+//! made (beyond what a transport's own eager path copies).
+
+use super::*;
+use std::ops::{Deref, DerefMut};
+
+/// Where a receive (or get) writes: a vector the worker owns and gives back in the
+/// completion, or caller memory (`Raw`) that it writes in place and gives nothing back for.
+pub(crate) enum RecvBuf {
+    /// A vector owned by the request.
+    Owned(Vec<u8>),
+    /// Caller memory, valid and untouched by the caller until the request completes (see
+    /// [`Worker::tag_recv_raw`]).
+    Raw {
+        /// Start.
+        ptr: NonNull<u8>,
+        /// Capacity in bytes.
+        len: usize,
+    },
+}
+
+impl Default for RecvBuf {
+    fn default() -> Self {
+        RecvBuf::Owned(Vec::new())
+    }
+}
+
+impl From<Vec<u8>> for RecvBuf {
+    fn from(v: Vec<u8>) -> Self {
+        RecvBuf::Owned(v)
+    }
+}
+
+impl RecvBuf {
+    /// Caller memory; a zero-length region needs no valid pointer.
+    ///
+    /// # Safety
+    /// `ptr` valid for writes of `len` bytes until the request completes.
+    unsafe fn raw(ptr: *mut u8, len: usize) -> Self {
+        match NonNull::new(ptr).filter(|_| len > 0) {
+            Some(ptr) => RecvBuf::Raw { ptr, len },
+            None => RecvBuf::Owned(Vec::new()),
+        }
+    }
+
+    /// The vector to give back in a completion (`None` for caller memory).
+    pub(crate) fn into_vec(self) -> Option<Vec<u8>> {
+        match self {
+            RecvBuf::Owned(v) => Some(v),
+            RecvBuf::Raw { .. } => None,
+        }
+    }
+}
+
+impl Deref for RecvBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            RecvBuf::Owned(v) => v,
+            // SAFETY: the caller promised `len` valid bytes until completion (see `raw`).
+            RecvBuf::Raw { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
+        }
+    }
+}
+
+impl DerefMut for RecvBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            RecvBuf::Owned(v) => v,
+            // SAFETY: as in `deref`; the caller does not access the memory meanwhile.
+            RecvBuf::Raw { ptr, len } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
+            },
+        }
+    }
+}
+
+/// What a send reads: a vector the request owns, or caller memory (`Raw`) valid and unchanged
+/// until the request completes (see [`Worker::tag_send_raw`]).
+pub(crate) enum SendBuf {
+    /// A vector owned by the request.
+    Owned(Vec<u8>),
+    /// Caller memory.
+    Raw {
+        /// Start.
+        ptr: NonNull<u8>,
+        /// Length in bytes.
+        len: usize,
+    },
+}
+
+impl Default for SendBuf {
+    fn default() -> Self {
+        SendBuf::Owned(Vec::new())
+    }
+}
+
+impl From<Vec<u8>> for SendBuf {
+    fn from(v: Vec<u8>) -> Self {
+        SendBuf::Owned(v)
+    }
+}
+
+impl SendBuf {
+    /// Caller memory behind `b`, which the caller keeps valid and unchanged until the request
+    /// completes (the contract of [`Worker::tag_send_raw`], the only maker of `SendData::Raw`).
+    pub(crate) fn raw(b: &[u8]) -> Self {
+        match NonNull::new(b.as_ptr() as *mut u8).filter(|_| !b.is_empty()) {
+            Some(ptr) => SendBuf::Raw { ptr, len: b.len() },
+            None => SendBuf::Owned(Vec::new()),
+        }
+    }
+
+    /// The vector to give back or recycle when the request ends (`None` for caller memory).
+    pub(crate) fn into_vec(self) -> Option<Vec<u8>> {
+        match self {
+            SendBuf::Owned(v) => Some(v),
+            SendBuf::Raw { .. } => None,
+        }
+    }
+
+    /// Replaces the contents with a copy of `src` (reusing an owned vector).
+    pub(crate) fn copy_from(&mut self, src: &[u8]) {
+        match self {
+            SendBuf::Owned(v) => {
+                v.clear();
+                v.extend_from_slice(src);
+            }
+            SendBuf::Raw { .. } => *self = SendBuf::Owned(src.to_vec()),
+        }
+    }
+}
+
+impl Deref for SendBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            SendBuf::Owned(v) => v,
+            // SAFETY: the caller keeps `len` bytes valid until completion (see `raw`).
+            SendBuf::Raw { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
+        }
+    }
+}
+
+impl DerefMut for SendBuf {
+    /// Mutable access is only used for the address given to a memory registration (the bytes
+    /// are never written through it).
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            SendBuf::Owned(v) => v,
+            // SAFETY: as in `deref`; the send path only takes the pointer to register it.
+            SendBuf::Raw { ptr, len } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
+            },
+        }
+    }
+}
+
+impl Worker {
+    /// Sends `len` bytes at `ptr` as a tagged message (`sync`: completes only when the receiver
+    /// matched it), reading the caller's memory in place: eager fragments are copied out as
+    /// they go, a rendezvous registers the memory and the peer reads it there, so no copy of a
+    /// large message is made. The completion's `buf` is `None`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes, and the caller must not change or free
+    /// that memory until the request completes (or the worker is dropped).
+    pub unsafe fn tag_send_raw(
+        &mut self,
+        ep: EpHandle,
+        tag: u64,
+        ptr: *const u8,
+        len: usize,
+        sync: bool,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        };
+        self.st.tag_send(idx, tag, SendData::Raw(data), sync)
+    }
+
+    /// Posts a receive for `tag` under `mask` straight into `len` bytes at `ptr`: the data
+    /// lands there (truncated to `len`, with `Truncated` and the real length as
+    /// [`Worker::tag_recv`]); the completion's `buf` is `None`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes, and the caller must neither read, write
+    /// nor free that memory until the request completes (including by cancel), or until the
+    /// worker is dropped. After a receive failed by a peer's failure during a rendezvous, that
+    /// peer may still have written into the memory before it died.
+    pub unsafe fn tag_recv_raw(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        tag: u64,
+        mask: u64,
+    ) -> Result<Op> {
+        // SAFETY: forwarded contract.
+        let op = self
+            .st
+            .tag_recv(unsafe { RecvBuf::raw(ptr, len) }, tag, mask)?;
+        tag_offload::after_post(&mut self.ifaces, &mut self.st, &op);
+        Ok(op)
+    }
+
+    /// Receives a message taken by a removing probe straight into `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// As [`Worker::tag_recv_raw`].
+    pub unsafe fn tag_msg_recv_raw(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        msg: Message,
+    ) -> Result<Op> {
+        // SAFETY: forwarded contract.
+        let key = self
+            .st
+            .new_recv(unsafe { RecvBuf::raw(ptr, len) }, msg.uid as u64, 0);
+        self.st.recv_from_unexp(key, msg.uid);
+        Ok(self.st.op_of(key))
+    }
+
+    /// Reads `len` bytes at `remote_addr` of the peer's mapping straight into `ptr`.
+    ///
+    /// # Safety
+    /// As [`Worker::tag_recv_raw`].
+    pub unsafe fn get_raw(
+        &mut self,
+        ep: EpHandle,
+        ptr: *mut u8,
+        len: usize,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        // SAFETY: forwarded contract.
+        let buf = unsafe { RecvBuf::raw(ptr, len) };
+        self.st.rma(idx, RmaDir::Get(buf), remote_addr, rkey)
+    }
+
+    /// Maps `len` bytes of caller memory at `ptr` for remote access (`ucp_mem_map` of existing
+    /// memory), registered as [`Worker::mem_map_vec`] registers its vector.
+    ///
+    /// # Safety
+    /// The memory must stay valid (not freed or unmapped) until the returned mapping is
+    /// dropped; peers may read and write it at any time meanwhile.
+    pub unsafe fn mem_map_raw(&mut self, ptr: *mut u8, len: usize) -> Result<MemMap> {
+        let ptr = NonNull::new(ptr)
+            .filter(|_| len > 0)
+            .ok_or_else(|| Error::InvalidParam("cannot map an empty or null region".into()))?;
+        let mut keys = Vec::new();
+        // SAFETY: the caller keeps the memory valid while the MemMap lives, and the MemMap
+        // drops the registrations first.
+        unsafe { self.st.register_all(ptr, len, &mut keys) };
+        MemMap::new(
+            ptr,
+            len,
+            crate::rma::Backing::Raw,
+            self.st.regions.clone(),
+            keys,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two workers over posix shared memory (rendezvous reads the sender's memory in place).
+    fn pair() -> (Worker, Worker, EpHandle) {
+        let ctx = crate::Context::new(crate::ContextParams {
+            features: crate::Features::TAG | crate::Features::RMA,
+            config: Some(crate::UcpConfig {
+                tls: vec!["posix".into(), "cma".into()],
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let a = Worker::new(&ctx).expect("worker a");
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let ba = b.ep_create(a.address(), EpParams::default()).expect("ep");
+        (a, b, ba)
+    }
+
+    #[test]
+    fn raw_send_and_receive_in_place() {
+        let (mut a, mut b, ba) = pair();
+        for len in [0usize, 5, 70_000, 3 << 20] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+            let mut dst = vec![0u8; len + 16];
+            // SAFETY: both buffers outlive the operations, which complete below.
+            let (s, r) = unsafe {
+                (
+                    b.tag_send_raw(ba, 9, src.as_ptr(), len, len == 5).unwrap(),
+                    a.tag_recv_raw(dst.as_mut_ptr(), dst.len(), 9, u64::MAX)
+                        .unwrap(),
+                )
+            };
+            let (mut s, mut r) = (Some(s), Some(r));
+            let (mut sc, mut rc) = (None, None);
+            while sc.is_none() || rc.is_none() {
+                for (op, w, out) in [(&mut s, &mut b, &mut sc), (&mut r, &mut a, &mut rc)] {
+                    if let Some(o) = op.take() {
+                        match o {
+                            Op::Done(c) => *out = Some(c),
+                            Op::Pending(q) => match w.request_take(q) {
+                                Ok(c) => *out = Some(c),
+                                Err(q) => *op = Some(Op::Pending(q)),
+                            },
+                        }
+                    }
+                }
+                a.progress();
+                b.progress();
+            }
+            let (sc, rc) = (sc.unwrap(), rc.unwrap());
+            assert_eq!(sc.status, Ok(()));
+            assert!(sc.buf.is_none(), "raw sends give no vector back");
+            assert_eq!(rc.status, Ok(()));
+            assert_eq!(rc.len, len);
+            assert!(rc.buf.is_none(), "raw receives give no vector back");
+            assert!(dst[..len] == src[..], "{len} bytes landed in place");
+            assert!(dst[len..].iter().all(|&x| x == 0));
+        }
+    }
+
+    #[test]
+    fn recv_buf_views() {
+        let mut mem = [0u8; 8];
+        // SAFETY: a local array outliving the view.
+        let mut b = unsafe { RecvBuf::raw(mem.as_mut_ptr(), 8) };
+        b[2..4].copy_from_slice(&[7, 9]);
+        assert_eq!(b.len(), 8);
+        assert!(b.into_vec().is_none());
+        assert_eq!(mem[2..4], [7, 9]);
+        // SAFETY: zero length needs no memory.
+        let e = unsafe { RecvBuf::raw(std::ptr::null_mut(), 0) };
+        assert_eq!(e.into_vec(), Some(Vec::new()));
+    }
+}
