@@ -50,6 +50,8 @@ for tool in mpicc.openmpi mpicc.mpich mpirun.openmpi mpirun.mpich NPopenmpi time
   command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 2; }
 done
 python=/usr/bin/python3 # the Debian interpreter that has python3-mpi4py
+# The cases choose the transports with UCX_TLS, as MPI users do; rucx's own names would win.
+unset RUCX_TLS RUCX_NET_DEVICES
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rucx-mpi.XXXXXX")
 keep_work=0
