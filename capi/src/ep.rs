@@ -22,6 +22,8 @@ pub struct Ep {
     pub err_cb: Option<ErrHandlerCb>,
     /// Its argument (`user_data` when given, else `err_handler.arg`).
     pub err_arg: *mut c_void,
+    /// The error handler ran (it runs once per endpoint).
+    pub failed: bool,
 }
 
 /// The worker and rucx handle of a client endpoint.
@@ -139,6 +141,7 @@ pub unsafe extern "C" fn ucp_ep_create(
             h,
             err_cb,
             err_arg,
+            failed: false,
         }));
         i.eps.entry(h).or_default().push(ep as usize);
         // SAFETY: checked non-null.

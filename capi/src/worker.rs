@@ -105,7 +105,13 @@ impl Worker {
         for e in eps {
             let ep = e as *mut crate::ep::Ep;
             // SAFETY: a live client endpoint (removed from `eps` before it is freed).
-            let (cb, arg) = unsafe { ((*ep).err_cb, (*ep).err_arg) };
+            let (cb, arg) = unsafe {
+                if (*ep).failed {
+                    continue;
+                }
+                (*ep).failed = true;
+                ((*ep).err_cb, (*ep).err_arg)
+            };
             if let Some(cb) = cb {
                 // SAFETY: the client's error handler with its documented arguments.
                 unsafe { cb(arg, ep.cast(), status) };

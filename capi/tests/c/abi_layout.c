@@ -12,7 +12,11 @@
  */
 #include <ucp/api/ucp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +33,10 @@ static int failures;
     } while (0)
 #define REQUIRE(cond, ...)                                                 \
     do {                                                                   \
-        CHECK(cond, __VA_ARGS__);                                          \
-        if (!(cond)) {                                                     \
+        int ok_ = !!(cond);                                                \
+        CHECK(ok_, __VA_ARGS__);                                           \
+        if (!ok_) {                                                        \
+            fprintf(stderr, "FATAL: %s\n", #cond);                        \
             exit(1);                                                       \
         }                                                                  \
     } while (0)
@@ -179,6 +185,21 @@ static ucs_status_t wait_req(void *r)
     return st;
 }
 
+/* As wait_req, progressing one worker. */
+static ucs_status_t wait_req_on(ucp_worker_h w, void *r)
+{
+    if (r == NULL) return UCS_OK;
+    if (UCS_PTR_IS_ERR(r)) return UCS_PTR_STATUS(r);
+    ucs_status_t st;
+    long spins = 0;
+    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+        ucp_worker_progress(w);
+        REQUIRE(++spins < 100000000L, "request never completed");
+    }
+    ucp_request_free(r);
+    return st;
+}
+
 static void wait_done(struct my_req *q)
 {
     long spins = 0;
@@ -256,6 +277,146 @@ static void *helper(void *arg)
 static void err_handler(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
     (void)arg; (void)ep; (void)st;
+}
+
+/* ---- peer failure: a child process killed with SIGKILL ------------------------------------ */
+struct failure { int calls; ucs_status_t status; ucp_ep_h ep; };
+static void failure_handler(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    struct failure *f = arg;
+    f->calls++;
+    f->status = st;
+    f->ep = ep;
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        REQUIRE(k > 0, "pipe write");
+        p = (const char *)p + k;
+        n -= (size_t)k;
+    }
+}
+static void read_all(int fd, void *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = read(fd, p, n);
+        REQUIRE(k > 0, "pipe read");
+        p = (char *)p + k;
+        n -= (size_t)k;
+    }
+}
+
+/* The child: its own context and worker, an endpoint to the parent, one message to say it is
+ * wired up, then progress until it is killed. */
+static void child(int rd, int wr)
+{
+    ucp_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_PARAM_FIELD_FEATURES;
+    p.features = UCP_FEATURE_TAG;
+    ucp_context_h c;
+    ucp_worker_h w;
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof(wp));
+    if (ucp_init(&p, NULL, &c) != UCS_OK || ucp_worker_create(c, &wp, &w) != UCS_OK) _exit(3);
+    ucp_address_t *a;
+    size_t len;
+    if (ucp_worker_get_address(w, &a, &len) != UCS_OK) _exit(4);
+    write_all(wr, &len, sizeof(len));
+    write_all(wr, a, len);
+    size_t plen;
+    read_all(rd, &plen, sizeof(plen));
+    void *pa = malloc(plen);
+    read_all(rd, pa, plen);
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = pa;
+    ucp_ep_h e;
+    if (ucp_ep_create(w, &ep, &e) != UCS_OK) _exit(5);
+    static const char hello[] = "hello";
+    ucp_request_param_t sp;
+    memset(&sp, 0, sizeof(sp));
+    void *s = ucp_tag_send_nbx(e, hello, sizeof(hello), 0xfeed, &sp);
+    if (UCS_PTR_IS_ERR(s)) _exit(6);
+    for (;;) ucp_worker_progress(w);
+}
+
+static void peer_failure(ucp_context_h ctx)
+{
+    int p2c[2], c2p[2];
+    REQUIRE(pipe(p2c) == 0 && pipe(c2p) == 0, "pipe");
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        close(p2c[1]);
+        close(c2p[0]);
+        child(p2c[0], c2p[1]);
+    }
+    close(p2c[0]);
+    close(c2p[1]);
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof(wp));
+    ucp_worker_h w;
+    REQUIRE(ucp_worker_create(ctx, &wp, &w) == UCS_OK, "worker");
+    ucp_address_t *a;
+    size_t len;
+    REQUIRE(ucp_worker_get_address(w, &a, &len) == UCS_OK, "address");
+    write_all(p2c[1], &len, sizeof(len));
+    write_all(p2c[1], a, len);
+    ucp_worker_release_address(w, a);
+    size_t clen;
+    read_all(c2p[0], &clen, sizeof(clen));
+    void *ca = malloc(clen);
+    read_all(c2p[0], ca, clen);
+
+    struct failure f = {0, UCS_OK, NULL};
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = ca;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = failure_handler;
+    ep.err_handler.arg = &f;
+    ucp_ep_h e;
+    REQUIRE(ucp_ep_create(w, &ep, &e) == UCS_OK, "ep to the child");
+    free(ca);
+
+    char hello[16];
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof(rp));
+    CHECK(wait_req_on(w, ucp_tag_recv_nbx(w, hello, sizeof(hello), 0xfeed, ~0ull, &rp)) == UCS_OK, "hello");
+    /* A synchronous send the child never matches: it can only end with the child's death. */
+    size_t big = 1 << 20;
+    char *data = calloc(1, big);
+    ucp_request_param_t sp;
+    memset(&sp, 0, sizeof(sp));
+    void *s = ucp_tag_send_sync_nbx(e, data, big, 0xbad, &sp);
+    REQUIRE(s != NULL && !UCS_PTR_IS_ERR(s), "sync send to the child");
+    for (int i = 0; i < 100; i++) ucp_worker_progress(w);
+    CHECK(ucp_request_check_status(s) == UCS_INPROGRESS, "unmatched sync send completed");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    time_t t0 = time(NULL);
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(s)) == UCS_INPROGRESS || f.calls == 0) {
+        ucp_worker_progress(w);
+        REQUIRE(time(NULL) - t0 < 120, "the peer's death was not reported (send %d, handler calls %d)", st, f.calls);
+    }
+    CHECK(st != UCS_OK, "the send to a dead peer succeeded");
+    CHECK(f.calls == 1 && f.status != UCS_OK && f.ep == e, "error handler: %d calls, %s", f.calls, ucs_status_string(f.status));
+    printf("peer failure: send ended with '%s', handler with '%s' after %lds\n", ucs_status_string(st),
+           ucs_status_string(f.status), (long)(time(NULL) - t0));
+    ucp_request_free(s);
+    free(data);
+    wait_req_on(w, ucp_ep_close_nb(e, UCP_EP_CLOSE_MODE_FORCE));
+    ucp_worker_destroy(w);
+    close(p2c[1]);
+    close(c2p[0]);
 }
 
 int main(void)
@@ -736,6 +897,8 @@ int main(void)
     CHECK(wait_req(ucp_ep_close_nb(e10, UCP_EP_CLOSE_MODE_FORCE)) == UCS_OK, "close");
     ucp_worker_destroy(W[0]);
     ucp_worker_destroy(W[1]);
+
+    peer_failure(ctx);
     CHECK(n_init > 0 && n_cleanup == n_init, "init %d cleanup %d", n_init, n_cleanup);
     ucp_cleanup(ctx);
 

@@ -18,6 +18,8 @@ ${CC:-cc} -O1 -g -Wall -Wextra -Werror -o "$tmp/abi_layout" "$here/abi_layout.c"
     -I/usr/include -L"$tmp" -lucp -Wl,-rpath,"$lib"
 for tls in "shm,self" "tcp"; do
     echo "== UCX_TLS=$tls"
+    # A short keepalive, so a killed peer is detected quickly even where nothing else reports it.
     env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
+        RUCX_KEEPALIVE_INTERVAL=200ms RUCX_KEEPALIVE_TIMEOUT=5s \
         timeout 300 "$tmp/abi_layout"
 done
