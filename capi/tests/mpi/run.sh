@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# Runs unmodified Debian MPI stacks on a given libucp.so.0 and checks the results.
+#
+#   bash capi/tests/mpi/run.sh LIBDIR   # LIBDIR holds libucp.so.0, libucs.so.0, libucm.so.0
+#   bash capi/tests/mpi/run.sh system   # the same tests on Debian's UCX, to validate the tests
+#
+# Cases (each one a line "PASS name (time)" or "FAIL name: why"):
+#   p2p.c under Open MPI (pml ucx) and MPICH (ch4:ucx), 2 and 4 ranks, over shared memory
+#     (UCX_TLS=shm,self) and tcp (UCX_TLS=tcp, UCX_NET_DEVICES=lo); every rank must report the
+#     expected libucp.so.0 in its /proc/self/maps, pass every check and exit 0;
+#   threads.c (MPI_THREAD_MULTIPLE, 4 threads per rank) under both MPIs and both transports;
+#   peer_death.c under both MPIs and both transports: rank 1 SIGKILLs itself while rank 0 waits in
+#     MPI_Recv with MPI_Irecvs outstanding; the job must end with a non-zero status before the
+#     watchdog fires;
+#   NetPIPE (NPopenmpi) over its whole size range (default upper bound), timing mode and integrity
+#     mode, with the loaded libucp proved by the dynamic linker's own log (LD_DEBUG=files);
+#   mpi4py_check.py under Open MPI with numpy arrays and Python objects.
+# The last line is "N passed, M failed"; the exit status is non-zero if a case failed.
+# Needs: openmpi-bin libopenmpi-dev mpich libmpich-dev netpipe-openmpi python3-mpi4py python3-numpy.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+if [ $# -ne 1 ]; then
+  echo "usage: $0 LIBDIR|system" >&2
+  exit 2
+fi
+
+system_ucp=$(ldconfig -p | awk '$1 == "libucp.so.0" { print $NF; exit }')
+if [ "$1" = system ]; then
+  mode=system
+  [ -n "$system_ucp" ] || { echo "no system libucp.so.0 (install libucx0)" >&2; exit 2; }
+  want_ucp=$(realpath "$system_ucp")
+  libpath=${LD_LIBRARY_PATH:-}
+else
+  mode=rucx
+  libdir=$(realpath "$1")
+  for lib in libucp.so.0 libucs.so.0 libucm.so.0; do
+    [ -e "$libdir/$lib" ] || { echo "$libdir has no $lib" >&2; exit 2; }
+  done
+  want_ucp=$(realpath "$libdir/libucp.so.0")
+  if [ -n "$system_ucp" ] && [ "$want_ucp" = "$(realpath "$system_ucp")" ]; then
+    echo "$libdir/libucp.so.0 is the system's UCX; use 'system' for that" >&2
+    exit 2
+  fi
+  libpath=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+echo "libucp.so.0 expected in every rank: $want_ucp ($mode)"
+
+for tool in mpicc.openmpi mpicc.mpich mpirun.openmpi mpirun.mpich NPopenmpi timeout; do
+  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 2; }
+done
+python=/usr/bin/python3 # the Debian interpreter that has python3-mpi4py
+# The cases choose the transports with UCX_TLS, as MPI users do; rucx's own names would win.
+unset RUCX_TLS RUCX_NET_DEVICES
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rucx-mpi.XXXXXX")
+keep_work=0
+trap '[ "$keep_work" = 1 ] || rm -rf "$work"' EXIT
+
+echo "building the test programs in $work"
+for mpi in openmpi mpich; do
+  for prog in p2p threads peer_death; do
+    "mpicc.$mpi" -O2 -Wall -Wextra -Werror -pthread -o "$work/$prog.$mpi" "$here/$prog.c"
+  done
+done
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "PASS $1 ($2 s)"; }
+fail() {
+  failed=$((failed + 1))
+  keep_work=1
+  echo "FAIL $1: $2"
+  if [ -n "${3:-}" ] && [ -f "$3" ]; then sed 's/^/    | /' "$3" | tail -n 15; fi
+}
+
+# launch MPI NP TLS TIMEOUT LOG -- PROGRAM ARGS...: runs PROGRAM under MPI (openmpi|mpich) with
+# NP ranks, UCX_TLS chosen by TLS (shm|tcp), the library path of this mode, and a watchdog of
+# TIMEOUT seconds; stdout and stderr go to LOG. Sets `status` and `elapsed`.
+launch() {
+  local mpi=$1 np=$2 tls=$3 limit=$4 log=$5
+  shift 6
+  local -a env=()
+  case $tls in
+    shm) env=(UCX_TLS=shm,self) ;;
+    tcp) env=(UCX_TLS=tcp UCX_NET_DEVICES=lo) ;;
+    *) echo "unknown transport set $tls" >&2; exit 2 ;;
+  esac
+  [ -z "$libpath" ] || env+=("LD_LIBRARY_PATH=$libpath")
+  local -a cmd
+  if [ "$mpi" = openmpi ]; then
+    cmd=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np"
+         --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any)
+    for e in "${env[@]}" ${extra_env[@]+"${extra_env[@]}"}; do cmd+=(-x "$e"); done
+  else
+    cmd=(env "${env[@]}" ${extra_env[@]+"${extra_env[@]}"} mpirun.mpich -np "$np")
+  fi
+  local t0=$EPOCHREALTIME
+  status=0
+  # --verbose makes the watchdog say when it fires: Open MPI's own status for a rank killed by a
+  # signal (137) is the same as timeout's when it has to use SIGKILL.
+  timeout --verbose -k 10 "$limit" "${cmd[@]}" "$@" >"$log" 2>&1 || status=$?
+  elapsed=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+}
+extra_env=()
+
+# check_libucp DIR NP: each rank file in DIR names exactly one libucp, the expected one;
+# otherwise sets `why` and returns 1.
+check_libucp() {
+  local dir=$1 np=$2 r f path
+  why=
+  for ((r = 0; r < np; r++)); do
+    f=$dir/rank-$r.txt
+    [ -f "$f" ] || { why="rank $r wrote no results"; return 1; }
+    mapfile -t paths < <(awk -v r="$r" '$1 == "rank" && $2 == r && $3 == "libucp" { print $4 }' "$f")
+    [ "${#paths[@]}" = 1 ] || { why="rank $r mapped ${#paths[@]} libucp files: ${paths[*]}"; return 1; }
+    path=${paths[0]}
+    [ "$path" != NONE ] && [ "$(realpath "$path")" = "$want_ucp" ] \
+      || { why="rank $r loaded libucp from $path, not $want_ucp"; return 1; }
+  done
+}
+
+# check_ranks DIR NP: every rank file in DIR names the expected libucp and ends with
+# "done C 0" and no FAIL line; sets `checks` to the number of checks. Otherwise sets `why` and
+# returns 1.
+check_ranks() {
+  local dir=$1 np=$2 r f c bad total=0
+  check_libucp "$dir" "$np" || return 1
+  for ((r = 0; r < np; r++)); do
+    f=$dir/rank-$r.txt
+    if grep -q ' FAIL ' "$f"; then why="rank $r: $(grep -m3 ' FAIL ' "$f" | tr '\n' ';')"; return 1; fi
+    read -r c bad < <(awk '$3 == "done" { print $4, $5 }' "$f") || true
+    [ -n "${c:-}" ] && [ "${bad:-}" = 0 ] && [ "$c" -gt 0 ] \
+      || { why="rank $r did not finish its checks"; return 1; }
+    total=$((total + c))
+  done
+  checks=$total
+}
+
+# checked NAME MPI NP TLS TIMEOUT PROGRAM ARGS...: runs a program that writes rank files (p2p.c's
+# format) into a fresh folder given as its last argument, and checks them.
+checked() {
+  local name=$1 mpi=$2 np=$3 tls=$4 limit=$5 out
+  shift 5
+  out=$work/$(echo "$name" | tr ' =' '--')
+  mkdir -p "$out"
+  launch "$mpi" "$np" "$tls" "$limit" "$out/log" -- "$@" "$out"
+  if grep -q '^timeout: sending signal' "$out/log"; then
+    fail "$name" "hung: killed by the watchdog after $limit s" "$out/log"
+  elif [ "$status" != 0 ]; then
+    check_ranks "$out" "$np" || true
+    fail "$name" "exit status $status; ${why:-}" "$out/log"
+  elif ! check_ranks "$out" "$np"; then
+    fail "$name" "$why" "$out/log"
+  else
+    pass "$name, $checks checks" "$elapsed"
+  fi
+}
+
+for mpi in openmpi mpich; do
+  for tls in shm tcp; do
+    for np in 2 4; do
+      checked "p2p $mpi np=$np $tls" "$mpi" "$np" "$tls" 300 "$work/p2p.$mpi"
+    done
+    checked "thread-multiple $mpi np=2 $tls" "$mpi" 2 "$tls" 120 "$work/threads.$mpi"
+  done
+done
+
+for mpi in openmpi mpich; do
+  for tls in shm tcp; do
+    name="peer death $mpi $tls"
+    out=$work/peer-death-$mpi-$tls
+    mkdir -p "$out"
+    launch "$mpi" 2 "$tls" 60 "$out/log" -- "$work/peer_death.$mpi" "$out"
+    if grep -q '^timeout: sending signal' "$out/log"; then
+      fail "$name" "the job hung after rank 1 died (watchdog fired at 60 s)" "$out/log"
+    elif [ "$status" = 0 ]; then
+      fail "$name" "the job reported success although rank 1 was killed" "$out/log"
+    elif ! check_libucp "$out" 2; then
+      fail "$name" "$why" "$out/log"
+    elif ! grep -qx 'rank 0 waiting' "$out/rank-0.txt" || ! grep -qx 'rank 1 dying' "$out/rank-1.txt"; then
+      fail "$name" "did not reach the point where rank 1 dies (status $status)" "$out/log"
+    elif grep -qx 'rank 0 recv returned 0' "$out/rank-0.txt"; then
+      fail "$name" "rank 0's MPI_Recv succeeded with no sender" "$out/log"
+    else
+      pass "$name, exit status $status" "$elapsed"
+    fi
+  done
+done
+
+# check_lddebug DIR: the dynamic linker's logs in DIR show exactly 2 processes initialising a
+# libucp.so.0, both the expected one.
+check_lddebug() {
+  local dir=$1 f p n=0
+  for f in "$dir"/ld.*; do
+    [ -e "$f" ] || continue
+    p=$(sed -n 's/.*calling init: \(.*libucp\.so.*\)$/\1/p' "$f" | head -n1)
+    [ -n "$p" ] || continue
+    [ "$(realpath "$p")" = "$want_ucp" ] || { why="a rank initialised $p, not $want_ucp"; return 1; }
+    n=$((n + 1))
+  done
+  [ "$n" = 2 ] || { why="$n processes initialised a libucp, expected 2"; return 1; }
+}
+
+for np_mode in timing integrity; do
+  name="NetPIPE $np_mode openmpi shm"
+  dir=$work/netpipe-$np_mode
+  mkdir -p "$dir/ld"
+  if [ "$np_mode" = timing ]; then
+    # Every size of the default range (1 B to 8 MiB + 3); a fixed repeat count instead of
+    # NetPIPE's own calibration, which spends ~0.75 s on each of the 124 sizes.
+    args=(-n 10 -o "$dir/np.out")
+  else
+    args=(-i -n 5 -o "$dir/np.out")
+  fi
+  extra_env=("LD_DEBUG=files" "LD_DEBUG_OUTPUT=$dir/ld/ld")
+  launch openmpi 2 shm 300 "$dir/log" -- NPopenmpi "${args[@]}"
+  extra_env=()
+  last=$(awk 'END { print $1 }' "$dir/np.out" 2>/dev/null || true)
+  if grep -q '^timeout: sending signal' "$dir/log"; then
+    fail "$name" "hung: killed by the watchdog after 300 s" "$dir/log"
+  elif [ "$status" != 0 ]; then
+    fail "$name" "exit status $status" "$dir/log"
+  elif [ -z "$last" ] || [ "$last" -lt 8388608 ]; then
+    fail "$name" "stopped at ${last:-no} bytes, before the default upper bound (8 MiB)" "$dir/log"
+  elif [ "$np_mode" = integrity ] && ! grep -q 'Integrity check passed' "$dir/log"; then
+    fail "$name" "no 'Integrity check passed'" "$dir/log"
+  elif [ "$np_mode" = integrity ] && grep -qi 'integrity check failed' "$dir/log"; then
+    fail "$name" "an integrity check failed" "$dir/log"
+  elif ! check_lddebug "$dir/ld"; then
+    fail "$name" "$why" "$dir/log"
+  else
+    pass "$name, $(wc -l <"$dir/np.out") sizes up to $last B" "$elapsed"
+  fi
+done
+
+checked "mpi4py openmpi np=2 shm" openmpi 2 shm 120 "$python" "$here/mpi4py_check.py"
+checked "mpi4py openmpi np=3 tcp" openmpi 3 tcp 120 "$python" "$here/mpi4py_check.py"
+
+[ "$keep_work" = 0 ] || echo "logs kept in $work"
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
