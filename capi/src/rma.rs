@@ -24,6 +24,20 @@ pub struct Mem {
     length: usize,
 }
 
+/// The rucx key of a client key.
+///
+/// # Safety
+/// A live key from `ucp_ep_rkey_unpack`.
+pub(crate) unsafe fn rkey_of<'a>(k: *mut CRkey) -> &'a Rkey {
+    // SAFETY: per the contract.
+    unsafe { &(*k).rkey }
+}
+
+/// The address and length of a mapping.
+pub(crate) fn range_of(m: &Mem) -> (usize, usize) {
+    (m.address as usize, m.length)
+}
+
 /// An unpacked remote key.
 pub struct CRkey {
     worker: *const Worker,
@@ -354,7 +368,7 @@ unsafe fn rma(
 
 /// For `_nbi` calls: a request becomes internal (freed at once: it completes on its own, and
 /// a flush waits for it).
-fn nbi(r: StatusPtr) -> Status {
+pub(crate) fn nbi(r: StatusPtr) -> Status {
     if r.is_null() {
         UCS_OK
     } else if ptr_is_err(r) {
