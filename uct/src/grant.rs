@@ -8,20 +8,26 @@
 //! and reads the connecting process's pid with `SO_PEERCRED` (set by the kernel at `connect`,
 //! not by the process). That connection is the consent: "the peer may touch my memory", and
 //! it lasts until the granting process drops its last endpoint to the peer or exits.
-//! [`check`] gives whether a process holds such a connection to us; transports call it before
-//! they touch another process's memory, so a peer that names a third process's pid makes them
-//! fail with an error instead of touching that process.
+//! [`check`] gives whether a process holds such a connection to us (waiting up to
+//! [`GRANT_WAIT`] for one that has not arrived, as when keys were exchanged out of band;
+//! [`check_now`] never waits, for paths inside `progress`); transports call it before they
+//! touch another process's memory, so a peer that names a third process's pid makes them fail
+//! with an error instead of touching that process. The granting process also writes one byte:
+//! whether the kernel lets it trace us ([`peer_may_trace_us`]).
 //!
 //! The connecting side checks with `SO_PEERCRED` too that the socket it reached belongs to the
-//! pid it meant (a process squatting another's name is refused).
+//! pid it meant. A process that squats another's socket name is refused; the squatted process
+//! then cannot be granted anything (shared memory and cma to it fail with the reason).
 //!
 //! Under Yama `ptrace_scope` 1 the first peer this process grants is also made its ptracer
 //! (`PR_SET_PTRACER`), so that peer's cma works; others fall back to another path (the cma
 //! interface reports them unreachable).
 //!
-//! Limitation: the consent is per process pair, not per connection. A peer talking to two
-//! rucx processes X and S, each of which created an endpoint to the other, can name X's pid to
-//! S; closing that needs the control messages themselves to be authenticated.
+//! Limitation: the consent is per process pair, not per connection. When X has granted S (X
+//! has an endpoint to S, or was led to create one towards S's address by a peer that
+//! advertised it), another peer of S can name X's pid to S and make S touch X's memory at
+//! addresses it chooses. Closing that needs the control messages themselves to be bound to
+//! the process that sent them.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
