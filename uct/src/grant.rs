@@ -8,20 +8,26 @@
 //! and reads the connecting process's pid with `SO_PEERCRED` (set by the kernel at `connect`,
 //! not by the process). That connection is the consent: "the peer may touch my memory", and
 //! it lasts until the granting process drops its last endpoint to the peer or exits.
-//! [`check`] gives whether a process holds such a connection to us; transports call it before
-//! they touch another process's memory, so a peer that names a third process's pid makes them
-//! fail with an error instead of touching that process.
+//! [`check`] gives whether a process holds such a connection to us (waiting up to
+//! [`GRANT_WAIT`] for one that has not arrived, as when keys were exchanged out of band;
+//! [`check_now`] never waits, for paths inside `progress`); transports call it before they
+//! touch another process's memory, so a peer that names a third process's pid makes them fail
+//! with an error instead of touching that process. The granting process also writes one byte:
+//! whether the kernel lets it trace us ([`peer_may_trace_us`]).
 //!
 //! The connecting side checks with `SO_PEERCRED` too that the socket it reached belongs to the
-//! pid it meant (a process squatting another's name is refused).
+//! pid it meant. A process that squats another's socket name is refused; the squatted process
+//! then cannot be granted anything (shared memory and cma to it fail with the reason).
 //!
 //! Under Yama `ptrace_scope` 1 the first peer this process grants is also made its ptracer
 //! (`PR_SET_PTRACER`), so that peer's cma works; others fall back to another path (the cma
 //! interface reports them unreachable).
 //!
-//! Limitation: the consent is per process pair, not per connection. A peer talking to two
-//! rucx processes X and S, each of which created an endpoint to the other, can name X's pid to
-//! S; closing that needs the control messages themselves to be authenticated.
+//! Limitation: the consent is per process pair, not per connection. When X has granted S (X
+//! has an endpoint to S, or was led to create one towards S's address by a peer that
+//! advertised it), another peer of S can name X's pid to S and make S touch X's memory at
+//! addresses it chooses. Closing that needs the control messages themselves to be bound to
+//! the process that sent them.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -288,12 +294,27 @@ fn refresh(r: &mut Registry) {
 }
 
 /// Reads what each granting process said, and drops connections whose granting side has
-/// closed (one `poll` over all of them, or over those of process `only`).
+/// closed: those of process `only` (one `poll` each, no allocation: this runs on data paths),
+/// or all of them (one `poll` over the lot).
 fn prune(incoming: &mut Vec<Incoming>, only: Option<u32>) {
-    let mine = |p: u32| only.is_none_or(|o| o == p);
+    if let Some(pid) = only {
+        incoming.retain_mut(|g| {
+            if g.pid != pid {
+                return true;
+            }
+            let mut p = libc::pollfd {
+                fd: g.conn.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLRDHUP,
+                revents: 0,
+            };
+            // SAFETY: FFI with one valid pollfd and no timeout.
+            unsafe { libc::poll(&mut p, 1, 0) };
+            still_open(g, p.revents)
+        });
+        return;
+    }
     let mut fds: Vec<libc::pollfd> = incoming
         .iter()
-        .filter(|g| mine(g.pid))
         .map(|g| libc::pollfd {
             fd: g.conn.as_raw_fd(),
             events: libc::POLLIN | libc::POLLRDHUP,
@@ -310,34 +331,34 @@ fn prune(incoming: &mut Vec<Incoming>, only: Option<u32>) {
     }
     let mut i = 0;
     incoming.retain_mut(|g| {
-        if !mine(g.pid) {
-            return true;
-        }
         let ev = fds[i].revents;
         i += 1;
-        if ev & libc::POLLIN != 0 {
-            let mut b = [0u8; 1];
-            // SAFETY: FFI reading at most one byte into `b`.
-            let n = unsafe {
-                libc::recv(
-                    g.conn.as_raw_fd(),
-                    b.as_mut_ptr() as *mut libc::c_void,
-                    1,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            match n {
-                1 if g.it_may_trace_us.is_none() => {
-                    g.it_may_trace_us = Some(b[0] == MAY_TRACE);
-                    return ev & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0;
-                }
-                // End of stream, or more than the one byte a granting process writes.
-                _ if n >= 0 => return false,
-                _ => {}
-            }
-        }
-        ev & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0
+        still_open(g, ev)
     });
+}
+
+/// Given the poll events of a grant connection, reads the granting process's byte if it is
+/// there, and tells whether the connection is still open.
+fn still_open(g: &mut Incoming, ev: libc::c_short) -> bool {
+    if ev & libc::POLLIN != 0 {
+        let mut b = [0u8; 1];
+        // SAFETY: FFI reading at most one byte into `b`.
+        let n = unsafe {
+            libc::recv(
+                g.conn.as_raw_fd(),
+                b.as_mut_ptr() as *mut libc::c_void,
+                1,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            1 if g.it_may_trace_us.is_none() => g.it_may_trace_us = Some(b[0] == MAY_TRACE),
+            // End of stream, or more than the one byte a granting process writes.
+            _ if n >= 0 => return false,
+            _ => {}
+        }
+    }
+    ev & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0
 }
 
 /// Whether process `pid` currently lets this process reach its memory: it is this process, or
@@ -475,9 +496,69 @@ mod tests {
         assert!(granted(std::process::id()));
         // pid 1 is never a rucx process of this test, and has no connection to us.
         assert!(!granted(1));
-        let e = check(1, "a test read").unwrap_err();
+        assert!(!wait_granted(1, std::time::Duration::from_millis(30)));
+        let e = check_now(1, "a test read").unwrap_err();
         assert!(matches!(e, Error::RemoteAccess(_)), "{e}");
         assert!(e.to_string().contains("process 1"), "{e}");
+    }
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        let mut sv = [0i32; 2];
+        // SAFETY: FFI with a valid two-int out-array.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        // SAFETY: fresh descriptors we own.
+        unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) }
+    }
+
+    /// The granting side's byte is read once, kept with the connection, and the connection is
+    /// forgotten when the granting side closes it (or writes more than its one byte).
+    #[test]
+    fn grant_connections_carry_one_byte_and_end_with_their_stream() {
+        let (ours, theirs) = pair();
+        let mut v = vec![Incoming {
+            pid: 42,
+            conn: ours,
+            it_may_trace_us: None,
+        }];
+        prune(&mut v, Some(42));
+        assert_eq!(
+            (v.len(), v[0].it_may_trace_us),
+            (1, None),
+            "nothing said yet"
+        );
+        let send = |b: u8| {
+            // SAFETY: FFI writing one byte from `b`.
+            let n = unsafe {
+                libc::send(
+                    theirs.as_raw_fd(),
+                    &b as *const u8 as *const libc::c_void,
+                    1,
+                    0,
+                )
+            };
+            assert_eq!(n, 1);
+        };
+        send(MAY_TRACE);
+        prune(&mut v, Some(7));
+        assert_eq!(
+            v[0].it_may_trace_us, None,
+            "another pid's check reads nothing"
+        );
+        prune(&mut v, None);
+        assert_eq!((v.len(), v[0].it_may_trace_us), (1, Some(true)));
+        send(MAY_NOT_TRACE);
+        prune(&mut v, Some(42));
+        assert!(v.is_empty(), "a second byte ends the grant");
+        let (a, b) = pair();
+        v.push(Incoming {
+            pid: 42,
+            conn: a,
+            it_may_trace_us: None,
+        });
+        drop(b);
+        prune(&mut v, Some(42));
+        assert!(v.is_empty(), "a closed grant is forgotten");
     }
 
     #[test]

@@ -189,6 +189,9 @@ pub(super) struct EpShared {
     /// Our consent that the peer maps our segments and reads our memory (none towards
     /// ourselves).
     _grant: Option<std::sync::Arc<crate::grant::Grant>>,
+    /// The peer process said it may trace us (it reads our ordinary memory with cma); once
+    /// true it stays true, so the sender asks the grant registry only until then.
+    peer_reads_us: Cell<bool>,
 }
 
 impl EpShared {
@@ -543,6 +546,7 @@ impl Iface for MmIface {
             peer,
             peer_pid: a.seg.pid,
             _grant: grant,
+            peer_reads_us: Cell::new(false),
         });
         self.eps.push(Rc::downgrade(&shared));
         Ok(MmEp {
@@ -693,9 +697,14 @@ impl MmEp {
         self.shared.id
     }
 
-    /// The peer process (the owner of the FIFO this endpoint sends to).
-    pub(super) fn peer_pid(&self) -> u32 {
-        self.shared.peer_pid
+    /// Whether the peer process said the kernel lets it trace us, so it can read our ordinary
+    /// memory with cma ([`crate::grant::peer_may_trace_us`], remembered once true).
+    pub(super) fn peer_reads_us(&self) -> bool {
+        if !self.shared.peer_reads_us.get() && crate::grant::peer_may_trace_us(self.shared.peer_pid)
+        {
+            self.shared.peer_reads_us.set(true);
+        }
+        self.shared.peer_reads_us.get()
     }
 
     #[inline(always)]

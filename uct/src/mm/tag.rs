@@ -1058,7 +1058,7 @@ impl MmEp {
             }
             // Ordinary memory is read by the receiver with cma: only when it said it can (the
             // kernel may forbid it to trace us). Otherwise the caller takes its ordinary path.
-            _ if crate::grant::peer_may_trace_us(self.peer_pid()) => RndvSrc::Cma,
+            _ if self.peer_reads_us() => RndvSrc::Cma,
             _ => return Ok(Outcome::InProgress),
         };
         self.check_alive()?;
