@@ -43,6 +43,13 @@ pub enum Finish {
     },
     /// Scatter over the client's IOV entries.
     Iov(Vec<DtIov>),
+    /// Write the fetched value of an atomic (`size` 4 or 8 bytes) to `dst`.
+    Fetch {
+        /// The client's result location.
+        dst: *mut u8,
+        /// Operand size.
+        size: usize,
+    },
     /// Unpack through a generic datatype's callbacks, then `finish` its state.
     Generic {
         /// The callbacks.
@@ -230,7 +237,7 @@ impl Finish {
     pub fn deliver(self, data: Option<&[u8]>, len: usize) -> Option<Status> {
         let data = data.map(|d| &d[..d.len().min(len)]).unwrap_or(&[]);
         match self {
-            Finish::None => None,
+            Finish::None | Finish::Fetch { .. } => None,
             Finish::Copy { dst, cap } => {
                 let n = data.len().min(cap);
                 if n > 0 {

@@ -10,6 +10,7 @@
 //! `UCS_ERR_UNSUPPORTED` and one log line, and a panic never crosses into C. Requests, their
 //! memory layout and callbacks are described in [`request`]; datatypes in [`datatype`].
 
+pub mod amo;
 pub mod config;
 pub mod context;
 pub mod datatype;

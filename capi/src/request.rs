@@ -208,6 +208,17 @@ fn finalize(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
         sender_tag: c.tag,
         length: c.len,
     };
+    if let (Finish::Fetch { dst, size }, true) = (&finish, status == UCS_OK) {
+        // SAFETY: the client's result location of `size` bytes (4 or 8), valid until
+        // completion.
+        unsafe {
+            if *size == 4 {
+                (*dst as *mut u32).write_unaligned(c.value as u32)
+            } else {
+                (*dst as *mut u64).write_unaligned(c.value)
+            }
+        }
+    }
     if let Some(s) = finish.deliver(c.buf.as_deref(), c.len) {
         if status == UCS_OK {
             status = s;

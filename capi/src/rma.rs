@@ -24,6 +24,20 @@ pub struct Mem {
     length: usize,
 }
 
+/// The rucx key of a client key.
+///
+/// # Safety
+/// A live key from `ucp_ep_rkey_unpack`.
+pub(crate) unsafe fn rkey_of<'a>(k: *mut CRkey) -> &'a Rkey {
+    // SAFETY: per the contract.
+    unsafe { &(*k).rkey }
+}
+
+/// The address and length of a mapping.
+pub(crate) fn range_of(m: &Mem) -> (usize, usize) {
+    (m.address as usize, m.length)
+}
+
 /// An unpacked remote key.
 pub struct CRkey {
     worker: *const Worker,
@@ -354,7 +368,7 @@ unsafe fn rma(
 
 /// For `_nbi` calls: a request becomes internal (freed at once: it completes on its own, and
 /// a flush waits for it).
-fn nbi(r: StatusPtr) -> Status {
+pub(crate) fn nbi(r: StatusPtr) -> Status {
     if r.is_null() {
         UCS_OK
     } else if ptr_is_err(r) {
@@ -519,6 +533,102 @@ pub unsafe extern "C" fn ucp_get_nb(
                 rkey,
                 true,
                 args,
+            )
+        }
+    })
+}
+
+/// The byte length of an `_nbx` RMA call's `count` elements (contiguous datatypes only).
+fn nbx_len(name: &str, count: usize, nbx: &crate::tag::Nbx) -> Result<usize, Status> {
+    if nbx.datatype & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_CONTIG {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            "RMA with a non-contiguous datatype",
+        ));
+    }
+    crate::datatype::contig_len(name, count, nbx.datatype)
+}
+
+/// `ucs_status_ptr_t ucp_put_nbx(ucp_ep_h ep, const void *buffer, size_t count,
+/// uint64_t remote_addr, ucp_rkey_h rkey, const ucp_request_param_t *param)` (contiguous
+/// datatypes).
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nbx(
+    ep: *mut Ep,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_put_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let len = match nbx_len(NAME, count, &p) {
+            Ok(l) => l,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            rma(
+                NAME,
+                ep,
+                buffer as *mut c_void,
+                len,
+                remote_addr,
+                rkey,
+                false,
+                p.send_args(),
+            )
+        }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_get_nbx(ucp_ep_h ep, void *buffer, size_t count, uint64_t remote_addr,
+/// ucp_rkey_h rkey, const ucp_request_param_t *param)` (contiguous datatypes; the data lands
+/// in `buffer`).
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nbx(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_get_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let len = match nbx_len(NAME, count, &p) {
+            Ok(l) => l,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            rma(
+                NAME,
+                ep,
+                buffer,
+                len,
+                remote_addr,
+                rkey,
+                true,
+                p.send_args(),
             )
         }
     })

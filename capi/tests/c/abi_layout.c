@@ -98,6 +98,8 @@ static void layout(void)
     CHECK(offsetof(ucp_mem_map_params_t, memory_type) == 32, "-");
     CHECK(sizeof(ucp_mem_attr_t) == 32, "%zu", sizeof(ucp_mem_attr_t));
     CHECK(sizeof(ucp_err_handler_t) == 16, "-");
+    CHECK(sizeof(ucp_mem_advise_params_t) == 32, "%zu", sizeof(ucp_mem_advise_params_t));
+    CHECK(offsetof(ucp_mem_advise_params_t, advice) == 24, "-");
     CHECK(UCP_DATATYPE_GENERIC == 7 && UCP_DATATYPE_IOV == 2 && UCP_DATATYPE_SHIFT == 3, "-");
     CHECK(ucp_dt_make_contig(4) == 32, "-");
     CHECK(UCP_OP_ATTR_FLAG_NO_IMM_CMPL == (1u << 16), "-");
@@ -856,9 +858,47 @@ int main(void)
         REQUIRE(pthread_create(&th, NULL, helper, NULL) == 0, "pthread_create");
         CHECK(ucp_put(e10, sbuf + 1000, 16, base, rkey) == UCS_OK, "blocking put");
         CHECK(ucp_ep_flush(e10) == UCS_OK, "ep_flush");
+        CHECK(ucp_worker_fence(W[1]) == UCS_OK, "fence");
         stop_helper = 1;
         pthread_join(th, NULL);
         CHECK(memcmp(ma.address, sbuf + 1000, 16) == 0, "put data");
+        /* Atomics on the mapped memory. */
+        volatile uint64_t *word = (uint64_t *)((char *)ma.address + 1024);
+        *word = 5;
+        st = ucp_atomic_post(e10, UCP_ATOMIC_POST_OP_ADD, 3, 8, base + 1024, rkey);
+        CHECK(st == UCS_OK || st == UCS_INPROGRESS, "atomic_post %s", ucs_status_string(st));
+        CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, NULL)) == UCS_OK, "flush");
+        CHECK(*word == 8, "atomic add: %llu", (unsigned long long)*word);
+        uint64_t old = 0;
+        CHECK(wait_req(ucp_atomic_fetch_nb(e10, UCP_ATOMIC_FETCH_OP_FADD, 2, &old, 8, base + 1024, rkey, send_cb_nb)) == UCS_OK, "fadd");
+        CHECK(old == 8 && *word == 10, "fetch-add: old %llu now %llu", (unsigned long long)old, (unsigned long long)*word);
+        uint64_t sw = 77;
+        CHECK(wait_req(ucp_atomic_fetch_nb(e10, UCP_ATOMIC_FETCH_OP_CSWAP, 10, &sw, 8, base + 1024, rkey, NULL)) == UCS_OK, "cswap");
+        CHECK(sw == 10 && *word == 77, "cswap: old %llu now %llu", (unsigned long long)sw, (unsigned long long)*word);
+        volatile uint32_t *w32 = (uint32_t *)((char *)ma.address + 2048);
+        *w32 = 1;
+        uint32_t operand = 6, reply = 0;
+        ucp_request_param_t ap;
+        memset(&ap, 0, sizeof(ap));
+        ap.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        ap.datatype = ucp_dt_make_contig(4);
+        ap.reply_buffer = &reply;
+        CHECK(wait_req(ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_OR, &operand, 1, base + 2048, rkey, &ap)) == UCS_OK, "atomic_op_nbx");
+        CHECK(reply == 1 && *w32 == 7, "fetch-or 32: old %u now %u", reply, *w32);
+        ap.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+        ap.datatype = ucp_dt_make_contig(3);
+        void *bad_amo = ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_ADD, &operand, 1, base + 2048, rkey, &ap);
+        CHECK(UCS_PTR_IS_ERR(bad_amo) && UCS_PTR_STATUS(bad_amo) == UCS_ERR_INVALID_PARAM, "3-byte atomic");
+        void *rp_ptr;
+        CHECK(ucp_rkey_ptr(rkey, base, &rp_ptr) == UCS_ERR_UNREACHABLE, "rkey_ptr");
+        ucp_mem_advise_params_t adv;
+        adv.field_mask = UCP_MEM_ADVISE_PARAM_FIELD_ADDRESS | UCP_MEM_ADVISE_PARAM_FIELD_LENGTH | UCP_MEM_ADVISE_PARAM_FIELD_ADVICE;
+        adv.address = ma.address;
+        adv.length = 4096;
+        adv.advice = UCP_MADV_WILLNEED;
+        CHECK(ucp_mem_advise(ctx, memh, &adv) == UCS_OK, "mem_advise");
+        adv.length = 8192;
+        CHECK(ucp_mem_advise(ctx, memh, &adv) == UCS_ERR_INVALID_PARAM, "mem_advise beyond the mapping");
         ucp_rkey_destroy(rkey);
         CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap");
 
@@ -875,6 +915,32 @@ int main(void)
         CHECK(wait_req(p) == UCS_OK, "put_nb");
         CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, NULL)) == UCS_OK, "flush");
         CHECK(memcmp(mine + 8, sbuf, 1000) == 0, "put into user memory");
+        ucp_request_param_t xp;
+        memset(&xp, 0, sizeof(xp));
+        xp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        xp.cb.send = send_cb;
+        xp.user_data = (void *)0x77;
+        char back[500];
+        memset(back, 0, sizeof(back));
+        void *gx = ucp_get_nbx(e10, back, sizeof(back), (uint64_t)(uintptr_t)mine + 8, rkey, &xp);
+        if (gx != NULL && !UCS_PTR_IS_ERR(gx)) {
+            struct my_req *gq = gx;
+            wait_done(gq);
+            CHECK(gq->status == UCS_OK && gq->user_data == (void *)0x77, "get_nbx callback");
+            gq->done = 0;
+            ucp_request_free(gx);
+        } else {
+            CHECK(gx == NULL, "get_nbx failed");
+        }
+        CHECK(memcmp(back, sbuf, sizeof(back)) == 0, "get_nbx data");
+        void *px = ucp_put_nbx(e10, sbuf + 2000, 64, (uint64_t)(uintptr_t)mine + 4000, rkey, &xp);
+        if (px != NULL && !UCS_PTR_IS_ERR(px)) {
+            wait_done((struct my_req *)px);
+            ((struct my_req *)px)->done = 0;
+            ucp_request_free(px);
+        }
+        CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, NULL)) == UCS_OK, "flush");
+        CHECK(memcmp(mine + 4000, sbuf + 2000, 64) == 0, "put_nbx data");
         ucp_rkey_destroy(rkey);
         CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap");
         mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH;

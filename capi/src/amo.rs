@@ -1,0 +1,382 @@
+//! Atomics and the remaining one-sided calls Open MPI's osc/spml/atomic components import:
+//! `ucp_atomic_post`, `ucp_atomic_fetch_nb`, `ucp_atomic_op_nbx`, `ucp_worker_fence`,
+//! `ucp_mem_advise`, `ucp_rkey_ptr`.
+
+use crate::datatype::Finish;
+use crate::ep::{ep_ref, wait, Ep};
+use crate::ffi::*;
+use crate::guard::{check_mask, ffi, refuse};
+use crate::request::{submit, Cb, OpArgs};
+use crate::rma::{CRkey, Mem};
+use crate::worker::{worker_ref, Worker};
+use std::ffi::{c_uint, c_void};
+use ucp::AmoSize;
+use uct::AtomicOp;
+
+/// What an atomic does.
+enum Amo {
+    /// A non-fetching operation.
+    Post(AtomicOp),
+    /// A fetching operation (swap included).
+    Fetch(AtomicOp),
+    /// Compare-and-swap.
+    Cswap { compare: u64 },
+}
+
+fn size_of_op(name: &str, op_size: usize) -> Result<AmoSize, Status> {
+    match op_size {
+        4 => Ok(AmoSize::U32),
+        8 => Ok(AmoSize::U64),
+        n => Err(refuse(
+            name,
+            UCS_ERR_INVALID_PARAM,
+            format!("atomic size {n} (4 or 8)"),
+        )),
+    }
+}
+
+/// Starts an atomic; a fetched value goes to `result` (`size` bytes).
+///
+/// # Safety
+/// Live endpoint and key; `result` valid until completion for fetching operations.
+#[allow(clippy::too_many_arguments)]
+unsafe fn start(
+    name: &str,
+    ep: *mut Ep,
+    amo: Amo,
+    value: u64,
+    op_size: usize,
+    result: *mut c_void,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    args: OpArgs,
+) -> StatusPtr {
+    let (w, h) = match ep_ref(name, ep) {
+        Ok(x) => x,
+        Err(s) => return status_ptr(s),
+    };
+    let size = match size_of_op(name, op_size) {
+        Ok(s) => s,
+        Err(s) => return status_ptr(s),
+    };
+    if rkey.is_null() || (!matches!(amo, Amo::Post(_)) && result.is_null()) {
+        return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL rkey or result"));
+    }
+    // SAFETY: a live key.
+    let k = unsafe { crate::rma::rkey_of(rkey) };
+    let _g = w.lock.lock();
+    let res = {
+        let mut i = w.inner.borrow_mut();
+        match amo {
+            Amo::Post(op) => i.w.atomic_post(h, op, size, value, remote_addr, k),
+            Amo::Fetch(op) => i.w.atomic_fetch(h, op, size, value, remote_addr, k),
+            Amo::Cswap { compare } => i.w.atomic_cswap(h, size, compare, value, remote_addr, k),
+        }
+    };
+    let finish = if matches!(amo, Amo::Post(_)) {
+        Finish::None
+    } else {
+        Finish::Fetch {
+            dst: result as *mut u8,
+            size: op_size,
+        }
+    };
+    submit(name, w, res, &args, finish)
+}
+
+/// Reads a 4- or 8-byte operand.
+///
+/// # Safety
+/// `p` valid for `size` bytes.
+unsafe fn read_operand(p: *const c_void, size: usize) -> u64 {
+    // SAFETY: per the contract.
+    unsafe {
+        if size == 4 {
+            (p as *const u32).read_unaligned() as u64
+        } else {
+            (p as *const u64).read_unaligned()
+        }
+    }
+}
+
+/// `ucs_status_t ucp_atomic_post(ucp_ep_h ep, ucp_atomic_post_op_t opcode, uint64_t value,
+/// size_t op_size, uint64_t remote_addr, ucp_rkey_h rkey)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_post(
+    ep: *mut Ep,
+    opcode: c_uint,
+    value: u64,
+    op_size: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+) -> Status {
+    const NAME: &str = "ucp_atomic_post";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let op = match opcode {
+            0 => AtomicOp::Add,
+            1 => AtomicOp::And,
+            2 => AtomicOp::Or,
+            3 => AtomicOp::Xor,
+            o => return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("post opcode {o}")),
+        };
+        let args = OpArgs::with_cb(Cb::None, false);
+        // SAFETY: forwarded.
+        let r = unsafe {
+            start(
+                NAME,
+                ep,
+                Amo::Post(op),
+                value,
+                op_size,
+                std::ptr::null_mut(),
+                remote_addr,
+                rkey,
+                args,
+            )
+        };
+        crate::rma::nbi(r)
+    })
+}
+
+/// `ucs_status_ptr_t ucp_atomic_fetch_nb(ucp_ep_h ep, ucp_atomic_fetch_op_t opcode,
+/// uint64_t value, void *result, size_t op_size, uint64_t remote_addr, ucp_rkey_h rkey,
+/// ucp_send_callback_t cb)`: the old value lands in `result`; for CSWAP `value` is the compare
+/// value and `*result` the value to swap in.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_fetch_nb(
+    ep: *mut Ep,
+    opcode: c_uint,
+    value: u64,
+    result: *mut c_void,
+    op_size: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    cb: Option<SendCb>,
+) -> StatusPtr {
+    const NAME: &str = "ucp_atomic_fetch_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        if result.is_null() || (op_size != 4 && op_size != 8) {
+            return status_ptr(refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "NULL result or a size other than 4/8",
+            ));
+        }
+        let (amo, v) = match opcode {
+            0 => (Amo::Fetch(AtomicOp::Add), value),
+            1 => (Amo::Fetch(AtomicOp::Swap), value),
+            // SAFETY: the swap value is in the client's result.
+            2 => (Amo::Cswap { compare: value }, unsafe {
+                read_operand(result, op_size)
+            }),
+            3 => (Amo::Fetch(AtomicOp::And), value),
+            4 => (Amo::Fetch(AtomicOp::Or), value),
+            5 => (Amo::Fetch(AtomicOp::Xor), value),
+            o => {
+                return status_ptr(refuse(
+                    NAME,
+                    UCS_ERR_INVALID_PARAM,
+                    format!("fetch opcode {o}"),
+                ))
+            }
+        };
+        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        // SAFETY: forwarded.
+        unsafe { start(NAME, ep, amo, v, op_size, result, remote_addr, rkey, args) }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_atomic_op_nbx(ucp_ep_h ep, ucp_atomic_op_t opcode, const void *buffer,
+/// size_t count, uint64_t remote_addr, ucp_rkey_h rkey, const ucp_request_param_t *param)`:
+/// one 4- or 8-byte element (`param->datatype` contiguous); with `UCP_OP_ATTR_FIELD_REPLY_BUFFER`
+/// the old value lands in `reply_buffer` (for CSWAP, `*buffer` is the compare value and
+/// `*reply_buffer` the value to swap in).
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_op_nbx(
+    ep: *mut Ep,
+    opcode: c_uint,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_atomic_op_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: checked non-null by parse_param.
+        let raw = unsafe { &*param };
+        let reply = if raw.op_attr_mask & UCP_OP_ATTR_FIELD_REPLY_BUFFER != 0 {
+            raw.reply_buffer
+        } else {
+            std::ptr::null_mut()
+        };
+        let size = (p.datatype >> UCP_DATATYPE_SHIFT) as usize;
+        if p.datatype & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_CONTIG || (size != 4 && size != 8) {
+            return status_ptr(refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "datatype must be contiguous 4 or 8 bytes",
+            ));
+        }
+        if count != 1 || buffer.is_null() {
+            return status_ptr(refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "one element, non-NULL buffer",
+            ));
+        }
+        // SAFETY: the client's operand.
+        let v = unsafe { read_operand(buffer, size) };
+        let fetch = !reply.is_null();
+        let (amo, value) = match (opcode, fetch) {
+            (0, false) => (Amo::Post(AtomicOp::Add), v),
+            (3, false) => (Amo::Post(AtomicOp::And), v),
+            (4, false) => (Amo::Post(AtomicOp::Or), v),
+            (5, false) => (Amo::Post(AtomicOp::Xor), v),
+            (0, true) => (Amo::Fetch(AtomicOp::Add), v),
+            (1, true) => (Amo::Fetch(AtomicOp::Swap), v),
+            // SAFETY: the swap value is in the client's reply buffer.
+            (2, true) => (Amo::Cswap { compare: v }, unsafe {
+                read_operand(reply, size)
+            }),
+            (3, true) => (Amo::Fetch(AtomicOp::And), v),
+            (4, true) => (Amo::Fetch(AtomicOp::Or), v),
+            (5, true) => (Amo::Fetch(AtomicOp::Xor), v),
+            (1 | 2, false) => {
+                return status_ptr(refuse(
+                    NAME,
+                    UCS_ERR_INVALID_PARAM,
+                    "SWAP/CSWAP need a reply buffer",
+                ))
+            }
+            (o, _) => {
+                return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, format!("opcode {o}")))
+            }
+        };
+        // SAFETY: forwarded.
+        unsafe {
+            start(
+                NAME,
+                ep,
+                amo,
+                value,
+                size,
+                reply,
+                remote_addr,
+                rkey,
+                p.send_args(),
+            )
+        }
+    })
+}
+
+/// `ucs_status_t ucp_worker_fence(ucp_worker_h worker)`: operations started after the fence
+/// are ordered after those started before it. rucx implements it as a flush (it waits,
+/// progressing the worker, until the earlier operations completed remotely), which orders
+/// more strictly than a fence needs.
+///
+/// # Safety
+/// A live worker.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_fence(worker: *mut Worker) -> Status {
+    const NAME: &str = "ucp_worker_fence";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return s,
+        };
+        // SAFETY: forwarded.
+        let r = unsafe { crate::worker::ucp_worker_flush_nb(worker, 0, None) };
+        wait(w, r)
+    })
+}
+
+/// `ucp_mem_advise_params_t`.
+#[repr(C)]
+pub struct MemAdviseParams {
+    field_mask: u64,
+    address: *mut c_void,
+    length: usize,
+    advice: c_uint,
+}
+
+/// `ucs_status_t ucp_mem_advise(ucp_context_h context, ucp_mem_h memh,
+/// ucp_mem_advise_params_t *params)`: checks the advice (`UCP_MADV_NORMAL`,
+/// `UCP_MADV_WILLNEED`) and the range; rucx maps and registers memory in full when it is
+/// mapped, so there is nothing the advice changes.
+///
+/// # Safety
+/// A live handle and valid params.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_advise(
+    _context: *mut c_void,
+    memh: *mut Mem,
+    params: *mut MemAdviseParams,
+) -> Status {
+    const NAME: &str = "ucp_mem_advise";
+    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
+        if memh.is_null() || params.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+        }
+        // SAFETY: caller pointers.
+        let (m, p) = unsafe { (&*memh, &*params) };
+        if let Err(s) = check_mask(
+            NAME,
+            "ucp_mem_advise_params_t.field_mask",
+            p.field_mask,
+            0x7,
+        ) {
+            return s;
+        }
+        if p.field_mask != 0x7 {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "address, length and advice are required",
+            );
+        }
+        if p.advice > 1 {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("advice {}", p.advice));
+        }
+        let (a, len) = crate::rma::range_of(m);
+        let (s, e) = (
+            p.address as usize,
+            (p.address as usize).saturating_add(p.length),
+        );
+        if s < a || e > a + len {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "range outside the mapping");
+        }
+        UCS_OK
+    })
+}
+
+/// `ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void **addr_p)`: rucx does not
+/// hand out local pointers to a peer's memory, so this is `UCS_ERR_UNREACHABLE` (the header's
+/// status for remote memory that cannot be reached directly); put/get on the key reach it.
+///
+/// # Safety
+/// Any arguments.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_ptr(
+    _rkey: *mut CRkey,
+    _raddr: u64,
+    _addr_p: *mut *mut c_void,
+) -> Status {
+    UCS_ERR_UNREACHABLE
+}
+
+const _: () = assert!(std::mem::size_of::<MemAdviseParams>() == 32);
