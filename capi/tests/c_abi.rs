@@ -14,12 +14,23 @@ fn c_program_against_the_ucx_headers() {
     // The test binary lives in target/<profile>/deps; the cdylib in target/<profile>.
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let cdylib = profile_dir.join("librucx_ucp.so");
-    assert!(
-        cdylib.exists(),
-        "{} was not built (cargo builds the cdylib with the package's tests)",
-        cdylib.display()
-    );
+    // Cargo writes the cdylib to deps/ and copies it up to the profile folder only for some
+    // invocations (`cargo test --workspace` leaves it in deps/): take the newer of the two.
+    let newest = [
+        profile_dir.join("deps/librucx_ucp.so"),
+        profile_dir.join("librucx_ucp.so"),
+    ]
+    .into_iter()
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max();
+    let cdylib = match newest {
+        Some((_, p)) => p,
+        None => panic!(
+            "librucx_ucp.so is in neither {0}/deps nor {0} (cargo builds the cdylib with the \
+             package's tests)",
+            profile_dir.display()
+        ),
+    };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_abi_lib");
     std::fs::create_dir_all(&dir).expect("lib dir");
     let lib = dir.join("libucp.so.0");
