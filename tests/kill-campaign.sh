@@ -103,7 +103,7 @@ drift() {
         2>"$WORK/ld.err" &
     srv=$!
     for _ in $(seq 200); do
-        port=$(grep -o '[0-9]*$' "$WORK/ld.err" 2>/dev/null | head -1)
+        port=$(awk 'match($0, /[0-9]+$/) { print substr($0, RSTART); exit }' "$WORK/ld.err" 2>/dev/null || true)
         [[ -n $port ]] && break
         sleep 0.01
     done

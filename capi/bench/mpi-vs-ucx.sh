@@ -23,7 +23,7 @@ lat_iters=${LAT_ITERS:-100000}
 bw_iters=${BW_ITERS:-20}
 [ -e "$libdir/libucp.so.0" ] || { echo "$libdir has no libucp.so.0" >&2; exit 2; }
 rucx_ucp=$(realpath "$libdir/libucp.so.0")
-ucx_ucp=$(realpath "$(ldconfig -p | awk '$1 == "libucp.so.0" { print $NF; exit }')")
+ucx_ucp=$(realpath "$(ldconfig -p | awk '$1 == "libucp.so.0" && !found { print $NF; found = 1 }')")
 [ "$rucx_ucp" != "$ucx_ucp" ] || { echo "$libdir/libucp.so.0 is the system's UCX" >&2; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rucx-mpi-bench.XXXXXX")

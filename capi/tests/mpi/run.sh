@@ -25,7 +25,7 @@ if [ $# -ne 1 ]; then
   exit 2
 fi
 
-system_ucp=$(ldconfig -p | awk '$1 == "libucp.so.0" { print $NF; exit }')
+system_ucp=$(ldconfig -p | awk '$1 == "libucp.so.0" && !found { print $NF; found = 1 }')
 if [ "$1" = system ]; then
   mode=system
   [ -n "$system_ucp" ] || { echo "no system libucp.so.0 (install libucx0)" >&2; exit 2; }
@@ -194,7 +194,7 @@ check_lddebug() {
   local dir=$1 f p n=0
   for f in "$dir"/ld.*; do
     [ -e "$f" ] || continue
-    p=$(sed -n 's/.*calling init: \(.*libucp\.so.*\)$/\1/p' "$f" | head -n1)
+    p=$(sed -n '/calling init: .*libucp\.so/{s/.*calling init: //;p;q}' "$f")
     [ -n "$p" ] || continue
     [ "$(realpath "$p")" = "$want_ucp" ] || { why="a rank initialised $p, not $want_ucp"; return 1; }
     n=$((n + 1))
