@@ -333,7 +333,7 @@ impl MmIface {
         let Some(pid) = self.fifo.owner_of(self.read_pos) else {
             return;
         };
-        if PeerWatch::new(pid).exited() {
+        if super::watch::exited_now(pid) {
             tracing::warn!(
                 pid,
                 pos = self.read_pos,

@@ -77,7 +77,7 @@ impl PeerWatch {
         let (found, _stale) = with_registry(|r| match r.get(&pid).and_then(Weak::upgrade) {
             Some(p) if !pidfd_exited(p.fd.as_raw_fd()) => (Some(p), None),
             stale => {
-                let fresh = open_pidfd(pid).map(Arc::new);
+                let fresh = open_pidfd(pid).map(|fd| Arc::new(Pidfd { pid, fd }));
                 if let Some(p) = &fresh {
                     r.insert(pid, Arc::downgrade(p));
                 }
@@ -102,15 +102,23 @@ impl PeerWatch {
     }
 }
 
-fn open_pidfd(pid: u32) -> Option<Pidfd> {
+/// Whether process `pid` has exited, looked at once with a pidfd of its own (or `kill` without
+/// pidfd), outside the registry: allocates nothing, for paths inside `progress`.
+pub(crate) fn exited_now(pid: u32) -> bool {
+    match open_pidfd(pid) {
+        Some(fd) => pidfd_exited(fd.as_raw_fd()),
+        None => PeerWatch::Pid(pid as libc::pid_t).exited(),
+    }
+}
+
+fn open_pidfd(pid: u32) -> Option<OwnedFd> {
     // SAFETY: FFI; pidfd_open returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
         return None;
     }
     // SAFETY: a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    Some(Pidfd { pid, fd })
+    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// An interface's epoll set (its event fd) and how many of its endpoints watch each pidfd in it.
