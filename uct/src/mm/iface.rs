@@ -3,6 +3,8 @@
 use super::fifo::{self, FifoPtrs, Polled, BUF_SIZE, INLINE_MAX};
 use super::segment::Segment;
 use super::tag::{self, TagState};
+pub(crate) use super::watch::PeerWatch;
+use super::watch::{epoll_add, EpollEntry, EpollPeers};
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
 use crate::caps::{
     AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
@@ -109,52 +111,6 @@ fn attr() -> IfaceAttr {
     }
 }
 
-/// Watches a peer process for exit.
-pub(crate) enum PeerWatch {
-    /// A pidfd: readable once the process has exited.
-    Pidfd(OwnedFd),
-    /// Fallback without pidfd: `kill(pid, 0)`.
-    Pid(libc::pid_t),
-}
-
-impl PeerWatch {
-    fn fd(&self) -> Option<RawFd> {
-        match self {
-            PeerWatch::Pidfd(fd) => Some(fd.as_raw_fd()),
-            PeerWatch::Pid(_) => None,
-        }
-    }
-    pub(crate) fn new(pid: u32) -> Self {
-        // SAFETY: FFI; pidfd_open returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd >= 0 {
-            // SAFETY: a fresh descriptor we own.
-            PeerWatch::Pidfd(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-        } else {
-            PeerWatch::Pid(pid as libc::pid_t)
-        }
-    }
-    pub(crate) fn exited(&self) -> bool {
-        match self {
-            PeerWatch::Pidfd(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: FFI with one valid pollfd and no timeout.
-                let n = unsafe { libc::poll(&mut p, 1, 0) };
-                n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
-            }
-            // SAFETY: FFI; signal 0 only checks existence.
-            PeerWatch::Pid(pid) => unsafe {
-                libc::kill(*pid, 0) != 0
-                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-            },
-        }
-    }
-}
-
 pub(crate) fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
     // SAFETY: all-zero is a valid sockaddr_un.
     let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -185,6 +141,8 @@ pub(super) struct EpShared {
     pub(super) failed: Cell<bool>,
     reported: Cell<bool>,
     pub(super) peer: PeerWatch,
+    /// The peer's pidfd in the interface's epoll set, until the endpoint fails or drops.
+    in_epoll: RefCell<Option<EpollEntry>>,
     peer_pid: u32,
     /// Our consent that the peer maps our segments and reads our memory (none towards
     /// ourselves).
@@ -195,24 +153,15 @@ pub(super) struct EpShared {
 }
 
 impl EpShared {
-    /// Marks the endpoint failed (once): counted for reporting, and its pidfd leaves the
-    /// interface's epoll set so a sleeper is not woken again and again.
+    /// Marks the endpoint failed (once): counted for reporting, and its use of the peer's pidfd
+    /// in the interface's epoll set ends (the pidfd leaves the set with its last user) so a
+    /// sleeper is not woken again and again.
     fn mark_failed(&self, common: &Common) {
         if self.failed.replace(true) {
             return;
         }
         common.unreported.set(common.unreported.get() + 1);
-        if let Some(fd) = self.peer.fd() {
-            // SAFETY: FFI on our epoll and pidfd descriptors; a null event is fine for DEL.
-            unsafe {
-                libc::epoll_ctl(
-                    common.epoll.as_raw_fd(),
-                    libc::EPOLL_CTL_DEL,
-                    fd,
-                    std::ptr::null_mut(),
-                )
-            };
-        }
+        self.in_epoll.borrow_mut().take();
     }
 
     fn peer_error(&self) -> Error {
@@ -227,7 +176,7 @@ impl EpShared {
 pub(crate) struct Common {
     /// The event fd: an epoll set of the wake-up socket and the peers' pidfds, so a sleeper
     /// wakes for messages and for a peer's death.
-    epoll: OwnedFd,
+    peers: Rc<EpollPeers>,
     /// Requests queued on all endpoints.
     pending_total: Cell<usize>,
     /// Endpoints found failed but not yet reported.
@@ -333,7 +282,7 @@ impl MmIface {
             sock: Rc::new(sock),
             eps: Vec::new(),
             common: Rc::new(Common {
-                epoll,
+                peers: EpollPeers::new(epoll),
                 pending_total: Cell::new(0),
                 unreported: Cell::new(0),
                 tag: RefCell::new(TagState::new()),
@@ -384,7 +333,7 @@ impl MmIface {
         let Some(pid) = self.fifo.owner_of(self.read_pos) else {
             return;
         };
-        if PeerWatch::new(pid).exited() {
+        if super::watch::exited_now(pid) {
             tracing::warn!(
                 pid,
                 pos = self.read_pos,
@@ -524,9 +473,7 @@ impl Iface for MmIface {
         } else {
             Some(crate::grant::grant_to(a.seg.pid)?)
         };
-        if let Some(fd) = peer.fd() {
-            epoll_add(&self.common.epoll, fd)?;
-        }
+        let in_epoll = self.common.peers.add(&peer)?;
         // SAFETY: attach mapped SEG_LEN bytes; the Segment lives in EpShared with every copy.
         let remote = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
@@ -544,6 +491,7 @@ impl Iface for MmIface {
             failed: Cell::new(false),
             reported: Cell::new(false),
             peer,
+            in_epoll: RefCell::new(in_epoll),
             peer_pid: a.seg.pid,
             _grant: grant,
             peer_reads_us: Cell::new(false),
@@ -620,7 +568,7 @@ impl Iface for MmIface {
     }
 
     fn event_fd(&self) -> Option<RawFd> {
-        Some(self.common.epoll.as_raw_fd())
+        Some(self.common.peers.epoll().as_raw_fd())
     }
 
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {
@@ -1190,16 +1138,4 @@ impl Drop for MmEp {
             self.common.unreported.set(self.common.unreported.get() - 1);
         }
     }
-}
-
-fn epoll_add(epoll: &OwnedFd, fd: RawFd) -> Result<()> {
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: fd as u64,
-    };
-    // SAFETY: FFI on our epoll descriptor with a valid event.
-    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
-        return Err(Error::last_os("adding to the shared-memory event set"));
-    }
-    Ok(())
 }

@@ -8,7 +8,8 @@
 //! no system call. Memory from `mem_alloc` is a shared segment too: peers map it on
 //! `rkey_unpack` and do put/get/atomics with plain loads, stores and CPU atomics.
 //!
-//! Failures: every endpoint watches its peer process with a pidfd; a dead peer gives
+//! Failures: every endpoint watches its peer process with a pidfd (one per peer process,
+//! shared by all endpoints and interfaces of this process, see `watch.rs`); a dead peer gives
 //! [`ucs::Error::PeerFailure`] from data operations that find its FIFO full and one
 //! `EventSink::ep_error` from progress (checked every 1024 progress calls, and whenever the
 //! interface arms its event fd; the pidfds are in the event fd's epoll set, so a sleeping
@@ -36,16 +37,17 @@ mod md;
 pub mod ring;
 pub mod segment;
 pub mod tag;
+mod watch;
 pub mod wire;
 
 pub mod iface;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-pub(crate) use iface::PeerWatch;
 pub use iface::{MmEp, MmIface};
 pub use md::MmMd;
 pub use tag::MmTagCanceler;
+pub(crate) use watch::PeerWatch;
 pub use wire::SegKind;
 
 use crate::caps::DeviceType;
