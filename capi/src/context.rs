@@ -28,6 +28,9 @@ pub struct Context {
     pub name: String,
     /// Live workers (addresses of `Worker`s): memory mapping uses the first one.
     pub workers: Mutex<Vec<usize>>,
+    /// `mt_workers_shared`: workers of this context run on several threads, so every worker
+    /// locks (memory mapping reaches the first worker from any thread).
+    pub mt_workers_shared: bool,
 }
 
 const PARAM_KNOWN: u64 = UCP_PARAM_FIELD_FEATURES
@@ -120,6 +123,7 @@ unsafe fn create(
         },
         name: cname,
         workers: Mutex::new(Vec::new()),
+        mt_workers_shared: has(UCP_PARAM_FIELD_MT_WORKERS_SHARED) && p.mt_workers_shared != 0,
     })
 }
 

@@ -1,6 +1,8 @@
 //! A reentrant lock: the thread that holds a worker's lock may take it again. UCX runs
 //! completion callbacks with the worker locked, and callbacks call back into the library
-//! (free the request, post the next send), so the lock must admit its own holder.
+//! (free the request, post the next send), so the lock must admit its own holder. A lock made
+//! with [`RLock::new`]`(false)` (single-thread and serialized workers) does nothing: the client
+//! promises that one thread at a time calls into that worker.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +19,8 @@ fn me() -> usize {
 
 /// A mutex its holder may lock again; [`RLock::lock`] gives a guard that unlocks one level.
 pub struct RLock {
+    /// False for a worker whose client serializes its calls: `lock` is then free.
+    enabled: bool,
     mutex: Mutex<()>,
     owner: AtomicUsize,
     /// Depth and the outermost guard; touched only by the owner.
@@ -31,7 +35,15 @@ unsafe impl Send for RLock {}
 
 impl Default for RLock {
     fn default() -> Self {
+        RLock::new(true)
+    }
+}
+
+impl RLock {
+    /// A lock that locks when `enabled`, and does nothing otherwise.
+    pub fn new(enabled: bool) -> Self {
         RLock {
+            enabled,
             mutex: Mutex::new(()),
             owner: AtomicUsize::new(0),
             held: UnsafeCell::new((0, None)),
@@ -39,17 +51,21 @@ impl Default for RLock {
     }
 }
 
-/// One level of an [`RLock`].
-pub struct RGuard<'a>(&'a RLock);
+/// One level of an [`RLock`] (`None`: the lock is disabled).
+pub struct RGuard<'a>(Option<&'a RLock>);
 
 impl RLock {
-    /// Locks (again, if this thread holds it already).
+    /// Locks (again, if this thread holds it already); free when the lock is disabled.
+    #[inline]
     pub fn lock(&self) -> RGuard<'_> {
+        if !self.enabled {
+            return RGuard(None);
+        }
         let id = me();
         if self.owner.load(Ordering::Acquire) == id {
             // SAFETY: this thread owns the lock, so it alone touches `held`.
             unsafe { (*self.held.get()).0 += 1 };
-            return RGuard(self);
+            return RGuard(Some(self));
         }
         let g = self.mutex.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: the guard borrows `self.mutex`, which outlives it: the guard is dropped in
@@ -58,17 +74,18 @@ impl RLock {
         self.owner.store(id, Ordering::Release);
         // SAFETY: we now hold the mutex.
         unsafe { *self.held.get() = (1, Some(g)) };
-        RGuard(self)
+        RGuard(Some(self))
     }
 }
 
 impl Drop for RGuard<'_> {
     fn drop(&mut self) {
+        let Some(lock) = self.0 else { return };
         // SAFETY: the holder of a guard owns the lock.
-        let held = unsafe { &mut *self.0.held.get() };
+        let held = unsafe { &mut *lock.held.get() };
         held.0 -= 1;
         if held.0 == 0 {
-            self.0.owner.store(0, Ordering::Release);
+            lock.owner.store(0, Ordering::Release);
             drop(held.1.take());
         }
     }

@@ -2,8 +2,10 @@
 //! completions, endpoint failures and active messages out of rucx's progress call to the
 //! client's callbacks.
 //!
-//! Thread modes: every worker is locked on entry to each call (`UCS_THREAD_MODE_MULTI` is
-//! always safe); the lock admits its holder again, so callbacks may call into the library.
+//! Thread modes: a `UCS_THREAD_MODE_MULTI` worker is locked on entry to each call; the lock
+//! admits its holder again, so callbacks may call into the library. Single-thread and
+//! serialized workers of a context without `mt_workers_shared` take no lock: their client calls
+//! in from one thread at a time, as the header requires.
 
 use crate::context::{write_name, Context};
 use crate::ffi::*;
@@ -233,7 +235,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             eps: HashMap::new(),
         };
         let worker = Box::new(Worker {
-            lock: RLock::default(),
+            lock: RLock::new(mode == UCS_THREAD_MODE_MULTI || ctx.mt_workers_shared),
             inner: RefCell::new(inner),
             pool: RefCell::new(Pool::new(
                 ctx.user_req_size,
