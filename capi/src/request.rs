@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use ucp::{Completion, Op, Request};
 
 /// Bytes of rucx state before the client's area of every request.
-pub const HDR_SIZE: usize = 128;
+pub const HDR_SIZE: usize = 192;
 /// Alignment of request memory.
 const ALIGN: usize = 16;
 
@@ -65,11 +65,12 @@ pub struct ReqHdr {
     pub cb: Cb,
     /// `user_data` for `_nbx` callbacks.
     pub user_data: *mut c_void,
-    /// The running operation (boxed), null once completed.
-    pub op: *mut Running,
+    /// The running operation, `None` once completed.
+    pub op: Option<Running>,
 }
 
 const _: () = assert!(std::mem::size_of::<ReqHdr>() <= HDR_SIZE);
+const _: () = assert!(HDR_SIZE.is_multiple_of(ALIGN) && std::mem::align_of::<ReqHdr>() <= ALIGN);
 
 /// An operation still running in rucx.
 pub struct Running {
@@ -191,7 +192,7 @@ fn new_request(w: &Worker, args: &OpArgs, flags: u32) -> *mut ReqHdr {
             worker: w,
             cb: args.cb,
             user_data: args.user_data,
-            op: std::ptr::null_mut(),
+            op: None,
         })
     };
     hdr
@@ -261,9 +262,8 @@ pub fn submit(
         }
         Ok(Op::Done(c)) => {
             let h = new_request(w, args, 0);
-            let running = Box::new(Running { req: None, finish });
             // SAFETY: a header just built.
-            unsafe { (*h).op = Box::into_raw(running) };
+            unsafe { (*h).op = Some(Running { req: None, finish }) };
             w.inner.borrow().done.borrow_mut().push((h as usize, c));
             user_of(h)
         }
@@ -281,12 +281,13 @@ pub fn submit(
                 recycle(w, h);
                 return status_ptr(status_of(&e));
             }
-            let running = Box::new(Running {
-                req: Some(r),
-                finish,
-            });
             // SAFETY: a header just built.
-            unsafe { (*h).op = Box::into_raw(running) };
+            unsafe {
+                (*h).op = Some(Running {
+                    req: Some(r),
+                    finish,
+                })
+            };
             user_of(h)
         }
     }
@@ -307,14 +308,7 @@ pub fn complete(w: &Worker, key: usize, c: Completion) {
     // SAFETY: a request of this worker that has not completed yet: its memory is valid (the
     // client keeps caller memory until completion; pooled memory is recycled only after).
     let hdr = unsafe { &mut *h };
-    let running = if hdr.op.is_null() {
-        None
-    } else {
-        // SAFETY: boxed by `submit`, taken once.
-        Some(unsafe { Box::from_raw(hdr.op) })
-    };
-    hdr.op = std::ptr::null_mut();
-    let finish = running.map(|r| r.finish).unwrap_or(Finish::None);
+    let finish = hdr.op.take().map(|r| r.finish).unwrap_or(Finish::None);
     let (status, mut info) = finalize(finish, c);
     hdr.status = status;
     hdr.info = info;
@@ -453,11 +447,10 @@ pub unsafe extern "C" fn ucp_request_cancel(worker: *mut Worker, request: *mut c
         let _g = w.lock.lock();
         // SAFETY: a live request.
         let hdr = unsafe { &*h };
-        if hdr.flags.load(Ordering::Acquire) & F_COMPLETED != 0 || hdr.op.is_null() {
+        if hdr.flags.load(Ordering::Acquire) & F_COMPLETED != 0 {
             return;
         }
-        // SAFETY: the running operation of a live request.
-        if let Some(r) = unsafe { &(*hdr.op).req } {
+        if let Some(r) = hdr.op.as_ref().and_then(|op| op.req.as_ref()) {
             let mut inner = w.inner.borrow_mut();
             if !inner.w.request_cancel(r) {
                 tracing::debug!("ucp_request_cancel: the operation can no longer be canceled");
