@@ -10,15 +10,17 @@
 #
 # Usage: tests/kill-campaign.sh [N]          (N runs per transport, default 100)
 # Environment: TRANSPORTS (default "posix sysv tcp"), BIN (binary directory, default
-# target/debug; built first if missing), CLIENTS (long-lived server's clients, default N),
+# target/debug; built first if missing), HOST (the address servers listen on and clients dial,
+# default 127.0.0.1), CLIENTS (long-lived server's clients, default N),
 # HANG_S (default 30), KEEP (where the outputs of hung runs are kept, default
-# /tmp/kill-campaign-hangs).
+# /tmp/kill-campaign-hangs), SHOW_HANGS=1 (also print the last lines of those outputs).
 set -u
 N=${1:-100}
 TRANSPORTS=${TRANSPORTS:-posix sysv tcp}
 HANG_S=${HANG_S:-30}
 KEEP=${KEEP:-/tmp/kill-campaign-hangs}
 CLIENTS=${CLIENTS:-$N}
+HOST=${HOST:-127.0.0.1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/target/debug}
 if [[ ! -x $BIN/perftest || ! -x $BIN/ucp_client_server ]]; then
@@ -27,11 +29,12 @@ fi
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 
-now() { date +%s.%N; }
+now() { echo "$EPOCHREALTIME"; }
 # Leftovers: rucx files in /dev/shm made since the transport's runs began, and SysV segments
 # whose creator is one of the processes this script started (others' tests run alongside).
 shm_count() { find /dev/shm -maxdepth 1 -name '*rucx*' -newer "$WORK/stamp" 2>/dev/null | wc -l; }
 ipcs_count() {
+    command -v ipcs >/dev/null || { echo n/a; return; }
     ipcs -m -p 2>/dev/null | awk 'NR == FNR {mine[$1] = 1; next} ($3 in mine)' "$WORK/pids" - | wc -l
 }
 rand_ms() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }
@@ -71,10 +74,17 @@ one_run() {
         [[ -n $port ]] && break
         sleep 0.01
     done
-    RUCX_TLS=$tl "$BIN/perftest" 127.0.0.1 -p "$port" -t tag_bw -s 1m -n 10000000 \
+    RUCX_TLS=$tl "$BIN/perftest" "$HOST" -p "$port" -t tag_bw -s 1m -n 10000000 \
         >"$WORK/cli.out" 2>"$WORK/cli.err" &
     cli=$!
     echo "$cli" >>"$WORK/pids"
+    # The random point is counted from the start of the transfer (the client prints its table
+    # header then), so a slow start-up (the emulated VM) does not turn kills into start-up kills.
+    for _ in $(seq $((HANG_S * 100))); do
+        grep -q Stage "$WORK/cli.out" 2>/dev/null && break
+        kill -0 "$cli" 2>/dev/null || break
+        sleep 0.01
+    done
     sleep "$(echo "scale=3; $(rand_ms 300 2000) / 1000" | bc)"
     if (( RANDOM % 2 )); then side=server; victim=$srv; survivor=$cli
     else side=client; victim=$cli; survivor=$srv; fi
@@ -83,7 +93,7 @@ one_run() {
     wait "$victim" 2>/dev/null
     out=$(wait_exit "$survivor" "$t0")
     if [[ $out == hang* ]]; then
-        local keep=$KEEP/$tl-$side-killed-$(date +%s%N)
+        local keep=$KEEP/$tl-$side-killed-$EPOCHREALTIME
         mkdir -p "$keep" && cp "$WORK"/srv.* "$WORK"/cli.* "$keep"/
     fi
     echo "$side $out"
@@ -99,7 +109,7 @@ rss_fds() {
 drift() {
     local tl=$1 srv port="" first last
     : >"$WORK/ld.err"
-    RUCX_TLS=$tl "$BIN/ucp_client_server" -p 0 -l 127.0.0.1 -s 4m -i 1000000 -t 10 \
+    RUCX_TLS=$tl "$BIN/ucp_client_server" -p 0 -l "$HOST" -s 4m -i 1000000 -t 10 \
         2>"$WORK/ld.err" &
     srv=$!
     for _ in $(seq 200); do
@@ -108,7 +118,7 @@ drift() {
         sleep 0.01
     done
     for i in $(seq "$CLIENTS"); do
-        RUCX_TLS=$tl "$BIN/ucp_client_server" -a 127.0.0.1 -p "$port" -s 4m -i 1000000 -t 10 \
+        RUCX_TLS=$tl "$BIN/ucp_client_server" -a "$HOST" -p "$port" -s 4m -i 1000000 -t 10 \
             >/dev/null 2>&1 &
         local cli=$!
         sleep "$(echo "scale=3; $(rand_ms 100 600) / 1000" | bc)"
@@ -124,7 +134,7 @@ drift() {
     echo "$first $last"
 }
 
-printf '%-6s %5s %7s %7s %10s %10s %5s %6s %6s %6s\n' transport runs k_srv k_cli p50_s max_s hangs rc0 shm ipcs
+printf '%-8s %5s %7s %7s %10s %10s %5s %6s %6s %6s\n' transport runs k_srv k_cli p50_s max_s hangs rc0 shm ipcs
 for tl in $TRANSPORTS; do
     touch "$WORK/stamp"
     : >"$WORK/pids"
@@ -139,14 +149,19 @@ for tl in $TRANSPORTS; do
     done
     sleep 0.5
     read -r p50 max < <(stats <"$WORK/times")
-    printf '%-6s %5d %7d %7d %10s %10s %5d %6d %6d %6d\n' "$tl" "$N" "$ks" "$kc" "$p50" "$max" \
+    printf '%-8s %5d %7d %7d %10s %10s %5d %6d %6s %6s\n' "$tl" "$N" "$ks" "$kc" "$p50" "$max" \
         "$hangs" "$rc0" "$(shm_count)" "$(ipcs_count)"
-    [[ -n $hung ]] && echo "  hung survivors:$hung (outputs in $KEEP)"
+    if [[ -n $hung ]]; then
+        echo "  hung survivors:$hung (outputs in $KEEP)"
+        if [[ ${SHOW_HANGS:-0} == 1 ]]; then
+            for f in "$KEEP/$tl"-*/*; do echo "  --- $f"; tail -n 15 "$f" | sed 's/^/  | /'; done
+        fi
+    fi
 done
 echo
 echo "long-lived ucp_client_server server, $CLIENTS clients killed mid-transfer each:"
-printf '%-6s %12s %12s %8s %8s\n' transport rss_first_kB rss_last_kB fds_first fds_last
+printf '%-8s %12s %12s %8s %8s\n' transport rss_first_kB rss_last_kB fds_first fds_last
 for tl in $TRANSPORTS; do
     read -r r0 f0 r1 f1 < <(drift "$tl")
-    printf '%-6s %12s %12s %8s %8s\n' "$tl" "$r0" "$r1" "$f0" "$f1"
+    printf '%-8s %12s %12s %8s %8s\n' "$tl" "$r0" "$r1" "$f0" "$f1"
 done

@@ -7,6 +7,7 @@ export HOME=/root LANG=C
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+[[ -e /dev/fd ]] || ln -s /proc/self/fd /dev/fd
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /tmp
 ulimit -l unlimited
