@@ -1,7 +1,7 @@
 /*
  * Cost of one tagged message through libucp, both sides in one thread, for instr-per-msg.sh.
  *
- * Usage: msgcost SIZE ITERS [expected|unexpected]
+ * Usage: msgcost SIZE ITERS [expected|unexpected|idle]
  * Two workers of one context in this process; worker A has an endpoint to worker B (the
  * transport is whatever UCX_TLS allows between two workers of one process, e.g. UCX_TLS=posix
  * or UCX_TLS=tcp). Each iteration posts a receive on B ("expected") or sends first
@@ -10,6 +10,8 @@
  * not depend on timing and an instruction counter (callgrind) sees the same count run after run.
  * Prints "rank 0 libucp PATH" and "ns_per_msg SIZE NS" (wall clock over ITERS, after a warm-up); the
  * first and last byte of every received message are checked, and a wrong one exits with 1.
+ * "idle" sends nothing after the warm-up: each iteration is one ucp_worker_progress call on
+ * worker A with nothing to do (what a rank waiting for a message spins on).
  */
 #include "../tests/mpi/libucp_path.h"
 
@@ -116,6 +118,7 @@ int main(int argc, char **argv)
     size_t size = strtoull(argv[1], NULL, 0);
     int iters = atoi(argv[2]);
     int unexpected = argc > 3 && strcmp(argv[3], "unexpected") == 0;
+    int idle = argc > 3 && strcmp(argv[3], "idle") == 0;
 
     ucp_config_t *cfg;
     check(ucp_config_read(NULL, NULL, &cfg), "ucp_config_read");
@@ -148,7 +151,11 @@ int main(int argc, char **argv)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < iters; i++) {
-        one_message(a, b, ep, sbuf, rbuf, size, i, unexpected);
+        if (idle) {
+            ucp_worker_progress(a);
+        } else {
+            one_message(a, b, ep, sbuf, rbuf, size, i, unexpected);
+        }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
