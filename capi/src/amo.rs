@@ -82,6 +82,9 @@ unsafe fn start(
             Amo::Cswap { compare } => i.w.atomic_cswap(h, size, compare, value, remote_addr, k),
         }
     };
+    if let Err(e) = &res {
+        tracing::warn!("{name}: {e}");
+    }
     let finish = if matches!(amo, Amo::Post(_)) {
         Finish::None
     } else {
@@ -362,7 +365,7 @@ unsafe fn blocking(
 macro_rules! blocking_post {
     ($name:ident, $t:ty) => {
         #[doc = concat!("`ucs_status_t ", stringify!($name), "(ucp_ep_h ep, ", stringify!($t),
-                    " add, uint64_t remote_addr, ucp_rkey_h rkey)`: blocking atomic add.")]
+                            " add, uint64_t remote_addr, ucp_rkey_h rkey)`: blocking atomic add.")]
         ///
         /// # Safety
         /// As the header documents.

@@ -53,6 +53,9 @@ pub(crate) unsafe fn rkey_for<'a>(
     Ok((&k.rkey, k.delta))
 }
 
+/// How long `ucp_ep_rkey_unpack` waits for a connecting endpoint.
+const CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// An unpacked remote key.
 pub struct CRkey {
     worker: *const Worker,
@@ -228,9 +231,18 @@ pub unsafe extern "C" fn ucp_ep_rkey_unpack(
             None
         };
         let _g = w.lock.lock();
-        let rkey = match w.inner.borrow_mut().w.rkey_unpack(h_ep, bytes) {
-            Ok(k) => k,
-            Err(e) => return fail(NAME, &e),
+        // An endpoint still connecting (tcp) has no lanes to unpack for yet: progress the
+        // worker until it has (UCX unpacks at once), for at most CONNECT_WAIT.
+        let start = std::time::Instant::now();
+        let rkey = loop {
+            let r = w.inner.borrow_mut().w.rkey_unpack(h_ep, bytes);
+            match r {
+                Ok(k) => break k,
+                Err(ucs::Error::Busy(_)) if start.elapsed() < CONNECT_WAIT => {
+                    w.progress();
+                }
+                Err(e) => return fail(NAME, &e),
+            }
         };
         let k = CRkey {
             worker: w,
@@ -302,6 +314,9 @@ unsafe fn rma(
             i.w.put(h, unsafe { slice(buffer, length) }, remote_addr, k)
         }
     };
+    if let Err(e) = &res {
+        tracing::warn!("{name}: {e}");
+    }
     submit(name, w, res, &args, Finish::None)
 }
 
