@@ -6,6 +6,8 @@
  *   "libucp PATH"      the libucp.so.0 mapped in rank 0 (see ../tests/mpi/libucp_path.h)
  *   "lat 8 US"         time of one 8-byte MPI_Put followed by MPI_Win_flush, in microseconds
  *                      (passive target, inside one MPI_Win_lock epoch), as osu_put_latency does
+ *   "cpu 8 US"         the calling thread's CPU time for the same (CLOCK_THREAD_CPUTIME_ID): on a
+ *                      loaded machine, where the wall time includes waiting for a core
  *   "bw SIZE MBPS"     bandwidth of SIZE-byte MPI_Puts in MB/s (10^6 B/s): windows of 64 puts,
  *                      each window ended by MPI_Win_flush, as osu_put_bw does
  * Each measurement follows a warm-up. Rank 1 checks the window's bytes at the end (the last
@@ -17,6 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 #define WINDOW 64
 #define MAX (1 << 20)
@@ -49,13 +59,16 @@ int main(int argc, char **argv)
             MPI_Put(src, 8, MPI_BYTE, 1, 0, 8, MPI_BYTE, win);
             MPI_Win_flush(1, win);
         }
+        double c0 = thread_cpu();
         double t0 = MPI_Wtime();
         for (long i = 0; i < lat_iters; i++) {
             MPI_Put(src, 8, MPI_BYTE, 1, 0, 8, MPI_BYTE, win);
             MPI_Win_flush(1, win);
         }
         double t = MPI_Wtime() - t0;
+        double c = thread_cpu() - c0;
         printf("lat 8 %.3f\n", t * 1e6 / (double)lat_iters);
+        printf("cpu 8 %.3f\n", c * 1e6 / (double)lat_iters);
         static const int sizes[] = {65536, MAX};
         for (int s = 0; s < 2; s++) {
             int size = sizes[s];
