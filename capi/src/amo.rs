@@ -1,13 +1,18 @@
-//! Atomics and the remaining one-sided calls Open MPI's osc/spml/atomic components import:
-//! `ucp_atomic_post`, `ucp_atomic_fetch_nb`, `ucp_atomic_op_nbx`, `ucp_worker_fence`,
-//! `ucp_mem_advise`, `ucp_rkey_ptr`.
+//! Atomics (`ucp_atomic_post`, `ucp_atomic_fetch_nb`, `ucp_atomic_op_nbx` and the blocking
+//! `ucp_atomic_add32` … `ucp_atomic_cswap64` of `ucp_compat.h`) and the ordering calls
+//! `ucp_worker_fence` and `ucp_worker_flush`.
+//!
+//! An atomic takes one of three paths: CPU atomics on the peer's segment mapped in this
+//! process, the transport's own atomics, or an active message the peer's worker applies with
+//! CPU atomics. All three end in the same CPU instructions on the same memory, so operations
+//! on one word are atomic with respect to each other whichever path each took.
 
 use crate::datatype::Finish;
 use crate::ep::{ep_ref, wait, Ep};
 use crate::ffi::*;
-use crate::guard::{check_mask, ffi, refuse};
+use crate::guard::{ffi, refuse};
 use crate::request::{submit, Cb, OpArgs};
-use crate::rma::{CRkey, Mem};
+use crate::rma::CRkey;
 use crate::worker::{worker_ref, Worker};
 use std::ffi::{c_uint, c_void};
 use ucp::AmoSize;
@@ -59,11 +64,15 @@ unsafe fn start(
         Ok(s) => s,
         Err(s) => return status_ptr(s),
     };
-    if rkey.is_null() || (!matches!(amo, Amo::Post(_)) && result.is_null()) {
-        return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL rkey or result"));
+    if !matches!(amo, Amo::Post(_)) && result.is_null() {
+        return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL result"));
     }
     // SAFETY: a live key.
-    let k = unsafe { crate::rma::rkey_of(rkey) };
+    let (k, delta) = match unsafe { crate::rma::rkey_for(name, rkey, w) } {
+        Ok(x) => x,
+        Err(s) => return status_ptr(s),
+    };
+    let remote_addr = remote_addr.wrapping_sub(delta);
     let _g = w.lock.lock();
     let res = {
         let mut i = w.inner.borrow_mut();
@@ -73,6 +82,9 @@ unsafe fn start(
             Amo::Cswap { compare } => i.w.atomic_cswap(h, size, compare, value, remote_addr, k),
         }
     };
+    if let Err(e) = &res {
+        tracing::warn!("{name}: {e}");
+    }
     let finish = if matches!(amo, Amo::Post(_)) {
         Finish::None
     } else {
@@ -305,78 +317,162 @@ pub unsafe extern "C" fn ucp_worker_fence(worker: *mut Worker) -> Status {
     })
 }
 
-/// `ucp_mem_advise_params_t`.
-#[repr(C)]
-pub struct MemAdviseParams {
-    field_mask: u64,
-    address: *mut c_void,
-    length: usize,
-    advice: c_uint,
-}
-
-/// `ucs_status_t ucp_mem_advise(ucp_context_h context, ucp_mem_h memh,
-/// ucp_mem_advise_params_t *params)`: checks the advice (`UCP_MADV_NORMAL`,
-/// `UCP_MADV_WILLNEED`) and the range; rucx maps and registers memory in full when it is
-/// mapped, so there is nothing the advice changes.
+/// `ucs_status_t ucp_worker_flush(ucp_worker_h worker)`: blocking until every operation
+/// started before has completed remotely (progresses the worker).
 ///
 /// # Safety
-/// A live handle and valid params.
+/// A live worker.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_mem_advise(
-    _context: *mut c_void,
-    memh: *mut Mem,
-    params: *mut MemAdviseParams,
-) -> Status {
-    const NAME: &str = "ucp_mem_advise";
-    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
-        if memh.is_null() || params.is_null() {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
-        }
-        // SAFETY: caller pointers.
-        let (m, p) = unsafe { (&*memh, &*params) };
-        if let Err(s) = check_mask(
-            NAME,
-            "ucp_mem_advise_params_t.field_mask",
-            p.field_mask,
-            0x7,
-        ) {
-            return s;
-        }
-        if p.field_mask != 0x7 {
-            return refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                "address, length and advice are required",
-            );
-        }
-        if p.advice > 1 {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("advice {}", p.advice));
-        }
-        let (a, len) = crate::rma::range_of(m);
-        let (s, e) = (
-            p.address as usize,
-            (p.address as usize).saturating_add(p.length),
-        );
-        if s < a || e > a + len {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "range outside the mapping");
-        }
-        UCS_OK
+pub unsafe extern "C" fn ucp_worker_flush(worker: *mut Worker) -> Status {
+    const NAME: &str = "ucp_worker_flush";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return s,
+        };
+        // SAFETY: forwarded.
+        let r = unsafe { crate::worker::ucp_worker_flush_nb(worker, 0, None) };
+        wait(w, r)
     })
 }
 
-/// `ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void **addr_p)`: rucx does not
-/// hand out local pointers to a peer's memory, so this is `UCS_ERR_UNREACHABLE` (the header's
-/// status for remote memory that cannot be reached directly); put/get on the key reach it.
+/// A blocking atomic of `ucp_compat.h`: starts it and waits (progressing the worker); the
+/// fetched value, if any, lands in `result`.
 ///
 /// # Safety
-/// Any arguments.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_rkey_ptr(
-    _rkey: *mut CRkey,
-    _raddr: u64,
-    _addr_p: *mut *mut c_void,
+/// Live endpoint and key; `result` writable for fetching operations.
+#[allow(clippy::too_many_arguments)]
+unsafe fn blocking(
+    name: &str,
+    ep: *mut Ep,
+    amo: Amo,
+    value: u64,
+    size: usize,
+    result: *mut c_void,
+    remote_addr: u64,
+    rkey: *mut CRkey,
 ) -> Status {
-    UCS_ERR_UNREACHABLE
+    let w = match ep_ref(name, ep) {
+        Ok((w, _)) => w,
+        Err(s) => return s,
+    };
+    let args = OpArgs::with_cb(Cb::None, false);
+    // SAFETY: forwarded.
+    let r = unsafe { start(name, ep, amo, value, size, result, remote_addr, rkey, args) };
+    wait(w, r)
 }
 
-const _: () = assert!(std::mem::size_of::<MemAdviseParams>() == 32);
+macro_rules! blocking_post {
+    ($name:ident, $t:ty) => {
+        #[doc = concat!("`ucs_status_t ", stringify!($name), "(ucp_ep_h ep, ", stringify!($t),
+                            " add, uint64_t remote_addr, ucp_rkey_h rkey)`: blocking atomic add.")]
+        ///
+        /// # Safety
+        /// As the header documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ep: *mut Ep,
+            add: $t,
+            remote_addr: u64,
+            rkey: *mut CRkey,
+        ) -> Status {
+            ffi(stringify!($name), UCS_ERR_NO_MEMORY, || {
+                // SAFETY: forwarded.
+                unsafe {
+                    blocking(
+                        stringify!($name),
+                        ep,
+                        Amo::Post(AtomicOp::Add),
+                        add as u64,
+                        std::mem::size_of::<$t>(),
+                        std::ptr::null_mut(),
+                        remote_addr,
+                        rkey,
+                    )
+                }
+            })
+        }
+    };
+}
+
+macro_rules! blocking_fetch {
+    ($name:ident, $t:ty, $op:expr) => {
+        #[doc = concat!("`ucs_status_t ", stringify!($name), "(ucp_ep_h ep, ", stringify!($t),
+                    " value, uint64_t remote_addr, ucp_rkey_h rkey, ", stringify!($t),
+                    " *result)`: blocking fetching atomic; the old value lands in `result`.")]
+        ///
+        /// # Safety
+        /// As the header documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ep: *mut Ep,
+            value: $t,
+            remote_addr: u64,
+            rkey: *mut CRkey,
+            result: *mut $t,
+        ) -> Status {
+            ffi(stringify!($name), UCS_ERR_NO_MEMORY, || {
+                // SAFETY: forwarded.
+                unsafe {
+                    blocking(
+                        stringify!($name),
+                        ep,
+                        Amo::Fetch($op),
+                        value as u64,
+                        std::mem::size_of::<$t>(),
+                        result.cast(),
+                        remote_addr,
+                        rkey,
+                    )
+                }
+            })
+        }
+    };
+}
+
+macro_rules! blocking_cswap {
+    ($name:ident, $t:ty) => {
+        #[doc = concat!("`ucs_status_t ", stringify!($name), "(ucp_ep_h ep, ", stringify!($t),
+            " compare, ", stringify!($t), " swap, uint64_t remote_addr, ucp_rkey_h rkey, ",
+            stringify!($t), " *result)`: blocking compare-and-swap; the old value lands in `result`.")]
+        ///
+        /// # Safety
+        /// As the header documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ep: *mut Ep,
+            compare: $t,
+            swap: $t,
+            remote_addr: u64,
+            rkey: *mut CRkey,
+            result: *mut $t,
+        ) -> Status {
+            ffi(stringify!($name), UCS_ERR_NO_MEMORY, || {
+                // SAFETY: forwarded.
+                unsafe {
+                    blocking(
+                        stringify!($name),
+                        ep,
+                        Amo::Cswap {
+                            compare: compare as u64,
+                        },
+                        swap as u64,
+                        std::mem::size_of::<$t>(),
+                        result.cast(),
+                        remote_addr,
+                        rkey,
+                    )
+                }
+            })
+        }
+    };
+}
+
+blocking_post!(ucp_atomic_add32, u32);
+blocking_post!(ucp_atomic_add64, u64);
+blocking_fetch!(ucp_atomic_fadd32, u32, AtomicOp::Add);
+blocking_fetch!(ucp_atomic_fadd64, u64, AtomicOp::Add);
+blocking_fetch!(ucp_atomic_swap32, u32, AtomicOp::Swap);
+blocking_fetch!(ucp_atomic_swap64, u64, AtomicOp::Swap);
+blocking_cswap!(ucp_atomic_cswap32, u32);
+blocking_cswap!(ucp_atomic_cswap64, u64);

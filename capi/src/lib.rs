@@ -18,6 +18,7 @@ pub mod ep;
 pub mod ffi;
 pub mod guard;
 pub mod lock;
+pub mod mem;
 pub mod request;
 pub mod rma;
 pub mod tag;

@@ -1,217 +1,125 @@
-//! Remote memory access: `ucp_mem_map` / `ucp_mem_unmap` / `ucp_mem_query`, remote keys
-//! (`ucp_rkey_pack`, `ucp_ep_rkey_unpack`, …), put and get.
+//! Remote keys (`ucp_rkey_pack`, `ucp_ep_rkey_unpack`, `ucp_rkey_ptr`, …), put and get.
 //!
-//! rucx maps memory per worker, while UCX maps it per context: a context's mappings are made
-//! with its first live worker (MPI libraries create one worker per context), and remote keys
-//! are unpacked on the endpoint's worker. A packed remote key is a 4-byte little-endian length
-//! followed by rucx's key bundle (so `ucp_ep_rkey_unpack`, which gets no length, knows its end).
+//! Remote keys are unpacked on the endpoint's worker. A packed key is a [`KeyHeader`] followed
+//! by rucx's key bundle. Clients name remote memory by their own addresses; the header's
+//! `delta` turns them into rucx's (they differ for `UCP_MEM_MAP_FIXED` mappings, see
+//! [`crate::mem`]).
 
 use crate::context::Context;
 use crate::datatype::{slice, Finish};
 use crate::ep::{ep_ref, wait, Ep};
 use crate::ffi::*;
-use crate::guard::{check_mask, fail, ffi, refuse};
+use crate::guard::{fail, ffi, refuse};
+use crate::mem::Mem;
 use crate::request::{submit, Cb, OpArgs};
 use crate::worker::Worker;
 use std::ffi::c_void;
-use ucp::{MemMap, Rkey};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use ucp::Rkey;
 
-/// A memory handle.
-pub struct Mem {
-    worker: *const Worker,
-    map: Option<MemMap>,
-    address: *mut c_void,
-    length: usize,
-}
-
-/// The rucx key of a client key.
+/// The key of a client key, after the checks every access makes: the key belongs to this
+/// worker, and a key of this process's own mapping is refused once that mapping is unmapped.
+/// Gives the key and the client-to-rucx address difference.
 ///
 /// # Safety
 /// A live key from `ucp_ep_rkey_unpack`.
-pub(crate) unsafe fn rkey_of<'a>(k: *mut CRkey) -> &'a Rkey {
+pub(crate) unsafe fn rkey_for<'a>(
+    name: &str,
+    k: *mut CRkey,
+    w: &Worker,
+) -> Result<(&'a Rkey, u64), Status> {
+    if k.is_null() {
+        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "rkey is NULL"));
+    }
     // SAFETY: per the contract.
-    unsafe { &(*k).rkey }
+    let k = unsafe { &*k };
+    if !std::ptr::eq(k.worker, w) {
+        return Err(refuse(
+            name,
+            UCS_ERR_INVALID_PARAM,
+            "rkey was unpacked on an endpoint of another worker",
+        ));
+    }
+    if let Some(a) = &k.alive {
+        if !a.load(Ordering::Acquire) {
+            return Err(refuse(
+                name,
+                UCS_ERR_INVALID_PARAM,
+                "rkey names a mapping that was unmapped",
+            ));
+        }
+    }
+    Ok((&k.rkey, k.delta))
 }
 
-/// The address and length of a mapping.
-pub(crate) fn range_of(m: &Mem) -> (usize, usize) {
-    (m.address as usize, m.length)
-}
+/// How long `ucp_ep_rkey_unpack` waits for a connecting endpoint.
+const CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// An unpacked remote key.
 pub struct CRkey {
     worker: *const Worker,
     rkey: Rkey,
+    /// The owner's client address minus its rucx address (subtracted from client addresses).
+    delta: u64,
+    /// For a mapping of this process: its liveness flag.
+    alive: Option<Arc<AtomicBool>>,
 }
 
-const MAP_KNOWN: u64 = UCP_MEM_MAP_PARAM_FIELD_ADDRESS
-    | UCP_MEM_MAP_PARAM_FIELD_LENGTH
-    | UCP_MEM_MAP_PARAM_FIELD_FLAGS
-    | UCP_MEM_MAP_PARAM_FIELD_PROT
-    | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+/// The header rucx puts before a packed remote-key bundle (all little-endian):
+///
+/// ```text
+/// 0           4               12          16              24
+/// +-----------+---------------+-----------+---------------+----------------------+
+/// | n (u32)   | delta (u64)   | pid (u32) | map id (u64)  | bundle (n - 20 bytes) |
+/// +-----------+---------------+-----------+---------------+----------------------+
+/// ```
+/// `n` counts the bytes after itself (`ucp_ep_rkey_unpack` gets no length); `delta` is the
+/// owner's client address minus rucx's address of the memory; `pid` and `map id` name the
+/// mapping in its process.
+#[derive(Debug, PartialEq, Eq)]
+struct KeyHeader {
+    delta: u64,
+    pid: u32,
+    id: u64,
+}
 
-fn first_worker<'a>(name: &str, c: &Context) -> Result<&'a Worker, Status> {
-    let ws = c.workers.lock().unwrap_or_else(|p| p.into_inner());
-    match ws.first() {
-        // SAFETY: workers unregister before they are freed.
-        Some(&w) => Ok(unsafe { &*(w as *const Worker) }),
-        None => Err(refuse(
-            name,
-            UCS_ERR_UNSUPPORTED,
-            "rucx maps memory with a worker: create one first",
-        )),
+impl KeyHeader {
+    const LEN: usize = 24;
+    /// Longest bundle accepted.
+    const MAX_BUNDLE: usize = 1 << 20;
+
+    fn encode(&self, bundle: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::LEN + bundle.len());
+        v.extend_from_slice(&((Self::LEN - 4 + bundle.len()) as u32).to_le_bytes());
+        v.extend_from_slice(&self.delta.to_le_bytes());
+        v.extend_from_slice(&self.pid.to_le_bytes());
+        v.extend_from_slice(&self.id.to_le_bytes());
+        v.extend_from_slice(bundle);
+        v
     }
-}
 
-/// `ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *params,
-/// ucp_mem_h *memh_p)`: allocates (`UCP_MEM_MAP_ALLOCATE`) or registers the client's memory
-/// for remote access.
-///
-/// # Safety
-/// A live context with a worker; valid params; registered memory stays valid until unmapped.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_mem_map(
-    context: *mut Context,
-    params: *const MemMapParams,
-    memh_p: *mut *mut Mem,
-) -> Status {
-    const NAME: &str = "ucp_mem_map";
-    ffi(NAME, UCS_ERR_NO_MEMORY, || {
-        if context.is_null() || params.is_null() || memh_p.is_null() {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
-        }
-        // SAFETY: caller pointers.
-        let (c, p) = unsafe { (&*context, &*params) };
-        if let Err(s) = check_mask(
-            NAME,
-            "ucp_mem_map_params_t.field_mask",
-            p.field_mask,
-            MAP_KNOWN,
-        ) {
-            return s;
-        }
-        let has = |b: u64| p.field_mask & b != 0;
-        let flags = if has(UCP_MEM_MAP_PARAM_FIELD_FLAGS) {
-            p.flags
-        } else {
-            0
+    /// Decodes the header from its first `LEN` bytes; gives it and the bundle's length.
+    fn decode(h: &[u8; Self::LEN]) -> Result<(Self, usize), String> {
+        let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[o..o + 8]);
+            u64::from_le_bytes(b)
         };
-        if flags & !(UCP_MEM_MAP_NONBLOCK | UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED) != 0 {
-            return refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                format!("unknown flags {flags:#x}"),
-            );
+        let n = u32_at(0) as usize;
+        if n < Self::LEN - 4 || n - (Self::LEN - 4) > Self::MAX_BUNDLE {
+            return Err(format!("not a rucx remote key (length {n})"));
         }
-        if has(UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE)
-            && p.memory_type != UCS_MEMORY_TYPE_HOST
-            && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
-        {
-            return refuse(NAME, UCS_ERR_UNSUPPORTED, "rucx maps host memory only");
-        }
-        if !has(UCP_MEM_MAP_PARAM_FIELD_LENGTH) || p.length == 0 {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "length missing or 0");
-        }
-        let address = if has(UCP_MEM_MAP_PARAM_FIELD_ADDRESS) {
-            p.address
-        } else {
-            std::ptr::null_mut()
-        };
-        let allocate = flags & UCP_MEM_MAP_ALLOCATE != 0;
-        if allocate && flags & UCP_MEM_MAP_FIXED != 0 {
-            return refuse(
-                NAME,
-                UCS_ERR_UNSUPPORTED,
-                "UCP_MEM_MAP_FIXED (allocation at a given address)",
-            );
-        }
-        if !allocate && address.is_null() {
-            return refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                "no address and no UCP_MEM_MAP_ALLOCATE",
-            );
-        }
-        let w = match first_worker(NAME, c) {
-            Ok(w) => w,
-            Err(s) => return s,
-        };
-        let _g = w.lock.lock();
-        let res = {
-            let mut i = w.inner.borrow_mut();
-            if allocate {
-                i.w.mem_map(p.length)
-            } else {
-                // SAFETY: the client keeps the memory valid until ucp_mem_unmap (documented).
-                unsafe { i.w.mem_map_raw(address as *mut u8, p.length) }
-            }
-        };
-        let map = match res {
-            Ok(m) => m,
-            Err(e) => return fail(NAME, &e),
-        };
-        let mem = Box::new(Mem {
-            worker: w,
-            address: map.address() as *mut c_void,
-            length: map.len(),
-            map: Some(map),
-        });
-        // SAFETY: checked non-null.
-        unsafe { *memh_p = Box::into_raw(mem) };
-        UCS_OK
-    })
-}
-
-/// `ucs_status_t ucp_mem_unmap(ucp_context_h context, ucp_mem_h memh)`.
-///
-/// # Safety
-/// A handle from `ucp_mem_map`, unmapped once.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_mem_unmap(_context: *mut Context, memh: *mut Mem) -> Status {
-    const NAME: &str = "ucp_mem_unmap";
-    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
-        if memh.is_null() {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "memh is NULL");
-        }
-        // SAFETY: created by ucp_mem_map.
-        let mut m = unsafe { Box::from_raw(memh) };
-        // SAFETY: the worker outlives its mappings.
-        let w = unsafe { &*m.worker };
-        let _g = w.lock.lock();
-        drop(m.map.take());
-        UCS_OK
-    })
-}
-
-/// `ucs_status_t ucp_mem_query(const ucp_mem_h memh, ucp_mem_attr_t *attr)`.
-///
-/// # Safety
-/// A live handle and a writable `attr`.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_mem_query(memh: *const Mem, attr: *mut MemAttr) -> Status {
-    const NAME: &str = "ucp_mem_query";
-    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
-        if memh.is_null() || attr.is_null() {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
-        }
-        // SAFETY: caller pointers.
-        let (m, a) = unsafe { (&*memh, &mut *attr) };
-        let known =
-            UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH | UCP_MEM_ATTR_FIELD_MEM_TYPE;
-        if let Err(s) = check_mask(NAME, "ucp_mem_attr_t.field_mask", a.field_mask, known) {
-            return s;
-        }
-        if a.field_mask & UCP_MEM_ATTR_FIELD_ADDRESS != 0 {
-            a.address = m.address;
-        }
-        if a.field_mask & UCP_MEM_ATTR_FIELD_LENGTH != 0 {
-            a.length = m.length;
-        }
-        if a.field_mask & UCP_MEM_ATTR_FIELD_MEM_TYPE != 0 {
-            a.mem_type = UCS_MEMORY_TYPE_HOST;
-        }
-        UCS_OK
-    })
+        Ok((
+            KeyHeader {
+                delta: u64_at(4),
+                pid: u32_at(12),
+                id: u64_at(16),
+            },
+            n - (Self::LEN - 4),
+        ))
+    }
 }
 
 /// `ucs_status_t ucp_rkey_pack(ucp_context_h context, ucp_mem_h memh, void **rkey_buffer_p,
@@ -221,7 +129,7 @@ pub unsafe extern "C" fn ucp_mem_query(memh: *const Mem, attr: *mut MemAttr) -> 
 /// A live handle and writable pointers.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_rkey_pack(
-    _context: *mut Context,
+    context: *mut Context,
     memh: *mut Mem,
     rkey_buffer_p: *mut *mut c_void,
     size_p: *mut usize,
@@ -239,8 +147,20 @@ pub unsafe extern "C" fn ucp_rkey_pack(
         let Some(map) = &m.map else {
             return refuse(NAME, UCS_ERR_INVALID_PARAM, "memory is unmapped");
         };
-        let key = map.rkey_packed();
-        let total = 4 + key.len();
+        if !std::ptr::eq(m.context, context) && !context.is_null() {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "memh was mapped by another context",
+            );
+        }
+        let key = KeyHeader {
+            delta: m.delta,
+            pid: std::process::id(),
+            id: m.id,
+        }
+        .encode(map.rkey_packed());
+        let total = key.len();
         // SAFETY: malloc of a non-zero size, filled below.
         let p = unsafe { libc::malloc(total) } as *mut u8;
         if p.is_null() {
@@ -248,8 +168,7 @@ pub unsafe extern "C" fn ucp_rkey_pack(
         }
         // SAFETY: `p` holds `total` bytes.
         unsafe {
-            std::ptr::copy_nonoverlapping((key.len() as u32).to_le_bytes().as_ptr(), p, 4);
-            std::ptr::copy_nonoverlapping(key.as_ptr(), p.add(4), key.len());
+            std::ptr::copy_nonoverlapping(key.as_ptr(), p, total);
             *rkey_buffer_p = p.cast();
             *size_p = total;
         }
@@ -281,30 +200,58 @@ pub unsafe extern "C" fn ucp_ep_rkey_unpack(
 ) -> Status {
     const NAME: &str = "ucp_ep_rkey_unpack";
     ffi(NAME, UCS_ERR_NO_MEMORY, || {
-        let (w, h) = match ep_ref(NAME, ep) {
+        let (w, h_ep) = match ep_ref(NAME, ep) {
             Ok(x) => x,
             Err(s) => return s,
         };
         if rkey_buffer.is_null() || rkey_p.is_null() {
             return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
         }
-        // SAFETY: a packed key starts with its 4-byte length.
-        let bytes = unsafe {
-            let mut len = [0u8; 4];
-            std::ptr::copy_nonoverlapping(rkey_buffer as *const u8, len.as_mut_ptr(), 4);
-            let len = u32::from_le_bytes(len) as usize;
-            if len > 1 << 20 {
-                return refuse(NAME, UCS_ERR_INVALID_PARAM, "not a rucx remote key");
+        let mut h = [0u8; KeyHeader::LEN];
+        // SAFETY: a packed key starts with its header.
+        unsafe { std::ptr::copy_nonoverlapping(rkey_buffer as *const u8, h.as_mut_ptr(), h.len()) };
+        let (hdr, len) = match KeyHeader::decode(&h) {
+            Ok(x) => x,
+            Err(why) => return refuse(NAME, UCS_ERR_INVALID_PARAM, why),
+        };
+        // SAFETY: the bundle follows the header (its length is in the header).
+        let bytes = unsafe { slice((rkey_buffer as *const u8).add(KeyHeader::LEN).cast(), len) };
+        let alive = if hdr.pid == std::process::id() {
+            match crate::mem::liveness(hdr.id) {
+                Some(a) => Some(a),
+                None => {
+                    return refuse(
+                        NAME,
+                        UCS_ERR_INVALID_PARAM,
+                        "the key's mapping (of this process) is unmapped",
+                    )
+                }
             }
-            slice((rkey_buffer as *const u8).add(4).cast(), len)
+        } else {
+            None
         };
         let _g = w.lock.lock();
-        let rkey = match w.inner.borrow_mut().w.rkey_unpack(h, bytes) {
-            Ok(k) => k,
-            Err(e) => return fail(NAME, &e),
+        // An endpoint still connecting (tcp) has no lanes to unpack for yet: progress the
+        // worker until it has (UCX unpacks at once), for at most CONNECT_WAIT.
+        let start = std::time::Instant::now();
+        let rkey = loop {
+            let r = w.inner.borrow_mut().w.rkey_unpack(h_ep, bytes);
+            match r {
+                Ok(k) => break k,
+                Err(ucs::Error::Busy(_)) if start.elapsed() < CONNECT_WAIT => {
+                    w.progress();
+                }
+                Err(e) => return fail(NAME, &e),
+            }
+        };
+        let k = CRkey {
+            worker: w,
+            rkey,
+            delta: hdr.delta,
+            alive,
         };
         // SAFETY: checked non-null.
-        unsafe { *rkey_p = Box::into_raw(Box::new(CRkey { worker: w, rkey })) };
+        unsafe { *rkey_p = Box::into_raw(Box::new(k)) };
         UCS_OK
     })
 }
@@ -347,11 +294,15 @@ unsafe fn rma(
         Ok(x) => x,
         Err(s) => return status_ptr(s),
     };
-    if rkey.is_null() || (buffer.is_null() && length > 0) {
-        return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL rkey or buffer"));
+    if buffer.is_null() && length > 0 {
+        return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL buffer"));
     }
     // SAFETY: a live key.
-    let k = unsafe { &(*rkey).rkey };
+    let (k, delta) = match unsafe { rkey_for(name, rkey, w) } {
+        Ok(x) => x,
+        Err(s) => return status_ptr(s),
+    };
+    let remote_addr = remote_addr.wrapping_sub(delta);
     let _g = w.lock.lock();
     let res = {
         let mut i = w.inner.borrow_mut();
@@ -363,6 +314,9 @@ unsafe fn rma(
             i.w.put(h, unsafe { slice(buffer, length) }, remote_addr, k)
         }
     };
+    if let Err(e) = &res {
+        tracing::warn!("{name}: {e}");
+    }
     submit(name, w, res, &args, Finish::None)
 }
 
@@ -632,4 +586,102 @@ pub unsafe extern "C" fn ucp_get_nbx(
             )
         }
     })
+}
+
+/// `ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void **addr_p)`: when the
+/// peer's memory is mapped in this process (its shared segment over posix/sysv, or this
+/// process's own memory over self), the local address of `raddr`: loads, stores and atomics
+/// there reach the peer's memory, for as long as the key lives. `UCS_ERR_UNREACHABLE` when the
+/// memory is reachable only through the transport; `UCS_ERR_INVALID_PARAM` (and a log line)
+/// for an address outside the mapping.
+///
+/// # Safety
+/// A live key; `addr_p` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_ptr(
+    rkey: *mut CRkey,
+    raddr: u64,
+    addr_p: *mut *mut c_void,
+) -> Status {
+    const NAME: &str = "ucp_rkey_ptr";
+    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
+        if rkey.is_null() || addr_p.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+        }
+        // SAFETY: a live key.
+        let k = unsafe { &*rkey };
+        // SAFETY: the key's worker outlives it.
+        let w = unsafe { &*k.worker };
+        // SAFETY: as above.
+        let (rk, delta) = match unsafe { rkey_for(NAME, rkey, w) } {
+            Ok(x) => x,
+            Err(s) => return s,
+        };
+        match rk.local_ptr(raddr.wrapping_sub(delta), 1) {
+            Ok(p) => {
+                // SAFETY: checked non-null.
+                unsafe { *addr_p = p.as_ptr().cast() };
+                UCS_OK
+            }
+            Err(ucs::Error::Unreachable(_)) => UCS_ERR_UNREACHABLE,
+            Err(e) => refuse(NAME, UCS_ERR_INVALID_PARAM, e),
+        }
+    })
+}
+
+/// `ucs_status_t ucp_get(ucp_ep_h ep, void *buffer, size_t length, uint64_t remote_addr,
+/// ucp_rkey_h rkey)`: blocking until the data is in `buffer`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+) -> Status {
+    ffi("ucp_get", UCS_ERR_NO_MEMORY, || {
+        let Ok((w, _)) = ep_ref("ucp_get", ep) else {
+            return UCS_ERR_INVALID_PARAM;
+        };
+        // SAFETY: forwarded.
+        let r = unsafe {
+            rma(
+                "ucp_get",
+                ep,
+                buffer,
+                length,
+                remote_addr,
+                rkey,
+                true,
+                OpArgs::with_cb(Cb::None, false),
+            )
+        };
+        wait(w, r)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_header_round_trip_and_bad_lengths() {
+        let h = KeyHeader {
+            delta: 0x1234_5678_9abc,
+            pid: 77,
+            id: 9,
+        };
+        let v = h.encode(&[1, 2, 3]);
+        assert_eq!(v.len(), KeyHeader::LEN + 3);
+        let mut head = [0u8; KeyHeader::LEN];
+        head.copy_from_slice(&v[..KeyHeader::LEN]);
+        assert_eq!(KeyHeader::decode(&head), Ok((h, 3)));
+        head[..4].copy_from_slice(&3u32.to_le_bytes());
+        assert!(KeyHeader::decode(&head).is_err(), "shorter than the header");
+        head[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(KeyHeader::decode(&head).is_err(), "too long");
+    }
 }

@@ -1,6 +1,6 @@
-//! Runs the C ABI test (`tests/c/abi_layout.c`, compiled against UCX 1.13's installed headers)
-//! on this package's `libucp.so.0`, over shared memory and over tcp on loopback. Fails, naming
-//! the package to install, when the headers are missing.
+//! Runs the C ABI tests (`tests/c/abi_layout.c` and `tests/c/onesided.c`, compiled against UCX
+//! 1.13's installed headers) on this package's `libucp.so.0`, over shared memory and over tcp on
+//! loopback. Fails, naming the package to install, when the headers are missing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -53,5 +53,10 @@ fn c_program_against_the_ucx_headers() {
         stdout.matches("abi_layout: all checks passed").count(),
         2,
         "both transports must pass:\n{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("onesided: all checks passed").count(),
+        2,
+        "the one-sided checks must pass on both transports:\n{stdout}\n{stderr}"
     );
 }

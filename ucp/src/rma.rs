@@ -314,6 +314,21 @@ impl Rkey {
     pub fn is_mapped(&self) -> bool {
         self.mapped.is_some()
     }
+
+    /// The address in this process of `remote_addr..remote_addr + len` of the peer's mapping,
+    /// when the peer's memory is mapped here (`ucp_rkey_ptr`): loads, stores and CPU atomics
+    /// there reach the peer's memory. [`Error::Unreachable`] when it is not mapped here, and
+    /// [`Error::RemoteAccess`] for a range outside the mapping. The pointer stays valid while
+    /// this key (or a clone) lives.
+    pub fn local_ptr(&self, remote_addr: u64, len: usize) -> Result<NonNull<u8>> {
+        let Some((_, k)) = &self.mapped else {
+            return Err(Error::Unreachable(
+                "the peer's memory is not mapped in this process".into(),
+            ));
+        };
+        let p = k.local_ptr(remote_addr, len)?;
+        NonNull::new(p).ok_or_else(|| Error::RemoteAccess("mapping at null".into()))
+    }
 }
 
 #[cfg(test)]

@@ -890,7 +890,19 @@ int main(void)
         void *bad_amo = ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_ADD, &operand, 1, base + 2048, rkey, &ap);
         CHECK(UCS_PTR_IS_ERR(bad_amo) && UCS_PTR_STATUS(bad_amo) == UCS_ERR_INVALID_PARAM, "3-byte atomic");
         void *rp_ptr;
-        CHECK(ucp_rkey_ptr(rkey, base, &rp_ptr) == UCS_ERR_UNREACHABLE, "rkey_ptr");
+        /* Over shared memory the peer's segment is mapped here: rkey_ptr gives an address of
+         * the same memory; over tcp it is unreachable. */
+        st = ucp_rkey_ptr(rkey, base + 8, &rp_ptr);
+        const char *tls_now = getenv("UCX_TLS");
+        if (tls_now != NULL && strcmp(tls_now, "tcp") == 0) {
+            CHECK(st == UCS_ERR_UNREACHABLE, "rkey_ptr over tcp: %s", ucs_status_string(st));
+        } else {
+            CHECK(st == UCS_OK, "rkey_ptr over shared memory: %s", ucs_status_string(st));
+            if (st == UCS_OK) {
+                *(volatile char *)rp_ptr = 0x5b;
+                CHECK(((volatile char *)ma.address)[8] == 0x5b, "rkey_ptr aliases the mapping");
+            }
+        }
         ucp_mem_advise_params_t adv;
         adv.field_mask = UCP_MEM_ADVISE_PARAM_FIELD_ADDRESS | UCP_MEM_ADVISE_PARAM_FIELD_LENGTH | UCP_MEM_ADVISE_PARAM_FIELD_ADVICE;
         adv.address = ma.address;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Compiles abi_layout.c against UCX 1.13's installed headers (Debian: libucx-dev) and runs it on
-# rucx's libucp.so.0 from LIBDIR, over shared memory and over tcp on loopback:
+# Compiles abi_layout.c and onesided.c against UCX 1.13's installed headers (Debian:
+# libucx-dev) and runs them on rucx's libucp.so.0 from LIBDIR, over shared memory and over tcp on
+# loopback:
 #   capi/tests/c/run.sh LIBDIR      (LIBDIR from capi/build.sh, or holding libucp.so.0)
 set -euo pipefail
 lib=${1:?usage: run.sh LIBDIR}
@@ -14,12 +15,16 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ln -s "$lib/libucp.so.0" "$tmp/libucp.so"
-${CC:-cc} -O1 -g -Wall -Wextra -Werror -o "$tmp/abi_layout" "$here/abi_layout.c" \
-    -I/usr/include -L"$tmp" -lucp -Wl,-rpath,"$lib"
+for prog in abi_layout onesided; do
+    ${CC:-cc} -O1 -g -Wall -Wextra -Werror -pthread -o "$tmp/$prog" "$here/$prog.c" \
+        -I/usr/include -L"$tmp" -lucp -Wl,-rpath,"$lib"
+done
 for tls in "shm,self" "tcp"; do
     echo "== UCX_TLS=$tls"
     # A short keepalive, so a killed peer is detected quickly even where nothing else reports it.
     env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
         RUCX_KEEPALIVE_INTERVAL=200ms RUCX_KEEPALIVE_TIMEOUT=5s \
         timeout 300 "$tmp/abi_layout"
+    env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
+        timeout 300 "$tmp/onesided"
 done

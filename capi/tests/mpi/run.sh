@@ -14,9 +14,17 @@
 #     watchdog fires;
 #   NetPIPE (NPopenmpi) over its whole size range (default upper bound), timing mode and integrity
 #     mode, with the loaded libucp proved by the dynamic linker's own log (LD_DEBUG=files);
-#   mpi4py_check.py under Open MPI with numpy arrays and Python objects.
+#   mpi4py_check.py under Open MPI with numpy arrays and Python objects;
+#   osc.c (MPI RMA windows: put/get, accumulate, fetch-and-op, compare-and-swap, fences, locks,
+#     flushes) under Open MPI with osc ucx forced (`--mca osc ucx`: window creation fails if the
+#     component cannot run; its selection is also checked in the osc framework's verbose log)
+#     and under MPICH, 2 and 4 ranks, over shared memory and tcp;
+#   shmem.c under oshrun (spml, atomic and sshmem ucx forced, selections checked in their
+#     verbose logs), 2 and 4 PEs, over shared memory and tcp: every PE must finish its checks
+#     after shmem_finalize and exit 0.
 # The last line is "N passed, M failed"; the exit status is non-zero if a case failed.
-# Needs: openmpi-bin libopenmpi-dev mpich libmpich-dev netpipe-openmpi python3-mpi4py python3-numpy.
+# Needs: openmpi-bin libopenmpi-dev mpich libmpich-dev netpipe-openmpi python3-mpi4py python3-numpy
+# (oshcc and oshrun come with libopenmpi-dev and openmpi-bin).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,7 +54,7 @@ else
 fi
 echo "libucp.so.0 expected in every rank: $want_ucp ($mode)"
 
-for tool in mpicc.openmpi mpicc.mpich mpirun.openmpi mpirun.mpich NPopenmpi timeout; do
+for tool in mpicc.openmpi mpicc.mpich mpirun.openmpi mpirun.mpich oshcc oshrun NPopenmpi timeout; do
   command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 2; }
 done
 python=/usr/bin/python3 # the Debian interpreter that has python3-mpi4py
@@ -63,6 +71,10 @@ for mpi in openmpi mpich; do
     "mpicc.$mpi" -O2 -Wall -Wextra -Werror -pthread -o "$work/$prog.$mpi" "$here/$prog.c"
   done
 done
+for mpi in openmpi mpich; do
+  "mpicc.$mpi" -O2 -Wall -Wextra -Werror -o "$work/osc.$mpi" "$here/osc.c"
+done
+oshcc -O2 -Wall -Wextra -Werror -o "$work/shmem" "$here/shmem.c"
 
 passed=0
 failed=0
@@ -88,9 +100,12 @@ launch() {
   esac
   [ -z "$libpath" ] || env+=("LD_LIBRARY_PATH=$libpath")
   local -a cmd
-  if [ "$mpi" = openmpi ]; then
-    cmd=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np"
-         --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any)
+  if [ "$mpi" = openmpi ] || [ "$mpi" = oshmem ]; then
+    local run=mpirun.openmpi
+    [ "$mpi" = openmpi ] || run=oshrun
+    cmd=("$run" --allow-run-as-root --oversubscribe -np "$np"
+         --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any
+         ${extra_mca[@]+"${extra_mca[@]}"})
     for e in "${env[@]}" ${extra_env[@]+"${extra_env[@]}"}; do cmd+=(-x "$e"); done
   else
     cmd=(env "${env[@]}" ${extra_env[@]+"${extra_env[@]}"} mpirun.mpich -np "$np")
@@ -103,6 +118,7 @@ launch() {
   elapsed=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 }
 extra_env=()
+extra_mca=()
 
 # check_libucp DIR NP: each rank file in DIR names exactly one libucp, the expected one;
 # otherwise sets `why` and returns 1.
@@ -138,11 +154,14 @@ check_ranks() {
 }
 
 # checked NAME MPI NP TLS TIMEOUT PROGRAM ARGS...: runs a program that writes rank files (p2p.c's
-# format) into a fresh folder given as its last argument, and checks them.
+# format) into a fresh folder given as its last argument, and checks them. Sets `last_out` to
+# that folder and `last_ok` to 1 if the case passed.
 checked() {
   local name=$1 mpi=$2 np=$3 tls=$4 limit=$5 out
   shift 5
   out=$work/$(echo "$name" | tr ' =' '--')
+  last_out=$out
+  last_ok=0
   mkdir -p "$out"
   launch "$mpi" "$np" "$tls" "$limit" "$out/log" -- "$@" "$out"
   if grep -q '^timeout: sending signal' "$out/log"; then
@@ -154,6 +173,7 @@ checked() {
     fail "$name" "$why" "$out/log"
   else
     pass "$name, $checks checks" "$elapsed"
+    last_ok=1
   fi
 }
 
@@ -236,6 +256,42 @@ done
 
 checked "mpi4py openmpi np=2 shm" openmpi 2 shm 120 "$python" "$here/mpi4py_check.py"
 checked "mpi4py openmpi np=3 tcp" openmpi 3 tcp 120 "$python" "$here/mpi4py_check.py"
+
+# check_selected LOG NP FRAMEWORK: Open MPI's verbose log shows every one of the NP processes
+# selecting component ucx of FRAMEWORK (osc: "osc: ucx selected" is not printed by 4.1, so the
+# forced `--mca osc ucx` plus its "component ucx open function successful" line is the proof);
+# otherwise sets `why` and returns 1.
+check_selected() {
+  local log=$1 np=$2 fw=$3 n
+  case $fw in
+    spml) n=$(grep -c 'mca_spml_base_select() select: component ucx selected' "$log" || true) ;;
+    sshmem) n=$(grep -c 'sshmem: base: runtime_query: (shmem) Selected component \[ucx\]' "$log" || true) ;;
+    osc) n=$(grep -c 'mca: base: components_open: component ucx open function successful' "$log" || true) ;;
+  esac
+  [ "${n:-0}" -ge "$np" ] || { why="$fw ucx selected by ${n:-0} of $np processes"; return 1; }
+}
+
+# One-sided: MPI RMA windows (osc.c) and OpenSHMEM (shmem.c).
+for tls in shm tcp; do
+  for np in 2 4; do
+    extra_mca=(--mca osc ucx --mca osc_base_verbose 10)
+    checked "osc openmpi np=$np $tls" openmpi "$np" "$tls" 120 "$work/osc.openmpi"
+    if [ "$last_ok" = 1 ] && ! check_selected "$last_out/log" "$np" osc; then
+      fail "osc openmpi np=$np $tls: osc ucx" "$why" "$last_out/log"
+    fi
+    extra_mca=()
+    checked "osc mpich np=$np $tls" mpich "$np" "$tls" 120 "$work/osc.mpich"
+    extra_mca=(--mca spml ucx --mca atomic ucx --mca sshmem ucx
+               --mca spml_base_verbose 10 --mca sshmem_base_verbose 10)
+    checked "shmem oshrun np=$np $tls" oshmem "$np" "$tls" 120 "$work/shmem"
+    for fw in spml sshmem; do
+      if [ "$last_ok" = 1 ] && ! check_selected "$last_out/log" "$np" "$fw"; then
+        fail "shmem oshrun np=$np $tls: $fw ucx" "$why" "$last_out/log"
+      fi
+    done
+    extra_mca=()
+  done
+done
 
 [ "$keep_work" = 0 ] || echo "logs kept in $work"
 echo "$passed passed, $failed failed"

@@ -127,9 +127,51 @@ pub unsafe extern "C" fn ucm_unset_event_handler(
 }
 
 /// `void ucm_set_external_event(int events)`: the application reports these events itself.
+///
+/// The caller reports them from hooks of its own (Open MPI's common ucx library installs a
+/// memory-release hook right after this call), for as long as the process runs. The shared
+/// object that made the call is therefore kept loaded for the rest of the process: Open MPI
+/// 4.1's OpenSHMEM layer registers that hook without ever unregistering it, and unloading the
+/// library left the hook pointing into unmapped code (a crash in `shmem_finalize`).
 #[no_mangle]
 pub extern "C" fn ucm_set_external_event(events: i32) {
     EXTERNAL.fetch_or(events, Ordering::AcqRel);
+    pin_caller();
+}
+
+/// Marks the shared object of the nearest caller outside this library `RTLD_NODELETE`, so
+/// `dlclose` never unmaps it. Does nothing when the caller cannot be found (an executable,
+/// or no unwind information).
+#[inline(never)]
+fn pin_caller() {
+    let mut frames = [std::ptr::null_mut::<c_void>(); 8];
+    // SAFETY: `frames` holds 8 entries.
+    let n = unsafe { libc::backtrace(frames.as_mut_ptr(), frames.len() as i32) };
+    // SAFETY: an all-zero Dl_info is a valid value to be overwritten.
+    let mut own: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address and writes `own`.
+    if unsafe { libc::dladdr(pin_caller as *const c_void, &mut own) } == 0 {
+        return;
+    }
+    for &f in &frames[..n.max(0) as usize] {
+        // SAFETY: as above.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fbase == own.dli_fbase {
+            continue;
+        }
+        if !info.dli_fname.is_null() {
+            // SAFETY: the name of an object already loaded (RTLD_NOLOAD loads nothing); the
+            // handle is kept on purpose.
+            unsafe {
+                libc::dlopen(
+                    info.dli_fname,
+                    libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+                )
+            };
+        }
+        return;
+    }
 }
 
 /// `void ucm_unset_external_event(int events)`.

@@ -1,0 +1,431 @@
+//! Memory for remote access: `ucp_mem_map` / `ucp_mem_unmap` / `ucp_mem_query` /
+//! `ucp_mem_advise`.
+//!
+//! rucx maps memory per worker, while UCX maps it per context: a context's mappings are made
+//! with its first live worker (MPI libraries create one worker per context).
+//!
+//! `UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED` (OpenSHMEM's symmetric heap, at the same address
+//! in every process) is served by aliasing: rucx allocates its mapping where it likes (a shared
+//! segment when a shared-memory transport is on, heap otherwise), and a shared segment is then
+//! mapped a second time at the client's address (`mremap` with an old size of 0 maps the same
+//! pages again). The client sees only its address; remote keys carry the difference between the
+//! two (see [`crate::rma`]), so peers' accesses at the client's addresses land on the same pages.
+//! Without a shared segment, fresh anonymous memory is mapped at the client's address and
+//! registered as user memory.
+//!
+//! Every mapping has a process-unique id and a liveness flag: a remote key unpacked in the
+//! process that owns the mapping (a rank talking to itself) refuses accesses once the mapping is
+//! unmapped, instead of writing memory that may have been freed and reused.
+
+use crate::context::Context;
+use crate::ffi::*;
+use crate::guard::{check_mask, fail, ffi, refuse};
+use crate::worker::Worker;
+use std::collections::HashMap;
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use ucp::MemMap;
+
+/// A memory handle.
+pub struct Mem {
+    pub(crate) worker: *const Worker,
+    pub(crate) context: *const Context,
+    pub(crate) map: Option<MemMap>,
+    /// What the client sees: its address (for a fixed mapping) or rucx's.
+    pub(crate) address: *mut c_void,
+    pub(crate) length: usize,
+    /// Client address minus rucx's address of the same memory (non-zero for a fixed alias).
+    pub(crate) delta: u64,
+    /// A second mapping this handle made at the client's address: (start, bytes).
+    alias: Option<(usize, usize)>,
+    /// Process-unique id of the mapping (packed into its remote keys).
+    pub(crate) id: u64,
+    /// False once unmapped; remote keys unpacked in this process hold it.
+    pub(crate) alive: Arc<AtomicBool>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Live mappings of this process by id.
+fn live() -> &'static Mutex<HashMap<u64, Weak<AtomicBool>>> {
+    static LIVE: std::sync::OnceLock<Mutex<HashMap<u64, Weak<AtomicBool>>>> =
+        std::sync::OnceLock::new();
+    LIVE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The liveness flag of this process's mapping `id`, if it is still mapped.
+pub(crate) fn liveness(id: u64) -> Option<Arc<AtomicBool>> {
+    let m = live().lock().unwrap_or_else(|p| p.into_inner());
+    m.get(&id).and_then(Weak::upgrade)
+}
+
+/// The address and length of a mapping, as the client sees them.
+pub(crate) fn range_of(m: &Mem) -> (usize, usize) {
+    (m.address as usize, m.length)
+}
+
+const MAP_KNOWN: u64 = UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+    | UCP_MEM_MAP_PARAM_FIELD_LENGTH
+    | UCP_MEM_MAP_PARAM_FIELD_FLAGS
+    | UCP_MEM_MAP_PARAM_FIELD_PROT
+    | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+
+fn first_worker<'a>(name: &str, c: &Context) -> Result<&'a Worker, Status> {
+    let ws = c.workers.lock().unwrap_or_else(|p| p.into_inner());
+    match ws.first() {
+        // SAFETY: workers unregister before they are freed.
+        Some(&w) => Ok(unsafe { &*(w as *const Worker) }),
+        None => Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            "rucx maps memory with a worker: create one first",
+        )),
+    }
+}
+
+fn page() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// Reserves `len` bytes at exactly `at` (nothing else may be mapped there): an anonymous
+/// private mapping, zero-filled, readable and writable.
+fn reserve_at(name: &str, at: usize, len: usize) -> Result<(), Status> {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+    let p = unsafe {
+        libc::mmap(
+            at as *mut c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        let e = std::io::Error::last_os_error();
+        return Err(refuse(
+            name,
+            UCS_ERR_NO_MEMORY,
+            format!("cannot map {len} bytes at the fixed address {at:#x}: {e}"),
+        ));
+    }
+    if p as usize != at {
+        // An old kernel without MAP_FIXED_NOREPLACE treats it as a hint.
+        // SAFETY: the mapping just made.
+        unsafe { libc::munmap(p, len) };
+        return Err(refuse(
+            name,
+            UCS_ERR_NO_MEMORY,
+            format!("the fixed address {at:#x} is in use"),
+        ));
+    }
+    Ok(())
+}
+
+/// Maps `len` bytes at the client's fixed address `at`: rucx's mapping plus, for a shared
+/// segment, an alias at `at`; gives the mapping, the alias's extent and the address delta.
+fn map_fixed(
+    name: &str,
+    i: &mut ucp::Worker,
+    at: usize,
+    len: usize,
+) -> Result<(MemMap, (usize, usize), u64), Status> {
+    let pg = page();
+    if !at.is_multiple_of(pg) {
+        return Err(refuse(
+            name,
+            UCS_ERR_INVALID_PARAM,
+            format!("UCP_MEM_MAP_FIXED address {at:#x} is not page aligned"),
+        ));
+    }
+    let span = len.div_ceil(pg) * pg;
+    reserve_at(name, at, span)?;
+    let undo = |why: Status| {
+        // SAFETY: the reservation (or alias) made above, at `at`.
+        unsafe { libc::munmap(at as *mut c_void, span) };
+        why
+    };
+    let map = i.mem_map(len).map_err(|e| undo(fail(name, &e)))?;
+    if map.is_shared() {
+        // SAFETY: `map` is a shared segment of at least `span` bytes (segments are whole
+        // pages); with an old size of 0, mremap maps the same pages again at `at`, replacing
+        // the reservation made there (and leaving it in place if it fails).
+        let p = unsafe {
+            libc::mremap(
+                map.address() as *mut c_void,
+                0,
+                span,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                at as *mut c_void,
+            )
+        };
+        if p as usize == at {
+            let delta = (at as u64).wrapping_sub(map.address());
+            return Ok((map, (at, span), delta));
+        }
+        tracing::debug!(
+            "{name}: cannot map the shared segment again at {at:#x} ({}); using private memory",
+            std::io::Error::last_os_error()
+        );
+    }
+    // Heap memory cannot be aliased: the reservation becomes the memory, registered as user
+    // memory.
+    drop(map);
+    // SAFETY: the reservation stays mapped until this handle's unmap, after the mapping.
+    let map = unsafe { i.mem_map_raw(at as *mut u8, len) }.map_err(|e| undo(fail(name, &e)))?;
+    Ok((map, (at, span), 0))
+}
+
+/// `ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *params,
+/// ucp_mem_h *memh_p)`: allocates (`UCP_MEM_MAP_ALLOCATE`, at a given address with
+/// `UCP_MEM_MAP_FIXED`) or registers the client's memory for remote access.
+///
+/// # Safety
+/// A live context with a worker; valid params; registered memory stays valid until unmapped.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_map(
+    context: *mut Context,
+    params: *const MemMapParams,
+    memh_p: *mut *mut Mem,
+) -> Status {
+    const NAME: &str = "ucp_mem_map";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        if context.is_null() || params.is_null() || memh_p.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+        }
+        // SAFETY: caller pointers.
+        let (c, p) = unsafe { (&*context, &*params) };
+        if let Err(s) = check_mask(
+            NAME,
+            "ucp_mem_map_params_t.field_mask",
+            p.field_mask,
+            MAP_KNOWN,
+        ) {
+            return s;
+        }
+        let has = |b: u64| p.field_mask & b != 0;
+        let flags = if has(UCP_MEM_MAP_PARAM_FIELD_FLAGS) {
+            p.flags
+        } else {
+            0
+        };
+        if flags & !(UCP_MEM_MAP_NONBLOCK | UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED) != 0 {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("unknown flags {flags:#x}"),
+            );
+        }
+        if has(UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE)
+            && p.memory_type != UCS_MEMORY_TYPE_HOST
+            && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+        {
+            return refuse(NAME, UCS_ERR_UNSUPPORTED, "rucx maps host memory only");
+        }
+        if !has(UCP_MEM_MAP_PARAM_FIELD_LENGTH) || p.length == 0 {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "length missing or 0");
+        }
+        let address = if has(UCP_MEM_MAP_PARAM_FIELD_ADDRESS) {
+            p.address
+        } else {
+            std::ptr::null_mut()
+        };
+        let allocate = flags & UCP_MEM_MAP_ALLOCATE != 0;
+        let fixed = allocate && flags & UCP_MEM_MAP_FIXED != 0;
+        if fixed && address.is_null() {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "UCP_MEM_MAP_FIXED without an address",
+            );
+        }
+        if !allocate && address.is_null() {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "no address and no UCP_MEM_MAP_ALLOCATE",
+            );
+        }
+        let w = match first_worker(NAME, c) {
+            Ok(w) => w,
+            Err(s) => return s,
+        };
+        let _g = w.lock.lock();
+        let mut i = w.inner.borrow_mut();
+        let (map, alias, delta) = if fixed {
+            match map_fixed(NAME, &mut i.w, address as usize, p.length) {
+                Ok((m, a, d)) => (m, Some(a), d),
+                Err(s) => return s,
+            }
+        } else {
+            let res = if allocate {
+                i.w.mem_map(p.length)
+            } else {
+                // SAFETY: the client keeps the memory valid until ucp_mem_unmap (documented).
+                unsafe { i.w.mem_map_raw(address as *mut u8, p.length) }
+            };
+            match res {
+                Ok(m) => (m, None, 0),
+                Err(e) => return fail(NAME, &e),
+            }
+        };
+        drop(i);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let alive = Arc::new(AtomicBool::new(true));
+        live()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::downgrade(&alive));
+        let mem = Box::new(Mem {
+            worker: w,
+            context,
+            address: map.address().wrapping_add(delta) as *mut c_void,
+            length: map.len(),
+            map: Some(map),
+            delta,
+            alias,
+            id,
+            alive,
+        });
+        // SAFETY: checked non-null.
+        unsafe { *memh_p = Box::into_raw(mem) };
+        UCS_OK
+    })
+}
+
+/// `ucs_status_t ucp_mem_unmap(ucp_context_h context, ucp_mem_h memh)`.
+///
+/// # Safety
+/// A handle from `ucp_mem_map`, unmapped once.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_unmap(context: *mut Context, memh: *mut Mem) -> Status {
+    const NAME: &str = "ucp_mem_unmap";
+    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
+        if memh.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "memh is NULL");
+        }
+        // SAFETY: a live handle (checked before it is freed below).
+        if !context.is_null() && !std::ptr::eq(unsafe { (*memh).context }, context) {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "memh was mapped by another context",
+            );
+        }
+        // SAFETY: created by ucp_mem_map.
+        let mut m = unsafe { Box::from_raw(memh) };
+        m.alive.store(false, Ordering::Release);
+        live()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&m.id);
+        // SAFETY: the worker outlives its mappings.
+        let w = unsafe { &*m.worker };
+        let _g = w.lock.lock();
+        drop(m.map.take());
+        if let Some((at, span)) = m.alias.take() {
+            // SAFETY: the alias (or reservation) this handle mapped; rucx's mapping is gone.
+            unsafe { libc::munmap(at as *mut c_void, span) };
+        }
+        UCS_OK
+    })
+}
+
+/// `ucs_status_t ucp_mem_query(const ucp_mem_h memh, ucp_mem_attr_t *attr)`.
+///
+/// # Safety
+/// A live handle and a writable `attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_query(memh: *const Mem, attr: *mut MemAttr) -> Status {
+    const NAME: &str = "ucp_mem_query";
+    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
+        if memh.is_null() || attr.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+        }
+        // SAFETY: caller pointers.
+        let (m, a) = unsafe { (&*memh, &mut *attr) };
+        let known =
+            UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH | UCP_MEM_ATTR_FIELD_MEM_TYPE;
+        if let Err(s) = check_mask(NAME, "ucp_mem_attr_t.field_mask", a.field_mask, known) {
+            return s;
+        }
+        if a.field_mask & UCP_MEM_ATTR_FIELD_ADDRESS != 0 {
+            a.address = m.address;
+        }
+        if a.field_mask & UCP_MEM_ATTR_FIELD_LENGTH != 0 {
+            a.length = m.length;
+        }
+        if a.field_mask & UCP_MEM_ATTR_FIELD_MEM_TYPE != 0 {
+            a.mem_type = UCS_MEMORY_TYPE_HOST;
+        }
+        UCS_OK
+    })
+}
+
+/// `ucp_mem_advise_params_t`.
+#[repr(C)]
+pub struct MemAdviseParams {
+    field_mask: u64,
+    address: *mut c_void,
+    length: usize,
+    advice: c_uint,
+}
+
+/// `ucs_status_t ucp_mem_advise(ucp_context_h context, ucp_mem_h memh,
+/// ucp_mem_advise_params_t *params)`: checks the advice (`UCP_MADV_NORMAL`,
+/// `UCP_MADV_WILLNEED`) and the range; rucx maps and registers memory in full when it is
+/// mapped, so there is nothing the advice changes.
+///
+/// # Safety
+/// A live handle and valid params.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_advise(
+    _context: *mut c_void,
+    memh: *mut Mem,
+    params: *mut MemAdviseParams,
+) -> Status {
+    const NAME: &str = "ucp_mem_advise";
+    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
+        if memh.is_null() || params.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+        }
+        // SAFETY: caller pointers.
+        let (m, p) = unsafe { (&*memh, &*params) };
+        if let Err(s) = check_mask(
+            NAME,
+            "ucp_mem_advise_params_t.field_mask",
+            p.field_mask,
+            0x7,
+        ) {
+            return s;
+        }
+        if p.field_mask != 0x7 {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "address, length and advice are required",
+            );
+        }
+        if p.advice > 1 {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("advice {}", p.advice));
+        }
+        let (a, len) = range_of(m);
+        let (s, e) = (
+            p.address as usize,
+            (p.address as usize).saturating_add(p.length),
+        );
+        if s < a || e > a + len {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "range outside the mapping");
+        }
+        UCS_OK
+    })
+}
+
+const _: () = assert!(std::mem::size_of::<MemAdviseParams>() == 32);
