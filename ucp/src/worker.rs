@@ -2522,7 +2522,13 @@ impl State {
         let (Some(proto), Some(l)) = (ep.proto.as_ref(), ep.lanes.as_mut()) else {
             return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
         };
-        if *offset != 0 || len > proto.bcopy_single_max {
+        // A synchronous message's header is longer by the sender's request id.
+        let sync_extra = if sreq != NO_REQ {
+            EagerSyncHdr::LEN - EagerHdr::LEN
+        } else {
+            0
+        };
+        if *offset != 0 || len + sync_extra > proto.bcopy_single_max {
             return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
         }
         let uuid = self.uuid.to_le_bytes();
