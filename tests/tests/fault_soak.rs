@@ -818,3 +818,53 @@ fn soak_fault_tcp() {
 fn soak_fault_posix() {
     soak("soak_fault_posix", "fault_posix");
 }
+
+/// A synchronous message that fits one eager fragment only without its longer header (the
+/// sender's request id) goes in fragments and arrives; it once failed with `MessageTooLong`
+/// and left its receive waiting. Two workers of this process over plain posix.
+#[test]
+fn sync_send_around_the_single_fragment_limit() {
+    let mk = || {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                rndv_thresh: Some(1 << 20),
+                ..config("posix")
+            }),
+        })
+        .expect("context");
+        Worker::new(&ctx).expect("worker")
+    };
+    let (mut a, mut b) = (mk(), mk());
+    let ep = a.ep_create(b.address(), EpParams::default()).unwrap();
+    let max = a.ep_proto_config(ep).unwrap().bcopy_single_max;
+    let start = Instant::now();
+    for (i, len) in (max - 10..=max + 1).enumerate() {
+        let data = content(1, i as u64, len);
+        let r = b
+            .tag_recv(vec![0; len], i as u64, ucp::TAG_MASK_EXACT)
+            .unwrap();
+        let s = a.tag_send_sync(ep, i as u64, &data).unwrap();
+        let (mut r, mut s) = (Some(r), Some(s));
+        let (mut got, mut sent) = (None, None);
+        while got.is_none() || sent.is_none() {
+            a.progress();
+            b.progress();
+            for (op, out, w) in [(&mut r, &mut got, &mut b), (&mut s, &mut sent, &mut a)] {
+                match op.take() {
+                    Some(Op::Done(c)) => *out = Some(c),
+                    Some(Op::Pending(q)) => match w.request_take(q) {
+                        Ok(c) => *out = Some(c),
+                        Err(q) => *op = Some(Op::Pending(q)),
+                    },
+                    None => {}
+                }
+            }
+            assert!(start.elapsed() < WATCHDOG, "watchdog: {len} bytes");
+        }
+        let (got, sent) = (got.unwrap(), sent.unwrap());
+        assert_eq!(sent.status, Ok(()), "sync send of {len} (single max {max})");
+        assert_eq!(got.status, Ok(()), "receive of {len}");
+        assert!(got.buf.unwrap()[..len] == data[..], "{len} bytes differ");
+    }
+}
