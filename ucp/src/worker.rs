@@ -3763,12 +3763,16 @@ impl State {
                     }
                 };
                 let off = h.offset as usize;
-                if off.checked_add(data.len()).is_none_or(|e| e > r.total) {
+                // Fragments come in order on one lane: anything else (a repeat, a gap) would
+                // complete the receive with bytes missing.
+                if off != r.received || off.checked_add(data.len()).is_none_or(|e| e > r.total) {
                     return Err(Error::Wire(format!(
-                        "rendezvous fragment {}+{} outside the {}-byte message",
+                        "rendezvous fragment {}+{} is not the next of the {}-byte message \
+                         ({} bytes received)",
                         h.offset,
                         data.len(),
-                        r.total
+                        r.total,
+                        r.received
                     )));
                 }
                 r.buf[off..off + data.len()].copy_from_slice(data);

@@ -11,7 +11,7 @@
 //! | `after=N`   |         | no fault before the interface has seen N sends and arrivals (default 0), so wire-up can finish |
 //! | `stall=P`   | send    | the operation is held: it returns `NoResource` without being started  |
 //! | `partial=P` | send    | an `am_bcopy` is taken into the wrapper's own buffer and reported done, and reaches the transport only later, from progress or the next operation, like the tail of a short write; later operations on that endpoint return `NoResource` until it went out, and flush waits for it |
-//! | `drop=P`    | send    | the endpoint's connection is closed (the real endpoint is destroyed, so the peer sees it too); the operation and all later ones fail with `ConnectionReset`, and the endpoint error is reported once from progress |
+//! | `drop=P`    | send    | the endpoint's connection is dropped: the real endpoint is destroyed (the transport closes the connection once nothing else uses it; tcp may keep a socket its peer also sends on), the operation and all later ones fail with `ConnectionReset`, and the endpoint error is reported once from progress; the peer learns of it from the closed connection or its keepalive |
 //! | `die=P`     | send    | the process kills itself with SIGKILL (peer death at a random point) |
 //! | `delay=P`   | receive | an arriving message starts a hold: it and everything after it on this interface is delivered `hold` progress calls later, in order |
 //! | `hold=N`    | receive | length of a hold in progress calls (default 50)                      |
