@@ -42,6 +42,21 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 const HANG_BOUND: Duration = Duration::from_secs(12);
 /// Messages above this go by rendezvous.
 const RNDV_THRESH: usize = 16 * 1024;
+/// Socket buffers small enough that the kernel takes tcp writes in pieces (real short
+/// writes the transport must finish later), for the partial-send and soak runs when
+/// `RUCX_FAULT_SOAK_SMALL_BUFFERS` is set. Off by default: with them, tcp transfers stall for
+/// seconds at a time (a rendezvous of a few hundred KiB over 4 KiB buffers), and the 2 s
+/// keepalive then fails the endpoints of a live peer.
+const SMALL_SOCKET_BUFFERS: [(&str, &str); 2] =
+    [("RUCX_TCP_SNDBUF", "4k"), ("RUCX_TCP_RCVBUF", "4k")];
+fn small_buffers() -> Vec<(&'static str, &'static str)> {
+    if std::env::var_os("RUCX_FAULT_SOAK_SMALL_BUFFERS").is_some() {
+        SMALL_SOCKET_BUFFERS.to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
 /// Messages up to this size go in one eager fragment on both transports.
 const SURELY_SINGLE: usize = 4000;
 /// Allowed growth of a process's resident memory over its run.
@@ -395,6 +410,8 @@ struct Scenario {
     expect: Option<&'static str>,
     /// The sender's faults include `die`: it must end killed by its own SIGKILL.
     self_kill: bool,
+    /// Extra environment of both processes.
+    env: Vec<(&'static str, &'static str)>,
 }
 
 struct ChildProc {
@@ -432,6 +449,7 @@ fn spawn(
             "RUCX_FAULT_INJECT",
             format!("seed={},{faults}", seed ^ tag as u64),
         )
+        .envs(s.env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -748,6 +766,7 @@ fn scenario(name: &'static str, tl: &'static str, faults: &str) -> Scenario {
         lossless: false,
         expect: None,
         self_kill: false,
+        env: Vec::new(),
     }
 }
 
@@ -790,6 +809,9 @@ fn each_kind(tl: &'static str, kind: &'static str, name: &'static str) {
     .then_some(kind)
     .or((kind == "dup_data").then_some("dup"));
     s.self_kill = kind == "die";
+    if kind == "partial" {
+        s.env = small_buffers();
+    }
     run(s);
 }
 
@@ -829,8 +851,11 @@ fn soak(name: &'static str, tl: &'static str) {
          drop=0.0005,ids={}",
         control_ids()
     );
+    // `RUCX_FAULT_SOAK_MIX` replaces the knobs (to explore other mixes by hand).
+    let mix = std::env::var("RUCX_FAULT_SOAK_MIX").unwrap_or(mix);
     let mut s = scenario(name, tl, &mix);
     s.count = 600;
+    s.env = small_buffers();
     run(s);
 }
 
