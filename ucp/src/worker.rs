@@ -2522,7 +2522,13 @@ impl State {
         let (Some(proto), Some(l)) = (ep.proto.as_ref(), ep.lanes.as_mut()) else {
             return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
         };
-        if *offset != 0 || len > proto.bcopy_single_max {
+        // A synchronous message's header is longer by the sender's request id.
+        let sync_extra = if sreq != NO_REQ {
+            EagerSyncHdr::LEN - EagerHdr::LEN
+        } else {
+            0
+        };
+        if *offset != 0 || len + sync_extra > proto.bcopy_single_max {
             return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
         }
         let uuid = self.uuid.to_le_bytes();
@@ -3757,12 +3763,16 @@ impl State {
                     }
                 };
                 let off = h.offset as usize;
-                if off.checked_add(data.len()).is_none_or(|e| e > r.total) {
+                // Fragments come in order on one lane: anything else (a repeat, a gap) would
+                // complete the receive with bytes missing.
+                if off != r.received || off.checked_add(data.len()).is_none_or(|e| e > r.total) {
                     return Err(Error::Wire(format!(
-                        "rendezvous fragment {}+{} outside the {}-byte message",
+                        "rendezvous fragment {}+{} is not the next of the {}-byte message \
+                         ({} bytes received)",
                         h.offset,
                         data.len(),
-                        r.total
+                        r.total,
+                        r.received
                     )));
                 }
                 r.buf[off..off + data.len()].copy_from_slice(data);

@@ -9,6 +9,7 @@ pub mod caps;
 pub mod cma;
 mod cpu_atomic;
 pub mod ep;
+pub mod fault;
 pub mod grant;
 pub mod iface;
 pub mod md;

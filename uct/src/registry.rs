@@ -60,8 +60,12 @@ pub struct TransportStatus {
 
 /// The `RUCX_*` variable tables of the built-in transports, for
 /// [`ucs::log::init_program`] and the configuration printer.
-pub fn config_tables() -> [&'static [ucs::config::ConfigVar]; 2] {
-    [&crate::tcp::TCP_VARS, &crate::rc_verbs::RC_VERBS_VARS]
+pub fn config_tables() -> [&'static [ucs::config::ConfigVar]; 3] {
+    [
+        &crate::tcp::TCP_VARS,
+        &crate::rc_verbs::RC_VERBS_VARS,
+        &crate::fault::FAULT_VARS,
+    ]
 }
 
 /// Every built-in transport with its devices or the reason it is unavailable.
@@ -309,4 +313,6 @@ transports! {
     Cma => crate::cma::CmaTransport,
     Tcp => crate::tcp::TcpTransport,
     RcVerbs => crate::rc_verbs::RcVerbs,
+    FaultTcp => crate::fault::Fault<crate::tcp::TcpTransport>,
+    FaultPosix => crate::fault::Fault<crate::mm::PosixTransport>,
 }
