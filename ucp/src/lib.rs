@@ -32,13 +32,18 @@
 
 pub mod acceptor;
 pub mod address;
+mod am;
+mod amo;
 pub mod config;
 pub mod context;
 pub mod listener;
 pub mod mt;
 pub mod request;
 pub mod rma;
-pub mod tag_match;
+mod rndv;
+mod stream;
+mod tag;
+pub use tag::matcher as tag_match;
 pub mod wire;
 pub mod wireup;
 pub mod worker;
