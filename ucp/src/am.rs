@@ -53,9 +53,14 @@ impl Worker {
 
 impl State {
     pub(crate) fn deliver_am(&mut self, ep: usize, id: u16, hdr: &[u8], data: Vec<u8>) {
+        let Some(gen) = self.eps.get(ep).map(|e| e.gen) else {
+            tracing::warn!(id, "active message for an endpoint that is gone dropped");
+            self.put_buf(data);
+            return;
+        };
         let h = EpHandle {
             idx: ep as u32,
-            gen: self.eps.get(ep).map(|e| e.gen).unwrap_or(0),
+            gen,
         };
         match self.am_handlers.get_mut(&id) {
             Some(cb) => cb(h, hdr, data),

@@ -52,7 +52,7 @@ impl State {
     }
 
     pub(crate) fn stream_step(&mut self, key: usize) -> Result<bool> {
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let uuid = self.uuid.to_le_bytes();
         let now = self.clock.now();
         let State {

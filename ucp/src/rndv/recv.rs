@@ -134,7 +134,7 @@ impl State {
     }
 
     pub(crate) fn get_step(&mut self, key: usize) -> Result<bool> {
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let State {
             eps, reqs, info, ..
@@ -182,7 +182,7 @@ impl State {
     }
 
     pub(crate) fn get_done(&mut self, key: usize) -> Result<()> {
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let r = self.recv_mut(key);
         r.received = r.total;
         if r.user_rma {

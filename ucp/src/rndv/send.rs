@@ -62,7 +62,7 @@ impl State {
     }
 
     pub(crate) fn zcopy_step(&mut self, key: usize) -> Result<bool> {
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let peer_wire = self.peer_id(idx, key);
         let uuid = self.uuid.to_le_bytes();
@@ -152,7 +152,7 @@ impl State {
     }
 
     pub(crate) fn send_rts(&mut self, key: usize) -> Result<bool> {
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let wire = self.peer_id(idx, key);
         // Register the data on the RMA lane's memory domain once.
         let rma_iface = self.eps[idx]
@@ -247,7 +247,7 @@ impl State {
     }
 
     pub(crate) fn put_step(&mut self, key: usize) -> Result<bool> {
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let State {
             eps, reqs, info, ..
@@ -301,7 +301,7 @@ impl State {
             self.finish(key, Ok(()));
             return Ok(true);
         }
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let l = self.eps[idx]
             .lanes
@@ -330,7 +330,7 @@ impl State {
     }
 
     pub(crate) fn pipeline_step(&mut self, key: usize) -> Result<bool> {
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let uuid = self.uuid.to_le_bytes();
         let now = self.clock.now();
         let State {

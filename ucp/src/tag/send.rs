@@ -246,7 +246,7 @@ impl State {
 
     /// Advances a send request as far as resources allow. Gives false on back-pressure.
     pub(crate) fn send_step(&mut self, key: usize) -> Result<bool> {
-        let idx = self.reqs[key].ep.unwrap_or(0);
+        let idx = self.req_ep(key)?;
         let wire = self.peer_id(idx, key);
         let stage = self.send_mut(key).stage;
         match stage {

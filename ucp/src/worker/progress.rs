@@ -175,10 +175,10 @@ impl State {
             );
             return;
         }
-        let ep = self.reqs[key].ep.unwrap_or(0);
+        let ep = self.reqs[key].ep;
         if let Err(e) = result {
             self.finish(key, Err(e.clone()));
-            self.fail_ep(ep, e);
+            self.fail_req_ep(ep, e);
             return;
         }
         let r = match kind {
@@ -198,16 +198,17 @@ impl State {
                 if s.inflight == 0 && s.offset == s.data.len() {
                     if stage == SendStage::WaitPutFlush {
                         let rreq = s.rreq;
-                        let r = self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode());
+                        let r = self.req_ep(key).and_then(|ep| {
+                            self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode())
+                        });
                         self.finish(key, Ok(()));
                         r
                     } else {
                         match self.put_done(key) {
-                            Ok(false) => {
+                            Ok(false) => self.req_ep(key).map(|ep| {
                                 self.eps[ep].pending.push_back(Pending::Req(key));
                                 self.mark_pending(ep);
-                                Ok(())
-                            }
+                            }),
                             Ok(true) => Ok(()),
                             Err(e) => Err(e),
                         }
@@ -247,7 +248,16 @@ impl State {
             _ => Ok(()),
         };
         if let Err(e) = r {
-            self.fail_ep(ep, e);
+            self.fail_req_ep(ep, e);
+        }
+    }
+
+    /// A completion of a request bound to endpoint `ep` failed: the endpoint fails. A request
+    /// bound to none has nothing to fail beyond itself.
+    fn fail_req_ep(&mut self, ep: Option<usize>, e: Error) {
+        match ep {
+            Some(idx) => self.fail_ep(idx, e),
+            None => tracing::debug!("completion of a request without an endpoint failed: {e}"),
         }
     }
 }

@@ -118,6 +118,14 @@ impl State {
         (self.reqs[key].gen as u64) << 32 | key as u64
     }
 
+    /// The endpoint request `key` works for. A send, a stream receive or a matched receive
+    /// always has one; a request without one is an error here, never endpoint 0.
+    pub(crate) fn req_ep(&self, key: usize) -> Result<usize> {
+        self.reqs.get(key).and_then(|r| r.ep).ok_or_else(|| {
+            Error::InvalidParam(format!("request {key} is not bound to an endpoint"))
+        })
+    }
+
     pub(crate) fn req_by_wire(&self, id: u64) -> Option<usize> {
         let key = (id & 0xFFFF_FFFF) as usize;
         match self.reqs.get(key) {
@@ -187,11 +195,15 @@ impl State {
         };
         if let Some((id, hdr)) = am {
             // A user active message that came by rendezvous: hand it to its handler.
-            let ep = r.ep.unwrap_or(0);
+            let ep = r.ep;
             self.reqs.remove(key);
-            match (status, buf) {
-                (Ok(()), Some(data)) => self.deliver_am(ep, id, &hdr, data),
-                (Err(e), _) => tracing::warn!("active message {id} lost: {e}"),
+            match (status, buf, ep) {
+                (Ok(()), Some(data), Some(ep)) => self.deliver_am(ep, id, &hdr, data),
+                (Ok(()), Some(data), None) => {
+                    tracing::warn!("active message {id} lost: its request has no endpoint");
+                    self.put_buf(data);
+                }
+                (Err(e), _, _) => tracing::warn!("active message {id} lost: {e}"),
                 _ => {}
             }
             return;

@@ -134,8 +134,11 @@ impl State {
             return;
         };
         let (_, op, _memh) = self.tm.rndv_ops.swap_remove(i);
-        let idx = self.reqs[key].ep.unwrap_or(0);
-        if let Some(l) = self.eps.get_mut(idx).and_then(|e| e.lanes.as_mut()) {
+        let ep = self.reqs.get(key).and_then(|r| r.ep);
+        if let Some(l) = ep
+            .and_then(|idx| self.eps.get_mut(idx))
+            .and_then(|e| e.lanes.as_mut())
+        {
             if let Err(e) = l.uct[l.am].1.tag_rndv_cancel(op) {
                 tracing::debug!("tag rendezvous {op} already gone: {e}");
             }
