@@ -237,7 +237,10 @@ impl State {
                 Ok(())
             }
             COMP_FLUSH => {
-                if let ReqKind::Flush { eps_left, retry } = &mut self.reqs[key].kind {
+                if let ReqKind::Flush {
+                    eps_left, retry, ..
+                } = &mut self.reqs[key].kind
+                {
                     *eps_left = eps_left.saturating_sub(1);
                     if *eps_left == 0 && retry.is_empty() {
                         self.finish(key, Ok(()));

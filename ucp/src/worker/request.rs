@@ -152,6 +152,13 @@ impl State {
         if r.done.is_some() {
             return;
         }
+        if let ReqKind::Flush {
+            parent: Some(p), ..
+        } = r.kind
+        {
+            self.flush_part_done(key, p, status);
+            return;
+        }
         if matches!(r.kind, ReqKind::Send(_)) {
             self.tm_send_finishing(key);
         }

@@ -196,10 +196,22 @@ pub(crate) struct RecvReq {
 pub(crate) enum ReqKind {
     Send(SendReq),
     Recv(RecvReq),
-    StreamRecv { buf: Vec<u8>, filled: usize },
-    Atomic { value: u64 },
+    StreamRecv {
+        buf: Vec<u8>,
+        filled: usize,
+    },
+    Atomic {
+        value: u64,
+    },
     Close,
-    Flush { eps_left: usize, retry: Vec<usize> },
+    /// A flush: `eps_left` transport flushes (or, with endpoint parts, parts) still running,
+    /// `retry` endpoints whose flush waits for their queue to drain or for resources.
+    Flush {
+        eps_left: usize,
+        retry: Vec<usize>,
+        /// Wire id of the worker-wide flush this request is one endpoint's part of.
+        parent: Option<u64>,
+    },
 }
 
 pub(crate) struct Req {
