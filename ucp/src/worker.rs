@@ -6,7 +6,7 @@
 //! `progress` (polling and the event sink), `pending` (lane sends and back-pressure), `dispatch`
 //! (incoming messages, routed to their protocol family), `flush`, `close` and `failure`
 //! (endpoint failure and keepalive). The protocol families live beside it, each with its wire
-//! messages' handlers: [`crate::tag`], `rndv`, [`crate::rma`], `amo`, `am`, `stream` and
+//! messages' handlers: `tag`, `rndv`, [`crate::rma`], `amo`, `am`, `stream` and
 //! [`crate::wireup`].
 //!
 //! Peers are not trusted. A message that names one of our requests (SYNC_ACK, ATS, RTR,

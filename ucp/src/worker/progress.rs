@@ -71,7 +71,7 @@ impl Worker {
         n
     }
 
-    /// The event fd to sleep on (needs [`Features::WAKEUP`]): readable when progress has work.
+    /// The event fd to sleep on (needs [`Features::WAKEUP`](crate::Features::WAKEUP)): readable when progress has work.
     pub fn efd(&self) -> Result<RawFd> {
         self.epfd.ok_or_else(|| {
             Error::Unsupported("the context was created without Features::WAKEUP".into())
