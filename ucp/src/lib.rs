@@ -21,24 +21,31 @@
 //! after that first message, and then the AM and RMA lanes move to rc_verbs behind an ordering
 //! marker (see [`wireup`]), so tcp carries only the wire-up.
 //!
-//! ## Room for tag offload (issue 7)
-//! [`tag_match::TagMatcher`] stays the single source of truth for ordering. A lane whose
-//! `IfaceAttr` has `TAG_EAGER_*`/`TAG_RNDV_ZCOPY` will post receives to the interface as well;
-//! the transport's `tag_unexp_eager`/`tag_unexp_rndv` events feed the same arrival paths as
-//! `EAGER_*`/`RTS` messages (they already take tag, sender and data as arguments), and
-//! `tag_recv_done` completes the request the matcher gave out. `ProtoConfig` gets an offload row.
+//! ## Layout
+//! [`worker`] holds the [`Worker`] and its machinery (internal state, endpoints, requests,
+//! progress, pending queues, the incoming-message dispatch, flush, close, failure and
+//! keepalive). Each protocol family owns its public calls, its request stages and the handlers
+//! of its wire messages: `tag` (eager send and receive, the [`tag_match::TagMatcher`] that keeps
+//! MPI ordering, and tag offload to transports that match tags), `rndv` (rendezvous), [`rma`],
+//! `amo` (atomics), `am` (user active messages), `stream` and [`wireup`]; [`wire`] defines every
+//! message's header, and [`mt`] runs a worker for many threads.
 
 #![warn(missing_docs)]
 
 pub mod acceptor;
 pub mod address;
+mod am;
+mod amo;
 pub mod config;
 pub mod context;
 pub mod listener;
 pub mod mt;
 pub mod request;
 pub mod rma;
-pub mod tag_match;
+mod rndv;
+mod stream;
+mod tag;
+pub use tag::matcher as tag_match;
 pub mod wire;
 pub mod wireup;
 pub mod worker;

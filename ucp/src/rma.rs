@@ -1,6 +1,9 @@
 //! Memory for remote access: [`MemMap`] (allocated and registered with every memory domain that
 //! can register), the packed remote-key bundle peers unpack, and the unpacked [`Rkey`].
 
+pub(crate) mod ops;
+pub(crate) mod raw_mem;
+
 use std::alloc::Layout;
 use std::cell::RefCell;
 use std::ptr::NonNull;

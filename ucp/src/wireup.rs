@@ -27,6 +27,8 @@
 //!   sends its "connected" address, so neither side switches: both stay on tcp. A failure of the
 //!   rc_verbs lane after the switch is an endpoint error, like a failure of any lane.
 
+pub(crate) mod ep;
+
 use crate::address::WorkerAddress;
 use crate::config::{RndvSchemeCfg, UcpConfig};
 use crate::wire::{EagerFirstHdr, EagerHdr, FragHdr, PREFIX_LEN};

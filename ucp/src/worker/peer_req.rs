@@ -3,13 +3,22 @@
 //! request must belong to the sending endpoint and be of the kind and stage the message may
 //! touch. The worker's lint against `unwrap`, `expect`, `unreachable!` and `panic!` covers this
 //! module too.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
 
-use super::{RecvStage, ReqKind, SendStage, State};
+use crate::worker::state::{RecvStage, ReqKind, SendStage, State};
 use ucs::{Error, Result};
 
 /// A message that names one of our requests, for [`State::peer_req`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Named {
+pub(crate) enum Named {
     SyncAck,
     Ats,
     Rtr,
@@ -19,7 +28,7 @@ pub(super) enum Named {
 }
 
 /// Bits of a request's internal id (and of an endpoint's secret): generation and slot.
-pub(super) const PEER_ID_MASK: u64 = (1 << 60) - 1;
+pub(crate) const PEER_ID_MASK: u64 = (1 << 60) - 1;
 
 impl Named {
     /// True when a request of this kind and stage may get the message.
@@ -76,7 +85,7 @@ impl State {
     /// The id request `key` has on the wire towards the peer of endpoint `idx`: its internal
     /// id (generation and slot, 60 bits) scrambled with the endpoint's secret, so no other peer
     /// can guess it. The top four bits stay clear: it is never [`NO_REQ`].
-    pub(super) fn peer_id(&self, idx: usize, key: usize) -> u64 {
+    pub(crate) fn peer_id(&self, idx: usize, key: usize) -> u64 {
         self.wire_id(key) ^ self.eps[idx].secret
     }
 
@@ -85,7 +94,7 @@ impl State {
     /// Anything else (a guessed, finished or another endpoint's request, or one in the wrong
     /// stage) is a protocol error, counted in [`ProtoStats::forged_ids`] and logged; the caller
     /// fails the endpoint, and the request named is left as it was.
-    pub(super) fn peer_req(&mut self, idx: usize, id: u64, named: Named) -> Result<usize> {
+    pub(crate) fn peer_req(&mut self, idx: usize, id: u64, named: Named) -> Result<usize> {
         let wire = id ^ self.eps[idx].secret;
         let key = (wire & 0xFFFF_FFFF) as usize;
         let fits = match self.reqs.get(key) {

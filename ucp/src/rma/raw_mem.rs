@@ -3,9 +3,24 @@
 //! the worker owns or the caller's memory. The `unsafe` entry points below post receives and
 //! gets straight into caller memory and send from it in place, so no copy through a vector is
 //! made (beyond what a transport's own eager path copies).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
 
-use super::*;
+use crate::request::Op;
+use crate::rma::ops::RmaDir;
+use crate::rma::{MemMap, Rkey};
+use crate::worker::state::SendData;
+use crate::worker::{EpHandle, Message, Worker};
 use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use ucs::{Error, Result};
 
 /// Where a receive (or get) writes: a vector the worker owns and gives back in the
 /// completion, or caller memory (`Raw`) that it writes in place and gives nothing back for.
@@ -206,7 +221,7 @@ impl Worker {
         let op = self
             .st
             .tag_recv(unsafe { RecvBuf::raw(ptr, len) }, tag, mask)?;
-        tag_offload::after_post(&mut self.ifaces, &mut self.st, &op);
+        crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, &op);
         Ok(op)
     }
 
@@ -273,6 +288,7 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EpParams;
 
     /// Two workers over posix shared memory (rendezvous reads the sender's memory in place).
     fn pair() -> (Worker, Worker, EpHandle) {

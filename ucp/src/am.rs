@@ -1,0 +1,162 @@
+//! User active messages: handlers by id, eager sends, large ones by rendezvous (AM_RTS), and
+//! delivery to the handler.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::request::{Completion, Op};
+use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
+use crate::worker::state::{zeroed_buf, Pending, SendData, State};
+use crate::worker::{EpHandle, Worker};
+use ucs::{Error, Result};
+
+impl Worker {
+    /// Sets the handler of user active-message `id` (replacing any previous one).
+    pub fn am_set_handler(
+        &mut self,
+        id: u16,
+        handler: impl FnMut(EpHandle, &[u8], Vec<u8>) + 'static,
+    ) {
+        self.st.am_handlers.insert(id, Box::new(handler));
+    }
+
+    /// Gives a buffer an active-message handler kept back to the worker's pool.
+    pub fn am_data_release(&mut self, data: Vec<u8>) {
+        self.st.put_buf(data);
+    }
+
+    /// Sends user active message `id` with a header and data. Data larger than one fragment
+    /// (or above the rendezvous threshold) goes by rendezvous.
+    pub fn am_send(&mut self, ep: EpHandle, id: u16, header: &[u8], data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.am_send(idx, id, header, SendData::Borrowed(data))
+    }
+
+    /// Like [`Worker::am_send`], taking the data vector (given back in the completion).
+    pub fn am_send_vec(
+        &mut self,
+        ep: EpHandle,
+        id: u16,
+        header: &[u8],
+        data: Vec<u8>,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.am_send(idx, id, header, SendData::Owned(data))
+    }
+}
+
+impl State {
+    pub(crate) fn deliver_am(&mut self, ep: usize, id: u16, hdr: &[u8], data: Vec<u8>) {
+        let Some(gen) = self.eps.get(ep).map(|e| e.gen) else {
+            tracing::warn!(id, "active message for an endpoint that is gone dropped");
+            self.put_buf(data);
+            return;
+        };
+        let h = EpHandle {
+            idx: ep as u32,
+            gen,
+        };
+        match self.am_handlers.get_mut(&id) {
+            Some(cb) => cb(h, hdr, data),
+            None => {
+                tracing::warn!(
+                    id,
+                    len = data.len(),
+                    "active message without handler dropped"
+                );
+                self.put_buf(data);
+            }
+        }
+    }
+
+    pub(crate) fn am_send(
+        &mut self,
+        idx: usize,
+        id: u16,
+        header: &[u8],
+        data: SendData<'_>,
+    ) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let proto = self.eps[idx]
+            .proto
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let hlen = u32::try_from(header.len())
+            .map_err(|_| Error::InvalidParam("active-message header too long".into()))?;
+        let total = UserAmHdr::LEN + header.len() + data.as_slice().len();
+        if total + EagerHdr::LEN <= proto.bcopy_single_max
+            && data.as_slice().len() < proto.rndv_thresh
+        {
+            let mut body = self.get_buf();
+            body.extend_from_slice(&UserAmHdr { id, hdr_len: hlen }.encode());
+            body.extend_from_slice(header);
+            body.extend_from_slice(data.as_slice());
+            let r = self.send_ctl(idx, am_id::USER_AM, &body);
+            self.put_buf(body);
+            r?;
+            let give = match data {
+                SendData::Owned(v) => Some(v),
+                SendData::Borrowed(_) | SendData::Raw(_) => None,
+            };
+            return Ok(Op::Done(Completion {
+                buf: give,
+                ..Completion::ok()
+            }));
+        }
+        if header.len() + 64 > proto.bcopy_single_max {
+            return Err(Error::MessageTooLong {
+                len: header.len(),
+                max: proto.bcopy_single_max.saturating_sub(64),
+            });
+        }
+        let key = self.new_send(idx, 0, data, false);
+        self.send_mut(key).am = Some((id, header.to_vec()));
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if !ready || !self.send_rts(key)? {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    /// USER_AM: a user active message sent eagerly.
+    pub(crate) fn on_user_am(&mut self, idx: usize, h: UserAmHdr, uh: &[u8], data: &[u8]) {
+        let mut v = self.get_buf();
+        v.extend_from_slice(data);
+        self.deliver_am(idx, h.id, uh, v);
+    }
+
+    /// AM_RTS: a user active message sent by rendezvous; its data is fetched into a new buffer.
+    pub(crate) fn on_am_rts(
+        &mut self,
+        idx: usize,
+        h: UserAmHdr,
+        uh: &[u8],
+        rts: RtsHdr<'_>,
+    ) -> Result<()> {
+        let len = usize::try_from(rts.len)
+            .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
+        if len > (1usize << 40) {
+            return Err(Error::Wire(format!(
+                "active message of {len} bytes is implausibly large"
+            )));
+        }
+        let key = self.new_recv(zeroed_buf(len)?, 0, 0);
+        self.recv_mut(key).am = Some((h.id, uh.to_vec()));
+        self.rndv_recv_start(
+            key,
+            idx,
+            0,
+            rts.sreq,
+            len,
+            rts.buf.addr,
+            rts.buf.tl,
+            rts.buf.rkey,
+        )
+    }
+}

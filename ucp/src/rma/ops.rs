@@ -1,0 +1,379 @@
+//! RMA operations of the worker: mapping memory, unpacking remote keys, and put/get, zero-copy on
+//! the RMA lane when the memory is registered, emulated over active messages otherwise.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::request::{Completion, Op};
+use crate::rma::raw_mem::RecvBuf;
+use crate::rma::{MemMap, Rkey, RkeyBundle};
+use crate::worker::state::{comp_id, Pending, RecvStage, SendData, SendStage, State, COMP_GET};
+use crate::worker::{EpHandle, Worker};
+use std::ptr::NonNull;
+use ucs::{Error, Outcome, Result};
+use uct::Endpoint as _;
+use uct::MemoryDomain as _;
+use uct::{IfaceFlags, MdFlags, MemHandle, RemoteKey};
+
+pub(crate) enum RmaDir<'a> {
+    Put(&'a [u8]),
+    Get(RecvBuf),
+}
+
+impl Worker {
+    /// Allocates `len` zeroed bytes peers can access remotely (`ucp_mem_map` allocate mode).
+    ///
+    /// With a shared-memory transport (posix, sysv) the memory is a shared segment from its
+    /// memory domain, so peers on this host map it and put/get/atomics on it are plain memory
+    /// accesses; it is also registered with every transport that registers memory (cma, tcp),
+    /// and the packed remote key carries every one of those keys.
+    pub fn mem_map(&mut self, len: usize) -> Result<MemMap> {
+        if len == 0 {
+            return Err(Error::InvalidParam("cannot map 0 bytes".into()));
+        }
+        let st = &self.st;
+        let mut shared = None;
+        // Domains whose allocations peers map; `self` (reachable only from this worker) last.
+        let mut order: Vec<usize> = (0..st.info.len()).collect();
+        order.sort_by_key(|&i| st.info[i].tl_name == "self");
+        for i in order {
+            let info = &st.info[i];
+            let f = st.mds[i].attr().flags;
+            if !f.contains(MdFlags::ALLOC | MdFlags::RKEY_PTR) || len > st.mds[i].attr().max_alloc {
+                continue;
+            }
+            match st.mds[i].mem_alloc(len) {
+                Ok(m) => {
+                    let mut packed = Vec::new();
+                    match st.mds[i].rkey_pack(&m, &mut packed) {
+                        Ok(()) => {
+                            shared = Some((info.tl_name, m, packed));
+                            break;
+                        }
+                        Err(e) => tracing::debug!("{} cannot pack its key: {e}", info.tl_name),
+                    }
+                }
+                Err(e) => tracing::debug!("{} cannot allocate {len} bytes: {e}", info.tl_name),
+            }
+        }
+        let (ptr, backing) = match &shared {
+            Some((_, m, _)) => {
+                let ptr = NonNull::new(m.addr())
+                    .ok_or_else(|| Error::NoMemory("shared segment at null".into()))?;
+                // Segments are fresh mappings (zero-filled by the kernel).
+                (
+                    ptr,
+                    crate::rma::Backing::Shared {
+                        _segment: m.clone(),
+                    },
+                )
+            }
+            None => MemMap::heap(len)?,
+        };
+        let mut keys: Vec<_> = shared.into_iter().collect();
+        // SAFETY: the MemMap owns the memory and drops these handles before releasing it.
+        unsafe { self.st.register_all(ptr, len, &mut keys) };
+        MemMap::new(ptr, len, backing, self.st.regions.clone(), keys)
+    }
+
+    /// Maps the user's buffer for remote access (`ucp_mem_map` of existing memory): it is
+    /// registered with every transport that registers memory, so peers reach it through cma
+    /// on this host or the network. The mapping owns the vector; `MemMap::into_vec` gives it
+    /// back.
+    pub fn mem_map_vec(&mut self, mut buf: Vec<u8>) -> Result<MemMap> {
+        let len = buf.len();
+        let ptr = NonNull::new(buf.as_mut_ptr())
+            .filter(|_| len > 0)
+            .ok_or_else(|| Error::InvalidParam("cannot map an empty buffer".into()))?;
+        let mut keys = Vec::new();
+        // SAFETY: the vector's heap block does not move while the MemMap owns it, and the
+        // MemMap drops the registrations before the vector.
+        unsafe { self.st.register_all(ptr, len, &mut keys) };
+        MemMap::new(
+            ptr,
+            len,
+            crate::rma::Backing::User(buf),
+            self.st.regions.clone(),
+            keys,
+        )
+    }
+
+    /// Unpacks a peer's packed remote keys (from its `MemMap::rkey_packed`) for use on `ep`.
+    ///
+    /// When a lane of the endpoint is a shared-memory transport whose key is in the bundle,
+    /// the peer's segment is mapped here and put/get/atomics go through it.
+    pub fn rkey_unpack(&mut self, ep: EpHandle, packed: &[u8]) -> Result<Rkey> {
+        let idx = self.st.ep_idx(ep)?;
+        let bundle = RkeyBundle::decode(packed)?;
+        self.connect_amo_lane(idx);
+        let lanes = self.st.eps[idx]
+            .lanes
+            .as_ref()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let key_for = |li: usize| -> Option<uct::RemoteKey> {
+            let tl = self.st.info[li].tl_name;
+            let (_, k) = bundle.entries.iter().find(|(t, _)| t == tl)?;
+            self.st.mds[li].rkey_unpack(k).ok()
+        };
+        let unpack = |lane: Option<usize>| key_for(lanes.uct[lane?].0);
+        let mapped = lanes.uct.iter().enumerate().find_map(|(pos, (li, _))| {
+            let f = self.st.info[*li].attr.flags;
+            if !f.contains(IfaceFlags::PUT_SHORT | IfaceFlags::PUT_BCOPY)
+                || !f.contains(IfaceFlags::GET_SHORT | IfaceFlags::GET_BCOPY)
+            {
+                return None;
+            }
+            key_for(*li).filter(|k| k.is_mapped()).map(|k| (pos, k))
+        });
+        Ok(Rkey {
+            ep: (ep.idx, ep.gen),
+            rma: unpack(lanes.rma),
+            amo: unpack(lanes.amo),
+            mapped,
+        })
+    }
+
+    /// Writes `data` to `remote_addr` in the peer's mapping (completes locally; `ep_flush` for
+    /// remote completion).
+    pub fn put(&mut self, ep: EpHandle, data: &[u8], remote_addr: u64, rkey: &Rkey) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.rma(idx, RmaDir::Put(data), remote_addr, rkey)
+    }
+
+    /// Reads `buf.len()` bytes at `remote_addr` of the peer's mapping into `buf` (given back in
+    /// the completion).
+    pub fn get(&mut self, ep: EpHandle, buf: Vec<u8>, remote_addr: u64, rkey: &Rkey) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.rma(idx, RmaDir::Get(buf.into()), remote_addr, rkey)
+    }
+}
+
+impl State {
+    /// Registers `ptr..ptr+len` with every memory domain that registers memory and packs its
+    /// key, appending `(tl name, handle, packed key)` to `keys` (one per transport name).
+    ///
+    /// # Safety
+    /// The memory must stay valid until the returned handles are dropped.
+    pub(crate) unsafe fn register_all(
+        &self,
+        ptr: NonNull<u8>,
+        len: usize,
+        keys: &mut Vec<(&'static str, MemHandle, Vec<u8>)>,
+    ) {
+        for (i, info) in self.info.iter().enumerate() {
+            if !info.md_reg || keys.iter().any(|(t, _, _)| *t == info.tl_name) {
+                continue;
+            }
+            // SAFETY: the caller keeps the memory valid while the handle lives.
+            let m = match unsafe { self.mds[i].mem_reg(ptr, len) } {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!("{} cannot register the mapping: {e}", info.tl_name);
+                    continue;
+                }
+            };
+            let mut packed = Vec::new();
+            if self.mds[i].rkey_pack(&m, &mut packed).is_ok() {
+                keys.push((info.tl_name, m, packed));
+            }
+        }
+    }
+
+    pub(crate) fn rma(
+        &mut self,
+        idx: usize,
+        dir: RmaDir<'_>,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        self.ep_usable(idx)?;
+        if rkey.ep != (idx as u32, self.eps[idx].gen) {
+            return Err(Error::InvalidParam(
+                "remote key was unpacked for another endpoint".into(),
+            ));
+        }
+        if let Some((lane, mk)) = &rkey.mapped {
+            if self.eps[idx].pending.is_empty() {
+                return self.rma_mapped(idx, *lane, mk, dir, remote_addr, rkey);
+            }
+        }
+        self.rma_registered(idx, dir, remote_addr, rkey)
+    }
+
+    /// Put/get on a peer segment mapped in this process: the lane's short and bcopy
+    /// operations, which copy straight between the user's buffer and the segment. Nothing is
+    /// registered, allocated or queued; a lane that pushes back hands the rest of the
+    /// operation to the registered (cma) path.
+    pub(crate) fn rma_mapped(
+        &mut self,
+        idx: usize,
+        lane: usize,
+        mk: &RemoteKey,
+        dir: RmaDir<'_>,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        let len = match &dir {
+            RmaDir::Put(d) => d.len(),
+            RmaDir::Get(b) => b.len(),
+        };
+        mk.check(remote_addr, len)?;
+        let l = self.eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let (li, uep) = &mut l.uct[lane];
+        let attr = &self.info[*li].attr;
+        let mut off = 0;
+        match dir {
+            RmaDir::Put(d) => {
+                if len <= attr.put.max_short {
+                    if let Outcome::Done(()) = uep.put_short(d, remote_addr, mk)? {
+                        off = len;
+                    }
+                } else {
+                    let chunk = attr.put.max_bcopy.max(1);
+                    while off < len {
+                        let piece = &d[off..len.min(off + chunk)];
+                        let at = remote_addr + off as u64;
+                        let pack = |dst: &mut [u8]| {
+                            dst[..piece.len()].copy_from_slice(piece);
+                            piece.len()
+                        };
+                        match uep.put_bcopy(pack, at, mk)? {
+                            Outcome::Done(n) if n == piece.len() => off += n,
+                            _ => break,
+                        }
+                    }
+                }
+                if off == len {
+                    return Ok(Op::Done(Completion::ok()));
+                }
+                let at = remote_addr + off as u64;
+                self.rma_registered(idx, RmaDir::Put(&d[off..]), at, rkey)
+            }
+            RmaDir::Get(mut buf) => {
+                if len <= attr.get.max_short {
+                    if let Outcome::Done(()) = uep.get_short(&mut buf, remote_addr, mk)? {
+                        off = len;
+                    }
+                } else {
+                    let chunk = attr.get.max_bcopy.max(1);
+                    while off < len {
+                        let n = chunk.min(len - off);
+                        let at = remote_addr + off as u64;
+                        let dst = &mut buf[off..off + n];
+                        let mut unpack = |src: &[u8]| dst.copy_from_slice(&src[..n]);
+                        // Only Done or NoResource: the copy happens during the call.
+                        match uep.get_bcopy(n, at, mk, comp_id(COMP_GET, 0), &mut unpack)? {
+                            Outcome::Done(()) => off += n,
+                            _ => break,
+                        }
+                    }
+                }
+                if off == len {
+                    return Ok(Op::Done(Completion {
+                        len,
+                        buf: buf.into_vec(),
+                        ..Completion::ok()
+                    }));
+                }
+                // Rare: the lane pushed back. Read the whole buffer through the registered path.
+                self.rma_registered(idx, RmaDir::Get(buf), remote_addr, rkey)
+            }
+        }
+    }
+
+    /// Put/get through the RMA lane's zero-copy operations on registered memory (cma on this
+    /// host, the network otherwise).
+    pub(crate) fn rma_registered(
+        &mut self,
+        idx: usize,
+        dir: RmaDir<'_>,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Op> {
+        let rk = rkey.rma.clone().ok_or_else(|| {
+            Error::Unsupported(
+                "no zero-copy RMA lane to this peer for this mapping (no common transport that registers memory)"
+                    .into(),
+            )
+        })?;
+        let li = self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0))
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let len = match &dir {
+            RmaDir::Put(d) => d.len(),
+            RmaDir::Get(b) => b.len(),
+        };
+        rk.check(remote_addr, len)?;
+        let wants = match dir {
+            RmaDir::Put(_) => IfaceFlags::PUT_ZCOPY,
+            RmaDir::Get(_) => IfaceFlags::GET_ZCOPY,
+        };
+        if !self.info[li].attr.flags.contains(wants) {
+            return Err(Error::Unsupported(format!(
+                "{} has no {wants:?}",
+                self.info[li].tl_name
+            )));
+        }
+        match dir {
+            RmaDir::Put(d) => {
+                let key = self.new_send(idx, 0, SendData::Borrowed(d), false);
+                if len == 0 {
+                    self.finish(key, Ok(()));
+                    return Ok(self.op_of(key));
+                }
+                let s = self.send_mut(key);
+                let ptr = NonNull::new(s.data.as_mut_ptr())
+                    .ok_or_else(|| Error::InvalidParam("empty put buffer".into()))?;
+                // SAFETY: the vector is owned by the request and outlives the handle.
+                let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let s = self.send_mut(key);
+                s.memh = Some(m);
+                s.rkey = Some(rk);
+                s.remote_addr = remote_addr;
+                s.user_rma = true;
+                s.stage = SendStage::Put;
+                let queued = !self.eps[idx].pending.is_empty();
+                if queued || !self.put_step(key)? {
+                    self.eps[idx].pending.push_back(Pending::Req(key));
+                    self.mark_pending(idx);
+                }
+                Ok(self.op_of(key))
+            }
+            RmaDir::Get(mut buf) => {
+                let ptr = NonNull::new(buf.as_mut_ptr());
+                let key = self.new_recv(buf, 0, 0);
+                self.reqs[key].ep = Some(idx);
+                if len == 0 {
+                    self.finish(key, Ok(()));
+                    return Ok(self.op_of(key));
+                }
+                let ptr = ptr.ok_or_else(|| Error::InvalidParam("empty get buffer".into()))?;
+                // SAFETY: the buffer is owned by the request and outlives the handle.
+                let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let r = self.recv_mut(key);
+                r.memh = Some(m);
+                r.rkey = Some(rk);
+                r.remote_addr = remote_addr;
+                r.total = len;
+                r.user_rma = true;
+                r.stage = RecvStage::RndvGet;
+                if !self.get_step(key)? {
+                    self.eps[idx].pending.push_back(Pending::Req(key));
+                    self.mark_pending(idx);
+                }
+                Ok(self.op_of(key))
+            }
+        }
+    }
+}

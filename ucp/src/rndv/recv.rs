@@ -1,0 +1,265 @@
+//! Rendezvous, receiver side: on a matched RTS, get_zcopy from the sender's memory (then ATS),
+//! or RTR asking for put_zcopy or the AM pipeline; RNDV_DATA fragments and ATP.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr};
+use crate::wireup::RndvScheme;
+use crate::worker::peer_req::Named;
+use crate::worker::state::{
+    comp_id, Pending, RecvStage, ReqKind, State, Unexp, UnexpKind, COMP_GET,
+};
+use std::ptr::NonNull;
+use ucs::{Error, Outcome, Result};
+use uct::Endpoint as _;
+use uct::MemoryDomain as _;
+use uct::{IfaceFlags, Iov, MemHandle};
+
+impl State {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rndv_recv_start(
+        &mut self,
+        key: usize,
+        ep: usize,
+        tag: u64,
+        sreq: u64,
+        len: usize,
+        addr: u64,
+        tl: &str,
+        rkey: &[u8],
+    ) -> Result<()> {
+        self.reqs[key].ep = Some(ep);
+        let cap = self.recv_mut(key).buf.len();
+        {
+            let r = self.recv_mut(key);
+            r.sender_tag = tag;
+            r.total = len;
+            r.sreq = sreq;
+            r.remote_addr = addr;
+        }
+        if len > cap || len == 0 {
+            // Nothing to move: let the sender finish, and complete (truncated or empty).
+            self.send_ctl(ep, am_id::ATS, &ReqHdr { req: sreq }.encode())?;
+            let st = if len > cap {
+                Err(Error::Truncated { len, capacity: cap })
+            } else {
+                Ok(())
+            };
+            self.finish(key, st);
+            return Ok(());
+        }
+        let rma = self.eps[ep]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+        let wire = self.peer_id(ep, key);
+        let scheme = self.eps[ep].proto.map(|p| p.rndv);
+        let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
+        if let Some(li) = rma {
+            let flags = self.info[li].attr.flags;
+            let get_ok = scheme == Some(RndvScheme::Get)
+                && flags.contains(IfaceFlags::GET_ZCOPY)
+                && tl == self.info[li].tl_name
+                && !rkey.is_empty();
+            let reg = |st: &mut State| -> Result<MemHandle> {
+                let r = st.recv_mut(key);
+                let ptr = NonNull::new(r.buf.as_mut_ptr())
+                    .ok_or_else(|| Error::InvalidParam("empty receive buffer".into()))?;
+                // SAFETY: the buffer is owned by this request and not moved or resized until
+                // the request finishes, which drops the handle first.
+                unsafe { st.mds[li].mem_reg(ptr, len) }
+            };
+            if get_ok {
+                if let (Ok(rk), Ok(m)) = (self.mds[li].rkey_unpack(rkey), reg(self)) {
+                    let r = self.recv_mut(key);
+                    r.rkey = Some(rk);
+                    r.memh = Some(m);
+                    r.stage = RecvStage::RndvGet;
+                    self.stats.rndv_get += 1;
+                    if !self.get_step(key)? {
+                        self.eps[ep].pending.push_back(Pending::Req(key));
+                        self.mark_pending(ep);
+                    }
+                    return Ok(());
+                }
+            }
+            if flags.contains(IfaceFlags::PUT_ZCOPY) && self.info[li].md_reg {
+                if let Ok(m) = reg(self) {
+                    let mut packed = Vec::new();
+                    if self.mds[li].rkey_pack(&m, &mut packed).is_ok() {
+                        let baddr = m.addr() as u64;
+                        let r = self.recv_mut(key);
+                        r.memh = Some(m);
+                        r.stage = RecvStage::RndvWait;
+                        self.stats.rndv_put += 1;
+                        let mut body = Vec::new();
+                        RtrHdr {
+                            sreq,
+                            rreq: wire,
+                            mode: RtrMode::Put,
+                            buf: RemoteBuf {
+                                addr: baddr,
+                                tl: self.info[li].tl_name,
+                                rkey: &packed,
+                            },
+                        }
+                        .encode(&mut body);
+                        return self.send_ctl(ep, am_id::RTR, &body);
+                    }
+                }
+            }
+        }
+        self.recv_mut(key).stage = RecvStage::RndvWait;
+        self.stats.rndv_am += 1;
+        let mut body = Vec::new();
+        RtrHdr {
+            sreq,
+            rreq: wire,
+            mode: RtrMode::AmPipeline,
+            buf: RemoteBuf {
+                addr: 0,
+                tl: "",
+                rkey: &[],
+            },
+        }
+        .encode(&mut body);
+        self.send_ctl(ep, am_id::RTR, &body)
+    }
+
+    pub(crate) fn get_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.req_ep(key)?;
+        let wire = self.wire_id(key);
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let l = eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l
+            .rma
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let (li, uep) = &mut l.uct[rma];
+        let attr = &info[*li].attr;
+        let r = match &mut reqs[key].kind {
+            ReqKind::Recv(r) => r,
+            _ => return Ok(true),
+        };
+        let (Some(memh), Some(rkey)) = (r.memh.clone(), r.rkey.clone()) else {
+            return Err(Error::InvalidParam("get without registration".into()));
+        };
+        let chunk = if attr.get.max_zcopy == 0 {
+            r.total
+        } else {
+            attr.get.max_zcopy
+        };
+        while r.offset < r.total {
+            let n = chunk.min(r.total - r.offset);
+            let iov = Iov::new(&memh, r.offset, n)?;
+            match uep.get_zcopy(
+                &[iov],
+                r.remote_addr + r.offset as u64,
+                &rkey,
+                comp_id(COMP_GET, wire),
+            )? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => r.inflight += 1,
+                Outcome::Done(()) => r.received += n,
+            }
+            r.offset += n;
+        }
+        if r.inflight == 0 {
+            self.get_done(key)?;
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn get_done(&mut self, key: usize) -> Result<()> {
+        let idx = self.req_ep(key)?;
+        let r = self.recv_mut(key);
+        r.received = r.total;
+        if r.user_rma {
+            self.finish(key, Ok(()));
+            return Ok(());
+        }
+        let sreq = r.sreq;
+        self.finish(key, Ok(()));
+        self.send_ctl(idx, am_id::ATS, &ReqHdr { req: sreq }.encode())
+    }
+
+    /// RTS: a rendezvous send arrived; it starts on the matching receive or waits unexpected.
+    pub(crate) fn on_rts(&mut self, idx: usize, h: RtsHdr<'_>) -> Result<()> {
+        let len = usize::try_from(h.len)
+            .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
+        let uid = self.unexp.vacant_key();
+        match self.tm_arrive(h.tag, uid as u64) {
+            Some(wire) => match self.req_by_wire(wire) {
+                Some(key) => self.rndv_recv_start(
+                    key, idx, h.tag, h.sreq, len, h.buf.addr, h.buf.tl, h.buf.rkey,
+                ),
+                None => Ok(()),
+            },
+            None => {
+                self.unexp.insert(Unexp {
+                    ep: idx,
+                    tag: h.tag,
+                    kind: UnexpKind::Rts {
+                        sreq: h.sreq,
+                        len,
+                        addr: h.buf.addr,
+                        tl: h.buf.tl.to_owned(),
+                        rkey: h.buf.rkey.to_vec(),
+                    },
+                    msg_key: None,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// RNDV_DATA: a fragment of a pipelined rendezvous.
+    pub(crate) fn on_rndv_data(&mut self, idx: usize, h: FragHdr, data: &[u8]) -> Result<()> {
+        let key = self.peer_req(idx, h.id, Named::RndvData)?;
+        let r = match &mut self.reqs[key].kind {
+            ReqKind::Recv(r) if r.stage == RecvStage::RndvWait => r,
+            _ => {
+                return Err(Error::Wire(
+                    "rendezvous data for a request not expecting it".into(),
+                ))
+            }
+        };
+        let off = h.offset as usize;
+        // Fragments come in order on one lane: anything else (a repeat, a gap) would complete
+        // the receive with bytes missing.
+        if off != r.received || off.checked_add(data.len()).is_none_or(|e| e > r.total) {
+            return Err(Error::Wire(format!(
+                "rendezvous fragment {}+{} is not the next of the {}-byte message \
+                 ({} bytes received)",
+                h.offset,
+                data.len(),
+                r.total,
+                r.received
+            )));
+        }
+        r.buf[off..off + data.len()].copy_from_slice(data);
+        r.received += data.len();
+        self.recv_check_done(key);
+        Ok(())
+    }
+
+    /// ATP: the sender finished putting the data into the receive's buffer.
+    pub(crate) fn on_atp(&mut self, idx: usize, h: ReqHdr) -> Result<()> {
+        let key = self.peer_req(idx, h.req, Named::Atp)?;
+        let r = self.recv_mut(key);
+        r.received = r.total;
+        self.finish(key, Ok(()));
+        Ok(())
+    }
+}

@@ -1,0 +1,417 @@
+//! Rendezvous, sender side: RTS with the data's remote key, zero-copy eager, put_zcopy after an
+//! RTR (then ATP), the AM pipeline, and ATS.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::request::Op;
+use crate::wire::{
+    am_id, EagerFirstHdr, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, UserAmHdr, NO_REQ,
+    PREFIX_LEN,
+};
+use crate::worker::peer_req::Named;
+use crate::worker::pending::am_send;
+use crate::worker::state::{
+    comp_id, Pending, ReqKind, SendData, SendStage, State, COMP_PUT, COMP_ZCOPY,
+};
+use std::ptr::NonNull;
+use ucs::{Error, Outcome, Result};
+use uct::Endpoint as _;
+use uct::MemoryDomain as _;
+use uct::{IfaceFlags, Iov, MemHandle};
+
+impl State {
+    /// Sends an eager message straight from the caller's vector (registered with the AM lane's
+    /// memory domain); falls back to bcopy fragments from it if registration fails.
+    pub(crate) fn zcopy_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        v: Vec<u8>,
+        sync: bool,
+    ) -> Result<Op> {
+        let li = self.eps[idx].lanes.as_ref().map(|l| l.uct[l.am].0);
+        let key = self.new_send(idx, tag, SendData::Owned(v), sync);
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        let s = self.send_mut(key);
+        s.msg_id = id;
+        let ptr = NonNull::new(s.data.as_mut_ptr());
+        let len = s.data.len();
+        if let (Some(li), Some(p)) = (li, ptr) {
+            // SAFETY: the vector is owned by the request and not moved or resized until the
+            // request finishes, which drops the handle first.
+            if let Ok(m) = unsafe { self.mds[li].mem_reg(p, len) } {
+                let s = self.send_mut(key);
+                s.memh = Some(m);
+                s.stage = SendStage::EagerZcopy;
+            }
+        }
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        if !ready || !self.send_step(key)? {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    pub(crate) fn zcopy_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.req_ep(key)?;
+        let wire = self.wire_id(key);
+        let peer_wire = self.peer_id(idx, key);
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps,
+            reqs,
+            info,
+            stats,
+            ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let memh = s
+            .memh
+            .clone()
+            .ok_or_else(|| Error::InvalidParam("zcopy without registration".into()))?;
+        let len = s.data.len();
+        let sreq = if s.sync { peer_wire } else { NO_REQ };
+        while s.offset < len {
+            let mut hdr = [0u8; PREFIX_LEN + EagerFirstHdr::LEN];
+            hdr[..PREFIX_LEN].copy_from_slice(&uuid);
+            let (id, hlen, n) = if s.offset == 0 {
+                let h = EagerFirstHdr {
+                    tag: s.tag,
+                    msg_id: s.msg_id,
+                    total_len: len as u64,
+                    sreq,
+                }
+                .encode();
+                hdr[PREFIX_LEN..].copy_from_slice(&h);
+                (
+                    am_id::EAGER_FIRST,
+                    PREFIX_LEN + EagerFirstHdr::LEN,
+                    proto.first_frag,
+                )
+            } else {
+                let h = FragHdr {
+                    id: s.msg_id,
+                    offset: s.offset as u64,
+                }
+                .encode();
+                hdr[PREFIX_LEN..PREFIX_LEN + FragHdr::LEN].copy_from_slice(&h);
+                (
+                    am_id::EAGER_MIDDLE,
+                    PREFIX_LEN + FragHdr::LEN,
+                    proto.middle_frag,
+                )
+            };
+            let n = n.min(attr.am.max_zcopy).min(len - s.offset).max(1);
+            let iov = Iov::new(&memh, s.offset, n)?;
+            match uep.am_zcopy(id, &hdr[..hlen], &[iov], comp_id(COMP_ZCOPY, wire))? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => s.inflight += 1,
+                Outcome::Done(()) => {}
+            }
+            if s.offset == 0 {
+                stats.eager_zcopy += 1;
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        if s.inflight == 0 {
+            self.zcopy_done(key);
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn zcopy_done(&mut self, key: usize) {
+        let s = self.send_mut(key);
+        if s.sync && !s.acked {
+            s.stage = SendStage::WaitAck;
+            s.memh = None;
+        } else {
+            self.finish(key, Ok(()));
+        }
+    }
+
+    pub(crate) fn send_rts(&mut self, key: usize) -> Result<bool> {
+        let idx = self.req_ep(key)?;
+        let wire = self.peer_id(idx, key);
+        // Register the data on the RMA lane's memory domain once.
+        let rma_iface = self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+        let s = self.send_mut(key);
+        if !s.rts_sent && s.memh.is_none() && !s.data.is_empty() {
+            if let Some(li) = rma_iface {
+                let ptr = NonNull::new(s.data.as_mut_ptr());
+                let len = s.data.len();
+                if let Some(ptr) = ptr {
+                    // SAFETY: the vector is owned by this request and neither moved nor resized
+                    // until the request finishes, which drops the handle first.
+                    match unsafe { self.mds[li].mem_reg(ptr, len) } {
+                        Ok(m) => self.send_mut(key).memh = Some(m),
+                        Err(e) => tracing::debug!("rendezvous send buffer not registered: {e}"),
+                    }
+                }
+            }
+        }
+        let s = self.send_mut(key);
+        let addr = s.data.as_ptr() as u64;
+        let (tag, len) = (s.tag, s.data.len());
+        let memh = s.memh.clone();
+        let (tl, rkey) = self.rts_rkey(rma_iface, memh.as_ref());
+        let mut body = std::mem::take(&mut self.scratch);
+        body.clear();
+        let am = self
+            .send_mut(key)
+            .am
+            .as_ref()
+            .map(|(id, h)| (*id, h.clone()));
+        let rts_id = match &am {
+            Some((id, h)) => {
+                body.extend_from_slice(
+                    &UserAmHdr {
+                        id: *id,
+                        hdr_len: h.len() as u32,
+                    }
+                    .encode(),
+                );
+                body.extend_from_slice(h);
+                am_id::AM_RTS
+            }
+            None => am_id::RTS,
+        };
+        RtsHdr {
+            tag,
+            sreq: wire,
+            len: len as u64,
+            buf: RemoteBuf {
+                addr,
+                tl,
+                rkey: &rkey,
+            },
+        }
+        .encode(&mut body);
+        // Sent now or not at all: the request is at the head of the endpoint's queue (or the
+        // queue is empty), and queueing the RTS behind later messages would reorder matching.
+        let r = self.send_ctl_now(idx, rts_id, &body);
+        self.scratch = body;
+        self.rkey_scratch = rkey;
+        if !r? {
+            return Ok(false);
+        }
+        self.stats.rndv_rts += 1;
+        let s = self.send_mut(key);
+        s.rts_sent = true;
+        s.stage = SendStage::WaitRndv;
+        Ok(true)
+    }
+
+    /// The remote key an RTS carries for `memh` on RMA interface `li`, packed into the reused
+    /// `rkey_scratch` (give the buffer back there once the RTS is encoded), with the transport's
+    /// name; an empty key and name when there is no RMA lane or the key cannot be packed (the
+    /// peer then asks for the data by RTR).
+    pub(crate) fn rts_rkey(
+        &mut self,
+        li: Option<usize>,
+        memh: Option<&MemHandle>,
+    ) -> (&'static str, Vec<u8>) {
+        let mut rkey = std::mem::take(&mut self.rkey_scratch);
+        rkey.clear();
+        if let (Some(li), Some(m)) = (li, memh) {
+            if self.mds[li].rkey_pack(m, &mut rkey).is_ok() {
+                return (self.info[li].tl_name, rkey);
+            }
+            rkey.clear();
+        }
+        ("", rkey)
+    }
+
+    pub(crate) fn put_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.req_ep(key)?;
+        let wire = self.wire_id(key);
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let l = eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l
+            .rma
+            .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
+        let (li, uep) = &mut l.uct[rma];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        let (Some(memh), Some(rkey)) = (s.memh.clone(), s.rkey.clone()) else {
+            return Err(Error::InvalidParam("put without registration".into()));
+        };
+        let chunk = if attr.put.max_zcopy == 0 {
+            s.data.len()
+        } else {
+            attr.put.max_zcopy
+        };
+        while s.offset < s.data.len() {
+            let n = chunk.min(s.data.len() - s.offset);
+            let iov = Iov::new(&memh, s.offset, n)?;
+            match uep.put_zcopy(
+                &[iov],
+                s.remote_addr + s.offset as u64,
+                &rkey,
+                comp_id(COMP_PUT, wire),
+            )? {
+                Outcome::NoResource => return Ok(false),
+                Outcome::InProgress => s.inflight += 1,
+                Outcome::Done(()) => {}
+            }
+            s.offset += n;
+        }
+        if s.inflight == 0 {
+            return self.put_done(key);
+        }
+        Ok(true)
+    }
+
+    /// All puts of a send completed: flush the RMA lane, then tell the receiver (ATP). Gives
+    /// false when the flush met back-pressure (retry later).
+    pub(crate) fn put_done(&mut self, key: usize) -> Result<bool> {
+        if self.send_mut(key).user_rma {
+            self.finish(key, Ok(()));
+            return Ok(true);
+        }
+        let idx = self.req_ep(key)?;
+        let wire = self.wire_id(key);
+        let l = self.eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let rma = l.rma.unwrap_or(l.am);
+        let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
+        let s = self.send_mut(key);
+        match out {
+            Outcome::Done(()) => {
+                let rreq = s.rreq;
+                self.send_ctl(idx, am_id::ATP, &ReqHdr { req: rreq }.encode())?;
+                self.finish(key, Ok(()));
+            }
+            Outcome::NoResource => {
+                // The caller queues the request; ATP only after remote completion.
+                s.stage = SendStage::PutFlushRetry;
+                return Ok(false);
+            }
+            Outcome::InProgress => {
+                s.stage = SendStage::WaitPutFlush;
+                s.inflight = 1;
+            }
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn pipeline_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.req_ep(key)?;
+        let uuid = self.uuid.to_le_bytes();
+        let now = self.clock.now();
+        let State {
+            eps, reqs, info, ..
+        } = self;
+        let ep = &mut eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &info[*li].attr;
+        let s = match &mut reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => return Ok(true),
+        };
+        while s.offset < s.data.len() {
+            let n = proto.middle_frag.min(s.data.len() - s.offset);
+            let h = FragHdr {
+                id: s.rreq,
+                offset: s.offset as u64,
+            }
+            .encode();
+            let out = am_send(
+                uep,
+                attr,
+                am_id::RNDV_DATA,
+                &[&uuid, &h, &s.data[s.offset..s.offset + n]],
+            )?;
+            if out == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = now;
+            s.offset += n;
+        }
+        self.finish(key, Ok(()));
+        Ok(true)
+    }
+
+    /// ATS: the receiver got the data of a rendezvous send.
+    pub(crate) fn on_ats(&mut self, idx: usize, h: ReqHdr) -> Result<()> {
+        let key = self.peer_req(idx, h.req, Named::Ats)?;
+        let wire = self.wire_id(key);
+        self.tm_rndv_ats(key, wire);
+        self.finish(key, Ok(()));
+        Ok(())
+    }
+
+    /// RTR: the receiver asks for the data, by put_zcopy into its buffer or by the pipeline.
+    pub(crate) fn on_rtr(&mut self, idx: usize, h: RtrHdr<'_>) -> Result<()> {
+        let key = self.peer_req(idx, h.sreq, Named::Rtr)?;
+        self.tm_mapped_materialize(key);
+        let rma = self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+        let s = self.send_mut(key);
+        s.rreq = h.rreq;
+        s.offset = 0;
+        let mut use_put = false;
+        if let (RtrMode::Put, Some(li), Some(_)) = (h.mode, rma, s.memh.as_ref()) {
+            if self.info[li].tl_name == h.buf.tl
+                && self.info[li].attr.flags.contains(IfaceFlags::PUT_ZCOPY)
+            {
+                if let Ok(rk) = self.mds[li].rkey_unpack(h.buf.rkey) {
+                    let s = self.send_mut(key);
+                    s.rkey = Some(rk);
+                    s.remote_addr = h.buf.addr;
+                    s.stage = SendStage::Put;
+                    use_put = true;
+                }
+            }
+        }
+        if !use_put {
+            self.send_mut(key).stage = SendStage::Pipeline;
+        }
+        if !self.eps[idx].pending.is_empty() || !self.send_step(key)? {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,109 @@
+//! Tag matching, MPI style: the public tag send/receive/probe calls; [`matcher`] keeps the
+//! ordering (per-sender order, posting order across exact and wildcard tags), `send` and `recv`
+//! run the eager protocol and `offload` lets a transport match tags itself.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+pub mod matcher;
+pub(crate) mod offload;
+mod recv;
+mod send;
+
+use crate::request::Op;
+use crate::rma::MemMap;
+use crate::worker::state::{SendData, UnexpKind};
+use crate::worker::{EpHandle, Message, ProbeInfo, Worker};
+use ucs::Result;
+
+impl Worker {
+    /// Sends a tagged message. Small messages are copied and finish at once; large ones (and any
+    /// that meet back-pressure) are copied into a worker-owned buffer.
+    pub fn tag_send(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Borrowed(data), false)
+    }
+
+    /// Sends a tagged message from a vector the worker takes and gives back in the completion's
+    /// `buf`; rendezvous then reads it in place without a copy.
+    pub fn tag_send_vec(&mut self, ep: EpHandle, tag: u64, data: Vec<u8>) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Owned(data), false)
+    }
+
+    /// Sends a tagged message that completes only when the receiver has matched it.
+    pub fn tag_send_sync(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send(idx, tag, SendData::Borrowed(data), true)
+    }
+
+    /// Sends `len` bytes at `offset` of `map` (from [`Worker::mem_map`]) as a tagged message.
+    ///
+    /// When `map` is a shared-memory segment (posix, sysv) and the message goes by rendezvous,
+    /// the data is read in place: the transport gets the segment's memory handle, so a peer on
+    /// this host copies straight from the mapped segment into its posted receive (one memory
+    /// copy, no cross-memory read), and the software rendezvous fetches it from the segment
+    /// (get over the RMA lane). Heap mappings (no shared-memory transport, e.g. tcp alone)
+    /// are read in place too, through their registrations: tcp sends the payload straight
+    /// from the mapping. Eager sizes and back-pressure copy the bytes like
+    /// [`Worker::tag_send`]. The send is not synchronous (it may complete before the receiver
+    /// matched it, as [`Worker::tag_send`]).
+    ///
+    /// The request keeps the memory alive until it completes, so dropping `map` early is
+    /// safe; the bytes must not be changed until completion (the peer may see either). A range
+    /// outside the mapping, or an empty one, gives [`Error::InvalidParam`](ucs::Error::InvalidParam).
+    pub fn tag_send_mapped(
+        &mut self,
+        ep: EpHandle,
+        tag: u64,
+        map: &MemMap,
+        offset: usize,
+        len: usize,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.tag_send_mapped(idx, tag, map, offset, len)
+    }
+
+    /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
+    /// completion gives the buffer back with the data in `buf[..len]`.
+    pub fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
+        let op = self.st.tag_recv(buf, tag, mask)?;
+        crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, &op);
+        Ok(op)
+    }
+
+    /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and
+    /// must be received with [`Worker::tag_msg_recv`].
+    pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
+        let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
+        let len = match &self.st.unexp[uid as usize].kind {
+            UnexpKind::Eager { total, .. } => *total,
+            UnexpKind::Rts { len, .. } => *len,
+        };
+        let msg = if remove {
+            let got = self.st.matcher.take_unexpected(tag, mask);
+            debug_assert_eq!(got, Some(uid));
+            Some(Message { uid: uid as usize })
+        } else {
+            None
+        };
+        Some(ProbeInfo {
+            tag: mtag,
+            len,
+            msg,
+        })
+    }
+
+    /// Receives a message taken by a removing probe into `buf`.
+    pub fn tag_msg_recv(&mut self, buf: Vec<u8>, msg: Message) -> Result<Op> {
+        let key = self.st.new_recv(buf, msg.uid as u64, 0);
+        self.st.recv_from_unexp(key, msg.uid);
+        Ok(self.st.op_of(key))
+    }
+}

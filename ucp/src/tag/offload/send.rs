@@ -1,0 +1,503 @@
+//! Tag offload, sending side: eager messages as tagged frames (`tag_eager_bcopy`/`_zcopy`),
+//! rendezvous by `tag_rndv_zcopy` with the RTS as header, and sends from a [`MemMap`]'s memory
+//! announced in place; the bookkeeping that ends them (ATS, transport completion, cancel).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use super::{MappedSend, COMP_TM, TM_THRESH};
+use crate::request::{Completion, Op};
+use crate::rma::{Keep, MemMap};
+use crate::wire::{am_id, RemoteBuf, RtsHdr};
+use crate::worker::state::{comp_id, Pending, ReqKind, SendData, SendStage, State};
+use std::ptr::NonNull;
+use ucs::{Error, Outcome, Result};
+use uct::Endpoint as _;
+use uct::MemoryDomain as _;
+use uct::{IfaceFlags, Iov};
+
+impl State {
+    /// Sends an eager message by tag offload when the endpoint's lane offers it and the size
+    /// fits; gives the data back otherwise (nothing was sent).
+    pub(crate) fn tm_send<'d>(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'d>,
+        rndv: bool,
+    ) -> Result<std::result::Result<Op, SendData<'d>>> {
+        if !self.tm.enabled {
+            return Ok(Err(data));
+        }
+        if rndv {
+            return self.tm_rndv_send(idx, tag, data);
+        }
+        let len = data.as_slice().len();
+        let uuid = self.uuid;
+        let Some(l) = self.eps[idx].lanes.as_mut() else {
+            return Ok(Err(data));
+        };
+        let (li, uep) = &mut l.uct[l.am];
+        let li = *li;
+        let t = self.info[li].attr.tag;
+        let flags = self.info[li].attr.flags;
+        if len < TM_THRESH || !flags.contains(IfaceFlags::TAG_EAGER_BCOPY) || !t.eager_saves_copy {
+            return Ok(Err(data));
+        }
+        if len <= t.eager_max_bcopy {
+            let src = data.as_slice();
+            let out = uep.tag_eager_bcopy(tag, uuid, |b| {
+                b[..len].copy_from_slice(src);
+                len
+            })?;
+            if out.is_no_resource() {
+                return Ok(Err(data));
+            }
+            self.tm.sent += 1;
+            self.eps[idx].last_tx = self.now_cache;
+            let buf = match data {
+                SendData::Owned(v) => Some(v),
+                SendData::Borrowed(_) | SendData::Raw(_) => None,
+            };
+            return Ok(Ok(Op::Done(Completion {
+                buf,
+                tag,
+                ..Completion::ok()
+            })));
+        }
+        if !flags.contains(IfaceFlags::TAG_EAGER_ZCOPY) || len > t.eager_max_zcopy {
+            return Ok(Err(data));
+        }
+        let key = self.new_send(idx, tag, data, false);
+        let wire = self.wire_id(key);
+        let s = self.send_mut(key);
+        let p = NonNull::new(s.data.as_mut_ptr()).ok_or_else(|| Error::NoMemory("empty".into()))?;
+        // SAFETY: the request owns `data` and keeps it unchanged until the send completes;
+        // `finish` drops the registration before it gives the vector back.
+        let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
+        let l = self.eps[idx]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let out = l.uct[l.am].1.tag_eager_zcopy(
+            tag,
+            uuid,
+            &[Iov::whole(&memh)],
+            comp_id(COMP_TM, wire),
+        )?;
+        match out {
+            Outcome::Done(()) => {
+                self.tm.sent += 1;
+                self.finish(key, Ok(()));
+            }
+            Outcome::InProgress => {
+                self.tm.sent += 1;
+                let s = self.send_mut(key);
+                s.memh = Some(memh);
+                s.offset = len;
+            }
+            Outcome::NoResource => {
+                // Nothing left: the ordinary path sends it (in order, through the pending queue).
+                let id = self.next_msg_id;
+                self.next_msg_id += 1;
+                self.send_mut(key).msg_id = id;
+                self.eps[idx].pending.push_back(Pending::Req(key));
+                self.mark_pending(idx);
+                return Ok(Ok(self.op_of(key)));
+            }
+        }
+        self.eps[idx].last_tx = self.now_cache;
+        Ok(Ok(self.op_of(key)))
+    }
+
+    /// Completion of a `tag_eager_zcopy` send, or of a `tag_rndv_zcopy` the receiver's
+    /// transport pulled.
+    pub(crate) fn tm_send_done(&mut self, key: usize, res: Result<()>) {
+        let wire = self.wire_id(key);
+        if let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) {
+            self.tm.rndv_ops.swap_remove(i);
+            self.tm.matched_rndv += 1;
+        }
+        self.finish(key, res);
+    }
+
+    /// The receiver took a tag-offload rendezvous in software (unexpected): its ATS finishes the
+    /// send, and the transport's operation is canceled.
+    pub(crate) fn tm_rndv_ats(&mut self, key: usize, wire: u64) {
+        let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) else {
+            return;
+        };
+        let (_, op, _memh) = self.tm.rndv_ops.swap_remove(i);
+        let ep = self.reqs.get(key).and_then(|r| r.ep);
+        if let Some(l) = ep
+            .and_then(|idx| self.eps.get_mut(idx))
+            .and_then(|e| e.lanes.as_mut())
+        {
+            if let Err(e) = l.uct[l.am].1.tag_rndv_cancel(op) {
+                tracing::debug!("tag rendezvous {op} already gone: {e}");
+            }
+        }
+    }
+
+    /// A send request finishes: a transport rendezvous still outstanding for it (the receiver
+    /// took it in software, by get, put or pipeline) is canceled, so the transport forgets the
+    /// memory before it goes back to the caller.
+    pub(crate) fn tm_send_finishing(&mut self, key: usize) {
+        if self.tm.rndv_ops.is_empty() && self.tm.mapped.is_empty() {
+            return;
+        }
+        let wire = self.wire_id(key);
+        self.tm_rndv_ats(key, wire);
+        // The transport forgot the memory: the segment may go.
+        if let Some(i) = self.tm.mapped.iter().position(|m| m.wire == wire) {
+            self.tm.mapped.swap_remove(i);
+        }
+    }
+
+    /// Sends `len` bytes at `offset` of `map` (see [`Worker::tag_send_mapped`]). A rendezvous
+    /// from a shared segment announces the data in place: by `tag_rndv_zcopy` with the
+    /// segment's own memory handle (the peer's interface then copies straight from the mapped
+    /// segment into a posted receive), or by the software RTS with the RMA lane's registration
+    /// of the segment. Everything else is sent like [`Worker::tag_send`] (a copy).
+    pub(crate) fn tag_send_mapped(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        map: &MemMap,
+        offset: usize,
+        len: usize,
+    ) -> Result<Op> {
+        let ptr = map.range(offset, len)?;
+        self.ep_usable(idx)?;
+        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        let rndv = self.eps[idx]
+            .proto
+            .is_some_and(|p| len >= p.tag_rndv_thresh);
+        if ready && !rndv && self.tm.enabled && len >= TM_THRESH {
+            if let Some(op) = self.tm_eager_mapped(idx, tag, map, ptr, len)? {
+                return Ok(op);
+            }
+        }
+        let keep = match (ready && rndv).then(|| map.keep_alive()).flatten() {
+            Some(k) => k,
+            None => {
+                // SAFETY: `range` checked that the bytes lie in the mapping, which the caller
+                // borrows for this call; they are only copied from here.
+                let data = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+                return self.tag_send(idx, tag, SendData::Borrowed(data), false);
+            }
+        };
+        self.tm_mapped_rndv(idx, tag, map, ptr, len, keep)
+    }
+
+    /// The rendezvous of [`State::tag_send_mapped`]: an RTS announcing the `len` bytes at `ptr`
+    /// in place, by `tag_rndv_zcopy` when the AM lane offloads rendezvous, else as a software
+    /// RTS; `keep` holds the memory until the request finishes.
+    fn tm_mapped_rndv(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        map: &MemMap,
+        ptr: NonNull<u8>,
+        len: usize,
+        keep: Keep,
+    ) -> Result<Op> {
+        let l = self.eps[idx]
+            .lanes
+            .as_ref()
+            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let li = l.uct[l.am].0;
+        let rma = l
+            .rma
+            .map(|r| l.uct[r].0)
+            .and_then(|r| map.reg_of(self.info[r].tl_name).map(|m| (r, m.clone())));
+        let a = &self.info[li].attr;
+        // The handle the AM lane's transport reads the data through: the shared segment
+        // itself, or the heap block's registration with that transport.
+        let am_memh = keep.handle_for(map, self.info[li].tl_name);
+        let offload = self.tm.enabled
+            && a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
+            && len <= a.tag.rndv_max_zcopy
+            && am_memh.is_some();
+        let max_hdr = a.tag.rndv_max_hdr;
+        let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
+        let wire = self.wire_id(key);
+        self.tm.mapped.push(MappedSend {
+            wire,
+            addr: ptr.as_ptr() as usize,
+            len,
+            _keep: keep,
+        });
+        // The RTS describes the data for the RMA lane, as the software rendezvous does.
+        let (tl, rkey) = match &rma {
+            Some((r, m)) => self.rts_rkey(Some(*r), Some(m)),
+            None => self.rts_rkey(None, None),
+        };
+        let mut hdr = std::mem::take(&mut self.scratch);
+        hdr.clear();
+        if offload {
+            hdr.extend_from_slice(&self.uuid.to_le_bytes());
+        }
+        RtsHdr {
+            tag,
+            sreq: self.peer_id(idx, key),
+            len: len as u64,
+            buf: RemoteBuf {
+                addr: ptr.as_ptr() as u64,
+                tl,
+                rkey: &rkey,
+            },
+        }
+        .encode(&mut hdr);
+        self.rkey_scratch = rkey;
+        let out = if !offload {
+            self.send_ctl_now(idx, am_id::RTS, &hdr)
+        } else if let (true, Some(memh)) = (hdr.len() <= max_hdr, am_memh) {
+            let off = ptr.as_ptr() as usize - memh.addr() as usize;
+            self.eps[idx]
+                .lanes
+                .as_mut()
+                .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))
+                .and_then(|l| {
+                    let iov = Iov::new(&memh, off, len)?;
+                    l.uct[l.am]
+                        .1
+                        .tag_rndv_zcopy(tag, &hdr, &[iov], comp_id(COMP_TM, wire))
+                })
+                .map(|o| match o {
+                    Outcome::Done(op) => {
+                        self.tm.rndv_ops.push((wire, op, memh.clone()));
+                        self.tm.sent_rndv += 1;
+                        true
+                    }
+                    // `InProgress` carries no operation id: the ordinary path.
+                    Outcome::InProgress | Outcome::NoResource => false,
+                })
+        } else {
+            Ok(false)
+        };
+        self.scratch = hdr;
+        let sent = match out {
+            Ok(sent) => sent,
+            Err(e) => {
+                // Nothing went out: forget the request.
+                self.tm.mapped.pop();
+                let r = self.reqs.remove(key);
+                if let ReqKind::Send(s) = r.kind {
+                    s.data.into_vec().into_iter().for_each(|v| self.put_buf(v));
+                }
+                return Err(e);
+            }
+        };
+        if !sent {
+            // Back-pressure: the ordinary path sends a copy later, in order.
+            self.tm_mapped_materialize(key);
+            let id = self.next_msg_id;
+            self.next_msg_id += 1;
+            self.send_mut(key).msg_id = id;
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+            return Ok(self.op_of(key));
+        }
+        if !offload {
+            self.send_mut(key).msg_id = self.next_msg_id;
+            self.next_msg_id += 1;
+        }
+        self.tm.sent_mapped += 1;
+        self.stats.rndv_rts += 1;
+        let s = self.send_mut(key);
+        s.memh = rma.map(|(_, m)| m);
+        s.rts_sent = true;
+        s.stage = SendStage::WaitRndv;
+        self.eps[idx].last_tx = self.now_cache;
+        Ok(self.op_of(key))
+    }
+
+    /// An eager message from mapped memory by `tag_eager_zcopy` in place, where the AM lane's
+    /// transport receives eager messages straight into posted buffers and the size is above
+    /// its bcopy limit: the transport reads the mapping through its registration (or the
+    /// shared segment's handle), and the request keeps the memory alive until the transport is
+    /// done. `None`: not applicable, or back-pressure; the caller sends a copy.
+    fn tm_eager_mapped(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        map: &MemMap,
+        ptr: NonNull<u8>,
+        len: usize,
+    ) -> Result<Option<Op>> {
+        let Some(l) = self.eps[idx].lanes.as_ref() else {
+            return Ok(None);
+        };
+        let li = l.uct[l.am].0;
+        let a = &self.info[li].attr;
+        if !a.flags.contains(IfaceFlags::TAG_EAGER_ZCOPY)
+            || !a.tag.eager_saves_copy
+            || len <= a.tag.eager_max_bcopy
+            || len > a.tag.eager_max_zcopy
+        {
+            return Ok(None);
+        }
+        let Some(keep) = map.keep_alive() else {
+            return Ok(None);
+        };
+        let Some(memh) = keep.handle_for(map, self.info[li].tl_name) else {
+            return Ok(None);
+        };
+        let iov = Iov::new(&memh, ptr.as_ptr() as usize - memh.addr() as usize, len)?;
+        let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
+        let wire = self.wire_id(key);
+        let uuid = self.uuid;
+        let out = match self.eps[idx].lanes.as_mut() {
+            Some(l) => l.uct[l.am]
+                .1
+                .tag_eager_zcopy(tag, uuid, &[iov], comp_id(COMP_TM, wire)),
+            None => Ok(Outcome::NoResource),
+        };
+        match out {
+            Ok(Outcome::Done(())) => {
+                self.tm.sent += 1;
+                self.finish(key, Ok(()));
+            }
+            Ok(Outcome::InProgress) => {
+                self.tm.sent += 1;
+                self.tm.mapped.push(MappedSend {
+                    wire,
+                    addr: ptr.as_ptr() as usize,
+                    len,
+                    _keep: keep,
+                });
+                let s = self.send_mut(key);
+                s.memh = Some(memh);
+                s.offset = len;
+            }
+            Ok(Outcome::NoResource) | Err(_) => {
+                // Nothing went out: forget the request; the caller sends a copy (or reports
+                // the error the ordinary path meets).
+                let r = self.reqs.remove(key);
+                if let ReqKind::Send(s) = r.kind {
+                    s.data.into_vec().into_iter().for_each(|v| self.put_buf(v));
+                }
+                return Ok(None);
+            }
+        }
+        self.eps[idx].last_tx = self.now_cache;
+        Ok(Some(self.op_of(key)))
+    }
+
+    /// Before a send request reads its own data (the receiver asked for put or pipelined
+    /// active messages, or the RTS met back-pressure): a send from a mapped segment copies the
+    /// data into the request, which then proceeds like any other send.
+    pub(crate) fn tm_mapped_materialize(&mut self, key: usize) {
+        if self.tm.mapped.is_empty() {
+            return;
+        }
+        let wire = self.wire_id(key);
+        let Some(i) = self.tm.mapped.iter().position(|m| m.wire == wire) else {
+            return;
+        };
+        let m = self.tm.mapped.swap_remove(i);
+        let s = self.send_mut(key);
+        // SAFETY: `m._keep` keeps the memory alive, and `addr..addr + len` was checked to lie
+        // inside it when the send started.
+        let src = unsafe { std::slice::from_raw_parts(m.addr as *const u8, m.len) };
+        s.data.copy_from(src);
+        // The registration was of the segment, not of this copy.
+        s.memh = None;
+    }
+
+    /// Rendezvous by tag offload: the RTS travels as the header of `tag_rndv_zcopy`; a receive
+    /// the peer's transport matched gets the data straight into its buffer (no ATS); an
+    /// unexpected one reaches the peer's ucp as an ordinary RTS (get + ATS, then cancel here).
+    fn tm_rndv_send<'d>(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'d>,
+    ) -> Result<std::result::Result<Op, SendData<'d>>> {
+        let len = data.as_slice().len();
+        let Some(l) = self.eps[idx].lanes.as_ref() else {
+            return Ok(Err(data));
+        };
+        let li = l.uct[l.am].0;
+        let rma_li = l.rma.map(|r| l.uct[r].0);
+        let a = &self.info[li].attr;
+        if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) || len == 0 || len > a.tag.rndv_max_zcopy {
+            return Ok(Err(data));
+        }
+        let max_hdr = a.tag.rndv_max_hdr;
+        let key = self.new_send(idx, tag, data, false);
+        let wire = self.wire_id(key);
+        let s = self.send_mut(key);
+        let addr = s.data.as_ptr() as u64;
+        let p = NonNull::new(s.data.as_mut_ptr()).ok_or_else(|| Error::NoMemory("empty".into()))?;
+        // SAFETY: the request owns `data` and keeps it unchanged until it finishes; the
+        // registration is dropped (and the transport operation canceled) before `finish` gives
+        // the vector back.
+        let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
+        // The RTS describes the data for the RMA lane, as the software rendezvous does.
+        let rma_memh = match rma_li {
+            Some(r) if r == li => Some(memh.clone()),
+            // SAFETY: as above.
+            Some(r) => unsafe { self.mds[r].mem_reg(p, len) }.ok(),
+            None => None,
+        };
+        let (tl, rkey) = self.rts_rkey(rma_li, rma_memh.as_ref());
+        let mut hdr = std::mem::take(&mut self.scratch);
+        hdr.clear();
+        hdr.extend_from_slice(&self.uuid.to_le_bytes());
+        RtsHdr {
+            tag,
+            sreq: self.peer_id(idx, key),
+            len: len as u64,
+            buf: RemoteBuf {
+                addr,
+                tl,
+                rkey: &rkey,
+            },
+        }
+        .encode(&mut hdr);
+        self.rkey_scratch = rkey;
+        let out = if hdr.len() <= max_hdr {
+            match self.eps[idx].lanes.as_mut() {
+                Some(l) => l.uct[l.am].1.tag_rndv_zcopy(
+                    tag,
+                    &hdr,
+                    &[Iov::whole(&memh)],
+                    comp_id(COMP_TM, wire),
+                ),
+                None => Ok(Outcome::NoResource),
+            }
+        } else {
+            Ok(Outcome::NoResource)
+        };
+        self.scratch = hdr;
+        match out? {
+            Outcome::Done(op) => {
+                self.tm.sent_rndv += 1;
+                self.tm.rndv_ops.push((wire, op, memh));
+                let s = self.send_mut(key);
+                s.memh = rma_memh;
+                s.rts_sent = true;
+                s.stage = SendStage::WaitRndv;
+                self.stats.rndv_rts += 1;
+                self.eps[idx].last_tx = self.now_cache;
+            }
+            // `InProgress` carries no operation id (not what tcp answers): the ordinary path.
+            Outcome::InProgress | Outcome::NoResource => {
+                let id = self.next_msg_id;
+                self.next_msg_id += 1;
+                self.send_mut(key).msg_id = id;
+                self.eps[idx].pending.push_back(Pending::Req(key));
+                self.mark_pending(idx);
+            }
+        }
+        Ok(Ok(self.op_of(key)))
+    }
+}

@@ -1,0 +1,301 @@
+//! Tag receive: posting, cancelling, matching against the unexpected queue, and eager arrivals
+//! (single messages and fragments being assembled).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::request::Op;
+use crate::rma::raw_mem::RecvBuf;
+use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
+use crate::worker::state::{RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind};
+use ucs::{Error, Result};
+
+impl State {
+    pub(crate) fn new_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> usize {
+        let buf = buf.into();
+        self.new_req(
+            None,
+            ReqKind::Recv(RecvReq {
+                tag,
+                mask,
+                buf,
+                stage: RecvStage::Posted,
+                sender_tag: 0,
+                total: 0,
+                received: 0,
+                memh: None,
+                rkey: None,
+                remote_addr: 0,
+                sreq: NO_REQ,
+                offset: 0,
+                inflight: 0,
+                user_rma: false,
+                am: None,
+            }),
+        )
+    }
+
+    /// The receive request `key`. Internal invariant, as [`State::send_mut`].
+    #[allow(clippy::unreachable)]
+    pub(crate) fn recv_mut(&mut self, key: usize) -> &mut RecvReq {
+        match &mut self.reqs[key].kind {
+            ReqKind::Recv(r) => r,
+            _ => unreachable!("request {key} is not a receive"),
+        }
+    }
+
+    pub(crate) fn tag_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> Result<Op> {
+        let key = self.new_recv(buf, tag, mask);
+        // `wire_id(key)`: the new request has the latest generation.
+        let wire = (self.req_gen as u64) << 32 | key as u64;
+        debug_assert_eq!(wire, self.wire_id(key));
+        if let Some(uid) = self.matcher.post(tag, mask, wire) {
+            self.recv_from_unexp(key, uid as usize);
+        }
+        Ok(self.op_of(key))
+    }
+
+    pub(crate) fn cancel(&mut self, key: usize, gen: u32) -> bool {
+        let (tag, mask) = match self.reqs.get(key) {
+            Some(Req {
+                gen: g,
+                done: None,
+                kind: ReqKind::Recv(r),
+                ..
+            }) if *g == gen && r.stage == RecvStage::Posted => (r.tag, r.mask),
+            _ => return false,
+        };
+        let wire = self.wire_id(key);
+        let Some(offloaded) = self.tm_before_cancel(wire) else {
+            return false;
+        };
+        if self.matcher.cancel(tag, mask, wire) {
+            self.tm_after_cancel(offloaded);
+            self.finish(key, Err(Error::Canceled));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Delivers unexpected message `uid` to receive `key`.
+    pub(crate) fn recv_from_unexp(&mut self, key: usize, uid: usize) {
+        let u = self.unexp.remove(uid);
+        self.reqs[key].ep = Some(u.ep);
+        match u.kind {
+            UnexpKind::Eager { data, total, sreq } => {
+                if sreq != NO_REQ {
+                    let _ = self.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+                }
+                let cap = self.recv_mut(key).buf.len();
+                let r = self.recv_mut(key);
+                r.sender_tag = u.tag;
+                r.total = total;
+                r.stage = RecvStage::Eager;
+                let n = data.len().min(cap);
+                r.buf[..n].copy_from_slice(&data[..n]);
+                r.received = data.len();
+                match u.msg_key {
+                    Some(mk) => {
+                        self.assembling.insert(mk, Target::Req(key));
+                    }
+                    None => self.recv_check_done(key),
+                }
+                self.put_buf(data);
+            }
+            UnexpKind::Rts {
+                sreq,
+                len,
+                addr,
+                tl,
+                rkey,
+            } => {
+                let r = self.rndv_recv_start(key, u.ep, u.tag, sreq, len, addr, &tl, &rkey);
+                if let Err(e) = r {
+                    self.fail_ep(u.ep, e);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn recv_check_done(&mut self, key: usize) {
+        let r = self.recv_mut(key);
+        if r.received >= r.total {
+            let (total, cap) = (r.total, r.buf.len());
+            let st = if total > cap {
+                Err(Error::Truncated {
+                    len: total,
+                    capacity: cap,
+                })
+            } else {
+                Ok(())
+            };
+            self.finish(key, st);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn eager_arrived(
+        &mut self,
+        idx: usize,
+        src: u64,
+        tag: u64,
+        data: &[u8],
+        total: usize,
+        sreq: u64,
+        msg_id: Option<u64>,
+    ) {
+        let uid = self.unexp.vacant_key();
+        let complete = data.len() >= total;
+        match self.tm_arrive(tag, uid as u64) {
+            Some(wire) => {
+                let Some(key) = self.req_by_wire(wire) else {
+                    return;
+                };
+                if sreq != NO_REQ {
+                    let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+                }
+                let req = &mut self.reqs[key];
+                // The matcher holds receives only.
+                let ReqKind::Recv(r) = &mut req.kind else {
+                    return;
+                };
+                req.ep = Some(idx);
+                r.sender_tag = tag;
+                r.total = total;
+                r.stage = RecvStage::Eager;
+                let cap = r.buf.len();
+                let n = data.len().min(cap);
+                r.buf[..n].copy_from_slice(&data[..n]);
+                r.received = data.len();
+                if complete {
+                    // All of it is here (as `recv_check_done` would find).
+                    let st = if total > cap {
+                        Err(Error::Truncated {
+                            len: total,
+                            capacity: cap,
+                        })
+                    } else {
+                        Ok(())
+                    };
+                    self.finish(key, st);
+                } else if let Some(m) = msg_id {
+                    self.assembling.insert((src, m), Target::Req(key));
+                }
+            }
+            None => {
+                let mut v = self.get_buf();
+                v.reserve(total.min(1 << 26));
+                v.extend_from_slice(data);
+                let msg_key = if complete {
+                    None
+                } else {
+                    msg_id.map(|m| (src, m))
+                };
+                self.unexp.insert(Unexp {
+                    ep: idx,
+                    tag,
+                    kind: UnexpKind::Eager {
+                        data: v,
+                        total,
+                        sreq,
+                    },
+                    msg_key,
+                });
+                if let Some(mk) = msg_key {
+                    self.assembling.insert(mk, Target::Unexp(uid));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn eager_middle(&mut self, src: u64, h: FragHdr, data: &[u8]) -> Result<()> {
+        let Some(&t) = self.assembling.get(&(src, h.id)) else {
+            return Err(Error::Wire(format!(
+                "fragment of unknown message {} (no first fragment)",
+                h.id
+            )));
+        };
+        let off = h.offset as usize;
+        match t {
+            Target::Req(key) => {
+                let r = match self.reqs.get_mut(key).map(|r| &mut r.kind) {
+                    Some(ReqKind::Recv(r)) => r,
+                    _ => {
+                        self.assembling.remove(&(src, h.id));
+                        return Ok(());
+                    }
+                };
+                if off != r.received || off + data.len() > r.total {
+                    return Err(Error::Wire(format!(
+                        "fragment at {off}+{} does not continue message {} ({} of {} bytes)",
+                        data.len(),
+                        h.id,
+                        r.received,
+                        r.total
+                    )));
+                }
+                let cap = r.buf.len();
+                if off < cap {
+                    let n = data.len().min(cap - off);
+                    r.buf[off..off + n].copy_from_slice(&data[..n]);
+                }
+                r.received += data.len();
+                if r.received >= r.total {
+                    self.assembling.remove(&(src, h.id));
+                    self.recv_check_done(key);
+                }
+            }
+            Target::Unexp(uid) => {
+                let u = &mut self.unexp[uid];
+                let UnexpKind::Eager {
+                    data: buf, total, ..
+                } = &mut u.kind
+                else {
+                    return Err(Error::Wire("fragment for a rendezvous message".into()));
+                };
+                if off != buf.len() || off + data.len() > *total {
+                    return Err(Error::Wire(format!(
+                        "fragment at {off}+{} does not continue message {} ({} of {} bytes)",
+                        data.len(),
+                        h.id,
+                        buf.len(),
+                        total
+                    )));
+                }
+                buf.extend_from_slice(data);
+                if buf.len() >= *total {
+                    u.msg_key = None;
+                    self.assembling.remove(&(src, h.id));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// EAGER_FIRST: the first fragment of a multi-fragment eager message.
+    pub(crate) fn on_eager_first(
+        &mut self,
+        idx: usize,
+        src: u64,
+        h: EagerFirstHdr,
+        data: &[u8],
+    ) -> Result<()> {
+        let total = usize::try_from(h.total_len)
+            .map_err(|_| Error::Wire("message length overflows".into()))?;
+        if self.assembling.contains_key(&(src, h.msg_id)) {
+            return Err(Error::Wire(format!(
+                "first fragment of message {} repeated",
+                h.msg_id
+            )));
+        }
+        self.eager_arrived(idx, src, h.tag, data, total, h.sreq, Some(h.msg_id));
+        Ok(())
+    }
+}

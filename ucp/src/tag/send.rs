@@ -1,0 +1,309 @@
+//! Tag send: eager (short, bcopy, multi-fragment) and synchronous sends, the choice of eager or
+//! rendezvous, and SYNC_ACK.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::request::{Completion, Op};
+use crate::rma::raw_mem::SendBuf;
+use crate::tag::offload::TM_THRESH;
+use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
+use crate::worker::peer_req::Named;
+use crate::worker::pending::am_send;
+use crate::worker::state::{Pending, ReqKind, SendData, SendReq, SendStage, State};
+use ucs::{Error, Outcome, Result};
+
+impl State {
+    pub(crate) fn tag_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'_>,
+        sync: bool,
+    ) -> Result<Op> {
+        self.ep_usable(idx)?;
+        let len = data.as_slice().len();
+        let ep = &self.eps[idx];
+        let ready = ep.pending.is_empty() && ep.lanes.is_some();
+        let (rndv, zc) = match &ep.proto {
+            Some(p) => (len >= p.tag_thresh(sync), p.zcopy_thresh),
+            None => (false, None),
+        };
+        // Tag offload when the lane offers it and nothing is queued before this message (it
+        // sends eager messages of TM_THRESH bytes and more only).
+        let data = if ready && !sync && (rndv || len >= TM_THRESH) {
+            match self.tm_send(idx, tag, data, rndv)? {
+                Ok(op) => return Ok(op),
+                Err(data) => data,
+            }
+        } else {
+            data
+        };
+        // Zero-copy eager from a caller-owned vector the AM lane's domain can register.
+        if let (Some(z), false) = (zc, rndv) {
+            if len >= z && len > 0 {
+                if let SendData::Owned(v) = data {
+                    return self.zcopy_send(idx, tag, v, sync);
+                }
+            }
+        }
+        // Fast path: a non-synchronous eager message sent completely right now needs no request.
+        if ready && !sync && !rndv {
+            let msg_id = self.next_msg_id;
+            let mut offset = 0;
+            let done = self.eager_send(idx, tag, data.as_slice(), NO_REQ, msg_id, &mut offset)?;
+            if offset > 0 {
+                self.next_msg_id += 1;
+            }
+            if done {
+                let give = match data {
+                    SendData::Owned(v) => Some(v),
+                    SendData::Borrowed(_) | SendData::Raw(_) => None,
+                };
+                return Ok(Op::Done(Completion {
+                    buf: give,
+                    tag,
+                    ..Completion::ok()
+                }));
+            }
+            let key = self.new_send(idx, tag, data, sync);
+            let s = self.send_mut(key);
+            s.offset = offset;
+            s.msg_id = msg_id;
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+            return Ok(self.op_of(key));
+        }
+        let key = self.new_send(idx, tag, data, sync);
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        self.send_mut(key).msg_id = id;
+        // Back-pressure queues the request (it resumes from `progress_pending`, in order).
+        let queued = !ready || !self.send_step(key)?;
+        if queued && self.reqs[key].done.is_none() {
+            self.eps[idx].pending.push_back(Pending::Req(key));
+            self.mark_pending(idx);
+        }
+        Ok(self.op_of(key))
+    }
+
+    pub(crate) fn new_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'_>,
+        sync: bool,
+    ) -> usize {
+        let (data, give_back) = match data {
+            SendData::Owned(v) => (SendBuf::from(v), true),
+            SendData::Borrowed(b) => {
+                let mut v = self.get_buf();
+                v.extend_from_slice(b);
+                (SendBuf::from(v), false)
+            }
+            SendData::Raw(b) => (SendBuf::raw(b), false),
+        };
+        self.new_req(
+            Some(idx),
+            ReqKind::Send(SendReq {
+                tag,
+                data,
+                give_back,
+                sync,
+                stage: SendStage::Eager,
+                offset: 0,
+                msg_id: 0,
+                memh: None,
+                rkey: None,
+                remote_addr: 0,
+                rreq: 0,
+                inflight: 0,
+                rts_sent: false,
+                user_rma: false,
+                am: None,
+                acked: false,
+            }),
+        )
+    }
+
+    /// The send request `key`. Internal invariant: callers pass keys of requests they know are
+    /// sends (created as one, or checked by [`State::peer_req`] or the completion kind); a
+    /// peer's id never reaches here unchecked.
+    #[allow(clippy::unreachable)]
+    pub(crate) fn send_mut(&mut self, key: usize) -> &mut SendReq {
+        match &mut self.reqs[key].kind {
+            ReqKind::Send(s) => s,
+            _ => unreachable!("request {key} is not a send"),
+        }
+    }
+
+    /// Sends eager fragments of `data` from `*offset`. Gives true when all are out.
+    ///
+    /// A message that fits one fragment goes here, inline in the caller; longer ones (and the
+    /// errors of an endpoint still connecting) in [`State::eager_send_frags`].
+    #[inline]
+    pub(crate) fn eager_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &[u8],
+        sreq: u64,
+        msg_id: u64,
+        offset: &mut usize,
+    ) -> Result<bool> {
+        let len = data.len();
+        let ep = &mut self.eps[idx];
+        let (Some(proto), Some(l)) = (ep.proto.as_ref(), ep.lanes.as_mut()) else {
+            return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
+        };
+        // A synchronous message's header is longer by the sender's request id.
+        let sync_extra = if sreq != NO_REQ {
+            EagerSyncHdr::LEN - EagerHdr::LEN
+        } else {
+            0
+        };
+        if *offset != 0 || len + sync_extra > proto.bcopy_single_max {
+            return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
+        }
+        let uuid = self.uuid.to_le_bytes();
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &self.info[*li].attr;
+        let out = if sreq != NO_REQ {
+            let h = EagerSyncHdr { tag, sreq }.encode();
+            am_send(uep, attr, am_id::EAGER_SYNC_ONLY, &[&uuid, &h, data])?
+        } else {
+            let h = EagerHdr { tag }.encode();
+            am_send(uep, attr, am_id::EAGER_ONLY, &[&uuid, &h, data])?
+        };
+        if out == Outcome::NoResource {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_cache;
+        *offset = len.max(1);
+        self.stats.eager_single += 1;
+        Ok(true)
+    }
+
+    /// [`State::eager_send`] of a message in several fragments (or on an endpoint without
+    /// lanes yet: `Busy`).
+    pub(crate) fn eager_send_frags(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &[u8],
+        sreq: u64,
+        msg_id: u64,
+        offset: &mut usize,
+    ) -> Result<bool> {
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        let attr = &self.info[*li].attr;
+        let len = data.len();
+        while *offset < len {
+            let out = if *offset == 0 {
+                let n = proto.first_frag.min(len);
+                let h = EagerFirstHdr {
+                    tag,
+                    msg_id,
+                    total_len: len as u64,
+                    sreq,
+                }
+                .encode();
+                let o = am_send(uep, attr, am_id::EAGER_FIRST, &[&uuid, &h, &data[..n]])?;
+                if o != Outcome::NoResource {
+                    self.stats.eager_multi += 1;
+                }
+                (o, n)
+            } else {
+                let n = proto.middle_frag.min(len - *offset);
+                let h = FragHdr {
+                    id: msg_id,
+                    offset: *offset as u64,
+                }
+                .encode();
+                let o = am_send(
+                    uep,
+                    attr,
+                    am_id::EAGER_MIDDLE,
+                    &[&uuid, &h, &data[*offset..*offset + n]],
+                )?;
+                (o, n)
+            };
+            if out.0 == Outcome::NoResource {
+                return Ok(false);
+            }
+            ep.last_tx = self.now_cache;
+            *offset += out.1;
+        }
+        Ok(true)
+    }
+
+    /// Advances a send request as far as resources allow. Gives false on back-pressure.
+    pub(crate) fn send_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.req_ep(key)?;
+        let wire = self.peer_id(idx, key);
+        let stage = self.send_mut(key).stage;
+        match stage {
+            SendStage::Eager if self.send_mut(key).am.is_some() => self.send_rts(key),
+            SendStage::Eager => {
+                let proto = self.eps[idx]
+                    .proto
+                    .ok_or_else(|| Error::Busy("connecting".into()))?;
+                let s = self.send_mut(key);
+                let len = s.data.len();
+                // (Only before the first eager fragment left: a tag message below the tag
+                // threshold may have started eager.)
+                if s.offset == 0 && len >= proto.tag_thresh(s.sync) {
+                    return self.send_rts(key);
+                }
+                let (tag, sync, msg_id, mut off) = (s.tag, s.sync, s.msg_id, s.offset);
+                let data = std::mem::take(&mut s.data);
+                let sreq = if sync { wire } else { NO_REQ };
+                let r = self.eager_send(idx, tag, &data, sreq, msg_id, &mut off);
+                let s = self.send_mut(key);
+                s.data = data;
+                s.offset = off;
+                if !r? {
+                    return Ok(false);
+                }
+                if sync && !s.acked {
+                    s.stage = SendStage::WaitAck;
+                } else {
+                    self.finish(key, Ok(()));
+                }
+                Ok(true)
+            }
+            SendStage::Put => self.put_step(key),
+            SendStage::Pipeline => self.pipeline_step(key),
+            SendStage::Stream => self.stream_step(key),
+            SendStage::EagerZcopy => self.zcopy_step(key),
+            SendStage::PutFlushRetry => self.put_done(key),
+            SendStage::WaitAck | SendStage::WaitRndv | SendStage::WaitPutFlush => Ok(true),
+        }
+    }
+
+    /// SYNC_ACK: the peer matched a synchronous send.
+    pub(crate) fn on_sync_ack(&mut self, idx: usize, h: ReqHdr) -> Result<()> {
+        let key = self.peer_req(idx, h.req, Named::SyncAck)?;
+        let s = self.send_mut(key);
+        if s.stage == SendStage::WaitAck {
+            self.finish(key, Ok(()));
+        } else {
+            // Fragments are still going out: the send finishes when they are.
+            s.acked = true;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,349 @@
+//! Endpoint wire-up: connecting an endpoint's lanes from the peer's address, the reverse
+//! endpoint a WIREUP message creates, the endpoint address exchange of connect-to-endpoint lanes
+//! (rc_verbs), and the AM lane switch that follows it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::address::WorkerAddress;
+use crate::wire::{am_id, EpAddrHdr};
+use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig};
+use crate::worker::pending::am_send;
+use crate::worker::state::{EpState, Lanes, State, WaitLane};
+use ucs::{Outcome, Result};
+use uct::Endpoint as _;
+use uct::Iface as _;
+use uct::{AnyEp, AnyIface};
+
+/// Creates the transport endpoints of ucp endpoint `idx` from its peer address.
+pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()> {
+    let addr = st.eps[idx].addr.clone();
+    let locals: Vec<LocalTl<'_>> = st
+        .info
+        .iter()
+        .map(|i| LocalTl {
+            tl_name: i.tl_name,
+            dev_name: &i.dev_name,
+            attr: &i.attr,
+            md_reg: i.md_reg,
+        })
+        .collect();
+    let sel: LaneSelection = select_lanes(&locals, &addr, |li, ri| {
+        let r = &addr.tls[ri];
+        ifaces[li].is_reachable(&r.device_addr, Some(&r.iface_addr))
+    })?;
+    // A connect-to-endpoint RMA lane gets an unconnected endpoint now and is connected by the
+    // address exchange over the AM lane (`State::ep_lane_start`).
+    let mut rma_wait = None;
+    if let Some(p) = sel
+        .rma
+        .filter(|p| crate::wireup::connect_to_ep_only(&st.info[p.local].attr))
+    {
+        rma_wait = Some(WaitLane {
+            li: p.local,
+            remote: p.remote,
+            ep: ifaces[p.local].ep_create()?,
+            connected: false,
+        });
+    }
+    let mut uct_eps: Vec<(usize, AnyEp)> = Vec::new();
+    let mut lane_of =
+        |pick: crate::wireup::LanePick, uct_eps: &mut Vec<(usize, AnyEp)>| -> Result<usize> {
+            if let Some(p) = uct_eps.iter().position(|(l, _)| *l == pick.local) {
+                return Ok(p);
+            }
+            let r = &addr.tls[pick.remote];
+            let ep = ifaces[pick.local].ep_create_connected(&r.device_addr, &r.iface_addr)?;
+            uct_eps.push((pick.local, ep));
+            Ok(uct_eps.len() - 1)
+        };
+    let am = lane_of(sel.am, &mut uct_eps)?;
+    let rma = match sel.rma {
+        Some(_) if rma_wait.is_some() => None,
+        Some(p) => Some(lane_of(p, &mut uct_eps)?),
+        None => None,
+    };
+    let (amo, amo_later) = match sel.amo {
+        Some(p) if uct_eps.iter().any(|(l, _)| *l == p.local) => {
+            (Some(lane_of(p, &mut uct_eps)?), None)
+        }
+        Some(p) => (None, Some(p)),
+        None => (None, None),
+    };
+    for (li, e) in uct_eps
+        .iter()
+        .map(|(l, e)| (l, e))
+        .chain(rma_wait.iter().map(|w| (&w.li, &w.ep)))
+    {
+        st.by_uct.insert((*li, e.id().0), idx);
+        st.iface_users[*li] += 1;
+    }
+    let am_attr = &st.info[uct_eps[am].0].attr;
+    let rma_attr = rma.map(|r| &st.info[uct_eps[r].0].attr);
+    let am_md_reg = st.info[uct_eps[am].0].md_reg;
+    let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
+    st.tm_adjust_proto(uct_eps[am].0, &mut proto);
+    let ep = &mut st.eps[idx];
+    ep.lanes = Some(Lanes {
+        uct: uct_eps,
+        am,
+        rma,
+        amo,
+        amo_later,
+        rma_wait,
+        am_next: None,
+        released: None,
+    });
+    ep.proto = Some(proto);
+    ep.state = EpState::Ready;
+    if st.cfg.proto_info {
+        if let Ok(t) = st.proto_table(idx) {
+            eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.eps[idx].uuid);
+        }
+    }
+    if !st.eps[idx].pending.is_empty() {
+        st.mark_pending(idx);
+    }
+    Ok(())
+}
+
+impl State {
+    pub(crate) fn handle_wireup(&mut self, src: u64, addr: &[u8]) {
+        let peer = match WorkerAddress::decode(addr) {
+            Ok(p) if p.uuid == src => p,
+            Ok(_) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("wire-up address uuid does not match its sender {src:#018x}");
+                return;
+            }
+            Err(e) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("bad wire-up address from {src:#018x}: {e}");
+                return;
+            }
+        };
+        if let Some(&idx) = self.by_uuid.get(&src) {
+            if !matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
+                self.eps[idx].last_rx = self.now_cache;
+                return;
+            }
+        }
+        let idx = self.new_ep(peer, None);
+        self.to_connect.push(idx);
+    }
+
+    /// Fails every request tied to the endpoint and drops its transport endpoints.
+    /// Starts the address exchange of a connect-to-endpoint lane once the endpoint's lanes
+    /// exist (after the wire-up message on the creator's side): answers an address that
+    /// arrived early, or sends ours.
+    pub(crate) fn ep_lane_start(&mut self, idx: usize) -> Result<()> {
+        if self.eps[idx]
+            .lanes
+            .as_ref()
+            .is_none_or(|l| l.rma_wait.is_none())
+        {
+            return Ok(());
+        }
+        if let Some((connected, addr)) = self.eps[idx].peer_ep_addr.take() {
+            return self.on_ep_addr(idx, connected, &addr);
+        }
+        let ep_addr = match self.eps[idx]
+            .lanes
+            .as_ref()
+            .and_then(|l| l.rma_wait.as_ref())
+        {
+            Some(w) => w.ep.ep_address()?,
+            None => return Ok(()),
+        };
+        let mut body = Vec::new();
+        EpAddrHdr {
+            connected: false,
+            ep_addr: &ep_addr,
+        }
+        .encode(&mut body);
+        self.send_ctl(idx, am_id::EP_ADDR, &body)
+    }
+
+    /// The peer's connect-to-endpoint lane address: connect ours to it (replying with our
+    /// address, marked connected), and once the peer says it is connected too, start using the
+    /// lane for RMA and (when it can carry them) active messages, behind the lane-switch marker
+    /// (see the `wireup` module docs). If our endpoint cannot connect, the lane is dropped and
+    /// we never say "connected": both sides stay on the wire-up lane.
+    pub(crate) fn on_ep_addr(
+        &mut self,
+        idx: usize,
+        peer_connected: bool,
+        addr: &[u8],
+    ) -> Result<()> {
+        let ep = &mut self.eps[idx];
+        let Some(l) = ep.lanes.as_mut() else {
+            ep.peer_ep_addr = Some((peer_connected, addr.to_vec()));
+            return Ok(());
+        };
+        let Some(w) = l.rma_wait.as_mut() else {
+            // We do not use that transport to this peer (or already do): nothing to connect.
+            return Ok(());
+        };
+        let mut reply = None;
+        if !w.connected {
+            let dev = ep
+                .addr
+                .tls
+                .get(w.remote)
+                .map(|t| t.device_addr.as_slice())
+                .unwrap_or_default();
+            match w
+                .ep
+                .connect_to_ep(dev, addr)
+                .and_then(|()| w.ep.ep_address())
+            {
+                Ok(a) => {
+                    w.connected = true;
+                    reply = Some(a);
+                }
+                Err(e) => {
+                    let Some(w) = l.rma_wait.take() else {
+                        return Ok(());
+                    };
+                    let name = self.info[w.li].tl_name;
+                    tracing::warn!(
+                        "{name} lane to {:#018x} did not connect, staying on the wire-up lane: {e}",
+                        ep.uuid
+                    );
+                    if self.by_uct.remove(&(w.li, w.ep.id().0)).is_some() {
+                        self.iface_users[w.li] = self.iface_users[w.li].saturating_sub(1);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        if let Some(a) = reply {
+            let mut body = Vec::new();
+            EpAddrHdr {
+                connected: true,
+                ep_addr: &a,
+            }
+            .encode(&mut body);
+            self.send_ctl(idx, am_id::EP_ADDR, &body)?;
+        }
+        if peer_connected {
+            let Some(l) = self.eps[idx].lanes.as_mut() else {
+                return Ok(());
+            };
+            let Some(w) = l.rma_wait.take() else {
+                return Ok(());
+            };
+            l.uct.push((w.li, w.ep));
+            let lane = l.uct.len() - 1;
+            l.rma = Some(lane);
+            if crate::wireup::carries_am(&self.info[w.li].attr, &self.cfg) {
+                l.am_next = Some(lane);
+            }
+            let am_li = l.uct[l.am].0;
+            let mut proto = ProtoConfig::compute(
+                &self.info[am_li].attr,
+                self.info[am_li].md_reg,
+                Some(&self.info[w.li].attr),
+                &self.cfg,
+            );
+            self.tm_adjust_proto(am_li, &mut proto);
+            self.eps[idx].proto = Some(proto);
+            if self.cfg.proto_info
+                && self.eps[idx]
+                    .lanes
+                    .as_ref()
+                    .is_some_and(|l| l.am_next.is_none())
+            {
+                if let Ok(t) = self.proto_table(idx) {
+                    eprintln!(
+                        "[rucx] endpoint to {:#018x} (RMA lane connected):\n{t}",
+                        self.eps[idx].uuid
+                    );
+                }
+            }
+            if self.eps[idx].pending.is_empty() && !self.am_switch_try(idx)? {
+                self.mark_pending(idx);
+            } else if !self.eps[idx].pending.is_empty() {
+                // `progress_pending` switches once the queue drained.
+                self.mark_pending(idx);
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the endpoint's AM lane to `am_next` if one is due: sends the lane-switch marker as
+    /// the last message on the old lane, then makes the new lane the AM lane and recomputes
+    /// the thresholds from its limits. Call only with an empty pending queue. Gives false when
+    /// the marker met back-pressure (retry from progress); true when switched or nothing due.
+    pub(crate) fn am_switch_try(&mut self, idx: usize) -> Result<bool> {
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        let Some(l) = ep.lanes.as_mut() else {
+            return Ok(true);
+        };
+        let Some(new) = l.am_next else {
+            return Ok(true);
+        };
+        let old = l.am;
+        {
+            let (li, uep) = &mut l.uct[old];
+            if am_send(uep, &self.info[*li].attr, am_id::AM_LANE_SWITCH, &[&uuid])?
+                == Outcome::NoResource
+            {
+                return Ok(false);
+            }
+        }
+        ep.last_tx = self.now_cache;
+        l.am = new;
+        l.am_next = None;
+        // The old lane stays connected; if no other purpose uses it, its interface no longer
+        // counts this endpoint as a user (it is then polled like an idle interface).
+        if l.rma != Some(old) && l.amo != Some(old) {
+            l.released = Some(old);
+            let li = l.uct[old].0;
+            self.iface_users[li] = self.iface_users[li].saturating_sub(1);
+        }
+        let new_li = l.uct[new].0;
+        let rma_li = l.rma.map(|r| l.uct[r].0);
+        let mut proto = ProtoConfig::compute(
+            &self.info[new_li].attr,
+            self.info[new_li].md_reg,
+            rma_li.map(|r| &self.info[r].attr),
+            &self.cfg,
+        );
+        self.tm_adjust_proto(new_li, &mut proto);
+        self.eps[idx].proto = Some(proto);
+        self.stats.am_lane_switches += 1;
+        if self.cfg.proto_info {
+            if let Ok(t) = self.proto_table(idx) {
+                eprintln!(
+                    "[rucx] endpoint to {:#018x} (AM and RMA lanes moved to {}):\n{t}",
+                    self.eps[idx].uuid, self.info[new_li].tl_name
+                );
+            }
+        }
+        Ok(true)
+    }
+
+    /// The peer's lane-switch marker (`on_new`: it came over the new lane, a protocol error):
+    /// handles the messages its new lane delivered early, in order.
+    pub(crate) fn on_lane_switch(&mut self, idx: usize, on_new: bool) -> Result<()> {
+        let held = self.eps[idx].rx_gate.marker(on_new)?;
+        let gen = self.eps[idx].gen;
+        for (id, data) in held {
+            if self.eps.get(idx).is_none_or(|e| {
+                e.gen != gen || matches!(e.state, EpState::Failed(_) | EpState::Closed)
+            }) {
+                break;
+            }
+            self.handle_am_from(None, id, &data);
+        }
+        Ok(())
+    }
+}

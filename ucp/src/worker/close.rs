@@ -1,0 +1,173 @@
+//! Closing endpoints: forced close, and flush close (flush, CLOSE, wait for CLOSE_ACK or a
+//! deadline); the peer's CLOSE closes ours.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::request::Op;
+use crate::wire::am_id;
+use crate::worker::state::{EpState, ReqKind, State};
+use crate::worker::{CloseMode, EpHandle, Worker};
+use std::time::Duration;
+use ucs::{Error, Result};
+
+impl Worker {
+    /// Closes an endpoint (see [`CloseMode`]); the handle is stale afterwards. A flush that fails
+    /// (other than because the peer closed first) is reported after the endpoint is closed.
+    pub fn ep_close(&mut self, ep: EpHandle, mode: CloseMode) -> Result<()> {
+        let op = self.ep_close_nb(ep, mode)?;
+        self.complete(op).status
+    }
+
+    /// Starts closing an endpoint; the request finishes when it is closed. `Flush` flushes,
+    /// sends CLOSE and waits (at most the keepalive timeout) until the peer has processed it,
+    /// so everything sent before reached the peer's application.
+    pub fn ep_close_nb(&mut self, ep: EpHandle, mode: CloseMode) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        let key = self.st.new_req(None, ReqKind::Close);
+        if mode == CloseMode::Force || self.st.eps[idx].state != EpState::Ready {
+            self.st.close_now(idx, key, Ok(()));
+            return Ok(self.st.op_of(key));
+        }
+        let flush = match self.st.flush_eps(&[idx])? {
+            Op::Done(c) => {
+                if let Err(e) = c.status {
+                    self.st.close_now(idx, key, Err(e));
+                    return Ok(self.st.op_of(key));
+                }
+                None
+            }
+            Op::Pending(r) => Some(r.key as usize),
+        };
+        let mut c = Closing {
+            ep: idx,
+            req: key,
+            flush,
+            deadline: None,
+        };
+        if c.flush.is_none() {
+            self.st.send_close(&mut c);
+        }
+        self.st.closings.push(c);
+        self.st.progress_closings();
+        Ok(self.st.op_of(key))
+    }
+}
+
+/// An endpoint being flush-closed.
+pub(crate) struct Closing {
+    pub(crate) ep: usize,
+    pub(crate) req: usize,
+    /// Flush request still running.
+    pub(crate) flush: Option<usize>,
+    /// CLOSE sent; give up waiting for the ack at this time.
+    pub(crate) deadline: Option<Duration>,
+}
+
+impl State {
+    /// Closes endpoint `idx` now, finishes close request `key`, and frees the slot.
+    pub(crate) fn close_now(&mut self, idx: usize, key: usize, result: Result<()>) {
+        self.close_ep(idx, Error::Canceled);
+        if self.eps.contains(idx) {
+            self.eps.remove(idx);
+        }
+        self.to_connect.retain(|&i| i != idx);
+        self.failed_notify.retain(|&i| i != idx);
+        self.pending_eps.retain(|&i| i != idx);
+        self.finish(key, result);
+    }
+
+    pub(crate) fn send_close(&mut self, c: &mut Closing) {
+        let _ = self.send_ctl(c.ep, am_id::CLOSE, &[]);
+        c.deadline = Some(self.now() + self.cfg.keepalive_timeout);
+    }
+
+    pub(crate) fn progress_closings(&mut self) {
+        if self.closings.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.closings);
+        for mut c in list {
+            if let Some(fk) = c.flush {
+                let status = match self.reqs.get(fk) {
+                    Some(r) => match &r.done {
+                        Some(d) => d.status.clone(),
+                        None => {
+                            self.closings.push(c);
+                            continue;
+                        }
+                    },
+                    None => Ok(()),
+                };
+                if self.reqs.contains(fk) {
+                    self.reqs.remove(fk);
+                }
+                c.flush = None;
+                let ready = self
+                    .eps
+                    .get(c.ep)
+                    .is_some_and(|e| e.state == EpState::Ready);
+                match status {
+                    Ok(()) if ready => self.send_close(&mut c),
+                    // The peer closed or failed first: nothing is left to deliver to it.
+                    Ok(()) | Err(Error::ConnectionReset(_)) => {
+                        self.close_now(c.ep, c.req, Ok(()));
+                        continue;
+                    }
+                    Err(_) if !ready => {
+                        self.close_now(c.ep, c.req, Ok(()));
+                        continue;
+                    }
+                    Err(e) => {
+                        self.close_now(c.ep, c.req, Err(e));
+                        continue;
+                    }
+                }
+            }
+            let done = match self.eps.get(c.ep) {
+                Some(e) => {
+                    e.close_acked
+                        || e.state != EpState::Ready
+                        || c.deadline.is_some_and(|d| self.clock.now() >= d)
+                }
+                None => true,
+            };
+            if done {
+                self.close_now(c.ep, c.req, Ok(()));
+            } else {
+                self.closings.push(c);
+            }
+        }
+    }
+
+    pub(crate) fn close_ep(&mut self, idx: usize, err: Error) {
+        let Some(ep) = self.eps.get_mut(idx) else {
+            return;
+        };
+        if ep.state == EpState::Closed {
+            return;
+        }
+        ep.state = EpState::Closed;
+        self.teardown_ep(idx, &err);
+        let uuid = self.eps[idx].uuid;
+        if self.by_uuid.get(&uuid) == Some(&idx) {
+            self.by_uuid.remove(&uuid);
+        }
+    }
+
+    /// CLOSE: the peer closed its endpoint.
+    pub(crate) fn on_close(&mut self, idx: usize) {
+        // Everything the peer sent before CLOSE has been handled: tell it so.
+        let _ = self.send_ctl(idx, am_id::CLOSE_ACK, &[]);
+        self.close_ep(
+            idx,
+            Error::ConnectionReset("the peer closed its endpoint".into()),
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! Incoming messages: checks the sender prefix, finds the sender's endpoint (or wires up a new
+//! one), holds messages behind a peer's AM lane switch, and routes each message id to the handler of
+//! its protocol family (tag, rendezvous, active messages, atomics, stream, wire-up, close).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::wire::{am_id, split_prefix, EagerHdr, Msg, NO_REQ};
+use crate::wireup::Admit;
+use crate::worker::state::{EpState, State};
+use ucs::{Error, Result};
+
+impl State {
+    pub(crate) fn handle_am(&mut self, id: u8, data: &[u8]) {
+        self.handle_am_from(None, id, data);
+    }
+
+    /// An active message that arrived on interface `iface` (`None`: not from an AM lane, e.g.
+    /// a tag-offload rendezvous header).
+    pub(crate) fn handle_am_from(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
+        let (src, body) = match split_prefix(data) {
+            Ok(x) => x,
+            Err(e) => {
+                self.malformed_unknown += 1;
+                tracing::warn!("dropping a ucp message from an unknown sender: {e}");
+                return;
+            }
+        };
+        if id == am_id::WIREUP {
+            self.handle_wireup(src, body);
+            return;
+        }
+        let Some(&idx) = self.by_uuid.get(&src) else {
+            if id == am_id::CLOSE_ACK {
+                // Both sides closed at once: this side forgot the endpoint on the peer's CLOSE
+                // before the ack of its own CLOSE arrived.
+                tracing::debug!("CLOSE_ACK from {src:#018x} after its endpoint was closed");
+                return;
+            }
+            self.malformed_unknown += 1;
+            tracing::warn!(
+                "dropping ucp message {id} from unknown worker {src:#018x} (no wire-up seen)"
+            );
+            return;
+        };
+        // The peer's AM lane switch: messages on its new lane wait for the marker on the old.
+        let on_new = iface.is_some_and(|i| self.info[i].ep_only);
+        let ep = &mut self.eps[idx];
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            return;
+        }
+        ep.last_rx = self.now_cache;
+        if on_new && ep.rx_gate.admit(true, id, data) == Admit::Held {
+            self.stats.am_switch_held += 1;
+            return;
+        }
+        let r = if id == am_id::EAGER_ONLY {
+            // The common message, without the general decode and dispatch.
+            EagerHdr::decode(body).map(|h| {
+                let payload = &body[EagerHdr::LEN..];
+                self.eager_arrived(idx, src, h.tag, payload, payload.len(), NO_REQ, None);
+            })
+        } else {
+            match Msg::decode(id, body) {
+                Ok(Msg::AmLaneSwitch) => self.on_lane_switch(idx, on_new),
+                Ok(m) => self.handle_msg(idx, src, m),
+                Err(e) => Err(e),
+            }
+        };
+        if let Err(e) = r {
+            self.am_failed(idx, src, id, e);
+        }
+    }
+
+    /// A message from the peer of endpoint `idx` broke the protocol: the endpoint fails.
+    #[cold]
+    pub(crate) fn am_failed(&mut self, idx: usize, src: u64, id: u8, e: Error) {
+        let e = match e {
+            Error::Wire(w) => Error::Wire(format!(
+                "protocol error from worker {src:#018x} (message id {id}): {w}"
+            )),
+            other => other,
+        };
+        self.fail_ep(idx, e);
+    }
+
+    /// Routes a decoded message to the handler of its protocol family.
+    fn handle_msg(&mut self, idx: usize, src: u64, msg: Msg<'_>) -> Result<()> {
+        match msg {
+            Msg::Wireup(_) | Msg::Keepalive => Ok(()),
+            Msg::Eager(h, data) => {
+                self.eager_arrived(idx, src, h.tag, data, data.len(), NO_REQ, None);
+                Ok(())
+            }
+            Msg::EagerSync(h, data) => {
+                self.eager_arrived(idx, src, h.tag, data, data.len(), h.sreq, None);
+                Ok(())
+            }
+            Msg::EagerFirst(h, data) => self.on_eager_first(idx, src, h, data),
+            Msg::EagerMiddle(h, data) => self.eager_middle(src, h, data),
+            Msg::SyncAck(h) => self.on_sync_ack(idx, h),
+            Msg::Rts(h) => self.on_rts(idx, h),
+            Msg::Ats(h) => self.on_ats(idx, h),
+            Msg::Rtr(h) => self.on_rtr(idx, h),
+            Msg::RndvData(h, data) => self.on_rndv_data(idx, h, data),
+            Msg::Atp(h) => self.on_atp(idx, h),
+            Msg::UserAm(h, uh, data) => {
+                self.on_user_am(idx, h, uh, data);
+                Ok(())
+            }
+            Msg::AmRts(h, uh, rts) => self.on_am_rts(idx, h, uh, rts),
+            Msg::AtomicReq(h) => self.on_atomic_req(idx, h),
+            Msg::AtomicRep(h) => self.on_atomic_rep(idx, h),
+            Msg::Stream(data) => {
+                self.on_stream(idx, data);
+                Ok(())
+            }
+            Msg::EpAddr(h) => self.on_ep_addr(idx, h.connected, h.ep_addr),
+            Msg::AmLaneSwitch => self.on_lane_switch(idx, false),
+            Msg::CloseAck => {
+                self.eps[idx].close_acked = true;
+                Ok(())
+            }
+            Msg::Close => {
+                self.on_close(idx);
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Endpoint failure and keepalive: failing an endpoint (its requests finish with the error, its
+//! lanes are torn down, its error handler runs from `progress`), and the timers that send
+//! keepalives and fail silent peers.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::wire::am_id;
+use crate::worker::state::{EpState, Pending, ReqKind, State, UnexpKind};
+use crate::worker::EpHandle;
+use ucs::Error;
+use uct::Endpoint as _;
+
+impl State {
+    pub(crate) fn fail_ep(&mut self, idx: usize, err: Error) {
+        let Some(ep) = self.eps.get_mut(idx) else {
+            return;
+        };
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            return;
+        }
+        tracing::debug!("endpoint to {:#018x} failed: {err}", ep.uuid);
+        ep.state = EpState::Failed(err.clone());
+        self.stats.ep_failures += 1;
+        self.teardown_ep(idx, &err);
+        self.failed_notify.push(idx);
+    }
+
+    pub(crate) fn teardown_ep(&mut self, idx: usize, err: &Error) {
+        let ep = &mut self.eps[idx];
+        let pend: Vec<Pending> = ep.pending.drain(..).collect();
+        ep.rx_gate.clear();
+        if let Some(mut l) = ep.lanes.take() {
+            if let Some(w) = l.rma_wait.take() {
+                if self.by_uct.remove(&(w.li, w.ep.id().0)).is_some() {
+                    self.iface_users[w.li] = self.iface_users[w.li].saturating_sub(1);
+                }
+            }
+            for (pos, (li, uep)) in l.uct.iter_mut().enumerate() {
+                uep.pending_purge(&mut |_| {});
+                if self.by_uct.remove(&(*li, uep.id().0)).is_some() && l.released != Some(pos) {
+                    self.iface_users[*li] = self.iface_users[*li].saturating_sub(1);
+                }
+            }
+        }
+        for p in pend {
+            if let Pending::Ctl { body, .. } = p {
+                self.put_buf(body);
+            }
+        }
+        let keys: Vec<usize> = self
+            .reqs
+            .iter()
+            .filter(|(_, r)| r.ep == Some(idx) && r.done.is_none())
+            .map(|(k, _)| k)
+            .collect();
+        for k in keys {
+            if matches!(self.reqs[k].kind, ReqKind::Flush { .. }) {
+                self.finish(k, Err(err.clone()));
+                continue;
+            }
+            self.finish(k, Err(err.clone()));
+        }
+        // Unexpected messages that can no longer complete (incomplete, or rendezvous whose data
+        // sits with the failed peer) are dropped; complete eager ones stay receivable.
+        let dead: Vec<usize> = self
+            .unexp
+            .iter()
+            .filter(|(_, u)| {
+                u.ep == idx && (u.msg_key.is_some() || matches!(u.kind, UnexpKind::Rts { .. }))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for uid in dead {
+            self.matcher.remove_unexpected(uid as u64);
+            let u = self.unexp.remove(uid);
+            if let Some(mk) = u.msg_key {
+                self.assembling.remove(&mk);
+            }
+        }
+        let uuid = self.eps[idx].uuid;
+        self.assembling.retain(|(s, _), _| *s != uuid);
+    }
+
+    pub(crate) fn notify_failures(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(idx) = self.failed_notify.pop() {
+            let Some(ep) = self.eps.get_mut(idx) else {
+                continue;
+            };
+            let h = EpHandle {
+                idx: idx as u32,
+                gen: ep.gen,
+            };
+            if let (EpState::Failed(e), Some(cb)) = (&ep.state, ep.err_handler.as_mut()) {
+                cb(h, e);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn timers(&mut self) {
+        let Some(interval) = self.cfg.keepalive_interval else {
+            return;
+        };
+        let now = self.now_cache;
+        if now < self.next_timer {
+            return;
+        }
+        self.next_timer = now + interval / 4;
+        let timeout = self.cfg.keepalive_timeout;
+        let ready: Vec<usize> = self
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Ready)
+            .map(|(i, _)| i)
+            .collect();
+        for idx in ready {
+            let ep = &self.eps[idx];
+            let silent = now.saturating_sub(ep.last_rx);
+            if silent > timeout {
+                let e = Error::Timeout(format!(
+                    "worker {:#018x} was silent for {:?} (keepalive timeout {:?})",
+                    ep.uuid, silent, timeout
+                ));
+                self.fail_ep(idx, e);
+                continue;
+            }
+            if now.saturating_sub(ep.last_tx) >= interval && ep.pending.is_empty() {
+                if let Err(e) = self.send_ctl(idx, am_id::KEEPALIVE, &[]) {
+                    self.fail_ep(idx, e);
+                }
+            }
+        }
+    }
+}

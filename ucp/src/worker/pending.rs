@@ -1,0 +1,209 @@
+//! Sending on a lane and back-pressure: control messages and requests that meet `NoResource` wait
+//! in their endpoint's pending queue, retried in order from `progress`.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::worker::state::{EpState, Pending, ReqKind, State};
+use ucs::{Error, Outcome, Result};
+use uct::Endpoint as _;
+use uct::{AnyEp, IfaceAttr, IfaceFlags};
+
+pub(crate) trait OutcomeExt {
+    fn map_done(self, v: u64) -> Outcome<u64>;
+}
+
+impl OutcomeExt for Outcome<()> {
+    fn map_done(self, v: u64) -> Outcome<u64> {
+        match self {
+            Outcome::Done(()) => Outcome::Done(v),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        }
+    }
+}
+
+pub(crate) trait OutcomeU32 {
+    fn map_done_u32(self) -> Outcome<u64>;
+}
+
+impl OutcomeU32 for Outcome<u32> {
+    fn map_done_u32(self) -> Outcome<u64> {
+        match self {
+            Outcome::Done(v) => Outcome::Done(v as u64),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        }
+    }
+}
+
+/// Sends an active message built from `parts` on a lane: inline when it fits `max_short`,
+/// otherwise packed into the transport's bcopy buffer.
+pub(crate) fn am_send(
+    ep: &mut AnyEp,
+    attr: &IfaceAttr,
+    id: u8,
+    parts: &[&[u8]],
+) -> Result<Outcome> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    if attr.flags.contains(IfaceFlags::AM_SHORT) && total <= attr.am.max_short {
+        return ep.am_short_iov(id, parts);
+    }
+    if attr.flags.contains(IfaceFlags::AM_BCOPY) && total <= attr.am.max_bcopy {
+        let r = ep.am_bcopy(id, |buf: &mut [u8]| {
+            let mut off = 0;
+            for p in parts {
+                let end = (off + p.len()).min(buf.len());
+                buf[off..end].copy_from_slice(&p[..end - off]);
+                off = end;
+            }
+            off
+        })?;
+        return Ok(r.unit());
+    }
+    Err(Error::MessageTooLong {
+        len: total,
+        max: attr.am.max_bcopy.max(attr.am.max_short),
+    })
+}
+
+impl State {
+    pub(crate) fn mark_pending(&mut self, idx: usize) {
+        let ep = &mut self.eps[idx];
+        if !ep.in_pending_list {
+            ep.in_pending_list = true;
+            self.pending_eps.push(idx);
+        }
+    }
+
+    /// Sends a control message on the AM lane now, whatever is queued (for the request at the
+    /// head of the endpoint's queue). False on back-pressure.
+    pub(crate) fn send_ctl_now(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<bool> {
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        let l = ep
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (li, uep) = &mut l.uct[l.am];
+        if am_send(uep, &self.info[*li].attr, id, &[&uuid, body])? == Outcome::NoResource {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_cache;
+        Ok(true)
+    }
+
+    /// Sends a control message, or queues it behind earlier sends of the endpoint.
+    pub(crate) fn send_ctl(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<()> {
+        self.ep_usable(idx)?;
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        if ep.pending.is_empty() {
+            if let Some(l) = ep.lanes.as_mut() {
+                let (li, uep) = &mut l.uct[l.am];
+                let out = am_send(uep, &self.info[*li].attr, id, &[&uuid, body])?;
+                if out != Outcome::NoResource {
+                    ep.last_tx = self.now_cache;
+                    return Ok(());
+                }
+            }
+        }
+        let mut v = self.pool.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(body);
+        self.eps[idx]
+            .pending
+            .push_back(Pending::Ctl { id, body: v });
+        self.mark_pending(idx);
+        Ok(())
+    }
+
+    pub(crate) fn progress_pending(&mut self) -> usize {
+        if self.pending_eps.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        let list = std::mem::take(&mut self.pending_eps);
+        let mut keep = Vec::new();
+        for idx in list {
+            let Some(ep) = self.eps.get_mut(idx) else {
+                continue;
+            };
+            ep.in_pending_list = false;
+            if ep.lanes.is_none() || ep.state != EpState::Ready {
+                if ep.state == EpState::Connecting {
+                    keep.push(idx);
+                }
+                continue;
+            }
+            while let Some(p) = self.eps[idx].pending.pop_front() {
+                let r = match &p {
+                    Pending::Ctl { id, body } => {
+                        let uuid = self.uuid.to_le_bytes();
+                        let ep = &mut self.eps[idx];
+                        let l = ep.lanes.as_mut().map(|l| (l.am, &mut l.uct));
+                        match l {
+                            Some((am, uct)) => {
+                                let (li, uep) = &mut uct[am];
+                                am_send(uep, &self.info[*li].attr, *id, &[&uuid, body])
+                                    .map(|o| o != Outcome::NoResource)
+                            }
+                            None => Ok(false),
+                        }
+                    }
+                    Pending::Req(key) => {
+                        let key = *key;
+                        if self.reqs.get(key).is_none_or(|r| r.done.is_some()) {
+                            Ok(true)
+                        } else {
+                            match &self.reqs[key].kind {
+                                ReqKind::Recv(_) => self.get_step(key),
+                                _ => self.send_step(key),
+                            }
+                        }
+                    }
+                };
+                match r {
+                    Ok(true) => {
+                        n += 1;
+                        if let Pending::Ctl { body, .. } = p {
+                            self.put_buf(body);
+                        }
+                    }
+                    Ok(false) => {
+                        self.eps[idx].pending.push_front(p);
+                        keep.push(idx);
+                        break;
+                    }
+                    Err(e) => {
+                        self.fail_ep(idx, e);
+                        break;
+                    }
+                }
+            }
+            // The queue drained on the old lane: a due AM lane switch happens now.
+            let due = self.eps.get(idx).is_some_and(|e| {
+                e.state == EpState::Ready
+                    && e.pending.is_empty()
+                    && e.lanes.as_ref().is_some_and(|l| l.am_next.is_some())
+            });
+            if due {
+                match self.am_switch_try(idx) {
+                    Ok(true) => n += 1,
+                    Ok(false) => keep.push(idx),
+                    Err(e) => self.fail_ep(idx, e),
+                }
+            }
+        }
+        for idx in keep {
+            self.mark_pending(idx);
+        }
+        n
+    }
+}

@@ -1,0 +1,266 @@
+//! Progress: polls the interfaces (idle ones less often), feeds their events to the worker
+//! through [`Sink`], and runs the pending queues, flushes, closes, timers and callbacks; the event
+//! fd and `wait_event` for sleeping until there is work.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::wire::{am_id, ReqHdr};
+use crate::wireup::ep::connect_ep;
+use crate::worker::state::{
+    Pending, ReqKind, SendStage, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
+};
+use crate::worker::Worker;
+use std::os::fd::RawFd;
+use std::time::Duration;
+use ucs::{Error, Result};
+use uct::Iface as _;
+use uct::{CompletionId, EpId, EventFlags, EventSink};
+
+/// An interface no endpoint uses yet (it may still receive a peer's first wire-up message or
+/// connection) is polled on one progress call in this many: polling an idle tcp interface costs
+/// system calls, several times the cost of a whole shared-memory message.
+pub(crate) const IDLE_IFACE_PERIOD: u32 = 32;
+/// For this many progress calls after an event, an interface without endpoints is polled on
+/// every call.
+pub(crate) const IDLE_IFACE_RECENT: u32 = 4096;
+
+impl Worker {
+    /// Makes progress on every interface, then on queued sends and timers. Gives the number of
+    /// events handled.
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        self.tick = self.tick.wrapping_add(1);
+        self.st.now_cache = self.st.clock.now_coarse();
+        let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
+        for (i, iface) in self.ifaces.iter_mut().enumerate() {
+            let idle = self.st.iface_users[i] == 0;
+            if idle && !all && self.tick.wrapping_sub(self.last_event[i]) > IDLE_IFACE_RECENT {
+                continue;
+            }
+            let mut sink = Sink {
+                st: &mut self.st,
+                iface: i,
+            };
+            let k = iface.progress(&mut sink);
+            if k > 0 {
+                self.last_event[i] = self.tick;
+                n += k;
+            }
+        }
+        while let Some(idx) = self.st.to_connect.pop() {
+            if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx)
+                .and_then(|()| self.st.ep_lane_start(idx))
+            {
+                self.st.fail_ep(idx, e);
+            }
+            n += 1;
+        }
+        n += self.st.progress_pending();
+        self.st.progress_flushes();
+        self.st.progress_closings();
+        self.st.timers();
+        n += self.st.notify_failures();
+        n += self.st.run_callbacks();
+        n
+    }
+
+    /// The event fd to sleep on (needs [`Features::WAKEUP`](crate::Features::WAKEUP)): readable when progress has work.
+    pub fn efd(&self) -> Result<RawFd> {
+        self.epfd.ok_or_else(|| {
+            Error::Unsupported("the context was created without Features::WAKEUP".into())
+        })
+    }
+
+    /// Arms every interface's event fd. Gives `Ok(false)` when events are already pending: call
+    /// `progress()` instead of sleeping.
+    pub fn arm(&mut self) -> Result<bool> {
+        self.efd()?;
+        if !self.st.pending_eps.is_empty() || !self.st.to_connect.is_empty() {
+            return Ok(false);
+        }
+        for i in &mut self.ifaces {
+            if i.event_fd().is_none() {
+                continue;
+            }
+            match i.event_arm(EventFlags::RECV | EventFlags::SEND_COMP) {
+                Ok(()) => {}
+                Err(Error::Busy(_)) => {
+                    self.poll_all = true;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sleeps until an interface has events or `timeout` passes (`None`: the next keepalive
+    /// deadline). Gives at once when events are already pending.
+    pub fn wait_event(&mut self, timeout: Option<Duration>) -> Result<()> {
+        let fd = self.efd()?;
+        if !self.arm()? {
+            return Ok(());
+        }
+        let t = timeout
+            .or(self.st.cfg.keepalive_interval)
+            .map(|d| d.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(-1);
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: `fd` is our epoll fd and `ev` a valid buffer of one event.
+        let rc = unsafe { libc::epoll_wait(fd, &mut ev, 1, t) };
+        self.poll_all = true;
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io("epoll_wait on the worker event fd", e));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct Sink<'a> {
+    pub(crate) st: &'a mut State,
+    pub(crate) iface: usize,
+}
+
+impl EventSink for Sink<'_> {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        self.st.handle_am_from(Some(self.iface), id, data);
+    }
+    fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        self.st.handle_completion(comp, result);
+    }
+    fn ep_error(&mut self, ep: EpId, err: Error) {
+        if let Some(&idx) = self.st.by_uct.get(&(self.iface, ep.0)) {
+            self.st.fail_ep(idx, err);
+        }
+    }
+    fn tag_unexp_eager(&mut self, tag: u64, imm: u64, data: &[u8]) {
+        self.st.tm_unexp_eager(tag, imm, data);
+    }
+    fn tag_unexp_rndv(&mut self, _tag: u64, rndv: uct::RndvRemote<'_>) {
+        // The header is the sender's whole RTS message: the software rendezvous takes over.
+        self.st.handle_am(am_id::RTS, rndv.header);
+    }
+    fn tag_recv_done(&mut self, ctx: u64, tag: u64, imm: u64, len: usize, res: Result<()>) {
+        self.st.tm_recv_done(ctx, tag, imm, len, res);
+    }
+}
+
+impl State {
+    pub(crate) fn handle_completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        let kind = comp >> 60;
+        let wire = comp & ((1 << 60) - 1);
+        let Some(key) = self.req_by_wire(wire) else {
+            return;
+        };
+        // A completion of the wrong kind for its request is dropped (the transport mixed up
+        // its operations; the request is left as it is).
+        let fits = match (kind, &self.reqs[key].kind) {
+            (COMP_GET, ReqKind::Recv(_)) | (COMP_PUT | COMP_ZCOPY, ReqKind::Send(_)) => true,
+            (COMP_GET | COMP_PUT | COMP_ZCOPY, _) => false,
+            _ => true,
+        };
+        if !fits {
+            tracing::warn!(
+                "completion of kind {kind} for request {wire:#x} of another kind dropped"
+            );
+            return;
+        }
+        let ep = self.reqs[key].ep;
+        if let Err(e) = result {
+            self.finish(key, Err(e.clone()));
+            self.fail_req_ep(ep, e);
+            return;
+        }
+        let r = match kind {
+            COMP_GET => {
+                let r = self.recv_mut(key);
+                r.inflight = r.inflight.saturating_sub(1);
+                if r.inflight == 0 && r.offset == r.total {
+                    self.get_done(key)
+                } else {
+                    Ok(())
+                }
+            }
+            COMP_PUT => {
+                let s = self.send_mut(key);
+                s.inflight = s.inflight.saturating_sub(1);
+                let stage = s.stage;
+                if s.inflight == 0 && s.offset == s.data.len() {
+                    if stage == SendStage::WaitPutFlush {
+                        let rreq = s.rreq;
+                        let r = self.req_ep(key).and_then(|ep| {
+                            self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode())
+                        });
+                        self.finish(key, Ok(()));
+                        r
+                    } else {
+                        match self.put_done(key) {
+                            Ok(false) => self.req_ep(key).map(|ep| {
+                                self.eps[ep].pending.push_back(Pending::Req(key));
+                                self.mark_pending(ep);
+                            }),
+                            Ok(true) => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    }
+                } else {
+                    Ok(())
+                }
+            }
+            COMP_ZCOPY => {
+                let s = self.send_mut(key);
+                s.inflight = s.inflight.saturating_sub(1);
+                if s.inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
+                    self.zcopy_done(key);
+                }
+                Ok(())
+            }
+            crate::tag::offload::COMP_TM => {
+                self.tm_send_done(key, Ok(()));
+                Ok(())
+            }
+            COMP_ATOMIC => {
+                if let (ReqKind::Atomic { value }, Ok(v)) = (&mut self.reqs[key].kind, &result) {
+                    *value = *v;
+                }
+                self.finish(key, Ok(()));
+                Ok(())
+            }
+            COMP_FLUSH => {
+                if let ReqKind::Flush {
+                    eps_left, retry, ..
+                } = &mut self.reqs[key].kind
+                {
+                    *eps_left = eps_left.saturating_sub(1);
+                    if *eps_left == 0 && retry.is_empty() {
+                        self.finish(key, Ok(()));
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = r {
+            self.fail_req_ep(ep, e);
+        }
+    }
+
+    /// A completion of a request bound to endpoint `ep` failed: the endpoint fails. A request
+    /// bound to none has nothing to fail beyond itself.
+    fn fail_req_ep(&mut self, ep: Option<usize>, e: Error) {
+        match ep {
+            Some(idx) => self.fail_ep(idx, e),
+            None => tracing::debug!("completion of a request without an endpoint failed: {e}"),
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! The worker's internal state: endpoints and their lanes, requests and their stages, the
+//! unexpected queue, and the buffer pool, shared by every protocol family's handlers.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::address::WorkerAddress;
+use crate::config::UcpConfig;
+use crate::context::Features;
+use crate::request::Completion;
+use crate::rma::raw_mem::{RecvBuf, SendBuf};
+use crate::tag::matcher::TagMatcher;
+use crate::wireup::{AmSwitchGate, ProtoConfig};
+use crate::worker::close::Closing;
+use crate::worker::{AmHandler, ErrHandler, ProtoStats, RequestCallback};
+use slab::Slab;
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+use ucs::time::Clock;
+use ucs::{Error, Result};
+use uct::{AnyEp, AnyMd, CompletionId, IfaceAttr, MemHandle, RemoteKey};
+
+/// Hashes worker uuids (random 64-bit numbers) with one multiply instead of SipHash: every
+/// arriving message looks its sender up by uuid, and SipHash cost about 150 instructions of it.
+pub(crate) type UuidHash = std::hash::BuildHasherDefault<UuidHasher>;
+
+/// The [`std::hash::Hasher`] of [`UuidHash`]: a Fibonacci multiply, folding the high half in so
+/// both the bucket index (low bits) and the control tag (high bits) depend on every input bit.
+#[derive(Default)]
+pub(crate) struct UuidHasher(u64);
+
+impl std::hash::Hasher for UuidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let m = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = m ^ (m >> 32);
+    }
+}
+
+pub(crate) const COMP_GET: u64 = 1;
+pub(crate) const COMP_PUT: u64 = 2;
+pub(crate) const COMP_FLUSH: u64 = 3;
+pub(crate) const COMP_ATOMIC: u64 = 4;
+pub(crate) const COMP_ZCOPY: u64 = 5;
+
+pub(crate) fn comp_id(kind: u64, wire: u64) -> CompletionId {
+    kind << 60 | (wire & ((1 << 60) - 1))
+}
+
+pub(crate) struct Lanes {
+    pub(crate) uct: Vec<(usize, AnyEp)>,
+    pub(crate) am: usize,
+    pub(crate) rma: Option<usize>,
+    pub(crate) amo: Option<usize>,
+    /// The atomic lane chosen but not yet connected: a transport the AM and RMA lanes do not
+    /// use gets its endpoint when a remote key is first unpacked (so a tag-only endpoint over
+    /// shared memory opens no tcp connection just for atomics).
+    pub(crate) amo_later: Option<crate::wireup::LanePick>,
+    /// The RMA lane over a connect-to-endpoint transport (rc_verbs) while its endpoint address
+    /// exchange runs over the AM lane; it joins `uct` as `rma` once both sides are connected.
+    pub(crate) rma_wait: Option<WaitLane>,
+    /// The connected connect-to-endpoint lane (index in `uct`) the AM lane moves to as soon as
+    /// no message is pending on the old one (see `State::am_switch_try`).
+    pub(crate) am_next: Option<usize>,
+    /// The old AM lane (index in `uct`) after a switch, when no other purpose uses it: it no
+    /// longer counts as a user of its interface (polled like an idle one), but stays connected
+    /// (its failure still fails the endpoint).
+    pub(crate) released: Option<usize>,
+}
+
+/// A connect-to-endpoint lane being wired up (see [`EpAddrHdr`]).
+pub(crate) struct WaitLane {
+    /// Local interface index.
+    pub(crate) li: usize,
+    /// The peer's transport entry index (its device address).
+    pub(crate) remote: usize,
+    /// The unconnected (or connected, not yet confirmed) endpoint.
+    pub(crate) ep: AnyEp,
+    /// `connect_to_ep` done on our side.
+    pub(crate) connected: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum EpState {
+    Connecting,
+    Ready,
+    Failed(Error),
+    Closed,
+}
+
+pub(crate) enum Pending {
+    Req(usize),
+    Ctl { id: u8, body: Vec<u8> },
+}
+
+pub(crate) struct Ep {
+    pub(crate) gen: u32,
+    /// Scrambles the ids of this endpoint's requests on the wire (see [`State::peer_id`]).
+    pub(crate) secret: u64,
+    pub(crate) uuid: u64,
+    pub(crate) addr: WorkerAddress,
+    pub(crate) lanes: Option<Lanes>,
+    pub(crate) proto: Option<ProtoConfig>,
+    pub(crate) state: EpState,
+    pub(crate) pending: VecDeque<Pending>,
+    pub(crate) in_pending_list: bool,
+    pub(crate) err_handler: Option<ErrHandler>,
+    pub(crate) stream_rx: VecDeque<u8>,
+    pub(crate) stream_waiters: VecDeque<usize>,
+    pub(crate) close_acked: bool,
+    /// A peer endpoint address that arrived before this endpoint's lanes were created.
+    pub(crate) peer_ep_addr: Option<(bool, Vec<u8>)>,
+    /// Receive side of the peer's AM lane switch.
+    pub(crate) rx_gate: AmSwitchGate,
+    pub(crate) last_tx: Duration,
+    pub(crate) last_rx: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendStage {
+    Eager,
+    WaitAck,
+    WaitRndv,
+    Put,
+    WaitPutFlush,
+    PutFlushRetry,
+    Pipeline,
+    EagerZcopy,
+    Stream,
+}
+
+pub(crate) struct SendReq {
+    pub(crate) tag: u64,
+    pub(crate) data: SendBuf,
+    pub(crate) give_back: bool,
+    pub(crate) sync: bool,
+    pub(crate) stage: SendStage,
+    pub(crate) offset: usize,
+    pub(crate) msg_id: u64,
+    pub(crate) memh: Option<MemHandle>,
+    pub(crate) rkey: Option<RemoteKey>,
+    pub(crate) remote_addr: u64,
+    pub(crate) rreq: u64,
+    pub(crate) inflight: usize,
+    pub(crate) rts_sent: bool,
+    /// A user `put` (no rendezvous messages around it).
+    pub(crate) user_rma: bool,
+    /// User active message sent by rendezvous: id and user header.
+    pub(crate) am: Option<(u16, Vec<u8>)>,
+    /// A synchronous send whose SYNC_ACK came while fragments were still going out: it
+    /// finishes as soon as they are out.
+    pub(crate) acked: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecvStage {
+    Posted,
+    Eager,
+    RndvGet,
+    RndvWait,
+}
+
+pub(crate) struct RecvReq {
+    pub(crate) tag: u64,
+    pub(crate) mask: u64,
+    pub(crate) buf: RecvBuf,
+    pub(crate) stage: RecvStage,
+    pub(crate) sender_tag: u64,
+    pub(crate) total: usize,
+    pub(crate) received: usize,
+    pub(crate) memh: Option<MemHandle>,
+    pub(crate) rkey: Option<RemoteKey>,
+    pub(crate) remote_addr: u64,
+    pub(crate) sreq: u64,
+    pub(crate) offset: usize,
+    pub(crate) inflight: usize,
+    /// A user `get` (no rendezvous messages around it).
+    pub(crate) user_rma: bool,
+    /// Data of a user active message arriving by rendezvous: id and user header.
+    pub(crate) am: Option<(u16, Vec<u8>)>,
+}
+
+pub(crate) enum ReqKind {
+    Send(SendReq),
+    Recv(RecvReq),
+    StreamRecv {
+        buf: Vec<u8>,
+        filled: usize,
+    },
+    Atomic {
+        value: u64,
+    },
+    Close,
+    /// A flush: `eps_left` transport flushes (or, with endpoint parts, parts) still running,
+    /// `retry` endpoints whose flush waits for their queue to drain or for resources.
+    Flush {
+        eps_left: usize,
+        retry: Vec<usize>,
+        /// Wire id of the worker-wide flush this request is one endpoint's part of.
+        parent: Option<u64>,
+    },
+}
+
+pub(crate) struct Req {
+    pub(crate) gen: u32,
+    pub(crate) ep: Option<usize>,
+    pub(crate) kind: ReqKind,
+    pub(crate) done: Option<Completion>,
+    /// Invoked with the result when the request finishes (instead of `request_take`).
+    pub(crate) callback: Option<RequestCallback>,
+}
+
+pub(crate) enum UnexpKind {
+    Eager {
+        data: Vec<u8>,
+        total: usize,
+        sreq: u64,
+    },
+    Rts {
+        sreq: u64,
+        len: usize,
+        addr: u64,
+        tl: String,
+        rkey: Vec<u8>,
+    },
+}
+
+pub(crate) struct Unexp {
+    pub(crate) ep: usize,
+    pub(crate) tag: u64,
+    pub(crate) kind: UnexpKind,
+    /// Multi-fragment message still being assembled (key in `assembling`).
+    pub(crate) msg_key: Option<(u64, u64)>,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum Target {
+    Unexp(usize),
+    Req(usize),
+}
+
+pub(crate) struct IfaceInfo {
+    pub(crate) tl_name: &'static str,
+    pub(crate) dev_name: String,
+    pub(crate) attr: IfaceAttr,
+    pub(crate) md_reg: bool,
+    /// Connects endpoint to endpoint only (rc_verbs): a peer's AM lane after its switch.
+    pub(crate) ep_only: bool,
+}
+
+pub(crate) struct State {
+    pub(crate) uuid: u64,
+    pub(crate) cfg: UcpConfig,
+    pub(crate) features: Features,
+    pub(crate) clock: Box<dyn Clock>,
+    pub(crate) mds: Vec<AnyMd>,
+    pub(crate) info: Vec<IfaceInfo>,
+    pub(crate) address: Vec<u8>,
+    pub(crate) eps: Slab<Ep>,
+    pub(crate) ep_gen: u32,
+    pub(crate) by_uuid: HashMap<u64, usize, UuidHash>,
+    pub(crate) by_uct: HashMap<(usize, u32), usize>,
+    /// Transport endpoints per interface (index as `info`): interfaces without any are polled
+    /// only every [`IDLE_IFACE_PERIOD`] progress calls.
+    pub(crate) iface_users: Vec<u32>,
+    pub(crate) reqs: Slab<Req>,
+    pub(crate) req_gen: u32,
+    pub(crate) matcher: TagMatcher,
+    pub(crate) unexp: Slab<Unexp>,
+    pub(crate) assembling: HashMap<(u64, u64), Target>,
+    pub(crate) pool: Vec<Vec<u8>>,
+    pub(crate) to_connect: Vec<usize>,
+    pub(crate) pending_eps: Vec<usize>,
+    pub(crate) flushes: Vec<usize>,
+    pub(crate) failed_notify: Vec<usize>,
+    pub(crate) next_msg_id: u64,
+    pub(crate) scratch: Vec<u8>,
+    /// Reused buffer for the remote key an RTS carries (see [`State::rts_rkey`]).
+    pub(crate) rkey_scratch: Vec<u8>,
+    pub(crate) next_timer: Duration,
+    /// The clock as read at the start of the current (or last) progress call: message
+    /// timestamps for keepalive use it, so the data path reads no clock per message.
+    pub(crate) now_cache: Duration,
+    pub(crate) malformed_unknown: u64,
+    pub(crate) stats: ProtoStats,
+    pub(crate) am_handlers: HashMap<u16, AmHandler>,
+    pub(crate) regions: crate::rma::Regions,
+    pub(crate) amo_hw: u64,
+    pub(crate) amo_emulated: u64,
+    pub(crate) quarantine: Vec<Vec<u8>>,
+    /// Finished requests whose callback is due at the end of this progress call.
+    pub(crate) callbacks_due: Vec<usize>,
+    pub(crate) closings: Vec<Closing>,
+    /// Tag offload (see `tag_offload`).
+    pub(crate) tm: crate::tag::offload::TmState,
+}
+
+pub(crate) const POOL_MAX: usize = 64;
+pub(crate) const POOL_BUF_MAX: usize = 1 << 20;
+
+/// A zeroed buffer of `len` bytes for data a peer announced, or `NoMemory` when the allocator
+/// refuses it (a peer's size must not abort the process). Zeroed pages come from the allocator
+/// lazily, as `vec![0; len]` does.
+pub(crate) fn zeroed_buf(len: usize) -> Result<Vec<u8>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len)
+        .map_err(|_| Error::NoMemory(format!("{len} bytes cannot be allocated")))?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(Error::NoMemory(format!(
+            "cannot allocate {len} bytes for a message a peer announced"
+        )));
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `len` u8s (capacity
+    // `len`), and all `len` bytes are initialised (zero).
+    Ok(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
+pub(crate) enum SendData<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+    /// Caller memory that stays valid and unchanged until the send completes (see
+    /// `Worker::tag_send_raw`): a request reads it in place instead of copying it.
+    Raw(&'a [u8]),
+}
+
+impl SendData<'_> {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            SendData::Borrowed(b) | SendData::Raw(b) => b,
+            SendData::Owned(v) => v,
+        }
+    }
+}
+
+impl State {
+    pub(crate) fn now(&self) -> Duration {
+        self.clock.now()
+    }
+
+    pub(crate) fn get_buf(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_default()
+    }
+
+    pub(crate) fn put_buf(&mut self, mut v: Vec<u8>) {
+        if v.capacity() <= POOL_BUF_MAX && self.pool.len() < POOL_MAX {
+            v.clear();
+            self.pool.push(v);
+        }
+    }
+}
