@@ -1,8 +1,9 @@
 //! tcp endpoints: the data operations.
 
-use super::iface::{
-    sendv, ConnState, Inner, Req, Segs, TxItem, AM_MAX_HDR, MAX_BCOPY, MAX_IOV, MAX_REQS, MAX_SHORT,
-};
+use super::conn::{ConnState, Req, AM_MAX_HDR, MAX_BCOPY, MAX_REQS, MAX_SHORT};
+use super::inner::Inner;
+use super::iov::{sendv, Segs, MAX_IOV};
+use super::txq::TxItem;
 use super::wire::{
     self, AtomicMode, AtomicReq, FlushReq, FrameHeader, GetReq, Hello, HelloMode, Kind, PutHdr,
     TagHdr, TagRndvHdr,

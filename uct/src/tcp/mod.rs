@@ -68,10 +68,20 @@
     )
 )]
 
+mod accept;
+mod conn;
 mod ep;
+mod frames;
+mod handshake;
 mod iface;
+mod inner;
+mod iov;
 pub mod md;
+mod progress;
+mod rxbuf;
+mod sockopt;
 mod tag;
+mod txq;
 pub mod wire;
 
 #[cfg(test)]

@@ -24,8 +24,9 @@
 //!
 //! [`wire::TAG_WHOLE`]: super::wire::TAG_WHOLE
 
-use super::iface::{Segs, TcpIface};
+use super::iov::Segs;
 use super::wire::{TagHdr, TagRndvHdr, WireStatus};
+use super::TcpIface;
 use crate::ep::TagRecvId;
 use crate::iface::EventSink;
 use crate::md::Iov;
@@ -208,7 +209,7 @@ impl TcpIface {
 /// callbacks and must take a receive back from the transport at that moment, before the
 /// transport can match it too). A clone of the interface's shared state, no lock.
 #[derive(Clone)]
-pub struct TagCanceler(std::rc::Rc<std::cell::RefCell<super::iface::Inner>>);
+pub struct TagCanceler(std::rc::Rc<std::cell::RefCell<super::inner::Inner>>);
 
 impl std::fmt::Debug for TagCanceler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -234,12 +235,12 @@ impl TagCanceler {
     }
 }
 
-fn cancel_miss(g: &super::iface::Inner, ctx: TagRecvId) -> Result<()> {
+fn cancel_miss(g: &super::inner::Inner, ctx: TagRecvId) -> Result<()> {
     let in_flight = g.conns.iter().any(|(_, c)| {
         matches!(&c.tag_rx, TagRx::Posted { p, .. } if p.ctx == ctx)
             || c.reqs
                 .iter()
-                .any(|(_, r)| matches!(r, super::iface::Req::TagGet { ctx: x, .. } if *x == ctx))
+                .any(|(_, r)| matches!(r, super::conn::Req::TagGet { ctx: x, .. } if *x == ctx))
     });
     if in_flight {
         Err(Error::Busy(format!(

@@ -118,7 +118,7 @@ fn am_short_boundaries_and_order() {
     }
 }
 
-const MAX_SHORT_PAYLOAD: usize = iface::MAX_SHORT - 8;
+const MAX_SHORT_PAYLOAD: usize = conn::MAX_SHORT - 8;
 
 #[test]
 fn am_iov_bcopy_zcopy_deliver_exact_bytes() {
@@ -1502,7 +1502,7 @@ fn iov_windows_cover_the_list_in_order() {
                 iov_len: 0,
             }; 32];
             while got.len() < data.len() {
-                let (cnt, n) = super::iface::iov_window(&iov, got.len(), max, &mut out);
+                let (cnt, n) = super::iov::iov_window(&iov, got.len(), max, &mut out);
                 assert!(n > 0 && n <= max, "{cuts:?} max {max}: window of {n}");
                 let sum: usize = out[..cnt].iter().map(|v| v.iov_len).sum();
                 assert_eq!(sum, n);
