@@ -2,14 +2,14 @@
 //! requests.
 
 use super::accept::{ACCEPT_TIMER_TOKEN, LISTENER_TOKEN};
-use super::conn::{ConnState, Req};
+use super::conn::{Conn, ConnState, Req};
 use super::frames::{is_request, unknown_req};
 use super::inner::Inner;
 use super::iov::recv_raw;
 use super::md::RegTable;
 use super::rxbuf::RxBuf;
 use super::tag::TagRx;
-use super::wire::{self, Ack, Kind, WireStatus};
+use super::wire::{self, Ack, Kind, StreamPos, StreamSub, WireStatus};
 use super::TcpIface;
 use crate::iface::EventSink;
 use nix::sys::epoll::EpollFlags;
@@ -322,50 +322,8 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
         let Some(pos) = c.rx.reasm.streaming() else {
             return Ok(false);
         };
-        let left = (pos.total - pos.done) as usize;
-        let (dst, len) = match pos.sub {
-            wire::StreamSub::Put(h) => {
-                match RegTable::global().lookup(h.key, h.remote_addr, pos.total) {
-                    // SAFETY (of the later write): the whole range is a live registration.
-                    Ok(p) => (p.wrapping_add(pos.done as usize), left),
-                    // A refused put: the normal path drains and answers it.
-                    Err(_) => return Ok(false),
-                }
-            }
-            wire::StreamSub::GetResp(a) => {
-                let idx = a.req_id.wrapping_sub(1) as usize;
-                match c.reqs.get(idx) {
-                    Some(Req::GetZcopy { segs, .. }) if segs.total() as u64 == pos.total => {
-                        match segs.locate(pos.done as usize) {
-                            Some((p, l)) => (p, l.min(left)),
-                            None => return Ok(false),
-                        }
-                    }
-                    Some(Req::TagGet { segs, want, .. }) if *want as u64 == pos.total => {
-                        match segs.locate(pos.done as usize) {
-                            Some((p, l)) => (p, l.min(left)),
-                            None => return Ok(false),
-                        }
-                    }
-                    // Malformed: the normal path reports it.
-                    _ => return Ok(false),
-                }
-            }
-            wire::StreamSub::TagEager(_) => match &c.tag_rx {
-                TagRx::Posted { p, .. } => match p.segs.locate(pos.done as usize) {
-                    Some((p, l)) => (p, l.min(left)),
-                    // Beyond the posted capacity (truncated): the normal path drains it.
-                    None => return Ok(false),
-                },
-                TagRx::Unexp { .. } if c.tag_stage.len() as u64 == pos.total => {
-                    // SAFETY (of the later write): `done..total` lies inside `tag_stage`.
-                    (
-                        c.tag_stage.as_mut_ptr().wrapping_add(pos.done as usize),
-                        left,
-                    )
-                }
-                _ => return Ok(false),
-            },
+        let Some((dst, len)) = stream_dst(c, pos) else {
+            return Ok(false);
         };
         // At most DIRECT_CHUNK per call (see there); the loop goes on while the socket has more.
         let len = len.min(DIRECT_CHUNK);
@@ -380,43 +338,7 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
         }
         if c.rx.reasm.advance_stream(n as u64) {
             c.rx.after_stream = true;
-            match pos.sub {
-                wire::StreamSub::Put(h) => {
-                    if h.req_id != 0 {
-                        let mut sub = [0u8; Ack::LEN];
-                        Ack {
-                            req_id: h.req_id,
-                            status: WireStatus::Ok,
-                        }
-                        .encode(&mut sub);
-                        inner.respond(key, Kind::PutAck, &sub, None);
-                    }
-                }
-                wire::StreamSub::GetResp(a) => {
-                    // The request was checked (kind and size) before the recv.
-                    let idx = a.req_id.wrapping_sub(1) as usize;
-                    match c.reqs.get(idx) {
-                        Some(Req::GetZcopy { .. } | Req::TagGet { .. }) => {}
-                        _ => return Err(unknown_req("get response", a.req_id)),
-                    }
-                    match c.reqs.remove(idx) {
-                        Req::GetZcopy { comp, .. } => inner.done.push_back((comp, Ok(0))),
-                        Req::TagGet {
-                            ctx,
-                            tag,
-                            want,
-                            length,
-                            ..
-                        } => {
-                            let res = super::tag::rndv_result(WireStatus::Ok, want, length);
-                            inner.tag.done.push_back((ctx, tag, 0, length, res));
-                        }
-                        _ => {}
-                    }
-                }
-                wire::StreamSub::TagEager(_) => return Ok(true),
-            }
-            return Ok(false);
+            return stream_done(inner, key, pos.sub);
         }
         if n < len {
             // The socket had less than asked for: it is empty now (a second `recv` would
@@ -425,6 +347,100 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
             return Ok(false);
         }
     }
+}
+
+/// Where the next bytes of the streamed payload at `pos` go, and how many fit there: `None`
+/// when the normal path takes them (a refused put, a truncated or malformed frame).
+fn stream_dst(c: &mut Conn, pos: StreamPos) -> Option<(*mut u8, usize)> {
+    let left = (pos.total - pos.done) as usize;
+    Some(match pos.sub {
+        wire::StreamSub::Put(h) => {
+            match RegTable::global().lookup(h.key, h.remote_addr, pos.total) {
+                // SAFETY (of the later write): the whole range is a live registration.
+                Ok(p) => (p.wrapping_add(pos.done as usize), left),
+                // A refused put: the normal path drains and answers it.
+                Err(_) => return None,
+            }
+        }
+        wire::StreamSub::GetResp(a) => {
+            let idx = a.req_id.wrapping_sub(1) as usize;
+            match c.reqs.get(idx) {
+                Some(Req::GetZcopy { segs, .. }) if segs.total() as u64 == pos.total => {
+                    match segs.locate(pos.done as usize) {
+                        Some((p, l)) => (p, l.min(left)),
+                        None => return None,
+                    }
+                }
+                Some(Req::TagGet { segs, want, .. }) if *want as u64 == pos.total => {
+                    match segs.locate(pos.done as usize) {
+                        Some((p, l)) => (p, l.min(left)),
+                        None => return None,
+                    }
+                }
+                // Malformed: the normal path reports it.
+                _ => return None,
+            }
+        }
+        wire::StreamSub::TagEager(_) => match &c.tag_rx {
+            TagRx::Posted { p, .. } => match p.segs.locate(pos.done as usize) {
+                Some((p, l)) => (p, l.min(left)),
+                // Beyond the posted capacity (truncated): the normal path drains it.
+                None => return None,
+            },
+            TagRx::Unexp { .. } if c.tag_stage.len() as u64 == pos.total => {
+                // SAFETY (of the later write): `done..total` lies inside `tag_stage`.
+                (
+                    c.tag_stage.as_mut_ptr().wrapping_add(pos.done as usize),
+                    left,
+                )
+            }
+            _ => return None,
+        },
+    })
+}
+
+/// The streamed payload of `sub` on connection `key` is complete: acknowledges a put that
+/// asked for it, finishes a get or the `TagGet` of a matched rendezvous. Gives true for a
+/// tagged eager message (the caller reports it).
+fn stream_done(inner: &mut Inner, key: usize, sub: StreamSub) -> Result<bool> {
+    let c = &mut inner.conns[key];
+    match sub {
+        wire::StreamSub::Put(h) => {
+            if h.req_id != 0 {
+                let mut sub = [0u8; Ack::LEN];
+                Ack {
+                    req_id: h.req_id,
+                    status: WireStatus::Ok,
+                }
+                .encode(&mut sub);
+                inner.respond(key, Kind::PutAck, &sub, None);
+            }
+        }
+        wire::StreamSub::GetResp(a) => {
+            // The request was checked (kind and size) before the recv.
+            let idx = a.req_id.wrapping_sub(1) as usize;
+            match c.reqs.get(idx) {
+                Some(Req::GetZcopy { .. } | Req::TagGet { .. }) => {}
+                _ => return Err(unknown_req("get response", a.req_id)),
+            }
+            match c.reqs.remove(idx) {
+                Req::GetZcopy { comp, .. } => inner.done.push_back((comp, Ok(0))),
+                Req::TagGet {
+                    ctx,
+                    tag,
+                    want,
+                    length,
+                    ..
+                } => {
+                    let res = super::tag::rndv_result(WireStatus::Ok, want, length);
+                    inner.tag.done.push_back((ctx, tag, 0, length, res));
+                }
+                _ => {}
+            }
+        }
+        wire::StreamSub::TagEager(_) => return Ok(true),
+    }
+    Ok(false)
 }
 
 impl Inner {
