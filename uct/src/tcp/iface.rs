@@ -234,6 +234,17 @@ impl TcpIface {
         let inner = self.inner.borrow();
         inner.conns.iter().filter(|(_, c)| c.sock.is_some()).count()
     }
+
+    /// Bytes the connections' send and receive buffers hold now (they grow on demand), for
+    /// tests and diagnostics.
+    pub fn connection_buffer_bytes(&self) -> usize {
+        let inner = self.inner.borrow();
+        inner
+            .conns
+            .iter()
+            .map(|(_, c)| c.tx.capacity() + c.rx.capacity())
+            .sum()
+    }
 }
 
 impl Drop for TcpIface {

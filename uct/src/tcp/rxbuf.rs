@@ -7,8 +7,11 @@ use std::io;
 use std::os::fd::RawFd;
 use ucs::Result;
 
-/// Bytes of a connection's receive buffer.
+/// Largest receive buffer of a connection (the buffer grows to this size on demand).
 pub(crate) const RX_BUF: usize = wire::MIN_RX_BUFFER + 64 * 1024;
+/// First receive buffer of a connection, allocated at its first `recv`: enough for small
+/// messages, so an endpoint that exchanges only those keeps a few KiB.
+const RX_MIN: usize = 4 * 1024;
 /// Largest single `recv` into the receive buffer.
 const RX_CHUNK: usize = 64 * 1024;
 /// The `recv` into the receive buffer right after a streamed (large) payload: large payloads
@@ -17,7 +20,10 @@ const RX_CHUNK: usize = 64 * 1024;
 /// gets `RX_CHUNK` again from the next call.
 const RX_AFTER_STREAM: usize = 4 * 1024;
 
-/// A connection's receive buffer and decoder.
+/// A connection's receive buffer and decoder. The buffer starts empty and grows on demand,
+/// doubling from [`RX_MIN`] up to [`RX_BUF`]: when a frame does not fit in what is left
+/// after compaction, and when a `recv` filled all the room it was offered (the socket may hold
+/// more, and a busy connection wants the large `recv`s it had with a full-size buffer).
 #[derive(Default)]
 pub(crate) struct RxBuf {
     pub(super) buf: Vec<u8>,
@@ -31,17 +37,30 @@ pub(crate) struct RxBuf {
     pub(super) after_stream: bool,
     /// The last `recv` was a short one and filled its whole length.
     pub(super) small_full: bool,
+    /// The last `recv` filled all the room the buffer had (less than it asked for): the next
+    /// one grows the buffer first.
+    fill_up: bool,
 }
 
 impl RxBuf {
+    /// An empty receive buffer (nothing allocated before the first `recv`).
     pub(super) fn new() -> Self {
-        RxBuf {
-            buf: vec![0u8; RX_BUF],
-            ..Default::default()
-        }
+        RxBuf::default()
     }
     pub(super) fn has_data(&self) -> bool {
         self.head < self.tail
+    }
+    /// Bytes allocated for the buffer.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+    /// Doubles the buffer (the first one is [`RX_MIN`] bytes), up to [`RX_BUF`].
+    fn grow(&mut self) {
+        self.fill_up = false;
+        let len = (self.buf.len() * 2).clamp(RX_MIN, RX_BUF);
+        if len > self.buf.len() {
+            self.buf.resize(len, 0);
+        }
     }
     /// One non-blocking `recv`. Gives the byte count (0 on EAGAIN); sets `eof`.
     pub(super) fn recv(&mut self, fd: RawFd) -> Result<usize> {
@@ -53,7 +72,13 @@ impl RxBuf {
             self.tail -= self.head;
             self.head = 0;
         }
-        if self.tail == self.buf.len() || self.eof {
+        if self.eof {
+            return Ok(0);
+        }
+        if self.tail == self.buf.len() || self.fill_up {
+            self.grow();
+        }
+        if self.tail == self.buf.len() {
             return Ok(0);
         }
         loop {
@@ -80,6 +105,7 @@ impl RxBuf {
                 // A full short read: small frames may be coming in bulk, use full reads
                 // unless the frames in it end in a streamed payload again.
                 self.small_full = self.after_stream && r as usize == chunk;
+                self.fill_up = r as usize == dst.len() && dst.len() < chunk;
                 return Ok(r as usize);
             }
             if r == 0 {

@@ -12,8 +12,10 @@ use ucs::{Error, Result};
 /// A deferred completion.
 pub(crate) type Done = (CompletionId, Result<u64>);
 
-/// Bytes of a connection's send queue.
+/// Bytes of a connection's send queue (its buffer grows to this size on demand).
 pub(crate) const TX_BUF: usize = 128 * 1024;
+/// First buffer of a send queue, allocated when the first bytes are queued.
+const TX_MIN: usize = 4 * 1024;
 /// Entries of a connection's send queue.
 pub(crate) const MAX_TX_ITEMS: usize = 128;
 /// Room a response needs in the send queue (header + largest response sub-header).
@@ -56,9 +58,11 @@ impl TxItem {
     }
 }
 
-/// A connection's send queue: copied bytes and zero-copy pieces, in order.
+/// A connection's send queue: copied bytes and zero-copy pieces, in order. Its buffer starts
+/// empty (frames the socket takes at once are never copied) and grows on demand, doubling from
+/// [`TX_MIN`] up to [`TX_BUF`]; it is released when the connection fails.
 pub(crate) struct TxQueue {
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
     head: usize,
     tail: usize,
     items: VecDeque<TxItem>,
@@ -67,10 +71,10 @@ pub(crate) struct TxQueue {
 impl TxQueue {
     pub(super) fn new() -> Self {
         TxQueue {
-            buf: vec![0u8; TX_BUF].into_boxed_slice(),
+            buf: Vec::new(),
             head: 0,
             tail: 0,
-            items: VecDeque::with_capacity(MAX_TX_ITEMS),
+            items: VecDeque::new(),
         }
     }
     /// True when nothing is queued.
@@ -90,11 +94,31 @@ impl TxQueue {
     pub(crate) fn fits_response(&self) -> bool {
         self.items.len() + 2 <= MAX_TX_ITEMS && TX_BUF - (self.tail - self.head) >= RESP_ROOM
     }
+    /// Bytes allocated for the buffer.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+    /// Grows the buffer to hold at least `need` bytes: the next power of two, at least
+    /// [`TX_MIN`], at most [`TX_BUF`] (callers checked `fits`, so `need` is at most that).
+    fn grow(&mut self, need: usize) {
+        let len = need.next_power_of_two().clamp(TX_MIN, TX_BUF).max(need);
+        if len > self.buf.len() {
+            self.buf.resize(len, 0);
+        }
+    }
+    /// Makes `n` bytes of room after the tail: moves the queued bytes to the front, then grows
+    /// the buffer if that was not enough.
     pub(super) fn make_room(&mut self, n: usize) {
-        if TX_BUF - self.tail < n {
+        if self.buf.len() - self.tail >= n {
+            return;
+        }
+        if self.head > 0 {
             self.buf.copy_within(self.head..self.tail, 0);
             self.tail -= self.head;
             self.head = 0;
+        }
+        if self.buf.len() - self.tail < n {
+            self.grow(self.tail + n);
         }
     }
     /// Space for `n` bytes at the tail (the caller checked `fits`).
@@ -137,6 +161,7 @@ impl TxQueue {
     pub(crate) fn push_front(&mut self, b: &[u8]) {
         let n = b.len();
         if self.head < n {
+            self.grow(self.tail - self.head + n);
             self.buf.copy_within(self.head..self.tail, n);
             self.tail = self.tail - self.head + n;
             self.head = n;
@@ -248,5 +273,7 @@ impl TxQueue {
         }
         self.head = 0;
         self.tail = 0;
+        self.buf = Vec::new();
+        self.items = VecDeque::new();
     }
 }

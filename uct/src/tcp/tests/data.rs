@@ -727,3 +727,56 @@ fn forged_replies_on_another_connection_reach_no_request() {
     dst.read(0, &mut back).unwrap();
     assert!(back == pattern, "get data differ");
 }
+
+/// A connection's buffers start small and grow with the messages: small active messages leave
+/// both sides with a few KiB; a 60 KiB active message (it must fit in the receive buffer
+/// whole) grows the receiver's buffer, and every message arrives intact, in order, across the
+/// growth; a stream of small messages behind it still arrives.
+#[test]
+fn connection_buffers_grow_on_demand() {
+    let (mut a, mut b, mut ep) = pair();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    for i in 0..8u8 {
+        run(&mut a, &mut sa, &mut b, &mut sb, |_, _| {
+            ep.am_short(1, i as u64, &[i; 8]).unwrap().is_done()
+        });
+    }
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 8);
+    let small = 8 * 1024;
+    assert!(
+        a.connection_buffer_bytes() <= small && b.connection_buffer_bytes() <= small,
+        "after small messages: {} and {} buffer bytes",
+        a.connection_buffer_bytes(),
+        b.connection_buffer_bytes()
+    );
+    let md = TcpMd::new();
+    let m = md.mem_alloc(60 * 1024).unwrap();
+    let pattern: Vec<u8> = (0..m.len()).map(|i| (i * 7 + i / 251) as u8).collect();
+    m.write(0, &pattern).unwrap();
+    let r = ep.am_zcopy(2, b"big", &[Iov::whole(&m)], 5).unwrap();
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
+        sb.ams.len() == 9 && (r.is_done() || sa.comp(5).is_some())
+    });
+    assert_eq!(&sb.ams[8].1[..3], b"big");
+    assert_eq!(&sb.ams[8].1[3..], &pattern[..]);
+    assert!(
+        b.connection_buffer_bytes() >= 60 * 1024,
+        "the receiver's buffer did not grow: {}",
+        b.connection_buffer_bytes()
+    );
+    let mut sent = 0u64;
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| {
+        if sent < 2000 && ep.am_short(3, sent, b"tail").unwrap().is_done() {
+            sent += 1;
+        }
+        sb.ams.len() == 9 + 2000
+    });
+    for (i, (id, data)) in sb.ams[9..].iter().enumerate() {
+        assert_eq!(*id, 3);
+        assert_eq!(&data[..8], &(i as u64).to_le_bytes());
+        assert_eq!(&data[8..], b"tail");
+    }
+    for (i, (_, data)) in sb.ams[..8].iter().enumerate() {
+        assert_eq!(&data[8..], &[i as u8; 8]);
+    }
+}
