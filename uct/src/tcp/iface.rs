@@ -11,6 +11,7 @@ use super::accept::{new_timer, ACCEPT_PAUSE_MIN, ACCEPT_TIMER_TOKEN, LISTENER_TO
 use super::conn::{Conn, ConnState, Req, AM_MAX_HDR, MAX_BCOPY, MAX_REQS, MAX_SHORT};
 use super::inner::Inner;
 use super::iov::MAX_IOV;
+use super::rxbuf::RxPool;
 use super::sockopt::SockCfg;
 use super::tag::TagState;
 use super::wire::{self, FlushReq, FrameHeader, Hello, HelloMode, Kind};
@@ -211,6 +212,7 @@ impl TcpIface {
             accept_pause: ACCEPT_PAUSE_MIN,
             accept_log: ucs::limits::RateLimit::new(Duration::from_secs(1)),
             accept_timer,
+            rx_pool: RxPool::new(),
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -235,15 +237,27 @@ impl TcpIface {
         inner.conns.iter().filter(|(_, c)| c.sock.is_some()).count()
     }
 
-    /// Bytes the connections' send and receive buffers hold now (they grow on demand), for
-    /// tests and diagnostics.
+    /// Bytes the connections' send and receive buffers hold now, with the spare receive
+    /// buffers (they grow on demand), for tests and diagnostics.
     pub fn connection_buffer_bytes(&self) -> usize {
+        let inner = self.inner.borrow();
+        let conns: usize = inner
+            .conns
+            .iter()
+            .map(|(_, c)| c.tx.capacity() + c.rx.capacity())
+            .sum();
+        conns + inner.rx_pool.capacity()
+    }
+
+    /// Connections that hold a receive buffer now (only those with bytes waiting in it), for
+    /// tests and diagnostics.
+    pub fn connections_holding_rx(&self) -> usize {
         let inner = self.inner.borrow();
         inner
             .conns
             .iter()
-            .map(|(_, c)| c.tx.capacity() + c.rx.capacity())
-            .sum()
+            .filter(|(_, c)| c.rx.capacity() > 0)
+            .count()
     }
 }
 

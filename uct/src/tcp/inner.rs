@@ -3,6 +3,7 @@
 //! response.
 
 use super::conn::{Conn, ConnState, Req};
+use super::rxbuf::RxPool;
 use super::sockopt::SockCfg;
 use super::tag::{TagRx, TagState};
 use super::txq::{Done, TxItem};
@@ -54,6 +55,8 @@ pub(crate) struct Inner {
     /// interface's event fd wakes to resume accepting (`None` if it could not be created:
     /// then the pause ends at the first progress after it).
     pub(crate) accept_timer: Option<std::os::fd::OwnedFd>,
+    /// Spare receive buffers, lent to the connections that read.
+    pub(crate) rx_pool: RxPool,
 }
 
 impl Inner {

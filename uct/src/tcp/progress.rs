@@ -469,6 +469,7 @@ impl Inner {
         }
         let c = &mut self.conns[key];
         if !c.rx.has_data() && !c.rx.eof && !tag_fin {
+            self.rx_pool.take_back(&mut c.rx);
             return None;
         }
         Some((std::mem::take(&mut c.rx), tag_fin))
@@ -482,6 +483,7 @@ impl Inner {
         let c = &mut self.conns[key];
         let fd = c.fd();
         if !std::mem::take(&mut c.rx.drained) {
+            self.rx_pool.lend(&mut c.rx);
             c.rx.recv(fd)?;
         }
         Ok(tag_fin)
@@ -531,6 +533,7 @@ impl Inner {
                     rxb.after_stream = false;
                 }
                 self.conns[key].rx = rxb;
+                self.rx_pool.take_back(&mut self.conns[key].rx);
                 if eof_now {
                     let accepted = self.conns[key].ep.is_none();
                     let err = if clean {

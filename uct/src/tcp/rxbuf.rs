@@ -20,7 +20,13 @@ const RX_CHUNK: usize = 64 * 1024;
 /// gets `RX_CHUNK` again from the next call.
 const RX_AFTER_STREAM: usize = 4 * 1024;
 
-/// A connection's receive buffer and decoder. The buffer starts empty and grows on demand,
+/// Receive buffers the interface keeps for connections that read next.
+const RX_POOL: usize = 4;
+
+/// A connection's receive buffer and decoder. A connection holds a buffer only while bytes
+/// wait in it: after a dispatch that consumed everything, the buffer goes back to the
+/// interface's [`RxPool`] and the next `recv` of any connection borrows it, so idle
+/// connections hold none. A buffer starts empty and grows on demand,
 /// doubling from [`RX_MIN`] up to [`RX_BUF`]: when a frame does not fit in what is left
 /// after compaction, and when a `recv` filled all the room it was offered (the socket may hold
 /// more, and a busy connection wants the large `recv`s it had with a full-size buffer).
@@ -119,5 +125,44 @@ impl RxBuf {
                 _ => return Err(sock_error("recv", e)),
             }
         }
+    }
+}
+
+/// The interface's spare receive buffers (at most [`RX_POOL`]): lent to a connection for a
+/// `recv`, taken back once the dispatch consumed every byte.
+pub(crate) struct RxPool {
+    free: Vec<Vec<u8>>,
+}
+
+impl RxPool {
+    /// An empty pool (with room for [`RX_POOL`] buffers, so lending and taking back never
+    /// allocates).
+    pub(crate) fn new() -> Self {
+        RxPool {
+            free: Vec::with_capacity(RX_POOL),
+        }
+    }
+    /// Gives `rx` a spare buffer if it has none.
+    pub(crate) fn lend(&mut self, rx: &mut RxBuf) {
+        if rx.buf.is_empty() {
+            if let Some(b) = self.free.pop() {
+                rx.buf = b;
+            }
+        }
+    }
+    /// Takes `rx`'s buffer back when no bytes wait in it (one beyond [`RX_POOL`] is freed).
+    pub(crate) fn take_back(&mut self, rx: &mut RxBuf) {
+        if rx.head == rx.tail && !rx.buf.is_empty() {
+            rx.head = 0;
+            rx.tail = 0;
+            let b = std::mem::take(&mut rx.buf);
+            if self.free.len() < RX_POOL {
+                self.free.push(b);
+            }
+        }
+    }
+    /// Bytes the spare buffers hold.
+    pub(crate) fn capacity(&self) -> usize {
+        self.free.iter().map(|b| b.len()).sum()
     }
 }
