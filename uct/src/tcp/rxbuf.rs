@@ -9,8 +9,8 @@ use ucs::Result;
 
 /// Largest receive buffer of a connection (the buffer grows to this size on demand).
 pub(crate) const RX_BUF: usize = wire::MIN_RX_BUFFER + 64 * 1024;
-/// First receive buffer of a connection, allocated at its first `recv`: enough for small
-/// messages, so an endpoint that exchanges only those keeps a few KiB.
+/// First size of a receive buffer, allocated at the first `recv` that finds no spare one:
+/// enough for small messages.
 const RX_MIN: usize = 4 * 1024;
 /// Largest single `recv` into the receive buffer.
 const RX_CHUNK: usize = 64 * 1024;
@@ -26,10 +26,10 @@ const RX_POOL: usize = 4;
 /// A connection's receive buffer and decoder. A connection holds a buffer only while bytes
 /// wait in it: after a dispatch that consumed everything, the buffer goes back to the
 /// interface's [`RxPool`] and the next `recv` of any connection borrows it, so idle
-/// connections hold none. A buffer starts empty and grows on demand,
-/// doubling from [`RX_MIN`] up to [`RX_BUF`]: when a frame does not fit in what is left
-/// after compaction, and when a `recv` filled all the room it was offered (the socket may hold
-/// more, and a busy connection wants the large `recv`s it had with a full-size buffer).
+/// connections hold none. A buffer grows on demand, doubling from [`RX_MIN`] up to
+/// [`RX_BUF`]: when a frame does not fit in what is left after compaction, and when a `recv`
+/// filled all the room it was offered (the socket may hold more, and a busy connection wants
+/// large `recv`s).
 #[derive(Default)]
 pub(crate) struct RxBuf {
     pub(super) buf: Vec<u8>,
