@@ -299,6 +299,45 @@ fn simultaneous_connect_to_iface_gives_one_connection_in_order() {
     }
 }
 
+/// Sends message `seq` of endpoint number `tag`: an `am_short`, an `am_bcopy` or an
+/// `am_zcopy` of `zsrc` (by `seq % 3`), each starting with `tag << 32 | seq`. False on
+/// back-pressure.
+fn send_mixed(ep: &mut TcpEp, zsrc: &MemHandle, tag: u64, seq: u64, zc: &mut u64) -> bool {
+    let hdr = tag << 32 | seq;
+    match seq % 3 {
+        0 => ep.am_short(2, hdr, &[seq as u8; 5]).unwrap().is_done(),
+        1 => ep
+            .am_bcopy(2, |buf| {
+                buf[..8].copy_from_slice(&hdr.to_le_bytes());
+                buf[8..40].fill(seq as u8);
+                40
+            })
+            .unwrap()
+            .is_done(),
+        _ => {
+            *zc += 1;
+            !ep.am_zcopy(
+                2,
+                &hdr.to_le_bytes(),
+                &[Iov::new(zsrc, 0, 100).unwrap()],
+                *zc,
+            )
+            .unwrap()
+            .is_no_resource()
+        }
+    }
+}
+
+/// Checks that a message of [`send_mixed`] arrived intact.
+fn check_mixed(d: &[u8]) {
+    let seq = u64::from_le_bytes(d[..8].try_into().unwrap()) & 0xffff_ffff;
+    match seq % 3 {
+        0 => assert_eq!(&d[8..], &[seq as u8; 5]),
+        1 => assert!(d.len() == 40 && d[8..].iter().all(|&x| x == seq as u8)),
+        _ => assert!(d.len() == 108 && d[8..].iter().all(|&x| x == 0x5a)),
+    }
+}
+
 #[test]
 fn many_simultaneous_endpoints_race_without_loss_or_reordering() {
     const EPS: usize = 4;
@@ -352,29 +391,7 @@ fn many_simultaneous_endpoints_race_without_loss_or_reordering() {
     let mut next = [[0u64; EPS]; 2];
     let mut zc = 1000u64;
     let send = |ep: &mut TcpEp, tag: u64, seq: u64, zc: &mut u64| -> bool {
-        let hdr = tag << 32 | seq;
-        match seq % 3 {
-            0 => ep.am_short(2, hdr, &[seq as u8; 5]).unwrap().is_done(),
-            1 => ep
-                .am_bcopy(2, |buf| {
-                    buf[..8].copy_from_slice(&hdr.to_le_bytes());
-                    buf[8..40].fill(seq as u8);
-                    40
-                })
-                .unwrap()
-                .is_done(),
-            _ => {
-                *zc += 1;
-                !ep.am_zcopy(
-                    2,
-                    &hdr.to_le_bytes(),
-                    &[Iov::new(&zsrc, 0, 100).unwrap()],
-                    *zc,
-                )
-                .unwrap()
-                .is_no_resource()
-            }
-        }
+        send_mixed(ep, &zsrc, tag, seq, zc)
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while next.iter().flatten().any(|&n| n < N) {
@@ -423,14 +440,8 @@ fn many_simultaneous_endpoints_race_without_loss_or_reordering() {
         assert_eq!(seqs_from(&sb, i), want, "a's endpoint {i}");
         assert_eq!(seqs_from(&sa, i), want, "b's endpoint {i}");
     }
-    // Payloads intact.
     for (_, d) in sa.ams.iter().chain(&sb.ams) {
-        let seq = u64::from_le_bytes(d[..8].try_into().unwrap()) & 0xffff_ffff;
-        match seq % 3 {
-            0 => assert_eq!(&d[8..], &[seq as u8; 5]),
-            1 => assert!(d.len() == 40 && d[8..].iter().all(|&x| x == seq as u8)),
-            _ => assert!(d.len() == 108 && d[8..].iter().all(|&x| x == 0x5a)),
-        }
+        check_mixed(d);
     }
     for i in 0..EPS {
         let mut v = [0u8; 64];

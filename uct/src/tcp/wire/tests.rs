@@ -62,22 +62,24 @@ fn header_rejects_bad_fields() {
     ));
 }
 
+/// Encodes `v` (`len` bytes), decodes it back, and checks that one byte less is `Truncated`.
+fn check<T: PartialEq + std::fmt::Debug>(
+    v: T,
+    len: usize,
+    enc: impl Fn(&T, &mut [u8]),
+    dec: impl Fn(&[u8]) -> Result<T, WireError>,
+) {
+    let mut b = vec![0u8; len];
+    enc(&v, &mut b);
+    assert_eq!(dec(&b).unwrap(), v);
+    assert!(matches!(
+        dec(&b[..len - 1]),
+        Err(WireError::Truncated { .. })
+    ));
+}
+
 #[test]
-fn sub_headers_round_trip_and_truncation() {
-    fn check<T: PartialEq + std::fmt::Debug>(
-        v: T,
-        len: usize,
-        enc: impl Fn(&T, &mut [u8]),
-        dec: impl Fn(&[u8]) -> Result<T, WireError>,
-    ) {
-        let mut b = vec![0u8; len];
-        enc(&v, &mut b);
-        assert_eq!(dec(&b).unwrap(), v);
-        assert!(matches!(
-            dec(&b[..len - 1]),
-            Err(WireError::Truncated { .. })
-        ));
-    }
+fn set_up_and_data_sub_headers_round_trip_and_truncation() {
     check(
         Hello {
             mode: HelloMode::Ep,
@@ -137,6 +139,10 @@ fn sub_headers_round_trip_and_truncation() {
             Err(WireError::BadField { .. })
         ));
     }
+}
+
+#[test]
+fn request_and_reply_sub_headers_round_trip_and_truncation() {
     check(
         Ack {
             req_id: 3,
