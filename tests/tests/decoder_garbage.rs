@@ -139,6 +139,15 @@ fn seeds_are_valid_encodings() {
     }
     let addr = &(checks::TARGETS[7].seeds)()[0];
     assert_eq!(ucp::WorkerAddress::decode(addr).unwrap().tls.len(), 2);
+    // The rendezvous seeds of mm_tag_wire decode as rendezvous (and, being at least 16
+    // bytes, as an eager header too).
+    let tag = checks::TARGETS
+        .iter()
+        .find(|t| t.name == "mm_tag_wire")
+        .unwrap();
+    for s in &(tag.seeds)()[1..4] {
+        assert_eq!((tag.check)(s), 2, "{s:02x?}");
+    }
     let p = &(checks::TARGETS[8].seeds)()[2];
     assert_eq!(
         perftest::params::TestParams::decode(p).unwrap().sizes,

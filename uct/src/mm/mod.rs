@@ -39,6 +39,7 @@ pub mod segment;
 pub mod tag;
 mod watch;
 pub mod wire;
+pub mod wire_tag;
 
 pub mod iface;
 #[cfg(all(test, not(loom)))]

@@ -1,11 +1,12 @@
 //! tcp endpoints: the data operations.
 
-use super::iface::{
-    sendv, ConnState, Inner, Req, Segs, TxItem, AM_MAX_HDR, MAX_BCOPY, MAX_IOV, MAX_REQS, MAX_SHORT,
-};
+use super::conn::{ConnState, Req, AM_MAX_HDR, MAX_BCOPY, MAX_REQS, MAX_SHORT};
+use super::inner::Inner;
+use super::iov::{sendv, Segs, MAX_IOV};
+use super::txq::TxItem;
 use super::wire::{
     self, AtomicMode, AtomicReq, FlushReq, FrameHeader, GetReq, Hello, HelloMode, Kind, PutHdr,
-    TagHdr, TagRndvHdr,
+    TagHdr,
 };
 use super::{DevAddr, EpAddr};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
@@ -15,7 +16,7 @@ use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
 
 /// How far a frame got.
-enum Sent {
+pub(super) enum Sent {
     /// The kernel took all of it.
     All,
     /// Some or all of it waits in the connection's send queue.
@@ -25,8 +26,8 @@ enum Sent {
 /// A tcp endpoint: one connection to a peer interface (connect-to-iface) or endpoint
 /// (connect-to-ep). Dropping it closes the connection once its queued bytes are sent.
 pub struct TcpEp {
-    inner: Rc<RefCell<Inner>>,
-    key: usize,
+    pub(super) inner: Rc<RefCell<Inner>>,
+    pub(super) key: usize,
     id: EpId,
 }
 
@@ -50,7 +51,7 @@ impl TcpEp {
     }
 
     /// The request id the next `reqs.insert` will use, or None when the table is full.
-    fn next_req_id(&self) -> Option<u64> {
+    pub(super) fn next_req_id(&self) -> Option<u64> {
         let g = self.inner.borrow();
         let c = &g.conns[self.key];
         (c.reqs.len() < MAX_REQS).then(|| c.reqs.vacant_key() as u64 + 1)
@@ -58,7 +59,7 @@ impl TcpEp {
 
     /// Sends `pieces` (copied if they cannot leave now) followed by the zero-copy `z`.
     /// `Ok(None)` is back-pressure. `req`, if given, is recorded once the frame is accepted.
-    fn send(
+    pub(super) fn send(
         &mut self,
         pieces: &[&[u8]],
         z: Option<(Segs, Option<CompletionId>)>,
@@ -754,17 +755,7 @@ impl Endpoint for TcpEp {
         iov: &[Iov<'_>],
         comp: CompletionId,
     ) -> Result<Outcome> {
-        let total = Iov::total_len(iov);
-        check_len(total, wire::MAX_TAG_EAGER)?;
-        let segs = Segs::new(iov)?;
-        let mut f = [0u8; FrameHeader::LEN + TagHdr::LEN];
-        FrameHeader::new(Kind::TagEager, 0, total).encode(&mut f);
-        TagHdr { tag, imm }.encode(&mut f[FrameHeader::LEN..]);
-        Ok(match self.send(&[&f], Some((segs, Some(comp))), None)? {
-            None => Outcome::NoResource,
-            Some(Sent::All) => Outcome::DONE,
-            Some(Sent::Queued) => Outcome::InProgress,
-        })
+        self.eager_zcopy(tag, imm, iov, comp)
     }
 
     /// Announces the data; the receiver pulls it when a posted receive matches. On success
@@ -777,71 +768,15 @@ impl Endpoint for TcpEp {
         iov: &[Iov<'_>],
         comp: CompletionId,
     ) -> Result<Outcome<u64>> {
-        check_len(header.len(), wire::MAX_TAG_RNDV_HDR)?;
-        let total = Iov::total_len(iov);
-        check_len(total, wire::MAX_RMA)?;
-        let segs = Segs::new(iov)?;
-        let Some(op_id) = self.next_req_id() else {
-            return Ok(Outcome::NoResource);
-        };
-        // One tcp-registered region: the receiver may also fetch it with a get (unexpected
-        // rendezvous handled by the layer above).
-        let (remote_addr, key) = match iov {
-            [v] => match super::md::reg_key(v.memh()) {
-                Some(k) => (v.ptr() as u64, k),
-                None => (0, 0),
-            },
-            _ => (0, 0),
-        };
-        let mut f = [0u8; FrameHeader::LEN + TagRndvHdr::LEN];
-        FrameHeader::new(Kind::TagRndv, 0, header.len()).encode(&mut f);
-        TagRndvHdr {
-            tag,
-            op_id,
-            remote_addr,
-            key,
-            length: total as u64,
-        }
-        .encode(&mut f[FrameHeader::LEN..]);
-        Ok(
-            match self.send(&[&f, header], None, Some(Req::TagRndv { segs, comp }))? {
-                None => Outcome::NoResource,
-                Some(_) => Outcome::Done(op_id),
-            },
-        )
+        self.rndv_zcopy(tag, header, iov, comp)
     }
 
     fn tag_rndv_cancel(&mut self, op: u64) -> Result<()> {
-        let mut g = self.inner.borrow_mut();
-        let c = &mut g.conns[self.key];
-        let idx = op.wrapping_sub(1) as usize;
-        match c.reqs.get(idx) {
-            Some(Req::TagRndv { .. }) => {
-                c.reqs.remove(idx);
-                Ok(())
-            }
-            _ => Err(Error::InvalidParam(format!(
-                "no tag rendezvous {op} is outstanding on this endpoint"
-            ))),
-        }
+        self.rndv_cancel(op)
     }
 
     fn tag_rndv_request(&mut self, tag: u64, header: &[u8]) -> Result<Outcome> {
-        check_len(header.len(), wire::MAX_TAG_RNDV_HDR)?;
-        let mut f = [0u8; FrameHeader::LEN + TagRndvHdr::LEN];
-        FrameHeader::new(Kind::TagRndv, 0, header.len()).encode(&mut f);
-        TagRndvHdr {
-            tag,
-            op_id: 0,
-            remote_addr: 0,
-            key: 0,
-            length: 0,
-        }
-        .encode(&mut f[FrameHeader::LEN..]);
-        Ok(match self.send(&[&f, header], None, None)? {
-            None => Outcome::NoResource,
-            Some(_) => Outcome::DONE,
-        })
+        self.rndv_request(tag, header)
     }
 }
 

@@ -33,8 +33,8 @@
 //! - **Remote memory**: see [`md`]: the target checks each request against its registration
 //!   table. A get is one request/response round trip served by the target's progress; no timer
 //!   is involved. Large put and get payloads are received with `recv` straight into their
-//!   destination (the room issue 7's tagged frames need as well).
-//! - **Tag offload** (issue 7, see `tag.rs`): receives posted with `tag_recv_zcopy` are
+//!   destination, and so are large tagged messages.
+//! - **Tag offload** (see `tag.rs`): receives posted with `tag_recv_zcopy` are
 //!   matched (tag under mask, in posting order) as soon as a `TagEager`/`TagRndv` frame's
 //!   sub-header is read; a matched eager payload is `recv`d straight into the posted buffer, a
 //!   matched rendezvous is pulled with a `TagGet` whose answer lands there too; unmatched ones
@@ -68,14 +68,32 @@
     )
 )]
 
+mod accept;
+mod conn;
 mod ep;
+mod frames;
+mod handshake;
 mod iface;
+mod inner;
+mod iov;
 pub mod md;
+mod progress;
+mod rxbuf;
+mod sockopt;
 mod tag;
+mod txq;
 pub mod wire;
 
 #[cfg(test)]
 mod tests;
+
+// Where each job lives: `iface.rs` (the interface: open, endpoint creation, flush, events),
+// `ep.rs` (endpoint operations), `conn.rs` (one connection), `txq.rs` (send queue),
+// `rxbuf.rs` (receive buffer), `iov.rs` (iovec windows and socket calls), `sockopt.rs`
+// (socket options), `inner.rs` (state shared by the interface and its endpoints),
+// `accept.rs` (the listening socket), `handshake.rs` (connection set-up), `progress.rs`
+// (progress and receiving), `frames.rs` (one method per received frame kind), `tag.rs` (tag
+// offload), `md.rs` (memory registration), `wire` (frame formats and the reassembler).
 
 pub use ep::TcpEp;
 pub use iface::TcpIface;

@@ -24,9 +24,13 @@
 //!
 //! [`wire::TAG_WHOLE`]: super::wire::TAG_WHOLE
 
-use super::iface::{Segs, TcpIface};
+use super::conn::Req;
+use super::ep::Sent;
+use super::iov::Segs;
+use super::wire::{self, FrameHeader, Kind};
 use super::wire::{TagHdr, TagRndvHdr, WireStatus};
-use crate::ep::TagRecvId;
+use super::{TcpEp, TcpIface};
+use crate::ep::{check_len, CompletionId, TagRecvId};
 use crate::iface::EventSink;
 use crate::md::Iov;
 use std::collections::VecDeque;
@@ -208,7 +212,7 @@ impl TcpIface {
 /// callbacks and must take a receive back from the transport at that moment, before the
 /// transport can match it too). A clone of the interface's shared state, no lock.
 #[derive(Clone)]
-pub struct TagCanceler(std::rc::Rc<std::cell::RefCell<super::iface::Inner>>);
+pub struct TagCanceler(std::rc::Rc<std::cell::RefCell<super::inner::Inner>>);
 
 impl std::fmt::Debug for TagCanceler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -234,12 +238,12 @@ impl TagCanceler {
     }
 }
 
-fn cancel_miss(g: &super::iface::Inner, ctx: TagRecvId) -> Result<()> {
+fn cancel_miss(g: &super::inner::Inner, ctx: TagRecvId) -> Result<()> {
     let in_flight = g.conns.iter().any(|(_, c)| {
         matches!(&c.tag_rx, TagRx::Posted { p, .. } if p.ctx == ctx)
             || c.reqs
                 .iter()
-                .any(|(_, r)| matches!(r, super::iface::Req::TagGet { ctx: x, .. } if *x == ctx))
+                .any(|(_, r)| matches!(r, super::conn::Req::TagGet { ctx: x, .. } if *x == ctx))
     });
     if in_flight {
         Err(Error::Busy(format!(
@@ -262,5 +266,108 @@ impl TcpIface {
     /// A handle that cancels this interface's posted receives (see [`TagCanceler`]).
     pub fn tag_canceler(&self) -> TagCanceler {
         TagCanceler(self.inner.clone())
+    }
+}
+
+impl TcpEp {
+    /// `tag_eager_zcopy`: one `TagEager` frame whose payload is sent from the caller's memory.
+    pub(super) fn eager_zcopy(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome> {
+        let total = Iov::total_len(iov);
+        check_len(total, wire::MAX_TAG_EAGER)?;
+        let segs = Segs::new(iov)?;
+        let mut f = [0u8; FrameHeader::LEN + TagHdr::LEN];
+        FrameHeader::new(Kind::TagEager, 0, total).encode(&mut f);
+        TagHdr { tag, imm }.encode(&mut f[FrameHeader::LEN..]);
+        Ok(match self.send(&[&f], Some((segs, Some(comp))), None)? {
+            None => Outcome::NoResource,
+            Some(Sent::All) => Outcome::DONE,
+            Some(Sent::Queued) => Outcome::InProgress,
+        })
+    }
+
+    /// `tag_rndv_zcopy`: announces the data; the receiver pulls it when a posted receive matches. On success
+    /// gives `Done(op)`: the operation has *started* (its completion with `comp` follows once
+    /// the receiver took the data, or with an error) and `op` names it for `tag_rndv_cancel`.
+    pub(super) fn rndv_zcopy(
+        &mut self,
+        tag: u64,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        check_len(header.len(), wire::MAX_TAG_RNDV_HDR)?;
+        let total = Iov::total_len(iov);
+        check_len(total, wire::MAX_RMA)?;
+        let segs = Segs::new(iov)?;
+        let Some(op_id) = self.next_req_id() else {
+            return Ok(Outcome::NoResource);
+        };
+        // One tcp-registered region: the receiver may also fetch it with a get (unexpected
+        // rendezvous handled by the layer above).
+        let (remote_addr, key) = match iov {
+            [v] => match super::md::reg_key(v.memh()) {
+                Some(k) => (v.ptr() as u64, k),
+                None => (0, 0),
+            },
+            _ => (0, 0),
+        };
+        let mut f = [0u8; FrameHeader::LEN + TagRndvHdr::LEN];
+        FrameHeader::new(Kind::TagRndv, 0, header.len()).encode(&mut f);
+        TagRndvHdr {
+            tag,
+            op_id,
+            remote_addr,
+            key,
+            length: total as u64,
+        }
+        .encode(&mut f[FrameHeader::LEN..]);
+        Ok(
+            match self.send(&[&f, header], None, Some(Req::TagRndv { segs, comp }))? {
+                None => Outcome::NoResource,
+                Some(_) => Outcome::Done(op_id),
+            },
+        )
+    }
+
+    /// `tag_rndv_cancel`: forgets an outstanding rendezvous (a later `TagGet` for it is refused).
+    pub(super) fn rndv_cancel(&mut self, op: u64) -> Result<()> {
+        let mut g = self.inner.borrow_mut();
+        let c = &mut g.conns[self.key];
+        let idx = op.wrapping_sub(1) as usize;
+        match c.reqs.get(idx) {
+            Some(Req::TagRndv { .. }) => {
+                c.reqs.remove(idx);
+                Ok(())
+            }
+            _ => Err(Error::InvalidParam(format!(
+                "no tag rendezvous {op} is outstanding on this endpoint"
+            ))),
+        }
+    }
+
+    /// `tag_rndv_request`: a `TagRndv` without data (op id 0), which never matches a posted
+    /// receive.
+    pub(super) fn rndv_request(&mut self, tag: u64, header: &[u8]) -> Result<Outcome> {
+        check_len(header.len(), wire::MAX_TAG_RNDV_HDR)?;
+        let mut f = [0u8; FrameHeader::LEN + TagRndvHdr::LEN];
+        FrameHeader::new(Kind::TagRndv, 0, header.len()).encode(&mut f);
+        TagRndvHdr {
+            tag,
+            op_id: 0,
+            remote_addr: 0,
+            key: 0,
+            length: 0,
+        }
+        .encode(&mut f[FrameHeader::LEN..]);
+        Ok(match self.send(&[&f, header], None, None)? {
+            None => Outcome::NoResource,
+            Some(_) => Outcome::DONE,
+        })
     }
 }

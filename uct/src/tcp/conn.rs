@@ -1,0 +1,198 @@
+//! One tcp connection: its socket, send queue, receive buffer, outstanding requests and
+//! state.
+
+use super::iov::Segs;
+use super::rxbuf::RxBuf;
+use super::tag::TagRx;
+use super::txq::TxQueue;
+use super::wire::{AtomicReq, FrameHeader, Hello};
+use super::IfaceAddr;
+use crate::ep::{CompletionId, EpId, PendingId, TagRecvId};
+use nix::sys::epoll::EpollFlags;
+use slab::Slab;
+use socket2::Socket;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use ucs::{Error, Result};
+
+/// Outstanding requests (get, fetching atomic, put_zcopy, flush) per connection.
+pub(crate) const MAX_REQS: usize = 256;
+/// `am.max_short` and `put.max_short`.
+pub(crate) const MAX_SHORT: usize = 1024;
+/// `max_bcopy` of AM, put and get.
+pub(crate) const MAX_BCOPY: usize = 8192;
+/// Largest user header of `am_zcopy`.
+pub(crate) const AM_MAX_HDR: usize = 128;
+/// Largest frame the send path copies: header, largest sub-header, bcopy payload.
+pub(crate) const MAX_COPY_FRAME: usize = FrameHeader::LEN + AtomicReq::LEN + MAX_BCOPY;
+
+/// An outstanding request waiting for the peer's response.
+pub(crate) enum Req {
+    /// put_zcopy waiting for its ack.
+    PutZcopy { comp: CompletionId },
+    /// get_zcopy: the destination.
+    GetZcopy { segs: Segs, comp: CompletionId },
+    /// get_bcopy.
+    GetBcopy { len: usize, comp: CompletionId },
+    /// Fetching atomic or cswap.
+    Atomic { comp: CompletionId },
+    /// Sender of `tag_rndv_zcopy`: the data, until the receiver's `TagGet` (or a cancel).
+    TagRndv { segs: Segs, comp: CompletionId },
+    /// Receiver of a matched tagged rendezvous: the posted buffer the `TagGet` fills.
+    TagGet {
+        segs: Segs,
+        ctx: TagRecvId,
+        tag: u64,
+        /// Bytes asked for (the posted capacity, or less).
+        want: usize,
+        /// The message's real length.
+        length: usize,
+    },
+    /// Flush of an endpoint (`comp`) or part of an interface flush.
+    Flush {
+        comp: Option<CompletionId>,
+        iface_flush: Option<usize>,
+        put_seq: u64,
+    },
+}
+
+/// Connection states.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ConnState {
+    /// `ep_create`d, `connect_to_ep` not called yet, peer not arrived.
+    Idle,
+    /// Passive side of connect-to-ep: waiting for the peer's connection.
+    Waiting,
+    /// Non-blocking connect in flight.
+    Connecting,
+    /// Connect-to-iface dial: connected, the hello is (being) sent, and operations queue
+    /// until the acceptor's `HelloAck` (see `wire::Hello` for simultaneous connects).
+    Handshake,
+    /// Up.
+    Connected,
+    /// Closed, with the reason.
+    Failed(Error),
+}
+
+/// One TCP connection (or a connect-to-ep endpoint waiting for one).
+pub(crate) struct Conn {
+    pub(crate) sock: Option<Socket>,
+    pub(crate) state: ConnState,
+    /// The endpoint owning it (None for accepted connections).
+    pub(crate) ep: Option<EpId>,
+    pub(crate) ep_alive: bool,
+    pub(crate) conn_id: u64,
+    pub(crate) peer_conn_id: u64,
+    pub(crate) expect_hello: bool,
+    pub(crate) peer: Option<SocketAddr>,
+    pub(crate) tx: TxQueue,
+    pub(crate) rx: RxBuf,
+    pub(crate) reqs: Slab<Req>,
+    pub(crate) pending: VecDeque<PendingId>,
+    pub(crate) dispatching: bool,
+    pub(crate) put_seq: u64,
+    pub(crate) acked_seq: u64,
+    pub(crate) deferred_err: Option<Error>,
+    pub(crate) epoll_mask: EpollFlags,
+    pub(crate) rx_paused: bool,
+    /// epoll reported the socket readable (or closed) since the last `recv`.
+    pub(crate) readable: bool,
+    /// The peer's interface address (from its hello, or the address we dialed): an endpoint
+    /// to that interface reuses this connection when no endpoint owns it.
+    pub(crate) peer_iface: Option<IfaceAddr>,
+    /// Tag offload: where the tagged eager message being received goes.
+    pub(crate) tag_rx: TagRx,
+    /// Tag offload: staging for a large unexpected tagged eager message (kept for reuse).
+    pub(crate) tag_stage: Vec<u8>,
+    /// Connect-to-iface: the connection sequence number (ours if `dialed`, else the
+    /// connector's from its hello).
+    pub(crate) seq: u64,
+    /// A connect-to-iface connection this side dialed.
+    pub(crate) dialed: bool,
+    /// An accepted connection that lost a simultaneous connect: never acknowledged, never
+    /// used, closed when the peer closes it.
+    pub(crate) rejected: bool,
+    /// The hello of a connect-to-iface dial, sent before anything else.
+    pub(crate) ctl: [u8; FrameHeader::LEN + Hello::LEN],
+    /// Bytes of `ctl` to send, and sent so far.
+    pub(crate) ctl_len: usize,
+    pub(crate) ctl_sent: usize,
+    /// The socket refused bytes: the send queue waits for epoll to report it writable
+    /// instead of retrying `sendmsg` at every call (each retry takes the socket lock the
+    /// peer's incoming data and ACKs need; on loopback that halves large-message bandwidth).
+    pub(crate) wait_out: bool,
+    /// The next `recv` waits for epoll's "readable" instead of polling the socket at every
+    /// call (a `recv` takes the socket lock the sender's incoming segments need;
+    /// `epoll_wait` does not). Set in the middle of a large payload when the socket had no
+    /// more bytes, and after [`GATE_AFTER`] empty polls in a row between frames; a burst
+    /// of small messages (a ping-pong) is polled directly, which is what its latency wants.
+    pub(crate) rx_gated: bool,
+    /// Direct polls in a row that found nothing.
+    pub(crate) empty_polls: u32,
+}
+
+impl Conn {
+    pub(super) fn new(state: ConnState, ep: Option<EpId>) -> Self {
+        Conn {
+            sock: None,
+            state,
+            ep,
+            ep_alive: ep.is_some(),
+            conn_id: 0,
+            peer_conn_id: 0,
+            expect_hello: false,
+            peer: None,
+            tx: TxQueue::new(),
+            rx: RxBuf::new(),
+            reqs: Slab::new(),
+            pending: VecDeque::new(),
+            dispatching: false,
+            put_seq: 0,
+            acked_seq: 0,
+            deferred_err: None,
+            epoll_mask: EpollFlags::empty(),
+            rx_paused: false,
+            readable: false,
+            peer_iface: None,
+            tag_rx: TagRx::Idle,
+            tag_stage: Vec::new(),
+            seq: 0,
+            dialed: false,
+            rejected: false,
+            ctl: [0; FrameHeader::LEN + Hello::LEN],
+            ctl_len: 0,
+            ctl_sent: 0,
+            wait_out: false,
+            rx_gated: false,
+            empty_polls: 0,
+        }
+    }
+    pub(crate) fn fd(&self) -> RawFd {
+        self.sock.as_ref().map_or(-1, |s| s.as_raw_fd())
+    }
+    pub(crate) fn is_connected(&self) -> bool {
+        self.state == ConnState::Connected
+    }
+    /// Nothing queued or outstanding.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.tx.is_empty()
+            && self.reqs.is_empty()
+            && self.put_seq == self.acked_seq
+            && self.deferred_err.is_none()
+    }
+    /// Err if the connection failed.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        match &self.state {
+            ConnState::Failed(e) => Err(e.clone()),
+            ConnState::Idle => Err(Error::InvalidParam(
+                "tcp endpoint is not connected: call connect_to_ep first".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+    /// True when any operation would find room right now.
+    pub(crate) fn has_room(&self) -> bool {
+        self.tx.fits(MAX_COPY_FRAME, 2) && self.reqs.len() < MAX_REQS
+    }
+}

@@ -1,0 +1,276 @@
+//! The state the interface and its endpoints share ([`Inner`]), and what every part of the
+//! transport does with it: epoll interest, sending, closing a failed connection, queueing a
+//! response.
+
+use super::conn::{Conn, ConnState, Req};
+use super::rxbuf::RxPool;
+use super::sockopt::SockCfg;
+use super::tag::{TagRx, TagState};
+use super::txq::{Done, TxItem};
+use super::wire::{FrameHeader, Kind};
+use super::IfaceAddr;
+use crate::ep::{CompletionId, EpId};
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
+use slab::Slab;
+use socket2::Socket;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+use ucs::{Error, Result};
+
+/// State shared by the interface and its endpoints.
+pub(crate) struct Inner {
+    pub(crate) conns: Slab<Conn>,
+    pub(crate) active: Vec<usize>,
+    pub(crate) epoll: Epoll,
+    pub(crate) listener: Option<Socket>,
+    pub(crate) done: VecDeque<Done>,
+    pub(crate) errors: VecDeque<(EpId, Error)>,
+    pub(crate) by_conn_id: HashMap<u64, usize>,
+    pub(crate) iface_flushes: Slab<(CompletionId, usize, Option<Error>)>,
+    pub(crate) next_ep: u32,
+    pub(crate) next_conn_id: u64,
+    pub(crate) sock_cfg: SockCfg,
+    pub(crate) connecting: usize,
+    pub(crate) local: IfaceAddr,
+    pub(crate) cleanup: bool,
+    pub(crate) closed: bool,
+    pub(crate) force_epoll: bool,
+    /// Tag offload: posted receives and their completions.
+    pub(crate) tag: TagState,
+    /// Connect-to-iface: the sequence number the next endpoint to each peer interface gets.
+    pub(crate) next_seq: HashMap<IfaceAddr, u64>,
+    /// Connections with `wait_out` set (progress asks epoll while there are any).
+    pub(crate) waiting_out: usize,
+    /// Connections with `rx_gated` set (progress asks epoll while there are any).
+    pub(crate) gated: usize,
+    /// At the descriptor limit: the listening socket is out of the epoll set until this time.
+    pub(crate) accept_paused_until: Option<Instant>,
+    /// The pause the next descriptor-limit failure gets (doubles up to `ACCEPT_PAUSE_MAX`,
+    /// back to `ACCEPT_PAUSE_MIN` after an accept succeeds).
+    pub(crate) accept_pause: Duration,
+    /// Accept failures are logged at most once a second.
+    pub(crate) accept_log: ucs::limits::RateLimit,
+    /// A timerfd in the epoll set that fires when a pause ends, so a caller sleeping on the
+    /// interface's event fd wakes to resume accepting (`None` if it could not be created:
+    /// then the pause ends at the first progress after it).
+    pub(crate) accept_timer: Option<std::os::fd::OwnedFd>,
+    /// Spare receive buffers, lent to the connections that read.
+    pub(crate) rx_pool: RxPool,
+}
+
+impl Inner {
+    pub(super) fn set_mask(&mut self, key: usize, mask: EpollFlags) {
+        let c = &mut self.conns[key];
+        if c.epoll_mask == mask {
+            return;
+        }
+        if let Some(s) = c.sock.as_ref() {
+            let mut ev = EpollEvent::new(mask, key as u64);
+            let r = if c.epoll_mask.is_empty() {
+                self.epoll.add(s.as_fd(), ev)
+            } else {
+                self.epoll.modify(s.as_fd(), &mut ev)
+            };
+            if let Err(e) = r {
+                tracing::warn!("epoll_ctl on a tcp connection failed: {e}");
+            }
+            c.epoll_mask = mask;
+        }
+    }
+
+    /// Sends what the socket takes of `key`'s send queue, unless the queue waits for
+    /// writability; when the socket refuses bytes, the queue waits (see `Conn::wait_out`).
+    #[inline]
+    pub(crate) fn flush_tx(&mut self, key: usize) -> Result<()> {
+        let c = &mut self.conns[key];
+        if c.tx.is_empty() || c.wait_out || !c.is_connected() {
+            return Ok(());
+        }
+        let fd = c.fd();
+        if c.tx.progress(fd, &mut self.done)? {
+            if c.epoll_mask.contains(EpollFlags::EPOLLOUT) {
+                self.set_mask(key, EpollFlags::EPOLLIN);
+            }
+        } else {
+            self.wait_writable(key);
+        }
+        Ok(())
+    }
+
+    /// The socket of `key` took less than offered: wait for epoll to report it writable.
+    pub(crate) fn wait_writable(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        if !c.wait_out {
+            c.wait_out = true;
+            self.waiting_out += 1;
+        }
+        self.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
+    }
+
+    pub(super) fn clear_wait_out(&mut self, key: usize) {
+        let c = &mut self.conns[key];
+        if c.wait_out {
+            c.wait_out = false;
+            self.waiting_out -= 1;
+        }
+        if c.rx_gated {
+            c.rx_gated = false;
+            self.gated -= 1;
+        }
+    }
+
+    /// Closes a connection with `err`: completes everything outstanding with it and reports
+    /// an endpoint error (once). `quiet` logs at debug level (a clean close by the peer of an
+    /// accepted connection).
+    pub(crate) fn fail(&mut self, key: usize, err: Error, quiet: bool) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        if matches!(c.state, ConnState::Failed(_)) {
+            return;
+        }
+        if c.state == ConnState::Connecting {
+            self.connecting -= 1;
+        }
+        if c.wait_out {
+            c.wait_out = false;
+            self.waiting_out -= 1;
+        }
+        if c.rx_gated {
+            c.rx_gated = false;
+            self.gated -= 1;
+        }
+        if let Some(s) = c.sock.take() {
+            if !c.epoll_mask.is_empty() {
+                let _ = self.epoll.delete(s.as_fd());
+            }
+            c.epoll_mask = EpollFlags::empty();
+        }
+        c.tx.fail(&err, &mut self.done);
+        for req in c.reqs.drain() {
+            match req {
+                Req::PutZcopy { comp }
+                | Req::GetZcopy { comp, .. }
+                | Req::GetBcopy { comp, .. }
+                | Req::Atomic { comp }
+                | Req::TagRndv { comp, .. } => self.done.push_back((comp, Err(err.clone()))),
+                Req::TagGet { ctx, tag, .. } => {
+                    self.tag.done.push_back((ctx, tag, 0, 0, Err(err.clone())))
+                }
+                Req::Flush {
+                    comp, iface_flush, ..
+                } => {
+                    if let Some(comp) = comp {
+                        self.done.push_back((comp, Err(err.clone())));
+                    }
+                    if let Some(i) = iface_flush {
+                        iface_flush_part_done(
+                            &mut self.iface_flushes,
+                            &mut self.done,
+                            i,
+                            Some(err.clone()),
+                        );
+                    }
+                }
+            }
+        }
+        if let TagRx::Posted { p, hdr, .. } = std::mem::take(&mut c.tag_rx) {
+            self.tag
+                .done
+                .push_back((p.ctx, hdr.tag, hdr.imm, 0, Err(err.clone())));
+        }
+        let peer = c.peer.map(|p| p.to_string()).unwrap_or_default();
+        match c.ep {
+            Some(ep) if c.ep_alive => {
+                tracing::debug!(ep = ep.0, peer, "tcp endpoint failed: {err}");
+                self.errors.push_back((ep, err.clone()));
+            }
+            _ if quiet => tracing::debug!(peer, "tcp connection closed: {err}"),
+            _ => tracing::warn!(peer, "closing tcp connection: {err}"),
+        }
+        let was_dial = c.dialed && !matches!(c.state, ConnState::Connected);
+        let (peer_iface, seq) = (c.peer_iface, c.seq);
+        c.state = ConnState::Failed(err);
+        self.cleanup = true;
+        if was_dial {
+            // A dial that won a simultaneous connect failed before it was acknowledged: the
+            // peer's endpoint waits on the connection we left unanswered; closing it tells
+            // the peer (an endpoint error there instead of a wait).
+            let losers: Vec<usize> = self
+                .active
+                .iter()
+                .copied()
+                .filter(|&k| {
+                    let o = &self.conns[k];
+                    o.rejected && o.peer_iface == peer_iface && o.seq == seq
+                })
+                .collect();
+            for k in losers {
+                self.fail(
+                    k,
+                    Error::ConnectionReset(
+                        "the connection that won a simultaneous connect failed".into(),
+                    ),
+                    true,
+                );
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, key: usize) {
+        self.clear_wait_out(key);
+        let c = self.conns.remove(key);
+        if let Some(s) = c.sock.as_ref() {
+            if !c.epoll_mask.is_empty() {
+                let _ = self.epoll.delete(s.as_fd());
+            }
+        }
+        if c.state == ConnState::Connecting {
+            self.connecting -= 1;
+        }
+        if c.conn_id != 0 {
+            self.by_conn_id.remove(&c.conn_id);
+        }
+        self.active.retain(|&k| k != key);
+    }
+
+    /// Adds a connection owned by a new endpoint.
+    pub(crate) fn add_conn(&mut self, state: ConnState) -> (usize, EpId) {
+        let id = EpId(self.next_ep);
+        self.next_ep = self.next_ep.wrapping_add(1);
+        let key = self.conns.insert(Conn::new(state, Some(id)));
+        self.active.push(key);
+        (key, id)
+    }
+
+    /// Queues a response frame on `key` (room was checked before the request was decoded).
+    pub(super) fn respond(&mut self, key: usize, kind: Kind, sub: &[u8], local: Option<TxItem>) {
+        let payload = local.as_ref().map_or(0, |l| l.remaining());
+        let c = &mut self.conns[key];
+        let hdr = FrameHeader::new(kind, 0, payload).to_bytes();
+        c.tx.push_pieces(&[&hdr, sub], 0);
+        if let Some(l) = local {
+            c.tx.push_item(l);
+        }
+    }
+}
+
+pub(super) fn iface_flush_part_done(
+    flushes: &mut Slab<(CompletionId, usize, Option<Error>)>,
+    done: &mut VecDeque<Done>,
+    i: usize,
+    err: Option<Error>,
+) {
+    let Some(f) = flushes.get_mut(i) else {
+        return;
+    };
+    f.1 -= 1;
+    if f.2.is_none() {
+        f.2 = err;
+    }
+    if f.1 == 0 {
+        let (comp, _, err) = flushes.remove(i);
+        done.push_back((comp, err.map_or(Ok(0), Err)));
+    }
+}

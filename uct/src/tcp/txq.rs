@@ -1,0 +1,279 @@
+//! A connection's send queue: copied frames and zero-copy pieces, sent in order with as few
+//! `sendmsg` calls as the socket allows.
+
+use super::iov::{sendv, Segs};
+use super::md::RegTable;
+use super::wire::{AtomicResp, FrameHeader, GetReq};
+use crate::ep::CompletionId;
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+use ucs::{Error, Result};
+
+/// A deferred completion.
+pub(crate) type Done = (CompletionId, Result<u64>);
+
+/// Bytes of a connection's send queue (its buffer grows to this size on demand).
+pub(crate) const TX_BUF: usize = 128 * 1024;
+/// First buffer of a send queue, allocated when the first bytes are queued.
+const TX_MIN: usize = 4 * 1024;
+/// Entries of a connection's send queue.
+pub(crate) const MAX_TX_ITEMS: usize = 128;
+/// Room a response needs in the send queue (header + largest response sub-header).
+const RESP_ROOM: usize = FrameHeader::LEN + max(AtomicResp::LEN, GetReq::LEN);
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+/// Send-queue bytes operations leave free for responses.
+const RESERVE_BYTES: usize = 4096;
+/// Send-queue entries operations leave free for responses.
+const RESERVE_ITEMS: usize = 8;
+
+/// One entry of a send queue.
+pub(crate) enum TxItem {
+    /// Bytes in the queue's buffer.
+    Copy(usize),
+    /// Caller memory (am/put zcopy), with the completion to report when the kernel took it.
+    Zcopy(Segs, Option<CompletionId>),
+    /// This process's registered memory (a get response), re-checked before every send.
+    Local {
+        key: u64,
+        addr: u64,
+        len: usize,
+        sent: usize,
+    },
+}
+
+impl TxItem {
+    pub(super) fn remaining(&self) -> usize {
+        match self {
+            TxItem::Copy(n) => *n,
+            TxItem::Zcopy(s, _) => s.remaining(),
+            TxItem::Local { len, sent, .. } => len - sent,
+        }
+    }
+}
+
+/// A connection's send queue: copied bytes and zero-copy pieces, in order. Its buffer starts
+/// empty (frames the socket takes at once are never copied) and grows on demand, doubling from
+/// [`TX_MIN`] up to [`TX_BUF`]; it is released when the connection fails.
+pub(crate) struct TxQueue {
+    buf: Vec<u8>,
+    head: usize,
+    tail: usize,
+    items: VecDeque<TxItem>,
+}
+
+impl TxQueue {
+    pub(super) fn new() -> Self {
+        TxQueue {
+            buf: Vec::new(),
+            head: 0,
+            tail: 0,
+            items: VecDeque::new(),
+        }
+    }
+    /// True when nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// True when `bytes` copied bytes and `items` entries fit.
+    /// True when an operation of `bytes` copied bytes and `items` entries fits, leaving the
+    /// reserve that responses to the peer's requests may use.
+    pub(crate) fn fits(&self, bytes: usize, items: usize) -> bool {
+        self.items.len() + items + RESERVE_ITEMS <= MAX_TX_ITEMS
+            && TX_BUF - (self.tail - self.head) >= bytes + RESERVE_BYTES
+    }
+    /// True when one response fits (responses may use the reserve; operations may not, so
+    /// a queue full of our own requests never stops us from answering the peer's, and the
+    /// two sides cannot block each other).
+    pub(crate) fn fits_response(&self) -> bool {
+        self.items.len() + 2 <= MAX_TX_ITEMS && TX_BUF - (self.tail - self.head) >= RESP_ROOM
+    }
+    /// Bytes allocated for the buffer.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+    /// Grows the buffer to hold at least `need` bytes: the next power of two, at least
+    /// [`TX_MIN`], at most [`TX_BUF`] (callers checked `fits`, so `need` is at most that).
+    fn grow(&mut self, need: usize) {
+        let len = need.next_power_of_two().clamp(TX_MIN, TX_BUF).max(need);
+        if len > self.buf.len() {
+            self.buf.resize(len, 0);
+        }
+    }
+    /// Makes `n` bytes of room after the tail: moves the queued bytes to the front, then grows
+    /// the buffer if that was not enough.
+    pub(super) fn make_room(&mut self, n: usize) {
+        if self.buf.len() - self.tail >= n {
+            return;
+        }
+        if self.head > 0 {
+            self.buf.copy_within(self.head..self.tail, 0);
+            self.tail -= self.head;
+            self.head = 0;
+        }
+        if self.buf.len() - self.tail < n {
+            self.grow(self.tail + n);
+        }
+    }
+    /// Space for `n` bytes at the tail (the caller checked `fits`).
+    pub(crate) fn reserve(&mut self, n: usize) -> &mut [u8] {
+        self.make_room(n);
+        &mut self.buf[self.tail..self.tail + n]
+    }
+    /// Queues `n` bytes written into the reserved space.
+    pub(crate) fn commit(&mut self, n: usize) {
+        self.tail += n;
+        match self.items.back_mut() {
+            Some(TxItem::Copy(k)) => *k += n,
+            _ => self.items.push_back(TxItem::Copy(n)),
+        }
+    }
+    /// Queues the bytes of `pieces` after the first `skip`.
+    pub(crate) fn push_pieces(&mut self, pieces: &[&[u8]], mut skip: usize) {
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        if skip >= total {
+            return;
+        }
+        let n = total - skip;
+        let dst = self.reserve(n);
+        let mut at = 0;
+        for p in pieces {
+            if skip >= p.len() {
+                skip -= p.len();
+                continue;
+            }
+            let src = &p[skip..];
+            skip = 0;
+            dst[at..at + src.len()].copy_from_slice(src);
+            at += src.len();
+        }
+        self.commit(n);
+    }
+    /// Puts `b` before everything queued (a connection's first frame, ahead of the frames an
+    /// endpoint queued while the connection was being set up; the caller checked that nothing
+    /// was sent yet and that `b` fits, which the operations' reserve guarantees).
+    pub(crate) fn push_front(&mut self, b: &[u8]) {
+        let n = b.len();
+        if self.head < n {
+            self.grow(self.tail - self.head + n);
+            self.buf.copy_within(self.head..self.tail, n);
+            self.tail = self.tail - self.head + n;
+            self.head = n;
+        }
+        self.head -= n;
+        self.buf[self.head..self.head + n].copy_from_slice(b);
+        self.items.push_front(TxItem::Copy(n));
+    }
+    /// Queues a zero-copy entry.
+    pub(crate) fn push_item(&mut self, item: TxItem) {
+        self.items.push_back(item);
+    }
+
+    /// Sends what the socket takes. Completed zcopy entries go to `done`. Gives Ok(true) when
+    /// the queue is empty afterwards.
+    pub(crate) fn progress(&mut self, fd: RawFd, done: &mut VecDeque<Done>) -> Result<bool> {
+        loop {
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; 16];
+            let mut cnt = 0;
+            let mut boff = self.head;
+            for item in self.items.iter() {
+                if cnt == iov.len() {
+                    break;
+                }
+                match item {
+                    TxItem::Copy(n) => {
+                        iov[cnt] = libc::iovec {
+                            iov_base: self.buf[boff..].as_ptr() as *mut libc::c_void,
+                            iov_len: *n,
+                        };
+                        boff += n;
+                        cnt += 1;
+                    }
+                    TxItem::Zcopy(s, _) => s.fill(&mut iov, &mut cnt),
+                    TxItem::Local {
+                        key,
+                        addr,
+                        len,
+                        sent,
+                    } => {
+                        let left = len - sent;
+                        if left > 0 {
+                            let p = RegTable::global()
+                                .lookup(*key, addr + *sent as u64, left as u64)
+                                .map_err(|_| {
+                                    Error::RemoteAccess(format!(
+                                        "memory at {addr:#x} was deregistered while a get \
+                                         response from it was being sent"
+                                    ))
+                                })?;
+                            iov[cnt] = libc::iovec {
+                                iov_base: p as *mut libc::c_void,
+                                iov_len: left,
+                            };
+                            cnt += 1;
+                        }
+                    }
+                }
+            }
+            let n = if cnt == 0 { 0 } else { sendv(fd, &iov[..cnt])? };
+            let wanted: usize = iov[..cnt].iter().map(|v| v.iov_len).sum();
+            self.consume(n, done);
+            if self.items.is_empty() {
+                return Ok(true);
+            }
+            if n < wanted || n == 0 {
+                return Ok(false);
+            }
+        }
+    }
+
+    pub(super) fn consume(&mut self, mut n: usize, done: &mut VecDeque<Done>) {
+        while let Some(front) = self.items.front_mut() {
+            let rem = front.remaining();
+            if rem == 0 {
+                if let Some(TxItem::Zcopy(_, Some(comp))) = self.items.pop_front() {
+                    done.push_back((comp, Ok(0)));
+                }
+                continue;
+            }
+            if n == 0 {
+                break;
+            }
+            let k = n.min(rem);
+            n -= k;
+            match front {
+                TxItem::Copy(c) => {
+                    *c -= k;
+                    self.head += k;
+                }
+                TxItem::Zcopy(s, _) => s.advance(k),
+                TxItem::Local { sent, .. } => *sent += k,
+            }
+        }
+        if self.items.is_empty() {
+            self.head = 0;
+            self.tail = 0;
+        }
+    }
+
+    pub(super) fn fail(&mut self, err: &Error, done: &mut VecDeque<Done>) {
+        for item in self.items.drain(..) {
+            if let TxItem::Zcopy(_, Some(comp)) = item {
+                done.push_back((comp, Err(err.clone())));
+            }
+        }
+        self.head = 0;
+        self.tail = 0;
+        self.buf = Vec::new();
+        self.items = VecDeque::new();
+    }
+}
