@@ -264,22 +264,23 @@ pub fn submit(
             let h = new_request(w, args, 0);
             // SAFETY: a header just built.
             unsafe { (*h).op = Some(Running { req: None, finish }) };
-            w.inner.borrow().done.borrow_mut().push((h as usize, c));
+            w.inner.borrow().done.borrow_mut().push((h as u64, c));
             user_of(h)
         }
         Ok(Op::Pending(r)) => {
             let h = new_request(w, args, 0);
             let mut inner = w.inner.borrow_mut();
-            let done = inner.done.clone();
-            let key = h as usize;
-            if let Err(e) = inner
-                .w
-                .request_set_callback(&r, move |c| done.borrow_mut().push((key, c)))
-            {
-                drop(inner);
-                finish.abort();
-                recycle(w, h);
-                return status_ptr(status_of(&e));
+            // The result comes back through `take_done_tokens` (or at once, if the operation
+            // has finished meanwhile), keyed by the header's address.
+            match inner.w.request_set_token(&r, h as u64) {
+                Ok(None) => {}
+                Ok(Some(c)) => inner.done.borrow_mut().push((h as u64, c)),
+                Err(e) => {
+                    drop(inner);
+                    finish.abort();
+                    recycle(w, h);
+                    return status_ptr(status_of(&e));
+                }
             }
             // SAFETY: a header just built.
             unsafe {

@@ -18,8 +18,8 @@ use std::ffi::{c_uint, c_void, CStr};
 use std::rc::Rc;
 use ucp::{Completion, EpHandle, WorkerAddress};
 
-/// Completions waiting for `ucp_worker_progress`: (request header, result).
-pub type DoneQueue = Rc<RefCell<Vec<(usize, Completion)>>>;
+/// Completions waiting for `ucp_worker_progress`: (request header address, result).
+pub type DoneQueue = Rc<RefCell<Vec<(u64, Completion)>>>;
 
 /// Active messages waiting for `ucp_worker_progress`: (id, data, sender endpoint).
 pub type AmQueue = Rc<RefCell<Vec<(u16, Vec<u8>, EpHandle)>>>;
@@ -50,7 +50,7 @@ pub struct Worker {
     pub pool: RefCell<Pool>,
     /// An empty vector with capacity, swapped with the completion queue by each progress call
     /// (so the queue does not reallocate).
-    pub spare: RefCell<Vec<(usize, Completion)>>,
+    pub spare: RefCell<Vec<(u64, Completion)>>,
     /// The context.
     pub ctx: *const Context,
     /// Thread mode asked for.
@@ -76,6 +76,7 @@ impl Worker {
             let n = i.w.progress();
             let mut done = std::mem::take(&mut *self.spare.borrow_mut());
             std::mem::swap(&mut done, &mut *i.done.borrow_mut());
+            i.w.take_done_tokens(&mut done);
             let errs = if i.ep_errors.borrow().is_empty() {
                 Vec::new()
             } else {
@@ -90,7 +91,7 @@ impl Worker {
         };
         n += done.len();
         for (key, c) in done.drain(..) {
-            complete(self, key, c);
+            complete(self, key as usize, c);
         }
         *self.spare.borrow_mut() = done;
         for (h, status) in errs {

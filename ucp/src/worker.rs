@@ -263,6 +263,7 @@ impl Worker {
                 amo_emulated: 0,
                 quarantine: Vec::new(),
                 callbacks_due: Vec::new(),
+                tokens_done: Vec::new(),
                 closings: Vec::new(),
                 tm: crate::tag::offload::TmState::new(),
             },

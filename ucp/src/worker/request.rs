@@ -11,7 +11,7 @@
 )]
 
 use crate::request::{Completion, Op, Request};
-use crate::worker::state::{RecvStage, Req, ReqKind, State};
+use crate::worker::state::{Notify, RecvStage, Req, ReqKind, State};
 use crate::worker::Worker;
 use ucs::{Error, Result};
 
@@ -53,7 +53,7 @@ impl Worker {
         let key = req.key as usize;
         match self.st.reqs.get_mut(key) {
             Some(r) if r.gen == req.gen && r.done.is_none() => {
-                r.callback = Some(Box::new(callback));
+                r.notify = Notify::Callback(Box::new(callback));
                 Ok(())
             }
             Some(r) if r.gen == req.gen => {
@@ -65,6 +65,32 @@ impl Worker {
                 "request was already taken or does not belong to this worker".into(),
             )),
         }
+    }
+
+    /// Has the request's result queued with `token` when it finishes, for
+    /// [`Worker::take_done_tokens`] after a later `progress()` call; no allocation. Gives the
+    /// result at once if the request has already finished. The request is consumed as by
+    /// [`Worker::request_set_callback`].
+    pub fn request_set_token(&mut self, req: &Request, token: u64) -> Result<Option<Completion>> {
+        let key = req.key as usize;
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == req.gen && r.done.is_none() => {
+                r.notify = Notify::Token(token);
+                Ok(None)
+            }
+            Some(r) if r.gen == req.gen => {
+                let r = self.st.reqs.remove(key);
+                Ok(Some(r.done.unwrap_or_else(Completion::ok)))
+            }
+            _ => Err(Error::InvalidParam(
+                "request was already taken or does not belong to this worker".into(),
+            )),
+        }
+    }
+
+    /// Moves the results of finished token requests to the end of `out`.
+    pub fn take_done_tokens(&mut self, out: &mut Vec<(u64, Completion)>) {
+        out.append(&mut self.st.tokens_done);
     }
 
     /// Cancels a posted receive that has not matched: it completes with `Canceled` and gives its
@@ -110,7 +136,7 @@ impl State {
             ep,
             kind,
             done: None,
-            callback: None,
+            notify: Notify::Take,
         })
     }
 
@@ -222,7 +248,7 @@ impl State {
             tag,
             value,
         });
-        if r.callback.is_some() {
+        if !matches!(r.notify, Notify::Take) {
             self.callbacks_due.push(key);
         }
         if let Some(v) = recycle {
@@ -230,20 +256,23 @@ impl State {
         }
     }
 
-    /// Invokes the callbacks of requests that finished; each request is consumed.
+    /// Invokes the callbacks of requests that finished and queues the results of token
+    /// requests; each request is consumed.
     pub(crate) fn run_callbacks(&mut self) -> usize {
         let mut n = 0;
         while let Some(key) = self.callbacks_due.pop() {
             let due = self
                 .reqs
                 .get(key)
-                .is_some_and(|r| r.done.is_some() && r.callback.is_some());
+                .is_some_and(|r| r.done.is_some() && !matches!(r.notify, Notify::Take));
             if due {
                 let r = self.reqs.remove(key);
-                if let (Some(cb), Some(c)) = (r.callback, r.done) {
-                    cb(c);
-                    n += 1;
+                match (r.notify, r.done) {
+                    (Notify::Callback(cb), Some(c)) => cb(c),
+                    (Notify::Token(t), Some(c)) => self.tokens_done.push((t, c)),
+                    _ => continue,
                 }
+                n += 1;
             }
         }
         n

@@ -219,8 +219,19 @@ pub(crate) struct Req {
     pub(crate) ep: Option<usize>,
     pub(crate) kind: ReqKind,
     pub(crate) done: Option<Completion>,
-    /// Invoked with the result when the request finishes (instead of `request_take`).
-    pub(crate) callback: Option<RequestCallback>,
+    /// Who learns of the result when the request finishes.
+    pub(crate) notify: Notify,
+}
+
+/// How a finished request's result is handed over.
+pub(crate) enum Notify {
+    /// Kept in the slot until `request_take` (or `wait`).
+    Take,
+    /// Given to a callback at the end of a progress call.
+    Callback(RequestCallback),
+    /// Queued with this token for [`crate::Worker::take_done_tokens`] at the end of a progress
+    /// call.
+    Token(u64),
 }
 
 pub(crate) enum UnexpKind {
@@ -301,8 +312,10 @@ pub(crate) struct State {
     pub(crate) amo_hw: u64,
     pub(crate) amo_emulated: u64,
     pub(crate) quarantine: Vec<Vec<u8>>,
-    /// Finished requests whose callback is due at the end of this progress call.
+    /// Finished requests whose callback or token is due at the end of this progress call.
     pub(crate) callbacks_due: Vec<usize>,
+    /// Results of token requests, waiting for `take_done_tokens`.
+    pub(crate) tokens_done: Vec<(u64, Completion)>,
     pub(crate) closings: Vec<Closing>,
     /// Tag offload (see `tag_offload`).
     pub(crate) tm: crate::tag::offload::TmState,
