@@ -675,3 +675,48 @@ fn ucp_self_completion_callbacks_run_in_progress_and_consume_the_request() {
     // The request was consumed by its callback: setting another one is an error.
     assert!(p.b.request_set_callback(&r, |_| {}).is_err());
 }
+
+#[test]
+fn ucp_self_token_requests_queue_their_results_and_are_consumed() {
+    let mut p = pair_with(cfg());
+    let r = match p.b.tag_recv(vec![0; 32], 21, EXACT).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("nothing was sent yet"),
+    };
+    assert_eq!(p.b.request_set_token(&r, 0xfeed).unwrap(), None);
+    let mut out = Vec::new();
+    p.pump(3);
+    p.b.take_done_tokens(&mut out);
+    assert!(out.is_empty(), "no message yet, no result");
+    let s = p.a.tag_send(p.ab, 21, b"by token").unwrap();
+    p.finish_a(s);
+    for _ in 0..100 {
+        p.b.take_done_tokens(&mut out);
+        if !out.is_empty() {
+            break;
+        }
+        p.pump(1);
+    }
+    assert_eq!(out.len(), 1, "one result for one request");
+    let (token, c) = &out[0];
+    assert_eq!(*token, 0xfeed);
+    assert_eq!(c.status, Ok(()));
+    assert_eq!(&c.buf.as_ref().unwrap()[..c.len], b"by token");
+    // Consumed: neither a callback nor another token can be set on it.
+    assert!(p.b.request_set_token(&r, 1).is_err());
+    assert!(p.b.request_set_callback(&r, |_| {}).is_err());
+    // A canceled receive queues Canceled with its buffer.
+    let r = match p.b.tag_recv(vec![5; 4], 22, EXACT).unwrap() {
+        Op::Pending(r) => r,
+        Op::Done(_) => panic!("nothing was sent"),
+    };
+    assert_eq!(p.b.request_set_token(&r, 7).unwrap(), None);
+    assert!(p.b.request_cancel(&r));
+    p.pump(1);
+    out.clear();
+    p.b.take_done_tokens(&mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, 7);
+    assert_eq!(out[0].1.status, Err(Error::Canceled));
+    assert_eq!(out[0].1.buf, Some(vec![5; 4]));
+}
