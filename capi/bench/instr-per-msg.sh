@@ -59,12 +59,13 @@ run_with() {
 median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
 # instructions IMPL TLS SIZE MODE N: callgrind's instruction count in the main thread for N
-# messages (UCX's progress thread is counted apart and left out), the median of 3 runs.
+# messages (UCX's progress thread is counted apart and left out; --fair-sched, or valgrind
+# may starve that thread while the main one spins on its lock), the median of 3 runs.
 instructions() {
     local impl=$1 tls=$2 size=$3 mode=$4 n=$5 i
     for i in 1 2 3; do
         rm -f "$work"/cg.out*
-        UCX_TLS=$tls run_with "$impl" valgrind --tool=callgrind --separate-threads=yes \
+        UCX_TLS=$tls run_with "$impl" valgrind --tool=callgrind --separate-threads=yes --fair-sched=yes \
             --callgrind-out-file="$work/cg.out" --log-file="$work/cg.log" \
             "$bin" "$size" "$n" "$mode" >/dev/null
         sed -n 's/^totals: \([0-9]*\).*/\1/p' "$work/cg.out-01"

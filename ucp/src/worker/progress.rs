@@ -62,12 +62,26 @@ impl Worker {
             }
             n += 1;
         }
-        n += self.st.progress_pending();
-        self.st.progress_flushes();
-        self.st.progress_closings();
-        self.st.timers();
-        n += self.st.notify_failures();
-        n += self.st.run_callbacks();
+        // Each step is called only when it has something to do: an idle call stays short.
+        let st = &mut self.st;
+        if !st.pending_eps.is_empty() {
+            n += st.progress_pending();
+        }
+        if !st.flushes.is_empty() {
+            st.progress_flushes();
+        }
+        if !st.closings.is_empty() {
+            st.progress_closings();
+        }
+        if st.cfg.keepalive_interval.is_some() && st.now_cache >= st.next_timer {
+            st.timers();
+        }
+        if !st.failed_notify.is_empty() {
+            n += st.notify_failures();
+        }
+        if !st.callbacks_due.is_empty() {
+            n += st.run_callbacks();
+        }
         n
     }
 

@@ -89,8 +89,11 @@ impl Worker {
     }
 
     /// Moves the results of finished token requests to the end of `out`.
+    #[inline]
     pub fn take_done_tokens(&mut self, out: &mut Vec<(u64, Completion)>) {
-        out.append(&mut self.st.tokens_done);
+        if !self.st.tokens_done.is_empty() {
+            out.append(&mut self.st.tokens_done);
+        }
     }
 
     /// Cancels a posted receive that has not matched: it completes with `Canceled` and gives its
