@@ -519,31 +519,19 @@ pub unsafe extern "C" fn ucp_put_nbx(
     rkey: *mut CRkey,
     param: *const RequestParam,
 ) -> StatusPtr {
-    const NAME: &str = "ucp_put_nbx";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
-        // SAFETY: forwarded.
-        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
-            Ok(p) => p,
-            Err(s) => return status_ptr(s),
-        };
-        let len = match nbx_len(NAME, count, &p) {
-            Ok(l) => l,
-            Err(s) => return status_ptr(s),
-        };
-        // SAFETY: forwarded.
-        unsafe {
-            rma(
-                NAME,
-                ep,
-                buffer as *mut c_void,
-                len,
-                remote_addr,
-                rkey,
-                false,
-                p.send_args(),
-            )
-        }
-    })
+    // SAFETY: forwarded.
+    unsafe {
+        rma_nbx(
+            "ucp_put_nbx",
+            ep,
+            buffer as *mut c_void,
+            count,
+            remote_addr,
+            rkey,
+            param,
+            false,
+        )
+    }
 }
 
 /// `ucs_status_ptr_t ucp_get_nbx(ucp_ep_h ep, void *buffer, size_t count, uint64_t remote_addr,
@@ -561,30 +549,48 @@ pub unsafe extern "C" fn ucp_get_nbx(
     rkey: *mut CRkey,
     param: *const RequestParam,
 ) -> StatusPtr {
-    const NAME: &str = "ucp_get_nbx";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+    // SAFETY: forwarded.
+    unsafe {
+        rma_nbx(
+            "ucp_get_nbx",
+            ep,
+            buffer,
+            count,
+            remote_addr,
+            rkey,
+            param,
+            true,
+        )
+    }
+}
+
+/// The body of `ucp_put_nbx` (`get` false) and `ucp_get_nbx` (`get` true).
+///
+/// # Safety
+/// As those functions.
+#[allow(clippy::too_many_arguments)]
+unsafe fn rma_nbx(
+    name: &'static str,
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+    get: bool,
+) -> StatusPtr {
+    ffi(name, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+        let p = match unsafe { crate::tag::parse_param(name, param, true) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
-        let len = match nbx_len(NAME, count, &p) {
+        let len = match nbx_len(name, count, &p) {
             Ok(l) => l,
             Err(s) => return status_ptr(s),
         };
         // SAFETY: forwarded.
-        unsafe {
-            rma(
-                NAME,
-                ep,
-                buffer,
-                len,
-                remote_addr,
-                rkey,
-                true,
-                p.send_args(),
-            )
-        }
+        unsafe { rma(name, ep, buffer, len, remote_addr, rkey, get, p.send_args()) }
     })
 }
 
