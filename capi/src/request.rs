@@ -264,7 +264,7 @@ pub fn submit(
             let h = new_request(w, args, 0);
             // SAFETY: a header just built.
             unsafe { (*h).op = Some(Running { req: None, finish }) };
-            w.inner.borrow().done.borrow_mut().push((h as u64, c));
+            w.inner.borrow_mut().done.push((h as u64, c));
             user_of(h)
         }
         Ok(Op::Pending(r)) => {
@@ -274,7 +274,7 @@ pub fn submit(
             // has finished meanwhile), keyed by the header's address.
             match inner.w.request_set_token(&r, h as u64) {
                 Ok(None) => {}
-                Ok(Some(c)) => inner.done.borrow_mut().push((h as u64, c)),
+                Ok(Some(c)) => inner.done.push((h as u64, c)),
                 Err(e) => {
                     drop(inner);
                     finish.abort();

@@ -18,9 +18,6 @@ use std::ffi::{c_uint, c_void, CStr};
 use std::rc::Rc;
 use ucp::{Completion, EpHandle, WorkerAddress};
 
-/// Completions waiting for `ucp_worker_progress`: (request header address, result).
-pub type DoneQueue = Rc<RefCell<Vec<(u64, Completion)>>>;
-
 /// Active messages waiting for `ucp_worker_progress`: (id, data, sender endpoint).
 pub type AmQueue = Rc<RefCell<Vec<(u16, Vec<u8>, EpHandle)>>>;
 
@@ -28,8 +25,8 @@ pub type AmQueue = Rc<RefCell<Vec<(u16, Vec<u8>, EpHandle)>>>;
 pub struct Inner {
     /// rucx's worker.
     pub w: ucp::Worker,
-    /// Finished operations.
-    pub done: DoneQueue,
+    /// Finished operations waiting for `ucp_worker_progress`: (request header address, result).
+    pub done: Vec<(u64, Completion)>,
     /// Endpoints that failed: (handle, status).
     pub ep_errors: Rc<RefCell<Vec<(EpHandle, Status)>>>,
     /// Active messages that arrived: (id, data, sender endpoint).
@@ -75,7 +72,7 @@ impl Worker {
             let mut i = self.inner.borrow_mut();
             let n = i.w.progress();
             let mut done = std::mem::take(&mut *self.spare.borrow_mut());
-            std::mem::swap(&mut done, &mut *i.done.borrow_mut());
+            std::mem::swap(&mut done, &mut i.done);
             i.w.take_done_tokens(&mut done);
             let errs = if i.ep_errors.borrow().is_empty() {
                 Vec::new()
@@ -229,7 +226,7 @@ pub unsafe extern "C" fn ucp_worker_create(
         };
         let inner = Inner {
             w,
-            done: Rc::default(),
+            done: Vec::new(),
             ep_errors: Rc::default(),
             am_in: Rc::default(),
             am_handlers: HashMap::new(),
