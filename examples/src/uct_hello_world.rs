@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::ptr::NonNull;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+use uct::CompletionId;
 use uct::{
     AmHandlers, AnyEp, AnyIface, AnyMd, Endpoint, Iface, IfaceFlags, Iov, MdFlags, MemoryDomain,
     Outcome,
@@ -293,7 +294,7 @@ fn send_message(
                 .map(Outcome::unit),
             SendMode::Zcopy => {
                 let iov: Vec<Iov<'_>> = memh.iter().map(Iov::whole).collect();
-                ep.am_zcopy(HELLO_AM_ID, &[], &iov, 1)
+                ep.am_zcopy(HELLO_AM_ID, &[], &iov, CompletionId(1))
             }
         }
         .map_err(|e| format!("{} failed: {e}", mode.name()))?;
@@ -327,7 +328,10 @@ fn send_message(
     // Wait until the message left this process.
     *completed.borrow_mut() = None;
     loop {
-        match ep.flush(2).map_err(|e| format!("flush failed: {e}"))? {
+        match ep
+            .flush(CompletionId(2))
+            .map_err(|e| format!("flush failed: {e}"))?
+        {
             Outcome::Done(()) => break,
             Outcome::InProgress => {
                 while completed.borrow().is_none() {

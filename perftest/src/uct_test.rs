@@ -18,8 +18,8 @@ use uct::{
 pub const AM_DATA: u8 = 0;
 /// Active-message id of flow-control credits (payload: u64 count, little-endian).
 pub const AM_CREDIT: u8 = 1;
-const COMP_OP: CompletionId = 1;
-const COMP_FLUSH: CompletionId = 2;
+const COMP_OP: CompletionId = CompletionId(1);
+const COMP_FLUSH: CompletionId = CompletionId(2);
 
 /// Which half of the test this process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
-use uct::{Endpoint, Error, Iface, Iov, MemoryDomain};
+use uct::{CompletionId, Endpoint, Error, Iface, Iov, MemoryDomain};
 
 /// Removes `CAP_SYS_PTRACE` from the calling thread's effective and permitted sets.
 fn drop_cap_sys_ptrace() {
@@ -71,7 +71,7 @@ fn cma_detects_a_peer_the_kernel_forbids_and_fails_only_the_operation() {
         let mut junk = vec![0xeeu8; LEN];
         // SAFETY: `junk` outlives the handle.
         let h = unsafe { md.mem_reg(NonNull::new(junk.as_mut_ptr()).unwrap(), LEN) }.unwrap();
-        let r = ep.put_zcopy(&[Iov::whole(&h)], victim.addr, &rkey, 0);
+        let r = ep.put_zcopy(&[Iov::whole(&h)], victim.addr, &rkey, CompletionId(0));
         let e = r.expect_err("the kernel forbids it");
         assert!(matches!(e, Error::RemoteAccess(_)), "{e}");
         assert!(e.to_string().contains("ptrace"), "{e}");

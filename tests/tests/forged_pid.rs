@@ -9,14 +9,14 @@ mod forged;
 
 use forged::{holds_pattern, pattern, Victim, LEN};
 use std::ptr::NonNull;
-use uct::{Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain};
+use uct::{CompletionId, Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain};
 
 #[derive(Default)]
 struct Errors(Vec<(EpId, Error)>);
 
 impl EventSink for Errors {
     fn am(&mut self, _id: u8, _data: &[u8]) {}
-    fn completion(&mut self, _comp: u64, _result: uct::Result<u64>) {}
+    fn completion(&mut self, _comp: CompletionId, _result: uct::Result<u64>) {}
     fn ep_error(&mut self, ep: EpId, err: Error) {
         self.0.push((ep, err));
     }
@@ -48,14 +48,14 @@ fn cma_read_and_write_of_a_process_that_did_not_grant_are_refused() {
     let mut junk = vec![0xeeu8; LEN];
     // SAFETY: as above.
     let jh = unsafe { md.mem_reg(NonNull::new(junk.as_mut_ptr()).unwrap(), LEN) }.unwrap();
-    let r = ep.get_zcopy(&[Iov::whole(&rh)], victim.addr, &rkey, 1);
+    let r = ep.get_zcopy(&[Iov::whole(&rh)], victim.addr, &rkey, CompletionId(1));
     let e = r.expect_err("a forged read must fail");
     assert!(matches!(e, Error::RemoteAccess(_)), "{e}");
     assert!(
         e.to_string().contains(&format!("process {}", victim.pid)),
         "{e}"
     );
-    let r = ep.put_zcopy(&[Iov::whole(&jh)], victim.addr, &rkey, 2);
+    let r = ep.put_zcopy(&[Iov::whole(&jh)], victim.addr, &rkey, CompletionId(2));
     assert!(matches!(r, Err(Error::RemoteAccess(_))), "{r:?}");
     let mut errs = Errors::default();
     for _ in 0..1000 {
@@ -81,7 +81,7 @@ fn cma_read_and_write_of_a_process_that_did_not_grant_are_refused() {
     // SAFETY: `recv` outlives the handle.
     let rh = unsafe { md.mem_reg(NonNull::new(recv.as_mut_ptr()).unwrap(), LEN) }.unwrap();
     assert!(ep
-        .get_zcopy(&[Iov::whole(&rh)], victim.addr, &rkey, 3)
+        .get_zcopy(&[Iov::whole(&rh)], victim.addr, &rkey, CompletionId(3))
         .unwrap()
         .is_done());
     drop(rh);

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uct::{EpId, Error, EventSink, Iface};
+use uct::{CompletionId, EpId, Error, EventSink, Iface};
 
 /// Interfaces of each shared-memory transport in the peer, and cma endpoints to it.
 const K: usize = 50;
@@ -44,7 +44,7 @@ struct Inbox {
 
 impl EventSink for Inbox {
     fn am(&mut self, _id: u8, _data: &[u8]) {}
-    fn completion(&mut self, _comp: u64, _result: uct::Result<u64>) {}
+    fn completion(&mut self, _comp: CompletionId, _result: uct::Result<u64>) {}
     fn ep_error(&mut self, ep: EpId, err: Error) {
         self.errors.push((ep, err));
     }

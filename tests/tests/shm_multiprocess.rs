@@ -7,7 +7,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uct::{AtomicOp, Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain, Outcome};
+use uct::{
+    AtomicOp, CompletionId, Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain, Outcome,
+};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -135,7 +137,7 @@ impl EventSink for Inbox {
     fn am(&mut self, id: u8, data: &[u8]) {
         self.msgs.push((id, data.to_vec()));
     }
-    fn completion(&mut self, _comp: u64, _result: uct::Result<u64>) {}
+    fn completion(&mut self, _comp: CompletionId, _result: uct::Result<u64>) {}
     fn ep_error(&mut self, ep: EpId, err: Error) {
         self.errors.push((ep, err));
     }
@@ -219,7 +221,7 @@ fn messages_rma_atomics(tl: &str) {
     mem.write(0, &pattern(attr.am.max_zcopy, 3)).unwrap();
     let hdr = pattern(attr.am.max_hdr, 4);
     retry(&mut iface, &mut inbox, || {
-        ep.am_zcopy(1, &hdr, &[Iov::whole(&mem)], 9)
+        ep.am_zcopy(1, &hdr, &[Iov::whole(&mem)], CompletionId(9))
     });
     let mut want = hdr.clone();
     want.extend_from_slice(&pattern(attr.am.max_zcopy, 3));
@@ -260,7 +262,7 @@ fn messages_rma_atomics(tl: &str) {
     let src = md.mem_alloc(1024).unwrap();
     src.write(0, &pattern(1024, 6)).unwrap();
     assert!(ep
-        .put_zcopy(&[Iov::whole(&src)], base + 1024, &rkey, 0)
+        .put_zcopy(&[Iov::whole(&src)], base + 1024, &rkey, CompletionId(0))
         .unwrap()
         .is_done());
     assert_eq!(
@@ -274,15 +276,18 @@ fn messages_rma_atomics(tl: &str) {
         .unwrap()
         .is_done());
     assert_eq!(
-        ep.atomic64_fetch(AtomicOp::Add, 2, a, &rkey, 0).unwrap(),
+        ep.atomic64_fetch(AtomicOp::Add, 2, a, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done(40)
     );
     assert_eq!(
-        ep.atomic_cswap64(42, 0x1_0000_0001, a, &rkey, 0).unwrap(),
+        ep.atomic_cswap64(42, 0x1_0000_0001, a, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done(42)
     );
     assert_eq!(
-        ep.atomic32_fetch(AtomicOp::Or, 0x10, a, &rkey, 0).unwrap(),
+        ep.atomic32_fetch(AtomicOp::Or, 0x10, a, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done(1)
     );
     let v = read_peer(&mut iface, &mut ep, &mut inbox, 4, 2048, 8);
@@ -306,7 +311,7 @@ fn messages_rma_atomics(tl: &str) {
             Iov::new(&h, 1000, 3096).unwrap(),
         ];
         assert!(cep
-            .get_zcopy(&iov, peer.cma_base, &crkey, 0)
+            .get_zcopy(&iov, peer.cma_base, &crkey, CompletionId(0))
             .unwrap()
             .is_done());
         let mut got = vec![0u8; 4096];
@@ -318,7 +323,7 @@ fn messages_rma_atomics(tl: &str) {
         h.write(0, &pattern(100, 7)).unwrap();
         let piece = [Iov::new(&h, 0, 100).unwrap()];
         assert!(cep
-            .put_zcopy(&piece, peer.cma_base + 500, &crkey, 0)
+            .put_zcopy(&piece, peer.cma_base + 500, &crkey, CompletionId(0))
             .unwrap()
             .is_done());
         assert_eq!(
@@ -326,7 +331,7 @@ fn messages_rma_atomics(tl: &str) {
             pattern(100, 7)
         );
         assert!(matches!(
-            cep.put_zcopy(&piece, peer.cma_base + 4000, &crkey, 0),
+            cep.put_zcopy(&piece, peer.cma_base + 4000, &crkey, CompletionId(0)),
             Err(Error::RemoteAccess(_))
         ));
         drop(h);
@@ -379,7 +384,10 @@ fn peer_killed(tl: &str) {
     assert_eq!(inbox.errors[0].0, ep.id());
     assert!(matches!(inbox.errors[0].1, Error::PeerFailure(_)));
     assert!(matches!(ep.am_short(1, 0, &[]), Err(Error::PeerFailure(_))));
-    assert!(matches!(ep.flush(0), Err(Error::PeerFailure(_))));
+    assert!(matches!(
+        ep.flush(CompletionId(0)),
+        Err(Error::PeerFailure(_))
+    ));
     for _ in 0..10_000 {
         iface.progress(&mut inbox);
     }
@@ -399,7 +407,7 @@ fn peer_killed(tl: &str) {
             .unwrap();
         let iov = [Iov::whole(&h)];
         assert!(cep
-            .get_zcopy(&iov, peer.cma_base, &crkey, 0)
+            .get_zcopy(&iov, peer.cma_base, &crkey, CompletionId(0))
             .unwrap()
             .is_done());
         peer.kill9();
@@ -410,7 +418,7 @@ fn peer_killed(tl: &str) {
         assert_eq!(cinbox.errors[0].0, cep.id());
         assert!(matches!(cinbox.errors[0].1, Error::PeerFailure(_)));
         assert!(matches!(
-            cep.get_zcopy(&iov, peer.cma_base, &crkey, 0),
+            cep.get_zcopy(&iov, peer.cma_base, &crkey, CompletionId(0)),
             Err(Error::PeerFailure(_))
         ));
         drop(h);

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use ucs::testing::{CountingAlloc, ALLOCS, COUNTING};
 use uct::mm::{MmIface, PosixTransport, SysvTransport};
+use uct::TagRecvId;
 use uct::{
     CompletionId, Endpoint, EpId, Error, EventSink, Iface, IfaceParams, Iov, MemoryDomain, Outcome,
     Transport,
@@ -38,7 +39,14 @@ impl EventSink for Tally {
     fn tag_unexp_eager(&mut self, _tag: u64, _imm: u64, _data: &[u8]) {
         self.unexp += 1;
     }
-    fn tag_recv_done(&mut self, _ctx: u64, _tag: u64, _imm: u64, _len: usize, r: uct::Result<()>) {
+    fn tag_recv_done(
+        &mut self,
+        _ctx: TagRecvId,
+        _tag: u64,
+        _imm: u64,
+        _len: usize,
+        r: uct::Result<()>,
+    ) {
         assert!(r.is_ok(), "tag receive failed: {r:?}");
         self.done += 1;
     }
@@ -71,7 +79,12 @@ fn no_alloc<T: Transport<Iface = MmIface, Md = uct::mm::MmMd>>() {
         COUNTING.with(|c| c.set(count));
         let (d0, u0, c0) = (tb.done, tb.unexp, ta.comps);
         let post = |b: &mut MmIface, tag: u64, off: usize, len: usize, ctx: u64| {
-            let r = b.tag_recv_zcopy(tag, u64::MAX, &[Iov::new(&dst, off, len).unwrap()], ctx);
+            let r = b.tag_recv_zcopy(
+                tag,
+                u64::MAX,
+                &[Iov::new(&dst, off, len).unwrap()],
+                TagRecvId(ctx),
+            );
             assert!(matches!(r, Ok(Outcome::InProgress)));
         };
         post(&mut b, 1, 0, 8192, 4 * i);
@@ -79,16 +92,26 @@ fn no_alloc<T: Transport<Iface = MmIface, Md = uct::mm::MmMd>>() {
         post(&mut b, 3, 80 * 1024, 64 * 1024, 4 * i + 2);
         post(&mut b, 4, 160 * 1024, 64, 4 * i + 3);
         let z = ep
-            .tag_eager_zcopy(1, i, &[Iov::new(&seg_src, 0, 6000).unwrap()], 0)
+            .tag_eager_zcopy(
+                1,
+                i,
+                &[Iov::new(&seg_src, 0, 6000).unwrap()],
+                CompletionId(0),
+            )
             .unwrap();
         assert_eq!(z, Outcome::DONE);
-        let r = ep.tag_rndv_zcopy(2, b"hdr", &[Iov::new(&seg_src, 0, 60_000).unwrap()], 2 * i);
+        let r = ep.tag_rndv_zcopy(
+            2,
+            b"hdr",
+            &[Iov::new(&seg_src, 0, 60_000).unwrap()],
+            CompletionId(2 * i),
+        );
         assert!(matches!(r, Ok(Outcome::Done(_))), "{r:?}");
         let r = ep.tag_rndv_zcopy(
             3,
             b"hdr",
             &[Iov::new(&heap_src, 0, 60_000).unwrap()],
-            2 * i + 1,
+            CompletionId(2 * i + 1),
         );
         assert!(matches!(r, Ok(Outcome::Done(_))), "{r:?}");
         assert_eq!(ep.tag_eager_short(4, b"short").unwrap(), Outcome::DONE);

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uct::{Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain, Outcome};
+use uct::{CompletionId, Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain, Outcome};
 
 fn unhex(s: &str) -> Vec<u8> {
     (0..s.len() / 2)
@@ -27,8 +27,8 @@ impl EventSink for Rec {
     fn am(&mut self, id: u8, _data: &[u8]) {
         panic!("unexpected active message {id}");
     }
-    fn completion(&mut self, comp: u64, result: uct::Result<u64>) {
-        self.comps.push((comp, result));
+    fn completion(&mut self, comp: CompletionId, result: uct::Result<u64>) {
+        self.comps.push((comp.0, result));
     }
     fn ep_error(&mut self, ep: EpId, err: Error) {
         self.errors.push((ep, err));
@@ -97,7 +97,7 @@ fn receiver_death_fails_rendezvous(tl: &str) {
     let mut ops = Vec::new();
     for (comp, m) in [(1u64, &seg), (2, &reg)] {
         match ep
-            .tag_rndv_zcopy(9, b"rts", &[Iov::whole(m)], comp)
+            .tag_rndv_zcopy(9, b"rts", &[Iov::whole(m)], CompletionId(comp))
             .expect("tag_rndv_zcopy")
         {
             Outcome::Done(op) => ops.push(op),

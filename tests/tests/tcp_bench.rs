@@ -28,7 +28,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use uct::tcp::{TcpEp, TcpIface, TcpTransport};
-use uct::{Endpoint, Error, EventSink, Iface, MemoryDomain, Outcome, Transport};
+use uct::{CompletionId, Endpoint, Error, EventSink, Iface, MemoryDomain, Outcome, Transport};
 
 const WARMUP: u64 = 20_000;
 const ITERS: u64 = 200_000;
@@ -87,7 +87,7 @@ impl EventSink for Count {
             self.addr = Some(data[8..].to_vec());
         }
     }
-    fn completion(&mut self, _: u64, _: uct::Result<u64>) {}
+    fn completion(&mut self, _: CompletionId, _: uct::Result<u64>) {}
     fn ep_error(&mut self, _: uct::EpId, err: Error) {
         panic!("endpoint error during the benchmark: {err}");
     }
@@ -279,7 +279,7 @@ struct Window {
 
 impl EventSink for Window {
     fn am(&mut self, _id: u8, _data: &[u8]) {}
-    fn completion(&mut self, comp: u64, r: uct::Result<u64>) {
+    fn completion(&mut self, comp: CompletionId, r: uct::Result<u64>) {
         r.unwrap_or_else(|e| panic!("put {comp} failed: {e}"));
         self.done += 1;
     }
@@ -338,7 +338,10 @@ fn put_bw_1mib() {
         let limit = if w.done < warm { warm } else { BW_ITERS + warm };
         while posted < limit && posted - w.done < BW_WINDOW {
             let iov = [uct::Iov::whole(&src)];
-            match ep.put_zcopy(&iov, rkey.remote_base, &rkey, posted).unwrap() {
+            match ep
+                .put_zcopy(&iov, rkey.remote_base, &rkey, CompletionId(posted))
+                .unwrap()
+            {
                 Outcome::NoResource => break,
                 Outcome::Done(()) => {
                     posted += 1;
@@ -370,10 +373,10 @@ struct Gets {
 
 impl EventSink for Gets {
     fn am(&mut self, _id: u8, _data: &[u8]) {}
-    fn get_bcopy_data(&mut self, _comp: u64, data: &[u8]) {
+    fn get_bcopy_data(&mut self, _comp: CompletionId, data: &[u8]) {
         assert_eq!(data.len(), 8);
     }
-    fn completion(&mut self, comp: u64, r: uct::Result<u64>) {
+    fn completion(&mut self, comp: CompletionId, r: uct::Result<u64>) {
         r.unwrap_or_else(|e| panic!("get {comp} failed: {e}"));
         self.done += 1;
     }
@@ -427,7 +430,7 @@ fn get_bcopy_latency() {
         let t = Instant::now();
         loop {
             let r = ep
-                .get_bcopy(8, rkey.remote_base, &rkey, i, &mut |_| {})
+                .get_bcopy(8, rkey.remote_base, &rkey, CompletionId(i), &mut |_| {})
                 .unwrap();
             if r != Outcome::NoResource {
                 break;

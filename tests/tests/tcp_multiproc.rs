@@ -117,7 +117,9 @@ fn server() {
                     // Let the last pong leave before exiting.
                     if let Some(ep) = back.as_mut() {
                         let d2 = Instant::now() + Duration::from_secs(10);
-                        while !matches!(ep.flush(0), Ok(Outcome::Done(()))) && Instant::now() < d2 {
+                        while !matches!(ep.flush(CompletionId(0)), Ok(Outcome::Done(())))
+                            && Instant::now() < d2
+                        {
                             iface.progress(&mut sink);
                         }
                     }
@@ -274,7 +276,9 @@ fn child_entry() {
             c.ping(100);
             c.send(AM_BYE, 0, b"");
             let d = Instant::now() + Duration::from_secs(10);
-            while !matches!(c.ep.flush(0), Ok(Outcome::Done(()))) && Instant::now() < d {
+            while !matches!(c.ep.flush(CompletionId(0)), Ok(Outcome::Done(())))
+                && Instant::now() < d
+            {
                 c.iface.progress(&mut c.sink);
             }
             println!("tcp ping over {}: 100 round trips OK", device());
@@ -303,19 +307,24 @@ fn killed_peer_becomes_endpoint_error() {
     let dst = md.mem_alloc(64).unwrap();
     let rk = RemoteKey::unmapped(0x10000, 64, 1 << 32);
     let r =
-        c.ep.get_zcopy(&[Iov::whole(&dst)], 0x10000, &rk, 77)
+        c.ep.get_zcopy(&[Iov::whole(&dst)], 0x10000, &rk, CompletionId(77))
             .unwrap();
     assert_eq!(r, Outcome::InProgress);
     child.0.kill().unwrap();
     wait_exit(&mut child);
     let deadline = Instant::now() + WATCHDOG;
-    while c.sink.errors.is_empty() || !c.sink.comps.iter().any(|x| x.0 == 77) {
+    while c.sink.errors.is_empty() || !c.sink.comps.iter().any(|x| x.0 == CompletionId(77)) {
         c.iface.progress(&mut c.sink);
         assert!(Instant::now() < deadline, "watchdog: no endpoint error");
     }
     assert_eq!(c.sink.errors.len(), 1);
     assert_eq!(c.sink.errors[0].0, c.ep.id());
-    let comp = c.sink.comps.iter().find(|x| x.0 == 77).unwrap();
+    let comp = c
+        .sink
+        .comps
+        .iter()
+        .find(|x| x.0 == CompletionId(77))
+        .unwrap();
     assert!(comp.1.is_err(), "{:?}", comp.1);
     assert!(c.ep.am_short(AM_PING, 0, b"").is_err());
 }

@@ -33,7 +33,7 @@ impl EventSink for Tally {
     fn completion(&mut self, comp: CompletionId, result: uct::Result<u64>) {
         assert!(result.is_ok(), "completion {comp} failed");
         self.comps += 1;
-        self.last_comp = comp;
+        self.last_comp = comp.0;
     }
     fn ep_error(&mut self, _ep: EpId, _err: Error) {
         self.errors += 1;
@@ -84,19 +84,35 @@ fn data_path_and_progress_do_not_allocate() {
                 64
             })
             .map(|o| o.unit()));
-        go(ep.am_zcopy(3, b"hdr", &[Iov::new(&src, 0, 4096).unwrap()], 10 * i));
+        go(ep.am_zcopy(
+            3,
+            b"hdr",
+            &[Iov::new(&src, 0, 4096).unwrap()],
+            CompletionId(10 * i),
+        ));
         go(ep.put_short(b"abcdefgh", base, &rkey));
         go(ep.put_zcopy(
             &[Iov::new(&src, 0, 16384).unwrap()],
             base + 4096,
             &rkey,
-            10 * i + 1,
+            CompletionId(10 * i + 1),
         ));
-        go(ep.get_zcopy(&[Iov::new(&dst, 0, 8192).unwrap()], base, &rkey, 10 * i + 2));
+        go(ep.get_zcopy(
+            &[Iov::new(&dst, 0, 8192).unwrap()],
+            base,
+            &rkey,
+            CompletionId(10 * i + 2),
+        ));
         go(ep
-            .atomic64_fetch(AtomicOp::Add, 1, base + 32768, &rkey, 10 * i + 3)
+            .atomic64_fetch(
+                AtomicOp::Add,
+                1,
+                base + 32768,
+                &rkey,
+                CompletionId(10 * i + 3),
+            )
             .map(|o| o.unit()));
-        let flush = ep.flush(10 * i + 4).unwrap();
+        let flush = ep.flush(CompletionId(10 * i + 4)).unwrap();
         let want_comp = 10 * i + 4;
         while !(flush.is_done() || ta.last_comp == want_comp) || tb.ams < ta_target(i) {
             a.progress(ta);

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use ucs::testing::{CountingAlloc, ALLOCS, COUNTING};
 use uct::tcp::{TcpIface, TcpTransport};
+use uct::TagRecvId;
 use uct::{
     CompletionId, Endpoint, EpId, Error, EventSink, Iface, IfaceParams, Iov, MemoryDomain, Outcome,
     Transport,
@@ -34,7 +35,14 @@ impl EventSink for Tally {
     fn tag_unexp_eager(&mut self, _tag: u64, _imm: u64, _data: &[u8]) {
         self.unexp += 1;
     }
-    fn tag_recv_done(&mut self, _ctx: u64, _tag: u64, _imm: u64, _len: usize, r: uct::Result<()>) {
+    fn tag_recv_done(
+        &mut self,
+        _ctx: TagRecvId,
+        _tag: u64,
+        _imm: u64,
+        _len: usize,
+        r: uct::Result<()>,
+    ) {
         assert!(r.is_ok(), "tag receive failed: {r:?}");
         self.done += 1;
     }
@@ -67,7 +75,12 @@ fn tag_offload_data_path_does_not_allocate() {
         COUNTING.with(|c| c.set(count));
         let (d0, u0, c0) = (tb.done, tb.unexp, ta.comps);
         let post = |b: &mut TcpIface, tag: u64, off: usize, len: usize, ctx: u64| {
-            let r = b.tag_recv_zcopy(tag, u64::MAX, &[Iov::new(&dst, off, len).unwrap()], ctx);
+            let r = b.tag_recv_zcopy(
+                tag,
+                u64::MAX,
+                &[Iov::new(&dst, off, len).unwrap()],
+                TagRecvId(ctx),
+            );
             assert!(matches!(r, Ok(Outcome::InProgress)));
         };
         post(&mut b, 1, 0, 32 * 1024, 3 * i);
@@ -75,7 +88,12 @@ fn tag_offload_data_path_does_not_allocate() {
         let mut zc = 0;
         for (tag, len) in [(1u64, 30_000usize), (9, 5000)] {
             loop {
-                match ep.tag_eager_zcopy(tag, i, &[Iov::new(&src, 0, len).unwrap()], 2 * i) {
+                match ep.tag_eager_zcopy(
+                    tag,
+                    i,
+                    &[Iov::new(&src, 0, len).unwrap()],
+                    CompletionId(2 * i),
+                ) {
                     Ok(Outcome::NoResource) => {
                         a.progress(ta);
                         assert!(Instant::now() < deadline, "watchdog");
@@ -90,7 +108,12 @@ fn tag_offload_data_path_does_not_allocate() {
             }
         }
         let op = ep
-            .tag_rndv_zcopy(2, b"hdr", &[Iov::new(&src, 0, 60_000).unwrap()], 2 * i + 1)
+            .tag_rndv_zcopy(
+                2,
+                b"hdr",
+                &[Iov::new(&src, 0, 60_000).unwrap()],
+                CompletionId(2 * i + 1),
+            )
             .unwrap();
         assert!(matches!(op, Outcome::Done(_)));
         let _ = ep.tag_eager_short(7, b"unexpected");

@@ -11,12 +11,57 @@
 use crate::md::{Iov, RemoteKey};
 use ucs::{Error, Outcome, Result};
 
-/// Caller-chosen value that identifies an operation's completion.
-pub type CompletionId = u64;
-/// Caller-chosen value that identifies a queued pending request.
-pub type PendingId = u64;
-/// Caller-chosen value that identifies a receive posted with `tag_recv_zcopy`.
-pub type TagRecvId = u64;
+/// Declares a caller-chosen 64-bit identifier as its own type, so one kind of id cannot be passed
+/// where another is expected. The wrapper is free: `#[repr(transparent)]` over a `u64`.
+macro_rules! caller_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[repr(transparent)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+        pub struct $name(pub u64);
+
+        impl $name {
+            /// The caller's raw value.
+            #[inline(always)]
+            pub const fn get(self) -> u64 {
+                self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl From<u64> for $name {
+            #[inline(always)]
+            fn from(v: u64) -> Self {
+                Self(v)
+            }
+        }
+
+        impl From<$name> for u64 {
+            #[inline(always)]
+            fn from(v: $name) -> u64 {
+                v.0
+            }
+        }
+    };
+}
+
+caller_id!(
+    /// Caller-chosen value that identifies an operation's completion.
+    CompletionId
+);
+caller_id!(
+    /// Caller-chosen value that identifies a queued pending request.
+    PendingId
+);
+caller_id!(
+    /// Caller-chosen value that identifies a receive posted with `tag_recv_zcopy`.
+    TagRecvId
+);
 /// Number of active-message ids; valid ids are `0..AM_ID_MAX`.
 pub const AM_ID_MAX: u8 = 32;
 

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use ucs::testing::{CountingAlloc, ALLOCS, COUNTING};
 use uct::rc_verbs::RcVerbs;
-use uct::{AtomicOp, Endpoint, EpId, EventSink, Iface, IfaceParams, Iov, MemoryDomain};
+use uct::{
+    AtomicOp, CompletionId, Endpoint, EpId, EventSink, Iface, IfaceParams, Iov, MemoryDomain,
+};
 use uct::{Outcome, PendingId, Transport};
 
 #[global_allocator]
@@ -27,13 +29,13 @@ impl EventSink for Tally {
         self.msgs += 1;
         std::hint::black_box(data);
     }
-    fn completion(&mut self, _: u64, r: uct::Result<u64>) {
+    fn completion(&mut self, _: CompletionId, r: uct::Result<u64>) {
         self.comps += 1;
         if r.is_err() {
             self.errors += 1;
         }
     }
-    fn get_bcopy_data(&mut self, _: u64, data: &[u8]) {
+    fn get_bcopy_data(&mut self, _: CompletionId, data: &[u8]) {
         self.gets += data.len();
     }
     fn pending(&mut self, _: EpId, _: PendingId) -> bool {
@@ -110,7 +112,9 @@ fn rc_verbs_data_path_and_progress_do_not_allocate() {
             })
         });
         comp += 1;
-        retry(iface, tally, || ep.am_zcopy(3, b"hdr", &iov, comp));
+        retry(iface, tally, || {
+            ep.am_zcopy(3, b"hdr", &iov, CompletionId(comp))
+        });
         retry(iface, tally, || ep.put_short(&payload, base, &rkey));
         retry(iface, tally, || {
             ep.put_bcopy(
@@ -124,27 +128,29 @@ fn rc_verbs_data_path_and_progress_do_not_allocate() {
         });
         comp += 1;
         retry(iface, tally, || {
-            ep.put_zcopy(&iov, base + 1024, &rkey, comp)
+            ep.put_zcopy(&iov, base + 1024, &rkey, CompletionId(comp))
         });
         comp += 1;
         retry(iface, tally, || {
-            ep.get_bcopy(128, base, &rkey, comp, &mut |_| {})
+            ep.get_bcopy(128, base, &rkey, CompletionId(comp), &mut |_| {})
         });
         comp += 1;
-        retry(iface, tally, || ep.get_zcopy(&iov, base, &rkey, comp));
+        retry(iface, tally, || {
+            ep.get_zcopy(&iov, base, &rkey, CompletionId(comp))
+        });
         retry(iface, tally, || {
             ep.atomic64_post(AtomicOp::Add, 1, base + 64, &rkey)
         });
         comp += 1;
         retry(iface, tally, || {
-            ep.atomic64_fetch(AtomicOp::Add, 1, base + 64, &rkey, comp)
+            ep.atomic64_fetch(AtomicOp::Add, 1, base + 64, &rkey, CompletionId(comp))
         });
         comp += 1;
         retry(iface, tally, || {
-            ep.atomic_cswap64(0, 1, base + 80, &rkey, comp)
+            ep.atomic_cswap64(0, 1, base + 80, &rkey, CompletionId(comp))
         });
         comp += 1;
-        if retry(iface, tally, || ep.flush(comp)) {
+        if retry(iface, tally, || ep.flush(CompletionId(comp))) {
             let want = tally.comps + 1;
             let start = Instant::now();
             while tally.comps < want {

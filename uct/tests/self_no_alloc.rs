@@ -5,7 +5,10 @@
 use std::sync::atomic::Ordering;
 use ucs::testing::{CountingAlloc, ALLOCS, COUNTING};
 use uct::self_::{SelfIface, SelfMd, DEVICE_NAME};
-use uct::{AtomicOp, Endpoint, EpId, EventFlags, EventSink, Iface, IfaceParams, Iov, MemoryDomain};
+use uct::{
+    AtomicOp, CompletionId, Endpoint, EpId, EventFlags, EventSink, Iface, IfaceParams, Iov,
+    MemoryDomain,
+};
 use uct::{Outcome, PendingId};
 
 #[global_allocator]
@@ -28,7 +31,7 @@ impl EventSink for Tally {
             .sum
             .wrapping_add(id as u64 + data.first().copied().unwrap_or(0) as u64);
     }
-    fn completion(&mut self, _: u64, _: uct::Result<u64>) {}
+    fn completion(&mut self, _: CompletionId, _: uct::Result<u64>) {}
     fn pending(&mut self, _: EpId, _: PendingId) -> bool {
         self.pending += 1;
         true
@@ -64,7 +67,10 @@ fn data_path_and_progress_do_not_allocate() {
             100
         });
         assert_eq!(r.unwrap(), Outcome::Done(100));
-        assert!(ep.am_zcopy(3, b"hdr", &iov, 1).unwrap().is_done());
+        assert!(ep
+            .am_zcopy(3, b"hdr", &iov, CompletionId(1))
+            .unwrap()
+            .is_done());
         assert!(ep.put_short(&payload, base, &rkey).unwrap().is_done());
         assert!(ep
             .put_bcopy(
@@ -77,32 +83,38 @@ fn data_path_and_progress_do_not_allocate() {
             )
             .unwrap()
             .is_done());
-        assert!(ep.put_zcopy(&iov, base + 1024, &rkey, 2).unwrap().is_done());
+        assert!(ep
+            .put_zcopy(&iov, base + 1024, &rkey, CompletionId(2))
+            .unwrap()
+            .is_done());
         assert!(ep.get_short(&mut getbuf, base, &rkey).unwrap().is_done());
         let mut seen = 0;
         assert!(ep
-            .get_bcopy(128, base, &rkey, 3, &mut |d| seen += d.len())
+            .get_bcopy(128, base, &rkey, CompletionId(3), &mut |d| seen += d.len())
             .unwrap()
             .is_done());
         assert_eq!(seen, 128);
-        assert!(ep.get_zcopy(&iov, base, &rkey, 4).unwrap().is_done());
+        assert!(ep
+            .get_zcopy(&iov, base, &rkey, CompletionId(4))
+            .unwrap()
+            .is_done());
         assert!(ep
             .atomic64_post(AtomicOp::Add, 1, base + 64, &rkey)
             .unwrap()
             .is_done());
         assert!(ep
-            .atomic32_fetch(AtomicOp::Xor, 1, base + 72, &rkey, 5)
+            .atomic32_fetch(AtomicOp::Xor, 1, base + 72, &rkey, CompletionId(5))
             .unwrap()
             .is_done());
         assert!(ep
-            .atomic_cswap64(0, 1, base + 80, &rkey, 6)
+            .atomic_cswap64(0, 1, base + 80, &rkey, CompletionId(6))
             .unwrap()
             .is_done());
-        assert!(ep.flush(7).unwrap().is_done());
+        assert!(ep.flush(CompletionId(7)).unwrap().is_done());
         ep.fence().unwrap();
         // Fill the ring, queue a pending request, drain and dispatch it.
         while ep.am_short(4, 0, &[]).unwrap().is_done() {}
-        ep.pending_add(9).unwrap();
+        ep.pending_add(PendingId(9)).unwrap();
         iface.event_arm(EventFlags::SEND_COMP).unwrap();
         while iface.progress(tally) > 0 {}
         iface.event_arm(EventFlags::RECV).unwrap();

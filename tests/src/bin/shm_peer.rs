@@ -14,7 +14,7 @@
 //! publishing it. A watchdog alarm ends it after 120 s whatever happens.
 
 use std::io::{BufRead, Write};
-use uct::{Endpoint, EpId, EventSink, Iface, MemoryDomain};
+use uct::{CompletionId, Endpoint, EpId, EventSink, Iface, MemoryDomain};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -33,7 +33,7 @@ impl EventSink for Inbox {
     fn am(&mut self, id: u8, data: &[u8]) {
         self.0.push((id, data.to_vec()));
     }
-    fn completion(&mut self, _comp: u64, _result: uct::Result<u64>) {}
+    fn completion(&mut self, _comp: CompletionId, _result: uct::Result<u64>) {}
     fn ep_error(&mut self, ep: EpId, err: uct::Error) {
         eprintln!("shm_peer: endpoint {ep:?} failed: {err}");
         std::process::exit(3);
@@ -153,7 +153,7 @@ fn main() {
             match id {
                 1 => send_bcopy(&mut iface, &mut ep, &mut inbox, 2, &data),
                 3 => {
-                    let _ = ep.flush(0);
+                    let _ = ep.flush(CompletionId(0));
                     std::process::exit(0);
                 }
                 4 => {

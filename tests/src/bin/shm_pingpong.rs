@@ -9,7 +9,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Instant;
-use uct::{Endpoint, EventSink, Iface, Outcome};
+use uct::{CompletionId, Endpoint, EventSink, Iface, Outcome};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -44,7 +44,7 @@ impl EventSink for Count {
             self.last = u64::from_le_bytes(data[..8].try_into().unwrap());
         }
     }
-    fn completion(&mut self, _comp: u64, _result: uct::Result<u64>) {}
+    fn completion(&mut self, _comp: CompletionId, _result: uct::Result<u64>) {}
     fn ep_error(&mut self, ep: uct::EpId, err: uct::Error) {
         eprintln!("endpoint {ep:?} failed: {err}");
         std::process::exit(2);

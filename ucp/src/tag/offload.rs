@@ -91,7 +91,7 @@ use ucs::config::ConfigVar;
 use ucs::{Outcome, Result};
 use uct::Iface as _;
 use uct::MemoryDomain as _;
-use uct::{AnyIface, IfaceFlags, Iov, MemHandle};
+use uct::{AnyIface, IfaceFlags, Iov, MemHandle, TagRecvId};
 
 /// `RUCX_TM_ENABLE`: use transport tag offload.
 pub static TM_ENABLE: ConfigVar = ConfigVar {
@@ -294,7 +294,7 @@ fn try_post(
         Ok(m) => m,
         Err(_) => return false,
     };
-    let r = ifaces[ti].tag_recv_zcopy(tag, mask, &[Iov::whole(&memh)], wire);
+    let r = ifaces[ti].tag_recv_zcopy(tag, mask, &[Iov::whole(&memh)], TagRecvId(wire));
     match r {
         Ok(Outcome::InProgress) => {
             st.tm.posted.push((wire, memh));
@@ -315,7 +315,7 @@ impl State {
         let Some((_, c)) = self.tm.iface.as_ref() else {
             return Ok(false);
         };
-        match c.cancel(wire, true) {
+        match c.cancel(TagRecvId(wire), true) {
             Ok(()) => {
                 self.tm.posted.swap_remove(i);
                 Ok(true)

@@ -21,7 +21,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 use ucs::{Error, Result};
 use uct::Iface as _;
-use uct::{CompletionId, EpId, EventFlags, EventSink};
+use uct::{CompletionId, EpId, EventFlags, EventSink, TagRecvId};
 
 /// An interface no endpoint uses yet (it may still receive a peer's first wire-up message or
 /// connection) is polled on one progress call in this many: polling an idle tcp interface costs
@@ -164,13 +164,14 @@ impl EventSink for Sink<'_> {
         // The header is the sender's whole RTS message: the software rendezvous takes over.
         self.st.handle_am(am_id::RTS, rndv.header);
     }
-    fn tag_recv_done(&mut self, ctx: u64, tag: u64, imm: u64, len: usize, res: Result<()>) {
-        self.st.tm_recv_done(ctx, tag, imm, len, res);
+    fn tag_recv_done(&mut self, ctx: TagRecvId, tag: u64, imm: u64, len: usize, res: Result<()>) {
+        self.st.tm_recv_done(ctx.0, tag, imm, len, res);
     }
 }
 
 impl State {
     pub(crate) fn handle_completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        let comp = comp.get();
         let kind = comp >> 60;
         let wire = comp & ((1 << 60) - 1);
         let Some(key) = self.req_by_wire(wire) else {

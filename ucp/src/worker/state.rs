@@ -57,7 +57,7 @@ pub(crate) const COMP_ATOMIC: u64 = 4;
 pub(crate) const COMP_ZCOPY: u64 = 5;
 
 pub(crate) fn comp_id(kind: u64, wire: u64) -> CompletionId {
-    kind << 60 | (wire & ((1 << 60) - 1))
+    CompletionId(kind << 60 | (wire & ((1 << 60) - 1)))
 }
 
 pub(crate) struct Lanes {

@@ -658,7 +658,8 @@ mod access_tests {
         let eight = [Iov::new(&lh, 0, 8).unwrap()];
         // Inside the region: works.
         assert_eq!(
-            ep.get_zcopy(&two, base + 62, &rkey, 0).unwrap(),
+            ep.get_zcopy(&two, base + 62, &rkey, CompletionId(0))
+                .unwrap(),
             Outcome::DONE
         );
         // Past its end, before its start, and with an offset + length that overflows.
@@ -669,14 +670,14 @@ mod access_tests {
             (&eight, u64::MAX - 3),
             (&eight, u64::MAX),
         ] {
-            let r = ep.get_zcopy(iov, at, &rkey, 0);
+            let r = ep.get_zcopy(iov, at, &rkey, CompletionId(0));
             assert!(matches!(r, Err(Error::RemoteAccess(_))), "{at:#x}: {r:?}");
-            let r = ep.put_zcopy(iov, at, &rkey, 0);
+            let r = ep.put_zcopy(iov, at, &rkey, CompletionId(0));
             assert!(matches!(r, Err(Error::RemoteAccess(_))), "{at:#x}: {r:?}");
         }
         // A key naming another process is refused by this endpoint.
         let other = RemoteKey::unmapped(base, 64, 1);
-        let r = ep.get_zcopy(&two, base, &other, 0);
+        let r = ep.get_zcopy(&two, base, &other, CompletionId(0));
         assert!(matches!(r, Err(Error::RemoteAccess(_))), "{r:?}");
         // A packed key whose range overflows does not even decode.
         let mut bad = Vec::new();

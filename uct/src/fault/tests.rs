@@ -8,6 +8,7 @@ use crate::mm::PosixTransport;
 use crate::tcp::TcpTransport;
 use crate::testing::{Recorder, TlPair, WATCHDOG};
 use crate::Endpoint;
+use crate::{CompletionId, PendingId};
 use ucs::Outcome;
 
 /// Calls `step` until it says done, failing after the watchdog.
@@ -260,14 +261,14 @@ fn stall_gives_no_resource_then_pending<T: Wrappable>() {
     let mut p = pair::<T>("seed=5,stall=1");
     let mut rec = Recorder::new();
     assert_eq!(p.tx.am_short(3, 1, b"x").unwrap(), Outcome::NoResource);
-    p.tx.pending_add(77).unwrap();
+    p.tx.pending_add(PendingId(77)).unwrap();
     p.tx_iface.progress(&mut rec);
-    assert_eq!(rec.pending, [(p.tx.id(), 77)]);
+    assert_eq!(rec.pending, [(p.tx.id(), PendingId(77))]);
     // Purged requests are handed back and never retried.
-    p.tx.pending_add(78).unwrap();
+    p.tx.pending_add(PendingId(78)).unwrap();
     let mut purged = Vec::new();
     p.tx.pending_purge(&mut |r| purged.push(r));
-    assert_eq!(purged, [78]);
+    assert_eq!(purged, [PendingId(78)]);
     p.tx_iface.progress(&mut rec);
     assert_eq!(rec.pending.len(), 1);
     assert!(p.tx_iface.stats().stalls >= 1);
@@ -321,7 +322,7 @@ fn partial_sends_go_out_later_in_order<T: Wrappable>() {
     until(
         || {
             if !flushed {
-                flushed = p.tx.flush(1).unwrap() != Outcome::NoResource;
+                flushed = p.tx.flush(CompletionId(1)).unwrap() != Outcome::NoResource;
             }
             p.tx_iface.progress(&mut rec);
             p.rx_iface.progress(&mut rec);
@@ -354,7 +355,10 @@ fn drop_fails_the_endpoint_once<T: Wrappable>() {
     assert!(r[3..]
         .iter()
         .all(|r| matches!(r, Err(Error::ConnectionReset(_)))));
-    assert!(matches!(p.tx.flush(1), Err(Error::ConnectionReset(_))));
+    assert!(matches!(
+        p.tx.flush(CompletionId(1)),
+        Err(Error::ConnectionReset(_))
+    ));
     p.recv(&mut rec, 3);
     for _ in 0..50 {
         p.tx_iface.progress(&mut rec);

@@ -843,23 +843,26 @@ mod tests {
     #[test]
     fn op_ids_are_not_reused_across_generations() {
         let mut t = TagState::new();
-        let a = t.op_alloc(1, EpId(0), None).unwrap();
+        let a = t.op_alloc(CompletionId(1), EpId(0), None).unwrap();
         assert!(
             t.op_take(a, Some(EpId(1))).is_none(),
             "another endpoint's op"
         );
         assert!(t.op_take(a, Some(EpId(0))).is_some());
-        let b = t.op_alloc(2, EpId(0), None).unwrap();
+        let b = t.op_alloc(CompletionId(2), EpId(0), None).unwrap();
         assert_ne!(a, b);
         assert!(t.op_take(a, None).is_none(), "stale id");
-        assert_eq!(t.op_take(b, None).map(|o| o.comp), Some(2));
+        assert_eq!(t.op_take(b, None).map(|o| o.comp), Some(CompletionId(2)));
         for i in 0..MAX_RNDV_OPS {
-            assert!(t.op_alloc(i as u64, EpId(3), None).is_some());
+            assert!(t.op_alloc(CompletionId(i as u64), EpId(3), None).is_some());
         }
-        assert!(t.op_alloc(0, EpId(3), None).is_none(), "table full");
+        assert!(
+            t.op_alloc(CompletionId(0), EpId(3), None).is_none(),
+            "table full"
+        );
         t.fail_ops(EpId(3), &Error::PeerFailure("gone".into()));
         assert_eq!(t.failed_ops.len(), MAX_RNDV_OPS);
-        assert!(t.op_alloc(0, EpId(4), None).is_some());
+        assert!(t.op_alloc(CompletionId(0), EpId(4), None).is_some());
     }
 
     use crate::iface::Iface;
@@ -939,10 +942,13 @@ mod tests {
             Iov::new(&dm, 100_000, n + 8 - 100_000).unwrap(),
         ];
         assert_eq!(
-            b.tag_recv_zcopy(5, u64::MAX, &iov_r, 1).unwrap(),
+            b.tag_recv_zcopy(5, u64::MAX, &iov_r, TagRecvId(1)).unwrap(),
             Outcome::InProgress
         );
-        let op = match ep.tag_rndv_zcopy(5, b"h", &[Iov::whole(&sm)], 9).unwrap() {
+        let op = match ep
+            .tag_rndv_zcopy(5, b"h", &[Iov::whole(&sm)], CompletionId(9))
+            .unwrap()
+        {
             Outcome::Done(op) => op,
             o => panic!("{o:?}"),
         };
@@ -956,10 +962,10 @@ mod tests {
         }
         assert_eq!(rec.done.len(), 1);
         let (ctx, tag, len, r) = rec.done.pop().unwrap();
-        assert_eq!((ctx, tag, len), (1, 5, n));
+        assert_eq!((ctx, tag, len), (TagRecvId(1), 5, n));
         assert!(r.is_ok(), "{r:?}");
         assert_eq!(rec.comps.len(), 1);
-        assert!(matches!(rec.comps.pop().unwrap(), (9, Ok(_))));
+        assert!(matches!(rec.comps.pop().unwrap(), (CompletionId(9), Ok(_))));
         drop(dm);
         assert!(dst[..n] == src[..], "cma rendezvous data differs");
         assert_eq!(&dst[n..], &[0u8; 8]);
@@ -968,7 +974,7 @@ mod tests {
 
         // Unexpected: address and length, no key (the memory is not a shared segment).
         let op = match ep
-            .tag_rndv_zcopy(6, b"hdr", &[Iov::whole(&sm)], 10)
+            .tag_rndv_zcopy(6, b"hdr", &[Iov::whole(&sm)], CompletionId(10))
             .unwrap()
         {
             Outcome::Done(op) => op,
@@ -995,7 +1001,7 @@ mod tests {
             Iov::new(&sm, 10, 10).unwrap(),
         ];
         assert!(matches!(
-            ep.tag_rndv_zcopy(6, b"", &two, 11),
+            ep.tag_rndv_zcopy(6, b"", &two, CompletionId(11)),
             Err(Error::InvalidParam(_))
         ));
         drop(sm);
@@ -1024,11 +1030,17 @@ mod tests {
         let mut src: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
         let sm = reg(&md, &mut src);
         let mut rec = Rec::default();
-        let known = match to_b.tag_rndv_zcopy(1, b"", &[Iov::whole(&sm)], 7).unwrap() {
+        let known = match to_b
+            .tag_rndv_zcopy(1, b"", &[Iov::whole(&sm)], CompletionId(7))
+            .unwrap()
+        {
             Outcome::Done(op) => op,
             o => panic!("{o:?}"),
         };
-        let victim = match to_c.tag_rndv_zcopy(2, b"", &[Iov::whole(&sm)], 8).unwrap() {
+        let victim = match to_c
+            .tag_rndv_zcopy(2, b"", &[Iov::whole(&sm)], CompletionId(8))
+            .unwrap()
+        {
             Outcome::Done(op) => op,
             o => panic!("{o:?}"),
         };
@@ -1070,7 +1082,7 @@ mod tests {
             a.progress(&mut rec);
         }
         assert_eq!(rec.comps.len(), 1);
-        assert!(matches!(rec.comps[0], (8, Ok(_))));
+        assert!(matches!(rec.comps[0], (CompletionId(8), Ok(_))));
         to_b.tag_rndv_cancel(known).unwrap();
         b.progress(&mut rec);
         c.progress(&mut rec);
@@ -1096,7 +1108,7 @@ mod tests {
         let mut dst = vec![0u8; 100];
         let dm = reg(&md, &mut dst);
         assert_eq!(
-            b.tag_recv_zcopy(3, u64::MAX, &[Iov::whole(&dm)], 4)
+            b.tag_recv_zcopy(3, u64::MAX, &[Iov::whole(&dm)], TagRecvId(4))
                 .unwrap(),
             Outcome::InProgress
         );
@@ -1117,7 +1129,7 @@ mod tests {
         }
         assert_eq!(rec.done.len(), 1);
         let (ctx, tag, len, r) = rec.done.pop().unwrap();
-        assert_eq!((ctx, tag, len), (4, 3, 100));
+        assert_eq!((ctx, tag, len), (TagRecvId(4), 3, 100));
         assert!(matches!(r, Err(Error::RemoteAccess(_))), "{r:?}");
         // The error acknowledgement names no operation of `a`: nothing completes.
         assert!(rec.comps.is_empty());
@@ -1147,12 +1159,13 @@ mod tests {
             let mut dst = vec![0u8; n];
             let dm = reg(&md, &mut dst);
             assert_eq!(
-                b.tag_recv_zcopy(1, u64::MAX, &[Iov::whole(&dm)], 1)
+                b.tag_recv_zcopy(1, u64::MAX, &[Iov::whole(&dm)], TagRecvId(1))
                     .unwrap(),
                 Outcome::InProgress
             );
             assert!(matches!(
-                ep.tag_rndv_zcopy(1, b"", &[Iov::whole(&src)], 2).unwrap(),
+                ep.tag_rndv_zcopy(1, b"", &[Iov::whole(&src)], CompletionId(2))
+                    .unwrap(),
                 Outcome::Done(_)
             ));
             let mut rec = Rec::default();

@@ -8,6 +8,7 @@ use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemoryDomain};
 use crate::registry::Transport;
 use crate::EpId;
+use crate::{CompletionId, PendingId};
 use ucs::{Error, Outcome};
 
 trait UnwrapDone<T> {
@@ -35,11 +36,11 @@ impl EventSink for Sink {
     fn am(&mut self, id: u8, data: &[u8]) {
         self.msgs.push((id, data.to_vec()));
     }
-    fn completion(&mut self, _comp: u64, _result: ucs::Result<u64>) {
+    fn completion(&mut self, _comp: CompletionId, _result: ucs::Result<u64>) {
         panic!("shared memory never completes later");
     }
-    fn pending(&mut self, ep: EpId, req: u64) -> bool {
-        self.retries.push((ep, req));
+    fn pending(&mut self, ep: EpId, req: PendingId) -> bool {
+        self.retries.push((ep, req.0));
         true
     }
     fn ep_error(&mut self, ep: EpId, err: Error) {
@@ -113,7 +114,10 @@ fn messages_at_boundaries<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>()
         Iov::new(&mem, 0, 10).unwrap(),
         Iov::new(&mem, 10, attr.am.max_zcopy - 10).unwrap(),
     ];
-    assert_eq!(ep.am_zcopy(6, &hdr, &iov, 1).unwrap(), Outcome::DONE);
+    assert_eq!(
+        ep.am_zcopy(6, &hdr, &iov, CompletionId(1)).unwrap(),
+        Outcome::DONE
+    );
     let mut e = hdr.clone();
     e.extend_from_slice(&data);
     expect.push((6, e));
@@ -149,9 +153,9 @@ fn backpressure_and_pending<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>
         }
     }
     assert_eq!(sent, fifo::NELEMS);
-    ep.pending_add(77).unwrap();
-    assert_eq!(a.flush(0).unwrap(), Outcome::NoResource);
-    assert_eq!(ep.flush(0).unwrap(), Outcome::NoResource);
+    ep.pending_add(PendingId(77)).unwrap();
+    assert_eq!(a.flush(CompletionId(0)).unwrap(), Outcome::NoResource);
+    assert_eq!(ep.flush(CompletionId(0)).unwrap(), Outcome::NoResource);
     let mut sa = Sink::default();
     a.progress(&mut sa);
     assert!(sa.retries.is_empty(), "FIFO still full");
@@ -165,8 +169,8 @@ fn backpressure_and_pending<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>
     assert_eq!(got, (0..sent).collect::<Vec<_>>());
     a.progress(&mut sa);
     assert_eq!(sa.retries, vec![(ep.id(), 77)]);
-    assert_eq!(a.flush(0).unwrap(), Outcome::DONE);
-    assert!(matches!(ep.pending_add(78), Err(Error::Busy(_))));
+    assert_eq!(a.flush(CompletionId(0)).unwrap(), Outcome::DONE);
+    assert!(matches!(ep.pending_add(PendingId(78)), Err(Error::Busy(_))));
     let mut purged = Vec::new();
     ep.pending_purge(&mut |r| purged.push(r));
     assert!(purged.is_empty());
@@ -211,17 +215,19 @@ fn rma_and_atomics<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
         .unwrap_done();
     assert_eq!(&got, b"xyz");
     let mut seen = Vec::new();
-    ep.get_bcopy(5, base + 100, &rkey, 0, &mut |d| seen.extend_from_slice(d))
-        .unwrap()
-        .unwrap_done();
+    ep.get_bcopy(5, base + 100, &rkey, CompletionId(0), &mut |d| {
+        seen.extend_from_slice(d)
+    })
+    .unwrap()
+    .unwrap_done();
     assert_eq!(seen, b"hello");
     let local = md.mem_alloc(64).unwrap();
     local.write(0, &pattern(64, 9)).unwrap();
-    ep.put_zcopy(&[Iov::whole(&local)], base + 1024, &rkey, 0)
+    ep.put_zcopy(&[Iov::whole(&local)], base + 1024, &rkey, CompletionId(0))
         .unwrap()
         .unwrap_done();
     let back = md.mem_alloc(64).unwrap();
-    ep.get_zcopy(&[Iov::whole(&back)], base + 1024, &rkey, 0)
+    ep.get_zcopy(&[Iov::whole(&back)], base + 1024, &rkey, CompletionId(0))
         .unwrap()
         .unwrap_done();
     let mut v = vec![0u8; 64];
@@ -234,7 +240,8 @@ fn rma_and_atomics<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
         .unwrap()
         .unwrap_done();
     assert_eq!(
-        ep.atomic64_fetch(AtomicOp::Add, 10, a64, &rkey, 0).unwrap(),
+        ep.atomic64_fetch(AtomicOp::Add, 10, a64, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done(5)
     );
     ep.atomic64_post(AtomicOp::Or, 0x100, a64, &rkey)
@@ -247,15 +254,18 @@ fn rma_and_atomics<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
         .unwrap()
         .unwrap_done();
     assert_eq!(
-        ep.atomic64_fetch(AtomicOp::Swap, 7, a64, &rkey, 0).unwrap(),
+        ep.atomic64_fetch(AtomicOp::Swap, 7, a64, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done((15 | 0x100) ^ 1)
     );
     assert_eq!(
-        ep.atomic_cswap64(7, 9, a64, &rkey, 0).unwrap(),
+        ep.atomic_cswap64(7, 9, a64, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done(7)
     );
     assert_eq!(
-        ep.atomic_cswap64(7, 11, a64, &rkey, 0).unwrap(),
+        ep.atomic_cswap64(7, 11, a64, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done(9)
     );
     let a32 = base + 3000;
@@ -263,11 +273,13 @@ fn rma_and_atomics<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
         .unwrap()
         .unwrap_done();
     assert_eq!(
-        ep.atomic32_fetch(AtomicOp::Xor, 1, a32, &rkey, 0).unwrap(),
+        ep.atomic32_fetch(AtomicOp::Xor, 1, a32, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done(3)
     );
     assert_eq!(
-        ep.atomic_cswap32(2, 40, a32, &rkey, 0).unwrap(),
+        ep.atomic_cswap32(2, 40, a32, &rkey, CompletionId(0))
+            .unwrap(),
         Outcome::Done(2)
     );
     let mut w = [0u8; 4];
@@ -289,7 +301,7 @@ fn rma_and_atomics<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
         );
     }
     assert!(matches!(
-        ep.atomic64_fetch(AtomicOp::Add, 1, base + 4092, &rkey, 0),
+        ep.atomic64_fetch(AtomicOp::Add, 1, base + 4092, &rkey, CompletionId(0)),
         Err(Error::RemoteAccess(_))
     ));
     assert!(matches!(

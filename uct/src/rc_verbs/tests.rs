@@ -4,6 +4,7 @@
 use super::iface::{RcVerbsEp, RcVerbsIface};
 use super::*;
 use crate::{AtomicOp, Endpoint, EpId, EventFlags, EventSink, Iface, IfaceFlags, Iov};
+use crate::{CompletionId, PendingId};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 use ucs::config::ConfigVar;
@@ -47,14 +48,14 @@ impl EventSink for Sink {
     fn am(&mut self, id: u8, data: &[u8]) {
         self.ams.push((id, data.to_vec()));
     }
-    fn completion(&mut self, comp: u64, result: Result<u64>) {
-        self.comps.push((comp, result));
+    fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        self.comps.push((comp.0, result));
     }
-    fn get_bcopy_data(&mut self, comp: u64, data: &[u8]) {
-        self.gets.push((comp, data.to_vec()));
+    fn get_bcopy_data(&mut self, comp: CompletionId, data: &[u8]) {
+        self.gets.push((comp.0, data.to_vec()));
     }
-    fn pending(&mut self, ep: EpId, req: u64) -> bool {
-        self.pend.push((ep, req));
+    fn pending(&mut self, ep: EpId, req: PendingId) -> bool {
+        self.pend.push((ep, req.0));
         true
     }
     fn ep_error(&mut self, ep: EpId, err: Error) {
@@ -270,7 +271,7 @@ fn am_boundary_sizes_arrive_in_order() {
         Iov::new(&mem, 10, attr.am.max_zcopy - 10).unwrap(),
     ];
     assert_eq!(
-        p.a.am_zcopy(6, &hdr, &iov, 77).unwrap(),
+        p.a.am_zcopy(6, &hdr, &iov, CompletionId(77)).unwrap(),
         Outcome::InProgress
     );
     let mut m = hdr.clone();
@@ -308,7 +309,7 @@ fn credits_bound_outstanding_messages_and_pending_resumes() {
         );
     }
     assert_eq!(sent, rx, "credits must equal the peer's posted receives");
-    p.a.pending_add(42).unwrap();
+    p.a.pending_add(PendingId(42)).unwrap();
     assert!(
         p.a.am_short(1, 0, &[]).unwrap().is_no_resource(),
         "pending requests keep order"
@@ -327,7 +328,10 @@ fn credits_bound_outstanding_messages_and_pending_resumes() {
         assert_eq!(data[..8], (i as u64).to_le_bytes());
     }
     // Resources are back: more messages go out, and pending_add says so.
-    assert!(matches!(p.a.pending_add(43), Err(Error::Busy(_))));
+    assert!(matches!(
+        p.a.pending_add(PendingId(43)),
+        Err(Error::Busy(_))
+    ));
     for i in 0..(3 * rx) {
         loop {
             match p
@@ -383,7 +387,7 @@ fn put_get_and_flush() {
     let data: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();
     src.write(0, &data).unwrap();
     assert_eq!(
-        p.a.put_zcopy(&[Iov::whole(&src)], base + 1000, &rkey, 5)
+        p.a.put_zcopy(&[Iov::whole(&src)], base + 1000, &rkey, CompletionId(5))
             .unwrap(),
         Outcome::InProgress
     );
@@ -391,7 +395,7 @@ fn put_get_and_flush() {
         p.a.put_short(b"x", base + 8192, &rkey),
         Err(Error::RemoteAccess(_))
     ));
-    match p.a.flush(6).unwrap() {
+    match p.a.flush(CompletionId(6)).unwrap() {
         Outcome::InProgress => wait(&mut p.iface, &mut sink, "flush", |s| {
             s.comps.iter().any(|c| c.0 == 6)
         }),
@@ -409,12 +413,13 @@ fn put_get_and_flush() {
     // Reads back.
     let mut unpack = |_: &[u8]| panic!("get_bcopy data come through the sink");
     assert_eq!(
-        p.b.get_bcopy(6, base, &rkey, 7, &mut unpack).unwrap(),
+        p.b.get_bcopy(6, base, &rkey, CompletionId(7), &mut unpack)
+            .unwrap(),
         Outcome::InProgress
     );
     let dst = p.md.mem_alloc(4000).unwrap();
     assert_eq!(
-        p.b.get_zcopy(&[Iov::whole(&dst)], base + 1000, &rkey, 8)
+        p.b.get_zcopy(&[Iov::whole(&dst)], base + 1000, &rkey, CompletionId(8))
             .unwrap(),
         Outcome::InProgress
     );
@@ -427,7 +432,7 @@ fn put_get_and_flush() {
     // Interface flush with nothing outstanding is immediate.
     let mut tries = 0;
     loop {
-        match p.iface.flush(9).unwrap() {
+        match p.iface.flush(CompletionId(9)).unwrap() {
             Outcome::Done(()) => break,
             Outcome::InProgress => {
                 wait(&mut p.iface, &mut sink, "iface flush", |s| {
@@ -462,19 +467,22 @@ fn atomics_fetch_add_and_cswap() {
         return;
     }
     assert_eq!(
-        p.a.atomic64_fetch(AtomicOp::Add, 5, at, &rkey, 1).unwrap(),
+        p.a.atomic64_fetch(AtomicOp::Add, 5, at, &rkey, CompletionId(1))
+            .unwrap(),
         Outcome::InProgress
     );
     wait(&mut p.iface, &mut sink, "fetch-add", |s| s.comps.len() == 1);
     assert_eq!(sink.comps[0], (1, Ok(100)));
     assert_eq!(
-        p.a.atomic_cswap64(105, 7, at, &rkey, 2).unwrap(),
+        p.a.atomic_cswap64(105, 7, at, &rkey, CompletionId(2))
+            .unwrap(),
         Outcome::InProgress
     );
     wait(&mut p.iface, &mut sink, "cswap", |s| s.comps.len() == 2);
     assert_eq!(sink.comps[1], (2, Ok(105)));
     assert_eq!(
-        p.a.atomic_cswap64(999, 1, at, &rkey, 3).unwrap(),
+        p.a.atomic_cswap64(999, 1, at, &rkey, CompletionId(3))
+            .unwrap(),
         Outcome::InProgress
     );
     wait(&mut p.iface, &mut sink, "failed cswap", |s| {
@@ -485,7 +493,7 @@ fn atomics_fetch_add_and_cswap() {
         p.a.atomic64_post(AtomicOp::Add, 3, at, &rkey).unwrap(),
         Outcome::DONE
     );
-    if p.a.flush(4).unwrap() == Outcome::InProgress {
+    if p.a.flush(CompletionId(4)).unwrap() == Outcome::InProgress {
         wait(&mut p.iface, &mut sink, "flush", |s| {
             s.comps.iter().any(|c| c.0 == 4)
         });
@@ -502,7 +510,7 @@ fn atomics_fetch_add_and_cswap() {
         Err(Error::Unsupported(_))
     ));
     assert!(matches!(
-        p.a.atomic64_fetch(AtomicOp::Add, 1, at + 1, &rkey, 9),
+        p.a.atomic64_fetch(AtomicOp::Add, 1, at + 1, &rkey, CompletionId(9)),
         Err(Error::InvalidParam(_))
     ));
 }
@@ -520,7 +528,7 @@ fn bad_rkey_fails_the_endpoint_not_the_process() {
     let bogus = crate::RemoteKey::unmapped(base, 4096, (good.tl_value as u32 ^ 0x00ab_cd00) as u64);
     let src = p.md.mem_alloc(64).unwrap();
     assert_eq!(
-        p.a.put_zcopy(&[Iov::whole(&src)], base, &bogus, 11)
+        p.a.put_zcopy(&[Iov::whole(&src)], base, &bogus, CompletionId(11))
             .unwrap(),
         Outcome::InProgress
     );
@@ -578,7 +586,7 @@ fn dead_peer_becomes_an_endpoint_error() {
         1
     });
     assert_eq!(r.unwrap(), Outcome::Done(1));
-    assert_eq!(a.flush(5).unwrap(), Outcome::InProgress);
+    assert_eq!(a.flush(CompletionId(5)).unwrap(), Outcome::InProgress);
     wait(&mut i1, &mut sink, "peer failure", |s| !s.errors.is_empty());
     println!("endpoint error: {}", sink.errors[0].1);
     assert!(matches!(
@@ -791,7 +799,7 @@ fn full_send_queue_gives_no_resource_then_pending_resumes() {
         posted, 16,
         "the send queue depth bounds the posted work requests"
     );
-    p.a.pending_add(5).unwrap();
+    p.a.pending_add(PendingId(5)).unwrap();
     let mut sink = Sink::default();
     wait(
         &mut p.iface,
@@ -804,7 +812,7 @@ fn full_send_queue_gives_no_resource_then_pending_resumes() {
         p.a.put_short(&99u64.to_le_bytes(), base, &rkey).unwrap(),
         Outcome::DONE
     );
-    if p.a.flush(1).unwrap() == Outcome::InProgress {
+    if p.a.flush(CompletionId(1)).unwrap() == Outcome::InProgress {
         wait(&mut p.iface, &mut sink, "flush", |s| {
             s.comps.iter().any(|c| c.0 == 1)
         });
@@ -841,7 +849,7 @@ fn dead_peer_with_default_timeouts() {
     drop(b);
     drop(i2);
     let start = Instant::now();
-    assert_eq!(a.flush(5).unwrap(), Outcome::InProgress);
+    assert_eq!(a.flush(CompletionId(5)).unwrap(), Outcome::InProgress);
     let mut done = false;
     while start.elapsed() < Duration::from_secs(60) && !done {
         i1.progress(&mut sink);

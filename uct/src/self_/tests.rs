@@ -5,6 +5,7 @@ use crate::caps::EventFlags;
 use crate::ep::{AtomicOp, Endpoint, EpId, PendingId};
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, MemoryDomain};
+use crate::CompletionId;
 use ucs::{Error, Outcome};
 
 fn open() -> SelfIface {
@@ -30,7 +31,7 @@ impl EventSink for Rec {
     fn am(&mut self, id: u8, data: &[u8]) {
         self.msgs.push((id, data.to_vec()));
     }
-    fn completion(&mut self, _comp: u64, _result: ucs::Result<u64>) {
+    fn completion(&mut self, _comp: CompletionId, _result: ucs::Result<u64>) {
         panic!("self never completes asynchronously");
     }
     fn pending(&mut self, ep: EpId, req: PendingId) -> bool {
@@ -98,7 +99,7 @@ impl EventSink for Echo<'_> {
             assert_eq!(r.unwrap(), Outcome::Done(5));
         }
     }
-    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+    fn completion(&mut self, _: CompletionId, _: ucs::Result<u64>) {}
 }
 
 #[test]
@@ -138,10 +139,12 @@ fn ep_after_iface_drop_gives_errors() {
     assert!(ep.put_short(b"x", base, &rkey).is_err());
     assert!(ep.get_short(&mut [0u8; 1], base, &rkey).is_err());
     assert!(ep.atomic64_post(AtomicOp::Add, 1, base, &rkey).is_err());
-    assert!(ep.atomic64_fetch(AtomicOp::Add, 1, base, &rkey, 0).is_err());
-    assert!(ep.flush(0).is_err());
+    assert!(ep
+        .atomic64_fetch(AtomicOp::Add, 1, base, &rkey, CompletionId(0))
+        .is_err());
+    assert!(ep.flush(CompletionId(0)).is_err());
     assert!(ep.fence().is_err());
-    assert!(ep.pending_add(1).is_err());
+    assert!(ep.pending_add(PendingId(1)).is_err());
     assert!(ep.ep_address().is_err());
     let mut purged = 0;
     ep.pending_purge(&mut |_| purged += 1);
@@ -235,7 +238,7 @@ fn misaligned_atomics_and_post_swap_are_rejected() {
     let mut ep = loopback(&mut iface);
     let base = rkey.remote_base;
     assert!(matches!(
-        ep.atomic64_fetch(AtomicOp::Add, 1, base + 4, &rkey, 0),
+        ep.atomic64_fetch(AtomicOp::Add, 1, base + 4, &rkey, CompletionId(0)),
         Err(Error::InvalidParam(_))
     ));
     assert!(matches!(
@@ -247,7 +250,7 @@ fn misaligned_atomics_and_post_swap_are_rejected() {
         Err(Error::Unsupported(_))
     ));
     assert!(ep
-        .atomic32_fetch(AtomicOp::Add, 1, base + 4, &rkey, 0)
+        .atomic32_fetch(AtomicOp::Add, 1, base + 4, &rkey, CompletionId(0))
         .is_ok());
 }
 
@@ -259,9 +262,9 @@ fn pending_wakes_an_armed_sender_of_another_iface() {
         .ep_create_connected(b.device_address(), b.iface_address())
         .unwrap();
     while ep.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
-    ep.pending_add(42).unwrap();
-    assert_eq!(a.flush(0).unwrap(), Outcome::NoResource);
-    assert_eq!(ep.flush(0).unwrap(), Outcome::NoResource);
+    ep.pending_add(PendingId(42)).unwrap();
+    assert_eq!(a.flush(CompletionId(0)).unwrap(), Outcome::NoResource);
+    assert_eq!(ep.flush(CompletionId(0)).unwrap(), Outcome::NoResource);
     a.event_arm(EventFlags::SEND_COMP).unwrap();
     let fd = a.event_fd().unwrap();
     assert!(!readable(fd));
@@ -275,8 +278,8 @@ fn pending_wakes_an_armed_sender_of_another_iface() {
     ));
     let mut ra = Rec::default();
     a.progress(&mut ra);
-    assert_eq!(ra.pend, vec![(ep.id(), 42)]);
-    assert_eq!(a.flush(0).unwrap(), Outcome::DONE);
+    assert_eq!(ra.pend, vec![(ep.id(), PendingId(42))]);
+    assert_eq!(a.flush(CompletionId(0)).unwrap(), Outcome::DONE);
     a.event_arm(EventFlags::SEND_COMP).unwrap();
 }
 
@@ -296,12 +299,12 @@ fn pending_purge_returns_requests() {
     let mut iface = open();
     let mut ep = loopback(&mut iface);
     while ep.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
-    ep.pending_add(1).unwrap();
-    ep.pending_add(2).unwrap();
+    ep.pending_add(PendingId(1)).unwrap();
+    ep.pending_add(PendingId(2)).unwrap();
     let mut got = vec![];
     ep.pending_purge(&mut |r| got.push(r));
-    assert_eq!(got, vec![1, 2]);
-    assert_eq!(iface.flush(0).unwrap(), Outcome::DONE);
+    assert_eq!(got, vec![PendingId(1), PendingId(2)]);
+    assert_eq!(iface.flush(CompletionId(0)).unwrap(), Outcome::DONE);
     let mut rec = Rec::default();
     iface.progress(&mut rec);
     assert!(rec.pend.is_empty());
@@ -317,10 +320,12 @@ fn zcopy_with_too_many_iovs_is_rejected() {
     let mut iface = open();
     let mut ep = loopback(&mut iface);
     assert!(matches!(
-        ep.am_zcopy(0, &[], &iov, 0),
+        ep.am_zcopy(0, &[], &iov, CompletionId(0)),
         Err(Error::InvalidParam(_))
     ));
-    assert!(ep.am_zcopy(0, &[], &iov[..MAX_IOV], 0).is_ok());
+    assert!(ep
+        .am_zcopy(0, &[], &iov[..MAX_IOV], CompletionId(0))
+        .is_ok());
 }
 
 #[test]
@@ -343,7 +348,7 @@ struct Picky {
 
 impl EventSink for Picky {
     fn am(&mut self, _: u8, _: &[u8]) {}
-    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+    fn completion(&mut self, _: CompletionId, _: ucs::Result<u64>) {}
     fn pending(&mut self, _ep: EpId, req: PendingId) -> bool {
         self.order.push(req);
         if let Some(i) = self.refuse.iter().position(|&r| r == req) {
@@ -360,37 +365,37 @@ fn pending_dispatch_is_round_robin_and_respects_refusal() {
     let mut a = loopback(&mut iface);
     let mut b = loopback(&mut iface);
     while a.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
-    a.pending_add(1).unwrap();
-    a.pending_add(2).unwrap();
-    b.pending_add(3).unwrap();
-    b.pending_add(4).unwrap();
+    a.pending_add(PendingId(1)).unwrap();
+    a.pending_add(PendingId(2)).unwrap();
+    b.pending_add(PendingId(3)).unwrap();
+    b.pending_add(PendingId(4)).unwrap();
     let mut sink = Picky::default();
     iface.progress(&mut sink);
     assert_eq!(
         sink.order,
-        vec![1, 3, 2, 4],
+        [1, 3, 2, 4].map(PendingId),
         "one request per endpoint per round"
     );
 
     while a.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
-    a.pending_add(1).unwrap();
-    a.pending_add(2).unwrap();
-    b.pending_add(3).unwrap();
+    a.pending_add(PendingId(1)).unwrap();
+    a.pending_add(PendingId(2)).unwrap();
+    b.pending_add(PendingId(3)).unwrap();
     let mut sink = Picky {
-        refuse: vec![1],
+        refuse: vec![PendingId(1)],
         ..Default::default()
     };
     iface.progress(&mut sink);
     // 1 was refused: endpoint a is not retried again in this progress call, b goes on.
-    assert_eq!(sink.order, vec![1, 3]);
-    assert_eq!(iface.flush(0).unwrap(), Outcome::NoResource);
+    assert_eq!(sink.order, [1, 3].map(PendingId));
+    assert_eq!(iface.flush(CompletionId(0)).unwrap(), Outcome::NoResource);
     iface.progress(&mut sink);
     assert_eq!(
         sink.order,
-        vec![1, 3, 1, 2],
+        [1, 3, 1, 2].map(PendingId),
         "the refused request stays first"
     );
-    assert_eq!(iface.flush(0).unwrap(), Outcome::DONE);
+    assert_eq!(iface.flush(CompletionId(0)).unwrap(), Outcome::DONE);
 }
 
 #[test]
@@ -401,13 +406,13 @@ fn dropping_a_target_wakes_blocked_senders() {
         .ep_create_connected(b.device_address(), b.iface_address())
         .unwrap();
     while ep.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
-    ep.pending_add(5).unwrap();
+    ep.pending_add(PendingId(5)).unwrap();
     a.event_arm(EventFlags::SEND_COMP).unwrap();
     drop(b);
     assert!(readable(a.event_fd().unwrap()));
     let mut rec = Rec::default();
     a.progress(&mut rec);
-    assert_eq!(rec.pend, vec![(ep.id(), 5)]);
+    assert_eq!(rec.pend, vec![(ep.id(), PendingId(5))]);
     assert!(matches!(ep.am_short(0, 0, &[]), Err(Error::PeerFailure(_))));
 }
 
@@ -419,7 +424,7 @@ impl EventSink for Count {
     fn am(&mut self, _: u8, data: &[u8]) {
         self.0 += data.len();
     }
-    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+    fn completion(&mut self, _: CompletionId, _: ucs::Result<u64>) {}
 }
 
 /// Prints the self transport's costs. Not a pass/fail test; run it with
@@ -467,7 +472,7 @@ fn bench() {
     let t = Instant::now();
     for _ in 0..iters {
         assert!(ep
-            .put_zcopy(&iov, rkey.remote_base, &rkey, 0)
+            .put_zcopy(&iov, rkey.remote_base, &rkey, CompletionId(0))
             .unwrap()
             .is_done());
     }
@@ -491,7 +496,7 @@ impl EventSink for PanicSink {
     fn am(&mut self, _: u8, _: &[u8]) {
         panic!("sink panics (on purpose)");
     }
-    fn completion(&mut self, _: u64, _: ucs::Result<u64>) {}
+    fn completion(&mut self, _: CompletionId, _: ucs::Result<u64>) {}
 }
 
 #[test]

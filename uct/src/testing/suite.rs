@@ -8,6 +8,7 @@ use crate::caps::{AtomicOps, EventFlags, IfaceAttr, IfaceFlags};
 use crate::ep::{AtomicOp, Endpoint, AM_ID_MAX};
 use crate::iface::Iface;
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
+use crate::{CompletionId, PendingId, TagRecvId};
 use std::fmt::Debug;
 use std::ptr::NonNull;
 use std::time::Instant;
@@ -113,15 +114,17 @@ pub fn caps_consistency<F: Fixture>() {
 
     // Active messages.
     let mut n_am = 0;
-    let r = run_op(&mut fx, &mut rec, 1, |fx| fx.ep(0).am_short(0, 1, b"s"));
+    let r = run_op(&mut fx, &mut rec, CompletionId(1), |fx| {
+        fx.ep(0).am_short(0, 1, b"s")
+    });
     n_am += r.is_ok() as usize;
     expect_support(f.contains(IfaceFlags::AM_SHORT), "am_short", r);
-    let r = run_op(&mut fx, &mut rec, 2, |fx| {
+    let r = run_op(&mut fx, &mut rec, CompletionId(2), |fx| {
         fx.ep(0).am_short_iov(0, &[b"i", b"ov"])
     });
     n_am += r.is_ok() as usize;
     expect_support(f.contains(IfaceFlags::AM_SHORT), "am_short_iov", r);
-    let r = run_op(&mut fx, &mut rec, 3, |fx| {
+    let r = run_op(&mut fx, &mut rec, CompletionId(3), |fx| {
         fx.ep(0).am_bcopy(0, |b| {
             b[0] = 7;
             1
@@ -138,8 +141,8 @@ pub fn caps_consistency<F: Fixture>() {
     if f.contains(IfaceFlags::AM_ZCOPY) && local.is_none() {
         eprintln!("conformance: am_zcopy advertised but the md gives no memory: not checked");
     } else {
-        let r = run_op(&mut fx, &mut rec, 4, |fx| {
-            fx.ep(0).am_zcopy(0, b"h", &iov, 4)
+        let r = run_op(&mut fx, &mut rec, CompletionId(4), |fx| {
+            fx.ep(0).am_zcopy(0, b"h", &iov, CompletionId(4))
         });
         n_am += r.is_ok() as usize;
         expect_support(f.contains(IfaceFlags::AM_ZCOPY), "am_zcopy", r);
@@ -171,13 +174,13 @@ pub fn caps_consistency<F: Fixture>() {
     };
     let mut buf8 = [0u8; 8];
     if checkable(f.contains(IfaceFlags::PUT_SHORT), "put_short") {
-        let r = run_op(&mut fx, &mut rec, 10, |fx| {
+        let r = run_op(&mut fx, &mut rec, CompletionId(10), |fx| {
             fx.ep(0).put_short(b"12345678", base, &rkey)
         });
         expect_support(f.contains(IfaceFlags::PUT_SHORT), "put_short", r);
     }
     if checkable(f.contains(IfaceFlags::PUT_BCOPY), "put_bcopy") {
-        let r = run_op(&mut fx, &mut rec, 11, |fx| {
+        let r = run_op(&mut fx, &mut rec, CompletionId(11), |fx| {
             fx.ep(0).put_bcopy(
                 |b| {
                     b[..8].copy_from_slice(b"abcdefgh");
@@ -192,28 +195,29 @@ pub fn caps_consistency<F: Fixture>() {
     if checkable(f.contains(IfaceFlags::PUT_ZCOPY), "put_zcopy")
         && rma_zcopy_ok(f.contains(IfaceFlags::PUT_ZCOPY), "put_zcopy")
     {
-        let r = run_op(&mut fx, &mut rec, 12, |fx| {
-            fx.ep(0).put_zcopy(&iov, base, &rkey, 12)
+        let r = run_op(&mut fx, &mut rec, CompletionId(12), |fx| {
+            fx.ep(0).put_zcopy(&iov, base, &rkey, CompletionId(12))
         });
         expect_support(f.contains(IfaceFlags::PUT_ZCOPY), "put_zcopy", r);
     }
     if checkable(f.contains(IfaceFlags::GET_SHORT), "get_short") {
-        let r = run_op(&mut fx, &mut rec, 13, |fx| {
+        let r = run_op(&mut fx, &mut rec, CompletionId(13), |fx| {
             fx.ep(0).get_short(&mut buf8, base, &rkey)
         });
         expect_support(f.contains(IfaceFlags::GET_SHORT), "get_short", r);
     }
     if checkable(f.contains(IfaceFlags::GET_BCOPY), "get_bcopy") {
-        let r = run_op(&mut fx, &mut rec, 14, |fx| {
-            fx.ep(0).get_bcopy(8, base, &rkey, 14, &mut |_| {})
+        let r = run_op(&mut fx, &mut rec, CompletionId(14), |fx| {
+            fx.ep(0)
+                .get_bcopy(8, base, &rkey, CompletionId(14), &mut |_| {})
         });
         expect_support(f.contains(IfaceFlags::GET_BCOPY), "get_bcopy", r);
     }
     if checkable(f.contains(IfaceFlags::GET_ZCOPY), "get_zcopy")
         && rma_zcopy_ok(f.contains(IfaceFlags::GET_ZCOPY), "get_zcopy")
     {
-        let r = run_op(&mut fx, &mut rec, 15, |fx| {
-            fx.ep(0).get_zcopy(&iov, base, &rkey, 15)
+        let r = run_op(&mut fx, &mut rec, CompletionId(15), |fx| {
+            fx.ep(0).get_zcopy(&iov, base, &rkey, CompletionId(15))
         });
         expect_support(f.contains(IfaceFlags::GET_ZCOPY), "get_zcopy", r);
     }
@@ -223,12 +227,12 @@ pub fn caps_consistency<F: Fixture>() {
         let mut comp = 100;
         for op in [AtomicOp::Add, AtomicOp::And, AtomicOp::Or, AtomicOp::Xor] {
             let adv = at.op32.contains(op.flag());
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
                 fx.ep(0).atomic32_post(op, 1, base, &rkey)
             });
             expect_support(adv, &format!("atomic32_post({op:?})"), r);
             let adv = at.op64.contains(op.flag());
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
                 fx.ep(0).atomic64_post(op, 1, base, &rkey)
             });
             expect_support(adv, &format!("atomic64_post({op:?})"), r);
@@ -242,36 +246,46 @@ pub fn caps_consistency<F: Fixture>() {
             AtomicOp::Swap,
         ] {
             let adv = at.fop32.contains(op.flag());
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).atomic32_fetch(op, 1, base, &rkey, comp)
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .atomic32_fetch(op, 1, base, &rkey, CompletionId(comp))
             });
             expect_support(adv, &format!("atomic32_fetch({op:?})"), r);
             comp += 1;
             let adv = at.fop64.contains(op.flag());
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).atomic64_fetch(op, 1, base, &rkey, comp)
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .atomic64_fetch(op, 1, base, &rkey, CompletionId(comp))
             });
             expect_support(adv, &format!("atomic64_fetch({op:?})"), r);
             comp += 1;
         }
-        let r = run_op(&mut fx, &mut rec, comp, |fx| {
-            fx.ep(0).atomic_cswap32(0, 1, base, &rkey, comp)
+        let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+            fx.ep(0)
+                .atomic_cswap32(0, 1, base, &rkey, CompletionId(comp))
         });
         expect_support(at.fop32.contains(AtomicOps::CSWAP), "atomic_cswap32", r);
         comp += 1;
-        let r = run_op(&mut fx, &mut rec, comp, |fx| {
-            fx.ep(0).atomic_cswap64(0, 1, base, &rkey, comp)
+        let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+            fx.ep(0)
+                .atomic_cswap64(0, 1, base, &rkey, CompletionId(comp))
         });
         expect_support(at.fop64.contains(AtomicOps::CSWAP), "atomic_cswap64", r);
     }
 
     // Flush is always there.
-    run_op(&mut fx, &mut rec, 200, |fx| fx.ep(0).flush(200)).expect("ep flush");
-    run_op(&mut fx, &mut rec, 201, |fx| fx.iface(0).flush(201)).expect("iface flush");
+    run_op(&mut fx, &mut rec, CompletionId(200), |fx| {
+        fx.ep(0).flush(CompletionId(200))
+    })
+    .expect("ep flush");
+    run_op(&mut fx, &mut rec, CompletionId(201), |fx| {
+        fx.iface(0).flush(CompletionId(201))
+    })
+    .expect("iface flush");
 
     // Pending queue.
     // Without PENDING, Busy is also fine: the transport never runs out of resources.
-    match fx.ep(0).pending_add(300) {
+    match fx.ep(0).pending_add(PendingId(300)) {
         Err(Error::Busy(_)) => {}
         Ok(()) => {
             assert!(
@@ -280,7 +294,7 @@ pub fn caps_consistency<F: Fixture>() {
             );
             let mut got = vec![];
             fx.ep(0).pending_purge(&mut |r| got.push(r));
-            assert_eq!(got, vec![300]);
+            assert_eq!(got, vec![PendingId(300)]);
         }
         Err(Error::Unsupported(_)) => assert!(!f.contains(IfaceFlags::PENDING)),
         Err(e) => panic!("pending_add with free resources gave {e}"),
@@ -321,11 +335,11 @@ pub fn caps_consistency<F: Fixture>() {
         expect_support(false, "tag_eager_bcopy", r);
     }
     if !f.contains(IfaceFlags::TAG_EAGER_ZCOPY) {
-        let r = fx.ep(0).tag_eager_zcopy(1, 0, &iov, 0);
+        let r = fx.ep(0).tag_eager_zcopy(1, 0, &iov, CompletionId(0));
         expect_support(false, "tag_eager_zcopy", r);
     }
     if !f.contains(IfaceFlags::TAG_RNDV_ZCOPY) {
-        let r = fx.ep(0).tag_rndv_zcopy(1, b"h", &iov, 0);
+        let r = fx.ep(0).tag_rndv_zcopy(1, b"h", &iov, CompletionId(0));
         expect_support(false, "tag_rndv_zcopy", r);
         expect_support(
             false,
@@ -335,12 +349,12 @@ pub fn caps_consistency<F: Fixture>() {
         expect_support(false, "tag_rndv_cancel", fx.ep(0).tag_rndv_cancel(0));
     }
     if !f.intersects(tag_flags) {
-        let r = fx.iface(1).tag_recv_zcopy(1, !0, &iov, 0);
+        let r = fx.iface(1).tag_recv_zcopy(1, !0, &iov, TagRecvId(0));
         expect_support(false, "tag_recv_zcopy", r);
         expect_support(
             false,
             "tag_recv_cancel",
-            fx.iface(1).tag_recv_cancel(0, true),
+            fx.iface(1).tag_recv_cancel(TagRecvId(0), true),
         );
     }
 }
@@ -364,7 +378,7 @@ pub fn am_short_sizes<F: Fixture>() {
     let sizes = [0, 1, max - 8];
     for (i, &n) in sizes.iter().enumerate() {
         let p = pattern(i as u64, n);
-        run_op(&mut fx, &mut rec, 0, |fx| {
+        run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
             fx.ep(0).am_short(5, 0xabc0 + i as u64, &p)
         })
         .unwrap_or_else(|e| panic!("am_short of {n}+8 bytes: {e}"));
@@ -403,8 +417,10 @@ pub fn am_short_iov_sizes<F: Fixture>() {
         let p = pattern(100 + i as u64, n);
         let chunk = n.div_ceil(pieces).max(1);
         let parts: Vec<&[u8]> = p.chunks(chunk).collect();
-        run_op(&mut fx, &mut rec, 0, |fx| fx.ep(0).am_short_iov(6, &parts))
-            .unwrap_or_else(|e| panic!("am_short_iov of {n} bytes: {e}"));
+        run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
+            fx.ep(0).am_short_iov(6, &parts)
+        })
+        .unwrap_or_else(|e| panic!("am_short_iov of {n} bytes: {e}"));
     }
     let big = pattern(1, max + 1);
     let r = fx.ep(0).am_short_iov(6, &[&big]);
@@ -431,7 +447,7 @@ pub fn am_bcopy_sizes<F: Fixture>() {
     let sizes = [0, 1, max];
     for (i, &n) in sizes.iter().enumerate() {
         let p = pattern(200 + i as u64, n);
-        let got = run_op(&mut fx, &mut rec, 0, |fx| {
+        let got = run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
             fx.ep(0).am_bcopy(7, |buf| {
                 assert!(
                     buf.len() >= max,
@@ -445,10 +461,12 @@ pub fn am_bcopy_sizes<F: Fixture>() {
         .unwrap_or_else(|e| panic!("am_bcopy of {n} bytes: {e}"));
         assert_eq!(got, n as u64, "am_bcopy gives the packed length");
     }
-    let r = run_op(&mut fx, &mut rec, 0, |fx| fx.ep(0).am_bcopy(7, |_| max + 1));
+    let r = run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
+        fx.ep(0).am_bcopy(7, |_| max + 1)
+    });
     assert!(r.is_err(), "am_bcopy packing max_bcopy+1 bytes gave {r:?}");
     // The transport still works after the refusal, and nothing of it arrives.
-    run_op(&mut fx, &mut rec, 0, |fx| {
+    run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
         fx.ep(0).am_bcopy(7, |buf| {
             buf[0] = 0xee;
             1
@@ -491,19 +509,20 @@ pub fn am_zcopy_sizes<F: Fixture>() {
             .map(|off| Iov::new(&mem.memh, off, chunk.min(n - off)).expect("iov"))
             .collect();
         let comp = 10 + i as u64;
-        run_op(&mut fx, &mut rec, comp, |fx| {
-            fx.ep(0).am_zcopy(8, &hdr_max[..h], &iov, comp)
+        run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+            fx.ep(0)
+                .am_zcopy(8, &hdr_max[..h], &iov, CompletionId(comp))
         })
         .unwrap_or_else(|e| panic!("am_zcopy of {h}+{n} bytes: {e}"));
     }
     if a.am.max_zcopy <= CAP {
         let iov = [Iov::new(&mem.memh, 0, max + 1).expect("iov")];
-        let r = fx.ep(0).am_zcopy(8, &[], &iov, 90);
+        let r = fx.ep(0).am_zcopy(8, &[], &iov, CompletionId(90));
         assert!(is_too_long(&r), "am_zcopy of max_zcopy+1 bytes gave {r:?}");
     }
     let long_hdr = pattern(302, a.am.max_hdr + 1);
     let iov1 = [Iov::new(&mem.memh, 0, 1).expect("iov")];
-    let r = fx.ep(0).am_zcopy(8, &long_hdr, &iov1, 91);
+    let r = fx.ep(0).am_zcopy(8, &long_hdr, &iov1, CompletionId(91));
     assert!(
         is_too_long(&r),
         "am_zcopy with a max_hdr+1 header gave {r:?}"
@@ -512,7 +531,7 @@ pub fn am_zcopy_sizes<F: Fixture>() {
         let iov: Vec<Iov<'_>> = (0..a.am.max_iov + 1)
             .map(|off| Iov::new(&mem.memh, off, 1).expect("iov"))
             .collect();
-        let r = fx.ep(0).am_zcopy(8, &[], &iov, 92);
+        let r = fx.ep(0).am_zcopy(8, &[], &iov, CompletionId(92));
         assert!(r.is_err(), "am_zcopy with max_iov+1 pieces gave {r:?}");
     }
     wait_ams(&mut fx, &mut rec, cases.len());
@@ -553,7 +572,7 @@ pub fn am_id_out_of_range<F: Fixture>() {
         }
         if let (true, Some(m)) = (f.contains(IfaceFlags::AM_ZCOPY), &mem) {
             let iov = [Iov::whole(&m.memh)];
-            let r = ep.am_zcopy(id, &[], &iov, 0);
+            let r = ep.am_zcopy(id, &[], &iov, CompletionId(0));
             assert!(
                 matches!(r, Err(Error::InvalidParam(_))),
                 "am_zcopy id {id}: {r:?}"
@@ -564,19 +583,19 @@ pub fn am_id_out_of_range<F: Fixture>() {
     let mut rec = Recorder::new();
     let marker_id = AM_ID_MAX - 1;
     if f.contains(IfaceFlags::AM_SHORT) {
-        run_op(&mut fx, &mut rec, 0, |fx| {
+        run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
             fx.ep(0).am_short(marker_id, 0, &[])
         })
         .expect("marker");
     } else if f.contains(IfaceFlags::AM_BCOPY) {
-        run_op(&mut fx, &mut rec, 0, |fx| {
+        run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
             fx.ep(0).am_bcopy(marker_id, |_| 0)
         })
         .expect("marker");
     } else if let Some(m) = &mem {
         let iov = [Iov::whole(&m.memh)];
-        run_op(&mut fx, &mut rec, 1, |fx| {
-            fx.ep(0).am_zcopy(marker_id, &[], &iov, 1)
+        run_op(&mut fx, &mut rec, CompletionId(1), |fx| {
+            fx.ep(0).am_zcopy(marker_id, &[], &iov, CompletionId(1))
         })
         .expect("marker");
     } else {
@@ -633,7 +652,7 @@ pub fn back_pressure<F: Fixture>() {
         match send_seq(fx.ep(0), &a, seq).expect("send") {
             Outcome::Done(()) => seq += 1,
             Outcome::InProgress => panic!("an active message send gave InProgress"),
-            Outcome::NoResource => match fx.ep(0).pending_add(777) {
+            Outcome::NoResource => match fx.ep(0).pending_add(PendingId(777)) {
                 Ok(()) => queued = true,
                 // Resources came back in between (asynchronous transports): keep sending.
                 Err(Error::Busy(_)) => {}
@@ -649,12 +668,19 @@ pub fn back_pressure<F: Fixture>() {
         progress_until(&mut fx, &mut rec, "the pending request's dispatch", |r| {
             !r.pending.is_empty()
         });
-        assert_eq!(rec.pending, vec![(ep_id, 777)], "exactly our request, once");
+        assert_eq!(
+            rec.pending,
+            vec![(ep_id, PendingId(777))],
+            "exactly our request, once"
+        );
     }
     // Resume: 16 more, retrying on NoResource.
     let end = seq + 16;
     while seq < end {
-        run_op(&mut fx, &mut rec, 0, |fx| send_seq(fx.ep(0), &a, seq)).expect("resume send");
+        run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
+            send_seq(fx.ep(0), &a, seq)
+        })
+        .expect("resume send");
         seq += 1;
     }
     wait_ams(&mut fx, &mut rec, seq as usize);
@@ -683,25 +709,40 @@ pub fn flush_completes<F: Fixture>() {
         .intersects(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY)
     {
         for s in 0..8 {
-            run_op(&mut fx, &mut rec, 0, |fx| send_seq(fx.ep(0), &a, s)).expect("send");
+            run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
+                send_seq(fx.ep(0), &a, s)
+            })
+            .expect("send");
             sent += 1;
         }
     }
     let rm = remote_mem(&fx, 64);
     let can_put = a.flags.contains(IfaceFlags::PUT_SHORT) && rm.is_some();
     if let (true, Some(rm)) = (can_put, &rm) {
-        run_op(&mut fx, &mut rec, 0, |fx| {
+        run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
             fx.ep(0).put_short(b"flushed!", rm.base() + 8, &rm.rkey)
         })
         .expect("put_short");
     }
-    run_op(&mut fx, &mut rec, 50, |fx| fx.ep(0).flush(50)).expect("ep flush");
+    run_op(&mut fx, &mut rec, CompletionId(50), |fx| {
+        fx.ep(0).flush(CompletionId(50))
+    })
+    .expect("ep flush");
     if let (true, Some(rm)) = (can_put, &rm) {
         assert_eq!(rm.mem.read(8, 8), b"flushed!", "put visible after ep flush");
     }
-    run_op(&mut fx, &mut rec, 51, |fx| fx.iface(0).flush(51)).expect("iface flush");
-    run_op(&mut fx, &mut rec, 52, |fx| fx.ep(1).flush(52)).expect("idle ep flush");
-    run_op(&mut fx, &mut rec, 53, |fx| fx.iface(1).flush(53)).expect("idle iface flush");
+    run_op(&mut fx, &mut rec, CompletionId(51), |fx| {
+        fx.iface(0).flush(CompletionId(51))
+    })
+    .expect("iface flush");
+    run_op(&mut fx, &mut rec, CompletionId(52), |fx| {
+        fx.ep(1).flush(CompletionId(52))
+    })
+    .expect("idle ep flush");
+    run_op(&mut fx, &mut rec, CompletionId(53), |fx| {
+        fx.iface(1).flush(CompletionId(53))
+    })
+    .expect("idle iface flush");
     fx.ep(0).fence().expect("ep fence");
     fx.iface(0).fence().expect("iface fence");
     wait_ams(&mut fx, &mut rec, sent);
@@ -734,7 +775,7 @@ pub fn many_to_one<F: Fixture>() {
     for seq in 0..PER {
         for s in 0..senders {
             let v = (s << 32) | seq;
-            run_op(&mut fx, &mut rec, 0, |fx| {
+            run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 if s == 0 {
                     send_seq(fx.ep(0), &a, v)
                 } else {
@@ -804,11 +845,14 @@ pub fn put_get_short<F: Fixture>() {
         let (sizes, plus1) = rma_sizes(a.put.max_short);
         for (i, &n) in sizes.iter().enumerate() {
             let p = pattern(400 + i as u64, n);
-            run_op(&mut fx, &mut rec, 0, |fx| {
+            run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).put_short(&p, rm.base() + 8, &rm.rkey)
             })
             .unwrap_or_else(|e| panic!("put_short of {n} bytes: {e}"));
-            run_op(&mut fx, &mut rec, 1, |fx| fx.ep(0).flush(1)).expect("flush");
+            run_op(&mut fx, &mut rec, CompletionId(1), |fx| {
+                fx.ep(0).flush(CompletionId(1))
+            })
+            .expect("flush");
             assert!(
                 rm.mem.read(8, n) == p,
                 "put_short of {n} bytes: data differs"
@@ -826,7 +870,7 @@ pub fn put_get_short<F: Fixture>() {
             let p = pattern(410 + i as u64, n);
             rm.mem.write(4, &p);
             let mut buf = vec![0u8; n];
-            run_op(&mut fx, &mut rec, 0, |fx| {
+            run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).get_short(&mut buf, rm.base() + 4, &rm.rkey)
             })
             .unwrap_or_else(|e| panic!("get_short of {n} bytes: {e}"));
@@ -861,7 +905,7 @@ pub fn put_get_bcopy<F: Fixture>() {
         let (sizes, plus1) = rma_sizes(max);
         for (i, &n) in sizes.iter().enumerate() {
             let p = pattern(500 + i as u64, n);
-            let got = run_op(&mut fx, &mut rec, 0, |fx| {
+            let got = run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).put_bcopy(
                     |b| {
                         assert!(b.len() >= n.min(max), "put_bcopy buffer too small");
@@ -874,14 +918,17 @@ pub fn put_get_bcopy<F: Fixture>() {
             })
             .unwrap_or_else(|e| panic!("put_bcopy of {n} bytes: {e}"));
             assert_eq!(got, n as u64);
-            run_op(&mut fx, &mut rec, 1, |fx| fx.ep(0).flush(1)).expect("flush");
+            run_op(&mut fx, &mut rec, CompletionId(1), |fx| {
+                fx.ep(0).flush(CompletionId(1))
+            })
+            .expect("flush");
             assert!(
                 rm.mem.read(8, n) == p,
                 "put_bcopy of {n} bytes: data differs"
             );
         }
         if plus1 {
-            let r = run_op(&mut fx, &mut rec, 0, |fx| {
+            let r = run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).put_bcopy(|_| max + 1, rm.base(), &rm.rkey)
             });
             assert!(r.is_err(), "put_bcopy packing max+1 bytes gave {r:?}");
@@ -895,15 +942,18 @@ pub fn put_get_bcopy<F: Fixture>() {
             rm.mem.write(4, &p);
             let mut got: Option<Vec<u8>> = None;
             let comp = 600 + i as u64;
-            run_op(&mut fx, &mut rec, comp, |fx| {
+            run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
                 fx.ep(0)
-                    .get_bcopy(n, rm.base() + 4, &rm.rkey, comp, &mut |d| {
+                    .get_bcopy(n, rm.base() + 4, &rm.rkey, CompletionId(comp), &mut |d| {
                         got = Some(d.to_vec())
                     })
             })
             .unwrap_or_else(|e| panic!("get_bcopy of {n} bytes: {e}"));
             let data = got.or_else(|| {
-                let i = rec.get_data.iter().position(|(c, _)| *c == comp)?;
+                let i = rec
+                    .get_data
+                    .iter()
+                    .position(|(c, _)| *c == CompletionId(comp))?;
                 Some(rec.get_data.remove(i).1)
             });
             let data = data.expect("get_bcopy delivered no data");
@@ -912,7 +962,7 @@ pub fn put_get_bcopy<F: Fixture>() {
         if plus1 {
             let r = fx
                 .ep(0)
-                .get_bcopy(max + 1, rm.base(), &rm.rkey, 0, &mut |_| {});
+                .get_bcopy(max + 1, rm.base(), &rm.rkey, CompletionId(0), &mut |_| {});
             assert!(is_too_long(&r), "get_bcopy of max+1 bytes gave {r:?}");
         }
     }
@@ -953,11 +1003,15 @@ pub fn put_get_zcopy<F: Fixture>() {
             local.write(0, &p);
             let iov = iovs(n, a.put.max_iov);
             let comp = 700 + i as u64;
-            run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).put_zcopy(&iov, rm.base() + 8, &rm.rkey, comp)
+            run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .put_zcopy(&iov, rm.base() + 8, &rm.rkey, CompletionId(comp))
             })
             .unwrap_or_else(|e| panic!("put_zcopy of {n} bytes: {e}"));
-            run_op(&mut fx, &mut rec, 1, |fx| fx.ep(0).flush(1)).expect("flush");
+            run_op(&mut fx, &mut rec, CompletionId(1), |fx| {
+                fx.ep(0).flush(CompletionId(1))
+            })
+            .expect("flush");
             assert!(
                 rm.mem.read(8, n) == p,
                 "put_zcopy of {n} bytes: data differs"
@@ -965,7 +1019,9 @@ pub fn put_get_zcopy<F: Fixture>() {
         }
         if plus1 {
             let iov = [Iov::new(&local.memh, 0, a.put.max_zcopy + 1).expect("iov")];
-            let r = fx.ep(0).put_zcopy(&iov, rm.base(), &rm.rkey, 0);
+            let r = fx
+                .ep(0)
+                .put_zcopy(&iov, rm.base(), &rm.rkey, CompletionId(0));
             assert!(is_too_long(&r), "put_zcopy of max+1 bytes gave {r:?}");
         }
     }
@@ -977,8 +1033,9 @@ pub fn put_get_zcopy<F: Fixture>() {
             local.write(0, &vec![0u8; n]);
             let iov = iovs(n, a.get.max_iov);
             let comp = 710 + i as u64;
-            run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).get_zcopy(&iov, rm.base() + 4, &rm.rkey, comp)
+            run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .get_zcopy(&iov, rm.base() + 4, &rm.rkey, CompletionId(comp))
             })
             .unwrap_or_else(|e| panic!("get_zcopy of {n} bytes: {e}"));
             assert!(
@@ -988,7 +1045,9 @@ pub fn put_get_zcopy<F: Fixture>() {
         }
         if plus1 {
             let iov = [Iov::new(&local.memh, 0, a.get.max_zcopy + 1).expect("iov")];
-            let r = fx.ep(0).get_zcopy(&iov, rm.base(), &rm.rkey, 0);
+            let r = fx
+                .ep(0)
+                .get_zcopy(&iov, rm.base(), &rm.rkey, CompletionId(0));
             assert!(is_too_long(&r), "get_zcopy of max+1 bytes gave {r:?}");
         }
     }
@@ -1017,14 +1076,14 @@ pub fn rma_out_of_range<F: Fixture>() {
     for &t in &targets {
         if f.contains(IfaceFlags::PUT_SHORT) {
             expect_ra(
-                run_op(&mut fx, &mut rec, 0, |fx| {
+                run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                     fx.ep(0).put_short(&[9; 8], t, rk)
                 }),
                 "put_short",
             );
         }
         if f.contains(IfaceFlags::PUT_BCOPY) {
-            let r = run_op(&mut fx, &mut rec, 0, |fx| {
+            let r = run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).put_bcopy(
                     |b| {
                         // Write what fits: the buffer's size is the transport's business.
@@ -1041,14 +1100,17 @@ pub fn rma_out_of_range<F: Fixture>() {
         if f.contains(IfaceFlags::GET_SHORT) {
             let mut b = [0u8; 8];
             expect_ra(
-                run_op(&mut fx, &mut rec, 0, |fx| fx.ep(0).get_short(&mut b, t, rk)),
+                run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
+                    fx.ep(0).get_short(&mut b, t, rk)
+                }),
                 "get_short",
             );
         }
         if f.contains(IfaceFlags::GET_BCOPY) {
             comp += 1;
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).get_bcopy(8, t, rk, comp, &mut |_| {})
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .get_bcopy(8, t, rk, CompletionId(comp), &mut |_| {})
             });
             expect_ra(r, "get_bcopy");
         }
@@ -1056,15 +1118,15 @@ pub fn rma_out_of_range<F: Fixture>() {
             let iov = [Iov::new(&l.memh, 0, 8).expect("iov")];
             if f.contains(IfaceFlags::PUT_ZCOPY) {
                 comp += 1;
-                let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                    fx.ep(0).put_zcopy(&iov, t, rk, comp)
+                let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                    fx.ep(0).put_zcopy(&iov, t, rk, CompletionId(comp))
                 });
                 expect_ra(r, "put_zcopy");
             }
             if f.contains(IfaceFlags::GET_ZCOPY) {
                 comp += 1;
-                let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                    fx.ep(0).get_zcopy(&iov, t, rk, comp)
+                let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                    fx.ep(0).get_zcopy(&iov, t, rk, CompletionId(comp))
                 });
                 expect_ra(r, "get_zcopy");
             }
@@ -1076,47 +1138,51 @@ pub fn rma_out_of_range<F: Fixture>() {
         }
         let at = a.atomics;
         if at.op64.contains(AtomicOps::ADD) {
-            let r = run_op(&mut fx, &mut rec, 0, |fx| {
+            let r = run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).atomic64_post(AtomicOp::Add, 1, t8, rk)
             });
             expect_ra(r, "atomic64_post");
         }
         if at.op32.contains(AtomicOps::ADD) {
-            let r = run_op(&mut fx, &mut rec, 0, |fx| {
+            let r = run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).atomic32_post(AtomicOp::Add, 1, t8, rk)
             });
             expect_ra(r, "atomic32_post");
         }
         if at.fop64.contains(AtomicOps::ADD) {
             comp += 1;
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).atomic64_fetch(AtomicOp::Add, 1, t8, rk, comp)
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .atomic64_fetch(AtomicOp::Add, 1, t8, rk, CompletionId(comp))
             });
             expect_ra(r, "atomic64_fetch");
         }
         if at.fop32.contains(AtomicOps::SWAP) {
             comp += 1;
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).atomic32_fetch(AtomicOp::Swap, 1, t8, rk, comp)
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .atomic32_fetch(AtomicOp::Swap, 1, t8, rk, CompletionId(comp))
             });
             expect_ra(r, "atomic32_fetch");
         }
         if at.fop64.contains(AtomicOps::CSWAP) {
             comp += 1;
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).atomic_cswap64(0, 1, t8, rk, comp)
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0).atomic_cswap64(0, 1, t8, rk, CompletionId(comp))
             });
             expect_ra(r, "atomic_cswap64");
         }
         if at.fop32.contains(AtomicOps::CSWAP) {
             comp += 1;
-            let r = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).atomic_cswap32(0, 1, t8, rk, comp)
+            let r = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0).atomic_cswap32(0, 1, t8, rk, CompletionId(comp))
             });
             expect_ra(r, "atomic_cswap32");
         }
     }
-    let _ = run_op(&mut fx, &mut rec, 2, |fx| fx.ep(0).flush(2));
+    let _ = run_op(&mut fx, &mut rec, CompletionId(2), |fx| {
+        fx.ep(0).flush(CompletionId(2))
+    });
     assert!(
         rm.mem.read(0, 64).iter().all(|&b| b == 0),
         "a refused access changed the region"
@@ -1186,18 +1252,22 @@ pub fn atomics_32<F: Fixture>() {
     for (op, v) in ops {
         if at.op32.contains(op.flag()) && op != AtomicOp::Swap {
             rm.mem.write(off, &init.to_le_bytes());
-            run_op(&mut fx, &mut rec, 0, |fx| {
+            run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).atomic32_post(op, v, addr, &rm.rkey)
             })
             .unwrap_or_else(|e| panic!("atomic32_post {op:?}: {e}"));
-            run_op(&mut fx, &mut rec, 1, |fx| fx.ep(0).flush(1)).expect("flush");
+            run_op(&mut fx, &mut rec, CompletionId(1), |fx| {
+                fx.ep(0).flush(CompletionId(1))
+            })
+            .expect("flush");
             assert_eq!(read(&rm), op.apply32(init, v), "atomic32_post {op:?}");
         }
         if at.fop32.contains(op.flag()) {
             rm.mem.write(off, &init.to_le_bytes());
             comp += 1;
-            let old = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).atomic32_fetch(op, v, addr, &rm.rkey, comp)
+            let old = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .atomic32_fetch(op, v, addr, &rm.rkey, CompletionId(comp))
             })
             .unwrap_or_else(|e| panic!("atomic32_fetch {op:?}: {e}"));
             assert_eq!(old, init as u64, "atomic32_fetch {op:?} result");
@@ -1207,9 +1277,9 @@ pub fn atomics_32<F: Fixture>() {
     if at.fop32.contains(AtomicOps::CSWAP) {
         rm.mem.write(off, &7u32.to_le_bytes());
         comp += 1;
-        let old = run_op(&mut fx, &mut rec, comp, |fx| {
+        let old = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
             fx.ep(0)
-                .atomic_cswap32(7, 0x8000_0001, addr, &rm.rkey, comp)
+                .atomic_cswap32(7, 0x8000_0001, addr, &rm.rkey, CompletionId(comp))
         })
         .expect("cswap32");
         assert_eq!(old, 7);
@@ -1219,8 +1289,9 @@ pub fn atomics_32<F: Fixture>() {
             "cswap32 with a matching compare swaps"
         );
         comp += 1;
-        let old = run_op(&mut fx, &mut rec, comp, |fx| {
-            fx.ep(0).atomic_cswap32(7, 3, addr, &rm.rkey, comp)
+        let old = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+            fx.ep(0)
+                .atomic_cswap32(7, 3, addr, &rm.rkey, CompletionId(comp))
         })
         .expect("cswap32");
         assert_eq!(old, 0x8000_0001);
@@ -1268,18 +1339,22 @@ pub fn atomics_64<F: Fixture>() {
     for (op, v) in ops {
         if at.op64.contains(op.flag()) && op != AtomicOp::Swap {
             rm.mem.write(off, &init.to_le_bytes());
-            run_op(&mut fx, &mut rec, 0, |fx| {
+            run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
                 fx.ep(0).atomic64_post(op, v, addr, &rm.rkey)
             })
             .unwrap_or_else(|e| panic!("atomic64_post {op:?}: {e}"));
-            run_op(&mut fx, &mut rec, 1, |fx| fx.ep(0).flush(1)).expect("flush");
+            run_op(&mut fx, &mut rec, CompletionId(1), |fx| {
+                fx.ep(0).flush(CompletionId(1))
+            })
+            .expect("flush");
             assert_eq!(read(&rm), op.apply64(init, v), "atomic64_post {op:?}");
         }
         if at.fop64.contains(op.flag()) {
             rm.mem.write(off, &init.to_le_bytes());
             comp += 1;
-            let old = run_op(&mut fx, &mut rec, comp, |fx| {
-                fx.ep(0).atomic64_fetch(op, v, addr, &rm.rkey, comp)
+            let old = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+                fx.ep(0)
+                    .atomic64_fetch(op, v, addr, &rm.rkey, CompletionId(comp))
             })
             .unwrap_or_else(|e| panic!("atomic64_fetch {op:?}: {e}"));
             assert_eq!(old, init, "atomic64_fetch {op:?} result");
@@ -1289,15 +1364,17 @@ pub fn atomics_64<F: Fixture>() {
     if at.fop64.contains(AtomicOps::CSWAP) {
         rm.mem.write(off, &7u64.to_le_bytes());
         comp += 1;
-        let old = run_op(&mut fx, &mut rec, comp, |fx| {
-            fx.ep(0).atomic_cswap64(7, 1 << 63, addr, &rm.rkey, comp)
+        let old = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+            fx.ep(0)
+                .atomic_cswap64(7, 1 << 63, addr, &rm.rkey, CompletionId(comp))
         })
         .expect("cswap64");
         assert_eq!(old, 7);
         assert_eq!(read(&rm), 1 << 63, "cswap64 with a matching compare swaps");
         comp += 1;
-        let old = run_op(&mut fx, &mut rec, comp, |fx| {
-            fx.ep(0).atomic_cswap64(8, 3, addr, &rm.rkey, comp)
+        let old = run_op(&mut fx, &mut rec, CompletionId(comp), |fx| {
+            fx.ep(0)
+                .atomic_cswap64(8, 3, addr, &rm.rkey, CompletionId(comp))
         })
         .expect("cswap64");
         assert_eq!(old, 1 << 63);
@@ -1348,7 +1425,10 @@ pub fn event_fd_wakes_receiver<F: Fixture>() {
     }
     let mut rec = Recorder::new();
     // Warm up: make sure the connection is established and idle.
-    run_op(&mut fx, &mut rec, 0, |fx| send_seq(fx.ep(0), &a, 0)).expect("warm-up send");
+    run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
+        send_seq(fx.ep(0), &a, 0)
+    })
+    .expect("warm-up send");
     wait_ams(&mut fx, &mut rec, 1);
     let fd = fx.iface(1).event_fd().expect("event fd");
     let start = Instant::now();

@@ -270,11 +270,16 @@ pub fn tag_caps<F: Fixture>() {
     if let Some(m) = recv_mem(&fx, 64) {
         let iov = [Iov::whole(&m.memh)];
         unsup(
-            fx.iface(1).tag_recv_zcopy(1, u64::MAX, &iov, 1).map(|_| ()),
+            fx.iface(1)
+                .tag_recv_zcopy(1, u64::MAX, &iov, TagRecvId(1))
+                .map(|_| ()),
             "tag_recv_zcopy",
         );
     }
-    unsup(fx.iface(1).tag_recv_cancel(1, true), "tag_recv_cancel");
+    unsup(
+        fx.iface(1).tag_recv_cancel(TagRecvId(1), true),
+        "tag_recv_cancel",
+    );
 }
 
 /// Expected eager messages at every size boundary land in their posted buffers with tag, imm
@@ -305,7 +310,8 @@ pub fn tag_eager_sizes<F: Fixture>() {
         let iov = [Iov::new(&dst.memh, 0, n + 8).expect("iov")];
         let ctx = 500 + i as u64;
         assert!(matches!(
-            fx.iface(1).tag_recv_zcopy(tag, u64::MAX, &iov, ctx),
+            fx.iface(1)
+                .tag_recv_zcopy(tag, u64::MAX, &iov, TagRecvId(ctx)),
             Ok(Outcome::InProgress)
         ));
         send_eager(
@@ -316,12 +322,12 @@ pub fn tag_eager_sizes<F: Fixture>() {
             tag,
             imm,
             &data,
-            900 + i as u64,
+            CompletionId(900 + i as u64),
         );
         wait(&mut fx, &mut rec, &format!("receive of {n} bytes"), |r| {
-            r.recv_done.iter().any(|d| d.0 == ctx)
+            r.recv_done.iter().any(|d| d.0 == TagRecvId(ctx))
         });
-        let (t, im, len, res) = rec.take_done(ctx).expect("done");
+        let (t, im, len, res) = rec.take_done(TagRecvId(ctx)).expect("done");
         assert!(res.is_ok(), "receive of {n} bytes: {res:?}");
         assert_eq!((t, im, len), (tag, imm, n), "tag, imm, length of {n} bytes");
         assert!(dst.read(0, n) == data, "{n} bytes: data differs");
@@ -346,7 +352,7 @@ pub fn tag_eager_sizes<F: Fixture>() {
             0x2000 + i as u64,
             0,
             &data,
-            950 + i as u64,
+            CompletionId(950 + i as u64),
         );
     }
     wait(&mut fx, &mut rec, "unexpected messages", |r| {
@@ -376,7 +382,7 @@ pub fn tag_eager_sizes<F: Fixture>() {
     if lim.eager_max_zcopy < usize::MAX / 2 && a.flags.contains(IfaceFlags::TAG_EAGER_ZCOPY) {
         if let Some(big) = send_mem(&fx, lim.eager_max_zcopy + 1) {
             let iov = [Iov::whole(&big.memh)];
-            let r = fx.ep(0).tag_eager_zcopy(1, 0, &iov, 1);
+            let r = fx.ep(0).tag_eager_zcopy(1, 0, &iov, CompletionId(1));
             assert!(
                 matches!(r, Err(Error::MessageTooLong { .. })),
                 "zcopy max+1: {r:?}"
@@ -402,14 +408,14 @@ pub fn tag_match_order_and_mask<F: Fixture>() {
     let posts = [(0x55u64, u64::MAX), (0x07, 0xff), (0, 0), (0x55, u64::MAX)];
     for (i, &(tag, mask)) in posts.iter().enumerate() {
         let iov = [Iov::new(&dst.memh, i * 64, 64).expect("iov")];
-        post(&mut fx, tag, mask, &iov, i as u64 + 1);
+        post(&mut fx, tag, mask, &iov, TagRecvId(i as u64 + 1));
     }
     // 0x55 → r1 (first in order, though r3 also fits); 0x1207 → r2; 0x99 → r3 (wildcard);
     // 0x55 → r4; 0x55 → unexpected.
     let sends = [0x55u64, 0x1207, 0x99, 0x55, 0x55];
     for (i, &tag) in sends.iter().enumerate() {
         let msg = [i as u8; 10];
-        send(&mut fx, &mut rec, 0, |fx| {
+        send(&mut fx, &mut rec, CompletionId(0), |fx| {
             fx.ep(0).tag_eager_short(tag, &msg)
         });
     }
@@ -423,7 +429,7 @@ pub fn tag_match_order_and_mask<F: Fixture>() {
         (4, 0x55, 3),
     ];
     for (ctx, tag, byte) in want {
-        let (t, _, len, res) = rec.take_done(ctx).expect("done");
+        let (t, _, len, res) = rec.take_done(TagRecvId(ctx)).expect("done");
         assert!(res.is_ok());
         assert_eq!((t, len), (tag, 10), "receive {ctx}");
         assert_eq!(
@@ -453,24 +459,24 @@ pub fn tag_truncated<F: Fixture>() {
     let mut rec = TagRecorder::default();
     let data = pattern(3, n);
     let iov = [Iov::new(&dst.memh, 0, 100).expect("iov")];
-    post(&mut fx, 9, u64::MAX, &iov, 1);
-    send_eager(&mut fx, &mut rec, &lim, &src, 9, 5, &data, 1);
+    post(&mut fx, 9, u64::MAX, &iov, TagRecvId(1));
+    send_eager(&mut fx, &mut rec, &lim, &src, 9, 5, &data, CompletionId(1));
     let iov2 = [Iov::new(&dst.memh, 200, 16).expect("iov")];
-    post(&mut fx, 10, u64::MAX, &iov2, 2);
-    send(&mut fx, &mut rec, 0, |fx| {
+    post(&mut fx, 10, u64::MAX, &iov2, TagRecvId(2));
+    send(&mut fx, &mut rec, CompletionId(0), |fx| {
         fx.ep(0).tag_eager_short(10, b"after")
     });
     wait(&mut fx, &mut rec, "two receives", |r| {
         r.recv_done.len() == 2
     });
-    let (_, _, len, res) = rec.take_done(1).expect("done");
+    let (_, _, len, res) = rec.take_done(TagRecvId(1)).expect("done");
     assert_eq!(len, n);
     assert!(
         matches!(res, Err(Error::Truncated { len, capacity: 100 }) if len == n),
         "truncated receive gave {res:?}"
     );
     assert!(dst.read(0, 100) == data[..100], "truncated prefix differs");
-    let (_, _, len, res) = rec.take_done(2).expect("done");
+    let (_, _, len, res) = rec.take_done(TagRecvId(2)).expect("done");
     assert!(res.is_ok());
     assert_eq!(dst.read(200, len), b"after");
 }
@@ -489,25 +495,31 @@ pub fn tag_cancel<F: Fixture>() {
     };
     let mut rec = TagRecorder::default();
     let iov = [Iov::new(&dst.memh, 0, 64).expect("iov")];
-    post(&mut fx, 1, u64::MAX, &iov, 11);
-    post(&mut fx, 2, u64::MAX, &iov, 12);
-    fx.iface(1).tag_recv_cancel(11, false).expect("cancel");
-    fx.iface(1).tag_recv_cancel(12, true).expect("force cancel");
+    post(&mut fx, 1, u64::MAX, &iov, TagRecvId(11));
+    post(&mut fx, 2, u64::MAX, &iov, TagRecvId(12));
+    fx.iface(1)
+        .tag_recv_cancel(TagRecvId(11), false)
+        .expect("cancel");
+    fx.iface(1)
+        .tag_recv_cancel(TagRecvId(12), true)
+        .expect("force cancel");
     assert!(
-        fx.iface(1).tag_recv_cancel(12, true).is_err(),
+        fx.iface(1).tag_recv_cancel(TagRecvId(12), true).is_err(),
         "second cancel"
     );
     assert!(
-        fx.iface(1).tag_recv_cancel(999, false).is_err(),
+        fx.iface(1).tag_recv_cancel(TagRecvId(999), false).is_err(),
         "unknown cancel"
     );
     wait(&mut fx, &mut rec, "canceled completion", |r| {
         !r.recv_done.is_empty()
     });
-    let (_, _, _, res) = rec.take_done(11).expect("canceled one completes");
+    let (_, _, _, res) = rec
+        .take_done(TagRecvId(11))
+        .expect("canceled one completes");
     assert!(matches!(res, Err(Error::Canceled)), "{res:?}");
     for tag in [1u64, 2] {
-        send(&mut fx, &mut rec, 0, |fx| {
+        send(&mut fx, &mut rec, CompletionId(0), |fx| {
             fx.ep(0).tag_eager_short(tag, b"late")
         });
     }
@@ -543,16 +555,18 @@ pub fn tag_recv_limit<F: Fixture>() {
     };
     let iov = [Iov::whole(&dst.memh)];
     for i in 0..max as u64 {
-        let r = fx.iface(1).tag_recv_zcopy(i, u64::MAX, &iov, i);
+        let r = fx.iface(1).tag_recv_zcopy(i, u64::MAX, &iov, TagRecvId(i));
         assert!(matches!(r, Ok(Outcome::InProgress)), "post {i}: {r:?}");
     }
-    let r = fx.iface(1).tag_recv_zcopy(0, 0, &iov, 1 << 40);
+    let r = fx.iface(1).tag_recv_zcopy(0, 0, &iov, TagRecvId(1 << 40));
     assert!(
         matches!(r, Ok(Outcome::NoResource)),
         "post beyond the limit: {r:?}"
     );
-    fx.iface(1).tag_recv_cancel(0, true).expect("cancel");
-    let r = fx.iface(1).tag_recv_zcopy(0, 0, &iov, 1 << 40);
+    fx.iface(1)
+        .tag_recv_cancel(TagRecvId(0), true)
+        .expect("cancel");
+    let r = fx.iface(1).tag_recv_zcopy(0, 0, &iov, TagRecvId(1 << 40));
     assert!(
         matches!(r, Ok(Outcome::InProgress)),
         "post after a cancel: {r:?}"
@@ -579,25 +593,30 @@ pub fn tag_rndv_expected<F: Fixture>() {
         src.write(0, &data);
         let tag = 0xabc0 + i as u64;
         let iov_r = [Iov::new(&dst.memh, 0, n + 8).expect("iov")];
-        post(&mut fx, tag, u64::MAX, &iov_r, 70 + i as u64);
+        post(&mut fx, tag, u64::MAX, &iov_r, TagRecvId(70 + i as u64));
         let iov_s = [Iov::new(&src.memh, 0, n).expect("iov")];
         let comp = 80 + i as u64;
-        let op = send(&mut fx, &mut rec, comp, |fx| {
-            fx.ep(0).tag_rndv_zcopy(tag, b"hdr", &iov_s, comp)
+        let op = send(&mut fx, &mut rec, CompletionId(comp), |fx| {
+            fx.ep(0)
+                .tag_rndv_zcopy(tag, b"hdr", &iov_s, CompletionId(comp))
         });
         assert!(op != 0, "rendezvous op id");
         wait(&mut fx, &mut rec, "rendezvous completions", |r| {
-            r.recv_done.iter().any(|d| d.0 == 70 + i as u64)
-                && r.base.completions.iter().any(|c| c.0 == comp)
+            r.recv_done.iter().any(|d| d.0 == TagRecvId(70 + i as u64))
+                && r.base.completions.iter().any(|c| c.0 == CompletionId(comp))
         });
-        let (t, _, len, res) = rec.take_done(70 + i as u64).expect("done");
+        let (t, _, len, res) = rec.take_done(TagRecvId(70 + i as u64)).expect("done");
         assert!(res.is_ok(), "rendezvous of {n} bytes: {res:?}");
         assert_eq!((t, len), (tag, n));
         assert!(
             dst.read(0, n) == data,
             "rendezvous of {n} bytes: data differs"
         );
-        assert!(rec.base.take_completion(comp).expect("sender").is_ok());
+        assert!(rec
+            .base
+            .take_completion(CompletionId(comp))
+            .expect("sender")
+            .is_ok());
         assert!(rec.unexp_rndv.is_empty());
     }
     // Truncated: a 5000-byte rendezvous into 100 bytes.
@@ -607,15 +626,15 @@ pub fn tag_rndv_expected<F: Fixture>() {
     let data = pattern(9, 5000);
     src.write(0, &data);
     let iov_r = [Iov::whole(&dst.memh)];
-    post(&mut fx, 5, u64::MAX, &iov_r, 1);
+    post(&mut fx, 5, u64::MAX, &iov_r, TagRecvId(1));
     let iov_s = [Iov::whole(&src.memh)];
-    send(&mut fx, &mut rec, 2, |fx| {
-        fx.ep(0).tag_rndv_zcopy(5, &[], &iov_s, 2)
+    send(&mut fx, &mut rec, CompletionId(2), |fx| {
+        fx.ep(0).tag_rndv_zcopy(5, &[], &iov_s, CompletionId(2))
     });
     wait(&mut fx, &mut rec, "truncated rendezvous", |r| {
         !r.recv_done.is_empty()
     });
-    let (_, _, len, res) = rec.take_done(1).expect("done");
+    let (_, _, len, res) = rec.take_done(TagRecvId(1)).expect("done");
     assert_eq!(len, 5000);
     assert!(
         matches!(
@@ -648,8 +667,9 @@ pub fn tag_rndv_unexpected<F: Fixture>() {
     src.write(0, &data);
     let mut rec = TagRecorder::default();
     let iov_s = [Iov::whole(&src.memh)];
-    let op = send(&mut fx, &mut rec, 3, |fx| {
-        fx.ep(0).tag_rndv_zcopy(77, b"rts-header", &iov_s, 3)
+    let op = send(&mut fx, &mut rec, CompletionId(3), |fx| {
+        fx.ep(0)
+            .tag_rndv_zcopy(77, b"rts-header", &iov_s, CompletionId(3))
     });
     wait(&mut fx, &mut rec, "unexpected rendezvous", |r| {
         r.unexp_rndv.len() == 1
@@ -667,15 +687,19 @@ pub fn tag_rndv_unexpected<F: Fixture>() {
         loop {
             match fx
                 .ep(1)
-                .get_zcopy(&iov, u.remote_addr, &rkey, 44)
+                .get_zcopy(&iov, u.remote_addr, &rkey, CompletionId(44))
                 .expect("get")
             {
                 Outcome::Done(()) => break,
                 Outcome::InProgress => {
                     wait(&mut fx, &mut rec, "software get", |r| {
-                        r.base.completions.iter().any(|c| c.0 == 44)
+                        r.base.completions.iter().any(|c| c.0 == CompletionId(44))
                     });
-                    assert!(rec.base.take_completion(44).expect("get").is_ok());
+                    assert!(rec
+                        .base
+                        .take_completion(CompletionId(44))
+                        .expect("get")
+                        .is_ok());
                     break;
                 }
                 Outcome::NoResource => {
@@ -693,8 +717,8 @@ pub fn tag_rndv_unexpected<F: Fixture>() {
     assert!(fx.ep(0).tag_rndv_cancel(op).is_err(), "second cancel");
     // A request: unexpected even though a receive for its tag is posted.
     let iov_r = [Iov::whole(&dst.memh)];
-    post(&mut fx, 78, u64::MAX, &iov_r, 1);
-    send(&mut fx, &mut rec, 0, |fx| {
+    post(&mut fx, 78, u64::MAX, &iov_r, TagRecvId(1));
+    send(&mut fx, &mut rec, CompletionId(0), |fx| {
         fx.ep(0).tag_rndv_request(78, b"sw-rts")
     });
     wait(&mut fx, &mut rec, "rendezvous request", |r| {
@@ -710,12 +734,12 @@ pub fn tag_rndv_unexpected<F: Fixture>() {
         "a rendezvous request matched a posted receive"
     );
     // The canceled operation never completes; the posted receive still works.
-    send(&mut fx, &mut rec, 0, |fx| {
+    send(&mut fx, &mut rec, CompletionId(0), |fx| {
         fx.ep(0).tag_eager_short(78, b"ok")
     });
     wait(&mut fx, &mut rec, "receive", |r| !r.recv_done.is_empty());
     assert!(
-        rec.base.completions.iter().all(|c| c.0 != 3),
+        rec.base.completions.iter().all(|c| c.0 != CompletionId(3)),
         "canceled rendezvous completed"
     );
 }

@@ -54,18 +54,19 @@ fn peer_death_reports_error_and_fails_outstanding_ops() {
     assert!(ep.am_short(0, 0, b"up").unwrap().is_done());
     run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| !sb.ams.is_empty());
     assert_eq!(
-        ep.get_zcopy(&[Iov::whole(&dst)], 0x1000, &rk, 7).unwrap(),
+        ep.get_zcopy(&[Iov::whole(&dst)], 0x1000, &rk, CompletionId(7))
+            .unwrap(),
         Outcome::InProgress
     );
     drop(b);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while sa.errors.is_empty() || sa.comp(7).is_none() {
+    while sa.errors.is_empty() || sa.comp(CompletionId(7)).is_none() {
         a.progress(&mut sa);
         assert!(Instant::now() < deadline, "watchdog: no endpoint error");
     }
     assert_eq!(sa.errors.len(), 1);
     assert_eq!(sa.errors[0].0, ep.id());
-    assert!(matches!(sa.comp(7), Some(Err(_))));
+    assert!(matches!(sa.comp(CompletionId(7)), Some(Err(_))));
     assert!(ep.am_short(0, 0, b"").is_err());
     assert!(ep.error().is_some());
 }
@@ -161,12 +162,12 @@ fn reply_endpoint_reuses_the_incoming_connection() {
     let rka = rkey_of(&md, &ta);
     let dst = md.mem_alloc(16).unwrap();
     assert_eq!(
-        ba.get_zcopy(&[Iov::whole(&dst)], ta.addr() as u64, &rka, 5)
+        ba.get_zcopy(&[Iov::whole(&dst)], ta.addr() as u64, &rka, CompletionId(5))
             .unwrap(),
         Outcome::InProgress
     );
     run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| {
-        sb.comp(5).is_some()
+        sb.comp(CompletionId(5)).is_some()
     });
     let mut v = [0u8; 16];
     dst.read(0, &mut v).unwrap();
@@ -283,12 +284,12 @@ fn simultaneous_connect_to_iface_gives_one_connection_in_order() {
         tb.write(0, b"BBBBBBBBBBBBBBBB").unwrap();
         let (rka, rkb) = (rkey_of(&md, &ta), rkey_of(&md, &tb));
         let (da, db) = (md.mem_alloc(16).unwrap(), md.mem_alloc(16).unwrap());
-        let r = ab.get_zcopy(&[Iov::whole(&da)], tb.addr() as u64, &rkb, 1);
+        let r = ab.get_zcopy(&[Iov::whole(&da)], tb.addr() as u64, &rkb, CompletionId(1));
         assert_eq!(r.unwrap(), Outcome::InProgress);
-        let r = ba.get_zcopy(&[Iov::whole(&db)], ta.addr() as u64, &rka, 2);
+        let r = ba.get_zcopy(&[Iov::whole(&db)], ta.addr() as u64, &rka, CompletionId(2));
         assert_eq!(r.unwrap(), Outcome::InProgress);
         run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
-            sa.comp(1).is_some() && sb.comp(2).is_some()
+            sa.comp(CompletionId(1)).is_some() && sb.comp(CompletionId(2)).is_some()
         });
         let mut v = [0u8; 16];
         da.read(0, &mut v).unwrap();
@@ -320,7 +321,7 @@ fn send_mixed(ep: &mut TcpEp, zsrc: &MemHandle, tag: u64, seq: u64, zc: &mut u64
                 2,
                 &hdr.to_le_bytes(),
                 &[Iov::new(zsrc, 0, 100).unwrap()],
-                *zc,
+                CompletionId(*zc),
             )
             .unwrap()
             .is_no_resource()
@@ -375,14 +376,14 @@ fn many_simultaneous_endpoints_race_without_loss_or_reordering() {
             &[Iov::whole(&dst[i])],
             tb.addr() as u64,
             &rkb,
-            100 + i as u64,
+            CompletionId(100 + i as u64),
         );
         assert_eq!(r.unwrap(), Outcome::InProgress);
         let r = ebs[i].get_zcopy(
             &[Iov::whole(&dst[EPS + i])],
             ta.addr() as u64,
             &rka,
-            200 + i as u64,
+            CompletionId(200 + i as u64),
         );
         assert_eq!(r.unwrap(), Outcome::InProgress);
     }
@@ -417,11 +418,11 @@ fn many_simultaneous_endpoints_race_without_loss_or_reordering() {
     let mut flushing = Vec::new();
     for (i, ep) in eas.iter_mut().chain(ebs.iter_mut()).enumerate() {
         let id = 300 + i as u64;
-        let mut r = ep.flush(id).unwrap();
+        let mut r = ep.flush(CompletionId(id)).unwrap();
         while r.is_no_resource() {
             a.progress(&mut sa);
             b.progress(&mut sb);
-            r = ep.flush(id).unwrap();
+            r = ep.flush(CompletionId(id)).unwrap();
         }
         if !r.is_done() {
             flushing.push(id);
@@ -431,9 +432,9 @@ fn many_simultaneous_endpoints_race_without_loss_or_reordering() {
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
         sa.ams.len() as u64 == total
             && sb.ams.len() as u64 == total
-            && flushing
-                .iter()
-                .all(|&id| sa.comp(id).is_some() || sb.comp(id).is_some())
+            && flushing.iter().all(|&id| {
+                sa.comp(CompletionId(id)).is_some() || sb.comp(CompletionId(id)).is_some()
+            })
     });
     let want: Vec<u64> = (0..N).collect();
     for i in 0..EPS as u64 {
@@ -445,10 +446,10 @@ fn many_simultaneous_endpoints_race_without_loss_or_reordering() {
     }
     for i in 0..EPS {
         let mut v = [0u8; 64];
-        assert!(matches!(sa.comp(100 + i as u64), Some(Ok(_))));
+        assert!(matches!(sa.comp(CompletionId(100 + i as u64)), Some(Ok(_))));
         dst[i].read(0, &mut v).unwrap();
         assert_eq!(v, [0xbb; 64]);
-        assert!(matches!(sb.comp(200 + i as u64), Some(Ok(_))));
+        assert!(matches!(sb.comp(CompletionId(200 + i as u64)), Some(Ok(_))));
         dst[EPS + i].read(0, &mut v).unwrap();
         assert_eq!(v, [0xaa; 64]);
     }
@@ -495,7 +496,9 @@ fn peer_death_during_simultaneous_connect_is_an_endpoint_error() {
     assert!(e_big.am_short(0, 2, b"held").unwrap().is_done());
     let md = TcpMd::new();
     let src = md.mem_alloc(64).unwrap();
-    let r = e_big.am_zcopy(0, b"", &[Iov::whole(&src)], 9).unwrap();
+    let r = e_big
+        .am_zcopy(0, b"", &[Iov::whole(&src)], CompletionId(9))
+        .unwrap();
     assert_eq!(r, Outcome::InProgress);
     // Only `small` runs: it sees big's hello while its own dial waits, and rejects it.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -510,7 +513,7 @@ fn peer_death_during_simultaneous_connect_is_an_endpoint_error() {
     drop(e_small);
     drop(small);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while sb.errors.is_empty() || sb.comp(9).is_none() {
+    while sb.errors.is_empty() || sb.comp(CompletionId(9)).is_none() {
         big.progress(&mut sb);
         assert!(Instant::now() < deadline, "watchdog: no endpoint error");
     }
@@ -521,7 +524,7 @@ fn peer_death_during_simultaneous_connect_is_an_endpoint_error() {
         "{}",
         sb.errors[0].1
     );
-    assert!(matches!(sb.comp(9), Some(Err(_))));
+    assert!(matches!(sb.comp(CompletionId(9)), Some(Err(_))));
     assert!(e_big.am_short(0, 3, b"").is_err());
 }
 
@@ -544,7 +547,8 @@ fn eof_mid_frame_and_reset_become_endpoint_errors() {
         let dst = md.mem_alloc(64).unwrap();
         let rk = RemoteKey::unmapped(0x1000, 64, 1 << 32);
         assert_eq!(
-            ep.get_zcopy(&[Iov::whole(&dst)], 0x1000, &rk, 1).unwrap(),
+            ep.get_zcopy(&[Iov::whole(&dst)], 0x1000, &rk, CompletionId(1))
+                .unwrap(),
             Outcome::InProgress
         );
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -594,7 +598,7 @@ fn eof_mid_frame_and_reset_become_endpoint_errors() {
         }
         drop(s);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while sa.errors.is_empty() || sa.comp(1).is_none() {
+        while sa.errors.is_empty() || sa.comp(CompletionId(1)).is_none() {
             a.progress(&mut sa);
             assert!(Instant::now() < deadline, "watchdog: no endpoint error");
         }
@@ -604,8 +608,11 @@ fn eof_mid_frame_and_reset_become_endpoint_errors() {
         if !reset {
             assert!(err.to_string().contains("middle of a frame"), "{err}");
         }
-        assert!(matches!(sa.comp(1), Some(Err(Error::ConnectionReset(_)))));
-        assert!(ep.flush(2).is_err());
+        assert!(matches!(
+            sa.comp(CompletionId(1)),
+            Some(Err(Error::ConnectionReset(_)))
+        ));
+        assert!(ep.flush(CompletionId(2)).is_err());
     }
 }
 

@@ -72,10 +72,10 @@ fn am_iov_bcopy_zcopy_deliver_exact_bytes() {
         Iov::new(&m, 0, 100).unwrap(),
         Iov::new(&m, 100, m.len() - 100).unwrap(),
     ];
-    let r = ep.am_zcopy(4, b"HDR", &iov, 77).unwrap();
+    let r = ep.am_zcopy(4, b"HDR", &iov, CompletionId(77)).unwrap();
     assert!(matches!(r, Outcome::Done(()) | Outcome::InProgress));
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
-        sb.ams.len() == 4 && (r.is_done() || sa.comp(77).is_some())
+        sb.ams.len() == 4 && (r.is_done() || sa.comp(CompletionId(77)).is_some())
     });
     assert_eq!(sb.ams[0], (1, b"abcde".to_vec()));
     assert_eq!(sb.ams[1], (2, b"hello".to_vec()));
@@ -83,7 +83,9 @@ fn am_iov_bcopy_zcopy_deliver_exact_bytes() {
     assert_eq!(&sb.ams[3].1[..3], b"HDR");
     assert_eq!(&sb.ams[3].1[3..], &pattern[..]);
     let too_big = md.mem_alloc(a.attr().am.max_zcopy + 1).unwrap();
-    assert!(ep.am_zcopy(4, b"", &[Iov::whole(&too_big)], 1).is_err());
+    assert!(ep
+        .am_zcopy(4, b"", &[Iov::whole(&too_big)], CompletionId(1))
+        .is_err());
 }
 
 #[test]
@@ -122,13 +124,13 @@ fn backpressure_partial_sends_and_pending() {
         assert!(g.conns.iter().any(|(_, c)| c.wait_out));
     }
     // pending_add accepts the request.
-    ep.pending_add(42).unwrap();
+    ep.pending_add(PendingId(42)).unwrap();
     // While a request is pending, new operations queue behind it.
     assert_eq!(ep.am_short(5, 0, b"y").unwrap(), Outcome::NoResource);
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
         !sa.pending.is_empty()
     });
-    assert_eq!(sa.pending, vec![(ep.id(), 42)]);
+    assert_eq!(sa.pending, vec![(ep.id(), PendingId(42))]);
     // Everything arrives, complete and in order.
     run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| {
         sb.ams.len() == sent as usize
@@ -140,7 +142,7 @@ fn backpressure_partial_sends_and_pending() {
         assert!(d[4..].iter().all(|&x| x == i as u8));
     }
     // Resources are back: pending_add now says retry at once.
-    assert!(matches!(ep.pending_add(43), Err(Error::Busy(_))));
+    assert!(matches!(ep.pending_add(PendingId(43)), Err(Error::Busy(_))));
     let inner_a = a.inner.clone();
     run(&mut a, &mut sa, &mut b, &mut sb, |_, _| {
         inner_a.borrow().waiting_out == 0
@@ -180,12 +182,17 @@ fn quiet_connection_waits_for_epoll_and_still_receives() {
     let pattern: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
     src.write(0, &pattern).unwrap();
     let rk = rkey_of(&md, &dst);
-    let r = ep.put_zcopy(&[Iov::whole(&src)], dst.addr() as u64, &rk, 77);
+    let r = ep.put_zcopy(
+        &[Iov::whole(&src)],
+        dst.addr() as u64,
+        &rk,
+        CompletionId(77),
+    );
     assert!(!r.unwrap().is_no_resource());
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
-        sa.comp(77).is_some()
+        sa.comp(CompletionId(77)).is_some()
     });
-    assert!(matches!(sa.comp(77), Some(Ok(_))));
+    assert!(matches!(sa.comp(CompletionId(77)), Some(Ok(_))));
     let mut got = vec![0u8; 1 << 20];
     dst.read(0, &mut got).unwrap();
     assert!(got == pattern);
@@ -209,7 +216,12 @@ fn zcopy_partial_send_keeps_memory_until_taken() {
     let mut posted = 0;
     for (i, m) in bufs.iter().enumerate() {
         let r = ep
-            .am_zcopy(6, &(i as u32).to_le_bytes(), &[Iov::whole(m)], i as u64)
+            .am_zcopy(
+                6,
+                &(i as u32).to_le_bytes(),
+                &[Iov::whole(m)],
+                CompletionId(i as u64),
+            )
             .unwrap();
         match r {
             Outcome::InProgress => inflight.push(i as u64),
@@ -225,7 +237,7 @@ fn zcopy_partial_send_keeps_memory_until_taken() {
     // Dropping the caller's handles is safe: the transport holds clones until sent.
     drop(bufs);
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
-        sb.ams.len() == posted && inflight.iter().all(|c| sa.comp(*c).is_some())
+        sb.ams.len() == posted && inflight.iter().all(|c| sa.comp(CompletionId(*c)).is_some())
     });
     for (i, (_, d)) in sb.ams.iter().enumerate() {
         assert_eq!(u32::from_le_bytes(d[..4].try_into().unwrap()), i as u32);
@@ -261,15 +273,15 @@ fn put_get_all_forms_and_flush() {
     let pattern: Vec<u8> = (0..src.len()).map(|i| (i % 251) as u8).collect();
     src.write(0, &pattern).unwrap();
     let r = ep
-        .put_zcopy(&[Iov::whole(&src)], base + 4096, &rk, 1)
+        .put_zcopy(&[Iov::whole(&src)], base + 4096, &rk, CompletionId(1))
         .unwrap();
     assert_eq!(r, Outcome::InProgress);
-    let f = ep.flush(2).unwrap();
+    let f = ep.flush(CompletionId(2)).unwrap();
     assert_eq!(f, Outcome::InProgress);
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
-        sa.comp(1).is_some() && sa.comp(2).is_some()
+        sa.comp(CompletionId(1)).is_some() && sa.comp(CompletionId(2)).is_some()
     });
-    assert!(sa.comp(1).unwrap().is_ok() && sa.comp(2).unwrap().is_ok());
+    assert!(sa.comp(CompletionId(1)).unwrap().is_ok() && sa.comp(CompletionId(2)).unwrap().is_ok());
     let mut got = vec![0u8; 5];
     target.read(0, &mut got).unwrap();
     assert_eq!(&got, b"short");
@@ -279,11 +291,13 @@ fn put_get_all_forms_and_flush() {
     target.read(4096, &mut big).unwrap();
     assert!(big == pattern, "put_zcopy data differ");
     // Everything acknowledged: flush is immediate.
-    assert_eq!(ep.flush(3).unwrap(), Outcome::DONE);
+    assert_eq!(ep.flush(CompletionId(3)).unwrap(), Outcome::DONE);
 
     // get_bcopy: data through the sink, then the completion.
     let r = ep
-        .get_bcopy(5, base + 100, &rk, 10, &mut |_| panic!("not inline"))
+        .get_bcopy(5, base + 100, &rk, CompletionId(10), &mut |_| {
+            panic!("not inline")
+        })
         .unwrap();
     assert_eq!(r, Outcome::InProgress);
     // get_zcopy of 2 MiB (streamed in chunks) into two pieces.
@@ -293,14 +307,15 @@ fn put_get_all_forms_and_flush() {
         Iov::new(&dst, 1000, dst.len() - 1000).unwrap(),
     ];
     assert_eq!(
-        ep.get_zcopy(&iov, base + 4096, &rk, 11).unwrap(),
+        ep.get_zcopy(&iov, base + 4096, &rk, CompletionId(11))
+            .unwrap(),
         Outcome::InProgress
     );
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
-        sa.comp(10).is_some() && sa.comp(11).is_some()
+        sa.comp(CompletionId(10)).is_some() && sa.comp(CompletionId(11)).is_some()
     });
-    assert_eq!(sa.get_data, vec![(10, b"bcopy".to_vec())]);
-    assert!(sa.comp(11).unwrap().is_ok());
+    assert_eq!(sa.get_data, vec![(CompletionId(10), b"bcopy".to_vec())]);
+    assert!(sa.comp(CompletionId(11)).unwrap().is_ok());
     let mut back = vec![0u8; dst.len()];
     dst.read(0, &mut back).unwrap();
     assert!(back == pattern, "get_zcopy data differ");
@@ -330,24 +345,27 @@ fn atomics_32_and_64() {
         .unwrap()
         .is_done());
     assert_eq!(
-        ep.atomic64_fetch(AtomicOp::Xor, 1, base, &rk, 1).unwrap(),
-        Outcome::InProgress
-    );
-    assert_eq!(
-        ep.atomic32_fetch(AtomicOp::And, 0x3c, base + 8, &rk, 2)
+        ep.atomic64_fetch(AtomicOp::Xor, 1, base, &rk, CompletionId(1))
             .unwrap(),
         Outcome::InProgress
     );
     assert_eq!(
-        ep.atomic_cswap64(14, 99, base, &rk, 3).unwrap(),
+        ep.atomic32_fetch(AtomicOp::And, 0x3c, base + 8, &rk, CompletionId(2))
+            .unwrap(),
         Outcome::InProgress
     );
     assert_eq!(
-        ep.atomic_cswap32(7, 1, base + 8, &rk, 4).unwrap(),
+        ep.atomic_cswap64(14, 99, base, &rk, CompletionId(3))
+            .unwrap(),
         Outcome::InProgress
     );
     assert_eq!(
-        ep.atomic32_fetch(AtomicOp::Swap, 5, base + 8, &rk, 5)
+        ep.atomic_cswap32(7, 1, base + 8, &rk, CompletionId(4))
+            .unwrap(),
+        Outcome::InProgress
+    );
+    assert_eq!(
+        ep.atomic32_fetch(AtomicOp::Swap, 5, base + 8, &rk, CompletionId(5))
             .unwrap(),
         Outcome::InProgress
     );
@@ -358,11 +376,11 @@ fn atomics_32_and_64() {
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
         sa.comps.len() == 5
     });
-    assert_eq!(sa.comp(1), Some(&Ok(15)));
-    assert_eq!(sa.comp(2), Some(&Ok(0xff)));
-    assert_eq!(sa.comp(3), Some(&Ok(14)));
-    assert_eq!(sa.comp(4), Some(&Ok(0x3c)));
-    assert_eq!(sa.comp(5), Some(&Ok(0x3c)));
+    assert_eq!(sa.comp(CompletionId(1)), Some(&Ok(15)));
+    assert_eq!(sa.comp(CompletionId(2)), Some(&Ok(0xff)));
+    assert_eq!(sa.comp(CompletionId(3)), Some(&Ok(14)));
+    assert_eq!(sa.comp(CompletionId(4)), Some(&Ok(0x3c)));
+    assert_eq!(sa.comp(CompletionId(5)), Some(&Ok(0x3c)));
     let mut v = [0u8; 8];
     t.read(0, &mut v).unwrap();
     assert_eq!(u64::from_le_bytes(v), 99);
@@ -389,23 +407,25 @@ fn forged_stale_and_out_of_range_rkeys_are_refused() {
     let forged = RemoteKey::unmapped(base, 4096, key ^ (1 << 45));
     let src = md.mem_alloc(64).unwrap();
     assert_eq!(
-        ep.put_zcopy(&[Iov::whole(&src)], base, &forged, 1).unwrap(),
+        ep.put_zcopy(&[Iov::whole(&src)], base, &forged, CompletionId(1))
+            .unwrap(),
         Outcome::InProgress
     );
     let dst = md.mem_alloc(64).unwrap();
     assert_eq!(
-        ep.get_zcopy(&[Iov::whole(&dst)], base, &forged, 2).unwrap(),
+        ep.get_zcopy(&[Iov::whole(&dst)], base, &forged, CompletionId(2))
+            .unwrap(),
         Outcome::InProgress
     );
     assert_eq!(
-        ep.atomic64_fetch(AtomicOp::Add, 1, base, &forged, 3)
+        ep.atomic64_fetch(AtomicOp::Add, 1, base, &forged, CompletionId(3))
             .unwrap(),
         Outcome::InProgress
     );
     // A forged range under a real key (the packed base/len lie about the region).
     let lying = RemoteKey::unmapped(base, 1 << 20, key);
     assert_eq!(
-        ep.get_zcopy(&[Iov::whole(&dst)], base + 8192, &lying, 4)
+        ep.get_zcopy(&[Iov::whole(&dst)], base + 8192, &lying, CompletionId(4))
             .unwrap(),
         Outcome::InProgress
     );
@@ -414,18 +434,21 @@ fn forged_stale_and_out_of_range_rkeys_are_refused() {
     });
     for c in 1..=4 {
         assert!(
-            matches!(sa.comp(c), Some(Err(Error::RemoteAccess(_)))),
+            matches!(sa.comp(CompletionId(c)), Some(Err(Error::RemoteAccess(_)))),
             "{c}: {:?}",
-            sa.comp(c)
+            sa.comp(CompletionId(c))
         );
     }
     // put_short with a forged key: reported at the next flush.
     assert!(ep.put_short(b"zz", base, &forged).unwrap().is_done());
-    assert_eq!(ep.flush(5).unwrap(), Outcome::InProgress);
+    assert_eq!(ep.flush(CompletionId(5)).unwrap(), Outcome::InProgress);
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
-        sa.comp(5).is_some()
+        sa.comp(CompletionId(5)).is_some()
     });
-    assert!(matches!(sa.comp(5), Some(Err(Error::RemoteAccess(_)))));
+    assert!(matches!(
+        sa.comp(CompletionId(5)),
+        Some(Err(Error::RemoteAccess(_)))
+    ));
     // Nothing was written anywhere near the target.
     let mut back = vec![0u8; 4096];
     t.read(0, &mut back).unwrap();
@@ -433,13 +456,17 @@ fn forged_stale_and_out_of_range_rkeys_are_refused() {
     // Stale: deregistered memory.
     drop(t);
     assert_eq!(
-        ep.get_zcopy(&[Iov::whole(&dst)], base, &rk, 6).unwrap(),
+        ep.get_zcopy(&[Iov::whole(&dst)], base, &rk, CompletionId(6))
+            .unwrap(),
         Outcome::InProgress
     );
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
-        sa.comp(6).is_some()
+        sa.comp(CompletionId(6)).is_some()
     });
-    assert!(matches!(sa.comp(6), Some(Err(Error::RemoteAccess(_)))));
+    assert!(matches!(
+        sa.comp(CompletionId(6)),
+        Some(Err(Error::RemoteAccess(_)))
+    ));
     // The endpoint still works after refusals.
     assert!(ep.am_short(0, 1, b"ok").unwrap().is_done());
     run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| !sb.ams.is_empty());
@@ -503,7 +530,7 @@ fn iface_flush_and_many_to_one() {
             .is_done());
     }
     for (c, _, s) in clients.iter_mut() {
-        assert_eq!(c.flush(1000).unwrap(), Outcome::InProgress);
+        assert_eq!(c.flush(CompletionId(1000)).unwrap(), Outcome::InProgress);
         let _ = s;
     }
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -512,7 +539,11 @@ fn iface_flush_and_many_to_one() {
         for (c, _, s) in clients.iter_mut() {
             c.progress(s);
         }
-        if clients.iter().all(|(_, _, s)| s.comp(1000).is_some()) && ss.ams.len() == 400 {
+        if clients
+            .iter()
+            .all(|(_, _, s)| s.comp(CompletionId(1000)).is_some())
+            && ss.ams.len() == 400
+        {
             break;
         }
         assert!(Instant::now() < deadline, "watchdog");
@@ -535,7 +566,7 @@ fn iface_flush_and_many_to_one() {
         assert_eq!(u64::from_le_bytes(v), i as u64 + 1);
     }
     for (c, _, _) in clients.iter_mut() {
-        assert_eq!(c.flush(1001).unwrap(), Outcome::DONE);
+        assert_eq!(c.flush(CompletionId(1001)).unwrap(), Outcome::DONE);
     }
 }
 
@@ -564,10 +595,20 @@ fn both_sides_flooding_requests_do_not_deadlock() {
     let (mut na, mut nb) = (0u64, 0u64);
     loop {
         let ra = ea
-            .put_zcopy(&[Iov::whole(&src)], tb.addr() as u64, &rkb, 1000 + na)
+            .put_zcopy(
+                &[Iov::whole(&src)],
+                tb.addr() as u64,
+                &rkb,
+                CompletionId(1000 + na),
+            )
             .unwrap();
         let rb = eb
-            .put_zcopy(&[Iov::whole(&src)], ta.addr() as u64, &rka, 5000 + nb)
+            .put_zcopy(
+                &[Iov::whole(&src)],
+                ta.addr() as u64,
+                &rka,
+                CompletionId(5000 + nb),
+            )
             .unwrap();
         na += u64::from(!ra.is_no_resource());
         nb += u64::from(!rb.is_no_resource());
@@ -644,11 +685,12 @@ fn forged_replies_on_another_connection_reach_no_request() {
     let base = target.addr() as u64;
     let dst = md.mem_alloc(32 << 10).unwrap();
     assert_eq!(
-        ep.get_zcopy(&[Iov::whole(&dst)], base, &rk, 11).unwrap(),
+        ep.get_zcopy(&[Iov::whole(&dst)], base, &rk, CompletionId(11))
+            .unwrap(),
         Outcome::InProgress
     );
     assert_eq!(
-        ep.atomic64_fetch(AtomicOp::Add, 1, base + (32 << 10), &rk, 12)
+        ep.atomic64_fetch(AtomicOp::Add, 1, base + (32 << 10), &rk, CompletionId(12))
             .unwrap(),
         Outcome::InProgress
     );
@@ -719,10 +761,10 @@ fn forged_replies_on_another_connection_reach_no_request() {
         assert!(sa.errors.is_empty(), "the victim endpoint failed");
     }
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
-        sa.comp(11).is_some() && sa.comp(12).is_some()
+        sa.comp(CompletionId(11)).is_some() && sa.comp(CompletionId(12)).is_some()
     });
-    assert_eq!(sa.comp(11), Some(&Ok(0)));
-    assert_eq!(sa.comp(12), Some(&Ok(41)));
+    assert_eq!(sa.comp(CompletionId(11)), Some(&Ok(0)));
+    assert_eq!(sa.comp(CompletionId(12)), Some(&Ok(41)));
     let mut back = vec![0u8; dst.len()];
     dst.read(0, &mut back).unwrap();
     assert!(back == pattern, "get data differ");
@@ -754,9 +796,11 @@ fn connection_buffers_grow_on_demand() {
     let m = md.mem_alloc(60 * 1024).unwrap();
     let pattern: Vec<u8> = (0..m.len()).map(|i| (i * 7 + i / 251) as u8).collect();
     m.write(0, &pattern).unwrap();
-    let r = ep.am_zcopy(2, b"big", &[Iov::whole(&m)], 5).unwrap();
+    let r = ep
+        .am_zcopy(2, b"big", &[Iov::whole(&m)], CompletionId(5))
+        .unwrap();
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
-        sb.ams.len() == 9 && (r.is_done() || sa.comp(5).is_some())
+        sb.ams.len() == 9 && (r.is_done() || sa.comp(CompletionId(5)).is_some())
     });
     assert_eq!(&sb.ams[8].1[..3], b"big");
     assert_eq!(&sb.ams[8].1[3..], &pattern[..]);
