@@ -3,7 +3,7 @@
 use crate::config::UcpConfig;
 use bitflags::bitflags;
 use ucs::{Error, Result};
-use uct::{DeviceType, TlResource};
+use uct::{DeviceType, TlResource, TlRoles};
 
 bitflags! {
     /// Features an application asks for (`UCP_FEATURE_*`).
@@ -43,21 +43,21 @@ pub struct Context {
     resources: Vec<TlResource>,
 }
 
-/// Transports that connect endpoint to endpoint only and so need another transport to carry
-/// their wire-up (as UCX's rc needs ud as its auxiliary transport).
-const EP_ONLY_TLS: [&str; 1] = ["rc_verbs"];
-
-/// The transport rucx adds for the wire-up of [`EP_ONLY_TLS`] when `RUCX_TLS` names none.
-const AUX_TL: &str = "tcp";
+/// The roles of a transport named in `RUCX_TLS` (aliases already expanded; names checked).
+fn roles_of(tl: &str) -> TlRoles {
+    uct::transport_roles(tl).unwrap_or_default()
+}
 
 /// Filters resources by `RUCX_TLS` and `RUCX_NET_DEVICES`. Unknown names give an error listing
 /// what exists, so a typo is not silently ignored.
 ///
-/// When `RUCX_TLS` names rc_verbs but no tcp, tcp joins as the auxiliary wire-up transport (UCX
-/// adds ud_verbs the same way): on the tcp devices `RUCX_NET_DEVICES` names, or on every tcp
-/// device when it names none (`RUCX_NET_DEVICES=rxe0:1` selects the RDMA port, not a netdev).
-/// Once an rc_verbs lane connects, the worker moves active messages to it, so tcp then carries
-/// only the wire-up.
+/// Transports are chosen for a role by their declared [`TlRoles`], never by name. When
+/// `RUCX_TLS` names a transport that needs a wire-up helper (rc_verbs connects endpoint to
+/// endpoint only) but no transport that is one, the helpers (tcp) join as auxiliary wire-up
+/// transports (UCX adds ud_verbs the same way): on the devices `RUCX_NET_DEVICES` names, or on
+/// every device of theirs when it names none of them (`RUCX_NET_DEVICES=rxe0:1` selects the
+/// RDMA port, not a netdev). Once an endpoint-to-endpoint lane connects, the worker moves
+/// active messages to it, so the helper then carries only the wire-up.
 pub fn filter_resources(
     all: Vec<TlResource>,
     tls: &[String],
@@ -78,18 +78,24 @@ pub fn filter_resources(
             || net_devices.is_empty()
             || net_devices.contains(&r.device.name)
     };
+    let helper = |r: &TlResource| r.roles.contains(TlRoles::WIREUP_HELPER);
     let aux = !tls.is_empty()
-        && tls.iter().any(|t| EP_ONLY_TLS.contains(&t.as_str()))
-        && !tls.iter().any(|t| t == AUX_TL);
-    let aux_named = aux && all.iter().any(|r| r.tl_name == AUX_TL && named(r));
+        && tls
+            .iter()
+            .any(|t| roles_of(t).contains(TlRoles::NEEDS_WIREUP_HELPER))
+        && !tls
+            .iter()
+            .any(|t| roles_of(t).contains(TlRoles::WIREUP_HELPER));
+    let aux_named = aux && all.iter().any(|r| helper(r) && named(r));
     let mut out = Vec::new();
     for r in all {
         let listed = tls.is_empty() || tls.iter().any(|t| t == r.tl_name);
         if listed && named(&r) {
             out.push(r);
-        } else if aux && r.tl_name == AUX_TL && (named(&r) || !aux_named) {
+        } else if aux && helper(&r) && (named(&r) || !aux_named) {
             tracing::debug!(
-                "{AUX_TL}/{} joins as the wire-up transport of rc_verbs",
+                "{}/{} joins as a wire-up helper of the endpoint-to-endpoint transports",
+                r.tl_name,
                 r.device.name
             );
             out.push(r);
@@ -150,6 +156,7 @@ mod tests {
     fn res(tl: &'static str, dev: &str, t: DeviceType) -> TlResource {
         TlResource {
             tl_name: tl,
+            roles: uct::transport_roles(tl).expect("a built-in transport"),
             device: DeviceInfo {
                 name: dev.into(),
                 dev_type: t,
@@ -199,5 +206,24 @@ mod tests {
         // No rc_verbs named: no auxiliary tcp.
         let out = filter_resources(all, &["posix".into()], &[]).unwrap();
         assert_eq!(names(&out), ["posix/memory"]);
+    }
+
+    #[test]
+    fn wire_up_helpers_are_chosen_by_role_not_name() {
+        // The same resources with the roles swapped around: the helper is whatever declares
+        // WIREUP_HELPER, whatever its name.
+        let mut all = vec![
+            res("tcp", "lo", DeviceType::Net),
+            res("sysv", "memory", DeviceType::Shm),
+            res("rc_verbs", "rxe0:1", DeviceType::Net),
+        ];
+        all[0].roles = TlRoles::empty();
+        all[1].roles = TlRoles::WIREUP_HELPER;
+        let out = filter_resources(all.clone(), &["rc_verbs".into()], &[]).unwrap();
+        assert_eq!(names(&out), ["sysv/memory", "rc_verbs/rxe0:1"]);
+        // No resource declares the role: nothing joins.
+        all[1].roles = TlRoles::empty();
+        let out = filter_resources(all, &["rc_verbs".into()], &[]).unwrap();
+        assert_eq!(names(&out), ["rc_verbs/rxe0:1"]);
     }
 }

@@ -185,6 +185,7 @@ impl Worker {
                     info.push(IfaceInfo {
                         tl_name: r.tl_name,
                         dev_name: r.device.name.clone(),
+                        dev_type: r.device.dev_type,
                         attr: iface.attr().clone(),
                         md_reg: md.attr().flags.contains(MdFlags::REG),
                         ep_only: crate::wireup::connect_to_ep_only(iface.attr()),

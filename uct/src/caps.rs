@@ -53,6 +53,26 @@ bitflags! {
 }
 
 bitflags! {
+    /// Roles a transport takes when the layer above connects endpoints, declared by the
+    /// transport itself ([`crate::Transport::ROLES`]) and known before any interface opens. ucp
+    /// chooses transports for these roles by these flags, never by transport name.
+    ///
+    /// Each role follows from the connection flags the transport's interfaces announce, which
+    /// `registry`'s tests check for every transport available on the machine.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct TlRoles: u32 {
+        /// Connects endpoint to endpoint only (CONNECT_TO_EP without CONNECT_TO_IFACE): the
+        /// peers must exchange endpoint addresses over another transport first, a wire-up
+        /// helper (as UCX's rc needs ud).
+        const NEEDS_WIREUP_HELPER = 1 << 0;
+        /// Reaches other hosts and connects to a remote interface address (CONNECT_TO_IFACE
+        /// on a network device), so it can carry the wire-up of a transport with
+        /// [`TlRoles::NEEDS_WIREUP_HELPER`] (UCX's auxiliary transport).
+        const WIREUP_HELPER = 1 << 1;
+    }
+}
+
+bitflags! {
     /// Event capabilities (`UCT_IFACE_FLAG_EVENT_*`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct EventFlags: u32 {

@@ -24,7 +24,7 @@ pub mod worker;
 
 pub use caps::{
     AtomicCaps, AtomicOps, DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags,
-    OpLimits, PerfModel, TagLimits,
+    OpLimits, PerfModel, TagLimits, TlRoles,
 };
 pub use ep::{
     check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId, AM_ID_MAX,
@@ -34,8 +34,8 @@ pub use iface::{
 };
 pub use md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 pub use registry::{
-    config_tables, open, query_resources, query_transports, AnyEp, AnyIface, AnyMd, DeviceInfo,
-    TlResource, Transport, TRANSPORT_NAMES,
+    config_tables, open, query_resources, query_transports, transport_roles, AnyEp, AnyIface,
+    AnyMd, DeviceInfo, TlResource, Transport, TRANSPORT_NAMES,
 };
 pub use ucs::{Error, Outcome, Result};
 pub use worker::{IfaceId, Worker};

@@ -3,7 +3,7 @@
 //! To add a transport: implement [`Transport`] in its folder and add one line to the
 //! `transports!` invocation at the bottom of this file.
 
-use crate::caps::{DeviceType, EventFlags, IfaceAttr, MdAttr};
+use crate::caps::{DeviceType, EventFlags, IfaceAttr, MdAttr, TlRoles};
 use crate::ep::{AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId};
 use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
@@ -26,6 +26,8 @@ pub struct DeviceInfo {
 pub trait Transport {
     /// Transport name as users write it in `RUCX_TLS` and `-t` (`posix`, `tcp`…).
     const NAME: &'static str;
+    /// The roles this transport takes in connecting endpoints (see [`TlRoles`]).
+    const ROLES: TlRoles;
     /// Memory-domain type.
     type Md: MemoryDomain;
     /// Interface type.
@@ -45,6 +47,8 @@ pub trait Transport {
 pub struct TlResource {
     /// Transport name.
     pub tl_name: &'static str,
+    /// The transport's roles in connecting endpoints ([`Transport::ROLES`]).
+    pub roles: TlRoles,
     /// The device.
     pub device: DeviceInfo,
 }
@@ -83,12 +87,17 @@ pub fn query_transports() -> Vec<TransportStatus> {
 pub fn query_resources() -> Vec<TlResource> {
     query_transports()
         .into_iter()
-        .flat_map(|t| {
+        .zip(TRANSPORT_ROLES)
+        .flat_map(|(t, &roles)| {
             let tl_name = t.tl_name;
             t.devices
                 .unwrap_or_default()
                 .into_iter()
-                .map(move |device| TlResource { tl_name, device })
+                .map(move |device| TlResource {
+                    tl_name,
+                    roles,
+                    device,
+                })
         })
         .collect()
 }
@@ -125,6 +134,15 @@ macro_rules! transports {
     ($( $variant:ident => $tl:ty ),* $(,)?) => {
         /// Names of the built-in transports, in registry order.
         pub const TRANSPORT_NAMES: &[&str] = &[$(<$tl as Transport>::NAME),*];
+        /// Roles of the built-in transports, in registry order.
+        const TRANSPORT_ROLES: &[TlRoles] = &[$(<$tl as Transport>::ROLES),*];
+
+        /// The roles of a built-in transport by name ([`Transport::ROLES`]); `None` for an
+        /// unknown name.
+        pub fn transport_roles(tl_name: &str) -> Option<TlRoles> {
+            $( if tl_name == <$tl as Transport>::NAME { return Some(<$tl as Transport>::ROLES); } )*
+            None
+        }
 
         /// Devices of a transport by name.
         pub fn devices_of(tl_name: &str) -> std::result::Result<Vec<DeviceInfo>, String> {
@@ -315,4 +333,64 @@ transports! {
     RcVerbs => crate::rc_verbs::RcVerbs,
     FaultTcp => crate::fault::Fault<crate::tcp::TcpTransport>,
     FaultPosix => crate::fault::Fault<crate::mm::PosixTransport>,
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::caps::IfaceFlags;
+
+    /// Every transport's declared roles agree with the connection flags its interfaces
+    /// announce, for every transport this machine can open (rc_verbs needs an RDMA device:
+    /// `tests/rdma-vm` runs this test there too).
+    #[test]
+    fn declared_roles_match_interface_flags() {
+        let mut checked = Vec::new();
+        for t in query_transports() {
+            let Ok(devices) = t.devices else {
+                eprintln!("note: {} not checked: unavailable here", t.tl_name);
+                continue;
+            };
+            let roles = transport_roles(t.tl_name).expect("a registry name has roles");
+            for d in devices {
+                let (_md, iface) = open(t.tl_name, &d.name).unwrap_or_else(|e| {
+                    panic!("{}/{} is listed but does not open: {e}", t.tl_name, d.name)
+                });
+                let f = iface.attr().flags;
+                let ep_only = f.contains(IfaceFlags::CONNECT_TO_EP)
+                    && !f.contains(IfaceFlags::CONNECT_TO_IFACE);
+                assert_eq!(
+                    roles.contains(TlRoles::NEEDS_WIREUP_HELPER),
+                    ep_only,
+                    "{}/{}: NEEDS_WIREUP_HELPER with flags {f:?}",
+                    t.tl_name,
+                    d.name
+                );
+                if roles.contains(TlRoles::WIREUP_HELPER) {
+                    assert!(
+                        f.contains(IfaceFlags::CONNECT_TO_IFACE) && d.dev_type == DeviceType::Net,
+                        "{}/{}: a wire-up helper must connect to interfaces over a network \
+                         device (flags {f:?}, device {})",
+                        t.tl_name,
+                        d.name,
+                        d.dev_type
+                    );
+                }
+                checked.push(t.tl_name);
+            }
+        }
+        assert!(
+            checked.contains(&"tcp"),
+            "tcp on lo exists everywhere: {checked:?}"
+        );
+        assert!(checked.contains(&"self"), "{checked:?}");
+    }
+
+    #[test]
+    fn resources_carry_their_transport_roles() {
+        for r in query_resources() {
+            assert_eq!(Some(r.roles), transport_roles(r.tl_name), "{}", r.tl_name);
+        }
+        assert_eq!(transport_roles("no_such_tl"), None);
+    }
 }

@@ -19,7 +19,7 @@ use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::MemoryDomain as _;
-use uct::{IfaceFlags, MdFlags, MemHandle, RemoteKey};
+use uct::{DeviceType, IfaceFlags, MdFlags, MemHandle, RemoteKey};
 
 pub(crate) enum RmaDir<'a> {
     Put(&'a [u8]),
@@ -41,7 +41,7 @@ impl Worker {
         let mut shared = None;
         // Domains whose allocations peers map; `self` (reachable only from this worker) last.
         let mut order: Vec<usize> = (0..st.info.len()).collect();
-        order.sort_by_key(|&i| st.info[i].tl_name == "self");
+        order.sort_by_key(|&i| st.info[i].dev_type == DeviceType::SelfLoop);
         for i in order {
             let info = &st.info[i];
             let f = st.mds[i].attr().flags;

@@ -266,6 +266,7 @@ pub(crate) enum Target {
 pub(crate) struct IfaceInfo {
     pub(crate) tl_name: &'static str,
     pub(crate) dev_name: String,
+    pub(crate) dev_type: uct::DeviceType,
     pub(crate) attr: IfaceAttr,
     pub(crate) md_reg: bool,
     /// Connects endpoint to endpoint only (rc_verbs): a peer's AM lane after its switch.

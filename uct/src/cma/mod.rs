@@ -15,7 +15,7 @@
 //! and ucp uses another path for it; Yama `ptrace_scope` 2 or 3 makes the transport unavailable.
 
 use crate::caps::{
-    DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags, OpLimits, PerfModel,
+    DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags, OpLimits, PerfModel, TlRoles,
 };
 use crate::ep::{check_len, CompletionId, Endpoint, EpId, PendingId};
 use crate::grant::Grant;
@@ -169,6 +169,7 @@ pub struct CmaTransport;
 
 impl Transport for CmaTransport {
     const NAME: &'static str = "cma";
+    const ROLES: TlRoles = TlRoles::empty();
     type Md = CmaMd;
     type Iface = CmaIface;
     type Ep = CmaEp;

@@ -43,7 +43,7 @@ mod tests;
 pub use ep::FaultEp;
 pub use iface::{process_totals, FaultIface, FaultStats};
 
-use crate::caps::IfaceFlags;
+use crate::caps::{IfaceFlags, TlRoles};
 use crate::iface::IfaceParams;
 use crate::registry::{DeviceInfo, Transport};
 use std::marker::PhantomData;
@@ -226,6 +226,9 @@ pub struct Fault<T>(PhantomData<T>);
 
 impl<T: Wrappable> Transport for Fault<T> {
     const NAME: &'static str = T::FAULT_NAME;
+    /// The wrapped transport's roles, except that a fault-injecting transport never joins as a
+    /// wire-up helper nobody asked for: it carries traffic only where `RUCX_TLS` names it.
+    const ROLES: TlRoles = T::ROLES.difference(TlRoles::WIREUP_HELPER);
     type Md = T::Md;
     type Iface = FaultIface<T::Iface>;
     type Ep = FaultEp<<T::Iface as crate::Iface>::Ep>;

@@ -8,7 +8,7 @@ use crate::mm::PosixTransport;
 use crate::tcp::TcpTransport;
 use crate::testing::{Recorder, TlPair, WATCHDOG};
 use crate::Endpoint;
-use crate::{CompletionId, PendingId};
+use crate::{CompletionId, PendingId, TlRoles};
 use ucs::Outcome;
 
 /// Calls `step` until it says done, failing after the watchdog.
@@ -49,6 +49,7 @@ struct Lawful<T>(std::marker::PhantomData<T>);
 
 impl<T: Wrappable> Transport for Lawful<T> {
     const NAME: &'static str = T::FAULT_NAME;
+    const ROLES: TlRoles = T::ROLES;
     type Md = T::Md;
     type Iface = FaultIface<T::Iface>;
     type Ep = FaultEp<T::Ep>;

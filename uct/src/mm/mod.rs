@@ -51,7 +51,7 @@ pub use tag::MmTagCanceler;
 pub(crate) use watch::PeerWatch;
 pub use wire::SegKind;
 
-use crate::caps::DeviceType;
+use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
 use crate::registry::{DeviceInfo, Transport};
 use ucs::{Error, Result};
@@ -88,6 +88,7 @@ pub struct PosixTransport;
 
 impl Transport for PosixTransport {
     const NAME: &'static str = "posix";
+    const ROLES: TlRoles = TlRoles::empty();
     type Md = MmMd;
     type Iface = MmIface;
     type Ep = MmEp;
@@ -123,6 +124,7 @@ pub struct SysvTransport;
 
 impl Transport for SysvTransport {
     const NAME: &'static str = "sysv";
+    const ROLES: TlRoles = TlRoles::empty();
     type Md = MmMd;
     type Iface = MmIface;
     type Ep = MmEp;

@@ -36,7 +36,7 @@ pub mod wire;
 
 pub use iface::{RcVerbsEp, RcVerbsIface};
 
-use crate::caps::{DeviceType, MdAttr, MdFlags};
+use crate::caps::{DeviceType, MdAttr, MdFlags, TlRoles};
 use crate::md::{MemHandle, MemoryDomain, RemoteKey};
 use crate::registry::{DeviceInfo, Transport};
 use crate::IfaceParams;
@@ -606,6 +606,7 @@ pub(crate) fn mem_of<'a>(memh: &'a MemHandle, md_name: &str) -> Result<&'a RcMem
 
 impl Transport for RcVerbs {
     const NAME: &'static str = "rc_verbs";
+    const ROLES: TlRoles = TlRoles::NEEDS_WIREUP_HELPER;
     type Md = RcVerbsMd;
     type Iface = RcVerbsIface;
     type Ep = RcVerbsEp;

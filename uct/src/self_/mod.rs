@@ -18,7 +18,7 @@ pub use ep::SelfEp;
 pub use iface::{SelfIface, DEVICE_NAME, MAX_AM_HDR, MAX_IOV, RX_RING_LEN, SEG_SIZE};
 pub use md::SelfMd;
 
-use crate::caps::DeviceType;
+use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
 use crate::registry::{DeviceInfo, Transport};
 use ucs::{Error, Result};
@@ -32,6 +32,7 @@ pub struct SelfTransport;
 
 impl Transport for SelfTransport {
     const NAME: &'static str = TL_NAME;
+    const ROLES: TlRoles = TlRoles::empty();
     type Md = SelfMd;
     type Iface = SelfIface;
     type Ep = SelfEp;

@@ -100,7 +100,7 @@ pub use iface::TcpIface;
 pub use md::TcpMd;
 pub use tag::TagCanceler;
 
-use crate::caps::DeviceType;
+use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
 use crate::registry::{DeviceInfo, Transport};
 use std::net::Ipv4Addr;
@@ -447,6 +447,7 @@ impl EpAddr {
 
 impl Transport for TcpTransport {
     const NAME: &'static str = "tcp";
+    const ROLES: TlRoles = TlRoles::WIREUP_HELPER;
     type Md = TcpMd;
     type Iface = TcpIface;
     type Ep = TcpEp;
