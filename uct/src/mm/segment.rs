@@ -5,6 +5,10 @@
 //! - posix: a memfd (never visible in /dev/shm); peers open `/proc/<pid>/fd/<fd>`.
 //! - sysv: `shmget(IPC_PRIVATE, 0600)` + `shmat` + `IPC_RMID` straight away; Linux lets peers
 //!   `shmat` a removed segment while someone still has it attached.
+//!
+//! A posix segment is mapped with `memmap2` (`MmapRaw`: a shared read-write mapping of the
+//! whole memfd, unmapped on drop; raw, because the peer writes it concurrently); a sysv one is
+//! attached and detached with `shmat`/`shmdt`, which `memmap2` does not cover.
 
 use super::wire::{SegKind, SegRef};
 use std::ffi::CString;
@@ -23,6 +27,8 @@ pub struct Segment {
     base: NonNull<u8>,
     len: usize,
     seg: SegRef,
+    /// The mapping of a posix segment (unmapped on drop); `None` for sysv (detached on drop).
+    _map: Option<memmap2::MmapRaw>,
     /// The memfd (posix creator only): peers reach the segment through it.
     _fd: Option<OwnedFd>,
     /// Inode of an attached posix segment (0 otherwise): tells it from a later segment that
@@ -80,9 +86,10 @@ impl Segment {
                 std::io::Error::last_os_error()
             )));
         }
-        let base = map_fd(&fd, len, "mmap of a new posix segment")?;
+        let map = map_fd(&fd, len, "mmap of a new posix segment")?;
         Ok(Segment {
-            base,
+            base: map_base(&map),
+            _map: Some(map),
             len,
             seg: SegRef {
                 kind: SegKind::Posix,
@@ -115,6 +122,7 @@ impl Segment {
         }
         Ok(Segment {
             base: NonNull::new(p as *mut u8).expect("shmat succeeded"),
+            _map: None,
             len,
             seg: SegRef {
                 kind: SegKind::Sysv,
@@ -200,9 +208,10 @@ impl Segment {
                 "posix segment {path} is smaller than the {len} bytes announced"
             )));
         }
-        let base = map_fd(&fd, len, "mmap of a peer's posix segment")?;
+        let map = map_fd(&fd, len, "mmap of a peer's posix segment")?;
         Ok(Segment {
-            base,
+            base: map_base(&map),
+            _map: Some(map),
             len,
             seg,
             _fd: None,
@@ -238,6 +247,7 @@ impl Segment {
         }
         Ok(Segment {
             base: NonNull::new(p as *mut u8).expect("shmat succeeded"),
+            _map: None,
             len,
             seg,
             _fd: None,
@@ -301,35 +311,26 @@ fn posix_fd(id: u64) -> u32 {
     id as u32
 }
 
-fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<NonNull<u8>> {
-    // SAFETY: FFI; a fresh shared mapping of our descriptor at a kernel-chosen address.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::last_os(what));
-    }
-    Ok(NonNull::new(p as *mut u8).expect("mmap succeeded"))
+/// Maps `len` bytes of a memfd shared and read-write (`mmap(MAP_SHARED)` at a kernel-chosen
+/// address, as `memmap2` does it).
+fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<memmap2::MmapRaw> {
+    memmap2::MmapOptions::new()
+        .len(len)
+        .map_raw(fd)
+        .map_err(|e| Error::io(what, e))
+}
+
+fn map_base(map: &memmap2::MmapRaw) -> NonNull<u8> {
+    NonNull::new(map.as_mut_ptr()).expect("a successful mmap is not at address 0")
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        match self.seg.kind {
-            // SAFETY: we own this mapping; nobody uses it after drop (holders keep the Segment).
-            SegKind::Posix => unsafe {
-                libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len);
-            },
-            // SAFETY: as above, for a sysv attachment.
-            SegKind::Sysv => unsafe {
-                libc::shmdt(self.base.as_ptr() as *const libc::c_void);
-            },
+        // A posix mapping is unmapped when `_map` drops.
+        if self.seg.kind == SegKind::Sysv {
+            // SAFETY: we own this attachment; nobody uses it after drop (holders keep the
+            // Segment).
+            unsafe { libc::shmdt(self.base.as_ptr() as *const libc::c_void) };
         }
     }
 }
