@@ -30,11 +30,14 @@
 //!   an endpoint waits for credits with requests pending, `event_arm` gives `Busy` (poll
 //!   instead of sleeping).
 
+mod ep;
 pub mod ffi;
 mod iface;
+mod state;
 pub mod wire;
 
-pub use iface::{RcVerbsEp, RcVerbsIface};
+pub use ep::RcVerbsEp;
+pub use iface::RcVerbsIface;
 
 use crate::caps::{DeviceType, MdAttr, MdFlags, TlRoles};
 use crate::md::{MemHandle, MemoryDomain, RemoteKey};

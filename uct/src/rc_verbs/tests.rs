@@ -1,8 +1,8 @@
 //! rc_verbs tests. Those needing a device print a note and return when none exists (as on a
 //! host without RDMA); `tests/rdma-vm/ci.sh` runs them for real on Soft-RoCE inside a VM.
 
-use super::iface::{RcVerbsEp, RcVerbsIface};
 use super::*;
+use super::{RcVerbsEp, RcVerbsIface};
 use crate::{AtomicOp, Endpoint, EpId, EventFlags, EventSink, Iface, IfaceFlags, Iov};
 use crate::{CompletionId, PendingId};
 use std::ptr::NonNull;

@@ -1,0 +1,522 @@
+//! The shared-memory endpoint: claims elements of the peer's FIFO and fills them (active
+//! messages), and reads and writes mapped remote memory directly (put, get, atomics).
+
+use super::*;
+
+/// An endpoint to a peer's FIFO.
+pub struct MmEp {
+    pub(in crate::mm) fifo: FifoPtrs,
+    /// Our pid, stamped into claimed elements.
+    pub(in crate::mm) pid: u32,
+    pub(in crate::mm) cached_tail: u64,
+    pub(in crate::mm) shared: Rc<EpShared>,
+    pub(in crate::mm) common: Rc<Common>,
+    pub(in crate::mm) sock: Rc<OwnedFd>,
+    pub(in crate::mm) wake_addr: libc::sockaddr_un,
+    pub(in crate::mm) wake_len: libc::socklen_t,
+    /// put_bcopy packs here when the remote range is shorter than max_bcopy.
+    pub(in crate::mm) bounce: Box<[u8]>,
+}
+
+/// Publishes a claimed element as "skip" if the sender unwinds before publishing it, so the
+/// receiver never stalls on a hole.
+struct ClaimGuard<'a> {
+    fifo: &'a FifoPtrs,
+    pos: u64,
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the position was claimed by this sender and is not published yet.
+        unsafe { self.fifo.publish(self.pos, 0, fifo::KIND_SKIP, 0) };
+    }
+}
+
+impl MmEp {
+    /// This endpoint's id.
+    pub(in crate::mm) fn shared_id(&self) -> EpId {
+        self.shared.id
+    }
+
+    /// Whether the peer process said the kernel lets it trace us, so it can read our ordinary
+    /// memory with cma ([`crate::grant::peer_may_trace_us`], remembered once true).
+    pub(in crate::mm) fn peer_reads_us(&self) -> bool {
+        if !self.shared.peer_reads_us.get() && crate::grant::peer_may_trace_us(self.shared.peer_pid)
+        {
+            self.shared.peer_reads_us.set(true);
+        }
+        self.shared.peer_reads_us.get()
+    }
+
+    #[inline(always)]
+    pub(in crate::mm) fn check_alive(&self) -> Result<()> {
+        if self.shared.failed.get() {
+            return Err(self.shared.peer_error());
+        }
+        Ok(())
+    }
+
+    /// The FIFO is full: a dead peer is an error, otherwise back-pressure.
+    #[cold]
+    fn no_resource<T>(&self) -> Result<Outcome<T>> {
+        if self.shared.peer.exited() {
+            self.mark_failed();
+            return Err(self.shared.peer_error());
+        }
+        Ok(Outcome::NoResource)
+    }
+
+    fn mark_failed(&self) {
+        self.shared.mark_failed(&self.common);
+    }
+
+    #[cold]
+    fn wake(&self) {
+        let b = 0u8;
+        // SAFETY: FFI with a valid one-byte buffer and a valid address; a full socket (EAGAIN)
+        // already wakes the receiver, and a gone receiver is detected by the peer watch.
+        unsafe {
+            libc::sendto(
+                self.sock.as_raw_fd(),
+                &b as *const u8 as *const libc::c_void,
+                1,
+                libc::MSG_DONTWAIT,
+                &self.wake_addr as *const _ as *const libc::sockaddr,
+                self.wake_len,
+            );
+        }
+    }
+
+    /// Claims an element, lets `fill` write the payload into (inline area, buffer area) and
+    /// give (kind, length), then publishes it.
+    #[inline(always)]
+    pub(in crate::mm) fn send<T>(
+        &mut self,
+        am_id: u8,
+        fill: impl FnOnce(*mut u8, *mut u8) -> Result<(u8, usize, T)>,
+    ) -> Result<Outcome<T>> {
+        self.check_alive()?;
+        let Some(c) = self.fifo.claim(&mut self.cached_tail) else {
+            return self.no_resource();
+        };
+        let guard = ClaimGuard {
+            fifo: &self.fifo,
+            pos: c.pos,
+        };
+        self.fifo.stamp(c.pos, self.pid);
+        let r = fill(self.fifo.inline_area(c.pos), self.fifo.buf_area(c.pos));
+        std::mem::forget(guard);
+        let out = match r {
+            Ok((kind, len, v)) => {
+                // SAFETY: claimed above, not yet published.
+                unsafe { self.fifo.publish(c.pos, am_id, kind, len as u32) };
+                Ok(Outcome::Done(v))
+            }
+            Err(e) => {
+                // SAFETY: as above; the element is skipped by the receiver.
+                unsafe { self.fifo.publish(c.pos, 0, fifo::KIND_SKIP, 0) };
+                Err(e)
+            }
+        };
+        if c.wake {
+            self.wake();
+        }
+        out
+    }
+
+    fn rma_ptr(&self, rkey: &RemoteKey, remote_addr: u64, len: usize) -> Result<*mut u8> {
+        self.check_alive()?;
+        rkey.local_ptr(remote_addr, len).map_err(|e| match e {
+            Error::Unsupported(_) => Error::RemoteAccess(
+                "the remote key is not mapped: unpack it with the posix/sysv memory domain".into(),
+            ),
+            e => e,
+        })
+    }
+
+    fn atomic_ptr<T>(&self, rkey: &RemoteKey, remote_addr: u64) -> Result<*mut T> {
+        let size = std::mem::size_of::<T>();
+        let p = self.rma_ptr(rkey, remote_addr, size)?;
+        if !(p as usize).is_multiple_of(size) {
+            return Err(Error::RemoteAccess(format!(
+                "{size}-byte atomic at {remote_addr:#x} is not aligned"
+            )));
+        }
+        Ok(p as *mut T)
+    }
+}
+
+/// Copies `src` to `dst`. A piece of 8 to 16 bytes (a ucp header, a worker uuid, a small
+/// payload) takes two overlapping unaligned 8-byte moves instead of a `memcpy` call.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` bytes of writes and must not overlap `src`.
+#[inline(always)]
+unsafe fn copy_piece(dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    let s = src.as_ptr();
+    if (8..=16).contains(&n) {
+        // SAFETY: both 8-byte windows (at 0 and at n - 8) lie inside the n >= 8 bytes of `src`
+        // and of `dst` (the caller's contract); unaligned reads and writes are used.
+        unsafe {
+            let head = (s as *const u64).read_unaligned();
+            let tail = (s.add(n - 8) as *const u64).read_unaligned();
+            (dst as *mut u64).write_unaligned(head);
+            (dst.add(n - 8) as *mut u64).write_unaligned(tail);
+        }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(s, dst, n) };
+    }
+}
+
+impl Endpoint for MmEp {
+    fn id(&self) -> EpId {
+        self.shared.id
+    }
+
+    #[inline]
+    fn am_short(&mut self, id: u8, header: u64, payload: &[u8]) -> Result<Outcome> {
+        check_am_id(id)?;
+        let len = 8 + payload.len();
+        check_len(len, INLINE_MAX)?;
+        self.send(id, |inl, _| {
+            // SAFETY: the inline area of a claimed element holds INLINE_MAX >= len bytes.
+            unsafe {
+                (inl as *mut [u8; 8]).write_unaligned(header.to_le_bytes());
+                std::ptr::copy_nonoverlapping(payload.as_ptr(), inl.add(8), payload.len());
+            }
+            Ok((fifo::KIND_INLINE, len, ()))
+        })
+    }
+
+    fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
+        check_am_id(id)?;
+        let len: usize = iov.iter().map(|b| b.len()).sum();
+        check_len(len, INLINE_MAX)?;
+        self.send(id, |inl, _| {
+            let mut at = 0;
+            for b in iov {
+                // SAFETY: the total fits INLINE_MAX bytes of the claimed element, which the
+                // caller's slices cannot overlap (it is shared memory only we write now).
+                unsafe { copy_piece(inl.add(at), b) };
+                at += b.len();
+            }
+            Ok((fifo::KIND_INLINE, len, ()))
+        })
+    }
+
+    #[inline]
+    fn am_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        id: u8,
+        pack: F,
+    ) -> Result<Outcome<usize>> {
+        check_am_id(id)?;
+        self.send(id, |_, buf| {
+            // SAFETY: the claimed element's buffer is BUF_SIZE bytes that only this sender
+            // touches until it publishes.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_SIZE) };
+            let len = pack(dst);
+            check_len(len, BUF_SIZE)?;
+            Ok((fifo::KIND_BUF, len, len))
+        })
+    }
+
+    fn am_zcopy(
+        &mut self,
+        id: u8,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        check_am_id(id)?;
+        check_len(header.len(), AM_MAX_HDR)?;
+        let total = check_iov(iov, BUF_SIZE - AM_MAX_HDR)?;
+        self.send(id, |_, buf| {
+            // SAFETY: header + total <= BUF_SIZE bytes of the claimed buffer; every iov piece
+            // was bounds-checked against its registered region when it was made.
+            unsafe {
+                std::ptr::copy_nonoverlapping(header.as_ptr(), buf, header.len());
+                let mut at = header.len();
+                for v in iov {
+                    std::ptr::copy_nonoverlapping(v.ptr(), buf.add(at), v.len());
+                    at += v.len();
+                }
+            }
+            Ok((fifo::KIND_BUF, header.len() + total, ()))
+        })
+    }
+
+    fn put_short(&mut self, data: &[u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
+        check_len(data.len(), RMA_MAX_SHORT)?;
+        let p = self.rma_ptr(rkey, remote_addr, data.len())?;
+        // SAFETY: bounds-checked destination inside the peer's mapped region.
+        unsafe { std::ptr::copy(data.as_ptr(), p, data.len()) };
+        Ok(Outcome::DONE)
+    }
+
+    fn put_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        pack: F,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome<usize>> {
+        let room = rkey
+            .remote_base
+            .saturating_add(rkey.len)
+            .saturating_sub(remote_addr)
+            .min(RMA_MAX_BCOPY as u64) as usize;
+        let p = self.rma_ptr(rkey, remote_addr, room)?;
+        if room == RMA_MAX_BCOPY {
+            // Pack straight into the peer's memory: max_bcopy bytes fit the region.
+            // SAFETY: `room` bytes at p are inside the mapped region (checked just above).
+            let dst = unsafe { std::slice::from_raw_parts_mut(p, room) };
+            let len = pack(dst);
+            check_len(len, RMA_MAX_BCOPY)?;
+            return Ok(Outcome::Done(len));
+        }
+        // Near the end of the region: pack into the endpoint's bounce buffer, so a pack that
+        // runs past the region changes nothing there.
+        let len = pack(&mut self.bounce[..]);
+        check_len(len, RMA_MAX_BCOPY)?;
+        if len > room {
+            return Err(Error::RemoteAccess(format!(
+                "put_bcopy of {len} bytes at {remote_addr:#x} runs past the remote region \
+                 {:#x}+{}",
+                rkey.remote_base, rkey.len
+            )));
+        }
+        // SAFETY: len <= room bytes at p are inside the mapped region.
+        unsafe { std::ptr::copy_nonoverlapping(self.bounce.as_ptr(), p, len) };
+        Ok(Outcome::Done(len))
+    }
+
+    fn put_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        let total = check_iov(iov, RMA_MAX_ZCOPY)?;
+        let p = self.rma_ptr(rkey, remote_addr, total)?;
+        let mut at = 0;
+        for v in iov {
+            // SAFETY: the destination range was bounds-checked for the total; sources are
+            // registered ranges checked when the Iov was made.
+            unsafe { std::ptr::copy(v.ptr(), p.add(at), v.len()) };
+            at += v.len();
+        }
+        Ok(Outcome::DONE)
+    }
+
+    fn get_short(&mut self, buf: &mut [u8], remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
+        check_len(buf.len(), RMA_MAX_SHORT)?;
+        let p = self.rma_ptr(rkey, remote_addr, buf.len())?;
+        // SAFETY: bounds-checked source inside the peer's mapped region.
+        unsafe { std::ptr::copy(p, buf.as_mut_ptr(), buf.len()) };
+        Ok(Outcome::DONE)
+    }
+
+    fn get_bcopy(
+        &mut self,
+        len: usize,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+        unpack: &mut dyn FnMut(&[u8]),
+    ) -> Result<Outcome> {
+        check_len(len, RMA_MAX_BCOPY)?;
+        let p = self.rma_ptr(rkey, remote_addr, len)?;
+        // SAFETY: bounds-checked range of the peer's mapped region, read during this call.
+        unpack(unsafe { std::slice::from_raw_parts(p, len) });
+        Ok(Outcome::DONE)
+    }
+
+    fn get_zcopy(
+        &mut self,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        let total = check_iov(iov, RMA_MAX_ZCOPY)?;
+        let p = self.rma_ptr(rkey, remote_addr, total)?;
+        let mut at = 0;
+        for v in iov {
+            // SAFETY: bounds-checked source; registered destinations.
+            unsafe { std::ptr::copy(p.add(at), v.ptr(), v.len()) };
+            at += v.len();
+        }
+        Ok(Outcome::DONE)
+    }
+
+    fn atomic32_post(
+        &mut self,
+        op: AtomicOp,
+        value: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        reject_post_swap(op)?;
+        let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        unsafe { cpu_atomic::fetch32(p.cast(), op, value) };
+        Ok(Outcome::DONE)
+    }
+    fn atomic64_post(
+        &mut self,
+        op: AtomicOp,
+        value: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        reject_post_swap(op)?;
+        let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        unsafe { cpu_atomic::fetch64(p.cast(), op, value) };
+        Ok(Outcome::DONE)
+    }
+    fn atomic32_fetch(
+        &mut self,
+        op: AtomicOp,
+        value: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u32>> {
+        let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::fetch32(p.cast(), op, value)
+        }))
+    }
+    fn atomic64_fetch(
+        &mut self,
+        op: AtomicOp,
+        value: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::fetch64(p.cast(), op, value)
+        }))
+    }
+    fn atomic_cswap32(
+        &mut self,
+        compare: u32,
+        swap: u32,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u32>> {
+        let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::cswap32(p.cast(), compare, swap)
+        }))
+    }
+    fn atomic_cswap64(
+        &mut self,
+        compare: u64,
+        swap: u64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        _comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
+        // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::cswap64(p.cast(), compare, swap)
+        }))
+    }
+
+    fn tag_eager_short(&mut self, tag: u64, data: &[u8]) -> Result<Outcome> {
+        self.tag_short(tag, data)
+    }
+    fn tag_eager_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        pack: F,
+    ) -> Result<Outcome<usize>> {
+        self.tag_bcopy(tag, imm, pack)
+    }
+    fn tag_eager_zcopy(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        iov: &[Iov<'_>],
+        _comp: CompletionId,
+    ) -> Result<Outcome> {
+        self.tag_zcopy(tag, imm, iov)
+    }
+    fn tag_rndv_zcopy(
+        &mut self,
+        tag: u64,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        self.tag_rndv(tag, header, iov, comp)
+    }
+    fn tag_rndv_cancel(&mut self, op: u64) -> Result<()> {
+        self.tag_rndv_cancel_op(op)
+    }
+    fn tag_rndv_request(&mut self, tag: u64, header: &[u8]) -> Result<Outcome> {
+        self.tag_rndv_req(tag, header)
+    }
+
+    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
+        self.check_alive()?;
+        if self.shared.pending.borrow().is_empty() {
+            Ok(Outcome::DONE)
+        } else {
+            Ok(Outcome::NoResource)
+        }
+    }
+
+    fn fence(&mut self) -> Result<()> {
+        // Stores to shared memory become visible in program order (publish is a Release store).
+        std::sync::atomic::fence(Ordering::Release);
+        Ok(())
+    }
+
+    fn pending_add(&mut self, req: PendingId) -> Result<()> {
+        self.check_alive()?;
+        if self.shared.pending.borrow().is_empty() && self.fifo.has_space(&mut self.cached_tail) {
+            return Err(Error::Busy("the peer's FIFO has room: retry now".into()));
+        }
+        self.shared.pending.borrow_mut().push_back(req);
+        self.common
+            .pending_total
+            .set(self.common.pending_total.get() + 1);
+        Ok(())
+    }
+
+    fn pending_purge(&mut self, f: &mut dyn FnMut(PendingId)) {
+        let drained: Vec<PendingId> = self.shared.pending.borrow_mut().drain(..).collect();
+        self.common
+            .pending_total
+            .set(self.common.pending_total.get() - drained.len());
+        for r in drained {
+            f(r);
+        }
+    }
+}
+
+impl Drop for MmEp {
+    fn drop(&mut self) {
+        let n = self.shared.pending.borrow().len();
+        self.common
+            .pending_total
+            .set(self.common.pending_total.get() - n);
+        if self.shared.failed.get() && !self.shared.reported.get() {
+            self.common.unreported.set(self.common.unreported.get() - 1);
+        }
+    }
+}

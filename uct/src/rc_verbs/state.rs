@@ -1,0 +1,401 @@
+//! rc_verbs state an interface shares with its endpoints: the bounce buffers, each endpoint's
+//! queue pair, receive buffers, credits and outstanding send operations, and what a send
+//! completion owes (buffer release, completion, fetched data).
+
+use super::ffi::{self, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc, CompChannel, Cq, Mr, Qp};
+use super::wire::EpAddr;
+use super::{DevPort, RcConfig};
+use crate::ep::{CompletionId, EpId, PendingId};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use ucs::{Error, Result};
+
+/// Work completions polled at once.
+pub(super) const POLL_BATCH: usize = 16;
+/// Largest user header of `am_zcopy`.
+pub(super) const MAX_AM_HDR: usize = 128;
+/// Scatter/gather entries requested per send work request.
+pub(super) const MAX_SEND_SGE: u32 = 8;
+
+/// Registered memory owned by the interface or an endpoint (mapping dropped after the MR).
+pub(super) struct RegMem {
+    pub(super) mr: Mr,
+    pub(super) map: memmap2::MmapMut,
+}
+
+impl RegMem {
+    pub(super) fn new(dev: &DevPort, len: usize, access: i32, what: &str) -> Result<RegMem> {
+        let mut map = memmap2::MmapMut::map_anon(len)
+            .map_err(|e| Error::NoMemory(format!("{what}: mmap of {len} bytes: {e}")))?;
+        // SAFETY: the mapping lives in the same struct and is dropped after the MR.
+        let mr = unsafe { Mr::register(&dev.pd, map.as_mut_ptr(), len, access) }
+            .map_err(|e| Error::NoMemory(format!("{what}: ibv_reg_mr of {len} bytes: {e}")))?;
+        Ok(RegMem { mr, map })
+    }
+    #[inline]
+    pub(super) fn base(&self) -> *mut u8 {
+        self.map.as_ptr() as *mut u8
+    }
+}
+
+/// What a posted send work request owes when it completes.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum TxKind {
+    /// Nothing (inline data, credit update).
+    Plain,
+    /// Free a bounce buffer.
+    Buf(u32),
+    /// Report a completion.
+    Comp(CompletionId),
+    /// Free a bounce buffer and report a completion.
+    BufComp(u32, CompletionId),
+    /// `get_bcopy`: deliver `len` bytes of the buffer, free it, report the completion.
+    Get(u32, u32, CompletionId),
+    /// Fetching atomic: read the old value from the buffer, free it, report it.
+    Fetch(u32, CompletionId),
+    /// Endpoint flush marker (no work request of its own when `wqe` is false).
+    Flush(CompletionId),
+    /// Interface flush marker: one of the endpoints an interface flush waits for.
+    IfaceFlush(u32),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TxOp {
+    pub(super) seq: u32,
+    /// Whether this entry took a send-queue slot.
+    pub(super) wqe: bool,
+    pub(super) kind: TxKind,
+}
+
+/// Receive side of an endpoint: buffers, kept alive across a delivery by an `Rc`.
+pub(super) struct RxMem {
+    pub(super) mem: RegMem,
+}
+
+pub(super) struct EpState {
+    pub(super) gen: u16,
+    /// Dropped first: destroying the QP stops every access to the memory below.
+    pub(super) qp: Qp,
+    pub(super) rx: Rc<RxMem>,
+    /// Word 0: reposted-receive count the peer writes here; word 1: ours, the source we write.
+    pub(super) credit: RegMem,
+    pub(super) psn: u32,
+    pub(super) remote: Option<EpAddr>,
+    pub(super) failed: Option<Error>,
+    pub(super) error_reported: bool,
+    pub(super) sq_avail: u32,
+    pub(super) next_seq: u32,
+    pub(super) unsignaled: u32,
+    pub(super) last_wqe_signaled: bool,
+    pub(super) ops: VecDeque<TxOp>,
+    pub(super) fence: bool,
+    pub(super) am_sent: u64,
+    pub(super) rx_reposted: u64,
+    pub(super) rx_reported: u64,
+    pub(super) pending: VecDeque<PendingId>,
+}
+
+impl EpState {
+    #[inline]
+    pub(super) fn peer_reposted(&self) -> u64 {
+        // SAFETY: word 0 of the registered credit page; the peer's NIC writes it, so read it
+        // volatile. It is 8-byte aligned (page start).
+        unsafe { std::ptr::read_volatile(self.credit.base().cast::<u64>()) }
+    }
+    #[inline]
+    pub(super) fn am_credits(&self) -> u64 {
+        let peer = self.remote.map_or(0, |r| r.rx_credits as u64);
+        (peer + self.peer_reposted()).saturating_sub(self.am_sent)
+    }
+    #[inline]
+    pub(super) fn status(&self) -> Result<()> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.remote.is_none() {
+            return Err(Error::InvalidParam(
+                "rc_verbs endpoint is not connected yet (call connect_to_ep)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(super) struct FlushWait {
+    pub(super) comp: CompletionId,
+    pub(super) remaining: u32,
+}
+
+pub(super) struct Inner {
+    pub(super) dev: Arc<DevPort>,
+    pub(super) md_name: &'static str,
+    pub(super) cfg: RcConfig,
+    /// Dropped after every endpoint QP (eps hold no CQ reference, the iface drops eps first).
+    pub(super) eps: slab::Slab<EpState>,
+    pub(super) next_gen: u16,
+    pub(super) tx: RegMem,
+    pub(super) tx_free: Vec<u32>,
+    pub(super) max_inline: u32,
+    pub(super) max_send_sge: u32,
+    pub(super) max_eps: usize,
+    pub(super) flush_waits: slab::Slab<FlushWait>,
+    pub(super) stash_send: Vec<ibv_wc>,
+    pub(super) stash_recv: Vec<ibv_wc>,
+    pub(super) scratch: Vec<usize>,
+    pub(super) recv_cq: Cq,
+    pub(super) send_cq: Cq,
+    pub(super) channel: Arc<CompChannel>,
+}
+
+#[inline]
+pub(super) fn wr_id(key: usize, gen: u16, low: u32) -> u64 {
+    ((key as u64) << 48) | ((gen as u64) << 32) | low as u64
+}
+pub(super) fn split_wr_id(id: u64) -> (usize, u16, u32) {
+    ((id >> 48) as usize, (id >> 32) as u16, id as u32)
+}
+#[inline]
+pub(super) fn ep_id(key: usize, gen: u16) -> EpId {
+    EpId(((gen as u32) << 16) | key as u32)
+}
+
+/// Maps a failed work completion to an error.
+pub(super) fn wc_error(status: i32, what: &str) -> Error {
+    let text = format!("{what}: {}", ffi::wc_status_str(status));
+    match status {
+        ffi::IBV_WC_REM_ACCESS_ERR | ffi::IBV_WC_LOC_PROT_ERR => Error::RemoteAccess(text),
+        ffi::IBV_WC_RETRY_EXC_ERR | ffi::IBV_WC_RNR_RETRY_EXC_ERR => Error::PeerFailure(text),
+        ffi::IBV_WC_WR_FLUSH_ERR => Error::ConnectionReset(text),
+        _ => Error::PeerFailure(text),
+    }
+}
+
+impl Inner {
+    #[inline]
+    pub(super) fn ep(&mut self, key: usize, gen: u16) -> Option<&mut EpState> {
+        self.eps.get_mut(key).filter(|e| e.gen == gen)
+    }
+
+    #[inline]
+    pub(super) fn tx_buf(&self, idx: u32) -> *mut u8 {
+        self.tx
+            .base()
+            .wrapping_add(idx as usize * self.cfg.seg_size)
+    }
+
+    /// Posts a send work request on `key`, recording what its completion owes.
+    /// `needs_comp` forces a signaled request.
+    #[inline]
+    pub(super) fn post(
+        &mut self,
+        key: usize,
+        wr: &mut ibv_send_wr,
+        kind: TxKind,
+        needs_comp: bool,
+    ) -> Result<()> {
+        let moderation = self.cfg.moderation;
+        let ep = &mut self.eps[key];
+        let seq = ep.next_seq;
+        let signaled = needs_comp || ep.unsignaled + 1 >= moderation || ep.sq_avail <= 1;
+        wr.wr_id = wr_id(key, ep.gen, seq);
+        if signaled {
+            wr.send_flags |= ffi::IBV_SEND_SIGNALED;
+        }
+        if ep.fence {
+            wr.send_flags |= ffi::IBV_SEND_FENCE;
+        }
+        // SAFETY: every sge points at registered memory that stays valid until completion:
+        // bounce buffers are freed only when their op completes; user memory is kept alive by
+        // the caller per the zcopy contract; inline data is copied during the call.
+        unsafe { ep.qp.post_send(wr) }.map_err(|e| {
+            Error::io(
+                "ibv_post_send on an rc_verbs endpoint",
+                std::io::Error::from_raw_os_error(e),
+            )
+        })?;
+        ep.fence = false;
+        ep.next_seq = seq.wrapping_add(1);
+        ep.sq_avail -= 1;
+        ep.last_wqe_signaled = signaled;
+        ep.unsignaled = if signaled { 0 } else { ep.unsignaled + 1 };
+        ep.ops.push_back(TxOp {
+            seq,
+            wqe: true,
+            kind,
+        });
+        Ok(())
+    }
+
+    /// Reposts receive buffer `slot` of endpoint `key`.
+    pub(super) fn post_recv(&mut self, key: usize, slot: u32) -> Result<()> {
+        let seg = self.cfg.seg_size;
+        let ep = &mut self.eps[key];
+        let mut sge = ibv_sge {
+            addr: ep.rx.mem.base() as u64 + (slot as usize * seg) as u64,
+            length: seg as u32,
+            lkey: ep.rx.mem.mr.lkey(),
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: wr_id(key, ep.gen, slot),
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        // SAFETY: the buffer belongs to the endpoint's registered receive region, which lives
+        // until the QP is destroyed (the QP is dropped first).
+        unsafe { ep.qp.post_recv(&mut wr) }.map_err(|e| {
+            Error::io(
+                "ibv_post_recv on an rc_verbs endpoint",
+                std::io::Error::from_raw_os_error(e),
+            )
+        })
+    }
+
+    /// Writes our reposted-receive count into the peer's credit word when enough accumulated.
+    pub(super) fn maybe_send_credits(&mut self, key: usize, force: bool) {
+        let ep = &mut self.eps[key];
+        let Some(remote) = ep.remote else { return };
+        let unreported = ep.rx_reposted - ep.rx_reported;
+        let threshold = (self.cfg.rx_queue_len as u64 / 4).max(1);
+        if ep.failed.is_some() || unreported == 0 || (!force && unreported < threshold) {
+            return;
+        }
+        if ep.sq_avail == 0 {
+            return; // retried from progress when the send queue drains
+        }
+        let src = ep.credit.base().wrapping_add(8).cast::<u64>();
+        // SAFETY: word 1 of our registered credit page, written only by us; the NIC reads it
+        // when it executes the write (any later value is also correct: counts only grow).
+        unsafe { std::ptr::write_volatile(src, ep.rx_reposted) };
+        let mut sge = ibv_sge {
+            addr: src as u64,
+            length: 8,
+            lkey: ep.credit.mr.lkey(),
+        };
+        let mut wr = ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: ffi::IBV_WR_RDMA_WRITE,
+            ..Default::default()
+        };
+        wr.set_rdma(remote.credit_addr, remote.credit_rkey);
+        let reposted = ep.rx_reposted;
+        if self.post(key, &mut wr, TxKind::Plain, false).is_ok() {
+            self.eps[key].rx_reported = reposted;
+        }
+    }
+
+    /// Resources for a new operation on `key`: none queued, a send slot, and (for AM) credits.
+    #[inline]
+    pub(super) fn check_send(&mut self, key: usize, am: bool) -> Result<bool> {
+        let ep = &self.eps[key];
+        ep.status()?;
+        Ok(ep.pending.is_empty() && ep.sq_avail > 0 && (!am || ep.am_credits() > 0))
+    }
+
+    #[inline]
+    pub(super) fn alloc_buf(&mut self) -> Option<u32> {
+        self.tx_free.pop()
+    }
+
+    /// Fails an endpoint: remembers the error (reported once by progress).
+    pub(super) fn fail_ep(&mut self, key: usize, err: Error) {
+        let ep = &mut self.eps[key];
+        if ep.failed.is_none() {
+            tracing::debug!(ep = key, %err, "rc_verbs endpoint failed");
+            ep.failed = Some(err);
+        }
+    }
+
+    /// Releases the resources of a completed op; gives what the sink must be told.
+    pub(super) fn retire(&mut self, key: usize, op: TxOp) -> Delivery {
+        if op.wqe {
+            self.eps[key].sq_avail += 1;
+        }
+        match op.kind {
+            TxKind::Plain => Delivery::None,
+            TxKind::Buf(b) => {
+                self.tx_free.push(b);
+                Delivery::None
+            }
+            TxKind::Comp(c) | TxKind::Flush(c) => Delivery::Comp(c, 0),
+            TxKind::BufComp(b, c) => {
+                self.tx_free.push(b);
+                Delivery::Comp(c, 0)
+            }
+            TxKind::Get(b, len, c) => Delivery::Get(b, len, c),
+            TxKind::Fetch(b, c) => {
+                // SAFETY: the 8-byte result slot of a bounce buffer the NIC has finished with.
+                let v = unsafe { std::ptr::read_unaligned(self.tx_buf(b).cast::<u64>()) };
+                self.tx_free.push(b);
+                Delivery::Comp(c, v)
+            }
+            TxKind::IfaceFlush(w) => self.iface_flush_done(w),
+        }
+    }
+
+    pub(super) fn iface_flush_done(&mut self, w: u32) -> Delivery {
+        let Some(wait) = self.flush_waits.get_mut(w as usize) else {
+            return Delivery::None;
+        };
+        wait.remaining -= 1;
+        if wait.remaining == 0 {
+            let comp = self.flush_waits.remove(w as usize).comp;
+            Delivery::Comp(comp, 0)
+        } else {
+            Delivery::None
+        }
+    }
+}
+
+pub(super) enum Delivery {
+    None,
+    Comp(CompletionId, u64),
+    Get(u32, u32, CompletionId),
+}
+
+/// Appends a flush marker to endpoint `k`: after its last work request when that one is
+/// signaled, else behind a new signaled 8-byte credit write.
+pub(super) fn ep_flush_marker(inner: &mut Inner, k: usize, kind: TxKind) -> Result<()> {
+    let ep = &mut inner.eps[k];
+    if ep.last_wqe_signaled {
+        let seq = ep.next_seq.wrapping_sub(1);
+        ep.ops.push_back(TxOp {
+            seq,
+            wqe: false,
+            kind,
+        });
+        return Ok(());
+    }
+    let remote = ep
+        .remote
+        .ok_or_else(|| Error::InvalidParam("rc_verbs endpoint is not connected yet".into()))?;
+    // A signaled 8-byte write of our credit count (always valid to repeat) rather than a
+    // zero-length write: rxe never retransmits nor times out a zero-length RDMA WRITE whose
+    // peer is gone, so the flush would hang instead of failing.
+    let src = ep.credit.base().wrapping_add(8).cast::<u64>();
+    // SAFETY: word 1 of our registered credit page, written only by us (see maybe_send_credits).
+    unsafe { std::ptr::write_volatile(src, ep.rx_reposted) };
+    let mut sge = ibv_sge {
+        addr: src as u64,
+        length: 8,
+        lkey: ep.credit.mr.lkey(),
+    };
+    let mut wr = ibv_send_wr {
+        sg_list: &mut sge,
+        num_sge: 1,
+        opcode: ffi::IBV_WR_RDMA_WRITE,
+        ..Default::default()
+    };
+    wr.set_rdma(remote.credit_addr, remote.credit_rkey);
+    let reposted = ep.rx_reposted;
+    tracing::trace!(
+        ep = k,
+        seq = ep.next_seq,
+        "rc_verbs flush: signaled credit write"
+    );
+    inner.post(k, &mut wr, kind, true)?;
+    inner.eps[k].rx_reported = reposted;
+    Ok(())
+}
