@@ -341,8 +341,8 @@ mod tests {
     use crate::caps::IfaceFlags;
 
     /// Every transport's declared roles agree with the connection flags its interfaces
-    /// announce, for every transport this machine can open (rc_verbs needs an RDMA device:
-    /// `tests/rdma-vm` runs this test there too).
+    /// announce, for every transport this machine can open. rc_verbs needs an RDMA device: run
+    /// the uct test binary with the filter `registry::tests` in `tests/rdma-vm/run.sh`.
     #[test]
     fn declared_roles_match_interface_flags() {
         let mut checked = Vec::new();
