@@ -5,7 +5,6 @@ use super::segment::Segment;
 use super::tag::{self, TagState};
 pub(crate) use super::watch::PeerWatch;
 use super::watch::{EpollEntry, EpollPeers};
-use ucs::async_ctx::{EventSet, Interest};
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
 use crate::caps::{
     AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
@@ -21,6 +20,7 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use ucs::async_ctx::{EventSet, Interest};
 use ucs::{Error, Outcome, Result};
 
 /// Largest user header of `am_zcopy`.
