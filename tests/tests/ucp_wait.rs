@@ -176,7 +176,9 @@ fn a_flush_close_without_acknowledgement_ends_at_its_deadline() {
     clock.advance(Duration::from_secs(1));
     a.progress();
     assert!(a.request_test(&close), "the deadline ended the close");
-    let c = a.request_take(close).ok().expect("finished");
+    let Ok(c) = a.request_take(close) else {
+        panic!("the close finished")
+    };
     assert_eq!(c.status, Ok(()));
     assert!(a.ep_status(ab).is_err());
 }
