@@ -54,14 +54,14 @@
 //!
 //! ## Progress and sleeping
 //! The progress thread runs queued commands, calls [`Worker::progress`] and hands finished
-//! requests to their waiters. When idle it spins briefly, then sleeps as
-//! [`Worker::wait_event`] does, on the worker's event set: the interfaces' event fds (armed) and
-//! the worker's [`Worker::waker`], which submitters signal when (and only when) the thread is
-//! asleep, so a busy worker takes no syscall per command. The sleep ends by the next timer
-//! (keepalive) at the latest. Create the context with [`Features::WAKEUP`](crate::Features::WAKEUP);
-//! without it the thread cannot sleep on the transports and polls them every millisecond when
-//! idle. Callers never call
-//! `progress` themselves; waiting on an [`MtRequest`] blocks on its condition variable.
+//! requests to their waiters. When idle it spins briefly, then sleeps as [`Worker::wait_event`]
+//! does, on the worker's event set: the interfaces' event fds (armed) and the worker's
+//! [`Worker::waker`], which submitters signal when (and only when) the thread is asleep, so a
+//! busy worker takes no syscall per command. The sleep ends by the next timer (keepalive) at the
+//! latest. Create the context with [`Features::WAKEUP`](crate::Features::WAKEUP); without it the
+//! thread cannot sleep on the transports and polls them every millisecond when idle. Callers
+//! never call `progress` themselves; waiting on an [`MtRequest`] blocks on its condition
+//! variable.
 //!
 //! ## Costs
 //! The single-thread [`Worker`] is untouched: no lock or atomic was added to its path. The
