@@ -54,12 +54,14 @@
 //!
 //! ## Progress and sleeping
 //! The progress thread runs queued commands, calls [`Worker::progress`] and hands finished
-//! requests to their waiters. When idle it spins briefly, then sleeps in `poll(2)` on the worker's
-//! event fd ([`Worker::efd`], after [`Worker::arm`]) and on an `eventfd` that submitters write
-//! when (and only when) the thread is asleep, so a busy worker takes no syscall per command.
-//! Create the context with [`Features::WAKEUP`](crate::Features::WAKEUP); without it the thread
-//! cannot sleep on the transports and polls them every millisecond when idle. Callers never call
-//! `progress` themselves; waiting on an [`MtRequest`] blocks on its condition variable.
+//! requests to their waiters. When idle it spins briefly, then sleeps as [`Worker::wait_event`]
+//! does, on the worker's event set: the interfaces' event fds (armed) and the worker's
+//! [`Worker::waker`], which submitters signal when (and only when) the thread is asleep, so a
+//! busy worker takes no syscall per command. The sleep ends by the next timer (keepalive) at the
+//! latest. Create the context with [`Features::WAKEUP`](crate::Features::WAKEUP); without it the
+//! thread cannot sleep on the transports and polls them every millisecond when idle. Callers
+//! never call `progress` themselves; waiting on an [`MtRequest`] blocks on its condition
+//! variable.
 //!
 //! ## Costs
 //! The single-thread [`Worker`] is untouched: no lock or atomic was added to its path. The
@@ -87,13 +89,11 @@ use crate::worker::{CloseMode, EpHandle, EpParams, Message, ProbeInfo, Worker};
 use crate::Context;
 use slot::{Reply, Slot};
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
+use ucs::async_ctx::Waker;
 use ucs::mpmc::MpmcQueue;
 use ucs::{Error, Result};
 
@@ -109,7 +109,7 @@ pub type MtErrHandler = Box<dyn FnMut(EpHandle, &Error) + Send>;
 const QUEUE_DEPTH: usize = 1024;
 /// Idle loops the progress thread spins before it sleeps.
 const IDLE_SPINS: u32 = 256;
-/// Longest sleep of the progress thread, so timers (keepalive) keep running.
+/// Longest sleep of the progress thread (the worker's timers end it sooner when due).
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// Sleep of the progress thread when the transports give no event fd.
 const POLL_SLEEP: Duration = Duration::from_millis(1);
@@ -179,8 +179,9 @@ struct Shared {
     alive: AtomicBool,
     /// Asks the progress thread to finish.
     stop: AtomicBool,
-    /// Written to wake the progress thread from `poll`.
-    wake: File,
+    /// The worker's waker, which ends the progress thread's sleep (set before `MtWorker::new`
+    /// returns).
+    wake: OnceLock<Arc<Waker>>,
     /// The progress thread, to refuse blocking calls made on it.
     thread: OnceLock<ThreadId>,
 }
@@ -191,9 +192,11 @@ impl Shared {
     }
 
     fn wake(&self) {
-        // An eventfd write only fails when the counter would overflow, which still leaves it
-        // readable: the wake-up is not lost.
-        let _ = (&self.wake).write(&1u64.to_ne_bytes());
+        if let Some(w) = self.wake.get() {
+            if let Err(e) = w.wake() {
+                tracing::error!("waking the MtWorker progress thread: {e}");
+            }
+        }
     }
 
     /// Queues a command; gives it back when the worker has stopped (or, from a handler on the
@@ -266,19 +269,6 @@ const _: () = {
     send_sync::<Completion>();
 };
 
-fn make_eventfd() -> Result<File> {
-    // SAFETY: plain FFI call with valid flags; the result is checked before use.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::io(
-            "eventfd for the MtWorker progress thread",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: `fd` was just created, is valid, and nothing else owns it.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
-
 impl MtWorker {
     /// Starts a progress thread and creates the worker on it (see [`Worker::new`]); gives the
     /// worker's creation error if it fails.
@@ -288,7 +278,7 @@ impl MtWorker {
             sleeping: AtomicBool::new(false),
             alive: AtomicBool::new(true),
             stop: AtomicBool::new(false),
-            wake: make_eventfd()?,
+            wake: OnceLock::new(),
             thread: OnceLock::new(),
         });
         let (tx, rx) = mpsc::sync_channel(1);
@@ -682,18 +672,27 @@ type Ready = mpsc::SyncSender<Result<(Vec<u8>, u64)>>;
 fn run(ctx: Context, shared: Arc<Shared>, ready: Ready) {
     let _guard = AliveGuard(shared.clone());
     let _ = shared.thread.set(std::thread::current().id());
-    let worker = match Worker::new(&ctx) {
+    let mut worker = match Worker::new(&ctx) {
         Ok(w) => w,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
-    let efd = worker.efd().ok();
-    let max_sleep = ctx
-        .config()
-        .keepalive_interval
-        .map_or(MAX_SLEEP, |k| k.min(MAX_SLEEP));
+    match worker.waker() {
+        Ok(w) => {
+            let _ = shared.wake.set(w);
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    }
+    let max_sleep = if worker.features().contains(crate::Features::WAKEUP) {
+        MAX_SLEEP
+    } else {
+        POLL_SLEEP
+    };
     let _ = ready.send(Ok((worker.address().to_vec(), worker.uuid())));
     drop(ready);
     let mut eng = Engine {
@@ -725,48 +724,25 @@ fn run(ctx: Context, shared: Arc<Shared>, ready: Ready) {
             std::thread::yield_now();
             continue;
         }
-        sleep(&shared, &mut eng, efd, max_sleep);
+        sleep(&shared, &mut eng, max_sleep);
     }
     // Requests still running end with `Canceled` as `eng.pending`'s replies drop; the worker is
     // dropped here, on the thread that created it.
     drop(eng);
 }
 
-/// Sleeps until a command arrives, the transports have events, or `max_sleep` passes.
-fn sleep(shared: &Shared, eng: &mut Engine, efd: Option<i32>, max_sleep: Duration) {
+/// Sleeps until a command arrives, the transports have events, a timer is due, or `max_sleep`
+/// passes.
+fn sleep(shared: &Shared, eng: &mut Engine, max_sleep: Duration) {
     shared.sleeping.store(true, Ordering::SeqCst);
     fence(Ordering::SeqCst);
     if shared.queue.is_empty() && !shared.stop.load(Ordering::SeqCst) {
-        let worker_fd = match efd {
-            Some(fd) if matches!(eng.worker.arm(), Ok(true)) => Some(fd),
-            Some(_) => None, // events already pending: do not sleep on them
-            None => None,
-        };
-        let armed_or_no_efd = worker_fd.is_some() || efd.is_none();
-        if armed_or_no_efd {
-            let timeout = if efd.is_some() { max_sleep } else { POLL_SLEEP };
-            let mut fds = [
-                libc::pollfd {
-                    fd: shared.wake.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: worker_fd.unwrap_or(-1),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            let n = if worker_fd.is_some() { 2 } else { 1 };
-            // SAFETY: `fds` is a valid array of at least `n` pollfds that outlives the call.
-            unsafe {
-                libc::poll(fds.as_mut_ptr(), n, timeout.as_millis().max(1) as i32);
-            }
+        if let Err(e) = eng.worker.sleep(Some(max_sleep)) {
+            tracing::warn!("MtWorker progress thread: sleeping failed ({e}); polling instead");
+            std::thread::sleep(POLL_SLEEP);
         }
     }
     shared.sleeping.store(false, Ordering::SeqCst);
-    let mut b = [0u8; 8];
-    let _ = (&shared.wake).read(&mut b);
 }
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 //!
 //! This module holds the [`Worker`] struct, its public types and its creation; the worker's
 //! machinery is split by job: `state` (the internal structures), `endpoint`, `request`,
-//! `progress` (polling and the event sink), `pending` (lane sends and back-pressure), `dispatch`
+//! `progress` (polling and the event sink), `wait` (sleeping), `timers`
+//! (keepalive, close deadlines), `pending` (lane sends and back-pressure), `dispatch`
 //! (incoming messages, routed to their protocol family), `flush`, `close` and `failure`
-//! (endpoint failure and keepalive). The protocol families live beside it, each with its wire
+//! (endpoint failure). The protocol families live beside it, each with its wire
 //! messages' handlers: `tag`, `rndv`, [`crate::rma`], `amo`, `am`, `stream` and
 //! [`crate::wireup`].
 //!
@@ -37,6 +38,8 @@ pub(crate) mod pending;
 pub(crate) mod progress;
 mod request;
 pub(crate) mod state;
+pub(crate) mod timers;
+mod wait;
 
 pub use crate::amo::AmoSize;
 pub use crate::tag::offload::{TmStats, TM_ENABLE, TM_THRESH};
@@ -48,12 +51,12 @@ use crate::tag::matcher::TagMatcher;
 use crate::worker::state::{IfaceInfo, State};
 use slab::Slab;
 use std::collections::HashMap;
-use std::os::fd::RawFd;
+use std::time::Duration;
 use ucs::time::{Clock, MonotonicClock};
 use ucs::{Error, Result};
 use uct::Iface as _;
+use uct::MdFlags;
 use uct::MemoryDomain as _;
-use uct::{AnyIface, MdFlags};
 
 /// An endpoint of a worker: a handle valid with the worker that created it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -141,8 +144,8 @@ pub type RequestCallback = Box<dyn FnOnce(Completion)>;
 /// One thread at a time: every method takes `&mut self` and no lock is taken on the data path.
 /// Its transports are thread-bound (it is not `Send`); for several threads use [`crate::MtWorker`].
 pub struct Worker {
-    pub(crate) ifaces: Vec<AnyIface>,
-    pub(crate) epfd: Option<RawFd>,
+    /// The interfaces (a slice by deref) and the event set the worker sleeps on.
+    pub(crate) ifaces: uct::Worker,
     pub(crate) st: State,
     /// Progress calls so far (wrapping): paces the polling of idle interfaces.
     pub(crate) tick: u32,
@@ -175,7 +178,7 @@ impl Worker {
     /// Creates a worker whose timers (keepalive) read `clock`; tests pass a
     /// [`ucs::time::ManualClock`].
     pub fn with_clock(ctx: &Context, clock: impl Clock + 'static) -> Result<Self> {
-        let mut ifaces = Vec::new();
+        let mut ifaces = uct::Worker::new();
         let mut mds = Vec::new();
         let mut info = Vec::new();
         let mut failures = Vec::new();
@@ -191,7 +194,7 @@ impl Worker {
                         ep_only: crate::wireup::connect_to_ep_only(iface.attr()),
                     });
                     mds.push(md);
-                    ifaces.push(iface);
+                    ifaces.add_iface(iface)?;
                 }
                 Err(e) => {
                     tracing::warn!(tl = r.tl_name, dev = %r.device.name, "cannot open: {e}");
@@ -220,14 +223,11 @@ impl Worker {
         let address = addr.to_bytes()?;
         let now = clock.now();
         let n_ifaces = ifaces.len();
-        let epfd = if ctx.features().contains(Features::WAKEUP) {
-            Some(make_epoll(&ifaces)?)
-        } else {
-            None
-        };
+        if ctx.features().contains(Features::WAKEUP) {
+            ifaces.watch_events()?;
+        }
         let mut w = Worker {
             ifaces,
-            epfd,
             st: State {
                 uuid,
                 cfg: ctx.config().clone(),
@@ -255,7 +255,8 @@ impl Worker {
                 scratch: Vec::new(),
                 rkey_scratch: Vec::new(),
                 now_cache: now,
-                next_timer: now,
+                timers: Default::default(),
+                next_timer: Duration::MAX,
                 malformed_unknown: 0,
                 stats: ProtoStats::default(),
                 am_handlers: HashMap::new(),
@@ -272,6 +273,7 @@ impl Worker {
             last_event: vec![0; n_ifaces],
             poll_all: true,
         };
+        w.st.start_keepalive()?;
         crate::tag::offload::TmState::init(&w.ifaces, &mut w.st)?;
         Ok(w)
     }
@@ -309,37 +311,4 @@ impl Worker {
     pub fn malformed_dropped(&self) -> u64 {
         self.st.malformed_unknown
     }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Some(fd) = self.epfd {
-            // SAFETY: we created this epoll fd and close it once.
-            unsafe { libc::close(fd) };
-        }
-    }
-}
-
-pub(crate) fn make_epoll(ifaces: &[AnyIface]) -> Result<RawFd> {
-    // SAFETY: plain syscall; the result is checked.
-    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if ep < 0 {
-        return Err(Error::last_os("epoll_create1 for the worker event fd"));
-    }
-    for (i, iface) in ifaces.iter().enumerate() {
-        if let Some(fd) = iface.event_fd() {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: i as u64,
-            };
-            // SAFETY: `ep` is our epoll fd; `fd` is the interface's live event fd.
-            if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-                let e = Error::last_os("adding an interface event fd to the worker epoll");
-                // SAFETY: closing the fd we just created.
-                unsafe { libc::close(ep) };
-                return Err(e);
-            }
-        }
-    }
-    Ok(ep)
 }

@@ -1,5 +1,5 @@
-//! Micro-benchmarks of the hot-path structures: MPMC push/pop (one thread, and one producer
-//! with one consumer thread) and mpool get/put.
+//! Micro-benchmarks of the MPMC queue: push/pop on one thread, and one producer with one
+//! consumer thread.
 //!
 //! `cargo bench -p ucs --bench queues`
 
@@ -7,7 +7,6 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use ucs::mpmc::MpmcQueue;
-use ucs::mpool::{MemPool, MemPoolConfig};
 
 fn mpmc(c: &mut Criterion) {
     let mut g = c.benchmark_group("mpmc");
@@ -47,25 +46,5 @@ fn mpmc(c: &mut Criterion) {
     g.finish();
 }
 
-fn mpool(c: &mut Criterion) {
-    let mut g = c.benchmark_group("mpool");
-    g.throughput(Throughput::Elements(1));
-    let pool = MemPool::new(MemPoolConfig {
-        name: "bench",
-        buf_size: 8192,
-        ..Default::default()
-    })
-    .unwrap();
-    pool.reserve(64).unwrap();
-    g.bench_function("get_put_8k", |b| {
-        b.iter(|| {
-            let mut buf = pool.get().unwrap();
-            buf[0] = 1;
-            black_box(&buf);
-        })
-    });
-    g.finish();
-}
-
-criterion_group!(benches, mpmc, mpool);
+criterion_group!(benches, mpmc);
 criterion_main!(benches);

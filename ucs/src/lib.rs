@@ -1,9 +1,9 @@
 //! # ucs — rucx services
 //!
 //! The bottom layer of rucx, with no networking of its own: the error and outcome types shared by
-//! every layer, configuration from `RUCX_*` environment variables, logging, the async context
-//! (epoll event set, eventfd wake-ups, timers on an injectable clock), a bounded lock-free MPMC
-//! queue, a fixed-size buffer pool, a memory registration cache and a monotonic time source.
+//! every layer, configuration from `RUCX_*` environment variables, logging, waiting for events
+//! (epoll event set, eventfd wake-ups, deadline timers on an injectable clock), a bounded
+//! lock-free MPMC queue, a memory registration cache and a monotonic time source.
 //!
 //! | module | what |
 //! | --- | --- |
@@ -12,9 +12,8 @@
 //! | [`log`] | `tracing` setup from `RUCX_LOG_LEVEL`, [`log::init_program`] for every binary |
 //! | [`limits`] | descriptor and memory limits: bounds checks, `try_vec`, errors naming the limit |
 //! | [`time`] | [`time::Clock`], the real monotonic clock and a manual one for tests |
-//! | [`async_ctx`] | epoll [`async_ctx::EventSet`], eventfd [`async_ctx::Waker`], [`async_ctx::TimerQueue`], [`async_ctx::AsyncContext`] |
+//! | [`async_ctx`] | epoll [`async_ctx::EventSet`], eventfd [`async_ctx::Waker`], deadline [`async_ctx::TimerQueue`] |
 //! | [`mpmc`] | bounded lock-free [`mpmc::MpmcQueue`] (loom-checked) |
-//! | [`mpool`] | [`mpool::MemPool`] of fixed-size buffers with owned [`mpool::PoolBuf`] handles |
 //! | [`rcache`] | [`rcache::Rcache`], a registration cache generic over a [`rcache::Registrar`] |
 
 pub mod async_ctx;
@@ -22,7 +21,6 @@ pub mod config;
 pub mod limits;
 pub mod log;
 pub mod mpmc;
-pub mod mpool;
 pub mod random;
 pub mod rcache;
 pub mod status;

@@ -6,10 +6,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
-use ucs::async_ctx::{AsyncContext, AsyncEvent, Interest};
+use ucs::async_ctx::{EventSet, Events, Interest, TimerQueue, Waker};
 use ucs::mpmc::MpmcQueue;
-use ucs::mpool::{MemPool, MemPoolConfig};
-use ucs::time::ManualClock;
 
 struct Counting;
 
@@ -61,31 +59,6 @@ fn counting_allocator_sees_allocations() {
 }
 
 #[test]
-fn mpool_get_and_drop_do_not_allocate_once_warm() {
-    let pool = MemPool::new(MemPoolConfig {
-        name: "no-alloc",
-        buf_size: 256,
-        bufs_per_chunk: 8,
-        max_bufs: 32,
-        ..Default::default()
-    })
-    .unwrap();
-    pool.reserve(32).unwrap();
-    let n = allocations_in(|| {
-        for round in 0..100 {
-            let mut bufs: [Option<ucs::mpool::PoolBuf>; 32] = std::array::from_fn(|_| None);
-            for b in bufs.iter_mut() {
-                let mut buf = pool.get().expect("warm pool has buffers");
-                buf[0] = round as u8;
-                *b = Some(buf);
-            }
-            assert!(pool.get().is_none());
-        }
-    });
-    assert_eq!(n, 0, "mpool allocated on the hot path");
-}
-
-#[test]
 fn mpmc_push_pop_do_not_allocate() {
     let q = MpmcQueue::new(16).unwrap();
     let n = allocations_in(|| {
@@ -98,37 +71,34 @@ fn mpmc_push_pop_do_not_allocate() {
 }
 
 #[test]
-fn async_poll_and_timers_do_not_allocate_once_warm() {
-    let clock = ManualClock::new();
-    let mut ctx = AsyncContext::new(clock.clone()).unwrap();
-    let waker = ctx.waker();
-    let fd = waker.fd();
-    // Watch a second eventfd-like descriptor: the waker's own fd, duplicated as a plain fd.
-    // SAFETY: dup of a live descriptor; the copy is closed at the end of the test.
-    let dup = unsafe { libc::dup(fd) };
-    assert!(dup >= 0);
-    ctx.add_fd(dup, Interest::READABLE | Interest::EDGE, 1)
+fn event_wait_wake_and_timers_do_not_allocate_once_warm() {
+    let set = EventSet::new().unwrap();
+    let waker = Waker::new().unwrap();
+    set.add(waker.fd(), Interest::READABLE, 1).unwrap();
+    let mut events = Events::with_capacity(4);
+    let mut timers = TimerQueue::new();
+    let mut due = Vec::with_capacity(4);
+    timers
+        .add(
+            Duration::from_millis(1),
+            Some(Duration::from_millis(1)),
+            7u32,
+        )
         .unwrap();
-    ctx.add_periodic_timer(Duration::from_millis(1)).unwrap();
+    let mut now = Duration::ZERO;
     let mut seen = 0usize;
-    // Warm up: one poll with every kind of event.
-    waker.wake().unwrap();
-    clock.advance(Duration::from_millis(1));
-    ctx.poll_once(Some(Duration::ZERO), |_| {}).unwrap();
     let n = allocations_in(|| {
         for _ in 0..100 {
             waker.wake().unwrap();
-            clock.advance(Duration::from_millis(1));
-            ctx.poll_once(Some(Duration::ZERO), |e| {
-                if matches!(e, AsyncEvent::Timer(_) | AsyncEvent::Wakeup) {
-                    seen += 1;
-                }
-            })
-            .unwrap();
+            assert!(set.wait_any(Some(Duration::ZERO)).unwrap());
+            seen += set.wait(&mut events, Some(Duration::ZERO)).unwrap();
+            waker.drain();
+            now += Duration::from_millis(1);
+            assert_eq!(timers.next_deadline(), Some(now));
+            due.clear();
+            seen += timers.expire(now, &mut due);
         }
     });
-    assert_eq!(n, 0, "poll_once allocated");
-    assert!(seen >= 200, "timer and wake-up each poll: {seen}");
-    // SAFETY: closes the descriptor dup'ed above, once.
-    unsafe { libc::close(dup) };
+    assert_eq!(n, 0, "waiting or expiring timers allocated");
+    assert_eq!(seen, 200, "a wake-up and a timer each round");
 }

@@ -1,37 +1,55 @@
-//! A worker: owns the interfaces it opens, progresses them together, and sleeps on their event
-//! file descriptors.
+//! A worker's transport half: the interfaces it progresses together, and the one event set it
+//! sleeps on (UCX's `uct_worker` with its `ucs_async` event set).
+//!
+//! Each interface offers an event fd (its own [`EventSet`] of sockets, pidfds or wake-up
+//! descriptors, or an eventfd). Once [`Worker::watch_events`] was called, the worker keeps those
+//! fds in its own set, so one descriptor ([`Worker::event_fd`]) is readable when any interface
+//! has work. A [`Waker`] in the same set lets another thread interrupt a sleeper
+//! ([`Worker::waker`]). Sleeping is: [`Worker::arm`] every interface, then [`Worker::wait`];
+//! nothing on that path allocates.
 
 use crate::caps::EventFlags;
 use crate::iface::{EventSink, Iface};
-use crate::registry::{AnyIface, AnyMd};
+use crate::registry::AnyIface;
+use std::ops::{Deref, DerefMut};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
+use ucs::async_ctx::{EventSet, Events, Interest, Waker};
 use ucs::{Error, Result};
 
-/// Identifies an interface inside its [`Worker`]; stays valid until that interface is closed.
+/// Identifies an interface inside its [`Worker`]: its position, in the order it was added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IfaceId(pub usize);
 
-struct Entry {
-    // Field order is drop order: the interface before its memory domain.
-    iface: AnyIface,
-    md: AnyMd,
+/// Token of the waker in the worker's event set; an interface's token is its index.
+const WAKER_TOKEN: u64 = u64::MAX;
+
+/// The descriptors a worker sleeps on.
+struct WaitSet {
+    set: EventSet,
+    /// Events of one wait (reused: waiting allocates nothing).
+    events: Events,
+    /// The interfaces' event fds are in the set.
+    ifaces: bool,
+    /// Put in the set by the first [`Worker::waker`] call.
+    waker: Option<Arc<Waker>>,
 }
 
-/// A set of interfaces progressed together (the transport half of `ucp_worker`).
+/// The interfaces of a worker, progressed together, and the event set they sleep on. Derefs to
+/// the slice of interfaces, indexed by [`IfaceId`]'s number.
 #[derive(Default)]
 pub struct Worker {
-    entries: Vec<Option<Entry>>,
-    /// Reused by [`Worker::wait`] so sleeping allocates nothing after the first call.
-    pollfds: Vec<libc::pollfd>,
+    ifaces: Vec<AnyIface>,
+    wait: Option<WaitSet>,
 }
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut l = f.debug_list();
-        for (id, iface) in self.ifaces() {
+        for (i, iface) in self.ifaces.iter().enumerate() {
             l.entry(&format_args!(
-                "{}: {}/{}",
-                id.0,
+                "{i}: {}/{}",
                 iface.tl_name(),
                 iface.device_name()
             ));
@@ -40,152 +58,154 @@ impl std::fmt::Debug for Worker {
     }
 }
 
+impl Deref for Worker {
+    type Target = [AnyIface];
+    #[inline]
+    fn deref(&self) -> &[AnyIface] {
+        &self.ifaces
+    }
+}
+
+impl DerefMut for Worker {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [AnyIface] {
+        &mut self.ifaces
+    }
+}
+
 fn bad_id(id: IfaceId) -> Error {
     Error::InvalidParam(format!("worker has no interface #{}", id.0))
 }
 
 impl Worker {
-    /// A worker without interfaces.
+    /// A worker without interfaces and without an event set.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Opens transport `tl` on `device` (as listed by [`crate::query_resources`]); an unknown
-    /// name gives [`Error::NoDevice`] listing the valid ones.
-    pub fn open_iface(&mut self, tl: &str, device: &str) -> Result<IfaceId> {
-        let (md, iface) = crate::registry::open(tl, device)?;
-        let entry = Some(Entry { iface, md });
-        if let Some(i) = self.entries.iter().position(Option::is_none) {
-            self.entries[i] = entry;
-            Ok(IfaceId(i))
-        } else {
-            self.entries.push(entry);
-            Ok(IfaceId(self.entries.len() - 1))
-        }
-    }
-
-    /// Closes an interface (endpoints created on it report errors afterwards).
-    pub fn close_iface(&mut self, id: IfaceId) -> Result<()> {
-        match self.entries.get_mut(id.0) {
-            Some(e @ Some(_)) => {
-                *e = None;
-                Ok(())
+    /// Adds an interface (opened with [`crate::open`]); its event fd joins the event set when
+    /// events are watched.
+    pub fn add_iface(&mut self, iface: AnyIface) -> Result<IfaceId> {
+        let id = IfaceId(self.ifaces.len());
+        if let Some(w) = self.wait.as_ref().filter(|w| w.ifaces) {
+            if let Some(fd) = iface.event_fd() {
+                w.set.add(fd, Interest::READABLE, id.0 as u64)?;
             }
-            _ => Err(bad_id(id)),
         }
+        self.ifaces.push(iface);
+        Ok(id)
     }
 
-    fn entry(&self, id: IfaceId) -> Result<&Entry> {
-        self.entries
-            .get(id.0)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| bad_id(id))
+    fn wait_set(&mut self) -> Result<&mut WaitSet> {
+        let w = match self.wait.take() {
+            Some(w) => w,
+            None => WaitSet {
+                set: EventSet::new()?,
+                events: Events::with_capacity(8),
+                ifaces: false,
+                waker: None,
+            },
+        };
+        Ok(self.wait.insert(w))
+    }
+
+    /// Puts every interface's event fd in the worker's event set (once; later calls do
+    /// nothing), so [`Worker::event_fd`] and [`Worker::wait`] see the interfaces' events.
+    pub fn watch_events(&mut self) -> Result<()> {
+        let Worker { ifaces, .. } = self;
+        let fds: Vec<(usize, RawFd)> = ifaces
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.event_fd().map(|fd| (i, fd)))
+            .collect();
+        let w = self.wait_set()?;
+        if w.ifaces {
+            return Ok(());
+        }
+        for (i, fd) in fds {
+            w.set.add(fd, Interest::READABLE, i as u64)?;
+        }
+        w.ifaces = true;
+        Ok(())
+    }
+
+    /// The worker's event fd, readable when an interface has events (after arming) or the waker
+    /// was signalled; `None` until [`Worker::watch_events`].
+    pub fn event_fd(&self) -> Option<RawFd> {
+        self.wait
+            .as_ref()
+            .filter(|w| w.ifaces)
+            .map(|w| w.set.as_raw_fd())
+    }
+
+    /// The waker in the worker's event set: signalling it from any thread ends a
+    /// [`Worker::wait`] (UCX's `ucp_worker_signal`). Creates the event set if needed.
+    pub fn waker(&mut self) -> Result<Arc<Waker>> {
+        let w = self.wait_set()?;
+        if let Some(k) = &w.waker {
+            return Ok(Arc::clone(k));
+        }
+        let k = Arc::new(Waker::new()?);
+        w.set.add(k.fd(), Interest::READABLE, WAKER_TOKEN)?;
+        w.waker = Some(Arc::clone(&k));
+        Ok(k)
+    }
+
+    /// Arms every interface that has an event fd for receives and send completions. Gives
+    /// `Ok(false)` when an interface has work waiting already (progress instead of sleeping).
+    pub fn arm(&mut self) -> Result<bool> {
+        for i in &mut self.ifaces {
+            if i.event_fd().is_none() {
+                continue;
+            }
+            match i.event_arm(EventFlags::RECV | EventFlags::SEND_COMP) {
+                Ok(()) => {}
+                Err(Error::Busy(_)) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sleeps on the event set until an armed interface has events, the waker is signalled, or
+    /// `timeout` passes (`None`: no limit). Gives `true` when something happened (a signalled
+    /// waker is cleared), `false` on timeout or an interrupted wait. Without an event set it
+    /// gives an `InvalidParam` error: nothing could ever end the wait.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool> {
+        let Some(w) = self.wait.as_mut() else {
+            return Err(Error::InvalidParam(
+                "the worker has no event set: call watch_events or waker first".into(),
+            ));
+        };
+        let n = w.set.wait(&mut w.events, timeout)?;
+        for ev in w.events.iter() {
+            if ev.token == WAKER_TOKEN {
+                if let Some(k) = &w.waker {
+                    k.drain();
+                }
+            }
+        }
+        Ok(n > 0)
     }
 
     /// The interface `id`.
     pub fn iface(&self, id: IfaceId) -> Result<&AnyIface> {
-        Ok(&self.entry(id)?.iface)
+        self.ifaces.get(id.0).ok_or_else(|| bad_id(id))
     }
 
     /// The interface `id`, mutably (to create endpoints).
     pub fn iface_mut(&mut self, id: IfaceId) -> Result<&mut AnyIface> {
-        self.entries
-            .get_mut(id.0)
-            .and_then(Option::as_mut)
-            .map(|e| &mut e.iface)
-            .ok_or_else(|| bad_id(id))
-    }
-
-    /// The memory domain of interface `id`.
-    pub fn md(&self, id: IfaceId) -> Result<&AnyMd> {
-        Ok(&self.entry(id)?.md)
-    }
-
-    /// Every open interface with its id.
-    pub fn ifaces(&self) -> impl Iterator<Item = (IfaceId, &AnyIface)> {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| e.as_ref().map(|e| (IfaceId(i), &e.iface)))
-    }
-
-    /// Number of open interfaces.
-    pub fn len(&self) -> usize {
-        self.entries.iter().filter(|e| e.is_some()).count()
-    }
-
-    /// True without open interfaces.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.ifaces.get_mut(id.0).ok_or_else(|| bad_id(id))
     }
 
     /// Progresses every interface once into `sink`; gives the number of events delivered.
     #[inline]
     pub fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut n = 0;
-        for e in self.entries.iter_mut().flatten() {
-            n += e.iface.progress(sink);
+        for i in &mut self.ifaces {
+            n += i.progress(sink);
         }
         n
-    }
-
-    /// Progresses one interface into `sink` (when events must be told apart by interface).
-    pub fn progress_iface<S: EventSink>(&mut self, id: IfaceId, sink: &mut S) -> Result<usize> {
-        Ok(self.iface_mut(id)?.progress(sink))
-    }
-
-    /// Sleeps until an interface has work or `timeout` passes (`None`: no limit). Arms every
-    /// interface's event fd for the events it supports; if one is `Busy` (work is waiting) or
-    /// has no event fd, returns at once. Gives `true` when there may be work (call progress),
-    /// `false` on timeout.
-    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool> {
-        self.pollfds.clear();
-        for e in self.entries.iter_mut().flatten() {
-            let ev = e.iface.attr().event_flags;
-            let Some(fd) = e.iface.event_fd() else {
-                return Ok(true); // cannot sleep on this one: the caller must keep polling
-            };
-            let arm = ev & (EventFlags::RECV | EventFlags::SEND_COMP);
-            match e.iface.event_arm(arm) {
-                Ok(()) => {}
-                Err(Error::Busy(_)) => return Ok(true),
-                Err(err) => return Err(err),
-            }
-            self.pollfds.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        if self.pollfds.is_empty() && timeout.is_none() {
-            return Err(Error::InvalidParam(
-                "waiting without a timeout on a worker without interfaces would never return"
-                    .into(),
-            ));
-        }
-        let ms = match timeout {
-            None => -1,
-            Some(d) => {
-                let ms = d.as_nanos().div_ceil(1_000_000);
-                ms.min(i32::MAX as u128) as i32
-            }
-        };
-        // SAFETY: `pollfds` is a valid array of `len` initialised pollfd structs for the call.
-        let n = unsafe {
-            libc::poll(
-                self.pollfds.as_mut_ptr(),
-                self.pollfds.len() as libc::nfds_t,
-                ms,
-            )
-        };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
-                return Ok(true);
-            }
-            return Err(Error::io("poll on the worker's event fds", err));
-        }
-        Ok(n > 0)
     }
 }
 
@@ -195,14 +215,18 @@ mod tests {
     use crate::ep::Endpoint;
     use crate::testing::Recorder;
 
+    fn self_iface() -> AnyIface {
+        crate::open("self", "memory0").unwrap().1
+    }
+
     #[test]
-    fn open_progress_wait() {
+    fn progress_and_sleep_on_the_event_set() {
         let mut w = Worker::new();
-        assert!(w.is_empty());
-        let a = w.open_iface("self", "memory0").unwrap();
-        let b = w.open_iface("self", "memory0").unwrap();
+        let a = w.add_iface(self_iface()).unwrap();
+        w.watch_events().unwrap();
+        let b = w.add_iface(self_iface()).unwrap();
         assert_eq!(w.len(), 2);
-        assert_eq!(w.md(a).unwrap().tl_name(), "self");
+        assert!(w.event_fd().is_some());
         let dev = w.iface(b).unwrap().device_address().to_vec();
         let addr = w.iface(b).unwrap().iface_address().to_vec();
         let mut ep = w
@@ -211,46 +235,53 @@ mod tests {
             .ep_create_connected(&dev, &addr)
             .unwrap();
 
-        // Nothing to do: the wait times out (and leaves the fds armed).
+        // Nothing to do: armed, and the wait times out.
+        assert!(w.arm().unwrap());
         assert!(!w.wait(Some(Duration::ZERO)).unwrap());
         assert!(ep.am_short(1, 42, b"wake").unwrap().is_done());
-        // A message is waiting: wait returns at once, progress delivers it.
-        assert!(w.wait(None).unwrap());
+        // A message arrived on b, added after watch_events: the wait sees it.
+        assert!(w.wait(Some(Duration::from_secs(20))).unwrap());
         let mut rec = Recorder::new();
         assert_eq!(w.progress(&mut rec), 1);
         assert_eq!(rec.ams.len(), 1);
         assert_eq!(&rec.ams[0].1[8..], b"wake");
+        assert!(w.arm().unwrap());
         assert!(!w.wait(Some(Duration::from_millis(1))).unwrap());
+        // A second watch_events changes nothing.
+        w.watch_events().unwrap();
     }
 
     #[test]
-    fn bad_names_and_ids() {
+    fn waker_ends_a_wait_from_another_thread_and_is_cleared() {
         let mut w = Worker::new();
-        assert!(matches!(
-            w.open_iface("nope", "memory0"),
-            Err(Error::NoDevice(_))
-        ));
-        assert!(matches!(
-            w.open_iface("self", "eth9"),
-            Err(Error::NoDevice(_))
-        ));
+        w.add_iface(self_iface()).unwrap();
+        assert!(w.event_fd().is_none(), "interfaces are not watched");
+        let k = w.waker().unwrap();
+        assert!(Arc::ptr_eq(&k, &w.waker().unwrap()));
+        let t = std::thread::spawn(move || k.wake().unwrap());
+        assert!(w.wait(Some(Duration::from_secs(20))).unwrap());
+        t.join().unwrap();
+        assert!(
+            !w.wait(Some(Duration::ZERO)).unwrap(),
+            "the wake-up was cleared"
+        );
+    }
+
+    #[test]
+    fn bad_ids_and_waiting_without_an_event_set_are_errors() {
+        let mut w = Worker::new();
+        assert!(w.is_empty());
         assert!(w.iface(IfaceId(0)).is_err());
-        let a = w.open_iface("self", "memory0").unwrap();
-        w.close_iface(a).unwrap();
-        assert!(w.close_iface(a).is_err());
-        assert!(w.md(a).is_err());
-        let mut rec = Recorder::new();
-        assert!(w.progress_iface(a, &mut rec).is_err());
-        assert!(w.wait(None).is_err(), "no interfaces and no timeout");
-        assert!(!w.wait(Some(Duration::ZERO)).unwrap());
-        // The slot is reused.
-        assert_eq!(w.open_iface("self", "memory0").unwrap(), a);
+        assert!(w.iface_mut(IfaceId(3)).is_err());
+        assert!(matches!(w.wait(None), Err(Error::InvalidParam(_))));
+        assert!(w.arm().unwrap(), "no interface has work");
     }
 
     #[test]
-    fn endpoint_of_a_closed_iface_errors() {
+    fn arm_reports_waiting_work() {
         let mut w = Worker::new();
-        let a = w.open_iface("self", "memory0").unwrap();
+        let a = w.add_iface(self_iface()).unwrap();
+        w.watch_events().unwrap();
         let dev = w.iface(a).unwrap().device_address().to_vec();
         let addr = w.iface(a).unwrap().iface_address().to_vec();
         let mut ep = w
@@ -258,7 +289,10 @@ mod tests {
             .unwrap()
             .ep_create_connected(&dev, &addr)
             .unwrap();
-        w.close_iface(a).unwrap();
-        assert!(ep.am_short(0, 0, &[]).is_err());
+        assert!(ep.am_short(0, 1, b"x").unwrap().is_done());
+        assert!(!w.arm().unwrap(), "a message waits for progress");
+        let mut rec = Recorder::new();
+        assert_eq!(w.progress(&mut rec), 1);
+        assert!(w.arm().unwrap());
     }
 }

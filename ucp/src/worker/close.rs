@@ -13,8 +13,9 @@
 use crate::request::Op;
 use crate::wire::am_id;
 use crate::worker::state::{EpState, ReqKind, State};
+use crate::worker::timers::Timer;
 use crate::worker::{CloseMode, EpHandle, Worker};
-use std::time::Duration;
+use ucs::async_ctx::TimerId;
 use ucs::{Error, Result};
 
 impl Worker {
@@ -50,6 +51,7 @@ impl Worker {
             req: key,
             flush,
             deadline: None,
+            timed_out: false,
         };
         if c.flush.is_none() {
             self.st.send_close(&mut c);
@@ -66,8 +68,10 @@ pub(crate) struct Closing {
     pub(crate) req: usize,
     /// Flush request still running.
     pub(crate) flush: Option<usize>,
-    /// CLOSE sent; give up waiting for the ack at this time.
-    pub(crate) deadline: Option<Duration>,
+    /// CLOSE sent: the timer that ends the wait for the ack.
+    pub(crate) deadline: Option<TimerId>,
+    /// The deadline passed: close without the ack.
+    pub(crate) timed_out: bool,
 }
 
 impl State {
@@ -85,7 +89,14 @@ impl State {
 
     pub(crate) fn send_close(&mut self, c: &mut Closing) {
         let _ = self.send_ctl(c.ep, am_id::CLOSE, &[]);
-        c.deadline = Some(self.now() + self.cfg.keepalive_timeout);
+        let at = self.now() + self.cfg.keepalive_timeout;
+        match self.add_timer(at, None, Timer::CloseTimeout) {
+            Ok(id) => c.deadline = Some(id),
+            Err(e) => {
+                tracing::warn!("no timer for a close deadline ({e}): closing without the ack");
+                c.timed_out = true;
+            }
+        }
     }
 
     pub(crate) fn progress_closings(&mut self) {
@@ -131,11 +142,7 @@ impl State {
                 }
             }
             let done = match self.eps.get(c.ep) {
-                Some(e) => {
-                    e.close_acked
-                        || e.state != EpState::Ready
-                        || c.deadline.is_some_and(|d| self.clock.now() >= d)
-                }
+                Some(e) => e.close_acked || e.state != EpState::Ready || c.timed_out,
                 None => true,
             };
             if done {

@@ -1,6 +1,6 @@
-//! Endpoint failure and keepalive: failing an endpoint (its requests finish with the error, its
-//! lanes are torn down, its error handler runs from `progress`), and the timers that send
-//! keepalives and fail silent peers.
+//! Endpoint failure: failing an endpoint (its requests finish with the error, its lanes are torn
+//! down, its error handler runs from `progress`). Keepalive, which fails silent peers, is in
+//! `timers`.
 #![cfg_attr(
     not(test),
     deny(
@@ -11,7 +11,6 @@
     )
 )]
 
-use crate::wire::am_id;
 use crate::worker::state::{EpState, Pending, ReqKind, State, UnexpKind};
 use crate::worker::EpHandle;
 use ucs::Error;
@@ -104,40 +103,5 @@ impl State {
             }
         }
         n
-    }
-
-    pub(crate) fn timers(&mut self) {
-        let Some(interval) = self.cfg.keepalive_interval else {
-            return;
-        };
-        let now = self.now_cache;
-        if now < self.next_timer {
-            return;
-        }
-        self.next_timer = now + interval / 4;
-        let timeout = self.cfg.keepalive_timeout;
-        let ready: Vec<usize> = self
-            .eps
-            .iter()
-            .filter(|(_, e)| e.state == EpState::Ready)
-            .map(|(i, _)| i)
-            .collect();
-        for idx in ready {
-            let ep = &self.eps[idx];
-            let silent = now.saturating_sub(ep.last_rx);
-            if silent > timeout {
-                let e = Error::Timeout(format!(
-                    "worker {:#018x} was silent for {:?} (keepalive timeout {:?})",
-                    ep.uuid, silent, timeout
-                ));
-                self.fail_ep(idx, e);
-                continue;
-            }
-            if now.saturating_sub(ep.last_tx) >= interval && ep.pending.is_empty() {
-                if let Err(e) = self.send_ctl(idx, am_id::KEEPALIVE, &[]) {
-                    self.fail_ep(idx, e);
-                }
-            }
-        }
     }
 }

@@ -1,6 +1,5 @@
 //! Progress: polls the interfaces (idle ones less often), feeds their events to the worker
-//! through [`Sink`], and runs the pending queues, flushes, closes, timers and callbacks; the event
-//! fd and `wait_event` for sleeping until there is work.
+//! through [`Sink`], and runs the pending queues, flushes, closes, timers and callbacks.
 #![cfg_attr(
     not(test),
     deny(
@@ -17,11 +16,9 @@ use crate::worker::state::{
     Pending, ReqKind, SendStage, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
 };
 use crate::worker::Worker;
-use std::os::fd::RawFd;
-use std::time::Duration;
 use ucs::{Error, Result};
 use uct::Iface as _;
-use uct::{CompletionId, EpId, EventFlags, EventSink, TagRecvId};
+use uct::{CompletionId, EpId, EventSink, TagRecvId};
 
 /// An interface no endpoint uses yet (it may still receive a peer's first wire-up message or
 /// connection) is polled on one progress call in this many: polling an idle tcp interface costs
@@ -73,8 +70,8 @@ impl Worker {
         if !st.closings.is_empty() {
             st.progress_closings();
         }
-        if st.cfg.keepalive_interval.is_some() && st.now_cache >= st.next_timer {
-            st.timers();
+        if st.now_cache >= st.next_timer {
+            st.run_timers();
         }
         if !st.failed_notify.is_empty() {
             n += st.notify_failures();
@@ -83,60 +80,6 @@ impl Worker {
             n += st.run_callbacks();
         }
         n
-    }
-
-    /// The event fd to sleep on (needs [`Features::WAKEUP`](crate::Features::WAKEUP)): readable when progress has work.
-    pub fn efd(&self) -> Result<RawFd> {
-        self.epfd.ok_or_else(|| {
-            Error::Unsupported("the context was created without Features::WAKEUP".into())
-        })
-    }
-
-    /// Arms every interface's event fd. Gives `Ok(false)` when events are already pending: call
-    /// `progress()` instead of sleeping.
-    pub fn arm(&mut self) -> Result<bool> {
-        self.efd()?;
-        if !self.st.pending_eps.is_empty() || !self.st.to_connect.is_empty() {
-            return Ok(false);
-        }
-        for i in &mut self.ifaces {
-            if i.event_fd().is_none() {
-                continue;
-            }
-            match i.event_arm(EventFlags::RECV | EventFlags::SEND_COMP) {
-                Ok(()) => {}
-                Err(Error::Busy(_)) => {
-                    self.poll_all = true;
-                    return Ok(false);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
-    }
-
-    /// Sleeps until an interface has events or `timeout` passes (`None`: the next keepalive
-    /// deadline). Gives at once when events are already pending.
-    pub fn wait_event(&mut self, timeout: Option<Duration>) -> Result<()> {
-        let fd = self.efd()?;
-        if !self.arm()? {
-            return Ok(());
-        }
-        let t = timeout
-            .or(self.st.cfg.keepalive_interval)
-            .map(|d| d.as_millis().min(i32::MAX as u128) as i32)
-            .unwrap_or(-1);
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: `fd` is our epoll fd and `ev` a valid buffer of one event.
-        let rc = unsafe { libc::epoll_wait(fd, &mut ev, 1, t) };
-        self.poll_all = true;
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(Error::io("epoll_wait on the worker event fd", e));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -302,6 +302,10 @@ pub(crate) struct State {
     pub(crate) scratch: Vec<u8>,
     /// Reused buffer for the remote key an RTS carries (see [`State::rts_rkey`]).
     pub(crate) rkey_scratch: Vec<u8>,
+    /// The worker's timers (keepalive, close deadlines).
+    pub(crate) timers: crate::worker::timers::Timers,
+    /// The earliest timer deadline (`Duration::MAX` without timers): progress runs the timers
+    /// once `now_cache` reaches it.
     pub(crate) next_timer: Duration,
     /// The clock as read at the start of the current (or last) progress call: message
     /// timestamps for keepalive use it, so the data path reads no clock per message.

@@ -4,7 +4,7 @@ use super::fifo::{self, FifoPtrs, Polled, BUF_SIZE, INLINE_MAX};
 use super::segment::Segment;
 use super::tag::{self, TagState};
 pub(crate) use super::watch::PeerWatch;
-use super::watch::{epoll_add, EpollEntry, EpollPeers};
+use super::watch::{EpollEntry, EpollPeers};
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
 use crate::caps::{
     AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use ucs::async_ctx::{EventSet, Interest};
 use ucs::{Error, Outcome, Result};
 
 /// Largest user header of `am_zcopy`.
@@ -250,16 +251,8 @@ impl MmIface {
             return Err(Error::last_os("binding the shared-memory wake-up socket"));
         }
 
-        // SAFETY: FFI; a new epoll descriptor or -1.
-        let ep_fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if ep_fd < 0 {
-            return Err(Error::last_os(
-                "epoll_create1 for the shared-memory event fd",
-            ));
-        }
-        // SAFETY: a fresh descriptor we own.
-        let epoll = unsafe { OwnedFd::from_raw_fd(ep_fd) };
-        epoll_add(&epoll, fd)?;
+        let events = EventSet::new()?;
+        events.add(fd, Interest::READABLE, fd as u64)?;
 
         let local_dev = DeviceAddr::local()?;
         let mut dev_addr = Vec::with_capacity(DeviceAddr::LEN);
@@ -285,7 +278,7 @@ impl MmIface {
             sock: Rc::new(sock),
             eps: Vec::new(),
             common: Rc::new(Common {
-                peers: EpollPeers::new(epoll),
+                peers: EpollPeers::new(events),
                 pending_total: Cell::new(0),
                 unreported: Cell::new(0),
                 tag: RefCell::new(TagState::new()),
@@ -571,7 +564,7 @@ impl Iface for MmIface {
     }
 
     fn event_fd(&self) -> Option<RawFd> {
-        Some(self.common.peers.epoll().as_raw_fd())
+        Some(self.common.peers.set().as_raw_fd())
     }
 
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {

@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, Weak};
-use ucs::{Error, Result};
+use ucs::async_ctx::{EventSet, Interest};
+use ucs::Result;
 
 /// A pidfd of one peer process, shared by all its watchers in this process.
 pub(crate) struct Pidfd {
@@ -121,22 +122,23 @@ fn open_pidfd(pid: u32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// An interface's epoll set (its event fd) and how many of its endpoints watch each pidfd in it.
+/// An interface's event set (its event fd) and how many of its endpoints watch each pidfd in
+/// it.
 pub(crate) struct EpollPeers {
-    epoll: OwnedFd,
+    set: EventSet,
     users: RefCell<HashMap<RawFd, usize>>,
 }
 
 impl EpollPeers {
-    pub(crate) fn new(epoll: OwnedFd) -> Rc<Self> {
+    pub(crate) fn new(set: EventSet) -> Rc<Self> {
         Rc::new(EpollPeers {
-            epoll,
+            set,
             users: RefCell::new(HashMap::new()),
         })
     }
 
-    pub(crate) fn epoll(&self) -> &OwnedFd {
-        &self.epoll
+    pub(crate) fn set(&self) -> &EventSet {
+        &self.set
     }
 
     /// Puts `watch`'s pidfd in the epoll set (once, whatever the number of endpoints watching
@@ -149,7 +151,7 @@ impl EpollPeers {
         let mut users = self.users.borrow_mut();
         let n = users.entry(fd).or_insert(0);
         if *n == 0 {
-            if let Err(e) = epoll_add(&self.epoll, fd) {
+            if let Err(e) = self.set.add(fd, Interest::READABLE, fd as u64) {
                 users.remove(&fd);
                 return Err(e);
             }
@@ -179,31 +181,10 @@ impl Drop for EpollEntry {
         *n -= 1;
         if *n == 0 {
             users.remove(&fd);
-            // SAFETY: FFI on our epoll and a pidfd kept open by `self.pidfd`; a null event is
-            // fine for DEL.
-            unsafe {
-                libc::epoll_ctl(
-                    self.set.epoll.as_raw_fd(),
-                    libc::EPOLL_CTL_DEL,
-                    fd,
-                    std::ptr::null_mut(),
-                )
-            };
+            // The pidfd is still open (held by `self.pidfd`), so removing it cannot fail.
+            let _ = self.set.set.remove(fd);
         }
     }
-}
-
-/// Adds `fd` to the epoll set `epoll`, readable events, with `fd` as its data.
-pub(crate) fn epoll_add(epoll: &OwnedFd, fd: RawFd) -> Result<()> {
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: fd as u64,
-    };
-    // SAFETY: FFI on our epoll descriptor with a valid event.
-    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
-        return Err(Error::last_os("adding to the shared-memory event set"));
-    }
-    Ok(())
 }
 
 #[cfg(all(test, not(loom)))]
@@ -211,12 +192,8 @@ mod tests {
     use super::*;
 
     fn in_epoll(set: &EpollPeers, fd: RawFd) -> bool {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: 0,
-        };
-        // SAFETY: FFI on a live epoll set; MOD fails with ENOENT for an fd not in it.
-        unsafe { libc::epoll_ctl(set.epoll().as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) == 0 }
+        // Modifying fails for a descriptor not in the set.
+        set.set().modify(fd, Interest::READABLE, 0).is_ok()
     }
 
     #[test]
@@ -237,11 +214,7 @@ mod tests {
         );
         let fd = pa.fd.as_raw_fd();
 
-        // SAFETY: a fresh epoll descriptor or -1.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        assert!(ep >= 0);
-        // SAFETY: a fresh descriptor we own.
-        let set = EpollPeers::new(unsafe { OwnedFd::from_raw_fd(ep) });
+        let set = EpollPeers::new(EventSet::new().unwrap());
         let ea = set.add(&a).unwrap().expect("a pidfd entry");
         let eb = set.add(&b).unwrap().expect("a pidfd entry");
         assert!(in_epoll(&set, fd));

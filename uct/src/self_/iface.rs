@@ -1,5 +1,5 @@
 //! The self interface: a bounded receive ring of pooled buffers, the endpoints' pending queues,
-//! and an eventfd for sleeping.
+//! and a ucs `Waker` (an eventfd) for sleeping.
 //!
 //! An interface and the endpoints that send to it share an [`IfaceInner`] through `Rc`; endpoints
 //! hold only `Weak` references, so using an endpoint after an interface was dropped gives an
@@ -16,9 +16,10 @@ use crate::ep::{CompletionId, EpId, PendingId};
 use crate::iface::{EventSink, Iface, IfaceParams};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
+use ucs::async_ctx::Waker;
 use ucs::{Error, Outcome, Result};
 
 /// Device name of the self transport.
@@ -222,23 +223,17 @@ pub(crate) struct IfaceInner {
     pub(crate) scratch: RefCell<Box<[u8]>>,
     /// Events armed with `event_arm`; cleared when the fd is signalled.
     armed: Cell<EventFlags>,
-    efd: OwnedFd,
+    efd: Waker,
     /// Sender interfaces with pending requests blocked on this ring, woken when it drains.
     blocked: RefCell<Vec<Weak<IfaceInner>>>,
 }
 
 impl IfaceInner {
     fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a valid u64 to our own eventfd. EAGAIN (counter
-        // saturated) means it is already readable, which is all we need.
-        unsafe {
-            libc::write(
-                self.efd.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        // Only a failing eventfd write errs; the sleeper then wakes at its timeout.
+        if let Err(e) = self.efd.wake() {
+            tracing::warn!("waking the self interface's sleeper: {e}");
+        }
     }
 
     /// A message was queued: wake a sleeper armed for receives.
@@ -281,16 +276,7 @@ impl IfaceInner {
     }
 
     fn drain_fd(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reading 8 bytes into a valid u64 from our own non-blocking eventfd; EAGAIN
-        // (nothing to read) is fine.
-        unsafe {
-            libc::read(
-                self.efd.as_raw_fd(),
-                (&mut v as *mut u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        self.efd.drain();
     }
 }
 
@@ -387,13 +373,7 @@ impl SelfIface {
                 params.device
             )));
         }
-        // SAFETY: plain syscall; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::last_os("creating the self interface's eventfd"));
-        }
-        // SAFETY: `fd` is a fresh descriptor owned by nobody else.
-        let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let efd = Waker::new()?;
         let id = NEXT_IFACE.fetch_add(1, Ordering::Relaxed);
         let inner = Rc::new(IfaceInner {
             id,
@@ -613,7 +593,7 @@ impl Iface for SelfIface {
     }
 
     fn event_fd(&self) -> Option<RawFd> {
-        Some(self.inner.efd.as_raw_fd())
+        Some(self.inner.efd.fd())
     }
 
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {

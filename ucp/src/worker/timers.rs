@@ -1,0 +1,132 @@
+//! The worker's timers, on a [`ucs::async_ctx::TimerQueue`] read against the worker's clock:
+//! the periodic keepalive sweep (send keepalives, fail silent peers) and the deadline of each
+//! flush close waiting for its CLOSE_ACK.
+//!
+//! `State::next_timer` caches the earliest deadline, so progress spends one comparison per call
+//! on timers, and a sleeper bounds its sleep with it.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::wire::am_id;
+use crate::worker::state::{EpState, State};
+use std::time::Duration;
+use ucs::async_ctx::{TimerId, TimerQueue};
+use ucs::Error;
+
+/// What a timer of the worker does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// Every quarter keepalive interval: keepalives to quiet peers, failure of silent ones.
+    Keepalive,
+    /// A flush close stops waiting for the peer's CLOSE_ACK.
+    CloseTimeout,
+}
+
+/// The timer queue and the list of due timers it fills (reused: no allocation once warm).
+#[derive(Debug, Default)]
+pub(crate) struct Timers {
+    queue: TimerQueue<Timer>,
+    due: Vec<(TimerId, Timer)>,
+}
+
+impl State {
+    /// Starts the keepalive sweep when the configuration enables keepalive; the first sweep
+    /// is due at once.
+    pub(crate) fn start_keepalive(&mut self) -> ucs::Result<()> {
+        if let Some(interval) = self.cfg.keepalive_interval {
+            let period = (interval / 4).max(Duration::from_millis(1));
+            let now = self.now_cache;
+            self.add_timer(now, Some(period), Timer::Keepalive)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a timer due at `deadline` (on the worker's clock) and updates `next_timer`.
+    pub(crate) fn add_timer(
+        &mut self,
+        deadline: Duration,
+        period: Option<Duration>,
+        what: Timer,
+    ) -> ucs::Result<TimerId> {
+        let id = self.timers.queue.add(deadline, period, what)?;
+        self.next_timer = self.next_timer.min(deadline);
+        Ok(id)
+    }
+
+    /// Time until the next timer is due (zero if overdue), `None` without timers: how long a
+    /// sleeper may sleep before progress has timers to run.
+    pub(crate) fn until_next_timer(&self) -> Option<Duration> {
+        (self.next_timer != Duration::MAX).then(|| self.next_timer.saturating_sub(self.now()))
+    }
+
+    /// Runs the timers due at `now_cache` and recomputes `next_timer`.
+    pub(crate) fn run_timers(&mut self) {
+        let mut due = std::mem::take(&mut self.timers.due);
+        due.clear();
+        self.timers.queue.expire(self.now_cache, &mut due);
+        let mut closes = false;
+        for &(id, what) in &due {
+            match what {
+                Timer::Keepalive => self.keepalive_sweep(),
+                Timer::CloseTimeout => closes |= self.close_timed_out(id),
+            }
+        }
+        self.timers.due = due;
+        if closes {
+            self.progress_closings();
+        }
+        self.next_timer = self.timers.queue.next_deadline().unwrap_or(Duration::MAX);
+    }
+
+    /// Sends a keepalive to every ready peer we have not sent to for an interval, and fails
+    /// the endpoints of peers silent for longer than the keepalive timeout.
+    fn keepalive_sweep(&mut self) {
+        let Some(interval) = self.cfg.keepalive_interval else {
+            return;
+        };
+        let now = self.now_cache;
+        let timeout = self.cfg.keepalive_timeout;
+        let ready: Vec<usize> = self
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Ready)
+            .map(|(i, _)| i)
+            .collect();
+        for idx in ready {
+            let ep = &self.eps[idx];
+            let silent = now.saturating_sub(ep.last_rx);
+            if silent > timeout {
+                let e = Error::Timeout(format!(
+                    "worker {:#018x} was silent for {:?} (keepalive timeout {:?})",
+                    ep.uuid, silent, timeout
+                ));
+                self.fail_ep(idx, e);
+                continue;
+            }
+            if now.saturating_sub(ep.last_tx) >= interval && ep.pending.is_empty() {
+                if let Err(e) = self.send_ctl(idx, am_id::KEEPALIVE, &[]) {
+                    self.fail_ep(idx, e);
+                }
+            }
+        }
+    }
+
+    /// The close whose deadline timer is `id` stops waiting; false when none matches (a close
+    /// that finished before its deadline left its timer behind).
+    fn close_timed_out(&mut self, id: TimerId) -> bool {
+        match self.closings.iter_mut().find(|c| c.deadline == Some(id)) {
+            Some(c) => {
+                c.timed_out = true;
+                true
+            }
+            None => false,
+        }
+    }
+}
