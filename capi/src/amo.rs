@@ -297,9 +297,10 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
 }
 
 /// `ucs_status_t ucp_worker_fence(ucp_worker_h worker)`: operations started after the fence
-/// are ordered after those started before it. rucx implements it as a flush (it waits,
-/// progressing the worker, until the earlier operations completed remotely), which orders
-/// more strictly than a fence needs.
+/// are applied at their targets after those started before it. It does not wait: a memory
+/// barrier orders the loads and stores on peer memory mapped here, and an endpoint with
+/// operations still outstanding holds what comes next until they have completed (see
+/// `ucp::Worker::fence`).
 ///
 /// # Safety
 /// A live worker.
@@ -311,9 +312,9 @@ pub unsafe extern "C" fn ucp_worker_fence(worker: *mut Worker) -> Status {
             Ok(w) => w,
             Err(s) => return s,
         };
-        // SAFETY: forwarded.
-        let r = unsafe { crate::worker::ucp_worker_flush_nb(worker, 0, None) };
-        wait(w, r)
+        let _g = w.lock.lock();
+        w.inner.borrow_mut().w.fence();
+        UCS_OK
     })
 }
 

@@ -368,7 +368,9 @@ impl State {
                 r.total = len;
                 r.user_rma = true;
                 r.stage = RecvStage::RndvGet;
-                if !self.get_step(key)? {
+                // Behind a queued operation (or fence) it waits its turn.
+                let queued = !self.eps[idx].pending.is_empty();
+                if queued || !self.get_step(key)? {
                     self.eps[idx].pending.push_back(Pending::Req(key));
                     self.mark_pending(idx);
                 }
