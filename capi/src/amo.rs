@@ -76,6 +76,28 @@ unsafe fn start(
     let _g = w.lock.lock();
     let res = {
         let mut i = w.inner.borrow_mut();
+        // A peer word mapped here: one CPU atomic now, no request (unless the client wants one).
+        if args.caller_req.is_null() && !args.no_imm {
+            let (op, compare) = match amo {
+                Amo::Post(op) | Amo::Fetch(op) => (Some(op), 0),
+                Amo::Cswap { compare } => (None, compare),
+            };
+            if let Some(old) =
+                i.w.atomic_mapped(h, op, size, value, compare, remote_addr, k)
+            {
+                if !matches!(amo, Amo::Post(_)) {
+                    // SAFETY: the client's result location of `op_size` bytes (4 or 8).
+                    unsafe {
+                        if op_size == 4 {
+                            (result as *mut u32).write_unaligned(old as u32)
+                        } else {
+                            (result as *mut u64).write_unaligned(old)
+                        }
+                    }
+                }
+                return status_ptr(UCS_OK);
+            }
+        }
         match amo {
             Amo::Post(op) => i.w.atomic_post(h, op, size, value, remote_addr, k),
             Amo::Fetch(op) => i.w.atomic_fetch(h, op, size, value, remote_addr, k),

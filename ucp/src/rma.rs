@@ -1,6 +1,7 @@
 //! Memory for remote access: [`MemMap`] (allocated and registered with every memory domain that
 //! can register), the packed remote-key bundle peers unpack, and the unpacked [`Rkey`].
 
+pub(crate) mod mapped;
 pub(crate) mod ops;
 pub(crate) mod raw_mem;
 
