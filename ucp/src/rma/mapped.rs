@@ -18,7 +18,28 @@ use crate::rma::Rkey;
 use crate::worker::state::EpState;
 use crate::worker::{EpHandle, Worker};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
-use uct::{AtomicOp, IfaceFlags};
+use uct::AtomicOp;
+
+/// Copies `len` bytes from `src` to `dst` (the ranges may overlap): a word-sized piece (an
+/// MPI_Put of one value) is one load and one store instead of a `memmove` call.
+///
+/// # Safety
+/// `src` valid for `len` bytes of reads, `dst` for `len` bytes of writes.
+#[inline(always)]
+unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: per the contract; each piece is read whole before it is written.
+    unsafe {
+        match len {
+            8 => dst
+                .cast::<u64>()
+                .write_unaligned(src.cast::<u64>().read_unaligned()),
+            4 => dst
+                .cast::<u32>()
+                .write_unaligned(src.cast::<u32>().read_unaligned()),
+            _ => std::ptr::copy(src, dst, len),
+        }
+    }
+}
 
 impl Worker {
     /// The local address of `len` bytes at `remote_addr` of the peer memory `rkey` maps here,
@@ -34,7 +55,7 @@ impl Worker {
         len: usize,
         atomics: Option<AmoSize>,
     ) -> Option<*mut u8> {
-        let (lane, mk) = rkey.mapped.as_ref()?;
+        let (_, mk) = rkey.mapped.as_ref()?;
         if rkey.ep != (ep.idx, ep.gen) {
             return None;
         }
@@ -43,13 +64,7 @@ impl Worker {
             return None;
         }
         if let Some(size) = atomics {
-            let li = e.lanes.as_ref()?.uct.get(*lane)?.0;
-            let a = &self.st.info.get(li)?.attr;
-            let ops = match size {
-                AmoSize::U32 => &a.atomics.fop32,
-                AmoSize::U64 => &a.atomics.fop64,
-            };
-            if !a.flags.contains(IfaceFlags::ATOMIC_CPU) || ops.is_empty() {
+            if !rkey.mapped_amo[size as usize] {
                 return None;
             }
         }
@@ -127,8 +142,8 @@ impl Worker {
     ) -> Option<()> {
         let p = self.mapped_ptr(ep, rkey, remote_addr, data.len(), None)?;
         // SAFETY: `p..p + data.len()` lies inside the peer's segment (bounds checked), mapped
-        // while `rkey` lives; the caller's slice cannot overlap it mutably.
-        unsafe { std::ptr::copy(data.as_ptr(), p, data.len()) };
+        // while `rkey` lives.
+        unsafe { copy(data.as_ptr(), p, data.len()) };
         Some(())
     }
 
@@ -148,7 +163,7 @@ impl Worker {
         let p = self.mapped_ptr(ep, rkey, remote_addr, len, None)?;
         // SAFETY: the source lies inside the peer's segment (bounds checked); the caller
         // guarantees the destination.
-        unsafe { std::ptr::copy(p, dst, len) };
+        unsafe { copy(p, dst, len) };
         Some(())
     }
 }

@@ -131,7 +131,19 @@ impl Worker {
             }
             key_for(*li).filter(|k| k.is_mapped()).map(|k| (pos, k))
         });
+        let mapped_amo = match &mapped {
+            Some((pos, _)) => {
+                let a = &self.st.info[lanes.uct[*pos].0].attr;
+                let cpu = a.flags.contains(IfaceFlags::ATOMIC_CPU);
+                [
+                    cpu && !a.atomics.fop32.is_empty(),
+                    cpu && !a.atomics.fop64.is_empty(),
+                ]
+            }
+            None => [false; 2],
+        };
         Ok(Rkey {
+            mapped_amo,
             ep: (ep.idx, ep.gen),
             rma: unpack(lanes.rma),
             amo: unpack(lanes.amo),
