@@ -76,6 +76,28 @@ unsafe fn start(
     let _g = w.lock.lock();
     let res = {
         let mut i = w.inner.borrow_mut();
+        // A peer word mapped here: one CPU atomic now, no request (unless the client wants one).
+        if args.caller_req.is_null() && !args.no_imm {
+            let (op, compare) = match amo {
+                Amo::Post(op) | Amo::Fetch(op) => (Some(op), 0),
+                Amo::Cswap { compare } => (None, compare),
+            };
+            if let Some(old) =
+                i.w.atomic_mapped(h, op, size, value, compare, remote_addr, k)
+            {
+                if !matches!(amo, Amo::Post(_)) {
+                    // SAFETY: the client's result location of `op_size` bytes (4 or 8).
+                    unsafe {
+                        if op_size == 4 {
+                            (result as *mut u32).write_unaligned(old as u32)
+                        } else {
+                            (result as *mut u64).write_unaligned(old)
+                        }
+                    }
+                }
+                return status_ptr(UCS_OK);
+            }
+        }
         match amo {
             Amo::Post(op) => i.w.atomic_post(h, op, size, value, remote_addr, k),
             Amo::Fetch(op) => i.w.atomic_fetch(h, op, size, value, remote_addr, k),
@@ -297,9 +319,10 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
 }
 
 /// `ucs_status_t ucp_worker_fence(ucp_worker_h worker)`: operations started after the fence
-/// are ordered after those started before it. rucx implements it as a flush (it waits,
-/// progressing the worker, until the earlier operations completed remotely), which orders
-/// more strictly than a fence needs.
+/// are applied at their targets after those started before it. It does not wait: a memory
+/// barrier orders the loads and stores on peer memory mapped here, and an endpoint with
+/// operations still outstanding holds what comes next until they have completed (see
+/// `ucp::Worker::fence`).
 ///
 /// # Safety
 /// A live worker.
@@ -311,9 +334,9 @@ pub unsafe extern "C" fn ucp_worker_fence(worker: *mut Worker) -> Status {
             Ok(w) => w,
             Err(s) => return s,
         };
-        // SAFETY: forwarded.
-        let r = unsafe { crate::worker::ucp_worker_flush_nb(worker, 0, None) };
-        wait(w, r)
+        let _g = w.lock.lock();
+        w.inner.borrow_mut().w.fence();
+        UCS_OK
     })
 }
 

@@ -146,6 +146,9 @@ pub fn apply(cfg: &mut UcpConfig, name: &str, value: &str) -> Result<(), String>
 /// Reads the configuration: `RUCX_*` first, then `<prefix>_UCX_*`, then `UCX_*`.
 pub fn read(prefix: Option<&str>) -> Result<UcpConfig, String> {
     let mut cfg = UcpConfig::from_env().map_err(|e| e.to_string())?;
+    // As in UCX, self is loopback inside one worker: a C client may progress each worker from
+    // its own thread, which the self transport's per-thread state does not allow.
+    cfg.self_across_workers = false;
     for name in MAPPED {
         if std::env::var_os(format!("RUCX_{name}")).is_some() {
             continue;

@@ -10,7 +10,7 @@ use crate::guard::{check_mask, fail, ffi, refuse, status_of};
 use crate::request::{submit, Cb, OpArgs};
 use crate::worker::{worker_ref, Worker};
 use std::ffi::{c_uint, c_void};
-use ucp::{CloseMode, EpHandle, EpParams as UcpEpParams};
+use ucp::{CloseMode, Completion, EpHandle, EpParams as UcpEpParams, Op};
 
 /// A client endpoint.
 pub struct Ep {
@@ -313,6 +313,9 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
         };
         let _g = w.lock.lock();
         let res = w.inner.borrow_mut().w.ep_flush(h);
+        if let Ok(Op::Done(Completion { status: Ok(()), .. })) = &res {
+            return status_ptr(UCS_OK); // nothing was outstanding
+        }
         submit(
             NAME,
             w,
@@ -342,7 +345,13 @@ pub unsafe extern "C" fn ucp_ep_flush_nbx(ep: *mut Ep, param: *const RequestPara
         };
         let _g = w.lock.lock();
         let res = w.inner.borrow_mut().w.ep_flush(h);
-        submit(NAME, w, res, &p.send_args(), Finish::None)
+        let args = p.send_args();
+        if let (Ok(Op::Done(Completion { status: Ok(()), .. })), true, false) =
+            (&res, args.caller_req.is_null(), args.no_imm)
+        {
+            return status_ptr(UCS_OK); // nothing was outstanding
+        }
+        submit(NAME, w, res, &args, Finish::None)
     })
 }
 

@@ -306,6 +306,19 @@ unsafe fn rma(
     let _g = w.lock.lock();
     let res = {
         let mut i = w.inner.borrow_mut();
+        // Peer memory mapped here: one copy now, no request (unless the client wants one).
+        if args.caller_req.is_null() && !args.no_imm {
+            let done = if get {
+                // SAFETY: the client's buffer of `length` bytes.
+                unsafe { i.w.get_mapped(h, buffer as *mut u8, length, remote_addr, k) }
+            } else {
+                // SAFETY: the client's buffer of `length` bytes.
+                i.w.put_mapped(h, unsafe { slice(buffer, length) }, remote_addr, k)
+            };
+            if done.is_some() {
+                return status_ptr(UCS_OK);
+            }
+        }
         if get {
             // SAFETY: the client's buffer stays valid until completion (documented contract).
             unsafe { i.w.get_raw(h, buffer as *mut u8, length, remote_addr, k) }

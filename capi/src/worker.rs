@@ -478,6 +478,9 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
         }
         let _g = w.lock.lock();
         let res = w.inner.borrow_mut().w.flush();
+        if let Ok(ucp::Op::Done(Completion { status: Ok(()), .. })) = &res {
+            return status_ptr(UCS_OK); // nothing was outstanding
+        }
         let cb = cb.map(Cb::Send).unwrap_or(Cb::None);
         submit(
             NAME,

@@ -11,7 +11,7 @@
     )
 )]
 
-use crate::request::Op;
+use crate::request::{Completion, Op};
 use crate::rma::Rkey;
 use crate::wire::{am_id, AtomicRepHdr, AtomicReqHdr, NO_REQ};
 use crate::worker::peer_req::Named;
@@ -190,9 +190,6 @@ impl State {
                 "atomic address {addr:#x} is not {bytes}-byte aligned"
             )));
         }
-        let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
-        let wire = self.wire_id(key);
-        let peer_wire = self.peer_id(idx, key);
         // Through the transport when the lane has it and nothing is queued ahead.
         // A peer segment mapped here takes CPU atomics on the shared-memory lane.
         let cpu = |lane: usize| {
@@ -213,6 +210,11 @@ impl State {
             ),
         };
         if let (Some(lane), Some(rk), true) = (amo, amo_key, self.eps[idx].pending.is_empty()) {
+            // The request is created only if the transport answers later; its wire id is known
+            // before (the slab's next key and the next generation), so an atomic that completes
+            // at once costs no request.
+            let gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
+            let wire = u64::from(gen) << 32 | self.reqs.vacant_key() as u64;
             let l = self.eps[idx]
                 .lanes
                 .as_mut()
@@ -243,31 +245,51 @@ impl State {
             match out {
                 Outcome::Done(v) => {
                     self.amo_hw += 1;
-                    self.reqs[key].kind = ReqKind::Atomic { value: v };
-                    self.finish(key, Ok(()));
-                    return Ok(self.op_of(key));
+                    return Ok(Op::Done(Completion {
+                        value: v,
+                        ..Completion::ok()
+                    }));
                 }
                 Outcome::InProgress => {
                     self.amo_hw += 1;
+                    let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
+                    debug_assert_eq!(self.wire_id(key), wire);
                     return Ok(self.op_of(key));
                 }
                 Outcome::NoResource => {} // CPU-coherent atomics: emulation is equivalent
             }
         }
+        // Emulated: the target applies it. A key that knows the region's bounds refuses an
+        // access outside it here, at once, as the transports do.
+        if let Some(k) = rkey.rma.as_ref().or(rkey.amo.as_ref()) {
+            k.check(addr, bytes as usize)?;
+        }
         self.amo_emulated += 1;
+        let key = fetch.then(|| self.new_req(Some(idx), ReqKind::Atomic { value: 0 }));
         let h = AtomicReqHdr {
-            req: if fetch { peer_wire } else { NO_REQ },
+            req: match key {
+                Some(k) => self.peer_id(idx, k),
+                None => NO_REQ,
+            },
             op: kind.code(),
             size: bytes as u8,
             addr,
             value,
             compare,
         };
-        self.send_ctl(idx, am_id::ATOMIC_REQ, &h.encode())?;
-        if !fetch {
-            self.finish(key, Ok(()));
+        if let Err(e) = self.send_ctl(idx, am_id::ATOMIC_REQ, &h.encode()) {
+            if let Some(k) = key {
+                self.reqs.remove(k);
+            }
+            return Err(e);
         }
-        Ok(self.op_of(key))
+        // The target acknowledges every emulated atomic; flushes and fences wait for that.
+        let ep = &mut self.eps[idx];
+        ep.amo_sent = ep.amo_sent.wrapping_add(1);
+        Ok(match key {
+            Some(k) => self.op_of(k),
+            None => Op::Done(Completion::ok()),
+        })
     }
 
     /// Applies an emulated atomic to this worker's mapped memory; gives the old value.
@@ -325,7 +347,8 @@ impl State {
         }
     }
 
-    /// ATOMIC_REQ: an emulated atomic on our memory; the reply carries the old value.
+    /// ATOMIC_REQ: an emulated atomic on our memory; the reply carries the old value (and
+    /// acknowledges a non-fetching one).
     pub(crate) fn on_atomic_req(&mut self, idx: usize, h: AtomicReqHdr) -> Result<()> {
         let (status, old) = match self.apply_atomic(&h) {
             Ok(v) => (0, v),
@@ -334,19 +357,29 @@ impl State {
                 (1, 0)
             }
         };
-        if h.req != NO_REQ {
-            let rep = AtomicRepHdr {
-                req: h.req,
-                status,
-                value: old,
-            };
-            self.send_ctl(idx, am_id::ATOMIC_REP, &rep.encode())?;
-        }
-        Ok(())
+        // A non-fetching atomic gets a reply too (req NO_REQ): the initiator's flush waits
+        // for it.
+        let rep = AtomicRepHdr {
+            req: h.req,
+            status,
+            value: old,
+        };
+        self.send_ctl(idx, am_id::ATOMIC_REP, &rep.encode())
     }
 
     /// ATOMIC_REP: the target's reply to one of our emulated atomics.
     pub(crate) fn on_atomic_rep(&mut self, idx: usize, h: AtomicRepHdr) -> Result<()> {
+        let ep = &mut self.eps[idx];
+        ep.amo_acked = ep.amo_acked.wrapping_add(1);
+        if h.req == NO_REQ {
+            if h.status != 0 {
+                tracing::warn!(
+                    "the target refused a non-fetching atomic: address outside its mapped \
+                     memory or misaligned"
+                );
+            }
+            return Ok(());
+        }
         let key = self.peer_req(idx, h.req, Named::AtomicRep)?;
         if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
             *value = h.value;

@@ -110,6 +110,10 @@ pub struct UcpConfig {
     pub keepalive_timeout: Duration,
     /// Move the AM lane to a connected connect-to-endpoint lane (rc_verbs).
     pub am_lane_switch: bool,
+    /// Let the self transport connect two workers of one thread (true), or only a worker to
+    /// itself, as UCX does (false: two workers of one process then go over shared memory or
+    /// the network, and each may be progressed from its own thread).
+    pub self_across_workers: bool,
 }
 
 impl Default for UcpConfig {
@@ -124,6 +128,7 @@ impl Default for UcpConfig {
             keepalive_interval: Some(Duration::from_secs(1)),
             keepalive_timeout: Duration::from_secs(30),
             am_lane_switch: true,
+            self_across_workers: true,
         }
     }
 }
@@ -213,6 +218,7 @@ impl UcpConfig {
             keepalive_interval: interval,
             keepalive_timeout: KEEPALIVE_TIMEOUT.duration()?,
             am_lane_switch: AM_LANE_SWITCH.bool()?,
+            self_across_workers: true,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Memory for remote access: [`MemMap`] (allocated and registered with every memory domain that
 //! can register), the packed remote-key bundle peers unpack, and the unpacked [`Rkey`].
 
+pub(crate) mod mapped;
 pub(crate) mod ops;
 pub(crate) mod raw_mem;
 
@@ -310,6 +311,8 @@ pub struct Rkey {
     /// The peer's shared segment mapped in this process, with the endpoint lane (index into
     /// its transport endpoints) whose transport accesses it by loads, stores and CPU atomics.
     pub(crate) mapped: Option<(usize, RemoteKey)>,
+    /// The `mapped` lane applies 32-bit and 64-bit atomics with CPU atomics.
+    pub(crate) mapped_amo: [bool; 2],
 }
 
 impl Rkey {

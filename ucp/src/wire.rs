@@ -496,7 +496,8 @@ impl UserAmHdr {
 /// +----------+------+--------+-----------+-----------+-------------+
 /// ```
 /// `op`: 0 add, 1 and, 2 or, 3 xor, 4 swap, 5 compare-and-swap; `size`: 4 or 8; `req` is
-/// [`NO_REQ`] for a non-fetching operation (no reply).
+/// [`NO_REQ`] for a non-fetching operation (its reply, with `req` [`NO_REQ`], only
+/// acknowledges it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AtomicReqHdr {
     /// Requester's request, or [`NO_REQ`].
@@ -554,7 +555,7 @@ impl AtomicReqHdr {
     }
 }
 
-/// Reply to an emulated fetching atomic.
+/// Reply to an emulated atomic (the old value for a fetching one, an acknowledgement for any).
 ///
 /// ```text
 /// 0          8          9

@@ -8,8 +8,9 @@
  * user memory and a UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED mapping, completed by endpoint and
  * worker flushes (nb, nbx, blocking) and fences; every atomic op and size (post and fetch, through
  * ucp_atomic_post / ucp_atomic_fetch_nb / ucp_atomic_op_nbx / the blocking ucp_compat.h calls);
- * remote fetch-adds racing CPU atomics of the owner on the same words; ucp_rkey_ptr (a pointer
- * over shared memory, UCS_ERR_UNREACHABLE over tcp).
+ * remote fetch-adds racing CPU atomics of the owner on the same words; ordering by
+ * ucp_worker_fence (which does not wait); ucp_rkey_ptr (a pointer into allocated memory over
+ * shared memory, UCS_ERR_UNREACHABLE over tcp and for user memory).
  * Bad input, each giving its error status, exactly one log line naming the call, and no write:
  * a key used on another worker's or another context's endpoint, a key of an unmapped mapping,
  * ranges outside the mapping, unsupported atomic sizes and opcodes, a misaligned atomic.
@@ -78,23 +79,17 @@ static void *helper(void *arg)
     return NULL;
 }
 
-/* Over self (UCX_TLS with "self"), W[1] reaches W[0] through rucx's self transport, which
- * links two workers of one thread and does puts, gets and atomics at once: W[0] needs no
- * progress, and must not get it from another thread (the two workers share the self
- * transport's state, which is not thread-safe). Over tcp, W[0] answers from the helper. */
+/* W[0] is progressed by a helper thread whatever UCX_TLS says: as in UCX, self connects a worker
+ * only to itself, so W[1] reaches W[0] over shared memory or tcp, and each worker is driven by one
+ * thread at a time. */
 static pthread_t helper_th;
-static int helper_on;
 static void helper_start(void)
 {
-    const char *tls = getenv("UCX_TLS");
-    helper_on = tls == NULL || strstr(tls, "self") == NULL;
-    if (!helper_on) return;
     stop_helper = 0;
     REQUIRE(pthread_create(&helper_th, NULL, helper, NULL) == 0, "pthread_create");
 }
 static void helper_stop(void)
 {
-    if (!helper_on) return;
     stop_helper = 1;
     pthread_join(helper_th, NULL);
 }
@@ -393,6 +388,43 @@ static void race(ucp_ep_h ep, ucp_rkey_h rkey, unsigned char *base, const char *
           (unsigned long long)*race64, *race32, 2 * RACE_N);
 }
 
+/* Ordering by ucp_worker_fence, which does not wait: an atomic, a fence, a put over the same word:
+ * the put lands last. Over user memory the atomic is applied by W[0]'s worker when it progresses
+ * while the put is a direct copy, so without the fence the put could land first. W[0] is not
+ * progressed before the fence returns (a fence that waited would hang here). Then a put, a
+ * fence and a fetch-add: the fetch sees the put. */
+static void fence_order(ucp_ep_h ep, ucp_rkey_h rkey, unsigned char *base, const char *what)
+{
+    uint64_t raddr = (uint64_t)(uintptr_t)base + 512;
+    volatile uint64_t *word = (uint64_t *)(base + 512);
+    int bad = 0;
+    for (int i = 0; i < 200; i++) {
+        *word = 0;
+        uint64_t v = 100 + (uint64_t)i;
+        ucs_status_t st = ucp_atomic_post(ep, UCP_ATOMIC_POST_OP_ADD, 1, 8, raddr, rkey);
+        CHECK(st == UCS_OK || st == UCS_INPROGRESS, "post");
+        CHECK(ucp_worker_fence(W[1]) == UCS_OK, "fence");
+        st = ucp_put_nbi(ep, &v, 8, raddr, rkey);
+        CHECK(st == UCS_OK || st == UCS_INPROGRESS, "put_nbi");
+        CHECK(wait_req(ucp_worker_flush_nb(W[1], 0, NULL)) == UCS_OK, "flush");
+        bad += *word != v;
+    }
+    CHECK(bad == 0, "%s: %d of 200 puts after a fence landed before the atomic ahead of them",
+          what, bad);
+    bad = 0;
+    for (int i = 0; i < 200; i++) {
+        *word = 0;
+        uint64_t v = 7 + (uint64_t)i, old = 0;
+        ucs_status_t st = ucp_put_nbi(ep, &v, 8, raddr, rkey);
+        CHECK(st == UCS_OK || st == UCS_INPROGRESS, "put_nbi");
+        CHECK(ucp_worker_fence(W[1]) == UCS_OK, "fence");
+        CHECK(wait_req(ucp_atomic_fetch_nb(ep, UCP_ATOMIC_FETCH_OP_FADD, 1, &old, 8, raddr, rkey, NULL)) == UCS_OK, "fadd");
+        bad += old != v || *word != v + 1;
+    }
+    CHECK(bad == 0, "%s: %d of 200 fetch-adds after a fence missed the put ahead of them", what,
+          bad);
+}
+
 static void bad_input(ucp_context_h ctx, ucp_context_h ctx2, ucp_ep_h e10, ucp_ep_h e01,
                       ucp_ep_h e20)
 {
@@ -441,10 +473,6 @@ static void bad_input(ucp_context_h ctx, ucp_context_h ctx2, ucp_ep_h e10, ucp_e
             "ucp_atomic_op_nbx", UCS_ERR_INVALID_PARAM);
     BAD_PTR(ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_SWAP, &operand, 1, raddr, k10, &ap),
             "ucp_atomic_op_nbx", UCS_ERR_INVALID_PARAM);
-    void *rp;
-    if (!over_tcp) {
-        BAD_STATUS(ucp_rkey_ptr(k10, raddr + LEN, &rp), "ucp_rkey_ptr", UCS_ERR_INVALID_PARAM);
-    }
     /* A key from another context packed for this one. */
     BAD_STATUS(ucp_mem_unmap(ctx2, memh), "ucp_mem_unmap", UCS_ERR_INVALID_PARAM);
     /* The mapping unmapped: its keys are refused, and it cannot be unpacked again. */
@@ -455,6 +483,7 @@ static void bad_input(ucp_context_h ctx, ucp_context_h ctx2, ucp_ep_h e10, ucp_e
     BAD_STATUS(ucp_put_nbi(e10, src, 8, raddr, k10), "ucp_put_nbi", UCS_ERR_INVALID_PARAM);
     BAD_PTR(ucp_atomic_fetch_nb(e10, UCP_ATOMIC_FETCH_OP_FADD, 1, &res, 8, raddr, k10, NULL),
             "ucp_atomic_fetch_nb", UCS_ERR_INVALID_PARAM);
+    void *rp;
     BAD_STATUS(ucp_rkey_ptr(k10, raddr, &rp), "ucp_rkey_ptr", UCS_ERR_INVALID_PARAM);
     ucp_rkey_h again;
     BAD_STATUS(ucp_ep_rkey_unpack(e10, kb, &again), "ucp_ep_rkey_unpack", UCS_ERR_INVALID_PARAM);
@@ -518,6 +547,12 @@ int main(void)
     put_get(e10, ak, (unsigned char *)abase + big - (2 << 20), 2 << 20, "allocated, last 2 MiB");
     atomics(e10, ak, abase, "allocated");
     race(e10, ak, abase, "allocated");
+    fence_order(e10, ak, abase, "allocated");
+    if (!over_tcp) {
+        void *rp;
+        BAD_STATUS(ucp_rkey_ptr(ak, (uint64_t)(uintptr_t)abase + big, &rp), "ucp_rkey_ptr",
+                   UCS_ERR_INVALID_PARAM);
+    }
     void *p = NULL;
     ucs_status_t st = ucp_rkey_ptr(ak, (uint64_t)(uintptr_t)abase + 4096, &p);
     if (over_tcp) {
@@ -542,6 +577,11 @@ int main(void)
     put_get(e10, uk, user, ulen, "user memory");
     atomics(e10, uk, user, "user memory");
     race(e10, uk, user, "user memory");
+    fence_order(e10, uk, user, "user memory");
+    p = NULL;
+    st = ucp_rkey_ptr(uk, (uint64_t)(uintptr_t)user, &p);
+    CHECK(st == UCS_ERR_UNREACHABLE, "rkey_ptr on user memory (not mapped here): %s",
+          ucs_status_string(st));
     ucp_rkey_destroy(uk);
     CHECK(ucp_mem_unmap(ctx, umem) == UCS_OK, "unmap");
     free(user);
@@ -559,6 +599,7 @@ int main(void)
     put_get(e10, fk, fbase, flen, "fixed");
     atomics(e10, fk, fbase, "fixed");
     race(e10, fk, fbase, "fixed");
+    fence_order(e10, fk, fbase, "fixed");
     p = NULL;
     st = ucp_rkey_ptr(fk, (uint64_t)(uintptr_t)fbase + 100, &p);
     CHECK(over_tcp ? st == UCS_ERR_UNREACHABLE : st == UCS_OK, "rkey_ptr on the fixed mapping: %s",

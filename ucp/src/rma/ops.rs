@@ -131,7 +131,19 @@ impl Worker {
             }
             key_for(*li).filter(|k| k.is_mapped()).map(|k| (pos, k))
         });
+        let mapped_amo = match &mapped {
+            Some((pos, _)) => {
+                let a = &self.st.info[lanes.uct[*pos].0].attr;
+                let cpu = a.flags.contains(IfaceFlags::ATOMIC_CPU);
+                [
+                    cpu && !a.atomics.fop32.is_empty(),
+                    cpu && !a.atomics.fop64.is_empty(),
+                ]
+            }
+            None => [false; 2],
+        };
         Ok(Rkey {
+            mapped_amo,
             ep: (ep.idx, ep.gen),
             rma: unpack(lanes.rma),
             amo: unpack(lanes.amo),
@@ -368,7 +380,9 @@ impl State {
                 r.total = len;
                 r.user_rma = true;
                 r.stage = RecvStage::RndvGet;
-                if !self.get_step(key)? {
+                // Behind a queued operation (or fence) it waits its turn.
+                let queued = !self.eps[idx].pending.is_empty();
+                if queued || !self.get_step(key)? {
                     self.eps[idx].pending.push_back(Pending::Req(key));
                     self.mark_pending(idx);
                 }

@@ -34,8 +34,15 @@ pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) ->
             md_reg: i.md_reg,
         })
         .collect();
+    let self_across = st.cfg.self_across_workers;
     let sel: LaneSelection = select_lanes(&locals, &addr, |li, ri| {
         let r = &addr.tls[ri];
+        if !self_across
+            && st.info[li].tl_name == "self"
+            && ifaces[li].iface_address() != r.iface_addr
+        {
+            return Err("self reaches only its own worker".into());
+        }
         ifaces[li].is_reachable(&r.device_addr, Some(&r.iface_addr))
     })?;
     // A connect-to-endpoint RMA lane gets an unconnected endpoint now and is connected by the

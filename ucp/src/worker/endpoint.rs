@@ -159,6 +159,8 @@ impl State {
             rx_gate: AmSwitchGate::new(),
             last_tx: now,
             last_rx: now,
+            amo_sent: 0,
+            amo_acked: 0,
         });
         self.by_uuid.insert(uuid, idx);
         idx

@@ -49,8 +49,12 @@ impl State {
             }
         }
         for p in pend {
-            if let Pending::Ctl { body, .. } = p {
-                self.put_buf(body);
+            match p {
+                Pending::Ctl { body, .. } => self.put_buf(body),
+                Pending::Fence { key, .. } => {
+                    self.reqs.try_remove(key);
+                }
+                Pending::Req(_) => {}
             }
         }
         let keys: Vec<usize> = self

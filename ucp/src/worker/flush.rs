@@ -1,5 +1,6 @@
-//! Flush: worker-wide and per-endpoint flushes, which complete when every lane of the endpoints
-//! has flushed its outstanding operations.
+//! Flush and fence: worker-wide and per-endpoint flushes, which complete when every lane of the
+//! endpoints has flushed its outstanding operations and every emulated atomic is acknowledged;
+//! a fence, which orders later operations after earlier ones without waiting.
 #![cfg_attr(
     not(test),
     deny(
@@ -10,15 +11,43 @@
     )
 )]
 
-use crate::request::Op;
-use crate::worker::state::{comp_id, EpState, Req, ReqKind, State, COMP_FLUSH};
+use crate::request::{Completion, Op};
+use crate::worker::state::{comp_id, Ep, EpState, Pending, Req, ReqKind, State, COMP_FLUSH};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 
+/// Completion id of the transport flushes nobody waits for (the quiet check of a worker-wide
+/// flush): it names no request, so its completion is dropped.
+const UNWATCHED: uct::CompletionId = (COMP_FLUSH << 60) | 0xFFFF_FFFF;
+
+/// True when endpoint `ep` has nothing outstanding: no queued operation, no unacknowledged
+/// emulated atomic, and every transport lane flushed at once. A lane that is still busy is
+/// left with a flush whose completion nobody waits for.
+fn ep_quiet(ep: &mut Ep) -> bool {
+    if !ep.pending.is_empty() || ep.amo_sent != ep.amo_acked {
+        return false;
+    }
+    let Some(l) = ep.lanes.as_mut() else {
+        return false;
+    };
+    l.uct
+        .iter_mut()
+        .all(|(_, uep)| matches!(uep.flush(UNWATCHED), Ok(Outcome::Done(()))))
+}
+
 impl Worker {
     /// Flushes every endpoint: completes when everything sent before has completed remotely.
+    /// When nothing is outstanding it is done at once, without a request.
     pub fn flush(&mut self) -> Result<Op> {
+        let quiet = self
+            .st
+            .eps
+            .iter_mut()
+            .all(|(_, e)| e.state != EpState::Ready || ep_quiet(e));
+        if quiet {
+            return Ok(Op::Done(Completion::ok()));
+        }
         let eps: Vec<usize> = self
             .st
             .eps
@@ -29,10 +58,71 @@ impl Worker {
         self.st.flush_eps(&eps)
     }
 
-    /// Flushes one endpoint.
+    /// Flushes one endpoint (done at once, without a request, when nothing is outstanding).
     pub fn ep_flush(&mut self, ep: EpHandle) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.flush_eps(&[idx])
+        self.st.ep_usable(idx)?;
+        let ready = {
+            let e = &self.st.eps[idx];
+            e.pending.is_empty() && e.lanes.is_some()
+        };
+        if !ready {
+            return self.st.flush_eps(&[idx]);
+        }
+        match self.st.flush_lanes_now(idx) {
+            Ok(Some(key)) => {
+                self.st.flush_watch(key);
+                Ok(self.st.op_of(key))
+            }
+            Ok(None) => Ok(Op::Done(Completion::ok())),
+            Err(e) => {
+                self.st.fail_ep(idx, e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Orders the operations started after this call after those started before it, at every
+    /// target, without waiting: a memory barrier orders the loads, stores and CPU atomics on
+    /// peer memory mapped here; an endpoint with operations still outstanding gets a fence in
+    /// its queue (with a flush of its lanes), and what is started on it afterwards waits there
+    /// until they have completed.
+    pub fn fence(&mut self) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        for idx in 0..self.st.eps.capacity() {
+            let Some(ep) = self.st.eps.get(idx) else {
+                continue;
+            };
+            if ep.state != EpState::Ready
+                || matches!(ep.pending.back(), Some(Pending::Fence { .. }))
+            {
+                continue;
+            }
+            let key = if ep.pending.is_empty() && ep.lanes.is_some() {
+                match self.st.flush_lanes_now(idx) {
+                    Ok(Some(key)) => key,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        self.st.fail_ep(idx, e);
+                        continue;
+                    }
+                }
+            } else {
+                // Started when the fence reaches the head of the queue.
+                self.st.new_req(
+                    Some(idx),
+                    ReqKind::Flush {
+                        eps_left: 0,
+                        retry: vec![idx],
+                        parent: None,
+                    },
+                )
+            };
+            let ep = &mut self.st.eps[idx];
+            let amo_sent = ep.amo_sent;
+            ep.pending.push_back(Pending::Fence { key, amo_sent });
+            self.st.mark_pending(idx);
+        }
     }
 }
 
@@ -141,7 +231,7 @@ impl State {
                 return Ok(());
             }
             let ep = &mut self.eps[idx];
-            if !ep.pending.is_empty() || ep.lanes.is_none() {
+            if !ep.pending.is_empty() || ep.lanes.is_none() || ep.amo_sent != ep.amo_acked {
                 still.push(idx);
                 continue;
             }
@@ -169,6 +259,93 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Flushes the lanes of endpoint `idx` (whose queue is empty) now. `None` when everything
+    /// has completed (no request is made); otherwise the flush request that completes when the
+    /// lanes have flushed and every emulated atomic is acknowledged. The request's wire id is
+    /// known before it exists (the slab's next key, the next generation), so the transports
+    /// get it while nothing is allocated yet.
+    pub(crate) fn flush_lanes_now(&mut self, idx: usize) -> Result<Option<usize>> {
+        let gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
+        let wire = u64::from(gen) << 32 | self.reqs.vacant_key() as u64;
+        let ep = &mut self.eps[idx];
+        let mut started = 0usize;
+        let mut again = ep.amo_sent != ep.amo_acked;
+        if let Some(l) = ep.lanes.as_mut() {
+            for (_, uep) in l.uct.iter_mut() {
+                match uep.flush(comp_id(COMP_FLUSH, wire))? {
+                    Outcome::InProgress => started += 1,
+                    Outcome::NoResource => again = true,
+                    Outcome::Done(()) => {}
+                }
+            }
+        }
+        if started == 0 && !again {
+            return Ok(None);
+        }
+        let key = self.new_req(
+            Some(idx),
+            ReqKind::Flush {
+                eps_left: started,
+                retry: if again { vec![idx] } else { Vec::new() },
+                parent: None,
+            },
+        );
+        debug_assert_eq!(self.wire_id(key), wire);
+        Ok(Some(key))
+    }
+
+    /// The fence with flush request `key` at the head of endpoint `idx`'s queue: true once
+    /// everything started before it has completed at the target (the request is then gone and
+    /// the fence leaves the queue). Its flush starts here if it had not.
+    pub(crate) fn fence_passed(&mut self, idx: usize, key: usize, amo_sent: u32) -> Result<bool> {
+        // Atomics behind the fence are not sent yet: every reply so far is for one before it.
+        let unacked = (amo_sent.wrapping_sub(self.eps[idx].amo_acked) as i32) > 0;
+        let Some(r) = self.reqs.get_mut(key) else {
+            return Ok(true);
+        };
+        let (left, waiting) = match &mut r.kind {
+            ReqKind::Flush {
+                eps_left, retry, ..
+            } => (*eps_left, std::mem::take(retry)),
+            _ => return Ok(true),
+        };
+        if r.done.is_none() && !waiting.is_empty() {
+            // Not started, or a lane pushed back: flush the lanes (again).
+            let wire = self.wire_id(key);
+            let mut started = 0usize;
+            let mut again = false;
+            if let Some(l) = self.eps[idx].lanes.as_mut() {
+                for (_, uep) in l.uct.iter_mut() {
+                    match uep.flush(comp_id(COMP_FLUSH, wire))? {
+                        Outcome::InProgress => started += 1,
+                        Outcome::NoResource => again = true,
+                        Outcome::Done(()) => {}
+                    }
+                }
+            }
+            if started == 0 && !again && !unacked {
+                self.reqs.remove(key);
+                return Ok(true);
+            }
+            if let ReqKind::Flush {
+                eps_left, retry, ..
+            } = &mut self.reqs[key].kind
+            {
+                *eps_left += started;
+                if again {
+                    *retry = waiting;
+                }
+            }
+            return Ok(false);
+        }
+        let done = self.reqs[key].done.is_some() || left == 0;
+        if done && !unacked {
+            self.reqs.remove(key);
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     pub(crate) fn progress_flushes(&mut self) {

@@ -157,6 +157,7 @@ impl State {
                             None => Ok(false),
                         }
                     }
+                    Pending::Fence { key, amo_sent } => self.fence_passed(idx, *key, *amo_sent),
                     Pending::Req(key) => {
                         let key = *key;
                         if self.reqs.get(key).is_none_or(|r| r.done.is_some()) {

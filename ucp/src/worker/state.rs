@@ -103,7 +103,17 @@ pub(crate) enum EpState {
 
 pub(crate) enum Pending {
     Req(usize),
-    Ctl { id: u8, body: Vec<u8> },
+    Ctl {
+        id: u8,
+        body: Vec<u8>,
+    },
+    /// A fence, with its flush request and the endpoint's `amo_sent` when it was posted: what
+    /// is queued behind it starts once everything before it has completed at the target (see
+    /// `State::fence_passed`).
+    Fence {
+        key: usize,
+        amo_sent: u32,
+    },
 }
 
 pub(crate) struct Ep {
@@ -127,6 +137,11 @@ pub(crate) struct Ep {
     pub(crate) rx_gate: AmSwitchGate,
     pub(crate) last_tx: Duration,
     pub(crate) last_rx: Duration,
+    /// Atomics emulated over active messages (ATOMIC_REQ) sent or queued, and replies to
+    /// them received (wrapping counts): a flush waits until they are equal, a fence until the
+    /// replies reach the count at the fence.
+    pub(crate) amo_sent: u32,
+    pub(crate) amo_acked: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
