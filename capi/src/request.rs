@@ -453,8 +453,12 @@ pub unsafe extern "C" fn ucp_request_cancel(worker: *mut Worker, request: *mut c
         }
         if let Some(r) = hdr.op.as_ref().and_then(|op| op.req.as_ref()) {
             let mut inner = w.inner.borrow_mut();
-            if !inner.w.request_cancel(r) {
-                tracing::debug!("ucp_request_cancel: the operation can no longer be canceled");
+            match inner.w.request_cancel(r) {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!("ucp_request_cancel: the operation can no longer be canceled")
+                }
+                Err(e) => tracing::warn!("ucp_request_cancel: {e}"),
             }
         }
     })
