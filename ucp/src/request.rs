@@ -22,19 +22,34 @@ use ucs::{Error, Result};
 /// this allocation's address with its worker's.
 #[derive(Default)]
 pub(crate) struct ReqShared {
-    pub(crate) released: RefCell<Vec<(u32, u32)>>,
+    released: RefCell<Vec<(u32, u32)>>,
+    /// Set when a handle is dropped, cleared when `pop` finds the list empty: what progress
+    /// looks at on every call.
+    dirty: Cell<bool>,
 }
 
 impl ReqShared {
     /// The next dropped handle, if any.
     pub(crate) fn pop(&self) -> Option<(u32, u32)> {
-        self.released.try_borrow_mut().ok()?.pop()
+        let next = self.released.try_borrow_mut().ok()?.pop();
+        if next.is_none() {
+            self.dirty.set(false);
+        }
+        next
     }
 
     /// True when a handle was dropped since the last `pop` gave `None`.
     #[inline]
     pub(crate) fn any(&self) -> bool {
-        self.released.try_borrow().is_ok_and(|l| !l.is_empty())
+        self.dirty.get()
+    }
+
+    #[cold]
+    fn push(&self, key: u32, gen: u32) {
+        if let Ok(mut l) = self.released.try_borrow_mut() {
+            l.push((key, gen));
+            self.dirty.set(true);
+        }
     }
 }
 
@@ -50,20 +65,29 @@ impl ReqShared {
 #[must_use = "an unfinished operation: wait on it, take its result, or drop it to release it"]
 pub struct Request {
     pub(crate) key: u32,
-    pub(crate) gen: u32,
-    /// False once the handle no longer releases the request when dropped.
-    armed: Cell<bool>,
+    /// The request's generation, with [`ARMED`] set while dropping the handle releases the
+    /// request (one word, so that a handle stays two words wide).
+    gen_armed: Cell<u32>,
     pub(crate) owner: Rc<ReqShared>,
 }
+
+/// Bit of `Request::gen_armed`: dropping the handle releases the request. Generations use the
+/// low 28 bits.
+const ARMED: u32 = 1 << 31;
 
 impl Request {
     pub(crate) fn new(key: usize, gen: u32, owner: &Rc<ReqShared>) -> Self {
         Request {
             key: key as u32,
-            gen,
-            armed: Cell::new(true),
+            gen_armed: Cell::new(gen | ARMED),
             owner: Rc::clone(owner),
         }
+    }
+
+    /// The request's generation.
+    #[inline]
+    pub(crate) fn gen(&self) -> u32 {
+        self.gen_armed.get() & !ARMED
     }
 
     /// True when `owner` is the shared part of the worker this request belongs to.
@@ -75,7 +99,7 @@ impl Request {
     /// The handle stops releasing the request on drop (its result goes elsewhere).
     #[inline]
     pub(crate) fn disarm(&self) {
-        self.armed.set(false);
+        self.gen_armed.set(self.gen());
     }
 
     /// The slot key, consuming the handle without releasing the request (internal users that
@@ -88,11 +112,11 @@ impl Request {
 }
 
 impl Drop for Request {
+    #[inline]
     fn drop(&mut self) {
-        if self.armed.get() {
-            if let Ok(mut l) = self.owner.released.try_borrow_mut() {
-                l.push((self.key, self.gen));
-            }
+        let g = self.gen_armed.get();
+        if g & ARMED != 0 {
+            self.owner.push(self.key, g & !ARMED);
         }
     }
 }
@@ -101,14 +125,14 @@ impl std::fmt::Debug for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Request")
             .field("key", &self.key)
-            .field("gen", &self.gen)
+            .field("gen", &self.gen())
             .finish()
     }
 }
 
 impl PartialEq for Request {
     fn eq(&self, o: &Self) -> bool {
-        self.key == o.key && self.gen == o.gen && Rc::ptr_eq(&self.owner, &o.owner)
+        self.key == o.key && self.gen() == o.gen() && Rc::ptr_eq(&self.owner, &o.owner)
     }
 }
 
@@ -116,7 +140,7 @@ impl Eq for Request {}
 
 impl std::hash::Hash for Request {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (self.key, self.gen, Rc::as_ptr(&self.owner)).hash(h);
+        (self.key, self.gen(), Rc::as_ptr(&self.owner)).hash(h);
     }
 }
 
@@ -228,3 +252,5 @@ impl From<Request> for Op {
         Op::Pending(r)
     }
 }
+
+const _: () = assert!(std::mem::size_of::<Request>() == 16);

@@ -131,6 +131,15 @@ impl Worker {
     }
 }
 
+#[cold]
+fn bad_handle(foreign: bool) -> Error {
+    Error::InvalidParam(if foreign {
+        "endpoint handle belongs to another worker".into()
+    } else {
+        "endpoint handle is stale (closed)".into()
+    })
+}
+
 impl State {
     pub(crate) fn new_ep(&mut self, addr: WorkerAddress, err_handler: Option<ErrHandler>) -> usize {
         self.ep_gen = self.ep_gen.wrapping_add(1);
@@ -168,17 +177,13 @@ impl State {
         }
     }
 
+    /// The index of the endpoint `h` names, or `InvalidParam` for a handle of another worker or
+    /// a stale (closed) one.
+    #[inline]
     pub(crate) fn ep_idx(&self, h: EpHandle) -> Result<usize> {
-        if h.wid != self.id {
-            return Err(Error::InvalidParam(
-                "endpoint handle belongs to another worker".into(),
-            ));
-        }
         match self.eps.get(h.idx as usize) {
-            Some(e) if e.gen == h.gen => Ok(h.idx as usize),
-            _ => Err(Error::InvalidParam(
-                "endpoint handle is stale (closed)".into(),
-            )),
+            Some(e) if e.gen == h.gen && h.wid == self.id => Ok(h.idx as usize),
+            _ => Err(bad_handle(h.wid != self.id)),
         }
     }
 

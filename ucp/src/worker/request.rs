@@ -42,7 +42,7 @@ impl Worker {
             return Err(foreign());
         }
         Ok(match self.st.reqs.get(req.key as usize) {
-            Some(r) if r.gen == req.gen => r.done.is_some(),
+            Some(r) if r.gen == req.gen() => r.done.is_some(),
             _ => true,
         })
     }
@@ -55,13 +55,13 @@ impl Worker {
             return Ok(Completion::failed(foreign()));
         }
         match self.st.reqs.get(req.key as usize) {
-            Some(r) if r.gen == req.gen && r.done.is_some() => {
+            Some(r) if r.gen == req.gen() && r.done.is_some() => {
                 // Moving `done` out of the removed request (not `take` before the removal)
                 // leaves less to drop.
                 let r = self.st.reqs.remove(req.into_key());
                 Ok(r.done.unwrap_or_else(Completion::ok))
             }
-            Some(r) if r.gen == req.gen => Err(req),
+            Some(r) if r.gen == req.gen() => Err(req),
             _ => {
                 req.disarm();
                 Ok(Completion::failed(taken()))
@@ -84,12 +84,12 @@ impl Worker {
         }
         let key = req.key as usize;
         match self.st.reqs.get_mut(key) {
-            Some(r) if r.gen == req.gen && r.done.is_none() => {
+            Some(r) if r.gen == req.gen() && r.done.is_none() => {
                 req.disarm();
                 r.notify = Notify::Callback(Box::new(callback));
                 Ok(())
             }
-            Some(r) if r.gen == req.gen => {
+            Some(r) if r.gen == req.gen() => {
                 req.disarm();
                 let r = self.st.reqs.remove(key);
                 callback(r.done.unwrap_or_else(Completion::ok));
@@ -111,12 +111,12 @@ impl Worker {
         }
         let key = req.key as usize;
         match self.st.reqs.get_mut(key) {
-            Some(r) if r.gen == req.gen && r.done.is_none() => {
+            Some(r) if r.gen == req.gen() && r.done.is_none() => {
                 req.disarm();
                 r.notify = Notify::Token(token);
                 Ok(None)
             }
-            Some(r) if r.gen == req.gen => {
+            Some(r) if r.gen == req.gen() => {
                 req.disarm();
                 let r = self.st.reqs.remove(key);
                 Ok(Some(r.done.unwrap_or_else(Completion::ok)))
@@ -142,7 +142,7 @@ impl Worker {
         if !req.is_of(&self.st.req_shared) {
             return Err(foreign());
         }
-        Ok(self.st.cancel(req.key as usize, req.gen))
+        Ok(self.st.cancel(req.key as usize, req.gen()))
     }
 
     /// Takes a finished request's result, or registers `waker` to be woken by the `progress()`
@@ -158,7 +158,7 @@ impl Worker {
             return Ok(Completion::failed(foreign()));
         }
         let key = req.key as usize;
-        let Some(r) = self.st.reqs.get_mut(key).filter(|r| r.gen == req.gen) else {
+        let Some(r) = self.st.reqs.get_mut(key).filter(|r| r.gen == req.gen()) else {
             req.disarm();
             return Ok(Completion::failed(taken()));
         };
