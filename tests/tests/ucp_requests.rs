@@ -139,6 +139,21 @@ fn request_of_another_worker_is_an_error_and_changes_nothing() {
         Err(Error::InvalidParam(_))
     ));
     assert_eq!(c.request_count(), 1);
+    // A token request's plain id: only its own worker cancels with it.
+    let Op::Pending(ra3) = a.tag_recv(vec![0; 64], 7, EXACT).unwrap() else {
+        panic!("a receive without a message finished");
+    };
+    let (id, done) = a.request_into_token(ra3, 77).unwrap();
+    assert!(done.is_none());
+    assert!(is_invalid(c.request_cancel_id(id)));
+    assert!(a.request_cancel_id(id).unwrap());
+    pump(&mut [&mut a], 2);
+    let mut out = Vec::new();
+    a.take_done_tokens(&mut out);
+    assert!(
+        matches!(out.as_slice(), [(77, c)] if c.status == Err(Error::Canceled)),
+        "{out:?}"
+    );
     // Both real receives get their data.
     for (tag, ep, data) in [(5u64, ba, &b"to a"[..]), (5, bc, b"to c")] {
         let s = b.tag_send(ep, tag, data).unwrap();

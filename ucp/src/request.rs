@@ -144,6 +144,17 @@ impl std::hash::Hash for Request {
     }
 }
 
+/// A plain, copyable id of a request whose result goes to a token (from
+/// [`Worker::request_into_token`](crate::Worker::request_into_token)): it can cancel the request
+/// ([`Worker::request_cancel_id`](crate::Worker::request_cancel_id)) and holds nothing, so
+/// keeping, copying or dropping it costs nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId {
+    pub(crate) wid: u32,
+    pub(crate) key: u32,
+    pub(crate) gen: u32,
+}
+
 /// The result of a finished operation, with every field any operation fills; the typed
 /// accessors ([`Completion::into_recv`], [`Completion::into_value`],
 /// [`Completion::into_result`]) give what one kind of operation produced.

@@ -10,7 +10,7 @@
     )
 )]
 
-use crate::request::{Completion, Op, Received, Request};
+use crate::request::{Completion, Op, Received, Request, RequestId};
 use crate::worker::state::{Notify, RecvStage, Req, ReqKind, State};
 use crate::worker::Worker;
 use std::task::Waker;
@@ -125,6 +125,46 @@ impl Worker {
                 "request was already taken or does not belong to this worker".into(),
             )),
         }
+    }
+
+    /// Like [`Worker::request_set_token`], consuming the handle: gives the request's plain
+    /// [`RequestId`] (to cancel it with [`Worker::request_cancel_id`]; nothing to drop) and its
+    /// result if it has already finished.
+    #[inline]
+    pub fn request_into_token(
+        &mut self,
+        req: Request,
+        token: u64,
+    ) -> Result<(RequestId, Option<Completion>)> {
+        if !req.is_of(&self.st.req_shared) {
+            return Err(foreign());
+        }
+        let id = RequestId {
+            wid: self.st.id,
+            key: req.key,
+            gen: req.gen(),
+        };
+        req.into_key();
+        let key = id.key as usize;
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == id.gen && r.done.is_none() => {
+                r.notify = Notify::Token(token);
+                Ok((id, None))
+            }
+            Some(r) if r.gen == id.gen => {
+                let r = self.st.reqs.remove(key);
+                Ok((id, Some(r.done.unwrap_or_else(Completion::ok))))
+            }
+            _ => Err(taken()),
+        }
+    }
+
+    /// [`Worker::request_cancel`] by plain id; an id of another worker is an error.
+    pub fn request_cancel_id(&mut self, id: RequestId) -> Result<bool> {
+        if id.wid != self.st.id {
+            return Err(foreign());
+        }
+        Ok(self.st.cancel(id.key as usize, id.gen))
     }
 
     /// Moves the results of finished token requests to the end of `out`.
