@@ -21,7 +21,7 @@ use crate::worker::Worker;
 use std::alloc::Layout;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
-use ucp::{Completion, Op, Request};
+use ucp::{Completion, Op, RequestId};
 
 /// Bytes of rucx state before the client's area of every request.
 pub const HDR_SIZE: usize = 192;
@@ -74,8 +74,8 @@ const _: () = assert!(HDR_SIZE.is_multiple_of(ALIGN) && std::mem::align_of::<Req
 
 /// An operation still running in rucx.
 pub struct Running {
-    /// rucx's handle (for cancel).
-    pub req: Option<Request>,
+    /// rucx's id of the request (for cancel).
+    pub req: Option<RequestId>,
     /// What to do with the data when it completes.
     pub finish: Finish,
 }
@@ -272,20 +272,23 @@ pub fn submit(
             let mut inner = w.inner.borrow_mut();
             // The result comes back through `take_done_tokens` (or at once, if the operation
             // has finished meanwhile), keyed by the header's address.
-            match inner.w.request_set_token(&r, h as u64) {
-                Ok(None) => {}
-                Ok(Some(c)) => inner.done.push((h as u64, c)),
+            let id = match inner.w.request_into_token(r, h as u64) {
+                Ok((id, None)) => id,
+                Ok((id, Some(c))) => {
+                    inner.done.push((h as u64, c));
+                    id
+                }
                 Err(e) => {
                     drop(inner);
                     finish.abort();
                     recycle(w, h);
                     return status_ptr(status_of(&e));
                 }
-            }
+            };
             // SAFETY: a header just built.
             unsafe {
                 (*h).op = Some(Running {
-                    req: Some(r),
+                    req: Some(id),
                     finish,
                 })
             };
@@ -451,10 +454,14 @@ pub unsafe extern "C" fn ucp_request_cancel(worker: *mut Worker, request: *mut c
         if hdr.flags.load(Ordering::Acquire) & F_COMPLETED != 0 {
             return;
         }
-        if let Some(r) = hdr.op.as_ref().and_then(|op| op.req.as_ref()) {
+        if let Some(&r) = hdr.op.as_ref().and_then(|op| op.req.as_ref()) {
             let mut inner = w.inner.borrow_mut();
-            if !inner.w.request_cancel(r) {
-                tracing::debug!("ucp_request_cancel: the operation can no longer be canceled");
+            match inner.w.request_cancel_id(r) {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!("ucp_request_cancel: the operation can no longer be canceled")
+                }
+                Err(e) => tracing::warn!("ucp_request_cancel: {e}"),
             }
         }
     })

@@ -19,6 +19,8 @@ use ucp::{
 
 const TAG: u64 = 0xC0FFEE;
 const AM_ID: u16 = 1;
+/// How often a wait looks at the endpoint's state and the deadline.
+const CHECK_PERIOD: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Comm {
@@ -73,24 +75,21 @@ struct Session {
 }
 
 impl Session {
+    /// Waits for `op`, looking at the endpoint and the deadline every `CHECK_PERIOD` (the
+    /// worker sleeps on its event fd in between when nothing happens).
     fn wait(&mut self, ep: EpHandle, op: Op) -> Result<Completion, String> {
         let mut req = match op {
             Op::Done(c) => return Ok(c),
             Op::Pending(r) => r,
         };
-        let mut progressed = false;
         loop {
-            match self.w.request_take(req) {
-                Ok(c) => return c.status.clone().map(|_| c).map_err(|e| e.to_string()),
+            match self.w.wait_timeout(req, CHECK_PERIOD) {
+                Ok(c) => return Ok(c),
                 Err(r) => req = r,
             }
-            // The peer may finish and close right after its last message: judge the endpoint
-            // only once a progress call has come and gone without finishing the request.
-            if progressed {
-                self.check(ep)?;
-            }
-            self.progress();
-            progressed = true;
+            // The peer may finish and close right after its last message: the endpoint is
+            // judged only after progress came and went without finishing the request.
+            self.check(ep)?;
         }
     }
 
@@ -117,7 +116,7 @@ impl Session {
             Comm::Am => self.w.am_send_vec(ep, AM_ID, b"", data),
         }
         .map_err(|e| e.to_string())?;
-        self.wait(ep, op).map(|_| ())
+        self.wait(ep, op)?.into_result().map_err(|e| e.to_string())
     }
 
     fn recv(&mut self, ep: EpHandle, comm: Comm, size: usize) -> Result<Vec<u8>, String> {
@@ -127,10 +126,8 @@ impl Session {
                     .w
                     .tag_recv(vec![0; size], TAG, u64::MAX)
                     .map_err(|e| e.to_string())?;
-                let c = self.wait(ep, op)?;
-                let mut b = c.buf.unwrap_or_default();
-                b.truncate(c.len);
-                Ok(b)
+                let got = self.wait(ep, op)?.into_recv();
+                Ok(got.map_err(|e| e.to_string())?.into_data())
             }
             Comm::Stream => {
                 let op = self.w.stream_recv(ep, vec![0; size]).map_err(|e| {
@@ -139,7 +136,8 @@ impl Session {
                         self.w.stream_available(ep).unwrap_or(0)
                     )
                 })?;
-                Ok(self.wait(ep, op)?.buf.unwrap_or_default())
+                let got = self.wait(ep, op)?.into_recv();
+                Ok(got.map_err(|e| e.to_string())?.into_data())
             }
             Comm::Am => {
                 let mut progressed = false;
@@ -178,7 +176,7 @@ fn check(got: &[u8], want: &[u8], what: &str) -> Result<(), String> {
 fn run(args: &Args) -> Result<(), String> {
     let cfg = UcpConfig::from_env().map_err(|e| e.to_string())?;
     let ctx = Context::new(ContextParams {
-        features: Features::TAG | Features::STREAM | Features::AM,
+        features: Features::TAG | Features::STREAM | Features::AM | Features::WAKEUP,
         config: Some(cfg),
     })
     .map_err(|e| e.to_string())?;

@@ -48,12 +48,10 @@ fn wait(
         Op::Pending(r) => r,
     };
     loop {
-        match w.request_take(req) {
+        // The worker sleeps on its event fd while nothing happens (Features::WAKEUP).
+        match w.wait_timeout(req, Duration::from_millis(100)) {
             Ok(c) => return Ok(c),
             Err(r) => req = r,
-        }
-        if w.progress() == 0 {
-            std::thread::yield_now();
         }
         if let Some(ep) = ep {
             w.ep_status(ep).map_err(|e| format!("peer failed: {e}"))?;
@@ -67,7 +65,7 @@ fn wait(
 fn run(args: &Args) -> Result<(), String> {
     let cfg = UcpConfig::from_env().map_err(|e| e.to_string())?;
     let ctx = Context::new(ContextParams {
-        features: Features::TAG,
+        features: Features::TAG | Features::WAKEUP,
         config: Some(cfg),
     })
     .map_err(|e| e.to_string())?;
@@ -87,22 +85,21 @@ fn run(args: &Args) -> Result<(), String> {
             let op = w
                 .tag_recv(vec![0; 64 << 10], TAG, TAG_MASK)
                 .map_err(|e| e.to_string())?;
-            let c = wait(&mut w, None, op, deadline)?;
-            c.status
+            let client = wait(&mut w, None, op, deadline)?
+                .into_recv()
                 .map_err(|e| format!("receiving the client address: {e}"))?;
-            let client = c.buf.unwrap_or_default();
             let ep = w
-                .ep_create(&client[..c.len], EpParams::default())
+                .ep_create(client.data(), EpParams::default())
                 .map_err(|e| format!("endpoint to the client: {e}"))?;
             let op = w
                 .tag_send(ep, TAG, &test_string(args.size))
                 .map_err(|e| e.to_string())?;
             wait(&mut w, Some(ep), op, deadline)?
-                .status
+                .into_result()
                 .map_err(|e| format!("sending the test string: {e}"))?;
             let op = w.ep_flush(ep).map_err(|e| e.to_string())?;
             wait(&mut w, Some(ep), op, deadline)?
-                .status
+                .into_result()
                 .map_err(|e| e.to_string())?;
             // Wait until the client has it (it closes the side channel).
             let mut b = [0u8; 1];
@@ -133,27 +130,27 @@ fn run(args: &Args) -> Result<(), String> {
             let my = w.address().to_vec();
             let op = w.tag_send(ep, TAG, &my).map_err(|e| e.to_string())?;
             wait(&mut w, Some(ep), op, deadline)?
-                .status
+                .into_result()
                 .map_err(|e| format!("sending our address: {e}"))?;
             let op = w
                 .tag_recv(vec![0; args.size], TAG, TAG_MASK)
                 .map_err(|e| e.to_string())?;
-            let c = wait(&mut w, Some(ep), op, deadline)?;
-            c.status
+            let got = wait(&mut w, Some(ep), op, deadline)?
+                .into_recv()
                 .map_err(|e| format!("receiving the test string: {e}"))?;
-            let got = c.buf.unwrap_or_default();
-            if c.len != args.size {
+            if got.len != args.size {
                 return Err(format!(
                     "expected a {}-byte string, got {} bytes (give both sides the same -s)",
-                    args.size, c.len
+                    args.size, got.len
                 ));
             }
-            if got[..c.len] != test_string(args.size)[..] {
+            let got = got.data();
+            if got != test_string(args.size) {
                 return Err("the test string arrived corrupted".into());
             }
             println!("UCX data message was received");
             println!("\n\n----- UCP TEST SUCCESS -------\n");
-            println!("{}", String::from_utf8_lossy(&got[..c.len.min(256)]));
+            println!("{}", String::from_utf8_lossy(&got[..got.len().min(256)]));
             println!("\n------------------------------\n");
             drop(s);
             Ok(())

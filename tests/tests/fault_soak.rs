@@ -334,7 +334,7 @@ fn receiver(w: &mut Worker, peer: &[u8], seed: u64, n: u64, input: &Receiver<Str
                 failed = true;
                 last_event = Instant::now();
                 for (_, r) in &open {
-                    w.request_cancel(r);
+                    w.request_cancel(r).unwrap();
                 }
             }
         }
@@ -346,7 +346,7 @@ fn receiver(w: &mut Worker, peer: &[u8], seed: u64, n: u64, input: &Receiver<Str
                 .collect();
             for (i, r) in &open {
                 if gone.contains(i) {
-                    w.request_cancel(r);
+                    w.request_cancel(r).unwrap();
                 }
             }
             last_event = Instant::now();

@@ -169,3 +169,58 @@ fn ucp_examples_client_without_server_fails_with_reason() {
     assert!(out.contains("ucp_client_server: unreachable"), "{out}");
     assert_eq!(out.trim().lines().count(), 1, "one-line reason: {out}");
 }
+
+/// The tokio example between two processes, over shared memory and over tcp: the server binds
+/// port 0 and prints the port; the client sends every message at once as futures (eager and
+/// rendezvous sizes), and both check the data.
+#[test]
+fn ucp_examples_tokio_futures_shm_and_tcp() {
+    use std::io::{BufRead, BufReader};
+    let tk = bin("ucp_tokio");
+    for tls in ["posix,cma", "tcp"] {
+        let mut s = cmd(&tk, tls);
+        s.args(["-n", "24", "-s", "1m"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut server = Proc(s.spawn().expect("server"));
+        let mut out = BufReader::new(server.0.stdout.take().expect("server stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("server's first line");
+        let port = line
+            .trim()
+            .strip_prefix("listening on port ")
+            .unwrap_or_else(|| panic!("{tls}: unexpected first line {line:?}"))
+            .to_string();
+        let mut c = cmd(&tk, tls);
+        c.args(["-a", "127.0.0.1", "-p", &port, "-n", "24", "-s", "1m"]);
+        let (ok, cout) = run_to_end(c, "tokio client");
+        assert!(ok, "{tls} client: {cout}");
+        assert!(
+            cout.contains("client: 24 messages (up to 1048576 bytes) echoed and verified"),
+            "{cout}"
+        );
+        // The server ends by itself after its one client.
+        let end = Instant::now() + WATCHDOG;
+        let st = loop {
+            if let Some(st) = server.0.try_wait().expect("wait") {
+                break st;
+            }
+            assert!(
+                Instant::now() < end,
+                "watchdog: {tls} tokio server did not end"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut rest = String::new();
+        use std::io::Read;
+        let _ = out.read_to_string(&mut rest);
+        if let Some(mut e) = server.0.stderr.take() {
+            let _ = e.read_to_string(&mut rest);
+        }
+        assert!(st.success(), "{tls} server: {rest}");
+        assert!(
+            rest.contains("server: 24 messages verified and echoed"),
+            "{rest}"
+        );
+    }
+}

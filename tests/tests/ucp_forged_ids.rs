@@ -132,7 +132,7 @@ fn pending_send_survives(tl: &str) {
     ] {
         forge(&mut w, &mut a, &mut p, &failed, id, &body);
         assert!(
-            !w.request_test(&req),
+            !w.request_test(&req).unwrap(),
             "message {id} touched the victim send"
         );
         assert!(w.ep_status(ep_p).is_ok(), "the real peer's endpoint failed");
@@ -180,7 +180,7 @@ fn posted_recv_survives(tl: &str) {
         let e = wait_failed(&mut w, &mut [&mut a, &mut p], &failed, ep_a);
         assert!(e.contains("names request"), "{e}");
         assert!(
-            !w.request_test(&req),
+            !w.request_test(&req).unwrap(),
             "message {id} completed the posted receive"
         );
     }
@@ -201,7 +201,7 @@ fn posted_recv_survives(tl: &str) {
     ] {
         forge(&mut w, &mut a, &mut p, &failed, id, &body);
         assert!(
-            !w.request_test(&req),
+            !w.request_test(&req).unwrap(),
             "message {id} touched the victim receive"
         );
         assert!(w.ep_status(ep_p).is_ok(), "the real peer's endpoint failed");

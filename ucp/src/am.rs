@@ -58,10 +58,7 @@ impl State {
             self.put_buf(data);
             return;
         };
-        let h = EpHandle {
-            idx: ep as u32,
-            gen,
-        };
+        let h = self.ep_handle(ep, gen);
         match self.am_handlers.get_mut(&id) {
             Some(cb) => cb(h, hdr, data),
             None => {

@@ -21,6 +21,20 @@
 //! after that first message, and then the AM and RMA lanes move to rc_verbs behind an ordering
 //! marker (see [`wireup`]), so tcp carries only the wire-up.
 //!
+//! ## Requests
+//! A non-blocking call gives an [`Op`]: finished at once, or a [`Request`] to finish through its
+//! worker. Handles ([`EpHandle`], [`Request`], [`Message`]) belong to the worker that made them;
+//! any other worker answers them with `InvalidParam` and touches nothing. Results are typed per
+//! operation: [`Completion::into_recv`] gives a receive's [`Received`] buffer, length and tag,
+//! [`Completion::into_value`] a fetching atomic's value, [`Completion::into_result`] the status
+//! of the rest; [`Worker::wait_recv`], [`Worker::wait_fetch`] and [`Worker::wait_done`] wait and
+//! convert at once. [`Worker::wait`] spins, then sleeps on the worker's event fd (with
+//! [`Features::WAKEUP`]); [`Worker::wait_timeout`] gives the request back when time runs out.
+//! Dropping a `Request` releases it: the worker lets it run to its end and then frees its slot
+//! and buffer. Under an async runtime, [`OpFuture`] awaits an operation of a worker shared as
+//! `Rc<RefCell<Worker>>`; the `progress()` call that finishes it wakes the task (the
+//! `ucp_tokio` example drives the worker from its event fd with tokio).
+//!
 //! ## Layout
 //! [`worker`] holds the [`Worker`] and its machinery (internal state, endpoints, requests,
 //! progress, pending queues, the incoming-message dispatch, flush, close, failure and
@@ -38,6 +52,7 @@ mod am;
 mod amo;
 pub mod config;
 pub mod context;
+pub mod future;
 pub mod listener;
 pub mod mt;
 pub mod request;
@@ -53,9 +68,10 @@ pub mod worker;
 pub use address::{TlAddress, WorkerAddress};
 pub use config::UcpConfig;
 pub use context::{Context, ContextParams, Features};
+pub use future::OpFuture;
 pub use listener::{ConnRequest, Listener};
 pub use mt::{MtAmHandler, MtErrHandler, MtMem, MtRequest, MtWorker};
-pub use request::{Completion, Op, Request};
+pub use request::{Completion, Op, Received, Request, RequestId};
 pub use rma::{MemMap, Rkey};
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};

@@ -139,7 +139,7 @@ impl Engine {
         let mut n = 0;
         let mut i = 0;
         while i < self.pending.len() {
-            if self.worker.request_test(&self.pending[i].0) {
+            if self.worker.request_test(&self.pending[i].0).unwrap_or(true) {
                 let (req, reply) = self.pending.swap_remove(i);
                 let c = self
                     .worker
@@ -614,13 +614,7 @@ impl MtRequest {
                 .iter()
                 .find(|(_, r)| r.0.as_ref().is_some_and(|s| Arc::ptr_eq(s, &target)));
             let done = match found {
-                Some((req, _)) => {
-                    let req = Request {
-                        key: req.key,
-                        gen: req.gen,
-                    };
-                    e.worker.request_cancel(&req)
-                }
+                Some((req, _)) => e.worker.request_cancel(req).unwrap_or(false),
                 None => false,
             };
             e.reap();

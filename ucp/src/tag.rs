@@ -89,7 +89,10 @@ impl Worker {
         let msg = if remove {
             let got = self.st.matcher.take_unexpected(tag, mask);
             debug_assert_eq!(got, Some(uid));
-            Some(Message { uid: uid as usize })
+            Some(Message {
+                wid: self.st.id,
+                uid: uid as usize,
+            })
         } else {
             None
         };
@@ -102,6 +105,11 @@ impl Worker {
 
     /// Receives a message taken by a removing probe into `buf`.
     pub fn tag_msg_recv(&mut self, buf: Vec<u8>, msg: Message) -> Result<Op> {
+        if msg.wid != self.st.id {
+            return Err(ucs::Error::InvalidParam(
+                "the message belongs to another worker".into(),
+            ));
+        }
         let key = self.st.new_recv(buf, msg.uid as u64, 0);
         self.st.recv_from_unexp(key, msg.uid);
         Ok(self.st.op_of(key))

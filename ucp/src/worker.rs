@@ -58,9 +58,12 @@ use uct::Iface as _;
 use uct::MdFlags;
 use uct::MemoryDomain as _;
 
-/// An endpoint of a worker: a handle valid with the worker that created it.
+/// An endpoint of a worker: a handle valid with the worker that created it only (it carries that
+/// worker's id; any other worker answers it with `InvalidParam`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EpHandle {
+    /// The owning worker's id ([`Worker::id`]).
+    pub(crate) wid: u32,
     pub(crate) idx: u32,
     pub(crate) gen: u32,
 }
@@ -99,10 +102,12 @@ pub struct ProbeInfo {
     pub msg: Option<Message>,
 }
 
-/// An unexpected message taken off the queue by a removing probe.
+/// An unexpected message taken off the queue by a removing probe (valid with that worker only).
 #[must_use = "receive it with tag_msg_recv, or its data stays in the worker"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Message {
+    /// The owning worker's id ([`Worker::id`]).
+    pub(crate) wid: u32,
     pub(crate) uid: usize,
 }
 
@@ -155,6 +160,18 @@ pub struct Worker {
     /// The next progress call polls every interface (set after an event-fd wakeup or a busy
     /// arm, whose event may be on an idle interface).
     pub(crate) poll_all: bool,
+}
+
+/// The next process-unique worker id (never 0).
+fn next_worker_id() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    loop {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        if id != 0 {
+            return id;
+        }
+    }
 }
 
 pub(crate) fn new_uuid() -> u64 {
@@ -230,6 +247,8 @@ impl Worker {
             ifaces,
             st: State {
                 uuid,
+                id: next_worker_id(),
+                req_shared: Default::default(),
                 cfg: ctx.config().clone(),
                 features: ctx.features(),
                 clock: Box::new(clock),
@@ -286,6 +305,11 @@ impl Worker {
     /// This worker's uuid (also the first field of its address).
     pub fn uuid(&self) -> u64 {
         self.st.uuid
+    }
+
+    /// This worker's process-unique id, carried by its endpoint handles.
+    pub fn id(&self) -> u32 {
+        self.st.id
     }
 
     /// Features of the context this worker belongs to.

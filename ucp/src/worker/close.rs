@@ -44,7 +44,7 @@ impl Worker {
                 }
                 None
             }
-            Op::Pending(r) => Some(r.key as usize),
+            Op::Pending(r) => Some(r.into_key()),
         };
         let mut c = Closing {
             ep: idx,

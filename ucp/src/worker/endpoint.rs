@@ -31,10 +31,8 @@ impl Worker {
                 if params.err_handler.is_some() {
                     ep.err_handler = params.err_handler;
                 }
-                return Ok(EpHandle {
-                    idx: idx as u32,
-                    gen: ep.gen,
-                });
+                let gen = ep.gen;
+                return Ok(self.st.ep_handle(idx, gen));
             }
         }
         let idx = self.st.new_ep(addr, params.err_handler);
@@ -46,10 +44,7 @@ impl Worker {
         let body = self.st.address.clone();
         self.st.send_ctl(idx, am_id::WIREUP, &body)?;
         self.st.ep_lane_start(idx)?;
-        Ok(EpHandle {
-            idx: idx as u32,
-            gen: self.st.eps[idx].gen,
-        })
+        Ok(self.st.ep_handle(idx, self.st.eps[idx].gen))
     }
 
     /// Client side of client/server: connects to a [`crate::Listener`] on `server`, exchanges
@@ -136,6 +131,15 @@ impl Worker {
     }
 }
 
+#[cold]
+fn bad_handle(foreign: bool) -> Error {
+    Error::InvalidParam(if foreign {
+        "endpoint handle belongs to another worker".into()
+    } else {
+        "endpoint handle is stale (closed)".into()
+    })
+}
+
 impl State {
     pub(crate) fn new_ep(&mut self, addr: WorkerAddress, err_handler: Option<ErrHandler>) -> usize {
         self.ep_gen = self.ep_gen.wrapping_add(1);
@@ -166,12 +170,22 @@ impl State {
         idx
     }
 
+    /// The handle of endpoint `idx` of generation `gen`.
+    pub(crate) fn ep_handle(&self, idx: usize, gen: u32) -> EpHandle {
+        EpHandle {
+            wid: self.id,
+            idx: idx as u32,
+            gen,
+        }
+    }
+
+    /// The index of the endpoint `h` names, or `InvalidParam` for a handle of another worker or
+    /// a stale (closed) one.
+    #[inline]
     pub(crate) fn ep_idx(&self, h: EpHandle) -> Result<usize> {
         match self.eps.get(h.idx as usize) {
-            Some(e) if e.gen == h.gen => Ok(h.idx as usize),
-            _ => Err(Error::InvalidParam(
-                "endpoint handle is stale (closed) or from another worker".into(),
-            )),
+            Some(e) if e.gen == h.gen && h.wid == self.id => Ok(h.idx as usize),
+            _ => Err(bad_handle(h.wid != self.id)),
         }
     }
 

@@ -98,6 +98,7 @@ impl State {
                 continue;
             };
             let h = EpHandle {
+                wid: self.id,
                 idx: idx as u32,
                 gen: ep.gen,
             };

@@ -79,6 +79,9 @@ impl Worker {
         if !st.callbacks_due.is_empty() {
             n += st.run_callbacks();
         }
+        if st.req_shared.any() {
+            n += st.release_dropped();
+        }
         n
     }
 }

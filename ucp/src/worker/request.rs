@@ -10,53 +10,87 @@
     )
 )]
 
-use crate::request::{Completion, Op, Request};
+use crate::request::{Completion, Op, Received, Request, RequestId};
 use crate::worker::state::{Notify, RecvStage, Req, ReqKind, State};
 use crate::worker::Worker;
+use std::task::Waker;
+use std::time::{Duration, Instant};
 use ucs::{Error, Result};
 
+/// Progress calls in a row that find nothing to do before `wait` sleeps on the event fd.
+const IDLE_SPINS: u32 = 4096;
+/// Longest sleep of `wait` when every interface signals its events on the event fd (a bound
+/// against a missed wakeup, not the expected wait).
+const SLEEP_MAX: Duration = Duration::from_millis(50);
+/// Longest sleep of `wait` when some interface has no event fd (its events are found only by
+/// polling).
+const SLEEP_MAX_POLLED: Duration = Duration::from_millis(1);
+
+fn foreign() -> Error {
+    Error::InvalidParam("the request belongs to another worker".into())
+}
+
+fn taken() -> Error {
+    Error::InvalidParam("the request was already taken".into())
+}
+
 impl Worker {
-    /// True when the request has finished.
-    pub fn request_test(&self, req: &Request) -> bool {
-        match self.st.reqs.get(req.key as usize) {
-            Some(r) if r.gen == req.gen => r.done.is_some(),
-            _ => true,
+    /// True when the request has finished (also when its result went to a callback or token).
+    /// A request of another worker is an error.
+    pub fn request_test(&self, req: &Request) -> Result<bool> {
+        if !req.is_of(&self.st.req_shared) {
+            return Err(foreign());
         }
+        Ok(match self.st.reqs.get(req.key as usize) {
+            Some(r) if r.gen == req.gen() => r.done.is_some(),
+            _ => true,
+        })
     }
 
-    /// Takes a finished request's result, or gives the request back if it is still running.
+    /// Takes a finished request's result, or gives the request back if it is still running. A
+    /// request of another worker gives a completion with `InvalidParam` and this worker is left
+    /// alone (the handle is dropped, which releases it on its own worker).
     pub fn request_take(&mut self, req: Request) -> std::result::Result<Completion, Request> {
+        if !req.is_of(&self.st.req_shared) {
+            return Ok(Completion::failed(foreign()));
+        }
         match self.st.reqs.get(req.key as usize) {
-            Some(r) if r.gen == req.gen && r.done.is_some() => {
+            Some(r) if r.gen == req.gen() && r.done.is_some() => {
                 // Moving `done` out of the removed request (not `take` before the removal)
                 // leaves less to drop.
-                let r = self.st.reqs.remove(req.key as usize);
+                let r = self.st.reqs.remove(req.into_key());
                 Ok(r.done.unwrap_or_else(Completion::ok))
             }
-            Some(r) if r.gen == req.gen => Err(req),
-            _ => Ok(Completion {
-                status: Err(Error::InvalidParam("request was already taken".into())),
-                ..Completion::ok()
-            }),
+            Some(r) if r.gen == req.gen() => Err(req),
+            _ => {
+                req.disarm();
+                Ok(Completion::failed(taken()))
+            }
         }
     }
 
     /// Has `callback` invoked with the request's result when it finishes, during a later
     /// `progress()` call (at once, here, if it has already finished). The request is consumed:
-    /// its result goes to the callback only (the handle stays usable for `request_cancel`). A
-    /// stale or already taken request is an error.
+    /// its result goes to the callback only, the worker frees it afterwards, and the handle stays
+    /// usable for `request_cancel` (dropping it does nothing more). A stale or already taken
+    /// request, or one of another worker, is an error.
     pub fn request_set_callback(
         &mut self,
         req: &Request,
         callback: impl FnOnce(Completion) + 'static,
     ) -> Result<()> {
+        if !req.is_of(&self.st.req_shared) {
+            return Err(foreign());
+        }
         let key = req.key as usize;
         match self.st.reqs.get_mut(key) {
-            Some(r) if r.gen == req.gen && r.done.is_none() => {
+            Some(r) if r.gen == req.gen() && r.done.is_none() => {
+                req.disarm();
                 r.notify = Notify::Callback(Box::new(callback));
                 Ok(())
             }
-            Some(r) if r.gen == req.gen => {
+            Some(r) if r.gen == req.gen() => {
+                req.disarm();
                 let r = self.st.reqs.remove(key);
                 callback(r.done.unwrap_or_else(Completion::ok));
                 Ok(())
@@ -72,13 +106,18 @@ impl Worker {
     /// result at once if the request has already finished. The request is consumed as by
     /// [`Worker::request_set_callback`].
     pub fn request_set_token(&mut self, req: &Request, token: u64) -> Result<Option<Completion>> {
+        if !req.is_of(&self.st.req_shared) {
+            return Err(foreign());
+        }
         let key = req.key as usize;
         match self.st.reqs.get_mut(key) {
-            Some(r) if r.gen == req.gen && r.done.is_none() => {
+            Some(r) if r.gen == req.gen() && r.done.is_none() => {
+                req.disarm();
                 r.notify = Notify::Token(token);
                 Ok(None)
             }
-            Some(r) if r.gen == req.gen => {
+            Some(r) if r.gen == req.gen() => {
+                req.disarm();
                 let r = self.st.reqs.remove(key);
                 Ok(Some(r.done.unwrap_or_else(Completion::ok)))
             }
@@ -86,6 +125,46 @@ impl Worker {
                 "request was already taken or does not belong to this worker".into(),
             )),
         }
+    }
+
+    /// Like [`Worker::request_set_token`], consuming the handle: gives the request's plain
+    /// [`RequestId`] (to cancel it with [`Worker::request_cancel_id`]; nothing to drop) and its
+    /// result if it has already finished.
+    #[inline]
+    pub fn request_into_token(
+        &mut self,
+        req: Request,
+        token: u64,
+    ) -> Result<(RequestId, Option<Completion>)> {
+        if !req.is_of(&self.st.req_shared) {
+            return Err(foreign());
+        }
+        let id = RequestId {
+            wid: self.st.id,
+            key: req.key,
+            gen: req.gen(),
+        };
+        req.into_key();
+        let key = id.key as usize;
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == id.gen && r.done.is_none() => {
+                r.notify = Notify::Token(token);
+                Ok((id, None))
+            }
+            Some(r) if r.gen == id.gen => {
+                let r = self.st.reqs.remove(key);
+                Ok((id, Some(r.done.unwrap_or_else(Completion::ok))))
+            }
+            _ => Err(taken()),
+        }
+    }
+
+    /// [`Worker::request_cancel`] by plain id; an id of another worker is an error.
+    pub fn request_cancel_id(&mut self, id: RequestId) -> Result<bool> {
+        if id.wid != self.st.id {
+            return Err(foreign());
+        }
+        Ok(self.st.cancel(id.key as usize, id.gen))
     }
 
     /// Moves the results of finished token requests to the end of `out`.
@@ -97,29 +176,125 @@ impl Worker {
     }
 
     /// Cancels a posted receive that has not matched: it completes with `Canceled` and gives its
-    /// buffer back. Gives false when the request can no longer be canceled.
-    pub fn request_cancel(&mut self, req: &Request) -> bool {
-        self.st.cancel(req.key as usize, req.gen)
+    /// buffer back. Gives `Ok(false)` when the request can no longer be canceled; a request of
+    /// another worker is an error.
+    pub fn request_cancel(&mut self, req: &Request) -> Result<bool> {
+        if !req.is_of(&self.st.req_shared) {
+            return Err(foreign());
+        }
+        Ok(self.st.cancel(req.key as usize, req.gen()))
     }
 
-    /// Progresses until the request finishes and gives its result.
+    /// Takes a finished request's result, or registers `waker` to be woken by the `progress()`
+    /// call that finishes it and gives the request back (what a [`std::future::Future`] over a
+    /// request does; see [`crate::OpFuture`]). A request whose result goes to a callback or
+    /// token gives `InvalidParam`, as one of another worker does.
+    pub fn poll_request(
+        &mut self,
+        req: Request,
+        waker: &Waker,
+    ) -> std::result::Result<Completion, Request> {
+        if !req.is_of(&self.st.req_shared) {
+            return Ok(Completion::failed(foreign()));
+        }
+        let key = req.key as usize;
+        let Some(r) = self.st.reqs.get_mut(key).filter(|r| r.gen == req.gen()) else {
+            req.disarm();
+            return Ok(Completion::failed(taken()));
+        };
+        if r.done.is_some() {
+            let r = self.st.reqs.remove(req.into_key());
+            return Ok(r.done.unwrap_or_else(Completion::ok));
+        }
+        match &mut r.notify {
+            Notify::Waker(w) if w.will_wake(waker) => {}
+            n @ (Notify::Take | Notify::Waker(_)) => *n = Notify::Waker(waker.clone()),
+            _ => {
+                req.disarm();
+                return Ok(Completion::failed(Error::InvalidParam(
+                    "the request's result goes to a callback or token".into(),
+                )));
+            }
+        }
+        Err(req)
+    }
+
+    /// Progresses until the request finishes and gives its result. After a while without
+    /// anything to do it sleeps on the worker's event fd (with
+    /// [`Features::WAKEUP`](crate::Features::WAKEUP)) instead of spinning.
     pub fn wait(&mut self, req: Request) -> Completion {
+        match self.wait_until(req, None) {
+            Ok(c) => c,
+            Err(_) => Completion::failed(Error::Timeout("wait without a deadline ended".into())),
+        }
+    }
+
+    /// Like [`Worker::wait`], but gives the request back (still running) when it has not
+    /// finished within `timeout`.
+    pub fn wait_timeout(
+        &mut self,
+        req: Request,
+        timeout: Duration,
+    ) -> std::result::Result<Completion, Request> {
+        self.wait_until(req, Some(Instant::now() + timeout))
+    }
+
+    fn wait_until(
+        &mut self,
+        req: Request,
+        deadline: Option<Instant>,
+    ) -> std::result::Result<Completion, Request> {
         let mut req = req;
         let mut idle = 0u32;
         loop {
             match self.request_take(req) {
-                Ok(c) => return c,
+                Ok(c) => return Ok(c),
                 Err(r) => req = r,
             }
-            if self.progress() == 0 {
-                idle += 1;
-                if idle > 64 {
+            let now = deadline.map(|_| Instant::now());
+            if let (Some(d), Some(now)) = (deadline, now) {
+                if now >= d {
+                    return Err(req);
+                }
+            }
+            if self.progress() > 0 {
+                idle = 0;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle > IDLE_SPINS && self.epfd.is_some() {
+                let all_fds = self.ifaces.iter().all(|i| {
+                    use uct::Iface as _;
+                    i.event_fd().is_some()
+                });
+                let mut t = if all_fds { SLEEP_MAX } else { SLEEP_MAX_POLLED };
+                if let (Some(d), Some(now)) = (deadline, now) {
+                    t = t.min(d.saturating_duration_since(now));
+                }
+                if let Err(e) = self.wait_event(Some(t)) {
+                    tracing::debug!("wait: sleeping on the event fd failed: {e}");
                     std::thread::yield_now();
                 }
-            } else {
-                idle = 0;
+            } else if idle > 64 {
+                std::thread::yield_now();
             }
         }
+    }
+
+    /// Waits for a receive (tag, stream or `get`; finished or running) and gives what it
+    /// received.
+    pub fn wait_recv(&mut self, op: impl Into<Op>) -> Result<Received> {
+        self.complete(op.into()).into_recv()
+    }
+
+    /// Waits for a fetching atomic (finished or running) and gives the fetched value.
+    pub fn wait_fetch(&mut self, op: impl Into<Op>) -> Result<u64> {
+        self.complete(op.into()).into_value()
+    }
+
+    /// Waits for any operation (finished or running) and gives its status.
+    pub fn wait_done(&mut self, op: impl Into<Op>) -> Result<()> {
+        self.complete(op.into()).into_result()
     }
 
     /// Finishes `op`: its completion at once, or after waiting on its request.
@@ -128,6 +303,12 @@ impl Worker {
             Op::Done(c) => c,
             Op::Pending(r) => self.wait(r),
         }
+    }
+
+    /// Requests this worker holds: running ones, and finished ones whose result was not taken
+    /// yet (a dropped request counts until it is released).
+    pub fn request_count(&self) -> usize {
+        self.st.reqs.len()
     }
 }
 
@@ -166,10 +347,7 @@ impl State {
     pub(crate) fn op_of(&mut self, key: usize) -> Op {
         let r = &self.reqs[key];
         if r.done.is_none() {
-            return Op::Pending(Request {
-                key: key as u32,
-                gen: r.gen,
-            });
+            return Op::Pending(Request::new(key, r.gen, &self.req_shared));
         }
         let r = self.reqs.remove(key);
         Op::Done(r.done.unwrap_or_else(Completion::ok))
@@ -259,25 +437,64 @@ impl State {
         }
     }
 
-    /// Invokes the callbacks of requests that finished and queues the results of token
-    /// requests; each request is consumed.
+    /// Invokes the callbacks of requests that finished, queues the results of token requests,
+    /// wakes the wakers of awaited ones (which stay for the awaiting future to take) and frees
+    /// released ones.
     pub(crate) fn run_callbacks(&mut self) -> usize {
         let mut n = 0;
         while let Some(key) = self.callbacks_due.pop() {
-            let due = self
-                .reqs
-                .get(key)
-                .is_some_and(|r| r.done.is_some() && !matches!(r.notify, Notify::Take));
-            if due {
-                let r = self.reqs.remove(key);
-                match (r.notify, r.done) {
-                    (Notify::Callback(cb), Some(c)) => cb(c),
-                    (Notify::Token(t), Some(c)) => self.tokens_done.push((t, c)),
-                    _ => continue,
+            let Some(r) = self.reqs.get_mut(key) else {
+                continue;
+            };
+            if r.done.is_none() {
+                continue;
+            }
+            match std::mem::replace(&mut r.notify, Notify::Take) {
+                Notify::Take => continue,
+                Notify::Waker(w) => w.wake(),
+                Notify::Callback(cb) => {
+                    let r = self.reqs.remove(key);
+                    cb(r.done.unwrap_or_else(Completion::ok));
                 }
+                Notify::Token(t) => {
+                    let r = self.reqs.remove(key);
+                    let c = r.done.unwrap_or_else(Completion::ok);
+                    self.tokens_done.push((t, c));
+                }
+                Notify::Release => self.free_req(key),
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Releases the requests whose handles were dropped: a finished one is freed now, a running
+    /// one when it finishes. Gives how many were freed.
+    pub(crate) fn release_dropped(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((key, gen)) = self.req_shared.pop() {
+            let key = key as usize;
+            let Some(r) = self.reqs.get_mut(key).filter(|r| r.gen == gen) else {
+                continue;
+            };
+            if !matches!(r.notify, Notify::Take | Notify::Waker(_)) {
+                continue;
+            }
+            if r.done.is_some() {
+                self.free_req(key);
                 n += 1;
+            } else {
+                r.notify = Notify::Release;
             }
         }
         n
+    }
+
+    /// Removes request `key`, recycling the buffer its result holds.
+    fn free_req(&mut self, key: usize) {
+        let r = self.reqs.remove(key);
+        if let Some(buf) = r.done.and_then(|c| c.buf) {
+            self.put_buf(buf);
+        }
     }
 }

@@ -247,6 +247,10 @@ pub(crate) enum Notify {
     /// Queued with this token for [`crate::Worker::take_done_tokens`] at the end of a progress
     /// call.
     Token(u64),
+    /// Kept in the slot like `Take`, and this waker woken at the end of a progress call.
+    Waker(std::task::Waker),
+    /// The handle was dropped: freed at the end of a progress call.
+    Release,
 }
 
 pub(crate) enum UnexpKind {
@@ -290,6 +294,11 @@ pub(crate) struct IfaceInfo {
 
 pub(crate) struct State {
     pub(crate) uuid: u64,
+    /// Process-unique worker id, carried by every [`EpHandle`](crate::EpHandle).
+    pub(crate) id: u32,
+    /// Shared with every [`Request`](crate::Request) handed out: its identity, and the handles
+    /// dropped since the last progress call.
+    pub(crate) req_shared: std::rc::Rc<crate::request::ReqShared>,
     pub(crate) cfg: UcpConfig,
     pub(crate) features: Features,
     pub(crate) clock: Box<dyn Clock>,
