@@ -115,17 +115,29 @@ impl Worker {
         Ok(true)
     }
 
+    /// The longest a caller sleeping on [`efd`](Self::efd) may sleep before calling progress
+    /// again: the nearest timed work of an interface that no descriptor signals (`None`: none).
+    pub fn wake_within(&self) -> Option<Duration> {
+        self.ifaces.iter().filter_map(|i| i.wake_within()).min()
+    }
+
     /// Sleeps until an interface has events or `timeout` passes (`None`: the next keepalive
-    /// deadline). Gives at once when events are already pending.
+    /// deadline), and no longer than [`wake_within`](Self::wake_within). Gives at once when
+    /// events are already pending.
     pub fn wait_event(&mut self, timeout: Option<Duration>) -> Result<()> {
         let fd = self.efd()?;
         if !self.arm()? {
             return Ok(());
         }
-        let t = timeout
-            .or(self.st.cfg.keepalive_interval)
-            .map(|d| d.as_millis().min(i32::MAX as u128) as i32)
-            .unwrap_or(-1);
+        let t = [
+            timeout.or(self.st.cfg.keepalive_interval),
+            self.wake_within(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|d| d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32)
+        .unwrap_or(-1);
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
         // SAFETY: `fd` is our epoll fd and `ev` a valid buffer of one event.
         let rc = unsafe { libc::epoll_wait(fd, &mut ev, 1, t) };

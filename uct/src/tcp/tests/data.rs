@@ -732,7 +732,8 @@ fn forged_replies_on_another_connection_reach_no_request() {
 /// both sides with a few KiB; a 60 KiB active message (it must fit in the receive buffer
 /// whole) grows the receiver's buffer, and every message arrives intact, in order, across the
 /// growth; a stream of small messages behind it still arrives. A connection with nothing
-/// buffered holds no receive buffer.
+/// buffered holds no receive buffer, and one with nothing queued holds no send buffer, also
+/// after bcopy messages (packed in the send queue) and a burst the socket could not take at once.
 #[test]
 fn connection_buffers_grow_on_demand() {
     let (mut a, mut b, mut ep) = pair();
@@ -781,5 +782,39 @@ fn connection_buffers_grow_on_demand() {
     }
     for (i, (_, data)) in sb.ams[..8].iter().enumerate() {
         assert_eq!(&data[8..], &[i as u8; 8]);
+    }
+    // bcopy packs into the send queue; a burst of them fills the socket so some wait in it.
+    let mut packed = 0u64;
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| {
+        while packed < 64 {
+            let r = ep.am_bcopy(4, |buf| {
+                buf[..8].copy_from_slice(&packed.to_le_bytes());
+                buf[8..8000].fill(packed as u8);
+                8000
+            });
+            match r.unwrap() {
+                Outcome::Done(_) => packed += 1,
+                _ => break,
+            }
+        }
+        sb.ams.len() == 9 + 2000 + 64
+    });
+    for (i, (id, data)) in sb.ams[9 + 2000..].iter().enumerate() {
+        assert_eq!(*id, 4);
+        assert_eq!(&data[..8], &(i as u64).to_le_bytes());
+        assert!(
+            data[8..8000].iter().all(|&x| x == i as u8),
+            "bcopy {i} differs"
+        );
+    }
+    // Everything left: the send queues went back to the interfaces' spares.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while a.connections_holding_tx() + b.connections_holding_tx() > 0 {
+        a.progress(&mut sa);
+        b.progress(&mut sb);
+        assert!(
+            Instant::now() < deadline,
+            "idle connections still hold send queues"
+        );
     }
 }
