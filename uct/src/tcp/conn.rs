@@ -78,7 +78,8 @@ pub(crate) enum ConnState {
     /// Up.
     Connected,
     /// Closed, with the reason.
-    Failed(Error),
+    /// (Boxed: the connection struct stays small.)
+    Failed(Box<Error>),
 }
 
 /// One TCP connection (or a connect-to-ep endpoint waiting for one).
@@ -188,7 +189,7 @@ impl Conn {
     /// Err if the connection failed.
     pub(crate) fn check_usable(&self) -> Result<()> {
         match &self.state {
-            ConnState::Failed(e) => Err(e.clone()),
+            ConnState::Failed(e) => Err(e.as_ref().clone()),
             ConnState::Idle => Err(Error::InvalidParam(
                 "tcp endpoint is not connected: call connect_to_ep first".into(),
             )),

@@ -45,7 +45,7 @@ impl TcpEp {
     /// The error that closed this endpoint's connection, if it failed.
     pub fn error(&self) -> Option<Error> {
         match &self.inner.borrow().conns[self.key].state {
-            ConnState::Failed(e) => Some(e.clone()),
+            ConnState::Failed(e) => Some(e.as_ref().clone()),
             _ => None,
         }
     }
@@ -696,7 +696,7 @@ impl Endpoint for TcpEp {
         match &c.state {
             ConnState::Idle => {}
             ConnState::Connected if c.peer_conn_id == peer.conn_id => return Ok(()),
-            ConnState::Failed(e) => return Err(e.clone()),
+            ConnState::Failed(e) => return Err(e.as_ref().clone()),
             _ => {
                 return Err(Error::InvalidParam(
                     "the tcp endpoint is already connected".into(),

@@ -192,7 +192,7 @@ impl Inner {
         }
         let was_dial = c.dialed && !matches!(c.state, ConnState::Connected);
         let (peer_iface, seq) = (c.peer_iface, c.seq);
-        c.state = ConnState::Failed(err);
+        c.state = ConnState::Failed(Box::new(err));
         self.cleanup = true;
         if was_dial {
             // A dial that won a simultaneous connect failed before it was acknowledged: the

@@ -504,7 +504,7 @@ impl Inner {
             Flow::Redirect(to) => {
                 let old = std::mem::replace(&mut self.conns[to].rx, rxb);
                 self.conns[key].rx = old;
-                self.conns[key].state = ConnState::Failed(Error::Canceled);
+                self.conns[key].state = ConnState::Failed(Box::new(Error::Canceled));
                 self.cleanup = true;
             }
             Flow::Fail(e) => {

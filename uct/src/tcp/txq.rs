@@ -14,8 +14,10 @@ pub(crate) type Done = (CompletionId, Result<u64>);
 
 /// Bytes of a connection's send queue (its buffer grows to this size on demand).
 pub(crate) const TX_BUF: usize = 128 * 1024;
-/// First buffer of a send queue, allocated when the first bytes are queued.
-const TX_MIN: usize = 4 * 1024;
+/// Smallest buffer of a send queue, allocated when the first bytes are queued and the pool has
+/// no spare: small, since every endpoint of a worker queues its first frames while it connects
+/// (a hub with 1,000 of them holds 1,000 such buffers at once, and the heap keeps that peak).
+const TX_MIN: usize = 256;
 /// Entries of a connection's send queue.
 pub(crate) const MAX_TX_ITEMS: usize = 128;
 /// Room a response needs in the send queue (header + largest response sub-header).
@@ -141,8 +143,16 @@ impl TxQueue {
         self.tail += n;
         match self.items.back_mut() {
             Some(TxItem::Copy(k)) => *k += n,
-            _ => self.items.push_back(TxItem::Copy(n)),
+            _ => self.push_back(TxItem::Copy(n)),
         }
+    }
+    /// Appends an entry. The first entry list a queue allocates itself (the pool had no spare)
+    /// holds one entry, not the default four (an entry is a few hundred bytes).
+    fn push_back(&mut self, item: TxItem) {
+        if self.items.capacity() == 0 {
+            self.items.reserve_exact(1);
+        }
+        self.items.push_back(item);
     }
     /// Queues the bytes of `pieces` after the first `skip`.
     pub(crate) fn push_pieces(&mut self, pool: &mut TxPool, pieces: &[&[u8]], mut skip: usize) {
@@ -179,12 +189,15 @@ impl TxQueue {
         }
         self.head -= n;
         self.buf[self.head..self.head + n].copy_from_slice(b);
+        if self.items.capacity() == 0 {
+            self.items.reserve_exact(1);
+        }
         self.items.push_front(TxItem::Copy(n));
     }
     /// Queues a zero-copy entry.
     pub(crate) fn push_item(&mut self, pool: &mut TxPool, item: TxItem) {
         pool.lend(self);
-        self.items.push_back(item);
+        self.push_back(item);
     }
 
     /// Sends what the socket takes. Completed zcopy entries go to `done`. Gives Ok(true) when
