@@ -138,6 +138,11 @@ impl TcpIface {
     /// Opens an interface on `dev`: a non-blocking listening socket on its address.
     pub fn open(dev: NetIf) -> Result<Self> {
         let sock_cfg = SockCfg::from_env(&dev)?;
+        Self::open_cfg(dev, sock_cfg)
+    }
+
+    /// [`open`](Self::open) with the given socket options.
+    pub(crate) fn open_cfg(dev: NetIf, sock_cfg: SockCfg) -> Result<Self> {
         let ctx = |what: String| move |e: io::Error| Error::io(what, e);
         let listener = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
             .map_err(ctx("creating the tcp listening socket".into()))?;
@@ -147,6 +152,8 @@ impl TcpIface {
         listener
             .set_nonblocking(true)
             .map_err(ctx("O_NONBLOCK".into()))?;
+        // Before `listen`: accepted connections negotiate their window from these sizes.
+        sock_cfg.apply_buffers(&listener)?;
         let bind_to = SocketAddrV4::new(dev.ip, 0);
         listener
             .bind(&SockAddr::from(bind_to))
