@@ -14,6 +14,10 @@
 #     the lane switch, and a killed peer failing the endpoint,
 #   - perftest tag_lat 8 B and ucp_put_bw 64 KiB between two processes over rc_verbs (short
 #     runs: it must work and its protocol table must show rc_verbs as the AM lane),
+#   - cma under Yama (this kernel has it; the host's may not): ptrace_scope 1 and 2 with two
+#     processes without CAP_SYS_PTRACE exchanging rendezvous messages over posix,cma
+#     (tests/tests/cma_yama.rs: cma towards the peer that made us its ptracer, else a fallback
+#     logged once; the data intact and no failed request either way),
 # then prints one PASS/FAIL line per check and a summary. Exits non-zero if anything failed.
 # Every step has a timeout; the whole run stays well under 10 minutes on 2 cores.
 #
@@ -58,6 +62,15 @@ for line in sys.stdin:
         print(m["executable"])
 ' | tail -1)"
 [[ -x "$UCP_RC" ]] || die "could not build the ucp_rc_verbs test"
+CMA_YAMA="$(timeout 1200 cargo test -p rucx-tests --test cma_yama --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "cma_yama":
+        print(m["executable"])
+' | tail -1)"
+[[ -x "$CMA_YAMA" ]] || die "could not build the cma_yama test"
 [[ -x "$UCT_TESTS" ]] || die "could not build the uct test binary"
 NO_ALLOC="$(test_exe rc_verbs_no_alloc --test rc_verbs_no_alloc)"
 [[ -x "$NO_ALLOC" ]] || die "could not build the rc_verbs_no_alloc test"
@@ -143,11 +156,21 @@ perf_rc() {
 }
 check perftest_tag_lat_rc_verbs perf_rc 13411 -t tag_lat -s 8 -n 300 -w 30
 check perftest_ucp_put_bw_rc_verbs perf_rc 13412 -t ucp_put_bw -s 65536 -n 50 -w 5
+# cma under Yama: the test sets ptrace_scope itself (and restores it); --ignored runs it here.
+yama() {
+    [ -f /proc/sys/kernel/yama/ptrace_scope ] || { echo "no Yama in this kernel"; return 1; }
+    timeout 150 $(basename "$CMA_YAMA") --exact \$1 --ignored --nocapture --test-threads=1 >/tmp/yama.out 2>&1
+    local rc=\$?
+    tail -40 /tmp/yama.out
+    grep -q "1 passed" /tmp/yama.out && [ \$rc = 0 ]
+}
+check cma_yama_scope_1 yama yama_scope_1_cma_towards_the_verified_peer
+check cma_yama_scope_2 yama yama_scope_2_falls_back_without_cma
 EOF
 chmod +x "$WORK/vm-checks.sh"
 
 say "booting the VM and running the checks"
-"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$NO_ALLOC" -f "$HELLO" -f "$INFO" -f "$UCP_RC" -f "$PERFTEST" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
+"$HERE/run.sh" -t 480 -f "$UCT_TESTS" -f "$NO_ALLOC" -f "$HELLO" -f "$INFO" -f "$UCP_RC" -f "$CMA_YAMA" -f "$PERFTEST" -f "$WORK/vm-checks.sh" -- vm-checks.sh 2>&1 | tee "$WORK/out"
 vm_rc=${PIPESTATUS[0]}
 
 echo
@@ -155,7 +178,7 @@ echo "=== rc_verbs inside the Soft-RoCE VM: summary"
 pass=$(grep -c '^@@CHECK .* PASS$' "$WORK/out")
 fail=$(grep -c '^@@CHECK .* FAIL' "$WORK/out")
 grep '^@@CHECK ' "$WORK/out" | sed 's/^@@CHECK /  /'
-expected=17
+expected=19
 if ((pass + fail < expected)); then
     say "only $((pass + fail)) of $expected checks reported (VM exit $vm_rc)"
     fail=$((fail + expected - pass - fail))

@@ -44,9 +44,9 @@ const HANG_BOUND: Duration = Duration::from_secs(12);
 const RNDV_THRESH: usize = 16 * 1024;
 /// Socket buffers small enough that the kernel takes tcp writes in pieces (real short
 /// writes the transport must finish later), for the partial-send and soak runs when
-/// `RUCX_FAULT_SOAK_SMALL_BUFFERS` is set. Off by default: with them, tcp transfers stall for
-/// seconds at a time (a rendezvous of a few hundred KiB over 4 KiB buffers), and the 2 s
-/// keepalive then fails the endpoints of a live peer.
+/// `RUCX_FAULT_SOAK_SMALL_BUFFERS` is set (off by default). tcp sets them before the window is
+/// negotiated (on the listening socket too), so a rendezvous of a few hundred KiB over 4 KiB
+/// buffers takes milliseconds, not seconds.
 const SMALL_SOCKET_BUFFERS: [(&str, &str); 2] =
     [("RUCX_TCP_SNDBUF", "4k"), ("RUCX_TCP_RCVBUF", "4k")];
 fn small_buffers() -> Vec<(&'static str, &'static str)> {

@@ -6,8 +6,8 @@
 //!   spin (a handful of log lines), and the refused client's error names the limit;
 //! - uct tcp's listening socket at the descriptor limit (this test binary re-run as the child,
 //!   `LISTENER_TRUST_ROLE=tcp_limit`): a few log lines, no spin, and the waiting client is
-//!   accepted once descriptors free up (a caller sleeping on the interface's event fd is woken
-//!   when the pause ends); reading the host identity at the limit is an error
+//!   accepted once descriptors free up (a caller sleeping on the interface's event fd learns
+//!   from `wake_within` when the pause ends, and arming then reports it); reading the host identity at the limit is an error
 //!   naming the limit, not a made-up network namespace;
 //! - huge `-s` on the examples, and `RUCX_LOG_LEVEL`/unknown `RUCX_*` names in them.
 
@@ -327,16 +327,24 @@ fn tcp_limit_child() {
         open_fds() - before
     );
     set_nofile(normal);
-    // A caller sleeping on the event fd is woken when the pause ends (the listening socket is
-    // out of the epoll set meanwhile, so only the pause timer can wake it).
+    // A caller sleeping on the event fd sleeps no longer than the interface says (the listening
+    // socket is out of the epoll set during the pause, and no timer descriptor ends it); then
+    // arming reports the pause over, and progress accepts.
+    let within = iface.wake_within();
+    println!("wake within {within:?}");
     let mut pfd = libc::pollfd {
         fd: iface.event_fd().expect("tcp has an event fd"),
         events: libc::POLLIN,
         revents: 0,
     };
+    let ms = within.map_or(-1, |d| d.as_millis() as i32 + 1);
     // SAFETY: one valid pollfd.
-    let woke = unsafe { libc::poll(&mut pfd, 1, 5000) } == 1;
-    println!("woken by the event fd {woke}");
+    unsafe { libc::poll(&mut pfd, 1, ms) };
+    let busy = matches!(
+        iface.event_arm(uct::EventFlags::RECV),
+        Err(uct::Error::Busy(_))
+    );
+    println!("arm after the pause busy {busy}");
     let end = Instant::now() + Duration::from_secs(30);
     while open_fds() <= before && Instant::now() < end {
         iface.progress(&mut Sink);
@@ -395,7 +403,10 @@ fn tcp_accept_at_the_fd_limit_backs_off() {
         "{text}\n{}",
         done.stderr
     );
-    assert!(text.contains("woken by the event fd true"), "{text}");
+    assert!(
+        text.contains("wake within Some(") && text.contains("arm after the pause busy true"),
+        "{text}"
+    );
     let limit_lines = done
         .stderr
         .lines()

@@ -130,6 +130,12 @@ pub trait Iface {
     fn event_fd(&self) -> Option<RawFd> {
         None
     }
+    /// The longest a caller sleeping on the event fd may sleep before calling progress again,
+    /// when timed work is due that no descriptor signals (tcp: a listening socket paused at the
+    /// descriptor limit resumes then). `None`: no such work.
+    fn wake_within(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// Arms the event fd for `events`. Gives [`Error::Busy`] when events are already pending
     /// (call progress instead of sleeping).
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {

@@ -221,6 +221,7 @@ macro_rules! transports {
             }
             fn fence(&mut self) -> Result<()> { match *self { $( AnyIface::$variant(ref mut i) => i.fence(), )* } }
             fn event_fd(&self) -> Option<RawFd> { match *self { $( AnyIface::$variant(ref i) => i.event_fd(), )* } }
+            fn wake_within(&self) -> Option<std::time::Duration> { match *self { $( AnyIface::$variant(ref i) => i.wake_within(), )* } }
             fn event_arm(&mut self, events: EventFlags) -> Result<()> {
                 match *self { $( AnyIface::$variant(ref mut i) => i.event_arm(events), )* }
             }

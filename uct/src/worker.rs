@@ -167,11 +167,21 @@ impl Worker {
         Ok(true)
     }
 
-    /// Sleeps on the event set until an armed interface has events, the waker is signalled, or
-    /// `timeout` passes (`None`: no limit). Gives `true` when something happened (a signalled
+    /// The nearest timed work of an interface that no descriptor signals (e.g. a tcp listener
+    /// pausing `accept` at the descriptor limit): a sleeper must call progress again by then.
+    pub fn wake_within(&self) -> Option<Duration> {
+        self.ifaces.iter().filter_map(|i| i.wake_within()).min()
+    }
+
+    /// Sleeps on the event set until an armed interface has events, the waker is signalled,
+    /// `timeout` passes (`None`: no limit), or an interface's [`Worker::wake_within`] comes. Gives `true` when something happened (a signalled
     /// waker is cleared), `false` on timeout or an interrupted wait. Without an event set it
     /// gives an `InvalidParam` error: nothing could ever end the wait.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool> {
+        let timeout = match (timeout, self.wake_within()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let Some(w) = self.wait.as_mut() else {
             return Err(Error::InvalidParam(
                 "the worker has no event set: call watch_events or waker first".into(),

@@ -96,6 +96,9 @@ pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) ->
     let am_md_reg = st.info[uct_eps[am].0].md_reg;
     let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
     st.tm_adjust_proto(uct_eps[am].0, &mut proto);
+    // Exactly the lanes' size (one or two, not the four a first push reserves): a worker holds
+    // one such list per endpoint.
+    uct_eps.shrink_to_fit();
     let ep = &mut st.eps[idx];
     ep.lanes = Some(Lanes {
         uct: uct_eps,

@@ -19,7 +19,7 @@ use uct::Endpoint as _;
 
 /// Completion id of the transport flushes nobody waits for (the quiet check of a worker-wide
 /// flush): it names no request, so its completion is dropped.
-const UNWATCHED: uct::CompletionId = (COMP_FLUSH << 60) | 0xFFFF_FFFF;
+const UNWATCHED: uct::CompletionId = uct::CompletionId((COMP_FLUSH << 60) | 0xFFFF_FFFF);
 
 /// True when endpoint `ep` has nothing outstanding: no queued operation, no unacknowledged
 /// emulated atomic, and every transport lane flushed at once. A lane that is still busy is

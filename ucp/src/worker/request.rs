@@ -262,7 +262,7 @@ impl Worker {
                 continue;
             }
             idle = idle.saturating_add(1);
-            if idle > IDLE_SPINS && self.epfd.is_some() {
+            if idle > IDLE_SPINS && self.ifaces.event_fd().is_some() {
                 let all_fds = self.ifaces.iter().all(|i| {
                     use uct::Iface as _;
                     i.event_fd().is_some()

@@ -50,6 +50,12 @@ impl Worker {
         self.sleep(timeout)
     }
 
+    /// The longest a caller sleeping on [`Worker::efd`] may sleep before calling progress
+    /// again: the nearest timed work of an interface that no descriptor signals (`None`: none).
+    pub fn wake_within(&self) -> Option<Duration> {
+        self.ifaces.wake_within()
+    }
+
     /// A waker that ends this worker's [`Worker::wait_event`] from any thread (UCX's
     /// `ucp_worker_signal`); every call gives the same one.
     pub fn waker(&mut self) -> Result<Arc<Waker>> {

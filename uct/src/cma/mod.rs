@@ -175,7 +175,11 @@ impl Transport for CmaTransport {
     type Ep = CmaEp;
 
     fn devices() -> std::result::Result<Vec<DeviceInfo>, String> {
-        self_test()?;
+        self_test().inspect_err(|why| {
+            // Once per process: the layers above then use another path for every peer.
+            static LOGGED: std::sync::Once = std::sync::Once::new();
+            LOGGED.call_once(|| tracing::info!("cma is not used for any process: {why}"));
+        })?;
         Ok(vec![DeviceInfo {
             name: DEVICE.into(),
             dev_type: DeviceType::Shm,

@@ -453,6 +453,9 @@ impl<I: Iface> Iface for FaultIface<I> {
     fn event_fd(&self) -> Option<RawFd> {
         self.inner.event_fd()
     }
+    fn wake_within(&self) -> Option<std::time::Duration> {
+        self.inner.wake_within()
+    }
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {
         let c = self.core.borrow();
         if !self.rx.held.is_empty()

@@ -1,31 +1,16 @@
-//! The listening socket: accepting connections, and pausing at the descriptor limit.
+//! The listening socket: accepting connections, and pausing at the descriptor limit (no timer
+//! descriptor ends a pause: progress resumes accepting once it is over, and
+//! `Iface::wake_within` tells a caller sleeping on the event fd when that is).
 
 use super::conn::{Conn, ConnState};
 use super::inner::Inner;
 use nix::sys::epoll::{EpollEvent, EpollFlags};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// The listening socket's epoll token.
 pub(super) const LISTENER_TOKEN: u64 = u64::MAX;
-/// Epoll token of the timer that ends a pause of the listening socket.
-pub(super) const ACCEPT_TIMER_TOKEN: u64 = u64::MAX - 1;
-
-/// A non-blocking monotonic timerfd, or `None`.
-pub(super) fn new_timer() -> Option<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain syscall; the result is checked.
-    let fd = unsafe {
-        libc::timerfd_create(
-            libc::CLOCK_MONOTONIC,
-            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-        )
-    };
-    // SAFETY: `fd` is a new descriptor this function owns.
-    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
 /// First pause of the listening socket after `accept` hits the descriptor limit.
 pub(super) const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(100);
 /// Longest pause of the listening socket after repeated descriptor-limit failures.
@@ -92,20 +77,6 @@ impl Inner {
         if fd_limit {
             self.arm_listener(false);
             self.accept_paused_until = Some(now + self.accept_pause);
-            if let Some(t) = self.accept_timer.as_ref() {
-                let spec = libc::itimerspec {
-                    it_interval: libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: 0,
-                    },
-                    it_value: libc::timespec {
-                        tv_sec: self.accept_pause.as_secs() as libc::time_t,
-                        tv_nsec: self.accept_pause.subsec_nanos() as libc::c_long,
-                    },
-                };
-                // SAFETY: `t` is our timerfd; `spec` is a valid itimerspec; no old value asked.
-                unsafe { libc::timerfd_settime(t.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-            }
             self.accept_pause = (self.accept_pause * 2).min(ACCEPT_PAUSE_MAX);
         }
     }
@@ -134,7 +105,7 @@ impl Inner {
             }
             let mut c = Conn::new(ConnState::Connected, None);
             c.expect_hello = true;
-            c.peer = addr.as_socket();
+            c.peer = addr.as_socket_ipv4();
             c.sock = Some(sock);
             let key = self.conns.insert(c);
             self.active.push(key);

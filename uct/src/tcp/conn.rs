@@ -12,7 +12,7 @@ use nix::sys::epoll::EpollFlags;
 use slab::Slab;
 use socket2::Socket;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, RawFd};
 use ucs::{Error, Result};
 
@@ -26,6 +26,12 @@ pub(crate) const MAX_BCOPY: usize = 8192;
 pub(crate) const AM_MAX_HDR: usize = 128;
 /// Largest frame the send path copies: header, largest sub-header, bcopy payload.
 pub(crate) const MAX_COPY_FRAME: usize = FrameHeader::LEN + AtomicReq::LEN + MAX_BCOPY;
+
+/// A control frame sent before anything else on a connection, and how much of it has left.
+pub(crate) struct Ctl {
+    pub(crate) frame: [u8; FrameHeader::LEN + Hello::LEN],
+    pub(crate) sent: usize,
+}
 
 /// An outstanding request waiting for the peer's response.
 pub(crate) enum Req {
@@ -72,7 +78,8 @@ pub(crate) enum ConnState {
     /// Up.
     Connected,
     /// Closed, with the reason.
-    Failed(Error),
+    /// (Boxed: the connection struct stays small.)
+    Failed(Box<Error>),
 }
 
 /// One TCP connection (or a connect-to-ep endpoint waiting for one).
@@ -85,7 +92,7 @@ pub(crate) struct Conn {
     pub(crate) conn_id: u64,
     pub(crate) peer_conn_id: u64,
     pub(crate) expect_hello: bool,
-    pub(crate) peer: Option<SocketAddr>,
+    pub(crate) peer: Option<SocketAddrV4>,
     pub(crate) tx: TxQueue,
     pub(crate) rx: RxBuf,
     pub(crate) reqs: Slab<Req>,
@@ -93,7 +100,9 @@ pub(crate) struct Conn {
     pub(crate) dispatching: bool,
     pub(crate) put_seq: u64,
     pub(crate) acked_seq: u64,
-    pub(crate) deferred_err: Option<Error>,
+    /// A refused put or atomic, reported by the next flush (boxed: rare, and the connection
+    /// struct stays small).
+    pub(crate) deferred_err: Option<Box<Error>>,
     pub(crate) epoll_mask: EpollFlags,
     pub(crate) rx_paused: bool,
     /// epoll reported the socket readable (or closed) since the last `recv`.
@@ -113,11 +122,9 @@ pub(crate) struct Conn {
     /// An accepted connection that lost a simultaneous connect: never acknowledged, never
     /// used, closed when the peer closes it.
     pub(crate) rejected: bool,
-    /// The hello of a connect-to-iface dial, sent before anything else.
-    pub(crate) ctl: [u8; FrameHeader::LEN + Hello::LEN],
-    /// Bytes of `ctl` to send, and sent so far.
-    pub(crate) ctl_len: usize,
-    pub(crate) ctl_sent: usize,
+    /// The hello of a connect-to-iface dial, sent before anything else; dropped once it has
+    /// left (boxed: the connection struct stays small).
+    pub(crate) ctl: Option<Box<Ctl>>,
     /// The socket refused bytes: the send queue waits for epoll to report it writable
     /// instead of retrying `sendmsg` at every call (each retry takes the socket lock the
     /// peer's incoming data and ACKs need; on loopback that halves large-message bandwidth).
@@ -160,9 +167,7 @@ impl Conn {
             seq: 0,
             dialed: false,
             rejected: false,
-            ctl: [0; FrameHeader::LEN + Hello::LEN],
-            ctl_len: 0,
-            ctl_sent: 0,
+            ctl: None,
             wait_out: false,
             rx_gated: false,
             empty_polls: 0,
@@ -184,7 +189,7 @@ impl Conn {
     /// Err if the connection failed.
     pub(crate) fn check_usable(&self) -> Result<()> {
         match &self.state {
-            ConnState::Failed(e) => Err(e.clone()),
+            ConnState::Failed(e) => Err(e.as_ref().clone()),
             ConnState::Idle => Err(Error::InvalidParam(
                 "tcp endpoint is not connected: call connect_to_ep first".into(),
             )),

@@ -45,7 +45,7 @@ impl TcpEp {
     /// The error that closed this endpoint's connection, if it failed.
     pub fn error(&self) -> Option<Error> {
         match &self.inner.borrow().conns[self.key].state {
-            ConnState::Failed(e) => Some(e.clone()),
+            ConnState::Failed(e) => Some(e.as_ref().clone()),
             _ => None,
         }
     }
@@ -108,10 +108,10 @@ impl TcpEp {
                 if n == copy_len + zlen {
                     Sent::All
                 } else {
-                    c.tx.push_pieces(pieces, n);
+                    c.tx.push_pieces(&mut inner.tx_pool, pieces, n);
                     if let Some((mut s, comp)) = z {
                         s.advance(n.saturating_sub(copy_len));
-                        c.tx.push_item(TxItem::Zcopy(s, comp));
+                        c.tx.push_item(&mut inner.tx_pool, TxItem::Zcopy(s, comp));
                     }
                     Sent::Queued
                 }
@@ -119,9 +119,9 @@ impl TcpEp {
                 if !c.tx.fits(copy_len, nitems) {
                     return Ok(None);
                 }
-                c.tx.push_pieces(pieces, 0);
+                c.tx.push_pieces(&mut inner.tx_pool, pieces, 0);
                 if let Some((s, comp)) = z {
-                    c.tx.push_item(TxItem::Zcopy(s, comp));
+                    c.tx.push_item(&mut inner.tx_pool, TxItem::Zcopy(s, comp));
                 }
                 Sent::Queued
             };
@@ -174,7 +174,7 @@ impl TcpEp {
                 return Ok(Outcome::NoResource);
             }
             let was_empty = c.tx.is_empty();
-            let buf = c.tx.reserve(room);
+            let buf = c.tx.reserve(&mut inner.tx_pool, room);
             let len = pack(&mut buf[hl..]);
             if len > MAX_BCOPY {
                 return Err(Error::InvalidParam(format!(
@@ -297,6 +297,7 @@ impl Drop for TcpEp {
         if c.is_connected() && !c.tx.is_empty() {
             let fd = c.fd();
             let _ = c.tx.progress(fd, &mut inner.done);
+            inner.tx_pool.take_back(&mut c.tx);
         }
         let c = &mut inner.conns[self.key];
         match c.state {
@@ -613,7 +614,7 @@ impl Endpoint for TcpEp {
             c.check_usable()?;
             if c.tx.is_empty() && c.reqs.is_empty() && c.put_seq == c.acked_seq {
                 return match c.deferred_err.take() {
-                    Some(e) => Err(e),
+                    Some(e) => Err(*e),
                     None => Ok(Outcome::DONE),
                 };
             }
@@ -695,7 +696,7 @@ impl Endpoint for TcpEp {
         match &c.state {
             ConnState::Idle => {}
             ConnState::Connected if c.peer_conn_id == peer.conn_id => return Ok(()),
-            ConnState::Failed(e) => return Err(e.clone()),
+            ConnState::Failed(e) => return Err(e.as_ref().clone()),
             _ => {
                 return Err(Error::InvalidParam(
                     "the tcp endpoint is already connected".into(),

@@ -86,7 +86,11 @@ impl TcpIface {
                 }
             }
             match &c.tag_rx {
-                TagRx::Posted { p, .. } => p.segs.scatter(chunk.offset as usize, chunk.data),
+                TagRx::Posted { slot, .. } => {
+                    if let Some(p) = inner.tag.matched(*slot) {
+                        p.segs.scatter(chunk.offset as usize, chunk.data)
+                    }
+                }
                 TagRx::Unexp { .. } if !(chunk.offset == 0 && chunk.last) => {
                     let at = chunk.offset as usize;
                     match c.tag_stage.get_mut(at..at + chunk.data.len()) {
@@ -282,7 +286,7 @@ impl Inner {
         let c = &mut self.conns[key];
         if a.req_id == 0 {
             if a.status != WireStatus::Ok {
-                c.deferred_err = Some(refused("put or atomic"));
+                c.deferred_err = Some(Box::new(refused("put or atomic")));
             }
             return Ok(None);
         }
@@ -430,7 +434,7 @@ impl Inner {
         let c = &mut self.conns[key];
         if a.req_id == 0 {
             if a.status != WireStatus::Ok {
-                c.deferred_err = Some(refused("put or atomic"));
+                c.deferred_err = Some(Box::new(refused("put or atomic")));
             }
             return Ok(None);
         }
@@ -474,7 +478,7 @@ impl Inner {
             return Err(unknown_req("flush ack", a.req_id));
         };
         c.acked_seq = c.acked_seq.max(put_seq);
-        let err = c.deferred_err.take();
+        let err = c.deferred_err.take().map(|e| *e);
         let done = cid.map(|cid| (cid, err.clone().map_or(Ok(0), Err)));
         if let Some(i) = iface_flush {
             iface_flush_part_done(&mut self.iface_flushes, &mut self.done, i, err);

@@ -1,7 +1,7 @@
 //! Connection set-up: dialing, the hello and its acknowledgement, simultaneous connects, and
 //! connect-to-ep attachment (the protocol is described in [`super::wire::Hello`]).
 
-use super::conn::ConnState;
+use super::conn::{ConnState, Ctl};
 use super::inner::Inner;
 use super::iov::sendv;
 use super::progress::Flow;
@@ -9,7 +9,7 @@ use super::wire::{FrameHeader, Hello, HelloAck, HelloMode, Kind, RxEvent};
 use super::IfaceAddr;
 use nix::sys::epoll::{EpollEvent, EpollFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use ucs::{Error, Result};
 
@@ -59,18 +59,20 @@ impl Inner {
     /// Sends what is left of the connection's hello.
     pub(super) fn send_ctl(&mut self, key: usize) -> Result<()> {
         let c = &mut self.conns[key];
-        if c.ctl_sent >= c.ctl_len {
+        let fd = c.fd();
+        let Some(ctl) = c.ctl.as_mut() else {
             return Ok(());
-        }
-        let rest = &c.ctl[c.ctl_sent..c.ctl_len];
+        };
+        let rest = &ctl.frame[ctl.sent..];
         let iov = [libc::iovec {
             iov_base: rest.as_ptr() as *mut libc::c_void,
             iov_len: rest.len(),
         }];
-        c.ctl_sent += sendv(c.fd(), &iov)?;
-        let mask = if c.ctl_sent < c.ctl_len {
+        ctl.sent += sendv(fd, &iov)?;
+        let mask = if ctl.sent < ctl.frame.len() {
             EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
         } else {
+            c.ctl = None;
             EpollFlags::EPOLLIN
         };
         self.set_mask(key, mask);
@@ -106,9 +108,7 @@ impl Inner {
         hello.encode(&mut hb[FrameHeader::LEN..]);
         if hello.mode == HelloMode::Iface {
             // The hello goes first; operations queue behind it until the HelloAck.
-            c.ctl = hb;
-            c.ctl_len = hb.len();
-            c.ctl_sent = 0;
+            c.ctl = Some(Box::new(Ctl { frame: hb, sent: 0 }));
             c.dialed = true;
             c.seq = hello.src_conn_id;
             c.peer_iface = Some(IfaceAddr {
@@ -116,10 +116,10 @@ impl Inner {
                 port: to.port(),
             });
         } else {
-            c.tx.push_pieces(&[&hb], 0);
+            c.tx.push_pieces(&mut self.tx_pool, &[&hb], 0);
         }
         c.sock = Some(sock);
-        c.peer = Some(SocketAddr::V4(to));
+        c.peer = Some(to);
         if connected {
             let state = self.connected_state(key);
             self.conns[key].state = state;
@@ -245,12 +245,11 @@ pub(super) fn adopt(inner: &mut Inner, key: usize, y: usize) -> Flow {
     t.peer = peer;
     t.readable = readable;
     t.state = ConnState::Connected;
-    t.ctl_len = 0;
-    t.ctl_sent = 0;
+    t.ctl = None;
     let mut f = [0u8; FrameHeader::LEN + HelloAck::LEN];
     FrameHeader::new(Kind::HelloAck, 0, 0).encode(&mut f);
     HelloAck { seq: t.seq }.encode(&mut f[FrameHeader::LEN..]);
-    t.tx.push_front(&f);
+    t.tx.push_front(&mut inner.tx_pool, &f);
     // Re-register the socket under its new owner's key (an accepted socket is registered).
     let out = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT;
     t.epoll_mask = out;

@@ -7,13 +7,14 @@
 //! may call endpoint operations: received bytes are taken out of the connection for the
 //! duration of the dispatch (a move of a `Vec`, not a copy or an allocation).
 
-use super::accept::{new_timer, ACCEPT_PAUSE_MIN, ACCEPT_TIMER_TOKEN, LISTENER_TOKEN};
+use super::accept::{ACCEPT_PAUSE_MIN, LISTENER_TOKEN};
 use super::conn::{Conn, ConnState, Req, AM_MAX_HDR, MAX_BCOPY, MAX_REQS, MAX_SHORT};
 use super::inner::Inner;
 use super::iov::MAX_IOV;
 use super::rxbuf::RxPool;
 use super::sockopt::SockCfg;
 use super::tag::TagState;
+use super::txq::TxPool;
 use super::wire::{self, FlushReq, FrameHeader, Hello, HelloMode, Kind};
 use super::{DevAddr, EpAddr, IfaceAddr, NetIf, TcpEp};
 use crate::caps::{
@@ -137,6 +138,11 @@ impl TcpIface {
     /// Opens an interface on `dev`: a non-blocking listening socket on its address.
     pub fn open(dev: NetIf) -> Result<Self> {
         let sock_cfg = SockCfg::from_env(&dev)?;
+        Self::open_cfg(dev, sock_cfg)
+    }
+
+    /// [`open`](Self::open) with the given socket options.
+    pub(crate) fn open_cfg(dev: NetIf, sock_cfg: SockCfg) -> Result<Self> {
         let ctx = |what: String| move |e: io::Error| Error::io(what, e);
         let listener = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
             .map_err(ctx("creating the tcp listening socket".into()))?;
@@ -146,6 +152,8 @@ impl TcpIface {
         listener
             .set_nonblocking(true)
             .map_err(ctx("O_NONBLOCK".into()))?;
+        // Before `listen`: accepted connections negotiate their window from these sizes.
+        sock_cfg.apply_buffers(&listener)?;
         let bind_to = SocketAddrV4::new(dev.ip, 0);
         listener
             .bind(&SockAddr::from(bind_to))
@@ -170,11 +178,6 @@ impl TcpIface {
                 EpollEvent::new(EpollFlags::EPOLLIN, LISTENER_TOKEN),
             )
             .map_err(|e| Error::io("epoll_ctl(listener)", e.into()))?;
-        let accept_timer = new_timer().filter(|t| {
-            epoll
-                .add(t, EpollEvent::new(EpollFlags::EPOLLIN, ACCEPT_TIMER_TOKEN))
-                .is_ok()
-        });
         let local = IfaceAddr { ip: dev.ip, port };
         let netns = super::netns_id()?;
         let dev_addr = DevAddr {
@@ -211,8 +214,8 @@ impl TcpIface {
             accept_paused_until: None,
             accept_pause: ACCEPT_PAUSE_MIN,
             accept_log: ucs::limits::RateLimit::new(Duration::from_secs(1)),
-            accept_timer,
             rx_pool: RxPool::new(),
+            tx_pool: TxPool::new(),
         };
         Ok(TcpIface {
             inner: Rc::new(RefCell::new(inner)),
@@ -246,7 +249,18 @@ impl TcpIface {
             .iter()
             .map(|(_, c)| c.tx.capacity() + c.rx.capacity())
             .sum();
-        conns + inner.rx_pool.capacity()
+        conns + inner.rx_pool.capacity() + inner.tx_pool.capacity()
+    }
+
+    /// Connections that hold a send buffer or entry list now (only those with something
+    /// queued), for tests and diagnostics.
+    pub fn connections_holding_tx(&self) -> usize {
+        let inner = self.inner.borrow();
+        inner
+            .conns
+            .iter()
+            .filter(|(_, c)| c.tx.capacity() > 0 || c.tx.holds_items())
+            .count()
     }
 
     /// Connections that hold a receive buffer now (only those with bytes waiting in it), for
@@ -461,7 +475,7 @@ impl Iface for TcpIface {
             let mut f = [0u8; FrameHeader::LEN + FlushReq::LEN];
             FrameHeader::new(Kind::FlushReq, 0, 0).encode(&mut f);
             FlushReq { req_id }.encode(&mut f[FrameHeader::LEN..]);
-            c.tx.push_pieces(&[&f], 0);
+            c.tx.push_pieces(&mut inner.tx_pool, &[&f], 0);
         }
         Ok(Outcome::InProgress)
     }
@@ -487,11 +501,22 @@ impl Iface for TcpIface {
         Some(self.inner.borrow().epoll.0.as_raw_fd())
     }
 
+    fn wake_within(&self) -> Option<Duration> {
+        let g = self.inner.borrow();
+        g.accept_paused_until
+            .map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {
         let _ = events;
         let mut g = self.inner.borrow_mut();
         if !g.done.is_empty() || !g.errors.is_empty() {
             return Err(Error::Busy("completions are waiting for progress".into()));
+        }
+        if g.accept_paused_until.is_some_and(|t| Instant::now() >= t) {
+            return Err(Error::Busy(
+                "the listening socket's pause is over: progress resumes accepting".into(),
+            ));
         }
         for i in 0..g.active.len() {
             let key = g.active[i];
@@ -499,7 +524,7 @@ impl Iface for TcpIface {
             if c.rx.has_data() || !c.pending.is_empty() && c.has_room() {
                 return Err(Error::Busy("received data is waiting for progress".into()));
             }
-            let unsent_hello = c.state == ConnState::Handshake && c.ctl_sent < c.ctl_len;
+            let unsent_hello = c.state == ConnState::Handshake && c.ctl.is_some();
             if unsent_hello || c.is_connected() && !c.tx.is_empty() {
                 g.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
             }

@@ -6,7 +6,7 @@ use super::conn::{Conn, ConnState, Req};
 use super::rxbuf::RxPool;
 use super::sockopt::SockCfg;
 use super::tag::{TagRx, TagState};
-use super::txq::{Done, TxItem};
+use super::txq::{Done, TxItem, TxPool};
 use super::wire::{FrameHeader, Kind};
 use super::IfaceAddr;
 use crate::ep::{CompletionId, EpId};
@@ -51,12 +51,10 @@ pub(crate) struct Inner {
     pub(crate) accept_pause: Duration,
     /// Accept failures are logged at most once a second.
     pub(crate) accept_log: ucs::limits::RateLimit,
-    /// A timerfd in the epoll set that fires when a pause ends, so a caller sleeping on the
-    /// interface's event fd wakes to resume accepting (`None` if it could not be created:
-    /// then the pause ends at the first progress after it).
-    pub(crate) accept_timer: Option<std::os::fd::OwnedFd>,
     /// Spare receive buffers, lent to the connections that read.
     pub(crate) rx_pool: RxPool,
+    /// Spare send queues, lent to the connections that queue.
+    pub(crate) tx_pool: TxPool,
 }
 
 impl Inner {
@@ -89,6 +87,7 @@ impl Inner {
         }
         let fd = c.fd();
         if c.tx.progress(fd, &mut self.done)? {
+            self.tx_pool.take_back(&mut c.tx);
             if c.epoll_mask.contains(EpollFlags::EPOLLOUT) {
                 self.set_mask(key, EpollFlags::EPOLLIN);
             }
@@ -147,7 +146,7 @@ impl Inner {
             }
             c.epoll_mask = EpollFlags::empty();
         }
-        c.tx.fail(&err, &mut self.done);
+        c.tx.fail(&err, &mut self.done, &mut self.tx_pool);
         for req in c.reqs.drain() {
             match req {
                 Req::PutZcopy { comp }
@@ -175,10 +174,12 @@ impl Inner {
                 }
             }
         }
-        if let TagRx::Posted { p, hdr, .. } = std::mem::take(&mut c.tag_rx) {
-            self.tag
-                .done
-                .push_back((p.ctx, hdr.tag, hdr.imm, 0, Err(err.clone())));
+        if let TagRx::Posted { slot, hdr, .. } = std::mem::take(&mut c.tag_rx) {
+            if let Some(p) = self.tag.take_matched(slot) {
+                self.tag
+                    .done
+                    .push_back((p.ctx, hdr.tag, hdr.imm, 0, Err(err.clone())));
+            }
         }
         let peer = c.peer.map(|p| p.to_string()).unwrap_or_default();
         match c.ep {
@@ -191,7 +192,7 @@ impl Inner {
         }
         let was_dial = c.dialed && !matches!(c.state, ConnState::Connected);
         let (peer_iface, seq) = (c.peer_iface, c.seq);
-        c.state = ConnState::Failed(err);
+        c.state = ConnState::Failed(Box::new(err));
         self.cleanup = true;
         if was_dial {
             // A dial that won a simultaneous connect failed before it was acknowledged: the
@@ -249,9 +250,9 @@ impl Inner {
         let payload = local.as_ref().map_or(0, |l| l.remaining());
         let c = &mut self.conns[key];
         let hdr = FrameHeader::new(kind, 0, payload).to_bytes();
-        c.tx.push_pieces(&[&hdr, sub], 0);
+        c.tx.push_pieces(&mut self.tx_pool, &[&hdr, sub], 0);
         if let Some(l) = local {
-            c.tx.push_item(l);
+            c.tx.push_item(&mut self.tx_pool, l);
         }
     }
 }

@@ -1,19 +1,18 @@
 //! Progress: epoll, sending queued bytes, receiving, and dispatching frames and pending
 //! requests.
 
-use super::accept::{ACCEPT_TIMER_TOKEN, LISTENER_TOKEN};
+use super::accept::LISTENER_TOKEN;
 use super::conn::{Conn, ConnState, Req};
 use super::frames::{is_request, unknown_req};
 use super::inner::Inner;
 use super::iov::recv_raw;
 use super::md::RegTable;
 use super::rxbuf::RxBuf;
-use super::tag::TagRx;
+use super::tag::{TagRx, TagState};
 use super::wire::{self, Ack, Kind, StreamPos, StreamSub, WireStatus};
 use super::TcpIface;
 use crate::iface::EventSink;
 use nix::sys::epoll::EpollFlags;
-use std::os::fd::AsRawFd;
 use std::time::Instant;
 use ucs::{Error, Result};
 
@@ -126,17 +125,6 @@ impl TcpIface {
             let token = ev.data();
             if token == LISTENER_TOKEN {
                 inner.accept_all();
-                continue;
-            }
-            if token == ACCEPT_TIMER_TOKEN {
-                if let Some(t) = inner.accept_timer.as_ref() {
-                    let mut ticks = [0u8; 8];
-                    // SAFETY: reads at most 8 bytes into `ticks` from our non-blocking timerfd.
-                    unsafe { libc::read(t.as_raw_fd(), ticks.as_mut_ptr().cast(), ticks.len()) };
-                }
-                if inner.resume_accept(Instant::now()) {
-                    inner.accept_all();
-                }
                 continue;
             }
             let key = token as usize;
@@ -322,7 +310,7 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
         let Some(pos) = c.rx.reasm.streaming() else {
             return Ok(false);
         };
-        let Some((dst, len)) = stream_dst(c, pos) else {
+        let Some((dst, len)) = stream_dst(c, &inner.tag, pos) else {
             return Ok(false);
         };
         // At most DIRECT_CHUNK per call (see there); the loop goes on while the socket has more.
@@ -351,7 +339,7 @@ fn direct_rx(inner: &mut Inner, key: usize) -> Result<bool> {
 
 /// Where the next bytes of the streamed payload at `pos` go, and how many fit there: `None`
 /// when the normal path takes them (a refused put, a truncated or malformed frame).
-fn stream_dst(c: &mut Conn, pos: StreamPos) -> Option<(*mut u8, usize)> {
+fn stream_dst(c: &mut Conn, tag: &TagState, pos: StreamPos) -> Option<(*mut u8, usize)> {
     let left = (pos.total - pos.done) as usize;
     Some(match pos.sub {
         wire::StreamSub::Put(h) => {
@@ -382,11 +370,13 @@ fn stream_dst(c: &mut Conn, pos: StreamPos) -> Option<(*mut u8, usize)> {
             }
         }
         wire::StreamSub::TagEager(_) => match &c.tag_rx {
-            TagRx::Posted { p, .. } => match p.segs.locate(pos.done as usize) {
-                Some((p, l)) => (p, l.min(left)),
-                // Beyond the posted capacity (truncated): the normal path drains it.
-                None => return None,
-            },
+            TagRx::Posted { slot, .. } => {
+                match tag.matched(*slot)?.segs.locate(pos.done as usize) {
+                    Some((p, l)) => (p, l.min(left)),
+                    // Beyond the posted capacity (truncated): the normal path drains it.
+                    None => return None,
+                }
+            }
             TagRx::Unexp { .. } if c.tag_stage.len() as u64 == pos.total => {
                 // SAFETY (of the later write): `done..total` lies inside `tag_stage`.
                 (
@@ -514,7 +504,7 @@ impl Inner {
             Flow::Redirect(to) => {
                 let old = std::mem::replace(&mut self.conns[to].rx, rxb);
                 self.conns[key].rx = old;
-                self.conns[key].state = ConnState::Failed(Error::Canceled);
+                self.conns[key].state = ConnState::Failed(Box::new(Error::Canceled));
                 self.cleanup = true;
             }
             Flow::Fail(e) => {

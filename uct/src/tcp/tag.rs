@@ -50,9 +50,8 @@ pub(crate) struct Posted {
     pub(crate) ctx: TagRecvId,
 }
 
-/// Where a connection's tagged eager message goes. (One per connection; boxing the large
-/// variant would allocate per message.)
-#[allow(clippy::large_enum_variant)]
+/// Where a connection's tagged eager message goes. A matched posted receive waits in the
+/// interface's [`TagState`] (preallocated: no allocation per message), so this stays small.
 #[derive(Default)]
 pub(crate) enum TagRx {
     /// No tagged eager message in progress.
@@ -60,7 +59,8 @@ pub(crate) enum TagRx {
     Idle,
     /// Into a posted receive.
     Posted {
-        p: Posted,
+        /// The receive's slot in [`TagState::matched`].
+        slot: usize,
         hdr: TagHdr,
         total: usize,
     },
@@ -71,6 +71,9 @@ pub(crate) enum TagRx {
 /// The interface's posted receives and their completions.
 pub(crate) struct TagState {
     posted: VecDeque<Posted>,
+    /// Posted receives a tagged eager message matched, until it has arrived whole (they count
+    /// against [`MAX_POSTED`] with the posted ones, so this never grows past its capacity).
+    matched: slab::Slab<Posted>,
     pub(crate) done: VecDeque<TagDone>,
 }
 
@@ -78,6 +81,7 @@ impl TagState {
     pub(crate) fn new() -> Self {
         TagState {
             posted: VecDeque::with_capacity(MAX_POSTED),
+            matched: slab::Slab::with_capacity(MAX_POSTED),
             done: VecDeque::with_capacity(MAX_POSTED),
         }
     }
@@ -94,9 +98,21 @@ impl TagState {
     /// Matches the start of a tagged eager message of `total` bytes.
     pub(crate) fn match_eager(&mut self, hdr: TagHdr, total: usize) -> TagRx {
         match self.take_match(hdr.tag) {
-            Some(p) => TagRx::Posted { p, hdr, total },
+            Some(p) => TagRx::Posted {
+                slot: self.matched.insert(p),
+                hdr,
+                total,
+            },
             None => TagRx::Unexp { hdr },
         }
+    }
+    /// The matched receive in `slot`.
+    pub(crate) fn matched(&self, slot: usize) -> Option<&Posted> {
+        self.matched.get(slot)
+    }
+    /// Takes the matched receive in `slot` out (its message arrived, or the connection failed).
+    pub(crate) fn take_matched(&mut self, slot: usize) -> Option<Posted> {
+        self.matched.try_remove(slot)
     }
 
     /// Matches a tagged rendezvous (a request never matches).
@@ -108,7 +124,7 @@ impl TagState {
     }
 
     fn post(&mut self, tag: u64, mask: u64, iov: &[Iov<'_>], ctx: TagRecvId) -> Result<Outcome> {
-        if self.posted.len() >= MAX_POSTED {
+        if self.posted.len() + self.matched.len() >= MAX_POSTED {
             return Ok(Outcome::NoResource);
         }
         let segs = Segs::new(iov)?;
@@ -155,18 +171,26 @@ impl TcpIface {
         whole: Option<&[u8]>,
         sink: &mut S,
     ) {
-        let (rx, stage) = {
+        let (rx, stage, posted) = {
             let mut g = self.inner.borrow_mut();
-            let c = &mut g.conns[key];
+            let inner = &mut *g;
+            let c = &mut inner.conns[key];
             let rx = std::mem::take(&mut c.tag_rx);
             let stage = match (&rx, whole) {
                 (TagRx::Unexp { .. }, None) => std::mem::take(&mut c.tag_stage),
                 _ => Vec::new(),
             };
-            (rx, stage)
+            let posted = match &rx {
+                TagRx::Posted { slot, .. } => inner.tag.take_matched(*slot),
+                _ => None,
+            };
+            (rx, stage, posted)
         };
         match rx {
-            TagRx::Posted { p, hdr, total } => {
+            TagRx::Posted { hdr, total, .. } => {
+                let Some(p) = posted else {
+                    return;
+                };
                 let cap = p.segs.total();
                 let res = if total > cap {
                     Err(Error::Truncated {
@@ -240,7 +264,8 @@ impl TagCanceler {
 
 fn cancel_miss(g: &super::inner::Inner, ctx: TagRecvId) -> Result<()> {
     let in_flight = g.conns.iter().any(|(_, c)| {
-        matches!(&c.tag_rx, TagRx::Posted { p, .. } if p.ctx == ctx)
+        matches!(&c.tag_rx, TagRx::Posted { slot, .. }
+            if g.tag.matched(*slot).is_some_and(|p| p.ctx == ctx))
             || c.reqs
                 .iter()
                 .any(|(_, r)| matches!(r, super::conn::Req::TagGet { ctx: x, .. } if *x == ctx))

@@ -14,8 +14,10 @@ pub(crate) type Done = (CompletionId, Result<u64>);
 
 /// Bytes of a connection's send queue (its buffer grows to this size on demand).
 pub(crate) const TX_BUF: usize = 128 * 1024;
-/// First buffer of a send queue, allocated when the first bytes are queued.
-const TX_MIN: usize = 4 * 1024;
+/// Smallest buffer of a send queue, allocated when the first bytes are queued and the pool has
+/// no spare: small, since every endpoint of a worker queues its first frames while it connects
+/// (a hub with 1,000 of them holds 1,000 such buffers at once, and the heap keeps that peak).
+const TX_MIN: usize = 256;
 /// Entries of a connection's send queue.
 pub(crate) const MAX_TX_ITEMS: usize = 128;
 /// Room a response needs in the send queue (header + largest response sub-header).
@@ -32,6 +34,8 @@ const fn max(a: usize, b: usize) -> usize {
 const RESERVE_BYTES: usize = 4096;
 /// Send-queue entries operations leave free for responses.
 const RESERVE_ITEMS: usize = 8;
+/// Spare send queues (buffer and entry list) an interface keeps for connections that queue next.
+const TX_POOL: usize = 4;
 
 /// One entry of a send queue.
 pub(crate) enum TxItem {
@@ -58,9 +62,11 @@ impl TxItem {
     }
 }
 
-/// A connection's send queue: copied bytes and zero-copy pieces, in order. Its buffer starts
-/// empty (frames the socket takes at once are never copied) and grows on demand, doubling from
-/// [`TX_MIN`] up to [`TX_BUF`]; it is released when the connection fails.
+/// A connection's send queue: copied bytes and zero-copy pieces, in order. A connection holds a
+/// buffer and an entry list only while something is queued: the first bytes or entry borrow a
+/// spare pair from the interface's [`TxPool`], and once everything has left (or the connection
+/// failed) the pair goes back, so idle connections hold none. Frames the socket takes at once
+/// are never copied. The buffer grows on demand, doubling from [`TX_MIN`] up to [`TX_BUF`].
 pub(crate) struct TxQueue {
     buf: Vec<u8>,
     head: usize,
@@ -98,6 +104,11 @@ impl TxQueue {
     pub(crate) fn capacity(&self) -> usize {
         self.buf.len()
     }
+    /// True when the queue holds an entry list (it has queued something and not given the
+    /// list back yet).
+    pub(crate) fn holds_items(&self) -> bool {
+        self.items.capacity() > 0
+    }
     /// Grows the buffer to hold at least `need` bytes: the next power of two, at least
     /// [`TX_MIN`], at most [`TX_BUF`] (callers checked `fits`, so `need` is at most that).
     fn grow(&mut self, need: usize) {
@@ -122,7 +133,8 @@ impl TxQueue {
         }
     }
     /// Space for `n` bytes at the tail (the caller checked `fits`).
-    pub(crate) fn reserve(&mut self, n: usize) -> &mut [u8] {
+    pub(crate) fn reserve(&mut self, pool: &mut TxPool, n: usize) -> &mut [u8] {
+        pool.lend(self);
         self.make_room(n);
         &mut self.buf[self.tail..self.tail + n]
     }
@@ -131,17 +143,25 @@ impl TxQueue {
         self.tail += n;
         match self.items.back_mut() {
             Some(TxItem::Copy(k)) => *k += n,
-            _ => self.items.push_back(TxItem::Copy(n)),
+            _ => self.push_back(TxItem::Copy(n)),
         }
     }
+    /// Appends an entry. The first entry list a queue allocates itself (the pool had no spare)
+    /// holds one entry, not the default four (an entry is a few hundred bytes).
+    fn push_back(&mut self, item: TxItem) {
+        if self.items.capacity() == 0 {
+            self.items.reserve_exact(1);
+        }
+        self.items.push_back(item);
+    }
     /// Queues the bytes of `pieces` after the first `skip`.
-    pub(crate) fn push_pieces(&mut self, pieces: &[&[u8]], mut skip: usize) {
+    pub(crate) fn push_pieces(&mut self, pool: &mut TxPool, pieces: &[&[u8]], mut skip: usize) {
         let total: usize = pieces.iter().map(|p| p.len()).sum();
         if skip >= total {
             return;
         }
         let n = total - skip;
-        let dst = self.reserve(n);
+        let dst = self.reserve(pool, n);
         let mut at = 0;
         for p in pieces {
             if skip >= p.len() {
@@ -158,7 +178,8 @@ impl TxQueue {
     /// Puts `b` before everything queued (a connection's first frame, ahead of the frames an
     /// endpoint queued while the connection was being set up; the caller checked that nothing
     /// was sent yet and that `b` fits, which the operations' reserve guarantees).
-    pub(crate) fn push_front(&mut self, b: &[u8]) {
+    pub(crate) fn push_front(&mut self, pool: &mut TxPool, b: &[u8]) {
+        pool.lend(self);
         let n = b.len();
         if self.head < n {
             self.grow(self.tail - self.head + n);
@@ -168,11 +189,15 @@ impl TxQueue {
         }
         self.head -= n;
         self.buf[self.head..self.head + n].copy_from_slice(b);
+        if self.items.capacity() == 0 {
+            self.items.reserve_exact(1);
+        }
         self.items.push_front(TxItem::Copy(n));
     }
     /// Queues a zero-copy entry.
-    pub(crate) fn push_item(&mut self, item: TxItem) {
-        self.items.push_back(item);
+    pub(crate) fn push_item(&mut self, pool: &mut TxPool, item: TxItem) {
+        pool.lend(self);
+        self.push_back(item);
     }
 
     /// Sends what the socket takes. Completed zcopy entries go to `done`. Gives Ok(true) when
@@ -265,7 +290,8 @@ impl TxQueue {
         }
     }
 
-    pub(super) fn fail(&mut self, err: &Error, done: &mut VecDeque<Done>) {
+    /// Fails every queued entry with `err` and gives the buffers back to `pool`.
+    pub(super) fn fail(&mut self, err: &Error, done: &mut VecDeque<Done>, pool: &mut TxPool) {
         for item in self.items.drain(..) {
             if let TxItem::Zcopy(_, Some(comp)) = item {
                 done.push_back((comp, Err(err.clone())));
@@ -273,7 +299,48 @@ impl TxQueue {
         }
         self.head = 0;
         self.tail = 0;
-        self.buf = Vec::new();
-        self.items = VecDeque::new();
+        pool.take_back(self);
+    }
+}
+
+/// The interface's spare send queues (at most [`TX_POOL`] buffer and entry-list pairs): lent to
+/// a connection when it queues, taken back once its queue is empty.
+pub(crate) struct TxPool {
+    free: Vec<(Vec<u8>, VecDeque<TxItem>)>,
+}
+
+impl TxPool {
+    /// An empty pool (with room for [`TX_POOL`] pairs, so lending and taking back never
+    /// allocates).
+    pub(crate) fn new() -> Self {
+        TxPool {
+            free: Vec::with_capacity(TX_POOL),
+        }
+    }
+    /// Gives `q` a spare pair if it holds neither a buffer nor an entry list.
+    fn lend(&mut self, q: &mut TxQueue) {
+        if q.buf.is_empty() && q.items.capacity() == 0 {
+            if let Some((b, i)) = self.free.pop() {
+                q.buf = b;
+                q.items = i;
+            }
+        }
+    }
+    /// Takes `q`'s buffer and entry list back when nothing is queued (one beyond [`TX_POOL`] is
+    /// freed).
+    pub(crate) fn take_back(&mut self, q: &mut TxQueue) {
+        if !q.items.is_empty() || (q.buf.is_empty() && q.items.capacity() == 0) {
+            return;
+        }
+        q.head = 0;
+        q.tail = 0;
+        let pair = (std::mem::take(&mut q.buf), std::mem::take(&mut q.items));
+        if self.free.len() < TX_POOL {
+            self.free.push(pair);
+        }
+    }
+    /// Bytes the spare buffers hold.
+    pub(crate) fn capacity(&self) -> usize {
+        self.free.iter().map(|(b, _)| b.len()).sum()
     }
 }

@@ -479,13 +479,9 @@ fn peer_death_during_simultaneous_connect_is_an_endpoint_error() {
         .unwrap();
     // big's hello leaves (progress sends it once the connect completed) before small dials.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !big
-        .inner
-        .borrow()
-        .conns
-        .iter()
-        .any(|(_, c)| c.dialed && c.ctl_len > 0 && c.ctl_sent == c.ctl_len)
-    {
+    while !big.inner.borrow().conns.iter().any(|(_, c)| {
+        c.dialed && c.state == super::super::conn::ConnState::Handshake && c.ctl.is_none()
+    }) {
         big.progress(&mut sb);
         assert!(Instant::now() < deadline, "watchdog: hello not sent");
     }

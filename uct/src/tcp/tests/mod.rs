@@ -95,3 +95,11 @@ fn rkey_of(md: &TcpMd, m: &MemHandle) -> RemoteKey {
 
 // The transport conformance suite, over loopback (TlPair picks `lo` for network transports).
 crate::uct_conformance_tests!(conformance, crate::testing::TlPair<TcpTransport>);
+
+/// A connection's struct stays small (a hub worker holds one per endpoint): the rarely used
+/// parts (a dial's hello, a refused put's error, a matched tagged receive) live outside it.
+#[test]
+fn connection_struct_stays_small() {
+    let n = std::mem::size_of::<super::conn::Conn>();
+    assert!(n <= 448, "Conn is {n} bytes");
+}
