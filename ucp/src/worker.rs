@@ -254,6 +254,7 @@ impl Worker {
                 scratch: Vec::new(),
                 rkey_scratch: Vec::new(),
                 now_cache: now,
+                clock_stale: false,
                 next_timer: now,
                 malformed_unknown: 0,
                 stats: ProtoStats::default(),
