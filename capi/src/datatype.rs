@@ -96,6 +96,7 @@ pub unsafe fn slice<'a>(ptr: *const c_void, len: usize) -> &'a [u8] {
 ///
 /// # Safety
 /// `buffer` describes valid memory for the datatype, as the UCX documentation requires.
+#[inline]
 pub unsafe fn send_data<'a>(
     name: &str,
     buffer: *const c_void,
@@ -178,6 +179,7 @@ fn iov_list(name: &str, buffer: *const c_void, count: usize) -> Result<Vec<DtIov
 ///
 /// # Safety
 /// As [`send_data`].
+#[inline]
 pub unsafe fn recv_target(
     name: &str,
     buffer: *mut c_void,

@@ -80,18 +80,25 @@ pub fn fail(name: &str, e: &Error) -> Status {
 }
 
 /// Checks a field mask against the bits a call knows: unknown bits are refused.
+#[inline]
 pub fn check_mask(name: &str, what: &str, mask: u64, known: u64) -> Result<(), Status> {
     if mask & !known != 0 {
-        return Err(refuse(
-            name,
-            UCS_ERR_INVALID_PARAM,
-            format!(
-                "{what} has unknown bits {:#x} (known: {known:#x})",
-                mask & !known
-            ),
-        ));
+        return Err(unknown_bits(name, what, mask, known));
     }
     Ok(())
+}
+
+/// The refusal of a mask with bits this library does not know.
+#[cold]
+fn unknown_bits(name: &str, what: &str, mask: u64, known: u64) -> Status {
+    refuse(
+        name,
+        UCS_ERR_INVALID_PARAM,
+        format!(
+            "{what} has unknown bits {:#x} (known: {known:#x})",
+            mask & !known
+        ),
+    )
 }
 
 #[cfg(test)]

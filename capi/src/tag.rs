@@ -68,6 +68,7 @@ impl Nbx {
 ///
 /// # Safety
 /// `param` NULL or valid.
+#[inline]
 pub unsafe fn parse_param(
     name: &str,
     param: *const RequestParam,

@@ -283,7 +283,7 @@ fn echo_test(tls: &str, rndv: Option<usize>) {
     let stats = w.stats();
     assert!(stats.rndv_rts > 0, "{stats:?}");
     if rndv.is_some() {
-        // Over tcp, tag offload (issue 7) carries the multi-fragment range as tagged frames.
+        // Over tcp, tag offload carries the multi-fragment range as tagged frames.
         let tm = w.tag_offload_stats();
         assert!(stats.eager_multi > 0 || tm.sent > 0, "{stats:?} {tm:?}");
     }

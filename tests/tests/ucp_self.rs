@@ -298,13 +298,16 @@ fn ucp_self_keepalive_detects_silent_peer_and_fails_requests() {
     // Both alive: keepalives flow, nothing fails however long it runs.
     for _ in 0..30 {
         p.clock.advance(Duration::from_millis(100));
-        p.pump(2);
+        p.pump(16);
     }
     assert_eq!(p.a.ep_status(ab), Ok(()));
-    // b goes silent: a detects it within the timeout plus one check interval.
+    // b goes silent: a detects it within the timeout plus one check interval. A worker reads
+    // its clock once per `CLOCK_PERIOD` (16) progress calls, so each step gives it that many.
     for _ in 0..12 {
         p.clock.advance(Duration::from_millis(100));
-        p.a.progress();
+        for _ in 0..16 {
+            p.a.progress();
+        }
     }
     let st = p.a.ep_status(ab);
     assert!(matches!(st, Err(Error::Timeout(_))), "{st:?}");

@@ -276,6 +276,7 @@ impl Worker {
                 now_cache: now,
                 timers: Default::default(),
                 next_timer: Duration::MAX,
+                clock_stale: false,
                 malformed_unknown: 0,
                 stats: ProtoStats::default(),
                 am_handlers: HashMap::new(),

@@ -27,6 +27,10 @@ pub(crate) const IDLE_IFACE_PERIOD: u32 = 32;
 /// For this many progress calls after an event, an interface without endpoints is polled on
 /// every call.
 pub(crate) const IDLE_IFACE_RECENT: u32 = 4096;
+/// The clock is read on one progress call in this many (and after a possible sleep): message
+/// timestamps and keepalive deadlines need milliseconds, and the coarse clock costs more than
+/// an idle shared-memory poll.
+pub(crate) const CLOCK_PERIOD: u32 = 16;
 
 impl Worker {
     /// Makes progress on every interface, then on queued sends and timers. Gives the number of
@@ -34,7 +38,10 @@ impl Worker {
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
         self.tick = self.tick.wrapping_add(1);
-        self.st.now_cache = self.st.clock.now_coarse();
+        if self.tick.is_multiple_of(CLOCK_PERIOD) || self.st.clock_stale {
+            self.st.now_cache = self.st.clock.now_coarse();
+            self.st.clock_stale = false;
+        }
         let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
         for (i, iface) in self.ifaces.iter_mut().enumerate() {
             let idle = self.st.iface_users[i] == 0;

@@ -167,6 +167,12 @@ impl Worker {
         Ok(self.st.cancel(id.key as usize, id.gen))
     }
 
+    /// True when a token request has finished since the last [`Worker::take_done_tokens`].
+    #[inline]
+    pub fn has_done_tokens(&self) -> bool {
+        !self.st.tokens_done.is_empty()
+    }
+
     /// Moves the results of finished token requests to the end of `out`.
     #[inline]
     pub fn take_done_tokens(&mut self, out: &mut Vec<(u64, Completion)>) {

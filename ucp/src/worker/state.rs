@@ -334,6 +334,8 @@ pub(crate) struct State {
     /// The clock as read at the start of the current (or last) progress call: message
     /// timestamps for keepalive use it, so the data path reads no clock per message.
     pub(crate) now_cache: Duration,
+    /// Set when the worker may have slept (`arm`): the next progress call reads the clock.
+    pub(crate) clock_stale: bool,
     pub(crate) malformed_unknown: u64,
     pub(crate) stats: ProtoStats,
     pub(crate) am_handlers: HashMap<u16, AmHandler>,

@@ -32,6 +32,7 @@ impl Worker {
     /// `progress()` instead of sleeping.
     pub fn arm(&mut self) -> Result<bool> {
         self.efd()?;
+        self.st.clock_stale = true;
         if !self.st.pending_eps.is_empty() || !self.st.to_connect.is_empty() {
             return Ok(false);
         }
