@@ -1,5 +1,6 @@
 //! Requests: allocation, the scrambled ids they carry on the wire, completion (`finish`), user
-//! callbacks, and the public test/take/wait/cancel calls.
+//! callbacks, tokens and wakers, the release of dropped handles, and the public
+//! test/take/wait/cancel calls (with the typed waits and the sleeping `wait`).
 #![cfg_attr(
     not(test),
     deny(
