@@ -191,6 +191,9 @@ pub(crate) struct Common {
     pub(super) tag_work: Cell<bool>,
     /// This interface's address (where rendezvous acknowledgements come back to).
     pub(super) self_addr: IfaceAddr,
+    /// put_bcopy packs here when the remote range is shorter than max_bcopy (one buffer for
+    /// all endpoints of the interface: they run on its thread, one call at a time).
+    pub(super) bounce: RefCell<Box<[u8]>>,
 }
 
 /// An interface of `posix` or `sysv`: owns the receive FIFO.
@@ -284,6 +287,7 @@ impl MmIface {
                 tag: RefCell::new(TagState::new()),
                 tag_work: Cell::new(false),
                 self_addr,
+                bounce: RefCell::new(vec![0u8; RMA_MAX_BCOPY].into_boxed_slice()),
             }),
             next_ep: 0,
             tick: 0,
@@ -502,7 +506,6 @@ impl Iface for MmIface {
             sock: self.sock.clone(),
             wake_addr,
             wake_len,
-            bounce: vec![0u8; RMA_MAX_BCOPY].into_boxed_slice(),
         })
     }
 

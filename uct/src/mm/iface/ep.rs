@@ -14,8 +14,6 @@ pub struct MmEp {
     pub(in crate::mm) sock: Rc<OwnedFd>,
     pub(in crate::mm) wake_addr: libc::sockaddr_un,
     pub(in crate::mm) wake_len: libc::socklen_t,
-    /// put_bcopy packs here when the remote range is shorter than max_bcopy.
-    pub(in crate::mm) bounce: Box<[u8]>,
 }
 
 /// Publishes a claimed element as "skip" if the sender unwinds before publishing it, so the
@@ -276,9 +274,14 @@ impl Endpoint for MmEp {
             check_len(len, RMA_MAX_BCOPY)?;
             return Ok(Outcome::Done(len));
         }
-        // Near the end of the region: pack into the endpoint's bounce buffer, so a pack that
+        // Near the end of the region: pack into the interface's bounce buffer, so a pack that
         // runs past the region changes nothing there.
-        let len = pack(&mut self.bounce[..]);
+        let Ok(mut bounce) = self.common.bounce.try_borrow_mut() else {
+            return Err(Error::Busy(
+                "put_bcopy called from inside another put_bcopy's pack".into(),
+            ));
+        };
+        let len = pack(&mut bounce[..]);
         check_len(len, RMA_MAX_BCOPY)?;
         if len > room {
             return Err(Error::RemoteAccess(format!(
@@ -288,7 +291,7 @@ impl Endpoint for MmEp {
             )));
         }
         // SAFETY: len <= room bytes at p are inside the mapped region.
-        unsafe { std::ptr::copy_nonoverlapping(self.bounce.as_ptr(), p, len) };
+        unsafe { std::ptr::copy_nonoverlapping(bounce.as_ptr(), p, len) };
         Ok(Outcome::Done(len))
     }
 
