@@ -479,14 +479,14 @@ impl Iface for MmIface {
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
         let id = EpId(self.next_ep);
         self.next_ep += 1;
-        let (wake_addr, wake_len) = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
+        let wake = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
         let shared = Rc::new(EpShared {
             id,
             remote,
             _seg: seg,
             iface_tail: Cell::new(0),
             peer_addr: a,
-            wake: (wake_addr, wake_len),
+            wake,
             pending: RefCell::new(VecDeque::new()),
             failed: Cell::new(false),
             reported: Cell::new(false),
@@ -504,8 +504,6 @@ impl Iface for MmIface {
             shared,
             common: self.common.clone(),
             sock: self.sock.clone(),
-            wake_addr,
-            wake_len,
         })
     }
 

@@ -12,8 +12,6 @@ pub struct MmEp {
     pub(in crate::mm) shared: Rc<EpShared>,
     pub(in crate::mm) common: Rc<Common>,
     pub(in crate::mm) sock: Rc<OwnedFd>,
-    pub(in crate::mm) wake_addr: libc::sockaddr_un,
-    pub(in crate::mm) wake_len: libc::socklen_t,
 }
 
 /// Publishes a claimed element as "skip" if the sender unwinds before publishing it, so the
@@ -71,6 +69,7 @@ impl MmEp {
     #[cold]
     fn wake(&self) {
         let b = 0u8;
+        let (addr, len) = &self.shared.wake;
         // SAFETY: FFI with a valid one-byte buffer and a valid address; a full socket (EAGAIN)
         // already wakes the receiver, and a gone receiver is detected by the peer watch.
         unsafe {
@@ -79,8 +78,8 @@ impl MmEp {
                 &b as *const u8 as *const libc::c_void,
                 1,
                 libc::MSG_DONTWAIT,
-                &self.wake_addr as *const _ as *const libc::sockaddr,
-                self.wake_len,
+                addr as *const libc::sockaddr_un as *const libc::sockaddr,
+                *len,
             );
         }
     }
