@@ -191,6 +191,9 @@ pub(crate) struct Common {
     pub(super) tag_work: Cell<bool>,
     /// This interface's address (where rendezvous acknowledgements come back to).
     pub(super) self_addr: IfaceAddr,
+    /// put_bcopy packs here when the remote range is shorter than max_bcopy (one buffer for
+    /// all endpoints of the interface: they run on its thread, one call at a time).
+    pub(super) bounce: RefCell<Box<[u8]>>,
 }
 
 /// An interface of `posix` or `sysv`: owns the receive FIFO.
@@ -284,6 +287,7 @@ impl MmIface {
                 tag: RefCell::new(TagState::new()),
                 tag_work: Cell::new(false),
                 self_addr,
+                bounce: RefCell::new(vec![0u8; RMA_MAX_BCOPY].into_boxed_slice()),
             }),
             next_ep: 0,
             tick: 0,
@@ -475,14 +479,14 @@ impl Iface for MmIface {
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
         let id = EpId(self.next_ep);
         self.next_ep += 1;
-        let (wake_addr, wake_len) = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
+        let wake = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
         let shared = Rc::new(EpShared {
             id,
             remote,
             _seg: seg,
             iface_tail: Cell::new(0),
             peer_addr: a,
-            wake: (wake_addr, wake_len),
+            wake,
             pending: RefCell::new(VecDeque::new()),
             failed: Cell::new(false),
             reported: Cell::new(false),
@@ -500,9 +504,6 @@ impl Iface for MmIface {
             shared,
             common: self.common.clone(),
             sock: self.sock.clone(),
-            wake_addr,
-            wake_len,
-            bounce: vec![0u8; RMA_MAX_BCOPY].into_boxed_slice(),
         })
     }
 

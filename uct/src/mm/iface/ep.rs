@@ -12,10 +12,6 @@ pub struct MmEp {
     pub(in crate::mm) shared: Rc<EpShared>,
     pub(in crate::mm) common: Rc<Common>,
     pub(in crate::mm) sock: Rc<OwnedFd>,
-    pub(in crate::mm) wake_addr: libc::sockaddr_un,
-    pub(in crate::mm) wake_len: libc::socklen_t,
-    /// put_bcopy packs here when the remote range is shorter than max_bcopy.
-    pub(in crate::mm) bounce: Box<[u8]>,
 }
 
 /// Publishes a claimed element as "skip" if the sender unwinds before publishing it, so the
@@ -73,6 +69,7 @@ impl MmEp {
     #[cold]
     fn wake(&self) {
         let b = 0u8;
+        let (addr, len) = &self.shared.wake;
         // SAFETY: FFI with a valid one-byte buffer and a valid address; a full socket (EAGAIN)
         // already wakes the receiver, and a gone receiver is detected by the peer watch.
         unsafe {
@@ -81,8 +78,8 @@ impl MmEp {
                 &b as *const u8 as *const libc::c_void,
                 1,
                 libc::MSG_DONTWAIT,
-                &self.wake_addr as *const _ as *const libc::sockaddr,
-                self.wake_len,
+                addr as *const libc::sockaddr_un as *const libc::sockaddr,
+                *len,
             );
         }
     }
@@ -276,9 +273,14 @@ impl Endpoint for MmEp {
             check_len(len, RMA_MAX_BCOPY)?;
             return Ok(Outcome::Done(len));
         }
-        // Near the end of the region: pack into the endpoint's bounce buffer, so a pack that
+        // Near the end of the region: pack into the interface's bounce buffer, so a pack that
         // runs past the region changes nothing there.
-        let len = pack(&mut self.bounce[..]);
+        let Ok(mut bounce) = self.common.bounce.try_borrow_mut() else {
+            return Err(Error::Busy(
+                "put_bcopy called from inside another put_bcopy's pack".into(),
+            ));
+        };
+        let len = pack(&mut bounce[..]);
         check_len(len, RMA_MAX_BCOPY)?;
         if len > room {
             return Err(Error::RemoteAccess(format!(
@@ -288,7 +290,7 @@ impl Endpoint for MmEp {
             )));
         }
         // SAFETY: len <= room bytes at p are inside the mapped region.
-        unsafe { std::ptr::copy_nonoverlapping(self.bounce.as_ptr(), p, len) };
+        unsafe { std::ptr::copy_nonoverlapping(bounce.as_ptr(), p, len) };
         Ok(Outcome::Done(len))
     }
 
