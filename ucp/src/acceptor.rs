@@ -5,7 +5,9 @@
 //! message is not complete by its own deadline is closed (debug log), and a complete message is
 //! handed out at once, whatever the other connections are doing. So N idle or half-written
 //! connections never delay a client that sends its message. [`crate::Listener`] uses it for
-//! connection requests; perftest's server for its side channel.
+//! connection requests; perftest's server for its side channel. [`Acceptor::wait`] sleeps on
+//! an [`EventSet`] of the listening socket and the connections being read, bounded by the
+//! earliest connection deadline and the end of an accept pause.
 //!
 //! At the descriptor limit (`EMFILE`, `ENFILE`) it keeps nothing spinning: it frees a
 //! descriptor it holds in reserve, accepts one waiting client, sends it the refusal the
@@ -14,7 +16,9 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+use ucs::async_ctx::{EventSet, Interest};
 use ucs::{Error, Result};
 
 /// Most accepted connections whose message is still being read; a newer one closes the oldest.
@@ -24,6 +28,11 @@ const ACCEPT_BATCH: usize = 64;
 /// Pause of the listening socket when the descriptor limit leaves no way to even refuse a
 /// client (no reserve descriptor).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(200);
+/// Event-set token of the listening socket (connections being read all use [`CONN_TOKEN`]:
+/// a wake-up reads every one of them anyway).
+const LISTENER_TOKEN: u64 = 0;
+/// Event-set token of a connection whose first message is being read.
+const CONN_TOKEN: u64 = 1;
 
 /// How the first message of a connection is framed.
 #[derive(Debug, Clone, Copy)]
@@ -111,9 +120,12 @@ pub struct Acceptor {
     timeout: Duration,
     /// A spare descriptor, closed to accept-and-refuse a client at the descriptor limit.
     reserve: Option<std::fs::File>,
-    /// Without a reserve at the limit: accept nothing until this time.
+    /// Without a reserve at the limit: accept nothing until this time (the listening socket
+    /// is out of `events` meanwhile, so a full backlog does not wake [`Acceptor::wait`]).
     paused_until: Option<Instant>,
     limit_log: ucs::limits::RateLimit,
+    /// The listening socket (readable) and every connection in `incoming` (readable).
+    events: EventSet,
 }
 
 fn open_reserve() -> Option<std::fs::File> {
@@ -126,6 +138,8 @@ impl Acceptor {
     pub fn new(sock: TcpListener, framing: Framing, timeout: Duration) -> Result<Self> {
         sock.set_nonblocking(true)
             .map_err(|e| Error::io("making the listener non-blocking", e))?;
+        let events = EventSet::new()?;
+        events.add(sock.as_raw_fd(), Interest::READABLE, LISTENER_TOKEN)?;
         Ok(Acceptor {
             sock,
             framing,
@@ -134,6 +148,7 @@ impl Acceptor {
             reserve: open_reserve(),
             paused_until: None,
             limit_log: ucs::limits::RateLimit::new(Duration::from_secs(1)),
+            events,
         })
     }
     /// The address actually bound.
@@ -163,7 +178,7 @@ impl Acceptor {
                 Ok(true) => {
                     let Incoming {
                         stream, peer, buf, ..
-                    } = self.incoming.swap_remove(i);
+                    } = self.take(i);
                     stream
                         .set_nonblocking(false)
                         .map_err(|e| Error::io("configuring an accepted connection", e))?;
@@ -174,7 +189,7 @@ impl Acceptor {
                     }));
                 }
                 Ok(false) if now >= self.incoming[i].deadline => {
-                    let c = self.incoming.swap_remove(i);
+                    let c = self.take(i);
                     tracing::debug!(
                         "closing the connection from {}: no complete first message within {:.1} \
                          s ({} bytes arrived)",
@@ -186,13 +201,61 @@ impl Acceptor {
                 Ok(false) => i += 1,
                 Err(e) => {
                     // Tell the client why (if it still listens) before closing.
-                    let c = self.incoming.swap_remove(i);
+                    let c = self.take(i);
                     refuse(c.stream, &(self.framing.refusal)(&e.to_string()));
                     return Err(e);
                 }
             }
         }
         Ok(None)
+    }
+
+    /// Waits up to `timeout` for a connection whose first message is complete: polls, then
+    /// sleeps until the listening socket or a connection being read is readable, the earliest
+    /// connection deadline (to close it on time), the end of an accept pause, or the end of
+    /// `timeout`, and polls again. Errors as [`Acceptor::poll`].
+    pub fn wait(&mut self, timeout: Duration) -> Result<Option<Accepted>> {
+        let end = Instant::now().checked_add(timeout);
+        loop {
+            if let Some(a) = self.poll()? {
+                return Ok(Some(a));
+            }
+            let now = Instant::now();
+            if end.is_some_and(|end| now >= end) {
+                return Ok(None);
+            }
+            let wake = self
+                .incoming
+                .iter()
+                .map(|c| c.deadline)
+                .chain(self.paused_until)
+                .chain(end)
+                .min();
+            let sleep = wake.map(|t| t.saturating_duration_since(now));
+            self.events.wait_any(sleep)?;
+        }
+    }
+
+    /// Removes connection `i` from `incoming` and from the event set.
+    fn take(&mut self, i: usize) -> Incoming {
+        let c = self.incoming.swap_remove(i);
+        if let Err(e) = self.events.remove(c.stream.as_raw_fd()) {
+            tracing::debug!("{e}");
+        }
+        c
+    }
+
+    /// Sets whether the event set watches the listening socket (not during an accept pause).
+    fn watch_listener(&self, on: bool) {
+        let interest = if on {
+            Interest::READABLE
+        } else {
+            Interest::empty()
+        };
+        let fd = self.sock.as_raw_fd();
+        if let Err(e) = self.events.modify(fd, interest, LISTENER_TOKEN) {
+            tracing::warn!("{e}");
+        }
     }
 
     /// Accepts the connections waiting in the kernel's backlog into `incoming`.
@@ -202,6 +265,7 @@ impl Acceptor {
                 return;
             }
             self.paused_until = None;
+            self.watch_listener(true);
         }
         for _ in 0..ACCEPT_BATCH {
             let (stream, peer) = match self.sock.accept() {
@@ -231,12 +295,19 @@ impl Acceptor {
                 let oldest = (0..self.incoming.len())
                     .min_by_key(|&i| self.incoming[i].deadline)
                     .unwrap_or(0);
-                let c = self.incoming.swap_remove(oldest);
+                let c = self.take(oldest);
                 tracing::debug!(
                     "closing the connection from {}: {MAX_PENDING} incomplete first messages \
                      are waiting and it is the oldest",
                     c.peer
                 );
+            }
+            if let Err(e) = self
+                .events
+                .add(stream.as_raw_fd(), Interest::READABLE, CONN_TOKEN)
+            {
+                tracing::debug!("dropping the connection from {peer}: {e}");
+                continue;
             }
             self.incoming.push(Incoming {
                 stream,
@@ -273,6 +344,7 @@ impl Acceptor {
         // little before trying again.
         if !refused || self.reserve.is_none() {
             self.paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+            self.watch_listener(false);
         }
     }
 
@@ -387,5 +459,52 @@ mod tests {
             }
         };
         assert!(e.to_string().contains("zero length"), "{e}");
+    }
+
+    #[test]
+    fn wait_sleeps_until_a_request_arrives_and_times_out_empty() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut a = Acceptor::new(l, toy(), Duration::from_secs(60)).unwrap();
+        let t0 = Instant::now();
+        assert!(a.wait(Duration::from_millis(50)).unwrap().is_none());
+        assert!(t0.elapsed() >= Duration::from_millis(50), "returned early");
+        let client = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&[2]).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            s.write_all(b"ok").unwrap();
+            s
+        });
+        let got = a.wait(Duration::from_secs(20)).unwrap().expect("watchdog");
+        assert_eq!(got.msg, b"\x02ok");
+        assert_eq!(a.pending(), 0);
+        // The handed-out connection is no longer watched: its bytes do not end a wait.
+        let mut s = client.join().unwrap();
+        s.write_all(b"more").unwrap();
+        assert!(a.wait(Duration::from_millis(20)).unwrap().is_none());
+    }
+
+    #[test]
+    fn wait_closes_a_late_connection_at_its_deadline() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut a = Acceptor::new(l, toy(), Duration::from_millis(100)).unwrap();
+        // The client sends its request only once the listener closed its idle connection, so
+        // the wait returns it only if it woke for that connection's deadline.
+        let client = std::thread::spawn(move || {
+            let mut late = TcpStream::connect(addr).unwrap();
+            late.set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            let mut b = [0u8; 1];
+            let closed = matches!(late.read(&mut b), Ok(0));
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&[1, b'z']).unwrap();
+            closed
+        });
+        let got = a.wait(Duration::from_secs(20)).unwrap().expect("watchdog");
+        assert_eq!(got.msg, b"\x01z");
+        assert!(client.join().unwrap(), "the idle connection was closed");
+        assert_eq!(a.pending(), 0);
     }
 }

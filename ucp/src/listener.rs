@@ -4,10 +4,10 @@
 //! The two sides exchange worker addresses over a short-lived TCP connection, then talk over
 //! the lanes wire-up picks (shared memory on one host, tcp otherwise).
 
-use crate::acceptor::{Acceptor, Framing};
+use crate::acceptor::{Accepted, Acceptor, Framing};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use ucs::{Error, Result};
 
 /// How long either side waits for the other's half of the exchange.
@@ -225,31 +225,27 @@ impl Listener {
     /// their deadline. A client that sends garbage or goes away is dropped and reported as an
     /// error; the listener keeps working (call again).
     pub fn poll(&mut self) -> Result<Option<ConnRequest>> {
-        let Some(a) = self.acceptor.poll()? else {
-            return Ok(None);
-        };
-        a.stream
-            .set_write_timeout(Some(CM_TIMEOUT))
-            .map_err(|e| io("configuring an accepted connection", e))?;
-        Ok(Some(ConnRequest {
-            stream: a.stream,
-            client_address: a.msg[CmHdr::LEN..].to_vec(),
-            peer: a.peer,
-        }))
+        self.acceptor.poll()?.map(conn_request).transpose()
     }
-    /// Waits up to `timeout` for a connection request.
+    /// Waits up to `timeout` for a connection request: sleeps on the listening socket and the
+    /// accepted connections (see [`Acceptor::wait`]), waking to close connections at their
+    /// deadlines. Errors as [`Listener::poll`].
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<ConnRequest>> {
-        let end = Instant::now() + timeout;
-        loop {
-            if let Some(r) = self.poll()? {
-                return Ok(Some(r));
-            }
-            if Instant::now() >= end {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        self.acceptor.wait(timeout)?.map(conn_request).transpose()
     }
+}
+
+/// A connection whose request arrived whole, as a [`ConnRequest`] (its socket writes with
+/// [`CM_TIMEOUT`]).
+fn conn_request(a: Accepted) -> Result<ConnRequest> {
+    a.stream
+        .set_write_timeout(Some(CM_TIMEOUT))
+        .map_err(|e| io("configuring an accepted connection", e))?;
+    Ok(ConnRequest {
+        stream: a.stream,
+        client_address: a.msg[CmHdr::LEN..].to_vec(),
+        peer: a.peer,
+    })
 }
 
 /// A client-side read error, said plainly: a server that does not answer in time is a

@@ -4,10 +4,10 @@
 
 use super::conn::{Conn, ConnState};
 use super::inner::Inner;
-use nix::sys::epoll::{EpollEvent, EpollFlags};
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+use ucs::async_ctx::Interest;
 
 /// The listening socket's epoll token.
 pub(super) const LISTENER_TOKEN: u64 = u64::MAX;
@@ -23,12 +23,11 @@ impl Inner {
             return;
         };
         let flags = if on {
-            EpollFlags::EPOLLIN
+            Interest::READABLE
         } else {
-            EpollFlags::empty()
+            Interest::empty()
         };
-        let mut ev = EpollEvent::new(flags, LISTENER_TOKEN);
-        if let Err(e) = self.epoll.modify(l.as_fd(), &mut ev) {
+        if let Err(e) = self.epoll.modify(l.as_raw_fd(), flags, LISTENER_TOKEN) {
             tracing::warn!("epoll_ctl on the tcp listening socket failed: {e}");
         }
     }
@@ -109,7 +108,7 @@ impl Inner {
             c.sock = Some(sock);
             let key = self.conns.insert(c);
             self.active.push(key);
-            self.set_mask(key, EpollFlags::EPOLLIN);
+            self.set_mask(key, Interest::READABLE);
         }
     }
 }

@@ -8,12 +8,12 @@ use super::txq::TxQueue;
 use super::wire::{AtomicReq, FrameHeader, Hello};
 use super::IfaceAddr;
 use crate::ep::{CompletionId, EpId, PendingId, TagRecvId};
-use nix::sys::epoll::EpollFlags;
 use slab::Slab;
 use socket2::Socket;
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, RawFd};
+use ucs::async_ctx::Interest;
 use ucs::{Error, Result};
 
 /// Outstanding requests (get, fetching atomic, put_zcopy, flush) per connection.
@@ -103,7 +103,7 @@ pub(crate) struct Conn {
     /// A refused put or atomic, reported by the next flush (boxed: rare, and the connection
     /// struct stays small).
     pub(crate) deferred_err: Option<Box<Error>>,
-    pub(crate) epoll_mask: EpollFlags,
+    pub(crate) epoll_mask: Interest,
     pub(crate) rx_paused: bool,
     /// epoll reported the socket readable (or closed) since the last `recv`.
     pub(crate) readable: bool,
@@ -158,7 +158,7 @@ impl Conn {
             put_seq: 0,
             acked_seq: 0,
             deferred_err: None,
-            epoll_mask: EpollFlags::empty(),
+            epoll_mask: Interest::empty(),
             rx_paused: false,
             readable: false,
             peer_iface: None,

@@ -7,10 +7,10 @@ use super::iov::sendv;
 use super::progress::Flow;
 use super::wire::{FrameHeader, Hello, HelloAck, HelloMode, Kind, RxEvent};
 use super::IfaceAddr;
-use nix::sys::epoll::{EpollEvent, EpollFlags};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
+use ucs::async_ctx::Interest;
 use ucs::{Error, Result};
 
 impl Inner {
@@ -70,10 +70,10 @@ impl Inner {
         }];
         ctl.sent += sendv(fd, &iov)?;
         let mask = if ctl.sent < ctl.frame.len() {
-            EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
+            Interest::READABLE | Interest::WRITABLE
         } else {
             c.ctl = None;
-            EpollFlags::EPOLLIN
+            Interest::READABLE
         };
         self.set_mask(key, mask);
         Ok(())
@@ -123,12 +123,12 @@ impl Inner {
         if connected {
             let state = self.connected_state(key);
             self.conns[key].state = state;
-            self.set_mask(key, EpollFlags::EPOLLIN);
+            self.set_mask(key, Interest::READABLE);
             self.send_ctl(key)?;
         } else {
             c.state = ConnState::Connecting;
             self.connecting += 1;
-            self.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
+            self.set_mask(key, Interest::READABLE | Interest::WRITABLE);
         }
         Ok(())
     }
@@ -143,10 +143,10 @@ impl Inner {
                 let state = self.connected_state(key);
                 let c = &mut self.conns[key];
                 c.state = state;
-                let mask = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT;
+                let mask = Interest::READABLE | Interest::WRITABLE;
                 c.epoll_mask = mask;
                 let out = !c.tx.is_empty() && c.state == ConnState::Connected;
-                self.set_mask(key, if out { mask } else { EpollFlags::EPOLLIN });
+                self.set_mask(key, if out { mask } else { Interest::READABLE });
                 if let Err(e) = self.send_ctl(key) {
                     self.fail(key, e, false);
                 }
@@ -230,12 +230,12 @@ pub(super) fn iface_hello(inner: &mut Inner, key: usize, h: Hello) -> Flow {
 pub(super) fn adopt(inner: &mut Inner, key: usize, y: usize) -> Flow {
     let x = &mut inner.conns[key];
     let sock = x.sock.take();
-    let mask = std::mem::replace(&mut x.epoll_mask, EpollFlags::empty());
+    let mask = std::mem::replace(&mut x.epoll_mask, Interest::empty());
     let (peer, readable) = (x.peer, x.readable);
     let t = &mut inner.conns[y];
     if let Some(old) = t.sock.take() {
         if !t.epoll_mask.is_empty() {
-            let _ = inner.epoll.delete(old.as_fd());
+            let _ = inner.epoll.remove(old.as_raw_fd());
         }
     }
     if t.state == ConnState::Connecting {
@@ -251,14 +251,13 @@ pub(super) fn adopt(inner: &mut Inner, key: usize, y: usize) -> Flow {
     HelloAck { seq: t.seq }.encode(&mut f[FrameHeader::LEN..]);
     t.tx.push_front(&mut inner.tx_pool, &f);
     // Re-register the socket under its new owner's key (an accepted socket is registered).
-    let out = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT;
+    let out = Interest::READABLE | Interest::WRITABLE;
     t.epoll_mask = out;
     if let Some(s) = t.sock.as_ref() {
-        let mut ev = EpollEvent::new(out, y as u64);
         let r = if mask.is_empty() {
-            inner.epoll.add(s.as_fd(), ev)
+            inner.epoll.add(s.as_raw_fd(), out, y as u64)
         } else {
-            inner.epoll.modify(s.as_fd(), &mut ev)
+            inner.epoll.modify(s.as_raw_fd(), out, y as u64)
         };
         if let Err(e) = r {
             tracing::warn!("epoll_ctl on a tcp connection failed: {e}");
@@ -294,7 +293,7 @@ pub(super) fn attach(inner: &mut Inner, key: usize, h: Hello) -> Flow {
     }
     let sock = inner.conns[key].sock.take();
     let mask = inner.conns[key].epoll_mask;
-    inner.conns[key].epoll_mask = EpollFlags::empty();
+    inner.conns[key].epoll_mask = Interest::empty();
     let peer = inner.conns[key].peer;
     let t = &mut inner.conns[to];
     t.sock = sock;
@@ -303,8 +302,7 @@ pub(super) fn attach(inner: &mut Inner, key: usize, h: Hello) -> Flow {
     t.state = ConnState::Connected;
     t.epoll_mask = mask;
     if let Some(s) = t.sock.as_ref() {
-        let mut ev = EpollEvent::new(mask, to as u64);
-        let _ = inner.epoll.modify(s.as_fd(), &mut ev);
+        let _ = inner.epoll.modify(s.as_raw_fd(), mask, to as u64);
     }
     Flow::Redirect(to)
 }

@@ -23,16 +23,16 @@ use crate::caps::{
 use crate::ep::{CompletionId, EpId, TagRecvId};
 use crate::iface::{EventSink, Iface};
 use crate::md::Iov;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use slab::Slab;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+use ucs::async_ctx::{EventSet, Events, Interest};
 use ucs::{Error, Outcome, Result};
 
 /// The tcp interface.
@@ -44,7 +44,7 @@ pub struct TcpIface {
     iface_addr: Vec<u8>,
     netns: u64,
     pub(super) tick: u32,
-    pub(super) events: Box<[EpollEvent; 64]>,
+    pub(super) events: Events,
 }
 
 impl std::fmt::Debug for TcpIface {
@@ -170,14 +170,8 @@ impl TcpIface {
             .and_then(|a| a.as_socket_ipv4())
             .map(|a| a.port())
             .ok_or_else(|| Error::NoDevice(format!("no port bound on {}", dev.name)))?;
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
-            .map_err(|e| Error::io("epoll_create1", e.into()))?;
-        epoll
-            .add(
-                listener.as_fd(),
-                EpollEvent::new(EpollFlags::EPOLLIN, LISTENER_TOKEN),
-            )
-            .map_err(|e| Error::io("epoll_ctl(listener)", e.into()))?;
+        let epoll = EventSet::new()?;
+        epoll.add(listener.as_raw_fd(), Interest::READABLE, LISTENER_TOKEN)?;
         let local = IfaceAddr { ip: dev.ip, port };
         let netns = super::netns_id()?;
         let dev_addr = DevAddr {
@@ -225,7 +219,7 @@ impl TcpIface {
             dev,
             netns,
             tick: 0,
-            events: Box::new([EpollEvent::empty(); 64]),
+            events: Events::with_capacity(64),
         })
     }
 
@@ -498,7 +492,7 @@ impl Iface for TcpIface {
     }
 
     fn event_fd(&self) -> Option<RawFd> {
-        Some(self.inner.borrow().epoll.0.as_raw_fd())
+        Some(self.inner.borrow().epoll.as_raw_fd())
     }
 
     fn wake_within(&self) -> Option<Duration> {
@@ -526,13 +520,10 @@ impl Iface for TcpIface {
             }
             let unsent_hello = c.state == ConnState::Handshake && c.ctl.is_some();
             if unsent_hello || c.is_connected() && !c.tx.is_empty() {
-                g.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
+                g.set_mask(key, Interest::READABLE | Interest::WRITABLE);
             }
         }
-        let n = g
-            .epoll
-            .wait(&mut self.events[..], 0u8)
-            .map_err(|e| Error::io("epoll_wait", e.into()))?;
+        let n = g.epoll.wait(&mut self.events, Some(Duration::ZERO))?;
         if n > 0 {
             g.force_epoll = true;
             return Err(Error::Busy("sockets are ready".into()));

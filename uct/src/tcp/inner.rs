@@ -10,19 +10,19 @@ use super::txq::{Done, TxItem, TxPool};
 use super::wire::{FrameHeader, Kind};
 use super::IfaceAddr;
 use crate::ep::{CompletionId, EpId};
-use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use slab::Slab;
 use socket2::Socket;
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+use ucs::async_ctx::{EventSet, Interest};
 use ucs::{Error, Result};
 
 /// State shared by the interface and its endpoints.
 pub(crate) struct Inner {
     pub(crate) conns: Slab<Conn>,
     pub(crate) active: Vec<usize>,
-    pub(crate) epoll: Epoll,
+    pub(crate) epoll: EventSet,
     pub(crate) listener: Option<Socket>,
     pub(crate) done: VecDeque<Done>,
     pub(crate) errors: VecDeque<(EpId, Error)>,
@@ -58,17 +58,16 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    pub(super) fn set_mask(&mut self, key: usize, mask: EpollFlags) {
+    pub(super) fn set_mask(&mut self, key: usize, mask: Interest) {
         let c = &mut self.conns[key];
         if c.epoll_mask == mask {
             return;
         }
         if let Some(s) = c.sock.as_ref() {
-            let mut ev = EpollEvent::new(mask, key as u64);
             let r = if c.epoll_mask.is_empty() {
-                self.epoll.add(s.as_fd(), ev)
+                self.epoll.add(s.as_raw_fd(), mask, key as u64)
             } else {
-                self.epoll.modify(s.as_fd(), &mut ev)
+                self.epoll.modify(s.as_raw_fd(), mask, key as u64)
             };
             if let Err(e) = r {
                 tracing::warn!("epoll_ctl on a tcp connection failed: {e}");
@@ -88,8 +87,8 @@ impl Inner {
         let fd = c.fd();
         if c.tx.progress(fd, &mut self.done)? {
             self.tx_pool.take_back(&mut c.tx);
-            if c.epoll_mask.contains(EpollFlags::EPOLLOUT) {
-                self.set_mask(key, EpollFlags::EPOLLIN);
+            if c.epoll_mask.contains(Interest::WRITABLE) {
+                self.set_mask(key, Interest::READABLE);
             }
         } else {
             self.wait_writable(key);
@@ -104,7 +103,7 @@ impl Inner {
             c.wait_out = true;
             self.waiting_out += 1;
         }
-        self.set_mask(key, EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
+        self.set_mask(key, Interest::READABLE | Interest::WRITABLE);
     }
 
     pub(super) fn clear_wait_out(&mut self, key: usize) {
@@ -142,9 +141,9 @@ impl Inner {
         }
         if let Some(s) = c.sock.take() {
             if !c.epoll_mask.is_empty() {
-                let _ = self.epoll.delete(s.as_fd());
+                let _ = self.epoll.remove(s.as_raw_fd());
             }
-            c.epoll_mask = EpollFlags::empty();
+            c.epoll_mask = Interest::empty();
         }
         c.tx.fail(&err, &mut self.done, &mut self.tx_pool);
         for req in c.reqs.drain() {
@@ -224,7 +223,7 @@ impl Inner {
         let c = self.conns.remove(key);
         if let Some(s) = c.sock.as_ref() {
             if !c.epoll_mask.is_empty() {
-                let _ = self.epoll.delete(s.as_fd());
+                let _ = self.epoll.remove(s.as_raw_fd());
             }
         }
         if c.state == ConnState::Connecting {

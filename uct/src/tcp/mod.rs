@@ -49,8 +49,9 @@
 //!   large payload once the socket ran empty, and after 256 empty polls in a row: each `recv`
 //!   or `sendmsg` takes the socket lock the peer's incoming segments and ACKs need (that
 //!   contention shows in loopback profiles of 1 MiB transfers; this is how UCX waits too,
-//!   and it cuts the receiver's `recv` calls tenfold). The event fd is that
-//!   epoll fd (EventFlags::FD). Keepalive (10 s + 3 × 2 s) bounds the detection of a peer
+//!   and it cuts the receiver's `recv` calls tenfold). The sockets are in a ucs
+//!   [`EventSet`](ucs::async_ctx::EventSet) (level-triggered), whose descriptor is the event
+//!   fd (EventFlags::FD). Keepalive (10 s + 3 × 2 s) bounds the detection of a peer
 //!   host that vanishes without a FIN or RST; a killed process is noticed at the next read.
 //! - **Peers are not trusted.** A reply names a request by its slot in the table of the
 //!   connection it arrives on (put and flush acks, get and atomic responses, the `TagGet` of a

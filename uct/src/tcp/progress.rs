@@ -12,8 +12,8 @@ use super::tag::{TagRx, TagState};
 use super::wire::{self, Ack, Kind, StreamPos, StreamSub, WireStatus};
 use super::TcpIface;
 use crate::iface::EventSink;
-use nix::sys::epoll::EpollFlags;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use ucs::async_ctx::Ready;
 use ucs::{Error, Result};
 
 /// Largest single `recv` straight into a destination (`direct_rx`). `recv` holds the socket
@@ -110,7 +110,7 @@ impl TcpIface {
 
     fn poll_events(&mut self) {
         let mut inner = self.inner.borrow_mut();
-        let n = match inner.epoll.wait(&mut self.events[..], 0u8) {
+        let n = match inner.epoll.wait(&mut self.events, Some(Duration::ZERO)) {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!("epoll_wait failed: {e}");
@@ -121,24 +121,24 @@ impl TcpIface {
         if inner.accept_paused_until.is_some() && inner.resume_accept(Instant::now()) {
             inner.accept_all();
         }
-        for ev in &self.events[..n] {
-            let token = ev.data();
+        for ev in self.events.iter().take(n) {
+            let token = ev.token;
             if token == LISTENER_TOKEN {
                 inner.accept_all();
                 continue;
             }
             let key = token as usize;
-            let flags = ev.events();
+            let flags = ev.ready;
             let Some(c) = inner.conns.get_mut(key) else {
                 continue;
             };
-            let err = EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP;
+            let err = Ready::ERROR | Ready::HANGUP;
             let (mut ungate, mut unblock) = (false, false);
-            if flags.intersects(EpollFlags::EPOLLIN | err) {
+            if flags.intersects(Ready::READABLE | err) {
                 c.readable = true;
                 ungate = std::mem::take(&mut c.rx_gated);
             }
-            if flags.intersects(EpollFlags::EPOLLOUT | err) {
+            if flags.intersects(Ready::WRITABLE | err) {
                 unblock = std::mem::take(&mut c.wait_out);
             }
             inner.gated -= ungate as usize;
@@ -147,11 +147,7 @@ impl TcpIface {
                 continue;
             };
             let connecting = c.state == ConnState::Connecting;
-            if connecting
-                && ev
-                    .events()
-                    .intersects(EpollFlags::EPOLLOUT | EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP)
-            {
+            if connecting && flags.intersects(Ready::WRITABLE | err) {
                 inner.finish_connect(key);
             }
         }
