@@ -199,12 +199,10 @@ pub fn serve(port: u16, local_server: bool) -> Result<()> {
             println!("Waiting for connection...");
             announce = false;
         }
-        let accepted = match acceptor.poll() {
+        // Sleeps until a connection request is readable (or a pending one's deadline).
+        let accepted = match acceptor.wait(Duration::from_secs(1)) {
             Ok(Some(a)) => a,
-            Ok(None) => {
-                std::thread::sleep(Duration::from_millis(2));
-                continue;
-            }
+            Ok(None) => continue,
             Err(e) => {
                 eprintln!("perftest: bad request: {e}");
                 continue;
