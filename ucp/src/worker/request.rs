@@ -106,6 +106,7 @@ impl Worker {
     /// [`Worker::take_done_tokens`] after a later `progress()` call; no allocation. Gives the
     /// result at once if the request has already finished. The request is consumed as by
     /// [`Worker::request_set_callback`].
+    #[inline]
     pub fn request_set_token(&mut self, req: &Request, token: u64) -> Result<Option<Completion>> {
         if !req.is_of(&self.st.req_shared) {
             return Err(foreign());
@@ -122,9 +123,7 @@ impl Worker {
                 let r = self.st.reqs.remove(key);
                 Ok(Some(r.done.unwrap_or_else(Completion::ok)))
             }
-            _ => Err(Error::InvalidParam(
-                "request was already taken or does not belong to this worker".into(),
-            )),
+            _ => Err(taken()),
         }
     }
 
@@ -137,27 +136,14 @@ impl Worker {
         req: Request,
         token: u64,
     ) -> Result<(RequestId, Option<Completion>)> {
-        if !req.is_of(&self.st.req_shared) {
-            return Err(foreign());
-        }
+        let done = self.request_set_token(&req, token)?;
         let id = RequestId {
             wid: self.st.id,
             key: req.key,
             gen: req.gen(),
         };
         req.into_key();
-        let key = id.key as usize;
-        match self.st.reqs.get_mut(key) {
-            Some(r) if r.gen == id.gen && r.done.is_none() => {
-                r.notify = Notify::Token(token);
-                Ok((id, None))
-            }
-            Some(r) if r.gen == id.gen => {
-                let r = self.st.reqs.remove(key);
-                Ok((id, Some(r.done.unwrap_or_else(Completion::ok))))
-            }
-            _ => Err(taken()),
-        }
+        Ok((id, done))
     }
 
     /// [`Worker::request_cancel`] by plain id; an id of another worker is an error.
