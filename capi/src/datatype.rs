@@ -59,6 +59,7 @@ pub enum Finish {
     },
 }
 
+#[inline(always)]
 fn elem_size(dt: Datatype) -> usize {
     (dt >> UCP_DATATYPE_SHIFT) as usize
 }
@@ -69,6 +70,7 @@ fn generic(dt: Datatype) -> &'static GenericDt {
 }
 
 /// The contiguous byte length of `count` elements of a contiguous datatype.
+#[inline(always)]
 pub fn contig_len(name: &str, count: usize, dt: Datatype) -> Result<usize, Status> {
     count.checked_mul(elem_size(dt)).ok_or_else(|| {
         refuse(
@@ -83,6 +85,7 @@ pub fn contig_len(name: &str, count: usize, dt: Datatype) -> Result<usize, Statu
 ///
 /// # Safety
 /// `ptr` valid for `len` bytes when `len > 0`.
+#[inline(always)]
 pub unsafe fn slice<'a>(ptr: *const c_void, len: usize) -> &'a [u8] {
     if len == 0 {
         &[]
@@ -96,22 +99,37 @@ pub unsafe fn slice<'a>(ptr: *const c_void, len: usize) -> &'a [u8] {
 ///
 /// # Safety
 /// `buffer` describes valid memory for the datatype, as the UCX documentation requires.
-#[inline]
+#[inline(always)]
 pub unsafe fn send_data<'a>(
     name: &str,
     buffer: *const c_void,
     count: usize,
     dt: Datatype,
 ) -> Result<SendData<'a>, Status> {
-    match dt & UCP_DATATYPE_CLASS_MASK {
-        UCP_DATATYPE_CONTIG => {
-            let len = contig_len(name, count, dt)?;
-            if len > 0 && buffer.is_null() {
-                return Err(refuse(name, UCS_ERR_INVALID_PARAM, "buffer is NULL"));
-            }
-            // SAFETY: the client's buffer of `len` bytes.
-            Ok(SendData::Slice(unsafe { slice(buffer, len) }))
+    if dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG {
+        let len = contig_len(name, count, dt)?;
+        if len > 0 && buffer.is_null() {
+            return Err(refuse(name, UCS_ERR_INVALID_PARAM, "buffer is NULL"));
         }
+        // SAFETY: the client's buffer of `len` bytes.
+        return Ok(SendData::Slice(unsafe { slice(buffer, len) }));
+    }
+    // SAFETY: forwarded contract.
+    unsafe { send_data_other(name, buffer, count, dt) }
+}
+
+/// [`send_data`] of the IOV and generic classes (and the refusal of the others).
+///
+/// # Safety
+/// As [`send_data`].
+#[inline(never)]
+unsafe fn send_data_other<'a>(
+    name: &str,
+    buffer: *const c_void,
+    count: usize,
+    dt: Datatype,
+) -> Result<SendData<'a>, Status> {
+    match dt & UCP_DATATYPE_CLASS_MASK {
         UCP_DATATYPE_IOV => {
             let iov = iov_list(name, buffer, count)?;
             let total = iov.iter().map(|e| e.length).sum();
@@ -179,27 +197,42 @@ fn iov_list(name: &str, buffer: *const c_void, count: usize) -> Result<Vec<DtIov
 ///
 /// # Safety
 /// As [`send_data`].
-#[inline]
+#[inline(always)]
 pub unsafe fn recv_target(
     name: &str,
     buffer: *mut c_void,
     count: usize,
     dt: Datatype,
 ) -> Result<(usize, Finish), Status> {
-    match dt & UCP_DATATYPE_CLASS_MASK {
-        UCP_DATATYPE_CONTIG => {
-            let len = contig_len(name, count, dt)?;
-            if len > 0 && buffer.is_null() {
-                return Err(refuse(name, UCS_ERR_INVALID_PARAM, "buffer is NULL"));
-            }
-            Ok((
-                len,
-                Finish::Copy {
-                    dst: buffer as *mut u8,
-                    cap: len,
-                },
-            ))
+    if dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG {
+        let len = contig_len(name, count, dt)?;
+        if len > 0 && buffer.is_null() {
+            return Err(refuse(name, UCS_ERR_INVALID_PARAM, "buffer is NULL"));
         }
+        return Ok((
+            len,
+            Finish::Copy {
+                dst: buffer as *mut u8,
+                cap: len,
+            },
+        ));
+    }
+    // SAFETY: forwarded contract.
+    unsafe { recv_target_other(name, buffer, count, dt) }
+}
+
+/// [`recv_target`] of the IOV and generic classes (and the refusal of the others).
+///
+/// # Safety
+/// As [`send_data`].
+#[inline(never)]
+unsafe fn recv_target_other(
+    name: &str,
+    buffer: *mut c_void,
+    count: usize,
+    dt: Datatype,
+) -> Result<(usize, Finish), Status> {
+    match dt & UCP_DATATYPE_CLASS_MASK {
         UCP_DATATYPE_IOV => {
             let iov = iov_list(name, buffer, count)?;
             Ok((iov.iter().map(|e| e.length).sum(), Finish::Iov(iov)))

@@ -27,6 +27,7 @@ pub struct Ep {
 }
 
 /// The worker and rucx handle of a client endpoint.
+#[inline(always)]
 pub(crate) fn ep_ref<'a>(name: &str, ep: *mut Ep) -> Result<(&'a Worker, EpHandle), Status> {
     if ep.is_null() {
         return Err(refuse(name, UCS_ERR_INVALID_PARAM, "ep is NULL"));

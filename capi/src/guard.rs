@@ -11,6 +11,7 @@ static LOG: Once = Once::new();
 
 /// Starts logging once: the level comes from `RUCX_LOG_LEVEL`, or from `UCX_LOG_LEVEL` when
 /// only that is set (same level names; default `warn`).
+#[inline]
 pub fn init_logging() {
     LOG.call_once(|| {
         let rucx = std::env::var("RUCX_LOG_LEVEL").ok();
@@ -33,24 +34,35 @@ pub fn init_logging() {
 }
 
 /// Runs an exported function's body: logging started, panics caught (logged once, `on_panic`
-/// returned).
+/// returned). Inlined into each exported function, so a call costs the `Once` check and no
+/// extra frame.
+#[inline(always)]
 pub fn ffi<R>(name: &str, on_panic: R, body: impl FnOnce() -> R) -> R {
     init_logging();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(r) => r,
         Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            tracing::error!("{name}: internal error (panic: {what}); returning an error");
+            panicked(name, p);
             on_panic
         }
     }
 }
 
+/// Logs a panic caught at the C boundary.
+#[cold]
+#[inline(never)]
+fn panicked(name: &str, p: Box<dyn std::any::Any + Send>) {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    tracing::error!("{name}: internal error (panic: {what}); returning an error");
+}
+
 /// Logs one line for a refused call and gives its status.
+#[cold]
+#[inline(never)]
 pub fn refuse(name: &str, status: Status, why: impl std::fmt::Display) -> Status {
     tracing::warn!("{name}: {why}");
     status

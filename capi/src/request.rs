@@ -176,7 +176,7 @@ pub fn user_of(hdr: *mut ReqHdr) -> *mut c_void {
 }
 
 /// Builds a request header (in caller memory or from the pool).
-#[inline]
+#[inline(always)]
 fn new_request(w: &Worker, args: &OpArgs, flags: u32) -> *mut ReqHdr {
     let (hdr, pooled) = if args.caller_req.is_null() {
         (w.pool.borrow_mut().get() as *mut ReqHdr, F_POOLED)
@@ -199,9 +199,19 @@ fn new_request(w: &Worker, args: &OpArgs, flags: u32) -> *mut ReqHdr {
     hdr
 }
 
+/// Sets flag bits of a request. Every writer of the flags holds the worker's lock (or is the
+/// one thread a single-thread worker admits), so a load and a release store suffice; readers
+/// that do not lock (`ucp_request_check_status`) see the bits with an acquire load.
+#[inline(always)]
+fn set_flags(hdr: &ReqHdr, bits: u32) -> u32 {
+    let prev = hdr.flags.load(Ordering::Relaxed);
+    hdr.flags.store(prev | bits, Ordering::Release);
+    prev
+}
+
 /// The status and receive info of a completion, after moving its data where the client wants
 /// it.
-#[inline]
+#[inline(always)]
 fn finalize(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
     // The common case: a successful operation with nothing to copy or write back.
     if let (Finish::None, Ok(())) = (&finish, &c.status) {
@@ -213,6 +223,12 @@ fn finalize(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
             },
         );
     }
+    finalize_slow(finish, c)
+}
+
+/// [`finalize`] of a failed operation, or of one whose data goes somewhere.
+#[inline(never)]
+fn finalize_slow(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
     let mut status = match &c.status {
         Ok(()) => UCS_OK,
         Err(e) => status_of(e),
@@ -242,6 +258,7 @@ fn finalize(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
 
 /// Hands an operation's outcome to the client: `NULL` / an error pointer when it finished
 /// at once, else a request. Called with the worker locked and its rucx worker not borrowed.
+#[inline(always)]
 pub fn submit(
     name: &str,
     w: &Worker,
@@ -250,11 +267,7 @@ pub fn submit(
     finish: Finish,
 ) -> StatusPtr {
     match res {
-        Err(e) => {
-            finish.abort();
-            tracing::debug!("{name}: {e}");
-            status_ptr(status_of(&e))
-        }
+        Err(e) => submit_failed(name, &e, finish),
         Ok(Op::Done(c)) if !args.no_imm => {
             let (status, info) = finalize(finish, c);
             if !args.info_out.is_null() {
@@ -267,58 +280,78 @@ pub fn submit(
                 unsafe {
                     (*h).status = status;
                     (*h).info = info;
-                    (*h).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                    set_flags(&*h, F_COMPLETED);
                 }
             }
             status_ptr(status)
         }
-        Ok(Op::Done(c)) => {
-            let h = new_request(w, args, 0);
-            // SAFETY: a header just built.
-            unsafe { (*h).op = Some(Running { req: None, finish }) };
-            w.inner.borrow_mut().done.push((h as u64, c));
-            user_of(h)
-        }
-        Ok(Op::Pending(r)) => {
-            let h = new_request(w, args, 0);
-            let mut inner = w.inner.borrow_mut();
-            // The result comes back through `take_done_tokens` (or at once, if the operation
-            // has finished meanwhile), keyed by the header's address.
-            let id = match inner.w.request_into_token(r, h as u64) {
-                Ok((id, None)) => id,
-                Ok((id, Some(c))) => {
-                    inner.done.push((h as u64, c));
-                    id
-                }
-                Err(e) => {
-                    drop(inner);
-                    finish.abort();
-                    recycle(w, h);
-                    return status_ptr(status_of(&e));
-                }
-            };
-            // SAFETY: a header just built.
-            unsafe {
-                (*h).op = Some(Running {
-                    req: Some(id),
-                    finish,
-                })
-            };
-            user_of(h)
-        }
+        Ok(Op::Done(c)) => submit_done_later(w, args, finish, c),
+        Ok(Op::Pending(r)) => submit_pending(w, args, finish, r),
     }
 }
 
+/// [`submit`] of an operation that failed to start.
+#[cold]
+#[inline(never)]
+fn submit_failed(name: &str, e: &ucs::Error, finish: Finish) -> StatusPtr {
+    finish.abort();
+    tracing::debug!("{name}: {e}");
+    status_ptr(status_of(e))
+}
+
+/// [`submit`] of an operation that finished at once when the client asked for a request
+/// anyway (`NO_IMM_CMPL`): it completes from the next `ucp_worker_progress`.
+#[inline(never)]
+fn submit_done_later(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -> StatusPtr {
+    let h = new_request(w, args, 0);
+    // SAFETY: a header just built.
+    unsafe { (*h).op = Some(Running { req: None, finish }) };
+    w.inner.borrow_mut().done.push((h as u64, c));
+    user_of(h)
+}
+
+/// [`submit`] of an operation still running: a request whose result comes back through
+/// `take_done_tokens` (or at once, if the operation has finished meanwhile), keyed by the
+/// header's address.
+#[inline(never)]
+fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request) -> StatusPtr {
+    let h = new_request(w, args, 0);
+    let mut inner = w.inner.borrow_mut();
+    let id = match inner.w.request_into_token(r, h as u64) {
+        Ok((id, None)) => id,
+        Ok((id, Some(c))) => {
+            inner.done.push((h as u64, c));
+            id
+        }
+        Err(e) => {
+            drop(inner);
+            finish.abort();
+            recycle(w, h);
+            return status_ptr(status_of(&e));
+        }
+    };
+    // SAFETY: a header just built.
+    unsafe {
+        (*h).op = Some(Running {
+            req: Some(id),
+            finish,
+        })
+    };
+    user_of(h)
+}
+
 /// Puts a pooled request memory back on the free list (caller memory is left alone).
+#[inline]
 fn recycle(w: &Worker, h: *mut ReqHdr) {
     // SAFETY: a live header.
-    if unsafe { (*h).flags.load(Ordering::Acquire) } & F_POOLED != 0 {
+    if unsafe { (*h).flags.load(Ordering::Relaxed) } & F_POOLED != 0 {
         w.pool.borrow_mut().put(h as *mut u8);
     }
 }
 
 /// Completes a request from the worker's queue: data delivered, status written, then the
 /// callback (or recycling, if the client freed it). Worker locked, rucx worker not borrowed.
+#[inline]
 pub fn complete(w: &Worker, key: usize, c: Completion) {
     let h = key as *mut ReqHdr;
     // SAFETY: a request of this worker that has not completed yet: its memory is valid (the
@@ -328,7 +361,7 @@ pub fn complete(w: &Worker, key: usize, c: Completion) {
     let (status, mut info) = finalize(finish, c);
     hdr.status = status;
     hdr.info = info;
-    let prev = hdr.flags.fetch_or(F_COMPLETED, Ordering::AcqRel);
+    let prev = set_flags(hdr, F_COMPLETED);
     if prev & F_RELEASED != 0 {
         recycle(w, h);
         return;
@@ -347,6 +380,7 @@ pub fn complete(w: &Worker, key: usize, c: Completion) {
     }
 }
 
+#[inline(always)]
 fn worker_of(request: *mut c_void) -> Option<(&'static Worker, *mut ReqHdr)> {
     if request.is_null() || ptr_is_err(request) {
         return None;
@@ -426,7 +460,7 @@ pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
         };
         let _g = w.lock.lock();
         // SAFETY: a live request.
-        let prev = unsafe { (*h).flags.fetch_or(F_RELEASED, Ordering::AcqRel) };
+        let prev = set_flags(unsafe { &*h }, F_RELEASED);
         if prev & F_COMPLETED != 0 {
             recycle(w, h);
         }

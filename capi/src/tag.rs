@@ -27,6 +27,7 @@ pub struct Nbx {
 }
 
 impl Nbx {
+    #[inline(always)]
     fn args(&self, cb: Cb) -> OpArgs {
         OpArgs {
             caller_req: self.request,
@@ -38,6 +39,7 @@ impl Nbx {
     }
 
     /// Arguments of a send-like operation (callback `ucp_send_nbx_callback_t`).
+    #[inline]
     pub fn send_args(&self) -> OpArgs {
         let cb = if self.cb.is_null() {
             Cb::None
@@ -49,6 +51,7 @@ impl Nbx {
     }
 
     /// Arguments of a tag receive (callback `ucp_tag_recv_nbx_callback_t`).
+    #[inline]
     pub fn recv_args(&self) -> OpArgs {
         let cb = if self.cb.is_null() {
             Cb::None
@@ -68,7 +71,7 @@ impl Nbx {
 ///
 /// # Safety
 /// `param` NULL or valid.
-#[inline]
+#[inline(always)]
 pub unsafe fn parse_param(
     name: &str,
     param: *const RequestParam,
@@ -79,33 +82,15 @@ pub unsafe fn parse_param(
     }
     // SAFETY: the caller's param.
     let p = unsafe { &*param };
-    check_mask(
-        name,
-        "ucp_request_param_t.op_attr_mask",
-        p.op_attr_mask as u64,
-        UCP_OP_ATTR_KNOWN as u64,
-    )?;
-    let has = |b: u32| p.op_attr_mask & b != 0;
-    if has(UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) {
-        return Err(refuse(
-            name,
-            UCS_ERR_UNSUPPORTED,
-            "UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL is not supported",
-        ));
-    }
-    if has(UCP_OP_ATTR_FIELD_MEMORY_TYPE)
-        && p.memory_type != UCS_MEMORY_TYPE_HOST
-        && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+    let m = p.op_attr_mask;
+    // Unknown bits, FORCE_IMM_CMPL and a memory type are rare: one test sends them all to
+    // `check_rare`.
+    if m & (!UCP_OP_ATTR_KNOWN | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL | UCP_OP_ATTR_FIELD_MEMORY_TYPE)
+        != 0
     {
-        return Err(refuse(
-            name,
-            UCS_ERR_UNSUPPORTED,
-            format!(
-                "memory type {} (rucx moves host memory only)",
-                p.memory_type
-            ),
-        ));
+        check_rare(name, p)?;
     }
+    let has = |b: u32| m & b != 0;
     if has(UCP_OP_ATTR_FIELD_REQUEST) && p.request.is_null() {
         return Err(refuse(
             name,
@@ -144,11 +129,47 @@ pub unsafe fn parse_param(
     })
 }
 
+/// The checks of `op_attr_mask` bits hot calls do not carry: unknown bits, `FORCE_IMM_CMPL`,
+/// a memory type other than host.
+#[cold]
+#[inline(never)]
+fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
+    check_mask(
+        name,
+        "ucp_request_param_t.op_attr_mask",
+        p.op_attr_mask as u64,
+        UCP_OP_ATTR_KNOWN as u64,
+    )?;
+    let has = |b: u32| p.op_attr_mask & b != 0;
+    if has(UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            "UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL is not supported",
+        ));
+    }
+    if has(UCP_OP_ATTR_FIELD_MEMORY_TYPE)
+        && p.memory_type != UCS_MEMORY_TYPE_HOST
+        && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+    {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            format!(
+                "memory type {} (rucx moves host memory only)",
+                p.memory_type
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Starts a tag send (`sync`: completes when the receiver matched it).
 ///
 /// # Safety
 /// A live endpoint; buffer valid for the datatype.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn tag_send(
     name: &str,
     ep: *mut crate::ep::Ep,
@@ -304,6 +325,7 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
 /// # Safety
 /// A live worker; buffer valid for the datatype until completion.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn tag_recv(
     name: &str,
     worker: *mut Worker,

@@ -37,6 +37,17 @@ pub struct Inner {
     pub eps: HashMap<EpHandle, Vec<usize>>,
 }
 
+impl Inner {
+    /// True when an endpoint failure or an active message waits for delivery.
+    #[inline(always)]
+    fn events_queued(&self) -> bool {
+        // SAFETY: both queues are filled by rucx's callbacks during `progress` and emptied by
+        // `deliver`; neither holds a borrow when this is called (between calls, with the
+        // worker locked), so reading their lengths through the cells' pointers is sound.
+        unsafe { !(*self.ep_errors.as_ptr()).is_empty() || !(*self.am_in.as_ptr()).is_empty() }
+    }
+}
+
 /// A worker.
 pub struct Worker {
     /// Taken by every call on the worker.
@@ -66,49 +77,67 @@ unsafe impl Sync for Worker {}
 impl Worker {
     /// Runs rucx's progress, then (outside it) the completions, endpoint failures and active
     /// messages it produced. Gives the number of events.
+    #[inline(always)]
     pub fn progress(&self) -> usize {
         let _g = self.lock.lock();
-        let n = {
+        let (n, more) = {
             let mut i = self.inner.borrow_mut();
             let n = i.w.progress();
-            // The common case, a spin with nothing finished: no queue is touched.
-            if i.done.is_empty()
-                && !i.w.has_done_tokens()
-                && i.ep_errors.borrow().is_empty()
-                && i.am_in.borrow().is_empty()
-            {
-                return n;
-            }
-            n
+            // The common case, a spin with nothing finished, touches no queue.
+            (
+                n,
+                !i.done.is_empty() || i.w.has_done_tokens() || i.events_queued(),
+            )
         };
-        n + self.deliver()
+        if more {
+            n + self.deliver()
+        } else {
+            n
+        }
     }
 
     /// Runs the client's callbacks for what the last progress call produced: completions,
     /// endpoint failures, active messages. Gives their number.
+    #[inline(never)]
     fn deliver(&self) -> usize {
         let (mut done, errs, ams) = {
             let mut i = self.inner.borrow_mut();
             let mut done = std::mem::take(&mut *self.spare.borrow_mut());
             std::mem::swap(&mut done, &mut i.done);
             i.w.take_done_tokens(&mut done);
-            let errs = if i.ep_errors.borrow().is_empty() {
-                Vec::new()
+            let (errs, ams) = if i.events_queued() {
+                (
+                    std::mem::take(&mut *i.ep_errors.borrow_mut()),
+                    std::mem::take(&mut *i.am_in.borrow_mut()),
+                )
             } else {
-                std::mem::take(&mut *i.ep_errors.borrow_mut())
-            };
-            let ams = if i.am_in.borrow().is_empty() {
-                Vec::new()
-            } else {
-                std::mem::take(&mut *i.am_in.borrow_mut())
+                (Vec::new(), Vec::new())
             };
             (done, errs, ams)
         };
         let mut n = done.len();
-        for (key, c) in done.drain(..) {
-            complete(self, key as usize, c);
+        // The entries are moved out one by one; the length is cleared first, so a callback that
+        // panics leaks the rest instead of dropping them twice.
+        // SAFETY: `done[..n]` are initialized; each is read once, and `done` no longer owns
+        // them once its length is 0.
+        unsafe {
+            done.set_len(0);
+            let base = done.as_ptr();
+            for k in 0..n {
+                let (key, c) = base.add(k).read();
+                complete(self, key as usize, c);
+            }
         }
-        *self.spare.borrow_mut() = done;
+        let old = std::mem::replace(&mut *self.spare.borrow_mut(), done);
+        if old.capacity() != 0 {
+            // A callback progressed the worker and left its own vector: free it.
+            drop(old);
+        } else {
+            std::mem::forget(old);
+        }
+        if errs.is_empty() && ams.is_empty() {
+            return n;
+        }
         n += errs.len() + ams.len();
         for (h, status) in errs {
             self.ep_failed(h, status);
@@ -302,6 +331,7 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut Worker) {
 }
 
 /// The worker of a handle, or an error status.
+#[inline(always)]
 pub(crate) fn worker_ref<'a>(name: &str, w: *mut Worker) -> Result<&'a Worker, Status> {
     if w.is_null() {
         return Err(refuse(name, UCS_ERR_INVALID_PARAM, "worker is NULL"));
