@@ -52,8 +52,9 @@ pub enum Finish {
     },
     /// Unpack through a generic datatype's callbacks, then `finish` its state.
     Generic {
-        /// The callbacks.
-        ops: GenericDtOps,
+        /// The callbacks (of a datatype the client keeps until the operation completes, as
+        /// UCX requires).
+        ops: &'static GenericDtOps,
         /// The state `start_unpack` gave.
         state: *mut c_void,
     },
@@ -256,7 +257,7 @@ unsafe fn recv_target_other(
                 let state = start(g.context, buffer, count);
                 (state, size(state))
             };
-            Ok((cap, Finish::Generic { ops: g.ops, state }))
+            Ok((cap, Finish::Generic { ops: &g.ops, state }))
         }
         c => Err(refuse(
             name,

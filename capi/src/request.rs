@@ -130,10 +130,17 @@ impl Pool {
     }
 
     /// A request memory (header start), calling `request_init` on a new one.
+    #[inline(always)]
     fn get(&mut self) -> *mut u8 {
-        if let Some(p) = self.free.pop() {
-            return p as *mut u8;
+        match self.free.pop() {
+            Some(p) => p as *mut u8,
+            None => self.create(),
         }
+    }
+
+    /// A new request memory, `request_init` called on its client area.
+    #[inline(never)]
+    fn create(&mut self) -> *mut u8 {
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { std::alloc::alloc_zeroed(self.layout) };
         if p.is_null() {
@@ -147,6 +154,7 @@ impl Pool {
         p
     }
 
+    #[inline(always)]
     fn put(&mut self, p: *mut u8) {
         self.free.push(p as usize);
     }
@@ -175,27 +183,40 @@ pub fn user_of(hdr: *mut ReqHdr) -> *mut c_void {
     (hdr as *mut u8).wrapping_add(HDR_SIZE).cast()
 }
 
-/// Builds a request header (in caller memory or from the pool).
+/// Request memory for an operation: the caller's (FIELD_REQUEST) or the pool's, and the
+/// `F_POOLED` bit that says which.
 #[inline(always)]
-fn new_request(w: &Worker, args: &OpArgs, flags: u32) -> *mut ReqHdr {
-    let (hdr, pooled) = if args.caller_req.is_null() {
+fn request_mem(w: &Worker, args: &OpArgs) -> (*mut ReqHdr, u32) {
+    if args.caller_req.is_null() {
         (w.pool.borrow_mut().get() as *mut ReqHdr, F_POOLED)
     } else {
         (hdr_of(args.caller_req), 0)
-    };
+    }
+}
+
+/// Writes a request header into request memory from [`request_mem`].
+#[inline(always)]
+fn write_header(hdr: *mut ReqHdr, w: &Worker, args: &OpArgs, flags: u32, op: Option<Running>) {
     // SAFETY: `hdr` starts HDR_SIZE bytes of request memory (ours, or the caller's per the
     // FIELD_REQUEST contract), aligned for the header.
     unsafe {
         hdr.write(ReqHdr {
-            flags: AtomicU32::new(flags | pooled),
+            flags: AtomicU32::new(flags),
             status: UCS_INPROGRESS,
             info: TagRecvInfo::default(),
             worker: w,
             cb: args.cb,
             user_data: args.user_data,
-            op: None,
+            op,
         })
     };
+}
+
+/// Builds a request header (in caller memory or from the pool).
+#[inline(always)]
+fn new_request(w: &Worker, args: &OpArgs, flags: u32) -> *mut ReqHdr {
+    let (hdr, pooled) = request_mem(w, args);
+    write_header(hdr, w, args, flags | pooled, None);
     hdr
 }
 
@@ -315,7 +336,7 @@ fn submit_done_later(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -
 /// header's address.
 #[inline(never)]
 fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request) -> StatusPtr {
-    let h = new_request(w, args, 0);
+    let (h, pooled) = request_mem(w, args);
     let mut inner = w.inner.borrow_mut();
     let id = match inner.w.request_into_token(r, h as u64) {
         Ok((id, None)) => id,
@@ -326,17 +347,23 @@ fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request) ->
         Err(e) => {
             drop(inner);
             finish.abort();
-            recycle(w, h);
+            if pooled != 0 {
+                w.pool.borrow_mut().put(h as *mut u8);
+            }
             return status_ptr(status_of(&e));
         }
     };
-    // SAFETY: a header just built.
-    unsafe {
-        (*h).op = Some(Running {
+    // The header is written once, after rucx took the request: nothing reads it before.
+    write_header(
+        h,
+        w,
+        args,
+        pooled,
+        Some(Running {
             req: Some(id),
             finish,
-        })
-    };
+        }),
+    );
     user_of(h)
 }
 

@@ -8,7 +8,7 @@ use crate::guard::{check_mask, ffi, refuse};
 use crate::request::{submit, Cb, OpArgs};
 use crate::worker::{worker_ref, Worker};
 use std::ffi::{c_int, c_void};
-use ucp::Message;
+use ucp::{Completion, Message, Op};
 
 /// A parsed `ucp_request_param_t`.
 pub struct Nbx {
@@ -202,6 +202,11 @@ unsafe fn tag_send(
             (SendData::Owned(v), false) => i.w.tag_send_vec(h, tag, v),
         }
     };
+    // A send that finished at once gives UCS_OK and leaves caller-supplied request memory
+    // untouched, as UCX does (Open MPI's blocking send returns on UCS_OK without reading it).
+    if let (Ok(Op::Done(Completion { status: Ok(()), .. })), false) = (&res, args.no_imm) {
+        return status_ptr(UCS_OK);
+    }
     submit(name, w, res, &args, Finish::None)
 }
 
