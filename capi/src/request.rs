@@ -233,7 +233,7 @@ fn set_flags(hdr: &ReqHdr, bits: u32) -> u32 {
 /// The status and receive info of a completion, after moving its data where the client wants
 /// it.
 #[inline(always)]
-fn finalize(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
+fn finalize(finish: Finish, c: &Completion) -> (Status, TagRecvInfo) {
     // The common case: a successful operation with nothing to copy or write back.
     if let (Finish::None, Ok(())) = (&finish, &c.status) {
         return (
@@ -249,7 +249,7 @@ fn finalize(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
 
 /// [`finalize`] of a failed operation, or of one whose data goes somewhere.
 #[inline(never)]
-fn finalize_slow(finish: Finish, c: Completion) -> (Status, TagRecvInfo) {
+fn finalize_slow(finish: Finish, c: &Completion) -> (Status, TagRecvInfo) {
     let mut status = match &c.status {
         Ok(()) => UCS_OK,
         Err(e) => status_of(e),
@@ -290,7 +290,7 @@ pub fn submit(
     match res {
         Err(e) => submit_failed(name, &e, finish),
         Ok(Op::Done(c)) if !args.no_imm => {
-            let (status, info) = finalize(finish, c);
+            let (status, info) = finalize(finish, &c);
             if !args.info_out.is_null() {
                 // SAFETY: the client's recv_info pointer.
                 unsafe { *args.info_out = info };
@@ -378,8 +378,9 @@ fn recycle(w: &Worker, h: *mut ReqHdr) {
 
 /// Completes a request from the worker's queue: data delivered, status written, then the
 /// callback (or recycling, if the client freed it). Worker locked, rucx worker not borrowed.
+/// The completion stays the caller's to drop.
 #[inline]
-pub fn complete(w: &Worker, key: usize, c: Completion) {
+pub fn complete(w: &Worker, key: usize, c: &Completion) {
     let h = key as *mut ReqHdr;
     // SAFETY: a request of this worker that has not completed yet: its memory is valid (the
     // client keeps caller memory until completion; pooled memory is recycled only after).

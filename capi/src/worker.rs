@@ -116,16 +116,17 @@ impl Worker {
             (done, errs, ams)
         };
         let mut n = done.len();
-        // The entries are moved out one by one; the length is cleared first, so a callback that
-        // panics leaks the rest instead of dropping them twice.
-        // SAFETY: `done[..n]` are initialized; each is read once, and `done` no longer owns
+        // Each entry is completed where it lies and then dropped; the length is cleared first,
+        // so a callback that panics leaks the rest instead of dropping them twice.
+        // SAFETY: `done[..n]` are initialized; each is dropped once, and `done` no longer owns
         // them once its length is 0.
         unsafe {
             done.set_len(0);
-            let base = done.as_ptr();
+            let base = done.as_mut_ptr();
             for k in 0..n {
-                let (key, c) = base.add(k).read();
-                complete(self, key as usize, c);
+                let e = base.add(k);
+                complete(self, (*e).0 as usize, &(*e).1);
+                std::ptr::drop_in_place(e);
             }
         }
         let old = std::mem::replace(&mut *self.spare.borrow_mut(), done);
