@@ -56,11 +56,18 @@ pub struct RGuard<'a>(Option<&'a RLock>);
 
 impl RLock {
     /// Locks (again, if this thread holds it already); free when the lock is disabled.
-    #[inline]
+    #[inline(always)]
     pub fn lock(&self) -> RGuard<'_> {
         if !self.enabled {
             return RGuard(None);
         }
+        self.lock_enabled()
+    }
+
+    /// [`RLock::lock`] of an enabled lock (kept out of line: the callers that run without a
+    /// lock stay small).
+    #[inline(never)]
+    fn lock_enabled(&self) -> RGuard<'_> {
         let id = me();
         if self.owner.load(Ordering::Acquire) == id {
             // SAFETY: this thread owns the lock, so it alone touches `held`.
@@ -76,17 +83,25 @@ impl RLock {
         unsafe { *self.held.get() = (1, Some(g)) };
         RGuard(Some(self))
     }
+
+    /// Gives up one level of this thread's hold.
+    #[inline(never)]
+    fn unlock_one(&self) {
+        // SAFETY: the holder of a guard owns the lock.
+        let held = unsafe { &mut *self.held.get() };
+        held.0 -= 1;
+        if held.0 == 0 {
+            self.owner.store(0, Ordering::Release);
+            drop(held.1.take());
+        }
+    }
 }
 
 impl Drop for RGuard<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
-        let Some(lock) = self.0 else { return };
-        // SAFETY: the holder of a guard owns the lock.
-        let held = unsafe { &mut *lock.held.get() };
-        held.0 -= 1;
-        if held.0 == 0 {
-            lock.owner.store(0, Ordering::Release);
-            drop(held.1.take());
+        if let Some(lock) = self.0 {
+            lock.unlock_one();
         }
     }
 }

@@ -408,6 +408,13 @@ pub fn complete(w: &Worker, key: usize, c: &Completion) {
     }
 }
 
+/// Logs a call given something that is not a request pointer.
+#[cold]
+#[inline(never)]
+fn not_a_request(name: &str) {
+    tracing::warn!("{name}: not a request pointer");
+}
+
 #[inline(always)]
 fn worker_of(request: *mut c_void) -> Option<(&'static Worker, *mut ReqHdr)> {
     if request.is_null() || ptr_is_err(request) {
@@ -483,7 +490,7 @@ pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> i32 {
 pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
     ffi("ucp_request_free", (), || {
         let Some((w, h)) = worker_of(request) else {
-            tracing::warn!("ucp_request_free: not a request pointer");
+            not_a_request("ucp_request_free");
             return;
         };
         let _g = w.lock.lock();
