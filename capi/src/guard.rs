@@ -11,8 +11,17 @@ static LOG: Once = Once::new();
 
 /// Starts logging once: the level comes from `RUCX_LOG_LEVEL`, or from `UCX_LOG_LEVEL` when
 /// only that is set (same level names; default `warn`).
-#[inline]
+#[inline(always)]
 pub fn init_logging() {
+    if !LOG.is_completed() {
+        start_logging();
+    }
+}
+
+/// The first [`init_logging`].
+#[cold]
+#[inline(never)]
+fn start_logging() {
     LOG.call_once(|| {
         let rucx = std::env::var("RUCX_LOG_LEVEL").ok();
         let ucx = std::env::var("UCX_LOG_LEVEL").ok();

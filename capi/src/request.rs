@@ -415,6 +415,15 @@ fn not_a_request(name: &str) {
     tracing::warn!("{name}: not a request pointer");
 }
 
+/// The header of a request pointer (`None` for NULL and error pointers).
+#[inline(always)]
+fn hdr_checked(request: *mut c_void) -> Option<*mut ReqHdr> {
+    if request.is_null() || ptr_is_err(request) {
+        return None;
+    }
+    Some(hdr_of(request))
+}
+
 #[inline(always)]
 fn worker_of(request: *mut c_void) -> Option<(&'static Worker, *mut ReqHdr)> {
     if request.is_null() || ptr_is_err(request) {
@@ -434,7 +443,7 @@ fn worker_of(request: *mut c_void) -> Option<(&'static Worker, *mut ReqHdr)> {
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> Status {
     ffi("ucp_request_check_status", UCS_ERR_INVALID_PARAM, || {
-        let Some((_, h)) = worker_of(request) else {
+        let Some(h) = hdr_checked(request) else {
             return UCS_ERR_INVALID_PARAM;
         };
         // SAFETY: a live request.
@@ -455,7 +464,7 @@ pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> Statu
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_test(request: *mut c_void, info: *mut TagRecvInfo) -> Status {
     ffi("ucp_request_test", UCS_ERR_INVALID_PARAM, || {
-        let Some((_, h)) = worker_of(request) else {
+        let Some(h) = hdr_checked(request) else {
             return UCS_ERR_INVALID_PARAM;
         };
         // SAFETY: a live request.
