@@ -12,7 +12,7 @@
 )]
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
-use crate::worker::state::{Notify, RecvStage, Req, ReqKind, State};
+use crate::worker::state::{Notify, RecvStage, ReqKind, State};
 use crate::worker::Worker;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -57,10 +57,8 @@ impl Worker {
         }
         match self.st.reqs.get(req.key as usize) {
             Some(r) if r.gen == req.gen() && r.done.is_some() => {
-                // Moving `done` out of the removed request (not `take` before the removal)
-                // leaves less to drop.
-                let r = self.st.reqs.remove(req.into_key());
-                Ok(r.done.unwrap_or_else(Completion::ok))
+                let c = self.st.reqs.take_done(req.into_key());
+                Ok(c.unwrap_or_else(Completion::ok))
             }
             Some(r) if r.gen == req.gen() => Err(req),
             _ => {
@@ -92,8 +90,8 @@ impl Worker {
             }
             Some(r) if r.gen == req.gen() => {
                 req.disarm();
-                let r = self.st.reqs.remove(key);
-                callback(r.done.unwrap_or_else(Completion::ok));
+                let c = self.st.reqs.take_done(key);
+                callback(c.unwrap_or_else(Completion::ok));
                 Ok(())
             }
             _ => Err(Error::InvalidParam(
@@ -120,8 +118,8 @@ impl Worker {
             }
             Some(r) if r.gen == req.gen() => {
                 req.disarm();
-                let r = self.st.reqs.remove(key);
-                Ok(Some(r.done.unwrap_or_else(Completion::ok)))
+                let c = self.st.reqs.take_done(key);
+                Ok(Some(c.unwrap_or_else(Completion::ok)))
             }
             _ => Err(taken()),
         }
@@ -196,8 +194,8 @@ impl Worker {
             return Ok(Completion::failed(taken()));
         };
         if r.done.is_some() {
-            let r = self.st.reqs.remove(req.into_key());
-            return Ok(r.done.unwrap_or_else(Completion::ok));
+            let c = self.st.reqs.take_done(req.into_key());
+            return Ok(c.unwrap_or_else(Completion::ok));
         }
         match &mut r.notify {
             Notify::Waker(w) if w.will_wake(waker) => {}
@@ -308,13 +306,7 @@ impl Worker {
 impl State {
     pub(crate) fn new_req(&mut self, ep: Option<usize>, kind: ReqKind) -> usize {
         self.req_gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
-        self.reqs.insert(Req {
-            gen: self.req_gen,
-            ep,
-            kind,
-            done: None,
-            notify: Notify::Take,
-        })
+        self.reqs.insert_with(self.req_gen, ep, kind)
     }
 
     pub(crate) fn wire_id(&self, key: usize) -> u64 {
@@ -342,8 +334,7 @@ impl State {
         if r.done.is_none() {
             return Op::Pending(Request::new(key, r.gen, &self.req_shared));
         }
-        let r = self.reqs.remove(key);
-        Op::Done(r.done.unwrap_or_else(Completion::ok))
+        Op::Done(self.reqs.take_done(key).unwrap_or_else(Completion::ok))
     }
 
     /// Finishes request `key` with `status`, releasing what the protocol held.
@@ -403,7 +394,7 @@ impl State {
         if let Some((id, hdr)) = am {
             // A user active message that came by rendezvous: hand it to its handler.
             let ep = r.ep;
-            self.reqs.remove(key);
+            self.reqs.take_done(key);
             match (status, buf, ep) {
                 (Ok(()), Some(data), Some(ep)) => self.deliver_am(ep, id, &hdr, data),
                 (Ok(()), Some(data), None) => {
@@ -446,12 +437,10 @@ impl State {
                 Notify::Take => continue,
                 Notify::Waker(w) => w.wake(),
                 Notify::Callback(cb) => {
-                    let r = self.reqs.remove(key);
-                    cb(r.done.unwrap_or_else(Completion::ok));
+                    cb(self.reqs.take_done(key).unwrap_or_else(Completion::ok));
                 }
                 Notify::Token(t) => {
-                    let r = self.reqs.remove(key);
-                    let c = r.done.unwrap_or_else(Completion::ok);
+                    let c = self.reqs.take_done(key).unwrap_or_else(Completion::ok);
                     self.tokens_done.push((t, c));
                 }
                 Notify::Release => self.free_req(key),
@@ -485,8 +474,7 @@ impl State {
 
     /// Removes request `key`, recycling the buffer its result holds.
     fn free_req(&mut self, key: usize) {
-        let r = self.reqs.remove(key);
-        if let Some(buf) = r.done.and_then(|c| c.buf) {
+        if let Some(buf) = self.reqs.take_done(key).and_then(|c| c.buf) {
             self.put_buf(buf);
         }
     }

@@ -312,7 +312,7 @@ pub(crate) struct State {
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.
     pub(crate) iface_users: Vec<u32>,
-    pub(crate) reqs: Slab<Req>,
+    pub(crate) reqs: crate::worker::req_table::ReqTable,
     pub(crate) req_gen: u32,
     pub(crate) matcher: TagMatcher,
     pub(crate) unexp: Slab<Unexp>,
