@@ -289,6 +289,7 @@ impl Worker {
                 tokens_done: Vec::new(),
                 closings: Vec::new(),
                 tm: crate::tag::offload::TmState::new(),
+                rndv_pool: Vec::new(),
             },
             tick: 0,
             last_event: vec![0; n_ifaces],

@@ -12,7 +12,7 @@
 )]
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
-use crate::worker::state::{Notify, RecvStage, ReqKind, State};
+use crate::worker::state::{rndv_recycle, Notify, RecvStage, ReqKind, State};
 use crate::worker::Worker;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -356,10 +356,10 @@ impl State {
         let r = &mut self.reqs[key];
         let mut recycle = None;
         let mut am = None;
+        let mut rndv = None;
         let (buf, len, tag, value) = match &mut r.kind {
             ReqKind::Send(s) => {
-                s.memh = None;
-                s.rkey = None;
+                rndv = s.rndv.take();
                 let data = std::mem::take(&mut s.data).into_vec();
                 if s.give_back {
                     (data, 0, s.tag, 0)
@@ -369,15 +369,14 @@ impl State {
                 }
             }
             ReqKind::Recv(rv) => {
+                rndv = rv.rndv.take();
                 // A receive that failed while the peer may still write into it (rendezvous
                 // put into our registered buffer) keeps its buffer in quarantine until the
                 // worker is dropped, so a late write never lands in freed memory.
                 let exposed = status.is_err()
-                    && rv.memh.is_some()
+                    && rndv.as_ref().is_some_and(|x| x.memh.is_some())
                     && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
-                rv.memh = None;
-                rv.rkey = None;
-                am = rv.am.take();
+                am = rndv.as_mut().and_then(|x| x.am.take());
                 let buf = std::mem::take(&mut rv.buf).into_vec();
                 let buf = if exposed {
                     self.quarantine.extend(buf);
@@ -391,6 +390,10 @@ impl State {
             ReqKind::Atomic { value } => (None, 0, 0, *value),
             ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
         };
+        if let Some(x) = rndv {
+            // Drops the registration and remote key before the buffer is given back.
+            rndv_recycle(&mut self.rndv_pool, x);
+        }
         if let Some((id, hdr)) = am {
             // A user active message that came by rendezvous: hand it to its handler.
             let ep = r.ep;
