@@ -110,15 +110,23 @@ impl ReqTable {
     /// is not live). What else the slot holds is dropped in place.
     #[inline]
     pub(crate) fn take_done(&mut self, key: usize) -> Option<Completion> {
-        let r = self.slots.get_mut(key).filter(|r| r.live())?;
-        let c = r.done.take();
+        let c = self.slots.get_mut(key).filter(|r| r.live())?.done.take();
+        self.free(key);
+        c
+    }
+
+    /// Frees live request `key` whose result was moved out, dropping what else the slot holds
+    /// in place.
+    #[inline]
+    pub(crate) fn free(&mut self, key: usize) {
+        let r = &mut self.slots[key];
+        debug_assert!(r.live() && r.done.is_none());
         r.gen |= VACANT;
         r.ep = None;
         r.kind = ReqKind::Close;
         r.notify = Notify::Take;
         self.free.push(key as u32);
         self.len -= 1;
-        c
     }
 
     /// Frees live request `key`, giving it whole. The key must be live, as with `Slab::remove`.

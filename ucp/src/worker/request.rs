@@ -55,12 +55,15 @@ impl Worker {
         if !req.is_of(&self.st.req_shared) {
             return Ok(Completion::failed(foreign()));
         }
-        match self.st.reqs.get(req.key as usize) {
-            Some(r) if r.gen == req.gen() && r.done.is_some() => {
-                let c = self.st.reqs.take_done(req.into_key());
-                Ok(c.unwrap_or_else(Completion::ok))
-            }
-            Some(r) if r.gen == req.gen() => Err(req),
+        let key = req.key as usize;
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == req.gen() => match r.done.take() {
+                Some(c) => {
+                    self.st.reqs.free(req.into_key());
+                    Ok(c)
+                }
+                None => Err(req),
+            },
             _ => {
                 req.disarm();
                 Ok(Completion::failed(taken()))
@@ -338,11 +341,35 @@ impl State {
     }
 
     /// Finishes request `key` with `status`, releasing what the protocol held.
+    #[inline]
     pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
-        let r = &self.reqs[key];
+        let r = &mut self.reqs[key];
         if r.done.is_some() {
             return;
         }
+        // An eager receive holds nothing but its buffer.
+        if let ReqKind::Recv(rv) = &mut r.kind {
+            if rv.rndv.is_none() {
+                let buf = std::mem::take(&mut rv.buf).into_vec();
+                r.done = Some(Completion {
+                    status,
+                    buf,
+                    len: rv.total,
+                    tag: rv.sender_tag,
+                    value: 0,
+                });
+                if !matches!(r.notify, Notify::Take) {
+                    self.callbacks_due.push(key);
+                }
+                return;
+            }
+        }
+        self.finish_any(key, status);
+    }
+
+    /// [`State::finish`] of any request.
+    fn finish_any(&mut self, key: usize, status: Result<()>) {
+        let r = &self.reqs[key];
         if let ReqKind::Flush {
             parent: Some(p), ..
         } = r.kind
