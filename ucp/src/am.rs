@@ -112,7 +112,7 @@ impl State {
             });
         }
         let key = self.new_send(idx, 0, data, false);
-        self.send_mut(key).am = Some((id, header.to_vec()));
+        self.send_rndv(key).am = Some((id, header.to_vec()));
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         if !ready || !self.send_rts(key)? {
             self.eps[idx].pending.push_back(Pending::Req(key));
@@ -144,7 +144,7 @@ impl State {
             )));
         }
         let key = self.new_recv(zeroed_buf(len)?, 0, 0);
-        self.recv_mut(key).am = Some((h.id, uh.to_vec()));
+        self.recv_rndv(key).am = Some((h.id, uh.to_vec()));
         self.rndv_recv_start(
             key,
             idx,

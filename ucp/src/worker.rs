@@ -36,6 +36,7 @@ mod flush;
 pub(crate) mod peer_req;
 pub(crate) mod pending;
 pub(crate) mod progress;
+mod req_table;
 mod request;
 pub(crate) mod state;
 pub(crate) mod timers;
@@ -260,7 +261,7 @@ impl Worker {
                 by_uuid: HashMap::default(),
                 by_uct: HashMap::new(),
                 iface_users: vec![0; n_ifaces],
-                reqs: Slab::new(),
+                reqs: Default::default(),
                 req_gen: 0,
                 matcher: TagMatcher::new(),
                 unexp: Slab::new(),
@@ -288,6 +289,7 @@ impl Worker {
                 tokens_done: Vec::new(),
                 closings: Vec::new(),
                 tm: crate::tag::offload::TmState::new(),
+                rndv_pool: Vec::new(),
             },
             tick: 0,
             last_event: vec![0; n_ifaces],

@@ -349,10 +349,11 @@ impl State {
                     .ok_or_else(|| Error::InvalidParam("empty put buffer".into()))?;
                 // SAFETY: the vector is owned by the request and outlives the handle.
                 let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let x = self.send_rndv(key);
+                x.memh = Some(m);
+                x.rkey = Some(rk);
+                x.remote_addr = remote_addr;
                 let s = self.send_mut(key);
-                s.memh = Some(m);
-                s.rkey = Some(rk);
-                s.remote_addr = remote_addr;
                 s.user_rma = true;
                 s.stage = SendStage::Put;
                 let queued = !self.eps[idx].pending.is_empty();
@@ -373,10 +374,11 @@ impl State {
                 let ptr = ptr.ok_or_else(|| Error::InvalidParam("empty get buffer".into()))?;
                 // SAFETY: the buffer is owned by the request and outlives the handle.
                 let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let x = self.recv_rndv(key);
+                x.memh = Some(m);
+                x.rkey = Some(rk);
+                x.remote_addr = remote_addr;
                 let r = self.recv_mut(key);
-                r.memh = Some(m);
-                r.rkey = Some(rk);
-                r.remote_addr = remote_addr;
                 r.total = len;
                 r.user_rma = true;
                 r.stage = RecvStage::RndvGet;

@@ -10,7 +10,7 @@
     )
 )]
 
-use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr};
+use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
 use crate::worker::state::{
@@ -41,8 +41,9 @@ impl State {
             let r = self.recv_mut(key);
             r.sender_tag = tag;
             r.total = len;
-            r.sreq = sreq;
-            r.remote_addr = addr;
+            let x = self.recv_rndv(key);
+            x.peer_req = sreq;
+            x.remote_addr = addr;
         }
         if len > cap || len == 0 {
             // Nothing to move: let the sender finish, and complete (truncated or empty).
@@ -78,10 +79,10 @@ impl State {
             };
             if get_ok {
                 if let (Ok(rk), Ok(m)) = (self.mds[li].rkey_unpack(rkey), reg(self)) {
-                    let r = self.recv_mut(key);
-                    r.rkey = Some(rk);
-                    r.memh = Some(m);
-                    r.stage = RecvStage::RndvGet;
+                    let x = self.recv_rndv(key);
+                    x.rkey = Some(rk);
+                    x.memh = Some(m);
+                    self.recv_mut(key).stage = RecvStage::RndvGet;
                     self.stats.rndv_get += 1;
                     if !self.get_step(key)? {
                         self.eps[ep].pending.push_back(Pending::Req(key));
@@ -95,9 +96,8 @@ impl State {
                     let mut packed = Vec::new();
                     if self.mds[li].rkey_pack(&m, &mut packed).is_ok() {
                         let baddr = m.addr() as u64;
-                        let r = self.recv_mut(key);
-                        r.memh = Some(m);
-                        r.stage = RecvStage::RndvWait;
+                        self.recv_rndv(key).memh = Some(m);
+                        self.recv_mut(key).stage = RecvStage::RndvWait;
                         self.stats.rndv_put += 1;
                         let mut body = Vec::new();
                         RtrHdr {
@@ -152,7 +152,10 @@ impl State {
             ReqKind::Recv(r) => r,
             _ => return Ok(true),
         };
-        let (Some(memh), Some(rkey)) = (r.memh.clone(), r.rkey.clone()) else {
+        let Some(x) = r.rndv.as_deref_mut() else {
+            return Err(Error::InvalidParam("get without registration".into()));
+        };
+        let (Some(memh), Some(rkey)) = (x.memh.clone(), x.rkey.clone()) else {
             return Err(Error::InvalidParam("get without registration".into()));
         };
         let chunk = if attr.get.max_zcopy == 0 {
@@ -165,17 +168,17 @@ impl State {
             let iov = Iov::new(&memh, r.offset, n)?;
             match uep.get_zcopy(
                 &[iov],
-                r.remote_addr + r.offset as u64,
+                x.remote_addr + r.offset as u64,
                 &rkey,
                 comp_id(COMP_GET, wire),
             )? {
                 Outcome::NoResource => return Ok(false),
-                Outcome::InProgress => r.inflight += 1,
+                Outcome::InProgress => x.inflight += 1,
                 Outcome::Done(()) => r.received += n,
             }
             r.offset += n;
         }
-        if r.inflight == 0 {
+        if x.inflight == 0 {
             self.get_done(key)?;
         }
         Ok(true)
@@ -189,7 +192,7 @@ impl State {
             self.finish(key, Ok(()));
             return Ok(());
         }
-        let sreq = r.sreq;
+        let sreq = r.rndv.as_ref().map_or(NO_REQ, |x| x.peer_req);
         self.finish(key, Ok(()));
         self.send_ctl(idx, am_id::ATS, &ReqHdr { req: sreq }.encode())
     }

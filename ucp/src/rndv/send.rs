@@ -48,9 +48,8 @@ impl State {
             // SAFETY: the vector is owned by the request and not moved or resized until the
             // request finishes, which drops the handle first.
             if let Ok(m) = unsafe { self.mds[li].mem_reg(p, len) } {
-                let s = self.send_mut(key);
-                s.memh = Some(m);
-                s.stage = SendStage::EagerZcopy;
+                self.send_rndv(key).memh = Some(m);
+                self.send_mut(key).stage = SendStage::EagerZcopy;
             }
         }
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
@@ -86,7 +85,11 @@ impl State {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
         };
-        let memh = s
+        let x = s
+            .rndv
+            .as_deref_mut()
+            .ok_or_else(|| Error::InvalidParam("zcopy without registration".into()))?;
+        let memh = x
             .memh
             .clone()
             .ok_or_else(|| Error::InvalidParam("zcopy without registration".into()))?;
@@ -126,7 +129,7 @@ impl State {
             let iov = Iov::new(&memh, s.offset, n)?;
             match uep.am_zcopy(id, &hdr[..hlen], &[iov], comp_id(COMP_ZCOPY, wire))? {
                 Outcome::NoResource => return Ok(false),
-                Outcome::InProgress => s.inflight += 1,
+                Outcome::InProgress => x.inflight += 1,
                 Outcome::Done(()) => {}
             }
             if s.offset == 0 {
@@ -135,7 +138,7 @@ impl State {
             ep.last_tx = now;
             s.offset += n;
         }
-        if s.inflight == 0 {
+        if x.inflight == 0 {
             self.zcopy_done(key);
         }
         Ok(true)
@@ -145,7 +148,7 @@ impl State {
         let s = self.send_mut(key);
         if s.sync && !s.acked {
             s.stage = SendStage::WaitAck;
-            s.memh = None;
+            s.drop_memh();
         } else {
             self.finish(key, Ok(()));
         }
@@ -160,7 +163,7 @@ impl State {
             .as_ref()
             .and_then(|l| l.rma.map(|r| l.uct[r].0));
         let s = self.send_mut(key);
-        if !s.rts_sent && s.memh.is_none() && !s.data.is_empty() {
+        if !s.rts_sent && s.memh().is_none() && !s.data.is_empty() {
             if let Some(li) = rma_iface {
                 let ptr = NonNull::new(s.data.as_mut_ptr());
                 let len = s.data.len();
@@ -168,7 +171,7 @@ impl State {
                     // SAFETY: the vector is owned by this request and neither moved nor resized
                     // until the request finishes, which drops the handle first.
                     match unsafe { self.mds[li].mem_reg(ptr, len) } {
-                        Ok(m) => self.send_mut(key).memh = Some(m),
+                        Ok(m) => self.send_rndv(key).memh = Some(m),
                         Err(e) => tracing::debug!("rendezvous send buffer not registered: {e}"),
                     }
                 }
@@ -177,14 +180,15 @@ impl State {
         let s = self.send_mut(key);
         let addr = s.data.as_ptr() as u64;
         let (tag, len) = (s.tag, s.data.len());
-        let memh = s.memh.clone();
+        let memh = s.memh().cloned();
         let (tl, rkey) = self.rts_rkey(rma_iface, memh.as_ref());
         let mut body = std::mem::take(&mut self.scratch);
         body.clear();
         let am = self
             .send_mut(key)
-            .am
+            .rndv
             .as_ref()
+            .and_then(|x| x.am.as_ref())
             .map(|(id, h)| (*id, h.clone()));
         let rts_id = match &am {
             Some((id, h)) => {
@@ -265,7 +269,10 @@ impl State {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
         };
-        let (Some(memh), Some(rkey)) = (s.memh.clone(), s.rkey.clone()) else {
+        let Some(x) = s.rndv.as_deref_mut() else {
+            return Err(Error::InvalidParam("put without registration".into()));
+        };
+        let (Some(memh), Some(rkey)) = (x.memh.clone(), x.rkey.clone()) else {
             return Err(Error::InvalidParam("put without registration".into()));
         };
         let chunk = if attr.put.max_zcopy == 0 {
@@ -278,17 +285,17 @@ impl State {
             let iov = Iov::new(&memh, s.offset, n)?;
             match uep.put_zcopy(
                 &[iov],
-                s.remote_addr + s.offset as u64,
+                x.remote_addr + s.offset as u64,
                 &rkey,
                 comp_id(COMP_PUT, wire),
             )? {
                 Outcome::NoResource => return Ok(false),
-                Outcome::InProgress => s.inflight += 1,
+                Outcome::InProgress => x.inflight += 1,
                 Outcome::Done(()) => {}
             }
             s.offset += n;
         }
-        if s.inflight == 0 {
+        if x.inflight == 0 {
             return self.put_done(key);
         }
         Ok(true)
@@ -309,21 +316,20 @@ impl State {
             .ok_or_else(|| Error::Busy("connecting".into()))?;
         let rma = l.rma.unwrap_or(l.am);
         let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
-        let s = self.send_mut(key);
         match out {
             Outcome::Done(()) => {
-                let rreq = s.rreq;
+                let rreq = self.send_rndv(key).peer_req;
                 self.send_ctl(idx, am_id::ATP, &ReqHdr { req: rreq }.encode())?;
                 self.finish(key, Ok(()));
             }
             Outcome::NoResource => {
                 // The caller queues the request; ATP only after remote completion.
-                s.stage = SendStage::PutFlushRetry;
+                self.send_mut(key).stage = SendStage::PutFlushRetry;
                 return Ok(false);
             }
             Outcome::InProgress => {
-                s.stage = SendStage::WaitPutFlush;
-                s.inflight = 1;
+                self.send_rndv(key).inflight = 1;
+                self.send_mut(key).stage = SendStage::WaitPutFlush;
             }
         }
         Ok(true)
@@ -348,10 +354,11 @@ impl State {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
         };
+        let rreq = s.rndv.as_ref().map_or(NO_REQ, |x| x.peer_req);
         while s.offset < s.data.len() {
             let n = proto.middle_frag.min(s.data.len() - s.offset);
             let h = FragHdr {
-                id: s.rreq,
+                id: rreq,
                 offset: s.offset as u64,
             }
             .encode();
@@ -388,19 +395,19 @@ impl State {
             .lanes
             .as_ref()
             .and_then(|l| l.rma.map(|r| l.uct[r].0));
+        self.send_rndv(key).peer_req = h.rreq;
         let s = self.send_mut(key);
-        s.rreq = h.rreq;
         s.offset = 0;
         let mut use_put = false;
-        if let (RtrMode::Put, Some(li), Some(_)) = (h.mode, rma, s.memh.as_ref()) {
+        if let (RtrMode::Put, Some(li), Some(_)) = (h.mode, rma, s.memh()) {
             if self.info[li].tl_name == h.buf.tl
                 && self.info[li].attr.flags.contains(IfaceFlags::PUT_ZCOPY)
             {
                 if let Ok(rk) = self.mds[li].rkey_unpack(h.buf.rkey) {
-                    let s = self.send_mut(key);
-                    s.rkey = Some(rk);
-                    s.remote_addr = h.buf.addr;
-                    s.stage = SendStage::Put;
+                    let x = self.send_rndv(key);
+                    x.rkey = Some(rk);
+                    x.remote_addr = h.buf.addr;
+                    self.send_mut(key).stage = SendStage::Put;
                     use_put = true;
                 }
             }

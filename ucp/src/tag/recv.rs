@@ -19,26 +19,7 @@ use ucs::{Error, Result};
 impl State {
     pub(crate) fn new_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> usize {
         let buf = buf.into();
-        self.new_req(
-            None,
-            ReqKind::Recv(RecvReq {
-                tag,
-                mask,
-                buf,
-                stage: RecvStage::Posted,
-                sender_tag: 0,
-                total: 0,
-                received: 0,
-                memh: None,
-                rkey: None,
-                remote_addr: 0,
-                sreq: NO_REQ,
-                offset: 0,
-                inflight: 0,
-                user_rma: false,
-                am: None,
-            }),
-        )
+        self.new_req(None, ReqKind::Recv(RecvReq::new(buf, tag, mask)))
     }
 
     /// The receive request `key`. Internal invariant, as [`State::send_mut`].

@@ -111,24 +111,7 @@ impl State {
         };
         self.new_req(
             Some(idx),
-            ReqKind::Send(SendReq {
-                tag,
-                data,
-                give_back,
-                sync,
-                stage: SendStage::Eager,
-                offset: 0,
-                msg_id: 0,
-                memh: None,
-                rkey: None,
-                remote_addr: 0,
-                rreq: 0,
-                inflight: 0,
-                rts_sent: false,
-                user_rma: false,
-                am: None,
-                acked: false,
-            }),
+            ReqKind::Send(SendReq::new(tag, data, give_back, sync)),
         )
     }
 
@@ -256,7 +239,7 @@ impl State {
         let wire = self.peer_id(idx, key);
         let stage = self.send_mut(key).stage;
         match stage {
-            SendStage::Eager if self.send_mut(key).am.is_some() => self.send_rts(key),
+            SendStage::Eager if self.send_mut(key).is_am() => self.send_rts(key),
             SendStage::Eager => {
                 let proto = self.eps[idx]
                     .proto

@@ -52,7 +52,7 @@ impl Named {
             (Named::RndvData, ReqKind::Recv(r)) => r.stage == RecvStage::RndvWait && !r.user_rma,
             // Put done: only a receive that offered its buffer for put (it holds a registration).
             (Named::Atp, ReqKind::Recv(r)) => {
-                r.stage == RecvStage::RndvWait && r.memh.is_some() && !r.user_rma
+                r.stage == RecvStage::RndvWait && r.memh().is_some() && !r.user_rma
             }
             (Named::AtomicRep, ReqKind::Atomic { .. }) => true,
             _ => false,

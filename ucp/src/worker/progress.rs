@@ -151,21 +151,24 @@ impl State {
         }
         let r = match kind {
             COMP_GET => {
+                let x = self.recv_rndv(key);
+                x.inflight = x.inflight.saturating_sub(1);
+                let inflight = x.inflight;
                 let r = self.recv_mut(key);
-                r.inflight = r.inflight.saturating_sub(1);
-                if r.inflight == 0 && r.offset == r.total {
+                if inflight == 0 && r.offset == r.total {
                     self.get_done(key)
                 } else {
                     Ok(())
                 }
             }
             COMP_PUT => {
+                let x = self.send_rndv(key);
+                x.inflight = x.inflight.saturating_sub(1);
+                let (inflight, rreq) = (x.inflight, x.peer_req);
                 let s = self.send_mut(key);
-                s.inflight = s.inflight.saturating_sub(1);
                 let stage = s.stage;
-                if s.inflight == 0 && s.offset == s.data.len() {
+                if inflight == 0 && s.offset == s.data.len() {
                     if stage == SendStage::WaitPutFlush {
-                        let rreq = s.rreq;
                         let r = self.req_ep(key).and_then(|ep| {
                             self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode())
                         });
@@ -186,9 +189,11 @@ impl State {
                 }
             }
             COMP_ZCOPY => {
+                let x = self.send_rndv(key);
+                x.inflight = x.inflight.saturating_sub(1);
+                let inflight = x.inflight;
                 let s = self.send_mut(key);
-                s.inflight = s.inflight.saturating_sub(1);
-                if s.inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
+                if inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
                     self.zcopy_done(key);
                 }
                 Ok(())

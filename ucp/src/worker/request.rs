@@ -12,7 +12,7 @@
 )]
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
-use crate::worker::state::{Notify, RecvStage, Req, ReqKind, State};
+use crate::worker::state::{rndv_recycle, Notify, RecvStage, ReqKind, State};
 use crate::worker::Worker;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -55,14 +55,15 @@ impl Worker {
         if !req.is_of(&self.st.req_shared) {
             return Ok(Completion::failed(foreign()));
         }
-        match self.st.reqs.get(req.key as usize) {
-            Some(r) if r.gen == req.gen() && r.done.is_some() => {
-                // Moving `done` out of the removed request (not `take` before the removal)
-                // leaves less to drop.
-                let r = self.st.reqs.remove(req.into_key());
-                Ok(r.done.unwrap_or_else(Completion::ok))
-            }
-            Some(r) if r.gen == req.gen() => Err(req),
+        let key = req.key as usize;
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == req.gen() => match r.done.take() {
+                Some(c) => {
+                    self.st.reqs.free(req.into_key());
+                    Ok(c)
+                }
+                None => Err(req),
+            },
             _ => {
                 req.disarm();
                 Ok(Completion::failed(taken()))
@@ -92,8 +93,8 @@ impl Worker {
             }
             Some(r) if r.gen == req.gen() => {
                 req.disarm();
-                let r = self.st.reqs.remove(key);
-                callback(r.done.unwrap_or_else(Completion::ok));
+                let c = self.st.reqs.take_done(key);
+                callback(c.unwrap_or_else(Completion::ok));
                 Ok(())
             }
             _ => Err(Error::InvalidParam(
@@ -120,8 +121,8 @@ impl Worker {
             }
             Some(r) if r.gen == req.gen() => {
                 req.disarm();
-                let r = self.st.reqs.remove(key);
-                Ok(Some(r.done.unwrap_or_else(Completion::ok)))
+                let c = self.st.reqs.take_done(key);
+                Ok(Some(c.unwrap_or_else(Completion::ok)))
             }
             _ => Err(taken()),
         }
@@ -196,8 +197,8 @@ impl Worker {
             return Ok(Completion::failed(taken()));
         };
         if r.done.is_some() {
-            let r = self.st.reqs.remove(req.into_key());
-            return Ok(r.done.unwrap_or_else(Completion::ok));
+            let c = self.st.reqs.take_done(req.into_key());
+            return Ok(c.unwrap_or_else(Completion::ok));
         }
         match &mut r.notify {
             Notify::Waker(w) if w.will_wake(waker) => {}
@@ -308,13 +309,7 @@ impl Worker {
 impl State {
     pub(crate) fn new_req(&mut self, ep: Option<usize>, kind: ReqKind) -> usize {
         self.req_gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
-        self.reqs.insert(Req {
-            gen: self.req_gen,
-            ep,
-            kind,
-            done: None,
-            notify: Notify::Take,
-        })
+        self.reqs.insert_with(self.req_gen, ep, kind)
     }
 
     pub(crate) fn wire_id(&self, key: usize) -> u64 {
@@ -342,16 +337,39 @@ impl State {
         if r.done.is_none() {
             return Op::Pending(Request::new(key, r.gen, &self.req_shared));
         }
-        let r = self.reqs.remove(key);
-        Op::Done(r.done.unwrap_or_else(Completion::ok))
+        Op::Done(self.reqs.take_done(key).unwrap_or_else(Completion::ok))
     }
 
     /// Finishes request `key` with `status`, releasing what the protocol held.
+    #[inline]
     pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
-        let r = &self.reqs[key];
+        let r = &mut self.reqs[key];
         if r.done.is_some() {
             return;
         }
+        // An eager receive holds nothing but its buffer.
+        if let ReqKind::Recv(rv) = &mut r.kind {
+            if rv.rndv.is_none() {
+                let buf = std::mem::take(&mut rv.buf).into_vec();
+                r.done = Some(Completion {
+                    status,
+                    buf,
+                    len: rv.total,
+                    tag: rv.sender_tag,
+                    value: 0,
+                });
+                if !matches!(r.notify, Notify::Take) {
+                    self.callbacks_due.push(key);
+                }
+                return;
+            }
+        }
+        self.finish_any(key, status);
+    }
+
+    /// [`State::finish`] of any request.
+    fn finish_any(&mut self, key: usize, status: Result<()>) {
+        let r = &self.reqs[key];
         if let ReqKind::Flush {
             parent: Some(p), ..
         } = r.kind
@@ -365,10 +383,10 @@ impl State {
         let r = &mut self.reqs[key];
         let mut recycle = None;
         let mut am = None;
+        let mut rndv = None;
         let (buf, len, tag, value) = match &mut r.kind {
             ReqKind::Send(s) => {
-                s.memh = None;
-                s.rkey = None;
+                rndv = s.rndv.take();
                 let data = std::mem::take(&mut s.data).into_vec();
                 if s.give_back {
                     (data, 0, s.tag, 0)
@@ -378,15 +396,14 @@ impl State {
                 }
             }
             ReqKind::Recv(rv) => {
+                rndv = rv.rndv.take();
                 // A receive that failed while the peer may still write into it (rendezvous
                 // put into our registered buffer) keeps its buffer in quarantine until the
                 // worker is dropped, so a late write never lands in freed memory.
                 let exposed = status.is_err()
-                    && rv.memh.is_some()
+                    && rndv.as_ref().is_some_and(|x| x.memh.is_some())
                     && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
-                rv.memh = None;
-                rv.rkey = None;
-                am = rv.am.take();
+                am = rndv.as_mut().and_then(|x| x.am.take());
                 let buf = std::mem::take(&mut rv.buf).into_vec();
                 let buf = if exposed {
                     self.quarantine.extend(buf);
@@ -400,10 +417,14 @@ impl State {
             ReqKind::Atomic { value } => (None, 0, 0, *value),
             ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
         };
+        if let Some(x) = rndv {
+            // Drops the registration and remote key before the buffer is given back.
+            rndv_recycle(&mut self.rndv_pool, x);
+        }
         if let Some((id, hdr)) = am {
             // A user active message that came by rendezvous: hand it to its handler.
             let ep = r.ep;
-            self.reqs.remove(key);
+            self.reqs.take_done(key);
             match (status, buf, ep) {
                 (Ok(()), Some(data), Some(ep)) => self.deliver_am(ep, id, &hdr, data),
                 (Ok(()), Some(data), None) => {
@@ -446,12 +467,10 @@ impl State {
                 Notify::Take => continue,
                 Notify::Waker(w) => w.wake(),
                 Notify::Callback(cb) => {
-                    let r = self.reqs.remove(key);
-                    cb(r.done.unwrap_or_else(Completion::ok));
+                    cb(self.reqs.take_done(key).unwrap_or_else(Completion::ok));
                 }
                 Notify::Token(t) => {
-                    let r = self.reqs.remove(key);
-                    let c = r.done.unwrap_or_else(Completion::ok);
+                    let c = self.reqs.take_done(key).unwrap_or_else(Completion::ok);
                     self.tokens_done.push((t, c));
                 }
                 Notify::Release => self.free_req(key),
@@ -485,8 +504,7 @@ impl State {
 
     /// Removes request `key`, recycling the buffer its result holds.
     fn free_req(&mut self, key: usize) {
-        let r = self.reqs.remove(key);
-        if let Some(buf) = r.done.and_then(|c| c.buf) {
+        if let Some(buf) = self.reqs.take_done(key).and_then(|c| c.buf) {
             self.put_buf(buf);
         }
     }

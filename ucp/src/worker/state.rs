@@ -157,27 +157,75 @@ pub(crate) enum SendStage {
     Stream,
 }
 
-pub(crate) struct SendReq {
-    pub(crate) tag: u64,
-    pub(crate) data: SendBuf,
-    pub(crate) give_back: bool,
-    pub(crate) sync: bool,
-    pub(crate) stage: SendStage,
-    pub(crate) offset: usize,
-    pub(crate) msg_id: u64,
+/// What a send or receive needs only for rendezvous, zero-copy or RMA: held in a box taken
+/// from [`State::rndv_pool`] when first needed (see [`State::send_rndv`]) and given back when
+/// the request finishes, so an eager request carries one empty pointer instead.
+#[derive(Default)]
+pub(crate) struct Rndv {
     pub(crate) memh: Option<MemHandle>,
     pub(crate) rkey: Option<RemoteKey>,
     pub(crate) remote_addr: u64,
-    pub(crate) rreq: u64,
+    /// The peer's id of its side of the transfer: the receive's (from RTR) for a send, the
+    /// send's (from RTS) for a receive.
+    pub(crate) peer_req: u64,
     pub(crate) inflight: usize,
+    /// User active message sent or received by rendezvous: id and user header.
+    pub(crate) am: Option<(u16, Vec<u8>)>,
+}
+
+pub(crate) struct SendReq {
+    pub(crate) tag: u64,
+    pub(crate) data: SendBuf,
+    pub(crate) offset: usize,
+    pub(crate) msg_id: u64,
+    /// Rendezvous, zero-copy and RMA state (`None` for an eager send).
+    pub(crate) rndv: Option<Box<Rndv>>,
+    pub(crate) give_back: bool,
+    pub(crate) sync: bool,
+    pub(crate) stage: SendStage,
     pub(crate) rts_sent: bool,
     /// A user `put` (no rendezvous messages around it).
     pub(crate) user_rma: bool,
-    /// User active message sent by rendezvous: id and user header.
-    pub(crate) am: Option<(u16, Vec<u8>)>,
     /// A synchronous send whose SYNC_ACK came while fragments were still going out: it
     /// finishes as soon as they are out.
     pub(crate) acked: bool,
+}
+
+impl SendReq {
+    /// An eager send of `data` not yet started.
+    #[inline]
+    pub(crate) fn new(tag: u64, data: SendBuf, give_back: bool, sync: bool) -> Self {
+        SendReq {
+            tag,
+            data,
+            offset: 0,
+            msg_id: 0,
+            rndv: None,
+            give_back,
+            sync,
+            stage: SendStage::Eager,
+            rts_sent: false,
+            user_rma: false,
+            acked: false,
+        }
+    }
+
+    /// The registration of the data, if any.
+    pub(crate) fn memh(&self) -> Option<&MemHandle> {
+        self.rndv.as_ref().and_then(|x| x.memh.as_ref())
+    }
+
+    /// Drops the registration of the data, if any.
+    pub(crate) fn drop_memh(&mut self) {
+        if let Some(x) = self.rndv.as_deref_mut() {
+            x.memh = None;
+        }
+    }
+
+    /// A user active message sent by rendezvous (it has a user header).
+    pub(crate) fn is_am(&self) -> bool {
+        self.rndv.as_ref().is_some_and(|x| x.am.is_some())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,20 +240,39 @@ pub(crate) struct RecvReq {
     pub(crate) tag: u64,
     pub(crate) mask: u64,
     pub(crate) buf: RecvBuf,
-    pub(crate) stage: RecvStage,
     pub(crate) sender_tag: u64,
     pub(crate) total: usize,
     pub(crate) received: usize,
-    pub(crate) memh: Option<MemHandle>,
-    pub(crate) rkey: Option<RemoteKey>,
-    pub(crate) remote_addr: u64,
-    pub(crate) sreq: u64,
     pub(crate) offset: usize,
-    pub(crate) inflight: usize,
+    /// Rendezvous, RMA and user active message state (`None` for an eager receive).
+    pub(crate) rndv: Option<Box<Rndv>>,
+    pub(crate) stage: RecvStage,
     /// A user `get` (no rendezvous messages around it).
     pub(crate) user_rma: bool,
-    /// Data of a user active message arriving by rendezvous: id and user header.
-    pub(crate) am: Option<(u16, Vec<u8>)>,
+}
+
+impl RecvReq {
+    /// A receive into `buf` of a message matching `tag` under `mask`, not yet matched.
+    #[inline]
+    pub(crate) fn new(buf: RecvBuf, tag: u64, mask: u64) -> Self {
+        RecvReq {
+            tag,
+            mask,
+            buf,
+            sender_tag: 0,
+            total: 0,
+            received: 0,
+            offset: 0,
+            rndv: None,
+            stage: RecvStage::Posted,
+            user_rma: false,
+        }
+    }
+
+    /// The registration of the buffer, if any.
+    pub(crate) fn memh(&self) -> Option<&MemHandle> {
+        self.rndv.as_ref().and_then(|x| x.memh.as_ref())
+    }
 }
 
 pub(crate) enum ReqKind {
@@ -312,7 +379,7 @@ pub(crate) struct State {
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.
     pub(crate) iface_users: Vec<u32>,
-    pub(crate) reqs: Slab<Req>,
+    pub(crate) reqs: crate::worker::req_table::ReqTable,
     pub(crate) req_gen: u32,
     pub(crate) matcher: TagMatcher,
     pub(crate) unexp: Slab<Unexp>,
@@ -350,6 +417,10 @@ pub(crate) struct State {
     pub(crate) closings: Vec<Closing>,
     /// Tag offload (see `tag_offload`).
     pub(crate) tm: crate::tag::offload::TmState,
+    /// Cleared [`Rndv`] boxes of finished requests, reused by the next ones that need one
+    /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
+    #[allow(clippy::vec_box)]
+    pub(crate) rndv_pool: Vec<Box<Rndv>>,
 }
 
 pub(crate) const POOL_MAX: usize = 64;
@@ -408,4 +479,38 @@ impl State {
             self.pool.push(v);
         }
     }
+
+    /// The rendezvous state of send `key`, taken from the pool (or allocated) on first use.
+    /// Internal invariant, as [`State::send_mut`].
+    #[allow(clippy::unreachable)]
+    pub(crate) fn send_rndv(&mut self, key: usize) -> &mut Rndv {
+        match &mut self.reqs[key].kind {
+            ReqKind::Send(s) => rndv_in(&mut s.rndv, &mut self.rndv_pool),
+            _ => unreachable!("request {key} is not a send"),
+        }
+    }
+
+    /// The rendezvous state of receive `key`, as [`State::send_rndv`].
+    #[allow(clippy::unreachable)]
+    pub(crate) fn recv_rndv(&mut self, key: usize) -> &mut Rndv {
+        match &mut self.reqs[key].kind {
+            ReqKind::Recv(r) => rndv_in(&mut r.rndv, &mut self.rndv_pool),
+            _ => unreachable!("request {key} is not a receive"),
+        }
+    }
+}
+
+/// Gives a finished request's rendezvous box back to `pool`, cleared.
+#[allow(clippy::vec_box)]
+pub(crate) fn rndv_recycle(pool: &mut Vec<Box<Rndv>>, mut x: Box<Rndv>) {
+    if pool.len() < POOL_MAX {
+        *x = Rndv::default();
+        pool.push(x);
+    }
+}
+
+/// The box in `slot`, filled from `pool` (or allocated) when empty.
+#[allow(clippy::vec_box)]
+fn rndv_in<'a>(slot: &'a mut Option<Box<Rndv>>, pool: &mut Vec<Box<Rndv>>) -> &'a mut Rndv {
+    slot.get_or_insert_with(|| pool.pop().unwrap_or_default())
 }

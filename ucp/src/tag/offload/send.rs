@@ -98,9 +98,8 @@ impl State {
             }
             Outcome::InProgress => {
                 self.tm.sent += 1;
-                let s = self.send_mut(key);
-                s.memh = Some(memh);
-                s.offset = len;
+                self.send_rndv(key).memh = Some(memh);
+                self.send_mut(key).offset = len;
             }
             Outcome::NoResource => {
                 // Nothing left: the ordinary path sends it (in order, through the pending queue).
@@ -311,8 +310,10 @@ impl State {
         }
         self.tm.sent_mapped += 1;
         self.stats.rndv_rts += 1;
+        if let Some((_, m)) = rma {
+            self.send_rndv(key).memh = Some(m);
+        }
         let s = self.send_mut(key);
-        s.memh = rma.map(|(_, m)| m);
         s.rts_sent = true;
         s.stage = SendStage::WaitRndv;
         self.eps[idx].last_tx = self.now_cache;
@@ -373,9 +374,8 @@ impl State {
                     len,
                     _keep: keep,
                 });
-                let s = self.send_mut(key);
-                s.memh = Some(memh);
-                s.offset = len;
+                self.send_rndv(key).memh = Some(memh);
+                self.send_mut(key).offset = len;
             }
             Ok(Outcome::NoResource) | Err(_) => {
                 // Nothing went out: forget the request; the caller sends a copy (or reports
@@ -409,7 +409,7 @@ impl State {
         let src = unsafe { std::slice::from_raw_parts(m.addr as *const u8, m.len) };
         s.data.copy_from(src);
         // The registration was of the segment, not of this copy.
-        s.memh = None;
+        s.drop_memh();
     }
 
     /// Rendezvous by tag offload: the RTS travels as the header of `tag_rndv_zcopy`; a receive
@@ -482,8 +482,10 @@ impl State {
             Outcome::Done(op) => {
                 self.tm.sent_rndv += 1;
                 self.tm.rndv_ops.push((wire, op, memh));
+                if let Some(m) = rma_memh {
+                    self.send_rndv(key).memh = Some(m);
+                }
                 let s = self.send_mut(key);
-                s.memh = rma_memh;
                 s.rts_sent = true;
                 s.stage = SendStage::WaitRndv;
                 self.stats.rndv_rts += 1;
