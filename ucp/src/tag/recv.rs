@@ -10,11 +10,26 @@
     )
 )]
 
-use crate::request::Op;
+use crate::request::{Completion, Op, Request};
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
-use crate::worker::state::{RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind};
+use crate::worker::state::{
+    Notify, RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind,
+};
 use ucs::{Error, Result};
+
+/// Status of a receive of capacity `cap` that got all `total` bytes of a message.
+#[inline]
+fn eager_status(total: usize, cap: usize) -> Result<()> {
+    if total > cap {
+        Err(Error::Truncated {
+            len: total,
+            capacity: cap,
+        })
+    } else {
+        Ok(())
+    }
+}
 
 impl State {
     pub(crate) fn new_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> usize {
@@ -50,15 +65,70 @@ impl State {
         }
     }
 
-    pub(crate) fn tag_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> Result<Op> {
+    /// Posts a receive for `tag` under `mask`. A complete eager message already waiting finishes
+    /// it at once (`Op::Done`, no request is created); any other waiting message (rendezvous, or
+    /// fragments still arriving) starts a request for it; otherwise the receive is queued in the
+    /// matcher. The flag is true when the receive was queued (it may then go to the transport,
+    /// see `Worker::tag_recv_buf`).
+    pub(crate) fn tag_recv(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (Op, bool) {
+        if self.matcher.unexpected_len() != 0 {
+            if let Some(uid) = self.matcher.take_unexpected(tag, mask) {
+                return (self.recv_unexp_now(buf, tag, mask, uid as usize), false);
+            }
+        }
         let key = self.new_recv(buf, tag, mask);
         // `wire_id(key)`: the new request has the latest generation.
-        let wire = (self.req_gen as u64) << 32 | key as u64;
+        let gen = self.req_gen;
+        let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
-        if let Some(uid) = self.matcher.post(tag, mask, wire) {
-            self.recv_from_unexp(key, uid as usize);
+        self.matcher.queue(tag, mask, wire);
+        (Op::Pending(Request::new(key, gen, &self.req_shared)), true)
+    }
+
+    /// Receives unexpected message `uid` (already off the matcher's queue) into `buf`: a complete
+    /// eager message is copied and finishes at once without a request; the others go through a
+    /// receive request (`recv_from_unexp`).
+    pub(crate) fn recv_unexp_now(
+        &mut self,
+        mut buf: RecvBuf,
+        tag: u64,
+        mask: u64,
+        uid: usize,
+    ) -> Op {
+        let whole = matches!(
+            self.unexp.get(uid),
+            Some(Unexp {
+                kind: UnexpKind::Eager { .. },
+                msg_key: None,
+                ..
+            })
+        );
+        if !whole {
+            let key = self.new_recv(buf, tag, mask);
+            self.recv_from_unexp(key, uid);
+            return self.op_of(key);
         }
-        Ok(self.op_of(key))
+        let u = self.unexp.remove(uid);
+        let UnexpKind::Eager { data, total, sreq } = u.kind else {
+            // Not reached: checked above.
+            return Op::Done(Completion::failed(Error::InvalidParam(
+                "unexpected message is not eager".into(),
+            )));
+        };
+        if sreq != NO_REQ {
+            let _ = self.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+        }
+        let cap = buf.len();
+        let n = data.len().min(cap);
+        buf[..n].copy_from_slice(&data[..n]);
+        self.put_buf(data);
+        Op::Done(Completion {
+            status: eager_status(total, cap),
+            buf: buf.into_vec(),
+            len: total,
+            tag: u.tag,
+            value: 0,
+        })
     }
 
     pub(crate) fn cancel(&mut self, key: usize, gen: u32) -> bool {
@@ -128,15 +198,30 @@ impl State {
         let r = self.recv_mut(key);
         if r.received >= r.total {
             let (total, cap) = (r.total, r.buf.len());
-            let st = if total > cap {
-                Err(Error::Truncated {
-                    len: total,
-                    capacity: cap,
-                })
-            } else {
-                Ok(())
-            };
-            self.finish(key, st);
+            self.finish(key, eager_status(total, cap));
+        }
+    }
+
+    /// Finishes receive `key` whose eager data is all in its buffer: what `finish` does for a
+    /// receive that holds no registration, remote key or active-message header (an eager one),
+    /// without looking at the other request kinds; any other request goes to `finish`.
+    fn finish_eager_recv(&mut self, key: usize, status: Result<()>) {
+        let req = &mut self.reqs[key];
+        let ReqKind::Recv(rv) = &mut req.kind else {
+            return self.finish(key, status);
+        };
+        if req.done.is_some() || rv.memh.is_some() || rv.rkey.is_some() || rv.am.is_some() {
+            return self.finish(key, status);
+        }
+        req.done = Some(Completion {
+            status,
+            buf: std::mem::take(&mut rv.buf).into_vec(),
+            len: rv.total,
+            tag: rv.sender_tag,
+            value: 0,
+        });
+        if !matches!(req.notify, Notify::Take) {
+            self.callbacks_due.push(key);
         }
     }
 
@@ -176,15 +261,7 @@ impl State {
                 r.received = data.len();
                 if complete {
                     // All of it is here (as `recv_check_done` would find).
-                    let st = if total > cap {
-                        Err(Error::Truncated {
-                            len: total,
-                            capacity: cap,
-                        })
-                    } else {
-                        Ok(())
-                    };
-                    self.finish(key, st);
+                    self.finish_eager_recv(key, eager_status(total, cap));
                 } else if let Some(m) = msg_id {
                     self.assembling.insert((src, m), Target::Req(key));
                 }

@@ -307,7 +307,7 @@ pub(crate) struct State {
     pub(crate) address: Vec<u8>,
     pub(crate) eps: Slab<Ep>,
     pub(crate) ep_gen: u32,
-    pub(crate) by_uuid: HashMap<u64, usize, UuidHash>,
+    pub(crate) by_uuid: crate::worker::peers::PeerIndex,
     pub(crate) by_uct: HashMap<(usize, u32), usize>,
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.
