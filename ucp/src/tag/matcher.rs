@@ -97,10 +97,17 @@ impl TagMatcher {
         match self.match_expected(tag) {
             Some(id) => Some(id),
             None => {
-                self.unexpected.push_back((tag, unexp_id));
+                self.push_unexpected(tag, unexp_id);
                 None
             }
         }
+    }
+
+    /// Queues message `unexp_id` with `tag` as unexpected (the caller found no receive for it:
+    /// [`TagMatcher::match_expected`] gave `None`).
+    #[inline]
+    pub fn push_unexpected(&mut self, tag: u64, unexp_id: u64) {
+        self.unexpected.push_back((tag, unexp_id));
     }
 
     /// Removes and gives the earliest-posted receive that fits `tag`, if any.
@@ -163,9 +170,16 @@ impl TagMatcher {
     /// The earliest unexpected message that fits, without removing it: `(tag, id)`.
     #[inline]
     pub fn probe(&self, tag: u64, mask: u64) -> Option<(u64, u64)> {
-        if self.unexpected.is_empty() {
-            return None;
+        // Usually the earliest message is the one.
+        match self.unexpected.front() {
+            None => None,
+            Some(&(t, id)) if tag_fits(t, tag, mask) => Some((t, id)),
+            Some(_) => self.probe_scan(tag, mask),
         }
+    }
+
+    #[inline(never)]
+    fn probe_scan(&self, tag: u64, mask: u64) -> Option<(u64, u64)> {
         self.unexpected
             .iter()
             .copied()
@@ -173,7 +187,19 @@ impl TagMatcher {
     }
 
     /// Removes and gives the earliest unexpected message that fits.
+    #[inline]
     pub fn take_unexpected(&mut self, tag: u64, mask: u64) -> Option<u64> {
+        match self.unexpected.front() {
+            None => None,
+            Some(&(t, _)) if tag_fits(t, tag, mask) => {
+                self.unexpected.pop_front().map(|(_, id)| id)
+            }
+            Some(_) => self.take_unexpected_scan(tag, mask),
+        }
+    }
+
+    #[inline(never)]
+    fn take_unexpected_scan(&mut self, tag: u64, mask: u64) -> Option<u64> {
         let i = self
             .unexpected
             .iter()

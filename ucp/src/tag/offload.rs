@@ -348,10 +348,21 @@ impl State {
     }
 
     /// `matcher.arrive` for a message that did not come through the transport's matching.
-    #[inline(always)]
     pub(crate) fn tm_arrive(&mut self, tag: u64, uid: u64) -> Option<u64> {
+        let wire = self.tm_match(tag);
+        if wire.is_none() {
+            self.matcher.push_unexpected(tag, uid);
+        }
+        wire
+    }
+
+    /// `matcher.match_expected` for a message that did not come through the transport's
+    /// matching: the receive it takes, if any (then no longer posted to the transport). The
+    /// caller queues it as unexpected when there is none.
+    #[inline(always)]
+    pub(crate) fn tm_match(&mut self, tag: u64) -> Option<u64> {
         loop {
-            let wire = self.matcher.arrive(tag, uid)?;
+            let wire = self.matcher.match_expected(tag)?;
             match self.tm_unpost(wire) {
                 Ok(true) => return Some(wire),
                 Ok(false) => {

@@ -202,22 +202,28 @@ impl State {
         }
     }
 
-    /// Finishes receive `key` whose eager data is all in its buffer: what `finish` does for a
-    /// receive that holds no registration, remote key or active-message header (an eager one),
-    /// without looking at the other request kinds; any other request goes to `finish`.
-    fn finish_eager_recv(&mut self, key: usize, status: Result<()>) {
+    /// Finishes receive `key`, matched to a whole eager message of `total` bytes with `tag`
+    /// already copied into its buffer of `cap` bytes: the completion is built here for a
+    /// receive that holds no registration, remote key or active-message header (an eager one,
+    /// which is all this path sees), without the general `finish`; any other request has its
+    /// fields filled and goes to `finish`.
+    fn finish_eager_recv(&mut self, key: usize, tag: u64, total: usize, cap: usize) {
         let req = &mut self.reqs[key];
         let ReqKind::Recv(rv) = &mut req.kind else {
-            return self.finish(key, status);
+            return self.finish(key, eager_status(total, cap));
         };
         if req.done.is_some() || rv.memh.is_some() || rv.rkey.is_some() || rv.am.is_some() {
-            return self.finish(key, status);
+            rv.sender_tag = tag;
+            rv.total = total;
+            rv.received = total;
+            rv.stage = RecvStage::Eager;
+            return self.finish(key, eager_status(total, cap));
         }
         req.done = Some(Completion {
-            status,
+            status: eager_status(total, cap),
             buf: std::mem::take(&mut rv.buf).into_vec(),
-            len: rv.total,
-            tag: rv.sender_tag,
+            len: total,
+            tag,
             value: 0,
         });
         if !matches!(req.notify, Notify::Take) {
@@ -225,6 +231,32 @@ impl State {
         }
     }
 
+    /// A whole eager message (EAGER_ONLY, no acknowledgement asked) from endpoint `idx`: copied
+    /// into the earliest posted receive that fits, which finishes, or queued unexpected.
+    #[inline]
+    pub(crate) fn eager_only_arrived(&mut self, idx: usize, src: u64, tag: u64, data: &[u8]) {
+        let Some(wire) = self.tm_match(tag) else {
+            return self.eager_unexpected(idx, src, tag, data, data.len(), NO_REQ, None);
+        };
+        // A stale id (the receive was canceled meanwhile) drops the message, as everywhere.
+        let Some(key) = self.req_by_wire(wire) else {
+            return;
+        };
+        let req = &mut self.reqs[key];
+        // The matcher holds receives only.
+        let ReqKind::Recv(r) = &mut req.kind else {
+            return;
+        };
+        req.ep = Some(idx);
+        let cap = r.buf.len();
+        let n = data.len().min(cap);
+        r.buf[..n].copy_from_slice(&data[..n]);
+        self.finish_eager_recv(key, tag, data.len(), cap);
+    }
+
+    /// An eager message or its first fragment (`data` of `total` bytes; `sreq`: the sender's
+    /// request to acknowledge, or `NO_REQ`; `msg_id`: the message id of a fragmented one) from
+    /// endpoint `idx`: into the earliest posted receive that fits, or queued unexpected.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn eager_arrived(
         &mut self,
@@ -236,59 +268,71 @@ impl State {
         sreq: u64,
         msg_id: Option<u64>,
     ) {
-        let uid = self.unexp.vacant_key();
-        let complete = data.len() >= total;
-        match self.tm_arrive(tag, uid as u64) {
-            Some(wire) => {
-                let Some(key) = self.req_by_wire(wire) else {
-                    return;
-                };
-                if sreq != NO_REQ {
-                    let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
-                }
-                let req = &mut self.reqs[key];
-                // The matcher holds receives only.
-                let ReqKind::Recv(r) = &mut req.kind else {
-                    return;
-                };
-                req.ep = Some(idx);
-                r.sender_tag = tag;
-                r.total = total;
-                r.stage = RecvStage::Eager;
-                let cap = r.buf.len();
-                let n = data.len().min(cap);
-                r.buf[..n].copy_from_slice(&data[..n]);
-                r.received = data.len();
-                if complete {
-                    // All of it is here (as `recv_check_done` would find).
-                    self.finish_eager_recv(key, eager_status(total, cap));
-                } else if let Some(m) = msg_id {
-                    self.assembling.insert((src, m), Target::Req(key));
-                }
-            }
-            None => {
-                let mut v = self.get_buf();
-                v.reserve(total.min(1 << 26));
-                v.extend_from_slice(data);
-                let msg_key = if complete {
-                    None
-                } else {
-                    msg_id.map(|m| (src, m))
-                };
-                self.unexp.insert(Unexp {
-                    ep: idx,
-                    tag,
-                    kind: UnexpKind::Eager {
-                        data: v,
-                        total,
-                        sreq,
-                    },
-                    msg_key,
-                });
-                if let Some(mk) = msg_key {
-                    self.assembling.insert(mk, Target::Unexp(uid));
-                }
-            }
+        let Some(wire) = self.tm_match(tag) else {
+            return self.eager_unexpected(idx, src, tag, data, total, sreq, msg_id);
+        };
+        let Some(key) = self.req_by_wire(wire) else {
+            return;
+        };
+        if sreq != NO_REQ {
+            let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+        }
+        let req = &mut self.reqs[key];
+        // The matcher holds receives only.
+        let ReqKind::Recv(r) = &mut req.kind else {
+            return;
+        };
+        req.ep = Some(idx);
+        let cap = r.buf.len();
+        let n = data.len().min(cap);
+        r.buf[..n].copy_from_slice(&data[..n]);
+        if data.len() >= total {
+            // All of it is here (as `recv_check_done` would find).
+            return self.finish_eager_recv(key, tag, total, cap);
+        }
+        r.sender_tag = tag;
+        r.total = total;
+        r.stage = RecvStage::Eager;
+        r.received = data.len();
+        if let Some(m) = msg_id {
+            self.assembling.insert((src, m), Target::Req(key));
+        }
+    }
+
+    /// [`State::eager_arrived`] that matched no posted receive: the message waits in the
+    /// unexpected queue (its fragments, if any, join it there).
+    #[allow(clippy::too_many_arguments)]
+    fn eager_unexpected(
+        &mut self,
+        idx: usize,
+        src: u64,
+        tag: u64,
+        data: &[u8],
+        total: usize,
+        sreq: u64,
+        msg_id: Option<u64>,
+    ) {
+        let mut v = self.get_buf();
+        v.reserve(total.min(1 << 26));
+        v.extend_from_slice(data);
+        let msg_key = if data.len() >= total {
+            None
+        } else {
+            msg_id.map(|m| (src, m))
+        };
+        let uid = self.unexp.insert(Unexp {
+            ep: idx,
+            tag,
+            kind: UnexpKind::Eager {
+                data: v,
+                total,
+                sreq,
+            },
+            msg_key,
+        });
+        self.matcher.push_unexpected(tag, uid as u64);
+        if let Some(mk) = msg_key {
+            self.assembling.insert(mk, Target::Unexp(uid));
         }
     }
 

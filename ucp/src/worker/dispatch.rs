@@ -52,7 +52,7 @@ impl State {
             return false;
         }
         ep.last_rx = self.now_cache;
-        self.eager_arrived(idx, src, tag, payload, payload.len(), NO_REQ, None);
+        self.eager_only_arrived(idx, src, tag, payload);
         true
     }
 
