@@ -90,7 +90,10 @@ fn done(op: Op) -> Completion {
 #[test]
 fn waiting_eager_message_finishes_the_receive_at_once() {
     let mut p = pair("posix");
-    for (i, len) in [0usize, 1, 8, 63, 64, 1000, 4000].into_iter().enumerate() {
+    for (i, len) in [0usize, 1, 8, 47, 48, 49, 64, 1000, 4000]
+        .into_iter()
+        .enumerate()
+    {
         let tag = 0x100 + i as u64;
         let data = pattern(len, i as u8);
         p.send(tag, &data);
@@ -200,6 +203,28 @@ fn raw_receive_and_probed_message_finish_at_once() {
     assert_eq!(c.status, Ok(()));
     assert_eq!((c.len, c.tag), (24, 2));
     assert_eq!(c.buf.expect("buffer"), data);
+
+    // A probed message received into raw memory goes through a request.
+    p.send(3, &data);
+    p.wait_unexpected(3, EXACT);
+    let msg =
+        p.b.tag_probe(3, EXACT, true)
+            .expect("probe")
+            .msg
+            .expect("removed");
+    let mut mem = vec![0u8; 20];
+    // SAFETY: `mem` outlives the receive, finished below before `mem` is read or dropped.
+    let op = unsafe { p.b.tag_msg_recv_raw(mem.as_mut_ptr(), mem.len(), msg) }.expect("recv");
+    let c = p.finish(op, false);
+    assert_eq!(
+        c.status,
+        Err(Error::Truncated {
+            len: 24,
+            capacity: 20
+        })
+    );
+    assert_eq!((c.len, c.tag, c.buf), (24, 3, None));
+    assert_eq!(&mem[..], &data[..20]);
 }
 
 #[test]

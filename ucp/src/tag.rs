@@ -90,9 +90,11 @@ impl Worker {
 
     /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and
     /// must be received with [`Worker::tag_msg_recv`].
+    #[inline]
     pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
         let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
         let len = match &self.st.unexp[uid as usize].kind {
+            UnexpKind::Inline { len, .. } => usize::from(*len),
             UnexpKind::Eager { total, .. } => *total,
             UnexpKind::Rts { len, .. } => *len,
         };

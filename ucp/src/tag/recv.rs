@@ -14,9 +14,16 @@ use crate::request::{Completion, Op, Request};
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::state::{
-    Notify, RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind,
+    Notify, RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind, UNEXP_INLINE,
 };
 use ucs::{Error, Result};
+
+/// Copies `data` to the front of `buf`, as much as fits.
+#[inline]
+fn copy_in(buf: &mut [u8], data: &[u8]) {
+    let n = data.len().min(buf.len());
+    buf[..n].copy_from_slice(&data[..n]);
+}
 
 /// Status of a receive of capacity `cap` that got all `total` bytes of a message.
 #[inline]
@@ -85,9 +92,9 @@ impl State {
         (Op::Pending(Request::new(key, gen, &self.req_shared)), true)
     }
 
-    /// Receives unexpected message `uid` (already off the matcher's queue) into `buf`: a complete
-    /// eager message is copied and finishes at once without a request; the others go through a
-    /// receive request (`recv_from_unexp`).
+    /// Receives unexpected message `uid` (already off the matcher's queue) into `buf`: a whole
+    /// eager message is copied and finishes at once without a request; the others go through
+    /// a receive request (`deliver_unexp`).
     pub(crate) fn recv_unexp_now(
         &mut self,
         mut buf: RecvBuf,
@@ -95,33 +102,29 @@ impl State {
         mask: u64,
         uid: usize,
     ) -> Op {
-        let whole = matches!(
-            self.unexp.get(uid),
-            Some(Unexp {
-                kind: UnexpKind::Eager { .. },
-                msg_key: None,
-                ..
-            })
-        );
-        if !whole {
-            let key = self.new_recv(buf, tag, mask);
-            self.recv_from_unexp(key, uid);
-            return self.op_of(key);
-        }
         let u = self.unexp.remove(uid);
-        let UnexpKind::Eager { data, total, sreq } = u.kind else {
-            // Not reached: checked above.
-            return Op::Done(Completion::failed(Error::InvalidParam(
-                "unexpected message is not eager".into(),
-            )));
+        let (total, sreq) = match u.kind {
+            UnexpKind::Inline { len, data, sreq } => {
+                let len = usize::from(len);
+                copy_in(&mut buf, &data[..len]);
+                (len, sreq)
+            }
+            UnexpKind::Eager { data, total, sreq } if u.msg_key.is_none() => {
+                copy_in(&mut buf, &data);
+                self.put_buf(data);
+                (total, sreq)
+            }
+            kind => {
+                // Fragments still arriving, or a rendezvous.
+                let key = self.new_recv(buf, tag, mask);
+                self.deliver_unexp(key, Unexp { kind, ..u });
+                return self.op_of(key);
+            }
         };
         if sreq != NO_REQ {
             let _ = self.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
         }
         let cap = buf.len();
-        let n = data.len().min(cap);
-        buf[..n].copy_from_slice(&data[..n]);
-        self.put_buf(data);
         Op::Done(Completion {
             status: eager_status(total, cap),
             buf: buf.into_vec(),
@@ -157,26 +160,36 @@ impl State {
     /// Delivers unexpected message `uid` to receive `key`.
     pub(crate) fn recv_from_unexp(&mut self, key: usize, uid: usize) {
         let u = self.unexp.remove(uid);
+        self.deliver_unexp(key, u);
+    }
+
+    /// Delivers unexpected message `u` (out of the queue) to receive `key`.
+    fn deliver_unexp(&mut self, key: usize, u: Unexp) {
         self.reqs[key].ep = Some(u.ep);
+        let eager = |st: &mut State, data: &[u8], total: usize, sreq: u64| {
+            if sreq != NO_REQ {
+                let _ = st.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+            }
+            let r = st.recv_mut(key);
+            r.sender_tag = u.tag;
+            r.total = total;
+            r.stage = RecvStage::Eager;
+            copy_in(&mut r.buf, data);
+            r.received = data.len();
+            match u.msg_key {
+                Some(mk) => {
+                    st.assembling.insert(mk, Target::Req(key));
+                }
+                None => st.recv_check_done(key),
+            }
+        };
         match u.kind {
+            UnexpKind::Inline { len, data, sreq } => {
+                let len = usize::from(len);
+                eager(self, &data[..len], len, sreq);
+            }
             UnexpKind::Eager { data, total, sreq } => {
-                if sreq != NO_REQ {
-                    let _ = self.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
-                }
-                let cap = self.recv_mut(key).buf.len();
-                let r = self.recv_mut(key);
-                r.sender_tag = u.tag;
-                r.total = total;
-                r.stage = RecvStage::Eager;
-                let n = data.len().min(cap);
-                r.buf[..n].copy_from_slice(&data[..n]);
-                r.received = data.len();
-                match u.msg_key {
-                    Some(mk) => {
-                        self.assembling.insert(mk, Target::Req(key));
-                    }
-                    None => self.recv_check_done(key),
-                }
+                eager(self, &data, total, sreq);
                 self.put_buf(data);
             }
             UnexpKind::Rts {
@@ -312,10 +325,26 @@ impl State {
         sreq: u64,
         msg_id: Option<u64>,
     ) {
-        let mut v = self.get_buf();
-        v.reserve(total.min(1 << 26));
-        v.extend_from_slice(data);
-        let msg_key = if data.len() >= total {
+        let whole = data.len() >= total;
+        let kind = if whole && total <= UNEXP_INLINE {
+            let mut inline = [0u8; UNEXP_INLINE];
+            inline[..total].copy_from_slice(&data[..total]);
+            UnexpKind::Inline {
+                len: total as u8,
+                data: inline,
+                sreq,
+            }
+        } else {
+            let mut v = self.get_buf();
+            v.reserve(total.min(1 << 26));
+            v.extend_from_slice(data);
+            UnexpKind::Eager {
+                data: v,
+                total,
+                sreq,
+            }
+        };
+        let msg_key = if whole {
             None
         } else {
             msg_id.map(|m| (src, m))
@@ -323,11 +352,7 @@ impl State {
         let uid = self.unexp.insert(Unexp {
             ep: idx,
             tag,
-            kind: UnexpKind::Eager {
-                data: v,
-                total,
-                sreq,
-            },
+            kind,
             msg_key,
         });
         self.matcher.push_unexpected(tag, uid as u64);

@@ -253,12 +253,25 @@ pub(crate) enum Notify {
     Release,
 }
 
+/// Largest whole eager message an unexpected entry keeps inline (no pooled buffer); the entry
+/// is no larger for it than one of a rendezvous.
+pub(crate) const UNEXP_INLINE: usize = 48;
+
+/// What an unexpected message holds until a receive takes it.
 pub(crate) enum UnexpKind {
+    /// A whole eager message of `len` (at most [`UNEXP_INLINE`]) bytes, in `data[..len]`.
+    Inline {
+        len: u8,
+        data: [u8; UNEXP_INLINE],
+        sreq: u64,
+    },
+    /// An eager message of `total` bytes, or the fragments of it that arrived so far.
     Eager {
         data: Vec<u8>,
         total: usize,
         sreq: u64,
     },
+    /// A rendezvous announcement.
     Rts {
         sreq: u64,
         len: usize,
