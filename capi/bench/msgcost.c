@@ -4,9 +4,10 @@
  * Usage: msgcost SIZE ITERS [expected|unexpected|idle]
  * Two workers of one context in this process; worker A has an endpoint to worker B (the
  * transport is whatever UCX_TLS allows between two workers of one process, e.g. UCX_TLS=posix
- * or UCX_TLS=tcp). Each iteration posts a receive on B ("expected") or sends first
- * ("unexpected"), sends SIZE bytes from A, and calls ucp_worker_progress on A and B in turn
- * until both requests are complete. One thread does everything, so the work per message does
+ * or UCX_TLS=tcp). Each iteration posts a receive on B and then sends SIZE bytes from A
+ * ("expected"), or sends first and calls ucp_worker_progress on A and B in turn until the send
+ * is complete and B's ucp_tag_probe_nb sees the message waiting unexpected, then posts the
+ * receive ("unexpected"); then it progresses A and B in turn until both requests are complete. One thread does everything, so the work per message does
  * not depend on timing and an instruction counter (callgrind) sees the same count run after run.
  * Prints "rank 0 libucp PATH" and "ns_per_msg SIZE NS" (wall clock over ITERS, after a warm-up); the
  * first and last byte of every received message are checked, and a wrong one exits with 1.
@@ -82,7 +83,8 @@ static void one_message(ucp_worker_h a, ucp_worker_h b, ucp_ep_h ep, char *sbuf,
     if (unexpected) {
         sreq = ucp_tag_send_nbx(ep, sbuf, size, 7, &sp);
         done_send |= started(sreq, "send");
-        while (!done_send) {
+        ucp_tag_recv_info_t info;
+        while (!done_send || ucp_tag_probe_nb(b, 7, (ucp_tag_t)-1, 0, &info) == NULL) {
             ucp_worker_progress(a);
             ucp_worker_progress(b);
         }

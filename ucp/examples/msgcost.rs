@@ -3,8 +3,9 @@
 //!
 //! Usage: `msgcost SIZE ITERS [expected|unexpected|idle] [TLS]` (TLS: `posix` by default).
 //! Two workers of one context; worker A has an endpoint to worker B. Each iteration posts a
-//! receive on B ("expected") or sends first ("unexpected"), sends SIZE bytes from A, and
-//! progresses B until the receive completes. "idle": one `progress` call on A per iteration.
+//! receive on B and then sends SIZE bytes from A ("expected"), or sends first and progresses
+//! both workers until B's probe sees the message waiting in its unexpected queue before posting
+//! the receive ("unexpected"), then progresses both until the receive completes. "idle": one `progress` call on A per iteration.
 //! The first and last byte of every message are checked. Prints `ns_per_msg SIZE NS`.
 
 use std::time::Instant;
@@ -40,6 +41,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Op::Done(_) => None,
             Op::Pending(p) => Some(p),
         };
+        if r.is_none() {
+            // Unexpected: the message waits at B before the receive is posted.
+            while b.tag_probe(1, TAG_MASK_EXACT, false).is_none() {
+                a.progress();
+                b.progress();
+            }
+        }
         let r = match r {
             Some(r) => r,
             None => b.tag_recv(buf.take().ok_or("no buffer")?, 1, TAG_MASK_EXACT)?,

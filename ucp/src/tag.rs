@@ -17,6 +17,7 @@ mod recv;
 mod send;
 
 use crate::request::Op;
+use crate::rma::raw_mem::RecvBuf;
 use crate::rma::MemMap;
 use crate::worker::state::{SendData, UnexpKind};
 use crate::worker::{EpHandle, Message, ProbeInfo, Worker};
@@ -73,16 +74,27 @@ impl Worker {
     /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
     /// completion gives the buffer back with the data in `buf[..len]`.
     pub fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
-        let op = self.st.tag_recv(buf, tag, mask)?;
-        crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, &op);
-        Ok(op)
+        Ok(self.tag_recv_buf(RecvBuf::Owned(buf), tag, mask))
+    }
+
+    /// [`Worker::tag_recv`] into either kind of buffer: a receive left waiting in the matcher
+    /// goes to the transport's tag matching when it may (see `offload`).
+    pub(crate) fn tag_recv_buf(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
+        let len = buf.len();
+        let (op, queued) = self.st.tag_recv(buf, tag, mask);
+        if queued && self.st.tm.may_post(mask, len) {
+            crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, &op);
+        }
+        op
     }
 
     /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and
     /// must be received with [`Worker::tag_msg_recv`].
+    #[inline]
     pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
         let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
         let len = match &self.st.unexp[uid as usize].kind {
+            UnexpKind::Inline { len, .. } => usize::from(*len),
             UnexpKind::Eager { total, .. } => *total,
             UnexpKind::Rts { len, .. } => *len,
         };
@@ -110,8 +122,8 @@ impl Worker {
                 "the message belongs to another worker".into(),
             ));
         }
-        let key = self.st.new_recv(buf, msg.uid as u64, 0);
-        self.st.recv_from_unexp(key, msg.uid);
-        Ok(self.st.op_of(key))
+        Ok(self
+            .st
+            .recv_unexp_now(RecvBuf::Owned(buf), msg.uid as u64, 0, msg.uid))
     }
 }

@@ -700,6 +700,21 @@ pub fn split_prefix(b: &[u8]) -> Result<(u64, &[u8])> {
     Ok((le64(b, 0), &b[PREFIX_LEN..]))
 }
 
+/// Splits an EAGER_ONLY message, uuid prefix included, into the sender's uuid, the tag and the
+/// payload; `None` when it is too short for the prefix and the [`EagerHdr`] (the general
+/// [`split_prefix`] and [`Msg::decode`] then say what is wrong).
+#[inline]
+pub fn split_eager_only(b: &[u8]) -> Option<(u64, u64, &[u8])> {
+    if b.len() < PREFIX_LEN + EagerHdr::LEN {
+        return None;
+    }
+    Some((
+        le64(b, 0),
+        le64(b, PREFIX_LEN),
+        &b[PREFIX_LEN + EagerHdr::LEN..],
+    ))
+}
+
 impl<'a> Msg<'a> {
     /// Decodes the body of an active message (after the uuid prefix) of uct id `id`.
     pub fn decode(id: u8, b: &'a [u8]) -> Result<Self> {

@@ -34,6 +34,7 @@ mod endpoint;
 mod failure;
 mod flush;
 pub(crate) mod peer_req;
+mod peers;
 pub(crate) mod pending;
 pub(crate) mod progress;
 mod req_table;
@@ -258,7 +259,7 @@ impl Worker {
                 address,
                 eps: Slab::new(),
                 ep_gen: 0,
-                by_uuid: HashMap::default(),
+                by_uuid: Default::default(),
                 by_uct: HashMap::new(),
                 iface_users: vec![0; n_ifaces],
                 reqs: Default::default(),

@@ -218,11 +218,7 @@ impl Worker {
         mask: u64,
     ) -> Result<Op> {
         // SAFETY: forwarded contract.
-        let op = self
-            .st
-            .tag_recv(unsafe { RecvBuf::raw(ptr, len) }, tag, mask)?;
-        crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, &op);
-        Ok(op)
+        Ok(self.tag_recv_buf(unsafe { RecvBuf::raw(ptr, len) }, tag, mask))
     }
 
     /// Receives a message taken by a removing probe straight into `len` bytes at `ptr`.

@@ -68,6 +68,14 @@ impl TagMatcher {
         if let Some(u) = self.take_unexpected(tag, mask) {
             return Some(u);
         }
+        self.queue(tag, mask, id);
+        None
+    }
+
+    /// Queues receive `id` for `tag` under `mask` without looking at the unexpected messages
+    /// (the caller found none that fits: [`TagMatcher::take_unexpected`] gave `None`).
+    #[inline]
+    pub fn queue(&mut self, tag: u64, mask: u64, id: u64) {
         self.seq += 1;
         let e = Expected {
             seq: self.seq,
@@ -80,30 +88,50 @@ impl TagMatcher {
         } else {
             self.wild.push_back(e);
         }
-        None
     }
 
     /// A message with `tag` arrived. Gives the id of the receive it matches (removed from the
     /// queue), or, when none fits, queues `unexp_id` as unexpected and gives `None`.
+    #[inline]
     pub fn arrive(&mut self, tag: u64, unexp_id: u64) -> Option<u64> {
         match self.match_expected(tag) {
             Some(id) => Some(id),
             None => {
-                self.unexpected.push_back((tag, unexp_id));
+                self.push_unexpected(tag, unexp_id);
                 None
             }
         }
     }
 
+    /// Queues message `unexp_id` with `tag` as unexpected (the caller found no receive for it:
+    /// [`TagMatcher::match_expected`] gave `None`).
+    #[inline]
+    pub fn push_unexpected(&mut self, tag: u64, unexp_id: u64) {
+        self.unexpected.push_back((tag, unexp_id));
+    }
+
     /// Removes and gives the earliest-posted receive that fits `tag`, if any.
+    #[inline]
     pub fn match_expected(&mut self, tag: u64) -> Option<u64> {
+        // No wildcard receive: the earliest exact one for the tag wins, usually the first of
+        // its bucket.
+        if self.wild.is_empty() {
+            let b = &mut self.exact[bucket(tag)];
+            match b.front() {
+                None => return None,
+                Some(e) if e.tag == tag => return b.pop_front().map(|e| e.id),
+                Some(_) => {}
+            }
+        }
+        self.match_expected_scan(tag)
+    }
+
+    /// [`TagMatcher::match_expected`] when the receive is not at the front of its bucket, or
+    /// wildcard receives are waiting.
+    #[inline(never)]
+    fn match_expected_scan(&mut self, tag: u64) -> Option<u64> {
         let b = &mut self.exact[bucket(tag)];
         if self.wild.is_empty() {
-            // No wildcard receive: the earliest exact one for the tag wins, usually the first
-            // of its bucket.
-            if b.front().is_some_and(|e| e.tag == tag) {
-                return b.pop_front().map(|e| e.id);
-            }
             let i = b.iter().position(|e| e.tag == tag)?;
             return b.remove(i).map(|e| e.id);
         }
@@ -140,7 +168,18 @@ impl TagMatcher {
     }
 
     /// The earliest unexpected message that fits, without removing it: `(tag, id)`.
+    #[inline]
     pub fn probe(&self, tag: u64, mask: u64) -> Option<(u64, u64)> {
+        // Usually the earliest message is the one.
+        match self.unexpected.front() {
+            None => None,
+            Some(&(t, id)) if tag_fits(t, tag, mask) => Some((t, id)),
+            Some(_) => self.probe_scan(tag, mask),
+        }
+    }
+
+    #[inline(never)]
+    fn probe_scan(&self, tag: u64, mask: u64) -> Option<(u64, u64)> {
         self.unexpected
             .iter()
             .copied()
@@ -148,7 +187,19 @@ impl TagMatcher {
     }
 
     /// Removes and gives the earliest unexpected message that fits.
+    #[inline]
     pub fn take_unexpected(&mut self, tag: u64, mask: u64) -> Option<u64> {
+        match self.unexpected.front() {
+            None => None,
+            Some(&(t, _)) if tag_fits(t, tag, mask) => {
+                self.unexpected.pop_front().map(|(_, id)| id)
+            }
+            Some(_) => self.take_unexpected_scan(tag, mask),
+        }
+    }
+
+    #[inline(never)]
+    fn take_unexpected_scan(&mut self, tag: u64, mask: u64) -> Option<u64> {
         let i = self
             .unexpected
             .iter()

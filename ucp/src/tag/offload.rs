@@ -210,6 +210,19 @@ impl TmState {
         Ok(())
     }
 
+    /// For a receive of `len` bytes under `mask` just queued in the matcher: false when it
+    /// cannot be posted to the transport (a wildcard, a small one, or a software-only receive
+    /// waiting before it), and then counts it as software-only; true when [`after_post`] is
+    /// to decide.
+    #[inline]
+    pub(crate) fn may_post(&mut self, mask: u64, len: usize) -> bool {
+        if mask != crate::tag_match::EXACT || self.sw_only > 0 || len < TM_THRESH {
+            self.sw_only += 1;
+            return false;
+        }
+        true
+    }
+
     /// Notes an endpoint's tag rendezvous threshold (see `min_rndv`).
     pub(crate) fn note_rndv_thresh(&mut self, thresh: usize) {
         self.min_rndv = self.min_rndv.min(thresh);
@@ -308,7 +321,17 @@ impl State {
     /// Takes receive `wire` back from the transport if it is posted there. `Ok(true)`: it was
     /// offloaded and is now back; `Ok(false)`: it was never offloaded; `Err`: the transport
     /// already matched it.
+    #[inline]
     pub(crate) fn tm_unpost(&mut self, wire: u64) -> std::result::Result<bool, ()> {
+        if self.tm.posted.is_empty() {
+            return Ok(false);
+        }
+        self.tm_unpost_posted(wire)
+    }
+
+    /// [`State::tm_unpost`] when some receive is posted to the transport.
+    #[inline(never)]
+    fn tm_unpost_posted(&mut self, wire: u64) -> std::result::Result<bool, ()> {
         let Some(i) = self.tm.posted.iter().position(|p| p.0 == wire) else {
             return Ok(false);
         };
@@ -326,8 +349,20 @@ impl State {
 
     /// `matcher.arrive` for a message that did not come through the transport's matching.
     pub(crate) fn tm_arrive(&mut self, tag: u64, uid: u64) -> Option<u64> {
+        let wire = self.tm_match(tag);
+        if wire.is_none() {
+            self.matcher.push_unexpected(tag, uid);
+        }
+        wire
+    }
+
+    /// `matcher.match_expected` for a message that did not come through the transport's
+    /// matching: the receive it takes, if any (then no longer posted to the transport). The
+    /// caller queues it as unexpected when there is none.
+    #[inline(always)]
+    pub(crate) fn tm_match(&mut self, tag: u64) -> Option<u64> {
         loop {
-            let wire = self.matcher.arrive(tag, uid)?;
+            let wire = self.matcher.match_expected(tag)?;
             match self.tm_unpost(wire) {
                 Ok(true) => return Some(wire),
                 Ok(false) => {

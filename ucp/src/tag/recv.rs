@@ -10,11 +10,33 @@
     )
 )]
 
-use crate::request::Op;
+use crate::request::{Completion, Op, Request};
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
-use crate::worker::state::{RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind};
+use crate::worker::state::{
+    Notify, RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind, UNEXP_INLINE,
+};
 use ucs::{Error, Result};
+
+/// Copies `data` to the front of `buf`, as much as fits.
+#[inline]
+fn copy_in(buf: &mut [u8], data: &[u8]) {
+    let n = data.len().min(buf.len());
+    buf[..n].copy_from_slice(&data[..n]);
+}
+
+/// Status of a receive of capacity `cap` that got all `total` bytes of a message.
+#[inline]
+fn eager_status(total: usize, cap: usize) -> Result<()> {
+    if total > cap {
+        Err(Error::Truncated {
+            len: total,
+            capacity: cap,
+        })
+    } else {
+        Ok(())
+    }
+}
 
 impl State {
     pub(crate) fn new_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> usize {
@@ -31,15 +53,66 @@ impl State {
         }
     }
 
-    pub(crate) fn tag_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> Result<Op> {
+    /// Posts a receive for `tag` under `mask`. A complete eager message already waiting finishes
+    /// it at once (`Op::Done`, no request is created); any other waiting message (rendezvous, or
+    /// fragments still arriving) starts a request for it; otherwise the receive is queued in the
+    /// matcher. The flag is true when the receive was queued (it may then go to the transport,
+    /// see `Worker::tag_recv_buf`).
+    pub(crate) fn tag_recv(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (Op, bool) {
+        if self.matcher.unexpected_len() != 0 {
+            if let Some(uid) = self.matcher.take_unexpected(tag, mask) {
+                return (self.recv_unexp_now(buf, tag, mask, uid as usize), false);
+            }
+        }
         let key = self.new_recv(buf, tag, mask);
         // `wire_id(key)`: the new request has the latest generation.
-        let wire = (self.req_gen as u64) << 32 | key as u64;
+        let gen = self.req_gen;
+        let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
-        if let Some(uid) = self.matcher.post(tag, mask, wire) {
-            self.recv_from_unexp(key, uid as usize);
+        self.matcher.queue(tag, mask, wire);
+        (Op::Pending(Request::new(key, gen, &self.req_shared)), true)
+    }
+
+    /// Receives unexpected message `uid` (already off the matcher's queue) into `buf`: a whole
+    /// eager message is copied and finishes at once without a request; the others go through
+    /// a receive request (`deliver_unexp`).
+    pub(crate) fn recv_unexp_now(
+        &mut self,
+        mut buf: RecvBuf,
+        tag: u64,
+        mask: u64,
+        uid: usize,
+    ) -> Op {
+        let u = self.unexp.remove(uid);
+        let (total, sreq) = match u.kind {
+            UnexpKind::Inline { len, data, sreq } => {
+                let len = usize::from(len);
+                copy_in(&mut buf, &data[..len]);
+                (len, sreq)
+            }
+            UnexpKind::Eager { data, total, sreq } if u.msg_key.is_none() => {
+                copy_in(&mut buf, &data);
+                self.put_buf(data);
+                (total, sreq)
+            }
+            kind => {
+                // Fragments still arriving, or a rendezvous.
+                let key = self.new_recv(buf, tag, mask);
+                self.deliver_unexp(key, Unexp { kind, ..u });
+                return self.op_of(key);
+            }
+        };
+        if sreq != NO_REQ {
+            let _ = self.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
         }
-        Ok(self.op_of(key))
+        let cap = buf.len();
+        Op::Done(Completion {
+            status: eager_status(total, cap),
+            buf: buf.into_vec(),
+            len: total,
+            tag: u.tag,
+            value: 0,
+        })
     }
 
     pub(crate) fn cancel(&mut self, key: usize, gen: u32) -> bool {
@@ -68,26 +141,36 @@ impl State {
     /// Delivers unexpected message `uid` to receive `key`.
     pub(crate) fn recv_from_unexp(&mut self, key: usize, uid: usize) {
         let u = self.unexp.remove(uid);
+        self.deliver_unexp(key, u);
+    }
+
+    /// Delivers unexpected message `u` (out of the queue) to receive `key`.
+    fn deliver_unexp(&mut self, key: usize, u: Unexp) {
         self.reqs[key].ep = Some(u.ep);
+        let eager = |st: &mut State, data: &[u8], total: usize, sreq: u64| {
+            if sreq != NO_REQ {
+                let _ = st.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+            }
+            let r = st.recv_mut(key);
+            r.sender_tag = u.tag;
+            r.total = total;
+            r.stage = RecvStage::Eager;
+            copy_in(&mut r.buf, data);
+            r.received = data.len();
+            match u.msg_key {
+                Some(mk) => {
+                    st.assembling.insert(mk, Target::Req(key));
+                }
+                None => st.recv_check_done(key),
+            }
+        };
         match u.kind {
+            UnexpKind::Inline { len, data, sreq } => {
+                let len = usize::from(len);
+                eager(self, &data[..len], len, sreq);
+            }
             UnexpKind::Eager { data, total, sreq } => {
-                if sreq != NO_REQ {
-                    let _ = self.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
-                }
-                let cap = self.recv_mut(key).buf.len();
-                let r = self.recv_mut(key);
-                r.sender_tag = u.tag;
-                r.total = total;
-                r.stage = RecvStage::Eager;
-                let n = data.len().min(cap);
-                r.buf[..n].copy_from_slice(&data[..n]);
-                r.received = data.len();
-                match u.msg_key {
-                    Some(mk) => {
-                        self.assembling.insert(mk, Target::Req(key));
-                    }
-                    None => self.recv_check_done(key),
-                }
+                eager(self, &data, total, sreq);
                 self.put_buf(data);
             }
             UnexpKind::Rts {
@@ -109,18 +192,65 @@ impl State {
         let r = self.recv_mut(key);
         if r.received >= r.total {
             let (total, cap) = (r.total, r.buf.len());
-            let st = if total > cap {
-                Err(Error::Truncated {
-                    len: total,
-                    capacity: cap,
-                })
-            } else {
-                Ok(())
-            };
-            self.finish(key, st);
+            self.finish(key, eager_status(total, cap));
         }
     }
 
+    /// Finishes receive `key`, matched to a whole eager message of `total` bytes with `tag`
+    /// already copied into its buffer of `cap` bytes: the completion is built here for a
+    /// receive that holds no registration, remote key or active-message header (an eager one,
+    /// which is all this path sees), without the general `finish`; any other request has its
+    /// fields filled and goes to `finish`.
+    fn finish_eager_recv(&mut self, key: usize, tag: u64, total: usize, cap: usize) {
+        let req = &mut self.reqs[key];
+        let ReqKind::Recv(rv) = &mut req.kind else {
+            return self.finish(key, eager_status(total, cap));
+        };
+        if req.done.is_some() || rv.memh.is_some() || rv.rkey.is_some() || rv.am.is_some() {
+            rv.sender_tag = tag;
+            rv.total = total;
+            rv.received = total;
+            rv.stage = RecvStage::Eager;
+            return self.finish(key, eager_status(total, cap));
+        }
+        req.done = Some(Completion {
+            status: eager_status(total, cap),
+            buf: std::mem::take(&mut rv.buf).into_vec(),
+            len: total,
+            tag,
+            value: 0,
+        });
+        if !matches!(req.notify, Notify::Take) {
+            self.callbacks_due.push(key);
+        }
+    }
+
+    /// A whole eager message (EAGER_ONLY, no acknowledgement asked) from endpoint `idx`: copied
+    /// into the earliest posted receive that fits, which finishes, or queued unexpected.
+    #[inline]
+    pub(crate) fn eager_only_arrived(&mut self, idx: usize, src: u64, tag: u64, data: &[u8]) {
+        let Some(wire) = self.tm_match(tag) else {
+            return self.eager_unexpected(idx, src, tag, data, data.len(), NO_REQ, None);
+        };
+        // A stale id (the receive was canceled meanwhile) drops the message, as everywhere.
+        let Some(key) = self.req_by_wire(wire) else {
+            return;
+        };
+        let req = &mut self.reqs[key];
+        // The matcher holds receives only.
+        let ReqKind::Recv(r) = &mut req.kind else {
+            return;
+        };
+        req.ep = Some(idx);
+        let cap = r.buf.len();
+        let n = data.len().min(cap);
+        r.buf[..n].copy_from_slice(&data[..n]);
+        self.finish_eager_recv(key, tag, data.len(), cap);
+    }
+
+    /// An eager message or its first fragment (`data` of `total` bytes; `sreq`: the sender's
+    /// request to acknowledge, or `NO_REQ`; `msg_id`: the message id of a fragmented one) from
+    /// endpoint `idx`: into the earliest posted receive that fits, or queued unexpected.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn eager_arrived(
         &mut self,
@@ -132,67 +262,83 @@ impl State {
         sreq: u64,
         msg_id: Option<u64>,
     ) {
-        let uid = self.unexp.vacant_key();
-        let complete = data.len() >= total;
-        match self.tm_arrive(tag, uid as u64) {
-            Some(wire) => {
-                let Some(key) = self.req_by_wire(wire) else {
-                    return;
-                };
-                if sreq != NO_REQ {
-                    let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
-                }
-                let req = &mut self.reqs[key];
-                // The matcher holds receives only.
-                let ReqKind::Recv(r) = &mut req.kind else {
-                    return;
-                };
-                req.ep = Some(idx);
-                r.sender_tag = tag;
-                r.total = total;
-                r.stage = RecvStage::Eager;
-                let cap = r.buf.len();
-                let n = data.len().min(cap);
-                r.buf[..n].copy_from_slice(&data[..n]);
-                r.received = data.len();
-                if complete {
-                    // All of it is here (as `recv_check_done` would find).
-                    let st = if total > cap {
-                        Err(Error::Truncated {
-                            len: total,
-                            capacity: cap,
-                        })
-                    } else {
-                        Ok(())
-                    };
-                    self.finish(key, st);
-                } else if let Some(m) = msg_id {
-                    self.assembling.insert((src, m), Target::Req(key));
-                }
+        let Some(wire) = self.tm_match(tag) else {
+            return self.eager_unexpected(idx, src, tag, data, total, sreq, msg_id);
+        };
+        let Some(key) = self.req_by_wire(wire) else {
+            return;
+        };
+        if sreq != NO_REQ {
+            let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
+        }
+        let req = &mut self.reqs[key];
+        // The matcher holds receives only.
+        let ReqKind::Recv(r) = &mut req.kind else {
+            return;
+        };
+        req.ep = Some(idx);
+        let cap = r.buf.len();
+        let n = data.len().min(cap);
+        r.buf[..n].copy_from_slice(&data[..n]);
+        if data.len() >= total {
+            // All of it is here (as `recv_check_done` would find).
+            return self.finish_eager_recv(key, tag, total, cap);
+        }
+        r.sender_tag = tag;
+        r.total = total;
+        r.stage = RecvStage::Eager;
+        r.received = data.len();
+        if let Some(m) = msg_id {
+            self.assembling.insert((src, m), Target::Req(key));
+        }
+    }
+
+    /// [`State::eager_arrived`] that matched no posted receive: the message waits in the
+    /// unexpected queue (its fragments, if any, join it there).
+    #[allow(clippy::too_many_arguments)]
+    fn eager_unexpected(
+        &mut self,
+        idx: usize,
+        src: u64,
+        tag: u64,
+        data: &[u8],
+        total: usize,
+        sreq: u64,
+        msg_id: Option<u64>,
+    ) {
+        let whole = data.len() >= total;
+        let kind = if whole && total <= UNEXP_INLINE {
+            let mut inline = [0u8; UNEXP_INLINE];
+            inline[..total].copy_from_slice(&data[..total]);
+            UnexpKind::Inline {
+                len: total as u8,
+                data: inline,
+                sreq,
             }
-            None => {
-                let mut v = self.get_buf();
-                v.reserve(total.min(1 << 26));
-                v.extend_from_slice(data);
-                let msg_key = if complete {
-                    None
-                } else {
-                    msg_id.map(|m| (src, m))
-                };
-                self.unexp.insert(Unexp {
-                    ep: idx,
-                    tag,
-                    kind: UnexpKind::Eager {
-                        data: v,
-                        total,
-                        sreq,
-                    },
-                    msg_key,
-                });
-                if let Some(mk) = msg_key {
-                    self.assembling.insert(mk, Target::Unexp(uid));
-                }
+        } else {
+            let mut v = self.get_buf();
+            v.reserve(total.min(1 << 26));
+            v.extend_from_slice(data);
+            UnexpKind::Eager {
+                data: v,
+                total,
+                sreq,
             }
+        };
+        let msg_key = if whole {
+            None
+        } else {
+            msg_id.map(|m| (src, m))
+        };
+        let uid = self.unexp.insert(Unexp {
+            ep: idx,
+            tag,
+            kind,
+            msg_key,
+        });
+        self.matcher.push_unexpected(tag, uid as u64);
+        if let Some(mk) = msg_key {
+            self.assembling.insert(mk, Target::Unexp(uid));
         }
     }
 

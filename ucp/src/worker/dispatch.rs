@@ -11,7 +11,7 @@
     )
 )]
 
-use crate::wire::{am_id, split_prefix, EagerHdr, Msg, NO_REQ};
+use crate::wire::{am_id, split_eager_only, split_prefix, EagerHdr, Msg, NO_REQ};
 use crate::wireup::Admit;
 use crate::worker::state::{EpState, State};
 use ucs::{Error, Result};
@@ -22,8 +22,43 @@ impl State {
     }
 
     /// An active message that arrived on interface `iface` (`None`: not from an AM lane, e.g.
-    /// a tag-offload rendezvous header).
+    /// a tag-offload rendezvous header). The common message, a whole eager tag message from a
+    /// known peer on its usual lane, goes straight to the tag matching; everything else (and
+    /// anything malformed) takes the general path.
+    #[inline]
     pub(crate) fn handle_am_from(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
+        if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data) {
+            return;
+        }
+        self.handle_am_general(iface, id, data);
+    }
+
+    /// An EAGER_ONLY message: true when it was delivered here; false leaves it to the general
+    /// path (too short, unknown sender, an endpoint that failed or closed, or the new lane of
+    /// the peer's AM lane switch), which checks it all again.
+    #[inline]
+    fn eager_only_fast(&mut self, iface: Option<usize>, data: &[u8]) -> bool {
+        let Some((src, tag, payload)) = split_eager_only(data) else {
+            return false;
+        };
+        let Some(idx) = self.by_uuid.lookup(src) else {
+            return false;
+        };
+        if iface.is_some_and(|i| self.info[i].ep_only) {
+            return false;
+        }
+        let ep = &mut self.eps[idx];
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            return false;
+        }
+        ep.last_rx = self.now_cache;
+        self.eager_only_arrived(idx, src, tag, payload);
+        true
+    }
+
+    /// Every message but the common one of [`State::handle_am_from`].
+    #[inline(never)]
+    fn handle_am_general(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
         let (src, body) = match split_prefix(data) {
             Ok(x) => x,
             Err(e) => {
@@ -36,7 +71,7 @@ impl State {
             self.handle_wireup(src, body);
             return;
         }
-        let Some(&idx) = self.by_uuid.get(&src) else {
+        let Some(idx) = self.by_uuid.lookup(src) else {
             if id == am_id::CLOSE_ACK {
                 // Both sides closed at once: this side forgot the endpoint on the peer's CLOSE
                 // before the ack of its own CLOSE arrived.

@@ -320,12 +320,25 @@ pub(crate) enum Notify {
     Release,
 }
 
+/// Largest whole eager message an unexpected entry keeps inline (no pooled buffer); the entry
+/// is no larger for it than one of a rendezvous.
+pub(crate) const UNEXP_INLINE: usize = 48;
+
+/// What an unexpected message holds until a receive takes it.
 pub(crate) enum UnexpKind {
+    /// A whole eager message of `len` (at most [`UNEXP_INLINE`]) bytes, in `data[..len]`.
+    Inline {
+        len: u8,
+        data: [u8; UNEXP_INLINE],
+        sreq: u64,
+    },
+    /// An eager message of `total` bytes, or the fragments of it that arrived so far.
     Eager {
         data: Vec<u8>,
         total: usize,
         sreq: u64,
     },
+    /// A rendezvous announcement.
     Rts {
         sreq: u64,
         len: usize,
@@ -374,7 +387,7 @@ pub(crate) struct State {
     pub(crate) address: Vec<u8>,
     pub(crate) eps: Slab<Ep>,
     pub(crate) ep_gen: u32,
-    pub(crate) by_uuid: HashMap<u64, usize, UuidHash>,
+    pub(crate) by_uuid: crate::worker::peers::PeerIndex,
     pub(crate) by_uct: HashMap<(usize, u32), usize>,
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.

@@ -1,0 +1,82 @@
+//! The endpoint of each peer worker, by the peer's uuid (the prefix of every ucp message), with
+//! the last sender looked up kept aside so that a run of messages from one peer finds its
+//! endpoint without hashing.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::worker::state::UuidHash;
+use std::collections::HashMap;
+
+/// Peer uuid to endpoint index. Every change of the map forgets the kept-aside entry, so a
+/// lookup always gives what the map holds.
+#[derive(Default)]
+pub(crate) struct PeerIndex {
+    map: HashMap<u64, usize, UuidHash>,
+    /// The last `(uuid, endpoint)` [`PeerIndex::lookup`] found.
+    last: Option<(u64, usize)>,
+}
+
+impl PeerIndex {
+    /// The endpoint of peer `uuid`.
+    pub(crate) fn get(&self, uuid: &u64) -> Option<&usize> {
+        self.map.get(uuid)
+    }
+
+    /// The endpoint of peer `uuid`, remembering it for the next lookup (the per-message path).
+    #[inline]
+    pub(crate) fn lookup(&mut self, uuid: u64) -> Option<usize> {
+        if let Some((u, idx)) = self.last {
+            if u == uuid {
+                return Some(idx);
+            }
+        }
+        let idx = *self.map.get(&uuid)?;
+        self.last = Some((uuid, idx));
+        Some(idx)
+    }
+
+    /// Maps peer `uuid` to endpoint `idx`; gives the endpoint it replaced.
+    pub(crate) fn insert(&mut self, uuid: u64, idx: usize) -> Option<usize> {
+        self.last = None;
+        self.map.insert(uuid, idx)
+    }
+
+    /// Forgets peer `uuid`; gives its endpoint.
+    pub(crate) fn remove(&mut self, uuid: &u64) -> Option<usize> {
+        self.last = None;
+        self.map.remove(uuid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_follows_every_change() {
+        let mut p = PeerIndex::default();
+        assert_eq!(p.lookup(7), None);
+        p.insert(7, 1);
+        assert_eq!(p.lookup(7), Some(1));
+        assert_eq!(p.lookup(7), Some(1));
+        // Replaced: the kept-aside entry must not answer.
+        assert_eq!(p.insert(7, 2), Some(1));
+        assert_eq!(p.lookup(7), Some(2));
+        p.insert(9, 3);
+        assert_eq!(p.lookup(9), Some(3));
+        assert_eq!(p.lookup(7), Some(2));
+        assert_eq!(p.remove(&7), Some(2));
+        assert_eq!(p.lookup(7), None);
+        assert_eq!(p.get(&9), Some(&3));
+        assert_eq!(p.lookup(9), Some(3));
+        p.remove(&9);
+        assert_eq!(p.lookup(9), None);
+    }
+}
