@@ -153,6 +153,13 @@ pub trait Endpoint {
         let _ = (id, header, payload);
         unsupported("am_short")
     }
+    /// Sends an active message of two 8-byte header words and a payload, inline. The receiver
+    /// sees `h0.to_le_bytes()`, `h1.to_le_bytes()`, then `payload`. Limit:
+    /// `16 + payload.len() <= am.max_short`. By default the same as [`Endpoint::am_short_iov`]
+    /// of the three pieces; a transport overrides it to write the words without a gather loop.
+    fn am_short2(&mut self, id: u8, h0: u64, h1: u64, payload: &[u8]) -> Result<Outcome> {
+        self.am_short_iov(id, &[&h0.to_le_bytes(), &h1.to_le_bytes(), payload])
+    }
     /// Sends an active message gathered from several buffers, inline. Limit: total ≤ am.max_short.
     fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
         let _ = (id, iov);

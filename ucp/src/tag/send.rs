@@ -13,14 +13,92 @@
 use crate::request::{Completion, Op};
 use crate::rma::raw_mem::SendBuf;
 use crate::tag::offload::TM_THRESH;
-use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
+use crate::wire::{
+    am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ, PREFIX_LEN,
+};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{Pending, ReqKind, SendData, SendReq, SendStage, State};
+use crate::worker::state::{EpState, Pending, ReqKind, SendData, SendReq, SendStage, State};
 use ucs::{Error, Outcome, Result};
+use uct::Endpoint as _;
+use uct::IfaceFlags;
 
 impl State {
+    /// Sends a tagged message: eager short at once when it can (see [`State::tag_send_short`]),
+    /// otherwise by the protocol its size and the endpoint choose.
+    #[inline]
     pub(crate) fn tag_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'_>,
+        sync: bool,
+    ) -> Result<Op> {
+        if !sync && self.tag_send_short(idx, tag, &data)? {
+            let give = match data {
+                SendData::Owned(v) => Some(v),
+                SendData::Borrowed(_) | SendData::Raw(_) => None,
+            };
+            return Ok(Op::Done(Completion {
+                buf: give,
+                tag,
+                ..Completion::ok()
+            }));
+        }
+        self.tag_send_proto(idx, tag, data, sync)
+    }
+
+    /// The common case of a non-synchronous send, in as few steps as it takes: a message that
+    /// fits one `am_short` of the AM lane, on an endpoint that is usable, connected and has
+    /// nothing queued, below the rendezvous, tag offload and zero-copy thresholds, goes out as
+    /// one EAGER_ONLY message written straight into the transport. Gives false (nothing sent)
+    /// when the message does not qualify or meets back-pressure: [`State::tag_send_proto`]
+    /// then takes it.
+    #[inline]
+    pub(crate) fn tag_send_short(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &SendData<'_>,
+    ) -> Result<bool> {
+        let d = data.as_slice();
+        let len = d.len();
+        let ep = &mut self.eps[idx];
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) || !ep.pending.is_empty() {
+            return Ok(false);
+        }
+        let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
+            return Ok(false);
+        };
+        if len >= p.tag_rndv_thresh || len >= TM_THRESH {
+            return Ok(false);
+        }
+        if matches!(data, SendData::Owned(_)) && p.zcopy_thresh.is_some_and(|z| len >= z && len > 0)
+        {
+            return Ok(false);
+        }
+        let Some((li, uep)) = l.uct.get_mut(l.am) else {
+            return Ok(false);
+        };
+        let a = &self.info[*li].attr;
+        if !a.flags.contains(IfaceFlags::AM_SHORT)
+            || PREFIX_LEN + EagerHdr::LEN + len > a.am.max_short
+        {
+            return Ok(false);
+        }
+        if uep.am_short2(am_id::EAGER_ONLY, self.uuid, tag, d)? == Outcome::NoResource {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_cache;
+        self.next_msg_id += 1;
+        self.stats.eager_single += 1;
+        Ok(true)
+    }
+
+    /// [`State::tag_send`] by the protocol the message's size and the endpoint choose (eager
+    /// short or bcopy, fragments, zero-copy, tag offload, rendezvous), queued behind earlier
+    /// sends or on back-pressure.
+    fn tag_send_proto(
         &mut self,
         idx: usize,
         tag: u64,

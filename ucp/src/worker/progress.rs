@@ -43,21 +43,46 @@ impl Worker {
             self.st.clock_stale = false;
         }
         let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
+        let tick = self.tick;
         for (i, iface) in self.ifaces.iter_mut().enumerate() {
-            let idle = self.st.iface_users[i] == 0;
-            if idle && !all && self.tick.wrapping_sub(self.last_event[i]) > IDLE_IFACE_RECENT {
+            if !all
+                && self.st.iface_users[i] == 0
+                && tick.wrapping_sub(self.last_event[i]) > IDLE_IFACE_RECENT
+            {
                 continue;
             }
-            let mut sink = Sink {
+            let k = iface.progress(&mut Sink {
                 st: &mut self.st,
                 iface: i,
-            };
-            let k = iface.progress(&mut sink);
+            });
             if k > 0 {
-                self.last_event[i] = self.tick;
+                self.last_event[i] = tick;
                 n += k;
             }
         }
+        // The rest runs only when one of its steps has something to do: one test of them all
+        // keeps an idle call short.
+        let st = &self.st;
+        let more = !st.to_connect.is_empty()
+            | !st.pending_eps.is_empty()
+            | !st.flushes.is_empty()
+            | !st.closings.is_empty()
+            | (st.now_cache >= st.next_timer)
+            | !st.failed_notify.is_empty()
+            | !st.callbacks_due.is_empty()
+            | st.req_shared.any();
+        if more {
+            n += self.progress_more();
+        }
+        n
+    }
+
+    /// The steps of [`Worker::progress`] after the interfaces: endpoints to connect, pending
+    /// queues, flushes, closes, timers, failure notifications, callbacks and dropped request
+    /// handles, each only when it has something to do. Gives the number of events handled.
+    #[inline(never)]
+    fn progress_more(&mut self) -> usize {
+        let mut n = 0;
         while let Some(idx) = self.st.to_connect.pop() {
             if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx)
                 .and_then(|()| self.st.ep_lane_start(idx))
@@ -66,7 +91,6 @@ impl Worker {
             }
             n += 1;
         }
-        // Each step is called only when it has something to do: an idle call stays short.
         let st = &mut self.st;
         if !st.pending_eps.is_empty() {
             n += st.progress_pending();

@@ -297,6 +297,12 @@ impl FifoPtrs {
 
     // ---- consumer side ----
 
+    /// True when position `pos` has been published (what [`FifoPtrs::poll`] looks at first).
+    #[inline(always)]
+    pub fn is_ready(&self, pos: u64) -> bool {
+        ring::is_ready(self.seq(pos), pos)
+    }
+
     /// What is at position `pos`. Every result but [`Polled::Empty`] consumes the position.
     ///
     /// # Safety

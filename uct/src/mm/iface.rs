@@ -34,14 +34,16 @@ pub const RMA_MAX_SHORT: usize = 4096;
 pub const RMA_MAX_BCOPY: usize = 8192;
 /// Largest `put_zcopy` / `get_zcopy`.
 pub const RMA_MAX_ZCOPY: usize = 1 << 30;
-/// Messages consumed per progress call at most.
 mod ep;
 
+/// Messages consumed per progress call at most.
 const POLL_BATCH: usize = 32;
 /// Progress calls between two checks of the peers' liveness.
 const PEER_CHECK_INTERVAL: u32 = 1024;
-/// Empty progress calls between two looks at a FIFO that may be stalled by a dead sender.
+/// Empty progress calls between two looks at a FIFO that may be stalled by a dead sender (a
+/// multiple of [`PEER_CHECK_INTERVAL`]: progress's quick look checks that one only).
 const STALL_CHECK_INTERVAL: u32 = 1 << 16;
+const _: () = assert!(STALL_CHECK_INTERVAL.is_multiple_of(PEER_CHECK_INTERVAL));
 
 fn attr() -> IfaceAttr {
     let rma = |max_short| OpLimits {
@@ -399,6 +401,58 @@ impl MmIface {
         }
         count
     }
+    /// The work of [`Iface::progress`] once its quick look found some: consumes up to
+    /// [`POLL_BATCH`] messages, releases consumed positions, and runs the periodic checks,
+    /// pending requests, endpoint errors and tag events.
+    #[inline(never)]
+    fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        let mut n = 0;
+        while n < POLL_BATCH {
+            // SAFETY: this interface is the FIFO's only consumer and read_pos its next position;
+            // the data slice is used only inside the sink call, before the release below.
+            match unsafe { self.fifo.poll(self.read_pos) } {
+                Polled::Empty => break,
+                Polled::Msg(id, data) => {
+                    if id < crate::ep::AM_ID_MAX {
+                        sink.am(id, data);
+                    } else {
+                        self.tag_msg(id, data, sink);
+                    }
+                }
+                Polled::Skip => {}
+                Polled::Corrupt(why) => corrupt_dropped(&why),
+            }
+            self.read_pos += 1;
+            n += 1;
+            if self.read_pos - self.released >= fifo::RELEASE_BATCH {
+                self.fifo.release(self.read_pos);
+                self.released = self.read_pos;
+            }
+        }
+        if n == 0 && self.released != self.read_pos {
+            self.fifo.release(self.read_pos);
+            self.released = self.read_pos;
+        }
+        if n == 0 && self.tick.is_multiple_of(STALL_CHECK_INTERVAL) {
+            self.check_stall();
+        }
+        let check_peers = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.eps.is_empty();
+        if check_peers {
+            crate::grant::maintain();
+        }
+        if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
+            n += self.progress_eps(sink, check_peers);
+        }
+        if self.common.tag_work.get() {
+            n += self.tag_progress(sink);
+        }
+        n
+    }
+}
+
+#[cold]
+fn corrupt_dropped(why: &str) {
+    tracing::warn!(why, "corrupt shared-memory FIFO element dropped")
 }
 
 impl Iface for MmIface {
@@ -507,52 +561,21 @@ impl Iface for MmIface {
         })
     }
 
-    #[inline]
+    /// Nothing arrived, nothing waits and no periodic check is due: a few loads and compares.
+    /// Otherwise [`MmIface::progress_busy`] does the work.
+    #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut n = 0;
-        while n < POLL_BATCH {
-            // SAFETY: this interface is the FIFO's only consumer and read_pos its next position;
-            // the data slice is used only inside the sink call, before the release below.
-            match unsafe { self.fifo.poll(self.read_pos) } {
-                Polled::Empty => break,
-                Polled::Msg(id, data) => {
-                    if id < crate::ep::AM_ID_MAX {
-                        sink.am(id, data);
-                    } else {
-                        self.tag_msg(id, data, sink);
-                    }
-                }
-                Polled::Skip => {}
-                Polled::Corrupt(why) => {
-                    tracing::warn!(why, "corrupt shared-memory FIFO element dropped")
-                }
-            }
-            self.read_pos += 1;
-            n += 1;
-            if self.read_pos - self.released >= fifo::RELEASE_BATCH {
-                self.fifo.release(self.read_pos);
-                self.released = self.read_pos;
-            }
-        }
-        if n == 0 && self.released != self.read_pos {
-            self.fifo.release(self.read_pos);
-            self.released = self.read_pos;
-        }
         self.tick = self.tick.wrapping_add(1);
-        if n == 0 && self.tick.is_multiple_of(STALL_CHECK_INTERVAL) {
-            self.check_stall();
+        if !self.fifo.is_ready(self.read_pos)
+            && self.released == self.read_pos
+            && !self.tick.is_multiple_of(PEER_CHECK_INTERVAL)
+            && self.common.pending_total.get() == 0
+            && self.common.unreported.get() == 0
+            && !self.common.tag_work.get()
+        {
+            return 0;
         }
-        let check_peers = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.eps.is_empty();
-        if check_peers {
-            crate::grant::maintain();
-        }
-        if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
-            n += self.progress_eps(sink, check_peers);
-        }
-        if self.common.tag_work.get() {
-            n += self.tag_progress(sink);
-        }
-        n
+        self.progress_busy(sink)
     }
 
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {

@@ -64,6 +64,7 @@ macro_rules! uct_conformance_tests {
             $crate::uct_conformance_tests!(@tests $fixture;
                 caps_consistency,
                 am_short_sizes,
+                am_short2_sizes,
                 am_short_iov_sizes,
                 am_bcopy_sizes,
                 am_zcopy_sizes,

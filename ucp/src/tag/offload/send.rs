@@ -173,6 +173,15 @@ impl State {
         len: usize,
     ) -> Result<Op> {
         let ptr = map.range(offset, len)?;
+        // SAFETY: `range` checked that the bytes lie in the mapping, which the caller borrows
+        // for this call; the eager short path only copies them before it returns.
+        let small = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+        if self.tag_send_short(idx, tag, &SendData::Borrowed(small))? {
+            return Ok(Op::Done(Completion {
+                tag,
+                ..Completion::ok()
+            }));
+        }
         self.ep_usable(idx)?;
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         let rndv = self.eps[idx]

@@ -187,6 +187,23 @@ impl Endpoint for MmEp {
         })
     }
 
+    #[inline]
+    fn am_short2(&mut self, id: u8, h0: u64, h1: u64, payload: &[u8]) -> Result<Outcome> {
+        check_am_id(id)?;
+        let len = 16 + payload.len();
+        check_len(len, INLINE_MAX)?;
+        self.send(id, |inl, _| {
+            // SAFETY: the inline area of a claimed element holds INLINE_MAX >= len bytes, which
+            // the caller's payload cannot overlap (shared memory only we write now).
+            unsafe {
+                (inl as *mut u64).write_unaligned(h0.to_le());
+                (inl.add(8) as *mut u64).write_unaligned(h1.to_le());
+                copy_piece(inl.add(16), payload);
+            }
+            Ok((fifo::KIND_INLINE, len, ()))
+        })
+    }
+
     fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
         check_am_id(id)?;
         let len: usize = iov.iter().map(|b| b.len()).sum();

@@ -46,6 +46,55 @@ pub fn am_short_sizes<F: Fixture>() {
     );
 }
 
+/// am_short2 with payloads of 0, 1, 8 and the largest size after the two header words, then
+/// one byte too many: the receiver sees both words (little-endian) and then the payload.
+pub fn am_short2_sizes<F: Fixture>() {
+    let Some(mut fx) = open::<F>() else { return };
+    let a = attr(&mut fx);
+    if !a.flags.contains(IfaceFlags::AM_SHORT) {
+        skip!("no AM_SHORT");
+    }
+    let max = a.am.max_short;
+    if max < 16 {
+        skip!("am.max_short below the two header words");
+    }
+    let mut rec = Recorder::new();
+    let sizes = [0, 1, 8, max - 16];
+    let words = |i: usize| {
+        (
+            0x1122_3344_5566_7700 + i as u64,
+            0x8899_aabb_ccdd_ee00 + i as u64,
+        )
+    };
+    for (i, &n) in sizes.iter().enumerate() {
+        let p = pattern(200 + i as u64, n);
+        let (h0, h1) = words(i);
+        run_op(&mut fx, &mut rec, CompletionId(0), |fx| {
+            fx.ep(0).am_short2(7, h0, h1, &p)
+        })
+        .unwrap_or_else(|e| panic!("am_short2 of 16+{n} bytes: {e}"));
+    }
+    let too_long = pattern(9, max - 15);
+    let r = fx.ep(0).am_short2(7, 1, 2, &too_long);
+    assert!(is_too_long(&r), "am_short2 of max_short+1 bytes gave {r:?}");
+    wait_ams(&mut fx, &mut rec, sizes.len());
+    for (i, &n) in sizes.iter().enumerate() {
+        let (h0, h1) = words(i);
+        let mut want = h0.to_le_bytes().to_vec();
+        want.extend_from_slice(&h1.to_le_bytes());
+        want.extend_from_slice(&pattern(200 + i as u64, n));
+        check_am(&rec.ams[i], 7, &want, &format!("am_short2 #{i}"));
+    }
+    for _ in 0..10 {
+        fx.progress_all(&mut rec);
+    }
+    assert_eq!(
+        rec.ams.len(),
+        sizes.len(),
+        "a refused message was delivered"
+    );
+}
+
 /// am_short_iov with totals of 0, 1, max_short (split over pieces) and max_short+1.
 pub fn am_short_iov_sizes<F: Fixture>() {
     let Some(mut fx) = open::<F>() else { return };
