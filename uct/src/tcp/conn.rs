@@ -176,8 +176,9 @@ impl Conn {
     pub(crate) fn fd(&self) -> RawFd {
         self.sock.as_ref().map_or(-1, |s| s.as_raw_fd())
     }
+    #[inline]
     pub(crate) fn is_connected(&self) -> bool {
-        self.state == ConnState::Connected
+        matches!(self.state, ConnState::Connected)
     }
     /// Nothing queued or outstanding.
     pub(crate) fn is_idle(&self) -> bool {
@@ -185,6 +186,20 @@ impl Conn {
             && self.reqs.is_empty()
             && self.put_seq == self.acked_seq
             && self.deferred_err.is_none()
+    }
+    /// True when a progress call has nothing to do on this connection: it is up, nothing is
+    /// queued to send or waiting to be dispatched, no pending request waits, and no `recv`
+    /// is due (epoll did not report it readable, and this call does not poll it directly).
+    #[inline]
+    pub(crate) fn nothing_to_do(&self, direct: bool) -> bool {
+        matches!(self.state, ConnState::Connected)
+            && self.tx.is_empty()
+            && self.pending.is_empty()
+            && !self.readable
+            && (!direct || self.rx_gated)
+            && !self.rx_paused
+            && !self.rx.has_data()
+            && !self.rx.eof
     }
     /// Err if the connection failed.
     pub(crate) fn check_usable(&self) -> Result<()> {

@@ -2,7 +2,7 @@
 
 use super::conn::{ConnState, Req, AM_MAX_HDR, MAX_BCOPY, MAX_REQS, MAX_SHORT};
 use super::inner::Inner;
-use super::iov::{sendv, Segs, MAX_IOV};
+use super::iov::{send_once, sendv, Segs, MAX_IOV};
 use super::txq::TxItem;
 use super::wire::{
     self, AtomicMode, AtomicReq, FlushReq, FrameHeader, GetReq, Hello, HelloMode, Kind, PutHdr,
@@ -14,6 +14,10 @@ use crate::md::{Iov, RemoteKey};
 use std::cell::RefCell;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
+
+/// Largest frame `send` copies into one stack buffer for a single-buffer `send` (larger
+/// ones go out with `sendmsg` of their pieces).
+const SMALL_FRAME: usize = 256;
 
 /// How far a frame got.
 pub(super) enum Sent {
@@ -85,7 +89,22 @@ impl TcpEp {
                 inner.flush_tx(key)?;
             }
             let c = &mut inner.conns[key];
-            let sent = if connected && c.tx.is_empty() {
+            let sent = if connected && c.tx.is_empty() && z.is_none() && copy_len <= SMALL_FRAME {
+                // A small frame: copied into one buffer and sent with `send`.
+                let mut b = [0u8; SMALL_FRAME];
+                let mut at = 0;
+                for p in pieces {
+                    b[at..at + p.len()].copy_from_slice(p);
+                    at += p.len();
+                }
+                let n = send_once(fd, &b[..at])?;
+                if n == at {
+                    Sent::All
+                } else {
+                    c.tx.push_pieces(&mut inner.tx_pool, pieces, n);
+                    Sent::Queued
+                }
+            } else if connected && c.tx.is_empty() {
                 let mut iov = [libc::iovec {
                     iov_base: std::ptr::null_mut(),
                     iov_len: 0,

@@ -58,6 +58,13 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// True when endpoint errors, tagged receive completions or completions wait to be
+    /// reported.
+    #[inline]
+    pub(super) fn has_events(&self) -> bool {
+        !(self.errors.is_empty() && self.tag.done.is_empty() && self.done.is_empty())
+    }
+
     pub(super) fn set_mask(&mut self, key: usize, mask: Interest) {
         let c = &mut self.conns[key];
         if c.epoll_mask == mask {

@@ -215,6 +215,31 @@ pub(super) fn sendmsg_once(fd: RawFd, iov: &[libc::iovec]) -> Result<usize> {
     }
 }
 
+/// One non-blocking `send` of `buf`, without SIGPIPE (one buffer: the kernel has no iovec
+/// array to copy in, unlike `sendmsg`). `EAGAIN` gives `Ok(0)`.
+pub(super) fn send_once(fd: RawFd, buf: &[u8]) -> Result<usize> {
+    loop {
+        // SAFETY: `buf` is readable memory of `buf.len()` bytes for the call.
+        let r = unsafe {
+            libc::send(
+                fd,
+                buf.as_ptr() as *const libc::c_void,
+                buf.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(0),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(sock_error("send", e)),
+        }
+    }
+}
+
 pub(super) fn sock_error(what: &str, e: io::Error) -> Error {
     match e.raw_os_error() {
         Some(libc::ECONNRESET) | Some(libc::EPIPE) | Some(libc::ENOTCONN) => {

@@ -41,16 +41,19 @@ pub(super) enum Flow {
 impl TcpIface {
     /// One progress call: completions, epoll when needed, every connection, completions.
     pub(super) fn progress_all<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut count = self.deliver(sink);
+        let mut count = 0;
         self.tick = self.tick.wrapping_add(1);
-        let need_epoll = {
+        let (events, need_epoll, few) = {
             let g = self.inner.borrow();
-            g.connecting > 0 || g.force_epoll || g.waiting_out > 0 || g.gated > 0
+            let need = g.connecting > 0 || g.force_epoll || g.waiting_out > 0 || g.gated > 0;
+            (g.has_events(), need, g.active.len() <= DIRECT_MAX)
         };
+        if events {
+            count += self.deliver(sink);
+        }
         // Few connections: a non-blocking recv on each (cheaper than epoll_wait + recv, and
         // measurably lower latency); the listening socket and connects are looked at every
         // EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
-        let few = self.inner.borrow().active.len() <= DIRECT_MAX;
         let polled = !few || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY);
         if polled {
             self.poll_events();
@@ -61,18 +64,36 @@ impl TcpIface {
         let direct = few && !polled;
         let mut i = 0;
         loop {
-            let key = match self.inner.borrow().active.get(i) {
-                Some(&k) => k,
-                None => break,
+            let key = {
+                let g = self.inner.borrow();
+                match g.active.get(i) {
+                    // A connection with nothing to do costs this look only.
+                    Some(&k) if g.conns[k].nothing_to_do(direct) => {
+                        i += 1;
+                        continue;
+                    }
+                    Some(&k) => k,
+                    None => break,
+                }
             };
             i += 1;
             count += self.service(key, sink, direct);
         }
-        count += self.deliver(sink);
-        self.cleanup();
+        let (events, cleanup) = {
+            let g = self.inner.borrow();
+            (g.has_events(), g.cleanup)
+        };
+        if events {
+            count += self.deliver(sink);
+        }
+        if cleanup {
+            self.cleanup();
+        }
         count
     }
 
+    /// Reports the queued endpoint errors, tagged receive completions and completions.
+    #[inline(never)]
     fn deliver<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut n = 0;
         loop {
