@@ -20,10 +20,33 @@ use ucp::Rkey;
 
 /// The key of a client key, after the checks every access makes: the key belongs to this
 /// worker, and a key of this process's own mapping is refused once that mapping is unmapped.
-/// Gives the key and the client-to-rucx address difference.
+/// Gives the key and the client-to-rucx address difference, or why the key is refused.
 ///
 /// # Safety
-/// A live key from `ucp_ep_rkey_unpack`.
+/// A live, non-NULL key from `ucp_ep_rkey_unpack`.
+#[inline(always)]
+pub(crate) unsafe fn rkey_for_quiet<'a>(
+    k: *mut CRkey,
+    w: &Worker,
+) -> Result<(&'a Rkey, u64), &'static str> {
+    // SAFETY: per the contract.
+    let k = unsafe { &*k };
+    if !std::ptr::eq(k.worker, w) {
+        return Err("rkey was unpacked on an endpoint of another worker");
+    }
+    if let Some(a) = &k.alive {
+        if !a.load(Ordering::Acquire) {
+            return Err("rkey names a mapping that was unmapped");
+        }
+    }
+    Ok((&k.rkey, k.delta))
+}
+
+/// [`rkey_for_quiet`] for a key that may be NULL, with one log line for a refused key.
+///
+/// # Safety
+/// A live key from `ucp_ep_rkey_unpack`, or NULL.
+#[inline]
 pub(crate) unsafe fn rkey_for<'a>(
     name: &str,
     k: *mut CRkey,
@@ -33,24 +56,7 @@ pub(crate) unsafe fn rkey_for<'a>(
         return Err(refuse(name, UCS_ERR_INVALID_PARAM, "rkey is NULL"));
     }
     // SAFETY: per the contract.
-    let k = unsafe { &*k };
-    if !std::ptr::eq(k.worker, w) {
-        return Err(refuse(
-            name,
-            UCS_ERR_INVALID_PARAM,
-            "rkey was unpacked on an endpoint of another worker",
-        ));
-    }
-    if let Some(a) = &k.alive {
-        if !a.load(Ordering::Acquire) {
-            return Err(refuse(
-                name,
-                UCS_ERR_INVALID_PARAM,
-                "rkey names a mapping that was unmapped",
-            ));
-        }
-    }
-    Ok((&k.rkey, k.delta))
+    unsafe { rkey_for_quiet(k, w) }.map_err(|why| refuse(name, UCS_ERR_INVALID_PARAM, why))
 }
 
 /// How long `ucp_ep_rkey_unpack` waits for a connecting endpoint.
