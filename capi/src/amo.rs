@@ -78,23 +78,9 @@ unsafe fn start(
         let mut i = w.inner.borrow_mut();
         // A peer word mapped here: one CPU atomic now, no request (unless the client wants one).
         if args.caller_req.is_null() && !args.no_imm {
-            let (op, compare) = match amo {
-                Amo::Post(op) | Amo::Fetch(op) => (Some(op), 0),
-                Amo::Cswap { compare } => (None, compare),
-            };
-            if let Some(old) =
-                i.w.atomic_mapped(h, op, size, value, compare, remote_addr, k)
-            {
-                if !matches!(amo, Amo::Post(_)) {
-                    // SAFETY: the client's result location of `op_size` bytes (4 or 8).
-                    unsafe {
-                        if op_size == 4 {
-                            (result as *mut u32).write_unaligned(old as u32)
-                        } else {
-                            (result as *mut u64).write_unaligned(old)
-                        }
-                    }
-                }
+            // SAFETY: the client's result location (checked non-NULL for fetching operations);
+            // the worker is locked.
+            if unsafe { direct(&mut i.w, h, &amo, value, size, result, remote_addr, k) } {
                 return status_ptr(UCS_OK);
             }
         }
@@ -116,6 +102,131 @@ unsafe fn start(
         }
     };
     submit(name, w, res, &args, finish)
+}
+
+/// The direct path of an atomic on a peer word mapped here: one CPU atomic, the old value
+/// written to `result` for fetching operations. False (nothing done) when the word is not
+/// mapped here or the endpoint must take the general path (see `ucp::Worker::atomic_mapped`).
+///
+/// # Safety
+/// `result` writable for the operand's size for fetching operations; `remote_addr` already in
+/// rucx's address space (the key's delta removed); the worker locked.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn direct(
+    w: &mut ucp::Worker,
+    h: ucp::EpHandle,
+    amo: &Amo,
+    value: u64,
+    size: AmoSize,
+    result: *mut c_void,
+    remote_addr: u64,
+    k: &ucp::Rkey,
+) -> bool {
+    let (op, compare) = match *amo {
+        Amo::Post(op) | Amo::Fetch(op) => (Some(op), 0),
+        Amo::Cswap { compare } => (None, compare),
+    };
+    let Some(old) = w.atomic_mapped(h, op, size, value, compare, remote_addr, k) else {
+        return false;
+    };
+    if !matches!(amo, Amo::Post(_)) {
+        // SAFETY: the client's result location of the operand's size (4 or 8 bytes).
+        unsafe {
+            match size {
+                AmoSize::U32 => (result as *mut u32).write_unaligned(old as u32),
+                AmoSize::U64 => (result as *mut u64).write_unaligned(old),
+            }
+        }
+    }
+    true
+}
+
+/// `op_attr_mask` bits [`op_nbx_direct`] accepts: none of them changes what an atomic that
+/// completes at once does (a callback runs only for an operation that completes later).
+const DIRECT_MASK: u32 = UCP_OP_ATTR_FIELD_DATATYPE
+    | UCP_OP_ATTR_FIELD_REPLY_BUFFER
+    | UCP_OP_ATTR_FIELD_CALLBACK
+    | UCP_OP_ATTR_FIELD_USER_DATA;
+
+/// `ucp_atomic_op_nbx` on a peer word mapped here, before the full parameter checks: true when
+/// it is done (the old value in the reply buffer). False for anything else (other parameter
+/// fields, another datatype or opcode, a word not mapped here, bad input), which the general
+/// path then takes, checks and refuses or runs.
+///
+/// # Safety
+/// As `ucp_atomic_op_nbx`.
+#[inline(always)]
+unsafe fn op_nbx_direct(
+    ep: *mut Ep,
+    opcode: c_uint,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> bool {
+    if param.is_null() || ep.is_null() || rkey.is_null() || buffer.is_null() || count != 1 {
+        return false;
+    }
+    // SAFETY: the caller's param.
+    let p = unsafe { &*param };
+    if p.op_attr_mask & !DIRECT_MASK != 0 || p.op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE == 0 {
+        return false;
+    }
+    let size = match (
+        p.datatype & UCP_DATATYPE_CLASS_MASK,
+        p.datatype >> UCP_DATATYPE_SHIFT,
+    ) {
+        (UCP_DATATYPE_CONTIG, 4) => AmoSize::U32,
+        (UCP_DATATYPE_CONTIG, 8) => AmoSize::U64,
+        _ => return false,
+    };
+    let reply = if p.op_attr_mask & UCP_OP_ATTR_FIELD_REPLY_BUFFER != 0 {
+        p.reply_buffer
+    } else {
+        std::ptr::null_mut()
+    };
+    let bytes = if size == AmoSize::U32 { 4 } else { 8 };
+    // SAFETY: the client's operand (non-NULL, checked above).
+    let v = unsafe { read_operand(buffer, bytes) };
+    let (amo, value) = match (opcode, reply.is_null()) {
+        (0, true) => (Amo::Post(AtomicOp::Add), v),
+        (3, true) => (Amo::Post(AtomicOp::And), v),
+        (4, true) => (Amo::Post(AtomicOp::Or), v),
+        (5, true) => (Amo::Post(AtomicOp::Xor), v),
+        (0, false) => (Amo::Fetch(AtomicOp::Add), v),
+        (1, false) => (Amo::Fetch(AtomicOp::Swap), v),
+        // SAFETY: the swap value is in the client's reply buffer.
+        (2, false) => (Amo::Cswap { compare: v }, unsafe {
+            read_operand(reply, bytes)
+        }),
+        (3, false) => (Amo::Fetch(AtomicOp::And), v),
+        (4, false) => (Amo::Fetch(AtomicOp::Or), v),
+        (5, false) => (Amo::Fetch(AtomicOp::Xor), v),
+        _ => return false,
+    };
+    // SAFETY: a live endpoint (checked non-NULL); its worker outlives it.
+    let (w, h) = unsafe { (&*(*ep).worker, (*ep).h) };
+    // SAFETY: a live key (checked non-NULL).
+    let Ok((k, delta)) = (unsafe { crate::rma::rkey_for_quiet(rkey, w) }) else {
+        return false;
+    };
+    let _g = w.lock.lock();
+    let mut i = w.inner.borrow_mut();
+    // SAFETY: the reply buffer holds the operand's size; the worker is locked.
+    unsafe {
+        direct(
+            &mut i.w,
+            h,
+            &amo,
+            value,
+            size,
+            reply,
+            remote_addr.wrapping_sub(delta),
+            k,
+        )
+    }
 }
 
 /// Reads a 4- or 8-byte operand.
@@ -246,6 +357,10 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
 ) -> StatusPtr {
     const NAME: &str = "ucp_atomic_op_nbx";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        if unsafe { op_nbx_direct(ep, opcode, buffer, count, remote_addr, rkey, param) } {
+            return status_ptr(UCS_OK);
+        }
         // SAFETY: forwarded.
         let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
             Ok(p) => p,

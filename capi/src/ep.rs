@@ -313,7 +313,12 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
             Err(s) => return status_ptr(s),
         };
         let _g = w.lock.lock();
-        let res = w.inner.borrow_mut().w.ep_flush(h);
+        let mut i = w.inner.borrow_mut();
+        if i.w.ep_is_quiet(h) {
+            return status_ptr(UCS_OK); // nothing is outstanding
+        }
+        let res = i.w.ep_flush(h);
+        drop(i);
         if let Ok(Op::Done(Completion { status: Ok(()), .. })) = &res {
             return status_ptr(UCS_OK); // nothing was outstanding
         }
@@ -345,8 +350,13 @@ pub unsafe extern "C" fn ucp_ep_flush_nbx(ep: *mut Ep, param: *const RequestPara
             Err(s) => return status_ptr(s),
         };
         let _g = w.lock.lock();
-        let res = w.inner.borrow_mut().w.ep_flush(h);
         let args = p.send_args();
+        let mut i = w.inner.borrow_mut();
+        if args.caller_req.is_null() && !args.no_imm && i.w.ep_is_quiet(h) {
+            return status_ptr(UCS_OK); // nothing is outstanding
+        }
+        let res = i.w.ep_flush(h);
+        drop(i);
         if let (Ok(Op::Done(Completion { status: Ok(()), .. })), true, false) =
             (&res, args.caller_req.is_null(), args.no_imm)
         {

@@ -20,10 +20,33 @@ use ucp::Rkey;
 
 /// The key of a client key, after the checks every access makes: the key belongs to this
 /// worker, and a key of this process's own mapping is refused once that mapping is unmapped.
-/// Gives the key and the client-to-rucx address difference.
+/// Gives the key and the client-to-rucx address difference, or why the key is refused.
 ///
 /// # Safety
-/// A live key from `ucp_ep_rkey_unpack`.
+/// A live, non-NULL key from `ucp_ep_rkey_unpack`.
+#[inline(always)]
+pub(crate) unsafe fn rkey_for_quiet<'a>(
+    k: *mut CRkey,
+    w: &Worker,
+) -> Result<(&'a Rkey, u64), &'static str> {
+    // SAFETY: per the contract.
+    let k = unsafe { &*k };
+    if !std::ptr::eq(k.worker, w) {
+        return Err("rkey was unpacked on an endpoint of another worker");
+    }
+    if let Some(a) = &k.alive {
+        if !a.load(Ordering::Acquire) {
+            return Err("rkey names a mapping that was unmapped");
+        }
+    }
+    Ok((&k.rkey, k.delta))
+}
+
+/// [`rkey_for_quiet`] for a key that may be NULL, with one log line for a refused key.
+///
+/// # Safety
+/// A live key from `ucp_ep_rkey_unpack`, or NULL.
+#[inline]
 pub(crate) unsafe fn rkey_for<'a>(
     name: &str,
     k: *mut CRkey,
@@ -33,24 +56,7 @@ pub(crate) unsafe fn rkey_for<'a>(
         return Err(refuse(name, UCS_ERR_INVALID_PARAM, "rkey is NULL"));
     }
     // SAFETY: per the contract.
-    let k = unsafe { &*k };
-    if !std::ptr::eq(k.worker, w) {
-        return Err(refuse(
-            name,
-            UCS_ERR_INVALID_PARAM,
-            "rkey was unpacked on an endpoint of another worker",
-        ));
-    }
-    if let Some(a) = &k.alive {
-        if !a.load(Ordering::Acquire) {
-            return Err(refuse(
-                name,
-                UCS_ERR_INVALID_PARAM,
-                "rkey names a mapping that was unmapped",
-            ));
-        }
-    }
-    Ok((&k.rkey, k.delta))
+    unsafe { rkey_for_quiet(k, w) }.map_err(|why| refuse(name, UCS_ERR_INVALID_PARAM, why))
 }
 
 /// How long `ucp_ep_rkey_unpack` waits for a connecting endpoint.
@@ -333,6 +339,78 @@ unsafe fn rma(
     submit(name, w, res, &args, Finish::None)
 }
 
+/// A put or get of `length` bytes on peer memory mapped here, before any argument parsing:
+/// one copy now. False (nothing done) when the call needs the general path: a NULL argument,
+/// a refused key, memory not mapped here, a range outside the mapping, an endpoint that is
+/// not ready or has operations queued. The general path then checks the call again and
+/// refuses or runs it.
+///
+/// # Safety
+/// As the put/get calls: a live endpoint and key (or NULL); `buffer` valid for `length` bytes.
+#[inline(always)]
+unsafe fn direct(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    get: bool,
+) -> bool {
+    if ep.is_null() || rkey.is_null() || buffer.is_null() {
+        return false;
+    }
+    // SAFETY: a live endpoint (non-NULL); its worker outlives it.
+    let (w, h) = unsafe { (&*(*ep).worker, (*ep).h) };
+    // SAFETY: a live key (non-NULL).
+    let Ok((k, delta)) = (unsafe { rkey_for_quiet(rkey, w) }) else {
+        return false;
+    };
+    let remote_addr = remote_addr.wrapping_sub(delta);
+    let _g = w.lock.lock();
+    let mut i = w.inner.borrow_mut();
+    let done = if get {
+        // SAFETY: the client's buffer of `length` bytes.
+        unsafe { i.w.get_mapped(h, buffer as *mut u8, length, remote_addr, k) }
+    } else {
+        // SAFETY: the client's buffer of `length` bytes (non-NULL).
+        let data = unsafe { std::slice::from_raw_parts(buffer as *const u8, length) };
+        i.w.put_mapped(h, data, remote_addr, k)
+    };
+    done.is_some()
+}
+
+/// `ucp_put_nbx` / `ucp_get_nbx` parameters the direct path accepts: no request memory, no
+/// `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`, a byte datatype (or none) and host memory (or none); a
+/// callback and user data are allowed (they are not used when the call completes at once).
+#[inline(always)]
+fn nbx_direct_len(count: usize, param: *const RequestParam) -> Option<usize> {
+    if param.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's param (non-NULL).
+    let p = unsafe { &*param };
+    let allowed = UCP_OP_ATTR_FIELD_CALLBACK
+        | UCP_OP_ATTR_FIELD_USER_DATA
+        | UCP_OP_ATTR_FIELD_DATATYPE
+        | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    if p.op_attr_mask & !allowed != 0 {
+        return None;
+    }
+    if p.op_attr_mask & UCP_OP_ATTR_FIELD_MEMORY_TYPE != 0
+        && p.memory_type != UCS_MEMORY_TYPE_HOST
+        && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+    {
+        return None;
+    }
+    if p.op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE == 0 {
+        return Some(count);
+    }
+    if p.datatype & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_CONTIG {
+        return None;
+    }
+    count.checked_mul((p.datatype >> UCP_DATATYPE_SHIFT) as usize)
+}
+
 /// For `_nbi` calls: a request becomes internal (freed at once: it completes on its own, and
 /// a flush waits for it).
 pub(crate) fn nbi(r: StatusPtr) -> Status {
@@ -361,6 +439,10 @@ pub unsafe extern "C" fn ucp_put_nbi(
     rkey: *mut CRkey,
 ) -> Status {
     ffi("ucp_put_nbi", UCS_ERR_NO_MEMORY, || {
+        // SAFETY: forwarded.
+        if unsafe { direct(ep, buffer as *mut c_void, length, remote_addr, rkey, false) } {
+            return UCS_OK;
+        }
         // SAFETY: forwarded.
         nbi(unsafe {
             rma(
@@ -457,6 +539,10 @@ pub unsafe extern "C" fn ucp_get_nbi(
     rkey: *mut CRkey,
 ) -> Status {
     ffi("ucp_get_nbi", UCS_ERR_NO_MEMORY, || {
+        // SAFETY: forwarded.
+        if unsafe { direct(ep, buffer, length, remote_addr, rkey, true) } {
+            return UCS_OK;
+        }
         // SAFETY: forwarded.
         nbi(unsafe {
             rma(
@@ -593,6 +679,12 @@ unsafe fn rma_nbx(
     get: bool,
 ) -> StatusPtr {
     ffi(name, status_ptr(UCS_ERR_NO_MEMORY), || {
+        if let Some(len) = nbx_direct_len(count, param) {
+            // SAFETY: forwarded; `len` bytes are the client's `count` elements.
+            if unsafe { direct(ep, buffer, len, remote_addr, rkey, get) } {
+                return status_ptr(UCS_OK);
+            }
+        }
         // SAFETY: forwarded.
         let p = match unsafe { crate::tag::parse_param(name, param, true) } {
             Ok(p) => p,

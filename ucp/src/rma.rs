@@ -313,6 +313,41 @@ pub struct Rkey {
     pub(crate) mapped: Option<(usize, RemoteKey)>,
     /// The `mapped` lane applies 32-bit and 64-bit atomics with CPU atomics.
     pub(crate) mapped_amo: [bool; 2],
+    /// Where `mapped` lies in this process, for the bounds check of the direct path.
+    pub(crate) direct: Option<Direct>,
+}
+
+/// A peer's mapping as mapped in this process: `len` bytes whose peer address `base` is at
+/// local address `local` (kept as a number, so the key stays `Send`; the key's `mapped`
+/// remote key keeps the mapping alive).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Direct {
+    local: usize,
+    base: u64,
+    len: u64,
+}
+
+impl Direct {
+    /// The window of a mapped remote key (`None` when it is not mapped here).
+    pub(crate) fn of(k: &RemoteKey) -> Option<Direct> {
+        let len = usize::try_from(k.len).ok()?;
+        let local = k.local_ptr(k.remote_base, len).ok()? as usize;
+        Some(Direct {
+            local,
+            base: k.remote_base,
+            len: k.len,
+        })
+    }
+
+    /// The local address of `n` bytes at peer address `addr`, when they lie inside the window.
+    #[inline(always)]
+    pub(crate) fn ptr(&self, addr: u64, n: usize) -> Option<*mut u8> {
+        let off = addr.wrapping_sub(self.base);
+        if addr < self.base || off > self.len || self.len - off < n as u64 {
+            return None;
+        }
+        Some(self.local.wrapping_add(off as usize) as *mut u8)
+    }
 }
 
 impl Rkey {
@@ -354,5 +389,25 @@ mod tests {
         let mut t = e.clone();
         t.push(9);
         assert!(RkeyBundle::decode(&t).is_err());
+    }
+
+    /// The direct path's window gives local addresses inside the mapping only: ranges that
+    /// start before it, end after it or wrap around are refused.
+    #[test]
+    fn direct_window_bounds() {
+        let d = Direct {
+            local: 0x1000,
+            base: 0x5000,
+            len: 64,
+        };
+        assert_eq!(d.ptr(0x5000, 8), Some(0x1000 as *mut u8));
+        assert_eq!(d.ptr(0x5038, 8), Some(0x1038 as *mut u8));
+        assert_eq!(d.ptr(0x5000, 64), Some(0x1000 as *mut u8));
+        assert_eq!(d.ptr(0x5039, 8), None, "ends past the mapping");
+        assert_eq!(d.ptr(0x5000, 65), None, "longer than the mapping");
+        assert_eq!(d.ptr(0x4fff, 1), None, "starts before the mapping");
+        assert_eq!(d.ptr(0x5041, 0), None, "starts past the mapping");
+        assert_eq!(d.ptr(u64::MAX, 8), None, "wraps around");
+        assert_eq!(d.ptr(0x5008, usize::MAX), None, "length wraps around");
     }
 }

@@ -13,7 +13,8 @@
  * shared memory, UCS_ERR_UNREACHABLE over tcp and for user memory).
  * Bad input, each giving its error status, exactly one log line naming the call, and no write:
  * a key used on another worker's or another context's endpoint, a key of an unmapped mapping,
- * ranges outside the mapping, unsupported atomic sizes and opcodes, a misaligned atomic.
+ * ranges outside the mapping (of user memory and of allocated memory mapped here), unsupported
+ * atomic sizes and opcodes, a misaligned atomic; a flush with nothing outstanding needs no request.
  * Prints "onesided: all checks passed" when every check passed.
  */
 #include <ucp/api/ucp.h>
@@ -425,6 +426,57 @@ static void fence_order(ucp_ep_h ep, ucp_rkey_h rkey, unsigned char *base, const
           bad);
 }
 
+/* Bad input on allocated memory, which shared memory maps in this process (the direct path of
+ * puts and atomics): ranges outside the mapping, a misaligned word and a key of an unmapped
+ * mapping are refused with an error and one log line, and the memory is left as it was. */
+static void bad_direct(ucp_context_h ctx, ucp_ep_h e10)
+{
+    enum { LEN = 4096 };
+    void *base;
+    ucp_mem_h memh = map(ctx, NULL, LEN, UCP_MEM_MAP_ALLOCATE, &base);
+    memset(base, 0x22, LEN);
+    uint64_t raddr = (uint64_t)(uintptr_t)base;
+    ucp_rkey_h k = unpack(ctx, memh, e10);
+    unsigned char src[16];
+    memset(src, 0xee, sizeof(src));
+    uint64_t res = 0, operand = 1;
+    ucp_request_param_t xp;
+    memset(&xp, 0, sizeof(xp));
+    ucp_request_param_t ap;
+    memset(&ap, 0, sizeof(ap));
+    ap.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    ap.datatype = ucp_dt_make_contig(8);
+    ap.reply_buffer = &res;
+    BAD_STATUS(ucp_put_nbi(e10, src, 8, raddr + LEN, k), "ucp_put_nbi", UCS_OK);
+    BAD_STATUS(ucp_put_nbi(e10, src, 16, raddr + LEN - 8, k), "ucp_put_nbi", UCS_OK);
+    BAD_PTR(ucp_put_nbx(e10, src, 8, raddr - 8, k, &xp), "ucp_put_nbx", UCS_OK);
+    BAD_STATUS(ucp_get_nbi(e10, src, 8, raddr + LEN, k), "ucp_get_nbi", UCS_OK);
+    BAD_PTR(ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_ADD, &operand, 1, raddr + LEN, k, &ap),
+            "ucp_atomic_op_nbx", UCS_OK);
+    BAD_PTR(ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_ADD, &operand, 1, raddr - 8, k, &ap),
+            "ucp_atomic_op_nbx", UCS_OK);
+    BAD_PTR(ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_ADD, &operand, 1, raddr + 4, k, &ap),
+            "ucp_atomic_op_nbx", UCS_ERR_INVALID_PARAM);
+    ap.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    BAD_PTR(ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_CSWAP, &operand, 1, raddr, k, &ap),
+            "ucp_atomic_op_nbx", UCS_ERR_INVALID_PARAM);
+    CHECK(wait_req(ucp_ep_flush_nb(e10, 0, NULL)) == UCS_OK, "flush");
+    if (!over_tcp) {
+        /* Nothing is outstanding: the flush is done at once, without a request. */
+        CHECK(ucp_ep_flush_nb(e10, 0, NULL) == NULL, "a flush with nothing outstanding");
+        CHECK(ucp_ep_flush_nbx(e10, &xp) == NULL, "a flush_nbx with nothing outstanding");
+    }
+    int untouched = 1;
+    for (int i = 0; i < LEN; i++) untouched &= ((unsigned char *)base)[i] == 0x22;
+    CHECK(untouched, "a refused call wrote the mapping");
+    CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap");
+    ap.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    BAD_PTR(ucp_atomic_op_nbx(e10, UCP_ATOMIC_OP_ADD, &operand, 1, raddr, k, &ap),
+            "ucp_atomic_op_nbx", UCS_ERR_INVALID_PARAM);
+    BAD_STATUS(ucp_put_nbi(e10, src, 8, raddr, k), "ucp_put_nbi", UCS_ERR_INVALID_PARAM);
+    ucp_rkey_destroy(k);
+}
+
 static void bad_input(ucp_context_h ctx, ucp_context_h ctx2, ucp_ep_h e10, ucp_ep_h e01,
                       ucp_ep_h e20)
 {
@@ -624,6 +676,7 @@ int main(void)
 
     /* 4. Bad input. */
     bad_input(ctx, ctx2, e10, e01, e20);
+    bad_direct(ctx, e10);
 
     CHECK(wait_req(ucp_ep_close_nb(e10, UCP_EP_CLOSE_MODE_FORCE)) == UCS_OK, "close");
     CHECK(wait_req(ucp_ep_close_nb(e01, UCP_EP_CLOSE_MODE_FORCE)) == UCS_OK, "close");

@@ -47,6 +47,7 @@ impl Worker {
     /// mapped on a lane that accesses memory by CPU loads, stores and atomics (`need_atomics`:
     /// for operands of `size`), the endpoint is connected, and nothing is queued on it (a
     /// queued operation or fence must go first).
+    #[inline(always)]
     fn mapped_ptr(
         &self,
         ep: EpHandle,
@@ -55,7 +56,7 @@ impl Worker {
         len: usize,
         atomics: Option<AmoSize>,
     ) -> Option<*mut u8> {
-        let (_, mk) = rkey.mapped.as_ref()?;
+        let d = rkey.direct.as_ref()?;
         if rkey.ep != (ep.idx, ep.gen) {
             return None;
         }
@@ -68,7 +69,7 @@ impl Worker {
                 return None;
             }
         }
-        mk.local_ptr(remote_addr, len).ok()
+        d.ptr(remote_addr, len)
     }
 
     /// An atomic on a mapped peer word, done now with a CPU atomic: `op` (`None`: compare
@@ -76,6 +77,7 @@ impl Worker {
     /// value, or `None` when the general path must take it (see the module doc; a misaligned
     /// or out-of-range word goes there too, which refuses it).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn atomic_mapped(
         &mut self,
         ep: EpHandle,
@@ -133,6 +135,7 @@ impl Worker {
 
     /// A put into mapped peer memory, done now with one copy; `None` when the general path
     /// must take it (see the module doc).
+    #[inline]
     pub fn put_mapped(
         &mut self,
         ep: EpHandle,
@@ -152,6 +155,7 @@ impl Worker {
     ///
     /// # Safety
     /// `dst` must be valid for `len` bytes of writes.
+    #[inline]
     pub unsafe fn get_mapped(
         &mut self,
         ep: EpHandle,
@@ -277,6 +281,7 @@ mod tests {
         let st = &mut a.st;
         let idx = ep.idx as usize;
         st.eps[idx].amo_sent = st.eps[idx].amo_sent.wrapping_add(1);
+        assert!(!a.ep_is_quiet(ep), "an atomic is unacknowledged");
         a.fence();
         assert_eq!(
             a.put_mapped(ep, b"x", base, &rkey),
@@ -291,6 +296,11 @@ mod tests {
             w[1].put_mapped(ep, b"x", base, &rkey),
             Some(()),
             "the fence has passed"
+        );
+        assert!(w[1].ep_is_quiet(ep), "nothing is outstanding");
+        assert!(
+            matches!(w[1].ep_flush(ep), Ok(Op::Done(_))),
+            "a flush with nothing outstanding is done at once"
         );
     }
 }

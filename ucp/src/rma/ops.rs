@@ -142,7 +142,9 @@ impl Worker {
             }
             None => [false; 2],
         };
+        let direct = mapped.as_ref().and_then(|(_, k)| crate::rma::Direct::of(k));
         Ok(Rkey {
+            direct,
             mapped_amo,
             ep: (ep.idx, ep.gen),
             rma: unpack(lanes.rma),

@@ -24,6 +24,7 @@ const UNWATCHED: uct::CompletionId = uct::CompletionId((COMP_FLUSH << 60) | 0xFF
 /// True when endpoint `ep` has nothing outstanding: no queued operation, no unacknowledged
 /// emulated atomic, and every transport lane flushed at once. A lane that is still busy is
 /// left with a flush whose completion nobody waits for.
+#[inline]
 fn ep_quiet(ep: &mut Ep) -> bool {
     if !ep.pending.is_empty() || ep.amo_sent != ep.amo_acked {
         return false;
@@ -58,9 +59,26 @@ impl Worker {
         self.st.flush_eps(&eps)
     }
 
+    /// True when a flush of endpoint `ep` would be done at once: it is connected and its lanes
+    /// have nothing outstanding (see [`Worker::ep_flush`]). False for an unknown handle.
+    #[inline]
+    pub fn ep_is_quiet(&mut self, ep: EpHandle) -> bool {
+        match self.st.eps.get_mut(ep.idx as usize) {
+            Some(e) if e.gen == ep.gen && ep.wid == self.st.id => {
+                e.state == EpState::Ready && ep_quiet(e)
+            }
+            _ => false,
+        }
+    }
+
     /// Flushes one endpoint (done at once, without a request, when nothing is outstanding).
     pub fn ep_flush(&mut self, ep: EpHandle) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
+        // The common case first: a connected endpoint whose lanes have nothing outstanding.
+        let e = &mut self.st.eps[idx];
+        if e.state == EpState::Ready && ep_quiet(e) {
+            return Ok(Op::Done(Completion::ok()));
+        }
         self.st.ep_usable(idx)?;
         let ready = {
             let e = &self.st.eps[idx];
