@@ -21,7 +21,6 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use ucs::async_ctx::{EventSet, Interest};
 use ucs::{Error, Outcome, Result};
 
 /// Largest user header of `am_zcopy`.
@@ -179,7 +178,7 @@ impl EpShared {
 /// State shared between an interface and its endpoints.
 pub(crate) struct Common {
     /// The event fd: an epoll set of the wake-up socket and the peers' pidfds, so a sleeper
-    /// wakes for messages and for a peer's death.
+    /// wakes for messages and for a peer's death (made when first asked for).
     peers: Rc<EpollPeers>,
     /// Requests queued on all endpoints.
     pending_total: Cell<usize>,
@@ -254,9 +253,6 @@ impl MmIface {
             return Err(Error::last_os("binding the shared-memory wake-up socket"));
         }
 
-        let events = EventSet::new()?;
-        events.add(fd, Interest::READABLE, fd as u64)?;
-
         let local_dev = DeviceAddr::local()?;
         let mut dev_addr = Vec::with_capacity(DeviceAddr::LEN);
         local_dev.encode(&mut dev_addr);
@@ -266,6 +262,7 @@ impl MmIface {
             nonce,
         };
         self_addr.encode(&mut iface_addr);
+        let sock = Rc::new(sock);
         Ok(MmIface {
             kind,
             attr: attr(),
@@ -278,10 +275,9 @@ impl MmIface {
             read_pos: 0,
             released: 0,
             stalled_at: None,
-            sock: Rc::new(sock),
             eps: Vec::new(),
             common: Rc::new(Common {
-                peers: EpollPeers::new(events),
+                peers: EpollPeers::new(sock.clone()),
                 pending_total: Cell::new(0),
                 unreported: Cell::new(0),
                 tag: RefCell::new(TagState::new()),
@@ -289,6 +285,7 @@ impl MmIface {
                 self_addr,
                 bounce: RefCell::new(vec![0u8; RMA_MAX_BCOPY].into_boxed_slice()),
             }),
+            sock,
             next_ep: 0,
             tick: 0,
         })
@@ -564,8 +561,17 @@ impl Iface for MmIface {
         }
     }
 
+    /// The epoll set of the wake-up socket and the peers' pidfds, made by the first call (an
+    /// interface that is only polled holds no epoll descriptor). `None` only when the set
+    /// cannot be made (descriptor limit).
     fn event_fd(&self) -> Option<RawFd> {
-        Some(self.common.peers.set().as_raw_fd())
+        match self.common.peers.set() {
+            Ok(set) => Some(set.as_raw_fd()),
+            Err(e) => {
+                tracing::warn!("shared-memory interface: no event set: {e}");
+                None
+            }
+        }
     }
 
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {
