@@ -42,6 +42,9 @@ pub const INLINE_MAX: usize = ELEM_SIZE - ELEM_HDR;
 pub const BUF_SIZE: usize = 8192;
 /// Offset of the element array: right after the control block, in its page.
 pub const ELEMS_OFF: usize = 512;
+/// Elements in one page of the element array (the first page holds fewer: the control block
+/// comes first).
+pub const ELEMS_PER_PAGE: usize = 4096 / ELEM_SIZE;
 /// Offset of the buffer array (the first page boundary after the elements).
 pub const BUFS_OFF: usize = (ELEMS_OFF + NELEMS as usize * ELEM_SIZE).next_multiple_of(4096);
 /// Size of a FIFO segment.
