@@ -15,9 +15,13 @@
  * the hub; the hub sends 8 bytes to every peer (tag = peer index), each peer replies 8 bytes
  * (tag = 1 << 32 | index), and the run ends when every send and receive has completed.
  *
+ * SCALE_SMAPS=FILE saves the hub's /proc/self/smaps after the exchange.
+ *
  * It prints one line, `RESULT key=value ...`, for capi/bench/scale.sh:
  *   rss_*_kb  VmRSS of the hub process at: base (context + hub worker), workers (peer workers
  *             created), eps (endpoints created and every message exchanged), end (all closed);
+ *   anon_*_kb, shm_*_kb  its RssAnon (private memory: heap, stacks) and RssShmem (touched pages
+ *             of shared-memory segments) at workers and eps;
  *   fd_*      entries of /proc/self/fd at the same points;
  *   map_*     shared-memory mappings in /proc/self/maps (/dev/shm, memfd:, SYSV);
  *   devshm_*, ipcs_*  entries of /dev/shm and lines of `ipcs -m` (machine-wide, so other
@@ -65,21 +69,25 @@ static void die(const char *what, ucs_status_t st)
 /* One measurement of the process and of the machine's shared-memory segments. */
 struct sample {
     long rss_kb;
+    long anon_kb; /* RssAnon: private memory (heap, stacks) */
+    long shm_kb;  /* RssShmem: pages of shared-memory segments this process touched */
     int fds;
     int maps;
     int devshm;
     int ipcs;
 };
 
-static long rss_kb(void)
+/* The kB figure of the /proc/self/status line that starts with `key` (e.g. "VmRSS:"), or -1. */
+static long status_kb(const char *key)
 {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
     long v = -1;
+    size_t k = strlen(key);
     if (!f)
         return -1;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld", &v) == 1)
+        if (!strncmp(line, key, k) && sscanf(line + k, "%ld", &v) == 1)
             break;
     fclose(f);
     return v;
@@ -141,12 +149,34 @@ static int ipcs_lines(void)
 static struct sample sample_now(void)
 {
     struct sample s;
-    s.rss_kb = rss_kb();
+    s.rss_kb = status_kb("VmRSS:");
+    s.anon_kb = status_kb("RssAnon:");
+    s.shm_kb = status_kb("RssShmem:");
     s.fds = count_dir("/proc/self/fd") - 1; /* the opendir's own descriptor */
     s.maps = shm_maps();
     s.devshm = count_dir("/dev/shm");
     s.ipcs = ipcs_lines();
     return s;
+}
+
+/* With SCALE_SMAPS=FILE, copies the hub's /proc/self/smaps there (after the exchange), to see
+ * which mappings the per-endpoint memory is in. */
+static void save_smaps(void)
+{
+    const char *to = getenv("SCALE_SMAPS");
+    FILE *in, *out;
+    char buf[4096];
+    size_t k;
+    if (!to)
+        return;
+    in = fopen("/proc/self/smaps", "r");
+    out = fopen(to, "w");
+    if (!in || !out)
+        die("copying /proc/self/smaps", UCS_OK);
+    while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+        fwrite(buf, 1, k, out);
+    fclose(in);
+    fclose(out);
 }
 
 /* Socketpair helpers: whole writes and reads, or exit. */
@@ -611,6 +641,7 @@ int main(int argc, char **argv)
             return 1;
         }
     s2 = sample_now();
+    save_smaps();
 
     /* Peers' own growth (processes), then closing everything. */
     if (nproc > 0) {
@@ -688,12 +719,14 @@ int main(int argc, char **argv)
 
     printf("RESULT lib=\"%s\" n=%d procs=%d"
            " rss_base_kb=%ld rss_workers_kb=%ld rss_eps_kb=%ld rss_end_kb=%ld"
+           " anon_workers_kb=%ld anon_eps_kb=%ld shm_workers_kb=%ld shm_eps_kb=%ld"
            " fd_base=%d fd_workers=%d fd_eps=%d fd_end=%d"
            " map_base=%d map_workers=%d map_eps=%d map_end=%d"
            " devshm_base=%d devshm_eps=%d ipcs_base=%d ipcs_eps=%d"
            " t_workers_ms=%.1f t_create_ms=%.1f t_exchange_ms=%.1f t_close_ms=%.1f"
            " peer_rss_kb=%ld peer_fd=%d\n",
            ucp_get_version_string(), n, nproc, s0.rss_kb, s1.rss_kb, s2.rss_kb, s3.rss_kb,
+           s1.anon_kb, s2.anon_kb, s1.shm_kb, s2.shm_kb,
            s0.fds, s1.fds, s2.fds, s3.fds, s0.maps, s1.maps, s2.maps, s3.maps, s0.devshm,
            s2.devshm, s0.ipcs, s2.ipcs, t_workers * 1e3, t_create * 1e3, t_exchange * 1e3,
            t_close * 1e3, peer_rss, peer_fd);

@@ -102,10 +102,16 @@ def metrics(d):
         m["KB/pair, total (peer worker + both endpoints)"] = (f["rss_eps_kb"] - f["rss_base_kb"]) / n
         m["KB/pair, peer worker only"] = (f["rss_workers_kb"] - f["rss_base_kb"]) / n
         m["KB/pair, endpoints + exchange"] = (f["rss_eps_kb"] - f["rss_workers_kb"]) / n
+        if "shm_eps_kb" in f:
+            m["KB/pair, endpoints, private (RssAnon)"] = (f["anon_eps_kb"] - f["anon_workers_kb"]) / n
+            m["KB/pair, endpoints, shared pages (RssShmem)"] = (f["shm_eps_kb"] - f["shm_workers_kb"]) / n
         m["fds/pair, total"] = (f["fd_eps"] - f["fd_base"]) / n
         m["fds/pair, endpoints"] = (f["fd_eps"] - f["fd_workers"]) / n
     else:
         m["hub KB/endpoint"] = (f["rss_eps_kb"] - f["rss_workers_kb"]) / n
+        if "shm_eps_kb" in f:
+            m["hub KB/endpoint, private (RssAnon)"] = (f["anon_eps_kb"] - f["anon_workers_kb"]) / n
+            m["hub KB/endpoint, shared pages (RssShmem)"] = (f["shm_eps_kb"] - f["shm_workers_kb"]) / n
         m["hub fds/endpoint"] = (f["fd_eps"] - f["fd_workers"]) / n
         m["peers KB/worker (worker + endpoint)"] = f["peer_rss_kb"] / n
         m["peers fds/worker (worker + endpoint)"] = f["peer_fd"] / n

@@ -3,8 +3,8 @@
 //! One segment per interface, of [`SEG_LEN`] bytes:
 //!
 //! ```text
-//! offset 0        FifoCtl (one page): info line | head line | tail line
-//! offset 4096     NELEMS elements of ELEM_SIZE bytes:
+//! offset 0        FifoCtl (384 bytes): info line | head line | tail line
+//! offset 512      NELEMS elements of ELEM_SIZE bytes:
 //!                   0..8   seq   (AtomicU64, published last: position + 1)
 //!                   8..12  len   (u32, payload length)
 //!                  12      am_id (u8)
@@ -12,10 +12,16 @@
 //!                  14..16  reserved
 //!                  16..24  owner (AtomicU64: claimer's pid << 32 | low 32 bits of the
 //!                          position, stamped right after the claim)
-//!                  24..128 inline payload (INLINE_MAX bytes)
-//! offset BUFS_OFF NELEMS buffers of BUF_SIZE bytes; buffer i belongs to element i, so a bcopy
-//!                 sender packs straight into the receiver's memory (no extra copy).
+//!                  24..256 inline payload (INLINE_MAX bytes)
+//! offset BUFS_OFF NELEMS buffers of BUF_SIZE bytes (page aligned); buffer i belongs to
+//!                 element i, so a bcopy sender packs straight into the receiver's memory (no
+//!                 extra copy).
 //! ```
+//!
+//! The control block and the first elements share the first page, and a worker address fits
+//! inline: a peer that sends a few first messages (wire-up, one short message) touches one page
+//! of this segment in all. Its RSS grows by that page per peer, not by a control page, an
+//! element page and a buffer page.
 //!
 //! Everything is addressed by offsets from the segment base; no pointers live in shared memory.
 //! A producer trusts nothing it reads except the atomics' protocol; the consumer bounds-checks
@@ -27,23 +33,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Number of elements (a power of two).
 pub const NELEMS: u64 = 256;
 /// Size of one element.
-pub const ELEM_SIZE: usize = 128;
+pub const ELEM_SIZE: usize = 256;
 /// Bytes of an element's header.
 pub const ELEM_HDR: usize = 24;
 /// Largest payload carried inside an element.
 pub const INLINE_MAX: usize = ELEM_SIZE - ELEM_HDR;
 /// Size of one element's bcopy buffer.
 pub const BUF_SIZE: usize = 8192;
-/// Offset of the element array.
-pub const ELEMS_OFF: usize = 4096;
-/// Offset of the buffer array.
-pub const BUFS_OFF: usize = ELEMS_OFF + NELEMS as usize * ELEM_SIZE;
+/// Offset of the element array: right after the control block, in its page.
+pub const ELEMS_OFF: usize = 512;
+/// Elements in one page of the element array (the first page holds fewer: the control block
+/// comes first).
+pub const ELEMS_PER_PAGE: usize = 4096 / ELEM_SIZE;
+/// Offset of the buffer array (the first page boundary after the elements).
+pub const BUFS_OFF: usize = (ELEMS_OFF + NELEMS as usize * ELEM_SIZE).next_multiple_of(4096);
 /// Size of a FIFO segment.
 pub const SEG_LEN: usize = BUFS_OFF + NELEMS as usize * BUF_SIZE;
 /// Identifies a rucx FIFO segment ("rucxfifo").
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rucxfifo");
 /// Layout version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The consumer publishes `tail` at least every this many messages.
 pub const RELEASE_BATCH: u64 = NELEMS / 4;
 
@@ -105,7 +114,7 @@ pub struct FifoCtl {
     pub tail: Line,
 }
 
-/// An element's header.
+/// An element's header (the first 128 bytes of its [`ELEM_SIZE`]; the inline payload follows).
 #[repr(C, align(128))]
 pub struct ElemHdr {
     /// Publish word.
@@ -129,14 +138,18 @@ const _: () = {
     assert!(std::mem::size_of::<FifoCtl>() <= ELEMS_OFF);
     assert!(std::mem::offset_of!(FifoCtl, head) == 128);
     assert!(std::mem::offset_of!(FifoCtl, tail) == 256);
-    assert!(std::mem::size_of::<ElemHdr>() == ELEM_SIZE);
+    assert!(std::mem::size_of::<ElemHdr>() == 128);
+    assert!(ELEM_SIZE.is_multiple_of(std::mem::size_of::<ElemHdr>()));
     assert!(std::mem::offset_of!(ElemHdr, len) == 8);
     assert!(std::mem::offset_of!(ElemHdr, am_id) == 12);
     assert!(std::mem::offset_of!(ElemHdr, kind) == 13);
     assert!(std::mem::offset_of!(ElemHdr, owner) == 16);
     assert!(ELEM_HDR == 24);
     assert!(NELEMS.is_power_of_two());
-    assert!(ELEMS_OFF.is_multiple_of(4096) && BUFS_OFF.is_multiple_of(4096));
+    assert!(ELEMS_OFF.is_multiple_of(std::mem::align_of::<ElemHdr>()));
+    assert!(BUFS_OFF.is_multiple_of(4096));
+    // The control block and the first elements share one page.
+    assert!(ELEMS_OFF + 4 * ELEM_SIZE <= 4096);
     assert!(std::mem::size_of::<AtomicU64>() == 8);
 };
 

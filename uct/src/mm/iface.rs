@@ -21,7 +21,6 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use ucs::async_ctx::{EventSet, Interest};
 use ucs::{Error, Outcome, Result};
 
 /// Largest user header of `am_zcopy`.
@@ -130,26 +129,61 @@ pub(crate) fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) 
     (a, len as libc::socklen_t)
 }
 
+/// The abstract socket address of the wake-up socket of the interface at `peer` (the name
+/// [`IfaceAddr::socket_name`] gives), built on the stack: waking a peer allocates nothing, and
+/// endpoints keep no copy of it.
+pub(super) fn wake_addr(peer: &IfaceAddr) -> (libc::sockaddr_un, libc::socklen_t) {
+    use std::io::Write;
+    let mut name = [0u8; 64];
+    let mut w = &mut name[..];
+    // "rucx-mm-" + 10 pid digits + "-" + 16 hex digits fit 64 bytes.
+    let _ = write!(w, "rucx-mm-{}-{:016x}", peer.seg.pid, peer.nonce);
+    let n = 64 - w.len();
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in a.sun_path[1..].iter_mut().zip(&name[..n]) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + n;
+    (a, len as libc::socklen_t)
+}
+
+/// Sends a one-byte wake-up from `sock` to the interface at `peer`. A full socket already wakes
+/// the receiver, and a gone receiver is found by the peer watch, so errors are ignored.
+pub(super) fn wake_peer(sock: &OwnedFd, peer: &IfaceAddr) {
+    let (addr, len) = wake_addr(peer);
+    let b = 0u8;
+    // SAFETY: FFI with a valid one-byte buffer and a valid address of `len` bytes.
+    unsafe {
+        libc::sendto(
+            sock.as_raw_fd(),
+            &b as *const u8 as *const libc::c_void,
+            1,
+            libc::MSG_DONTWAIT,
+            &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+            len,
+        );
+    }
+}
+
 /// State an endpoint shares with its interface (single-threaded, like the worker).
 pub(super) struct EpShared {
     id: EpId,
     /// The peer's FIFO, kept mapped by `_seg`.
     pub(super) remote: FifoPtrs,
-    _seg: Segment,
+    pub(super) _seg: Segment,
     /// The interface's own cache of the peer's tail, for pending dispatch and the
     /// interface's own messages to the peer (rendezvous acknowledgements).
     pub(super) iface_tail: Cell<u64>,
-    /// The peer interface's address.
+    /// The peer interface's address (also names its wake-up socket, see [`wake_addr`]).
     pub(super) peer_addr: IfaceAddr,
-    /// The peer's wake-up socket address.
-    pub(super) wake: (libc::sockaddr_un, libc::socklen_t),
     pending: RefCell<VecDeque<PendingId>>,
     pub(super) failed: Cell<bool>,
     reported: Cell<bool>,
     pub(super) peer: PeerWatch,
     /// The peer's pidfd in the interface's epoll set, until the endpoint fails or drops.
     in_epoll: RefCell<Option<EpollEntry>>,
-    peer_pid: u32,
     /// Our consent that the peer maps our segments and reads our memory (none towards
     /// ourselves).
     _grant: Option<std::sync::Arc<crate::grant::Grant>>,
@@ -170,10 +204,15 @@ impl EpShared {
         self.in_epoll.borrow_mut().take();
     }
 
+    /// The peer's process id.
+    pub(super) fn peer_pid(&self) -> u32 {
+        self.peer_addr.seg.pid
+    }
+
     fn peer_error(&self) -> Error {
         Error::PeerFailure(format!(
             "shared-memory peer process {} has exited",
-            self.peer_pid
+            self.peer_pid()
         ))
     }
 }
@@ -181,7 +220,7 @@ impl EpShared {
 /// State shared between an interface and its endpoints.
 pub(crate) struct Common {
     /// The event fd: an epoll set of the wake-up socket and the peers' pidfds, so a sleeper
-    /// wakes for messages and for a peer's death.
+    /// wakes for messages and for a peer's death (made when first asked for).
     peers: Rc<EpollPeers>,
     /// Requests queued on all endpoints.
     pending_total: Cell<usize>,
@@ -256,9 +295,6 @@ impl MmIface {
             return Err(Error::last_os("binding the shared-memory wake-up socket"));
         }
 
-        let events = EventSet::new()?;
-        events.add(fd, Interest::READABLE, fd as u64)?;
-
         let local_dev = DeviceAddr::local()?;
         let mut dev_addr = Vec::with_capacity(DeviceAddr::LEN);
         local_dev.encode(&mut dev_addr);
@@ -268,6 +304,7 @@ impl MmIface {
             nonce,
         };
         self_addr.encode(&mut iface_addr);
+        let sock = Rc::new(sock);
         Ok(MmIface {
             kind,
             attr: attr(),
@@ -280,10 +317,9 @@ impl MmIface {
             read_pos: 0,
             released: 0,
             stalled_at: None,
-            sock: Rc::new(sock),
             eps: Vec::new(),
             common: Rc::new(Common {
-                peers: EpollPeers::new(events),
+                peers: EpollPeers::new(sock.clone()),
                 pending_total: Cell::new(0),
                 unreported: Cell::new(0),
                 tag: RefCell::new(TagState::new()),
@@ -291,6 +327,7 @@ impl MmIface {
                 self_addr,
                 bounce: RefCell::new(vec![0u8; RMA_MAX_BCOPY].into_boxed_slice()),
             }),
+            sock,
             next_ep: 0,
             tick: 0,
         })
@@ -533,20 +570,17 @@ impl Iface for MmIface {
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
         let id = EpId(self.next_ep);
         self.next_ep += 1;
-        let wake = abstract_addr(&IfaceAddr::socket_name(a.seg.pid, a.nonce));
         let shared = Rc::new(EpShared {
             id,
             remote,
             _seg: seg,
             iface_tail: Cell::new(0),
             peer_addr: a,
-            wake,
             pending: RefCell::new(VecDeque::new()),
             failed: Cell::new(false),
             reported: Cell::new(false),
             peer,
             in_epoll: RefCell::new(in_epoll),
-            peer_pid: a.seg.pid,
             _grant: grant,
             peer_reads_us: Cell::new(false),
         });
@@ -587,8 +621,17 @@ impl Iface for MmIface {
         }
     }
 
+    /// The epoll set of the wake-up socket and the peers' pidfds, made by the first call (an
+    /// interface that is only polled holds no epoll descriptor). `None` only when the set
+    /// cannot be made (descriptor limit).
     fn event_fd(&self) -> Option<RawFd> {
-        Some(self.common.peers.set().as_raw_fd())
+        match self.common.peers.set() {
+            Ok(set) => Some(set.as_raw_fd()),
+            Err(e) => {
+                tracing::warn!("shared-memory interface: no event set: {e}");
+                None
+            }
+        }
     }
 
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {

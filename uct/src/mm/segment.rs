@@ -155,8 +155,24 @@ impl Segment {
     /// Maps a peer's receive FIFO: any process may send to a rucx interface, so no grant is
     /// needed, but the segment must still be a rucx segment of that size held (posix) or
     /// created (sysv) by the named process, and the caller validates the FIFO header.
+    ///
+    /// The first page (control block and first elements) is mapped writable at once
+    /// (`MADV_POPULATE_WRITE`, without touching its bytes): a sender's first access would
+    /// otherwise be a read fault, and on a memfd the kernel then also maps the neighbouring
+    /// pages the receiver has used ("fault-around"), which would count in this process's RSS
+    /// although it never touches them. Later pages are first touched by writes, which map
+    /// only the page written. Without the advice (kernels before 5.14) nothing else changes.
     pub fn attach_fifo(seg: SegRef) -> Result<Segment> {
-        Self::attach_unchecked(seg)
+        let s = Self::attach_unchecked(seg)?;
+        // SAFETY: FFI on the first page of our own mapping; the advice only fills page tables.
+        unsafe {
+            libc::madvise(
+                s.base.as_ptr() as *mut libc::c_void,
+                4096.min(s.len),
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        Ok(s)
     }
 
     fn attach_unchecked(seg: SegRef) -> Result<Segment> {

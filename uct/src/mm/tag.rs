@@ -54,7 +54,7 @@
 )]
 
 use super::fifo::{self, FifoPtrs, BUF_SIZE, INLINE_MAX};
-use super::iface::{abstract_addr, check_iov, Common, MmEp, MmIface, PeerWatch};
+use super::iface::{check_iov, Common, MmEp, MmIface, PeerWatch};
 use super::segment::Segment;
 use super::wire::{IfaceAddr, RkeyWire, SegRef};
 pub use super::wire_tag::{Ack, EagerHdr, RndvHdr, RndvSrc};
@@ -62,7 +62,7 @@ use crate::ep::{check_len, CompletionId, EpId, TagRecvId};
 use crate::iface::{EventSink, RndvRemote, TagRecvCancel};
 use crate::md::{Iov, MemHandle};
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
 
@@ -200,7 +200,6 @@ struct Reply {
     fifo: FifoPtrs,
     _seg: Segment,
     cached_tail: u64,
-    wake: (libc::sockaddr_un, libc::socklen_t),
     watch: PeerWatch,
 }
 
@@ -400,7 +399,7 @@ impl TagState {
         };
         let pid = self.my_pid;
         let r = &mut self.replies[i];
-        push_ack(&r.fifo, &mut r.cached_tail, &r.wake, pid, ack, sock) || r.watch.exited()
+        push_ack(&r.fifo, &mut r.cached_tail, &r.addr, pid, ack, sock) || r.watch.exited()
     }
 }
 
@@ -409,7 +408,7 @@ impl TagState {
 fn push_ack(
     f: &FifoPtrs,
     cached_tail: &mut u64,
-    wake: &(libc::sockaddr_un, libc::socklen_t),
+    to: &IfaceAddr,
     pid: u32,
     ack: Ack,
     sock: &OwnedFd,
@@ -426,19 +425,7 @@ fn push_ack(
         f.publish(c.pos, ID_ACK, fifo::KIND_INLINE, Ack::LEN as u32);
     }
     if c.wake {
-        let one = 0u8;
-        // SAFETY: FFI with a one-byte buffer and a valid address; a full or gone socket is
-        // harmless (the sender polls, and its death is found by its watchers).
-        unsafe {
-            libc::sendto(
-                sock.as_raw_fd(),
-                &one as *const u8 as *const libc::c_void,
-                1,
-                libc::MSG_DONTWAIT,
-                &wake.0 as *const _ as *const libc::sockaddr,
-                wake.1,
-            );
-        }
+        super::iface::wake_peer(sock, to);
     }
     true
 }
@@ -461,7 +448,6 @@ fn attach_reply(to: &IfaceAddr) -> Result<Reply> {
         fifo: f,
         _seg: seg,
         cached_tail: 0,
-        wake: abstract_addr(&IfaceAddr::socket_name(to.seg.pid, to.nonce)),
         watch,
     })
 }
@@ -605,7 +591,7 @@ impl MmIface {
             let Some(ep) = w.upgrade() else { continue };
             if ep.peer_addr == *to && !ep.failed.get() {
                 let mut tail = ep.iface_tail.get();
-                let sent = push_ack(&ep.remote, &mut tail, &ep.wake, pid, ack, &self.sock);
+                let sent = push_ack(&ep.remote, &mut tail, &ep.peer_addr, pid, ack, &self.sock);
                 ep.iface_tail.set(tail);
                 // A full FIFO of a dead peer never drains: drop the acknowledgement.
                 return sent || ep.peer.exited();

@@ -441,3 +441,90 @@ fn registry_lists_posix_sysv_and_cma() {
     assert_eq!(md.name(), "posix");
     assert_eq!(iface.tl_name(), "posix");
 }
+
+#[test]
+fn wake_addr_is_the_address_the_peer_bound() {
+    for (pid, nonce) in [
+        (1, 0),
+        (4_000_000_000, u64::MAX),
+        (12345, 0x0123_4567_89ab_cdef),
+    ] {
+        let a = wire::IfaceAddr {
+            seg: wire::SegRef {
+                kind: SegKind::Posix,
+                pid,
+                id: 7,
+                len: fifo::SEG_LEN as u64,
+            },
+            nonce,
+        };
+        let (built, blen) = iface::wake_addr(&a);
+        let (bound, len) = iface::abstract_addr(&wire::IfaceAddr::socket_name(pid, nonce));
+        assert_eq!(blen, len);
+        assert_eq!(built.sun_family, bound.sun_family);
+        assert_eq!(built.sun_path[..], bound.sun_path[..]);
+    }
+}
+
+/// The resident size (kB) of this process's mapping that starts at `base`.
+fn mapping_rss_kb(base: *const u8) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let start = format!("{:x}-", base as usize);
+    let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+    assert!(lines.next().is_some(), "no mapping at {base:p}");
+    let rss = lines
+        .find_map(|l| l.strip_prefix("Rss:"))
+        .expect("an Rss line");
+    rss.trim().trim_end_matches("kB").trim().parse().unwrap()
+}
+
+/// A sender's first messages (one the size of a worker address, one short) touch one page of
+/// the receiver's FIFO in the sender's mapping: control block and first elements share it.
+/// Attaching touches only that page even when the receiver has used many more (no
+/// fault-around into pages the sender never writes); a bcopy message adds its buffer's page.
+fn first_messages_touch_one_page<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
+    let (md, _a, mut b, mut ep) = pair::<T>();
+    let base = ep.shared._seg.base().as_ptr() as *const u8;
+    assert_eq!(ep.am_short(1, 7, &[0x5a; 192]).unwrap(), Outcome::DONE);
+    assert_eq!(ep.am_short(2, 8, &[]).unwrap(), Outcome::DONE);
+    assert_eq!(mapping_rss_kb(base), 4, "first messages touch one page");
+
+    // The receiver goes through a few pages of elements.
+    let mut sink = Sink::default();
+    for i in 0..4 * fifo::ELEMS_PER_PAGE {
+        assert_eq!(ep.am_short(3, i as u64, &[1; 64]).unwrap(), Outcome::DONE);
+        b.progress(&mut sink);
+    }
+    while b.progress(&mut sink) > 0 {}
+    assert_eq!(sink.msgs.len(), 2 + 4 * fifo::ELEMS_PER_PAGE);
+    let mut c = T::open_iface(&md, &params()).unwrap();
+    let ep2 = c
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    let base2 = ep2.shared._seg.base().as_ptr() as *const u8;
+    assert_eq!(
+        mapping_rss_kb(base2),
+        4,
+        "attaching maps the first page only"
+    );
+
+    let mut ep = ep;
+    let r = ep.am_bcopy(4, |buf| {
+        buf[..300].fill(1);
+        300
+    });
+    assert_eq!(r.unwrap(), Outcome::Done(300));
+    assert!(
+        mapping_rss_kb(base) >= 8,
+        "a bcopy message adds its buffer's page"
+    );
+}
+
+#[test]
+fn posix_first_messages_touch_one_page() {
+    first_messages_touch_one_page::<PosixTransport>();
+}
+#[test]
+fn sysv_first_messages_touch_one_page() {
+    first_messages_touch_one_page::<SysvTransport>();
+}

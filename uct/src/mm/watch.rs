@@ -8,9 +8,10 @@
 //! new process is watched as that process.
 //!
 //! An interface puts the pidfds of its endpoints' peers in its epoll set once each
-//! ([`EpollPeers`]), however many of its endpoints watch the same process.
+//! ([`EpollPeers`]), however many of its endpoints watch the same process; the set is made on
+//! first use, when someone is about to sleep on the interface.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
@@ -122,27 +123,45 @@ fn open_pidfd(pid: u32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// An interface's event set (its event fd) and how many of its endpoints watch each pidfd in
-/// it.
+/// An interface's event set (its event fd): its wake-up socket and the pidfds of its
+/// endpoints' peers, with how many endpoints watch each pidfd. The epoll set itself is made by
+/// the first [`EpollPeers::set`] call (the first time someone wants to sleep on the interface),
+/// so an interface that is only ever polled holds no epoll descriptor; until then the pidfds
+/// are only counted.
 pub(crate) struct EpollPeers {
-    set: EventSet,
+    /// The interface's wake-up socket, the set's first member.
+    wake: Rc<OwnedFd>,
+    set: OnceCell<EventSet>,
     users: RefCell<HashMap<RawFd, usize>>,
 }
 
 impl EpollPeers {
-    pub(crate) fn new(set: EventSet) -> Rc<Self> {
+    pub(crate) fn new(wake: Rc<OwnedFd>) -> Rc<Self> {
         Rc::new(EpollPeers {
-            set,
+            wake,
+            set: OnceCell::new(),
             users: RefCell::new(HashMap::new()),
         })
     }
 
-    pub(crate) fn set(&self) -> &EventSet {
-        &self.set
+    /// The epoll set, made now (with the wake-up socket and every pidfd watched so far) if
+    /// this is the first call.
+    pub(crate) fn set(&self) -> Result<&EventSet> {
+        if let Some(s) = self.set.get() {
+            return Ok(s);
+        }
+        let s = EventSet::new()?;
+        let wake = self.wake.as_raw_fd();
+        s.add(wake, Interest::READABLE, wake as u64)?;
+        for &fd in self.users.borrow().keys() {
+            s.add(fd, Interest::READABLE, fd as u64)?;
+        }
+        Ok(self.set.get_or_init(|| s))
     }
 
-    /// Puts `watch`'s pidfd in the epoll set (once, whatever the number of endpoints watching
-    /// it) until the returned entry drops; `None` for a watch without pidfd.
+    /// Counts `watch`'s pidfd as watched (it joins the epoll set, if made, once whatever the
+    /// number of endpoints watching it) until the returned entry drops; `None` for a watch
+    /// without pidfd.
     pub(crate) fn add(self: &Rc<Self>, watch: &PeerWatch) -> Result<Option<EpollEntry>> {
         let PeerWatch::Pidfd(p) = watch else {
             return Ok(None);
@@ -151,9 +170,11 @@ impl EpollPeers {
         let mut users = self.users.borrow_mut();
         let n = users.entry(fd).or_insert(0);
         if *n == 0 {
-            if let Err(e) = self.set.add(fd, Interest::READABLE, fd as u64) {
-                users.remove(&fd);
-                return Err(e);
+            if let Some(set) = self.set.get() {
+                if let Err(e) = set.add(fd, Interest::READABLE, fd as u64) {
+                    users.remove(&fd);
+                    return Err(e);
+                }
             }
         }
         *n += 1;
@@ -181,8 +202,10 @@ impl Drop for EpollEntry {
         *n -= 1;
         if *n == 0 {
             users.remove(&fd);
-            // The pidfd is still open (held by `self.pidfd`), so removing it cannot fail.
-            let _ = self.set.set.remove(fd);
+            if let Some(set) = self.set.set.get() {
+                // The pidfd is still open (held by `self.pidfd`), so removing it cannot fail.
+                let _ = set.remove(fd);
+            }
         }
     }
 }
@@ -193,7 +216,12 @@ mod tests {
 
     fn in_epoll(set: &EpollPeers, fd: RawFd) -> bool {
         // Modifying fails for a descriptor not in the set.
-        set.set().modify(fd, Interest::READABLE, 0).is_ok()
+        set.set().unwrap().modify(fd, Interest::READABLE, 0).is_ok()
+    }
+
+    fn wake_socket() -> Rc<OwnedFd> {
+        let s = std::os::unix::net::UnixDatagram::unbound().expect("a datagram socket");
+        Rc::new(OwnedFd::from(s))
     }
 
     #[test]
@@ -214,7 +242,7 @@ mod tests {
         );
         let fd = pa.fd.as_raw_fd();
 
-        let set = EpollPeers::new(EventSet::new().unwrap());
+        let set = EpollPeers::new(wake_socket());
         let ea = set.add(&a).unwrap().expect("a pidfd entry");
         let eb = set.add(&b).unwrap().expect("a pidfd entry");
         assert!(in_epoll(&set, fd));
@@ -243,5 +271,46 @@ mod tests {
             with_registry(|r| r.get(&pid).is_none_or(|w| w.strong_count() > 0)),
             "no dead entry left for the pid"
         );
+    }
+
+    #[test]
+    fn the_epoll_set_is_made_on_first_use_with_the_watches_made_before() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("100")
+            .spawn()
+            .expect("spawn sleep");
+        let w = PeerWatch::new(child.id());
+        let PeerWatch::Pidfd(p) = &w else {
+            panic!("pidfd_open failed for a live child");
+        };
+        let pidfd = p.fd.as_raw_fd();
+        let wake = wake_socket();
+        let wake_fd = wake.as_raw_fd();
+        let set = EpollPeers::new(wake);
+        let entry = set.add(&w).unwrap().expect("a pidfd entry");
+        assert!(set.set.get().is_none(), "no epoll set before first use");
+        assert!(
+            in_epoll(&set, wake_fd),
+            "the wake-up socket is in the new set"
+        );
+        assert!(
+            in_epoll(&set, pidfd),
+            "a pidfd counted before is in the new set"
+        );
+        drop(entry);
+        assert!(!in_epoll(&set, pidfd), "the last entry takes the pidfd out");
+        // A watch added after the set exists joins it at once.
+        let again = set.add(&w).unwrap().expect("a pidfd entry");
+        assert!(in_epoll(&set, pidfd));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            set.set()
+                .unwrap()
+                .wait_any(Some(std::time::Duration::from_secs(10)))
+                .unwrap(),
+            "the peer's exit wakes a sleeper on the set"
+        );
+        drop(again);
     }
 }

@@ -37,7 +37,8 @@ impl MmEp {
     /// Whether the peer process said the kernel lets it trace us, so it can read our ordinary
     /// memory with cma ([`crate::grant::peer_may_trace_us`], remembered once true).
     pub(in crate::mm) fn peer_reads_us(&self) -> bool {
-        if !self.shared.peer_reads_us.get() && crate::grant::peer_may_trace_us(self.shared.peer_pid)
+        if !self.shared.peer_reads_us.get()
+            && crate::grant::peer_may_trace_us(self.shared.peer_pid())
         {
             self.shared.peer_reads_us.set(true);
         }
@@ -68,20 +69,7 @@ impl MmEp {
 
     #[cold]
     fn wake(&self) {
-        let b = 0u8;
-        let (addr, len) = &self.shared.wake;
-        // SAFETY: FFI with a valid one-byte buffer and a valid address; a full socket (EAGAIN)
-        // already wakes the receiver, and a gone receiver is detected by the peer watch.
-        unsafe {
-            libc::sendto(
-                self.sock.as_raw_fd(),
-                &b as *const u8 as *const libc::c_void,
-                1,
-                libc::MSG_DONTWAIT,
-                addr as *const libc::sockaddr_un as *const libc::sockaddr,
-                *len,
-            );
-        }
+        super::wake_peer(&self.sock, &self.shared.peer_addr);
     }
 
     /// Claims an element, lets `fill` write the payload into (inline area, buffer area) and
