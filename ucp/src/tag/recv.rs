@@ -14,7 +14,7 @@ use crate::request::{Completion, Op, Request};
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::state::{
-    Notify, RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind, UNEXP_INLINE,
+    RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind, UNEXP_INLINE,
 };
 use ucs::{Error, Result};
 
@@ -197,32 +197,16 @@ impl State {
     }
 
     /// Finishes receive `key`, matched to a whole eager message of `total` bytes with `tag`
-    /// already copied into its buffer of `cap` bytes: the completion is built here for a
-    /// receive that holds no registration, remote key or active-message header (an eager one,
-    /// which is all this path sees), without the general `finish`; any other request has its
-    /// fields filled and goes to `finish`.
+    /// already copied into its buffer of `cap` bytes ([`State::finish`] builds an eager
+    /// receive's completion without the general path).
     fn finish_eager_recv(&mut self, key: usize, tag: u64, total: usize, cap: usize) {
-        let req = &mut self.reqs[key];
-        let ReqKind::Recv(rv) = &mut req.kind else {
-            return self.finish(key, eager_status(total, cap));
-        };
-        if req.done.is_some() || rv.memh.is_some() || rv.rkey.is_some() || rv.am.is_some() {
+        if let ReqKind::Recv(rv) = &mut self.reqs[key].kind {
             rv.sender_tag = tag;
             rv.total = total;
             rv.received = total;
             rv.stage = RecvStage::Eager;
-            return self.finish(key, eager_status(total, cap));
         }
-        req.done = Some(Completion {
-            status: eager_status(total, cap),
-            buf: std::mem::take(&mut rv.buf).into_vec(),
-            len: total,
-            tag,
-            value: 0,
-        });
-        if !matches!(req.notify, Notify::Take) {
-            self.callbacks_due.push(key);
-        }
+        self.finish(key, eager_status(total, cap));
     }
 
     /// A whole eager message (EAGER_ONLY, no acknowledgement asked) from endpoint `idx`: copied
