@@ -55,12 +55,19 @@ impl RLock {
 pub struct RGuard<'a>(Option<&'a RLock>);
 
 impl RLock {
-    /// Locks (again, if this thread holds it already); free when the lock is disabled.
-    #[inline]
+    /// Locks (again, if this thread holds it already); free when the lock is disabled (the
+    /// check is inlined into the caller, the locking is not).
+    #[inline(always)]
     pub fn lock(&self) -> RGuard<'_> {
         if !self.enabled {
             return RGuard(None);
         }
+        self.lock_enabled()
+    }
+
+    /// [`RLock::lock`] of an enabled lock.
+    #[inline(never)]
+    fn lock_enabled(&self) -> RGuard<'_> {
         let id = me();
         if self.owner.load(Ordering::Acquire) == id {
             // SAFETY: this thread owns the lock, so it alone touches `held`.
@@ -79,8 +86,19 @@ impl RLock {
 }
 
 impl Drop for RGuard<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
-        let Some(lock) = self.0 else { return };
+        if let Some(lock) = self.0 {
+            lock.unlock_one();
+        }
+    }
+}
+
+impl RLock {
+    /// Drops one level of this thread's hold (the lock is released at the outermost level).
+    #[inline(never)]
+    fn unlock_one(&self) {
+        let lock = self;
         // SAFETY: the holder of a guard owns the lock.
         let held = unsafe { &mut *lock.held.get() };
         held.0 -= 1;
