@@ -77,7 +77,7 @@ impl Worker {
     /// value, or `None` when the general path must take it (see the module doc; a misaligned
     /// or out-of-range word goes there too, which refuses it).
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn atomic_mapped(
         &mut self,
         ep: EpHandle,
