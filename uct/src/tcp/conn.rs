@@ -137,6 +137,11 @@ pub(crate) struct Conn {
     pub(crate) rx_gated: bool,
     /// Direct polls in a row that found nothing.
     pub(crate) empty_polls: u32,
+    /// Our endpoint on this connection was destroyed and we sent `Detach` (or queued it): no
+    /// later endpoint of ours takes the connection over.
+    pub(crate) detached: bool,
+    /// The peer's `Detach` arrived: no endpoint of the peer uses the connection any more.
+    pub(crate) peer_detached: bool,
 }
 
 impl Conn {
@@ -171,6 +176,8 @@ impl Conn {
             wait_out: false,
             rx_gated: false,
             empty_polls: 0,
+            detached: false,
+            peer_detached: false,
         }
     }
     pub(crate) fn fd(&self) -> RawFd {
@@ -200,6 +207,18 @@ impl Conn {
             && !self.rx_paused
             && !self.rx.has_data()
             && !self.rx.eof
+    }
+    /// True when neither side has an endpoint on this connection any more (ours was
+    /// destroyed or never existed, and the peer detached) and nothing is left to send,
+    /// receive or wait for: it can close.
+    pub(crate) fn unused(&self) -> bool {
+        self.peer_detached
+            && self.ep.is_none()
+            && self.is_connected()
+            && self.tx.is_empty()
+            && self.reqs.is_empty()
+            && self.pending.is_empty()
+            && !self.rx.has_data()
     }
     /// Err if the connection failed.
     pub(crate) fn check_usable(&self) -> Result<()> {

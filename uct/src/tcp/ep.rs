@@ -322,16 +322,49 @@ impl Drop for TcpEp {
         match c.state {
             ConnState::Idle | ConnState::Waiting => inner.fail(self.key, Error::Canceled, true),
             ConnState::Failed(_) => {}
-            // The connection stays (its queued bytes still go out, and the peer may send over
-            // it): it becomes unowned, like an accepted one, and a later endpoint to the same
-            // interface reuses it. It closes when the peer closes it or the interface goes.
-            ConnState::Connecting | ConnState::Handshake | ConnState::Connected => {
+            // A connection being set up stays: it becomes unowned, like an accepted one, and a
+            // later endpoint to the same interface reuses it. It closes when the peer closes
+            // it or the interface goes.
+            ConnState::Connecting | ConnState::Handshake => {
                 c.ep = None;
                 if c.conn_id != 0 {
                     inner.by_conn_id.remove(&c.conn_id);
                     c.conn_id = 0;
                     c.peer_iface = None;
                 }
+            }
+            // An established connection is detached: the peer hears of it (`Detach`, after
+            // the bytes queued before it), no later endpoint of ours takes it, and it closes
+            // as soon as the peer detached too and its queued bytes left (right here when the
+            // peer's endpoint went first). If the send queue has no room for the `Detach`, the
+            // connection stays as one being set up does.
+            ConnState::Connected => {
+                c.ep = None;
+                if c.conn_id != 0 {
+                    inner.by_conn_id.remove(&c.conn_id);
+                    c.conn_id = 0;
+                    c.peer_iface = None;
+                }
+                if c.peer_detached {
+                    c.detached = true;
+                } else if c.tx.fits_response() {
+                    c.detached = true;
+                    let f = FrameHeader::new(Kind::Detach, 0, 0).to_bytes();
+                    if !c.tx.is_empty() {
+                        // Progress sends it after the queued bytes.
+                        c.tx.push_pieces(&mut inner.tx_pool, &[&f], 0);
+                    } else {
+                        match send_once(c.fd(), &f) {
+                            Ok(n) if n == f.len() => {}
+                            Ok(n) => {
+                                c.tx.push_pieces(&mut inner.tx_pool, &[&f], n);
+                                inner.wait_writable(self.key);
+                            }
+                            Err(e) => inner.fail(self.key, e, true),
+                        }
+                    }
+                }
+                inner.close_if_unused(self.key);
             }
         }
         inner.cleanup = true;

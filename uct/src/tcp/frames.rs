@@ -50,6 +50,12 @@ impl TcpIface {
             RxEvent::AtomicResp(a) => self.inner.borrow_mut().on_atomic_resp(key, a),
             RxEvent::FlushReq(f) => self.inner.borrow_mut().on_flush_req(key, f),
             RxEvent::FlushAck(a) => self.inner.borrow_mut().on_flush_ack(key, a),
+            RxEvent::Detach => {
+                // The connection closes after the dispatch if nothing else uses it (see
+                // `rx_settle`).
+                self.inner.borrow_mut().conns[key].peer_detached = true;
+                Ok(None)
+            }
         };
         match done {
             Ok(None) => Flow::Continue,

@@ -367,6 +367,8 @@ impl Iface for TcpIface {
             c.ep.is_none()
                 && c.sock.is_some()
                 && !c.rejected
+                && !c.detached
+                && !c.peer_detached
                 && c.conn_id == 0
                 && c.peer_iface == Some(to)
         };

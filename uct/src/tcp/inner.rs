@@ -103,6 +103,18 @@ impl Inner {
         Ok(())
     }
 
+    /// Closes connection `key` (its socket now) when no endpoint on either side uses it and
+    /// nothing is left on it (see `Conn::unused`).
+    pub(crate) fn close_if_unused(&mut self, key: usize) {
+        if self.conns.get(key).is_some_and(|c| c.unused()) {
+            self.fail(
+                key,
+                Error::ConnectionReset("closed: no endpoint uses the connection".into()),
+                true,
+            );
+        }
+    }
+
     /// The socket of `key` took less than offered: wait for epoll to report it writable.
     pub(crate) fn wait_writable(&mut self, key: usize) {
         let c = &mut self.conns[key];

@@ -24,8 +24,12 @@
 //!   `ep_create` + `connect_to_ep` (CONNECT_TO_EP) always gives exactly one connection per
 //!   endpoint pair, even when both sides connect at the same time: the side with the smaller
 //!   (ip, port, conn id) dials, the other waits for the dialer's hello naming its endpoint.
-//!   Destroying an endpoint leaves its connection to the peer (which may still use it); the
-//!   connection closes when the peer closes it or the interface is destroyed.
+//!   Destroying an endpoint of an established connection detaches it: a `Detach` frame tells
+//!   the peer (the peer's endpoint on the connection keeps using it), no later endpoint takes
+//!   the connection over, and the socket closes as soon as neither side has an endpoint on it
+//!   and its queued bytes left: at once when the peer's endpoint went first, else when the
+//!   peer's `Detach` arrives. A connection still being set up stays unowned until the peer
+//!   closes it or the interface is destroyed.
 //! - **Frames** are described in [`wire`]. Partial sends never lose or reorder bytes: what the
 //!   socket did not take stays queued per connection and progress finishes it; when that queue
 //!   is full, operations return `NoResource` and the pending queue takes over. Zero-copy sends

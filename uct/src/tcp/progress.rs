@@ -199,6 +199,8 @@ impl TcpIface {
         }
         let mut n = self.rx(key, sink, direct);
         n += self.dispatch_pending(key, sink);
+        // A connection both sides detached from closes once its last queued bytes left.
+        self.inner.borrow_mut().close_if_unused(key);
         n
     }
 
@@ -556,6 +558,8 @@ impl Inner {
                     if let Err(e) = self.flush_tx(key) {
                         self.fail(key, e, false);
                     }
+                    // The peer detached, or answered our last request after we did.
+                    self.close_if_unused(key);
                 }
             }
         }

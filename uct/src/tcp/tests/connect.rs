@@ -179,14 +179,31 @@ fn reply_endpoint_reuses_the_incoming_connection() {
     }
     run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| sa.ams.len() == 6);
     assert!(sa.errors.is_empty() && sb.errors.is_empty());
-    // A new endpoint from a to b reuses the connection again.
+    // a's endpoint detached the connection: a new endpoint from a to b dials another one.
     let mut ab2 = a
         .ep_create_connected(b.device_address(), b.iface_address())
         .unwrap();
     assert!(ab2.am_short(0, 3, b"again").unwrap().is_done());
     run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 2);
-    assert_eq!(a.connection_count(), 1);
+    assert_eq!(&sb.ams[1].1[8..], b"again");
+    assert_eq!(a.connection_count(), 2);
+    assert_eq!(b.connection_count(), 2);
+    // b's endpoint was the last one on the first connection: b closes it at once, and a
+    // closes its end when it reads b's close.
+    drop(ba);
     assert_eq!(b.connection_count(), 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while a.connection_count() != 1 {
+        a.progress(&mut sa);
+        b.progress(&mut sb);
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: a kept the closed connection"
+        );
+    }
+    assert!(ab2.am_short(0, 4, b"still").unwrap().is_done());
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 3);
+    assert!(sa.errors.is_empty() && sb.errors.is_empty());
 }
 
 /// Two interfaces ordered by address: the first one's dials win simultaneous connects.

@@ -16,6 +16,7 @@
 //! |------|-------------|------------------|----------------------------|-----------|
 //! | 1    | `Hello`     | [`Hello`] (32)   | none                       | connector |
 //! | 11   | `HelloAck`  | [`HelloAck`] (8) | none                       | acceptor  |
+//! | 12   | `Detach`    | none             | none                       | either    |
 //! | 2    | `Am`        | none             | AM bytes (≤ [`MAX_AM_BODY`]) | sender  |
 //! | 3    | `Put`       | [`PutHdr`] (24)  | data written to the target | initiator |
 //! | 4    | `PutAck`    | [`Ack`] (16)     | none                       | target    |
@@ -33,6 +34,9 @@
 //! sends `Hello` and holds every other frame until the acceptor's `HelloAck` arrives; an
 //! acceptor that lost a simultaneous connect (see [`Hello`]) never acknowledges, so no frame
 //! is ever sent on a connection that gets dropped. Connect-to-ep hellos are not acknowledged.
+//! `Detach` says that the sender's endpoint on the connection was destroyed and that no
+//! endpoint of the sender will use the connection again: the side that has no endpoint on it
+//! either once both sides detached closes it (after its queued bytes left).
 //! Tag offload: a `TagEager` payload above
 //! [`TAG_WHOLE`] bytes is streamed, and the reassembler reports its start (an empty first
 //! chunk) as soon as the sub-header is in, so the receiver matches the tag against its posted
@@ -218,6 +222,9 @@ pub enum Kind {
     FlushAck = 10,
     /// The acceptor took a connect-to-iface connection: the connector may send.
     HelloAck = 11,
+    /// The sender's endpoint on this connection is gone, and no endpoint of the sender will
+    /// use the connection again.
+    Detach = 12,
     /// A tagged eager message (tag offload).
     TagEager = 16,
     /// A tagged rendezvous announcement or request (tag offload).
@@ -241,6 +248,7 @@ impl Kind {
             9 => Kind::FlushReq,
             10 => Kind::FlushAck,
             11 => Kind::HelloAck,
+            12 => Kind::Detach,
             16 => Kind::TagEager,
             17 => Kind::TagRndv,
             18 => Kind::TagGet,
@@ -252,7 +260,7 @@ impl Kind {
     pub fn sub_len(self) -> usize {
         match self {
             Kind::Hello => Hello::LEN,
-            Kind::Am => 0,
+            Kind::Am | Kind::Detach => 0,
             Kind::Put => PutHdr::LEN,
             Kind::PutAck | Kind::GetResp | Kind::FlushAck => Ack::LEN,
             Kind::GetReq | Kind::TagGet => GetReq::LEN,

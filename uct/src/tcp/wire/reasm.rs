@@ -51,6 +51,8 @@ pub enum RxEvent<'a> {
     FlushReq(FlushReq),
     /// A flush acknowledgement.
     FlushAck(Ack),
+    /// The peer's endpoint on the connection is gone (see [`Kind::Detach`]).
+    Detach,
 }
 
 /// The frame whose payload is being streamed.
@@ -239,6 +241,7 @@ impl Reassembler {
                     Kind::AtomicResp => RxEvent::AtomicResp(AtomicResp::decode(sub)?),
                     Kind::FlushReq => RxEvent::FlushReq(FlushReq::decode(sub)?),
                     Kind::FlushAck => RxEvent::FlushAck(Ack::decode(sub)?),
+                    Kind::Detach => RxEvent::Detach,
                 };
                 Ok((want, Some(ev)))
             }
