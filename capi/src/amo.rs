@@ -190,21 +190,9 @@ unsafe fn op_nbx_direct(
     let bytes = if size == AmoSize::U32 { 4 } else { 8 };
     // SAFETY: the client's operand (non-NULL, checked above).
     let v = unsafe { read_operand(buffer, bytes) };
-    let (amo, value) = match (opcode, reply.is_null()) {
-        (0, true) => (Amo::Post(AtomicOp::Add), v),
-        (3, true) => (Amo::Post(AtomicOp::And), v),
-        (4, true) => (Amo::Post(AtomicOp::Or), v),
-        (5, true) => (Amo::Post(AtomicOp::Xor), v),
-        (0, false) => (Amo::Fetch(AtomicOp::Add), v),
-        (1, false) => (Amo::Fetch(AtomicOp::Swap), v),
-        // SAFETY: the swap value is in the client's reply buffer.
-        (2, false) => (Amo::Cswap { compare: v }, unsafe {
-            read_operand(reply, bytes)
-        }),
-        (3, false) => (Amo::Fetch(AtomicOp::And), v),
-        (4, false) => (Amo::Fetch(AtomicOp::Or), v),
-        (5, false) => (Amo::Fetch(AtomicOp::Xor), v),
-        _ => return false,
+    // SAFETY: CSWAP's swap value is in the client's reply buffer (non-NULL for a fetch).
+    let Some((amo, value)) = (unsafe { amo_of(opcode, !reply.is_null(), v, reply, bytes) }) else {
+        return false;
     };
     // SAFETY: a live endpoint (checked non-NULL); its worker outlives it.
     let (w, h) = unsafe { (&*(*ep).worker, (*ep).h) };
@@ -227,6 +215,38 @@ unsafe fn op_nbx_direct(
             k,
         )
     }
+}
+
+/// The operation of `ucp_atomic_op_t` `opcode` (`fetch`: the caller gave a reply buffer) on
+/// operand `v` of `bytes` bytes, and the value it sends. `None`: no such opcode, or a SWAP or
+/// CSWAP without a reply buffer.
+///
+/// # Safety
+/// For a CSWAP with `fetch`, `reply` is readable for `bytes` bytes (it holds the swap value).
+#[inline(always)]
+unsafe fn amo_of(
+    opcode: c_uint,
+    fetch: bool,
+    v: u64,
+    reply: *const c_void,
+    bytes: usize,
+) -> Option<(Amo, u64)> {
+    Some(match (opcode, fetch) {
+        (0, false) => (Amo::Post(AtomicOp::Add), v),
+        (3, false) => (Amo::Post(AtomicOp::And), v),
+        (4, false) => (Amo::Post(AtomicOp::Or), v),
+        (5, false) => (Amo::Post(AtomicOp::Xor), v),
+        (0, true) => (Amo::Fetch(AtomicOp::Add), v),
+        (1, true) => (Amo::Fetch(AtomicOp::Swap), v),
+        // SAFETY: per the contract.
+        (2, true) => (Amo::Cswap { compare: v }, unsafe {
+            read_operand(reply, bytes)
+        }),
+        (3, true) => (Amo::Fetch(AtomicOp::And), v),
+        (4, true) => (Amo::Fetch(AtomicOp::Or), v),
+        (5, true) => (Amo::Fetch(AtomicOp::Xor), v),
+        _ => return None,
+    })
 }
 
 /// Reads a 4- or 8-byte operand.
@@ -391,29 +411,22 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
         // SAFETY: the client's operand.
         let v = unsafe { read_operand(buffer, size) };
         let fetch = !reply.is_null();
-        let (amo, value) = match (opcode, fetch) {
-            (0, false) => (Amo::Post(AtomicOp::Add), v),
-            (3, false) => (Amo::Post(AtomicOp::And), v),
-            (4, false) => (Amo::Post(AtomicOp::Or), v),
-            (5, false) => (Amo::Post(AtomicOp::Xor), v),
-            (0, true) => (Amo::Fetch(AtomicOp::Add), v),
-            (1, true) => (Amo::Fetch(AtomicOp::Swap), v),
-            // SAFETY: the swap value is in the client's reply buffer.
-            (2, true) => (Amo::Cswap { compare: v }, unsafe {
-                read_operand(reply, size)
-            }),
-            (3, true) => (Amo::Fetch(AtomicOp::And), v),
-            (4, true) => (Amo::Fetch(AtomicOp::Or), v),
-            (5, true) => (Amo::Fetch(AtomicOp::Xor), v),
-            (1 | 2, false) => {
+        // SAFETY: CSWAP's swap value is in the client's reply buffer (non-NULL for a fetch).
+        let (amo, value) = match unsafe { amo_of(opcode, fetch, v, reply, size) } {
+            Some(x) => x,
+            None if matches!(opcode, 1 | 2) && !fetch => {
                 return status_ptr(refuse(
                     NAME,
                     UCS_ERR_INVALID_PARAM,
                     "SWAP/CSWAP need a reply buffer",
                 ))
             }
-            (o, _) => {
-                return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, format!("opcode {o}")))
+            None => {
+                return status_ptr(refuse(
+                    NAME,
+                    UCS_ERR_INVALID_PARAM,
+                    format!("opcode {opcode}"),
+                ))
             }
         };
         // SAFETY: forwarded.

@@ -196,6 +196,22 @@ impl State {
         }
     }
 
+    /// Copies `data` (cut to fit) into matched receive `key` from endpoint `idx`, and gives
+    /// the receive's capacity (`None`: `key` is not a receive; the matcher holds receives
+    /// only).
+    #[inline(always)]
+    fn copy_into_matched(&mut self, key: usize, idx: usize, data: &[u8]) -> Option<usize> {
+        let req = &mut self.reqs[key];
+        let ReqKind::Recv(r) = &mut req.kind else {
+            return None;
+        };
+        req.ep = Some(idx);
+        let cap = r.buf.len();
+        let n = data.len().min(cap);
+        r.buf[..n].copy_from_slice(&data[..n]);
+        Some(cap)
+    }
+
     /// Finishes receive `key`, matched to a whole eager message of `total` bytes with `tag`
     /// already copied into its buffer of `cap` bytes ([`State::finish`] builds an eager
     /// receive's completion without the general path).
@@ -220,15 +236,9 @@ impl State {
         let Some(key) = self.req_by_wire(wire) else {
             return;
         };
-        let req = &mut self.reqs[key];
-        // The matcher holds receives only.
-        let ReqKind::Recv(r) = &mut req.kind else {
+        let Some(cap) = self.copy_into_matched(key, idx, data) else {
             return;
         };
-        req.ep = Some(idx);
-        let cap = r.buf.len();
-        let n = data.len().min(cap);
-        r.buf[..n].copy_from_slice(&data[..n]);
         self.finish_eager_recv(key, tag, data.len(), cap);
     }
 
@@ -255,23 +265,19 @@ impl State {
         if sreq != NO_REQ {
             let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
         }
-        let req = &mut self.reqs[key];
-        // The matcher holds receives only.
-        let ReqKind::Recv(r) = &mut req.kind else {
+        let Some(cap) = self.copy_into_matched(key, idx, data) else {
             return;
         };
-        req.ep = Some(idx);
-        let cap = r.buf.len();
-        let n = data.len().min(cap);
-        r.buf[..n].copy_from_slice(&data[..n]);
         if data.len() >= total {
             // All of it is here (as `recv_check_done` would find).
             return self.finish_eager_recv(key, tag, total, cap);
         }
-        r.sender_tag = tag;
-        r.total = total;
-        r.stage = RecvStage::Eager;
-        r.received = data.len();
+        if let ReqKind::Recv(r) = &mut self.reqs[key].kind {
+            r.sender_tag = tag;
+            r.total = total;
+            r.stage = RecvStage::Eager;
+            r.received = data.len();
+        }
         if let Some(m) = msg_id {
             self.assembling.insert((src, m), Target::Req(key));
         }

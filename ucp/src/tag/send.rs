@@ -35,15 +35,7 @@ impl State {
         sync: bool,
     ) -> Result<Op> {
         if !sync && self.tag_send_short(idx, tag, &data)? {
-            let give = match data {
-                SendData::Owned(v) => Some(v),
-                SendData::Borrowed(_) | SendData::Raw(_) => None,
-            };
-            return Ok(Op::Done(Completion {
-                buf: give,
-                tag,
-                ..Completion::ok()
-            }));
+            return Ok(sent_at_once(data, tag));
         }
         self.tag_send_proto(idx, tag, data, sync)
     }
@@ -140,15 +132,7 @@ impl State {
                 self.next_msg_id += 1;
             }
             if done {
-                let give = match data {
-                    SendData::Owned(v) => Some(v),
-                    SendData::Borrowed(_) | SendData::Raw(_) => None,
-                };
-                return Ok(Op::Done(Completion {
-                    buf: give,
-                    tag,
-                    ..Completion::ok()
-                }));
+                return Ok(sent_at_once(data, tag));
             }
             let key = self.new_send(idx, tag, data, sync);
             let s = self.send_mut(key);
@@ -367,4 +351,18 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// The completion of a send that went out at once: an owned vector comes back in it.
+#[inline(always)]
+fn sent_at_once(data: SendData<'_>, tag: u64) -> Op {
+    let buf = match data {
+        SendData::Owned(v) => Some(v),
+        SendData::Borrowed(_) | SendData::Raw(_) => None,
+    };
+    Op::Done(Completion {
+        buf,
+        tag,
+        ..Completion::ok()
+    })
 }
