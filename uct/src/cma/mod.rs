@@ -38,6 +38,8 @@ pub const MAX_IOV: usize = 16;
 pub const MAX_ZCOPY: usize = 1 << 30;
 /// Progress calls between two checks of the peers' liveness.
 const PEER_CHECK_INTERVAL: u32 = 256;
+/// The shortest time between two looks at the peers and the grant listener.
+const PEER_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A packed cma remote key.
 ///
@@ -309,6 +311,8 @@ pub struct CmaIface {
     eps: Vec<Weak<CmaEpShared>>,
     next_ep: u32,
     tick: u32,
+    /// When the peers and grants were last looked at (see [`PEER_CHECK_PERIOD`]).
+    last_check: std::time::Instant,
 }
 
 impl CmaIface {
@@ -359,6 +363,7 @@ impl CmaIface {
             eps: Vec::new(),
             next_ep: 0,
             tick: 0,
+            last_check: std::time::Instant::now(),
         })
     }
 }
@@ -428,9 +433,11 @@ impl Iface for CmaIface {
         Ok(CmaEp { shared })
     }
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        // Look at the peers every PEER_CHECK_INTERVAL calls (a poll on each pidfd).
+        // Look at the peers (a poll on each pidfd) and serve grant requests on one call in
+        // PEER_CHECK_INTERVAL, at most once per PEER_CHECK_PERIOD: a rank spinning on progress
+        // makes no system calls between.
         self.tick = self.tick.wrapping_add(1);
-        let check = self.tick.is_multiple_of(PEER_CHECK_INTERVAL);
+        let check = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && self.check_due();
         if check {
             crate::grant::maintain();
         }
@@ -454,6 +461,19 @@ impl Iface for CmaIface {
     }
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
         Ok(Outcome::DONE)
+    }
+}
+
+impl CmaIface {
+    /// Whether [`PEER_CHECK_PERIOD`] has passed since the last look at the peers (restarting
+    /// the period when it has).
+    fn check_due(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.last_check) < PEER_CHECK_PERIOD {
+            return false;
+        }
+        self.last_check = now;
+        true
     }
 }
 

@@ -39,6 +39,8 @@ mod ep;
 const POLL_BATCH: usize = 32;
 /// Progress calls between two checks of the peers' liveness.
 const PEER_CHECK_INTERVAL: u32 = 1024;
+/// The shortest time between two looks at the peers and the grant listener.
+const PEER_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
 /// Empty progress calls between two looks at a FIFO that may be stalled by a dead sender (a
 /// multiple of [`PEER_CHECK_INTERVAL`]: progress's quick look checks that one only).
 const STALL_CHECK_INTERVAL: u32 = 1 << 16;
@@ -257,6 +259,8 @@ pub struct MmIface {
     pub(super) common: Rc<Common>,
     next_ep: u32,
     tick: u32,
+    /// When the peers and grants were last looked at (see [`PEER_CHECK_PERIOD`]).
+    last_check: std::time::Instant,
 }
 
 impl MmIface {
@@ -330,6 +334,7 @@ impl MmIface {
             sock,
             next_ep: 0,
             tick: 0,
+            last_check: std::time::Instant::now(),
         })
     }
 
@@ -473,7 +478,11 @@ impl MmIface {
         if n == 0 && self.tick.is_multiple_of(STALL_CHECK_INTERVAL) {
             self.check_stall();
         }
-        let check_peers = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.eps.is_empty();
+        // At most once per PEER_CHECK_PERIOD: a rank spinning on progress makes no system
+        // calls between.
+        let check_peers = self.tick.is_multiple_of(PEER_CHECK_INTERVAL)
+            && !self.eps.is_empty()
+            && self.check_due();
         if check_peers {
             crate::grant::maintain();
         }
@@ -484,6 +493,19 @@ impl MmIface {
             n += self.tag_progress(sink);
         }
         n
+    }
+}
+
+impl MmIface {
+    /// Whether [`PEER_CHECK_PERIOD`] has passed since the last look at the peers (restarting
+    /// the period when it has).
+    fn check_due(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.last_check) < PEER_CHECK_PERIOD {
+            return false;
+        }
+        self.last_check = now;
+        true
     }
 }
 
