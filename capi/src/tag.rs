@@ -8,7 +8,7 @@ use crate::guard::{check_mask, ffi, refuse};
 use crate::request::{submit, Cb, OpArgs};
 use crate::worker::{worker_ref, Worker};
 use std::ffi::{c_int, c_void};
-use ucp::{Completion, Message, Op};
+use ucp::{Message, Op};
 
 /// A parsed `ucp_request_param_t`.
 pub struct Nbx {
@@ -204,10 +204,14 @@ unsafe fn tag_send(
     };
     // A send that finished at once gives UCS_OK and leaves caller-supplied request memory
     // untouched, as UCX does (Open MPI's blocking send returns on UCS_OK without reading it).
-    if let (Ok(Op::Done(Completion { status: Ok(()), .. })), false) = (&res, args.no_imm) {
-        return status_ptr(UCS_OK);
+    // Its completion owns nothing (no error, no buffer), so it is forgotten, not dropped.
+    match res {
+        Ok(Op::Done(c)) if !args.no_imm && c.status.is_ok() && c.buf.is_none() => {
+            std::mem::forget(c);
+            status_ptr(UCS_OK)
+        }
+        res => submit(name, w, res, &args, Finish::None),
     }
-    submit(name, w, res, &args, Finish::None)
 }
 
 /// `ucs_status_ptr_t ucp_tag_send_nb(ucp_ep_h ep, const void *buffer, size_t count,

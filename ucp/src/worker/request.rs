@@ -161,10 +161,16 @@ impl Worker {
         !self.st.tokens_done.is_empty()
     }
 
-    /// Moves the results of finished token requests to the end of `out`.
+    /// Moves the results of finished token requests to the end of `out`. An empty `out` is
+    /// swapped with the worker's queue (nothing is copied; the worker keeps `out`'s capacity).
     #[inline]
     pub fn take_done_tokens(&mut self, out: &mut Vec<(u64, Completion)>) {
-        if !self.st.tokens_done.is_empty() {
+        if self.st.tokens_done.is_empty() {
+            return;
+        }
+        if out.is_empty() {
+            std::mem::swap(out, &mut self.st.tokens_done);
+        } else {
             out.append(&mut self.st.tokens_done);
         }
     }
@@ -342,8 +348,13 @@ impl State {
 
     /// Finishes request `key` with `status`, releasing what the protocol held.
     #[inline]
+    /// A request already finished (or freed) is left alone. An eager receive whose result goes
+    /// to a token is queued for `take_done_tokens` at once and its slot freed here (nothing else
+    /// waits on it), without a pass through `run_callbacks`.
     pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
-        let r = &mut self.reqs[key];
+        let Some(r) = self.reqs.get_mut(key) else {
+            return;
+        };
         if r.done.is_some() {
             return;
         }
@@ -351,13 +362,19 @@ impl State {
         if let ReqKind::Recv(rv) = &mut r.kind {
             if rv.rndv.is_none() {
                 let buf = std::mem::take(&mut rv.buf).into_vec();
-                r.done = Some(Completion {
+                let c = Completion {
                     status,
                     buf,
                     len: rv.total,
                     tag: rv.sender_tag,
                     value: 0,
-                });
+                };
+                if let Notify::Token(t) = r.notify {
+                    self.reqs.free(key);
+                    self.tokens_done.push((t, c));
+                    return;
+                }
+                r.done = Some(c);
                 if !matches!(r.notify, Notify::Take) {
                     self.callbacks_due.push(key);
                 }

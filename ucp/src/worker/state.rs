@@ -311,8 +311,8 @@ pub(crate) enum Notify {
     Take,
     /// Given to a callback at the end of a progress call.
     Callback(RequestCallback),
-    /// Queued with this token for [`crate::Worker::take_done_tokens`] at the end of a progress
-    /// call.
+    /// Queued with this token for [`crate::Worker::take_done_tokens`]: an eager receive's result
+    /// as soon as it finishes, the others' at the end of a progress call.
     Token(u64),
     /// Kept in the slot like `Take`, and this waker woken at the end of a progress call.
     Waker(std::task::Waker),
