@@ -10,8 +10,10 @@
 # shared machine; the instruction count is the figure to compare).
 # LIBDIR holds rucx's libraries; without it they are built (release) into target/capi-lib.
 # MODES: "expected" (receive posted first), "unexpected" (send first), "idle" (one
-# ucp_worker_progress call with nothing to do, the cost of each spin of a waiting rank).
-# Environment: TLS_LIST ("posix tcp"), SIZES ("8 4096"), MODES ("expected unexpected idle"),
+# ucp_worker_progress call with nothing to do, the cost of each spin of a waiting rank), "pml"
+# ("expected" as Open MPI's pml ucx does it: caller-supplied request memory, completion found by
+# ucp_request_test / ucp_request_check_status).
+# Environment: TLS_LIST ("posix tcp"), SIZES ("8 4096"), MODES ("expected unexpected idle pml"),
 # N1 (2000), N2 (4000), TIME_ITERS (200000), REPEATS (5), CORE (1).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +30,7 @@ command -v valgrind >/dev/null || { echo "install valgrind" >&2; exit 1; }
 
 TLS_LIST=${TLS_LIST:-"posix tcp"}
 SIZES=${SIZES:-"8 4096"}
-MODES=${MODES:-"expected unexpected idle"}
+MODES=${MODES:-"expected unexpected idle pml"}
 N1=${N1:-2000}
 N2=${N2:-4000}
 TIME_ITERS=${TIME_ITERS:-200000}

@@ -1,7 +1,7 @@
 /*
  * Cost of one tagged message through libucp, both sides in one thread, for instr-per-msg.sh.
  *
- * Usage: msgcost SIZE ITERS [expected|unexpected|idle]
+ * Usage: msgcost SIZE ITERS [expected|unexpected|idle|pml]
  * Two workers of one context in this process; worker A has an endpoint to worker B (the
  * transport is whatever UCX_TLS allows between two workers of one process, e.g. UCX_TLS=posix
  * or UCX_TLS=tcp). Each iteration posts a receive on B and then sends SIZE bytes from A
@@ -12,7 +12,9 @@
  * Prints "rank 0 libucp PATH" and "ns_per_msg SIZE NS" (wall clock over ITERS, after a warm-up); the
  * first and last byte of every received message are checked, and a wrong one exits with 1.
  * "idle" sends nothing after the warm-up: each iteration is one ucp_worker_progress call on
- * worker A with nothing to do (what a rank waiting for a message spins on).
+ * worker A with nothing to do (what a rank waiting for a message spins on). "pml" is "expected"
+ * the way Open MPI's pml ucx does it: caller-supplied request memory (UCP_OP_ATTR_FIELD_REQUEST)
+ * and completion found by ucp_request_test / ucp_request_check_status after each progress pair.
  */
 #include "../tests/mpi/libucp_path.h"
 
@@ -111,16 +113,66 @@ static void one_message(ucp_worker_h a, ucp_worker_h b, ucp_ep_h ep, char *sbuf,
     }
 }
 
+/* request_size of the context, for "pml" mode's caller-supplied request memory. */
+static size_t req_size;
+
+/* One message as Open MPI's pml ucx sends and receives it: request memory from the caller
+ * (UCP_OP_ATTR_FIELD_REQUEST, request_size bytes before the pointer given), a callback with
+ * user data, the receive posted first; then progress on both workers, testing the receive with
+ * ucp_request_test and a send that did not finish at once with ucp_request_check_status. */
+static void one_message_pml(ucp_worker_h a, ucp_worker_h b, ucp_ep_h ep, char *sbuf, char *rbuf,
+                            size_t size, int i, char *smem, char *rmem)
+{
+    ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                              UCP_OP_ATTR_FIELD_USER_DATA |
+                                              UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REQUEST,
+                              .cb.send = send_cb,
+                              .datatype = ucp_dt_make_contig(1),
+                              .request = smem + req_size};
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                              UCP_OP_ATTR_FIELD_USER_DATA |
+                                              UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REQUEST,
+                              .cb.recv = recv_cb,
+                              .datatype = ucp_dt_make_contig(1),
+                              .request = rmem + req_size};
+    if (size > 0) {
+        sbuf[0] = sbuf[size - 1] = (char)i;
+    }
+    void *rreq = ucp_tag_recv_nbx(b, rbuf, size, 7, (ucp_tag_t)-1, &rp);
+    void *sreq = ucp_tag_send_nbx(ep, sbuf, size, 7, &sp);
+    int send_done = started(sreq, "send");
+    ucp_tag_recv_info_t info;
+    for (;;) {
+        ucp_worker_progress(a);
+        ucp_worker_progress(b);
+        if (!send_done) {
+            ucs_status_t st = ucp_request_check_status(sreq);
+            send_done = st != UCS_INPROGRESS;
+            check(send_done ? st : UCS_OK, "send");
+        }
+        ucs_status_t st = UCS_PTR_IS_PTR(rreq) ? ucp_request_test(rreq, &info) : UCS_PTR_STATUS(rreq);
+        if (st != UCS_INPROGRESS && send_done) {
+            check(st, "recv");
+            break;
+        }
+    }
+    if (size > 0 && (rbuf[0] != (char)i || rbuf[size - 1] != (char)i)) {
+        fprintf(stderr, "message %d arrived wrong\n", i);
+        exit(1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: msgcost SIZE ITERS [expected|unexpected]\n");
+        fprintf(stderr, "usage: msgcost SIZE ITERS [expected|unexpected|idle|pml]\n");
         return 2;
     }
     size_t size = strtoull(argv[1], NULL, 0);
     int iters = atoi(argv[2]);
     int unexpected = argc > 3 && strcmp(argv[3], "unexpected") == 0;
     int idle = argc > 3 && strcmp(argv[3], "idle") == 0;
+    int pml = argc > 3 && strcmp(argv[3], "pml") == 0;
 
     ucp_config_t *cfg;
     check(ucp_config_read(NULL, NULL, &cfg), "ucp_config_read");
@@ -128,6 +180,9 @@ int main(int argc, char **argv)
     ucp_context_h ctx;
     check(ucp_init(&params, cfg, &ctx), "ucp_init");
     ucp_config_release(cfg);
+    ucp_context_attr_t cattr = {.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE};
+    check(ucp_context_query(ctx, &cattr), "ucp_context_query");
+    req_size = cattr.request_size;
 
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
@@ -144,17 +199,25 @@ int main(int argc, char **argv)
     ucp_worker_release_address(b, addr);
 
     char *sbuf = calloc(1, size + 1), *rbuf = calloc(1, size + 1);
-    if (sbuf == NULL || rbuf == NULL) {
+    char *smem = aligned_alloc(64, (req_size + 64) / 64 * 64);
+    char *rmem = aligned_alloc(64, (req_size + 64) / 64 * 64);
+    if (sbuf == NULL || rbuf == NULL || smem == NULL || rmem == NULL) {
         return 1;
     }
     for (int i = 0; i < 100; i++) {
-        one_message(a, b, ep, sbuf, rbuf, size, i, unexpected);
+        if (pml) {
+            one_message_pml(a, b, ep, sbuf, rbuf, size, i, smem, rmem);
+        } else {
+            one_message(a, b, ep, sbuf, rbuf, size, i, unexpected);
+        }
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < iters; i++) {
         if (idle) {
             ucp_worker_progress(a);
+        } else if (pml) {
+            one_message_pml(a, b, ep, sbuf, rbuf, size, i, smem, rmem);
         } else {
             one_message(a, b, ep, sbuf, rbuf, size, i, unexpected);
         }
@@ -182,5 +245,7 @@ int main(int argc, char **argv)
     ucp_cleanup(ctx);
     free(sbuf);
     free(rbuf);
+    free(smem);
+    free(rmem);
     return 0;
 }

@@ -126,7 +126,10 @@ impl Worker {
             for k in 0..n {
                 let e = base.add(k);
                 complete(self, (*e).0 as usize, &(*e).1);
-                std::ptr::drop_in_place(e);
+                // A successful completion without a buffer owns nothing to drop.
+                if (*e).1.status.is_err() || (*e).1.buf.is_some() {
+                    std::ptr::drop_in_place(e);
+                }
             }
         }
         let old = std::mem::replace(&mut *self.spare.borrow_mut(), done);

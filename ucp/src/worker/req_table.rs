@@ -129,6 +129,21 @@ impl ReqTable {
         self.len -= 1;
     }
 
+    /// [`ReqTable::free`] of a live request whose kind and notify own nothing (an eager receive
+    /// whose buffer was moved out, with a token): they are overwritten without running their
+    /// drop code. Were they to own something, it would leak, never be freed twice.
+    #[inline]
+    pub(crate) fn free_plain(&mut self, key: usize) {
+        let r = &mut self.slots[key];
+        debug_assert!(r.live() && r.done.is_none());
+        r.gen |= VACANT;
+        r.ep = None;
+        std::mem::forget(std::mem::replace(&mut r.kind, ReqKind::Close));
+        std::mem::forget(std::mem::replace(&mut r.notify, Notify::Take));
+        self.free.push(key as u32);
+        self.len -= 1;
+    }
+
     /// Frees live request `key`, giving it whole. The key must be live, as with `Slab::remove`.
     pub(crate) fn remove(&mut self, key: usize) -> Req {
         debug_assert!(self.contains(key), "request {key} is not live");

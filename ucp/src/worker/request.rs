@@ -370,7 +370,9 @@ impl State {
                     value: 0,
                 };
                 if let Notify::Token(t) = r.notify {
-                    self.reqs.free(key);
+                    // The buffer was moved out and there is no rendezvous state: the kind owns
+                    // nothing, nor does a token.
+                    self.reqs.free_plain(key);
                     self.tokens_done.push((t, c));
                     return;
                 }
