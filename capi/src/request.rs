@@ -335,15 +335,12 @@ fn submit_done_later(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -
 /// `take_done_tokens` (or at once, if the operation has finished meanwhile), keyed by the
 /// header's address.
 #[inline(never)]
-fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request) -> StatusPtr {
+pub fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request) -> StatusPtr {
     let (h, pooled) = request_mem(w, args);
     let mut inner = w.inner.borrow_mut();
-    let id = match inner.w.request_into_token(r, h as u64) {
-        Ok((id, None)) => id,
-        Ok((id, Some(c))) => {
-            inner.done.push((h as u64, c));
-            id
-        }
+    // An operation that finished meanwhile has its result queued with the token as well.
+    let id = match inner.w.request_into_token_queued(r, h as u64) {
+        Ok(id) => id,
         Err(e) => {
             drop(inner);
             finish.abort();

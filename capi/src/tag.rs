@@ -5,7 +5,7 @@ use crate::datatype::{recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{check_mask, ffi, refuse};
-use crate::request::{submit, Cb, OpArgs};
+use crate::request::{submit, submit_pending, Cb, OpArgs};
 use crate::worker::{worker_ref, Worker};
 use std::ffi::{c_int, c_void};
 use ucp::{Message, Op};
@@ -375,6 +375,17 @@ unsafe fn tag_recv(
         }
     };
     let _g = w.lock.lock();
+    // The common receive (contiguous memory, no probed message) goes straight to the data path:
+    // the data lands in the client's buffer.
+    if let (Finish::Copy { dst, cap }, None) = (&finish, &message) {
+        // SAFETY: the client keeps its buffer until the request completes (the contract of
+        // every UCX receive).
+        let res = unsafe { w.inner.borrow_mut().w.tag_recv_raw(*dst, *cap, tag, mask) };
+        return match res {
+            Ok(Op::Pending(r)) => submit_pending(w, &args, Finish::None, r),
+            res => submit(name, w, res, &args, Finish::None),
+        };
+    }
     let (res, finish) = {
         let mut i = w.inner.borrow_mut();
         match finish {

@@ -147,6 +147,38 @@ impl Worker {
         Ok((id, done))
     }
 
+    /// Like [`Worker::request_into_token`], but a request that has already finished has its
+    /// result queued for [`Worker::take_done_tokens`] too: only the id comes back (no
+    /// completion is moved through the caller).
+    #[inline]
+    pub fn request_into_token_queued(&mut self, req: Request, token: u64) -> Result<RequestId> {
+        if !req.is_of(&self.st.req_shared) {
+            return Err(foreign());
+        }
+        let key = req.key as usize;
+        let gen = req.gen();
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == gen => {
+                if r.done.is_none() {
+                    r.notify = Notify::Token(token);
+                } else {
+                    let c = self.st.reqs.take_done(key).unwrap_or_else(Completion::ok);
+                    self.st.tokens_done.push((token, c));
+                }
+                req.into_key();
+                Ok(RequestId {
+                    wid: self.st.id,
+                    key: key as u32,
+                    gen,
+                })
+            }
+            _ => {
+                req.disarm();
+                Err(taken())
+            }
+        }
+    }
+
     /// [`Worker::request_cancel`] by plain id; an id of another worker is an error.
     pub fn request_cancel_id(&mut self, id: RequestId) -> Result<bool> {
         if id.wid != self.st.id {
