@@ -96,26 +96,20 @@ impl Worker {
         }
     }
 
-    /// Runs the client's callbacks for what the last progress call produced: completions,
-    /// endpoint failures, active messages. Gives their number.
+    /// Runs the client's callbacks for what the last progress call produced: completions, then
+    /// endpoint failures and active messages. Gives their number.
     #[inline(never)]
     fn deliver(&self) -> usize {
-        let (mut done, errs, ams) = {
+        let (mut done, events) = {
             let mut i = self.inner.borrow_mut();
             let mut done = std::mem::take(&mut *self.spare.borrow_mut());
-            std::mem::swap(&mut done, &mut i.done);
+            if !i.done.is_empty() {
+                std::mem::swap(&mut done, &mut i.done);
+            }
             i.w.take_done_tokens(&mut done);
-            let (errs, ams) = if i.events_queued() {
-                (
-                    std::mem::take(&mut *i.ep_errors.borrow_mut()),
-                    std::mem::take(&mut *i.am_in.borrow_mut()),
-                )
-            } else {
-                (Vec::new(), Vec::new())
-            };
-            (done, errs, ams)
+            (done, i.events_queued())
         };
-        let mut n = done.len();
+        let n = done.len();
         // Each entry is completed where it lies and then dropped; the length is cleared first,
         // so a callback that panics leaks the rest instead of dropping them twice.
         // SAFETY: `done[..n]` are initialized; each is dropped once, and `done` no longer owns
@@ -139,10 +133,25 @@ impl Worker {
         } else {
             std::mem::forget(old);
         }
-        if errs.is_empty() && ams.is_empty() {
-            return n;
+        if events {
+            n + self.deliver_events()
+        } else {
+            n
         }
-        n += errs.len() + ams.len();
+    }
+
+    /// Runs the error handlers of failed endpoints and the handlers of arrived active
+    /// messages. Gives their number.
+    #[cold]
+    #[inline(never)]
+    fn deliver_events(&self) -> usize {
+        let (errs, ams) = {
+            let i = self.inner.borrow();
+            let errs = std::mem::take(&mut *i.ep_errors.borrow_mut());
+            let ams = std::mem::take(&mut *i.am_in.borrow_mut());
+            (errs, ams)
+        };
+        let n = errs.len() + ams.len();
         for (h, status) in errs {
             self.ep_failed(h, status);
         }
