@@ -406,3 +406,80 @@ fn op_future_is_woken_by_the_progress_that_finishes_it() {
     assert_eq!(b.borrow().request_count(), 0);
     assert!(b.borrow_mut().tag_probe(12, EXACT, false).is_none());
 }
+
+/// Token requests (what the C API uses): an eager receive's result is queued with its token as
+/// soon as it finishes and its slot is free at once; `request_into_token_queued` queues the result
+/// of a request that had already finished; a request of another worker is refused.
+#[test]
+fn token_results_are_queued_and_their_slots_freed() {
+    let mut a = worker("self");
+    let mut b = worker("self");
+    let mut c = worker("self");
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    pump(&mut [&mut a, &mut b, &mut c], 8);
+    let mut out = Vec::new();
+    for i in 0..50u64 {
+        // Posted first: finished by the progress call that receives the message.
+        let Op::Pending(r) = b.tag_recv(vec![0; 64], i, EXACT).unwrap() else {
+            panic!("round {i}: a receive without a message finished");
+        };
+        b.request_into_token_queued(r, 1000 + i).unwrap();
+        assert_eq!(
+            b.request_count(),
+            1,
+            "round {i}: the running receive holds a slot"
+        );
+        let data = pattern(40, i as u8);
+        drop(a.tag_send(ab, i, &data).unwrap());
+        for _ in 0..1000 {
+            if b.has_done_tokens() {
+                break;
+            }
+            pump(&mut [&mut a, &mut b], 1);
+        }
+        assert_eq!(
+            b.request_count(),
+            0,
+            "round {i}: the finished token slot is held"
+        );
+        out.clear();
+        b.take_done_tokens(&mut out);
+        assert_eq!(out.len(), 1, "round {i}");
+        let (token, done) = &out[0];
+        assert_eq!(*token, 1000 + i);
+        assert_eq!(done.status, Ok(()));
+        assert_eq!((done.len, done.tag), (40, i));
+        assert_eq!(&done.buf.as_ref().unwrap()[..40], &data[..]);
+        assert!(!b.has_done_tokens(), "round {i}: a result was queued twice");
+    }
+    // Finished before the token is set (kept for request_take meanwhile): queued at once.
+    let Op::Pending(r) = b.tag_recv(vec![0; 64], 77, EXACT).unwrap() else {
+        panic!("a receive without a message finished");
+    };
+    drop(a.tag_send(ab, 77, b"late token").unwrap());
+    for _ in 0..1000 {
+        if b.request_test(&r).unwrap() {
+            break;
+        }
+        pump(&mut [&mut a, &mut b], 1);
+    }
+    assert!(b.request_test(&r).unwrap(), "the receive did not finish");
+    let id = b.request_into_token_queued(r, 5).unwrap();
+    assert!(
+        !b.request_cancel_id(id).unwrap(),
+        "a finished request was canceled"
+    );
+    out.clear();
+    b.take_done_tokens(&mut out);
+    assert!(
+        matches!(out.as_slice(), [(5, d)] if d.status == Ok(()) && d.len == 10),
+        "{out:?}"
+    );
+    assert_eq!(b.request_count(), 0);
+    // Another worker's request is refused and left running on its own worker.
+    let Op::Pending(r) = b.tag_recv(vec![0; 8], 78, EXACT).unwrap() else {
+        panic!("a receive without a message finished");
+    };
+    assert!(is_invalid(c.request_into_token_queued(r, 9)));
+    assert!(!c.has_done_tokens());
+}

@@ -379,10 +379,10 @@ impl State {
     }
 
     /// Finishes request `key` with `status`, releasing what the protocol held.
-    #[inline]
     /// A request already finished (or freed) is left alone. An eager receive whose result goes
     /// to a token is queued for `take_done_tokens` at once and its slot freed here (nothing else
     /// waits on it), without a pass through `run_callbacks`.
+    #[inline]
     pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
         let Some(r) = self.reqs.get_mut(key) else {
             return;
