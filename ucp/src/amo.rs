@@ -17,7 +17,7 @@ use crate::wire::{am_id, AtomicRepHdr, AtomicReqHdr, NO_REQ};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
-use crate::worker::state::{comp_id, ReqKind, State, COMP_ATOMIC};
+use crate::worker::state::{comp_id, Notify, ReqKind, State, COMP_ATOMIC};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -277,7 +277,8 @@ impl State {
             value,
             compare,
         };
-        if let Err(e) = self.send_ctl(idx, am_id::ATOMIC_REQ, &h.encode()) {
+        let (body, len) = h.encode();
+        if let Err(e) = self.send_ctl(idx, am_id::ATOMIC_REQ, &body[..len]) {
             if let Some(k) = key {
                 self.reqs.remove(k);
             }
@@ -381,9 +382,6 @@ impl State {
             return Ok(());
         }
         let key = self.peer_req(idx, h.req, Named::AtomicRep)?;
-        if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
-            *value = h.value;
-        }
         let st = if h.status == 0 {
             Ok(())
         } else {
@@ -392,6 +390,24 @@ impl State {
                     .into(),
             ))
         };
+        // A request whose result goes to a token (the C API's) is done here: its result is
+        // queued for `take_done_tokens` at once and its slot freed, as the end of the progress
+        // call would do after `finish`.
+        if let Notify::Token(t) = self.reqs[key].notify {
+            self.reqs.free(key);
+            self.tokens_done.push((
+                t,
+                Completion {
+                    status: st,
+                    value: h.value,
+                    ..Completion::ok()
+                },
+            ));
+            return Ok(());
+        }
+        if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
+            *value = h.value;
+        }
         self.finish(key, st);
         Ok(())
     }
