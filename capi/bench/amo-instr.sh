@@ -2,7 +2,7 @@
 # Instructions per fetch-add through libucp, over Debian's UCX 1.13 and over rucx's drop-in
 # libucp.so.0, counted the same way for both (a benchmark that reports, not a timed test).
 #   capi/bench/amo-instr.sh LIBDIR
-# amocost.c does what OpenSHMEM's shmem_long_atomic_fetch_add does over UCX (ucp_atomic_fetch_nb,
+# amocost.c does what OpenSHMEM's shmem_long_atomic_fetch_add does over UCX (ucp_atomic_op_nbx,
 # then ucp_request_check_status + ucp_worker_progress until done, ucp_request_free), initiator
 # and target being two workers progressed in turn by one thread, so callgrind's count does not
 # depend on timing. Each row runs amocost under callgrind with N1 and N2 operations and prints

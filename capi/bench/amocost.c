@@ -6,10 +6,11 @@
  * word for remote access: "static" registers a static variable of this program (private memory,
  * as OpenSHMEM's symmetric data: no shared-memory transport reaches it, so the target's worker
  * applies the atomic on request), "heap" lets libucp allocate it (UCP_MEM_MAP_ALLOCATE, a
- * shared segment when a shared-memory transport is on). Each iteration does what OpenSHMEM's
- * shmem_long_atomic_fetch_add does over UCX: ucp_atomic_fetch_nb(FADD, 1) and, when a request
- * comes back, ucp_request_check_status + ucp_worker_progress (here on A and then B, B standing
- * for the target's progress loop) until it is done, then ucp_request_free. One thread does
+ * shared segment when a shared-memory transport is on). Each iteration does what Open MPI 4.1's
+ * shmem_long_atomic_fetch_add does over UCX: ucp_atomic_op_nbx(ADD, 1) with a reply buffer and
+ * no callback and, when a request comes back, ucp_request_check_status + ucp_worker_progress
+ * (here on A and then B, B standing for the target's progress loop) until it is done, then
+ * ucp_request_free. One thread does
  * everything, so the work per operation does not depend on timing and an instruction counter
  * (callgrind) sees the same count run after run. Every fetched value is checked (the counter
  * counts the iterations); a wrong one exits with 1. Prints "rank 0 libucp PATH" and
@@ -34,23 +35,21 @@ static void check(ucs_status_t st, const char *what)
     }
 }
 
-static void empty_cb(void *req, ucs_status_t st)
-{
-    (void)req;
-    (void)st;
-}
-
-/* One fetch-add of 1 on the word at `addr`; returns the old value. */
+/* One fetch-add of 1 on the word at `addr`, as Open MPI 4.1's OpenSHMEM (atomic ucx) does it;
+ * returns the old value. */
 static uint64_t fadd(ucp_worker_h a, ucp_worker_h b, ucp_ep_h ep, uint64_t addr, ucp_rkey_h rkey)
 {
-    uint64_t old = 0;
-    void *req = ucp_atomic_fetch_nb(ep, UCP_ATOMIC_FETCH_OP_FADD, 1, &old, sizeof(old), addr,
-                                    rkey, empty_cb);
+    uint64_t old = 0, one = 1;
+    ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE |
+                                                 UCP_OP_ATTR_FIELD_REPLY_BUFFER,
+                                 .datatype = ucp_dt_make_contig(sizeof(old)),
+                                 .reply_buffer = &old};
+    void *req = ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &one, 1, addr, rkey, &param);
     if (req == NULL) {
         return old;
     }
     if (UCS_PTR_IS_ERR(req)) {
-        check(UCS_PTR_STATUS(req), "ucp_atomic_fetch_nb");
+        check(UCS_PTR_STATUS(req), "ucp_atomic_op_nbx");
     }
     ucs_status_t st;
     while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
