@@ -546,6 +546,7 @@ impl AtomicReqHdr {
     }
     /// Decodes and validates the operation code, the size and the length (`compare` present
     /// exactly for compare-and-swap; absent, it decodes as 0).
+    #[inline]
     pub fn decode(b: &[u8]) -> Result<Self> {
         if b.len() != Self::LEN && b.len() != Self::LEN_NO_COMPARE {
             return Err(Error::Wire(format!(
