@@ -142,22 +142,23 @@ unsafe fn direct(
     true
 }
 
-/// `op_attr_mask` bits [`op_nbx_direct`] accepts: none of them changes what an atomic that
-/// completes at once does (a callback runs only for an operation that completes later).
-const DIRECT_MASK: u32 = UCP_OP_ATTR_FIELD_DATATYPE
+/// `op_attr_mask` bits [`op_nbx_simple`] accepts: a callback and its user data, a datatype and
+/// a reply buffer (what OpenSHMEM and MPI one-sided libraries pass).
+const SIMPLE_MASK: u32 = UCP_OP_ATTR_FIELD_DATATYPE
     | UCP_OP_ATTR_FIELD_REPLY_BUFFER
     | UCP_OP_ATTR_FIELD_CALLBACK
     | UCP_OP_ATTR_FIELD_USER_DATA;
 
-/// `ucp_atomic_op_nbx` on a peer word mapped here, before the full parameter checks: true when
-/// it is done (the old value in the reply buffer). False for anything else (other parameter
-/// fields, another datatype or opcode, a word not mapped here, bad input), which the general
-/// path then takes, checks and refuses or runs.
+/// `ucp_atomic_op_nbx` with a parameter of the common shape (only [`SIMPLE_MASK`] fields, a
+/// contiguous 4- or 8-byte datatype, one element, a known opcode), a live endpoint and a key
+/// this worker accepts: on a peer word mapped here, one CPU atomic; otherwise the atomic is
+/// started at once under the same lock, with no further parsing. `None` for any other call,
+/// which the general path then checks and refuses or runs.
 ///
 /// # Safety
 /// As `ucp_atomic_op_nbx`.
 #[inline(always)]
-unsafe fn op_nbx_direct(
+unsafe fn op_nbx_simple(
     ep: *mut Ep,
     opcode: c_uint,
     buffer: *const c_void,
@@ -165,14 +166,15 @@ unsafe fn op_nbx_direct(
     remote_addr: u64,
     rkey: *mut CRkey,
     param: *const RequestParam,
-) -> bool {
+) -> Option<StatusPtr> {
     if param.is_null() || ep.is_null() || rkey.is_null() || buffer.is_null() || count != 1 {
-        return false;
+        return None;
     }
     // SAFETY: the caller's param.
     let p = unsafe { &*param };
-    if p.op_attr_mask & !DIRECT_MASK != 0 || p.op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE == 0 {
-        return false;
+    let m = p.op_attr_mask;
+    if m & !SIMPLE_MASK != 0 || m & UCP_OP_ATTR_FIELD_DATATYPE == 0 {
+        return None;
     }
     let size = match (
         p.datatype & UCP_DATATYPE_CLASS_MASK,
@@ -180,41 +182,96 @@ unsafe fn op_nbx_direct(
     ) {
         (UCP_DATATYPE_CONTIG, 4) => AmoSize::U32,
         (UCP_DATATYPE_CONTIG, 8) => AmoSize::U64,
-        _ => return false,
+        _ => return None,
     };
-    let reply = if p.op_attr_mask & UCP_OP_ATTR_FIELD_REPLY_BUFFER != 0 {
+    let bytes = if size == AmoSize::U32 { 4 } else { 8 };
+    let reply = if m & UCP_OP_ATTR_FIELD_REPLY_BUFFER != 0 {
         p.reply_buffer
     } else {
         std::ptr::null_mut()
     };
-    let bytes = if size == AmoSize::U32 { 4 } else { 8 };
     // SAFETY: the client's operand (non-NULL, checked above).
     let v = unsafe { read_operand(buffer, bytes) };
     // SAFETY: CSWAP's swap value is in the client's reply buffer (non-NULL for a fetch).
-    let Some((amo, value)) = (unsafe { amo_of(opcode, !reply.is_null(), v, reply, bytes) }) else {
-        return false;
-    };
+    let (amo, value) = unsafe { amo_of(opcode, !reply.is_null(), v, reply, bytes) }?;
     // SAFETY: a live endpoint (checked non-NULL); its worker outlives it.
     let (w, h) = unsafe { (&*(*ep).worker, (*ep).h) };
     // SAFETY: a live key (checked non-NULL).
-    let Ok((k, delta)) = (unsafe { crate::rma::rkey_for_quiet(rkey, w) }) else {
-        return false;
-    };
-    let _g = w.lock.lock();
-    let mut i = w.inner.borrow_mut();
-    // SAFETY: the reply buffer holds the operand's size; the worker is locked.
-    unsafe {
-        direct(
-            &mut i.w,
-            h,
-            &amo,
-            value,
-            size,
-            reply,
-            remote_addr.wrapping_sub(delta),
-            k,
-        )
+    let (k, delta) = unsafe { crate::rma::rkey_for_quiet(rkey, w) }.ok()?;
+    let remote_addr = remote_addr.wrapping_sub(delta);
+    {
+        let _g = w.lock.lock();
+        let mut i = w.inner.borrow_mut();
+        // SAFETY: the reply buffer holds the operand's size; the worker is locked.
+        if unsafe { direct(&mut i.w, h, &amo, value, size, reply, remote_addr, k) } {
+            return Some(status_ptr(UCS_OK));
+        }
     }
+    Some(op_nbx_general(
+        w,
+        h,
+        amo,
+        value,
+        size,
+        reply,
+        remote_addr,
+        k,
+        p,
+    ))
+}
+
+/// The rest of [`op_nbx_simple`] for an atomic that was not done on a mapped word: started
+/// through the worker (`remote_addr` in rucx's address space), the client's callback and user
+/// data taken from `p`, the result (or the failure) handed back as `start` does.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn op_nbx_general(
+    w: &crate::worker::Worker,
+    h: ucp::EpHandle,
+    amo: Amo,
+    value: u64,
+    size: AmoSize,
+    reply: *mut c_void,
+    remote_addr: u64,
+    k: &ucp::Rkey,
+    p: &RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_atomic_op_nbx";
+    let _g = w.lock.lock();
+    let res = {
+        let mut i = w.inner.borrow_mut();
+        match amo {
+            Amo::Post(op) => i.w.atomic_post(h, op, size, value, remote_addr, k),
+            Amo::Fetch(op) => i.w.atomic_fetch(h, op, size, value, remote_addr, k),
+            Amo::Cswap { compare } => i.w.atomic_cswap(h, size, compare, value, remote_addr, k),
+        }
+    };
+    if let Err(e) = &res {
+        tracing::warn!("{NAME}: {e}");
+    }
+    let m = p.op_attr_mask;
+    let cb = if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
+        // SAFETY: FIELD_CALLBACK of an atomic holds a ucp_send_nbx_callback_t (or NULL).
+        match unsafe { p.cb.send } {
+            Some(f) => Cb::SendNbx(f),
+            None => Cb::None,
+        }
+    } else {
+        Cb::None
+    };
+    let mut args = OpArgs::with_cb(cb, false);
+    if m & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
+        args.user_data = p.user_data;
+    }
+    let finish = if matches!(amo, Amo::Post(_)) {
+        Finish::None
+    } else {
+        Finish::Fetch {
+            dst: reply as *mut u8,
+            size: if size == AmoSize::U32 { 4 } else { 8 },
+        }
+    };
+    submit(NAME, w, res, &args, finish)
 }
 
 /// The operation of `ucp_atomic_op_t` `opcode` (`fetch`: the caller gave a reply buffer) on
@@ -378,8 +435,9 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
     const NAME: &str = "ucp_atomic_op_nbx";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        if unsafe { op_nbx_direct(ep, opcode, buffer, count, remote_addr, rkey, param) } {
-            return status_ptr(UCS_OK);
+        let simple = unsafe { op_nbx_simple(ep, opcode, buffer, count, remote_addr, rkey, param) };
+        if let Some(r) = simple {
+            return r;
         }
         // SAFETY: forwarded.
         let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {

@@ -17,7 +17,7 @@ use crate::wire::{am_id, AtomicRepHdr, AtomicReqHdr, NO_REQ};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
-use crate::worker::state::{comp_id, ReqKind, State, COMP_ATOMIC};
+use crate::worker::state::{comp_id, Notify, ReqKind, State, COMP_ATOMIC};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -277,7 +277,8 @@ impl State {
             value,
             compare,
         };
-        if let Err(e) = self.send_ctl(idx, am_id::ATOMIC_REQ, &h.encode()) {
+        let (body, len) = h.encode();
+        if let Err(e) = self.send_ctl(idx, am_id::ATOMIC_REQ, &body[..len]) {
             if let Some(k) = key {
                 self.reqs.remove(k);
             }
@@ -308,42 +309,43 @@ impl State {
                 "{size} bytes at {addr:#x} are not an aligned word of a mapped region"
             )));
         }
-        let op = |old: u64, v: u64| -> u64 {
-            match h.op {
-                0 => old.wrapping_add(v),
-                1 => old & v,
-                2 => old | v,
-                3 => old ^ v,
-                _ => v,
-            }
+        let op = match h.op {
+            0 => Some(uct::AtomicOp::Add),
+            1 => Some(uct::AtomicOp::And),
+            2 => Some(uct::AtomicOp::Or),
+            3 => Some(uct::AtomicOp::Xor),
+            4 => Some(uct::AtomicOp::Swap),
+            _ => None, // compare-and-swap
         };
         if size == 8 {
             // SAFETY: the word lies inside a live mapping of this worker and is 8-byte aligned;
             // peers access it only through atomics.
             let a = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
-            let old = if h.op == 5 {
-                match a.compare_exchange(h.compare, h.value, SeqCst, SeqCst) {
-                    Ok(v) | Err(v) => v,
-                }
-            } else {
-                a.fetch_update(SeqCst, SeqCst, |o| Some(op(o, h.value)))
-                    .unwrap_or_else(|v| v)
-            };
-            Ok(old)
+            let v = h.value;
+            Ok(match op {
+                Some(uct::AtomicOp::Add) => a.fetch_add(v, SeqCst),
+                Some(uct::AtomicOp::And) => a.fetch_and(v, SeqCst),
+                Some(uct::AtomicOp::Or) => a.fetch_or(v, SeqCst),
+                Some(uct::AtomicOp::Xor) => a.fetch_xor(v, SeqCst),
+                Some(uct::AtomicOp::Swap) => a.swap(v, SeqCst),
+                None => a
+                    .compare_exchange(h.compare, v, SeqCst, SeqCst)
+                    .unwrap_or_else(|old| old),
+            })
         } else {
             // SAFETY: as above, 4-byte aligned.
             let a = unsafe { AtomicU32::from_ptr(addr as *mut u32) };
-            let old = if h.op == 5 {
-                match a.compare_exchange(h.compare as u32, h.value as u32, SeqCst, SeqCst) {
-                    Ok(v) | Err(v) => v,
-                }
-            } else {
-                a.fetch_update(SeqCst, SeqCst, |o| {
-                    Some(op(o as u64, h.value & 0xFFFF_FFFF) as u32)
-                })
-                .unwrap_or_else(|v| v)
-            };
-            Ok(old as u64)
+            let v = h.value as u32;
+            Ok(u64::from(match op {
+                Some(uct::AtomicOp::Add) => a.fetch_add(v, SeqCst),
+                Some(uct::AtomicOp::And) => a.fetch_and(v, SeqCst),
+                Some(uct::AtomicOp::Or) => a.fetch_or(v, SeqCst),
+                Some(uct::AtomicOp::Xor) => a.fetch_xor(v, SeqCst),
+                Some(uct::AtomicOp::Swap) => a.swap(v, SeqCst),
+                None => a
+                    .compare_exchange(h.compare as u32, v, SeqCst, SeqCst)
+                    .unwrap_or_else(|old| old),
+            }))
         }
     }
 
@@ -381,9 +383,6 @@ impl State {
             return Ok(());
         }
         let key = self.peer_req(idx, h.req, Named::AtomicRep)?;
-        if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
-            *value = h.value;
-        }
         let st = if h.status == 0 {
             Ok(())
         } else {
@@ -392,6 +391,24 @@ impl State {
                     .into(),
             ))
         };
+        // A request whose result goes to a token (the C API's) is done here: its result is
+        // queued for `take_done_tokens` at once and its slot freed, as the end of the progress
+        // call would do after `finish`.
+        if let Notify::Token(t) = self.reqs[key].notify {
+            self.reqs.free(key);
+            self.tokens_done.push((
+                t,
+                Completion {
+                    status: st,
+                    value: h.value,
+                    ..Completion::ok()
+                },
+            ));
+            return Ok(());
+        }
+        if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
+            *value = h.value;
+        }
         self.finish(key, st);
         Ok(())
     }

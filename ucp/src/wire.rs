@@ -497,7 +497,9 @@ impl UserAmHdr {
 /// ```
 /// `op`: 0 add, 1 and, 2 or, 3 xor, 4 swap, 5 compare-and-swap; `size`: 4 or 8; `req` is
 /// [`NO_REQ`] for a non-fetching operation (its reply, with `req` [`NO_REQ`], only
-/// acknowledges it).
+/// acknowledges it). `compare` is sent only with compare-and-swap: any other operation is 26
+/// bytes, so with the sender prefix it fits in the first cache line of a shared-memory FIFO
+/// element (one line for the target to fetch, not two).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AtomicReqHdr {
     /// Requester's request, or [`NO_REQ`].
@@ -515,10 +517,24 @@ pub struct AtomicReqHdr {
 }
 
 impl AtomicReqHdr {
-    /// Encoded length.
+    /// Encoded length of a compare-and-swap (the longest).
     pub const LEN: usize = 34;
-    /// Encodes into a fixed array.
-    pub fn encode(&self) -> [u8; Self::LEN] {
+    /// Encoded length of any other operation (no `compare`).
+    pub const LEN_NO_COMPARE: usize = 26;
+    /// Operation code of compare-and-swap, the one that carries `compare`.
+    pub const OP_CSWAP: u8 = 5;
+
+    /// The encoded length of an operation `op`.
+    pub fn len_of(op: u8) -> usize {
+        if op == Self::OP_CSWAP {
+            Self::LEN
+        } else {
+            Self::LEN_NO_COMPARE
+        }
+    }
+
+    /// Encodes into a fixed array; the message is its first `len_of(op)` bytes.
+    pub fn encode(&self) -> ([u8; Self::LEN], usize) {
         let mut b = [0u8; Self::LEN];
         b[..8].copy_from_slice(&self.req.to_le_bytes());
         b[8] = self.op;
@@ -526,13 +542,16 @@ impl AtomicReqHdr {
         b[10..18].copy_from_slice(&self.addr.to_le_bytes());
         b[18..26].copy_from_slice(&self.value.to_le_bytes());
         b[26..].copy_from_slice(&self.compare.to_le_bytes());
-        b
+        (b, Self::len_of(self.op))
     }
-    /// Decodes and validates the operation code and size.
+    /// Decodes and validates the operation code, the size and the length (`compare` present
+    /// exactly for compare-and-swap; absent, it decodes as 0).
+    #[inline]
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
+        if b.len() != Self::LEN && b.len() != Self::LEN_NO_COMPARE {
             return Err(Error::Wire(format!(
-                "atomic request must be {} bytes, got {}",
+                "atomic request must be {} or {} bytes, got {}",
+                Self::LEN_NO_COMPARE,
                 Self::LEN,
                 b.len()
             )));
@@ -543,12 +562,20 @@ impl AtomicReqHdr {
             size: b[9],
             addr: le64(b, 10),
             value: le64(b, 18),
-            compare: le64(b, 26),
+            compare: if b.len() == Self::LEN { le64(b, 26) } else { 0 },
         };
         if h.op > 5 || !(h.size == 4 || h.size == 8) {
             return Err(Error::Wire(format!(
                 "atomic request with op {} size {}",
                 h.op, h.size
+            )));
+        }
+        if b.len() != Self::len_of(h.op) {
+            return Err(Error::Wire(format!(
+                "atomic request with op {} must be {} bytes, got {}",
+                h.op,
+                Self::len_of(h.op),
+                b.len()
             )));
         }
         Ok(h)

@@ -151,16 +151,36 @@ fn atomic_headers_round_trip_and_validate() {
         value: 2,
         compare: 3,
     };
-    roundtrip(am_id::ATOMIC_REQ, &q.encode(), Msg::AtomicReq(q));
+    let (e, n) = q.encode();
+    assert_eq!(n, AtomicReqHdr::LEN);
+    roundtrip(am_id::ATOMIC_REQ, &e[..n], Msg::AtomicReq(q));
+    // Any other operation leaves the compare value out (26 bytes).
+    let add = AtomicReqHdr {
+        op: 0,
+        compare: 0,
+        ..q
+    };
+    let (a, an) = add.encode();
+    assert_eq!(an, AtomicReqHdr::LEN_NO_COMPARE);
+    roundtrip(am_id::ATOMIC_REQ, &a[..an], Msg::AtomicReq(add));
     let r = AtomicRepHdr {
         req: 1,
         status: 0,
         value: 9,
     };
     roundtrip(am_id::ATOMIC_REP, &r.encode(), Msg::AtomicRep(r));
-    let e = q.encode();
-    for n in 0..e.len() {
-        assert!(Msg::decode(am_id::ATOMIC_REQ, &e[..n]).is_err());
+    // Every other length is refused: a cswap without its compare value, an add with one.
+    for k in 0..e.len() {
+        assert!(
+            Msg::decode(am_id::ATOMIC_REQ, &e[..k]).is_err(),
+            "cswap, {k} bytes"
+        );
+    }
+    for k in (0..=a.len()).filter(|&k| k != an) {
+        assert!(
+            Msg::decode(am_id::ATOMIC_REQ, &a[..k]).is_err(),
+            "add, {k} bytes"
+        );
     }
     let mut bad = e;
     bad[9] = 3;
