@@ -63,8 +63,12 @@ impl Worker {
         let Some(p) = l.amo_later.take() else {
             return;
         };
-        let r = &st.eps[idx].addr.tls[p.remote];
-        match self.ifaces[p.local].ep_create_connected(&r.device_addr, &r.iface_addr) {
+        let Some(r) = st.eps[idx].peer_addr().and_then(|a| a.tls.get(p.remote)) else {
+            return;
+        };
+        let res = self.ifaces[p.local].ep_create_connected(&r.device_addr, &r.iface_addr);
+        st.eps[idx].addr_done();
+        match res {
             Ok(uep) => {
                 let Some(l) = st.eps[idx].lanes.as_mut() else {
                     return;

@@ -291,6 +291,7 @@ impl Worker {
                 closings: Vec::new(),
                 tm: crate::tag::offload::TmState::new(),
                 rndv_pool: Vec::new(),
+                protos: Vec::new(),
             },
             tick: 0,
             last_event: vec![0; n_ifaces],

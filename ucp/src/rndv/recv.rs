@@ -61,7 +61,7 @@ impl State {
             .as_ref()
             .and_then(|l| l.rma.map(|r| l.uct[r].0));
         let wire = self.peer_id(ep, key);
-        let scheme = self.eps[ep].proto.map(|p| p.rndv);
+        let scheme = self.eps[ep].proto.as_deref().map(|p| p.rndv);
         let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
         if let Some(li) = rma {
             let flags = self.info[li].attr.flags;

@@ -74,7 +74,11 @@ impl State {
             ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let proto = ep
+            .proto
+            .as_deref()
+            .copied()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
         let l = ep
             .lanes
             .as_mut()
@@ -343,7 +347,11 @@ impl State {
             eps, reqs, info, ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let proto = ep
+            .proto
+            .as_deref()
+            .copied()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
         let l = ep
             .lanes
             .as_mut()

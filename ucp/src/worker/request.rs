@@ -161,10 +161,17 @@ impl Worker {
         !self.st.tokens_done.is_empty()
     }
 
-    /// Moves the results of finished token requests to the end of `out`.
+    /// Moves the results of finished token requests to the end of `out`. An empty `out`
+    /// trades places with the worker's queue instead (no copy), so after a large batch of
+    /// results one vector, not two, keeps room for as many.
     #[inline]
     pub fn take_done_tokens(&mut self, out: &mut Vec<(u64, Completion)>) {
-        if !self.st.tokens_done.is_empty() {
+        if self.st.tokens_done.is_empty() {
+            return;
+        }
+        if out.is_empty() {
+            std::mem::swap(out, &mut self.st.tokens_done);
+        } else {
             out.append(&mut self.st.tokens_done);
         }
     }

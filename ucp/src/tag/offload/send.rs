@@ -186,6 +186,7 @@ impl State {
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         let rndv = self.eps[idx]
             .proto
+            .as_deref()
             .is_some_and(|p| len >= p.tag_rndv_thresh);
         if ready && !rndv && self.tm.enabled && len >= TM_THRESH {
             if let Some(op) = self.tm_eager_mapped(idx, tag, map, ptr, len)? {
