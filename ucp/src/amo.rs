@@ -74,7 +74,7 @@ impl Worker {
                     return;
                 };
                 l.uct.push((p.local, uep));
-                l.amo = Some(l.uct.len() - 1);
+                l.set_amo(l.uct.len() - 1);
                 st.by_uct
                     .insert((p.local, l.uct[l.uct.len() - 1].1.id().0), idx);
                 st.iface_users[p.local] += 1;
@@ -209,7 +209,7 @@ impl State {
         let (amo, amo_key) = match &rkey.mapped {
             Some((lane, k)) if cpu(*lane) => (Some(*lane), Some(k)),
             _ => (
-                self.eps[idx].lanes.as_ref().and_then(|l| l.amo),
+                self.eps[idx].lanes.as_ref().and_then(|l| l.amo()),
                 rkey.amo.as_ref(),
             ),
         };

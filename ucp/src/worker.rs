@@ -260,7 +260,7 @@ impl Worker {
                 eps: Slab::new(),
                 ep_gen: 0,
                 by_uuid: Default::default(),
-                by_uct: HashMap::new(),
+                by_uct: Default::default(),
                 iface_users: vec![0; n_ifaces],
                 reqs: Default::default(),
                 req_gen: 0,

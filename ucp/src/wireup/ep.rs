@@ -120,16 +120,10 @@ fn connect_lanes(
     // one such list per endpoint.
     uct_eps.shrink_to_fit();
     let ep = &mut st.eps[idx];
-    ep.lanes = Some(Lanes {
-        uct: uct_eps,
-        am,
-        rma,
-        amo,
-        amo_later,
-        rma_wait,
-        am_next: None,
-        released: None,
-    });
+    let mut lanes = Lanes::new(uct_eps, am, rma, amo);
+    lanes.amo_later = amo_later;
+    lanes.rma_wait = rma_wait;
+    ep.lanes = Some(lanes);
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
     if st.cfg.proto_info {
@@ -277,7 +271,7 @@ impl State {
             };
             l.uct.push((w.li, w.ep));
             let lane = l.uct.len() - 1;
-            l.rma = Some(lane);
+            l.set_rma(lane);
             if crate::wireup::carries_am(&self.info[w.li].attr, &self.cfg) {
                 l.am_next = u8::try_from(lane).ok();
             }
@@ -341,13 +335,13 @@ impl State {
         l.am_next = None;
         // The old lane stays connected; if no other purpose uses it, its interface no longer
         // counts this endpoint as a user (it is then polled like an idle interface).
-        if l.rma != Some(old) && l.amo != Some(old) {
+        if l.rma() != Some(old) && l.amo() != Some(old) {
             l.released = u8::try_from(old).ok();
             let li = l.uct[old].0;
             self.iface_users[li] = self.iface_users[li].saturating_sub(1);
         }
         let new_li = l.uct[new].0;
-        let rma_li = l.rma.map(|r| l.uct[r].0);
+        let rma_li = l.rma().map(|r| l.uct[r].0);
         let mut proto = ProtoConfig::compute(
             &self.info[new_li].attr,
             self.info[new_li].md_reg,

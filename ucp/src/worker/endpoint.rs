@@ -208,7 +208,7 @@ impl State {
             let i = &self.info[lanes.uct[lane].0];
             format!("{}/{}", i.tl_name, i.dev_name)
         };
-        let mut t = proto.table(&name(lanes.am), lanes.rma.map(name).as_deref());
+        let mut t = proto.table(&name(lanes.am), lanes.rma().map(name).as_deref());
         let li = lanes.uct[lanes.am].0;
         t.push_str(&self.tm_proto_row(li, proto, &name(lanes.am)));
         Ok(t)

@@ -60,7 +60,7 @@ impl Worker {
             Some(r) if r.gen == req.gen() => match r.done.take() {
                 Some(c) => {
                     self.st.reqs.free(req.into_key());
-                    Ok(c)
+                    Ok(c.into())
                 }
                 None => Err(req),
             },
@@ -358,13 +358,16 @@ impl State {
         if let ReqKind::Recv(rv) = &mut r.kind {
             if rv.rndv.is_none() {
                 let buf = std::mem::take(&mut rv.buf).into_vec();
-                r.done = Some(Completion {
-                    status,
-                    buf,
-                    len: rv.total,
-                    tag: rv.sender_tag,
-                    value: 0,
-                });
+                r.done = Some(
+                    Completion {
+                        status,
+                        buf,
+                        len: rv.total,
+                        tag: rv.sender_tag,
+                        value: 0,
+                    }
+                    .into(),
+                );
                 if !matches!(r.notify, Notify::Take) {
                     self.callbacks_due.push(key);
                 }
@@ -443,13 +446,16 @@ impl State {
             }
             return;
         }
-        r.done = Some(Completion {
-            status,
-            buf,
-            len,
-            tag,
-            value,
-        });
+        r.done = Some(
+            Completion {
+                status,
+                buf,
+                len,
+                tag,
+                value,
+            }
+            .into(),
+        );
         if !matches!(r.notify, Notify::Take) {
             self.callbacks_due.push(key);
         }

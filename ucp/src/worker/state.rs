@@ -51,6 +51,33 @@ impl std::hash::Hasher for UuidHasher {
     }
 }
 
+/// The ucp endpoint of each transport endpoint, by (interface index, transport endpoint id):
+/// one entry per lane, so it keeps them small (one `u64` key, one `u32` value).
+#[derive(Default)]
+pub(crate) struct UctIndex(HashMap<u64, u32, UuidHash>);
+
+impl UctIndex {
+    fn key((li, id): (usize, u32)) -> u64 {
+        (li as u64) << 32 | u64::from(id)
+    }
+
+    /// The endpoint of transport endpoint `id` of interface `li`.
+    pub(crate) fn get(&self, k: &(usize, u32)) -> Option<usize> {
+        self.0.get(&Self::key(*k)).map(|&v| v as usize)
+    }
+
+    /// Maps transport endpoint `k` to endpoint `idx`.
+    pub(crate) fn insert(&mut self, k: (usize, u32), idx: usize) {
+        // Endpoint indexes are slab keys of a worker's endpoints: far below u32::MAX.
+        self.0.insert(Self::key(k), idx as u32);
+    }
+
+    /// Forgets transport endpoint `k`; gives the endpoint it was mapped to.
+    pub(crate) fn remove(&mut self, k: &(usize, u32)) -> Option<usize> {
+        self.0.remove(&Self::key(*k)).map(|v| v as usize)
+    }
+}
+
 pub(crate) const COMP_GET: u64 = 1;
 pub(crate) const COMP_PUT: u64 = 2;
 pub(crate) const COMP_FLUSH: u64 = 3;
@@ -64,8 +91,10 @@ pub(crate) fn comp_id(kind: u64, wire: u64) -> CompletionId {
 pub(crate) struct Lanes {
     pub(crate) uct: Vec<(usize, AnyEp)>,
     pub(crate) am: usize,
-    pub(crate) rma: Option<usize>,
-    pub(crate) amo: Option<usize>,
+    /// The RMA lane (index in `uct`; see [`Lanes::rma`]).
+    rma_lane: Option<u8>,
+    /// The atomic lane (index in `uct`; see [`Lanes::amo`]).
+    amo_lane: Option<u8>,
     /// The atomic lane chosen but not yet connected: a transport the AM and RMA lanes do not
     /// use gets its endpoint when a remote key is first unpacked (so a tag-only endpoint over
     /// shared memory opens no tcp connection just for atomics). Boxed: most endpoints have none.
@@ -81,6 +110,49 @@ pub(crate) struct Lanes {
     /// longer counts as a user of its interface (polled like an idle one), but stays connected
     /// (its failure still fails the endpoint).
     pub(crate) released: Option<u8>,
+}
+
+impl Lanes {
+    /// Lanes `uct`, with the AM lane at `am` and the RMA and atomic lanes at `rma` and `amo`.
+    pub(crate) fn new(
+        uct: Vec<(usize, AnyEp)>,
+        am: usize,
+        rma: Option<usize>,
+        amo: Option<usize>,
+    ) -> Self {
+        Lanes {
+            uct,
+            am,
+            rma_lane: rma.and_then(|r| u8::try_from(r).ok()),
+            amo_lane: amo.and_then(|a| u8::try_from(a).ok()),
+            amo_later: None,
+            rma_wait: None,
+            am_next: None,
+            released: None,
+        }
+    }
+
+    /// The RMA lane (index in `uct`).
+    #[inline]
+    pub(crate) fn rma(&self) -> Option<usize> {
+        self.rma_lane.map(usize::from)
+    }
+
+    /// The atomic lane (index in `uct`).
+    #[inline]
+    pub(crate) fn amo(&self) -> Option<usize> {
+        self.amo_lane.map(usize::from)
+    }
+
+    /// Makes `lane` (index in `uct`) the RMA lane.
+    pub(crate) fn set_rma(&mut self, lane: usize) {
+        self.rma_lane = u8::try_from(lane).ok();
+    }
+
+    /// Makes `lane` (index in `uct`) the atomic lane.
+    pub(crate) fn set_amo(&mut self, lane: usize) {
+        self.amo_lane = u8::try_from(lane).ok();
+    }
 }
 
 /// A connect-to-endpoint lane being wired up (see [`EpAddrHdr`]).
@@ -359,9 +431,52 @@ pub(crate) struct Req {
     pub(crate) gen: u32,
     pub(crate) ep: Option<usize>,
     pub(crate) kind: ReqKind,
-    pub(crate) done: Option<Completion>,
+    pub(crate) done: Option<Done>,
     /// Who learns of the result when the request finishes.
     pub(crate) notify: Notify,
+}
+
+/// A finished request's result as its slot keeps it: a [`Completion`] with the error boxed, so
+/// the slot (one per request in flight) is 48 bytes smaller; errors are the rare case.
+pub(crate) struct Done {
+    status: std::result::Result<(), Box<Error>>,
+    buf: Option<Vec<u8>>,
+    len: usize,
+    tag: u64,
+    value: u64,
+}
+
+impl Done {
+    /// The status the request finished with.
+    pub(crate) fn status(&self) -> Result<()> {
+        self.status.as_ref().map_err(|e| (**e).clone()).copied()
+    }
+}
+
+impl From<Completion> for Done {
+    #[inline]
+    fn from(c: Completion) -> Self {
+        Done {
+            status: c.status.map_err(Box::new),
+            buf: c.buf,
+            len: c.len,
+            tag: c.tag,
+            value: c.value,
+        }
+    }
+}
+
+impl From<Done> for Completion {
+    #[inline]
+    fn from(d: Done) -> Self {
+        Completion {
+            status: d.status.map_err(|e| *e),
+            buf: d.buf,
+            len: d.len,
+            tag: d.tag,
+            value: d.value,
+        }
+    }
 }
 
 /// How a finished request's result is handed over.
@@ -447,7 +562,7 @@ pub(crate) struct State {
     pub(crate) eps: Slab<Ep>,
     pub(crate) ep_gen: u32,
     pub(crate) by_uuid: crate::worker::peers::PeerIndex,
-    pub(crate) by_uct: HashMap<(usize, u32), usize>,
+    pub(crate) by_uct: UctIndex,
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.
     pub(crate) iface_users: Vec<u32>,

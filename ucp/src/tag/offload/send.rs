@@ -223,7 +223,7 @@ impl State {
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
         let li = l.uct[l.am].0;
         let rma = l
-            .rma
+            .rma()
             .map(|r| l.uct[r].0)
             .and_then(|r| map.reg_of(self.info[r].tl_name).map(|m| (r, m.clone())));
         let a = &self.info[li].attr;
@@ -436,7 +436,7 @@ impl State {
             return Ok(Err(data));
         };
         let li = l.uct[l.am].0;
-        let rma_li = l.rma.map(|r| l.uct[r].0);
+        let rma_li = l.rma().map(|r| l.uct[r].0);
         let a = &self.info[li].attr;
         if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) || len == 0 || len > a.tag.rndv_max_zcopy {
             return Ok(Err(data));
