@@ -16,6 +16,8 @@
  * (tag = 1 << 32 | index), and the run ends when every send and receive has completed.
  *
  * SCALE_SMAPS=FILE saves the hub's /proc/self/smaps after the exchange.
+ * SCALE_EXIT_AFTER_EXCHANGE=1 makes the hub exit(0) right after that sample, without closing
+ * anything: under `heaptrack`, the "leaked" allocations are then what was live at that point.
  *
  * It prints one line, `RESULT key=value ...`, for capi/bench/scale.sh:
  *   rss_*_kb  VmRSS of the hub process at: base (context + hub worker), workers (peer workers
@@ -642,6 +644,8 @@ int main(int argc, char **argv)
         }
     s2 = sample_now();
     save_smaps();
+    if (getenv("SCALE_EXIT_AFTER_EXCHANGE"))
+        exit(0);
 
     /* Peers' own growth (processes), then closing everything. */
     if (nproc > 0) {

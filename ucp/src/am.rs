@@ -82,6 +82,8 @@ impl State {
         self.ep_usable(idx)?;
         let proto = self.eps[idx]
             .proto
+            .as_deref()
+            .copied()
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
         let hlen = u32::try_from(header.len())
             .map_err(|_| Error::InvalidParam("active-message header too long".into()))?;

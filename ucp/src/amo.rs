@@ -63,14 +63,18 @@ impl Worker {
         let Some(p) = l.amo_later.take() else {
             return;
         };
-        let r = &st.eps[idx].addr.tls[p.remote];
-        match self.ifaces[p.local].ep_create_connected(&r.device_addr, &r.iface_addr) {
+        let Some(r) = st.eps[idx].peer_addr().and_then(|a| a.tls.get(p.remote)) else {
+            return;
+        };
+        let res = self.ifaces[p.local].ep_create_connected(&r.device_addr, &r.iface_addr);
+        st.eps[idx].addr_done();
+        match res {
             Ok(uep) => {
                 let Some(l) = st.eps[idx].lanes.as_mut() else {
                     return;
                 };
                 l.uct.push((p.local, uep));
-                l.amo = Some(l.uct.len() - 1);
+                l.set_amo(l.uct.len() - 1);
                 st.by_uct
                     .insert((p.local, l.uct[l.uct.len() - 1].1.id().0), idx);
                 st.iface_users[p.local] += 1;
@@ -205,7 +209,7 @@ impl State {
         let (amo, amo_key) = match &rkey.mapped {
             Some((lane, k)) if cpu(*lane) => (Some(*lane), Some(k)),
             _ => (
-                self.eps[idx].lanes.as_ref().and_then(|l| l.amo),
+                self.eps[idx].lanes.as_ref().and_then(|l| l.amo()),
                 rkey.amo.as_ref(),
             ),
         };

@@ -34,7 +34,10 @@ impl Worker {
     /// Stream bytes received and not yet consumed on the endpoint.
     pub fn stream_available(&self, ep: EpHandle) -> Result<usize> {
         let idx = self.st.ep_idx(ep)?;
-        Ok(self.st.eps[idx].stream_rx.len())
+        Ok(self.st.eps[idx]
+            .extra
+            .as_ref()
+            .map_or(0, |x| x.stream_rx.len()))
     }
 }
 
@@ -59,7 +62,11 @@ impl State {
             eps, reqs, info, ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let frag = ep
+            .proto
+            .as_ref()
+            .ok_or_else(|| Error::Busy("connecting".into()))?
+            .bcopy_single_max;
         let l = ep
             .lanes
             .as_mut()
@@ -70,7 +77,6 @@ impl State {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
         };
-        let frag = proto.bcopy_single_max;
         while s.offset < s.data.len() {
             let n = frag.min(s.data.len() - s.offset);
             let out = am_send(
@@ -91,7 +97,9 @@ impl State {
 
     pub(crate) fn stream_recv(&mut self, idx: usize, buf: Vec<u8>) -> Result<Op> {
         // Bytes that arrived before the peer closed can still be read.
-        let queued: usize = self.eps[idx]
+        let x = self.eps[idx].extra_mut();
+        let have = x.stream_rx.len();
+        let queued: usize = x
             .stream_waiters
             .iter()
             .map(|&k| match self.reqs.get(k).map(|r| &r.kind) {
@@ -99,20 +107,25 @@ impl State {
                 _ => 0,
             })
             .sum();
-        if self.eps[idx].stream_rx.len() < queued + buf.len() {
+        if have < queued + buf.len() {
             self.ep_usable(idx)?;
         }
         let key = self.new_req(Some(idx), ReqKind::StreamRecv { buf, filled: 0 });
-        self.eps[idx].stream_waiters.push_back(key);
+        self.eps[idx].extra_mut().stream_waiters.push_back(key);
         self.stream_serve(idx);
         Ok(self.op_of(key))
     }
 
     /// Moves received stream bytes into waiting receives, in posting order.
     pub(crate) fn stream_serve(&mut self, idx: usize) {
-        while let Some(&key) = self.eps[idx].stream_waiters.front() {
+        loop {
             let State { eps, reqs, .. } = self;
-            let ep = &mut eps[idx];
+            let Some(ep) = eps[idx].extra.as_deref_mut() else {
+                break;
+            };
+            let Some(&key) = ep.stream_waiters.front() else {
+                break;
+            };
             let done = match reqs.get_mut(key).map(|r| &mut r.kind) {
                 Some(ReqKind::StreamRecv { buf, filled }) => {
                     let n = (buf.len() - *filled).min(ep.stream_rx.len());
@@ -130,7 +143,7 @@ impl State {
             if !done {
                 break;
             }
-            self.eps[idx].stream_waiters.pop_front();
+            self.eps[idx].extra_mut().stream_waiters.pop_front();
             if self.reqs.get(key).is_some_and(|r| r.done.is_none()) {
                 self.finish(key, Ok(()));
             }
@@ -139,7 +152,7 @@ impl State {
 
     /// STREAM: bytes of the peer's stream, appended and handed to waiting receives.
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8]) {
-        self.eps[idx].stream_rx.extend(data);
+        self.eps[idx].extra_mut().stream_rx.extend(data);
         self.stream_serve(idx);
     }
 }

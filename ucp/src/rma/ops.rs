@@ -147,8 +147,8 @@ impl Worker {
             direct,
             mapped_amo,
             ep: (ep.idx, ep.gen),
-            rma: unpack(lanes.rma),
-            amo: unpack(lanes.amo),
+            rma: unpack(lanes.rma()),
+            amo: unpack(lanes.amo()),
             mapped,
         })
     }
@@ -322,7 +322,7 @@ impl State {
         let li = self.eps[idx]
             .lanes
             .as_ref()
-            .and_then(|l| l.rma.map(|r| l.uct[r].0))
+            .and_then(|l| l.rma().map(|r| l.uct[r].0))
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
         let len = match &dir {
             RmaDir::Put(d) => d.len(),

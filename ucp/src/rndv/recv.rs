@@ -59,9 +59,9 @@ impl State {
         let rma = self.eps[ep]
             .lanes
             .as_ref()
-            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+            .and_then(|l| l.rma().map(|r| l.uct[r].0));
         let wire = self.peer_id(ep, key);
-        let scheme = self.eps[ep].proto.map(|p| p.rndv);
+        let scheme = self.eps[ep].proto.as_deref().map(|p| p.rndv);
         let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
         if let Some(li) = rma {
             let flags = self.info[li].attr.flags;
@@ -144,7 +144,7 @@ impl State {
             .as_mut()
             .ok_or_else(|| Error::Busy("connecting".into()))?;
         let rma = l
-            .rma
+            .rma()
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
         let (li, uep) = &mut l.uct[rma];
         let attr = &info[*li].attr;

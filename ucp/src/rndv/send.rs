@@ -74,7 +74,11 @@ impl State {
             ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let proto = ep
+            .proto
+            .as_deref()
+            .copied()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
         let l = ep
             .lanes
             .as_mut()
@@ -161,7 +165,7 @@ impl State {
         let rma_iface = self.eps[idx]
             .lanes
             .as_ref()
-            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+            .and_then(|l| l.rma().map(|r| l.uct[r].0));
         let s = self.send_mut(key);
         if !s.rts_sent && s.memh().is_none() && !s.data.is_empty() {
             if let Some(li) = rma_iface {
@@ -261,7 +265,7 @@ impl State {
             .as_mut()
             .ok_or_else(|| Error::Busy("connecting".into()))?;
         let rma = l
-            .rma
+            .rma()
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
         let (li, uep) = &mut l.uct[rma];
         let attr = &info[*li].attr;
@@ -314,7 +318,7 @@ impl State {
             .lanes
             .as_mut()
             .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let rma = l.rma.unwrap_or(l.am);
+        let rma = l.rma().unwrap_or(l.am);
         let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
         match out {
             Outcome::Done(()) => {
@@ -343,7 +347,11 @@ impl State {
             eps, reqs, info, ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let proto = ep
+            .proto
+            .as_deref()
+            .copied()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
         let l = ep
             .lanes
             .as_mut()
@@ -394,7 +402,7 @@ impl State {
         let rma = self.eps[idx]
             .lanes
             .as_ref()
-            .and_then(|l| l.rma.map(|r| l.uct[r].0));
+            .and_then(|l| l.rma().map(|r| l.uct[r].0));
         self.send_rndv(key).peer_req = h.rreq;
         let s = self.send_mut(key);
         s.offset = 0;

@@ -248,7 +248,11 @@ impl State {
     ) -> Result<bool> {
         let uuid = self.uuid.to_le_bytes();
         let ep = &mut self.eps[idx];
-        let proto = ep.proto.ok_or_else(|| Error::Busy("connecting".into()))?;
+        let proto = ep
+            .proto
+            .as_deref()
+            .copied()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
         let l = ep
             .lanes
             .as_mut()
@@ -305,6 +309,8 @@ impl State {
             SendStage::Eager => {
                 let proto = self.eps[idx]
                     .proto
+                    .as_deref()
+                    .copied()
                     .ok_or_else(|| Error::Busy("connecting".into()))?;
                 let s = self.send_mut(key);
                 let len = s.data.len();

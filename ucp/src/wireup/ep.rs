@@ -16,14 +16,33 @@ use crate::wire::{am_id, EpAddrHdr};
 use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig};
 use crate::worker::pending::am_send;
 use crate::worker::state::{EpState, Lanes, State, WaitLane};
-use ucs::{Outcome, Result};
+use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::Iface as _;
 use uct::{AnyEp, AnyIface};
 
-/// Creates the transport endpoints of ucp endpoint `idx` from its peer address.
+/// Creates the transport endpoints of ucp endpoint `idx` from its peer address, which it
+/// forgets afterwards unless a lane still needs it (see `Ep::addr_done`).
 pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()> {
-    let addr = st.eps[idx].addr.clone();
+    let Some(addr) = st.eps[idx].extra.as_mut().and_then(|x| x.addr.take()) else {
+        return Err(Error::InvalidParam(
+            "endpoint has no peer address to connect to".into(),
+        ));
+    };
+    let r = connect_lanes(ifaces, st, idx, &addr);
+    let ep = &mut st.eps[idx];
+    ep.extra_mut().addr = Some(addr);
+    ep.addr_done();
+    r
+}
+
+/// [`connect_ep`] with the peer's address `addr`.
+fn connect_lanes(
+    ifaces: &mut [AnyIface],
+    st: &mut State,
+    idx: usize,
+    addr: &WorkerAddress,
+) -> Result<()> {
     let locals: Vec<LocalTl<'_>> = st
         .info
         .iter()
@@ -35,7 +54,7 @@ pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) ->
         })
         .collect();
     let self_across = st.cfg.self_across_workers;
-    let sel: LaneSelection = select_lanes(&locals, &addr, |li, ri| {
+    let sel: LaneSelection = select_lanes(&locals, addr, |li, ri| {
         let r = &addr.tls[ri];
         if !self_across
             && st.info[li].tl_name == "self"
@@ -52,12 +71,12 @@ pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) ->
         .rma
         .filter(|p| crate::wireup::connect_to_ep_only(&st.info[p.local].attr))
     {
-        rma_wait = Some(WaitLane {
+        rma_wait = Some(Box::new(WaitLane {
             li: p.local,
             remote: p.remote,
             ep: ifaces[p.local].ep_create()?,
             connected: false,
-        });
+        }));
     }
     let mut uct_eps: Vec<(usize, AnyEp)> = Vec::new();
     let mut lane_of =
@@ -80,7 +99,7 @@ pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) ->
         Some(p) if uct_eps.iter().any(|(l, _)| *l == p.local) => {
             (Some(lane_of(p, &mut uct_eps)?), None)
         }
-        Some(p) => (None, Some(p)),
+        Some(p) => (None, Some(Box::new(p))),
         None => (None, None),
     };
     for (li, e) in uct_eps
@@ -96,20 +115,15 @@ pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) ->
     let am_md_reg = st.info[uct_eps[am].0].md_reg;
     let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
     st.tm_adjust_proto(uct_eps[am].0, &mut proto);
+    let proto = st.intern_proto(proto);
     // Exactly the lanes' size (one or two, not the four a first push reserves): a worker holds
     // one such list per endpoint.
     uct_eps.shrink_to_fit();
     let ep = &mut st.eps[idx];
-    ep.lanes = Some(Lanes {
-        uct: uct_eps,
-        am,
-        rma,
-        amo,
-        amo_later,
-        rma_wait,
-        am_next: None,
-        released: None,
-    });
+    let mut lanes = Lanes::new(uct_eps, am, rma, amo);
+    lanes.amo_later = amo_later;
+    lanes.rma_wait = rma_wait;
+    ep.lanes = Some(lanes);
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
     if st.cfg.proto_info {
@@ -160,7 +174,11 @@ impl State {
         {
             return Ok(());
         }
-        if let Some((connected, addr)) = self.eps[idx].peer_ep_addr.take() {
+        if let Some((connected, addr)) = self.eps[idx]
+            .extra
+            .as_mut()
+            .and_then(|x| x.peer_ep_addr.take())
+        {
             return self.on_ep_addr(idx, connected, &addr);
         }
         let ep_addr = match self.eps[idx]
@@ -193,7 +211,7 @@ impl State {
     ) -> Result<()> {
         let ep = &mut self.eps[idx];
         let Some(l) = ep.lanes.as_mut() else {
-            ep.peer_ep_addr = Some((peer_connected, addr.to_vec()));
+            ep.extra_mut().peer_ep_addr = Some((peer_connected, addr.to_vec()));
             return Ok(());
         };
         let Some(w) = l.rma_wait.as_mut() else {
@@ -203,9 +221,10 @@ impl State {
         let mut reply = None;
         if !w.connected {
             let dev = ep
-                .addr
-                .tls
-                .get(w.remote)
+                .extra
+                .as_ref()
+                .and_then(|x| x.addr.as_ref())
+                .and_then(|a| a.tls.get(w.remote))
                 .map(|t| t.device_addr.as_slice())
                 .unwrap_or_default();
             match w
@@ -229,6 +248,7 @@ impl State {
                     if self.by_uct.remove(&(w.li, w.ep.id().0)).is_some() {
                         self.iface_users[w.li] = self.iface_users[w.li].saturating_sub(1);
                     }
+                    self.eps[idx].addr_done();
                     return Ok(());
                 }
             }
@@ -251,9 +271,9 @@ impl State {
             };
             l.uct.push((w.li, w.ep));
             let lane = l.uct.len() - 1;
-            l.rma = Some(lane);
+            l.set_rma(lane);
             if crate::wireup::carries_am(&self.info[w.li].attr, &self.cfg) {
-                l.am_next = Some(lane);
+                l.am_next = u8::try_from(lane).ok();
             }
             let am_li = l.uct[l.am].0;
             let mut proto = ProtoConfig::compute(
@@ -263,7 +283,8 @@ impl State {
                 &self.cfg,
             );
             self.tm_adjust_proto(am_li, &mut proto);
-            self.eps[idx].proto = Some(proto);
+            self.eps[idx].proto = Some(self.intern_proto(proto));
+            self.eps[idx].addr_done();
             if self.cfg.proto_info
                 && self.eps[idx]
                     .lanes
@@ -297,7 +318,7 @@ impl State {
         let Some(l) = ep.lanes.as_mut() else {
             return Ok(true);
         };
-        let Some(new) = l.am_next else {
+        let Some(new) = l.am_next.map(usize::from) else {
             return Ok(true);
         };
         let old = l.am;
@@ -314,13 +335,13 @@ impl State {
         l.am_next = None;
         // The old lane stays connected; if no other purpose uses it, its interface no longer
         // counts this endpoint as a user (it is then polled like an idle interface).
-        if l.rma != Some(old) && l.amo != Some(old) {
-            l.released = Some(old);
+        if l.rma() != Some(old) && l.amo() != Some(old) {
+            l.released = u8::try_from(old).ok();
             let li = l.uct[old].0;
             self.iface_users[li] = self.iface_users[li].saturating_sub(1);
         }
         let new_li = l.uct[new].0;
-        let rma_li = l.rma.map(|r| l.uct[r].0);
+        let rma_li = l.rma().map(|r| l.uct[r].0);
         let mut proto = ProtoConfig::compute(
             &self.info[new_li].attr,
             self.info[new_li].md_reg,
@@ -328,7 +349,7 @@ impl State {
             &self.cfg,
         );
         self.tm_adjust_proto(new_li, &mut proto);
-        self.eps[idx].proto = Some(proto);
+        self.eps[idx].proto = Some(self.intern_proto(proto));
         self.stats.am_lane_switches += 1;
         if self.cfg.proto_info {
             if let Ok(t) = self.proto_table(idx) {
@@ -344,7 +365,7 @@ impl State {
     /// The peer's lane-switch marker (`on_new`: it came over the new lane, a protocol error):
     /// handles the messages its new lane delivered early, in order.
     pub(crate) fn on_lane_switch(&mut self, idx: usize, on_new: bool) -> Result<()> {
-        let held = self.eps[idx].rx_gate.marker(on_new)?;
+        let held = self.eps[idx].extra_mut().rx_gate.marker(on_new)?;
         let gen = self.eps[idx].gen;
         for (id, data) in held {
             if self.eps.get(idx).is_none_or(|e| {

@@ -108,7 +108,7 @@ impl State {
             if let Some(fk) = c.flush {
                 let status = match self.reqs.get(fk) {
                     Some(r) => match &r.done {
-                        Some(d) => d.status.clone(),
+                        Some(d) => d.status(),
                         None => {
                             self.closings.push(c);
                             continue;

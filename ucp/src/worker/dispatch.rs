@@ -91,7 +91,7 @@ impl State {
             return;
         }
         ep.last_rx = self.now_cache;
-        if on_new && ep.rx_gate.admit(true, id, data) == Admit::Held {
+        if on_new && ep.extra_mut().rx_gate.admit(true, id, data) == Admit::Held {
             self.stats.am_switch_held += 1;
             return;
         }

@@ -13,9 +13,9 @@
 use crate::address::WorkerAddress;
 use crate::wire::am_id;
 use crate::wireup::ep::connect_ep;
-use crate::wireup::{AmSwitchGate, ProtoConfig};
+use crate::wireup::ProtoConfig;
 use crate::worker::peer_req::PEER_ID_MASK;
-use crate::worker::state::{Ep, EpState, State};
+use crate::worker::state::{Ep, EpExtra, EpState, State};
 use crate::worker::{EpHandle, EpParams, ErrHandler, Worker};
 use std::collections::VecDeque;
 use ucs::{Error, Result};
@@ -85,7 +85,7 @@ impl Worker {
     pub fn ep_status(&self, ep: EpHandle) -> Result<()> {
         let idx = self.st.ep_idx(ep)?;
         match &self.st.eps[idx].state {
-            EpState::Failed(e) => Err(e.clone()),
+            EpState::Failed(e) => Err((**e).clone()),
             EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
             _ => Ok(()),
         }
@@ -127,6 +127,8 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         self.st.eps[idx]
             .proto
+            .as_deref()
+            .copied()
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))
     }
 }
@@ -149,22 +151,21 @@ impl State {
             gen: self.ep_gen,
             secret: ucs::random::secret_u64() & PEER_ID_MASK,
             uuid,
-            addr,
             lanes: None,
             proto: None,
             state: EpState::Connecting,
             pending: VecDeque::new(),
             in_pending_list: false,
             err_handler,
-            stream_rx: VecDeque::new(),
-            stream_waiters: VecDeque::new(),
             close_acked: false,
-            peer_ep_addr: None,
-            rx_gate: AmSwitchGate::new(),
             last_tx: now,
             last_rx: now,
             amo_sent: 0,
             amo_acked: 0,
+            extra: Some(Box::new(EpExtra {
+                addr: Some(addr),
+                ..EpExtra::default()
+            })),
         });
         self.by_uuid.insert(uuid, idx);
         idx
@@ -191,7 +192,7 @@ impl State {
 
     pub(crate) fn ep_usable(&self, idx: usize) -> Result<()> {
         match &self.eps[idx].state {
-            EpState::Failed(e) => Err(e.clone()),
+            EpState::Failed(e) => Err((**e).clone()),
             EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
             _ => Ok(()),
         }
@@ -207,7 +208,7 @@ impl State {
             let i = &self.info[lanes.uct[lane].0];
             format!("{}/{}", i.tl_name, i.dev_name)
         };
-        let mut t = proto.table(&name(lanes.am), lanes.rma.map(name).as_deref());
+        let mut t = proto.table(&name(lanes.am), lanes.rma().map(name).as_deref());
         let li = lanes.uct[lanes.am].0;
         t.push_str(&self.tm_proto_row(li, proto, &name(lanes.am)));
         Ok(t)

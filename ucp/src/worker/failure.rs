@@ -25,7 +25,7 @@ impl State {
             return;
         }
         tracing::debug!("endpoint to {:#018x} failed: {err}", ep.uuid);
-        ep.state = EpState::Failed(err.clone());
+        ep.state = EpState::Failed(Box::new(err.clone()));
         self.stats.ep_failures += 1;
         self.teardown_ep(idx, &err);
         self.failed_notify.push(idx);
@@ -34,7 +34,9 @@ impl State {
     pub(crate) fn teardown_ep(&mut self, idx: usize, err: &Error) {
         let ep = &mut self.eps[idx];
         let pend: Vec<Pending> = ep.pending.drain(..).collect();
-        ep.rx_gate.clear();
+        if let Some(x) = ep.extra.as_deref_mut() {
+            x.rx_gate.clear();
+        }
         if let Some(mut l) = ep.lanes.take() {
             if let Some(w) = l.rma_wait.take() {
                 if self.by_uct.remove(&(w.li, w.ep.id().0)).is_some() {
@@ -43,7 +45,9 @@ impl State {
             }
             for (pos, (li, uep)) in l.uct.iter_mut().enumerate() {
                 uep.pending_purge(&mut |_| {});
-                if self.by_uct.remove(&(*li, uep.id().0)).is_some() && l.released != Some(pos) {
+                if self.by_uct.remove(&(*li, uep.id().0)).is_some()
+                    && l.released.map(usize::from) != Some(pos)
+                {
                     self.iface_users[*li] = self.iface_users[*li].saturating_sub(1);
                 }
             }

@@ -130,7 +130,7 @@ impl EventSink for Sink<'_> {
         self.st.handle_completion(comp, result);
     }
     fn ep_error(&mut self, ep: EpId, err: Error) {
-        if let Some(&idx) = self.st.by_uct.get(&(self.iface, ep.0)) {
+        if let Some(idx) = self.st.by_uct.get(&(self.iface, ep.0)) {
             self.st.fail_ep(idx, err);
         }
     }

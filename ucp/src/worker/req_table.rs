@@ -110,7 +110,13 @@ impl ReqTable {
     /// is not live). What else the slot holds is dropped in place.
     #[inline]
     pub(crate) fn take_done(&mut self, key: usize) -> Option<Completion> {
-        let c = self.slots.get_mut(key).filter(|r| r.live())?.done.take();
+        let c = self
+            .slots
+            .get_mut(key)
+            .filter(|r| r.live())?
+            .done
+            .take()
+            .map(Completion::from);
         self.free(key);
         c
     }
@@ -200,7 +206,7 @@ mod tests {
         let a = t.insert_with(1, Some(3), atomic(10));
         let b = t.insert_with(2, None, atomic(20));
         assert_eq!((a, b, t.len()), (0, 1, 2));
-        t[a].done = Some(Completion::ok());
+        t[a].done = Some(Completion::ok().into());
         assert!(t.take_done(a).is_some());
         assert!(t.get(a).is_none() && !t.contains(a));
         assert_eq!(t.len(), 1);

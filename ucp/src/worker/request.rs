@@ -60,7 +60,7 @@ impl Worker {
             Some(r) if r.gen == req.gen() => match r.done.take() {
                 Some(c) => {
                     self.st.reqs.free(req.into_key());
-                    Ok(c)
+                    Ok(c.into())
                 }
                 None => Err(req),
             },
@@ -408,7 +408,7 @@ impl State {
                     self.tokens_done.push((t, c));
                     return;
                 }
-                r.done = Some(c);
+                r.done = Some(c.into());
                 if !matches!(r.notify, Notify::Take) {
                     self.callbacks_due.push(key);
                 }
@@ -487,13 +487,16 @@ impl State {
             }
             return;
         }
-        r.done = Some(Completion {
-            status,
-            buf,
-            len,
-            tag,
-            value,
-        });
+        r.done = Some(
+            Completion {
+                status,
+                buf,
+                len,
+                tag,
+                value,
+            }
+            .into(),
+        );
         if !matches!(r.notify, Notify::Take) {
             self.callbacks_due.push(key);
         }

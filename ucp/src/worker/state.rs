@@ -21,6 +21,7 @@ use crate::worker::close::Closing;
 use crate::worker::{AmHandler, ErrHandler, ProtoStats, RequestCallback};
 use slab::Slab;
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 use std::time::Duration;
 use ucs::time::Clock;
 use ucs::{Error, Result};
@@ -50,6 +51,33 @@ impl std::hash::Hasher for UuidHasher {
     }
 }
 
+/// The ucp endpoint of each transport endpoint, by (interface index, transport endpoint id):
+/// one entry per lane, so it keeps them small (one `u64` key, one `u32` value).
+#[derive(Default)]
+pub(crate) struct UctIndex(HashMap<u64, u32, UuidHash>);
+
+impl UctIndex {
+    fn key((li, id): (usize, u32)) -> u64 {
+        (li as u64) << 32 | u64::from(id)
+    }
+
+    /// The endpoint of transport endpoint `id` of interface `li`.
+    pub(crate) fn get(&self, k: &(usize, u32)) -> Option<usize> {
+        self.0.get(&Self::key(*k)).map(|&v| v as usize)
+    }
+
+    /// Maps transport endpoint `k` to endpoint `idx`.
+    pub(crate) fn insert(&mut self, k: (usize, u32), idx: usize) {
+        // Endpoint indexes are slab keys of a worker's endpoints: far below u32::MAX.
+        self.0.insert(Self::key(k), idx as u32);
+    }
+
+    /// Forgets transport endpoint `k`; gives the endpoint it was mapped to.
+    pub(crate) fn remove(&mut self, k: &(usize, u32)) -> Option<usize> {
+        self.0.remove(&Self::key(*k)).map(|v| v as usize)
+    }
+}
+
 pub(crate) const COMP_GET: u64 = 1;
 pub(crate) const COMP_PUT: u64 = 2;
 pub(crate) const COMP_FLUSH: u64 = 3;
@@ -63,22 +91,68 @@ pub(crate) fn comp_id(kind: u64, wire: u64) -> CompletionId {
 pub(crate) struct Lanes {
     pub(crate) uct: Vec<(usize, AnyEp)>,
     pub(crate) am: usize,
-    pub(crate) rma: Option<usize>,
-    pub(crate) amo: Option<usize>,
+    /// The RMA lane (index in `uct`; see [`Lanes::rma`]).
+    rma_lane: Option<u8>,
+    /// The atomic lane (index in `uct`; see [`Lanes::amo`]).
+    amo_lane: Option<u8>,
     /// The atomic lane chosen but not yet connected: a transport the AM and RMA lanes do not
     /// use gets its endpoint when a remote key is first unpacked (so a tag-only endpoint over
-    /// shared memory opens no tcp connection just for atomics).
-    pub(crate) amo_later: Option<crate::wireup::LanePick>,
+    /// shared memory opens no tcp connection just for atomics). Boxed: most endpoints have none.
+    pub(crate) amo_later: Option<Box<crate::wireup::LanePick>>,
     /// The RMA lane over a connect-to-endpoint transport (rc_verbs) while its endpoint address
     /// exchange runs over the AM lane; it joins `uct` as `rma` once both sides are connected.
-    pub(crate) rma_wait: Option<WaitLane>,
+    /// Boxed: most endpoints have none.
+    pub(crate) rma_wait: Option<Box<WaitLane>>,
     /// The connected connect-to-endpoint lane (index in `uct`) the AM lane moves to as soon as
     /// no message is pending on the old one (see `State::am_switch_try`).
-    pub(crate) am_next: Option<usize>,
+    pub(crate) am_next: Option<u8>,
     /// The old AM lane (index in `uct`) after a switch, when no other purpose uses it: it no
     /// longer counts as a user of its interface (polled like an idle one), but stays connected
     /// (its failure still fails the endpoint).
-    pub(crate) released: Option<usize>,
+    pub(crate) released: Option<u8>,
+}
+
+impl Lanes {
+    /// Lanes `uct`, with the AM lane at `am` and the RMA and atomic lanes at `rma` and `amo`.
+    pub(crate) fn new(
+        uct: Vec<(usize, AnyEp)>,
+        am: usize,
+        rma: Option<usize>,
+        amo: Option<usize>,
+    ) -> Self {
+        Lanes {
+            uct,
+            am,
+            rma_lane: rma.and_then(|r| u8::try_from(r).ok()),
+            amo_lane: amo.and_then(|a| u8::try_from(a).ok()),
+            amo_later: None,
+            rma_wait: None,
+            am_next: None,
+            released: None,
+        }
+    }
+
+    /// The RMA lane (index in `uct`).
+    #[inline]
+    pub(crate) fn rma(&self) -> Option<usize> {
+        self.rma_lane.map(usize::from)
+    }
+
+    /// The atomic lane (index in `uct`).
+    #[inline]
+    pub(crate) fn amo(&self) -> Option<usize> {
+        self.amo_lane.map(usize::from)
+    }
+
+    /// Makes `lane` (index in `uct`) the RMA lane.
+    pub(crate) fn set_rma(&mut self, lane: usize) {
+        self.rma_lane = u8::try_from(lane).ok();
+    }
+
+    /// Makes `lane` (index in `uct`) the atomic lane.
+    pub(crate) fn set_amo(&mut self, lane: usize) {
+        self.amo_lane = u8::try_from(lane).ok();
+    }
 }
 
 /// A connect-to-endpoint lane being wired up (see [`EpAddrHdr`]).
@@ -97,7 +171,8 @@ pub(crate) struct WaitLane {
 pub(crate) enum EpState {
     Connecting,
     Ready,
-    Failed(Error),
+    /// Failed with this error (boxed: the state is in every endpoint, the error in few).
+    Failed(Box<Error>),
     Closed,
 }
 
@@ -116,32 +191,88 @@ pub(crate) enum Pending {
     },
 }
 
+/// One endpoint. A hub worker holds one per peer, so what only some endpoints use (streams,
+/// the lane-switch gate, an early peer endpoint address, the decoded peer address once its
+/// lanes are connected) lives in [`EpExtra`], allocated when first needed.
 pub(crate) struct Ep {
     pub(crate) gen: u32,
-    /// Scrambles the ids of this endpoint's requests on the wire (see [`State::peer_id`]).
-    pub(crate) secret: u64,
-    pub(crate) uuid: u64,
-    pub(crate) addr: WorkerAddress,
-    pub(crate) lanes: Option<Lanes>,
-    pub(crate) proto: Option<ProtoConfig>,
-    pub(crate) state: EpState,
-    pub(crate) pending: VecDeque<Pending>,
     pub(crate) in_pending_list: bool,
-    pub(crate) err_handler: Option<ErrHandler>,
-    pub(crate) stream_rx: VecDeque<u8>,
-    pub(crate) stream_waiters: VecDeque<usize>,
     pub(crate) close_acked: bool,
-    /// A peer endpoint address that arrived before this endpoint's lanes were created.
-    pub(crate) peer_ep_addr: Option<(bool, Vec<u8>)>,
-    /// Receive side of the peer's AM lane switch.
-    pub(crate) rx_gate: AmSwitchGate,
-    pub(crate) last_tx: Duration,
-    pub(crate) last_rx: Duration,
     /// Atomics emulated over active messages (ATOMIC_REQ) sent or queued, and replies to
     /// them received (wrapping counts): a flush waits until they are equal, a fence until the
     /// replies reach the count at the fence.
     pub(crate) amo_sent: u32,
     pub(crate) amo_acked: u32,
+    /// Scrambles the ids of this endpoint's requests on the wire (see [`State::peer_id`]).
+    pub(crate) secret: u64,
+    pub(crate) uuid: u64,
+    pub(crate) lanes: Option<Lanes>,
+    /// The protocol thresholds, shared by every endpoint with the same ones (see
+    /// [`State::intern_proto`]).
+    pub(crate) proto: Option<Rc<ProtoConfig>>,
+    pub(crate) state: EpState,
+    pub(crate) pending: VecDeque<Pending>,
+    pub(crate) err_handler: Option<ErrHandler>,
+    pub(crate) last_tx: Duration,
+    pub(crate) last_rx: Duration,
+    pub(crate) extra: Option<Box<EpExtra>>,
+}
+
+/// The rarely used part of an [`Ep`] (see there).
+#[derive(Default)]
+pub(crate) struct EpExtra {
+    /// The peer's decoded address while a lane still needs it: until the lanes are connected,
+    /// and after that only for a deferred atomic lane or a connect-to-endpoint lane.
+    pub(crate) addr: Option<WorkerAddress>,
+    pub(crate) stream_rx: VecDeque<u8>,
+    pub(crate) stream_waiters: VecDeque<usize>,
+    /// A peer endpoint address that arrived before this endpoint's lanes were created.
+    pub(crate) peer_ep_addr: Option<(bool, Vec<u8>)>,
+    /// Receive side of the peer's AM lane switch.
+    pub(crate) rx_gate: AmSwitchGate,
+}
+
+impl EpExtra {
+    /// Holds nothing an empty one would not.
+    fn is_empty(&self) -> bool {
+        self.addr.is_none()
+            && self.stream_rx.capacity() == 0
+            && self.stream_waiters.capacity() == 0
+            && self.peer_ep_addr.is_none()
+            && !self.rx_gate.switched()
+            && self.rx_gate.held() == 0
+    }
+}
+
+impl Ep {
+    /// The rarely used part, allocated on first use.
+    pub(crate) fn extra_mut(&mut self) -> &mut EpExtra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    /// The peer's decoded address, while kept (see [`EpExtra::addr`]).
+    pub(crate) fn peer_addr(&self) -> Option<&WorkerAddress> {
+        self.extra.as_ref().and_then(|x| x.addr.as_ref())
+    }
+
+    /// Forgets the peer's decoded address unless a lane still needs it (a deferred atomic lane
+    /// or a connect-to-endpoint lane being wired up), and frees the rarely used part once it
+    /// holds nothing.
+    pub(crate) fn addr_done(&mut self) {
+        let needed = self
+            .lanes
+            .as_ref()
+            .is_none_or(|l| l.amo_later.is_some() || l.rma_wait.is_some());
+        if needed {
+            return;
+        }
+        if let Some(x) = self.extra.as_deref_mut() {
+            x.addr = None;
+            if x.is_empty() {
+                self.extra = None;
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,9 +431,52 @@ pub(crate) struct Req {
     pub(crate) gen: u32,
     pub(crate) ep: Option<usize>,
     pub(crate) kind: ReqKind,
-    pub(crate) done: Option<Completion>,
+    pub(crate) done: Option<Done>,
     /// Who learns of the result when the request finishes.
     pub(crate) notify: Notify,
+}
+
+/// A finished request's result as its slot keeps it: a [`Completion`] with the error boxed, so
+/// the slot (one per request in flight) is 48 bytes smaller; errors are the rare case.
+pub(crate) struct Done {
+    status: std::result::Result<(), Box<Error>>,
+    buf: Option<Vec<u8>>,
+    len: usize,
+    tag: u64,
+    value: u64,
+}
+
+impl Done {
+    /// The status the request finished with.
+    pub(crate) fn status(&self) -> Result<()> {
+        self.status.as_ref().map_err(|e| (**e).clone()).copied()
+    }
+}
+
+impl From<Completion> for Done {
+    #[inline]
+    fn from(c: Completion) -> Self {
+        Done {
+            status: c.status.map_err(Box::new),
+            buf: c.buf,
+            len: c.len,
+            tag: c.tag,
+            value: c.value,
+        }
+    }
+}
+
+impl From<Done> for Completion {
+    #[inline]
+    fn from(d: Done) -> Self {
+        Completion {
+            status: d.status.map_err(|e| *e),
+            buf: d.buf,
+            len: d.len,
+            tag: d.tag,
+            value: d.value,
+        }
+    }
 }
 
 /// How a finished request's result is handed over.
@@ -388,7 +562,7 @@ pub(crate) struct State {
     pub(crate) eps: Slab<Ep>,
     pub(crate) ep_gen: u32,
     pub(crate) by_uuid: crate::worker::peers::PeerIndex,
-    pub(crate) by_uct: HashMap<(usize, u32), usize>,
+    pub(crate) by_uct: UctIndex,
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.
     pub(crate) iface_users: Vec<u32>,
@@ -434,9 +608,13 @@ pub(crate) struct State {
     /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
     #[allow(clippy::vec_box)]
     pub(crate) rndv_pool: Vec<Box<Rndv>>,
+    /// The distinct protocol configurations of the endpoints (see [`State::intern_proto`]).
+    pub(crate) protos: Vec<Rc<ProtoConfig>>,
 }
 
 pub(crate) const POOL_MAX: usize = 64;
+/// Distinct protocol configurations [`State::intern_proto`] keeps.
+pub(crate) const PROTOS_MAX: usize = 32;
 pub(crate) const POOL_BUF_MAX: usize = 1 << 20;
 
 /// A zeroed buffer of `len` bytes for data a peer announced, or `NoMemory` when the allocator
@@ -480,6 +658,19 @@ impl SendData<'_> {
 impl State {
     pub(crate) fn now(&self) -> Duration {
         self.clock.now()
+    }
+
+    /// `p` shared: the endpoints with the same thresholds hold one copy (the few distinct ones
+    /// are kept; past [`PROTOS_MAX`] of them, a new copy each).
+    pub(crate) fn intern_proto(&mut self, p: ProtoConfig) -> Rc<ProtoConfig> {
+        if let Some(r) = self.protos.iter().find(|r| ***r == p) {
+            return r.clone();
+        }
+        let r = Rc::new(p);
+        if self.protos.len() < PROTOS_MAX {
+            self.protos.push(r.clone());
+        }
+        r
     }
 
     pub(crate) fn get_buf(&mut self) -> Vec<u8> {

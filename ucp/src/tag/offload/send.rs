@@ -186,6 +186,7 @@ impl State {
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         let rndv = self.eps[idx]
             .proto
+            .as_deref()
             .is_some_and(|p| len >= p.tag_rndv_thresh);
         if ready && !rndv && self.tm.enabled && len >= TM_THRESH {
             if let Some(op) = self.tm_eager_mapped(idx, tag, map, ptr, len)? {
@@ -222,7 +223,7 @@ impl State {
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
         let li = l.uct[l.am].0;
         let rma = l
-            .rma
+            .rma()
             .map(|r| l.uct[r].0)
             .and_then(|r| map.reg_of(self.info[r].tl_name).map(|m| (r, m.clone())));
         let a = &self.info[li].attr;
@@ -435,7 +436,7 @@ impl State {
             return Ok(Err(data));
         };
         let li = l.uct[l.am].0;
-        let rma_li = l.rma.map(|r| l.uct[r].0);
+        let rma_li = l.rma().map(|r| l.uct[r].0);
         let a = &self.info[li].attr;
         if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) || len == 0 || len > a.tag.rndv_max_zcopy {
             return Ok(Err(data));
