@@ -11,6 +11,7 @@
     )
 )]
 
+pub(crate) mod copy;
 pub mod matcher;
 pub(crate) mod offload;
 mod recv;

@@ -10,6 +10,7 @@
     )
 )]
 
+use super::copy::{copy_payload, extend_payload};
 use crate::request::{Completion, Op, Request};
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
@@ -21,8 +22,7 @@ use ucs::{Error, Result};
 /// Copies `data` to the front of `buf`, as much as fits.
 #[inline]
 fn copy_in(buf: &mut [u8], data: &[u8]) {
-    let n = data.len().min(buf.len());
-    buf[..n].copy_from_slice(&data[..n]);
+    copy_payload(buf, data);
 }
 
 /// Status of a receive of capacity `cap` that got all `total` bytes of a message.
@@ -207,8 +207,7 @@ impl State {
         };
         req.ep = Some(idx);
         let cap = r.buf.len();
-        let n = data.len().min(cap);
-        r.buf[..n].copy_from_slice(&data[..n]);
+        copy_payload(&mut r.buf, data);
         Some(cap)
     }
 
@@ -308,7 +307,7 @@ impl State {
         } else {
             let mut v = self.get_buf();
             v.reserve(total.min(1 << 26));
-            v.extend_from_slice(data);
+            extend_payload(&mut v, data);
             UnexpKind::Eager {
                 data: v,
                 total,
@@ -361,7 +360,7 @@ impl State {
                 let cap = r.buf.len();
                 if off < cap {
                     let n = data.len().min(cap - off);
-                    r.buf[off..off + n].copy_from_slice(&data[..n]);
+                    copy_payload(&mut r.buf[off..off + n], data);
                 }
                 r.received += data.len();
                 if r.received >= r.total {
@@ -386,7 +385,7 @@ impl State {
                         total
                     )));
                 }
-                buf.extend_from_slice(data);
+                extend_payload(buf, data);
                 if buf.len() >= *total {
                     u.msg_key = None;
                     self.assembling.remove(&(src, h.id));

@@ -60,7 +60,7 @@ pub(crate) fn am_send(
             let mut off = 0;
             for p in parts {
                 let end = (off + p.len()).min(buf.len());
-                buf[off..end].copy_from_slice(&p[..end - off]);
+                crate::tag::copy::copy_payload(&mut buf[off..end], p);
                 off = end;
             }
             off

@@ -53,7 +53,7 @@ impl State {
         if len <= t.eager_max_bcopy {
             let src = data.as_slice();
             let out = uep.tag_eager_bcopy(tag, uuid, |b| {
-                b[..len].copy_from_slice(src);
+                crate::tag::copy::copy_payload(&mut b[..len], src);
                 len
             })?;
             if out.is_no_resource() {
