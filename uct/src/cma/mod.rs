@@ -445,11 +445,29 @@ impl Iface for CmaIface {
         self.eps.push(Rc::downgrade(&shared));
         Ok(CmaEp { shared })
     }
+    /// Nothing failed and no peer check is due: a counter and two tests, inlined into the
+    /// caller. Otherwise [`CmaIface::progress_eps`] does the work.
+    #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
         // Look at the peers (a poll on each pidfd) and serve grant requests on one call in
         // PEER_CHECK_INTERVAL, at most once per PEER_CHECK_PERIOD: a rank spinning on progress
         // makes no system calls between.
         self.tick = self.tick.wrapping_add(1);
+        if !self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.unreported.get() {
+            return 0;
+        }
+        self.progress_eps(sink)
+    }
+    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
+        Ok(Outcome::DONE)
+    }
+}
+
+impl CmaIface {
+    /// The work of [`Iface::progress`] when its quick look found some: the periodic peer check
+    /// (when its period has passed) and the report of failed endpoints.
+    #[inline(never)]
+    fn progress_eps<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let check = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && self.check_due();
         if check {
             crate::grant::maintain();
@@ -475,12 +493,7 @@ impl Iface for CmaIface {
         }
         n
     }
-    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
-        Ok(Outcome::DONE)
-    }
-}
 
-impl CmaIface {
     /// Whether [`PEER_CHECK_PERIOD`] has passed since the last look at the peers (restarting
     /// the period when it has).
     fn check_due(&mut self) -> bool {
