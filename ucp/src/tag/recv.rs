@@ -224,27 +224,15 @@ impl State {
         self.finish(key, eager_status(total, cap));
     }
 
-    /// A whole eager message (EAGER_ONLY, no acknowledgement asked) from endpoint `idx`: copied
-    /// into the earliest posted receive that fits, which finishes, or queued unexpected.
-    #[inline]
-    pub(crate) fn eager_only_arrived(&mut self, idx: usize, src: u64, tag: u64, data: &[u8]) {
-        let Some(wire) = self.tm_match(tag) else {
-            return self.eager_unexpected(idx, src, tag, data, data.len(), NO_REQ, None);
-        };
-        // A stale id (the receive was canceled meanwhile) drops the message, as everywhere.
-        let Some(key) = self.req_by_wire(wire) else {
-            return;
-        };
-        let Some(cap) = self.copy_into_matched(key, idx, data) else {
-            return;
-        };
-        self.finish_eager_recv(key, tag, data.len(), cap);
-    }
-
     /// An eager message or its first fragment (`data` of `total` bytes; `sreq`: the sender's
     /// request to acknowledge, or `NO_REQ`; `msg_id`: the message id of a fragmented one) from
     /// endpoint `idx`: into the earliest posted receive that fits, or queued unexpected.
+    ///
+    /// Always inlined: the common message (EAGER_ONLY, whole, no acknowledgement) calls it with
+    /// constants for `total`, `sreq` and `msg_id`, which leave only the match, the copy and
+    /// the finish.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) fn eager_arrived(
         &mut self,
         idx: usize,

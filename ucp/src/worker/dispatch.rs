@@ -52,7 +52,8 @@ impl State {
             return false;
         }
         ep.last_rx = self.now_cache;
-        self.eager_only_arrived(idx, src, tag, payload);
+        let total = payload.len();
+        self.eager_arrived(idx, src, tag, payload, total, NO_REQ, None);
         true
     }
 

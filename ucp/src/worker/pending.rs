@@ -129,16 +129,20 @@ impl State {
             return 0;
         }
         let mut n = 0;
-        let list = std::mem::take(&mut self.pending_eps);
-        let mut keep = Vec::new();
-        for idx in list {
+        // The endpoints still pending afterwards are kept at the front of `list` (`kept` of
+        // them), so a sender that meets back-pressure on every call allocates nothing here.
+        let mut list = std::mem::take(&mut self.pending_eps);
+        let mut kept = 0;
+        for i in 0..list.len() {
+            let idx = list[i];
             let Some(ep) = self.eps.get_mut(idx) else {
                 continue;
             };
             ep.in_pending_list = false;
             if ep.lanes.is_none() || ep.state != EpState::Ready {
                 if ep.state == EpState::Connecting {
-                    keep.push(idx);
+                    list[kept] = idx;
+                    kept += 1;
                 }
                 continue;
             }
@@ -179,7 +183,8 @@ impl State {
                     }
                     Ok(false) => {
                         self.eps[idx].pending.push_front(p);
-                        keep.push(idx);
+                        list[kept] = idx;
+                        kept += 1;
                         break;
                     }
                     Err(e) => {
@@ -197,13 +202,27 @@ impl State {
             if due {
                 match self.am_switch_try(idx) {
                     Ok(true) => n += 1,
-                    Ok(false) => keep.push(idx),
+                    Ok(false) => {
+                        list[kept] = idx;
+                        kept += 1;
+                    }
                     Err(e) => self.fail_ep(idx, e),
                 }
             }
         }
-        for idx in keep {
-            self.mark_pending(idx);
+        list.truncate(kept);
+        if self.pending_eps.is_empty() {
+            // Nothing was marked meanwhile: the kept endpoints (each once) are the list.
+            for &idx in &list {
+                if let Some(ep) = self.eps.get_mut(idx) {
+                    ep.in_pending_list = true;
+                }
+            }
+            self.pending_eps = list;
+        } else {
+            for idx in list {
+                self.mark_pending(idx);
+            }
         }
         n
     }

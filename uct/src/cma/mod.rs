@@ -270,9 +270,17 @@ struct CmaEpShared {
     refused: RefCell<Option<Error>>,
     failed: Cell<bool>,
     reported: Cell<bool>,
+    /// The interface's [`CmaIface::unreported`], set with `failed`.
+    iface_unreported: Rc<Cell<bool>>,
 }
 
 impl CmaEpShared {
+    /// Marks the endpoint failed, for the interface's next progress to report.
+    fn fail(&self) {
+        self.failed.set(true);
+        self.iface_unreported.set(true);
+    }
+
     /// The error a failed endpoint gives.
     fn failure(&self) -> Error {
         self.refused
@@ -294,7 +302,7 @@ impl CmaEpShared {
             }
             Err(e) => {
                 *self.refused.borrow_mut() = Some(e.clone());
-                self.failed.set(true);
+                self.fail();
                 Err(e)
             }
         }
@@ -313,6 +321,9 @@ pub struct CmaIface {
     tick: u32,
     /// When the peers and grants were last looked at (see [`PEER_CHECK_PERIOD`]).
     last_check: std::time::Instant,
+    /// An endpoint failed since progress last looked: progress walks the endpoints only then
+    /// and on its periodic peer check.
+    unreported: Rc<Cell<bool>>,
 }
 
 impl CmaIface {
@@ -364,6 +375,7 @@ impl CmaIface {
             next_ep: 0,
             tick: 0,
             last_check: std::time::Instant::now(),
+            unreported: Rc::new(Cell::new(false)),
         })
     }
 }
@@ -427,20 +439,42 @@ impl Iface for CmaIface {
             refused: RefCell::new(None),
             failed: Cell::new(false),
             reported: Cell::new(false),
+            iface_unreported: self.unreported.clone(),
         });
         self.next_ep += 1;
         self.eps.push(Rc::downgrade(&shared));
         Ok(CmaEp { shared })
     }
+    /// Nothing failed and no peer check is due: a counter and two tests, inlined into the
+    /// caller. Otherwise [`CmaIface::progress_eps`] does the work.
+    #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
         // Look at the peers (a poll on each pidfd) and serve grant requests on one call in
         // PEER_CHECK_INTERVAL, at most once per PEER_CHECK_PERIOD: a rank spinning on progress
         // makes no system calls between.
         self.tick = self.tick.wrapping_add(1);
+        if !self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && !self.unreported.get() {
+            return 0;
+        }
+        self.progress_eps(sink)
+    }
+    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
+        Ok(Outcome::DONE)
+    }
+}
+
+impl CmaIface {
+    /// The work of [`Iface::progress`] when its quick look found some: the periodic peer check
+    /// (when its period has passed) and the report of failed endpoints.
+    #[inline(never)]
+    fn progress_eps<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let check = self.tick.is_multiple_of(PEER_CHECK_INTERVAL) && self.check_due();
         if check {
             crate::grant::maintain();
+        } else if !self.unreported.get() {
+            return 0;
         }
+        self.unreported.set(false);
         let mut n = 0;
         let mut i = 0;
         while i < self.eps.len() {
@@ -459,12 +493,7 @@ impl Iface for CmaIface {
         }
         n
     }
-    fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
-        Ok(Outcome::DONE)
-    }
-}
 
-impl CmaIface {
     /// Whether [`PEER_CHECK_PERIOD`] has passed since the last look at the peers (restarting
     /// the period when it has).
     fn check_due(&mut self) -> bool {
@@ -557,7 +586,7 @@ impl CmaEp {
                 let err = std::io::Error::last_os_error();
                 return Err(match err.raw_os_error() {
                     Some(libc::ESRCH) => {
-                        self.shared.failed.set(true);
+                        self.shared.fail();
                         peer_gone(self.shared.pid)
                     }
                     Some(libc::EFAULT) => Error::RemoteAccess(format!(

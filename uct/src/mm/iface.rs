@@ -611,6 +611,7 @@ impl Iface for MmIface {
             fifo: remote,
             pid: std::process::id(),
             cached_tail: 0,
+            full_refusals: 0,
             shared,
             common: self.common.clone(),
             sock: self.sock.clone(),

@@ -9,10 +9,16 @@ pub struct MmEp {
     /// Our pid, stamped into claimed elements.
     pub(in crate::mm) pid: u32,
     pub(in crate::mm) cached_tail: u64,
+    /// Sends refused for a full FIFO so far; the peer's liveness is asked of the kernel on one
+    /// refusal in [`FULL_CHECK_EVERY`] (see [`MmEp::no_resource`]).
+    pub(in crate::mm) full_refusals: u32,
     pub(in crate::mm) shared: Rc<EpShared>,
     pub(in crate::mm) common: Rc<Common>,
     pub(in crate::mm) sock: Rc<OwnedFd>,
 }
+
+/// Sends refused for a full FIFO between two looks at whether the peer exited.
+const FULL_CHECK_EVERY: u32 = 64;
 
 /// Publishes a claimed element as "skip" if the sender unwinds before publishing it, so the
 /// receiver never stalls on a hole.
@@ -53,10 +59,16 @@ impl MmEp {
         Ok(())
     }
 
-    /// The FIFO is full: a dead peer is an error, otherwise back-pressure.
+    /// The FIFO is full: a dead peer is an error, otherwise back-pressure. Whether the peer
+    /// exited costs a system call, so it is asked on the first refusal and then on one in
+    /// [`FULL_CHECK_EVERY`]: a sender that outruns a live receiver retries many times a
+    /// microsecond, and a dead peer is still found within a few retries (and by the
+    /// interface's periodic peer check).
     #[cold]
-    fn no_resource<T>(&self) -> Result<Outcome<T>> {
-        if self.shared.peer.exited() {
+    fn no_resource<T>(&mut self) -> Result<Outcome<T>> {
+        let n = self.full_refusals;
+        self.full_refusals = n.wrapping_add(1);
+        if n.is_multiple_of(FULL_CHECK_EVERY) && self.shared.peer.exited() {
             self.mark_failed();
             return Err(self.shared.peer_error());
         }
