@@ -134,8 +134,11 @@ impl TcpIface {
     /// progress call sees every ready socket (a hub whose 1,000 peers closed at once reads
     /// every close in one call, not 64 per call).
     fn poll_events(&mut self) {
-        let cap = self.events.capacity().max(1);
-        let rounds = self.inner.borrow().active.len() / cap + 1;
+        let cap = self.events.capacity();
+        if self.poll_batch() < cap {
+            return;
+        }
+        let rounds = self.inner.borrow().active.len() / cap.max(1);
         for _ in 0..rounds {
             if self.poll_batch() < cap {
                 break;
@@ -144,6 +147,7 @@ impl TcpIface {
     }
 
     /// One `epoll_wait(0)`: marks the sockets it reports. Gives the number of events.
+    #[inline]
     fn poll_batch(&mut self) -> usize {
         let mut inner = self.inner.borrow_mut();
         let n = match inner.epoll.wait(&mut self.events, Some(Duration::ZERO)) {
