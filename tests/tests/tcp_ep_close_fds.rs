@@ -5,6 +5,9 @@
 //!
 //! - Peers' endpoints destroyed first, then the hub's: each hub endpoint's socket closes in
 //!   its drop, with no progress call in between (the peer detached first).
+//! - Peers' endpoints destroyed, then the hub's with no hub progress call at all in between
+//!   (each peer's `Detach` still unread in the hub's socket): each hub socket still closes in
+//!   its endpoint's drop.
 //! - Hub's endpoints destroyed first: the connections stay while the peers' endpoints use
 //!   them; once those are destroyed too, every socket closes during progress, while the peer
 //!   interfaces still exist (nobody waits for a peer process to exit).
@@ -165,6 +168,34 @@ fn destroyed_endpoints_release_their_sockets() {
             open_fds(),
             before_drop - (k + 1),
             "the hub's socket of endpoint {k} closed when the endpoint was destroyed"
+        );
+    }
+    assert_eq!(w.hub.connection_count(), 0);
+    w.until("the peers' ends closed", |w| {
+        w.peers.iter().all(|(p, _)| p.connection_count() == 0)
+    });
+    assert_eq!(
+        open_fds() - base,
+        2 * (N + 1),
+        "only the interfaces' descriptors are left"
+    );
+    drop(w);
+    assert_eq!(
+        open_fds(),
+        base,
+        "descriptors left after destroying the interfaces"
+    );
+
+    // Peers' endpoints first, the hub not progressed in between.
+    let (mut w, hub_eps, peer_eps) = build(&md);
+    let full = open_fds();
+    drop(peer_eps);
+    for (k, ep) in hub_eps.into_iter().enumerate() {
+        drop(ep);
+        assert_eq!(
+            open_fds(),
+            full - (k + 1),
+            "the hub's socket of endpoint {k} closed in the drop, its peer's detach unread before"
         );
     }
     assert_eq!(w.hub.connection_count(), 0);

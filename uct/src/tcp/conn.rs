@@ -5,7 +5,7 @@ use super::iov::Segs;
 use super::rxbuf::RxBuf;
 use super::tag::TagRx;
 use super::txq::TxQueue;
-use super::wire::{AtomicReq, FrameHeader, Hello};
+use super::wire::{AtomicReq, FrameHeader, Hello, Kind};
 use super::IfaceAddr;
 use crate::ep::{CompletionId, EpId, PendingId, TagRecvId};
 use slab::Slab;
@@ -219,6 +219,45 @@ impl Conn {
             && self.reqs.is_empty()
             && self.pending.is_empty()
             && !self.rx.has_data()
+    }
+    /// Reads the peer's `Detach` when it is the only thing the socket holds (a peek while no
+    /// frame is half received; the frame is then consumed) and gives true. Used when our
+    /// endpoint is destroyed after the peer's: the connection closes right then, instead of
+    /// waiting for a progress call to read the `Detach` (a hub that stops progressing after
+    /// closing its endpoints keeps no sockets of peers that left).
+    pub(crate) fn take_waiting_detach(&mut self) -> bool {
+        if self.peer_detached || self.rx.has_data() || self.rx.eof || !self.rx.reasm.at_boundary() {
+            return false;
+        }
+        let want = FrameHeader::new(Kind::Detach, 0, 0).to_bytes();
+        let mut b = [0u8; FrameHeader::LEN + 1];
+        let fd = self.fd();
+        // SAFETY: `b` is a writable buffer of `b.len()` bytes.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                b.as_mut_ptr() as *mut libc::c_void,
+                b.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n != FrameHeader::LEN as isize || b[..FrameHeader::LEN] != want {
+            return false;
+        }
+        // SAFETY: as above; the peek showed these bytes are there.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                b.as_mut_ptr() as *mut libc::c_void,
+                FrameHeader::LEN,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n != FrameHeader::LEN as isize {
+            return false;
+        }
+        self.peer_detached = true;
+        true
     }
     /// Err if the connection failed.
     pub(crate) fn check_usable(&self) -> Result<()> {

@@ -336,8 +336,9 @@ impl Drop for TcpEp {
             // An established connection is detached: the peer hears of it (`Detach`, after
             // the bytes queued before it), no later endpoint of ours takes it, and it closes
             // as soon as the peer detached too and its queued bytes left (right here when the
-            // peer's endpoint went first). If the send queue has no room for the `Detach`, the
-            // connection stays as one being set up does.
+            // peer's endpoint went first, or when the peer's `Detach` is all the socket holds).
+            // If the send queue has no room for the `Detach`, the connection stays as one being
+            // set up does.
             ConnState::Connected => {
                 c.ep = None;
                 if c.conn_id != 0 {
@@ -345,7 +346,7 @@ impl Drop for TcpEp {
                     c.conn_id = 0;
                     c.peer_iface = None;
                 }
-                if c.peer_detached {
+                if c.peer_detached || c.take_waiting_detach() {
                     c.detached = true;
                 } else if c.tx.fits_response() {
                     c.detached = true;

@@ -129,13 +129,32 @@ impl TcpIface {
         n
     }
 
+    /// Asks epoll which sockets are ready and marks them. A full batch of events means more
+    /// may be ready: epoll is asked again, up to once per batch's worth of connections, so one
+    /// progress call sees every ready socket (a hub whose 1,000 peers closed at once reads
+    /// every close in one call, not 64 per call).
     fn poll_events(&mut self) {
+        let cap = self.events.capacity();
+        if self.poll_batch() < cap {
+            return;
+        }
+        let rounds = self.inner.borrow().active.len() / cap.max(1);
+        for _ in 0..rounds {
+            if self.poll_batch() < cap {
+                break;
+            }
+        }
+    }
+
+    /// One `epoll_wait(0)`: marks the sockets it reports. Gives the number of events.
+    #[inline]
+    fn poll_batch(&mut self) -> usize {
         let mut inner = self.inner.borrow_mut();
         let n = match inner.epoll.wait(&mut self.events, Some(Duration::ZERO)) {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!("epoll_wait failed: {e}");
-                return;
+                return 0;
             }
         };
         inner.force_epoll = false;
@@ -172,6 +191,7 @@ impl TcpIface {
                 inner.finish_connect(key);
             }
         }
+        n
     }
 
     /// Sends queued bytes, receives and dispatches, retries pending requests.
