@@ -12,7 +12,8 @@
 #
 # Usage: tests/rdma-vm/compare-ucx-ucp.sh [REPS]      (default 5)
 # Environment: RUCX_PERFTEST=path to a built perftest (default: cargo build --release -p perftest)
-#              LAT_ITERS (default 2000), BW_ITERS (default 300)
+#              LAT_ITERS (default 2000), BW_ITERS (default 300; 0 skips put_bw)
+#              RUCX_VARIANTS="NAME=path ..." more perftest builds to alternate with (rows rucxNAME)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,6 +29,16 @@ if [[ -z "${RUCX_PERFTEST:-}" ]]; then
 fi
 WORK="$(mktemp -d /tmp/rdma-vm-cmp.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
+VARIANT_NAMES=""
+VARIANT_FILES=()
+for nv in ${RUCX_VARIANTS:-}; do
+    name=${nv%%=*}
+    [[ "$name" =~ ^[A-Za-z0-9]+$ && -x "${nv#*=}" ]] ||
+        { echo "RUCX_VARIANTS: '$nv' is not NAME=executable" >&2; exit 1; }
+    cp "${nv#*=}" "$WORK/perftest$name"
+    VARIANT_NAMES+=" $name"
+    VARIANT_FILES+=(-f "$WORK/perftest$name")
+done
 cat >"$WORK/compare.sh" <<EOF
 #!/bin/bash
 UCX_ENV="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:1"
@@ -56,14 +67,19 @@ env \$RUCX_ENV RUCX_PROTO_INFO=y timeout 60 \$(pin 1) perftest 10.83.0.1 -p 1399
 wait
 for rep in \$(seq 1 $REPS); do
     run ucx_tag_lat "\$UCX_ENV" ucx_perftest -t tag_lat -s 8 -n $LAT_ITERS -w 100
-    run rucx_tag_lat "\$RUCX_ENV" perftest -t tag_lat -s 8 -n $LAT_ITERS -w 100
+    for v in "" $VARIANT_NAMES; do
+        run rucx\${v}_tag_lat "\$RUCX_ENV" perftest\$v -t tag_lat -s 8 -n $LAT_ITERS -w 100
+    done
+    [ $BW_ITERS -gt 0 ] || continue
     run ucx_put_bw "\$UCX_ENV" ucx_perftest -t ucp_put_bw -s 65536 -n $BW_ITERS -w 20
-    run rucx_put_bw "\$RUCX_ENV" perftest -t ucp_put_bw -s 65536 -n $BW_ITERS -w 20
+    for v in "" $VARIANT_NAMES; do
+        run rucx\${v}_put_bw "\$RUCX_ENV" perftest\$v -t ucp_put_bw -s 65536 -n $BW_ITERS -w 20
+    done
 done
 EOF
 chmod +x "$WORK/compare.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
-"$HERE/run.sh" -t 1500 -f "$WORK/perftest" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
+"$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
 echo
 echo "=== ucp over rc_verbs in the Soft-RoCE VM, medians of $REPS runs"
 echo "Final line columns: iterations, typical latency (us), avg latency (us), overall latency (us), avg MB/s, overall MB/s, avg msg/s, overall msg/s"
@@ -80,12 +96,17 @@ for line in open(sys.argv[1]):
 def med(label, col):
     v = [r[col] for r in runs.get(label, []) if len(r) > col]
     return (statistics.median(v), v) if v else (None, v)
+names = sorted({l[len("rucx"):].rsplit("_", 2)[0] for l in runs if l.startswith("rucx")})
 for test, col, unit, better in (("tag_lat", 1, "us typical latency", "lower"), ("put_bw", 5, "MB/s overall bandwidth", "higher")):
     u, uv = med("ucx_" + test, col)
-    r, rv = med("rucx_" + test, col)
-    print(f"{test}: UCX runs {uv}  rucx runs {rv}")
-    if u is None or r is None:
-        print(f"{test}: missing results")
+    if u is None:
         continue
-    print(f"{test}: median UCX {u:.2f} {unit}, rucx {r:.2f} ({better} is better); ratio rucx/UCX {r / u:.2f}")
+    print(f"{test}: UCX runs {uv}")
+    for n in names:
+        r, rv = med(f"rucx{n}_" + test, col)
+        if r is None:
+            print(f"{test}: rucx{n}: missing results")
+            continue
+        print(f"{test}: rucx{n} runs {rv}")
+        print(f"{test}: median UCX {u:.2f} {unit}, rucx{n} {r:.2f} ({better} is better); ratio rucx{n}/UCX {r / u:.2f}")
 PY

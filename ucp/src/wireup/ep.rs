@@ -333,9 +333,12 @@ impl State {
         ep.last_tx = self.now_cache;
         l.am = new;
         l.am_next = None;
-        // The old lane stays connected; if no other purpose uses it, its interface no longer
-        // counts this endpoint as a user (it is then polled like an idle interface).
-        if l.rma() != Some(old) && l.amo() != Some(old) {
+        // The old lane stays connected; unless it is the RMA lane, its interface no longer
+        // counts this endpoint as a user (it is then polled like an idle interface). An
+        // atomics lane does not keep it busy: polling tcp costs a system call per progress
+        // call, and atomics, rare, wake it (an interface that had an event is polled on every
+        // call for a while).
+        if l.rma() != Some(old) {
             l.released = u8::try_from(old).ok();
             let li = l.uct[old].0;
             self.iface_users[li] = self.iface_users[li].saturating_sub(1);

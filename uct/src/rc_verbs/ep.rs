@@ -163,13 +163,10 @@ impl RcVerbsEp {
         let mut wr = ibv_send_wr {
             sg_list: sges.as_mut_ptr(),
             num_sge: sges.len() as i32,
-            opcode: ffi::IBV_WR_SEND,
             send_flags: if inline { ffi::IBV_SEND_INLINE } else { 0 },
             ..Default::default()
         };
-        inner.post(self.key, &mut wr, kind, needs)?;
-        inner.eps[self.key].am_sent += 1;
-        Ok(())
+        inner.post_am(self.key, &mut wr, kind, needs)
     }
 }
 
@@ -306,7 +303,6 @@ impl Endpoint for RcVerbsEp {
         check_am_id(id)?;
         check_len(header.len(), MAX_AM_HDR)?;
         let total = Iov::total_len(iov);
-        let key = self.key;
         let r = self.with(|inner, k| {
             let seg = inner.cfg.seg_size;
             check_len(total, seg - AmHdr::LEN - MAX_AM_HDR)?;
@@ -333,14 +329,12 @@ impl Endpoint for RcVerbsEp {
             let mut wr = ibv_send_wr {
                 sg_list: sges.as_mut_ptr(),
                 num_sge: (n + 1) as i32,
-                opcode: ffi::IBV_WR_SEND,
                 ..Default::default()
             };
-            if let Err(e) = inner.post(k, &mut wr, TxKind::BufComp(b, comp), true) {
+            if let Err(e) = inner.post_am(k, &mut wr, TxKind::BufComp(b, comp), true) {
                 inner.tx_free.push(b);
                 return Err(e);
             }
-            inner.eps[key].am_sent += 1;
             Ok(Some(()))
         })?;
         Ok(match r {

@@ -218,7 +218,12 @@ impl RcVerbsIface {
                 let mut inner = self.inner.borrow_mut();
                 let seg = inner.cfg.seg_size;
                 match inner.ep(key, gen) {
-                    Some(ep) => (ep.rx.clone(), seg),
+                    Some(ep) => {
+                        if wc.wc_flags & ffi::IBV_WC_WITH_IMM != 0 {
+                            ep.peer_imm_update(u32::from_be(wc.imm_data));
+                        }
+                        (ep.rx.clone(), seg)
+                    }
                     None => continue,
                 }
             };
@@ -506,6 +511,7 @@ impl Iface for RcVerbsIface {
             ops: VecDeque::with_capacity(sq_depth as usize + 8),
             fence: false,
             am_sent: 0,
+            peer_imm: 0,
             rx_reposted: 0,
             rx_reported: 0,
             pending: VecDeque::with_capacity(64),

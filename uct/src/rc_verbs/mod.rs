@@ -17,16 +17,19 @@
 //!   `RUCX_IB_GID_INDEX` says otherwise.
 //! - **Flow control**: a sender may have at most as many active messages outstanding as the
 //!   peer endpoint posted receives; the receiver reports the running count of buffers it has
-//!   reposted by RDMA-writing it into a word of the sender's memory (no receive consumed, so the
-//!   credit channel cannot deadlock). Sends are signaled every `RUCX_RC_TX_MODERATION` work
-//!   requests (or when a completion is needed); a full send queue or no credits give
-//!   `NoResource`, and queued pending requests are retried from progress. Any error completion
-//!   fails the endpoint: its outstanding operations complete with the error and
-//!   `EventSink::ep_error` is called once.
+//!   reposted in the immediate data of each active message it sends back (a send with
+//!   immediate: no extra work request, so a ping-pong never sends credits on their own), and,
+//!   when a quarter of its receives were reposted with no message going back, by RDMA-writing
+//!   it into a word of the sender's memory (no receive consumed, so the credit channel cannot
+//!   deadlock). Sends are signaled every `RUCX_RC_TX_MODERATION` work requests (default 64, as
+//!   UCX's `RC_TX_CQ_MODERATION`) or when a completion is needed; a full send queue or no
+//!   credits give `NoResource`, and queued pending requests are retried from progress. Any
+//!   error completion fails the endpoint: its outstanding operations complete with the error
+//!   and `EventSink::ep_error` is called once.
 //! - **Tag offload**: not implemented. Hardware tag matching exists only on mlx5 (through an
 //!   SRQ of type TM); Soft-RoCE (rxe) has none, so the interface reports no TAG capability and
 //!   ucp matches tags in software.
-//! - **Event fd caveat**: credits arrive by RDMA write, which raises no completion event; while
+//! - **Event fd caveat**: credits written by RDMA raise no completion event; while
 //!   an endpoint waits for credits with requests pending, `event_arm` gives `Busy` (poll
 //!   instead of sleeping).
 
@@ -87,7 +90,7 @@ pub const TX_BUFS: ConfigVar = ConfigVar {
 /// `RUCX_RC_TX_MODERATION`: signal one send in N.
 pub const TX_MODERATION: ConfigVar = ConfigVar {
     name: "RC_TX_MODERATION",
-    default: "16",
+    default: "64",
     doc: "request a send completion every N work requests (completion moderation)",
 };
 /// `RUCX_RC_MAX_INLINE`: inline data requested per QP.

@@ -91,6 +91,9 @@ pub(super) struct EpState {
     pub(super) ops: VecDeque<TxOp>,
     pub(super) fence: bool,
     pub(super) am_sent: u64,
+    /// The peer's reposted-receive count as its last active message carried it (immediate
+    /// data); the credit word may be newer or older, the larger of the two counts.
+    pub(super) peer_imm: u64,
     pub(super) rx_reposted: u64,
     pub(super) rx_reported: u64,
     pub(super) pending: VecDeque<PendingId>,
@@ -106,7 +109,13 @@ impl EpState {
     #[inline]
     pub(super) fn am_credits(&self) -> u64 {
         let peer = self.remote.map_or(0, |r| r.rx_credits as u64);
-        (peer + self.peer_reposted()).saturating_sub(self.am_sent)
+        (peer + self.peer_reposted().max(self.peer_imm)).saturating_sub(self.am_sent)
+    }
+    /// Takes the low 32 bits of the peer's reposted-receive count from a received active
+    /// message's immediate data.
+    #[inline]
+    pub(super) fn peer_imm_update(&mut self, imm: u32) {
+        self.peer_imm = advance_count(self.peer_imm, imm);
     }
     #[inline]
     pub(super) fn status(&self) -> Result<()> {
@@ -146,6 +155,13 @@ pub(super) struct Inner {
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
+}
+
+/// The 64-bit count whose low 32 bits are `low`, from the previous value `prev`: counts only
+/// grow and RC delivers in order, so the new value is `prev` plus the 32-bit difference.
+#[inline]
+pub(super) fn advance_count(prev: u64, low: u32) -> u64 {
+    prev + low.wrapping_sub(prev as u32) as u64
 }
 
 #[inline]
@@ -224,6 +240,27 @@ impl Inner {
             wqe: true,
             kind,
         });
+        Ok(())
+    }
+
+    /// Posts an active message (`wr` holds its scatter list and flags) on `key` as a send
+    /// with immediate data carrying our reposted-receive count: the peer's credits ride on
+    /// the message, so a ping-pong never needs a separate credit write.
+    #[inline]
+    pub(super) fn post_am(
+        &mut self,
+        key: usize,
+        wr: &mut ibv_send_wr,
+        kind: TxKind,
+        needs_comp: bool,
+    ) -> Result<()> {
+        let reposted = self.eps[key].rx_reposted;
+        wr.opcode = ffi::IBV_WR_SEND_WITH_IMM;
+        wr.imm_data = (reposted as u32).to_be();
+        self.post(key, wr, kind, needs_comp)?;
+        let ep = &mut self.eps[key];
+        ep.am_sent += 1;
+        ep.rx_reported = reposted;
         Ok(())
     }
 

@@ -360,6 +360,61 @@ fn credits_bound_outstanding_messages_and_pending_resumes() {
 }
 
 #[test]
+fn credit_count_from_immediate_data_wraps() {
+    use super::state::advance_count;
+    assert_eq!(advance_count(0, 0), 0);
+    assert_eq!(advance_count(0, 5), 5);
+    assert_eq!(advance_count(5, 5), 5);
+    assert_eq!(advance_count(0xffff_fffe, 1), 0x1_0000_0001);
+    assert_eq!(advance_count(0x7_ffff_ffff, 3), 0x8_0000_0003);
+}
+
+#[test]
+fn ping_pong_carries_credits_in_immediate_data() {
+    let Some(dev) = device() else { return };
+    let c = cfg();
+    let rx = c.rx_queue_len as usize;
+    let mut p = pair(&dev, c);
+    let mut sink = Sink::default();
+    // Many times the receive queue, one message each way per round: each reply carries the
+    // replier's reposted count, so credits never run out and no credit write is posted.
+    let rounds = 5 * rx;
+    for i in 0..rounds {
+        assert_eq!(
+            p.a.am_short(1, i as u64, &[7; 8]).unwrap(),
+            Outcome::DONE,
+            "round {i}: a has no credits"
+        );
+        wait(&mut p.iface, &mut sink, "ping", |s| {
+            s.ams.len() == 2 * i + 1
+        });
+        assert_eq!(
+            p.b.am_short(2, i as u64, &[]).unwrap(),
+            Outcome::DONE,
+            "round {i}: b has no credits"
+        );
+        wait(&mut p.iface, &mut sink, "pong", |s| {
+            s.ams.len() == 2 * i + 2
+        });
+    }
+    for (n, (id, data)) in sink.ams.iter().enumerate() {
+        assert_eq!(*id, 1 + (n % 2) as u8);
+        assert_eq!(data[..8], ((n / 2) as u64).to_le_bytes());
+    }
+    let inner = p.a.inner.borrow();
+    for ep in [&p.a, &p.b] {
+        let st = &inner.eps[ep.key];
+        assert_eq!(st.am_sent, rounds as u64);
+        assert_eq!(
+            st.next_seq as usize, rounds,
+            "work requests posted beyond the active messages (credit writes)"
+        );
+        assert_eq!(st.rx_reposted, rounds as u64);
+        assert!(st.am_credits() >= rx as u64 - 1);
+    }
+}
+
+#[test]
 fn put_get_and_flush() {
     let Some(dev) = device() else { return };
     let mut p = pair(&dev, cfg());
