@@ -50,8 +50,8 @@ const NAMING: [u8; 6] = [
     am_id::ATOMIC_REP,
 ];
 /// Message ids the input picks from (every ucp id but WIREUP, plus an unknown one).
-const IDS: [u8; 21] = [
-    2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 99,
+const IDS: [u8; 22] = [
+    2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 99,
 ];
 
 /// Reads the fuzz input; zeros once it runs out.

@@ -828,6 +828,13 @@ fn ucp_msg_seeds() -> Vec<Vec<u8>> {
             }
             .encode(),
         ),
+        with_id(
+            am_id::PUT_REQ,
+            &appended(|v| {
+                v.extend_from_slice(&PutReqHdr { addr: 0x9000 }.encode());
+                v.extend_from_slice(b"put");
+            }),
+        ),
         ucp::listener::CmHdr {
             kind: ucp::listener::CmKind::Accept,
             addr_len: 77,

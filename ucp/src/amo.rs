@@ -297,20 +297,27 @@ impl State {
         })
     }
 
+    /// The address of `len` bytes at `addr` when they lie inside one region this worker mapped
+    /// for remote access.
+    pub(crate) fn mapped_range(&self, addr: u64, len: usize) -> Option<usize> {
+        let addr = usize::try_from(addr).ok()?;
+        self.regions
+            .borrow()
+            .iter()
+            .any(|&(s, l)| addr >= s && addr.checked_add(len).is_some_and(|e| e <= s + l))
+            .then_some(addr)
+    }
+
     /// Applies an emulated atomic to this worker's mapped memory; gives the old value.
     pub(crate) fn apply_atomic(&self, h: &AtomicReqHdr) -> Result<u64> {
         use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
         let size = h.size as usize;
-        let addr = usize::try_from(h.addr)
-            .map_err(|_| Error::RemoteAccess("address out of range".into()))?;
-        let inside = self
-            .regions
-            .borrow()
-            .iter()
-            .any(|&(s, l)| addr >= s && addr.checked_add(size).is_some_and(|e| e <= s + l));
-        if !inside || addr % size != 0 {
+        let inside = self.mapped_range(h.addr, size);
+        let addr = inside.unwrap_or(0);
+        if inside.is_none() || !addr.is_multiple_of(size) {
             return Err(Error::RemoteAccess(format!(
-                "{size} bytes at {addr:#x} are not an aligned word of a mapped region"
+                "{size} bytes at {:#x} are not an aligned word of a mapped region",
+                h.addr
             )));
         }
         let op = match h.op {
@@ -380,8 +387,8 @@ impl State {
         if h.req == NO_REQ {
             if h.status != 0 {
                 tracing::warn!(
-                    "the target refused a non-fetching atomic: address outside its mapped \
-                     memory or misaligned"
+                    "the target refused an emulated put or non-fetching atomic: address \
+                     outside its mapped memory or misaligned"
                 );
             }
             return Ok(());

@@ -69,6 +69,9 @@ pub mod am_id {
     /// The sender's last message on its old AM lane: everything after it comes over the
     /// connect-to-endpoint lane (rc_verbs). No body: [`super::Msg::AmLaneSwitch`].
     pub const AM_LANE_SWITCH: u8 = 21;
+    /// Emulated put: [`super::PutReqHdr`] and the bytes to write; acknowledged by an
+    /// ATOMIC_REP without a request.
+    pub const PUT_REQ: u8 = 22;
 }
 
 /// Length of the uuid prefix.
@@ -629,6 +632,41 @@ impl AtomicRepHdr {
     }
 }
 
+/// Header of an emulated put: the target writes the bytes that follow it at `addr`, if they
+/// lie inside memory it mapped for remote access, and acknowledges with an
+/// [`AtomicRepHdr`] whose request is [`NO_REQ`].
+///
+/// ```text
+/// 0          8
+/// +----------+-------------+
+/// | addr u64 | data (n ≥ 1)|
+/// +----------+-------------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutReqHdr {
+    /// Target address.
+    pub addr: u64,
+}
+
+impl PutReqHdr {
+    /// Encoded length.
+    pub const LEN: usize = 8;
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        self.addr.to_le_bytes()
+    }
+    /// Decodes the header and splits off the data (at least one byte).
+    pub fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
+        if b.len() <= Self::LEN {
+            return Err(Error::Wire(format!(
+                "emulated put needs an 8-byte address and data, got {} bytes",
+                b.len()
+            )));
+        }
+        Ok((PutReqHdr { addr: le64(b, 0) }, &b[Self::LEN..]))
+    }
+}
+
 /// Endpoint address of the sender's connect-to-endpoint lane (rc_verbs), exchanged over the
 /// already connected AM lane during wire-up.
 ///
@@ -712,6 +750,8 @@ pub enum Msg<'a> {
     AtomicReq(AtomicReqHdr),
     /// Emulated atomic reply.
     AtomicRep(AtomicRepHdr),
+    /// Emulated put: header and the bytes to write.
+    PutReq(PutReqHdr, &'a [u8]),
     /// The peer processed our CLOSE.
     CloseAck,
     /// The peer's connect-to-endpoint lane address.
@@ -817,6 +857,10 @@ impl<'a> Msg<'a> {
                 Msg::CloseAck
             }
             ATOMIC_REP => Msg::AtomicRep(AtomicRepHdr::decode(b)?),
+            PUT_REQ => {
+                let (h, data) = PutReqHdr::decode(b)?;
+                Msg::PutReq(h, data)
+            }
             AM_LANE_SWITCH => {
                 if !b.is_empty() {
                     return Err(Error::Wire(

@@ -13,6 +13,7 @@
 use crate::request::{Completion, Op};
 use crate::rma::raw_mem::RecvBuf;
 use crate::rma::{MemMap, Rkey, RkeyBundle};
+use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
 use crate::worker::state::{comp_id, Pending, RecvStage, SendData, SendStage, State, COMP_GET};
 use crate::worker::{EpHandle, Worker};
 use std::ptr::NonNull;
@@ -20,6 +21,9 @@ use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::MemoryDomain as _;
 use uct::{DeviceType, IfaceFlags, MdFlags, MemHandle, RemoteKey};
+
+/// Largest put sent as a message for the target to apply when the RMA lane would be cma.
+pub(crate) const EMULATED_PUT_MAX: usize = 256;
 
 pub(crate) enum RmaDir<'a> {
     Put(&'a [u8]),
@@ -217,7 +221,77 @@ impl State {
                 return self.rma_mapped(idx, *lane, mk, dir, remote_addr, rkey);
             }
         }
+        if let RmaDir::Put(d) = &dir {
+            if self.put_emulation_fits(idx, d.len()) {
+                if let Some(rk) = rkey.rma.as_ref() {
+                    rk.check(remote_addr, d.len())?;
+                    return self.put_emulated(idx, d, remote_addr);
+                }
+            }
+        }
+        // Through the RMA lane, after the target has applied the emulated puts before it.
+        let ep = &mut self.eps[idx];
+        if ep.amo_sent != ep.amo_acked && ep.pending.is_empty() {
+            let amo_sent = ep.amo_sent;
+            ep.pending.push_back(Pending::Acked { amo_sent });
+            self.mark_pending(idx);
+        }
         self.rma_registered(idx, dir, remote_addr, rkey)
+    }
+
+    /// True when a put of `len` bytes goes cheaper as a message through the endpoint's
+    /// shared-memory AM lane than through the RMA lane: a small put (at most
+    /// [`EMULATED_PUT_MAX`]) with nothing queued ahead of it. The RMA lane to memory that is
+    /// not in a shared segment is cma, one system call per put.
+    #[inline]
+    fn put_emulation_fits(&self, idx: usize, len: usize) -> bool {
+        let ep = &self.eps[idx];
+        len != 0
+            && len <= EMULATED_PUT_MAX
+            && ep.pending.is_empty()
+            && ep
+                .lanes
+                .as_ref()
+                .is_some_and(|l| self.info[l.uct[l.am].0].dev_type == DeviceType::Shm)
+    }
+
+    /// A put the target applies (PUT_REQ): done locally once sent or queued; the target's
+    /// acknowledgement counts with the emulated atomics', which flushes and fences wait for.
+    fn put_emulated(&mut self, idx: usize, d: &[u8], remote_addr: u64) -> Result<Op> {
+        let h = PutReqHdr { addr: remote_addr }.encode();
+        self.send_ctl2(idx, am_id::PUT_REQ, &h, d)?;
+        let ep = &mut self.eps[idx];
+        ep.amo_sent = ep.amo_sent.wrapping_add(1);
+        Ok(Op::Done(Completion::ok()))
+    }
+
+    /// PUT_REQ: writes a peer's emulated put into memory this worker mapped for remote access,
+    /// or refuses it (with a log line) when the bytes do not lie inside one mapped region.
+    pub(crate) fn on_put_req(&mut self, idx: usize, h: PutReqHdr, data: &[u8]) -> Result<()> {
+        let status = match self.mapped_range(h.addr, data.len()) {
+            Some(addr) => {
+                // SAFETY: the range lies inside a live region this worker mapped for remote
+                // access, which peers may write at any time (as cma and the transports do).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len())
+                };
+                0
+            }
+            None => {
+                tracing::debug!(
+                    "emulated put refused: {} bytes at {:#x} are not inside a mapped region",
+                    data.len(),
+                    h.addr
+                );
+                1
+            }
+        };
+        let rep = AtomicRepHdr {
+            req: NO_REQ,
+            status,
+            value: 0,
+        };
+        self.send_ctl(idx, am_id::ATOMIC_REP, &rep.encode())
     }
 
     /// Put/get on a peer segment mapped in this process: the lane's short and bcopy

@@ -212,3 +212,15 @@ fn am_lane_switch_has_no_body() {
         Err(Error::Wire(_))
     ));
 }
+
+#[test]
+fn emulated_put_carries_its_address_and_at_least_one_byte() {
+    let h = PutReqHdr { addr: 0x7f00_1234 };
+    let mut b = h.encode().to_vec();
+    b.extend_from_slice(b"payload");
+    roundtrip(am_id::PUT_REQ, &b, Msg::PutReq(h, b"payload"));
+    // An address alone, or less, is refused.
+    for k in 0..=PutReqHdr::LEN {
+        assert!(Msg::decode(am_id::PUT_REQ, &b[..k]).is_err(), "{k} bytes");
+    }
+}

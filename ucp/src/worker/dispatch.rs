@@ -153,6 +153,7 @@ impl State {
             Msg::AmRts(h, uh, rts) => self.on_am_rts(idx, h, uh, rts),
             Msg::AtomicReq(h) => self.on_atomic_req(idx, h),
             Msg::AtomicRep(h) => self.on_atomic_rep(idx, h),
+            Msg::PutReq(h, data) => self.on_put_req(idx, h, data),
             Msg::Stream(data) => {
                 self.on_stream(idx, data);
                 Ok(())

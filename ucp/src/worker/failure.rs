@@ -58,7 +58,7 @@ impl State {
                 Pending::Fence { key, .. } => {
                     self.reqs.try_remove(key);
                 }
-                Pending::Req(_) => {}
+                Pending::Req(_) | Pending::Acked { .. } => {}
             }
         }
         let keys: Vec<usize> = self

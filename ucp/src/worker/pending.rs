@@ -99,6 +99,33 @@ impl State {
         Ok(true)
     }
 
+    /// Sends a control message whose body is `head` then `tail`, or queues it (as one copy)
+    /// behind earlier sends of the endpoint.
+    pub(crate) fn send_ctl2(&mut self, idx: usize, id: u8, head: &[u8], tail: &[u8]) -> Result<()> {
+        self.ep_usable(idx)?;
+        let uuid = self.uuid.to_le_bytes();
+        let ep = &mut self.eps[idx];
+        if ep.pending.is_empty() {
+            if let Some(l) = ep.lanes.as_mut() {
+                let (li, uep) = &mut l.uct[l.am];
+                let out = am_send(uep, &self.info[*li].attr, id, &[&uuid, head, tail])?;
+                if out != Outcome::NoResource {
+                    ep.last_tx = self.now_cache;
+                    return Ok(());
+                }
+            }
+        }
+        let mut v = self.pool.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(head);
+        v.extend_from_slice(tail);
+        self.eps[idx]
+            .pending
+            .push_back(Pending::Ctl { id, body: v });
+        self.mark_pending(idx);
+        Ok(())
+    }
+
     /// Sends a control message, or queues it behind earlier sends of the endpoint.
     pub(crate) fn send_ctl(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<()> {
         self.ep_usable(idx)?;
@@ -162,6 +189,9 @@ impl State {
                         }
                     }
                     Pending::Fence { key, amo_sent } => self.fence_passed(idx, *key, *amo_sent),
+                    Pending::Acked { amo_sent } => {
+                        Ok((amo_sent.wrapping_sub(self.eps[idx].amo_acked) as i32) <= 0)
+                    }
                     Pending::Req(key) => {
                         let key = *key;
                         if self.reqs.get(key).is_none_or(|r| r.done.is_some()) {

@@ -189,6 +189,12 @@ pub(crate) enum Pending {
         key: usize,
         amo_sent: u32,
     },
+    /// Holds what is queued behind it until the target has acknowledged every emulated put
+    /// and atomic sent before it (the endpoint's `amo_sent` then): a cma access that follows
+    /// an emulated put to the same memory sees it.
+    Acked {
+        amo_sent: u32,
+    },
 }
 
 /// One endpoint. A hub worker holds one per peer, so what only some endpoints use (streams,
