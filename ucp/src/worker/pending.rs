@@ -127,28 +127,9 @@ impl State {
     }
 
     /// Sends a control message, or queues it behind earlier sends of the endpoint.
+    #[inline]
     pub(crate) fn send_ctl(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<()> {
-        self.ep_usable(idx)?;
-        let uuid = self.uuid.to_le_bytes();
-        let ep = &mut self.eps[idx];
-        if ep.pending.is_empty() {
-            if let Some(l) = ep.lanes.as_mut() {
-                let (li, uep) = &mut l.uct[l.am];
-                let out = am_send(uep, &self.info[*li].attr, id, &[&uuid, body])?;
-                if out != Outcome::NoResource {
-                    ep.last_tx = self.now_cache;
-                    return Ok(());
-                }
-            }
-        }
-        let mut v = self.pool.pop().unwrap_or_default();
-        v.clear();
-        v.extend_from_slice(body);
-        self.eps[idx]
-            .pending
-            .push_back(Pending::Ctl { id, body: v });
-        self.mark_pending(idx);
-        Ok(())
+        self.send_ctl2(idx, id, body, &[])
     }
 
     pub(crate) fn progress_pending(&mut self) -> usize {
