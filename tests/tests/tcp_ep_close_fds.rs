@@ -135,6 +135,27 @@ fn build(md: &TcpMd) -> (World, Vec<TcpEp>, Vec<TcpEp>) {
     (w, hub_eps, peer_eps)
 }
 
+/// After the hub's endpoints closed their sockets: the peers' ends close too, only the
+/// interfaces' descriptors are left, and none once the interfaces are destroyed (`base`: the
+/// count before [`build`]).
+fn hub_closed_then_peers(mut w: World, base: usize) {
+    assert_eq!(w.hub.connection_count(), 0);
+    w.until("the peers' ends closed", |w| {
+        w.peers.iter().all(|(p, _)| p.connection_count() == 0)
+    });
+    assert_eq!(
+        open_fds() - base,
+        2 * (N + 1),
+        "only the interfaces' descriptors are left"
+    );
+    drop(w);
+    assert_eq!(
+        open_fds(),
+        base,
+        "descriptors left after destroying the interfaces"
+    );
+}
+
 #[test]
 fn destroyed_endpoints_release_their_sockets() {
     let md = TcpTransport::open_md("lo").expect("tcp md");
@@ -170,24 +191,10 @@ fn destroyed_endpoints_release_their_sockets() {
             "the hub's socket of endpoint {k} closed when the endpoint was destroyed"
         );
     }
-    assert_eq!(w.hub.connection_count(), 0);
-    w.until("the peers' ends closed", |w| {
-        w.peers.iter().all(|(p, _)| p.connection_count() == 0)
-    });
-    assert_eq!(
-        open_fds() - base,
-        2 * (N + 1),
-        "only the interfaces' descriptors are left"
-    );
-    drop(w);
-    assert_eq!(
-        open_fds(),
-        base,
-        "descriptors left after destroying the interfaces"
-    );
+    hub_closed_then_peers(w, base);
 
     // Peers' endpoints first, the hub not progressed in between.
-    let (mut w, hub_eps, peer_eps) = build(&md);
+    let (w, hub_eps, peer_eps) = build(&md);
     let full = open_fds();
     drop(peer_eps);
     for (k, ep) in hub_eps.into_iter().enumerate() {
@@ -198,21 +205,7 @@ fn destroyed_endpoints_release_their_sockets() {
             "the hub's socket of endpoint {k} closed in the drop, its peer's detach unread before"
         );
     }
-    assert_eq!(w.hub.connection_count(), 0);
-    w.until("the peers' ends closed", |w| {
-        w.peers.iter().all(|(p, _)| p.connection_count() == 0)
-    });
-    assert_eq!(
-        open_fds() - base,
-        2 * (N + 1),
-        "only the interfaces' descriptors are left"
-    );
-    drop(w);
-    assert_eq!(
-        open_fds(),
-        base,
-        "descriptors left after destroying the interfaces"
-    );
+    hub_closed_then_peers(w, base);
 
     // Hub's endpoints first.
     let (mut w, hub_eps, peer_eps) = build(&md);
