@@ -169,29 +169,69 @@ pub(super) fn wake_peer(sock: &OwnedFd, peer: &IfaceAddr) {
     }
 }
 
-/// State an endpoint shares with its interface (single-threaded, like the worker).
+/// State an endpoint shares with its interface (single-threaded, like the worker). One per
+/// endpoint: a hub with an endpoint to each of many peers holds one per peer, so it keeps no
+/// copies of what its segment already knows (the FIFO's address, the peer's segment reference).
 pub(super) struct EpShared {
     id: EpId,
-    /// The peer's FIFO, kept mapped by `_seg`.
-    pub(super) remote: FifoPtrs,
+    /// The peer's FIFO segment, mapped (see [`EpShared::remote`]).
     pub(super) _seg: Segment,
     /// The interface's own cache of the peer's tail, for pending dispatch and the
     /// interface's own messages to the peer (rendezvous acknowledgements).
     pub(super) iface_tail: Cell<u64>,
-    /// The peer interface's address (also names its wake-up socket, see [`wake_addr`]).
-    pub(super) peer_addr: IfaceAddr,
-    pending: RefCell<VecDeque<PendingId>>,
+    /// The nonce of the peer interface's address (the rest is `_seg`'s reference; see
+    /// [`EpShared::peer_addr`]).
+    peer_nonce: u64,
+    /// Requests waiting for room in the peer's FIFO, in order; allocated at the first one.
+    pub(super) pending: PendingQueue,
     pub(super) failed: Cell<bool>,
     reported: Cell<bool>,
     pub(super) peer: PeerWatch,
     /// The peer's pidfd in the interface's epoll set, until the endpoint fails or drops.
-    in_epoll: RefCell<Option<EpollEntry>>,
+    in_epoll: Cell<Option<EpollEntry>>,
     /// Our consent that the peer maps our segments and reads our memory (none towards
     /// ourselves).
     _grant: Option<std::sync::Arc<crate::grant::Grant>>,
     /// The peer process said it may trace us (it reads our ordinary memory with cma); once
     /// true it stays true, so the sender asks the grant registry only until then.
     peer_reads_us: Cell<bool>,
+}
+
+// With its reference counts, 168 bytes: one 176-byte heap chunk per endpoint.
+const _: () = assert!(std::mem::size_of::<EpShared>() <= 152);
+
+/// An endpoint's queue of pending requests: empty and unallocated until a send finds the peer's
+/// FIFO full (most endpoints never do).
+/// Boxed on purpose: an empty `VecDeque` is 32 bytes in every endpoint, the box 8.
+#[derive(Default)]
+#[allow(clippy::box_collection)]
+pub(super) struct PendingQueue(RefCell<Option<Box<VecDeque<PendingId>>>>);
+
+impl PendingQueue {
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.borrow().as_ref().is_none_or(|q| q.is_empty())
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.0.borrow().as_ref().map_or(0, |q| q.len())
+    }
+
+    pub(super) fn push_back(&self, req: PendingId) {
+        self.0.borrow_mut().get_or_insert_default().push_back(req);
+    }
+
+    pub(super) fn push_front(&self, req: PendingId) {
+        self.0.borrow_mut().get_or_insert_default().push_front(req);
+    }
+
+    pub(super) fn pop_front(&self) -> Option<PendingId> {
+        self.0.borrow_mut().as_mut()?.pop_front()
+    }
+
+    /// Empties the queue, giving what it held in order.
+    pub(super) fn take_all(&self) -> VecDeque<PendingId> {
+        self.0.borrow_mut().take().map(|q| *q).unwrap_or_default()
+    }
 }
 
 impl EpShared {
@@ -203,12 +243,27 @@ impl EpShared {
             return;
         }
         common.unreported.set(common.unreported.get() + 1);
-        self.in_epoll.borrow_mut().take();
+        drop(self.in_epoll.take());
+    }
+
+    /// The peer's FIFO.
+    #[inline(always)]
+    pub(super) fn remote(&self) -> FifoPtrs {
+        // SAFETY: `_seg` maps SEG_LEN bytes (checked when attached) and lives as long as `self`.
+        unsafe { FifoPtrs::new(self._seg.base().as_ptr()) }
+    }
+
+    /// The peer interface's address (also names its wake-up socket, see [`wake_addr`]).
+    pub(super) fn peer_addr(&self) -> IfaceAddr {
+        IfaceAddr {
+            seg: self._seg.seg_ref(),
+            nonce: self.peer_nonce,
+        }
     }
 
     /// The peer's process id.
     pub(super) fn peer_pid(&self) -> u32 {
-        self.peer_addr.seg.pid
+        self._seg.seg_ref().pid
     }
 
     fn peer_error(&self) -> Error {
@@ -420,12 +475,12 @@ impl MmIface {
             }
             loop {
                 let mut tail = ep.iface_tail.get();
-                let space = ep.remote.has_space(&mut tail);
+                let space = ep.remote().has_space(&mut tail);
                 ep.iface_tail.set(tail);
                 if !space {
                     break;
                 }
-                let Some(req) = ep.pending.borrow_mut().pop_front() else {
+                let Some(req) = ep.pending.pop_front() else {
                     break;
                 };
                 self.common
@@ -433,7 +488,7 @@ impl MmIface {
                     .set(self.common.pending_total.get() - 1);
                 count += 1;
                 if !sink.pending(ep.id, req) {
-                    ep.pending.borrow_mut().push_front(req);
+                    ep.pending.push_front(req);
                     self.common
                         .pending_total
                         .set(self.common.pending_total.get() + 1);
@@ -594,15 +649,14 @@ impl Iface for MmIface {
         self.next_ep += 1;
         let shared = Rc::new(EpShared {
             id,
-            remote,
             _seg: seg,
             iface_tail: Cell::new(0),
-            peer_addr: a,
-            pending: RefCell::new(VecDeque::new()),
+            peer_nonce: a.nonce,
+            pending: PendingQueue::default(),
             failed: Cell::new(false),
             reported: Cell::new(false),
             peer,
-            in_epoll: RefCell::new(in_epoll),
+            in_epoll: Cell::new(in_epoll),
             _grant: grant,
             peer_reads_us: Cell::new(false),
         });

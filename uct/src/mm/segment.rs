@@ -11,7 +11,7 @@
 //! attached and detached with `shmat`/`shmdt`, which `memmap2` does not cover.
 
 use super::wire::{SegKind, SegRef};
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use ucs::{Error, Result};
@@ -25,7 +25,7 @@ pub fn page_align(len: usize) -> Option<usize> {
 /// A mapped segment, created here or attached from a peer. Unmapped on drop.
 pub struct Segment {
     base: NonNull<u8>,
-    len: usize,
+    /// Where it lives; `seg.len` is the mapped length.
     seg: SegRef,
     /// The mapping of a posix segment (unmapped on drop); `None` for sysv (detached on drop).
     _map: Option<memmap2::MmapRaw>,
@@ -90,7 +90,6 @@ impl Segment {
         Ok(Segment {
             base: map_base(&map),
             _map: Some(map),
-            len,
             seg: SegRef {
                 kind: SegKind::Posix,
                 pid: own_pid(),
@@ -123,7 +122,6 @@ impl Segment {
         Ok(Segment {
             base: NonNull::new(p as *mut u8).expect("shmat succeeded"),
             _map: None,
-            len,
             seg: SegRef {
                 kind: SegKind::Sysv,
                 pid: own_pid(),
@@ -168,7 +166,7 @@ impl Segment {
         unsafe {
             libc::madvise(
                 s.base.as_ptr() as *mut libc::c_void,
-                4096.min(s.len),
+                4096.min(s.size()),
                 libc::MADV_POPULATE_WRITE,
             )
         };
@@ -189,28 +187,35 @@ impl Segment {
     fn attach_posix(seg: SegRef, len: usize) -> Result<Segment> {
         let fd_no = i32::try_from(posix_fd(seg.id))
             .map_err(|_| Error::Wire(format!("posix segment fd {}", seg.id)))?;
-        let path = format!("/proc/{}/fd/{fd_no}", seg.pid);
+        // The path and the link target live on the stack: a hub attaches one FIFO per peer,
+        // and heap temporaries between its long-lived per-endpoint allocations fragment them.
+        let mut buf = [0u8; 64];
+        let path = proc_fd_path(&mut buf, seg.pid, fd_no);
+        let mut target = [0u8; 64];
+        // SAFETY: FFI with a NUL-terminated path and a buffer of `target.len()` bytes.
+        let n = unsafe { libc::readlink(path.as_ptr(), target.as_mut_ptr().cast(), target.len()) };
         // Only a rucx memfd is acceptable: never map some other file of the peer's.
-        match std::fs::read_link(&path) {
-            Ok(t) if t.to_string_lossy().starts_with("/memfd:rucx-mm") => {}
-            Ok(t) => {
-                return Err(Error::Unreachable(format!(
-                    "{path} is {} and not a rucx shared-memory segment",
-                    t.display()
-                )))
-            }
-            Err(e) => {
-                return Err(Error::Unreachable(format!(
-                    "cannot reach posix segment {path} (has the peer exited?): {e}"
-                )))
-            }
+        if n < 0 {
+            return Err(Error::Unreachable(format!(
+                "cannot reach posix segment {} (has the peer exited?): {}",
+                path.to_string_lossy(),
+                std::io::Error::last_os_error()
+            )));
         }
-        let cpath = CString::new(path.clone()).expect("no NUL in a /proc path");
+        let target = &target[..n as usize];
+        if !target.starts_with(b"/memfd:rucx-mm") {
+            return Err(Error::Unreachable(format!(
+                "{} is {} and not a rucx shared-memory segment",
+                path.to_string_lossy(),
+                String::from_utf8_lossy(target)
+            )));
+        }
         // SAFETY: FFI with a valid path.
-        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if fd < 0 {
             return Err(Error::Unreachable(format!(
-                "cannot open posix segment {path}: {}",
+                "cannot open posix segment {}: {}",
+                path.to_string_lossy(),
                 std::io::Error::last_os_error()
             )));
         }
@@ -221,14 +226,14 @@ impl Segment {
         // SAFETY: FFI on our descriptor with a valid out-pointer.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || (st.st_size as u64) < seg.len {
             return Err(Error::Unreachable(format!(
-                "posix segment {path} is smaller than the {len} bytes announced"
+                "posix segment {} is smaller than the {len} bytes announced",
+                path.to_string_lossy()
             )));
         }
         let map = map_fd(&fd, len, "mmap of a peer's posix segment")?;
         Ok(Segment {
             base: map_base(&map),
             _map: Some(map),
-            len,
             seg,
             _fd: None,
             ino: st.st_ino,
@@ -264,7 +269,6 @@ impl Segment {
         Ok(Segment {
             base: NonNull::new(p as *mut u8).expect("shmat succeeded"),
             _map: None,
-            len,
             seg,
             _fd: None,
             ino: 0,
@@ -277,7 +281,8 @@ impl Segment {
     }
     /// Mapped length.
     pub fn size(&self) -> usize {
-        self.len
+        // Checked to fit a usize when made or attached.
+        self.seg.len as usize
     }
     /// Where peers find it.
     pub fn seg_ref(&self) -> SegRef {
@@ -323,6 +328,15 @@ fn posix_seg_id(fd: i32) -> u64 {
 }
 
 /// The descriptor number in a posix segment id (see [`posix_seg_id`]).
+/// `/proc/<pid>/fd/<fd>` as a C string in `buf` (room for any pid and descriptor number).
+fn proc_fd_path(buf: &mut [u8; 64], pid: u32, fd: i32) -> &CStr {
+    use std::io::Write;
+    let mut w = &mut buf[..];
+    // 20 + 10 + 10 digits and a NUL fit in 64 bytes.
+    let _ = write!(w, "/proc/{pid}/fd/{fd}\0");
+    CStr::from_bytes_until_nul(&buf[..]).unwrap_or(c"/proc/self/fd/-1")
+}
+
 fn posix_fd(id: u64) -> u32 {
     id as u32
 }

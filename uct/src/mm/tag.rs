@@ -589,9 +589,9 @@ impl MmIface {
         let pid = self.common.tag.borrow().my_pid;
         for w in &self.eps {
             let Some(ep) = w.upgrade() else { continue };
-            if ep.peer_addr == *to && !ep.failed.get() {
+            if ep.peer_addr() == *to && !ep.failed.get() {
                 let mut tail = ep.iface_tail.get();
-                let sent = push_ack(&ep.remote, &mut tail, &ep.peer_addr, pid, ack, &self.sock);
+                let sent = push_ack(&ep.remote(), &mut tail, to, pid, ack, &self.sock);
                 ep.iface_tail.set(tail);
                 // A full FIFO of a dead peer never drains: drop the acknowledgement.
                 return sent || ep.peer.exited();

@@ -81,7 +81,7 @@ impl MmEp {
 
     #[cold]
     fn wake(&self) {
-        super::wake_peer(&self.sock, &self.shared.peer_addr);
+        super::wake_peer(&self.sock, &self.shared.peer_addr());
     }
 
     /// Claims an element, lets `fill` write the payload into (inline area, buffer area) and
@@ -492,7 +492,7 @@ impl Endpoint for MmEp {
 
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
         self.check_alive()?;
-        if self.shared.pending.borrow().is_empty() {
+        if self.shared.pending.is_empty() {
             Ok(Outcome::DONE)
         } else {
             Ok(Outcome::NoResource)
@@ -507,10 +507,10 @@ impl Endpoint for MmEp {
 
     fn pending_add(&mut self, req: PendingId) -> Result<()> {
         self.check_alive()?;
-        if self.shared.pending.borrow().is_empty() && self.fifo.has_space(&mut self.cached_tail) {
+        if self.shared.pending.is_empty() && self.fifo.has_space(&mut self.cached_tail) {
             return Err(Error::Busy("the peer's FIFO has room: retry now".into()));
         }
-        self.shared.pending.borrow_mut().push_back(req);
+        self.shared.pending.push_back(req);
         self.common
             .pending_total
             .set(self.common.pending_total.get() + 1);
@@ -518,7 +518,7 @@ impl Endpoint for MmEp {
     }
 
     fn pending_purge(&mut self, f: &mut dyn FnMut(PendingId)) {
-        let drained: Vec<PendingId> = self.shared.pending.borrow_mut().drain(..).collect();
+        let drained = self.shared.pending.take_all();
         self.common
             .pending_total
             .set(self.common.pending_total.get() - drained.len());
@@ -530,7 +530,7 @@ impl Endpoint for MmEp {
 
 impl Drop for MmEp {
     fn drop(&mut self) {
-        let n = self.shared.pending.borrow().len();
+        let n = self.shared.pending.len();
         self.common
             .pending_total
             .set(self.common.pending_total.get() - n);
