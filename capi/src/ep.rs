@@ -24,6 +24,87 @@ pub struct Ep {
     pub err_arg: *mut c_void,
     /// The error handler ran (it runs once per endpoint).
     pub failed: bool,
+    /// The next client endpoint in its [`EpIndex`] slot (an `Ep` address), or 0.
+    next: usize,
+}
+
+/// A worker's client endpoints by rucx endpoint, for error handlers, active-message replies and
+/// close. One word per rucx endpoint slot ([`EpHandle::slot`]: small, dense, reused after an
+/// endpoint is gone) holds the first client endpoint created there (an `Ep` address, or 0); the
+/// others follow it through `Ep::next`, in creation order. A slot can hold client endpoints of
+/// an older rucx endpoint that a client has not closed yet, so lookups compare whole handles.
+#[derive(Default)]
+pub struct EpIndex {
+    heads: Vec<usize>,
+}
+
+impl EpIndex {
+    /// Adds a client endpoint (after those already on its rucx endpoint).
+    ///
+    /// # Safety
+    /// `ep` is a live client endpoint not in the index; every endpoint in it is live.
+    unsafe fn insert(&mut self, ep: *mut Ep) {
+        // SAFETY: the caller's contract.
+        let slot = unsafe { (*ep).h }.slot();
+        if slot >= self.heads.len() {
+            self.heads.resize(slot + 1, 0);
+        }
+        let mut at: *mut usize = &mut self.heads[slot];
+        // SAFETY: `at` points at the slot's word or at a live endpoint's `next`.
+        unsafe {
+            while *at != 0 {
+                at = &mut (*(*at as *mut Ep)).next;
+            }
+            (*ep).next = 0;
+            *at = ep as usize;
+        }
+    }
+
+    /// Takes a client endpoint out (nothing if it is not in).
+    ///
+    /// # Safety
+    /// `ep` is a live client endpoint; every endpoint in the index is live.
+    unsafe fn remove(&mut self, ep: *mut Ep) {
+        // SAFETY: the caller's contract.
+        let slot = unsafe { (*ep).h }.slot();
+        let Some(head) = self.heads.get_mut(slot) else {
+            return;
+        };
+        let mut at: *mut usize = head;
+        // SAFETY: `at` points at the slot's word or at a live endpoint's `next`.
+        unsafe {
+            while *at != 0 {
+                if *at == ep as usize {
+                    *at = (*ep).next;
+                    (*ep).next = 0;
+                    return;
+                }
+                at = &mut (*(*at as *mut Ep)).next;
+            }
+        }
+    }
+
+    /// The first client endpoint created on rucx endpoint `h`, or null.
+    pub fn first(&self, h: EpHandle) -> *mut Ep {
+        self.of(h).next().unwrap_or(std::ptr::null_mut())
+    }
+
+    /// The client endpoints on rucx endpoint `h`, in creation order.
+    pub fn of(&self, h: EpHandle) -> impl Iterator<Item = *mut Ep> + '_ {
+        let mut e = self.heads.get(h.slot()).copied().unwrap_or(0);
+        std::iter::from_fn(move || loop {
+            if e == 0 {
+                return None;
+            }
+            let ep = e as *mut Ep;
+            // SAFETY: every endpoint in the index is live (removed before it is freed).
+            let (eh, next) = unsafe { ((*ep).h, (*ep).next) };
+            e = next;
+            if eh == h {
+                return Some(ep);
+            }
+        })
+    }
 }
 
 /// The worker and rucx handle of a client endpoint.
@@ -129,10 +210,13 @@ pub unsafe extern "C" fn ucp_ep_create(
         };
         let _g = w.lock.lock();
         let mut i = w.inner.borrow_mut();
-        let q = i.ep_errors.clone();
-        let params = UcpEpParams {
-            err_handler: Some(Box::new(move |h, e| q.borrow_mut().push((h, status_of(e))))),
-        };
+        // rucx reports the failure only to endpoints with an error handler to run (its
+        // closure is a small allocation per endpoint).
+        let err_handler: Option<ucp::ErrHandler> = err_cb.map(|_| {
+            let q = i.ep_errors.clone();
+            Box::new(move |h, e: &ucs::Error| q.borrow_mut().push((h, status_of(e)))) as _
+        });
+        let params = UcpEpParams { err_handler };
         let h = match i.w.ep_create(bytes, params) {
             Ok(h) => h,
             Err(e) => return fail(NAME, &e),
@@ -143,8 +227,10 @@ pub unsafe extern "C" fn ucp_ep_create(
             err_cb,
             err_arg,
             failed: false,
+            next: 0,
         }));
-        i.eps.entry(h).or_default().push(ep as usize);
+        // SAFETY: the new endpoint; the index holds live ones only.
+        unsafe { i.eps.insert(ep) };
         // SAFETY: checked non-null.
         unsafe { *ep_p = ep };
         UCS_OK
@@ -152,15 +238,9 @@ pub unsafe extern "C" fn ucp_ep_create(
 }
 
 /// Forgets a client endpoint and frees it.
-fn forget(w: &Worker, ep: *mut Ep, h: EpHandle) {
-    let mut i = w.inner.borrow_mut();
-    if let Some(v) = i.eps.get_mut(&h) {
-        v.retain(|&e| e != ep as usize);
-        if v.is_empty() {
-            i.eps.remove(&h);
-        }
-    }
-    drop(i);
+fn forget(w: &Worker, ep: *mut Ep) {
+    // SAFETY: a live client endpoint, taken out before it is freed.
+    unsafe { w.inner.borrow_mut().eps.remove(ep) };
     // SAFETY: created by ucp_ep_create, freed once.
     drop(unsafe { Box::from_raw(ep) });
 }
@@ -172,14 +252,14 @@ fn close(name: &str, ep: *mut Ep, mode: CloseMode, args: OpArgs) -> StatusPtr {
         Err(s) => return status_ptr(s),
     };
     let _g = w.lock.lock();
-    let shared = w.inner.borrow().eps.get(&h).map(|v| v.len()).unwrap_or(0) > 1;
+    let shared = w.inner.borrow().eps.of(h).nth(1).is_some();
     let res = if shared {
         // Another client endpoint still uses the rucx endpoint: flush only.
         w.inner.borrow_mut().w.ep_flush(h)
     } else {
         w.inner.borrow_mut().w.ep_close_nb(h, mode)
     };
-    forget(w, ep, h);
+    forget(w, ep);
     submit(name, w, res, &args, Finish::None)
 }
 

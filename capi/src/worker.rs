@@ -34,7 +34,7 @@ pub struct Inner {
     /// Old-API active-message handlers: id -> (callback, arg, flags).
     pub am_handlers: HashMap<u16, (AmCb, usize, u32)>,
     /// Client endpoints (`Ep` addresses) per rucx endpoint.
-    pub eps: HashMap<EpHandle, Vec<usize>>,
+    pub eps: crate::ep::EpIndex,
 }
 
 impl Inner {
@@ -162,9 +162,8 @@ impl Worker {
     }
 
     fn ep_failed(&self, h: EpHandle, status: Status) {
-        let eps = self.inner.borrow().eps.get(&h).cloned().unwrap_or_default();
-        for e in eps {
-            let ep = e as *mut crate::ep::Ep;
+        let eps: Vec<_> = self.inner.borrow().eps.of(h).collect();
+        for ep in eps {
             // SAFETY: a live client endpoint (removed from `eps` before it is freed).
             let (cb, arg) = unsafe {
                 if (*ep).failed {
@@ -183,10 +182,7 @@ impl Worker {
     fn deliver_am(&self, id: u16, mut data: Vec<u8>, ep: EpHandle) {
         let (handler, reply) = {
             let i = self.inner.borrow();
-            (
-                i.am_handlers.get(&id).copied(),
-                i.eps.get(&ep).and_then(|v| v.first().copied()).unwrap_or(0),
-            )
+            (i.am_handlers.get(&id).copied(), i.eps.first(ep))
         };
         match handler {
             Some((cb, arg, _)) => {
@@ -291,7 +287,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             ep_errors: Rc::default(),
             am_in: Rc::default(),
             am_handlers: HashMap::new(),
-            eps: HashMap::new(),
+            eps: Default::default(),
         };
         let worker = Box::new(Worker {
             lock: RLock::new(mode == UCS_THREAD_MODE_MULTI || ctx.mt_workers_shared),

@@ -133,6 +133,16 @@ impl Worker {
     }
 }
 
+impl EpHandle {
+    /// The endpoint's slot in its worker: small and dense (a closed endpoint's slot is reused
+    /// by a later one), so a user can keep per-endpoint data in a vector indexed by it. Two
+    /// endpoints of one worker alive at once never share a slot; a handle kept after its
+    /// endpoint closed may name a slot a newer endpoint has, so compare whole handles too.
+    pub fn slot(&self) -> usize {
+        self.idx as usize
+    }
+}
+
 #[cold]
 fn bad_handle(foreign: bool) -> Error {
     Error::InvalidParam(if foreign {
