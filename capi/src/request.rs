@@ -23,8 +23,10 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 use ucp::{Completion, Op, RequestId};
 
-/// Bytes of rucx state before the client's area of every request.
-pub const HDR_SIZE: usize = 192;
+/// Bytes of rucx state before the client's area of every request: the header's size, rounded up
+/// to [`ALIGN`] (96 bytes now). Every posted receive holds one pooled request memory, so a
+/// worker with a receive posted per peer pays this per peer.
+pub const HDR_SIZE: usize = std::mem::size_of::<ReqHdr>().next_multiple_of(ALIGN);
 /// Alignment of request memory.
 const ALIGN: usize = 16;
 
@@ -107,11 +109,22 @@ impl OpArgs {
     }
 }
 
-/// The per-worker free list of request memories.
+/// Most request memories one allocation of the pool holds.
+const MAX_BLOCK: usize = 64;
+
+/// The per-worker free list of request memories. They are allocated in blocks (1, 2, 4, ...
+/// memories, then [`MAX_BLOCK`] at a time), so a worker with a request outstanding per peer
+/// pays no allocator overhead per request, and one with a few requests holds a few memories.
+/// `request_init` runs on each memory when its block is made, `request_cleanup` on each when
+/// the pool drops.
 pub struct Pool {
     free: Vec<usize>,
-    all: Vec<usize>,
+    /// The blocks: (address, memories).
+    blocks: Vec<(usize, usize)>,
+    /// One request memory.
     layout: Layout,
+    /// Memories in the next block.
+    next_block: usize,
     init: Option<RequestInitCb>,
     cleanup: Option<RequestInitCb>,
 }
@@ -122,8 +135,9 @@ impl Pool {
         let size = HDR_SIZE + user.div_ceil(ALIGN) * ALIGN;
         Pool {
             free: Vec::new(),
-            all: Vec::new(),
+            blocks: Vec::new(),
             layout: Layout::from_size_align(size, ALIGN).expect("request layout"),
+            next_block: 1,
             init,
             cleanup,
         }
@@ -138,20 +152,44 @@ impl Pool {
         }
     }
 
-    /// A new request memory, `request_init` called on its client area.
+    /// The layout of a block of `n` memories (the size is a multiple of `ALIGN`, so they
+    /// follow each other aligned).
+    fn block_layout(&self, n: usize) -> Layout {
+        let size = self
+            .layout
+            .size()
+            .checked_mul(n)
+            .expect("request block size");
+        Layout::from_size_align(size, ALIGN).expect("request block layout")
+    }
+
+    /// A new block of request memories, `request_init` called on each client area; gives one
+    /// and puts the others on the free list.
     #[inline(never)]
     fn create(&mut self) -> *mut u8 {
+        let n = self.next_block;
+        self.next_block = (n * 2).min(MAX_BLOCK);
+        let layout = self.block_layout(n);
         // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(self.layout) };
-        if p.is_null() {
-            std::alloc::handle_alloc_error(self.layout);
+        let base = unsafe { std::alloc::alloc_zeroed(layout) };
+        if base.is_null() {
+            std::alloc::handle_alloc_error(layout);
         }
-        self.all.push(p as usize);
-        if let Some(init) = self.init {
-            // SAFETY: the client's area of a fresh request memory.
-            unsafe { init(p.add(HDR_SIZE).cast()) };
+        self.blocks.push((base as usize, n));
+        self.free.reserve(n);
+        // Given out in address order: the last one pushed is taken first.
+        for k in (0..n).rev() {
+            // SAFETY: memory `k` of the block just allocated.
+            let p = unsafe { base.add(k * self.layout.size()) };
+            if let Some(init) = self.init {
+                // SAFETY: the client's area of a fresh request memory.
+                unsafe { init(p.add(HDR_SIZE).cast()) };
+            }
+            if k > 0 {
+                self.free.push(p as usize);
+            }
         }
-        p
+        base
     }
 
     #[inline(always)]
@@ -162,13 +200,16 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        for &p in &self.all {
+        for &(base, n) in &self.blocks {
+            let base = base as *mut u8;
             if let Some(cleanup) = self.cleanup {
-                // SAFETY: the client's area of a memory created by `get`.
-                unsafe { cleanup((p as *mut u8).add(HDR_SIZE).cast()) };
+                for k in 0..n {
+                    // SAFETY: the client's area of memory `k` of a block made by `create`.
+                    unsafe { cleanup(base.add(k * self.layout.size() + HDR_SIZE).cast()) };
+                }
             }
-            // SAFETY: allocated by `get` with this layout.
-            unsafe { std::alloc::dealloc(p as *mut u8, self.layout) };
+            // SAFETY: allocated by `create` with this layout.
+            unsafe { std::alloc::dealloc(base, self.block_layout(n)) };
         }
     }
 }
@@ -552,4 +593,56 @@ pub unsafe extern "C" fn ucp_request_cancel(worker: *mut Worker, request: *mut c
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::atomic::AtomicUsize;
+
+    static INITS: AtomicUsize = AtomicUsize::new(0);
+    static CLEANUPS: AtomicUsize = AtomicUsize::new(0);
+
+    unsafe extern "C" fn init(p: *mut c_void) {
+        // SAFETY: the client area of a pool memory: 16 bytes here.
+        unsafe { (p as *mut u64).write(0x5eed) };
+        INITS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    unsafe extern "C" fn cleanup(p: *mut c_void) {
+        // SAFETY: as in `init`, which wrote it.
+        assert_eq!(unsafe { (p as *mut u64).read() }, 0x5eed);
+        CLEANUPS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn pool_memories_are_distinct_aligned_reused_and_initialized_once() {
+        let mut pool = Pool::new(16, Some(init), Some(cleanup));
+        let stride = HDR_SIZE + 16;
+        // 200 memories at once, as a worker with a receive posted per peer holds.
+        let got: Vec<*mut u8> = (0..200).map(|_| pool.get()).collect();
+        let set: HashSet<usize> = got.iter().map(|&p| p as usize).collect();
+        assert_eq!(set.len(), 200);
+        for &p in &got {
+            assert_eq!(p as usize % ALIGN, 0);
+            // No memory overlaps the next one in address order.
+            for &q in &got {
+                let (p, q) = (p as usize, q as usize);
+                assert!(p == q || p.abs_diff(q) >= stride);
+            }
+        }
+        // Blocks of 1, 2, 4, ..., 64, 64, 64 memories: 255 made for 200, each initialized once.
+        assert_eq!(INITS.load(Ordering::Relaxed), 255);
+        assert_eq!(pool.blocks.len(), 9);
+        for &p in &got {
+            pool.put(p);
+        }
+        let again = pool.get();
+        assert!(set.contains(&(again as usize)));
+        assert_eq!(INITS.load(Ordering::Relaxed), 255);
+        pool.put(again);
+        drop(pool);
+        assert_eq!(CLEANUPS.load(Ordering::Relaxed), 255);
+    }
 }
