@@ -972,6 +972,35 @@ int main(void)
         if (s != NULL) wait_req(s);
     }
 
+    /* A second client endpoint to the same worker: rucx shares its endpoint between the two;
+     * closing the second only flushes, and the first still sends (before and after). */
+    {
+        ucp_address_t *a1;
+        size_t l1;
+        REQUIRE(ucp_worker_get_address(W[1], &a1, &l1) == UCS_OK, "address of W[1]");
+        ucp_ep_params_t p2;
+        memset(&p2, 0, sizeof(p2));
+        p2.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        p2.address = a1;
+        ucp_ep_h e01b;
+        REQUIRE(ucp_ep_create(W[0], &p2, &e01b) == UCS_OK, "second ep 0->1");
+        ucp_worker_release_address(W[1], a1);
+        CHECK(e01b != e01, "the second ucp_ep_create gave the first handle");
+        ucp_request_param_t np;
+        memset(&np, 0, sizeof(np));
+        for (int round = 0; round < 3; round++) {
+            ucp_ep_h via = round == 1 ? e01b : e01;
+            uint64_t out = 0x5ca1e0 + (uint64_t)round, in = 0;
+            void *r = ucp_tag_recv_nbx(W[1], &in, sizeof(in), 0x99, ~0ull, &np);
+            void *s = ucp_tag_send_nbx(via, &out, sizeof(out), 0x99, &np);
+            CHECK(wait_req(s) == UCS_OK && wait_req(r) == UCS_OK, "round %d", round);
+            CHECK(in == out, "round %d received %llx", round, (unsigned long long)in);
+            if (round == 1)
+                CHECK(wait_req(ucp_ep_close_nb(e01b, UCP_EP_CLOSE_MODE_FLUSH)) == UCS_OK,
+                      "closing the second endpoint");
+        }
+    }
+
     /* Close and clean up: request_cleanup runs once per request memory init saw. */
     CHECK(wait_req(ucp_disconnect_nb(e01)) == UCS_OK, "disconnect");
     CHECK(wait_req(ucp_ep_close_nb(e10, UCP_EP_CLOSE_MODE_FORCE)) == UCS_OK, "close");
