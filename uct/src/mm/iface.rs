@@ -202,6 +202,7 @@ const _: () = assert!(std::mem::size_of::<EpShared>() <= 152);
 
 /// An endpoint's queue of pending requests: empty and unallocated until a send finds the peer's
 /// FIFO full (most endpoints never do).
+///
 /// Boxed on purpose: an empty `VecDeque` is 32 bytes in every endpoint, the box 8.
 #[derive(Default)]
 #[allow(clippy::box_collection)]
