@@ -4,6 +4,7 @@
 pub(crate) mod mapped;
 pub(crate) mod ops;
 pub(crate) mod raw_mem;
+pub(crate) mod shared_file;
 
 use std::alloc::Layout;
 use std::cell::RefCell;
@@ -138,6 +139,13 @@ impl MemMap {
         map.packed = RkeyBundle { entries }.encode()?;
         map.regions.borrow_mut().push((ptr.as_ptr() as usize, len));
         Ok(map)
+    }
+    /// Adds bundle entry `name` (a key that needs no registration) to the packed remote keys.
+    pub(crate) fn add_key(&mut self, name: &str, key: Vec<u8>) -> Result<()> {
+        let mut b = RkeyBundle::decode(&self.packed)?;
+        b.entries.push((name.to_owned(), key));
+        self.packed = b.encode()?;
+        Ok(())
     }
     /// Start address (what peers pass as `remote_addr`).
     pub fn address(&self) -> u64 {

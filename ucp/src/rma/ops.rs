@@ -12,6 +12,7 @@
 
 use crate::request::{Completion, Op};
 use crate::rma::raw_mem::RecvBuf;
+use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey, RkeyBundle};
 use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
 use crate::worker::state::{comp_id, Pending, RecvStage, SendData, SendStage, State, COMP_GET};
@@ -126,14 +127,30 @@ impl Worker {
             self.st.mds[li].rkey_unpack(k).ok()
         };
         let unpack = |lane: Option<usize>| key_for(lanes.uct[lane?].0);
+        let copies = |li: usize| {
+            let f = self.st.info[li].attr.flags;
+            f.contains(IfaceFlags::PUT_SHORT | IfaceFlags::PUT_BCOPY)
+                && f.contains(IfaceFlags::GET_SHORT | IfaceFlags::GET_BCOPY)
+        };
         let mapped = lanes.uct.iter().enumerate().find_map(|(pos, (li, _))| {
-            let f = self.st.info[*li].attr.flags;
-            if !f.contains(IfaceFlags::PUT_SHORT | IfaceFlags::PUT_BCOPY)
-                || !f.contains(IfaceFlags::GET_SHORT | IfaceFlags::GET_BCOPY)
-            {
+            if !copies(*li) {
                 return None;
             }
             key_for(*li).filter(|k| k.is_mapped()).map(|k| (pos, k))
+        });
+        // Memory in a file this process maps too: accessed through a shared-memory lane,
+        // whose operations copy through any mapped key.
+        let mapped = mapped.or_else(|| {
+            let (_, k) = bundle
+                .entries
+                .iter()
+                .find(|(t, _)| t == shared_file::TL_NAME)?;
+            let pos = lanes
+                .uct
+                .iter()
+                .position(|(li, _)| copies(*li) && self.st.info[*li].dev_type == DeviceType::Shm)?;
+            let fk = shared_file::FileKey::decode(k).ok()?;
+            shared_file::map_peer_range(&fk).map(|k| (pos, k))
         });
         let mapped_amo = match &mapped {
             Some((pos, _)) => {
