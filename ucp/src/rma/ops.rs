@@ -112,7 +112,9 @@ impl Worker {
     /// Unpacks a peer's packed remote keys (from its `MemMap::rkey_packed`) for use on `ep`.
     ///
     /// When a lane of the endpoint is a shared-memory transport whose key is in the bundle,
-    /// the peer's segment is mapped here and put/get/atomics go through it.
+    /// the peer's segment is mapped here and put/get/atomics go through it. So is a peer's
+    /// range of a shared file mapping when this process maps that range of the same file
+    /// (see `rma::shared_file`), through the endpoint's shared-memory lane.
     pub fn rkey_unpack(&mut self, ep: EpHandle, packed: &[u8]) -> Result<Rkey> {
         let idx = self.st.ep_idx(ep)?;
         let bundle = RkeyBundle::decode(packed)?;

@@ -259,7 +259,9 @@ impl Worker {
     }
 
     /// Maps `len` bytes of caller memory at `ptr` for remote access (`ucp_mem_map` of existing
-    /// memory), registered as [`Worker::mem_map_vec`] registers its vector.
+    /// memory), registered as [`Worker::mem_map_vec`] registers its vector. When the range
+    /// lies in one shared mapping of a file, the packed keys also describe that file range, and
+    /// peers whose process maps the same file reach the memory directly.
     ///
     /// # Safety
     /// The memory must stay valid (not freed or unmapped) until the returned mapping is

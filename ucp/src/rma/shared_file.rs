@@ -8,8 +8,11 @@
 //! lies in the file. A peer whose process maps that range of the same file (same boot id,
 //! device and inode) maps those pages a second time (`mremap` of its own mapping, which needs
 //! no privilege) and checks the new mapping is of the named file; that mapping lives as long
-//! as the unpacked key. Anything that does not fit leaves the key
-//! unused and the operations take the registered path.
+//! as the unpacked key. Anything that does not fit leaves the key unused and the operations
+//! take the registered path.
+//!
+//! Trust: a key can only direct this process's accesses into pages of a file it already maps
+//! shared, within the range the key names (checked as for any mapped key).
 #![cfg_attr(
     not(test),
     deny(
@@ -182,13 +185,13 @@ unsafe impl Sync for OwnMapping {}
 
 impl Drop for OwnMapping {
     fn drop(&mut self) {
-        // SAFETY: mapped by `map_peer_range` with this length, unmapped only here.
+        // SAFETY: mapped by `try_map` with this length, unmapped only here.
         unsafe { libc::munmap(self.ptr.as_ptr(), self.len) };
     }
 }
 
 /// A remote key mapped in this process for a peer's shared-file range `k`, when this process
-/// maps the same file on the same host and may open it; `None` otherwise (with the reason
+/// maps that range of the same file on the same host; `None` otherwise (with the reason
 /// logged at debug level).
 pub(crate) fn map_peer_range(k: &FileKey) -> Option<RemoteKey> {
     match try_map(k) {
