@@ -96,13 +96,18 @@ fn ucp_multiproc_child_entry() {
     let ep = w
         .ep_create(&parent, EpParams::default())
         .expect("ep to parent");
-    if role == "rma" || role == "rma_user" {
+    if role == "rma" || role == "rma_user" || role == "rma_file" {
         // Serve a mapping until the parent closes our stdin: allocated by ucp (a shared
-        // segment when a shared-memory transport is on) or the user's own buffer.
-        let map = if role == "rma" {
-            w.mem_map(1 << 20).expect("mem_map")
-        } else {
-            w.mem_map_vec(vec![0xEE; 1 << 20]).expect("mem_map_vec")
+        // segment when a shared-memory transport is on), the user's own buffer, or the
+        // user's shared mapping of a file the parent maps too.
+        let map = match role.as_str() {
+            "rma" => w.mem_map(1 << 20).expect("mem_map"),
+            "rma_user" => w.mem_map_vec(vec![0xEE; 1 << 20]).expect("mem_map_vec"),
+            _ => {
+                let view = shared_file_view(std::os::unix::process::parent_id());
+                // SAFETY: the view stays mapped until the process exits.
+                unsafe { w.mem_map_raw(view, 1 << 20) }.expect("mem_map_raw")
+            }
         };
         map.write(0, &[0; 64]).unwrap();
         println!(
@@ -420,11 +425,48 @@ fn status_of(w: &mut Worker, r: Result<Op, Error>, what: &str) -> Result<(), Err
     }
 }
 
+/// Path of the file the rma_file role maps, named after the parent process.
+fn shared_file_path(parent: u32) -> String {
+    format!("/dev/shm/rucx-test-shfile-{parent}")
+}
+
+/// A 1 MiB zero-filled shared mapping of the parent's file (created if it is not there),
+/// never unmapped.
+fn shared_file_view(parent: u32) -> *mut u8 {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(shared_file_path(parent))
+        .expect("open the shared file");
+    f.set_len(1 << 20).expect("size the shared file");
+    // SAFETY: a fresh shared mapping of an open file.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            1 << 20,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap of the shared file");
+    p.cast()
+}
+
 fn rma_test(tls: &str, role: &str, path: RmaPath) {
     use ucp::AmoSize;
     use uct::AtomicOp;
     let mut w = worker(tls);
+    // The rma_file role's window is a file both processes map.
+    let view = (role == "rma_file").then(|| shared_file_view(std::process::id()));
     let (mut child, caddr) = spawn_child(role, tls, w.address());
+    if view.is_some() {
+        std::fs::remove_file(shared_file_path(std::process::id())).expect("unlink");
+    }
     let extra = LAST_EXTRA.with(|e| e.borrow().clone());
     assert_eq!(extra[0], "RKEY");
     let packed = unhex(&extra[1]);
@@ -527,6 +569,13 @@ fn ucp_multiproc_shm_posix_mapped_rma_and_cpu_atomics() {
 #[test]
 fn ucp_multiproc_shm_sysv_mapped_rma_and_cpu_atomics() {
     rma_test("sysv,cma", "rma", RmaPath::Mapped);
+}
+
+/// The peer registers its own shared mapping of a file this process maps too (as MPICH's
+/// windows in /dev/shm): put, get and atomics go through this process's mapping of the file.
+#[test]
+fn ucp_multiproc_shm_shared_file_mapped_rma_and_cpu_atomics() {
+    rma_test("posix,cma", "rma_file", RmaPath::Mapped);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 pub(crate) mod mapped;
 pub(crate) mod ops;
 pub(crate) mod raw_mem;
+pub(crate) mod shared_file;
 
 use std::alloc::Layout;
 use std::cell::RefCell;
@@ -79,7 +80,8 @@ pub(crate) enum Backing {
 ///
 /// Allocated mappings come from a shared-memory domain when the worker has one (peers on this
 /// host then map the segment and put/get/atomics are plain loads, stores and CPU atomics);
-/// mappings of user memory are registered only (peers reach them through cma or the network).
+/// mappings of user memory are registered only (peers reach them through cma or the network,
+/// or directly when the memory is a shared file mapping their process maps too).
 pub struct MemMap {
     ptr: NonNull<u8>,
     len: usize,
@@ -138,6 +140,13 @@ impl MemMap {
         map.packed = RkeyBundle { entries }.encode()?;
         map.regions.borrow_mut().push((ptr.as_ptr() as usize, len));
         Ok(map)
+    }
+    /// Adds bundle entry `name` (a key that needs no registration) to the packed remote keys.
+    pub(crate) fn add_key(&mut self, name: &str, key: Vec<u8>) -> Result<()> {
+        let mut b = RkeyBundle::decode(&self.packed)?;
+        b.entries.push((name.to_owned(), key));
+        self.packed = b.encode()?;
+        Ok(())
     }
     /// Start address (what peers pass as `remote_addr`).
     pub fn address(&self) -> u64 {
@@ -308,8 +317,9 @@ pub struct Rkey {
     pub(crate) ep: (u32, u32),
     pub(crate) rma: Option<RemoteKey>,
     pub(crate) amo: Option<RemoteKey>,
-    /// The peer's shared segment mapped in this process, with the endpoint lane (index into
-    /// its transport endpoints) whose transport accesses it by loads, stores and CPU atomics.
+    /// The peer's shared segment (or its range of a file this process maps too) mapped in
+    /// this process, with the endpoint lane (index into its transport endpoints) whose
+    /// transport accesses it by loads, stores and CPU atomics.
     pub(crate) mapped: Option<(usize, RemoteKey)>,
     /// The `mapped` lane applies 32-bit and 64-bit atomics with CPU atomics.
     pub(crate) mapped_amo: [bool; 2],

@@ -12,6 +12,7 @@
 
 use crate::request::{Completion, Op};
 use crate::rma::raw_mem::RecvBuf;
+use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey, RkeyBundle};
 use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
 use crate::worker::state::{comp_id, Pending, RecvStage, SendData, SendStage, State, COMP_GET};
@@ -111,7 +112,9 @@ impl Worker {
     /// Unpacks a peer's packed remote keys (from its `MemMap::rkey_packed`) for use on `ep`.
     ///
     /// When a lane of the endpoint is a shared-memory transport whose key is in the bundle,
-    /// the peer's segment is mapped here and put/get/atomics go through it.
+    /// the peer's segment is mapped here and put/get/atomics go through it. So is a peer's
+    /// range of a shared file mapping when this process maps that range of the same file
+    /// (see `rma::shared_file`), through the endpoint's shared-memory lane.
     pub fn rkey_unpack(&mut self, ep: EpHandle, packed: &[u8]) -> Result<Rkey> {
         let idx = self.st.ep_idx(ep)?;
         let bundle = RkeyBundle::decode(packed)?;
@@ -126,14 +129,30 @@ impl Worker {
             self.st.mds[li].rkey_unpack(k).ok()
         };
         let unpack = |lane: Option<usize>| key_for(lanes.uct[lane?].0);
+        let copies = |li: usize| {
+            let f = self.st.info[li].attr.flags;
+            f.contains(IfaceFlags::PUT_SHORT | IfaceFlags::PUT_BCOPY)
+                && f.contains(IfaceFlags::GET_SHORT | IfaceFlags::GET_BCOPY)
+        };
         let mapped = lanes.uct.iter().enumerate().find_map(|(pos, (li, _))| {
-            let f = self.st.info[*li].attr.flags;
-            if !f.contains(IfaceFlags::PUT_SHORT | IfaceFlags::PUT_BCOPY)
-                || !f.contains(IfaceFlags::GET_SHORT | IfaceFlags::GET_BCOPY)
-            {
+            if !copies(*li) {
                 return None;
             }
             key_for(*li).filter(|k| k.is_mapped()).map(|k| (pos, k))
+        });
+        // Memory in a file this process maps too: accessed through a shared-memory lane,
+        // whose operations copy through any mapped key.
+        let mapped = mapped.or_else(|| {
+            let (_, k) = bundle
+                .entries
+                .iter()
+                .find(|(t, _)| t == shared_file::TL_NAME)?;
+            let pos = lanes
+                .uct
+                .iter()
+                .position(|(li, _)| copies(*li) && self.st.info[*li].dev_type == DeviceType::Shm)?;
+            let fk = shared_file::FileKey::decode(k).ok()?;
+            shared_file::map_peer_range(&fk).map(|k| (pos, k))
         });
         let mapped_amo = match &mapped {
             Some((pos, _)) => {

@@ -15,6 +15,7 @@
 
 use crate::request::Op;
 use crate::rma::ops::RmaDir;
+use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey};
 use crate::worker::state::SendData;
 use crate::worker::{EpHandle, Message, Worker};
@@ -258,7 +259,9 @@ impl Worker {
     }
 
     /// Maps `len` bytes of caller memory at `ptr` for remote access (`ucp_mem_map` of existing
-    /// memory), registered as [`Worker::mem_map_vec`] registers its vector.
+    /// memory), registered as [`Worker::mem_map_vec`] registers its vector. When the range
+    /// lies in one shared mapping of a file, the packed keys also describe that file range, and
+    /// peers whose process maps the same file reach the memory directly.
     ///
     /// # Safety
     /// The memory must stay valid (not freed or unmapped) until the returned mapping is
@@ -271,13 +274,18 @@ impl Worker {
         // SAFETY: the caller keeps the memory valid while the MemMap lives, and the MemMap
         // drops the registrations first.
         unsafe { self.st.register_all(ptr, len, &mut keys) };
-        MemMap::new(
+        let mut map = MemMap::new(
             ptr,
             len,
             crate::rma::Backing::Raw,
             self.st.regions.clone(),
             keys,
-        )
+        )?;
+        // Memory in a shared file mapping: peers that map the same file reach it directly.
+        if let Some(k) = shared_file::describe(ptr.as_ptr() as u64, len) {
+            map.add_key(shared_file::TL_NAME, k.encode())?;
+        }
+        Ok(map)
     }
 }
 
