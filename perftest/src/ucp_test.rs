@@ -663,8 +663,13 @@ fn receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
         let b = buf
             .take()
             .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
-        let op = eng.worker.tag_recv(b, TAG, ucp::TAG_MASK_EXACT)?;
-        let mut c = eng.finish(op)?;
+        let mut c = match eng.worker.tag_recv(b, TAG, ucp::TAG_MASK_EXACT)? {
+            Op::Done(c) => c,
+            Op::Pending(r) => eng.wait(r)?,
+        };
+        if let Err(e) = &c.status {
+            return Err(e.clone());
+        }
         check_len(&c, size)?;
         buf = Some(take_buf(&mut c, "receive")?);
     }
