@@ -106,7 +106,7 @@ impl Inner {
             c.expect_hello = true;
             c.peer = addr.as_socket_ipv4();
             c.sock = Some(sock);
-            let key = self.conns.insert(c);
+            let key = self.conns.insert(Box::new(c));
             self.active.push(key);
             self.set_mask(key, Interest::READABLE);
         }

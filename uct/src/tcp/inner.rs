@@ -20,7 +20,10 @@ use ucs::{Error, Result};
 
 /// State shared by the interface and its endpoints.
 pub(crate) struct Inner {
-    pub(crate) conns: Slab<Conn>,
+    /// The connections, boxed: the slab keeps its capacity after connections close (a hub
+    /// that lost many simultaneous connects keeps twice its connection count in slots), and a
+    /// vacant slot then costs a pointer, not a whole connection.
+    pub(crate) conns: Slab<Box<Conn>>,
     pub(crate) active: Vec<usize>,
     pub(crate) epoll: EventSet,
     pub(crate) listener: Option<Socket>,
@@ -165,6 +168,7 @@ impl Inner {
             c.epoll_mask = Interest::empty();
         }
         c.tx.fail(&err, &mut self.done, &mut self.tx_pool);
+        self.rx_pool.release(&mut c.rx);
         for req in c.reqs.drain() {
             match req {
                 Req::PutZcopy { comp }
@@ -258,7 +262,7 @@ impl Inner {
     pub(crate) fn add_conn(&mut self, state: ConnState) -> (usize, EpId) {
         let id = EpId(self.next_ep);
         self.next_ep = self.next_ep.wrapping_add(1);
-        let key = self.conns.insert(Conn::new(state, Some(id)));
+        let key = self.conns.insert(Box::new(Conn::new(state, Some(id))));
         self.active.push(key);
         (key, id)
     }

@@ -543,8 +543,15 @@ impl Inner {
             Flow::Redirect(to) => {
                 let old = std::mem::replace(&mut self.conns[to].rx, rxb);
                 self.conns[key].rx = old;
+                self.rx_pool.release(&mut self.conns[key].rx);
                 self.conns[key].state = ConnState::Failed(Box::new(Error::Canceled));
                 self.cleanup = true;
+                // The connection that took the socket over holds a buffer only for bytes
+                // left in it, and sends what it queued (an adopting dial's hello ack) now.
+                self.rx_pool.take_back(&mut self.conns[to].rx);
+                if let Err(e) = self.flush_tx(to) {
+                    self.fail(to, e, false);
+                }
             }
             Flow::Fail(e) => {
                 self.conns[key].rx = rxb;
@@ -561,8 +568,13 @@ impl Inner {
                 } else if std::mem::take(&mut rxb.small_full) {
                     rxb.after_stream = false;
                 }
-                self.conns[key].rx = rxb;
-                self.rx_pool.take_back(&mut self.conns[key].rx);
+                let c = &mut self.conns[key];
+                c.rx = rxb;
+                if matches!(c.state, ConnState::Failed(_)) {
+                    self.rx_pool.release(&mut c.rx);
+                } else {
+                    self.rx_pool.take_back(&mut c.rx);
+                }
                 if eof_now {
                     let accepted = self.conns[key].ep.is_none();
                     let err = if clean {

@@ -161,6 +161,11 @@ impl RxPool {
             }
         }
     }
+    /// Takes `rx`'s buffer back and drops the bytes waiting in it (a failed connection's).
+    pub(crate) fn release(&mut self, rx: &mut RxBuf) {
+        rx.head = rx.tail;
+        self.take_back(rx);
+    }
     /// Bytes the spare buffers hold.
     pub(crate) fn capacity(&self) -> usize {
         self.free.iter().map(|b| b.len()).sum()

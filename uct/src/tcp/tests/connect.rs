@@ -658,3 +658,74 @@ fn refused_connect_becomes_unreachable_endpoint_error() {
     );
     assert!(matches!(ep.am_short(0, 0, b""), Err(Error::Unreachable(_))));
 }
+
+/// Many simultaneous connects (more connections than progress reads directly, so it reads
+/// only what epoll reports): after every progress call, a connection holds a receive buffer
+/// only while bytes wait in it, also on the side whose dials take the peer's sockets over
+/// (the buffer that read the hello moving a connection goes back to the spares at once);
+/// once every pair is down to one connection none holds one, and no failed connection is
+/// kept.
+#[test]
+fn simultaneous_connects_leave_no_receive_buffers() {
+    const N: usize = 8;
+    let (mut a, mut b) = ordered_pair();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    let mut eps = Vec::new();
+    for _ in 0..N {
+        eps.push(
+            a.ep_create_connected(b.device_address(), b.iface_address())
+                .unwrap(),
+        );
+        eps.push(
+            b.ep_create_connected(a.device_address(), a.iface_address())
+                .unwrap(),
+        );
+    }
+    let up = |i: &TcpIface| {
+        let g = i.inner.borrow();
+        let live = g.conns.iter().filter(|(_, c)| c.sock.is_some());
+        live.clone().count() == N && live.clone().all(|(_, c)| c.is_connected())
+    };
+    // Connections holding a receive buffer with no bytes in it.
+    let idle_rx = |i: &TcpIface| {
+        let g = i.inner.borrow();
+        let held = g.conns.iter().filter(|(_, c)| c.rx.capacity() > 0);
+        held.filter(|(_, c)| !c.rx.has_data()).count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(up(&a) && up(&b)) {
+        a.progress(&mut sa);
+        assert_eq!(idle_rx(&a), 0, "an empty receive buffer is held (winner)");
+        b.progress(&mut sb);
+        assert_eq!(idle_rx(&b), 0, "an empty receive buffer is held (adopter)");
+        assert!(Instant::now() < deadline, "watchdog: connections not up");
+    }
+    assert!(sa.errors.is_empty() && sb.errors.is_empty());
+    assert_eq!(rejected_count(&a) + rejected_count(&b), 0);
+    assert_eq!(
+        a.connections_holding_rx(),
+        0,
+        "the winner holds receive buffers"
+    );
+    assert_eq!(
+        b.connections_holding_rx(),
+        0,
+        "the adopter holds receive buffers"
+    );
+    // One more progress call each removes the connections that lost (failed, unowned).
+    a.progress(&mut sa);
+    b.progress(&mut sb);
+    assert_eq!(a.inner.borrow().conns.len(), N);
+    assert_eq!(b.inner.borrow().conns.len(), N);
+    // Every endpoint still carries messages both ways.
+    for (i, ep) in eps.iter_mut().enumerate() {
+        let mut sent = false;
+        run(&mut a, &mut sa, &mut b, &mut sb, |_, _| {
+            sent = sent || ep.am_short(1, i as u64, b"m").unwrap().is_done();
+            sent
+        });
+    }
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, sb| {
+        sa.ams.len() == N && sb.ams.len() == N
+    });
+}
