@@ -331,9 +331,13 @@ const EAGER_CAP: usize = 512 << 10;
 /// the receiver's), overlapped, so it runs at the AM lane's copy bandwidth while the message's
 /// source and destination stay in the cores' caches; `get_zcopy` copies once, on the receiver's
 /// core. Measured over posix + cma on a 2-core AMD EPYC VM (512 KiB L2 per core, 32 MiB L3),
-/// `perftest -t tag_bw` and an MPI window of 64 buffers: the pipeline is ahead at 64 KiB and
-/// 1 MiB, cma ahead at 16 MiB (one reused 16 MiB buffer no longer fits the last-level cache
-/// beside its copy, and the FIFO copies then stream from memory twice).
+/// single runs on a quiet machine: an MPI bandwidth window of 64 buffers (MPICH) streams 64 KiB
+/// at 16.5 GB/s by the pipeline against 3.2 by cma, and 1 MiB at 3.8-5.8 against 2.7;
+/// `perftest -t tag_bw` (one reused buffer) has the pipeline ahead at 64 KiB (14.7 against
+/// 9.3) and cma ahead at 16 MiB (2.4 against 1.35; source and destination no longer fit the
+/// last-level cache). The bound sits between 1 MiB and 16 MiB; `RUCX_RNDV_AM_MAX` moves it.
+/// Under heavy CPU oversubscription the pipeline, which needs both processes running at once,
+/// falls behind cma at every size.
 const PIPELINE_CACHE_MAX: usize = 4 << 20;
 
 impl ProtoConfig {
