@@ -254,7 +254,9 @@ fn boundary_sizes(pc: &ucp::wireup::ProtoConfig) -> Vec<usize> {
     v
 }
 
-fn echo_test(tls: &str, rndv: Option<usize>) {
+/// Gives our worker's protocol counters and how many rendezvous the transport's tag offload
+/// moved (sent or matched).
+fn echo_test(tls: &str, rndv: Option<usize>) -> (ucp::ProtoStats, u64) {
     let mut w = worker_cfg(UcpConfig {
         rndv_thresh: rndv,
         ..config(tls, Duration::from_secs(60))
@@ -292,6 +294,36 @@ fn echo_test(tls: &str, rndv: Option<usize>) {
         let tm = w.tag_offload_stats();
         assert!(stats.eager_multi > 0 || tm.sent > 0, "{stats:?} {tm:?}");
     }
+    let tm = w.tag_offload_stats();
+    (stats, tm.sent_rndv + tm.matched_rndv)
+}
+
+/// posix + cma: the endpoint's protocol table streams rendezvous up to `rndv_am_max` through
+/// the FIFO (AM pipeline) and reads larger ones with get_zcopy (or the transport's tag-offload
+/// rendezvous); the echo sizes include both sides of that crossover (`boundaries`), and every
+/// message arrives intact both ways.
+#[test]
+fn ucp_multiproc_shm_rndv_pipeline_below_crossover_get_above() {
+    use ucp::wireup::RndvScheme;
+    let mut w = worker("posix,cma");
+    let (_child, caddr) = spawn_child("sleep", "posix,cma", w.address());
+    let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
+    let pc = w.ep_proto_config(ep).unwrap();
+    assert_eq!(pc.rndv, RndvScheme::Get, "{pc:?}");
+    assert!(pc.rndv_am_max >= pc.rndv_thresh, "{pc:?}");
+    assert_eq!(pc.rndv_for(pc.rndv_thresh), RndvScheme::AmPipeline);
+    assert_eq!(pc.rndv_for(64 << 10), RndvScheme::AmPipeline);
+    assert_eq!(pc.rndv_for(pc.rndv_am_max + 1), RndvScheme::Get);
+    assert_eq!(pc.rndv_for(64 << 20), RndvScheme::Get);
+    let info = w.ep_proto_info(ep).unwrap();
+    assert!(
+        info.contains("rendezvous RTR + AM pipeline") && info.contains("rendezvous get_zcopy"),
+        "{info}"
+    );
+    drop(w);
+    let (stats, tm_rndv) = echo_test("posix,cma", None);
+    assert!(stats.rndv_am > 0, "{stats:?}");
+    assert!(stats.rndv_get > 0 || tm_rndv > 0, "{stats:?} {tm_rndv}");
 }
 
 #[test]

@@ -132,6 +132,8 @@ fn pair_with(tl: &str, rndv_thresh: Option<usize>) -> (Worker, Worker, ucp::EpHa
             net_devices: vec!["lo".into()],
             rndv_thresh,
             keepalive_interval: None,
+            // Every rendezvous size by the transport's tag offload (no AM-pipeline range).
+            rndv_am_max: Some(0),
             ..Default::default()
         }),
     })
@@ -387,6 +389,8 @@ fn run_model_named(tl: &str, name: &str, steps: Vec<Step>) -> Result<(), TestCas
             },
             rndv_thresh: Some(100_000),
             keepalive_interval: None,
+            // Every rendezvous size by the transport's tag offload (no AM-pipeline range).
+            rndv_am_max: Some(0),
             ..Default::default()
         }),
     })
@@ -527,6 +531,8 @@ fn ucp_tag_offload_follows_the_endpoints_interface() {
                 net_devices: vec!["lo".into()],
                 rndv_thresh: Some(100_000),
                 keepalive_interval: None,
+                // Every rendezvous size by the transport's tag offload (no AM-pipeline range).
+                rndv_am_max: Some(0),
                 ..Default::default()
             }),
         })

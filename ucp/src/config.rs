@@ -34,6 +34,12 @@ pub static RNDV_SCHEME: ConfigVar = ConfigVar {
     default: "auto",
     doc: "Rendezvous data path: get_zcopy, put_zcopy, am (pipeline over active messages) or auto (the best the lanes offer).",
 };
+/// `RUCX_RNDV_AM_MAX`: largest rendezvous moved by the AM pipeline when an RMA lane exists.
+pub static RNDV_AM_MAX: ConfigVar = ConfigVar {
+    name: "RNDV_AM_MAX",
+    default: "auto",
+    doc: "With RUCX_RNDV_SCHEME=auto, rendezvous messages up to this size stream through the AM lane (pipeline) instead of get/put_zcopy: a size, 0 (never), inf, or auto (from the lanes' performance models).",
+};
 /// `RUCX_PROTO_INFO`: print the protocol table of every new endpoint configuration.
 pub static PROTO_INFO: ConfigVar = ConfigVar {
     name: "PROTO_INFO",
@@ -71,6 +77,7 @@ pub static ALL_VARS: &[&ConfigVar] = &[
     &RNDV_THRESH,
     &ZCOPY_THRESH,
     &RNDV_SCHEME,
+    &RNDV_AM_MAX,
     &PROTO_INFO,
     &KEEPALIVE_INTERVAL,
     &KEEPALIVE_TIMEOUT,
@@ -102,6 +109,9 @@ pub struct UcpConfig {
     pub zcopy_thresh: Option<usize>,
     /// Rendezvous scheme requested.
     pub rndv_scheme: RndvSchemeCfg,
+    /// Largest rendezvous the AM pipeline moves under the auto scheme (`None`: from the
+    /// performance models).
+    pub rndv_am_max: Option<usize>,
     /// Print each endpoint configuration's protocol table.
     pub proto_info: bool,
     /// Keepalive interval (`None`: keepalive disabled).
@@ -124,6 +134,7 @@ impl Default for UcpConfig {
             rndv_thresh: None,
             zcopy_thresh: None,
             rndv_scheme: RndvSchemeCfg::Auto,
+            rndv_am_max: None,
             proto_info: false,
             keepalive_interval: Some(Duration::from_secs(1)),
             keepalive_timeout: Duration::from_secs(30),
@@ -214,6 +225,7 @@ impl UcpConfig {
             rndv_thresh: size_or_auto(&RNDV_THRESH)?,
             zcopy_thresh: size_or_auto(&ZCOPY_THRESH)?,
             rndv_scheme: RndvSchemeCfg::parse(&RNDV_SCHEME)?,
+            rndv_am_max: size_or_auto(&RNDV_AM_MAX)?,
             proto_info: PROTO_INFO.bool()?,
             keepalive_interval: interval,
             keepalive_timeout: KEEPALIVE_TIMEOUT.duration()?,

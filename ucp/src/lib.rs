@@ -9,8 +9,8 @@
 //! wildcard tags, an unexpected queue, and `Truncated` with the real length. Messages go eager
 //! (short, bcopy, multi-fragment) or by rendezvous (get_zcopy + ATS, RTR + put_zcopy + ATP, or
 //! an active-message pipeline), with thresholds computed once per endpoint configuration
-//! (`RUCX_PROTO_INFO=y` prints each endpoint's table; `RUCX_RNDV_THRESH` and `RUCX_RNDV_SCHEME`
-//! override the choice).
+//! (`RUCX_PROTO_INFO=y` prints each endpoint's table; `RUCX_RNDV_THRESH`, `RUCX_RNDV_SCHEME`
+//! and `RUCX_RNDV_AM_MAX` override the choice).
 //!
 //! ## Wire-up
 //! Every transport connects to an interface address, so an endpoint is one-way. Its first message

@@ -310,8 +310,11 @@ pub struct ProtoConfig {
     /// more where the AM lane's tag offload receives eager messages straight into posted
     /// buffers (set by the worker, see `State::tm_adjust_proto`).
     pub tag_rndv_thresh: usize,
-    /// Rendezvous data path.
+    /// Rendezvous data path of messages above `rndv_am_max`.
     pub rndv: RndvScheme,
+    /// Rendezvous messages up to this size stream through the AM lane ([`RndvScheme::AmPipeline`])
+    /// although `rndv` is `Get` or `Put` (0: none). See [`ProtoConfig::rndv_for`].
+    pub rndv_am_max: usize,
     /// Eager messages from caller-owned vectors of at least this size go by `am_zcopy`
     /// (`None`: the AM lane cannot).
     pub zcopy_thresh: Option<usize>,
@@ -321,6 +324,21 @@ pub struct ProtoConfig {
 const MEMCPY_BW: f64 = 5e9;
 /// Messages this large are never eager when rendezvous is possible: bounds unexpected buffering.
 const EAGER_CAP: usize = 512 << 10;
+/// Largest rendezvous the AM pipeline takes from an RMA lane under the auto scheme, even where
+/// the performance models favour the pipeline beyond it.
+///
+/// The pipeline copies every byte twice (into a FIFO buffer on the sender's core, out of it on
+/// the receiver's), overlapped, so it runs at the AM lane's copy bandwidth while the message's
+/// source and destination stay in the cores' caches; `get_zcopy` copies once, on the receiver's
+/// core. Measured over posix + cma on a 2-core AMD EPYC VM (512 KiB L2 per core, 32 MiB L3),
+/// single runs on a quiet machine: an MPI bandwidth window of 64 buffers (MPICH) streams 64 KiB
+/// at 16.5 GB/s by the pipeline against 3.2 by cma, and 1 MiB at 3.8-5.8 against 2.7;
+/// `perftest -t tag_bw` (one reused buffer) has the pipeline ahead at 64 KiB (14.7 against
+/// 9.3) and cma ahead at 16 MiB (2.4 against 1.35; source and destination no longer fit the
+/// last-level cache). The bound sits between 1 MiB and 16 MiB; `RUCX_RNDV_AM_MAX` moves it.
+/// Under heavy CPU oversubscription the pipeline, which needs both processes running at once,
+/// falls behind cma at every size.
+const PIPELINE_CACHE_MAX: usize = 4 << 20;
 
 impl ProtoConfig {
     /// Computes the thresholds from the AM and RMA lanes' capabilities, with `cfg`'s overrides.
@@ -372,6 +390,16 @@ impl ProtoConfig {
             }
         };
         let rndv_thresh = cfg.rndv_thresh.unwrap_or(auto);
+        let rndv_am_max = match (rndv, rma) {
+            (RndvScheme::Get | RndvScheme::Put, Some(r))
+                if cfg.rndv_scheme == RndvSchemeCfg::Auto
+                    && am.flags.contains(IfaceFlags::AM_BCOPY) =>
+            {
+                cfg.rndv_am_max
+                    .unwrap_or_else(|| pipeline_max(am, r, middle_frag))
+            }
+            _ => 0,
+        };
         let zcopy_thresh = (am_md_reg
             && am.flags.contains(IfaceFlags::AM_ZCOPY)
             && am.am.max_zcopy > 0
@@ -385,7 +413,18 @@ impl ProtoConfig {
             rndv_thresh,
             tag_rndv_thresh: rndv_thresh,
             rndv,
+            rndv_am_max,
             zcopy_thresh,
+        }
+    }
+
+    /// The rendezvous data path of a `len`-byte message.
+    #[inline]
+    pub fn rndv_for(&self, len: usize) -> RndvScheme {
+        if len <= self.rndv_am_max {
+            RndvScheme::AmPipeline
+        } else {
+            self.rndv
         }
     }
 
@@ -410,6 +449,9 @@ impl ProtoConfig {
         v.push(self.first_frag + self.middle_frag);
         if self.rndv_thresh < (1 << 30) {
             v.push(self.rndv_thresh);
+            if self.rndv_am_max >= self.rndv_thresh && self.rndv_am_max < (1 << 30) {
+                v.push(self.rndv_am_max + 1);
+            }
         }
         v
     }
@@ -447,18 +489,52 @@ impl ProtoConfig {
             }
             _ => row(&mut s, rt, "multi-fragment eager bcopy", am_lane),
         }
-        let rndv = match self.rndv {
-            RndvScheme::Get => "rendezvous get_zcopy + ATS".to_string(),
-            RndvScheme::Put => "rendezvous RTR + put_zcopy".to_string(),
-            RndvScheme::AmPipeline => "rendezvous RTR + AM pipeline".to_string(),
+        let name = |r: RndvScheme| match r {
+            RndvScheme::Get => "rendezvous get_zcopy + ATS",
+            RndvScheme::Put => "rendezvous RTR + put_zcopy",
+            RndvScheme::AmPipeline => "rendezvous RTR + AM pipeline",
         };
+        let rma_lanes = format!("{am_lane} + {}", rma_lane.unwrap_or("-"));
+        if self.rndv_am_max > 0 {
+            let to = self.rndv_am_max.saturating_add(1);
+            row(&mut s, to, name(RndvScheme::AmPipeline), am_lane);
+        }
         let lanes = match self.rndv {
-            RndvScheme::AmPipeline => am_lane.to_string(),
-            _ => format!("{am_lane} + {}", rma_lane.unwrap_or("-")),
+            RndvScheme::AmPipeline => am_lane,
+            _ => &rma_lanes,
         };
-        row(&mut s, usize::MAX, &rndv, &lanes);
+        row(&mut s, usize::MAX, name(self.rndv), lanes);
         s
     }
+}
+
+/// The largest power-of-two rendezvous size (up to [`PIPELINE_CACHE_MAX`]) the AM pipeline
+/// moves sooner than the RMA lane by the performance models, 0 if none.
+///
+/// Pipeline: the RTR, then one send and one receive overhead per fragment, the data at the AM
+/// lane's bandwidth (its bcopy copies in and out of the transport's buffers overlap on the two
+/// cores). RMA: the lane's send overhead and latency, the data at its bandwidth, then the ATS.
+fn pipeline_max(am: &IfaceAttr, r: &IfaceAttr, frag: usize) -> usize {
+    if am.perf.bandwidth <= 0.0 || r.perf.bandwidth <= 0.0 {
+        return 0;
+    }
+    let pipe = |n: usize| {
+        am.perf.latency
+            + n.div_ceil(frag) as f64 * (am.perf.send_overhead + am.perf.recv_overhead)
+            + n as f64 / am.perf.bandwidth
+    };
+    let rma = |n: usize| {
+        r.perf.send_overhead + r.perf.latency + n as f64 / r.perf.bandwidth + am.perf.latency
+    };
+    let mut best = 0;
+    let mut n = frag.next_power_of_two();
+    while n <= PIPELINE_CACHE_MAX {
+        if pipe(n) < rma(n) {
+            best = n;
+        }
+        n *= 2;
+    }
+    best
 }
 
 #[cfg(test)]
@@ -784,5 +860,81 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("cma/memory"), "{t}");
+    }
+
+    /// A shared-memory-like AM lane (bcopy copies at 12 GB/s) beside a cross-memory-attach-like
+    /// RMA lane (8 GB/s, 400 ns per call): the pipeline takes rendezvous up to the cache bound,
+    /// get_zcopy above; a forced scheme applies to every size.
+    #[test]
+    fn rndv_pipeline_below_crossover_rma_above() {
+        let mut am = attr(IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY, 105e-9, 12e9);
+        am.perf.send_overhead = 40e-9;
+        am.perf.recv_overhead = 20e-9;
+        let cma = IfaceAttr {
+            flags: IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY,
+            perf: PerfModel {
+                send_overhead: 400e-9,
+                bandwidth: 8e9,
+                latency: 80e-9,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let p = ProtoConfig::compute(&am, false, Some(&cma), &UcpConfig::default());
+        assert_eq!(p.rndv, RndvScheme::Get);
+        assert_eq!(p.rndv_am_max, PIPELINE_CACHE_MAX);
+        for n in [p.rndv_thresh, 64 << 10, 1 << 20, PIPELINE_CACHE_MAX] {
+            assert_eq!(p.rndv_for(n), RndvScheme::AmPipeline, "{n}");
+        }
+        for n in [PIPELINE_CACHE_MAX + 1, 16 << 20] {
+            assert_eq!(p.rndv_for(n), RndvScheme::Get, "{n}");
+        }
+        assert!(p.boundaries().contains(&(PIPELINE_CACHE_MAX + 1)));
+        let t = p.table("posix/memory", Some("cma/memory"));
+        let pipe = format!(
+            "{:>10} .. {:<10} rendezvous RTR + AM pipeline",
+            p.rndv_thresh,
+            PIPELINE_CACHE_MAX + 1
+        );
+        assert!(t.contains(&pipe), "{t}");
+        assert!(t.contains("rendezvous get_zcopy + ATS"), "{t}");
+
+        // An RMA lane much faster per byte than the AM lane's copies leaves the pipeline the
+        // small sizes only, where its lower fixed cost wins.
+        let fast = IfaceAttr {
+            perf: PerfModel {
+                bandwidth: 100e9,
+                ..cma.perf
+            },
+            ..cma.clone()
+        };
+        let f = ProtoConfig::compute(&am, false, Some(&fast), &UcpConfig::default());
+        assert!(f.rndv_am_max < 64 << 10, "{}", f.rndv_am_max);
+
+        for (scheme, want) in [
+            (RndvSchemeCfg::Get, RndvScheme::Get),
+            (RndvSchemeCfg::Put, RndvScheme::Put),
+            (RndvSchemeCfg::Am, RndvScheme::AmPipeline),
+        ] {
+            let cfg = UcpConfig {
+                rndv_scheme: scheme,
+                ..Default::default()
+            };
+            let q = ProtoConfig::compute(&am, false, Some(&cma), &cfg);
+            assert_eq!(q.rndv_am_max, 0, "{scheme:?}");
+            for n in [64 << 10, 16 << 20] {
+                assert_eq!(q.rndv_for(n), want, "{scheme:?} {n}");
+            }
+        }
+        let cfg = UcpConfig {
+            rndv_am_max: Some(100_000),
+            ..Default::default()
+        };
+        let q = ProtoConfig::compute(&am, false, Some(&cma), &cfg);
+        assert_eq!(q.rndv_for(100_000), RndvScheme::AmPipeline);
+        assert_eq!(q.rndv_for(100_001), RndvScheme::Get);
+        // No RMA lane: the pipeline moves everything, with no separate range.
+        let none = ProtoConfig::compute(&am, false, None, &UcpConfig::default());
+        assert_eq!((none.rndv, none.rndv_am_max), (RndvScheme::AmPipeline, 0));
     }
 }

@@ -61,7 +61,7 @@ impl State {
             .as_ref()
             .and_then(|l| l.rma().map(|r| l.uct[r].0));
         let wire = self.peer_id(ep, key);
-        let scheme = self.eps[ep].proto.as_deref().map(|p| p.rndv);
+        let scheme = self.eps[ep].proto.as_deref().map(|p| p.rndv_for(len));
         let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
         if let Some(li) = rma {
             let flags = self.info[li].attr.flags;
@@ -251,7 +251,9 @@ impl State {
                 r.received
             )));
         }
-        r.buf[off..off + data.len()].copy_from_slice(data);
+        // Straight into the receive's buffer, with the copy that suits lines the sender's core
+        // just wrote (see `copy_payload`).
+        crate::tag::copy::copy_payload(&mut r.buf[off..off + data.len()], data);
         r.received += data.len();
         self.recv_check_done(key);
         Ok(())

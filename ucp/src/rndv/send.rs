@@ -15,6 +15,7 @@ use crate::wire::{
     am_id, EagerFirstHdr, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, UserAmHdr, NO_REQ,
     PREFIX_LEN,
 };
+use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
 use crate::worker::state::{
@@ -161,11 +162,18 @@ impl State {
     pub(crate) fn send_rts(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.peer_id(idx, key);
-        // Register the data on the RMA lane's memory domain once.
+        // Register the data on the RMA lane's memory domain once, unless the size goes by the
+        // AM pipeline (the RTS then carries no remote key; the receiver asks by RTR).
+        let len = self.send_mut(key).data.len();
+        let pipelined = self.eps[idx]
+            .proto
+            .as_deref()
+            .is_some_and(|p| p.rndv_for(len) == RndvScheme::AmPipeline);
         let rma_iface = self.eps[idx]
             .lanes
             .as_ref()
-            .and_then(|l| l.rma().map(|r| l.uct[r].0));
+            .and_then(|l| l.rma().map(|r| l.uct[r].0))
+            .filter(|_| !pipelined);
         let s = self.send_mut(key);
         if !s.rts_sent && s.memh().is_none() && !s.data.is_empty() {
             if let Some(li) = rma_iface {

@@ -16,8 +16,9 @@
 //! may get a rendezvous (at least the smallest rendezvous threshold of any endpoint) are
 //! posted: posting a small receive would cost a registration and a post for nothing.
 //!
-//! Rendezvous (messages at or above the rendezvous threshold, when the AM lane offers
-//! `TAG_RNDV_ZCOPY`): the sender registers the data on the AM lane's domain for the transport,
+//! Rendezvous (messages at or above the rendezvous threshold and above the endpoint's
+//! `rndv_am_max`, when the AM lane offers `TAG_RNDV_ZCOPY`; smaller ones go by ucp's AM
+//! pipeline, see [`ProtoConfig::rndv_for`](crate::wireup::ProtoConfig::rndv_for)): the sender registers the data on the AM lane's domain for the transport,
 //! and sends its ordinary RTS message (describing the data for the RMA lane, exactly as the
 //! software rendezvous does) as the header of `tag_rndv_zcopy`. A posted receive the peer's
 //! transport matched gets the data straight into its buffer, moved by the transport (tcp: a
@@ -454,7 +455,9 @@ impl State {
             let cap = TM_EAGER_MAX.min(a.tag.eager_max_zcopy).saturating_add(1);
             p.tag_rndv_thresh = p.rndv_thresh.max(cap);
         }
-        self.tm.note_rndv_thresh(p.tag_rndv_thresh);
+        // Receives smaller than this get their rendezvous by the AM pipeline, not the transport.
+        self.tm
+            .note_rndv_thresh(p.tag_rndv_thresh.max(p.rndv_am_max.saturating_add(1)));
     }
 
     /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li`.
@@ -475,6 +478,8 @@ impl State {
                 "tag offload eager (overrides)"
             ));
         }
+        // Rendezvous the AM pipeline moves stay with ucp (see `tm_rndv_send`).
+        let rt = rt.max(proto.rndv_am_max.saturating_add(1));
         if a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) && rt < usize::MAX {
             let end = if a.tag.rndv_max_zcopy == usize::MAX {
                 "inf".to_string()

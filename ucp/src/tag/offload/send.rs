@@ -438,7 +438,17 @@ impl State {
         let li = l.uct[l.am].0;
         let rma_li = l.rma().map(|r| l.uct[r].0);
         let a = &self.info[li].attr;
-        if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) || len == 0 || len > a.tag.rndv_max_zcopy {
+        // Sizes the AM pipeline moves faster than the transport's own rendezvous go by the
+        // ordinary RTS, which the receiver answers with an RTR for the pipeline.
+        let pipelined = self.eps[idx]
+            .proto
+            .as_deref()
+            .is_some_and(|p| len <= p.rndv_am_max);
+        if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
+            || len == 0
+            || len > a.tag.rndv_max_zcopy
+            || pipelined
+        {
             return Ok(Err(data));
         }
         let max_hdr = a.tag.rndv_max_hdr;
