@@ -21,7 +21,7 @@
 
 use crate::datatype::Finish;
 use crate::ffi::*;
-use crate::guard::{ffi, status_of};
+use crate::guard::{ffi, ffi_hot, status_of};
 use crate::worker::Worker;
 use std::alloc::Layout;
 use std::ffi::c_void;
@@ -302,26 +302,33 @@ pub fn submit(
 ) -> StatusPtr {
     match res {
         Err(e) => submit_failed(name, &e, finish),
-        Ok(Op::Done(c)) if !args.no_imm => {
-            let (status, info) = finalize(finish, &c);
-            if !args.info_out.is_null() {
-                // SAFETY: the client's recv_info pointer.
-                unsafe { *args.info_out = info };
-            }
-            if !args.caller_req.is_null() {
-                let h = new_request(w, args, 0);
-                // SAFETY: a header just built.
-                unsafe {
-                    (*h).status = status;
-                    (*h).info = info;
-                    set_flags(&*h, F_COMPLETED);
-                }
-            }
-            status_ptr(status)
-        }
-        Ok(Op::Done(c)) => submit_done_later(w, args, finish, c),
+        Ok(Op::Done(c)) => submit_done(w, args, finish, c),
         Ok(Op::Pending(r)) => submit_pending(w, args, finish, r),
     }
+}
+
+/// [`submit`] of an operation that finished at once: `NULL` or an error pointer (caller
+/// memory gets a completed header too), or a request when the client asked for one.
+#[inline(always)]
+fn submit_done(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -> StatusPtr {
+    if args.no_imm {
+        return submit_done_later(w, args, finish, c);
+    }
+    let (status, info) = finalize(finish, &c);
+    if !args.info_out.is_null() {
+        // SAFETY: the client's recv_info pointer.
+        unsafe { *args.info_out = info };
+    }
+    if !args.caller_req.is_null() {
+        let h = new_request(w, args, 0);
+        // SAFETY: a header just built.
+        unsafe {
+            (*h).status = status;
+            (*h).info = info;
+            set_flags(&*h, F_COMPLETED);
+        }
+    }
+    status_ptr(status)
 }
 
 /// [`submit`] of an operation that failed to start.
@@ -376,25 +383,69 @@ pub fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request
     }
 }
 
+/// A receive into contiguous client memory (`dst`, `cap` bytes): posted straight into it, and
+/// completed through rucx's completion hook if it does not finish at once (request memory is
+/// taken only then). Worker locked, rucx worker not borrowed.
+///
+/// # Safety
+/// The client keeps `dst` valid and untouched until the request completes (the contract of
+/// every UCX receive).
+#[inline(always)]
+pub unsafe fn recv_contig(
+    name: &str,
+    w: &Worker,
+    dst: *mut u8,
+    cap: usize,
+    tag: u64,
+    mask: u64,
+    args: &OpArgs,
+) -> StatusPtr {
+    let mut inner = w.inner.borrow_mut();
+    // SAFETY: forwarded contract.
+    match unsafe { inner.w.tag_recv_raw(dst, cap, tag, mask) } {
+        Ok(Op::Pending(r)) => {
+            let (h, pooled) = request_mem(w, args);
+            // A receive that finished meanwhile has its result queued with the token (for
+            // `complete`): nothing reads the header before this call returns.
+            let id = inner.w.request_into_hook(r, h as u64);
+            drop(inner);
+            match id {
+                Ok(id) => {
+                    write_header(h, w, args, pooled, Some(id), Finish::None);
+                    user_of(h)
+                }
+                Err(e) => {
+                    if pooled != 0 {
+                        w.pool.borrow_mut().put(h as *mut u8);
+                    }
+                    status_ptr(status_of(&e))
+                }
+            }
+        }
+        Ok(Op::Done(c)) => {
+            drop(inner);
+            submit_done(w, args, Finish::None, c)
+        }
+        Err(e) => {
+            drop(inner);
+            submit_failed(name, &e, Finish::None)
+        }
+    }
+}
+
 /// rucx's completion hook: the result of request `token` (its header address), given the
 /// moment rucx finishes it, while rucx's worker is borrowed (so it touches only the header,
 /// the pool and the worker's callback queue). Status and info go into the header; a request
 /// without a callback is completed here (or recycled, if the client freed it), one with a
 /// callback is queued for [`run_callback`] from `ucp_worker_progress`.
 #[inline]
-pub fn hooked(w: &Worker, token: u64, c: Completion) {
+pub fn hooked(w: &Worker, token: u64, c: &Completion) {
     let h = token as *mut ReqHdr;
     // SAFETY: a request of this worker that has not completed yet (hook requests have
     // `Finish::None`): its memory is valid (the client keeps caller memory until completion;
     // pooled memory is recycled only after).
     let hdr = unsafe { &mut *h };
-    let (status, info) = finalize(Finish::None, &c);
-    // A successful completion without a buffer owns nothing to drop.
-    if c.status.is_err() || c.buf.is_some() {
-        drop(c);
-    } else {
-        std::mem::forget(c);
-    }
+    let (status, info) = finalize(Finish::None, c);
     hdr.status = status;
     hdr.info = info;
     if let Cb::None = hdr.cb {
@@ -509,7 +560,7 @@ fn worker_of(request: *mut c_void) -> Option<(&'static Worker, *mut ReqHdr)> {
 /// A request from this library.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> Status {
-    ffi("ucp_request_check_status", UCS_ERR_INVALID_PARAM, || {
+    ffi_hot("ucp_request_check_status", UCS_ERR_INVALID_PARAM, || {
         let Some(h) = hdr_checked(request) else {
             return UCS_ERR_INVALID_PARAM;
         };
@@ -530,7 +581,7 @@ pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> Statu
 /// A request from this library; `info` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_test(request: *mut c_void, info: *mut TagRecvInfo) -> Status {
-    ffi("ucp_request_test", UCS_ERR_INVALID_PARAM, || {
+    ffi_hot("ucp_request_test", UCS_ERR_INVALID_PARAM, || {
         let Some(h) = hdr_checked(request) else {
             return UCS_ERR_INVALID_PARAM;
         };
@@ -564,7 +615,7 @@ pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> i32 {
 /// A request from this library, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
-    ffi("ucp_request_free", (), || {
+    ffi_hot("ucp_request_free", (), || {
         let Some((w, h)) = worker_of(request) else {
             not_a_request("ucp_request_free");
             return;

@@ -9,7 +9,7 @@
 
 use crate::context::{write_name, Context};
 use crate::ffi::*;
-use crate::guard::{check_mask, fail, ffi, refuse};
+use crate::guard::{check_mask, fail, ffi, ffi_hot, refuse};
 use crate::lock::RLock;
 use crate::request::ReqHdr;
 use crate::request::{complete, hooked, run_callback, submit, Cb, OpArgs, Pool};
@@ -425,7 +425,7 @@ pub(crate) fn worker_ref<'a>(name: &str, w: *mut Worker) -> Result<&'a Worker, S
 /// A live worker.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Worker) -> c_uint {
-    ffi("ucp_worker_progress", 0, || {
+    ffi_hot("ucp_worker_progress", 0, || {
         match worker_ref("ucp_worker_progress", worker) {
             Ok(w) => w.progress().min(c_uint::MAX as usize) as c_uint,
             Err(_) => 0,

@@ -498,7 +498,9 @@ fn hook_results_go_to_the_hook_when_they_finish() {
     pump(&mut [&mut a, &mut b, &mut c], 8);
     let got: Rc<RefCell<Vec<(u64, Completion)>>> = Rc::default();
     let sink = got.clone();
-    b.set_completion_hook(Some(Box::new(move |t, c| sink.borrow_mut().push((t, c)))));
+    b.set_completion_hook(Some(Box::new(move |t, c: &Completion| {
+        sink.borrow_mut().push((t, c.clone()))
+    })));
     let mut buf = vec![0u8; 64];
     for i in 0..20u64 {
         // SAFETY: `buf` outlives the receive, and is read only after it finished.

@@ -28,7 +28,7 @@ const SLEEP_MAX: Duration = Duration::from_millis(50);
 const SLEEP_MAX_POLLED: Duration = Duration::from_millis(1);
 
 /// What [`Worker::set_completion_hook`] keeps: called with a hook request's token and result.
-pub(crate) type CompletionHook = Box<dyn FnMut(u64, Completion)>;
+pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
 
 fn foreign() -> Error {
     Error::InvalidParam("the request belongs to another worker".into())
@@ -187,8 +187,9 @@ impl Worker {
     /// `progress()`, a cancel, a send that completes queued work), while the worker is still
     /// borrowed — so the hook must not reach the worker (it records the result; whoever owns
     /// the token acts on it after the call returns). Replaces an earlier hook; `None` removes
-    /// it (results then queue for [`Worker::take_done_tokens`], as a token's do).
-    pub fn set_completion_hook(&mut self, hook: Option<Box<dyn FnMut(u64, Completion)>>) {
+    /// it (results then queue for [`Worker::take_done_tokens`], as a token's do). The hook
+    /// sees the result in place; what it holds (a buffer, an error) is dropped after the call.
+    pub fn set_completion_hook(&mut self, hook: Option<CompletionHook>) {
         self.st.completion_hook = hook;
     }
 
@@ -598,7 +599,7 @@ impl State {
     #[inline]
     pub(crate) fn hook_done(&mut self, token: u64, c: Completion) {
         match self.completion_hook.as_mut() {
-            Some(hook) => hook(token, c),
+            Some(hook) => hook(token, &c),
             None => self.tokens_done.push((token, c)),
         }
     }
