@@ -200,6 +200,29 @@ impl Worker {
     /// [`Worker::request_cancel_id`]).
     #[inline]
     pub fn request_into_hook(&mut self, req: Request, token: u64) -> Result<RequestId> {
+        let key = req.key as usize;
+        let gen = req.gen();
+        if req.is_of(&self.st.req_shared) {
+            if let Some(r) = self.st.reqs.get_mut(key) {
+                if r.gen == gen && r.done.is_none() {
+                    req.into_key();
+                    r.notify = Notify::Hook(token);
+                    return Ok(RequestId {
+                        wid: self.st.id,
+                        key: key as u32,
+                        gen,
+                    });
+                }
+            }
+        }
+        self.request_into_hook_other(req, token)
+    }
+
+    /// [`Worker::request_into_hook`] of a request that has finished, was taken, or belongs to
+    /// another worker.
+    #[cold]
+    #[inline(never)]
+    fn request_into_hook_other(&mut self, req: Request, token: u64) -> Result<RequestId> {
         if !req.is_of(&self.st.req_shared) {
             return Err(foreign());
         }
