@@ -96,19 +96,28 @@ impl Worker {
                 !i.done.is_empty() || i.w.has_done_tokens() || i.events_queued(),
             )
         };
-        let mut n = n;
-        if !self.due_head.get().is_null() {
-            n += self.run_due();
+        if queued || !self.due_head.get().is_null() {
+            n + self.after_progress(queued)
+        } else {
+            n
         }
+    }
+
+    /// The part of [`Worker::progress`] after rucx's progress call when it finished something:
+    /// the due callbacks, then (when `queued`) the queued completions and events.
+    #[inline(never)]
+    fn after_progress(&self, queued: bool) -> usize {
+        let n = self.run_due();
         if queued {
-            n += self.deliver();
+            n + self.deliver()
+        } else {
+            n
         }
-        n
     }
 
     /// Calls the callbacks [`hooked`] queued, in order (also those queued by callbacks that
     /// finish more operations). Gives their number.
-    #[inline(never)]
+    #[inline(always)]
     fn run_due(&self) -> usize {
         let mut n = 0;
         loop {
