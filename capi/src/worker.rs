@@ -73,9 +73,10 @@ pub struct Worker {
     pub name: String,
 }
 
-// SAFETY: every access to `inner` and `pool` (whose rucx objects are single-threaded: Rc,
-// RefCell) happens with `lock` held, so one thread at a time touches them; nothing inside is
-// shared with objects outside the worker.
+// SAFETY: every access to `inner`, `pool` and the due queue (`due_head`, `due_tail`; whose
+// objects are single-threaded: Rc, RefCell, Cell) happens with `lock` held — rucx's completion
+// hook runs inside calls that hold it — so one thread at a time touches them; nothing inside
+// is shared with objects outside the worker.
 unsafe impl Send for Worker {}
 // SAFETY: as above.
 unsafe impl Sync for Worker {}
