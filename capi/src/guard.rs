@@ -57,6 +57,19 @@ pub fn ffi<R>(name: &str, on_panic: R, body: impl FnOnce() -> R) -> R {
     }
 }
 
+/// [`ffi`] for calls that only work on a worker, endpoint or request an earlier call made
+/// (`ucp_init` and `ucp_worker_create` started logging then): no logging check.
+#[inline(always)]
+pub fn ffi_hot<R>(name: &str, on_panic: R, body: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(p) => {
+            panicked(name, p);
+            on_panic
+        }
+    }
+}
+
 /// Logs a panic caught at the C boundary.
 #[cold]
 #[inline(never)]

@@ -7,16 +7,21 @@
 //! client (`UCP_OP_ATTR_FIELD_REQUEST`: the header is built in the `HDR_SIZE` bytes before the
 //! pointer it passes, which is why `ucp_context_query` reports `HDR_SIZE` as `request_size`).
 //!
-//! When rucx finishes an operation, its completion is queued on the worker; the queue is
-//! drained by `ucp_worker_progress` after rucx's own progress call has returned, so the client's
-//! callbacks (which often call back into the library) never run inside rucx's worker. The
-//! drain copies received data into non-contiguous buffers (IOV, generic datatypes), writes the
-//! status and the receive info into the header, marks the request completed, and then calls the
-//! callback — or, if the client already freed the request, puts its memory back on the list.
+//! An operation whose data needs no further delivery (contiguous memory, sends) completes
+//! through rucx's completion hook ([`hooked`]): the moment rucx finishes it, the status and the
+//! receive info are written into the header; a request without a callback is marked completed
+//! there and then, and one with a callback is queued (by header address) for
+//! `ucp_worker_progress`, which marks it completed and calls the callback after rucx's own
+//! progress call has returned — so the client's callbacks (which often call back into the
+//! library) never run inside rucx's worker. Operations whose data still has to be delivered
+//! (IOV and generic datatypes, fetched atomic values) have their completions queued on the
+//! worker instead and drained by `ucp_worker_progress` ([`complete`]), which delivers the data
+//! first. Either way, a request the client freed before its completion is put back on the list
+//! instead of being called back.
 
 use crate::datatype::Finish;
 use crate::ffi::*;
-use crate::guard::{ffi, status_of};
+use crate::guard::{ffi, ffi_hot, status_of};
 use crate::worker::Worker;
 use std::alloc::Layout;
 use std::ffi::c_void;
@@ -36,6 +41,9 @@ pub const F_COMPLETED: u32 = 1;
 pub const F_RELEASED: u32 = 2;
 /// The memory belongs to the worker's free list (not the client's).
 pub const F_POOLED: u32 = 4;
+/// Finished, status and info written, the callback queued for `ucp_worker_progress` (which
+/// then sets `F_COMPLETED` and calls it).
+pub const F_CB_DUE: u32 = 8;
 
 /// The completion callback of a request, with its C signature.
 #[derive(Clone, Copy)]
@@ -67,20 +75,16 @@ pub struct ReqHdr {
     pub cb: Cb,
     /// `user_data` for `_nbx` callbacks.
     pub user_data: *mut c_void,
-    /// The running operation, `None` once completed.
-    pub op: Option<Running>,
+    /// rucx's id of the running operation (for cancel).
+    pub req: Option<RequestId>,
+    /// What to do with the data when the operation completes (taken then).
+    pub finish: Finish,
+    /// The next request in the worker's queue of due callbacks (while `F_CB_DUE`).
+    pub next: *mut ReqHdr,
 }
 
 const _: () = assert!(std::mem::size_of::<ReqHdr>() <= HDR_SIZE);
 const _: () = assert!(HDR_SIZE.is_multiple_of(ALIGN) && std::mem::align_of::<ReqHdr>() <= ALIGN);
-
-/// An operation still running in rucx.
-pub struct Running {
-    /// rucx's id of the request (for cancel).
-    pub req: Option<RequestId>,
-    /// What to do with the data when it completes.
-    pub finish: Finish,
-}
 
 /// How the client asked for the operation.
 pub struct OpArgs {
@@ -237,7 +241,14 @@ fn request_mem(w: &Worker, args: &OpArgs) -> (*mut ReqHdr, u32) {
 
 /// Writes a request header into request memory from [`request_mem`].
 #[inline(always)]
-fn write_header(hdr: *mut ReqHdr, w: &Worker, args: &OpArgs, flags: u32, op: Option<Running>) {
+fn write_header(
+    hdr: *mut ReqHdr,
+    w: &Worker,
+    args: &OpArgs,
+    flags: u32,
+    req: Option<RequestId>,
+    finish: Finish,
+) {
     // SAFETY: `hdr` starts HDR_SIZE bytes of request memory (ours, or the caller's per the
     // FIELD_REQUEST contract), aligned for the header.
     unsafe {
@@ -248,7 +259,9 @@ fn write_header(hdr: *mut ReqHdr, w: &Worker, args: &OpArgs, flags: u32, op: Opt
             worker: w,
             cb: args.cb,
             user_data: args.user_data,
-            op,
+            req,
+            finish,
+            next: std::ptr::null_mut(),
         })
     };
 }
@@ -257,7 +270,7 @@ fn write_header(hdr: *mut ReqHdr, w: &Worker, args: &OpArgs, flags: u32, op: Opt
 #[inline(always)]
 fn new_request(w: &Worker, args: &OpArgs, flags: u32) -> *mut ReqHdr {
     let (hdr, pooled) = request_mem(w, args);
-    write_header(hdr, w, args, flags | pooled, None);
+    write_header(hdr, w, args, flags | pooled, None, Finish::None);
     hdr
 }
 
@@ -330,26 +343,33 @@ pub fn submit(
 ) -> StatusPtr {
     match res {
         Err(e) => submit_failed(name, &e, finish),
-        Ok(Op::Done(c)) if !args.no_imm => {
-            let (status, info) = finalize(finish, &c);
-            if !args.info_out.is_null() {
-                // SAFETY: the client's recv_info pointer.
-                unsafe { *args.info_out = info };
-            }
-            if !args.caller_req.is_null() {
-                let h = new_request(w, args, 0);
-                // SAFETY: a header just built.
-                unsafe {
-                    (*h).status = status;
-                    (*h).info = info;
-                    set_flags(&*h, F_COMPLETED);
-                }
-            }
-            status_ptr(status)
-        }
-        Ok(Op::Done(c)) => submit_done_later(w, args, finish, c),
+        Ok(Op::Done(c)) => submit_done(w, args, finish, c),
         Ok(Op::Pending(r)) => submit_pending(w, args, finish, r),
     }
+}
+
+/// [`submit`] of an operation that finished at once: `NULL` or an error pointer (caller
+/// memory gets a completed header too), or a request when the client asked for one.
+#[inline(always)]
+fn submit_done(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -> StatusPtr {
+    if args.no_imm {
+        return submit_done_later(w, args, finish, c);
+    }
+    let (status, info) = finalize(finish, &c);
+    if !args.info_out.is_null() {
+        // SAFETY: the client's recv_info pointer.
+        unsafe { *args.info_out = info };
+    }
+    if !args.caller_req.is_null() {
+        let h = new_request(w, args, 0);
+        // SAFETY: a header just built.
+        unsafe {
+            (*h).status = status;
+            (*h).info = info;
+            set_flags(&*h, F_COMPLETED);
+        }
+    }
+    status_ptr(status)
 }
 
 /// [`submit`] of an operation that failed to start.
@@ -367,42 +387,153 @@ fn submit_failed(name: &str, e: &ucs::Error, finish: Finish) -> StatusPtr {
 fn submit_done_later(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -> StatusPtr {
     let h = new_request(w, args, 0);
     // SAFETY: a header just built.
-    unsafe { (*h).op = Some(Running { req: None, finish }) };
+    unsafe { (*h).finish = finish };
     w.inner.borrow_mut().done.push((h as u64, c));
     user_of(h)
 }
 
-/// [`submit`] of an operation still running: a request whose result comes back through
-/// `take_done_tokens` (or at once, if the operation has finished meanwhile), keyed by the
-/// header's address.
+/// [`submit`] of an operation still running: a request completed by rucx's completion hook
+/// ([`hooked`]) when it has nothing to deliver, else through the worker's token queue
+/// (`take_done_tokens`, drained by [`complete`]); keyed by the header's address either way.
+/// The header is written once, after rucx took the request: nothing reads it before.
 #[inline(never)]
 pub fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request) -> StatusPtr {
     let (h, pooled) = request_mem(w, args);
-    let mut inner = w.inner.borrow_mut();
-    // An operation that finished meanwhile has its result queued with the token as well.
-    let id = match inner.w.request_into_token_queued(r, h as u64) {
-        Ok(id) => id,
+    let res = {
+        let mut inner = w.inner.borrow_mut();
+        // An operation that finished meanwhile has its result queued with the token (for
+        // `complete`) either way: nothing reads the header before this call returns.
+        if let Finish::None = finish {
+            inner.w.request_into_hook(r, h as u64)
+        } else {
+            inner.w.request_into_token_queued(r, h as u64)
+        }
+    };
+    match res {
+        Ok(id) => {
+            write_header(h, w, args, pooled, Some(id), finish);
+            user_of(h)
+        }
         Err(e) => {
-            drop(inner);
             finish.abort();
             if pooled != 0 {
                 w.pool.borrow_mut().put(h as *mut u8);
             }
-            return status_ptr(status_of(&e));
+            status_ptr(status_of(&e))
         }
-    };
-    // The header is written once, after rucx took the request: nothing reads it before.
-    write_header(
-        h,
-        w,
-        args,
-        pooled,
-        Some(Running {
-            req: Some(id),
-            finish,
-        }),
-    );
-    user_of(h)
+    }
+}
+
+/// A receive into contiguous client memory (`dst`, `cap` bytes): posted straight into it, and
+/// completed through rucx's completion hook if it does not finish at once (request memory is
+/// taken only then). Worker locked, rucx worker not borrowed.
+///
+/// # Safety
+/// The client keeps `dst` valid and untouched until the request completes (the contract of
+/// every UCX receive).
+#[inline(always)]
+pub unsafe fn recv_contig(
+    name: &str,
+    w: &Worker,
+    dst: *mut u8,
+    cap: usize,
+    tag: u64,
+    mask: u64,
+    args: &OpArgs,
+) -> StatusPtr {
+    let mut inner = w.inner.borrow_mut();
+    // SAFETY: forwarded contract.
+    match unsafe { inner.w.tag_recv_raw(dst, cap, tag, mask) } {
+        Ok(Op::Pending(r)) => {
+            let (h, pooled) = request_mem(w, args);
+            // A receive that finished meanwhile has its result queued with the token (for
+            // `complete`): nothing reads the header before this call returns.
+            let id = inner.w.request_into_hook(r, h as u64);
+            drop(inner);
+            match id {
+                Ok(id) => {
+                    write_header(h, w, args, pooled, Some(id), Finish::None);
+                    user_of(h)
+                }
+                Err(e) => {
+                    if pooled != 0 {
+                        w.pool.borrow_mut().put(h as *mut u8);
+                    }
+                    status_ptr(status_of(&e))
+                }
+            }
+        }
+        Ok(Op::Done(c)) => {
+            drop(inner);
+            submit_done(w, args, Finish::None, c)
+        }
+        Err(e) => {
+            drop(inner);
+            submit_failed(name, &e, Finish::None)
+        }
+    }
+}
+
+/// rucx's completion hook: the result of request `token` (its header address), given the
+/// moment rucx finishes it, while rucx's worker is borrowed (so it touches only the header,
+/// the pool and the worker's callback queue). Status and info go into the header; a request
+/// without a callback is completed here (or recycled, if the client freed it), one with a
+/// callback is queued for [`run_callback`] from `ucp_worker_progress`.
+#[inline]
+pub fn hooked(w: &Worker, token: u64, c: &Completion) {
+    let h = token as *mut ReqHdr;
+    // SAFETY: a request of this worker that has not completed yet (hook requests have
+    // `Finish::None`): its memory is valid (the client keeps caller memory until completion;
+    // pooled memory is recycled only after).
+    let hdr = unsafe { &mut *h };
+    let (status, info) = finalize(Finish::None, c);
+    hdr.status = status;
+    hdr.info = info;
+    if let Cb::None = hdr.cb {
+        let prev = set_flags(hdr, F_COMPLETED);
+        if prev & F_RELEASED != 0 {
+            recycle(w, h);
+        }
+    } else {
+        set_flags(hdr, F_CB_DUE);
+        // SAFETY: a live header of `w`; a request finishes once, so it is not queued yet.
+        unsafe { w.due_push(h) };
+    }
+}
+
+/// Completes a request [`hooked`] queued: marks it completed and calls its callback, or
+/// recycles it if the client freed it meanwhile. Worker locked, rucx worker not borrowed.
+///
+/// # Safety
+/// `h` is a request of `w` taken off its queue of due callbacks.
+#[inline]
+pub unsafe fn run_callback(w: &Worker, h: *mut ReqHdr) {
+    // SAFETY: a queued request: finished, not recycled (a free while queued only marks it).
+    let hdr = unsafe { &*h };
+    let prev = hdr.flags.load(Ordering::Relaxed);
+    hdr.flags
+        .store((prev & !F_CB_DUE) | F_COMPLETED, Ordering::Release);
+    if prev & F_RELEASED != 0 {
+        recycle(w, h);
+        return;
+    }
+    call_back(h, hdr.cb, hdr.user_data, hdr.status, hdr.info);
+}
+
+/// Calls a request's callback with its C signature.
+#[inline(always)]
+fn call_back(h: *mut ReqHdr, cb: Cb, ud: *mut c_void, status: Status, mut info: TagRecvInfo) {
+    let user = user_of(h);
+    // SAFETY: the client's callbacks, called with the signatures of the header.
+    unsafe {
+        match cb {
+            Cb::None => {}
+            Cb::Send(f) => f(user, status),
+            Cb::SendNbx(f) => f(user, status, ud),
+            Cb::Recv(f) => f(user, status, &mut info),
+            Cb::RecvNbx(f) => f(user, status, &info, ud),
+        }
+    }
 }
 
 /// Puts a pooled request memory back on the free list (caller memory is left alone).
@@ -423,8 +554,9 @@ pub fn complete(w: &Worker, key: usize, c: &Completion) {
     // SAFETY: a request of this worker that has not completed yet: its memory is valid (the
     // client keeps caller memory until completion; pooled memory is recycled only after).
     let hdr = unsafe { &mut *h };
-    let finish = hdr.op.take().map(|r| r.finish).unwrap_or(Finish::None);
-    let (status, mut info) = finalize(finish, c);
+    let finish = std::mem::replace(&mut hdr.finish, Finish::None);
+    hdr.req = None;
+    let (status, info) = finalize(finish, c);
     hdr.status = status;
     hdr.info = info;
     let prev = set_flags(hdr, F_COMPLETED);
@@ -432,18 +564,7 @@ pub fn complete(w: &Worker, key: usize, c: &Completion) {
         recycle(w, h);
         return;
     }
-    let user = user_of(h);
-    let (cb, ud) = (hdr.cb, hdr.user_data);
-    // SAFETY: the client's callbacks, called with the signatures of the header.
-    unsafe {
-        match cb {
-            Cb::None => {}
-            Cb::Send(f) => f(user, status),
-            Cb::SendNbx(f) => f(user, status, ud),
-            Cb::Recv(f) => f(user, status, &mut info),
-            Cb::RecvNbx(f) => f(user, status, &info, ud),
-        }
-    }
+    call_back(h, hdr.cb, hdr.user_data, status, info);
 }
 
 /// Logs a call given something that is not a request pointer.
@@ -480,7 +601,7 @@ fn worker_of(request: *mut c_void) -> Option<(&'static Worker, *mut ReqHdr)> {
 /// A request from this library.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> Status {
-    ffi("ucp_request_check_status", UCS_ERR_INVALID_PARAM, || {
+    ffi_hot("ucp_request_check_status", UCS_ERR_INVALID_PARAM, || {
         let Some(h) = hdr_checked(request) else {
             return UCS_ERR_INVALID_PARAM;
         };
@@ -501,7 +622,7 @@ pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> Statu
 /// A request from this library; `info` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_test(request: *mut c_void, info: *mut TagRecvInfo) -> Status {
-    ffi("ucp_request_test", UCS_ERR_INVALID_PARAM, || {
+    ffi_hot("ucp_request_test", UCS_ERR_INVALID_PARAM, || {
         let Some(h) = hdr_checked(request) else {
             return UCS_ERR_INVALID_PARAM;
         };
@@ -535,7 +656,7 @@ pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> i32 {
 /// A request from this library, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
-    ffi("ucp_request_free", (), || {
+    ffi_hot("ucp_request_free", (), || {
         let Some((w, h)) = worker_of(request) else {
             not_a_request("ucp_request_free");
             return;
@@ -579,10 +700,10 @@ pub unsafe extern "C" fn ucp_request_cancel(worker: *mut Worker, request: *mut c
         let _g = w.lock.lock();
         // SAFETY: a live request.
         let hdr = unsafe { &*h };
-        if hdr.flags.load(Ordering::Acquire) & F_COMPLETED != 0 {
+        if hdr.flags.load(Ordering::Acquire) & (F_COMPLETED | F_CB_DUE) != 0 {
             return;
         }
-        if let Some(&r) = hdr.op.as_ref().and_then(|op| op.req.as_ref()) {
+        if let Some(r) = hdr.req {
             let mut inner = w.inner.borrow_mut();
             match inner.w.request_cancel_id(r) {
                 Ok(true) => {}

@@ -4,8 +4,8 @@
 use crate::datatype::{recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
-use crate::guard::{check_mask, ffi, refuse};
-use crate::request::{submit, submit_pending, Cb, OpArgs};
+use crate::guard::{check_mask, ffi, ffi_hot, refuse};
+use crate::request::{recv_contig, submit, Cb, OpArgs};
 use crate::worker::{worker_ref, Worker};
 use std::ffi::{c_int, c_void};
 use ucp::{Message, Op};
@@ -77,6 +77,20 @@ pub unsafe fn parse_param(
     param: *const RequestParam,
     _send: bool,
 ) -> Result<Nbx, Status> {
+    // SAFETY: forwarded.
+    let p = unsafe { check_param(name, param)? };
+    Ok(read_param(p))
+}
+
+/// The checks of [`parse_param`]; gives the param to read.
+///
+/// # Safety
+/// `param` NULL or valid.
+#[inline(always)]
+unsafe fn check_param<'a>(
+    name: &str,
+    param: *const RequestParam,
+) -> Result<&'a RequestParam, Status> {
     if param.is_null() {
         return Err(refuse(name, UCS_ERR_INVALID_PARAM, "param is NULL"));
     }
@@ -90,15 +104,32 @@ pub unsafe fn parse_param(
     {
         check_rare(name, p)?;
     }
-    let has = |b: u32| m & b != 0;
-    if has(UCP_OP_ATTR_FIELD_REQUEST) && p.request.is_null() {
+    if m & UCP_OP_ATTR_FIELD_REQUEST != 0 && p.request.is_null() {
         return Err(refuse(
             name,
             UCS_ERR_INVALID_PARAM,
             "FIELD_REQUEST with a NULL request",
         ));
     }
-    Ok(Nbx {
+    Ok(p)
+}
+
+/// The datatype of a checked param (default: bytes).
+#[inline(always)]
+fn param_datatype(p: &RequestParam) -> Datatype {
+    if p.op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
+        p.datatype
+    } else {
+        1 << UCP_DATATYPE_SHIFT
+    }
+}
+
+/// The fields of a checked param.
+#[inline(always)]
+fn read_param(p: &RequestParam) -> Nbx {
+    let m = p.op_attr_mask;
+    let has = |b: u32| m & b != 0;
+    Nbx {
         request: if has(UCP_OP_ATTR_FIELD_REQUEST) {
             p.request
         } else {
@@ -115,18 +146,14 @@ pub unsafe fn parse_param(
         } else {
             std::ptr::null_mut()
         },
-        datatype: if has(UCP_OP_ATTR_FIELD_DATATYPE) {
-            p.datatype
-        } else {
-            1 << UCP_DATATYPE_SHIFT
-        },
+        datatype: param_datatype(p),
         no_imm: has(UCP_OP_ATTR_FLAG_NO_IMM_CMPL),
         recv_info: if has(UCP_OP_ATTR_FIELD_RECV_INFO) {
             p.recv_info
         } else {
             std::ptr::null_mut()
         },
-    })
+    }
 }
 
 /// The checks of `op_attr_mask` bits hot calls do not carry: unknown bits, `FORCE_IMM_CMPL`,
@@ -178,7 +205,8 @@ unsafe fn tag_send(
     dt: Datatype,
     tag: Tag,
     sync: bool,
-    args: OpArgs,
+    no_imm: bool,
+    args: impl FnOnce() -> OpArgs,
 ) -> StatusPtr {
     let (w, h) = match ep_ref(name, ep) {
         Ok(x) => x,
@@ -205,12 +233,13 @@ unsafe fn tag_send(
     // A send that finished at once gives UCS_OK and leaves caller-supplied request memory
     // untouched, as UCX does (Open MPI's blocking send returns on UCS_OK without reading it).
     // Its completion owns nothing (no error, no buffer), so it is forgotten, not dropped.
+    // The request arguments are read only when a request is made.
     match res {
-        Ok(Op::Done(c)) if !args.no_imm && c.status.is_ok() && c.buf.is_none() => {
+        Ok(Op::Done(c)) if !no_imm && c.status.is_ok() && c.buf.is_none() => {
             std::mem::forget(c);
             status_ptr(UCS_OK)
         }
-        res => submit(name, w, res, &args, Finish::None),
+        res => submit(name, w, res, &args(), Finish::None),
     }
 }
 
@@ -229,10 +258,10 @@ pub unsafe extern "C" fn ucp_tag_send_nb(
     cb: Option<SendCb>,
 ) -> StatusPtr {
     const NAME: &str = "ucp_tag_send_nb";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
-        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+    ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
         // SAFETY: forwarded.
-        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, false, args) }
+        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, false, false, args) }
     })
 }
 
@@ -252,9 +281,9 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nb(
 ) -> StatusPtr {
     const NAME: &str = "ucp_tag_send_sync_nb";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
-        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
         // SAFETY: forwarded.
-        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, true, args) }
+        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, true, false, args) }
     })
 }
 
@@ -272,12 +301,13 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
     param: *const RequestParam,
 ) -> StatusPtr {
     const NAME: &str = "ucp_tag_send_nbx";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+    ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let p = match unsafe { parse_param(NAME, param, true) } {
+        let p = match unsafe { check_param(NAME, param) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
+        let no_imm = p.op_attr_mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
         // SAFETY: forwarded.
         unsafe {
             tag_send(
@@ -285,10 +315,11 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
                 ep,
                 buffer,
                 count,
-                p.datatype,
+                param_datatype(p),
                 tag,
                 false,
-                p.send_args(),
+                no_imm,
+                || read_param(p).send_args(),
             )
         }
     })
@@ -309,10 +340,11 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
     const NAME: &str = "ucp_tag_send_sync_nbx";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let p = match unsafe { parse_param(NAME, param, true) } {
+        let p = match unsafe { check_param(NAME, param) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
+        let no_imm = p.op_attr_mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
         // SAFETY: forwarded.
         unsafe {
             tag_send(
@@ -320,10 +352,11 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
                 ep,
                 buffer,
                 count,
-                p.datatype,
+                param_datatype(p),
                 tag,
                 true,
-                p.send_args(),
+                no_imm,
+                || read_param(p).send_args(),
             )
         }
     })
@@ -380,11 +413,7 @@ unsafe fn tag_recv(
     if let (Finish::Copy { dst, cap }, None) = (&finish, &message) {
         // SAFETY: the client keeps its buffer until the request completes (the contract of
         // every UCX receive).
-        let res = unsafe { w.inner.borrow_mut().w.tag_recv_raw(*dst, *cap, tag, mask) };
-        return match res {
-            Ok(Op::Pending(r)) => submit_pending(w, &args, Finish::None, r),
-            res => submit(name, w, res, &args, Finish::None),
-        };
+        return unsafe { recv_contig(name, w, *dst, *cap, tag, mask, &args) };
     }
     let (res, finish) = {
         let mut i = w.inner.borrow_mut();
@@ -432,7 +461,7 @@ pub unsafe extern "C" fn ucp_tag_recv_nb(
     cb: Option<TagRecvCb>,
 ) -> StatusPtr {
     const NAME: &str = "ucp_tag_recv_nb";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+    ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         let args = OpArgs::with_cb(cb.map(Cb::Recv).unwrap_or(Cb::None), true);
         // SAFETY: forwarded.
         unsafe {
@@ -458,7 +487,7 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
     param: *const RequestParam,
 ) -> StatusPtr {
     const NAME: &str = "ucp_tag_recv_nbx";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+    ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
         let p = match unsafe { parse_param(NAME, param, false) } {
             Ok(p) => p,
@@ -503,7 +532,7 @@ pub unsafe extern "C" fn ucp_tag_probe_nb(
     info: *mut TagRecvInfo,
 ) -> *mut c_void {
     const NAME: &str = "ucp_tag_probe_nb";
-    ffi(NAME, std::ptr::null_mut(), || {
+    ffi_hot(NAME, std::ptr::null_mut(), || {
         let Ok(w) = worker_ref(NAME, worker) else {
             return std::ptr::null_mut();
         };

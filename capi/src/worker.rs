@@ -9,9 +9,11 @@
 
 use crate::context::{write_name, Context};
 use crate::ffi::*;
-use crate::guard::{check_mask, fail, ffi, refuse};
+use crate::guard::{check_mask, fail, ffi, ffi_hot, refuse};
 use crate::lock::RLock;
-use crate::request::{complete, submit, Cb, OpArgs, Pool};
+use crate::request::ReqHdr;
+use crate::request::{complete, hooked, run_callback, submit, Cb, OpArgs, Pool};
+use std::cell::Cell;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void, CStr};
@@ -56,6 +58,10 @@ pub struct Worker {
     pub inner: RefCell<Inner>,
     /// Request memories.
     pub pool: RefCell<Pool>,
+    /// The first and last of the requests finished through the completion hook whose callbacks
+    /// are due, in completion order (linked through their headers' `next`).
+    due_head: Cell<*mut ReqHdr>,
+    due_tail: Cell<*mut ReqHdr>,
     /// An empty vector with capacity, swapped with the completion queue by each progress call
     /// (so the queue does not reallocate).
     pub spare: RefCell<Vec<(u64, Completion)>>,
@@ -67,20 +73,22 @@ pub struct Worker {
     pub name: String,
 }
 
-// SAFETY: every access to `inner` and `pool` (whose rucx objects are single-threaded: Rc,
-// RefCell) happens with `lock` held, so one thread at a time touches them; nothing inside is
-// shared with objects outside the worker.
+// SAFETY: every access to `inner`, `pool` and the due queue (`due_head`, `due_tail`; whose
+// objects are single-threaded: Rc, RefCell, Cell) happens with `lock` held — rucx's completion
+// hook runs inside calls that hold it — so one thread at a time touches them; nothing inside
+// is shared with objects outside the worker.
 unsafe impl Send for Worker {}
 // SAFETY: as above.
 unsafe impl Sync for Worker {}
 
 impl Worker {
-    /// Runs rucx's progress, then (outside it) the completions, endpoint failures and active
-    /// messages it produced. Gives the number of events.
+    /// Runs rucx's progress, then (outside it) the callbacks of the requests it finished, and
+    /// the completions, endpoint failures and active messages it queued. Gives the number of
+    /// events.
     #[inline(always)]
     pub fn progress(&self) -> usize {
         let _g = self.lock.lock();
-        let (n, more) = {
+        let (n, queued) = {
             let mut i = self.inner.borrow_mut();
             let n = i.w.progress();
             // The common case, a spin with nothing finished, touches no queue.
@@ -89,11 +97,64 @@ impl Worker {
                 !i.done.is_empty() || i.w.has_done_tokens() || i.events_queued(),
             )
         };
-        if more {
+        if queued || !self.due_head.get().is_null() {
+            n + self.after_progress(queued)
+        } else {
+            n
+        }
+    }
+
+    /// The part of [`Worker::progress`] after rucx's progress call when it finished something:
+    /// the due callbacks, then (when `queued`) the queued completions and events.
+    #[inline(never)]
+    fn after_progress(&self, queued: bool) -> usize {
+        let n = self.run_due();
+        if queued {
             n + self.deliver()
         } else {
             n
         }
+    }
+
+    /// Calls the callbacks [`hooked`] queued, in order (also those queued by callbacks that
+    /// finish more operations). Gives their number.
+    #[inline(always)]
+    fn run_due(&self) -> usize {
+        let mut n = 0;
+        loop {
+            let h = self.due_head.get();
+            if h.is_null() {
+                return n;
+            }
+            // SAFETY: a queued request's header (queued requests are not recycled).
+            let next = unsafe { (*h).next };
+            self.due_head.set(next);
+            if next.is_null() {
+                self.due_tail.set(std::ptr::null_mut());
+            }
+            // SAFETY: `h` was just taken off the queue.
+            unsafe { run_callback(self, h) };
+            n += 1;
+        }
+    }
+
+    /// Queues request `h` (finished, callback due) for [`Worker::run_due`].
+    ///
+    /// # Safety
+    /// `h` is a live request header of this worker, not queued already.
+    #[inline(always)]
+    pub unsafe fn due_push(&self, h: *mut ReqHdr) {
+        let tail = self.due_tail.get();
+        // SAFETY: `h` is a live header; `tail`, when set, is a queued one.
+        unsafe {
+            (*h).next = std::ptr::null_mut();
+            if tail.is_null() {
+                self.due_head.set(h);
+            } else {
+                (*tail).next = h;
+            }
+        }
+        self.due_tail.set(h);
     }
 
     /// Runs the client's callbacks for what the last progress call produced: completions, then
@@ -297,12 +358,25 @@ pub unsafe extern "C" fn ucp_worker_create(
                 ctx.request_init,
                 ctx.request_cleanup,
             )),
+            due_head: Cell::new(std::ptr::null_mut()),
+            due_tail: Cell::new(std::ptr::null_mut()),
             spare: RefCell::new(Vec::with_capacity(64)),
             ctx: context,
             thread_mode: mode,
             name,
         });
         let raw = Box::into_raw(worker);
+        let addr = raw as usize;
+        // SAFETY: the worker just made; the hook is removed in ucp_worker_destroy before the
+        // worker is freed, so `addr` is live whenever rucx calls it.
+        unsafe { &*raw }
+            .inner
+            .borrow_mut()
+            .w
+            .set_completion_hook(Some(Box::new(move |token, c| {
+                // SAFETY: as above.
+                hooked(unsafe { &*(addr as *const Worker) }, token, c)
+            })));
         ctx.workers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -332,6 +406,8 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut Worker) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|&x| x != worker as usize);
+        // Results rucx gives from now on (while it drops) queue in rucx and go with it.
+        w.inner.borrow_mut().w.set_completion_hook(None);
         let Worker { inner, pool, .. } = *w;
         // rucx's worker (and the callbacks that point at requests) goes first.
         drop(inner);
@@ -355,7 +431,7 @@ pub(crate) fn worker_ref<'a>(name: &str, w: *mut Worker) -> Result<&'a Worker, S
 /// A live worker.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Worker) -> c_uint {
-    ffi("ucp_worker_progress", 0, || {
+    ffi_hot("ucp_worker_progress", 0, || {
         match worker_ref("ucp_worker_progress", worker) {
             Ok(w) => w.progress().min(c_uint::MAX as usize) as c_uint,
             Err(_) => 0,

@@ -483,3 +483,118 @@ fn token_results_are_queued_and_their_slots_freed() {
     assert!(is_invalid(c.request_into_token_queued(r, 9)));
     assert!(!c.has_done_tokens());
 }
+
+/// Hook requests (what the C API uses for operations with nothing left to deliver): an eager
+/// receive's result goes to the completion hook, with its token, during the progress call that
+/// receives the message, and its slot is free at once; so does a cancel's, inside the cancel
+/// call; a request that had already finished is queued as a token's; without a hook the results
+/// queue as tokens' do; a request of another worker is refused.
+#[test]
+fn hook_results_go_to_the_hook_when_they_finish() {
+    let mut a = worker("self");
+    let mut b = worker("self");
+    let mut c = worker("self");
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    pump(&mut [&mut a, &mut b, &mut c], 8);
+    let got: Rc<RefCell<Vec<(u64, Completion)>>> = Rc::default();
+    let sink = got.clone();
+    b.set_completion_hook(Some(Box::new(move |t, c: &Completion| {
+        sink.borrow_mut().push((t, c.clone()))
+    })));
+    let mut buf = vec![0u8; 64];
+    for i in 0..20u64 {
+        // SAFETY: `buf` outlives the receive, and is read only after it finished.
+        let op = unsafe { b.tag_recv_raw(buf.as_mut_ptr(), buf.len(), i, EXACT) }.unwrap();
+        let Op::Pending(r) = op else {
+            panic!("round {i}: a receive without a message finished");
+        };
+        b.request_into_hook(r, 500 + i).unwrap();
+        assert_eq!(
+            b.request_count(),
+            1,
+            "round {i}: the running receive holds a slot"
+        );
+        let data = pattern(33, i as u8);
+        drop(a.tag_send(ab, i, &data).unwrap());
+        for _ in 0..1000 {
+            if !got.borrow().is_empty() {
+                break;
+            }
+            pump(&mut [&mut a, &mut b], 1);
+        }
+        assert_eq!(
+            b.request_count(),
+            0,
+            "round {i}: the finished hook slot is held"
+        );
+        let mut g = got.borrow_mut();
+        assert_eq!(g.len(), 1, "round {i}");
+        let (token, done) = g.pop().unwrap();
+        assert_eq!(token, 500 + i);
+        assert_eq!(done.status, Ok(()));
+        assert_eq!((done.len, done.tag, done.buf.is_none()), (33, i, true));
+        assert_eq!(&buf[..33], &data[..]);
+        assert!(
+            !b.has_done_tokens(),
+            "round {i}: a hook result was also queued"
+        );
+    }
+    // A cancel finishes the request inside the call: the hook has its result when it returns.
+    let Op::Pending(r) = b.tag_recv(vec![0; 8], 90, EXACT).unwrap() else {
+        panic!("a receive without a message finished");
+    };
+    let id = b.request_into_hook(r, 7).unwrap();
+    assert!(
+        b.request_cancel_id(id).unwrap(),
+        "a posted receive was not canceled"
+    );
+    assert!(
+        matches!(got.borrow().as_slice(), [(7, d)] if d.status == Err(Error::Canceled)),
+        "{:?}",
+        got.borrow()
+    );
+    got.borrow_mut().clear();
+    // Finished before the hook is set: queued as a token's, not given to the hook.
+    let Op::Pending(r) = b.tag_recv(vec![0; 64], 77, EXACT).unwrap() else {
+        panic!("a receive without a message finished");
+    };
+    drop(a.tag_send(ab, 77, b"late hook").unwrap());
+    for _ in 0..1000 {
+        if b.request_test(&r).unwrap() {
+            break;
+        }
+        pump(&mut [&mut a, &mut b], 1);
+    }
+    assert!(b.request_test(&r).unwrap(), "the receive did not finish");
+    b.request_into_hook(r, 8).unwrap();
+    assert!(
+        got.borrow().is_empty(),
+        "the hook ran inside request_into_hook"
+    );
+    let mut out = Vec::new();
+    b.take_done_tokens(&mut out);
+    assert!(matches!(out.as_slice(), [(8, d)] if d.len == 9), "{out:?}");
+    // Without a hook, hook requests queue as token requests do.
+    b.set_completion_hook(None);
+    let Op::Pending(r) = b.tag_recv(vec![0; 64], 78, EXACT).unwrap() else {
+        panic!("a receive without a message finished");
+    };
+    b.request_into_hook(r, 9).unwrap();
+    drop(a.tag_send(ab, 78, b"no hook").unwrap());
+    for _ in 0..1000 {
+        if b.has_done_tokens() {
+            break;
+        }
+        pump(&mut [&mut a, &mut b], 1);
+    }
+    out.clear();
+    b.take_done_tokens(&mut out);
+    assert!(matches!(out.as_slice(), [(9, d)] if d.len == 7), "{out:?}");
+    assert!(got.borrow().is_empty());
+    // Another worker's request is refused and left running on its own worker.
+    let Op::Pending(r) = b.tag_recv(vec![0; 8], 79, EXACT).unwrap() else {
+        panic!("a receive without a message finished");
+    };
+    assert!(is_invalid(c.request_into_hook(r, 10)));
+    assert!(!c.has_done_tokens());
+}

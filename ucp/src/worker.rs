@@ -288,6 +288,7 @@ impl Worker {
                 quarantine: Vec::new(),
                 callbacks_due: Vec::new(),
                 tokens_done: Vec::new(),
+                completion_hook: None,
                 closings: Vec::new(),
                 tm: crate::tag::offload::TmState::new(),
                 rndv_pool: Vec::new(),

@@ -27,6 +27,9 @@ const SLEEP_MAX: Duration = Duration::from_millis(50);
 /// polling).
 const SLEEP_MAX_POLLED: Duration = Duration::from_millis(1);
 
+/// What [`Worker::set_completion_hook`] keeps: called with a hook request's token and result.
+pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
+
 fn foreign() -> Error {
     Error::InvalidParam("the request belongs to another worker".into())
 }
@@ -166,6 +169,74 @@ impl Worker {
                     self.st.tokens_done.push((token, c));
                 }
                 req.into_key();
+                Ok(RequestId {
+                    wid: self.st.id,
+                    key: key as u32,
+                    gen,
+                })
+            }
+            _ => {
+                req.disarm();
+                Err(taken())
+            }
+        }
+    }
+
+    /// Has the results of hook requests ([`Worker::request_into_hook`]) given to `hook`, with
+    /// their tokens, the moment they finish: during the worker call that finishes them (a
+    /// `progress()`, a cancel, a send that completes queued work), while the worker is still
+    /// borrowed — so the hook must not reach the worker (it records the result; whoever owns
+    /// the token acts on it after the call returns). Replaces an earlier hook; `None` removes
+    /// it (results then queue for [`Worker::take_done_tokens`], as a token's do). The hook
+    /// sees the result in place; what it holds (a buffer, an error) is dropped after the call.
+    pub fn set_completion_hook(&mut self, hook: Option<CompletionHook>) {
+        self.st.completion_hook = hook;
+    }
+
+    /// Like [`Worker::request_into_token_queued`], but the result goes to the completion hook
+    /// ([`Worker::set_completion_hook`]) when the request finishes. A request that has finished
+    /// already has its result queued for [`Worker::take_done_tokens`] with the token (so the
+    /// hook never runs inside this call). Gives the request's plain id (for
+    /// [`Worker::request_cancel_id`]).
+    #[inline]
+    pub fn request_into_hook(&mut self, req: Request, token: u64) -> Result<RequestId> {
+        let key = req.key as usize;
+        let gen = req.gen();
+        if req.is_of(&self.st.req_shared) {
+            if let Some(r) = self.st.reqs.get_mut(key) {
+                if r.gen == gen && r.done.is_none() {
+                    req.into_key();
+                    r.notify = Notify::Hook(token);
+                    return Ok(RequestId {
+                        wid: self.st.id,
+                        key: key as u32,
+                        gen,
+                    });
+                }
+            }
+        }
+        self.request_into_hook_other(req, token)
+    }
+
+    /// [`Worker::request_into_hook`] of a request that has finished, was taken, or belongs to
+    /// another worker.
+    #[cold]
+    #[inline(never)]
+    fn request_into_hook_other(&mut self, req: Request, token: u64) -> Result<RequestId> {
+        if !req.is_of(&self.st.req_shared) {
+            return Err(foreign());
+        }
+        let key = req.key as usize;
+        let gen = req.gen();
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == gen => {
+                req.into_key();
+                if r.done.is_none() {
+                    r.notify = Notify::Hook(token);
+                } else {
+                    let c = self.st.reqs.take_done(key).unwrap_or_else(Completion::ok);
+                    self.st.tokens_done.push((token, c));
+                }
                 Ok(RequestId {
                     wid: self.st.id,
                     key: key as u32,
@@ -401,12 +472,20 @@ impl State {
                     tag: rv.sender_tag,
                     value: 0,
                 };
-                if let Notify::Token(t) = r.notify {
+                match r.notify {
                     // The buffer was moved out and there is no rendezvous state: the kind owns
                     // nothing, nor does a token.
-                    self.reqs.free_plain(key);
-                    self.tokens_done.push((t, c));
-                    return;
+                    Notify::Hook(t) => {
+                        self.reqs.free_plain(key);
+                        self.hook_done(t, c);
+                        return;
+                    }
+                    Notify::Token(t) => {
+                        self.reqs.free_plain(key);
+                        self.tokens_done.push((t, c));
+                        return;
+                    }
+                    _ => {}
                 }
                 r.done = Some(c.into());
                 if !matches!(r.notify, Notify::Take) {
@@ -527,11 +606,25 @@ impl State {
                     let c = self.reqs.take_done(key).unwrap_or_else(Completion::ok);
                     self.tokens_done.push((t, c));
                 }
+                Notify::Hook(t) => {
+                    let c = self.reqs.take_done(key).unwrap_or_else(Completion::ok);
+                    self.hook_done(t, c);
+                }
                 Notify::Release => self.free_req(key),
             }
             n += 1;
         }
         n
+    }
+
+    /// Gives a hook request's result to the completion hook (or, without one, queues it as a
+    /// token's).
+    #[inline]
+    pub(crate) fn hook_done(&mut self, token: u64, c: Completion) {
+        match self.completion_hook.as_mut() {
+            Some(hook) => hook(token, &c),
+            None => self.tokens_done.push((token, c)),
+        }
     }
 
     /// Releases the requests whose handles were dropped: a finished one is freed now, a running

@@ -494,6 +494,10 @@ pub(crate) enum Notify {
     /// Queued with this token for [`crate::Worker::take_done_tokens`]: an eager receive's result
     /// as soon as it finishes, the others' at the end of a progress call.
     Token(u64),
+    /// Given with this token to the worker's completion hook
+    /// ([`crate::Worker::set_completion_hook`]): an eager receive's result as soon as it
+    /// finishes, the others' at the end of a progress call.
+    Hook(u64),
     /// Kept in the slot like `Take`, and this waker woken at the end of a progress call.
     Waker(std::task::Waker),
     /// The handle was dropped: freed at the end of a progress call.
@@ -607,6 +611,8 @@ pub(crate) struct State {
     pub(crate) callbacks_due: Vec<usize>,
     /// Results of token requests, waiting for `take_done_tokens`.
     pub(crate) tokens_done: Vec<(u64, Completion)>,
+    /// Where the results of hook requests go (`None`: to `tokens_done`, like a token's).
+    pub(crate) completion_hook: Option<crate::worker::request::CompletionHook>,
     pub(crate) closings: Vec<Closing>,
     /// Tag offload (see `tag_offload`).
     pub(crate) tm: crate::tag::offload::TmState,
