@@ -29,8 +29,6 @@ fn pair(tl: &str) -> (Worker, Worker, ucp::EpHandle) {
             tls: tl.split(',').map(String::from).collect(),
             rndv_thresh: Some(RNDV_THRESH),
             keepalive_interval: None,
-            // Every rendezvous size by the transport's tag offload (no AM-pipeline range).
-            rndv_am_max: Some(0),
             ..Default::default()
         }),
     })

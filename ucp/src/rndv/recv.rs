@@ -61,7 +61,17 @@ impl State {
             .as_ref()
             .and_then(|l| l.rma().map(|r| l.uct[r].0));
         let wire = self.peer_id(ep, key);
-        let scheme = self.eps[ep].proto.as_deref().map(|p| p.rndv_for(len));
+        // A sender that described its data with a remote key (memory in a mapped segment, or
+        // a size above the pipeline's range) is read with the RMA lane's scheme: a key to a
+        // mapped segment costs one copy and no system call, where the pipeline costs two.
+        // Without a key the data comes by the AM pipeline.
+        let scheme = self.eps[ep]
+            .proto
+            .as_deref()
+            .map(|p| match p.rndv_for(len) {
+                RndvScheme::AmPipeline if !rkey.is_empty() => p.rndv,
+                s => s,
+            });
         let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
         if let Some(li) = rma {
             let flags = self.info[li].attr.flags;

@@ -455,9 +455,10 @@ impl State {
             let cap = TM_EAGER_MAX.min(a.tag.eager_max_zcopy).saturating_add(1);
             p.tag_rndv_thresh = p.rndv_thresh.max(cap);
         }
-        // Receives smaller than this get their rendezvous by the AM pipeline, not the transport.
-        self.tm
-            .note_rndv_thresh(p.tag_rndv_thresh.max(p.rndv_am_max.saturating_add(1)));
+        // Receives from this size on may get a rendezvous through the transport: from memory
+        // the sender mapped (see `tm_mapped_rndv`) at any rendezvous size, otherwise above the
+        // AM pipeline's range.
+        self.tm.note_rndv_thresh(p.tag_rndv_thresh);
     }
 
     /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li`.
