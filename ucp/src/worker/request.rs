@@ -155,6 +155,18 @@ impl Worker {
     /// completion is moved through the caller).
     #[inline]
     pub fn request_into_token_queued(&mut self, req: Request, token: u64) -> Result<RequestId> {
+        self.request_into_notify(req, token, Notify::Token(token))
+    }
+
+    /// Gives request `req` the notification `notify` if it is still running, or queues its
+    /// result with `token` for [`Worker::take_done_tokens`]; gives its plain id.
+    #[inline]
+    fn request_into_notify(
+        &mut self,
+        req: Request,
+        token: u64,
+        notify: Notify,
+    ) -> Result<RequestId> {
         if !req.is_of(&self.st.req_shared) {
             return Err(foreign());
         }
@@ -163,7 +175,7 @@ impl Worker {
         match self.st.reqs.get_mut(key) {
             Some(r) if r.gen == gen => {
                 if r.done.is_none() {
-                    r.notify = Notify::Token(token);
+                    r.notify = notify;
                 } else {
                     let c = self.st.reqs.take_done(key).unwrap_or_else(Completion::ok);
                     self.st.tokens_done.push((token, c));
@@ -223,31 +235,7 @@ impl Worker {
     #[cold]
     #[inline(never)]
     fn request_into_hook_other(&mut self, req: Request, token: u64) -> Result<RequestId> {
-        if !req.is_of(&self.st.req_shared) {
-            return Err(foreign());
-        }
-        let key = req.key as usize;
-        let gen = req.gen();
-        match self.st.reqs.get_mut(key) {
-            Some(r) if r.gen == gen => {
-                req.into_key();
-                if r.done.is_none() {
-                    r.notify = Notify::Hook(token);
-                } else {
-                    let c = self.st.reqs.take_done(key).unwrap_or_else(Completion::ok);
-                    self.st.tokens_done.push((token, c));
-                }
-                Ok(RequestId {
-                    wid: self.st.id,
-                    key: key as u32,
-                    gen,
-                })
-            }
-            _ => {
-                req.disarm();
-                Err(taken())
-            }
-        }
+        self.request_into_notify(req, token, Notify::Hook(token))
     }
 
     /// [`Worker::request_cancel`] by plain id; an id of another worker is an error.
