@@ -390,10 +390,15 @@ impl ProtoConfig {
             }
         };
         let rndv_thresh = cfg.rndv_thresh.unwrap_or(auto);
+        // The pipeline is weighed only against another interface's RMA (shared memory's AM
+        // lane against cma): where one interface serves both lanes (`rma` is `am` itself), its
+        // zero-copy moves the same bytes over the same link without the pipeline's two copies,
+        // which the models do not count.
         let rndv_am_max = match (rndv, rma) {
             (RndvScheme::Get | RndvScheme::Put, Some(r))
                 if cfg.rndv_scheme == RndvSchemeCfg::Auto
-                    && am.flags.contains(IfaceFlags::AM_BCOPY) =>
+                    && am.flags.contains(IfaceFlags::AM_BCOPY)
+                    && !std::ptr::eq(am, r) =>
             {
                 cfg.rndv_am_max
                     .unwrap_or_else(|| pipeline_max(am, r, middle_frag))
@@ -741,6 +746,11 @@ mod tests {
         assert_eq!(p.short_max, Some(60 - 16));
         assert_eq!(p.bcopy_single_max, 4096 - 16);
         assert_eq!(p.rndv, RndvScheme::Get);
+        // One interface for both lanes: every rendezvous size goes by its zero-copy get.
+        assert_eq!(p.rndv_am_max, 0);
+        // The same limits on another interface's RMA lane are weighed against the pipeline.
+        let other = rc_small.clone();
+        assert!(ProtoConfig::compute(&rc_small, true, Some(&other), &cfg).rndv_am_max > 0);
         let t = p.table("rc_verbs/rxe0:1", Some("rc_verbs/rxe0:1"));
         assert!(
             t.contains("eager short") && t.contains("rc_verbs/rxe0:1"),
