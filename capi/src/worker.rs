@@ -314,12 +314,13 @@ pub unsafe extern "C" fn ucp_worker_create(
                 "an external event fd is not supported",
             );
         }
+        // Only `UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK` has a meaning; other bits are ignored, as
+        // UCX does: Open MPI 4.1 ORs that flag into an uninitialised `flags` field.
         if has(UCP_WORKER_PARAM_FIELD_FLAGS) && p.flags & !UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK != 0
         {
-            return refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                format!("unknown worker flags {:#x}", p.flags),
+            tracing::debug!(
+                "{NAME}: ignoring unknown worker flags {:#x}",
+                p.flags & !UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK
             );
         }
         let mode = if has(UCP_WORKER_PARAM_FIELD_THREAD_MODE) {

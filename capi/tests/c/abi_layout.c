@@ -500,9 +500,12 @@ int main(void)
     ucp_worker_params_t wbad = wp;
     wbad.field_mask |= 1ull << 33;
     CHECK(ucp_worker_create(ctx, &wbad, &W[0]) == UCS_ERR_INVALID_PARAM, "unknown worker bit");
+    /* Open MPI 4.1 ORs UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK into an uninitialised field: UCX
+     * ignores the other bits, and so must rucx. */
     wbad = wp;
-    wbad.flags = 1ull << 7;
-    CHECK(ucp_worker_create(ctx, &wbad, &W[0]) == UCS_ERR_INVALID_PARAM, "unknown worker flag (read at offset 168)");
+    wbad.flags = 0x2020202020202020ull | UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK;
+    REQUIRE(ucp_worker_create(ctx, &wbad, &W[0]) == UCS_OK, "stray worker flag bits");
+    ucp_worker_destroy(W[0]);
     REQUIRE(ucp_worker_create(ctx, &wp, &W[0]) == UCS_OK, "worker 0");
     wp.name = "w1";
     REQUIRE(ucp_worker_create(ctx, &wp, &W[1]) == UCS_OK, "worker 1");
