@@ -10,12 +10,12 @@
 use crate::datatype::Finish;
 use crate::ep::{ep_ref, wait, Ep};
 use crate::ffi::*;
-use crate::guard::{ffi, refuse};
-use crate::request::{submit, Cb, OpArgs};
+use crate::guard::{ffi, refuse, status_of};
+use crate::request::{request_mem, submit, user_of, write_header, Cb, OpArgs};
 use crate::rma::CRkey;
 use crate::worker::{worker_ref, Worker};
 use std::ffi::{c_uint, c_void};
-use ucp::AmoSize;
+use ucp::{AmoSize, AmoStart};
 use uct::AtomicOp;
 
 /// What an atomic does.
@@ -221,8 +221,9 @@ unsafe fn op_nbx_simple(
 }
 
 /// The rest of [`op_nbx_simple`] for an atomic that was not done on a mapped word: started
-/// through the worker (`remote_addr` in rucx's address space), the client's callback and user
-/// data taken from `p`, the result (or the failure) handed back as `start` does.
+/// through the worker (`remote_addr` in rucx's address space) with the request memory it
+/// completes through rucx's completion hook if it does not finish at once (the fetched value
+/// written to `reply` there), the client's callback and user data taken from `p`.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn op_nbx_general(
@@ -237,18 +238,6 @@ fn op_nbx_general(
     p: &RequestParam,
 ) -> StatusPtr {
     const NAME: &str = "ucp_atomic_op_nbx";
-    let _g = w.lock.lock();
-    let res = {
-        let mut i = w.inner.borrow_mut();
-        match amo {
-            Amo::Post(op) => i.w.atomic_post(h, op, size, value, remote_addr, k),
-            Amo::Fetch(op) => i.w.atomic_fetch(h, op, size, value, remote_addr, k),
-            Amo::Cswap { compare } => i.w.atomic_cswap(h, size, compare, value, remote_addr, k),
-        }
-    };
-    if let Err(e) = &res {
-        tracing::warn!("{NAME}: {e}");
-    }
     let m = p.op_attr_mask;
     let cb = if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
         // SAFETY: FIELD_CALLBACK of an atomic holds a ucp_send_nbx_callback_t (or NULL).
@@ -263,15 +252,56 @@ fn op_nbx_general(
     if m & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
         args.user_data = p.user_data;
     }
-    let finish = if matches!(amo, Amo::Post(_)) {
-        Finish::None
-    } else {
-        Finish::Fetch {
-            dst: reply as *mut u8,
-            size: if size == AmoSize::U32 { 4 } else { 8 },
-        }
+    let (op, fetch, compare) = match amo {
+        Amo::Post(op) => (Some(op), false, 0),
+        Amo::Fetch(op) => (Some(op), true, 0),
+        Amo::Cswap { compare } => (None, true, compare),
     };
-    submit(NAME, w, res, &args, finish)
+    let bytes = if size == AmoSize::U32 { 4 } else { 8 };
+    let _g = w.lock.lock();
+    let (hdr, pooled) = request_mem(w, &args);
+    let res = w.inner.borrow_mut().w.atomic_hooked(
+        h,
+        op,
+        fetch,
+        size,
+        value,
+        compare,
+        remote_addr,
+        k,
+        hdr as u64,
+    );
+    let old = match res {
+        Ok(AmoStart::Hooked(id)) => {
+            let finish = if fetch {
+                Finish::Fetch {
+                    dst: reply as *mut u8,
+                    size: bytes,
+                }
+            } else {
+                Finish::None
+            };
+            write_header(hdr, w, &args, pooled, Some(id), finish);
+            return user_of(hdr);
+        }
+        Ok(AmoStart::Done(old)) => Ok(old),
+        Err(e) => Err(e),
+    };
+    if pooled != 0 {
+        w.pool.borrow_mut().put(hdr as *mut u8);
+    }
+    match old {
+        Ok(old) => {
+            if fetch {
+                write_fetched(reply as *mut u8, bytes, old);
+            }
+            status_ptr(UCS_OK)
+        }
+        Err(e) => {
+            tracing::warn!("{NAME}: {e}");
+            status_ptr(status_of(&e))
+        }
+    }
 }
 
 /// The operation of `ucp_atomic_op_t` `opcode` (`fetch`: the caller gave a reply buffer) on
@@ -304,6 +334,21 @@ unsafe fn amo_of(
         (5, true) => (Amo::Fetch(AtomicOp::Xor), v),
         _ => return None,
     })
+}
+
+/// Writes a fetching atomic's old value `value` (`size` 4 or 8 bytes) to the client's result
+/// location `dst`.
+#[inline(always)]
+pub(crate) fn write_fetched(dst: *mut u8, size: usize, value: u64) {
+    // SAFETY: `dst` is the client's result location of `size` bytes, valid until the atomic
+    // completes (the contract of every fetching atomic), which is now.
+    unsafe {
+        if size == 4 {
+            (dst as *mut u32).write_unaligned(value as u32)
+        } else {
+            (dst as *mut u64).write_unaligned(value)
+        }
+    }
 }
 
 /// Reads a 4- or 8-byte operand.

@@ -197,7 +197,7 @@ impl Pool {
     }
 
     #[inline(always)]
-    fn put(&mut self, p: *mut u8) {
+    pub(crate) fn put(&mut self, p: *mut u8) {
         self.free.push(p as usize);
     }
 }
@@ -231,7 +231,7 @@ pub fn user_of(hdr: *mut ReqHdr) -> *mut c_void {
 /// Request memory for an operation: the caller's (FIELD_REQUEST) or the pool's, and the
 /// `F_POOLED` bit that says which.
 #[inline(always)]
-fn request_mem(w: &Worker, args: &OpArgs) -> (*mut ReqHdr, u32) {
+pub(crate) fn request_mem(w: &Worker, args: &OpArgs) -> (*mut ReqHdr, u32) {
     if args.caller_req.is_null() {
         (w.pool.borrow_mut().get() as *mut ReqHdr, F_POOLED)
     } else {
@@ -241,7 +241,7 @@ fn request_mem(w: &Worker, args: &OpArgs) -> (*mut ReqHdr, u32) {
 
 /// Writes a request header into request memory from [`request_mem`].
 #[inline(always)]
-fn write_header(
+pub(crate) fn write_header(
     hdr: *mut ReqHdr,
     w: &Worker,
     args: &OpArgs,
@@ -403,7 +403,7 @@ pub fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request
         let mut inner = w.inner.borrow_mut();
         // An operation that finished meanwhile has its result queued with the token (for
         // `complete`) either way: nothing reads the header before this call returns.
-        if let Finish::None = finish {
+        if let Finish::None | Finish::Fetch { .. } = finish {
             inner.w.request_into_hook(r, h as u64)
         } else {
             inner.w.request_into_token_queued(r, h as u64)
@@ -483,9 +483,16 @@ pub unsafe fn recv_contig(
 pub fn hooked(w: &Worker, token: u64, c: &Completion) {
     let h = token as *mut ReqHdr;
     // SAFETY: a request of this worker that has not completed yet (hook requests have
-    // `Finish::None`): its memory is valid (the client keeps caller memory until completion;
+    // `Finish::None` or `Finish::Fetch`): its memory is valid (the client keeps caller memory until completion;
     // pooled memory is recycled only after).
     let hdr = unsafe { &mut *h };
+    // A fetching atomic's value is a plain store into client memory: done here too.
+    if let Finish::Fetch { dst, size } = hdr.finish {
+        hdr.finish = Finish::None;
+        if c.status.is_ok() {
+            crate::amo::write_fetched(dst, size, c.value);
+        }
+    }
     let (status, info) = finalize(Finish::None, c);
     hdr.status = status;
     hdr.info = info;

@@ -11,13 +11,13 @@
     )
 )]
 
-use crate::request::{Completion, Op};
+use crate::request::{Completion, Op, RequestId};
 use crate::rma::Rkey;
-use crate::wire::{am_id, AtomicRepHdr, AtomicReqHdr, NO_REQ};
+use crate::wire::{am_id, split_prefix, AtomicRepHdr, AtomicReqHdr, NO_REQ, PREFIX_LEN};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
-use crate::worker::state::{comp_id, Notify, ReqKind, State, COMP_ATOMIC};
+use crate::worker::state::{comp_id, EpState, Notify, ReqKind, State, COMP_ATOMIC};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -50,6 +50,19 @@ impl AmoKind {
             AmoKind::Cswap => 5,
         }
     }
+}
+
+/// The bytes of an [`AtomicReqHdr`] after its request id (`op`, `size`, `addr`, `value`, and
+/// `compare` for compare-and-swap only) and their number.
+#[inline(always)]
+fn req_rest(op: u8, size: u8, addr: u64, value: u64, compare: u64) -> ([u8; 26], usize) {
+    let mut b = [0u8; AtomicReqHdr::LEN - 8];
+    b[0] = op;
+    b[1] = size;
+    b[2..10].copy_from_slice(&addr.to_le_bytes());
+    b[10..18].copy_from_slice(&value.to_le_bytes());
+    b[18..].copy_from_slice(&compare.to_le_bytes());
+    (b, AtomicReqHdr::len_of(op) - 8)
 }
 
 impl Worker {
@@ -101,7 +114,7 @@ impl Worker {
             return Err(Error::InvalidParam("swap is fetch-only".into()));
         }
         let idx = self.st.ep_idx(ep)?;
-        self.st.atomic(
+        let s = self.st.atomic(
             idx,
             AmoKind::Op(op),
             size,
@@ -110,7 +123,8 @@ impl Worker {
             remote_addr,
             rkey,
             false,
-        )
+        )?;
+        Ok(self.st.op_of_started(s))
     }
 
     /// A fetching atomic; the old value is the completion's `value`.
@@ -124,7 +138,7 @@ impl Worker {
         rkey: &Rkey,
     ) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.atomic(
+        let s = self.st.atomic(
             idx,
             AmoKind::Op(op),
             size,
@@ -133,7 +147,8 @@ impl Worker {
             remote_addr,
             rkey,
             true,
-        )
+        )?;
+        Ok(self.st.op_of_started(s))
     }
 
     /// Compare-and-swap; the old value is the completion's `value`.
@@ -148,7 +163,7 @@ impl Worker {
         rkey: &Rkey,
     ) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.atomic(
+        let s = self.st.atomic(
             idx,
             AmoKind::Cswap,
             size,
@@ -157,7 +172,57 @@ impl Worker {
             remote_addr,
             rkey,
             true,
-        )
+        )?;
+        Ok(self.st.op_of_started(s))
+    }
+
+    /// An atomic as [`Worker::atomic_post`] (`fetch` false), [`Worker::atomic_fetch`] or
+    /// [`Worker::atomic_cswap`] (`op` `None`, with `compare`) do it, whose result, if it does
+    /// not come at once, goes to the completion hook ([`Worker::set_completion_hook`]) with
+    /// `token` when it arrives: no request handle is made. Gives the old value (0 for a
+    /// non-fetching one) of an atomic done at once, or the id of its request.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_hooked(
+        &mut self,
+        ep: EpHandle,
+        op: Option<uct::AtomicOp>,
+        fetch: bool,
+        size: AmoSize,
+        value: u64,
+        compare: u64,
+        remote_addr: u64,
+        rkey: &Rkey,
+        token: u64,
+    ) -> Result<AmoStart> {
+        let kind = match op {
+            Some(uct::AtomicOp::Swap) if !fetch => {
+                return Err(Error::InvalidParam("swap is fetch-only".into()))
+            }
+            Some(op) => AmoKind::Op(op),
+            None => AmoKind::Cswap,
+        };
+        let idx = self.st.ep_idx(ep)?;
+        let fetch = fetch || op.is_none();
+        match self
+            .st
+            .atomic(idx, kind, size, value, compare, remote_addr, rkey, fetch)?
+        {
+            Started::Done(v) => Ok(AmoStart::Done(v)),
+            Started::Req(key) => {
+                // Finished already (a loopback transport may answer within the send).
+                if self.st.reqs[key].done.is_some() {
+                    let c = self.st.reqs.take_done(key).unwrap_or_else(Completion::ok);
+                    return c.status.map(|()| AmoStart::Done(c.value));
+                }
+                let r = &mut self.st.reqs[key];
+                r.notify = Notify::Hook(token);
+                Ok(AmoStart::Hooked(RequestId {
+                    wid: self.st.id,
+                    key: key as u32,
+                    gen: r.gen,
+                }))
+            }
+        }
     }
 
     /// Atomics since creation: (through the transport, emulated over active messages).
@@ -166,7 +231,36 @@ impl Worker {
     }
 }
 
+/// How [`Worker::atomic_hooked`] started an atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmoStart {
+    /// Done at once: the old value (0 for a non-fetching atomic).
+    Done(u64),
+    /// Running: its result goes to the completion hook with the token given.
+    Hooked(RequestId),
+}
+
+/// How [`State::atomic`] started an atomic: done at once with the old value, or request `key`
+/// (of kind `Atomic`) finishes it.
+pub(crate) enum Started {
+    Done(u64),
+    Req(usize),
+}
+
 impl State {
+    /// The [`Op`] of a started atomic.
+    fn op_of_started(&mut self, s: Started) -> Op {
+        match s {
+            Started::Done(v) => Op::Done(Completion {
+                value: v,
+                ..Completion::ok()
+            }),
+            Started::Req(key) => self.op_of(key),
+        }
+    }
+
+    /// Starts an atomic on the peer word `addr` of endpoint `idx`: a CPU atomic on a peer
+    /// segment mapped here, the transport's atomic, or emulated by the peer's worker.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn atomic(
         &mut self,
@@ -178,7 +272,7 @@ impl State {
         addr: u64,
         rkey: &Rkey,
         fetch: bool,
-    ) -> Result<Op> {
+    ) -> Result<Started> {
         self.ep_usable(idx)?;
         if rkey.ep != (idx as u32, self.eps[idx].gen) {
             return Err(Error::InvalidParam(
@@ -249,16 +343,13 @@ impl State {
             match out {
                 Outcome::Done(v) => {
                     self.amo_hw += 1;
-                    return Ok(Op::Done(Completion {
-                        value: v,
-                        ..Completion::ok()
-                    }));
+                    return Ok(Started::Done(v));
                 }
                 Outcome::InProgress => {
                     self.amo_hw += 1;
                     let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
                     debug_assert_eq!(self.wire_id(key), wire);
-                    return Ok(self.op_of(key));
+                    return Ok(Started::Req(key));
                 }
                 Outcome::NoResource => {} // CPU-coherent atomics: emulation is equivalent
             }
@@ -270,19 +361,12 @@ impl State {
         }
         self.amo_emulated += 1;
         let key = fetch.then(|| self.new_req(Some(idx), ReqKind::Atomic { value: 0 }));
-        let h = AtomicReqHdr {
-            req: match key {
-                Some(k) => self.peer_id(idx, k),
-                None => NO_REQ,
-            },
-            op: kind.code(),
-            size: bytes as u8,
-            addr,
-            value,
-            compare,
+        let req = match key {
+            Some(k) => self.peer_id(idx, k),
+            None => NO_REQ,
         };
-        let (body, len) = h.encode();
-        if let Err(e) = self.send_ctl(idx, am_id::ATOMIC_REQ, &body[..len]) {
+        let (rest, len) = req_rest(kind.code(), bytes as u8, addr, value, compare);
+        if let Err(e) = self.send_amo(idx, am_id::ATOMIC_REQ, req, &rest[..len]) {
             if let Some(k) = key {
                 self.reqs.remove(k);
             }
@@ -292,8 +376,8 @@ impl State {
         let ep = &mut self.eps[idx];
         ep.amo_sent = ep.amo_sent.wrapping_add(1);
         Ok(match key {
-            Some(k) => self.op_of(k),
-            None => Op::Done(Completion::ok()),
+            Some(k) => Started::Req(k),
+            None => Started::Done(0),
         })
     }
 
@@ -372,12 +456,65 @@ impl State {
         };
         // A non-fetching atomic gets a reply too (req NO_REQ): the initiator's flush waits
         // for it.
-        let rep = AtomicRepHdr {
-            req: h.req,
-            status,
-            value: old,
+        let mut rest = [0u8; AtomicRepHdr::LEN - 8];
+        rest[0] = status;
+        rest[1..].copy_from_slice(&old.to_le_bytes());
+        self.send_amo(idx, am_id::ATOMIC_REP, h.req, &rest)
+    }
+
+    /// Sends an atomic request or reply whose body is `req` (its first 8 bytes) then `rest`:
+    /// inline on the AM lane, in one transport call, when nothing is queued on the endpoint and
+    /// it fits the lane's short messages; otherwise as any control message (queued behind
+    /// earlier sends, or copied into a larger buffer).
+    #[inline]
+    fn send_amo(&mut self, idx: usize, id: u8, req: u64, rest: &[u8]) -> Result<()> {
+        let ep = &mut self.eps[idx];
+        if ep.pending.is_empty() && !matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            if let Some(l) = ep.lanes.as_mut() {
+                if let Some((li, uep)) = l.uct.get_mut(l.am) {
+                    let a = &self.info[*li].attr;
+                    if a.flags.contains(IfaceFlags::AM_SHORT)
+                        && PREFIX_LEN + 8 + rest.len() <= a.am.max_short
+                        && uep.am_short2(id, self.uuid, req, rest)? != Outcome::NoResource
+                    {
+                        ep.last_tx = self.now_cache;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.send_ctl2(idx, id, &req.to_le_bytes(), rest)
+    }
+
+    /// An ATOMIC_REQ or ATOMIC_REP from a known peer on its usual lane, decoded and handled
+    /// without the general dispatch: true when it was handled here (a malformed one fails the
+    /// endpoint, as there); false leaves it to the general path (unknown sender, an endpoint
+    /// that failed or closed, the new lane of the peer's AM lane switch).
+    #[inline]
+    pub(crate) fn atomic_msg_fast(&mut self, iface: Option<usize>, id: u8, data: &[u8]) -> bool {
+        let Ok((src, body)) = split_prefix(data) else {
+            return false;
         };
-        self.send_ctl(idx, am_id::ATOMIC_REP, &rep.encode())
+        let Some(idx) = self.by_uuid.lookup(src) else {
+            return false;
+        };
+        if iface.is_some_and(|i| self.info[i].ep_only) {
+            return false;
+        }
+        let ep = &mut self.eps[idx];
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            return false;
+        }
+        ep.last_rx = self.now_cache;
+        let r = if id == am_id::ATOMIC_REQ {
+            AtomicReqHdr::decode(body).and_then(|h| self.on_atomic_req(idx, h))
+        } else {
+            AtomicRepHdr::decode(body).and_then(|h| self.on_atomic_rep(idx, h))
+        };
+        if let Err(e) = r {
+            self.am_failed(idx, src, id, e);
+        }
+        true
     }
 
     /// ATOMIC_REP: the target's reply to one of our emulated atomics.
@@ -402,20 +539,27 @@ impl State {
                     .into(),
             ))
         };
-        // A request whose result goes to a token (the C API's) is done here: its result is
-        // queued for `take_done_tokens` at once and its slot freed, as the end of the progress
-        // call would do after `finish`.
-        if let Notify::Token(t) = self.reqs[key].notify {
-            self.reqs.free(key);
-            self.tokens_done.push((
-                t,
-                Completion {
-                    status: st,
-                    value: h.value,
-                    ..Completion::ok()
-                },
-            ));
-            return Ok(());
+        // A request whose result goes to a token or the completion hook (the C API's) is done
+        // here: its slot is freed and its result queued for `take_done_tokens` or given to the
+        // hook at once, as the end of the progress call would do after `finish`.
+        let c = || Completion {
+            status: st.clone(),
+            value: h.value,
+            ..Completion::ok()
+        };
+        // The kind (a value) and the notification (a token) own nothing: freed plainly.
+        match self.reqs[key].notify {
+            Notify::Token(t) => {
+                self.reqs.free_plain(key);
+                self.tokens_done.push((t, c()));
+                return Ok(());
+            }
+            Notify::Hook(t) => {
+                self.reqs.free_plain(key);
+                self.hook_done(t, c());
+                return Ok(());
+            }
+            _ => {}
         }
         if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
             *value = h.value;

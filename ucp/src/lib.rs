@@ -66,6 +66,7 @@ pub mod wireup;
 pub mod worker;
 
 pub use address::{TlAddress, WorkerAddress};
+pub use amo::AmoStart;
 pub use config::UcpConfig;
 pub use context::{Context, ContextParams, Features};
 pub use future::OpFuture;

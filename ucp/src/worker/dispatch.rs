@@ -30,6 +30,11 @@ impl State {
         if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data) {
             return;
         }
+        if (id == am_id::ATOMIC_REQ || id == am_id::ATOMIC_REP)
+            && self.atomic_msg_fast(iface, id, data)
+        {
+            return;
+        }
         self.handle_am_general(iface, id, data);
     }
 
