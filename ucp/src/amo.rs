@@ -568,3 +568,100 @@ impl State {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Context, ContextParams, EpParams, Features, UcpConfig};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    type Seen = Rc<RefCell<Vec<(u64, Result<u64>)>>>;
+
+    /// Progresses both workers until the hook has seen `n` results.
+    fn until(w: &mut [Worker], seen: &Seen, n: usize) {
+        let mut spins = 0u64;
+        while seen.borrow().len() < n {
+            for x in w.iter_mut() {
+                x.progress();
+            }
+            spins += 1;
+            assert!(spins < 50_000_000, "the hook never ran (watchdog)");
+        }
+    }
+
+    /// Atomics on user memory over shared memory are emulated by the target's worker; started
+    /// with `atomic_hooked`, a fetching one gives its old value to the completion hook with its
+    /// token, a non-fetching one is done at once, and a word outside the target's mapped memory
+    /// gives the hook the target's refusal and changes nothing.
+    #[test]
+    fn hooked_emulated_atomics_reach_the_hook() {
+        let ctx = Context::new(ContextParams {
+            features: Features::RMA | Features::AMO32 | Features::AMO64,
+            config: Some(UcpConfig {
+                tls: vec!["posix".into()],
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut w: Vec<Worker> = (0..2).map(|_| Worker::new(&ctx).expect("worker")).collect();
+        let mem = w[0].mem_map_vec(vec![0u8; 64]).expect("map");
+        let base = mem.address();
+        let addr = w[0].address().to_vec();
+        let ep = w[1].ep_create(&addr, EpParams::default()).expect("ep");
+        let packed = mem.rkey_packed().to_vec();
+        let rkey = loop {
+            match w[1].rkey_unpack(ep, &packed) {
+                Ok(k) => break k,
+                Err(_) => {
+                    w[0].progress();
+                    w[1].progress();
+                }
+            }
+        };
+        assert!(!rkey.is_mapped(), "user memory is not mapped by the peer");
+        let seen: Seen = Rc::default();
+        let s = seen.clone();
+        w[1].set_completion_hook(Some(Box::new(move |token, c| {
+            s.borrow_mut()
+                .push((token, c.status.clone().map(|()| c.value)));
+        })));
+        let add = Some(uct::AtomicOp::Add);
+        let (a64, a32) = (base + 8, base + 16);
+        let r = w[1].atomic_hooked(ep, add, true, AmoSize::U64, 5, 0, a64, &rkey, 7);
+        assert!(matches!(r, Ok(AmoStart::Hooked(_))), "{r:?}");
+        until(&mut w, &seen, 1);
+        let r = w[1].atomic_hooked(ep, None, true, AmoSize::U64, 9, 5, a64, &rkey, 8);
+        assert!(matches!(r, Ok(AmoStart::Hooked(_))), "{r:?}");
+        until(&mut w, &seen, 2);
+        let or = Some(uct::AtomicOp::Or);
+        let r = w[1].atomic_hooked(ep, or, false, AmoSize::U32, 0x30, 0, a32, &rkey, 9);
+        assert_eq!(r.ok(), Some(AmoStart::Done(0)), "a post needs no request");
+        let r = w[1].atomic_hooked(ep, add, true, AmoSize::U32, 1, 0, a32, &rkey, 10);
+        assert!(matches!(r, Ok(AmoStart::Hooked(_))), "{r:?}");
+        until(&mut w, &seen, 3);
+        let swap = Some(uct::AtomicOp::Swap);
+        let r = w[1].atomic_hooked(ep, swap, false, AmoSize::U64, 1, 0, a64, &rkey, 11);
+        assert!(r.is_err(), "a swap must fetch");
+        let r = w[1].atomic_hooked(ep, add, true, AmoSize::U64, 1, 0, base + 4096, &rkey, 12);
+        // The posix key of user memory knows no bounds: the target refuses.
+        assert!(matches!(r, Ok(AmoStart::Hooked(_))), "{r:?}");
+        until(&mut w, &seen, 4);
+        let got = seen.borrow();
+        assert_eq!(got[0], (7, Ok(0)));
+        assert_eq!(got[1], (8, Ok(5)));
+        assert_eq!(got[2], (10, Ok(0x30)));
+        assert_eq!(got[3].0, 12);
+        assert!(
+            matches!(got[3].1, Err(Error::RemoteAccess(_))),
+            "{:?}",
+            got[3]
+        );
+        let mut word = [0u8; 8];
+        mem.read(8, &mut word).expect("read");
+        assert_eq!(u64::from_le_bytes(word), 9);
+        mem.read(16, &mut word[..4]).expect("read");
+        assert_eq!(u32::from_le_bytes(word[..4].try_into().expect("4")), 0x31);
+        assert_eq!(w[1].atomic_counts(), (0, 5), "every atomic was emulated");
+    }
+}
