@@ -9,8 +9,10 @@
 # (Ir(N2) - Ir(N1)) / (N2 - N1): the instructions of one fetch-add on both sides together,
 # start-up excluded. "static" is a word of the program's private data (no shared-memory transport
 # reaches it: both libraries emulate the atomic with a request to the target's worker and a
-# reply), "heap" a word libucp allocated (a shared segment: one CPU atomic).
-# Environment: TLS (UCX_TLS, default shm), MODES ("static heap"), N1 (2000), N2 (4000).
+# reply), "heap" a word libucp allocated (a shared segment: one CPU atomic); "idle" counts
+# one ucp_worker_progress on each worker with nothing to do (a static fetch-add here makes two
+# such pairs of calls: one finds the request or reply, the other nothing).
+# Environment: TLS (UCX_TLS, default shm), MODES ("static heap idle"), N1 (2000), N2 (4000).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 lib=$(cd "${1:?usage: amo-instr.sh LIBDIR}" && pwd)
@@ -18,7 +20,7 @@ lib=$(cd "${1:?usage: amo-instr.sh LIBDIR}" && pwd)
 [ -f /usr/include/ucp/api/ucp.h ] || { echo "install libucx-dev (UCX 1.13 headers)" >&2; exit 1; }
 command -v valgrind >/dev/null || { echo "install valgrind" >&2; exit 1; }
 tls=${TLS:-shm}
-MODES=${MODES:-"static heap"}
+MODES=${MODES:-"static heap idle"}
 N1=${N1:-2000}
 N2=${N2:-4000}
 work=$(mktemp -d)

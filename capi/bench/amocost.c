@@ -1,7 +1,7 @@
 /*
  * Cost of one fetch-add through libucp, both sides in one thread, for amo-instr.sh.
  *
- * Usage: amocost ITERS [static|heap]
+ * Usage: amocost ITERS [static|heap|idle]
  * Two workers of one context in this process; worker A has an endpoint to worker B. B maps a
  * word for remote access: "static" registers a static variable of this program (private memory,
  * as OpenSHMEM's symmetric data: no shared-memory transport reaches it, so the target's worker
@@ -13,8 +13,10 @@
  * ucp_request_free. One thread does
  * everything, so the work per operation does not depend on timing and an instruction counter
  * (callgrind) sees the same count run after run. Every fetched value is checked (the counter
- * counts the iterations); a wrong one exits with 1. Prints "rank 0 libucp PATH" and
- * "ns_per_amo NS" (wall clock over ITERS, after a warm-up).
+ * counts the iterations); a wrong one exits with 1. "idle" makes the static setup and then
+ * calls ucp_worker_progress(A) and ucp_worker_progress(B) ITERS times with nothing to do (the
+ * cost of the two progress calls of each fetch-add that find nothing). Prints "rank 0 libucp
+ * PATH" and "ns_per_amo NS" (wall clock over ITERS, after a warm-up).
  */
 #include "../tests/mpi/libucp_path.h"
 
@@ -69,6 +71,7 @@ int main(int argc, char **argv)
     }
     int iters = atoi(argv[1]);
     int heap = argc > 2 && strcmp(argv[2], "heap") == 0;
+    int idle = argc > 2 && strcmp(argv[2], "idle") == 0;
 
     ucp_config_t *cfg;
     check(ucp_config_read(NULL, NULL, &cfg), "ucp_config_read");
@@ -124,7 +127,11 @@ int main(int argc, char **argv)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < iters; i++, expect++) {
+    for (int i = 0; idle && i < iters; i++) {
+        ucp_worker_progress(a);
+        ucp_worker_progress(b);
+    }
+    for (int i = 0; !idle && i < iters; i++, expect++) {
         if (fadd(a, b, ep, (uint64_t)(uintptr_t)word, rkey) != expect) {
             fprintf(stderr, "fetch %d gave a wrong value\n", i);
             return 1;

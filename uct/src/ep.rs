@@ -113,14 +113,21 @@ impl AtomicOp {
 }
 
 /// Checks an active-message id.
+#[inline]
 pub fn check_am_id(id: u8) -> Result<()> {
     if id < AM_ID_MAX {
         Ok(())
     } else {
-        Err(Error::InvalidParam(format!(
-            "active message id {id} is out of range 0..{AM_ID_MAX}"
-        )))
+        Err(bad_am_id(id))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn bad_am_id(id: u8) -> Error {
+    Error::InvalidParam(format!(
+        "active message id {id} is out of range 0..{AM_ID_MAX}"
+    ))
 }
 
 /// Checks a length against a limit.
