@@ -492,7 +492,7 @@ impl State {
     /// inline on the AM lane, in one transport call, when nothing is queued on the endpoint and
     /// it fits the lane's short messages; otherwise as any control message (queued behind
     /// earlier sends, or copied into a larger buffer).
-    #[inline]
+    #[inline(always)]
     fn send_amo(&mut self, idx: usize, id: u8, req: u64, rest: &[u8]) -> Result<()> {
         let ep = &mut self.eps[idx];
         if ep.pending.is_empty() && !matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
