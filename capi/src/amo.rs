@@ -199,16 +199,15 @@ unsafe fn op_nbx_simple(
     // SAFETY: a live key (checked non-NULL).
     let (k, delta) = unsafe { crate::rma::rkey_for_quiet(rkey, w) }.ok()?;
     let remote_addr = remote_addr.wrapping_sub(delta);
-    {
-        let _g = w.lock.lock();
-        let mut i = w.inner.borrow_mut();
-        // SAFETY: the reply buffer holds the operand's size; the worker is locked.
-        if unsafe { direct(&mut i.w, h, &amo, value, size, reply, remote_addr, k) } {
-            return Some(status_ptr(UCS_OK));
-        }
+    let _g = w.lock.lock();
+    let mut i = w.inner.borrow_mut();
+    // SAFETY: the reply buffer holds the operand's size; the worker is locked.
+    if unsafe { direct(&mut i.w, h, &amo, value, size, reply, remote_addr, k) } {
+        return Some(status_ptr(UCS_OK));
     }
     Some(op_nbx_general(
         w,
+        &mut i.w,
         h,
         amo,
         value,
@@ -221,13 +220,15 @@ unsafe fn op_nbx_simple(
 }
 
 /// The rest of [`op_nbx_simple`] for an atomic that was not done on a mapped word: started
-/// through the worker (`remote_addr` in rucx's address space) with the request memory it
-/// completes through rucx's completion hook if it does not finish at once (the fetched value
-/// written to `reply` there), the client's callback and user data taken from `p`.
+/// through rucx's worker `rw` of `w` (locked and borrowed by the caller; `remote_addr` in
+/// rucx's address space) with the request memory it completes through rucx's completion hook
+/// if it does not finish at once (the fetched value written to `reply` there), the client's
+/// callback and user data taken from `p`.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn op_nbx_general(
     w: &crate::worker::Worker,
+    rw: &mut ucp::Worker,
     h: ucp::EpHandle,
     amo: Amo,
     value: u64,
@@ -258,9 +259,8 @@ fn op_nbx_general(
         Amo::Cswap { compare } => (None, true, compare),
     };
     let bytes = if size == AmoSize::U32 { 4 } else { 8 };
-    let _g = w.lock.lock();
     let (hdr, pooled) = request_mem(w, &args);
-    let res = w.inner.borrow_mut().w.atomic_hooked(
+    let res = rw.atomic_hooked(
         h,
         op,
         fetch,
