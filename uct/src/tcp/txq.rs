@@ -70,33 +70,38 @@ impl TxItem {
 /// are never copied. The buffer grows on demand, doubling from [`TX_MIN`] up to [`TX_BUF`].
 /// The copied bytes after the last entry are counted in `tail_copy`, not listed: a queue of
 /// copied frames only (what an endpoint queues while it connects) allocates no entry list.
+/// The entry list is boxed and the buffer a boxed slice: every connection holds a queue, and
+/// an idle one is then 48 bytes.
 pub(crate) struct TxQueue {
-    buf: Vec<u8>,
+    buf: Box<[u8]>,
     head: usize,
     tail: usize,
     /// Copied bytes queued after the last entry of `items` (all of them when it is empty).
     tail_copy: usize,
-    items: VecDeque<TxItem>,
+    items: Option<Box<Items>>,
 }
+
+/// The entry list of a send queue.
+type Items = VecDeque<TxItem>;
 
 impl TxQueue {
     pub(super) fn new() -> Self {
         TxQueue {
-            buf: Vec::new(),
+            buf: Box::default(),
             head: 0,
             tail: 0,
             tail_copy: 0,
-            items: VecDeque::new(),
+            items: None,
         }
     }
     /// True when nothing is queued.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.tail_copy == 0
+        self.tail_copy == 0 && self.items.as_ref().is_none_or(|i| i.is_empty())
     }
     /// Queued entries, the trailing run of copied bytes counting as one.
     fn entries(&self) -> usize {
-        self.items.len() + usize::from(self.tail_copy > 0)
+        self.items.as_ref().map_or(0, |i| i.len()) + usize::from(self.tail_copy > 0)
     }
     /// True when `bytes` copied bytes and `items` entries fit.
     /// True when an operation of `bytes` copied bytes and `items` entries fits, leaving the
@@ -118,14 +123,17 @@ impl TxQueue {
     /// True when the queue holds an entry list (it has queued something and not given the
     /// list back yet).
     pub(crate) fn holds_items(&self) -> bool {
-        self.items.capacity() > 0
+        self.items.is_some()
     }
     /// Grows the buffer to hold at least `need` bytes: the next power of two, at least
     /// [`TX_MIN`], at most [`TX_BUF`] (callers checked `fits`, so `need` is at most that).
     fn grow(&mut self, need: usize) {
         let len = need.next_power_of_two().clamp(TX_MIN, TX_BUF).max(need);
         if len > self.buf.len() {
-            self.buf.resize(len, 0);
+            let mut b = std::mem::take(&mut self.buf).into_vec();
+            b.reserve_exact(len - b.len());
+            b.resize(len, 0);
+            self.buf = b.into_boxed_slice();
         }
     }
     /// Makes `n` bytes of room after the tail: moves the queued bytes to the front, then grows
@@ -160,13 +168,13 @@ impl TxQueue {
     /// not the default four (an entry is a few hundred bytes).
     fn push_back(&mut self, item: TxItem) {
         let copy = std::mem::take(&mut self.tail_copy);
-        if self.items.capacity() == 0 {
-            self.items.reserve_exact(1 + usize::from(copy > 0));
-        }
+        let items = self
+            .items
+            .get_or_insert_with(|| Box::new(VecDeque::with_capacity(2)));
         if copy > 0 {
-            self.items.push_back(TxItem::Copy(copy));
+            items.push_back(TxItem::Copy(copy));
         }
-        self.items.push_back(item);
+        items.push_back(item);
     }
     /// Queues the bytes of `pieces` after the first `skip`.
     pub(crate) fn push_pieces(&mut self, pool: &mut TxPool, pieces: &[&[u8]], mut skip: usize) {
@@ -203,10 +211,12 @@ impl TxQueue {
         }
         self.head -= n;
         self.buf[self.head..self.head + n].copy_from_slice(b);
-        match self.items.front_mut() {
-            None => self.tail_copy += n,
-            Some(TxItem::Copy(k)) => *k += n,
-            Some(_) => self.items.push_front(TxItem::Copy(n)),
+        match self.items.as_deref_mut() {
+            Some(items) if !items.is_empty() => match items.front_mut() {
+                Some(TxItem::Copy(k)) => *k += n,
+                _ => items.push_front(TxItem::Copy(n)),
+            },
+            _ => self.tail_copy += n,
         }
     }
     /// Queues a zero-copy entry.
@@ -225,7 +235,7 @@ impl TxQueue {
             }; 16];
             let mut cnt = 0;
             let mut boff = self.head;
-            for item in self.items.iter() {
+            for item in self.items.iter().flat_map(|i| i.iter()) {
                 if cnt == iov.len() {
                     break;
                 }
@@ -284,10 +294,12 @@ impl TxQueue {
     }
 
     pub(super) fn consume(&mut self, mut n: usize, done: &mut VecDeque<Done>) {
-        while let Some(front) = self.items.front_mut() {
+        let mut empty = VecDeque::new();
+        let items = self.items.as_deref_mut().unwrap_or(&mut empty);
+        while let Some(front) = items.front_mut() {
             let rem = front.remaining();
             if rem == 0 {
-                if let Some(TxItem::Zcopy(_, Some(comp))) = self.items.pop_front() {
+                if let Some(TxItem::Zcopy(_, Some(comp))) = items.pop_front() {
                     done.push_back((comp, Ok(0)));
                 }
                 continue;
@@ -306,7 +318,7 @@ impl TxQueue {
                 TxItem::Local { sent, .. } => *sent += k,
             }
         }
-        if self.items.is_empty() {
+        if items.is_empty() {
             let k = n.min(self.tail_copy);
             self.tail_copy -= k;
             self.head += k;
@@ -319,7 +331,7 @@ impl TxQueue {
 
     /// Fails every queued entry with `err` and gives the buffers back to `pool`.
     pub(super) fn fail(&mut self, err: &Error, done: &mut VecDeque<Done>, pool: &mut TxPool) {
-        for item in self.items.drain(..) {
+        for item in self.items.iter_mut().flat_map(|i| i.drain(..)) {
             if let TxItem::Zcopy(_, Some(comp)) = item {
                 done.push_back((comp, Err(err.clone())));
             }
@@ -334,7 +346,7 @@ impl TxQueue {
 /// The interface's spare send queues (at most [`TX_POOL`] buffer and entry-list pairs): lent to
 /// a connection when it queues, taken back once its queue is empty.
 pub(crate) struct TxPool {
-    free: Vec<(Vec<u8>, VecDeque<TxItem>)>,
+    free: Vec<(Box<[u8]>, Option<Box<Items>>)>,
 }
 
 impl TxPool {
@@ -347,7 +359,7 @@ impl TxPool {
     }
     /// Gives `q` a spare pair if it holds neither a buffer nor an entry list.
     fn lend(&mut self, q: &mut TxQueue) {
-        if q.buf.is_empty() && q.items.capacity() == 0 {
+        if q.buf.is_empty() && q.items.is_none() {
             if let Some((b, i)) = self.free.pop() {
                 q.buf = b;
                 q.items = i;
@@ -357,7 +369,7 @@ impl TxPool {
     /// Takes `q`'s buffer and entry list back when nothing is queued (one beyond [`TX_POOL`] is
     /// freed).
     pub(crate) fn take_back(&mut self, q: &mut TxQueue) {
-        if !q.is_empty() || (q.buf.is_empty() && q.items.capacity() == 0) {
+        if !q.is_empty() || (q.buf.is_empty() && q.items.is_none()) {
             return;
         }
         q.head = 0;
