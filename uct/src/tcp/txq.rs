@@ -97,6 +97,16 @@ impl TxQueue {
     /// True when nothing is queued.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
+        // One test for the common case, no copied bytes and no entry list.
+        let list = self
+            .items
+            .as_deref()
+            .map_or(0, |i| i as *const Items as usize);
+        (self.tail_copy | list) == 0 || self.items_empty()
+    }
+    /// Nothing queued, the slow way (an entry list or copied bytes exist).
+    #[inline(never)]
+    fn items_empty(&self) -> bool {
         self.tail_copy == 0 && self.items.as_ref().is_none_or(|i| i.is_empty())
     }
     /// Queued entries, the trailing run of copied bytes counting as one.
