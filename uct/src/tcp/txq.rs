@@ -83,6 +83,8 @@ pub(crate) struct TxQueue {
 
 /// The entry list of a send queue.
 type Items = VecDeque<TxItem>;
+/// A spare buffer and entry list of the [`TxPool`].
+type Spare = (Box<[u8]>, Option<Box<Items>>);
 
 impl TxQueue {
     pub(super) fn new() -> Self {
@@ -356,7 +358,7 @@ impl TxQueue {
 /// The interface's spare send queues (at most [`TX_POOL`] buffer and entry-list pairs): lent to
 /// a connection when it queues, taken back once its queue is empty.
 pub(crate) struct TxPool {
-    free: Vec<(Box<[u8]>, Option<Box<Items>>)>,
+    free: Vec<Spare>,
 }
 
 impl TxPool {
