@@ -114,6 +114,9 @@ impl Inner {
             c.expect_hello = true;
             c.peer = addr.as_socket_ipv4();
             c.sock = Some(sock);
+            // The connector sends its hello right after connecting: this progress call reads
+            // it (and frees a redundant connection) instead of waiting for epoll to report it.
+            c.readable = true;
             let key = self.conns.insert(Box::new(c));
             self.active.push(key);
             self.set_mask(key, Interest::READABLE);
