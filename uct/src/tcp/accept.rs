@@ -20,7 +20,7 @@ const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// the accepted ones are read in between, so an accepted connection that a simultaneous connect
 /// makes redundant is freed before the next ones are accepted: a hub that 1,000 peers dial at
 /// once holds a few such connections at a time, not 1,000 (400 bytes each, which the heap then
-/// keeps: scale.sh tcp, 1,000 peers, hub 2.0 -> 1.6 KB per endpoint).
+/// keeps).
 pub(super) const ACCEPT_BATCH: usize = 8;
 
 impl Inner {
