@@ -15,6 +15,13 @@ pub(super) const LISTENER_TOKEN: u64 = u64::MAX;
 pub(super) const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(100);
 /// Longest pause of the listening socket after repeated descriptor-limit failures.
 const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// Connections one [`Inner::accept_all`] call accepts at most; the rest wait in the backlog,
+/// and the listening socket (level-triggered) is reported again by the next poll. The hellos of
+/// the accepted ones are read in between, so an accepted connection that a simultaneous connect
+/// makes redundant is freed before the next ones are accepted: a hub that 1,000 peers dial at
+/// once holds a few such connections at a time, not 1,000 (400 bytes each, which the heap then
+/// keeps).
+pub(super) const ACCEPT_BATCH: usize = 8;
 
 impl Inner {
     /// Sets the listening socket's epoll interest: readable, or nothing (paused).
@@ -80,11 +87,12 @@ impl Inner {
         }
     }
 
+    /// Accepts the waiting connections, at most [`ACCEPT_BATCH`] of them.
     pub(super) fn accept_all(&mut self) {
         if self.accept_paused_until.is_some() {
             return;
         }
-        loop {
+        for _ in 0..ACCEPT_BATCH {
             let Some(l) = self.listener.as_ref() else {
                 return;
             };
@@ -106,6 +114,9 @@ impl Inner {
             c.expect_hello = true;
             c.peer = addr.as_socket_ipv4();
             c.sock = Some(sock);
+            // The connector sends its hello right after connecting: this progress call reads
+            // it (and frees a redundant connection) instead of waiting for epoll to report it.
+            c.readable = true;
             let key = self.conns.insert(Box::new(c));
             self.active.push(key);
             self.set_mask(key, Interest::READABLE);

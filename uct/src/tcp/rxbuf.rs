@@ -32,7 +32,8 @@ const RX_POOL: usize = 4;
 /// large `recv`s).
 #[derive(Default)]
 pub(crate) struct RxBuf {
-    pub(super) buf: Vec<u8>,
+    /// A boxed slice (every connection holds a receive buffer, mostly empty).
+    pub(super) buf: Box<[u8]>,
     pub(super) head: usize,
     pub(super) tail: usize,
     pub(super) reasm: Reassembler,
@@ -65,7 +66,10 @@ impl RxBuf {
         self.fill_up = false;
         let len = (self.buf.len() * 2).clamp(RX_MIN, RX_BUF);
         if len > self.buf.len() {
-            self.buf.resize(len, 0);
+            let mut b = std::mem::take(&mut self.buf).into_vec();
+            b.reserve_exact(len - b.len());
+            b.resize(len, 0);
+            self.buf = b.into_boxed_slice();
         }
     }
     /// One non-blocking `recv`. Gives the byte count (0 on EAGAIN); sets `eof`.
@@ -131,7 +135,7 @@ impl RxBuf {
 /// The interface's spare receive buffers (at most [`RX_POOL`]): lent to a connection for a
 /// `recv`, taken back once the dispatch consumed every byte.
 pub(crate) struct RxPool {
-    free: Vec<Vec<u8>>,
+    free: Vec<Box<[u8]>>,
 }
 
 impl RxPool {

@@ -729,3 +729,34 @@ fn simultaneous_connects_leave_no_receive_buffers() {
         sa.ams.len() == N && sb.ams.len() == N
     });
 }
+
+/// One accept call takes at most `ACCEPT_BATCH` connections; the rest wait in the backlog and
+/// the next progress calls take them.
+#[test]
+fn accepts_are_batched() {
+    use super::accept::ACCEPT_BATCH;
+    let mut a = open_lo();
+    let mut sa = Sink::default();
+    let to = {
+        let g = a.inner.borrow();
+        std::net::SocketAddrV4::new(g.local.ip, g.local.port)
+    };
+    let n = 2 * ACCEPT_BATCH + 3;
+    let clients: Vec<_> = (0..n)
+        .map(|_| std::net::TcpStream::connect(to).unwrap())
+        .collect();
+    let conns = |i: &TcpIface| i.inner.borrow().conns.len();
+    a.inner.borrow_mut().accept_all();
+    assert_eq!(conns(&a), ACCEPT_BATCH);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while conns(&a) < n {
+        a.progress(&mut sa);
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: connections not accepted"
+        );
+    }
+    assert_eq!(conns(&a), n);
+    assert!(sa.errors.is_empty());
+    drop(clients);
+}

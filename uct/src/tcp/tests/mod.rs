@@ -101,5 +101,5 @@ crate::uct_conformance_tests!(conformance, crate::testing::TlPair<TcpTransport>)
 #[test]
 fn connection_struct_stays_small() {
     let n = std::mem::size_of::<super::conn::Conn>();
-    assert!(n <= 448, "Conn is {n} bytes");
+    assert!(n <= 400, "Conn is {n} bytes");
 }
