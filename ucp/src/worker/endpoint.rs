@@ -41,7 +41,7 @@ impl Worker {
             self.st.by_uuid.remove(&ep.uuid);
             return Err(e);
         }
-        let body = self.st.address.clone();
+        let body = self.st.wireup_address(idx)?;
         self.st.send_ctl(idx, am_id::WIREUP, &body)?;
         self.st.ep_lane_start(idx)?;
         Ok(self.st.ep_handle(idx, self.st.eps[idx].gen))
@@ -181,6 +181,32 @@ impl State {
         idx
     }
 
+    /// This worker's address as endpoint `idx`'s wire-up message carries it: only the
+    /// transports its lanes use (connected, switched to, or chosen for later), which is all the
+    /// peer's reverse endpoint can connect to. UCX packs its wire-up address the same way; over
+    /// shared memory the whole address (self, posix, sysv, cma) would not fit a FIFO element
+    /// and would take a buffer page in each peer's segment.
+    pub(crate) fn wireup_address(&self, idx: usize) -> Result<Vec<u8>> {
+        let Some(lanes) = self.eps[idx].lanes.as_ref() else {
+            return Ok(self.address.clone());
+        };
+        let mut used: Vec<usize> = lanes.uct.iter().map(|&(li, _)| li).collect();
+        used.extend(lanes.amo_later.as_ref().map(|p| p.local));
+        used.extend(lanes.rma_wait.as_ref().map(|w| w.li));
+        used.sort_unstable();
+        used.dedup();
+        let mut addr = WorkerAddress::decode(&self.address)?;
+        if used.len() >= addr.tls.len() {
+            return Ok(self.address.clone());
+        }
+        let mut i = 0;
+        addr.tls.retain(|_| {
+            i += 1;
+            used.contains(&(i - 1))
+        });
+        addr.to_bytes()
+    }
+
     /// The handle of endpoint `idx` of generation `gen`.
     pub(crate) fn ep_handle(&self, idx: usize, gen: u32) -> EpHandle {
         EpHandle {
@@ -222,5 +248,95 @@ impl State {
         let li = lanes.uct[lanes.am].0;
         t.push_str(&self.tm_proto_row(li, proto, &name(lanes.am)));
         Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::address::WorkerAddress;
+    use crate::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
+
+    /// Over shared memory (posix, sysv, cma) an endpoint's wire-up address names only the
+    /// transports of its lanes, and the peer's reverse endpoint still connects from it: a tagged
+    /// message crosses in each direction.
+    #[test]
+    fn wireup_address_names_only_the_lanes_transports() {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG | Features::RMA,
+            config: Some(UcpConfig {
+                tls: vec!["posix".into(), "sysv".into(), "cma".into()],
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut a = Worker::new(&ctx).expect("worker a");
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let full = WorkerAddress::decode(a.address()).expect("a's address");
+        assert_eq!(full.tls.len(), 3, "{:?}", full.tls);
+        let ab = a
+            .ep_create(b.address(), EpParams::default())
+            .expect("ep a->b");
+        let idx = a.st.ep_idx(ab).expect("index");
+        let sent = WorkerAddress::decode(&a.st.wireup_address(idx).expect("wire-up address"))
+            .expect("decodes");
+        let lanes = a.st.eps[idx].lanes.as_ref().expect("lanes");
+        let mut lane_tls: Vec<&str> = lanes
+            .uct
+            .iter()
+            .map(|&(li, _)| a.st.info[li].tl_name)
+            .collect();
+        lane_tls.sort_unstable();
+        lane_tls.dedup();
+        let mut sent_tls: Vec<&str> = sent.tls.iter().map(|t| t.tl_name.as_str()).collect();
+        sent_tls.sort_unstable();
+        assert_eq!(sent_tls, lane_tls);
+        assert!(sent.tls.len() < full.tls.len(), "{sent_tls:?}");
+        assert_eq!(sent.uuid, full.uuid);
+
+        // The reverse endpoint b creates from the trimmed address carries traffic both ways.
+        let mut spins = 0u64;
+        while !b.has_ep_to(a.address()).expect("decodes") {
+            a.progress();
+            b.progress();
+            spins += 1;
+            assert!(spins < 10_000_000, "no wire-up reached b (watchdog)");
+        }
+        let ba = b
+            .ep_create(a.address(), EpParams::default())
+            .expect("reverse ep");
+        exchange(&mut b, &mut a, ba, 7);
+        exchange(&mut a, &mut b, ab, 8);
+    }
+
+    /// Sends `tag` from `tx` over `ep` to a receive posted on `rx`, and checks the data.
+    fn exchange(tx: &mut Worker, rx: &mut Worker, ep: crate::EpHandle, tag: u64) {
+        let data = [tag as u8; 40];
+        let mut recv = rx.tag_recv(vec![0u8; 64], tag, u64::MAX).expect("recv");
+        let mut send = tx.tag_send(ep, tag, &data).expect("send");
+        let mut spins = 0u64;
+        let done = loop {
+            tx.progress();
+            rx.progress();
+            if let Op::Pending(r) = send {
+                send = match tx.request_take(r) {
+                    Ok(c) => Op::Done(c),
+                    Err(r) => Op::Pending(r),
+                };
+            }
+            if let Op::Pending(r) = recv {
+                recv = match rx.request_take(r) {
+                    Ok(c) => Op::Done(c),
+                    Err(r) => Op::Pending(r),
+                };
+            }
+            if let (Op::Done(_), Op::Done(c)) = (&send, &recv) {
+                break c.clone();
+            }
+            spins += 1;
+            assert!(spins < 10_000_000, "tag {tag} never arrived (watchdog)");
+        };
+        assert!(done.status.is_ok(), "{:?}", done.status);
+        assert_eq!(done.len, data.len());
+        assert_eq!(&done.buf.expect("buffer")[..data.len()], &data[..]);
     }
 }
