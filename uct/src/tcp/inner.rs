@@ -45,8 +45,13 @@ pub(crate) struct Inner {
     pub(crate) next_seq: HashMap<IfaceAddr, u64>,
     /// Connections with `wait_out` set (progress asks epoll while there are any).
     pub(crate) waiting_out: usize,
-    /// Connections with `rx_gated` set (progress asks epoll while there are any).
+    /// Connections with `rx_gated` set in the middle of a payload (progress asks epoll at
+    /// every call while there are any).
     pub(crate) gated: usize,
+    /// Connections with `rx_gated` and `gate_idle` set (quiet ones: epoll is asked for them
+    /// with the listening socket's periodic look only, so a quiet connection costs a busy
+    /// progress loop no system call per call).
+    pub(crate) idle_gated: usize,
     /// At the descriptor limit: the listening socket is out of the epoll set until this time.
     pub(crate) accept_paused_until: Option<Instant>,
     /// The pause the next descriptor-limit failure gets (doubles up to `ACCEPT_PAUSE_MAX`,
@@ -134,10 +139,7 @@ impl Inner {
             c.wait_out = false;
             self.waiting_out -= 1;
         }
-        if c.rx_gated {
-            c.rx_gated = false;
-            self.gated -= 1;
-        }
+        ungate(c, &mut self.gated, &mut self.idle_gated);
     }
 
     /// Closes a connection with `err`: completes everything outstanding with it and reports
@@ -157,10 +159,7 @@ impl Inner {
             c.wait_out = false;
             self.waiting_out -= 1;
         }
-        if c.rx_gated {
-            c.rx_gated = false;
-            self.gated -= 1;
-        }
+        ungate(c, &mut self.gated, &mut self.idle_gated);
         if let Some(s) = c.sock.take() {
             if !c.epoll_mask.is_empty() {
                 let _ = self.epoll.remove(s.as_raw_fd());
@@ -296,4 +295,18 @@ pub(super) fn iface_flush_part_done(
         let (comp, _, err) = flushes.remove(i);
         done.push_back((comp, err.map_or(Ok(0), Err)));
     }
+}
+
+/// Clears connection `c`'s `rx_gated` (if set) and takes it off its counter (`gated`, or
+/// `idle_gated` for a quiet connection). Gives true when it was gated.
+pub(super) fn ungate(c: &mut Conn, gated: &mut usize, idle_gated: &mut usize) -> bool {
+    if !std::mem::take(&mut c.rx_gated) {
+        return false;
+    }
+    if std::mem::take(&mut c.gate_idle) {
+        *idle_gated -= 1;
+    } else {
+        *gated -= 1;
+    }
+    true
 }
