@@ -95,10 +95,17 @@ impl Inner {
     /// writability; when the socket refuses bytes, the queue waits (see `Conn::wait_out`).
     #[inline]
     pub(crate) fn flush_tx(&mut self, key: usize) -> Result<()> {
-        let c = &mut self.conns[key];
+        let c = &self.conns[key];
         if c.tx.is_empty() || c.wait_out || !c.is_connected() {
             return Ok(());
         }
+        self.flush_queued(key)
+    }
+
+    /// [`Inner::flush_tx`] for a connection with queued bytes.
+    #[inline(never)]
+    fn flush_queued(&mut self, key: usize) -> Result<()> {
+        let c = &mut self.conns[key];
         let fd = c.fd();
         if c.tx.progress(fd, &mut self.done)? {
             self.tx_pool.take_back(&mut c.tx);
@@ -113,6 +120,7 @@ impl Inner {
 
     /// Closes connection `key` (its socket now) when no endpoint on either side uses it and
     /// nothing is left on it (see `Conn::unused`).
+    #[inline]
     pub(crate) fn close_if_unused(&mut self, key: usize) {
         if self.conns.get(key).is_some_and(|c| c.unused()) {
             self.fail(
