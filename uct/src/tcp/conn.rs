@@ -135,8 +135,8 @@ pub(crate) struct Conn {
     /// more bytes, and after [`GATE_AFTER`] empty polls in a row between frames; a burst
     /// of small messages (a ping-pong) is polled directly, which is what its latency wants.
     pub(crate) rx_gated: bool,
-    /// `rx_gated` after empty polls (not in a payload): epoll is asked for it only on the
-    /// calls that look at the listening socket, not at every call.
+    /// `rx_gated` after empty polls (not in a payload): epoll is asked for it on one progress
+    /// call in a few, not at every call.
     pub(crate) gate_idle: bool,
     /// Direct polls in a row that found nothing.
     pub(crate) empty_polls: u32,

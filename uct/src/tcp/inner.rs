@@ -49,8 +49,8 @@ pub(crate) struct Inner {
     /// every call while there are any).
     pub(crate) gated: usize,
     /// Connections with `rx_gated` and `gate_idle` set (quiet ones: epoll is asked for them
-    /// with the listening socket's periodic look only, so a quiet connection costs a busy
-    /// progress loop no system call per call).
+    /// on one progress call in a few, so a quiet connection does not cost a busy progress
+    /// loop a system call per call).
     pub(crate) idle_gated: usize,
     /// At the descriptor limit: the listening socket is out of the epoll set until this time.
     pub(crate) accept_paused_until: Option<Instant>,

@@ -21,9 +21,12 @@ use ucs::{Error, Result};
 /// for) meanwhile go to the socket's backlog: one `recv` of a whole 1 MiB payload made uct
 /// put_bw at 1 MiB 0.74 of UCX's; 64 KiB pieces make it 1.18.
 const DIRECT_CHUNK: usize = 64 * 1024;
-/// Progress calls between two looks at the listening socket and at quiet connections (when
-/// nothing else needs epoll).
+/// Progress calls between two looks at the listening socket (when nothing else needs epoll).
 const EPOLL_EVERY: u32 = 16;
+/// Progress calls between two looks at quiet connections (see `Conn::gate_idle`): a busy loop
+/// makes a quarter of the system calls it made asking at every call, and a message after a
+/// quiet spell waits at most this many calls, each without a system call.
+const IDLE_EPOLL_EVERY: u32 = 4;
 /// Up to this many connections, progress reads each directly instead of asking epoll.
 const DIRECT_MAX: usize = 4;
 /// Empty direct polls of a connection after which it waits for epoll (see `Conn::rx_gated`):
@@ -46,7 +49,11 @@ impl TcpIface {
         self.tick = self.tick.wrapping_add(1);
         let (events, need_epoll, few) = {
             let g = self.inner.borrow();
-            let need = g.connecting > 0 || g.force_epoll || g.waiting_out > 0 || g.gated > 0;
+            let need = g.connecting > 0
+                || g.force_epoll
+                || g.waiting_out > 0
+                || g.gated > 0
+                || g.idle_gated > 0 && self.tick.is_multiple_of(IDLE_EPOLL_EVERY);
             (g.has_events(), need, g.active.len() <= DIRECT_MAX)
         };
         if events {
@@ -54,7 +61,7 @@ impl TcpIface {
         }
         // Few connections: a non-blocking recv on each (cheaper than epoll_wait + recv, and
         // measurably lower latency); the listening socket and connects are looked at every
-        // EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
+        // EPOLL_EVERY calls, quiet connections every IDLE_EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
         let polled = !few || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY);
         if polled {
             self.poll_events();
