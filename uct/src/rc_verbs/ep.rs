@@ -8,6 +8,7 @@ use super::wire::{AmHdr, DevAddr, EpAddr, LL_ETHERNET, LL_INFINIBAND};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
 
@@ -152,6 +153,41 @@ impl RcVerbsEp {
         })
     }
 
+    /// An inline active message of the id and `parts` gathered into one stack buffer and
+    /// posted as one scatter entry (the provider then copies one piece instead of one per
+    /// part). `None` when they do not fit [`GATHER`] bytes (the caller posts the parts).
+    #[inline]
+    fn am_gathered(&mut self, id: u8, parts: &[&[u8]]) -> Option<Result<Outcome>> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if AmHdr::LEN + total > GATHER {
+            return None;
+        }
+        let mut buf = [MaybeUninit::<u8>::uninit(); GATHER];
+        buf[0].write(id);
+        let mut at = AmHdr::LEN;
+        for p in parts {
+            // SAFETY: `at + p.len() <= GATHER` (checked above), and `p` holds `p.len()` bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    p.as_ptr(),
+                    buf.as_mut_ptr().add(at).cast::<u8>(),
+                    p.len(),
+                )
+            };
+            at += p.len();
+        }
+        let mut sge = [ibv_sge {
+            addr: buf.as_ptr() as u64,
+            length: at as u32,
+            lkey: 0,
+        }];
+        // The provider copies the inline data during the call: `buf` outlives it.
+        Some(
+            self.am_send_sges(&mut sge, true, TxKind::Plain, false)
+                .map(|()| Outcome::DONE),
+        )
+    }
+
     fn am_send_sges(
         &mut self,
         sges: &mut [ibv_sge],
@@ -170,6 +206,9 @@ impl RcVerbsEp {
     }
 }
 
+/// Largest inline active message (id and parts) gathered into one buffer before posting.
+const GATHER: usize = 128;
+
 fn unsupported_atomic<T>(what: &str) -> Result<T> {
     Err(Error::Unsupported(format!(
         "rc_verbs supports 64-bit fetch-add and compare-swap only, not {what}"
@@ -187,6 +226,9 @@ impl Endpoint for RcVerbsEp {
         check_len(8 + payload.len(), max)?;
         if !self.with(|inner, k| inner.check_send(k, true))? {
             return Ok(Outcome::NoResource);
+        }
+        if let Some(r) = self.am_gathered(id, &[&header.to_le_bytes(), payload]) {
+            return r;
         }
         let idb = [id];
         let hdr = header.to_le_bytes();
@@ -229,6 +271,9 @@ impl Endpoint for RcVerbsEp {
         }
         if !self.with(|inner, k| inner.check_send(k, true))? {
             return Ok(Outcome::NoResource);
+        }
+        if let Some(r) = self.am_gathered(id, iov) {
+            return r;
         }
         let idb = [id];
         let mut sges = [ibv_sge::default(); MAX_SEND_SGE as usize];
@@ -596,6 +641,7 @@ impl Endpoint for RcVerbsEp {
                 ));
             }
             ep.pending.push_back(req);
+            inner.eps_attention = true;
             Ok(())
         })
     }

@@ -470,6 +470,25 @@ impl Cq {
         let n = unsafe { (self.poll)(self.cq.as_ptr(), wcs.len() as c_int, wcs.as_mut_ptr()) };
         usize::try_from(n).map_err(|_| n)
     }
+    /// `ibv_poll_cq` into uninitialised entries (nothing to clear before each poll): gives
+    /// the completions the provider wrote.
+    #[inline]
+    pub fn poll_uninit<'a>(
+        &self,
+        wcs: &'a mut [std::mem::MaybeUninit<ibv_wc>],
+    ) -> Result<&'a [ibv_wc], c_int> {
+        // SAFETY: valid CQ; `wcs` has room for `len` entries, which the provider only writes.
+        let n = unsafe {
+            (self.poll)(
+                self.cq.as_ptr(),
+                wcs.len() as c_int,
+                wcs.as_mut_ptr().cast::<ibv_wc>(),
+            )
+        };
+        let n = usize::try_from(n).map_err(|_| n)?.min(wcs.len());
+        // SAFETY: the provider wrote the first `n` entries.
+        Ok(unsafe { std::slice::from_raw_parts(wcs.as_ptr().cast::<ibv_wc>(), n) })
+    }
     /// `ibv_req_notify_cq` (inline in verbs.h: through the ops table).
     pub fn req_notify(&self) -> Result<(), c_int> {
         // SAFETY: valid CQ.

@@ -11,6 +11,7 @@ use crate::ep::CompletionId;
 use crate::iface::{EventSink, Iface};
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
@@ -167,6 +168,7 @@ impl RcVerbsIface {
             stash_send: Vec::with_capacity(POLL_BATCH),
             stash_recv: Vec::with_capacity(POLL_BATCH),
             scratch: Vec::with_capacity(max_eps),
+            eps_attention: false,
             recv_cq,
             send_cq,
             channel,
@@ -186,26 +188,14 @@ impl RcVerbsIface {
     }
 
     fn progress_recv<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut wcs = [ibv_wc::default(); POLL_BATCH];
-        let n = {
-            let mut inner = self.inner.borrow_mut();
-            if inner.stash_recv.is_empty() {
-                match inner.recv_cq.poll(&mut wcs) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        tracing::error!(rc = e, "ibv_poll_cq (receive) failed");
-                        0
-                    }
-                }
-            } else {
-                let n = inner.stash_recv.len();
-                wcs[..n].copy_from_slice(&inner.stash_recv);
-                inner.stash_recv.clear();
-                n
-            }
+        let mut buf = [MaybeUninit::<ibv_wc>::uninit(); POLL_BATCH];
+        let wcs = {
+            let mut g = self.inner.borrow_mut();
+            let inner = &mut *g;
+            take_wcs(&inner.recv_cq, &mut inner.stash_recv, &mut buf, "receive")
         };
         let mut count = 0;
-        for wc in &wcs[..n] {
+        for wc in wcs {
             let (key, gen, slot) = split_wr_id(wc.wr_id);
             if wc.status != ffi::IBV_WC_SUCCESS {
                 let mut inner = self.inner.borrow_mut();
@@ -254,26 +244,14 @@ impl RcVerbsIface {
     }
 
     fn progress_send<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut wcs = [ibv_wc::default(); POLL_BATCH];
-        let n = {
-            let mut inner = self.inner.borrow_mut();
-            if inner.stash_send.is_empty() {
-                match inner.send_cq.poll(&mut wcs) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        tracing::error!(rc = e, "ibv_poll_cq (send) failed");
-                        0
-                    }
-                }
-            } else {
-                let n = inner.stash_send.len();
-                wcs[..n].copy_from_slice(&inner.stash_send);
-                inner.stash_send.clear();
-                n
-            }
+        let mut buf = [MaybeUninit::<ibv_wc>::uninit(); POLL_BATCH];
+        let wcs = {
+            let mut g = self.inner.borrow_mut();
+            let inner = &mut *g;
+            take_wcs(&inner.send_cq, &mut inner.stash_send, &mut buf, "send")
         };
         let mut count = 0;
-        for wc in &wcs[..n] {
+        for wc in wcs {
             let (key, gen, seq) = split_wr_id(wc.wr_id);
             let ok = wc.status == ffi::IBV_WC_SUCCESS;
             tracing::trace!(
@@ -333,9 +311,15 @@ impl RcVerbsIface {
         count
     }
 
-    /// Reports new endpoint errors, sends owed credits, and retries pending requests.
+    /// Reports new endpoint errors, sends owed credits, and retries pending requests (called
+    /// while `eps_attention` is set; it stays set while a request waits).
+    #[inline(never)]
     fn progress_eps<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut keys = std::mem::take(&mut self.inner.borrow_mut().scratch);
+        let mut keys = {
+            let mut inner = self.inner.borrow_mut();
+            inner.eps_attention = false;
+            std::mem::take(&mut inner.scratch)
+        };
         keys.clear();
         keys.extend(self.inner.borrow().eps.iter().map(|(k, _)| k));
         let mut count = 0;
@@ -383,6 +367,11 @@ impl RcVerbsIface {
                     }
                     break;
                 }
+            }
+            // Requests still waiting need another look (credits arrive without an event).
+            let mut inner = self.inner.borrow_mut();
+            if inner.eps.get(key).is_some_and(|ep| !ep.pending.is_empty()) {
+                inner.eps_attention = true;
             }
         }
         self.inner.borrow_mut().scratch = keys;
@@ -531,9 +520,12 @@ impl Iface for RcVerbsIface {
     }
 
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut count = self.progress_send(sink);
-        count += self.progress_recv(sink);
-        count += self.progress_eps(sink);
+        // Receives first: in a ping-pong the next message is what the caller waits for.
+        let mut count = self.progress_recv(sink);
+        count += self.progress_send(sink);
+        if self.inner.borrow().eps_attention {
+            count += self.progress_eps(sink);
+        }
         count
     }
 
@@ -622,6 +614,32 @@ impl Iface for RcVerbsIface {
         }
         Ok(())
     }
+}
+
+/// The completions of one poll of `cq` (`what`: for the log), or the ones stashed by
+/// `event_arm` first, in `buf`.
+#[inline]
+fn take_wcs<'a>(
+    cq: &Cq,
+    stash: &mut Vec<ibv_wc>,
+    buf: &'a mut [MaybeUninit<ibv_wc>; POLL_BATCH],
+    what: &str,
+) -> &'a [ibv_wc] {
+    if stash.is_empty() {
+        return match cq.poll_uninit(buf) {
+            Ok(wcs) => wcs,
+            Err(e) => {
+                tracing::error!(rc = e, "ibv_poll_cq ({what}) failed");
+                &[]
+            }
+        };
+    }
+    let n = stash.len().min(POLL_BATCH);
+    for (d, s) in buf.iter_mut().zip(stash.drain(..n)) {
+        d.write(s);
+    }
+    // SAFETY: the first `n` entries were just written.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<ibv_wc>(), n) }
 }
 
 /// A 24-bit PSN that differs between runs and QPs.

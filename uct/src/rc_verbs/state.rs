@@ -152,6 +152,9 @@ pub(super) struct Inner {
     pub(super) stash_send: Vec<ibv_wc>,
     pub(super) stash_recv: Vec<ibv_wc>,
     pub(super) scratch: Vec<usize>,
+    /// Some endpoint has an unreported error, pending requests or a credit update waiting
+    /// for a send slot: progress looks at the endpoints only while this is set.
+    pub(super) eps_attention: bool,
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
@@ -299,7 +302,9 @@ impl Inner {
             return;
         }
         if ep.sq_avail == 0 {
-            return; // retried from progress when the send queue drains
+            // Retried from progress when the send queue drains.
+            self.eps_attention = true;
+            return;
         }
         let src = ep.credit.base().wrapping_add(8).cast::<u64>();
         // SAFETY: word 1 of our registered credit page, written only by us; the NIC reads it
@@ -342,6 +347,7 @@ impl Inner {
         if ep.failed.is_none() {
             tracing::debug!(ep = key, %err, "rc_verbs endpoint failed");
             ep.failed = Some(err);
+            self.eps_attention = true;
         }
     }
 

@@ -135,6 +135,9 @@ pub(crate) struct Conn {
     /// more bytes, and after [`GATE_AFTER`] empty polls in a row between frames; a burst
     /// of small messages (a ping-pong) is polled directly, which is what its latency wants.
     pub(crate) rx_gated: bool,
+    /// `rx_gated` after empty polls (not in a payload): epoll is asked for it on one progress
+    /// call in a few, not at every call.
+    pub(crate) gate_idle: bool,
     /// Direct polls in a row that found nothing.
     pub(crate) empty_polls: u32,
     /// Our endpoint on this connection was destroyed and we sent `Detach` (or queued it): no
@@ -175,6 +178,7 @@ impl Conn {
             ctl: None,
             wait_out: false,
             rx_gated: false,
+            gate_idle: false,
             empty_polls: 0,
             detached: false,
             peer_detached: false,

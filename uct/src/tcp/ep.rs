@@ -12,6 +12,7 @@ use super::{DevAddr, EpAddr};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
 
@@ -23,17 +24,23 @@ const SMALL_FRAME: usize = 256;
 /// (frame and tag headers, small payloads) with two fixed-size moves each instead of a
 /// `memcpy` call.
 #[inline(always)]
-fn put_small(b: &mut [u8; SMALL_FRAME], at: usize, p: &[u8]) {
+fn put_small(b: &mut [MaybeUninit<u8>; SMALL_FRAME], at: usize, p: &[u8]) {
     let n = p.len();
-    let dst = &mut b[at..at + n];
-    if (8..=16).contains(&n) {
-        dst[..8].copy_from_slice(&p[..8]);
-        dst[n - 8..].copy_from_slice(&p[n - 8..]);
-    } else if (4..8).contains(&n) {
-        dst[..4].copy_from_slice(&p[..4]);
-        dst[n - 4..].copy_from_slice(&p[n - 4..]);
-    } else {
-        dst.copy_from_slice(p);
+    assert!(at + n <= SMALL_FRAME);
+    let src = p.as_ptr();
+    let dst = b[at..].as_mut_ptr().cast::<u8>();
+    // SAFETY: `dst` has room for `n` bytes (checked above) and `src` holds `n` bytes; the
+    // fixed-size moves stay inside both (two overlapping ones cover 4..16 bytes).
+    unsafe {
+        if (8..=16).contains(&n) {
+            std::ptr::copy_nonoverlapping(src, dst, 8);
+            std::ptr::copy_nonoverlapping(src.add(n - 8), dst.add(n - 8), 8);
+        } else if (4..8).contains(&n) {
+            std::ptr::copy_nonoverlapping(src, dst, 4);
+            std::ptr::copy_nonoverlapping(src.add(n - 4), dst.add(n - 4), 4);
+        } else {
+            std::ptr::copy_nonoverlapping(src, dst, n);
+        }
     }
 }
 
@@ -113,13 +120,16 @@ impl TcpEp {
         {
             return None;
         }
-        let mut b = [0u8; SMALL_FRAME];
+        // Not cleared first: only the `at` bytes written below are read.
+        let mut b = [MaybeUninit::<u8>::uninit(); SMALL_FRAME];
         let mut at = 0;
         for p in pieces {
             put_small(&mut b, at, p);
             at += p.len();
         }
-        Some(match send_once(c.fd(), &b[..at]) {
+        // SAFETY: `put_small` initialised the first `at` bytes.
+        let frame = unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<u8>(), at) };
+        Some(match send_once(c.fd(), frame) {
             Ok(n) if n == at => Ok(Some(Sent::All)),
             Ok(n) => {
                 c.tx.push_pieces(&mut inner.tx_pool, pieces, n);

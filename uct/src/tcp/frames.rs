@@ -29,7 +29,7 @@ impl TcpIface {
         ev: RxEvent<'_>,
         sink: &mut S,
     ) -> Flow {
-        if let Some(flow) = self.inner.borrow_mut().setup_frame(key, ev) {
+        if let Some(flow) = self.inner.borrow_mut().setup_frame(key, &ev) {
             return flow;
         }
         let done = match ev {

@@ -18,7 +18,18 @@ impl Inner {
     /// connection must be a hello, a dial in its handshake takes only the acceptor's hello
     /// ack, and a connection that lost a simultaneous connect takes nothing. `None` for a frame
     /// of an established connection (the caller applies it).
-    pub(super) fn setup_frame(&mut self, key: usize, ev: RxEvent<'_>) -> Option<Flow> {
+    #[inline]
+    pub(super) fn setup_frame(&mut self, key: usize, ev: &RxEvent<'_>) -> Option<Flow> {
+        let c = &self.conns[key];
+        if !c.expect_hello && c.state != ConnState::Handshake && !c.rejected {
+            return None;
+        }
+        self.setup_frame_slow(key, *ev)
+    }
+
+    /// [`Inner::setup_frame`] for a connection still being set up.
+    #[inline(never)]
+    fn setup_frame_slow(&mut self, key: usize, ev: RxEvent<'_>) -> Option<Flow> {
         let c = &mut self.conns[key];
         if c.expect_hello {
             let RxEvent::Hello(h) = ev else {

@@ -205,6 +205,7 @@ impl TcpIface {
             next_seq: HashMap::new(),
             waiting_out: 0,
             gated: 0,
+            idle_gated: 0,
             accept_paused_until: None,
             accept_pause: ACCEPT_PAUSE_MIN,
             accept_log: ucs::limits::RateLimit::new(Duration::from_secs(1)),

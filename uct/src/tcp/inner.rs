@@ -45,8 +45,13 @@ pub(crate) struct Inner {
     pub(crate) next_seq: HashMap<IfaceAddr, u64>,
     /// Connections with `wait_out` set (progress asks epoll while there are any).
     pub(crate) waiting_out: usize,
-    /// Connections with `rx_gated` set (progress asks epoll while there are any).
+    /// Connections with `rx_gated` set in the middle of a payload (progress asks epoll at
+    /// every call while there are any).
     pub(crate) gated: usize,
+    /// Connections with `rx_gated` and `gate_idle` set (quiet ones: epoll is asked for them
+    /// on one progress call in a few, so a quiet connection does not cost a busy progress
+    /// loop a system call per call).
+    pub(crate) idle_gated: usize,
     /// At the descriptor limit: the listening socket is out of the epoll set until this time.
     pub(crate) accept_paused_until: Option<Instant>,
     /// The pause the next descriptor-limit failure gets (doubles up to `ACCEPT_PAUSE_MAX`,
@@ -90,10 +95,17 @@ impl Inner {
     /// writability; when the socket refuses bytes, the queue waits (see `Conn::wait_out`).
     #[inline]
     pub(crate) fn flush_tx(&mut self, key: usize) -> Result<()> {
-        let c = &mut self.conns[key];
+        let c = &self.conns[key];
         if c.tx.is_empty() || c.wait_out || !c.is_connected() {
             return Ok(());
         }
+        self.flush_queued(key)
+    }
+
+    /// [`Inner::flush_tx`] for a connection with queued bytes.
+    #[inline(never)]
+    fn flush_queued(&mut self, key: usize) -> Result<()> {
+        let c = &mut self.conns[key];
         let fd = c.fd();
         if c.tx.progress(fd, &mut self.done)? {
             self.tx_pool.take_back(&mut c.tx);
@@ -108,6 +120,7 @@ impl Inner {
 
     /// Closes connection `key` (its socket now) when no endpoint on either side uses it and
     /// nothing is left on it (see `Conn::unused`).
+    #[inline]
     pub(crate) fn close_if_unused(&mut self, key: usize) {
         if self.conns.get(key).is_some_and(|c| c.unused()) {
             self.fail(
@@ -134,10 +147,7 @@ impl Inner {
             c.wait_out = false;
             self.waiting_out -= 1;
         }
-        if c.rx_gated {
-            c.rx_gated = false;
-            self.gated -= 1;
-        }
+        ungate(c, &mut self.gated, &mut self.idle_gated);
     }
 
     /// Closes a connection with `err`: completes everything outstanding with it and reports
@@ -157,10 +167,7 @@ impl Inner {
             c.wait_out = false;
             self.waiting_out -= 1;
         }
-        if c.rx_gated {
-            c.rx_gated = false;
-            self.gated -= 1;
-        }
+        ungate(c, &mut self.gated, &mut self.idle_gated);
         if let Some(s) = c.sock.take() {
             if !c.epoll_mask.is_empty() {
                 let _ = self.epoll.remove(s.as_raw_fd());
@@ -296,4 +303,18 @@ pub(super) fn iface_flush_part_done(
         let (comp, _, err) = flushes.remove(i);
         done.push_back((comp, err.map_or(Ok(0), Err)));
     }
+}
+
+/// Clears connection `c`'s `rx_gated` (if set) and takes it off its counter (`gated`, or
+/// `idle_gated` for a quiet connection). Gives true when it was gated.
+pub(super) fn ungate(c: &mut Conn, gated: &mut usize, idle_gated: &mut usize) -> bool {
+    if !std::mem::take(&mut c.rx_gated) {
+        return false;
+    }
+    if std::mem::take(&mut c.gate_idle) {
+        *idle_gated -= 1;
+    } else {
+        *gated -= 1;
+    }
+    true
 }

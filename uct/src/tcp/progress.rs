@@ -4,7 +4,7 @@
 use super::accept::LISTENER_TOKEN;
 use super::conn::{Conn, ConnState, Req};
 use super::frames::{is_request, unknown_req};
-use super::inner::Inner;
+use super::inner::{ungate, Inner};
 use super::iov::recv_raw;
 use super::md::RegTable;
 use super::rxbuf::RxBuf;
@@ -23,6 +23,10 @@ use ucs::{Error, Result};
 const DIRECT_CHUNK: usize = 64 * 1024;
 /// Progress calls between two looks at the listening socket (when nothing else needs epoll).
 const EPOLL_EVERY: u32 = 16;
+/// Progress calls between two looks at quiet connections (see `Conn::gate_idle`): a busy loop
+/// makes a quarter of the system calls it made asking at every call, and a message after a
+/// quiet spell waits at most this many calls, each without a system call.
+const IDLE_EPOLL_EVERY: u32 = 4;
 /// Up to this many connections, progress reads each directly instead of asking epoll.
 const DIRECT_MAX: usize = 4;
 /// Empty direct polls of a connection after which it waits for epoll (see `Conn::rx_gated`):
@@ -45,7 +49,11 @@ impl TcpIface {
         self.tick = self.tick.wrapping_add(1);
         let (events, need_epoll, few) = {
             let g = self.inner.borrow();
-            let need = g.connecting > 0 || g.force_epoll || g.waiting_out > 0 || g.gated > 0;
+            let need = g.connecting > 0
+                || g.force_epoll
+                || g.waiting_out > 0
+                || g.gated > 0
+                || g.idle_gated > 0 && self.tick.is_multiple_of(IDLE_EPOLL_EVERY);
             (g.has_events(), need, g.active.len() <= DIRECT_MAX)
         };
         if events {
@@ -53,7 +61,7 @@ impl TcpIface {
         }
         // Few connections: a non-blocking recv on each (cheaper than epoll_wait + recv, and
         // measurably lower latency); the listening socket and connects are looked at every
-        // EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
+        // EPOLL_EVERY calls, quiet connections every IDLE_EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
         let polled = !few || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY);
         if polled {
             self.poll_events();
@@ -149,7 +157,8 @@ impl TcpIface {
     /// One `epoll_wait(0)`: marks the sockets it reports. Gives the number of events.
     #[inline]
     fn poll_batch(&mut self) -> usize {
-        let mut inner = self.inner.borrow_mut();
+        let mut g = self.inner.borrow_mut();
+        let inner = &mut *g;
         let n = match inner.epoll.wait(&mut self.events, Some(Duration::ZERO)) {
             Ok(n) => n,
             Err(e) => {
@@ -173,15 +182,14 @@ impl TcpIface {
                 continue;
             };
             let err = Ready::ERROR | Ready::HANGUP;
-            let (mut ungate, mut unblock) = (false, false);
+            let mut unblock = false;
             if flags.intersects(Ready::READABLE | err) {
                 c.readable = true;
-                ungate = std::mem::take(&mut c.rx_gated);
+                ungate(c, &mut inner.gated, &mut inner.idle_gated);
             }
             if flags.intersects(Ready::WRITABLE | err) {
                 unblock = std::mem::take(&mut c.wait_out);
             }
-            inner.gated -= ungate as usize;
             inner.waiting_out -= unblock as usize;
             let Some(c) = inner.conns.get_mut(key) else {
                 continue;
@@ -285,9 +293,13 @@ impl TcpIface {
     ) -> (Flow, bool, usize) {
         let mut count = 0;
         loop {
+            if !rxb.has_data() {
+                // Everything consumed (the decoder would only say that it wants more).
+                return (Flow::Continue, true, count);
+            }
             // Before a request frame (it will queue a response), make sure the response fits;
             // otherwise stop reading this connection until the send queue drains.
-            if rxb.reasm.at_boundary() && rxb.has_data() && is_request(rxb.buf[rxb.head]) {
+            if rxb.reasm.at_boundary() && is_request(rxb.buf[rxb.head]) {
                 let g = self.inner.borrow();
                 if !g.conns[key].tx.fits_response() {
                     drop(g);
@@ -530,8 +542,13 @@ impl Inner {
         let streaming = c.rx.reasm.streaming().is_some();
         if !c.rx_gated && (streaming || c.empty_polls >= GATE_AFTER) {
             c.rx_gated = true;
+            c.gate_idle = !streaming;
             c.empty_polls = 0;
-            self.gated += 1;
+            if streaming {
+                self.gated += 1;
+            } else {
+                self.idle_gated += 1;
+            }
         }
     }
 

@@ -158,11 +158,18 @@ fn quiet_connection_waits_for_epoll_and_still_receives() {
     run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| sb.ams.len() == 1);
     // Nothing arrives for a while: b stops polling the socket and waits for epoll.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while b.inner.borrow().gated == 0 {
+    while b.inner.borrow().idle_gated == 0 {
         b.progress(&mut sb);
         assert!(Instant::now() < deadline, "watchdog: never gated");
     }
-    assert!(b.inner.borrow().conns.iter().any(|(_, c)| c.rx_gated));
+    assert!(b
+        .inner
+        .borrow()
+        .conns
+        .iter()
+        .any(|(_, c)| c.rx_gated && c.gate_idle));
+    // A quiet connection is not one epoll waits for at every call (that is for payloads).
+    assert_eq!(b.inner.borrow().gated, 0);
     // Messages still arrive, complete and in order, and the connection is polled again.
     for i in 1..=50u64 {
         assert!(ep.am_short(0, i, b"after").unwrap().is_done());
@@ -172,6 +179,7 @@ fn quiet_connection_waits_for_epoll_and_still_receives() {
         assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), i as u64);
     }
     assert_eq!(b.inner.borrow().gated, 0);
+    assert_eq!(b.inner.borrow().idle_gated, 0);
     // A large put is received with the connection waiting for epoll in the middle of the
     // payload, and lands whole.
     let md = TcpMd::new();

@@ -341,6 +341,25 @@ impl FrameHeader {
         b
     }
 
+    /// The header at the start of `buf` when it is a valid `Am` header (the common frame,
+    /// checked in a few instructions); `None` for anything else, which [`FrameHeader::decode`]
+    /// then reads or rejects.
+    #[inline]
+    pub fn decode_am(buf: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::LEN] = buf.get(..Self::LEN)?.try_into().ok()?;
+        let length = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let ok = b[0] == Kind::Am as u8
+            && b[1] < crate::ep::AM_ID_MAX
+            && b[2] == 0
+            && b[3] == 0
+            && length as usize <= MAX_AM_BODY;
+        ok.then_some(FrameHeader {
+            kind: Kind::Am,
+            am_id: b[1],
+            length,
+        })
+    }
+
     /// Reads and validates a header: kind, flags, AM id and the body length against the kind.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
         need("frame header", buf, Self::LEN)?;

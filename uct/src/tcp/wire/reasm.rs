@@ -165,6 +165,13 @@ impl Reassembler {
                 Ok((n, Some(stream_event(sub, chunk))))
             }
             State::Header => {
+                if let Some(h) = FrameHeader::decode_am(input) {
+                    let want = FrameHeader::LEN + h.length as usize;
+                    let Some(data) = input.get(FrameHeader::LEN..want) else {
+                        return Ok((0, None));
+                    };
+                    return Ok((want, Some(RxEvent::Am { id: h.am_id, data })));
+                }
                 if input.len() < FrameHeader::LEN {
                     return Ok((0, None));
                 }

@@ -27,6 +27,49 @@ fn header_round_trip_and_truncation() {
 }
 
 #[test]
+fn am_fast_decode_agrees_with_the_decoder() {
+    let ok = FrameHeader::new(Kind::Am, 7, 100).to_bytes();
+    assert_eq!(
+        FrameHeader::decode_am(&ok),
+        Some(FrameHeader::decode(&ok).unwrap())
+    );
+    assert_eq!(FrameHeader::decode_am(&ok[..7]), None);
+    // Everything the fast check declines is left to the decoder, which reads or rejects it.
+    let mut cases = Vec::new();
+    let mut flags = ok;
+    flags[2] = 1;
+    cases.push(flags);
+    let mut id = ok;
+    id[1] = crate::ep::AM_ID_MAX;
+    cases.push(id);
+    let mut big = ok;
+    big[4..].copy_from_slice(&(MAX_AM_BODY as u32 + 1).to_le_bytes());
+    cases.push(big);
+    for b in &cases {
+        assert_eq!(FrameHeader::decode_am(b), None);
+        assert!(FrameHeader::decode(b).is_err());
+    }
+    let put = FrameHeader::new(Kind::Put, 0, 8).to_bytes();
+    assert_eq!(FrameHeader::decode_am(&put), None);
+    assert!(FrameHeader::decode(&put).is_ok());
+    // The reassembler takes an Am frame whole, and waits for a partial one.
+    let f = frame(Kind::Am, 3, &[], b"abcdefgh");
+    let mut r = Reassembler::new();
+    assert_eq!(r.next(&f[..f.len() - 1]), Ok((0, None)));
+    assert_eq!(
+        r.next(&f),
+        Ok((
+            f.len(),
+            Some(RxEvent::Am {
+                id: 3,
+                data: b"abcdefgh"
+            })
+        ))
+    );
+    assert!(r.at_boundary());
+}
+
+#[test]
 fn header_rejects_bad_fields() {
     let mut b = FrameHeader::new(Kind::Am, 1, 4).to_bytes();
     b[0] = 99;
