@@ -65,8 +65,8 @@ impl Nbx {
     }
 }
 
-/// Reads a `ucp_request_param_t`: unknown bits, and memory types other than host, are
-/// refused; `FORCE_IMM_CMPL` is not supported; the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are
+/// Reads a `ucp_request_param_t`: unknown field bits, and memory types other than host, are
+/// refused (unknown flag bits are ignored, as UCX does); `FORCE_IMM_CMPL` is not supported; the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are
 /// accepted and have no effect.
 ///
 /// # Safety
@@ -156,17 +156,24 @@ fn read_param(p: &RequestParam) -> Nbx {
     }
 }
 
-/// The checks of `op_attr_mask` bits hot calls do not carry: unknown bits, `FORCE_IMM_CMPL`,
-/// a memory type other than host.
+/// `op_attr_mask` bits that name fields (the low 16); the high 16 are flags.
+const OP_ATTR_FIELDS: u32 = 0xffff;
+
+/// The checks of `op_attr_mask` bits hot calls do not carry: unknown field bits (refused),
+/// unknown flag bits (ignored, as UCX does), `FORCE_IMM_CMPL`, a memory type other than host.
 #[cold]
 #[inline(never)]
 fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
     check_mask(
         name,
         "ucp_request_param_t.op_attr_mask",
-        p.op_attr_mask as u64,
-        UCP_OP_ATTR_KNOWN as u64,
+        (p.op_attr_mask & OP_ATTR_FIELDS) as u64,
+        (UCP_OP_ATTR_KNOWN & OP_ATTR_FIELDS) as u64,
     )?;
+    let stray = p.op_attr_mask & !OP_ATTR_FIELDS & !UCP_OP_ATTR_KNOWN;
+    if stray != 0 {
+        tracing::debug!("{name}: ignoring unknown op_attr_mask flags {stray:#x}");
+    }
     let has = |b: u32| p.op_attr_mask & b != 0;
     if has(UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) {
         return Err(refuse(
