@@ -384,7 +384,7 @@ unsafe fn tag_recv(
     tag: Tag,
     mask: Tag,
     msg: Option<*mut c_void>,
-    args: OpArgs,
+    args: impl FnOnce() -> OpArgs,
 ) -> StatusPtr {
     let w = match worker_ref(name, worker) {
         Ok(w) => w,
@@ -420,7 +420,7 @@ unsafe fn tag_recv(
     if let (Finish::Copy { dst, cap }, None) = (&finish, &message) {
         // SAFETY: the client keeps its buffer until the request completes (the contract of
         // every UCX receive).
-        return unsafe { recv_contig(name, w, *dst, *cap, tag, mask, &args) };
+        return unsafe { recv_contig(name, w, *dst, *cap, tag, mask, args) };
     }
     let (res, finish) = {
         let mut i = w.inner.borrow_mut();
@@ -448,7 +448,7 @@ unsafe fn tag_recv(
             }
         }
     };
-    submit(name, w, res, &args, finish)
+    submit(name, w, res, &args(), finish)
 }
 
 /// `ucs_status_ptr_t ucp_tag_recv_nb(ucp_worker_h worker, void *buffer, size_t count,
@@ -473,7 +473,15 @@ pub unsafe extern "C" fn ucp_tag_recv_nb(
         // SAFETY: forwarded.
         unsafe {
             tag_recv(
-                NAME, worker, buffer, count, datatype, tag, tag_mask, None, args,
+                NAME,
+                worker,
+                buffer,
+                count,
+                datatype,
+                tag,
+                tag_mask,
+                None,
+                || args,
             )
         }
     })
@@ -496,10 +504,11 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
     const NAME: &str = "ucp_tag_recv_nbx";
     ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let p = match unsafe { parse_param(NAME, param, false) } {
+        let p = match unsafe { check_param(NAME, param) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
+        // The request fields are read only when a request is made.
         // SAFETY: forwarded.
         unsafe {
             tag_recv(
@@ -507,11 +516,11 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
                 worker,
                 buffer,
                 count,
-                p.datatype,
+                param_datatype(p),
                 tag,
                 tag_mask,
                 None,
-                p.recv_args(),
+                || read_param(p).recv_args(),
             )
         }
     })
@@ -596,7 +605,7 @@ pub unsafe extern "C" fn ucp_tag_msg_recv_nb(
                 0,
                 0,
                 Some(message),
-                args,
+                || args,
             )
         }
     })
@@ -633,7 +642,7 @@ pub unsafe extern "C" fn ucp_tag_msg_recv_nbx(
                 0,
                 0,
                 Some(message),
-                p.recv_args(),
+                || p.recv_args(),
             )
         }
     })

@@ -2,8 +2,9 @@
 //! the periodic keepalive sweep (send keepalives, fail silent peers) and the deadline of each
 //! flush close waiting for its CLOSE_ACK.
 //!
-//! `State::next_timer` caches the earliest deadline, so progress spends one comparison per call
-//! on timers, and a sleeper bounds its sleep with it.
+//! `State::next_timer` caches the earliest deadline, so progress spends one comparison on timers
+//! per call that reads the clock (a timer added already due marks the clock stale, so the next
+//! call reads it), and a sleeper bounds its sleep with it.
 #![cfg_attr(
     not(test),
     deny(
@@ -57,6 +58,10 @@ impl State {
     ) -> ucs::Result<TimerId> {
         let id = self.timers.queue.add(deadline, period, what)?;
         self.next_timer = self.next_timer.min(deadline);
+        if deadline <= self.now_cache {
+            // Due already: the next progress call reads the clock and runs it.
+            self.clock_stale = true;
+        }
         Ok(id)
     }
 
