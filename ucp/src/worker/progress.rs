@@ -44,7 +44,12 @@ impl Worker {
         // (`add_timer` marks the clock stale then): calls that read no clock skip the test.
         let clock_read = self.tick.is_multiple_of(CLOCK_PERIOD) || self.st.clock_stale;
         if clock_read {
-            self.st.now_cache = self.st.clock.now_coarse();
+            // The coarse clock may lag the fine reading the worker started with: the cache
+            // never goes back (a timer due at the cached time stays due).
+            let now = self.st.clock.now_coarse();
+            if now > self.st.now_cache {
+                self.st.now_cache = now;
+            }
             self.st.clock_stale = false;
         }
         let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);

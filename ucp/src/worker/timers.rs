@@ -135,3 +135,39 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Timer;
+    use crate::{Context, ContextParams, Features, UcpConfig, Worker};
+    use std::time::Duration;
+
+    /// A timer added already due runs on the next progress call, whichever call that is (the
+    /// clock is read only on some calls; adding a due timer marks it stale).
+    #[test]
+    fn a_timer_added_due_runs_on_the_next_progress_call() {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: vec!["tcp".into()],
+                keepalive_interval: None,
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut w = Worker::new(&ctx).expect("worker");
+        for round in 0..40u32 {
+            let now = w.st.now_cache;
+            w.st.add_timer(now, None, Timer::CloseTimeout)
+                .expect("add_timer");
+            assert_eq!(w.st.next_timer, now, "round {round}: next_timer");
+            w.progress();
+            assert_eq!(
+                w.st.next_timer,
+                Duration::MAX,
+                "round {round} (tick {}): the due timer did not run",
+                w.tick
+            );
+        }
+    }
+}
