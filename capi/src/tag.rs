@@ -66,8 +66,8 @@ impl Nbx {
 }
 
 /// Reads a `ucp_request_param_t`: unknown field bits, and memory types other than host, are
-/// refused (unknown flag bits are ignored, as UCX does); `FORCE_IMM_CMPL` is not supported; the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are
-/// accepted and have no effect.
+/// refused (unknown flag bits are ignored, as UCX does); `FORCE_IMM_CMPL` is not supported;
+/// the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are accepted and have no effect.
 ///
 /// # Safety
 /// `param` NULL or valid.
