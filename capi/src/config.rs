@@ -170,7 +170,7 @@ pub fn read(prefix: Option<&str>) -> Result<UcpConfig, String> {
 }
 
 /// `ucs_status_t ucp_config_read(const char *env_prefix, const char *filename,
-/// ucp_config_t **config_p)`. A configuration file is not supported (`filename` must be NULL).
+/// ucp_config_t **config_p)`. `filename` is ignored, as UCX 1.13 does.
 ///
 /// # Safety
 /// `env_prefix` NULL or a C string; `config_p` a writable pointer.
@@ -186,11 +186,8 @@ pub unsafe extern "C" fn ucp_config_read(
             return refuse(NAME, UCS_ERR_INVALID_PARAM, "config_p is NULL");
         }
         if !filename.is_null() {
-            return refuse(
-                NAME,
-                UCS_ERR_UNSUPPORTED,
-                "rucx reads no configuration file",
-            );
+            // UCX 1.13 does not read it either.
+            tracing::debug!("{NAME}: ignoring the configuration file name");
         }
         let prefix = if env_prefix.is_null() {
             None
@@ -229,7 +226,8 @@ pub unsafe extern "C" fn ucp_config_release(config: *mut Config) {
 
 /// `ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)`:
 /// sets one of the mapped settings (`TLS`, `NET_DEVICES`, `RNDV_THRESH`, `ZCOPY_THRESH`,
-/// `RNDV_SCHEME`, `KEEPALIVE_INTERVAL`; a `UCX_` prefix is accepted) with a UCX-syntax value.
+/// `RNDV_SCHEME`, `KEEPALIVE_INTERVAL`; a `UCX_` prefix is accepted) with a UCX-syntax value:
+/// another name gives `UCS_ERR_NO_ELEM`, a bad value `UCS_ERR_INVALID_PARAM`.
 ///
 /// # Safety
 /// Valid pointers from the caller.
@@ -254,9 +252,15 @@ pub unsafe extern "C" fn ucp_config_modify(
         let n = n.strip_prefix("UCX_").unwrap_or(&n).to_ascii_uppercase();
         // SAFETY: a live configuration.
         let cfg = unsafe { &mut (*config).ucp };
+        // As UCX: an unknown name is UCS_ERR_NO_ELEM, a bad value UCS_ERR_INVALID_PARAM.
+        let status = if MAPPED.contains(&n.as_str()) {
+            UCS_ERR_INVALID_PARAM
+        } else {
+            UCS_ERR_NO_ELEM
+        };
         match apply(cfg, &n, &v) {
             Ok(()) => UCS_OK,
-            Err(why) => refuse(NAME, UCS_ERR_NO_ELEM, format!("{n}={v:?}: {why}")),
+            Err(why) => refuse(NAME, status, format!("{n}={v:?}: {why}")),
         }
     })
 }

@@ -80,10 +80,17 @@ unsafe fn create(
     } else {
         0
     };
+    // As UCX: an empty set is only warned about, and bits of features this library does not
+    // know are ignored (a client built against a newer header may pass them).
     if features == 0 {
-        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "no feature requested"));
+        tracing::warn!("{name}: empty features set passed to ucp context create");
     }
-    check_mask(name, "ucp_params_t.features", features, FEATURES_KNOWN)?;
+    if features & !FEATURES_KNOWN != 0 {
+        tracing::debug!(
+            "{name}: ignoring unknown feature bits {:#x}",
+            features & !FEATURES_KNOWN
+        );
+    }
     let features = Features::from_bits_truncate(features as u32);
     let cfg = if config.is_null() {
         crate::config::read(None).map_err(|why| refuse(name, UCS_ERR_INVALID_PARAM, why))?

@@ -170,19 +170,13 @@ pub unsafe extern "C" fn ucp_ep_create(
         if !has(UCP_EP_PARAM_FIELD_REMOTE_ADDRESS) || p.address.is_null() {
             return refuse(NAME, UCS_ERR_INVALID_PARAM, "no remote address");
         }
+        // As UCX: a mode other than PEER is NONE, and flags other than NO_LOOPBACK (the
+        // client/server ones included) do nothing for an endpoint to a worker address.
         if has(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE) && p.err_mode > UCP_ERR_HANDLING_MODE_PEER {
-            return refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                format!("error handling mode {}", p.err_mode),
-            );
+            tracing::debug!("{NAME}: error handling mode {} taken as NONE", p.err_mode);
         }
-        if has(UCP_EP_PARAM_FIELD_FLAGS) && p.flags & !(UCP_EP_PARAMS_FLAGS_NO_LOOPBACK) != 0 {
-            return refuse(
-                NAME,
-                UCS_ERR_UNSUPPORTED,
-                format!("endpoint flags {:#x}", p.flags),
-            );
+        if has(UCP_EP_PARAM_FIELD_FLAGS) && p.flags & !UCP_EP_PARAMS_FLAGS_NO_LOOPBACK != 0 {
+            tracing::debug!("{NAME}: ignoring endpoint flags {:#x}", p.flags);
         }
         // SAFETY: the address starts with its 4-byte length (see worker::client_address).
         let bytes = unsafe {
@@ -290,14 +284,8 @@ pub unsafe extern "C" fn ucp_ep_close_nb(ep: *mut Ep, mode: c_uint) -> StatusPtr
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         let m = match mode {
             UCP_EP_CLOSE_MODE_FORCE => CloseMode::Force,
-            UCP_EP_CLOSE_MODE_FLUSH => CloseMode::Flush,
-            _ => {
-                return status_ptr(refuse(
-                    NAME,
-                    UCS_ERR_INVALID_PARAM,
-                    format!("close mode {mode}"),
-                ))
-            }
+            // As UCX: every mode but FORCE flushes.
+            _ => CloseMode::Flush,
         };
         close(NAME, ep, m, OpArgs::with_cb(Cb::None, false))
     })
@@ -386,7 +374,8 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
     const NAME: &str = "ucp_ep_flush_nb";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         if flags != 0 {
-            return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, "flags must be 0"));
+            // Reserved in UCX, which ignores them.
+            tracing::debug!("{NAME}: ignoring flags {flags:#x}");
         }
         let (w, h) = match ep_ref(NAME, ep) {
             Ok(x) => x,

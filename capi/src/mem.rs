@@ -217,11 +217,8 @@ pub unsafe extern "C" fn ucp_mem_map(
             0
         };
         if flags & !(UCP_MEM_MAP_NONBLOCK | UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED) != 0 {
-            return refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                format!("unknown flags {flags:#x}"),
-            );
+            // UCX tests the bits it knows and ignores the others.
+            tracing::debug!("{NAME}: ignoring unknown flags {flags:#x}");
         }
         if has(UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE)
             && p.memory_type != UCS_MEMORY_TYPE_HOST

@@ -439,20 +439,21 @@ pub unsafe fn recv_contig(
     cap: usize,
     tag: u64,
     mask: u64,
-    args: &OpArgs,
+    args: impl FnOnce() -> OpArgs,
 ) -> StatusPtr {
     let mut inner = w.inner.borrow_mut();
     // SAFETY: forwarded contract.
     match unsafe { inner.w.tag_recv_raw(dst, cap, tag, mask) } {
         Ok(Op::Pending(r)) => {
-            let (h, pooled) = request_mem(w, args);
+            let args = args();
+            let (h, pooled) = request_mem(w, &args);
             // A receive that finished meanwhile has its result queued with the token (for
             // `complete`): nothing reads the header before this call returns.
             let id = inner.w.request_into_hook(r, h as u64);
             drop(inner);
             match id {
                 Ok(id) => {
-                    write_header(h, w, args, pooled, Some(id), Finish::None);
+                    write_header(h, w, &args, pooled, Some(id), Finish::None);
                     user_of(h)
                 }
                 Err(e) => {
@@ -465,7 +466,7 @@ pub unsafe fn recv_contig(
         }
         Ok(Op::Done(c)) => {
             drop(inner);
-            submit_done(w, args, Finish::None, c)
+            submit_done(w, &args(), Finish::None, c)
         }
         Err(e) => {
             drop(inner);

@@ -65,9 +65,9 @@ impl Nbx {
     }
 }
 
-/// Reads a `ucp_request_param_t`: unknown bits, and memory types other than host, are
-/// refused; `FORCE_IMM_CMPL` is not supported; the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are
-/// accepted and have no effect.
+/// Reads a `ucp_request_param_t`: unknown field bits, and memory types other than host, are
+/// refused (unknown flag bits are ignored, as UCX does); `FORCE_IMM_CMPL` is not supported;
+/// the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are accepted and have no effect.
 ///
 /// # Safety
 /// `param` NULL or valid.
@@ -156,17 +156,24 @@ fn read_param(p: &RequestParam) -> Nbx {
     }
 }
 
-/// The checks of `op_attr_mask` bits hot calls do not carry: unknown bits, `FORCE_IMM_CMPL`,
-/// a memory type other than host.
+/// `op_attr_mask` bits that name fields (the low 16); the high 16 are flags.
+const OP_ATTR_FIELDS: u32 = 0xffff;
+
+/// The checks of `op_attr_mask` bits hot calls do not carry: unknown field bits (refused),
+/// unknown flag bits (ignored, as UCX does), `FORCE_IMM_CMPL`, a memory type other than host.
 #[cold]
 #[inline(never)]
 fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
     check_mask(
         name,
         "ucp_request_param_t.op_attr_mask",
-        p.op_attr_mask as u64,
-        UCP_OP_ATTR_KNOWN as u64,
+        (p.op_attr_mask & OP_ATTR_FIELDS) as u64,
+        (UCP_OP_ATTR_KNOWN & OP_ATTR_FIELDS) as u64,
     )?;
+    let stray = p.op_attr_mask & !OP_ATTR_FIELDS & !UCP_OP_ATTR_KNOWN;
+    if stray != 0 {
+        tracing::debug!("{name}: ignoring unknown op_attr_mask flags {stray:#x}");
+    }
     let has = |b: u32| p.op_attr_mask & b != 0;
     if has(UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) {
         return Err(refuse(
@@ -377,7 +384,7 @@ unsafe fn tag_recv(
     tag: Tag,
     mask: Tag,
     msg: Option<*mut c_void>,
-    args: OpArgs,
+    args: impl FnOnce() -> OpArgs,
 ) -> StatusPtr {
     let w = match worker_ref(name, worker) {
         Ok(w) => w,
@@ -413,7 +420,7 @@ unsafe fn tag_recv(
     if let (Finish::Copy { dst, cap }, None) = (&finish, &message) {
         // SAFETY: the client keeps its buffer until the request completes (the contract of
         // every UCX receive).
-        return unsafe { recv_contig(name, w, *dst, *cap, tag, mask, &args) };
+        return unsafe { recv_contig(name, w, *dst, *cap, tag, mask, args) };
     }
     let (res, finish) = {
         let mut i = w.inner.borrow_mut();
@@ -441,7 +448,7 @@ unsafe fn tag_recv(
             }
         }
     };
-    submit(name, w, res, &args, finish)
+    submit(name, w, res, &args(), finish)
 }
 
 /// `ucs_status_ptr_t ucp_tag_recv_nb(ucp_worker_h worker, void *buffer, size_t count,
@@ -466,7 +473,15 @@ pub unsafe extern "C" fn ucp_tag_recv_nb(
         // SAFETY: forwarded.
         unsafe {
             tag_recv(
-                NAME, worker, buffer, count, datatype, tag, tag_mask, None, args,
+                NAME,
+                worker,
+                buffer,
+                count,
+                datatype,
+                tag,
+                tag_mask,
+                None,
+                || args,
             )
         }
     })
@@ -489,10 +504,11 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
     const NAME: &str = "ucp_tag_recv_nbx";
     ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let p = match unsafe { parse_param(NAME, param, false) } {
+        let p = match unsafe { check_param(NAME, param) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
+        // The request fields are read only when a request is made.
         // SAFETY: forwarded.
         unsafe {
             tag_recv(
@@ -500,11 +516,11 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
                 worker,
                 buffer,
                 count,
-                p.datatype,
+                param_datatype(p),
                 tag,
                 tag_mask,
                 None,
-                p.recv_args(),
+                || read_param(p).recv_args(),
             )
         }
     })
@@ -589,7 +605,7 @@ pub unsafe extern "C" fn ucp_tag_msg_recv_nb(
                 0,
                 0,
                 Some(message),
-                args,
+                || args,
             )
         }
     })
@@ -626,7 +642,7 @@ pub unsafe extern "C" fn ucp_tag_msg_recv_nbx(
                 0,
                 0,
                 Some(message),
-                p.recv_args(),
+                || p.recv_args(),
             )
         }
     })

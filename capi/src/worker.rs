@@ -556,10 +556,10 @@ pub unsafe extern "C" fn ucp_worker_query(worker: *mut Worker, attr: *mut Worker
                 0
             };
             if flags & !UCP_WORKER_ADDRESS_FLAG_NET_ONLY != 0 {
-                return refuse(
-                    NAME,
-                    UCS_ERR_INVALID_PARAM,
-                    format!("unknown address flags {flags:#x}"),
+                // UCX tests the bit it knows and ignores the others.
+                tracing::debug!(
+                    "{NAME}: ignoring unknown address flags {:#x}",
+                    flags & !UCP_WORKER_ADDRESS_FLAG_NET_ONLY
                 );
             }
             let _g = w.lock.lock();
@@ -609,7 +609,8 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
             Err(s) => return status_ptr(s),
         };
         if flags != 0 {
-            return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, "flags must be 0"));
+            // Reserved in UCX, which ignores them.
+            tracing::debug!("{NAME}: ignoring flags {flags:#x}");
         }
         let _g = w.lock.lock();
         let res = w.inner.borrow_mut().w.flush();
@@ -659,6 +660,9 @@ pub unsafe extern "C" fn ucp_worker_flush_nbx(
     })
 }
 
+/// The first flag bit UCX keeps for itself in AM handler flags.
+const AM_CB_PRIV_FIRST_FLAG: u32 = 1 << 15;
+
 /// `ucs_status_t ucp_worker_set_am_handler(ucp_worker_h worker, uint16_t id,
 /// ucp_am_callback_t cb, void *arg, uint32_t flags)`: the handler of active message `id`
 /// (called from `ucp_worker_progress` with the whole message; the data is valid during the
@@ -680,12 +684,17 @@ pub unsafe extern "C" fn ucp_worker_set_am_handler(
             Ok(w) => w,
             Err(s) => return s,
         };
-        if flags & !(UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA) != 0 {
+        // As UCX: bits from UCP_AM_CB_PRIV_FIRST_FLAG (bit 15) up are refused, other unknown
+        // bits ignored.
+        if flags >= AM_CB_PRIV_FIRST_FLAG {
             return refuse(
                 NAME,
                 UCS_ERR_INVALID_PARAM,
-                format!("unknown flags {flags:#x}"),
+                format!("unsupported flags {flags:#x}"),
             );
+        }
+        if flags & !(UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA) != 0 {
+            tracing::debug!("{NAME}: ignoring unknown flags {flags:#x}");
         }
         let _g = w.lock.lock();
         let mut i = w.inner.borrow_mut();

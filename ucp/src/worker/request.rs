@@ -210,7 +210,7 @@ impl Worker {
     /// already has its result queued for [`Worker::take_done_tokens`] with the token (so the
     /// hook never runs inside this call). Gives the request's plain id (for
     /// [`Worker::request_cancel_id`]).
-    #[inline]
+    #[inline(always)]
     pub fn request_into_hook(&mut self, req: Request, token: u64) -> Result<RequestId> {
         let key = req.key as usize;
         let gen = req.gen();

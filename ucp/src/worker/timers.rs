@@ -2,8 +2,9 @@
 //! the periodic keepalive sweep (send keepalives, fail silent peers) and the deadline of each
 //! flush close waiting for its CLOSE_ACK.
 //!
-//! `State::next_timer` caches the earliest deadline, so progress spends one comparison per call
-//! on timers, and a sleeper bounds its sleep with it.
+//! `State::next_timer` caches the earliest deadline, so progress spends one comparison on timers
+//! per call that reads the clock (a timer added already due marks the clock stale, so the next
+//! call reads it), and a sleeper bounds its sleep with it.
 #![cfg_attr(
     not(test),
     deny(
@@ -57,6 +58,10 @@ impl State {
     ) -> ucs::Result<TimerId> {
         let id = self.timers.queue.add(deadline, period, what)?;
         self.next_timer = self.next_timer.min(deadline);
+        if deadline <= self.now_cache {
+            // Due already: the next progress call reads the clock and runs it.
+            self.clock_stale = true;
+        }
         Ok(id)
     }
 
@@ -127,6 +132,42 @@ impl State {
                 true
             }
             None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timer;
+    use crate::{Context, ContextParams, Features, UcpConfig, Worker};
+    use std::time::Duration;
+
+    /// A timer added already due runs on the next progress call, whichever call that is (the
+    /// clock is read only on some calls; adding a due timer marks it stale).
+    #[test]
+    fn a_timer_added_due_runs_on_the_next_progress_call() {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: vec!["tcp".into()],
+                keepalive_interval: None,
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut w = Worker::new(&ctx).expect("worker");
+        for round in 0..40u32 {
+            let now = w.st.now_cache;
+            w.st.add_timer(now, None, Timer::CloseTimeout)
+                .expect("add_timer");
+            assert_eq!(w.st.next_timer, now, "round {round}: next_timer");
+            w.progress();
+            assert_eq!(
+                w.st.next_timer,
+                Duration::MAX,
+                "round {round} (tick {}): the due timer did not run",
+                w.tick
+            );
         }
     }
 }
