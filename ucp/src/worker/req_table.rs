@@ -75,10 +75,11 @@ impl ReqTable {
         if let Some(k) = self.free.pop() {
             let k = k as usize;
             if let Some(r) = self.slots.get_mut(k) {
-                // A vacant slot has no result and `Notify::Take` already.
+                // A vacant slot has no result and `Notify::Take` already, and its kind
+                // (`Close`) owns nothing: it is overwritten without running its drop code.
                 r.gen = gen;
                 r.ep = ep;
-                r.kind = kind;
+                std::mem::forget(std::mem::replace(&mut r.kind, kind));
                 return k;
             }
         }

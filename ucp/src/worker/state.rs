@@ -453,6 +453,18 @@ pub(crate) struct Done {
 }
 
 impl Done {
+    /// A result as the slot keeps it (the error boxed).
+    #[inline(always)]
+    pub(crate) fn new(status: Result<()>, buf: Option<Vec<u8>>, len: usize, tag: u64) -> Done {
+        Done {
+            status: status.map_err(Box::new),
+            buf,
+            len,
+            tag,
+            value: 0,
+        }
+    }
+
     /// The status the request finished with.
     pub(crate) fn status(&self) -> Result<()> {
         self.status.as_ref().map_err(|e| (**e).clone()).copied()
