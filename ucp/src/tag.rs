@@ -16,11 +16,12 @@ pub mod matcher;
 pub(crate) mod offload;
 mod recv;
 mod send;
+pub(crate) mod small;
 
 use crate::request::Op;
 use crate::rma::raw_mem::RecvBuf;
 use crate::rma::MemMap;
-use crate::worker::state::{SendData, UnexpKind};
+use crate::worker::state::SendData;
 use crate::worker::{EpHandle, Message, ProbeInfo, Worker};
 use ucs::Result;
 
@@ -94,10 +95,13 @@ impl Worker {
     #[inline]
     pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
         let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
-        let len = match &self.st.unexp[uid as usize].kind {
-            UnexpKind::Inline { len, .. } => usize::from(*len),
-            UnexpKind::Eager { total, .. } => *total,
-            UnexpKind::Rts { len, .. } => *len,
+        let len = if uid & small::SMALL_UID != 0 {
+            self.st
+                .small_unexp
+                .get(uid)
+                .map_or(0, |e| usize::from(e.len))
+        } else {
+            self.st.unexp_len(uid as usize)
         };
         let msg = if remove {
             let got = self.st.matcher.take_unexpected(tag, mask);

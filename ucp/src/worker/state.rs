@@ -592,6 +592,8 @@ pub(crate) struct State {
     pub(crate) req_gen: u32,
     pub(crate) matcher: TagMatcher,
     pub(crate) unexp: Slab<Unexp>,
+    /// Small unexpected messages (see `tag::small`).
+    pub(crate) small_unexp: crate::tag::small::SmallUnexps,
     pub(crate) assembling: HashMap<(u64, u64), Target>,
     pub(crate) pool: Vec<Vec<u8>>,
     pub(crate) to_connect: Vec<usize>,
