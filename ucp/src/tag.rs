@@ -75,16 +75,24 @@ impl Worker {
 
     /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
     /// completion gives the buffer back with the data in `buf[..len]`.
+    #[inline]
     pub fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
         Ok(self.tag_recv_buf(RecvBuf::Owned(buf), tag, mask))
     }
 
     /// [`Worker::tag_recv`] into either kind of buffer: a receive left waiting in the matcher
     /// goes to the transport's tag matching when it may (see `offload`).
+    /// A message already waiting is received at once (see `State::recv_unexp_now`).
+    #[inline]
     pub(crate) fn tag_recv_buf(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
+        if self.st.matcher.unexpected_len() != 0 {
+            if let Some(uid) = self.st.matcher.take_unexpected(tag, mask) {
+                return self.st.recv_unexp_now(buf, tag, mask, uid as usize);
+            }
+        }
         let len = buf.len();
-        let (op, queued) = self.st.tag_recv(buf, tag, mask);
-        if queued && self.st.tm.may_post(mask, len) {
+        let op = self.st.tag_recv_post(buf, tag, mask);
+        if self.st.tm.may_post(mask, len) {
             crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, &op);
         }
         op

@@ -62,24 +62,17 @@ impl State {
         }
     }
 
-    /// Posts a receive for `tag` under `mask`. A complete eager message already waiting finishes
-    /// it at once (`Op::Done`, no request is created); any other waiting message (rendezvous, or
-    /// fragments still arriving) starts a request for it; otherwise the receive is queued in the
-    /// matcher. The flag is true when the receive was queued (it may then go to the transport,
-    /// see `Worker::tag_recv_buf`).
-    pub(crate) fn tag_recv(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (Op, bool) {
-        if self.matcher.unexpected_len() != 0 {
-            if let Some(uid) = self.matcher.take_unexpected(tag, mask) {
-                return (self.recv_unexp_now(buf, tag, mask, uid as usize), false);
-            }
-        }
+    /// Queues a receive for `tag` under `mask` in the matcher (the caller found no waiting
+    /// message that fits; it may then go to the transport, see `Worker::tag_recv_buf`).
+    #[inline]
+    pub(crate) fn tag_recv_post(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
         let key = self.new_recv(buf, tag, mask);
         // `wire_id(key)`: the new request has the latest generation.
         let gen = self.req_gen;
         let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
         self.matcher.queue(tag, mask, wire);
-        (Op::Pending(Request::new(key, gen, &self.req_shared)), true)
+        Op::Pending(Request::new(key, gen, &self.req_shared))
     }
 
     /// Receives unexpected message `uid` (already off the matcher's queue) into `buf`: a whole

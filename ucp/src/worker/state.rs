@@ -406,6 +406,17 @@ impl RecvReq {
         }
     }
 
+    /// True when the receive holds no memory of its own (its buffer was given back or is the
+    /// caller's, and it has no rendezvous state): dropping it would do nothing.
+    #[inline(always)]
+    pub(crate) fn owns_nothing(&self) -> bool {
+        self.rndv.is_none()
+            && match &self.buf {
+                RecvBuf::Owned(v) => v.capacity() == 0,
+                RecvBuf::Raw { .. } => true,
+            }
+    }
+
     /// The registration of the buffer, if any.
     pub(crate) fn memh(&self) -> Option<&MemHandle> {
         self.rndv.as_ref().and_then(|x| x.memh.as_ref())
