@@ -14,6 +14,7 @@
 pub(crate) mod copy;
 pub mod matcher;
 pub(crate) mod offload;
+mod queue;
 mod recv;
 mod send;
 pub(crate) mod small;
