@@ -92,11 +92,11 @@ impl Worker {
             }
         }
         let len = buf.len();
-        let op = self.st.tag_recv_post(buf, tag, mask);
+        let (key, gen) = self.st.tag_recv_post(buf, tag, mask);
         if self.st.tm.may_post(mask, len) {
-            crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, &op);
+            crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, key);
         }
-        op
+        Op::Pending(crate::request::Request::new(key, gen, &self.st.req_shared))
     }
 
     /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and

@@ -12,7 +12,7 @@
 
 use super::copy::{copy_payload, extend_payload};
 use super::small::SMALL_UID;
-use crate::request::{Completion, Op, Request};
+use crate::request::{Completion, Op};
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::state::{
@@ -63,16 +63,17 @@ impl State {
     }
 
     /// Queues a receive for `tag` under `mask` in the matcher (the caller found no waiting
-    /// message that fits; it may then go to the transport, see `Worker::tag_recv_buf`).
+    /// message that fits; it may then go to the transport, see `Worker::tag_recv_buf`). Gives
+    /// the new request's key and generation.
     #[inline]
-    pub(crate) fn tag_recv_post(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
+    pub(crate) fn tag_recv_post(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
         let key = self.new_recv(buf, tag, mask);
         // `wire_id(key)`: the new request has the latest generation.
         let gen = self.req_gen;
         let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
         self.matcher.queue(tag, mask, wire);
-        Op::Pending(Request::new(key, gen, &self.req_shared))
+        (key, gen)
     }
 
     /// Receives unexpected message `uid` (already off the matcher's queue) into `buf`: a whole
