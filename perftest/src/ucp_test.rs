@@ -613,7 +613,9 @@ fn retire_oldest(eng: &mut Engine<'_>, w: &mut Window, size: Option<usize>) -> R
     Ok(())
 }
 
-/// Stream sender: up to `-O` sends in flight.
+/// Stream sender: up to `-O` sends in flight. As ucx_perftest's sender, it progresses the
+/// worker only while it waits for the window (all `-O` sends still running): a send that
+/// completed at once is followed straight by the next one.
 fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Result<()> {
     let size = p.size();
     let sync = is_sync(p.test);
@@ -640,7 +642,6 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
             }
             (Op::Pending(r), kept) => w.inflight.push_back((r, kept)),
         }
-        eng.worker.progress();
         if i >= p.warmup {
             rec.record();
         }

@@ -14,13 +14,15 @@
 pub(crate) mod copy;
 pub mod matcher;
 pub(crate) mod offload;
+mod queue;
 mod recv;
 mod send;
+pub(crate) mod small;
 
 use crate::request::Op;
 use crate::rma::raw_mem::RecvBuf;
 use crate::rma::MemMap;
-use crate::worker::state::{SendData, UnexpKind};
+use crate::worker::state::SendData;
 use crate::worker::{EpHandle, Message, ProbeInfo, Worker};
 use ucs::Result;
 
@@ -74,19 +76,27 @@ impl Worker {
 
     /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
     /// completion gives the buffer back with the data in `buf[..len]`.
+    #[inline]
     pub fn tag_recv(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Op> {
         Ok(self.tag_recv_buf(RecvBuf::Owned(buf), tag, mask))
     }
 
     /// [`Worker::tag_recv`] into either kind of buffer: a receive left waiting in the matcher
     /// goes to the transport's tag matching when it may (see `offload`).
+    /// A message already waiting is received at once (see `State::recv_unexp_now`).
+    #[inline]
     pub(crate) fn tag_recv_buf(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
-        let len = buf.len();
-        let (op, queued) = self.st.tag_recv(buf, tag, mask);
-        if queued && self.st.tm.may_post(mask, len) {
-            crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, &op);
+        if self.st.matcher.unexpected_len() != 0 {
+            if let Some(uid) = self.st.matcher.take_unexpected(tag, mask) {
+                return self.st.recv_unexp_now(buf, tag, mask, uid as usize);
+            }
         }
-        op
+        let len = buf.len();
+        let (key, gen) = self.st.tag_recv_post(buf, tag, mask);
+        if self.st.tm.may_post(mask, len) {
+            crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, key);
+        }
+        Op::Pending(crate::request::Request::new(key, gen, &self.st.req_shared))
     }
 
     /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and
@@ -94,10 +104,13 @@ impl Worker {
     #[inline]
     pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
         let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
-        let len = match &self.st.unexp[uid as usize].kind {
-            UnexpKind::Inline { len, .. } => usize::from(*len),
-            UnexpKind::Eager { total, .. } => *total,
-            UnexpKind::Rts { len, .. } => *len,
+        let len = if uid & small::SMALL_UID != 0 {
+            self.st
+                .small_unexp
+                .get(uid)
+                .map_or(0, |e| usize::from(e.len))
+        } else {
+            self.st.unexp_len(uid as usize)
         };
         let msg = if remove {
             let got = self.st.matcher.take_unexpected(tag, mask);

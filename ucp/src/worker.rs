@@ -266,6 +266,7 @@ impl Worker {
                 req_gen: 0,
                 matcher: TagMatcher::new(),
                 unexp: Slab::new(),
+                small_unexp: Default::default(),
                 assembling: HashMap::new(),
                 pool: Vec::new(),
                 to_connect: Vec::new(),

@@ -11,7 +11,7 @@
 //! or the unexpected message in its own pools. Queues are reused, so after warm-up matching does
 //! not allocate.
 
-use std::collections::VecDeque;
+use super::queue::Queue;
 
 /// Mask that matches only the exact tag.
 pub const EXACT: u64 = u64::MAX;
@@ -40,9 +40,9 @@ fn bucket(tag: u64) -> usize {
 #[derive(Debug)]
 pub struct TagMatcher {
     seq: u64,
-    exact: Vec<VecDeque<Expected>>,
-    wild: VecDeque<Expected>,
-    unexpected: VecDeque<(u64, u64)>,
+    exact: Vec<Queue<Expected>>,
+    wild: Queue<Expected>,
+    unexpected: Queue<(u64, u64)>,
 }
 
 impl Default for TagMatcher {
@@ -56,9 +56,9 @@ impl TagMatcher {
     pub fn new() -> Self {
         TagMatcher {
             seq: 0,
-            exact: (0..BUCKETS).map(|_| VecDeque::new()).collect(),
-            wild: VecDeque::new(),
-            unexpected: VecDeque::new(),
+            exact: (0..BUCKETS).map(|_| Queue::default()).collect(),
+            wild: Queue::default(),
+            unexpected: Queue::default(),
         }
     }
 
@@ -158,7 +158,8 @@ impl TagMatcher {
         } else {
             &mut self.wild
         };
-        match q.iter().position(|e| e.id == id) {
+        let pos = q.iter().position(|e| e.id == id);
+        match pos {
             Some(i) => {
                 q.remove(i);
                 true
@@ -182,7 +183,6 @@ impl TagMatcher {
     fn probe_scan(&self, tag: u64, mask: u64) -> Option<(u64, u64)> {
         self.unexpected
             .iter()
-            .copied()
             .find(|&(t, _)| tag_fits(t, tag, mask))
     }
 
@@ -203,13 +203,14 @@ impl TagMatcher {
         let i = self
             .unexpected
             .iter()
-            .position(|&(t, _)| tag_fits(t, tag, mask))?;
+            .position(|(t, _)| tag_fits(t, tag, mask))?;
         self.unexpected.remove(i).map(|(_, id)| id)
     }
 
     /// Removes an unexpected message by id (when its sender failed); false if absent.
     pub fn remove_unexpected(&mut self, id: u64) -> bool {
-        match self.unexpected.iter().position(|&(_, u)| u == id) {
+        let pos = self.unexpected.iter().position(|(_, u)| u == id);
+        match pos {
             Some(i) => {
                 self.unexpected.remove(i);
                 true

@@ -81,7 +81,6 @@
 
 mod send;
 
-use crate::request::Op;
 use crate::rma::Keep;
 use crate::wire::NO_REQ;
 use crate::wireup::ProtoConfig;
@@ -250,11 +249,9 @@ impl TmState {
     }
 }
 
-/// After `tag_recv`: posts a receive still waiting in the matcher to the transport, or counts it
-/// as software-only.
-pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, op: &Op) {
-    let Op::Pending(r) = op else { return };
-    let key = r.key as usize;
+/// After `tag_recv`: posts receive `key`, still waiting in the matcher, to the transport, or
+/// counts it as software-only.
+pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
     let (tag, mask, ptr, len) = match st.reqs.get_mut(key) {
         Some(Req {
             done: None,

@@ -11,18 +11,19 @@
 )]
 
 use super::copy::{copy_payload, extend_payload};
-use crate::request::{Completion, Op, Request};
+use super::small::SMALL_UID;
+use crate::request::{Completion, Op};
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::state::{
-    RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind, UNEXP_INLINE,
+    Done, Notify, RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind, UNEXP_INLINE,
 };
 use ucs::{Error, Result};
 
 /// Copies `data` to the front of `buf`, as much as fits. 8 to 16 bytes (the common small
 /// message) go as two overlapping 8-byte moves rather than a call of `memcpy`.
 #[inline(always)]
-fn copy_in(buf: &mut [u8], data: &[u8]) {
+pub(crate) fn copy_in(buf: &mut [u8], data: &[u8]) {
     let n = buf.len().min(data.len());
     if (8..=16).contains(&n) {
         let (d, s) = (&mut buf[..n], &data[..n]);
@@ -61,24 +62,18 @@ impl State {
         }
     }
 
-    /// Posts a receive for `tag` under `mask`. A complete eager message already waiting finishes
-    /// it at once (`Op::Done`, no request is created); any other waiting message (rendezvous, or
-    /// fragments still arriving) starts a request for it; otherwise the receive is queued in the
-    /// matcher. The flag is true when the receive was queued (it may then go to the transport,
-    /// see `Worker::tag_recv_buf`).
-    pub(crate) fn tag_recv(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (Op, bool) {
-        if self.matcher.unexpected_len() != 0 {
-            if let Some(uid) = self.matcher.take_unexpected(tag, mask) {
-                return (self.recv_unexp_now(buf, tag, mask, uid as usize), false);
-            }
-        }
+    /// Queues a receive for `tag` under `mask` in the matcher (the caller found no waiting
+    /// message that fits; it may then go to the transport, see `Worker::tag_recv_buf`). Gives
+    /// the new request's key and generation.
+    #[inline]
+    pub(crate) fn tag_recv_post(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
         let key = self.new_recv(buf, tag, mask);
         // `wire_id(key)`: the new request has the latest generation.
         let gen = self.req_gen;
         let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
         self.matcher.queue(tag, mask, wire);
-        (Op::Pending(Request::new(key, gen, &self.req_shared)), true)
+        (key, gen)
     }
 
     /// Receives unexpected message `uid` (already off the matcher's queue) into `buf`: a whole
@@ -92,6 +87,9 @@ impl State {
         mask: u64,
         uid: usize,
     ) -> Op {
+        if uid as u64 & SMALL_UID != 0 {
+            return self.recv_small_now(buf, uid as u64);
+        }
         let u = self.unexp.remove(uid);
         let (total, sreq) = match u.kind {
             UnexpKind::Inline { len, data, sreq } => {
@@ -119,6 +117,27 @@ impl State {
         })
     }
 
+    /// [`State::recv_unexp_now`] of a small message ([`SMALL_UID`]): copied, finished at once.
+    #[inline(always)]
+    fn recv_small_now(&mut self, mut buf: RecvBuf, uid: u64) -> Op {
+        let Some(e) = self.small_unexp.get(uid) else {
+            return Op::Done(Completion::failed(Error::InvalidParam(
+                "the unexpected message is gone".into(),
+            )));
+        };
+        let (total, tag) = (usize::from(e.len), e.tag);
+        copy_in(&mut buf, &e.data[..total]);
+        self.small_unexp.free(uid);
+        let cap = buf.len();
+        Op::Done(Completion {
+            status: eager_status(total, cap),
+            buf: buf.into_vec(),
+            len: total,
+            tag,
+            value: 0,
+        })
+    }
+
     /// [`State::recv_unexp_now`] of a message that needs a receive request: fragments still
     /// arriving, or a rendezvous.
     #[inline(never)]
@@ -126,6 +145,15 @@ impl State {
         let key = self.new_recv(buf, tag, mask);
         self.deliver_unexp(key, u);
         self.op_of(key)
+    }
+
+    /// Length of general unexpected message `uid` (not a small one).
+    pub(crate) fn unexp_len(&self, uid: usize) -> usize {
+        match &self.unexp[uid].kind {
+            UnexpKind::Inline { len, .. } => usize::from(*len),
+            UnexpKind::Eager { total, .. } => *total,
+            UnexpKind::Rts { len, .. } => *len,
+        }
     }
 
     /// Acknowledges synchronous send `sreq` of the peer of endpoint `ep` (a failure shows on
@@ -160,6 +188,24 @@ impl State {
 
     /// Delivers unexpected message `uid` to receive `key`.
     pub(crate) fn recv_from_unexp(&mut self, key: usize, uid: usize) {
+        if uid as u64 & SMALL_UID != 0 {
+            let Some(&e) = self.small_unexp.get(uid as u64) else {
+                return self.finish(
+                    key,
+                    Err(Error::InvalidParam("the unexpected message is gone".into())),
+                );
+            };
+            self.small_unexp.free(uid as u64);
+            let len = usize::from(e.len);
+            self.reqs[key].ep = Some(e.ep as usize);
+            let r = self.recv_mut(key);
+            r.sender_tag = e.tag;
+            r.total = len;
+            r.stage = RecvStage::Eager;
+            copy_in(&mut r.buf, &e.data[..len]);
+            r.received = len;
+            return self.recv_check_done(key);
+        }
         let u = self.unexp.remove(uid);
         self.deliver_unexp(key, u);
     }
@@ -216,32 +262,44 @@ impl State {
         }
     }
 
-    /// Copies `data` (cut to fit) into matched receive `key` from endpoint `idx`, and gives
-    /// the receive's capacity (`None`: `key` is not a receive; the matcher holds receives
-    /// only).
-    #[inline(always)]
-    fn copy_into_matched(&mut self, key: usize, idx: usize, data: &[u8]) -> Option<usize> {
+    /// Copies `data` (cut to fit) into matched receive `key` from endpoint `idx`; false when
+    /// `key` is not a receive (the matcher holds receives only).
+    fn copy_into_matched(&mut self, key: usize, idx: usize, data: &[u8]) -> bool {
         let req = &mut self.reqs[key];
         let ReqKind::Recv(r) = &mut req.kind else {
-            return None;
+            return false;
         };
         req.ep = Some(idx);
-        let cap = r.buf.len();
         copy_in(&mut r.buf, data);
-        Some(cap)
+        true
     }
 
-    /// Finishes receive `key`, matched to a whole eager message of `total` bytes with `tag`
-    /// already copied into its buffer of `cap` bytes ([`State::finish`] builds an eager
-    /// receive's completion without the general path).
-    fn finish_eager_recv(&mut self, key: usize, tag: u64, total: usize, cap: usize) {
-        if let ReqKind::Recv(rv) = &mut self.reqs[key].kind {
-            rv.sender_tag = tag;
-            rv.total = total;
-            rv.received = total;
-            rv.stage = RecvStage::Eager;
+    /// Receive `key`, matched to the whole eager message `data` of `total` bytes with `tag`
+    /// from endpoint `idx`: copies it in and finishes. A receive whose result stays in its
+    /// slot (the common case) gets it written there directly; the others go through
+    /// [`State::finish`].
+    #[inline(always)]
+    fn recv_eager_whole(&mut self, key: usize, idx: usize, tag: u64, data: &[u8], total: usize) {
+        let req = &mut self.reqs[key];
+        let ReqKind::Recv(rv) = &mut req.kind else {
+            return;
+        };
+        req.ep = Some(idx);
+        let cap = rv.buf.len();
+        copy_in(&mut rv.buf, data);
+        rv.sender_tag = tag;
+        rv.total = total;
+        rv.received = total;
+        rv.stage = RecvStage::Eager;
+        if rv.rndv.is_some() || !matches!(req.notify, Notify::Take) || req.done.is_some() {
+            return self.finish(key, eager_status(total, cap));
         }
-        self.finish(key, eager_status(total, cap));
+        let buf = std::mem::take(&mut rv.buf).into_vec();
+        // `done` is empty (checked above): nothing to drop.
+        std::mem::forget(
+            req.done
+                .replace(Done::new(eager_status(total, cap), buf, total, tag)),
+        );
     }
 
     /// An eager message or its first fragment (`data` of `total` bytes; `sreq`: the sender's
@@ -276,12 +334,12 @@ impl State {
         if sreq != NO_REQ {
             let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
         }
-        let Some(cap) = self.copy_into_matched(key, idx, data) else {
-            return;
-        };
         if data.len() >= total {
             // All of it is here (as `recv_check_done` would find).
-            return self.finish_eager_recv(key, tag, total, cap);
+            return self.recv_eager_whole(key, idx, tag, data, total);
+        }
+        if !self.copy_into_matched(key, idx, data) {
+            return;
         }
         if let ReqKind::Recv(r) = &mut self.reqs[key].kind {
             r.sender_tag = tag;
@@ -296,22 +354,11 @@ impl State {
 
     /// [`State::eager_arrived`] of a whole message of at most [`UNEXP_INLINE`] bytes without
     /// acknowledgement that matched no posted receive: it waits in the unexpected queue,
-    /// copied into its entry.
+    /// copied into a small entry (see `small`).
     #[inline(always)]
     fn eager_unexpected_inline(&mut self, idx: usize, tag: u64, data: &[u8]) {
-        let mut inline = [0u8; UNEXP_INLINE];
-        copy_in(&mut inline, data);
-        let uid = self.unexp.insert(Unexp {
-            ep: idx,
-            tag,
-            kind: UnexpKind::Inline {
-                len: data.len().min(UNEXP_INLINE) as u8,
-                data: inline,
-                sreq: NO_REQ,
-            },
-            msg_key: None,
-        });
-        self.matcher.push_unexpected(tag, uid as u64);
+        let uid = self.small_unexp.insert(idx, tag, data);
+        self.matcher.push_unexpected(tag, uid);
     }
 
     /// [`State::eager_arrived`] that matched no posted receive: the message waits in the

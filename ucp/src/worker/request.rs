@@ -12,7 +12,7 @@
 )]
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
-use crate::worker::state::{rndv_recycle, Notify, RecvStage, ReqKind, State};
+use crate::worker::state::{rndv_recycle, Done, Notify, RecvStage, ReqKind, State};
 use crate::worker::Worker;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -453,29 +453,38 @@ impl State {
         if let ReqKind::Recv(rv) = &mut r.kind {
             if rv.rndv.is_none() {
                 let buf = std::mem::take(&mut rv.buf).into_vec();
-                let c = Completion {
-                    status,
-                    buf,
-                    len: rv.total,
-                    tag: rv.sender_tag,
-                    value: 0,
-                };
+                let (len, tag) = (rv.total, rv.sender_tag);
                 match r.notify {
                     // The buffer was moved out and there is no rendezvous state: the kind owns
                     // nothing, nor does a token.
                     Notify::Hook(t) => {
                         self.reqs.free_plain(key);
+                        let c = Completion {
+                            status,
+                            buf,
+                            len,
+                            tag,
+                            value: 0,
+                        };
                         self.hook_done(t, c);
                         return;
                     }
                     Notify::Token(t) => {
                         self.reqs.free_plain(key);
+                        let c = Completion {
+                            status,
+                            buf,
+                            len,
+                            tag,
+                            value: 0,
+                        };
                         self.tokens_done.push((t, c));
                         return;
                     }
                     _ => {}
                 }
-                r.done = Some(c.into());
+                // `done` is empty (checked above): nothing to drop.
+                std::mem::forget(r.done.replace(Done::new(status, buf, len, tag)));
                 if !matches!(r.notify, Notify::Take) {
                     self.callbacks_due.push(key);
                 }

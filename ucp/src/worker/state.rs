@@ -406,6 +406,17 @@ impl RecvReq {
         }
     }
 
+    /// True when the receive holds no memory of its own (its buffer was given back or is the
+    /// caller's, and it has no rendezvous state): dropping it would do nothing.
+    #[inline(always)]
+    pub(crate) fn owns_nothing(&self) -> bool {
+        self.rndv.is_none()
+            && match &self.buf {
+                RecvBuf::Owned(v) => v.capacity() == 0,
+                RecvBuf::Raw { .. } => true,
+            }
+    }
+
     /// The registration of the buffer, if any.
     pub(crate) fn memh(&self) -> Option<&MemHandle> {
         self.rndv.as_ref().and_then(|x| x.memh.as_ref())
@@ -453,6 +464,18 @@ pub(crate) struct Done {
 }
 
 impl Done {
+    /// A result as the slot keeps it (the error boxed).
+    #[inline(always)]
+    pub(crate) fn new(status: Result<()>, buf: Option<Vec<u8>>, len: usize, tag: u64) -> Done {
+        Done {
+            status: status.map_err(Box::new),
+            buf,
+            len,
+            tag,
+            value: 0,
+        }
+    }
+
     /// The status the request finished with.
     pub(crate) fn status(&self) -> Result<()> {
         self.status.as_ref().map_err(|e| (**e).clone()).copied()
@@ -580,6 +603,8 @@ pub(crate) struct State {
     pub(crate) req_gen: u32,
     pub(crate) matcher: TagMatcher,
     pub(crate) unexp: Slab<Unexp>,
+    /// Small unexpected messages (see `tag::small`).
+    pub(crate) small_unexp: crate::tag::small::SmallUnexps,
     pub(crate) assembling: HashMap<(u64, u64), Target>,
     pub(crate) pool: Vec<Vec<u8>>,
     pub(crate) to_connect: Vec<usize>,
