@@ -75,7 +75,9 @@ fn run(args: &Args) -> Result<(), String> {
         None => {
             let l = TcpListener::bind(("0.0.0.0", args.port))
                 .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
-            eprintln!("[server] waiting for a client on port {}", args.port);
+            // `-p 0` lets the kernel pick the port; the line names the port actually bound.
+            let bound = l.local_addr().map(|a| a.port()).unwrap_or(args.port);
+            eprintln!("[server] waiting for a client on port {bound}");
             let (mut s, peer) = l.accept().map_err(|e| format!("accept: {e}"))?;
             let addr = w.address().to_vec();
             s.write_all(&(addr.len() as u32).to_le_bytes())

@@ -183,12 +183,17 @@ pub fn serve(port: u16, local_server: bool) -> Result<()> {
         }
     })?;
     let quiet = local_server;
-    if local_server {
+    if local_server || port == 0 {
+        // The kernel picked the port: say which (the --local half prints nothing else).
         let port = listener
             .local_addr()
             .map_err(|e| Error::io("listening socket", e))?
             .port();
-        println!("{port}");
+        if local_server {
+            println!("{port}");
+        } else {
+            println!("Listening on port {port}");
+        }
         use std::io::Write;
         let _ = std::io::stdout().flush();
     }

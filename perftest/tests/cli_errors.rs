@@ -90,7 +90,8 @@ fn operation_the_transport_lacks() {
 
 #[test]
 fn no_server_there() {
-    let port = free_port().to_string();
+    let (_held, port) = ucs::testing::refusing_port().expect("socket");
+    let port = port.to_string();
     assert_one_line_error(
         &[
             "127.0.0.1",

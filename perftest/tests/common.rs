@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,14 +20,19 @@ pub fn perftest() -> Command {
 
 /// Waits for `child`, killing it after `limit` (the watchdog: a test never hangs).
 pub fn wait_with_watchdog(mut child: Child, limit: Duration) -> Run {
-    let deadline = Instant::now() + limit;
     let mut out = child.stdout.take().expect("stdout piped");
-    let mut err = child.stderr.take().expect("stderr piped");
     let t_out = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = out.read_to_string(&mut s);
         s
     });
+    wait_reading(child, t_out, limit)
+}
+
+/// [`wait_with_watchdog`] for a child whose stdout `t_out` already reads.
+fn wait_reading(mut child: Child, t_out: std::thread::JoinHandle<String>, limit: Duration) -> Run {
+    let deadline = Instant::now() + limit;
+    let mut err = child.stderr.take().expect("stderr piped");
     let t_err = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = err.read_to_string(&mut s);
@@ -69,8 +74,60 @@ pub fn run(args: &[&str], limit: Duration) -> Run {
     wait_with_watchdog(child, limit)
 }
 
-/// A TCP port that was free a moment ago.
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+/// A perftest server started with `-p 0` (the kernel picks its port), stdout and stderr piped.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+    out: std::thread::JoinHandle<String>,
+}
+
+impl Server {
+    /// Starts the server and reads its "Listening on port N" line (under a watchdog).
+    pub fn start() -> Server {
+        let mut child = perftest()
+            .args(["-p", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn perftest server");
+        let out = child.stdout.take().expect("stdout piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t_out = std::thread::spawn(move || {
+            let mut r = BufReader::new(out);
+            let mut all = String::new();
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 {
+                if let Some(p) = line.trim().strip_prefix("Listening on port ") {
+                    let _ = tx.send(p.parse::<u16>().ok());
+                }
+                all.push_str(&line);
+                line.clear();
+            }
+            all
+        });
+        let port = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(p)) => p,
+            other => {
+                let _ = child.kill();
+                panic!("perftest server announced no port: {other:?}");
+            }
+        };
+        Server {
+            child,
+            port,
+            out: t_out,
+        }
+    }
+
+    /// Kills the server.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for the server to exit (under a watchdog) and gives its whole output.
+    pub fn finish(self, limit: Duration) -> Run {
+        wait_reading(self.child, self.out, limit)
+    }
 }

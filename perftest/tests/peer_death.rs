@@ -4,24 +4,12 @@
 mod common;
 use common::*;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn client_stops_when_the_server_dies() {
-    let port = free_port().to_string();
-    let mut server = perftest()
-        .args(["-p", &port])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Wait for the server to listen (connecting would be taken for a client: poll by binding).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpListener::bind(("0.0.0.0", port.parse::<u16>().unwrap())).is_ok() {
-        assert!(Instant::now() < deadline, "server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut server = Server::start();
+    let port = server.port.to_string();
     let client = perftest()
         .args([
             "127.0.0.1",
@@ -43,8 +31,7 @@ fn client_stops_when_the_server_dies() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
     let r = wait_with_watchdog(client, Duration::from_secs(60));
     assert_eq!(r.code, Some(1), "stderr: {}", r.stderr);
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);

@@ -6,7 +6,6 @@ use common::*;
 use perftest::params::{Layout, TestId, TestParams};
 use perftest::wire::{AddressInfo, Channel, FrameHeader, Kind};
 use std::net::TcpStream;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn params(test: TestId, device: &str) -> TestParams {
@@ -66,14 +65,8 @@ fn connect_retry(port: u16) -> TcpStream {
 
 #[test]
 fn server_rejects_unknown_test_and_missing_device() {
-    let port = free_port();
-    let server = perftest()
-        .args(["-p", &port.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let server = Server::start();
+    let port = server.port;
 
     // An unknown test number: the server answers with a reason.
     let mut c = Channel::new(connect_retry(port), Duration::from_secs(10)).unwrap();
@@ -119,7 +112,7 @@ fn server_rejects_unknown_test_and_missing_device() {
         Duration::from_secs(120),
     );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    let srv = wait_with_watchdog(server, Duration::from_secs(60));
+    let srv = server.finish(Duration::from_secs(60));
     assert_eq!(srv.code, Some(0), "server: {}", srv.stderr);
     assert!(srv.stdout.contains("Accepted connection"), "{}", srv.stdout);
     assert!(

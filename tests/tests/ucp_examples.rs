@@ -1,7 +1,6 @@
 //! Runs the ucp example programs as their users would: server and client processes over shared
 //! memory and over tcp, with a watchdog on every process.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,11 +23,32 @@ fn bin(name: &str) -> PathBuf {
     p.join(name)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+/// The port a server started with `-p 0` names in its log at `path`, on the first line that
+/// contains `marker` (the digits at the end of that line), waited for under the watchdog.
+fn port_from_log(path: &std::path::Path, marker: &str, server: &mut Proc) -> u16 {
+    let end = Instant::now() + WATCHDOG;
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = log.lines().find(|l| l.contains(marker)) {
+            let digits: String = line
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_digit())
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            return digits.parse().expect("port in the server's line");
+        }
+        if let Some(st) = server.0.try_wait().expect("wait") {
+            panic!("server exited ({st}) before listening: {log}");
+        }
+        assert!(
+            Instant::now() < end,
+            "watchdog: server never listened: {log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 struct Proc(Child);
@@ -72,24 +92,22 @@ fn cmd(path: &PathBuf, tls: &str) -> Command {
     c
 }
 
-fn wait_listening(port: u16) {
-    let end = Instant::now() + WATCHDOG;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < end, "watchdog: server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn ucp_examples_hello_world_shm_and_tcp() {
     let hw = bin("ucp_hello_world");
     for tls in ["posix,cma", "tcp"] {
-        let port = free_port();
+        let log_path = std::env::temp_dir().join(format!(
+            "ucp_hw_server_{}_{}.log",
+            std::process::id(),
+            tls.replace(',', "_")
+        ));
+        let log = std::fs::File::create(&log_path).expect("server log");
         let mut s = cmd(&hw, tls);
-        s.args(["-p", &port.to_string(), "-s", "100"]);
-        let server = std::thread::spawn(move || run_to_end(s, "hello server"));
-        // The server's side channel accepts exactly one client: wait for the port by retrying
-        // the client itself.
+        s.args(["-p", "0", "-s", "100"])
+            .stdout(Stdio::null())
+            .stderr(log);
+        let mut server = Proc(s.spawn().expect("hello server"));
+        let port = port_from_log(&log_path, "waiting for a client on port", &mut server);
         let end = Instant::now() + WATCHDOG;
         let (ok, out) = loop {
             let mut c = cmd(&hw, tls);
@@ -109,8 +127,19 @@ fn ucp_examples_hello_world_shm_and_tcp() {
             out.contains("eager short") && out.contains("rendezvous"),
             "{out}"
         );
-        let (sok, sout) = server.join().unwrap();
-        assert!(sok, "{tls} server: {sout}");
+        let st = loop {
+            if let Some(st) = server.0.try_wait().expect("wait") {
+                break st;
+            }
+            assert!(
+                Instant::now() < end,
+                "watchdog: hello server did not finish"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let sout = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&log_path);
+        assert!(st.success(), "{tls} server: {sout}");
     }
 }
 
@@ -119,17 +148,20 @@ fn ucp_examples_client_server_64mib_all_apis_shm_and_tcp() {
     let cs = bin("ucp_client_server");
     for tls in ["posix,cma", "tcp"] {
         for comm in ["tag", "stream", "am"] {
-            let port = free_port().to_string();
-            // The server's log goes to a file, quoted when a client fails.
-            let log_path = std::env::temp_dir()
-                .join(format!("ucp_cs_server_{}_{port}.log", std::process::id()));
+            // The server's log goes to a file: it names the port the kernel picked, and it is
+            // quoted when a client fails.
+            let log_path = std::env::temp_dir().join(format!(
+                "ucp_cs_server_{}_{}_{comm}.log",
+                std::process::id(),
+                tls.replace(',', "_")
+            ));
             let log = std::fs::File::create(&log_path).expect("server log");
             let mut s = cmd(&cs, tls);
-            s.args(["-p", &port, "-c", comm, "-i", "1", "-s", "64m"])
+            s.args(["-p", "0", "-c", comm, "-i", "1", "-s", "64m"])
                 .stdout(Stdio::null())
                 .stderr(log);
-            let _server = Proc(s.spawn().expect("server"));
-            wait_listening(port.parse().unwrap());
+            let mut server = Proc(s.spawn().expect("server"));
+            let port = port_from_log(&log_path, "server: listening on", &mut server).to_string();
             // Two clients one after the other: the server keeps serving.
             for k in 0..2 {
                 let mut c = cmd(&cs, tls);
@@ -161,7 +193,8 @@ fn ucp_examples_client_server_64mib_all_apis_shm_and_tcp() {
 #[test]
 fn ucp_examples_client_without_server_fails_with_reason() {
     let cs = bin("ucp_client_server");
-    let port = free_port().to_string();
+    let (_held, port) = ucs::testing::refusing_port().expect("socket");
+    let port = port.to_string();
     let mut c = cmd(&cs, "tcp");
     c.args(["-a", "127.0.0.1", "-p", &port]);
     let (ok, out) = run_to_end(c, "client");

@@ -633,11 +633,10 @@ fn eof_mid_frame_and_reset_become_endpoint_errors() {
 fn refused_connect_becomes_unreachable_endpoint_error() {
     let mut a = open_lo();
     let mut sa = Sink::default();
-    // A port nobody listens on.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // A port nobody listens on: bound by this socket, never listening (so refused), and held
+    // until the test ends so no other process can take it.
+    let held = ucs::testing::refusing_port().expect("socket");
+    let port = held.1;
     let dead = IfaceAddr {
         ip: "127.0.0.1".parse().unwrap(),
         port,
