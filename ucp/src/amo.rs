@@ -521,17 +521,9 @@ impl State {
         let Ok((src, body)) = split_prefix(data) else {
             return false;
         };
-        let Some(idx) = self.by_uuid.lookup(src) else {
+        let Some(idx) = self.fast_sender(iface, src) else {
             return false;
         };
-        if iface.is_some_and(|i| self.info[i].ep_only) {
-            return false;
-        }
-        let ep = &mut self.eps[idx];
-        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
-            return false;
-        }
-        ep.last_rx = self.now_cache;
         let r = if id == am_id::ATOMIC_REQ {
             decode_req(body).and_then(|h| self.on_atomic_req(idx, h))
         } else {

@@ -38,6 +38,23 @@ impl State {
         self.handle_am_general(iface, id, data);
     }
 
+    /// The endpoint of sender `src` for a fast path: known, usable, and not on the new lane of
+    /// its AM lane switch (whose messages the general path gates); its last receive time is
+    /// noted. None leaves the message to the general path.
+    #[inline(always)]
+    pub(crate) fn fast_sender(&mut self, iface: Option<usize>, src: u64) -> Option<usize> {
+        let idx = self.by_uuid.lookup(src)?;
+        if iface.is_some_and(|i| self.info[i].ep_only) {
+            return None;
+        }
+        let ep = &mut self.eps[idx];
+        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+            return None;
+        }
+        ep.last_rx = self.now_cache;
+        Some(idx)
+    }
+
     /// An EAGER_ONLY message: true when it was delivered here; false leaves it to the general
     /// path (too short, unknown sender, an endpoint that failed or closed, or the new lane of
     /// the peer's AM lane switch), which checks it all again.
@@ -46,17 +63,9 @@ impl State {
         let Some((src, tag, payload)) = split_eager_only(data) else {
             return false;
         };
-        let Some(idx) = self.by_uuid.lookup(src) else {
+        let Some(idx) = self.fast_sender(iface, src) else {
             return false;
         };
-        if iface.is_some_and(|i| self.info[i].ep_only) {
-            return false;
-        }
-        let ep = &mut self.eps[idx];
-        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
-            return false;
-        }
-        ep.last_rx = self.now_cache;
         let total = payload.len();
         self.eager_arrived(idx, src, tag, payload, total, NO_REQ, None);
         true
