@@ -52,19 +52,6 @@ impl AmoKind {
     }
 }
 
-/// The bytes of an [`AtomicReqHdr`] after its request id (`op`, `size`, `addr`, `value`, and
-/// `compare` for compare-and-swap only) and their number.
-#[inline(always)]
-fn req_rest(op: u8, size: u8, addr: u64, value: u64, compare: u64) -> ([u8; 26], usize) {
-    let mut b = [0u8; AtomicReqHdr::LEN - 8];
-    b[0] = op;
-    b[1] = size;
-    b[2..10].copy_from_slice(&addr.to_le_bytes());
-    b[10..18].copy_from_slice(&value.to_le_bytes());
-    b[18..].copy_from_slice(&compare.to_le_bytes());
-    (b, AtomicReqHdr::len_of(op) - 8)
-}
-
 /// [`AtomicReqHdr::decode`], with the common request (26 bytes: any operation but
 /// compare-and-swap, of a valid size) read straight from its fixed layout; anything else goes
 /// through `decode` and its checks (both accept and give exactly the same).
@@ -391,8 +378,16 @@ impl State {
             Some(k) => self.peer_id(idx, k),
             None => NO_REQ,
         };
-        let (rest, len) = req_rest(kind.code(), bytes as u8, addr, value, compare);
-        if let Err(e) = self.send_amo(idx, am_id::ATOMIC_REQ, req, &rest[..len]) {
+        let (body, len) = AtomicReqHdr {
+            req,
+            op: kind.code(),
+            size: bytes as u8,
+            addr,
+            value,
+            compare,
+        }
+        .encode();
+        if let Err(e) = self.send_amo(idx, am_id::ATOMIC_REQ, req, &body[8..len]) {
             if let Some(k) = key {
                 self.reqs.remove(k);
             }
@@ -482,16 +477,19 @@ impl State {
         };
         // A non-fetching atomic gets a reply too (req NO_REQ): the initiator's flush waits
         // for it.
-        let mut rest = [0u8; AtomicRepHdr::LEN - 8];
-        rest[0] = status;
-        rest[1..].copy_from_slice(&old.to_le_bytes());
-        self.send_amo(idx, am_id::ATOMIC_REP, h.req, &rest)
+        let rep = AtomicRepHdr {
+            req: h.req,
+            status,
+            value: old,
+        }
+        .encode();
+        self.send_amo(idx, am_id::ATOMIC_REP, h.req, &rep[8..])
     }
 
-    /// Sends an atomic request or reply whose body is `req` (its first 8 bytes) then `rest`:
-    /// inline on the AM lane, in one transport call, when nothing is queued on the endpoint and
-    /// it fits the lane's short messages; otherwise as any control message (queued behind
-    /// earlier sends, or copied into a larger buffer).
+    /// Sends an atomic request or reply whose encoded body is `req` (its first 8 bytes) then
+    /// `rest`: inline on the AM lane, in one transport call, when nothing is queued on the
+    /// endpoint and it fits the lane's short messages; otherwise as any control message (queued
+    /// behind earlier sends, or copied into a larger buffer).
     #[inline(always)]
     fn send_amo(&mut self, idx: usize, id: u8, req: u64, rest: &[u8]) -> Result<()> {
         let ep = &mut self.eps[idx];
