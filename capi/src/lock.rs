@@ -55,6 +55,12 @@ impl RLock {
 pub struct RGuard<'a>(Option<&'a RLock>);
 
 impl RLock {
+    /// True when [`RLock::lock`] locks (false: the client serializes the worker's calls).
+    #[inline(always)]
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// Locks (again, if this thread holds it already); free when the lock is disabled.
     #[inline(always)]
     pub fn lock(&self) -> RGuard<'_> {

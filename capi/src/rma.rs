@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::datatype::{slice, Finish};
 use crate::ep::{ep_ref, wait, Ep};
 use crate::ffi::*;
-use crate::guard::{fail, ffi, refuse};
+use crate::guard::{fail, ffi, ffi_hot, refuse};
 use crate::mem::Mem;
 use crate::request::{submit, Cb, OpArgs};
 use crate::worker::Worker;
@@ -340,10 +340,12 @@ unsafe fn rma(
 }
 
 /// A put or get of `length` bytes on peer memory mapped here, before any argument parsing:
-/// one copy now. False (nothing done) when the call needs the general path: a NULL argument,
-/// a refused key, memory not mapped here, a range outside the mapping, an endpoint that is
-/// not ready or has operations queued. The general path then checks the call again and
-/// refuses or runs it.
+/// one copy now, on a worker whose client serializes its calls (its lock is disabled). False
+/// (nothing done) when the call needs the general path: a locking worker, a NULL argument, a
+/// refused key, memory not mapped here, a range outside the mapping, an endpoint that is not
+/// ready or has operations queued. The general path then checks the call again and refuses
+/// or runs it (a locking worker's copy is made there, under its lock). The direct path calls
+/// nothing but the copy.
 ///
 /// # Safety
 /// As the put/get calls: a live endpoint and key (or NULL); `buffer` valid for `length` bytes.
@@ -361,22 +363,68 @@ unsafe fn direct(
     }
     // SAFETY: a live endpoint (non-NULL); its worker outlives it.
     let (w, h) = unsafe { (&*(*ep).worker, (*ep).h) };
+    if w.lock.is_enabled() {
+        return false;
+    }
     // SAFETY: a live key (non-NULL).
     let Ok((k, delta)) = (unsafe { rkey_for_quiet(rkey, w) }) else {
         return false;
     };
-    let remote_addr = remote_addr.wrapping_sub(delta);
-    let _g = w.lock.lock();
-    let mut i = w.inner.borrow_mut();
-    let done = if get {
-        // SAFETY: the client's buffer of `length` bytes.
-        unsafe { i.w.get_mapped(h, buffer as *mut u8, length, remote_addr, k) }
-    } else {
-        // SAFETY: the client's buffer of `length` bytes (non-NULL).
-        let data = unsafe { std::slice::from_raw_parts(buffer as *const u8, length) };
-        i.w.put_mapped(h, data, remote_addr, k)
+    // SAFETY: the reference lives only during `mapped_range`, which reads the worker's state
+    // and reaches no code that could borrow it mutably; `Err` (a mutable borrow is active)
+    // sends the call to the general path.
+    let Ok(i) = (unsafe { w.inner.try_borrow_unguarded() }) else {
+        return false;
     };
-    done.is_some()
+    let Some(p) =
+        i.w.mapped_range(h, k, remote_addr.wrapping_sub(delta), length)
+    else {
+        return false;
+    };
+    // SAFETY: `p..p + length` lies inside the peer's mapping, which stays mapped while the
+    // key lives (the client keeps it alive during the call); `buffer` holds `length` bytes.
+    unsafe {
+        if get {
+            ucp::rma::copy(p, buffer as *mut u8, length);
+        } else {
+            ucp::rma::copy(buffer as *const u8, p, length);
+        }
+    }
+    true
+}
+
+/// The general path of `ucp_put_nbi` (`get` false) and `ucp_get_nbi` (`get` true), with its
+/// own panic guard: an `extern "C"` function (which never unwinds) of six register
+/// arguments, so those calls end with a jump here and their direct path saves no registers.
+///
+/// # Safety
+/// As those functions.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn rma_nbi(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    get: bool,
+) -> Status {
+    let name = if get { "ucp_get_nbi" } else { "ucp_put_nbi" };
+    ffi_hot(name, UCS_ERR_NO_MEMORY, || {
+        // SAFETY: forwarded.
+        nbi(unsafe {
+            rma(
+                name,
+                ep,
+                buffer,
+                length,
+                remote_addr,
+                rkey,
+                get,
+                OpArgs::with_cb(Cb::None, false),
+            )
+        })
+    })
 }
 
 /// `ucp_put_nbx` / `ucp_get_nbx` parameters the direct path accepts: no request memory, no
@@ -438,24 +486,14 @@ pub unsafe extern "C" fn ucp_put_nbi(
     remote_addr: u64,
     rkey: *mut CRkey,
 ) -> Status {
-    ffi("ucp_put_nbi", UCS_ERR_NO_MEMORY, || {
+    ffi_hot("ucp_put_nbi", UCS_ERR_NO_MEMORY, || {
+        let buffer = buffer as *mut c_void;
         // SAFETY: forwarded.
-        if unsafe { direct(ep, buffer as *mut c_void, length, remote_addr, rkey, false) } {
+        if unsafe { direct(ep, buffer, length, remote_addr, rkey, false) } {
             return UCS_OK;
         }
         // SAFETY: forwarded.
-        nbi(unsafe {
-            rma(
-                "ucp_put_nbi",
-                ep,
-                buffer as *mut c_void,
-                length,
-                remote_addr,
-                rkey,
-                false,
-                OpArgs::with_cb(Cb::None, false),
-            )
-        })
+        unsafe { rma_nbi(ep, buffer, length, remote_addr, rkey, false) }
     })
 }
 
@@ -538,24 +576,13 @@ pub unsafe extern "C" fn ucp_get_nbi(
     remote_addr: u64,
     rkey: *mut CRkey,
 ) -> Status {
-    ffi("ucp_get_nbi", UCS_ERR_NO_MEMORY, || {
+    ffi_hot("ucp_get_nbi", UCS_ERR_NO_MEMORY, || {
         // SAFETY: forwarded.
         if unsafe { direct(ep, buffer, length, remote_addr, rkey, true) } {
             return UCS_OK;
         }
         // SAFETY: forwarded.
-        nbi(unsafe {
-            rma(
-                "ucp_get_nbi",
-                ep,
-                buffer,
-                length,
-                remote_addr,
-                rkey,
-                true,
-                OpArgs::with_cb(Cb::None, false),
-            )
-        })
+        unsafe { rma_nbi(ep, buffer, length, remote_addr, rkey, true) }
     })
 }
 
@@ -668,6 +695,7 @@ pub unsafe extern "C" fn ucp_get_nbx(
 /// # Safety
 /// As those functions.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn rma_nbx(
     name: &'static str,
     ep: *mut Ep,
@@ -678,7 +706,7 @@ unsafe fn rma_nbx(
     param: *const RequestParam,
     get: bool,
 ) -> StatusPtr {
-    ffi(name, status_ptr(UCS_ERR_NO_MEMORY), || {
+    ffi_hot(name, status_ptr(UCS_ERR_NO_MEMORY), || {
         if let Some(len) = nbx_direct_len(count, param) {
             // SAFETY: forwarded; `len` bytes are the client's `count` elements.
             if unsafe { direct(ep, buffer, len, remote_addr, rkey, get) } {
@@ -686,17 +714,39 @@ unsafe fn rma_nbx(
             }
         }
         // SAFETY: forwarded.
-        let p = match unsafe { crate::tag::parse_param(name, param, true) } {
-            Ok(p) => p,
-            Err(s) => return status_ptr(s),
-        };
-        let len = match nbx_len(name, count, &p) {
-            Ok(l) => l,
-            Err(s) => return status_ptr(s),
-        };
-        // SAFETY: forwarded.
-        unsafe { rma(name, ep, buffer, len, remote_addr, rkey, get, p.send_args()) }
+        unsafe { rma_nbx_general(name, ep, buffer, count, remote_addr, rkey, param, get) }
     })
+}
+
+/// The general path of [`rma_nbx`]: the parameter parsed, the call checked and started
+/// (kept out of line, so the direct path stays a short function).
+///
+/// # Safety
+/// As `ucp_put_nbx` and `ucp_get_nbx`.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+unsafe fn rma_nbx_general(
+    name: &'static str,
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+    get: bool,
+) -> StatusPtr {
+    // SAFETY: forwarded.
+    let p = match unsafe { crate::tag::parse_param(name, param, true) } {
+        Ok(p) => p,
+        Err(s) => return status_ptr(s),
+    };
+    let len = match nbx_len(name, count, &p) {
+        Ok(l) => l,
+        Err(s) => return status_ptr(s),
+    };
+    // SAFETY: forwarded.
+    unsafe { rma(name, ep, buffer, len, remote_addr, rkey, get, p.send_args()) }
 }
 
 /// `ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void **addr_p)`: when the

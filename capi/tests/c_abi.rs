@@ -56,7 +56,8 @@ fn c_program_against_the_ucx_headers() {
     );
     assert_eq!(
         stdout.matches("onesided: all checks passed").count(),
-        2,
-        "the one-sided checks must pass on both transports:\n{stdout}\n{stderr}"
+        4,
+        "the one-sided checks must pass on both transports, with multi- and single-thread \
+         workers:\n{stdout}\n{stderr}"
     );
 }

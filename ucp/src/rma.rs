@@ -2,6 +2,7 @@
 //! can register), the packed remote-key bundle peers unpack, and the unpacked [`Rkey`].
 
 pub(crate) mod mapped;
+pub use mapped::copy;
 pub(crate) mod ops;
 pub(crate) mod raw_mem;
 pub(crate) mod shared_file;

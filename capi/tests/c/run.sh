@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles abi_layout.c and onesided.c against UCX 1.13's installed headers (Debian:
 # libucx-dev) and runs them on rucx's libucp.so.0 from LIBDIR, over shared memory and over tcp on
-# loopback:
+# loopback (onesided with multi-thread and with single-thread workers):
 #   capi/tests/c/run.sh LIBDIR      (LIBDIR from capi/build.sh, or holding libucp.so.0)
 set -euo pipefail
 lib=${1:?usage: run.sh LIBDIR}
@@ -25,6 +25,9 @@ for tls in "shm,self" "tcp"; do
     env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
         RUCX_KEEPALIVE_INTERVAL=200ms RUCX_KEEPALIVE_TIMEOUT=5s \
         timeout 300 "$tmp/abi_layout"
-    env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
-        timeout 300 "$tmp/onesided"
+    for mode in multi single; do
+        echo "== onesided, workers of thread mode $mode"
+        env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
+            ONESIDED_THREAD_MODE=$mode timeout 300 "$tmp/onesided"
+    done
 done

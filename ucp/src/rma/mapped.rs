@@ -21,12 +21,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use uct::AtomicOp;
 
 /// Copies `len` bytes from `src` to `dst` (the ranges may overlap): a word-sized piece (an
-/// MPI_Put of one value) is one load and one store instead of a `memmove` call.
+/// MPI_Put of one value) is one load and one store instead of a `memmove` call; anything
+/// else is one `memmove` (glibc's picks `rep movsb` or vector moves for the CPU; cached
+/// stores, so the peer or the next put finds the bytes in cache).
 ///
 /// # Safety
 /// `src` valid for `len` bytes of reads, `dst` for `len` bytes of writes.
 #[inline(always)]
-unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+pub unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: per the contract; each piece is read whole before it is written.
     unsafe {
         match len {
@@ -133,6 +135,22 @@ impl Worker {
         Some(old)
     }
 
+    /// The local address of the `len` bytes at `remote_addr` of peer memory mapped here, when
+    /// endpoint `ep` may put or get them now with one [`copy`] (see the module doc); `None`
+    /// when the general path must take the operation. The range lies inside the mapping
+    /// (bounds checked), which stays mapped while `rkey` lives, so the caller may make the
+    /// copy after releasing the worker.
+    #[inline(always)]
+    pub fn mapped_range(
+        &self,
+        ep: EpHandle,
+        rkey: &Rkey,
+        remote_addr: u64,
+        len: usize,
+    ) -> Option<*mut u8> {
+        self.mapped_ptr(ep, rkey, remote_addr, len, None)
+    }
+
     /// A put into mapped peer memory, done now with one copy; `None` when the general path
     /// must take it (see the module doc).
     #[inline]
@@ -143,7 +161,7 @@ impl Worker {
         remote_addr: u64,
         rkey: &Rkey,
     ) -> Option<()> {
-        let p = self.mapped_ptr(ep, rkey, remote_addr, data.len(), None)?;
+        let p = self.mapped_range(ep, rkey, remote_addr, data.len())?;
         // SAFETY: `p..p + data.len()` lies inside the peer's segment (bounds checked), mapped
         // while `rkey` lives.
         unsafe { copy(data.as_ptr(), p, data.len()) };
@@ -164,7 +182,7 @@ impl Worker {
         remote_addr: u64,
         rkey: &Rkey,
     ) -> Option<()> {
-        let p = self.mapped_ptr(ep, rkey, remote_addr, len, None)?;
+        let p = self.mapped_range(ep, rkey, remote_addr, len)?;
         // SAFETY: the source lies inside the peer's segment (bounds checked); the caller
         // guarantees the destination.
         unsafe { copy(p, dst, len) };
