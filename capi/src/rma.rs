@@ -647,7 +647,7 @@ pub unsafe extern "C" fn ucp_put_nbx(
 ) -> StatusPtr {
     // SAFETY: forwarded.
     unsafe {
-        rma_nbx(
+        rma_nbx::<false>(
             "ucp_put_nbx",
             ep,
             buffer as *mut c_void,
@@ -655,7 +655,6 @@ pub unsafe extern "C" fn ucp_put_nbx(
             remote_addr,
             rkey,
             param,
-            false,
         )
     }
 }
@@ -676,8 +675,91 @@ pub unsafe extern "C" fn ucp_get_nbx(
     param: *const RequestParam,
 ) -> StatusPtr {
     // SAFETY: forwarded.
+    unsafe { rma_nbx::<true>("ucp_get_nbx", ep, buffer, count, remote_addr, rkey, param) }
+}
+
+/// The body of `ucp_put_nbx` (`GET` false) and `ucp_get_nbx` (`GET` true): the direct path,
+/// else a jump to the general path (one instance each, so each call's panic guard is resolved
+/// at compile time).
+///
+/// # Safety
+/// As those functions.
+#[inline(always)]
+unsafe fn rma_nbx<const GET: bool>(
+    name: &'static str,
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> StatusPtr {
+    let get = GET;
+    ffi_hot(name, status_ptr(UCS_ERR_NO_MEMORY), || {
+        if let Some(len) = nbx_direct_len(count, param) {
+            // SAFETY: forwarded; `len` bytes are the client's `count` elements.
+            if unsafe { direct(ep, buffer, len, remote_addr, rkey, get) } {
+                return status_ptr(UCS_OK);
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe {
+            if get {
+                get_nbx_general(ep, buffer, count, remote_addr, rkey, param)
+            } else {
+                put_nbx_general(ep, buffer, count, remote_addr, rkey, param)
+            }
+        }
+    })
+}
+
+/// The general path of `ucp_put_nbx`, with its own panic guard: an `extern "C"` function
+/// (which never unwinds) of six register arguments, reached by a jump.
+///
+/// # Safety
+/// As `ucp_put_nbx`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn put_nbx_general(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> StatusPtr {
+    // SAFETY: forwarded.
     unsafe {
-        rma_nbx(
+        rma_nbx_general(
+            "ucp_put_nbx",
+            ep,
+            buffer,
+            count,
+            remote_addr,
+            rkey,
+            param,
+            false,
+        )
+    }
+}
+
+/// [`put_nbx_general`] of `ucp_get_nbx`.
+///
+/// # Safety
+/// As `ucp_get_nbx`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn get_nbx_general(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut CRkey,
+    param: *const RequestParam,
+) -> StatusPtr {
+    // SAFETY: forwarded.
+    unsafe {
+        rma_nbx_general(
             "ucp_get_nbx",
             ep,
             buffer,
@@ -690,42 +772,13 @@ pub unsafe extern "C" fn ucp_get_nbx(
     }
 }
 
-/// The body of `ucp_put_nbx` (`get` false) and `ucp_get_nbx` (`get` true).
+/// The general path of `ucp_put_nbx` and `ucp_get_nbx`: the parameter parsed, the call
+/// checked and started, panics caught.
 ///
 /// # Safety
 /// As those functions.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn rma_nbx(
-    name: &'static str,
-    ep: *mut Ep,
-    buffer: *mut c_void,
-    count: usize,
-    remote_addr: u64,
-    rkey: *mut CRkey,
-    param: *const RequestParam,
-    get: bool,
-) -> StatusPtr {
-    ffi_hot(name, status_ptr(UCS_ERR_NO_MEMORY), || {
-        if let Some(len) = nbx_direct_len(count, param) {
-            // SAFETY: forwarded; `len` bytes are the client's `count` elements.
-            if unsafe { direct(ep, buffer, len, remote_addr, rkey, get) } {
-                return status_ptr(UCS_OK);
-            }
-        }
-        // SAFETY: forwarded.
-        unsafe { rma_nbx_general(name, ep, buffer, count, remote_addr, rkey, param, get) }
-    })
-}
-
-/// The general path of [`rma_nbx`]: the parameter parsed, the call checked and started
-/// (kept out of line, so the direct path stays a short function).
-///
-/// # Safety
-/// As `ucp_put_nbx` and `ucp_get_nbx`.
-#[allow(clippy::too_many_arguments)]
-#[cold]
-#[inline(never)]
 unsafe fn rma_nbx_general(
     name: &'static str,
     ep: *mut Ep,
@@ -736,17 +789,19 @@ unsafe fn rma_nbx_general(
     param: *const RequestParam,
     get: bool,
 ) -> StatusPtr {
-    // SAFETY: forwarded.
-    let p = match unsafe { crate::tag::parse_param(name, param, true) } {
-        Ok(p) => p,
-        Err(s) => return status_ptr(s),
-    };
-    let len = match nbx_len(name, count, &p) {
-        Ok(l) => l,
-        Err(s) => return status_ptr(s),
-    };
-    // SAFETY: forwarded.
-    unsafe { rma(name, ep, buffer, len, remote_addr, rkey, get, p.send_args()) }
+    ffi_hot(name, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let p = match unsafe { crate::tag::parse_param(name, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let len = match nbx_len(name, count, &p) {
+            Ok(l) => l,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe { rma(name, ep, buffer, len, remote_addr, rkey, get, p.send_args()) }
+    })
 }
 
 /// `ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void **addr_p)`: when the
