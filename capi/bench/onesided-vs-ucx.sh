@@ -16,8 +16,9 @@
 # their results; those results are used and the crashes counted. Goal: speedup >= 1.0 over
 # shared memory (for times, latency and CPU time per operation, the speedup is UCX/rucx). The CPU
 # time of the measuring thread is shown under each latency and rate (for a bandwidth, the bytes
-# over that CPU time): on a machine whose cores are shared with other work, wall times include
-# waiting for a core and vary widely.
+# over that CPU time), and under each bandwidth also its median over the windows of 64 puts: on a
+# machine whose cores are shared with other work, wall times include waiting for a core and vary
+# widely (a window that waited is an outlier for the median, while it lowers the whole-run rate).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -90,7 +91,7 @@ run() {
   [ "$(realpath "$got")" = "$want" ] || { echo "run $kind $lib loaded $got, not $want" >&2; exit 1; }
   awk -v p="$kind $lib" '$1 == "lat" { print p, "lat" $2, $3 } $1 == "bw" { print p, "bw" $2, $3 }
     $1 == "amo" { print p, "amo_" $2, $3 } $1 == "cpu" { print p, "cpu_" $2, $3 }
-    $1 == "cpubw" { print p, "cpubw" $2, $3 }' "$out" >>"$work/results"
+    $1 == "cpubw" { print p, "cpubw" $2, $3 } $1 == "bwmed" { print p, "bwmed" $2, $3 }' "$out" >>"$work/results"
   printf '  %-7s %-4s #%d: %s\n' "$kind" "$lib" "$rep" "$(grep -E '^(lat|cpu|bw|amo)' "$out" | tr '\n' ' ')"
 }
 
@@ -114,7 +115,7 @@ for kind in openmpi mpich shmem; do
   if [ "$kind" = shmem ]; then
     metrics=(amo_static cpu_static amo_heap cpu_heap)
   else
-    metrics=(lat8 cpu_8 bw65536 cpubw65536 bw1048576 cpubw1048576)
+    metrics=(lat8 cpu_8 bw65536 cpubw65536 bwmed65536 bw1048576 cpubw1048576 bwmed1048576)
   fi
   for metric in "${metrics[@]}"; do
     u=$(median "$kind" ucx "$metric")
@@ -126,6 +127,7 @@ for kind in openmpi mpich shmem; do
       bw65536) label="MPI_Put 64 KiB (MB/s)" ;;
       bw1048576) label="MPI_Put 1 MiB (MB/s)" ;;
       cpubw65536 | cpubw1048576) label="  per CPU second (MB/s)" ;;
+      bwmed65536 | bwmed1048576) label="  median window (MB/s)" ;;
       amo_static) label="fetch-add, static (Mops/s)" ;;
       amo_heap) label="fetch-add, heap (Mops/s)" ;;
     esac
