@@ -19,6 +19,11 @@
 # over that CPU time), and under each bandwidth also its median over the windows of 64 puts: on a
 # machine whose cores are shared with other work, wall times include waiting for a core and vary
 # widely (a window that waited is an outlier for the median, while it lowers the whole-run rate).
+# Over shared memory both libraries make an MPI_Put of 64 KiB or 1 MiB as one glibc memmove into
+# the target's segment mapped in the initiator (UCX: uct_sm_ep_put_short; rucx: its direct path),
+# so those rows differ by the libraries' per-put overhead only (a few percent of the copy at
+# 64 KiB; count it with callgrind on rank 0), which is inside the run-to-run spread of wall times
+# on a loaded machine.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
