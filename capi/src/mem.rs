@@ -31,6 +31,7 @@ use ucp::MemMap;
 pub struct Mem {
     pub(crate) worker: *const Worker,
     pub(crate) context: *const Context,
+    /// The mapping; none for a zero-length one.
     pub(crate) map: Option<MemMap>,
     /// What the client sees: its address (for a fixed mapping) or rucx's.
     pub(crate) address: *mut c_void,
@@ -46,6 +47,39 @@ pub struct Mem {
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Mem {
+    /// A handle for `map` (none for a zero-length mapping), registered as live.
+    fn new(
+        worker: &Worker,
+        context: *const Context,
+        map: Option<MemMap>,
+        alias: Option<(usize, usize)>,
+        delta: u64,
+    ) -> Box<Mem> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let alive = Arc::new(AtomicBool::new(true));
+        live()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::downgrade(&alive));
+        let (address, length) = match &map {
+            Some(m) => (m.address().wrapping_add(delta) as *mut c_void, m.len()),
+            None => (std::ptr::null_mut(), 0),
+        };
+        Box::new(Mem {
+            worker,
+            context,
+            address,
+            length,
+            map,
+            delta,
+            alias,
+            id,
+            alive,
+        })
+    }
+}
 
 /// Live mappings of this process by id.
 fn live() -> &'static Mutex<HashMap<u64, Weak<AtomicBool>>> {
@@ -226,8 +260,20 @@ pub unsafe extern "C" fn ucp_mem_map(
         {
             return refuse(NAME, UCS_ERR_UNSUPPORTED, "rucx maps host memory only");
         }
-        if !has(UCP_MEM_MAP_PARAM_FIELD_LENGTH) || p.length == 0 {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "length missing or 0");
+        if !has(UCP_MEM_MAP_PARAM_FIELD_LENGTH) {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "length missing");
+        }
+        if p.length == 0 {
+            // As UCX: a zero-length mapping succeeds, whatever the address and flags, and
+            // its remote key reaches no memory.
+            tracing::debug!("{NAME}: zero length, mapping nothing");
+            let w = match first_worker(NAME, c) {
+                Ok(w) => w,
+                Err(s) => return s,
+            };
+            // SAFETY: checked non-null.
+            unsafe { *memh_p = Box::into_raw(Mem::new(w, context, None, None, 0)) };
+            return UCS_OK;
         }
         let address = if has(UCP_MEM_MAP_PARAM_FIELD_ADDRESS) {
             p.address
@@ -274,23 +320,7 @@ pub unsafe extern "C" fn ucp_mem_map(
             }
         };
         drop(i);
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let alive = Arc::new(AtomicBool::new(true));
-        live()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Arc::downgrade(&alive));
-        let mem = Box::new(Mem {
-            worker: w,
-            context,
-            address: map.address().wrapping_add(delta) as *mut c_void,
-            length: map.len(),
-            map: Some(map),
-            delta,
-            alias,
-            id,
-            alive,
-        });
+        let mem = Mem::new(w, context, Some(map), alias, delta);
         // SAFETY: checked non-null.
         unsafe { *memh_p = Box::into_raw(mem) };
         UCS_OK

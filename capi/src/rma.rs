@@ -62,6 +62,9 @@ pub(crate) unsafe fn rkey_for<'a>(
 /// How long `ucp_ep_rkey_unpack` waits for a connecting endpoint.
 const CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// A packed remote-key bundle with no keys (`ucp::RkeyBundle` of no entries).
+const EMPTY_BUNDLE: &[u8] = &[0];
+
 /// An unpacked remote key.
 pub struct CRkey {
     worker: *const Worker,
@@ -150,9 +153,8 @@ pub unsafe extern "C" fn ucp_rkey_pack(
         // SAFETY: its worker is alive.
         let w = unsafe { &*m.worker };
         let _g = w.lock.lock();
-        let Some(map) = &m.map else {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "memory is unmapped");
-        };
+        // A zero-length mapping packs a bundle of no keys, which reaches no memory.
+        let bundle = m.map.as_ref().map_or(EMPTY_BUNDLE, |map| map.rkey_packed());
         if !std::ptr::eq(m.context, context) && !context.is_null() {
             return refuse(
                 NAME,
@@ -165,7 +167,7 @@ pub unsafe extern "C" fn ucp_rkey_pack(
             pid: std::process::id(),
             id: m.id,
         }
-        .encode(map.rkey_packed());
+        .encode(bundle);
         let total = key.len();
         // SAFETY: malloc of a non-zero size, filled below.
         let p = unsafe { libc::malloc(total) } as *mut u8;
@@ -899,5 +901,11 @@ mod tests {
         assert!(KeyHeader::decode(&head).is_err(), "shorter than the header");
         head[..4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(KeyHeader::decode(&head).is_err(), "too long");
+    }
+
+    #[test]
+    fn empty_bundle_has_no_keys() {
+        let b = ucp::rma::RkeyBundle::decode(EMPTY_BUNDLE).expect("decodes");
+        assert!(b.entries.is_empty());
     }
 }

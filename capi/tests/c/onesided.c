@@ -480,6 +480,52 @@ static void bad_direct(ucp_context_h ctx, ucp_ep_h e10)
     ucp_rkey_destroy(k);
 }
 
+/* A zero-length mapping succeeds whatever its address and flags (as UCX's does); its key packs
+ * and unpacks, and reaches no memory. A mapping without a length is refused. */
+static void zero_length(ucp_context_h ctx, ucp_ep_h e10)
+{
+    static unsigned char user[64];
+    void *addrs[] = {user, NULL, NULL};
+    unsigned flags[] = {0, UCP_MEM_MAP_ALLOCATE, 0};
+    ucp_mem_map_params_t mp;
+    ucp_mem_h memh;
+    for (int i = 0; i < 3; i++) {
+        memset(&mp, 0, sizeof(mp));
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        mp.address = addrs[i];
+        mp.flags = flags[i];
+        ucs_status_t st = ucp_mem_map(ctx, &mp, &memh);
+        CHECK(st == UCS_OK, "zero-length mem_map %d: %s", i, ucs_status_string(st));
+        if (st != UCS_OK) continue;
+        ucp_mem_attr_t ma;
+        ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+        CHECK(ucp_mem_query(memh, &ma) == UCS_OK && ma.address == NULL && ma.length == 0,
+              "zero-length mem_query: %p %zu", ma.address, ma.length);
+        ucp_rkey_h k = unpack(ctx, memh, e10);
+        unsigned char src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        uint64_t res = 0;
+        void *rp;
+        uint64_t raddr = (uint64_t)(uintptr_t)user;
+        BAD_STATUS(ucp_put_nbi(e10, src, 8, raddr, k), "ucp_put_nbi", UCS_OK);
+        BAD_PTR(ucp_get_nb(e10, src, 8, raddr, k, NULL), "ucp_get_nb", UCS_OK);
+        /* Without a key the atomic is emulated: the owner refuses the address. */
+        st = wait_req(ucp_atomic_fetch_nb(e10, UCP_ATOMIC_FETCH_OP_FADD, 1, &res, 8, raddr, k,
+                                          NULL));
+        CHECK(st < 0, "atomic through a zero-length key: %s", ucs_status_string(st));
+        st = ucp_rkey_ptr(k, raddr, &rp);
+        CHECK(st == UCS_ERR_UNREACHABLE, "rkey_ptr of a zero-length key: %s",
+              ucs_status_string(st));
+        ucp_rkey_destroy(k);
+        CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "zero-length unmap %d", i);
+    }
+    for (size_t i = 0; i < sizeof(user); i++) CHECK(user[i] == 0, "byte %zu written", i);
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
+    mp.address = user;
+    BAD_STATUS(ucp_mem_map(ctx, &mp, &memh), "ucp_mem_map", UCS_ERR_INVALID_PARAM);
+}
+
 static void bad_input(ucp_context_h ctx, ucp_context_h ctx2, ucp_ep_h e10, ucp_ep_h e01,
                       ucp_ep_h e20)
 {
@@ -681,6 +727,7 @@ int main(void)
 
     /* 4. Bad input. */
     bad_input(ctx, ctx2, e10, e01, e20);
+    zero_length(ctx, e10);
     bad_direct(ctx, e10);
 
     CHECK(wait_req(ucp_ep_close_nb(e10, UCP_EP_CLOSE_MODE_FORCE)) == UCS_OK, "close");
