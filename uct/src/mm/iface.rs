@@ -670,6 +670,7 @@ impl Iface for MmIface {
             shared,
             common: self.common.clone(),
             sock: self.sock.clone(),
+            maps: Default::default(),
         })
     }
 
