@@ -73,9 +73,9 @@ fn finish(w: &mut Worker, op: Op, what: &str) -> Completion {
     }
 }
 
-/// The sender: per round, maps a segment, sends `PER_ROUND` messages from it, says `SENT`,
-/// waits for the sends (the parent receives them after that), frees the mapping. Then stays
-/// until killed or its stdin closes.
+/// The sender: per round, once a line comes on stdin, maps a segment, sends `PER_ROUND`
+/// messages from it, says `SENT`, waits for the sends, frees the mapping. Then stays until
+/// killed or its stdin closes.
 #[test]
 fn ucp_mapped_peer_maps_child_entry() {
     if std::env::var(ROLE).is_err() {
@@ -86,7 +86,9 @@ fn ucp_mapped_peer_maps_child_entry() {
     let parent = unhex(&std::env::var(PEER).expect("peer address"));
     let ep = w.ep_create(&parent, EpParams::default()).expect("ep");
     println!("ADDR {}", hex(w.address()));
+    let mut go = String::new();
     for round in 0..ROUNDS {
+        std::io::stdin().read_line(&mut go).expect("go line");
         let map = w.mem_map(LEN).expect("mem_map");
         assert!(map.is_shared());
         map.write(0, &pattern(round)).unwrap();
@@ -212,7 +214,24 @@ fn data_mappings(ids: &[u64]) -> usize {
         .count()
 }
 
-fn peer_maps(tls: &str, kill: bool) {
+/// How the receiver meets the messages, and how it parts from the sender.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Mode {
+    /// Unexpected (the receives are posted after the messages arrived: ucp's rendezvous reads
+    /// them through the endpoint's mappings); then the sender is killed.
+    UnexpectedKill,
+    /// Unexpected; then the receiver closes the endpoint (the sender lives on).
+    UnexpectedClose,
+    /// Expected (posted first: the shared-memory interface's tag matching reads them); then
+    /// the sender is killed.
+    ExpectedKill,
+    /// Expected; then the receiver closes the endpoint.
+    ExpectedClose,
+}
+
+fn peer_maps(tls: &str, mode: Mode) {
+    let kill = matches!(mode, Mode::UnexpectedKill | Mode::ExpectedKill);
+    let expected = matches!(mode, Mode::ExpectedKill | Mode::ExpectedClose);
     let mut w = worker(tls);
     let (mut child, lines) = spawn(tls, w.address());
     let caddr = unhex(&next_line(&lines, "ADDR "));
@@ -220,24 +239,34 @@ fn peer_maps(tls: &str, kill: bool) {
     let pid = child.0.id();
     let mut ids = Vec::new();
     for round in 0..ROUNDS {
+        let post = |w: &mut Worker| -> Vec<Op> {
+            (0..PER_ROUND)
+                .map(|i| {
+                    w.tag_recv(vec![0; LEN], round * PER_ROUND + i, TAG_MASK_EXACT)
+                        .unwrap()
+                })
+                .collect()
+        };
+        let posted = if expected { post(&mut w) } else { Vec::new() };
+        writeln!(child.0.stdin.as_mut().expect("stdin"), "go").expect("go");
         assert_eq!(next_line(&lines, "SENT "), round.to_string());
         ids.extend(segments_of(pid, tls));
-        // Every message of the round arrives before its receive is posted (unexpected).
-        let deadline = Instant::now() + WATCHDOG;
-        for i in 0..PER_ROUND {
-            while w
-                .tag_probe(round * PER_ROUND + i, TAG_MASK_EXACT, false)
-                .is_none()
-            {
-                w.progress();
-                assert!(Instant::now() < deadline, "watchdog: round {round} RTS");
+        if !expected {
+            // Every message of the round arrives before its receive is posted.
+            let deadline = Instant::now() + WATCHDOG;
+            for i in 0..PER_ROUND {
+                while w
+                    .tag_probe(round * PER_ROUND + i, TAG_MASK_EXACT, false)
+                    .is_none()
+                {
+                    w.progress();
+                    assert!(Instant::now() < deadline, "watchdog: round {round} RTS");
+                }
             }
         }
         let want = pattern(round);
-        for i in 0..PER_ROUND {
-            let r = w
-                .tag_recv(vec![0; LEN], round * PER_ROUND + i, TAG_MASK_EXACT)
-                .unwrap();
+        let ops = if expected { posted } else { post(&mut w) };
+        for r in ops {
             let c = finish(&mut w, r, "receive");
             assert_eq!((c.status, c.len), (Ok(()), LEN), "{tls} round {round}");
             assert!(
@@ -247,12 +276,18 @@ fn peer_maps(tls: &str, kill: bool) {
         }
     }
     let st = w.stats();
+    let tm = w.tag_offload_stats();
+    let in_place = if expected {
+        tm.matched
+    } else {
+        st.rndv_get_mapped
+    };
     assert_eq!(
-        st.rndv_get_mapped,
+        in_place,
         ROUNDS * PER_ROUND,
-        "{tls}: every rendezvous read in place: {st:?}"
+        "{tls} {mode:?}: every rendezvous read in place: {st:?} {tm:?}"
     );
-    // Both segments stay mapped by the endpoint (the requests that read them are done).
+    // Both segments stay mapped (the requests that read them are done).
     assert_eq!(data_mappings(&ids), ROUNDS as usize, "{tls}: {ids:?}");
     if kill {
         child.0.kill().expect("kill child");
@@ -270,33 +305,51 @@ fn peer_maps(tls: &str, kill: bool) {
     assert_eq!(
         data_mappings(&ids),
         0,
-        "{tls}: a segment of the peer stays mapped after its endpoint {}",
-        if kill { "failed" } else { "closed" }
+        "{tls} {mode:?}: a segment of the peer stays mapped after it left"
     );
     if !kill {
         drop(child.0.stdin.take());
         let st = child.0.wait().expect("child exit");
         assert!(st.success(), "child failed: {st:?}");
     }
-    let _ = writeln!(std::io::stderr(), "{tls}: {st:?}");
 }
 
 #[test]
 fn ucp_posix_peer_segments_unmapped_when_peer_killed() {
-    peer_maps("posix,cma", true);
+    peer_maps("posix,cma", Mode::UnexpectedKill);
 }
 
 #[test]
 fn ucp_sysv_peer_segments_unmapped_when_peer_killed() {
-    peer_maps("sysv,cma", true);
+    peer_maps("sysv,cma", Mode::UnexpectedKill);
 }
 
 #[test]
 fn ucp_posix_peer_segments_unmapped_when_endpoint_closed() {
-    peer_maps("posix,cma", false);
+    peer_maps("posix,cma", Mode::UnexpectedClose);
 }
 
 #[test]
 fn ucp_sysv_peer_segments_unmapped_when_endpoint_closed() {
-    peer_maps("sysv,cma", false);
+    peer_maps("sysv,cma", Mode::UnexpectedClose);
+}
+
+#[test]
+fn ucp_posix_expected_rndv_segments_unmapped_when_peer_killed() {
+    peer_maps("posix,cma", Mode::ExpectedKill);
+}
+
+#[test]
+fn ucp_sysv_expected_rndv_segments_unmapped_when_peer_killed() {
+    peer_maps("sysv,cma", Mode::ExpectedKill);
+}
+
+#[test]
+fn ucp_posix_expected_rndv_segments_unmapped_when_endpoint_closed() {
+    peer_maps("posix,cma", Mode::ExpectedClose);
+}
+
+#[test]
+fn ucp_sysv_expected_rndv_segments_unmapped_when_endpoint_closed() {
+    peer_maps("sysv,cma", Mode::ExpectedClose);
 }

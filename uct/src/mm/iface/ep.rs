@@ -551,5 +551,10 @@ impl Drop for MmEp {
         if self.shared.failed.get() && !self.shared.reported.get() {
             self.common.unreported.set(self.common.unreported.get() - 1);
         }
+        // Done with the peer: the interface unmaps the segments of it that rendezvous reads
+        // mapped (another endpoint to it maps them again when needed).
+        if let Ok(mut t) = self.common.tag.try_borrow_mut() {
+            t.forget_peer(self.shared.peer_pid());
+        }
     }
 }
