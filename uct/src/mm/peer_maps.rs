@@ -205,16 +205,14 @@ mod tests {
         let fd_only = |k: &mut Vec<u8>| k[12..16].copy_from_slice(&[0; 4]);
         fd_only(&mut old_key);
         let k = maps.unpack(me(SegKind::Posix), &old_key).unwrap();
-        // SAFETY: bounds-checked inside the mapping.
-        assert_eq!(
-            unsafe { k.local_ptr(h.addr() as u64, 1).unwrap().read() },
-            1
-        );
+        let p = k.local_ptr(h.addr() as u64, 1).unwrap();
+        // SAFETY: bounds-checked inside the mapping, which `k` keeps.
+        assert_eq!(unsafe { p.read() }, 1);
         drop(k);
-        let fd = md_seg_id(&h) as u32;
         drop(h);
+        // The new segment takes the lowest free descriptor: the freed one's (unless another
+        // test's descriptor took it meanwhile; the reads below must give 2 either way).
         let h2 = md.mem_alloc(4096).unwrap();
-        assert_eq!(md_seg_id(&h2) as u32, fd, "the descriptor number is reused");
         // SAFETY: 4096 mapped bytes.
         unsafe { h2.addr().write(2) };
         for strip in [false, true] {

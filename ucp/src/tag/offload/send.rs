@@ -248,17 +248,20 @@ impl State {
         // it in place (a shared segment the receiver maps: one copy, no system call), else for
         // the RMA lane, as the software rendezvous does.
         let in_place = self.mds[li].attr().flags.contains(MdFlags::RKEY_PTR) && am_get;
-        let (mut tl, mut rkey) = match am_memh.as_ref().filter(|_| in_place) {
-            Some(m) => self.rts_rkey(Some(li), Some(m)),
-            None => ("", Vec::new()),
-        };
-        if tl.is_empty() {
-            self.rkey_scratch = rkey;
-            (tl, rkey) = match &rma {
-                Some((r, m)) => self.rts_rkey(Some(*r), Some(m)),
-                None => self.rts_rkey(None, None),
-            };
+        let mut am_key = am_memh
+            .as_ref()
+            .filter(|_| in_place)
+            .map(|m| self.rts_rkey(Some(li), Some(m)));
+        if let Some(("", scratch)) = am_key {
+            // Packing failed: the key buffer goes back for the RMA lane's key.
+            self.rkey_scratch = scratch;
+            am_key = None;
         }
+        let (tl, rkey) = match (am_key, &rma) {
+            (Some(k), _) => k,
+            (None, Some((r, m))) => self.rts_rkey(Some(*r), Some(m)),
+            (None, None) => self.rts_rkey(None, None),
+        };
         let mut hdr = std::mem::take(&mut self.scratch);
         hdr.clear();
         if offload {
