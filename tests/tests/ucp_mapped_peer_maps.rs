@@ -194,8 +194,14 @@ fn segments_of(pid: u32, tls: &str) -> Vec<u64> {
 }
 
 /// Our mappings of at least `LEN` bytes of the segments `ids` (the sender's data segments,
-/// not its FIFO).
-fn data_mappings(ids: &[u64]) -> usize {
+/// not its FIFO) of the kind of `tls` (by the mapped file's name, since memfd inodes and
+/// shmids are separate number spaces).
+fn data_mappings(tls: &str, ids: &[u64]) -> usize {
+    let name = if tls.starts_with("sysv") {
+        "/SYSV"
+    } else {
+        "/memfd:rucx-mm"
+    };
     std::fs::read_to_string("/proc/self/maps")
         .unwrap()
         .lines()
@@ -209,7 +215,9 @@ fn data_mappings(ids: &[u64]) -> usize {
                 })
                 .unwrap_or(0);
             let ino = f.get(4).and_then(|i| i.parse::<u64>().ok());
-            size >= LEN as u64 && ino.is_some_and(|i| ids.contains(&i))
+            size >= LEN as u64
+                && ino.is_some_and(|i| ids.contains(&i))
+                && f.get(5).is_some_and(|p| p.starts_with(name))
         })
         .count()
 }
@@ -288,7 +296,7 @@ fn peer_maps(tls: &str, mode: Mode) {
         "{tls} {mode:?}: every rendezvous read in place: {st:?} {tm:?}"
     );
     // Both segments stay mapped (the requests that read them are done).
-    assert_eq!(data_mappings(&ids), ROUNDS as usize, "{tls}: {ids:?}");
+    assert_eq!(data_mappings(tls, &ids), ROUNDS as usize, "{tls}: {ids:?}");
     if kill {
         child.0.kill().expect("kill child");
         let _ = child.0.wait();
@@ -303,7 +311,7 @@ fn peer_maps(tls: &str, mode: Mode) {
         w.ep_close(ep, CloseMode::Force).expect("close");
     }
     assert_eq!(
-        data_mappings(&ids),
+        data_mappings(tls, &ids),
         0,
         "{tls} {mode:?}: a segment of the peer stays mapped after it left"
     );
