@@ -337,8 +337,8 @@ impl TagState {
         }
     }
 
-    /// Unmaps the cached segments and FIFO of process `pid` (a peer that died), so nothing of
-    /// it stays mapped here.
+    /// Unmaps the cached segments and FIFO of process `pid` (a peer whose endpoint dropped or
+    /// found it dead), so nothing of it stays mapped here.
     pub(crate) fn forget_peer(&mut self, pid: u32) {
         self.sources.retain(|s| s.seg_ref().pid != pid);
         self.replies.retain(|r| r.addr.seg.pid != pid);
