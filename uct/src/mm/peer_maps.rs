@@ -9,6 +9,9 @@
 //! must name a segment of the endpoint's own peer process (a peer cannot make us read another
 //! process's memory), of this endpoint's kind, with its region inside the segment, and the key
 //! made from a cached mapping carries that region's bounds only.
+//!
+//! Cost: a segment the peer freed stays mapped here, so its memory stays allocated, until
+//! newer segments evict it ([`MAX_PEER_MAPS`] per endpoint) or the endpoint goes.
 #![cfg_attr(
     not(test),
     deny(
