@@ -567,6 +567,95 @@ fn shm_posix_no_segment_left_after_kill9() {
     );
 }
 
+/// Our mappings of the peer's region (the segment its remote key names): memfd inode (posix)
+/// or shmid (sysv) in the inode column, and the mapped file's name of that kind.
+fn region_mappings(tl: &str, region: u64) -> usize {
+    let name = if tl == "sysv" {
+        "/SYSV"
+    } else {
+        "/memfd:rucx-mm"
+    };
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(4).and_then(|i| i.parse::<u64>().ok()) == Some(region)
+                && f.get(5).is_some_and(|p| p.starts_with(name))
+        })
+        .count()
+}
+
+/// Keys unpacked by the endpoint (`peer_rkey_unpack`) share one mapping of the peer's region,
+/// kept by the endpoint after the keys drop; a key naming another process is refused; after
+/// the peer died, unpacking fails and unmaps it although the endpoint itself is still held.
+fn ep_keys_unmapped_when_peer_dies(tl: &str) {
+    let (_md, mut iface) = uct::open(tl, "memory").unwrap();
+    let mut peer = Peer::spawn(tl);
+    let id = u64::from_le_bytes(peer.rkey[8..16].try_into().unwrap());
+    let region = if tl == "sysv" {
+        id
+    } else {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{}/fd/{}", peer.pid(), id as u32))
+            .unwrap()
+            .ino()
+    };
+    let mut ep = peer.connect(&mut iface);
+    assert_eq!(region_mappings(tl, region), 0);
+    let k1 = ep
+        .peer_rkey_unpack(&peer.rkey)
+        .unwrap()
+        .expect("mm maps keys");
+    let k2 = ep
+        .peer_rkey_unpack(&peer.rkey)
+        .unwrap()
+        .expect("mm maps keys");
+    assert!(k1.is_mapped() && k2.is_mapped());
+    assert_eq!(region_mappings(tl, region), 1, "one mapping for both keys");
+    let p = k2.local_ptr(peer.base, 2).unwrap();
+    // SAFETY: bounds-checked inside the mapping, which `k2` keeps; the peer filled its region
+    // with `i * 7 + 1`.
+    assert_eq!(unsafe { [p.read(), p.add(1).read()] }, [1, 8]);
+    assert!(
+        k2.local_ptr(peer.base + k2.len, 1).is_err(),
+        "outside the key"
+    );
+    drop((k1, k2));
+    assert_eq!(region_mappings(tl, region), 1, "kept by the endpoint");
+    let mut forged = peer.rkey.clone();
+    forged[4..8].copy_from_slice(&std::process::id().to_le_bytes());
+    assert!(matches!(
+        ep.peer_rkey_unpack(&forged),
+        Err(Error::RemoteAccess(_))
+    ));
+    peer.kill9();
+    let mut inbox = Inbox::default();
+    while inbox.errors.is_empty() {
+        iface.progress(&mut inbox);
+    }
+    assert!(matches!(
+        ep.peer_rkey_unpack(&peer.rkey),
+        Err(Error::PeerFailure(_))
+    ));
+    assert_eq!(
+        region_mappings(tl, region),
+        0,
+        "the failed endpoint keeps the dead peer's segment mapped"
+    );
+    drop(ep);
+}
+
+#[test]
+fn shm_posix_ep_keys_unmapped_when_peer_dies() {
+    ep_keys_unmapped_when_peer_dies("posix");
+}
+
+#[test]
+fn shm_sysv_ep_keys_unmapped_when_peer_dies() {
+    ep_keys_unmapped_when_peer_dies("sysv");
+}
+
 fn sender_dies_mid_claim(tl: &str) {
     let (_md, mut iface) = uct::open(tl, "memory").unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_shm_peer"))

@@ -11,6 +11,13 @@
 //! back-pressure, no allocation per fragment); the receiver copies each fragment from the
 //! transport's buffer straight into the receive's buffer (`copy_payload`). The sender of a
 //! pipelined size registers nothing for the RTS (it carries no remote key).
+//!
+//! Data in a shared segment (`tag_send_mapped` from a posix/sysv `mem_map`) is announced with
+//! the AM lane's key, and the receiver reads it in place with get_zcopy on that lane, whatever
+//! the size and the RMA lane: one copy, no system call. The key is unpacked by the lane's
+//! endpoint ([`uct::Endpoint::peer_rkey_unpack`]), which keeps the sender's segment mapped for
+//! the next messages, checks that each key names memory of its own peer, and unmaps it all
+//! when the endpoint goes (closed, or failed with its peer).
 
 mod recv;
 mod send;

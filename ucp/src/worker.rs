@@ -126,6 +126,9 @@ pub struct ProtoStats {
     pub rndv_rts: u64,
     /// Rendezvous received with get_zcopy.
     pub rndv_get: u64,
+    /// Of those, read from a key that a lane other than the RMA lane maps in place (a
+    /// sender's shared segment read by the shared-memory lane: one copy, no system call).
+    pub rndv_get_mapped: u64,
     /// Rendezvous received by asking for put_zcopy.
     pub rndv_put: u64,
     /// Rendezvous received over the AM pipeline.

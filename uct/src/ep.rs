@@ -252,6 +252,16 @@ pub trait Endpoint {
         let _ = (iov, remote_addr, rkey, comp);
         unsupported("get_zcopy")
     }
+    /// Unpacks a remote key that this endpoint's peer packed, for RMA on this endpoint. A
+    /// transport that maps the peer's memory (posix, sysv) keeps the mappings with the endpoint
+    /// for later keys to the same memory, checks that the key names its peer's memory, and
+    /// drops them with the endpoint (or at its first use after its peer failed: an error).
+    /// `Ok(None)`: the transport keeps nothing per endpoint; unpack with the memory domain's
+    /// `rkey_unpack`.
+    fn peer_rkey_unpack(&mut self, packed: &[u8]) -> Result<Option<RemoteKey>> {
+        let _ = packed;
+        Ok(None)
+    }
 
     /// 32-bit atomic without result (add/and/or/xor).
     fn atomic32_post(

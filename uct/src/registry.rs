@@ -283,6 +283,9 @@ macro_rules! transports {
             fn get_zcopy(&mut self, iov: &[Iov<'_>], remote_addr: u64, rkey: &RemoteKey, comp: CompletionId) -> Result<Outcome> {
                 match *self { $( AnyEp::$variant(ref mut e) => e.get_zcopy(iov, remote_addr, rkey, comp), )* }
             }
+            fn peer_rkey_unpack(&mut self, packed: &[u8]) -> Result<Option<RemoteKey>> {
+                match *self { $( AnyEp::$variant(ref mut e) => e.peer_rkey_unpack(packed), )* }
+            }
             fn atomic32_post(&mut self, op: AtomicOp, value: u32, remote_addr: u64, rkey: &RemoteKey) -> Result<Outcome> {
                 match *self { $( AnyEp::$variant(ref mut e) => e.atomic32_post(op, value, remote_addr, rkey), )* }
             }

@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::MemoryDomain as _;
-use uct::{IfaceFlags, Iov, MemHandle};
+use uct::{IfaceFlags, Iov, MdFlags, MemHandle, RemoteKey};
 
 impl State {
     #[allow(clippy::too_many_arguments)]
@@ -56,6 +56,7 @@ impl State {
             self.finish(key, st);
             return Ok(());
         }
+        let rma_pos = self.eps[ep].lanes.as_ref().and_then(|l| l.rma());
         let rma = self.eps[ep]
             .lanes
             .as_ref()
@@ -73,34 +74,28 @@ impl State {
                 s => s,
             });
         let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
+        if let Some((gl, li)) = self.get_lane(ep, tl, rkey, rma_pos, scheme) {
+            let rk = self.unpack_rkey(ep, gl, li, rkey);
+            if let (Ok(rk), Ok(m)) = (rk, self.reg_recv(key, li, len)) {
+                let x = self.recv_rndv(key);
+                x.rkey = Some(rk);
+                x.memh = Some(m);
+                x.get_lane = (Some(gl) != rma_pos).then_some(gl);
+                self.recv_mut(key).stage = RecvStage::RndvGet;
+                self.stats.rndv_get += 1;
+                if Some(gl) != rma_pos {
+                    self.stats.rndv_get_mapped += 1;
+                }
+                if !self.get_step(key)? {
+                    self.eps[ep].pending.push_back(Pending::Req(key));
+                    self.mark_pending(ep);
+                }
+                return Ok(());
+            }
+        }
         if let Some(li) = rma {
             let flags = self.info[li].attr.flags;
-            let get_ok = scheme == Some(RndvScheme::Get)
-                && flags.contains(IfaceFlags::GET_ZCOPY)
-                && tl == self.info[li].tl_name
-                && !rkey.is_empty();
-            let reg = |st: &mut State| -> Result<MemHandle> {
-                let r = st.recv_mut(key);
-                let ptr = NonNull::new(r.buf.as_mut_ptr())
-                    .ok_or_else(|| Error::InvalidParam("empty receive buffer".into()))?;
-                // SAFETY: the buffer is owned by this request and not moved or resized until
-                // the request finishes, which drops the handle first.
-                unsafe { st.mds[li].mem_reg(ptr, len) }
-            };
-            if get_ok {
-                if let (Ok(rk), Ok(m)) = (self.mds[li].rkey_unpack(rkey), reg(self)) {
-                    let x = self.recv_rndv(key);
-                    x.rkey = Some(rk);
-                    x.memh = Some(m);
-                    self.recv_mut(key).stage = RecvStage::RndvGet;
-                    self.stats.rndv_get += 1;
-                    if !self.get_step(key)? {
-                        self.eps[ep].pending.push_back(Pending::Req(key));
-                        self.mark_pending(ep);
-                    }
-                    return Ok(());
-                }
-            }
+            let reg = |st: &mut State| st.reg_recv(key, li, len);
             if flags.contains(IfaceFlags::PUT_ZCOPY) && self.info[li].md_reg {
                 if let Ok(m) = reg(self) {
                     let mut packed = Vec::new();
@@ -143,6 +138,71 @@ impl State {
         self.send_ctl(ep, am_id::RTR, &body)
     }
 
+    /// The lane (index in the endpoint's `uct`) that reads a rendezvous sender's data with a
+    /// get, if any: the one whose transport made the key (`tl`) and offers get_zcopy. The RMA
+    /// lane is taken when the endpoint's scheme for this size is get; another lane (the AM
+    /// lane's shared memory, for data in a segment it maps) only when its domain reads the
+    /// key in place, which costs one copy and no system call.
+    fn get_lane(
+        &self,
+        ep: usize,
+        tl: &str,
+        rkey: &[u8],
+        rma: Option<usize>,
+        scheme: Option<RndvScheme>,
+    ) -> Option<(usize, usize)> {
+        if rkey.is_empty() || tl.is_empty() {
+            return None;
+        }
+        let l = self.eps[ep].lanes.as_ref()?;
+        let usable = |i: usize| {
+            let li = l.uct[i].0;
+            self.info[li].tl_name == tl && self.info[li].attr.flags.contains(IfaceFlags::GET_ZCOPY)
+        };
+        if let Some(r) = rma.filter(|&r| usable(r) && scheme == Some(RndvScheme::Get)) {
+            return Some((r, l.uct[r].0));
+        }
+        (0..l.uct.len())
+            .find(|&i| {
+                Some(i) != rma
+                    && usable(i)
+                    && self.mds[l.uct[i].0]
+                        .attr()
+                        .flags
+                        .contains(MdFlags::RKEY_PTR)
+            })
+            .map(|i| (i, l.uct[i].0))
+    }
+
+    /// Unpacks the peer's key for lane `lane` (interface `li`) of endpoint `ep`: by the lane's
+    /// endpoint when its transport keeps the peer's mappings with it (shared memory: the
+    /// sender's segment is mapped once, not per message, and unmapped with the endpoint), else
+    /// by the domain.
+    fn unpack_rkey(&mut self, ep: usize, lane: usize, li: usize, rkey: &[u8]) -> Result<RemoteKey> {
+        let l = self.eps[ep]
+            .lanes
+            .as_mut()
+            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let (_, uep) = l
+            .uct
+            .get_mut(lane)
+            .ok_or_else(|| Error::InvalidParam(format!("no lane {lane}")))?;
+        match uep.peer_rkey_unpack(rkey)? {
+            Some(k) => Ok(k),
+            None => self.mds[li].rkey_unpack(rkey),
+        }
+    }
+
+    /// Registers the first `len` bytes of receive `key`'s buffer with domain `li`.
+    fn reg_recv(&mut self, key: usize, li: usize, len: usize) -> Result<MemHandle> {
+        let r = self.recv_mut(key);
+        let ptr = NonNull::new(r.buf.as_mut_ptr())
+            .ok_or_else(|| Error::InvalidParam("empty receive buffer".into()))?;
+        // SAFETY: the buffer is owned by this request and not moved or resized until the
+        // request finishes, which drops the handle first.
+        unsafe { self.mds[li].mem_reg(ptr, len) }
+    }
+
     pub(crate) fn get_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
@@ -153,8 +213,13 @@ impl State {
             .lanes
             .as_mut()
             .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let rma = l
-            .rma()
+        let lane = match &reqs[key].kind {
+            ReqKind::Recv(r) => r.rndv.as_ref().and_then(|x| x.get_lane),
+            _ => None,
+        };
+        let rma = lane
+            .or(l.rma())
+            .filter(|&i| i < l.uct.len())
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
         let (li, uep) = &mut l.uct[rma];
         let attr = &info[*li].attr;

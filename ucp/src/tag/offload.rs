@@ -57,7 +57,9 @@
 //! [`MemMap`]'s posix/sysv segment passes the segment's own memory handle to `tag_rndv_zcopy`,
 //! so the receiving interface copies straight from the mapped segment (one `memcpy`, no
 //! `process_vm_readv`), and its RTS (for the software path, or with offload off) describes the
-//! data in place with the RMA lane's registration of the segment: the sender copies nothing.
+//! data in place with the segment's own key when the AM lane reads it in place (posix, sysv:
+//! the receiver gets it on that lane, see the `rndv` module), else with the RMA lane's
+//! registration of the segment: the sender copies nothing.
 //! A heap mapping (no shared-memory transport, e.g. tcp alone) is read in place the same way
 //! through its registrations with the AM lane's and the RMA lane's transports. The request
 //! keeps the segment (or heap block) alive until it finishes, so the memory stays valid even

@@ -306,6 +306,9 @@ pub(crate) struct Rndv {
     /// send's (from RTS) for a receive.
     pub(crate) peer_req: u64,
     pub(crate) inflight: usize,
+    /// A receive's rendezvous get: the lane (index in the endpoint's `uct`) whose transport
+    /// reads the sender's key, when not the RMA lane.
+    pub(crate) get_lane: Option<usize>,
     /// User active message sent or received by rendezvous: id and user header.
     pub(crate) am: Option<(u16, Vec<u8>)>,
 }

@@ -257,6 +257,12 @@ impl<E: Endpoint> Endpoint for FaultEp<E> {
             && Iov::total_len(iov) <= l.max_zcopy;
         self.with(ok, |e| e.get_zcopy(iov, remote_addr, rkey, comp))
     }
+    fn peer_rkey_unpack(&mut self, packed: &[u8]) -> Result<Option<RemoteKey>> {
+        match self.st.borrow_mut().inner.as_mut() {
+            Some(e) => e.peer_rkey_unpack(packed),
+            None => Err(reset()),
+        }
+    }
     fn atomic32_post(
         &mut self,
         op: AtomicOp,

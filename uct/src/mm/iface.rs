@@ -464,8 +464,10 @@ impl MmIface {
                     ep.reported.set(true);
                     self.common.unreported.set(self.common.unreported.get() - 1);
                     let err = ep.peer_error();
-                    // Its outstanding rendezvous operations complete with the error too.
+                    // Its outstanding rendezvous operations complete with the error too, and
+                    // the segments of it that rendezvous reads mapped are unmapped.
                     self.common.tag.borrow_mut().fail_ops(ep.id, &err);
+                    self.common.tag.borrow_mut().forget_peer(ep.peer_pid());
                     self.common
                         .tag_work
                         .set(self.common.tag.borrow().has_work());
@@ -670,6 +672,7 @@ impl Iface for MmIface {
             shared,
             common: self.common.clone(),
             sock: self.sock.clone(),
+            maps: Default::default(),
         })
     }
 

@@ -42,6 +42,7 @@ pub mod wire;
 pub mod wire_tag;
 
 pub mod iface;
+pub mod peer_maps;
 #[cfg(all(test, not(loom)))]
 mod tests;
 

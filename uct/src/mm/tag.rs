@@ -33,7 +33,9 @@
 //! queue, the operation table and the queues of deferred events keep their capacity; attaching
 //! a sender's FIFO (for the first acknowledgement to a sender without an endpoint) or a sender's
 //! segment (for the first rendezvous from it) maps memory once and is cached (a cached posix
-//! segment is checked by inode, since its reference is a reusable descriptor number).
+//! segment is checked by inode, since its reference is a reusable descriptor number); both go
+//! when an endpoint to that sender drops or finds it dead, so nothing of a killed peer stays
+//! mapped.
 //!
 //! Limits: a rendezvous takes one piece of memory (several give `InvalidParam`); eager messages
 //! take one FIFO element buffer ([`EAGER_MAX_BCOPY`]), so `tag_eager_zcopy` copies once into it
@@ -333,6 +335,13 @@ impl TagState {
                 self.failed_ops.push_back((op.comp, err.clone()));
             }
         }
+    }
+
+    /// Unmaps the cached segments and FIFO of process `pid` (a peer whose endpoint dropped or
+    /// found it dead), so nothing of it stays mapped here.
+    pub(crate) fn forget_peer(&mut self, pid: u32) {
+        self.sources.retain(|s| s.seg_ref().pid != pid);
+        self.replies.retain(|r| r.addr.seg.pid != pid);
     }
 
     /// The mapping of a sender's segment (attached once, then cached).

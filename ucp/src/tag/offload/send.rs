@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::MemoryDomain as _;
-use uct::{IfaceFlags, Iov};
+use uct::{IfaceFlags, Iov, MdFlags};
 
 impl State {
     /// Sends an eager message by tag offload when the endpoint's lane offers it and the size
@@ -235,6 +235,7 @@ impl State {
             && len <= a.tag.rndv_max_zcopy
             && am_memh.is_some();
         let max_hdr = a.tag.rndv_max_hdr;
+        let am_get = a.flags.contains(IfaceFlags::GET_ZCOPY);
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
         let wire = self.wire_id(key);
         self.tm.mapped.push(MappedSend {
@@ -243,10 +244,23 @@ impl State {
             len,
             _keep: keep,
         });
-        // The RTS describes the data for the RMA lane, as the software rendezvous does.
-        let (tl, rkey) = match &rma {
-            Some((r, m)) => self.rts_rkey(Some(*r), Some(m)),
-            None => self.rts_rkey(None, None),
+        // The RTS describes the data with the AM lane's key when that lane's transport reads
+        // it in place (a shared segment the receiver maps: one copy, no system call), else for
+        // the RMA lane, as the software rendezvous does.
+        let in_place = self.mds[li].attr().flags.contains(MdFlags::RKEY_PTR) && am_get;
+        let mut am_key = am_memh
+            .as_ref()
+            .filter(|_| in_place)
+            .map(|m| self.rts_rkey(Some(li), Some(m)));
+        if let Some(("", scratch)) = am_key {
+            // Packing failed: the key buffer goes back for the RMA lane's key.
+            self.rkey_scratch = scratch;
+            am_key = None;
+        }
+        let (tl, rkey) = match (am_key, &rma) {
+            (Some(k), _) => k,
+            (None, Some((r, m))) => self.rts_rkey(Some(*r), Some(m)),
+            (None, None) => self.rts_rkey(None, None),
         };
         let mut hdr = std::mem::take(&mut self.scratch);
         hdr.clear();

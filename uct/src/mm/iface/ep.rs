@@ -15,6 +15,8 @@ pub struct MmEp {
     pub(in crate::mm) shared: Rc<EpShared>,
     pub(in crate::mm) common: Rc<Common>,
     pub(in crate::mm) sock: Rc<OwnedFd>,
+    /// The peer's data segments mapped for its remote keys ([`Endpoint::peer_rkey_unpack`]).
+    pub(in crate::mm) maps: super::super::peer_maps::PeerMaps,
 }
 
 /// Sends refused for a full FIFO between two looks at whether the peer exited.
@@ -170,6 +172,18 @@ unsafe fn copy_piece(dst: *mut u8, src: &[u8]) {
 impl Endpoint for MmEp {
     fn id(&self) -> EpId {
         self.shared.id
+    }
+
+    /// Maps the peer's segment once for all its keys (see [`super::super::peer_maps`]); an
+    /// endpoint whose peer failed unmaps them all and refuses.
+    fn peer_rkey_unpack(&mut self, packed: &[u8]) -> Result<Option<RemoteKey>> {
+        if let Err(e) = self.check_alive() {
+            self.maps.clear();
+            return Err(e);
+        }
+        self.maps
+            .unpack(self.shared._seg.seg_ref(), packed)
+            .map(Some)
     }
 
     #[inline]
@@ -536,6 +550,11 @@ impl Drop for MmEp {
             .set(self.common.pending_total.get() - n);
         if self.shared.failed.get() && !self.shared.reported.get() {
             self.common.unreported.set(self.common.unreported.get() - 1);
+        }
+        // Done with the peer: the interface unmaps the segments of it that rendezvous reads
+        // mapped (another endpoint to it maps them again when needed).
+        if let Ok(mut t) = self.common.tag.try_borrow_mut() {
+            t.forget_peer(self.shared.peer_pid());
         }
     }
 }
