@@ -42,10 +42,12 @@ pub mod wire;
 pub mod wire_tag;
 
 pub mod iface;
+pub mod keep;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use iface::{MmEp, MmIface};
+pub use keep::{AmKeep, HeldBuf};
 pub use md::MmMd;
 pub use tag::MmTagCanceler;
 pub(crate) use watch::PeerWatch;
