@@ -46,6 +46,14 @@ pub type TagRecvCanceler = std::rc::Rc<dyn TagRecvCancel>;
 pub trait EventSink {
     /// An active message arrived; `data` is valid only during this call (copy it to keep it).
     fn am(&mut self, id: u8, data: &[u8]);
+    /// An active message arrived in a receive buffer the sink may keep: `keep.keep(part)`
+    /// leaves `part` of `data` there until the returned [`HeldBuf`](crate::mm::HeldBuf) drops
+    /// (or gives `None`: copy it then). By default handled as [`EventSink::am`].
+    #[inline]
+    fn am_keep(&mut self, id: u8, data: &[u8], keep: crate::mm::AmKeep<'_>) {
+        let _ = keep;
+        self.am(id, data);
+    }
     /// An operation that returned `InProgress` finished. `result` holds the fetched value of
     /// fetching atomics (zero-extended), 0 otherwise, or the error.
     fn completion(&mut self, comp: CompletionId, result: Result<u64>);

@@ -400,7 +400,7 @@ impl State {
             return;
         };
         self.eps[idx].last_rx = self.now_cache;
-        self.eager_arrived(idx, imm, tag, data, data.len(), NO_REQ, None);
+        self.eager_arrived(idx, imm, tag, data, data.len(), NO_REQ, None, None);
     }
 
     /// The transport completed receive `wire`.

@@ -102,6 +102,10 @@ impl State {
                 self.put_buf(data);
                 (total, sreq)
             }
+            UnexpKind::Held(held) => {
+                copy_in(&mut buf, held.data());
+                (held.data().len(), NO_REQ)
+            }
             _ => return self.recv_unexp_request(buf, tag, mask, u),
         };
         if sreq != NO_REQ {
@@ -152,6 +156,7 @@ impl State {
         match &self.unexp[uid].kind {
             UnexpKind::Inline { len, .. } => usize::from(*len),
             UnexpKind::Eager { total, .. } => *total,
+            UnexpKind::Held(held) => held.data().len(),
             UnexpKind::Rts { len, .. } => *len,
         }
     }
@@ -239,6 +244,7 @@ impl State {
                 eager(self, &data, total, sreq);
                 self.put_buf(data);
             }
+            UnexpKind::Held(held) => eager(self, held.data(), held.data().len(), NO_REQ),
             UnexpKind::Rts {
                 sreq,
                 len,
@@ -305,6 +311,9 @@ impl State {
     /// An eager message or its first fragment (`data` of `total` bytes; `sreq`: the sender's
     /// request to acknowledge, or `NO_REQ`; `msg_id`: the message id of a fragmented one) from
     /// endpoint `idx`: into the earliest posted receive that fits, or queued unexpected.
+    /// `keep`: the transport offers to leave the message in its receive buffer; a whole
+    /// unexpected message without acknowledgement above [`UNEXP_INLINE`] bytes then stays
+    /// there (copied once, into its receive), unless the transport has no spare buffer.
     ///
     /// Always inlined: the common message (EAGER_ONLY, whole, no acknowledgement) calls it with
     /// constants for `total`, `sreq` and `msg_id`, which leave only the match, the copy and
@@ -320,11 +329,16 @@ impl State {
         total: usize,
         sreq: u64,
         msg_id: Option<u64>,
+        keep: Option<uct::mm::AmKeep<'_>>,
     ) {
         let Some(wire) = self.tm_match(tag) else {
-            if sreq == NO_REQ && msg_id.is_none() && data.len() >= total && total <= UNEXP_INLINE {
+            let whole = sreq == NO_REQ && msg_id.is_none() && data.len() >= total;
+            if whole && total <= UNEXP_INLINE {
                 // The common small message: its checks fold away for EAGER_ONLY.
                 return self.eager_unexpected_inline(idx, tag, &data[..total]);
+            }
+            if let Some(held) = keep.filter(|_| whole).and_then(|k| k.keep(&data[..total])) {
+                return self.eager_unexpected_held(idx, tag, held);
             }
             return self.eager_unexpected(idx, src, tag, data, total, sreq, msg_id);
         };
@@ -359,6 +373,19 @@ impl State {
     fn eager_unexpected_inline(&mut self, idx: usize, tag: u64, data: &[u8]) {
         let uid = self.small_unexp.insert(idx, tag, data);
         self.matcher.push_unexpected(tag, uid);
+    }
+
+    /// [`State::eager_arrived`] of a whole message without acknowledgement that matched no
+    /// posted receive and stays in the transport's receive buffer `held` while it waits.
+    #[inline(never)]
+    fn eager_unexpected_held(&mut self, idx: usize, tag: u64, held: uct::mm::HeldBuf) {
+        let uid = self.unexp.insert(Unexp {
+            ep: idx,
+            tag,
+            kind: UnexpKind::Held(held),
+            msg_key: None,
+        });
+        self.matcher.push_unexpected(tag, uid as u64);
     }
 
     /// [`State::eager_arrived`] that matched no posted receive: the message waits in the
@@ -490,7 +517,7 @@ impl State {
                 h.msg_id
             )));
         }
-        self.eager_arrived(idx, src, h.tag, data, total, h.sreq, Some(h.msg_id));
+        self.eager_arrived(idx, src, h.tag, data, total, h.sreq, Some(h.msg_id), None);
         Ok(())
     }
 }

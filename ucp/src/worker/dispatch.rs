@@ -27,7 +27,7 @@ impl State {
     /// anything malformed) takes the general path.
     #[inline]
     pub(crate) fn handle_am_from(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
-        if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data) {
+        if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data, None) {
             return;
         }
         if (id == am_id::ATOMIC_REQ || id == am_id::ATOMIC_REP)
@@ -36,6 +36,22 @@ impl State {
             return;
         }
         self.handle_am_general(iface, id, data);
+    }
+
+    /// [`State::handle_am_from`] of a message in a receive buffer the worker may keep: an
+    /// EAGER_ONLY message that finds no receive stays there while unexpected.
+    #[inline]
+    pub(crate) fn handle_am_keep(
+        &mut self,
+        iface: Option<usize>,
+        id: u8,
+        data: &[u8],
+        keep: uct::mm::AmKeep<'_>,
+    ) {
+        if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data, Some(keep)) {
+            return;
+        }
+        self.handle_am_from(iface, id, data);
     }
 
     /// The endpoint of sender `src` for a fast path: known, usable, and not on the new lane of
@@ -57,9 +73,15 @@ impl State {
 
     /// An EAGER_ONLY message: true when it was delivered here; false leaves it to the general
     /// path (too short, unknown sender, an endpoint that failed or closed, or the new lane of
-    /// the peer's AM lane switch), which checks it all again.
+    /// the peer's AM lane switch), which checks it all again. `keep`: the message's receive
+    /// buffer may be kept (see [`State::eager_arrived`]).
     #[inline]
-    fn eager_only_fast(&mut self, iface: Option<usize>, data: &[u8]) -> bool {
+    fn eager_only_fast(
+        &mut self,
+        iface: Option<usize>,
+        data: &[u8],
+        keep: Option<uct::mm::AmKeep<'_>>,
+    ) -> bool {
         let Some((src, tag, payload)) = split_eager_only(data) else {
             return false;
         };
@@ -67,7 +89,7 @@ impl State {
             return false;
         };
         let total = payload.len();
-        self.eager_arrived(idx, src, tag, payload, total, NO_REQ, None);
+        self.eager_arrived(idx, src, tag, payload, total, NO_REQ, None, keep);
         true
     }
 
@@ -114,7 +136,7 @@ impl State {
             // The common message, without the general decode and dispatch.
             EagerHdr::decode(body).map(|h| {
                 let payload = &body[EagerHdr::LEN..];
-                self.eager_arrived(idx, src, h.tag, payload, payload.len(), NO_REQ, None);
+                self.eager_arrived(idx, src, h.tag, payload, payload.len(), NO_REQ, None, None);
             })
         } else {
             match Msg::decode(id, body) {
@@ -145,11 +167,11 @@ impl State {
         match msg {
             Msg::Wireup(_) | Msg::Keepalive => Ok(()),
             Msg::Eager(h, data) => {
-                self.eager_arrived(idx, src, h.tag, data, data.len(), NO_REQ, None);
+                self.eager_arrived(idx, src, h.tag, data, data.len(), NO_REQ, None, None);
                 Ok(())
             }
             Msg::EagerSync(h, data) => {
-                self.eager_arrived(idx, src, h.tag, data, data.len(), h.sreq, None);
+                self.eager_arrived(idx, src, h.tag, data, data.len(), h.sreq, None, None);
                 Ok(())
             }
             Msg::EagerFirst(h, data) => self.on_eager_first(idx, src, h, data),

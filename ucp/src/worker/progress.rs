@@ -136,6 +136,9 @@ impl EventSink for Sink<'_> {
     fn am(&mut self, id: u8, data: &[u8]) {
         self.st.handle_am_from(Some(self.iface), id, data);
     }
+    fn am_keep(&mut self, id: u8, data: &[u8], keep: uct::mm::AmKeep<'_>) {
+        self.st.handle_am_keep(Some(self.iface), id, data, keep);
+    }
     fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
         self.st.handle_completion(comp, result);
     }

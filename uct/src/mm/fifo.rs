@@ -9,14 +9,22 @@
 //!                   8..12  len   (u32, payload length)
 //!                  12      am_id (u8)
 //!                  13      kind  (u8: 1 inline, 2 in the element's buffer)
-//!                  14..16  reserved
+//!                  14..16  buf   (AtomicU16, written by the consumer: 0 for buffer i, b + 1
+//!                          for buffer b)
 //!                  16..24  owner (AtomicU64: claimer's pid << 32 | low 32 bits of the
 //!                          position, stamped right after the claim)
 //!                  24..256 inline payload (INLINE_MAX bytes)
-//! offset BUFS_OFF NELEMS buffers of BUF_SIZE bytes (page aligned); buffer i belongs to
-//!                 element i, so a bcopy sender packs straight into the receiver's memory (no
-//!                 extra copy).
+//! offset BUFS_OFF NBUFS buffers of BUF_SIZE bytes (page aligned): NELEMS, one per element,
+//!                 and SPARE_BUFS spares. A bcopy sender packs straight into the buffer its
+//!                 element names (no extra copy).
 //! ```
+//!
+//! Element i starts with buffer i. The consumer may keep a message in its buffer after the
+//! element is consumed (see `keep`): it then hands the element a spare buffer, writing the
+//! element's `buf` before it releases the position, so the next producer of that element packs
+//! into the spare and no producer is directed to the kept buffer. The consumer reads buffers
+//! through its own private table of which element has which buffer, never through `buf` (which
+//! producers can write).
 //!
 //! The control block and the first elements share the first page, and a worker address fits
 //! inline: a peer that sends a few first messages (wire-up, one short message) touches one page
@@ -28,7 +36,7 @@
 //! every length before it touches payload bytes.
 
 use super::ring::{self, Claim};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 /// Number of elements (a power of two).
 pub const NELEMS: u64 = 256;
@@ -47,12 +55,16 @@ pub const ELEMS_OFF: usize = 512;
 pub const ELEMS_PER_PAGE: usize = 4096 / ELEM_SIZE;
 /// Offset of the buffer array (the first page boundary after the elements).
 pub const BUFS_OFF: usize = (ELEMS_OFF + NELEMS as usize * ELEM_SIZE).next_multiple_of(4096);
+/// Buffers beyond one per element: what the consumer can keep at once.
+pub const SPARE_BUFS: usize = 64;
+/// Number of buffers.
+pub const NBUFS: usize = NELEMS as usize + SPARE_BUFS;
 /// Size of a FIFO segment.
-pub const SEG_LEN: usize = BUFS_OFF + NELEMS as usize * BUF_SIZE;
+pub const SEG_LEN: usize = BUFS_OFF + NBUFS * BUF_SIZE;
 /// Identifies a rucx FIFO segment ("rucxfifo").
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rucxfifo");
 /// Layout version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The consumer publishes `tail` at least every this many messages.
 pub const RELEASE_BATCH: u64 = NELEMS / 4;
 
@@ -68,8 +80,10 @@ pub const KIND_SKIP: u8 = 3;
 pub enum Polled<'a> {
     /// Nothing published yet.
     Empty,
-    /// A message: active-message id and payload.
+    /// A message inline in its element: active-message id and payload.
     Msg(u8, &'a [u8]),
+    /// A message in the element's buffer: active-message id and payload.
+    Buf(u8, &'a [u8]),
     /// An element to step over without a message.
     Skip,
     /// A corrupt element (bad kind or length), stepped over.
@@ -91,8 +105,8 @@ pub struct FifoInfo {
     pub buf_size: u32,
     /// Owner's process id.
     pub owner_pid: u32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// [`NBUFS`].
+    pub nbufs: u32,
     /// [`ELEMS_OFF`].
     pub elems_off: u64,
     /// [`BUFS_OFF`].
@@ -125,8 +139,9 @@ pub struct ElemHdr {
     pub am_id: u8,
     /// [`KIND_INLINE`] or [`KIND_BUF`].
     pub kind: u8,
-    /// Reserved.
-    pub reserved: u16,
+    /// The element's buffer, written by the consumer: 0 for buffer `i` of element `i`,
+    /// `b + 1` for buffer `b`.
+    pub buf: AtomicU16,
     /// Who claimed the element: `pid << 32 | (position as u32)`. Lets the consumer step over
     /// an element whose producer died between its claim and its publish.
     pub owner: AtomicU64,
@@ -143,6 +158,8 @@ const _: () = {
     assert!(std::mem::offset_of!(ElemHdr, len) == 8);
     assert!(std::mem::offset_of!(ElemHdr, am_id) == 12);
     assert!(std::mem::offset_of!(ElemHdr, kind) == 13);
+    assert!(std::mem::offset_of!(ElemHdr, buf) == 14);
+    assert!(NBUFS < u16::MAX as usize);
     assert!(std::mem::offset_of!(ElemHdr, owner) == 16);
     assert!(ELEM_HDR == 24);
     assert!(NELEMS.is_power_of_two());
@@ -184,7 +201,7 @@ impl FifoPtrs {
                 elem_size: ELEM_SIZE as u32,
                 buf_size: BUF_SIZE as u32,
                 owner_pid: pid,
-                reserved: 0,
+                nbufs: NBUFS as u32,
                 elems_off: ELEMS_OFF as u64,
                 bufs_off: BUFS_OFF as u64,
             });
@@ -204,6 +221,7 @@ impl FifoPtrs {
             || info.nelems as u64 != NELEMS
             || info.elem_size as usize != ELEM_SIZE
             || info.buf_size as usize != BUF_SIZE
+            || info.nbufs as usize != NBUFS
             || info.elems_off as usize != ELEMS_OFF
             || info.bufs_off as usize != BUFS_OFF
         {
@@ -249,10 +267,16 @@ impl FifoPtrs {
     fn inline_ptr(&self, pos: u64) -> *mut u8 {
         (self.elem(pos) as *mut u8).wrapping_add(ELEM_HDR)
     }
+    /// Buffer `b` (`b < NBUFS`).
     #[inline(always)]
-    fn buf_ptr(&self, pos: u64) -> *mut u8 {
-        let idx = (pos & (NELEMS - 1)) as usize;
-        self.base.wrapping_add(BUFS_OFF + idx * BUF_SIZE)
+    fn buf_ptr(&self, b: u16) -> *mut u8 {
+        let b = (b as usize).min(NBUFS - 1);
+        self.base.wrapping_add(BUFS_OFF + b * BUF_SIZE)
+    }
+    #[inline(always)]
+    fn buf_word(&self, pos: u64) -> &AtomicU16 {
+        // SAFETY: the element lies inside the mapping; buf is only accessed atomically.
+        unsafe { &(*self.elem(pos)).buf }
     }
 
     // ---- producer side ----
@@ -272,10 +296,17 @@ impl FifoPtrs {
     pub fn inline_area(&self, pos: u64) -> *mut u8 {
         self.inline_ptr(pos)
     }
-    /// The buffer of a claimed position ([`BUF_SIZE`] bytes).
+    /// The buffer of a claimed position ([`BUF_SIZE`] bytes): the one its element names (a
+    /// word out of range names the element's own buffer; either way it lies in the segment).
     #[inline(always)]
     pub fn buf_area(&self, pos: u64) -> *mut u8 {
-        self.buf_ptr(pos)
+        let w = self.buf_word(pos).load(Ordering::Relaxed);
+        let b = if w == 0 || w as usize > NBUFS {
+            (pos & (NELEMS - 1)) as u16
+        } else {
+            w - 1
+        };
+        self.buf_ptr(b)
     }
     /// Records that process `pid` claimed `pos` (right after the claim).
     #[inline(always)]
@@ -316,13 +347,14 @@ impl FifoPtrs {
         ring::is_ready(self.seq(pos), pos)
     }
 
-    /// What is at position `pos`. Every result but [`Polled::Empty`] consumes the position.
+    /// What is at position `pos`, whose element has buffer `buf` (from the consumer's own
+    /// table). Every result but [`Polled::Empty`] consumes the position.
     ///
     /// # Safety
     /// Only the FIFO's single consumer may call this, for its next position; the slice is valid
-    /// until the consumer releases the position.
+    /// until the consumer releases the position (or, for a kept buffer, until it frees it).
     #[inline(always)]
-    pub unsafe fn poll<'a>(&self, pos: u64) -> Polled<'a> {
+    pub unsafe fn poll<'a>(&self, pos: u64, buf: u16) -> Polled<'a> {
         if !ring::is_ready(self.seq(pos), pos) {
             return Polled::Empty;
         }
@@ -335,15 +367,31 @@ impl FifoPtrs {
             let kind = std::ptr::addr_of!((*e).kind).read();
             let (p, max) = match kind {
                 KIND_INLINE => (self.inline_ptr(pos), INLINE_MAX),
-                KIND_BUF => (self.buf_ptr(pos), BUF_SIZE),
+                KIND_BUF => (self.buf_ptr(buf), BUF_SIZE),
                 KIND_SKIP => return Polled::Skip,
                 k => return Polled::Corrupt(format!("unknown element kind {k}")),
             };
             if len > max {
                 return Polled::Corrupt(format!("length {len} exceeds {max}"));
             }
-            Polled::Msg(am_id, std::slice::from_raw_parts(p, len))
+            let data = std::slice::from_raw_parts(p, len);
+            if kind == KIND_BUF {
+                Polled::Buf(am_id, data)
+            } else {
+                Polled::Msg(am_id, data)
+            }
         }
+    }
+    /// Names buffer `buf` as the buffer of the element of `pos` for its next producers (the
+    /// consumer, before it releases `pos`).
+    #[inline]
+    pub fn set_buf(&self, pos: u64, buf: u16) {
+        let w = if buf as u64 == pos & (NELEMS - 1) {
+            0
+        } else {
+            buf + 1
+        };
+        self.buf_word(pos).store(w, Ordering::Relaxed);
     }
     /// Tells producers that every position below `read_pos` is consumed.
     #[inline(always)]
@@ -397,18 +445,18 @@ mod tests {
         }
         // SAFETY: single consumer in this test.
         unsafe {
-            match f.poll(0) {
+            match f.poll(0, 0) {
                 Polled::Msg(id, d) => assert_eq!((id, d), (3, &b"hello"[..])),
                 other => panic!("{other:?}"),
             }
-            match f.poll(1) {
-                Polled::Msg(id, d) => {
+            match f.poll(1, 1) {
+                Polled::Buf(id, d) => {
                     assert_eq!(id, 4);
                     assert_eq!(d, &big[..]);
                 }
                 other => panic!("{other:?}"),
             }
-            assert!(matches!(f.poll(2), Polled::Empty));
+            assert!(matches!(f.poll(2, 2), Polled::Empty));
         }
     }
 
@@ -424,7 +472,7 @@ mod tests {
         assert!(f.claim(&mut tail).is_none());
         assert!(!f.has_space(&mut tail));
         // SAFETY: single consumer.
-        let r = unsafe { f.poll(0) };
+        let r = unsafe { f.poll(0, 0) };
         assert!(
             matches!(r, Polled::Corrupt(_)),
             "oversized inline length must be rejected"

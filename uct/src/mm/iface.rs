@@ -1,6 +1,7 @@
 //! Interface and endpoint of the shared-memory transports.
 
 use super::fifo::{self, FifoPtrs, Polled, BUF_SIZE, INLINE_MAX};
+use super::keep::{AmKeep, RxBufs};
 use super::segment::Segment;
 use super::tag::{self, TagState};
 pub(crate) use super::watch::PeerWatch;
@@ -304,7 +305,8 @@ pub struct MmIface {
     local_dev: DeviceAddr,
     iface_addr: Vec<u8>,
     pub(super) fifo: FifoPtrs,
-    _seg: Segment,
+    /// Which buffer each element has, the free spares, and the segment (see `keep`).
+    bufs: Rc<RxBufs>,
     pub(super) read_pos: u64,
     released: u64,
     /// A position found claimed but unpublished at the last stall check.
@@ -365,6 +367,8 @@ impl MmIface {
         };
         self_addr.encode(&mut iface_addr);
         let sock = Rc::new(sock);
+        // SAFETY: `fifo` is the mapping of `seg`, which the table keeps.
+        let bufs = Rc::new(unsafe { RxBufs::new(fifo, Some(seg)) });
         Ok(MmIface {
             kind,
             attr: attr(),
@@ -373,7 +377,7 @@ impl MmIface {
             local_dev,
             iface_addr,
             fifo,
-            _seg: seg,
+            bufs,
             read_pos: 0,
             released: 0,
             stalled_at: None,
@@ -426,8 +430,9 @@ impl MmIface {
             self.stalled_at = Some(self.read_pos);
             return;
         }
-        // SAFETY: single consumer polling its next position.
-        if !matches!(unsafe { self.fifo.poll(self.read_pos) }, Polled::Empty) {
+        let buf = self.bufs.slot(self.read_pos);
+        // SAFETY: single consumer polling its next position, with its buffer from our table.
+        if !matches!(unsafe { self.fifo.poll(self.read_pos, buf) }, Polled::Empty) {
             return;
         }
         let Some(pid) = self.fifo.owner_of(self.read_pos) else {
@@ -508,11 +513,16 @@ impl MmIface {
     fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut n = 0;
         while n < POLL_BATCH {
-            // SAFETY: this interface is the FIFO's only consumer and read_pos its next position;
-            // the data slice is used only inside the sink call, before the release below.
-            match unsafe { self.fifo.poll(self.read_pos) } {
+            let buf = self.bufs.slot(self.read_pos);
+            // SAFETY: this interface is the FIFO's only consumer and read_pos its next position,
+            // with its buffer from our table; the data slice is used only inside the sink call,
+            // before the release below (a kept one through its HeldBuf).
+            match unsafe { self.fifo.poll(self.read_pos, buf) } {
                 Polled::Empty => break,
-                Polled::Msg(id, data) => {
+                Polled::Buf(id, data) if id < crate::ep::AM_ID_MAX => {
+                    sink.am_keep(id, data, AmKeep::new(&self.bufs, self.read_pos, data));
+                }
+                Polled::Msg(id, data) | Polled::Buf(id, data) => {
                     if id < crate::ep::AM_ID_MAX {
                         sink.am(id, data);
                     } else {

@@ -42,11 +42,13 @@ pub mod wire;
 pub mod wire_tag;
 
 pub mod iface;
+pub mod keep;
 pub mod peer_maps;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use iface::{MmEp, MmIface};
+pub use keep::{AmKeep, HeldBuf};
 pub use md::MmMd;
 pub use tag::MmTagCanceler;
 pub(crate) use watch::PeerWatch;
