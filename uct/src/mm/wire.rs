@@ -16,7 +16,7 @@ pub enum SegKind {
 }
 
 impl SegKind {
-    fn from_u8(v: u8) -> Result<Self> {
+    pub(crate) fn from_u8(v: u8) -> Result<Self> {
         match v {
             1 => Ok(SegKind::Posix),
             2 => Ok(SegKind::Sysv),
@@ -70,13 +70,15 @@ pub struct SegRef {
 }
 
 /// The device address: which host (boot) and which namespaces, so `is_reachable` rejects peers
-/// that cannot map our segments.
+/// that cannot map our segments. posix, sysv and cma carry the same one, which the worker
+/// address then packs once. The namespace inodes are varints ([`ucs::varint`]); the format is
+/// versioned by the worker address that carries it.
 ///
 /// ```text
-/// 0         1              17         24             32             40             48
-/// +---------+--------------+----------+--------------+--------------+--------------+
-/// | version | boot id (16) | zero (7) | pid ns (u64) | ipc ns (u64) | net ns (u64) |
-/// +---------+--------------+----------+--------------+--------------+--------------+
+/// 0              16
+/// +--------------+------------------+------------------+------------------+
+/// | boot id (16) | pid ns (varint)  | ipc ns (varint)  | net ns (varint)  |
+/// +--------------+------------------+------------------+------------------+
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAddr {
@@ -91,8 +93,8 @@ pub struct DeviceAddr {
 }
 
 impl DeviceAddr {
-    /// Encoded length.
-    pub const LEN: usize = 48;
+    /// Largest encoded length (the namespace inodes take 1 to 10 bytes each).
+    pub const LEN: usize = 16 + 3 * ucs::varint::MAX_LEN;
 
     /// This host and these namespaces.
     pub fn local() -> Result<Self> {
@@ -127,31 +129,23 @@ impl DeviceAddr {
 
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(WIRE_VERSION);
         out.extend_from_slice(&self.boot_id);
-        out.extend_from_slice(&[0u8; 7]);
-        out.extend_from_slice(&self.pid_ns.to_le_bytes());
-        out.extend_from_slice(&self.ipc_ns.to_le_bytes());
-        out.extend_from_slice(&self.net_ns.to_le_bytes());
+        for ns in [self.pid_ns, self.ipc_ns, self.net_ns] {
+            ucs::varint::put(out, ns);
+        }
     }
 
-    /// Decodes exactly [`Self::LEN`] bytes.
+    /// Decodes exactly one encoding (no trailing bytes).
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need(b, Self::LEN, "shared-memory device address")?;
-        if b[0] != WIRE_VERSION {
-            return Err(Error::Wire(format!("device address version {}", b[0])));
-        }
-        if b[17..24].iter().any(|&x| x != 0) {
-            return Err(Error::Wire(
-                "device address reserved bytes are not zero".into(),
-            ));
-        }
-        Ok(DeviceAddr {
-            boot_id: b[1..17].try_into().expect("16 bytes"),
-            pid_ns: u64_at(b, 24),
-            ipc_ns: u64_at(b, 32),
-            net_ns: u64_at(b, 40),
-        })
+        let mut r = ucs::varint::Reader::new(b, "shared-memory device address");
+        let d = DeviceAddr {
+            boot_id: r.array("boot id")?,
+            pid_ns: r.var("pid namespace")?,
+            ipc_ns: r.var("ipc namespace")?,
+            net_ns: r.var("net namespace")?,
+        };
+        r.finish()?;
+        Ok(d)
     }
 
     /// Why a peer with this device address cannot be reached from `self`, if it cannot.
@@ -169,13 +163,13 @@ impl DeviceAddr {
     }
 }
 
-/// The interface address: the receive FIFO's segment and the wake-up socket.
+/// The interface address: the receive FIFO's segment and the wake-up socket. The integers but
+/// the nonce are varints ([`ucs::varint`]).
 ///
 /// ```text
-/// 0       1      2        4          8                 16                24              32
-/// +-------+------+--------+----------+-----------------+-----------------+---------------+
-/// |version| kind | 0 0    | pid (u32)| segment id (u64)| segment len(u64)| socket nonce  |
-/// +-------+------+--------+----------+-----------------+-----------------+---------------+
+/// +------+-----------+-------------------+--------------------+---------------------+
+/// | kind | pid (var) | segment id (var)  | segment len (var)  | socket nonce (u64)  |
+/// +------+-----------+-------------------+--------------------+---------------------+
 /// ```
 /// The wake-up socket is the abstract unix datagram socket `\0rucx-mm-<pid>-<nonce>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,44 +181,35 @@ pub struct IfaceAddr {
 }
 
 impl IfaceAddr {
-    /// Encoded length.
-    pub const LEN: usize = 32;
+    /// Largest encoded length.
+    pub const LEN: usize = 1 + 5 + 2 * ucs::varint::MAX_LEN + 8;
 
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(WIRE_VERSION);
         out.push(self.seg.kind as u8);
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&self.seg.pid.to_le_bytes());
-        out.extend_from_slice(&self.seg.id.to_le_bytes());
-        out.extend_from_slice(&self.seg.len.to_le_bytes());
+        ucs::varint::put(out, self.seg.pid as u64);
+        ucs::varint::put(out, self.seg.id);
+        ucs::varint::put(out, self.seg.len);
         out.extend_from_slice(&self.nonce.to_le_bytes());
     }
 
-    /// Decodes exactly [`Self::LEN`] bytes.
+    /// Decodes exactly one encoding (no trailing bytes); pid 0 is an error.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need(b, Self::LEN, "shared-memory interface address")?;
-        if b[0] != WIRE_VERSION {
-            return Err(Error::Wire(format!("interface address version {}", b[0])));
-        }
-        if b[2] != 0 || b[3] != 0 {
-            return Err(Error::Wire(
-                "interface address reserved bytes are not zero".into(),
-            ));
-        }
-        let seg = SegRef {
-            kind: SegKind::from_u8(b[1])?,
-            pid: u32_at(b, 4),
-            id: u64_at(b, 8),
-            len: u64_at(b, 16),
-        };
-        if seg.pid == 0 {
+        let mut r = ucs::varint::Reader::new(b, "shared-memory interface address");
+        let kind = SegKind::from_u8(r.u8("segment kind")?)?;
+        let pid = r.var_u32("pid")?;
+        if pid == 0 {
             return Err(Error::Wire("interface address has pid 0".into()));
         }
-        Ok(IfaceAddr {
-            seg,
-            nonce: u64_at(b, 24),
-        })
+        let seg = SegRef {
+            kind,
+            pid,
+            id: r.var("segment id")?,
+            len: r.var("segment length")?,
+        };
+        let nonce = r.u64_le("socket nonce")?;
+        r.finish()?;
+        Ok(IfaceAddr { seg, nonce })
     }
 
     /// The wake-up socket's abstract name (without the leading NUL).
@@ -325,7 +310,7 @@ mod tests {
         let a = DeviceAddr::local().unwrap();
         let mut v = Vec::new();
         a.encode(&mut v);
-        assert_eq!(v.len(), DeviceAddr::LEN);
+        assert!(v.len() <= DeviceAddr::LEN);
         assert_eq!(DeviceAddr::decode(&v).unwrap(), a);
         for n in 0..v.len() {
             assert!(matches!(DeviceAddr::decode(&v[..n]), Err(Error::Wire(_))));
@@ -333,9 +318,10 @@ mod tests {
         let mut long = v.clone();
         long.push(0);
         assert!(matches!(DeviceAddr::decode(&long), Err(Error::Wire(_))));
-        let mut bad = v.clone();
-        bad[0] = 9;
-        assert!(matches!(DeviceAddr::decode(&bad), Err(Error::Wire(_))));
+        let mut bad = v[..16].to_vec();
+        bad.extend_from_slice(&[0x80, 0x00, 1, 1]);
+        let e = DeviceAddr::decode(&bad).unwrap_err().to_string();
+        assert!(e.contains("shortest"), "{e}");
         assert!(a.unreachable_reason(&a).is_none());
         let mut other = a;
         other.boot_id[0] ^= 1;
@@ -353,19 +339,25 @@ mod tests {
         };
         let mut v = Vec::new();
         a.encode(&mut v);
-        assert_eq!(v.len(), IfaceAddr::LEN);
-        assert_eq!(v[1], 2);
-        assert_eq!(&v[4..8], &1234u32.to_le_bytes());
+        // kind, pid 1234 (2 bytes), id (7), len 2 MiB (4), nonce (8).
+        assert_eq!(v.len(), 1 + 2 + 7 + 4 + 8);
+        assert_eq!(v[0], 2);
+        assert_eq!(&v[1..3], &[0xd2, 0x09]);
         assert_eq!(IfaceAddr::decode(&v).unwrap(), a);
         for n in 0..v.len() {
             assert!(matches!(IfaceAddr::decode(&v[..n]), Err(Error::Wire(_))));
         }
         let mut bad = v.clone();
-        bad[1] = 7;
+        bad[0] = 7;
         assert!(matches!(IfaceAddr::decode(&bad), Err(Error::Wire(_))));
-        let mut bad = v.clone();
-        bad[4..8].copy_from_slice(&[0; 4]);
-        assert!(matches!(IfaceAddr::decode(&bad), Err(Error::Wire(_))));
+        let mut pid0 = vec![2, 0];
+        pid0.extend_from_slice(&v[3..]);
+        let e = IfaceAddr::decode(&pid0).unwrap_err().to_string();
+        assert!(e.contains("pid 0"), "{e}");
+        let mut long = v.clone();
+        long.push(0);
+        let e = IfaceAddr::decode(&long).unwrap_err().to_string();
+        assert!(e.contains("trailing"), "{e}");
     }
 
     #[test]
@@ -429,7 +421,7 @@ mod proptests {
             let a = IfaceAddr { seg, nonce };
             let mut v = Vec::new();
             a.encode(&mut v);
-            prop_assert_eq!(v.len(), IfaceAddr::LEN);
+            prop_assert!(v.len() <= IfaceAddr::LEN);
             prop_assert_eq!(IfaceAddr::decode(&v).unwrap(), a);
         }
 
