@@ -70,92 +70,203 @@ fn too_long(what: impl std::fmt::Display) -> Error {
     Error::InvalidParam(format!("{what} does not fit a worker address"))
 }
 
+/// One transport of a packed address, borrowed from it (or from a [`TlAddress`]).
+#[derive(Clone, Copy)]
+struct TlRef<'a> {
+    name: &'a str,
+    dev: &'a [u8],
+    iface: &'a [u8],
+}
+
+impl<'a> From<&'a TlAddress> for TlRef<'a> {
+    fn from(t: &'a TlAddress) -> Self {
+        TlRef {
+            name: &t.tl_name,
+            dev: &t.device_addr,
+            iface: &t.iface_addr,
+        }
+    }
+}
+
+/// The distinct device addresses of `tls` in first-use order, and each transport's index
+/// among them.
+fn device_table<'a>(tls: &[TlRef<'a>]) -> (Vec<&'a [u8]>, Vec<usize>) {
+    let mut devs: Vec<&[u8]> = Vec::new();
+    let index = tls
+        .iter()
+        .map(|t| match devs.iter().position(|d| *d == t.dev) {
+            Some(i) => i,
+            None => {
+                devs.push(t.dev);
+                devs.len() - 1
+            }
+        })
+        .collect();
+    (devs, index)
+}
+
+fn packed_len(tls: &[TlRef<'_>]) -> usize {
+    let (devs, _) = device_table(tls);
+    let devs: usize = devs
+        .iter()
+        .map(|d| varint::len(d.len() as u64) + d.len())
+        .sum();
+    let tls: usize = tls
+        .iter()
+        .map(|t| {
+            let name = if tl_id(t.name).is_some() {
+                0
+            } else {
+                1 + t.name.len()
+            };
+            1 + name + 1 + varint::len(t.iface.len() as u64) + t.iface.len()
+        })
+        .sum();
+    WorkerAddress::HEADER_LEN + devs + tls
+}
+
+fn encode(uuid: u64, tls: &[TlRef<'_>], out: &mut Vec<u8>) -> Result<()> {
+    let (devs, index) = device_table(tls);
+    if tls.len() > u8::MAX as usize || devs.len() > u8::MAX as usize {
+        return Err(too_long(format_args!("{} transports", tls.len())));
+    }
+    for t in tls {
+        let bad_name = t.name.is_empty() || !t.name.is_ascii();
+        if bad_name || t.name.len() > u8::MAX as usize {
+            return Err(too_long(format_args!("transport name {:?}", t.name)));
+        }
+        if t.dev.len() > MAX_TL_ADDR || t.iface.len() > MAX_TL_ADDR {
+            return Err(too_long(format_args!("the address of {}", t.name)));
+        }
+    }
+    out.reserve(packed_len(tls));
+    out.push(ADDRESS_VERSION);
+    out.extend_from_slice(&uuid.to_le_bytes());
+    out.push(devs.len() as u8);
+    for d in &devs {
+        varint::put(out, d.len() as u64);
+        out.extend_from_slice(d);
+    }
+    out.push(tls.len() as u8);
+    for (t, &dev) in tls.iter().zip(&index) {
+        match tl_id(t.name) {
+            Some(id) => out.push(id),
+            None => {
+                out.push(0);
+                out.push(t.name.len() as u8);
+                out.extend_from_slice(t.name.as_bytes());
+            }
+        }
+        out.push(dev as u8);
+        varint::put(out, t.iface.len() as u64);
+        out.extend_from_slice(t.iface);
+    }
+    Ok(())
+}
+
+/// Decodes a packed address into borrowed views (see [`WorkerAddress::decode`]).
+fn parse(buf: &[u8]) -> Result<(u64, Vec<TlRef<'_>>)> {
+    let mut r = Reader::new(buf, "worker address");
+    let version = r.u8("version")?;
+    if version != ADDRESS_VERSION {
+        return Err(Error::Wire(format!(
+            "worker address version {version} is not supported (this build reads version {ADDRESS_VERSION})"
+        )));
+    }
+    let uuid = r.u64_le("uuid")?;
+    let n_dev = r.u8("device count")? as usize;
+    let mut devs: Vec<&[u8]> = Vec::with_capacity(n_dev);
+    for i in 0..n_dev {
+        let d = r.bytes("device address")?;
+        if d.len() > MAX_TL_ADDR {
+            return Err(r.err("device address", format_args!("{} bytes", d.len())));
+        }
+        if devs.contains(&d) {
+            return Err(r.err("device table", format_args!("entry {i} is listed twice")));
+        }
+        devs.push(d);
+    }
+    let n_tl = r.u8("transport count")? as usize;
+    let mut tls = Vec::with_capacity(n_tl);
+    let mut used = 0usize;
+    for _ in 0..n_tl {
+        let name = parse_name(&mut r)?;
+        let dev = r.u8("device index")? as usize;
+        if dev > used || dev >= n_dev {
+            return Err(r.err(
+                "device index",
+                format_args!(
+                    "{dev} of {name} is past the table ({n_dev} entries) or out of first-use order"
+                ),
+            ));
+        }
+        used = used.max(dev + 1);
+        let iface = r.bytes("interface address")?;
+        if iface.len() > MAX_TL_ADDR {
+            return Err(r.err("interface address", format_args!("{} bytes", iface.len())));
+        }
+        tls.push(TlRef {
+            name,
+            dev: devs[dev],
+            iface,
+        });
+    }
+    if used != n_dev {
+        return Err(r.err(
+            "device table",
+            format_args!("{} of its {n_dev} entries are not used", n_dev - used),
+        ));
+    }
+    r.finish()?;
+    Ok((uuid, tls))
+}
+
+/// A transport's id, or id 0 and its name.
+fn parse_name<'a>(r: &mut Reader<'a>) -> Result<&'a str> {
+    let id = r.u8("transport id")? as usize;
+    if id > 0 {
+        return match TL_IDS.get(id - 1) {
+            Some(n) => Ok(n),
+            None => Err(r.err("transport id", format_args!("{id} is unknown"))),
+        };
+    }
+    let n = r.u8("transport name length")? as usize;
+    let name = r.take(n, "transport name")?;
+    let name = match std::str::from_utf8(name) {
+        Ok(s) if !s.is_empty() && s.is_ascii() => s,
+        _ => return Err(r.err("transport name", "is empty or not ASCII")),
+    };
+    if tl_id(name).is_some() {
+        return Err(r.err(
+            "transport name",
+            format_args!("{name} must be sent by its id"),
+        ));
+    }
+    Ok(name)
+}
+
 impl WorkerAddress {
     /// Fixed part: version, uuid and the two counts.
     pub const HEADER_LEN: usize = 11;
 
-    /// The distinct device addresses in first-use order, and each transport's index among them.
-    fn device_table(&self) -> (Vec<&[u8]>, Vec<usize>) {
-        let mut devs: Vec<&[u8]> = Vec::new();
-        let index = self
-            .tls
-            .iter()
-            .map(|t| match devs.iter().position(|d| *d == t.device_addr) {
-                Some(i) => i,
-                None => {
-                    devs.push(&t.device_addr);
-                    devs.len() - 1
-                }
-            })
-            .collect();
-        (devs, index)
+    fn refs(&self) -> Vec<TlRef<'_>> {
+        self.tls.iter().map(TlRef::from).collect()
     }
 
     /// Packed length.
     pub fn packed_len(&self) -> usize {
-        let (devs, _) = self.device_table();
-        let devs: usize = devs
-            .iter()
-            .map(|d| varint::len(d.len() as u64) + d.len())
-            .sum();
-        let tls: usize = self
-            .tls
-            .iter()
-            .map(|t| {
-                let name = if tl_id(&t.tl_name).is_some() {
-                    0
-                } else {
-                    1 + t.tl_name.len()
-                };
-                1 + name + 1 + varint::len(t.iface_addr.len() as u64) + t.iface_addr.len()
-            })
-            .sum();
-        Self::HEADER_LEN + devs + tls
+        packed_len(&self.refs())
     }
 
     /// Appends the packed address to `out`. Fails if a count, name or address is too long for
     /// the format, or a name is empty or not ASCII.
     pub fn encode(&self, out: &mut Vec<u8>) -> Result<()> {
-        let (devs, index) = self.device_table();
-        if self.tls.len() > u8::MAX as usize || devs.len() > u8::MAX as usize {
-            return Err(too_long(format_args!("{} transports", self.tls.len())));
-        }
-        for t in &self.tls {
-            let bad_name = t.tl_name.is_empty() || !t.tl_name.is_ascii();
-            if bad_name || t.tl_name.len() > u8::MAX as usize {
-                return Err(too_long(format_args!("transport name {:?}", t.tl_name)));
-            }
-            if t.device_addr.len() > MAX_TL_ADDR || t.iface_addr.len() > MAX_TL_ADDR {
-                return Err(too_long(format_args!("the address of {}", t.tl_name)));
-            }
-        }
-        out.push(ADDRESS_VERSION);
-        out.extend_from_slice(&self.uuid.to_le_bytes());
-        out.push(devs.len() as u8);
-        for d in &devs {
-            varint::put(out, d.len() as u64);
-            out.extend_from_slice(d);
-        }
-        out.push(self.tls.len() as u8);
-        for (t, &dev) in self.tls.iter().zip(&index) {
-            match tl_id(&t.tl_name) {
-                Some(id) => out.push(id),
-                None => {
-                    out.push(0);
-                    out.push(t.tl_name.len() as u8);
-                    out.extend_from_slice(t.tl_name.as_bytes());
-                }
-            }
-            out.push(dev as u8);
-            varint::put(out, t.iface_addr.len() as u64);
-            out.extend_from_slice(&t.iface_addr);
-        }
-        Ok(())
+        encode(self.uuid, &self.refs(), out)
     }
 
     /// The packed address as a new vector.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let mut v = Vec::with_capacity(self.packed_len());
+        let mut v = Vec::new();
         self.encode(&mut v)?;
         Ok(v)
     }
@@ -163,83 +274,30 @@ impl WorkerAddress {
     /// Decodes a packed address; anything but the one encoding of an address gives
     /// [`Error::Wire`] with the reason (see the module documentation).
     pub fn decode(buf: &[u8]) -> Result<Self> {
-        let mut r = Reader::new(buf, "worker address");
-        let version = r.u8("version")?;
-        if version != ADDRESS_VERSION {
-            return Err(Error::Wire(format!(
-                "worker address version {version} is not supported (this build reads version {ADDRESS_VERSION})"
-            )));
-        }
-        let uuid = r.u64_le("uuid")?;
-        let n_dev = r.u8("device count")? as usize;
-        let mut devs: Vec<&[u8]> = Vec::with_capacity(n_dev);
-        for i in 0..n_dev {
-            let d = r.bytes("device address")?;
-            if d.len() > MAX_TL_ADDR {
-                return Err(r.err("device address", format_args!("{} bytes", d.len())));
-            }
-            if devs.contains(&d) {
-                return Err(r.err("device table", format_args!("entry {i} is listed twice")));
-            }
-            devs.push(d);
-        }
-        let n_tl = r.u8("transport count")? as usize;
-        let mut tls = Vec::with_capacity(n_tl);
-        let mut used = 0usize;
-        for _ in 0..n_tl {
-            let tl_name = Self::decode_name(&mut r)?;
-            let dev = r.u8("device index")? as usize;
-            if dev > used || dev >= n_dev {
-                return Err(r.err(
-                    "device index",
-                    format_args!(
-                        "{dev} of {tl_name} is past the table ({n_dev} entries) or out of first-use order"
-                    ),
-                ));
-            }
-            used = used.max(dev + 1);
-            let iface = r.bytes("interface address")?;
-            if iface.len() > MAX_TL_ADDR {
-                return Err(r.err("interface address", format_args!("{} bytes", iface.len())));
-            }
-            tls.push(TlAddress {
-                tl_name,
-                device_addr: devs[dev].to_vec(),
-                iface_addr: iface.to_vec(),
-            });
-        }
-        if used != n_dev {
-            return Err(r.err(
-                "device table",
-                format_args!("{} of its {n_dev} entries are not used", n_dev - used),
-            ));
-        }
-        r.finish()?;
+        let (uuid, tls) = parse(buf)?;
+        let tls = tls
+            .iter()
+            .map(|t| TlAddress {
+                tl_name: t.name.to_owned(),
+                device_addr: t.dev.to_vec(),
+                iface_addr: t.iface.to_vec(),
+            })
+            .collect();
         Ok(WorkerAddress { uuid, tls })
     }
 
-    /// A transport's id, or id 0 and its name.
-    fn decode_name(r: &mut Reader<'_>) -> Result<String> {
-        let id = r.u8("transport id")? as usize;
-        if id > 0 {
-            return match TL_IDS.get(id - 1) {
-                Some(n) => Ok((*n).to_owned()),
-                None => Err(r.err("transport id", format_args!("{id} is unknown"))),
-            };
-        }
-        let n = r.u8("transport name length")? as usize;
-        let name = r.take(n, "transport name")?;
-        if name.is_empty() || !name.is_ascii() {
-            return Err(r.err("transport name", "is empty or not ASCII"));
-        }
-        let name = String::from_utf8_lossy(name).into_owned();
-        if tl_id(&name).is_some() {
-            return Err(r.err(
-                "transport name",
-                format_args!("{name} must be sent by its id"),
-            ));
-        }
-        Ok(name)
+    /// The packed address `packed` with only the transports whose positions `keep` accepts,
+    /// packed without building a [`WorkerAddress`] (a hub does it once per endpoint).
+    pub fn subset(packed: &[u8], keep: impl Fn(usize) -> bool) -> Result<Vec<u8>> {
+        let (uuid, mut tls) = parse(packed)?;
+        let mut i = 0;
+        tls.retain(|_| {
+            i += 1;
+            keep(i - 1)
+        });
+        let mut out = Vec::new();
+        encode(uuid, &tls, &mut out)?;
+        Ok(out)
     }
 }
 
@@ -294,6 +352,22 @@ mod tests {
         assert_eq!(b.len(), WorkerAddress::HEADER_LEN + devs + tls);
         let host = b.windows(30).filter(|w| *w == [7u8; 30]).count();
         assert_eq!(host, 1, "the host identity is packed once");
+    }
+
+    #[test]
+    fn subset_keeps_the_chosen_transports_and_drops_unused_devices() {
+        let a = sample();
+        let b = a.to_bytes().unwrap();
+        let sub = WorkerAddress::subset(&b, |i| i == 1 || i == 4).unwrap();
+        let d = WorkerAddress::decode(&sub).unwrap();
+        assert_eq!(d.uuid, a.uuid);
+        assert_eq!(d.tls, vec![a.tls[1].clone(), a.tls[4].clone()]);
+        assert_eq!(sub[9], 2, "self's device address is gone");
+        assert_eq!(WorkerAddress::subset(&b, |_| true).unwrap(), b);
+        assert!(matches!(
+            WorkerAddress::subset(&b[..20], |_| true),
+            Err(Error::Wire(_))
+        ));
     }
 
     #[test]

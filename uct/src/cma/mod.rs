@@ -251,8 +251,9 @@ struct CmaEpShared {
     _grant: Option<Arc<Grant>>,
     /// The peer process has granted us access (checked until it has).
     verified: Cell<bool>,
-    /// The peer never granted access when we needed it: the endpoint failed with this.
-    refused: RefCell<Option<Error>>,
+    /// The peer never granted access when we needed it: the endpoint failed with this (boxed:
+    /// every endpoint has the field, few the error).
+    refused: RefCell<Option<Box<Error>>>,
     failed: Cell<bool>,
     reported: Cell<bool>,
     /// The interface's [`CmaIface::unreported`], set with `failed`.
@@ -268,10 +269,10 @@ impl CmaEpShared {
 
     /// The error a failed endpoint gives.
     fn failure(&self) -> Error {
-        self.refused
-            .borrow()
-            .clone()
-            .unwrap_or_else(|| peer_gone(self.pid))
+        match self.refused.borrow().as_deref() {
+            Some(e) => e.clone(),
+            None => peer_gone(self.pid),
+        }
     }
 
     /// Checks that the peer process granted us access; on the first refusal fails the
@@ -286,7 +287,7 @@ impl CmaEpShared {
                 Ok(())
             }
             Err(e) => {
-                *self.refused.borrow_mut() = Some(e.clone());
+                *self.refused.borrow_mut() = Some(Box::new(e.clone()));
                 self.fail();
                 Err(e)
             }
