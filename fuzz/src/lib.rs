@@ -410,10 +410,8 @@ fn mm_wire_seeds() -> Vec<Vec<u8>> {
     vec![
         appended(|v| {
             DeviceAddr {
-                boot_id: [0xab; 16],
-                pid_ns: 1,
-                ipc_ns: 2,
-                net_ns: 3,
+                host: 0xabab_abab_abab_abab,
+                ns: 0x0102_0304_0506_0708,
             }
             .encode(v)
         }),

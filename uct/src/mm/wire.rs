@@ -71,78 +71,81 @@ pub struct SegRef {
 
 /// The device address: which host (boot) and which namespaces, so `is_reachable` rejects peers
 /// that cannot map our segments. posix, sysv and cma carry the same one, which the worker
-/// address then packs once. The namespace inodes are varints ([`ucs::varint`]); the format is
-/// versioned by the worker address that carries it.
+/// address then packs once. Both parts are 64-bit FNV-1a hashes (like UCX's machine guid): a
+/// peer on another host or in another container differs in one of them but for a 2^-64 chance,
+/// and the address stays 16 bytes. The format is versioned by the worker address that
+/// carries it.
 ///
 /// ```text
-/// 0              16
-/// +--------------+------------------+------------------+------------------+
-/// | boot id (16) | pid ns (varint)  | ipc ns (varint)  | net ns (varint)  |
-/// +--------------+------------------+------------------+------------------+
+/// 0                   8                   16
+/// +-------------------+-------------------+
+/// | host (u64 LE)     | namespaces (u64)  |
+/// +-------------------+-------------------+
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAddr {
-    /// `/proc/sys/kernel/random/boot_id` as 16 bytes.
-    pub boot_id: [u8; 16],
-    /// Inode of `/proc/self/ns/pid`.
-    pub pid_ns: u64,
-    /// Inode of `/proc/self/ns/ipc`.
-    pub ipc_ns: u64,
-    /// Inode of `/proc/self/ns/net` (abstract unix sockets wake the receiver).
-    pub net_ns: u64,
+    /// Hash of `/proc/sys/kernel/random/boot_id`: this host since its boot.
+    pub host: u64,
+    /// Hash of the inodes of `/proc/self/ns/{pid,ipc,net}` (the net namespace counts: abstract
+    /// unix sockets wake the receiver).
+    pub ns: u64,
 }
 
+/// 64-bit FNV-1a of `data`, continuing from `h`.
+fn fnv1a(data: &[u8], mut h: u64) -> u64 {
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
 impl DeviceAddr {
-    /// Largest encoded length (the namespace inodes take 1 to 10 bytes each).
-    pub const LEN: usize = 16 + 3 * ucs::varint::MAX_LEN;
+    /// Encoded length.
+    pub const LEN: usize = 16;
 
     /// This host and these namespaces.
     pub fn local() -> Result<Self> {
         use std::os::unix::fs::MetadataExt;
         let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .map_err(|e| Error::io("reading the boot id", e))?;
-        let hex: Vec<u8> = text.trim().bytes().filter(|c| *c != b'-').collect();
-        if hex.len() != 32 {
-            return Err(Error::NoDevice(format!(
-                "unexpected boot id '{}'",
-                text.trim()
-            )));
-        }
-        let mut boot_id = [0u8; 16];
-        for (i, b) in boot_id.iter_mut().enumerate() {
-            let s = std::str::from_utf8(&hex[2 * i..2 * i + 2]).unwrap_or("zz");
-            *b = u8::from_str_radix(s, 16)
-                .map_err(|_| Error::NoDevice(format!("bad boot id '{}'", text.trim())))?;
+        let boot = text.trim();
+        if boot.len() != 36 || !boot.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-') {
+            return Err(Error::NoDevice(format!("unexpected boot id '{boot}'")));
         }
         let ino = |p: &str| {
             std::fs::metadata(p)
                 .map(|m| m.ino())
                 .map_err(|e| Error::io(format!("reading {p}"), e))
         };
+        let mut ns = FNV_OFFSET;
+        for p in [
+            "/proc/self/ns/pid",
+            "/proc/self/ns/ipc",
+            "/proc/self/ns/net",
+        ] {
+            ns = fnv1a(&ino(p)?.to_le_bytes(), ns);
+        }
         Ok(DeviceAddr {
-            boot_id,
-            pid_ns: ino("/proc/self/ns/pid")?,
-            ipc_ns: ino("/proc/self/ns/ipc")?,
-            net_ns: ino("/proc/self/ns/net")?,
+            host: fnv1a(boot.to_ascii_lowercase().as_bytes(), FNV_OFFSET),
+            ns,
         })
     }
 
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.boot_id);
-        for ns in [self.pid_ns, self.ipc_ns, self.net_ns] {
-            ucs::varint::put(out, ns);
-        }
+        out.extend_from_slice(&self.host.to_le_bytes());
+        out.extend_from_slice(&self.ns.to_le_bytes());
     }
 
-    /// Decodes exactly one encoding (no trailing bytes).
+    /// Decodes exactly [`Self::LEN`] bytes.
     pub fn decode(b: &[u8]) -> Result<Self> {
         let mut r = ucs::varint::Reader::new(b, "shared-memory device address");
         let d = DeviceAddr {
-            boot_id: r.array("boot id")?,
-            pid_ns: r.var("pid namespace")?,
-            ipc_ns: r.var("ipc namespace")?,
-            net_ns: r.var("net namespace")?,
+            host: r.u64_le("host")?,
+            ns: r.u64_le("namespaces")?,
         };
         r.finish()?;
         Ok(d)
@@ -150,10 +153,10 @@ impl DeviceAddr {
 
     /// Why a peer with this device address cannot be reached from `self`, if it cannot.
     pub fn unreachable_reason(&self, peer: &DeviceAddr) -> Option<String> {
-        if self.boot_id != peer.boot_id {
+        if self.host != peer.host {
             return Some("shared memory needs the same host (the peer's boot id differs)".into());
         }
-        if self.pid_ns != peer.pid_ns || self.ipc_ns != peer.ipc_ns || self.net_ns != peer.net_ns {
+        if self.ns != peer.ns {
             return Some(
                 "shared memory needs the same pid, ipc and net namespaces (the peer is in another container)"
                     .into(),
@@ -310,25 +313,24 @@ mod tests {
         let a = DeviceAddr::local().unwrap();
         let mut v = Vec::new();
         a.encode(&mut v);
-        assert!(v.len() <= DeviceAddr::LEN);
+        assert_eq!(v.len(), DeviceAddr::LEN);
         assert_eq!(DeviceAddr::decode(&v).unwrap(), a);
+        assert_eq!(DeviceAddr::local().unwrap(), a, "the same in every call");
         for n in 0..v.len() {
             assert!(matches!(DeviceAddr::decode(&v[..n]), Err(Error::Wire(_))));
         }
         let mut long = v.clone();
         long.push(0);
         assert!(matches!(DeviceAddr::decode(&long), Err(Error::Wire(_))));
-        let mut bad = v[..16].to_vec();
-        bad.extend_from_slice(&[0x80, 0x00, 1, 1]);
-        let e = DeviceAddr::decode(&bad).unwrap_err().to_string();
-        assert!(e.contains("shortest"), "{e}");
+        let e = DeviceAddr::decode(&long).unwrap_err().to_string();
+        assert!(e.contains("1 trailing"), "{e}");
         assert!(a.unreachable_reason(&a).is_none());
         let mut other = a;
-        other.boot_id[0] ^= 1;
+        other.host ^= 1;
         assert!(a.unreachable_reason(&other).unwrap().contains("same host"));
         let mut other = a;
-        other.pid_ns += 1;
-        assert!(a.unreachable_reason(&other).is_some());
+        other.ns += 1;
+        assert!(a.unreachable_reason(&other).unwrap().contains("namespaces"));
     }
 
     #[test]
@@ -437,11 +439,8 @@ mod proptests {
         }
 
         #[test]
-        fn device_addr_round_trips(
-            boot_id in any::<[u8; 16]>(), pid_ns in any::<u64>(), ipc_ns in any::<u64>(),
-            net_ns in any::<u64>()
-        ) {
-            let d = DeviceAddr { boot_id, pid_ns, ipc_ns, net_ns };
+        fn device_addr_round_trips(host in any::<u64>(), ns in any::<u64>()) {
+            let d = DeviceAddr { host, ns };
             let mut v = Vec::new();
             d.encode(&mut v);
             prop_assert_eq!(DeviceAddr::decode(&v).unwrap(), d);
