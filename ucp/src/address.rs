@@ -286,6 +286,12 @@ impl WorkerAddress {
         Ok(WorkerAddress { uuid, tls })
     }
 
+    /// Checks `packed` as [`WorkerAddress::decode`] does, without copying it out; gives its
+    /// uuid.
+    pub fn check(packed: &[u8]) -> Result<u64> {
+        parse(packed).map(|(uuid, _)| uuid)
+    }
+
     /// The packed address `packed` with only the transports whose positions `keep` accepts,
     /// packed without building a [`WorkerAddress`] (a hub does it once per endpoint).
     pub fn subset(packed: &[u8], keep: impl Fn(usize) -> bool) -> Result<Vec<u8>> {
@@ -364,6 +370,11 @@ mod tests {
         assert_eq!(d.tls, vec![a.tls[1].clone(), a.tls[4].clone()]);
         assert_eq!(sub[9], 2, "self's device address is gone");
         assert_eq!(WorkerAddress::subset(&b, |_| true).unwrap(), b);
+        assert_eq!(WorkerAddress::check(&b).unwrap(), a.uuid);
+        assert!(matches!(
+            WorkerAddress::check(&sub[1..]),
+            Err(Error::Wire(_))
+        ));
         assert!(matches!(
             WorkerAddress::subset(&b[..20], |_| true),
             Err(Error::Wire(_))
