@@ -410,10 +410,8 @@ fn mm_wire_seeds() -> Vec<Vec<u8>> {
     vec![
         appended(|v| {
             DeviceAddr {
-                boot_id: [0xab; 16],
-                pid_ns: 1,
-                ipc_ns: 2,
-                net_ns: 3,
+                host: 0xabab_abab_abab_abab,
+                ns: 0x0102_0304_0506_0708,
             }
             .encode(v)
         }),
@@ -862,22 +860,33 @@ pub fn ucp_address(data: &[u8]) -> usize {
 }
 
 fn ucp_address_seeds() -> Vec<Vec<u8>> {
-    let a = ucp::WorkerAddress {
+    let tl = |name: &str, dev: &[u8], iface: &[u8]| ucp::TlAddress {
+        tl_name: name.into(),
+        device_addr: dev.to_vec(),
+        iface_addr: iface.to_vec(),
+    };
+    let host = [0x5a; 31];
+    let shm = ucp::WorkerAddress {
         uuid: 0x0123_4567_89ab_cdef,
         tls: vec![
-            ucp::TlAddress {
-                tl_name: "self".into(),
-                device_addr: vec![1, 2, 3, 4, 5, 6, 7, 8],
-                iface_addr: vec![9; 8],
-            },
-            ucp::TlAddress {
-                tl_name: "tcp".into(),
-                device_addr: vec![10; 16],
-                iface_addr: vec![11; 8],
-            },
+            tl("self", &[0x92, 0x21], &[3]),
+            tl("posix", &host, &[1; 21]),
+            tl("sysv", &host, &[2; 19]),
+            tl("cma", &host, &[0x92, 0x21]),
         ],
     };
-    vec![a.to_bytes().expect("address encodes")]
+    let net = ucp::WorkerAddress {
+        uuid: 7,
+        tls: vec![
+            tl("tcp", &[10; 16], &[11; 8]),
+            tl("fault_tcp", &[10; 16], &[12; 8]),
+            tl("rc_verbs", &[13; 20], &[]),
+        ],
+    };
+    vec![
+        shm.to_bytes().expect("address encodes"),
+        net.to_bytes().expect("address encodes"),
+    ]
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -138,7 +138,10 @@ fn seeds_are_valid_encodings() {
         assert!(!(t.seeds)().is_empty(), "{}", t.name);
     }
     let addr = &(checks::TARGETS[7].seeds)()[0];
-    assert_eq!(ucp::WorkerAddress::decode(addr).unwrap().tls.len(), 2);
+    let a = ucp::WorkerAddress::decode(addr).unwrap();
+    assert_eq!(a.tls.len(), 4);
+    assert_eq!(a.tls[1].device_addr, a.tls[3].device_addr);
+    assert_eq!(addr[9], 2, "posix, sysv and cma share one device address");
     // The rendezvous seeds of mm_tag_wire decode as rendezvous (and, being at least 16
     // bytes, as an eager header too).
     let tag = checks::TARGETS

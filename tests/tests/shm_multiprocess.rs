@@ -530,7 +530,10 @@ fn shm_posix_no_segment_left_after_kill9() {
     let pid = peer.pid();
     // The FIFO is a memfd with mode 0600 and no name in any file system. (The segment id
     // carries the descriptor number in its low 32 bits, a serial in the high ones.)
-    let fd = u64::from_le_bytes(peer.iface[8..16].try_into().unwrap()) as u32;
+    let fd = uct::mm::wire::IfaceAddr::decode(&peer.iface)
+        .unwrap()
+        .seg
+        .id as u32;
     let link = format!("/proc/{pid}/fd/{fd}");
     let target = std::fs::read_link(&link).unwrap();
     assert!(

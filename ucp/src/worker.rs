@@ -41,6 +41,7 @@ mod req_table;
 mod request;
 pub(crate) mod state;
 pub(crate) mod timers;
+mod uct_index;
 mod wait;
 
 pub use crate::amo::AmoSize;

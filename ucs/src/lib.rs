@@ -27,6 +27,7 @@ pub mod status;
 #[doc(hidden)]
 pub mod testing;
 pub mod time;
+pub mod varint;
 
 mod sync;
 

@@ -139,8 +139,8 @@ fn connect_lanes(
 
 impl State {
     pub(crate) fn handle_wireup(&mut self, src: u64, addr: &[u8]) {
-        let peer = match WorkerAddress::decode(addr) {
-            Ok(p) if p.uuid == src => p,
+        match WorkerAddress::check(addr) {
+            Ok(uuid) if uuid == src => {}
             Ok(_) => {
                 self.malformed_unknown += 1;
                 tracing::warn!("wire-up address uuid does not match its sender {src:#018x}");
@@ -151,13 +151,17 @@ impl State {
                 tracing::warn!("bad wire-up address from {src:#018x}: {e}");
                 return;
             }
-        };
+        }
         if let Some(&idx) = self.by_uuid.get(&src) {
             if !matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
                 self.eps[idx].last_rx = self.now_cache;
                 return;
             }
         }
+        // Checked above: only a new endpoint needs the address decoded.
+        let Ok(peer) = WorkerAddress::decode(addr) else {
+            return;
+        };
         let idx = self.new_ep(peer, None);
         self.to_connect.push(idx);
     }

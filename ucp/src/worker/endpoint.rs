@@ -190,21 +190,15 @@ impl State {
         let Some(lanes) = self.eps[idx].lanes.as_ref() else {
             return Ok(self.address.clone());
         };
-        let mut used: Vec<usize> = lanes.uct.iter().map(|&(li, _)| li).collect();
-        used.extend(lanes.amo_later.as_ref().map(|p| p.local));
-        used.extend(lanes.rma_wait.as_ref().map(|w| w.li));
-        used.sort_unstable();
-        used.dedup();
-        let mut addr = WorkerAddress::decode(&self.address)?;
-        if used.len() >= addr.tls.len() {
+        let used = |i: usize| {
+            lanes.uct.iter().any(|&(li, _)| li == i)
+                || lanes.amo_later.as_ref().is_some_and(|p| p.local == i)
+                || lanes.rma_wait.as_ref().is_some_and(|w| w.li == i)
+        };
+        if (0..self.info.len()).all(used) {
             return Ok(self.address.clone());
         }
-        let mut i = 0;
-        addr.tls.retain(|_| {
-            i += 1;
-            used.contains(&(i - 1))
-        });
-        addr.to_bytes()
+        WorkerAddress::subset(&self.address, used)
     }
 
     /// The handle of endpoint `idx` of generation `gen`.

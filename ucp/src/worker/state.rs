@@ -51,32 +51,7 @@ impl std::hash::Hasher for UuidHasher {
     }
 }
 
-/// The ucp endpoint of each transport endpoint, by (interface index, transport endpoint id):
-/// one entry per lane, so it keeps them small (one `u64` key, one `u32` value).
-#[derive(Default)]
-pub(crate) struct UctIndex(HashMap<u64, u32, UuidHash>);
-
-impl UctIndex {
-    fn key((li, id): (usize, u32)) -> u64 {
-        (li as u64) << 32 | u64::from(id)
-    }
-
-    /// The endpoint of transport endpoint `id` of interface `li`.
-    pub(crate) fn get(&self, k: &(usize, u32)) -> Option<usize> {
-        self.0.get(&Self::key(*k)).map(|&v| v as usize)
-    }
-
-    /// Maps transport endpoint `k` to endpoint `idx`.
-    pub(crate) fn insert(&mut self, k: (usize, u32), idx: usize) {
-        // Endpoint indexes are slab keys of a worker's endpoints: far below u32::MAX.
-        self.0.insert(Self::key(k), idx as u32);
-    }
-
-    /// Forgets transport endpoint `k`; gives the endpoint it was mapped to.
-    pub(crate) fn remove(&mut self, k: &(usize, u32)) -> Option<usize> {
-        self.0.remove(&Self::key(*k)).map(|v| v as usize)
-    }
-}
+pub(crate) use super::uct_index::UctIndex;
 
 pub(crate) const COMP_GET: u64 = 1;
 pub(crate) const COMP_PUT: u64 = 2;

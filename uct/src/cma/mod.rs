@@ -93,14 +93,8 @@ impl CmaRkey {
     }
 }
 
-/// A cma interface address: the process id.
-///
-/// ```text
-/// 0         1        4
-/// +---------+--------+-----------+
-/// | version | 0 0 0  | pid (u32) |
-/// +---------+--------+-----------+
-/// ```
+/// A cma interface address: the process id, as a varint ([`ucs::varint`]). The format is
+/// versioned by the worker address that carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmaIfaceAddr {
     /// The process.
@@ -108,26 +102,17 @@ pub struct CmaIfaceAddr {
 }
 
 impl CmaIfaceAddr {
-    /// Encoded length.
-    pub const LEN: usize = 8;
+    /// Largest encoded length.
+    pub const LEN: usize = 5;
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&[1, 0, 0, 0]);
-        out.extend_from_slice(&self.pid.to_le_bytes());
+        ucs::varint::put(out, self.pid as u64);
     }
-    /// Decodes exactly [`Self::LEN`] bytes.
+    /// Decodes exactly one encoding (no trailing bytes); pid 0 is an error.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(Error::Wire(format!(
-                "cma interface address has {} bytes, expected {}",
-                b.len(),
-                Self::LEN
-            )));
-        }
-        if b[..4] != [1, 0, 0, 0] {
-            return Err(Error::Wire("cma interface address version".into()));
-        }
-        let pid = u32::from_le_bytes(b[4..8].try_into().expect("4"));
+        let mut r = ucs::varint::Reader::new(b, "cma interface address");
+        let pid = r.var_u32("pid")?;
+        r.finish()?;
         if pid == 0 {
             return Err(Error::Wire("cma interface address has pid 0".into()));
         }
@@ -266,8 +251,9 @@ struct CmaEpShared {
     _grant: Option<Arc<Grant>>,
     /// The peer process has granted us access (checked until it has).
     verified: Cell<bool>,
-    /// The peer never granted access when we needed it: the endpoint failed with this.
-    refused: RefCell<Option<Error>>,
+    /// The peer never granted access when we needed it: the endpoint failed with this (boxed:
+    /// every endpoint has the field, few the error).
+    refused: RefCell<Option<Box<Error>>>,
     failed: Cell<bool>,
     reported: Cell<bool>,
     /// The interface's [`CmaIface::unreported`], set with `failed`.
@@ -283,10 +269,10 @@ impl CmaEpShared {
 
     /// The error a failed endpoint gives.
     fn failure(&self) -> Error {
-        self.refused
-            .borrow()
-            .clone()
-            .unwrap_or_else(|| peer_gone(self.pid))
+        match self.refused.borrow().as_deref() {
+            Some(e) => e.clone(),
+            None => peer_gone(self.pid),
+        }
     }
 
     /// Checks that the peer process granted us access; on the first refusal fails the
@@ -301,7 +287,7 @@ impl CmaEpShared {
                 Ok(())
             }
             Err(e) => {
-                *self.refused.borrow_mut() = Some(e.clone());
+                *self.refused.borrow_mut() = Some(Box::new(e.clone()));
                 self.fail();
                 Err(e)
             }
@@ -356,8 +342,8 @@ impl CmaIface {
                 put: zcopy,
                 get: zcopy,
                 tag: Default::default(),
-                device_addr_len: DeviceAddr::LEN,
-                iface_addr_len: CmaIfaceAddr::LEN,
+                device_addr_len: dev_addr.len(),
+                iface_addr_len: iface_addr.len(),
                 ep_addr_len: 0,
                 perf: PerfModel {
                     send_overhead: 400e-9,
@@ -669,9 +655,24 @@ mod tests {
         let a = CmaIfaceAddr { pid: 99 };
         let mut v = Vec::new();
         a.encode(&mut v);
+        assert_eq!(v, [99]);
         assert_eq!(CmaIfaceAddr::decode(&v).unwrap(), a);
         for n in 0..v.len() {
             assert!(matches!(CmaIfaceAddr::decode(&v[..n]), Err(Error::Wire(_))));
+        }
+        let big = CmaIfaceAddr { pid: u32::MAX };
+        let mut v = Vec::new();
+        big.encode(&mut v);
+        assert_eq!(v.len(), CmaIfaceAddr::LEN);
+        assert_eq!(CmaIfaceAddr::decode(&v).unwrap(), big);
+        for (bad, why) in [
+            (&[0u8][..], "pid 0"),
+            (&[0x80, 0x80, 0x80, 0x80, 0x10], "exceeds"),
+            (&[99, 0], "trailing"),
+            (&[0x80, 0x00], "shortest"),
+        ] {
+            let e = CmaIfaceAddr::decode(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
         }
     }
 }

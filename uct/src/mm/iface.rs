@@ -371,7 +371,11 @@ impl MmIface {
         let bufs = Rc::new(unsafe { RxBufs::new(fifo, Some(seg)) });
         Ok(MmIface {
             kind,
-            attr: attr(),
+            attr: IfaceAttr {
+                device_addr_len: dev_addr.len(),
+                iface_addr_len: iface_addr.len(),
+                ..attr()
+            },
             device: device.to_owned(),
             dev_addr,
             local_dev,

@@ -385,7 +385,7 @@ fn bad_addresses_are_typed_errors() {
         Err(Error::Wire(_))
     ));
     assert!(matches!(
-        a.ep_create_connected(&dev, &ia[..31]),
+        a.ep_create_connected(&dev, &ia[..ia.len() - 1]),
         Err(Error::Wire(_))
     ));
     // A sysv address given to a posix interface.
@@ -406,9 +406,11 @@ fn bad_addresses_are_typed_errors() {
         Err(Error::Unreachable(_))
     ));
     // A pid/fd pair that is not a FIFO.
-    let mut bogus = ia.clone();
-    bogus[8..16].copy_from_slice(&0u64.to_le_bytes());
-    assert!(a.ep_create_connected(&dev, &bogus).is_err());
+    let mut bogus = wire::IfaceAddr::decode(&ia).unwrap();
+    bogus.seg.id = 0;
+    let mut b = Vec::new();
+    bogus.encode(&mut b);
+    assert!(a.ep_create_connected(&dev, &b).is_err());
     // Wrong device name.
     assert!(matches!(
         PosixTransport::open_md("eth0"),

@@ -16,7 +16,7 @@ pub enum SegKind {
 }
 
 impl SegKind {
-    fn from_u8(v: u8) -> Result<Self> {
+    pub(crate) fn from_u8(v: u8) -> Result<Self> {
         match v {
             1 => Ok(SegKind::Posix),
             2 => Ok(SegKind::Sysv),
@@ -70,96 +70,93 @@ pub struct SegRef {
 }
 
 /// The device address: which host (boot) and which namespaces, so `is_reachable` rejects peers
-/// that cannot map our segments.
+/// that cannot map our segments. posix, sysv and cma carry the same one, which the worker
+/// address then packs once. Both parts are 64-bit FNV-1a hashes (like UCX's machine guid): a
+/// peer on another host or in another container differs in one of them but for a 2^-64 chance,
+/// and the address stays 16 bytes. The format is versioned by the worker address that
+/// carries it.
 ///
 /// ```text
-/// 0         1              17         24             32             40             48
-/// +---------+--------------+----------+--------------+--------------+--------------+
-/// | version | boot id (16) | zero (7) | pid ns (u64) | ipc ns (u64) | net ns (u64) |
-/// +---------+--------------+----------+--------------+--------------+--------------+
+/// 0                   8                   16
+/// +-------------------+-------------------+
+/// | host (u64 LE)     | namespaces (u64)  |
+/// +-------------------+-------------------+
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAddr {
-    /// `/proc/sys/kernel/random/boot_id` as 16 bytes.
-    pub boot_id: [u8; 16],
-    /// Inode of `/proc/self/ns/pid`.
-    pub pid_ns: u64,
-    /// Inode of `/proc/self/ns/ipc`.
-    pub ipc_ns: u64,
-    /// Inode of `/proc/self/ns/net` (abstract unix sockets wake the receiver).
-    pub net_ns: u64,
+    /// Hash of `/proc/sys/kernel/random/boot_id`: this host since its boot.
+    pub host: u64,
+    /// Hash of the inodes of `/proc/self/ns/{pid,ipc,net}` (the net namespace counts: abstract
+    /// unix sockets wake the receiver).
+    pub ns: u64,
 }
+
+/// 64-bit FNV-1a of `data`, continuing from `h`.
+fn fnv1a(data: &[u8], mut h: u64) -> u64 {
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 impl DeviceAddr {
     /// Encoded length.
-    pub const LEN: usize = 48;
+    pub const LEN: usize = 16;
 
     /// This host and these namespaces.
     pub fn local() -> Result<Self> {
         use std::os::unix::fs::MetadataExt;
         let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .map_err(|e| Error::io("reading the boot id", e))?;
-        let hex: Vec<u8> = text.trim().bytes().filter(|c| *c != b'-').collect();
-        if hex.len() != 32 {
-            return Err(Error::NoDevice(format!(
-                "unexpected boot id '{}'",
-                text.trim()
-            )));
-        }
-        let mut boot_id = [0u8; 16];
-        for (i, b) in boot_id.iter_mut().enumerate() {
-            let s = std::str::from_utf8(&hex[2 * i..2 * i + 2]).unwrap_or("zz");
-            *b = u8::from_str_radix(s, 16)
-                .map_err(|_| Error::NoDevice(format!("bad boot id '{}'", text.trim())))?;
+        let boot = text.trim();
+        if boot.len() != 36 || !boot.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-') {
+            return Err(Error::NoDevice(format!("unexpected boot id '{boot}'")));
         }
         let ino = |p: &str| {
             std::fs::metadata(p)
                 .map(|m| m.ino())
                 .map_err(|e| Error::io(format!("reading {p}"), e))
         };
+        let mut ns = FNV_OFFSET;
+        for p in [
+            "/proc/self/ns/pid",
+            "/proc/self/ns/ipc",
+            "/proc/self/ns/net",
+        ] {
+            ns = fnv1a(&ino(p)?.to_le_bytes(), ns);
+        }
         Ok(DeviceAddr {
-            boot_id,
-            pid_ns: ino("/proc/self/ns/pid")?,
-            ipc_ns: ino("/proc/self/ns/ipc")?,
-            net_ns: ino("/proc/self/ns/net")?,
+            host: fnv1a(boot.to_ascii_lowercase().as_bytes(), FNV_OFFSET),
+            ns,
         })
     }
 
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(WIRE_VERSION);
-        out.extend_from_slice(&self.boot_id);
-        out.extend_from_slice(&[0u8; 7]);
-        out.extend_from_slice(&self.pid_ns.to_le_bytes());
-        out.extend_from_slice(&self.ipc_ns.to_le_bytes());
-        out.extend_from_slice(&self.net_ns.to_le_bytes());
+        out.extend_from_slice(&self.host.to_le_bytes());
+        out.extend_from_slice(&self.ns.to_le_bytes());
     }
 
     /// Decodes exactly [`Self::LEN`] bytes.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need(b, Self::LEN, "shared-memory device address")?;
-        if b[0] != WIRE_VERSION {
-            return Err(Error::Wire(format!("device address version {}", b[0])));
-        }
-        if b[17..24].iter().any(|&x| x != 0) {
-            return Err(Error::Wire(
-                "device address reserved bytes are not zero".into(),
-            ));
-        }
-        Ok(DeviceAddr {
-            boot_id: b[1..17].try_into().expect("16 bytes"),
-            pid_ns: u64_at(b, 24),
-            ipc_ns: u64_at(b, 32),
-            net_ns: u64_at(b, 40),
-        })
+        let mut r = ucs::varint::Reader::new(b, "shared-memory device address");
+        let d = DeviceAddr {
+            host: r.u64_le("host")?,
+            ns: r.u64_le("namespaces")?,
+        };
+        r.finish()?;
+        Ok(d)
     }
 
     /// Why a peer with this device address cannot be reached from `self`, if it cannot.
     pub fn unreachable_reason(&self, peer: &DeviceAddr) -> Option<String> {
-        if self.boot_id != peer.boot_id {
+        if self.host != peer.host {
             return Some("shared memory needs the same host (the peer's boot id differs)".into());
         }
-        if self.pid_ns != peer.pid_ns || self.ipc_ns != peer.ipc_ns || self.net_ns != peer.net_ns {
+        if self.ns != peer.ns {
             return Some(
                 "shared memory needs the same pid, ipc and net namespaces (the peer is in another container)"
                     .into(),
@@ -169,13 +166,13 @@ impl DeviceAddr {
     }
 }
 
-/// The interface address: the receive FIFO's segment and the wake-up socket.
+/// The interface address: the receive FIFO's segment and the wake-up socket. The integers but
+/// the nonce are varints ([`ucs::varint`]).
 ///
 /// ```text
-/// 0       1      2        4          8                 16                24              32
-/// +-------+------+--------+----------+-----------------+-----------------+---------------+
-/// |version| kind | 0 0    | pid (u32)| segment id (u64)| segment len(u64)| socket nonce  |
-/// +-------+------+--------+----------+-----------------+-----------------+---------------+
+/// +------+-----------+-------------------+--------------------+---------------------+
+/// | kind | pid (var) | segment id (var)  | segment len (var)  | socket nonce (u64)  |
+/// +------+-----------+-------------------+--------------------+---------------------+
 /// ```
 /// The wake-up socket is the abstract unix datagram socket `\0rucx-mm-<pid>-<nonce>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,44 +184,35 @@ pub struct IfaceAddr {
 }
 
 impl IfaceAddr {
-    /// Encoded length.
-    pub const LEN: usize = 32;
+    /// Largest encoded length.
+    pub const LEN: usize = 1 + 5 + 2 * ucs::varint::MAX_LEN + 8;
 
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(WIRE_VERSION);
         out.push(self.seg.kind as u8);
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&self.seg.pid.to_le_bytes());
-        out.extend_from_slice(&self.seg.id.to_le_bytes());
-        out.extend_from_slice(&self.seg.len.to_le_bytes());
+        ucs::varint::put(out, self.seg.pid as u64);
+        ucs::varint::put(out, self.seg.id);
+        ucs::varint::put(out, self.seg.len);
         out.extend_from_slice(&self.nonce.to_le_bytes());
     }
 
-    /// Decodes exactly [`Self::LEN`] bytes.
+    /// Decodes exactly one encoding (no trailing bytes); pid 0 is an error.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need(b, Self::LEN, "shared-memory interface address")?;
-        if b[0] != WIRE_VERSION {
-            return Err(Error::Wire(format!("interface address version {}", b[0])));
-        }
-        if b[2] != 0 || b[3] != 0 {
-            return Err(Error::Wire(
-                "interface address reserved bytes are not zero".into(),
-            ));
-        }
-        let seg = SegRef {
-            kind: SegKind::from_u8(b[1])?,
-            pid: u32_at(b, 4),
-            id: u64_at(b, 8),
-            len: u64_at(b, 16),
-        };
-        if seg.pid == 0 {
+        let mut r = ucs::varint::Reader::new(b, "shared-memory interface address");
+        let kind = SegKind::from_u8(r.u8("segment kind")?)?;
+        let pid = r.var_u32("pid")?;
+        if pid == 0 {
             return Err(Error::Wire("interface address has pid 0".into()));
         }
-        Ok(IfaceAddr {
-            seg,
-            nonce: u64_at(b, 24),
-        })
+        let seg = SegRef {
+            kind,
+            pid,
+            id: r.var("segment id")?,
+            len: r.var("segment length")?,
+        };
+        let nonce = r.u64_le("socket nonce")?;
+        r.finish()?;
+        Ok(IfaceAddr { seg, nonce })
     }
 
     /// The wake-up socket's abstract name (without the leading NUL).
@@ -327,22 +315,22 @@ mod tests {
         a.encode(&mut v);
         assert_eq!(v.len(), DeviceAddr::LEN);
         assert_eq!(DeviceAddr::decode(&v).unwrap(), a);
+        assert_eq!(DeviceAddr::local().unwrap(), a, "the same in every call");
         for n in 0..v.len() {
             assert!(matches!(DeviceAddr::decode(&v[..n]), Err(Error::Wire(_))));
         }
         let mut long = v.clone();
         long.push(0);
         assert!(matches!(DeviceAddr::decode(&long), Err(Error::Wire(_))));
-        let mut bad = v.clone();
-        bad[0] = 9;
-        assert!(matches!(DeviceAddr::decode(&bad), Err(Error::Wire(_))));
+        let e = DeviceAddr::decode(&long).unwrap_err().to_string();
+        assert!(e.contains("1 trailing"), "{e}");
         assert!(a.unreachable_reason(&a).is_none());
         let mut other = a;
-        other.boot_id[0] ^= 1;
+        other.host ^= 1;
         assert!(a.unreachable_reason(&other).unwrap().contains("same host"));
         let mut other = a;
-        other.pid_ns += 1;
-        assert!(a.unreachable_reason(&other).is_some());
+        other.ns += 1;
+        assert!(a.unreachable_reason(&other).unwrap().contains("namespaces"));
     }
 
     #[test]
@@ -353,19 +341,25 @@ mod tests {
         };
         let mut v = Vec::new();
         a.encode(&mut v);
-        assert_eq!(v.len(), IfaceAddr::LEN);
-        assert_eq!(v[1], 2);
-        assert_eq!(&v[4..8], &1234u32.to_le_bytes());
+        // kind, pid 1234 (2 bytes), id (7), len 2 MiB (4), nonce (8).
+        assert_eq!(v.len(), 1 + 2 + 7 + 4 + 8);
+        assert_eq!(v[0], 2);
+        assert_eq!(&v[1..3], &[0xd2, 0x09]);
         assert_eq!(IfaceAddr::decode(&v).unwrap(), a);
         for n in 0..v.len() {
             assert!(matches!(IfaceAddr::decode(&v[..n]), Err(Error::Wire(_))));
         }
         let mut bad = v.clone();
-        bad[1] = 7;
+        bad[0] = 7;
         assert!(matches!(IfaceAddr::decode(&bad), Err(Error::Wire(_))));
-        let mut bad = v.clone();
-        bad[4..8].copy_from_slice(&[0; 4]);
-        assert!(matches!(IfaceAddr::decode(&bad), Err(Error::Wire(_))));
+        let mut pid0 = vec![2, 0];
+        pid0.extend_from_slice(&v[3..]);
+        let e = IfaceAddr::decode(&pid0).unwrap_err().to_string();
+        assert!(e.contains("pid 0"), "{e}");
+        let mut long = v.clone();
+        long.push(0);
+        let e = IfaceAddr::decode(&long).unwrap_err().to_string();
+        assert!(e.contains("trailing"), "{e}");
     }
 
     #[test]
@@ -429,7 +423,7 @@ mod proptests {
             let a = IfaceAddr { seg, nonce };
             let mut v = Vec::new();
             a.encode(&mut v);
-            prop_assert_eq!(v.len(), IfaceAddr::LEN);
+            prop_assert!(v.len() <= IfaceAddr::LEN);
             prop_assert_eq!(IfaceAddr::decode(&v).unwrap(), a);
         }
 
@@ -445,11 +439,8 @@ mod proptests {
         }
 
         #[test]
-        fn device_addr_round_trips(
-            boot_id in any::<[u8; 16]>(), pid_ns in any::<u64>(), ipc_ns in any::<u64>(),
-            net_ns in any::<u64>()
-        ) {
-            let d = DeviceAddr { boot_id, pid_ns, ipc_ns, net_ns };
+        fn device_addr_round_trips(host in any::<u64>(), ns in any::<u64>()) {
+            let d = DeviceAddr { host, ns };
             let mut v = Vec::new();
             d.encode(&mut v);
             prop_assert_eq!(DeviceAddr::decode(&v).unwrap(), d);

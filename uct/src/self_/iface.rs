@@ -354,8 +354,8 @@ fn self_attr() -> IfaceAttr {
 /// A self interface.
 pub struct SelfIface {
     inner: Rc<IfaceInner>,
-    dev_addr: [u8; DeviceAddr::LEN],
-    iface_addr: [u8; IfaceAddr::LEN],
+    dev_addr: Vec<u8>,
+    iface_addr: Vec<u8>,
 }
 
 impl std::fmt::Debug for SelfIface {
@@ -375,9 +375,18 @@ impl SelfIface {
         }
         let efd = Waker::new()?;
         let id = NEXT_IFACE.fetch_add(1, Ordering::Relaxed);
+        let dev_addr = DeviceAddr {
+            pid: std::process::id(),
+        }
+        .encode();
+        let iface_addr = IfaceAddr { iface_id: id }.encode();
         let inner = Rc::new(IfaceInner {
             id,
-            attr: self_attr(),
+            attr: IfaceAttr {
+                device_addr_len: dev_addr.len(),
+                iface_addr_len: iface_addr.len(),
+                ..self_attr()
+            },
             ring: RefCell::new(Ring::new()),
             eps: RefCell::new(slab::Slab::with_capacity(4)),
             n_pending: Cell::new(0),
@@ -390,11 +399,8 @@ impl SelfIface {
         IFACES.with(|m| m.borrow_mut().insert(id, Rc::downgrade(&inner)));
         Ok(SelfIface {
             inner,
-            dev_addr: DeviceAddr {
-                pid: std::process::id(),
-            }
-            .encode(),
-            iface_addr: IfaceAddr { iface_id: id }.encode(),
+            dev_addr,
+            iface_addr,
         })
     }
 

@@ -1,9 +1,11 @@
 //! Wire formats of the self transport: device, interface and endpoint addresses, and the packed
-//! remote key. All little-endian, fixed length; `decode` rejects any other length.
+//! remote key. The device and interface addresses are varints ([`ucs::varint`]); the endpoint
+//! address and the key are little-endian, fixed length. `decode` rejects anything but one
+//! encoding.
 
 use ucs::{Error, Result};
 
-/// First four bytes of a self device address and a self remote key: `"RSLF"`.
+/// First four bytes of a self remote key: `"RSLF"`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"RSLF");
 
 fn wire_err(what: &str, got: &[u8], len: usize) -> Error {
@@ -25,14 +27,8 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// The device address: which process the self interface lives in.
-///
-/// ```text
-///  0               4               8
-///  +---------------+---------------+
-///  | magic "RSLF"  |     pid       |
-///  +---------------+---------------+
-/// ```
+/// The device address: which process the self interface lives in, as a varint
+/// ([`ucs::varint`]). The format is versioned by the worker address that carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAddr {
     /// Process id of the owner.
@@ -40,38 +36,27 @@ pub struct DeviceAddr {
 }
 
 impl DeviceAddr {
-    /// Encoded length.
-    pub const LEN: usize = 8;
+    /// Largest encoded length.
+    pub const LEN: usize = 5;
     /// Encodes to bytes.
-    pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4..8].copy_from_slice(&self.pid.to_le_bytes());
-        b
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::LEN);
+        ucs::varint::put(&mut v, self.pid as u64);
+        v
     }
-    /// Decodes; wrong length or magic gives [`Error::Wire`].
+    /// Decodes exactly one encoding; pid 0 or trailing bytes give [`Error::Wire`].
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(wire_err("device address", b, Self::LEN));
+        let mut r = ucs::varint::Reader::new(b, "self device address");
+        let pid = r.var_u32("pid")?;
+        r.finish()?;
+        if pid == 0 {
+            return Err(Error::Wire("self device address has pid 0".into()));
         }
-        let magic = u32_at(b, 0);
-        if magic != MAGIC {
-            return Err(Error::Wire(format!(
-                "not a self device address (magic {magic:#010x}, expected {MAGIC:#010x})"
-            )));
-        }
-        Ok(DeviceAddr { pid: u32_at(b, 4) })
+        Ok(DeviceAddr { pid })
     }
 }
 
-/// The interface address: a process-unique interface number.
-///
-/// ```text
-///  0                               8
-///  +-------------------------------+
-///  |        interface id           |
-///  +-------------------------------+
-/// ```
+/// The interface address: a process-unique interface number, as a varint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IfaceAddr {
     /// Interface id (never 0).
@@ -79,18 +64,19 @@ pub struct IfaceAddr {
 }
 
 impl IfaceAddr {
-    /// Encoded length.
-    pub const LEN: usize = 8;
+    /// Largest encoded length.
+    pub const LEN: usize = ucs::varint::MAX_LEN;
     /// Encodes to bytes.
-    pub fn encode(&self) -> [u8; Self::LEN] {
-        self.iface_id.to_le_bytes()
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(ucs::varint::len(self.iface_id));
+        ucs::varint::put(&mut v, self.iface_id);
+        v
     }
-    /// Decodes; wrong length or id 0 gives [`Error::Wire`].
+    /// Decodes exactly one encoding; id 0 or trailing bytes give [`Error::Wire`].
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(wire_err("interface address", b, Self::LEN));
-        }
-        let iface_id = u64_at(b, 0);
+        let mut r = ucs::varint::Reader::new(b, "self interface address");
+        let iface_id = r.var("interface id")?;
+        r.finish()?;
         if iface_id == 0 {
             return Err(Error::Wire("self interface id 0 is invalid".into()));
         }
@@ -212,14 +198,24 @@ mod tests {
     fn device_addr_round_trip_and_truncation() {
         let a = DeviceAddr { pid: 4242 };
         let b = a.encode();
-        assert_eq!(b.len(), DeviceAddr::LEN);
+        assert_eq!(b, [0x92, 0x21]);
         assert_eq!(DeviceAddr::decode(&b).unwrap(), a);
-        for n in 0..DeviceAddr::LEN {
+        for n in 0..b.len() {
             assert!(matches!(DeviceAddr::decode(&b[..n]), Err(Error::Wire(_))));
         }
-        let mut bad = b;
-        bad[0] ^= 1;
-        assert!(matches!(DeviceAddr::decode(&bad), Err(Error::Wire(_))));
+        let max = DeviceAddr { pid: u32::MAX }.encode();
+        assert_eq!(max.len(), DeviceAddr::LEN);
+        assert_eq!(DeviceAddr::decode(&max).unwrap().pid, u32::MAX);
+        for bad in [
+            &[0u8][..],
+            &[0x92, 0x21, 0],
+            &[0xff, 0xff, 0xff, 0xff, 0x7f],
+        ] {
+            assert!(
+                matches!(DeviceAddr::decode(bad), Err(Error::Wire(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
@@ -228,10 +224,12 @@ mod tests {
             iface_id: 0x0102_0304_0506_0708,
         };
         let b = a.encode();
-        assert_eq!(b[0], 0x08, "little-endian");
+        assert_eq!(b.len(), 9);
+        assert_eq!(b[0], 0x88, "low 7 bits first");
         assert_eq!(IfaceAddr::decode(&b).unwrap(), a);
-        assert!(IfaceAddr::decode(&b[..7]).is_err());
-        assert!(IfaceAddr::decode(&[0u8; 8]).is_err());
+        assert!(IfaceAddr::decode(&b[..8]).is_err());
+        assert!(IfaceAddr::decode(&[0u8]).is_err());
+        assert_eq!(IfaceAddr { iface_id: 3 }.encode(), [3]);
 
         let e = EpAddr {
             iface_id: 9,
