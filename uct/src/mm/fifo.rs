@@ -283,8 +283,8 @@ impl FifoPtrs {
     /// for earlier stores to drain) waits for that line's ownership to come back. A hint only:
     /// it reads and writes no memory and never faults.
     #[inline(always)]
-    pub fn prefetch_claim(&self, pos: u64) {
-        prefetch_write(self.elem(pos) as *const u8);
+    pub fn prefetch_claim(&self, pos: u64, cpu: PrefetchW) {
+        cpu.prefetch(self.elem(pos) as *const u8);
     }
     /// Records that process `pid` claimed `pos` (right after the claim).
     #[inline(always)]
@@ -369,14 +369,23 @@ impl FifoPtrs {
     }
 }
 
-/// `prefetchw` of the line at `p` where the CPU has it (CPUID 8000_0001h ECX bit 8, looked up
-/// once); nothing elsewhere.
-#[inline(always)]
-fn prefetch_write(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    if has_prefetchw() {
-        // SAFETY: a prefetch is a hint: it never faults, whatever the address, and changes no
-        // memory or flags.
+/// Proof that this CPU has `prefetchw` (CPUID 8000_0001h ECX bit 8): only
+/// [`PrefetchW::detect`] makes one.
+#[derive(Debug, Clone, Copy)]
+pub struct PrefetchW(());
+
+impl PrefetchW {
+    /// `Some` when the CPU has `prefetchw` (the CPUID answer is kept after the first look).
+    pub fn detect() -> Option<PrefetchW> {
+        has_prefetchw().then_some(PrefetchW(()))
+    }
+
+    /// `prefetchw` of the line at `p`.
+    #[inline(always)]
+    fn prefetch(self, p: *const u8) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has the instruction (this value exists); a prefetch is a hint: it
+        // never faults, whatever the address, and changes no memory or flags.
         unsafe {
             std::arch::asm!(
                 "prefetchw [{0}]",
@@ -384,14 +393,13 @@ fn prefetch_write(p: *const u8) {
                 options(nostack, preserves_flags, readonly)
             );
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Whether the CPU has `prefetchw`; the answer is kept after the first look.
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
 fn has_prefetchw() -> bool {
     use std::sync::atomic::AtomicU8;
     /// 0: not looked yet, 1: no, 2: yes.
@@ -406,8 +414,12 @@ fn has_prefetchw() -> bool {
     }
 }
 
+#[cfg(not(target_arch = "x86_64"))]
+fn has_prefetchw() -> bool {
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
-#[cold]
 fn prefetchw_cpuid() -> bool {
     use std::arch::x86_64::__cpuid;
     // SAFETY: cpuid exists on every x86_64 CPU; leaf 0x8000_0000 gives the highest extended
@@ -480,9 +492,9 @@ mod tests {
             .find(|l| l.starts_with("flags"))
             .expect("a flags line in /proc/cpuinfo");
         let kernel = flags.split_whitespace().any(|f| f == "3dnowprefetch");
-        assert_eq!(has_prefetchw(), kernel);
+        assert_eq!(PrefetchW::detect().is_some(), kernel);
         // Asked twice: the kept answer is the same.
-        assert_eq!(has_prefetchw(), kernel);
+        assert_eq!(PrefetchW::detect().is_some(), kernel);
     }
 
     #[test]
@@ -495,8 +507,10 @@ mod tests {
             std::ptr::copy_nonoverlapping(b"kept".as_ptr(), f.inline_area(c.pos), 4);
             f.publish(c.pos, 1, KIND_INLINE, 4);
         }
-        for pos in 0..2 * NELEMS {
-            f.prefetch_claim(pos);
+        if let Some(cpu) = PrefetchW::detect() {
+            for pos in 0..2 * NELEMS {
+                f.prefetch_claim(pos, cpu);
+            }
         }
         // SAFETY: single consumer.
         match unsafe { f.poll(0) } {

@@ -677,6 +677,7 @@ impl Iface for MmIface {
             pid: std::process::id(),
             cached_tail: 0,
             rx_seen: 0,
+            prefetchw: fifo::PrefetchW::detect(),
             full_refusals: 0,
             shared,
             common: self.common.clone(),

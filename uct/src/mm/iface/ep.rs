@@ -11,6 +11,8 @@ pub struct MmEp {
     pub(in crate::mm) cached_tail: u64,
     /// The interface's [`Common::rx_rounds`] at our previous send.
     pub(in crate::mm) rx_seen: u64,
+    /// Set when the CPU can prefetch for writing.
+    pub(in crate::mm) prefetchw: Option<fifo::PrefetchW>,
     /// Sends refused for a full FIFO so far; the peer's liveness is asked of the kernel on one
     /// refusal in [`FULL_CHECK_EVERY`] (see [`MmEp::no_resource`]).
     pub(in crate::mm) full_refusals: u32,
@@ -110,8 +112,8 @@ impl MmEp {
         };
         self.fifo.stamp(c.pos, self.pid);
         let rx = self.common.rx_rounds.get();
-        if rx == self.rx_seen {
-            self.fifo.prefetch_claim(c.pos + 1);
+        if let (Some(cpu), true) = (self.prefetchw, rx == self.rx_seen) {
+            self.fifo.prefetch_claim(c.pos + 1, cpu);
         }
         self.rx_seen = rx;
         let r = fill(self.fifo.inline_area(c.pos), self.fifo.buf_area(c.pos));
