@@ -291,6 +291,10 @@ pub(crate) struct Common {
     pub(super) tag_work: Cell<bool>,
     /// This interface's address (where rendezvous acknowledgements come back to).
     pub(super) self_addr: IfaceAddr,
+    /// Progress calls that consumed messages from this interface's FIFO so far. An endpoint
+    /// that finds it unchanged since its previous send is streaming (sending without waiting
+    /// for replies) and prefetches its next element (see [`MmEp::send`]).
+    pub(super) rx_rounds: Cell<u64>,
     /// put_bcopy packs here when the remote range is shorter than max_bcopy (one buffer for
     /// all endpoints of the interface: they run on its thread, one call at a time).
     pub(super) bounce: RefCell<Box<[u8]>>,
@@ -392,6 +396,7 @@ impl MmIface {
                 unreported: Cell::new(0),
                 tag: RefCell::new(TagState::new()),
                 tag_work: Cell::new(false),
+                rx_rounds: Cell::new(0),
                 self_addr,
                 bounce: RefCell::new(vec![0u8; RMA_MAX_BCOPY].into_boxed_slice()),
             }),
@@ -543,6 +548,11 @@ impl MmIface {
                 self.released = self.read_pos;
             }
         }
+        if n > 0 {
+            self.common
+                .rx_rounds
+                .set(self.common.rx_rounds.get().wrapping_add(1));
+        }
         if n == 0 && self.released != self.read_pos {
             self.fifo.release(self.read_pos);
             self.released = self.read_pos;
@@ -682,6 +692,8 @@ impl Iface for MmIface {
             fifo: remote,
             pid: std::process::id(),
             cached_tail: 0,
+            rx_seen: 0,
+            prefetchw: fifo::PrefetchW::detect(),
             full_refusals: 0,
             shared,
             common: self.common.clone(),

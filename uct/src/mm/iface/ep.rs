@@ -9,6 +9,10 @@ pub struct MmEp {
     /// Our pid, stamped into claimed elements.
     pub(in crate::mm) pid: u32,
     pub(in crate::mm) cached_tail: u64,
+    /// The interface's [`Common::rx_rounds`] at our previous send.
+    pub(in crate::mm) rx_seen: u64,
+    /// Set when the CPU can prefetch for writing.
+    pub(in crate::mm) prefetchw: Option<fifo::PrefetchW>,
     /// Sends refused for a full FIFO so far; the peer's liveness is asked of the kernel on one
     /// refusal in [`FULL_CHECK_EVERY`] (see [`MmEp::no_resource`]).
     pub(in crate::mm) full_refusals: u32,
@@ -88,6 +92,12 @@ impl MmEp {
 
     /// Claims an element, lets `fill` write the payload into (inline area, buffer area) and
     /// give (kind, length), then publishes it.
+    ///
+    /// When nothing arrived at our interface since our previous send (a stream of sends, the
+    /// receiver working behind us) it also prefetches the next position's element for writing
+    /// ([`FifoPtrs::prefetch_claim`]). Not after a receive (request and reply): there the
+    /// receiver may already poll that element, and taking the line from it delays the reply
+    /// we wait for.
     #[inline(always)]
     pub(in crate::mm) fn send<T>(
         &mut self,
@@ -103,6 +113,11 @@ impl MmEp {
             pos: c.pos,
         };
         self.fifo.stamp(c.pos, self.pid);
+        let rx = self.common.rx_rounds.get();
+        if let (Some(cpu), true) = (self.prefetchw, rx == self.rx_seen) {
+            self.fifo.prefetch_claim(c.pos + 1, cpu);
+        }
+        self.rx_seen = rx;
         let r = fill(self.fifo.inline_area(c.pos), self.fifo.buf_area(c.pos));
         std::mem::forget(guard);
         let out = match r {
