@@ -153,6 +153,7 @@ impl RcVerbsIface {
         }
         .encode();
         let channel_fd = channel.fd();
+        let rx_batch = (cfg.rx_queue_len as usize / 4).clamp(1, RX_POST_BATCH);
         let inner = Inner {
             md_name: super::intern(ctx.name()),
             dev,
@@ -169,6 +170,9 @@ impl RcVerbsIface {
             stash_recv: Vec::with_capacity(POLL_BATCH),
             scratch: Vec::with_capacity(max_eps),
             eps_attention: false,
+            rx_batch,
+            tx_signaled: 0,
+            tx_skipped: 0,
             recv_cq,
             send_cq,
             channel,
@@ -231,13 +235,7 @@ impl RcVerbsIface {
             }
             let mut inner = self.inner.borrow_mut();
             if inner.ep(key, gen).is_some() {
-                match inner.post_recv(key, slot) {
-                    Ok(()) => {
-                        inner.eps[key].rx_reposted += 1;
-                        inner.maybe_send_credits(key, false);
-                    }
-                    Err(e) => inner.fail_ep(key, e),
-                }
+                inner.recv_done(key, slot);
             }
         }
         count
@@ -248,6 +246,15 @@ impl RcVerbsIface {
         let wcs = {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
+            // No signaled request in flight: no completion is due but the error completion
+            // of an unsignaled one, looked for every SEND_POLL_EVERY calls.
+            if inner.tx_signaled == 0 && inner.stash_send.is_empty() {
+                inner.tx_skipped += 1;
+                if inner.tx_skipped < SEND_POLL_EVERY {
+                    return 0;
+                }
+            }
+            inner.tx_skipped = 0;
             take_wcs(&inner.send_cq, &mut inner.stash_send, &mut buf, "send")
         };
         let mut count = 0;
@@ -265,6 +272,7 @@ impl RcVerbsIface {
                 if inner.ep(key, gen).is_none() {
                     continue;
                 }
+                inner.send_completed(key);
                 if !ok {
                     inner.fail_ep(key, wc_error(wc.status, "send"));
                 }
@@ -503,13 +511,14 @@ impl Iface for RcVerbsIface {
             peer_imm: 0,
             rx_reposted: 0,
             rx_reported: 0,
+            rx_free: Vec::with_capacity(RX_POST_BATCH),
+            signaled_out: 0,
             pending: VecDeque::with_capacity(64),
         });
-        for slot in 0..cfg.rx_queue_len {
-            if let Err(e) = inner.post_recv(key, slot) {
-                inner.eps.remove(key);
-                return Err(e);
-            }
+        let slots: Vec<u32> = (0..cfg.rx_queue_len).collect();
+        if let Err(e) = inner.post_recvs(key, &slots) {
+            inner.eps.remove(key);
+            return Err(e);
         }
         drop(inner);
         Ok(RcVerbsEp {
@@ -607,7 +616,7 @@ impl Iface for RcVerbsIface {
                         .into(),
                 ));
             }
-            let threshold = (inner.cfg.rx_queue_len as u64 / 4).max(1);
+            let threshold = inner.credit_threshold();
             if ep.remote.is_some() && ep.rx_reposted - ep.rx_reported >= threshold {
                 return Err(Error::Busy("a credit update waits for a send slot".into()));
             }
