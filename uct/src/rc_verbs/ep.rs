@@ -24,7 +24,6 @@ impl Drop for RcVerbsEp {
         if let Ok(mut inner) = self.inner.try_borrow_mut() {
             if inner.eps.get(self.key).is_some_and(|e| e.gen == self.gen) {
                 let ep = inner.eps.remove(self.key);
-                inner.tx_signaled -= ep.signaled_out;
                 for op in &ep.ops {
                     if let TxKind::Buf(b)
                     | TxKind::BufComp(b, _)

@@ -171,8 +171,6 @@ impl RcVerbsIface {
             scratch: Vec::with_capacity(max_eps),
             eps_attention: false,
             rx_batch,
-            tx_signaled: 0,
-            tx_skipped: 0,
             recv_cq,
             send_cq,
             channel,
@@ -246,15 +244,6 @@ impl RcVerbsIface {
         let wcs = {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
-            // No signaled request in flight: no completion is due but the error completion
-            // of an unsignaled one, looked for every SEND_POLL_EVERY calls.
-            if inner.tx_signaled == 0 && inner.stash_send.is_empty() {
-                inner.tx_skipped += 1;
-                if inner.tx_skipped < SEND_POLL_EVERY {
-                    return 0;
-                }
-            }
-            inner.tx_skipped = 0;
             take_wcs(&inner.send_cq, &mut inner.stash_send, &mut buf, "send")
         };
         let mut count = 0;
@@ -272,7 +261,6 @@ impl RcVerbsIface {
                 if inner.ep(key, gen).is_none() {
                     continue;
                 }
-                inner.send_completed(key);
                 if !ok {
                     inner.fail_ep(key, wc_error(wc.status, "send"));
                 }
@@ -512,7 +500,6 @@ impl Iface for RcVerbsIface {
             rx_reposted: 0,
             rx_reported: 0,
             rx_free: Vec::with_capacity(RX_POST_BATCH),
-            signaled_out: 0,
             pending: VecDeque::with_capacity(64),
         });
         let slots: Vec<u32> = (0..cfg.rx_queue_len).collect();

@@ -19,8 +19,6 @@ pub(super) const POLL_BATCH: usize = 16;
 pub(super) const RX_POST_BATCH: usize = 16;
 /// Largest user header of `am_zcopy`.
 pub(super) const MAX_AM_HDR: usize = 128;
-/// Progress calls between two polls of the send CQ while no signaled send is in flight.
-pub(super) const SEND_POLL_EVERY: u32 = 16;
 /// Scatter/gather entries requested per send work request.
 pub(super) const MAX_SEND_SGE: u32 = 8;
 
@@ -105,8 +103,6 @@ pub(super) struct EpState {
     /// Consumed receive buffers waiting to be reposted together (capacity
     /// [`RX_POST_BATCH`], never exceeded).
     pub(super) rx_free: Vec<u32>,
-    /// Signaled send work requests posted and not completed yet.
-    pub(super) signaled_out: u32,
     pub(super) pending: VecDeque<PendingId>,
 }
 
@@ -168,12 +164,6 @@ pub(super) struct Inner {
     pub(super) eps_attention: bool,
     /// Receive buffers reposted at once (see [`RX_POST_BATCH`]).
     pub(super) rx_batch: usize,
-    /// Signaled send work requests in flight on all endpoints: while there are none, no
-    /// completion is due and progress looks at the send CQ only every
-    /// [`SEND_POLL_EVERY`] calls (for the error completions of unsignaled requests).
-    pub(super) tx_signaled: u32,
-    /// Progress calls since the send CQ was last polled.
-    pub(super) tx_skipped: u32,
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
@@ -257,8 +247,6 @@ impl Inner {
         ep.sq_avail -= 1;
         ep.last_wqe_signaled = signaled;
         ep.unsignaled = if signaled { 0 } else { ep.unsignaled + 1 };
-        ep.signaled_out += signaled as u32;
-        self.tx_signaled += signaled as u32;
         ep.ops.push_back(TxOp {
             seq,
             wqe: true,
@@ -348,18 +336,6 @@ impl Inner {
                 self.maybe_send_credits(key, false);
             }
             Err(e) => self.fail_ep(key, e),
-        }
-    }
-
-    /// A send completion of endpoint `key` arrived: one signaled request fewer in flight
-    /// (an error completion of an unsignaled request, after which the endpoint has failed,
-    /// may count too: the count only decides how often the send CQ is polled).
-    #[inline]
-    pub(super) fn send_completed(&mut self, key: usize) {
-        let ep = &mut self.eps[key];
-        if ep.signaled_out > 0 {
-            ep.signaled_out -= 1;
-            self.tx_signaled -= 1;
         }
     }
 
