@@ -11,6 +11,7 @@
 # Usage: tests/rdma-vm/callgrind-ucp.sh [N]      (default 150 iterations)
 # Environment: RUCX_PERFTEST=path to a built perftest (default: cargo build --release -p perftest)
 #              RUCX_VARIANTS="NAME=path ..." more perftest builds to count
+#              CG_KEEP=dir  keep the callgrind files there (DIR/perftestNAME.cg)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -81,4 +82,7 @@ for p in $NAMES; do
     echo "  Worker::progress     $(per_call 'ucp::worker::Worker>::progress')"
     echo "  rc_verbs progress    $(per_call 'RcVerbsIface as uct::iface::Iface>::progress')"
     echo "  rc_verbs am_short_iov $(per_call 'RcVerbsEp as uct::ep::Endpoint>::am_short_iov')"
+    if [[ -n "${CG_KEEP:-}" ]]; then
+        mkdir -p "$CG_KEEP" && cp "$WORK/$p.cg" "$CG_KEEP/$p.cg"
+    fi
 done

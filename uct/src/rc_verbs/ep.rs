@@ -166,14 +166,7 @@ impl RcVerbsEp {
         buf[0].write(id);
         let mut at = AmHdr::LEN;
         for p in parts {
-            // SAFETY: `at + p.len() <= GATHER` (checked above), and `p` holds `p.len()` bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    p.as_ptr(),
-                    buf.as_mut_ptr().add(at).cast::<u8>(),
-                    p.len(),
-                )
-            };
+            put_small(&mut buf, at, p);
             at += p.len();
         }
         let mut sge = [ibv_sge {
@@ -208,6 +201,29 @@ impl RcVerbsEp {
 
 /// Largest inline active message (id and parts) gathered into one buffer before posting.
 const GATHER: usize = 128;
+
+/// Copies `p` into `b` at `at` (the caller checked that it fits): pieces of 4 to 16 bytes
+/// (headers, small payloads) with two fixed-size moves each instead of a `memcpy` call.
+#[inline(always)]
+fn put_small(b: &mut [MaybeUninit<u8>; GATHER], at: usize, p: &[u8]) {
+    let n = p.len();
+    assert!(at + n <= GATHER);
+    let src = p.as_ptr();
+    let dst = b[at..].as_mut_ptr().cast::<u8>();
+    // SAFETY: `dst` has room for `n` bytes (checked above) and `src` holds `n` bytes; the
+    // fixed-size moves stay inside both (two overlapping ones cover 4..16 bytes).
+    unsafe {
+        if (8..=16).contains(&n) {
+            std::ptr::copy_nonoverlapping(src, dst, 8);
+            std::ptr::copy_nonoverlapping(src.add(n - 8), dst.add(n - 8), 8);
+        } else if (4..8).contains(&n) {
+            std::ptr::copy_nonoverlapping(src, dst, 4);
+            std::ptr::copy_nonoverlapping(src.add(n - 4), dst.add(n - 4), 4);
+        } else {
+            std::ptr::copy_nonoverlapping(src, dst, n);
+        }
+    }
+}
 
 fn unsupported_atomic<T>(what: &str) -> Result<T> {
     Err(Error::Unsupported(format!(
@@ -256,24 +272,49 @@ impl Endpoint for RcVerbsEp {
 
     fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
         check_am_id(id)?;
-        let (max, max_sge) = {
-            let i = self.inner.borrow();
-            (i.max_inline as usize - AmHdr::LEN, i.max_send_sge as usize)
-        };
         let total: usize = iov.iter().map(|b| b.len()).sum();
-        check_len(total, max)?;
-        let parts = iov.iter().filter(|b| !b.is_empty()).count();
-        if parts + 1 > max_sge {
-            return Err(Error::InvalidParam(format!(
-                "{parts} iov entries exceed the limit of {}",
-                max_sge - 1
-            )));
-        }
-        if !self.with(|inner, k| inner.check_send(k, true))? {
-            return Ok(Outcome::NoResource);
-        }
-        if let Some(r) = self.am_gathered(id, iov) {
-            return r;
+        {
+            // One borrow for the checks and, for a message that fits GATHER bytes, the post.
+            let mut g = self.inner.borrow_mut();
+            let inner = &mut *g;
+            check_len(total, inner.max_inline as usize - AmHdr::LEN)?;
+            let parts = iov.iter().filter(|b| !b.is_empty()).count();
+            let max_sge = inner.max_send_sge as usize;
+            if parts + 1 > max_sge {
+                return Err(Error::InvalidParam(format!(
+                    "{parts} iov entries exceed the limit of {}",
+                    max_sge - 1
+                )));
+            }
+            if inner.ep(self.key, self.gen).is_none() {
+                return Err(Error::InvalidParam("rc_verbs endpoint is gone".into()));
+            }
+            if !inner.check_send(self.key, true)? {
+                return Ok(Outcome::NoResource);
+            }
+            if AmHdr::LEN + total <= GATHER {
+                let mut buf = [MaybeUninit::<u8>::uninit(); GATHER];
+                buf[0].write(id);
+                let mut at = AmHdr::LEN;
+                for p in iov {
+                    put_small(&mut buf, at, p);
+                    at += p.len();
+                }
+                let mut sge = ibv_sge {
+                    addr: buf.as_ptr() as u64,
+                    length: at as u32,
+                    lkey: 0,
+                };
+                let mut wr = ibv_send_wr {
+                    sg_list: &mut sge,
+                    num_sge: 1,
+                    send_flags: ffi::IBV_SEND_INLINE,
+                    ..Default::default()
+                };
+                // The provider copies the inline data during the call: `buf` outlives it.
+                inner.post_am(self.key, &mut wr, TxKind::Plain, false)?;
+                return Ok(Outcome::DONE);
+            }
         }
         let idb = [id];
         let mut sges = [ibv_sge::default(); MAX_SEND_SGE as usize];

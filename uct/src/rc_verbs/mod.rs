@@ -19,9 +19,11 @@
 //!   peer endpoint posted receives; the receiver reports the running count of buffers it has
 //!   reposted in the immediate data of each active message it sends back (a send with
 //!   immediate: no extra work request, so a ping-pong never sends credits on their own), and,
-//!   when a quarter of its receives were reposted with no message going back, by RDMA-writing
-//!   it into a word of the sender's memory (no receive consumed, so the credit channel cannot
-//!   deadlock). Sends are signaled every `RUCX_RC_TX_MODERATION` work requests (default 64, as
+//!   when a quarter of its receives plus one repost batch were reposted with no message going
+//!   back, by RDMA-writing it into a word of the sender's memory (no receive consumed, so the
+//!   credit channel cannot deadlock). Consumed receive buffers are reposted in batches of up
+//!   to 16 (a quarter of the queue if less), one chained `ibv_post_recv` each, as UCX batches
+//!   its receive posts. Sends are signaled every `RUCX_RC_TX_MODERATION` work requests (default 64, as
 //!   UCX's `RC_TX_CQ_MODERATION`) or when a completion is needed; a full send queue or no
 //!   credits give `NoResource`, and queued pending requests are retried from progress. Any
 //!   error completion fails the endpoint: its outstanding operations complete with the error

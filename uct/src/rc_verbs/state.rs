@@ -13,6 +13,10 @@ use ucs::{Error, Result};
 
 /// Work completions polled at once.
 pub(super) const POLL_BATCH: usize = 16;
+/// Most receive buffers reposted with one `ibv_post_recv` (a chain of work requests): consumed
+/// buffers wait until this many (or a quarter of the receive queue, if less) are free, as UCX
+/// batches its receive posts.
+pub(super) const RX_POST_BATCH: usize = 16;
 /// Largest user header of `am_zcopy`.
 pub(super) const MAX_AM_HDR: usize = 128;
 /// Scatter/gather entries requested per send work request.
@@ -96,6 +100,9 @@ pub(super) struct EpState {
     pub(super) peer_imm: u64,
     pub(super) rx_reposted: u64,
     pub(super) rx_reported: u64,
+    /// Consumed receive buffers waiting to be reposted together (capacity
+    /// [`RX_POST_BATCH`], never exceeded).
+    pub(super) rx_free: Vec<u32>,
     pub(super) pending: VecDeque<PendingId>,
 }
 
@@ -155,6 +162,8 @@ pub(super) struct Inner {
     /// Some endpoint has an unreported error, pending requests or a credit update waiting
     /// for a send slot: progress looks at the endpoints only while this is set.
     pub(super) eps_attention: bool,
+    /// Receive buffers reposted at once (see [`RX_POST_BATCH`]).
+    pub(super) rx_batch: usize,
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
@@ -267,37 +276,86 @@ impl Inner {
         Ok(())
     }
 
-    /// Reposts receive buffer `slot` of endpoint `key`.
-    pub(super) fn post_recv(&mut self, key: usize, slot: u32) -> Result<()> {
+    /// Posts receive buffers `slots` of endpoint `key`, up to [`RX_POST_BATCH`] per
+    /// `ibv_post_recv` (one chain of work requests).
+    pub(super) fn post_recvs(&mut self, key: usize, slots: &[u32]) -> Result<()> {
         let seg = self.cfg.seg_size;
         let ep = &mut self.eps[key];
-        let mut sge = ibv_sge {
-            addr: ep.rx.mem.base() as u64 + (slot as usize * seg) as u64,
-            length: seg as u32,
-            lkey: ep.rx.mem.mr.lkey(),
-        };
-        let mut wr = ibv_recv_wr {
-            wr_id: wr_id(key, ep.gen, slot),
-            next: std::ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        // SAFETY: the buffer belongs to the endpoint's registered receive region, which lives
-        // until the QP is destroyed (the QP is dropped first).
-        unsafe { ep.qp.post_recv(&mut wr) }.map_err(|e| {
-            Error::io(
-                "ibv_post_recv on an rc_verbs endpoint",
-                std::io::Error::from_raw_os_error(e),
-            )
-        })
+        let base = ep.rx.mem.base() as u64;
+        let lkey = ep.rx.mem.mr.lkey();
+        for chunk in slots.chunks(RX_POST_BATCH) {
+            let mut sges = [ibv_sge::default(); RX_POST_BATCH];
+            let mut wrs = [ibv_recv_wr::default(); RX_POST_BATCH];
+            let n = chunk.len();
+            for (i, &slot) in chunk.iter().enumerate() {
+                sges[i] = ibv_sge {
+                    addr: base + (slot as usize * seg) as u64,
+                    length: seg as u32,
+                    lkey,
+                };
+                wrs[i].wr_id = wr_id(key, ep.gen, slot);
+                wrs[i].num_sge = 1;
+            }
+            // Link the chain once the arrays stay put.
+            for i in 0..n {
+                wrs[i].sg_list = &mut sges[i];
+                if i + 1 < n {
+                    wrs[i].next = &mut wrs[i + 1];
+                }
+            }
+            // SAFETY: the buffers belong to the endpoint's registered receive region, which
+            // lives until the QP is destroyed (the QP is dropped first); the chain and its
+            // scatter entries are valid stack memory for the call.
+            unsafe { ep.qp.post_recv(&mut wrs[0]) }.map_err(|e| {
+                Error::io(
+                    "ibv_post_recv on an rc_verbs endpoint",
+                    std::io::Error::from_raw_os_error(e),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Receive buffer `slot` of endpoint `key` was consumed: reposts it with the ones before
+    /// it once [`Inner::rx_batch`] of them wait, and then reports credits if enough grew.
+    #[inline]
+    pub(super) fn recv_done(&mut self, key: usize, slot: u32) {
+        let batch = self.rx_batch;
+        let ep = &mut self.eps[key];
+        ep.rx_free.push(slot);
+        if ep.rx_free.len() < batch {
+            return;
+        }
+        let mut slots = [0u32; RX_POST_BATCH];
+        let n = ep.rx_free.len().min(RX_POST_BATCH);
+        slots[..n].copy_from_slice(&ep.rx_free[..n]);
+        ep.rx_free.clear();
+        match self.post_recvs(key, &slots[..n]) {
+            Ok(()) => {
+                self.eps[key].rx_reposted += n as u64;
+                self.maybe_send_credits(key, false);
+            }
+            Err(e) => self.fail_ep(key, e),
+        }
+    }
+
+    /// Reposted receives not yet reported to the peer after which they are written into its
+    /// credit word: a quarter of the receive queue plus one repost batch, so that a batch
+    /// reposted just before a message goes back rides on that message. The peer never waits
+    /// forever: with no credits left it sent all it may, so more than
+    /// `rx_queue_len - threshold` of our buffers are consumed, at least one batch is
+    /// reposted, and the count reaches the threshold.
+    #[inline]
+    pub(super) fn credit_threshold(&self) -> u64 {
+        (self.cfg.rx_queue_len as u64 / 4).max(1) + self.rx_batch as u64
     }
 
     /// Writes our reposted-receive count into the peer's credit word when enough accumulated.
     pub(super) fn maybe_send_credits(&mut self, key: usize, force: bool) {
+        let threshold = self.credit_threshold();
         let ep = &mut self.eps[key];
         let Some(remote) = ep.remote else { return };
         let unreported = ep.rx_reposted - ep.rx_reported;
-        let threshold = (self.cfg.rx_queue_len as u64 / 4).max(1);
         if ep.failed.is_some() || unreported == 0 || (!force && unreported < threshold) {
             return;
         }

@@ -96,23 +96,24 @@ impl TcpEp {
         req: Option<Req>,
     ) -> Result<Option<Sent>> {
         if z.is_none() && req.is_none() {
-            if let Some(r) = self.send_small(pieces) {
+            if let Some(r) = self.send_small(&[], pieces) {
                 return r;
             }
         }
         self.send_any(pieces, z, req)
     }
 
-    /// The common case of `send`: a small frame of copied pieces only, on a connection that
-    /// is up with nothing queued, leaves with one `send` from a stack buffer (without moving
-    /// the large `z` and `req` arguments of the general path). `None` when the general path
+    /// The common case of `send`: a small frame of copied pieces only (`head`, then
+    /// `pieces`), on a connection that is up with nothing queued, leaves with one `send` from
+    /// a stack buffer (without moving the large `z` and `req` arguments of the general path,
+    /// nor gathering `head` and `pieces` into one list first). `None` when the general path
     /// must take the frame.
     #[inline]
-    fn send_small(&mut self, pieces: &[&[u8]]) -> Option<Result<Option<Sent>>> {
+    fn send_small(&mut self, head: &[u8], pieces: &[&[u8]]) -> Option<Result<Option<Sent>>> {
         let mut g = self.inner.borrow_mut();
         let inner = &mut *g;
         let c = &mut inner.conns[self.key];
-        let at: usize = pieces.iter().map(|p| p.len()).sum();
+        let at: usize = head.len() + pieces.iter().map(|p| p.len()).sum::<usize>();
         if at > SMALL_FRAME
             || !c.is_connected()
             || !c.tx.is_empty()
@@ -123,6 +124,10 @@ impl TcpEp {
         // Not cleared first: only the `at` bytes written below are read.
         let mut b = [MaybeUninit::<u8>::uninit(); SMALL_FRAME];
         let mut at = 0;
+        if !head.is_empty() {
+            put_small(&mut b, 0, head);
+            at = head.len();
+        }
         for p in pieces {
             put_small(&mut b, at, p);
             at += p.len();
@@ -132,7 +137,7 @@ impl TcpEp {
         Some(match send_once(c.fd(), frame) {
             Ok(n) if n == at => Ok(Some(Sent::All)),
             Ok(n) => {
-                c.tx.push_pieces(&mut inner.tx_pool, pieces, n);
+                c.tx.push_pieces(&mut inner.tx_pool, &[frame], n);
                 inner.wait_writable(self.key);
                 Ok(Some(Sent::Queued))
             }
@@ -482,10 +487,16 @@ impl Endpoint for TcpEp {
         let total: usize = iov.iter().map(|p| p.len()).sum();
         check_len(total, MAX_SHORT)?;
         let hdr = FrameHeader::new(Kind::Am, id, total).to_bytes();
+        if let Some(r) = self.send_small(&hdr, iov) {
+            return Ok(match r? {
+                None => Outcome::NoResource,
+                Some(_) => Outcome::DONE,
+            });
+        }
         let mut pieces: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
         pieces[0] = &hdr;
         pieces[1..=iov.len()].copy_from_slice(iov);
-        Ok(match self.send(&pieces[..=iov.len()], None, None)? {
+        Ok(match self.send_any(&pieces[..=iov.len()], None, None)? {
             None => Outcome::NoResource,
             Some(_) => Outcome::DONE,
         })

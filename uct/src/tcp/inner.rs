@@ -119,9 +119,17 @@ impl Inner {
     }
 
     /// Closes connection `key` (its socket now) when no endpoint on either side uses it and
-    /// nothing is left on it (see `Conn::unused`).
-    #[inline]
+    /// nothing is left on it (see `Conn::unused`). Inlined down to the look at
+    /// `peer_detached` (false on every busy connection; the rest is out of line).
+    #[inline(always)]
     pub(crate) fn close_if_unused(&mut self, key: usize) {
+        if self.conns.get(key).is_some_and(|c| c.peer_detached) {
+            self.close_detached_if_unused(key);
+        }
+    }
+
+    #[inline(never)]
+    fn close_detached_if_unused(&mut self, key: usize) {
         if self.conns.get(key).is_some_and(|c| c.unused()) {
             self.fail(
                 key,

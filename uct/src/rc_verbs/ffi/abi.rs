@@ -342,11 +342,23 @@ impl ibv_send_wr {
 
 /// `struct ibv_recv_wr`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_recv_wr {
     pub wr_id: u64,
     pub next: *mut ibv_recv_wr,
     pub sg_list: *mut ibv_sge,
     pub num_sge: c_int,
+}
+
+impl Default for ibv_recv_wr {
+    fn default() -> Self {
+        ibv_recv_wr {
+            wr_id: 0,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        }
+    }
 }
 
 /// `struct ibv_wc`.
