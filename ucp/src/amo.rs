@@ -493,7 +493,7 @@ impl State {
     #[inline(always)]
     fn send_amo(&mut self, idx: usize, id: u8, req: u64, rest: &[u8]) -> Result<()> {
         let ep = &mut self.eps[idx];
-        if ep.pending.is_empty() && !matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+        if ep.pending.is_empty() && !matches!(ep.state, EpState::Failed | EpState::Closed) {
             if let Some(l) = ep.lanes.as_mut() {
                 if let Some((li, uep)) = l.uct.get_mut(l.am) {
                     let a = &self.info[*li].attr;
@@ -501,7 +501,7 @@ impl State {
                         && PREFIX_LEN + 8 + rest.len() <= a.am.max_short
                         && uep.am_short2(id, self.uuid, req, rest)? != Outcome::NoResource
                     {
-                        ep.last_tx = self.now_cache;
+                        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
                         return Ok(());
                     }
                 }

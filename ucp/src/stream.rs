@@ -88,7 +88,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = now;
+            ep.last_tx = crate::worker::state::Stamp::of(now);
             s.offset += n;
         }
         self.finish(key, Ok(()));

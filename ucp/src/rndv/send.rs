@@ -140,7 +140,7 @@ impl State {
             if s.offset == 0 {
                 stats.eager_zcopy += 1;
             }
-            ep.last_tx = now;
+            ep.last_tx = crate::worker::state::Stamp::of(now);
             s.offset += n;
         }
         if x.inflight == 0 {
@@ -387,7 +387,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = now;
+            ep.last_tx = crate::worker::state::Stamp::of(now);
             s.offset += n;
         }
         self.finish(key, Ok(()));

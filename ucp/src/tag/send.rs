@@ -56,7 +56,7 @@ impl State {
         let d = data.as_slice();
         let len = d.len();
         let ep = &mut self.eps[idx];
-        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) || !ep.pending.is_empty() {
+        if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
             return Ok(false);
         }
         let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
@@ -81,7 +81,7 @@ impl State {
         if uep.am_short2(am_id::EAGER_ONLY, self.uuid, tag, d)? == Outcome::NoResource {
             return Ok(false);
         }
-        ep.last_tx = self.now_cache;
+        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
         self.next_msg_id += 1;
         self.stats.eager_single += 1;
         Ok(true)
@@ -229,7 +229,7 @@ impl State {
         if out == Outcome::NoResource {
             return Ok(false);
         }
-        ep.last_tx = self.now_cache;
+        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
         *offset = len.max(1);
         self.stats.eager_single += 1;
         Ok(true)
@@ -293,7 +293,7 @@ impl State {
             if out.0 == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = self.now_cache;
+            ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
             *offset += out.1;
         }
         Ok(true)

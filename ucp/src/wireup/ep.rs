@@ -153,8 +153,8 @@ impl State {
             }
         }
         if let Some(&idx) = self.by_uuid.get(&src) {
-            if !matches!(self.eps[idx].state, EpState::Failed(_) | EpState::Closed) {
-                self.eps[idx].last_rx = self.now_cache;
+            if !matches!(self.eps[idx].state, EpState::Failed | EpState::Closed) {
+                self.eps[idx].last_rx = crate::worker::state::Stamp::of(self.now_cache);
                 return;
             }
         }
@@ -334,7 +334,7 @@ impl State {
                 return Ok(false);
             }
         }
-        ep.last_tx = self.now_cache;
+        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
         l.am = new;
         l.am_next = None;
         // The old lane stays connected; unless it is the RMA lane, its interface no longer
@@ -376,7 +376,7 @@ impl State {
         let gen = self.eps[idx].gen;
         for (id, data) in held {
             if self.eps.get(idx).is_none_or(|e| {
-                e.gen != gen || matches!(e.state, EpState::Failed(_) | EpState::Closed)
+                e.gen != gen || matches!(e.state, EpState::Failed | EpState::Closed)
             }) {
                 break;
             }

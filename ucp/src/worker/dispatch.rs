@@ -64,10 +64,10 @@ impl State {
             return None;
         }
         let ep = &mut self.eps[idx];
-        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+        if matches!(ep.state, EpState::Failed | EpState::Closed) {
             return None;
         }
-        ep.last_rx = self.now_cache;
+        ep.last_rx = crate::worker::state::Stamp::of(self.now_cache);
         Some(idx)
     }
 
@@ -124,10 +124,10 @@ impl State {
         // The peer's AM lane switch: messages on its new lane wait for the marker on the old.
         let on_new = iface.is_some_and(|i| self.info[i].ep_only);
         let ep = &mut self.eps[idx];
-        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+        if matches!(ep.state, EpState::Failed | EpState::Closed) {
             return;
         }
-        ep.last_rx = self.now_cache;
+        ep.last_rx = crate::worker::state::Stamp::of(self.now_cache);
         if on_new && ep.extra_mut().rx_gate.admit(true, id, data) == Admit::Held {
             self.stats.am_switch_held += 1;
             return;

@@ -84,8 +84,8 @@ impl Worker {
     /// The endpoint's state: `Ok` while usable, or the error that failed it.
     pub fn ep_status(&self, ep: EpHandle) -> Result<()> {
         let idx = self.st.ep_idx(ep)?;
-        match &self.st.eps[idx].state {
-            EpState::Failed(e) => Err((**e).clone()),
+        match self.st.eps[idx].state {
+            EpState::Failed => Err(self.st.eps[idx].failure()),
             EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
             _ => Ok(()),
         }
@@ -168,8 +168,8 @@ impl State {
             in_pending_list: false,
             err_handler,
             close_acked: false,
-            last_tx: now,
-            last_rx: now,
+            last_tx: crate::worker::state::Stamp::of(now),
+            last_rx: crate::worker::state::Stamp::of(now),
             amo_sent: 0,
             amo_acked: 0,
             extra: Some(Box::new(EpExtra {
@@ -221,8 +221,8 @@ impl State {
     }
 
     pub(crate) fn ep_usable(&self, idx: usize) -> Result<()> {
-        match &self.eps[idx].state {
-            EpState::Failed(e) => Err((**e).clone()),
+        match self.eps[idx].state {
+            EpState::Failed => Err(self.eps[idx].failure()),
             EpState::Closed => Err(Error::ConnectionReset("endpoint is closed".into())),
             _ => Ok(()),
         }

@@ -21,11 +21,12 @@ impl State {
         let Some(ep) = self.eps.get_mut(idx) else {
             return;
         };
-        if matches!(ep.state, EpState::Failed(_) | EpState::Closed) {
+        if matches!(ep.state, EpState::Failed | EpState::Closed) {
             return;
         }
         tracing::debug!("endpoint to {:#018x} failed: {err}", ep.uuid);
-        ep.state = EpState::Failed(Box::new(err.clone()));
+        ep.state = EpState::Failed;
+        ep.extra_mut().error = Some(err.clone());
         self.stats.ep_failures += 1;
         self.teardown_ep(idx, &err);
         self.failed_notify.push(idx);
@@ -106,8 +107,11 @@ impl State {
                 idx: idx as u32,
                 gen: ep.gen,
             };
-            if let (EpState::Failed(e), Some(cb)) = (&ep.state, ep.err_handler.as_mut()) {
-                cb(h, e);
+            if ep.state == EpState::Failed && ep.err_handler.is_some() {
+                let e = ep.failure();
+                if let Some(cb) = ep.err_handler.as_mut() {
+                    cb(h, &e);
+                }
                 n += 1;
             }
         }

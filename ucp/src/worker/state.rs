@@ -142,12 +142,13 @@ pub(crate) struct WaitLane {
     pub(crate) connected: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EpState {
     Connecting,
     Ready,
-    /// Failed with this error (boxed: the state is in every endpoint, the error in few).
-    Failed(Box<Error>),
+    /// Failed, with the error in [`EpExtra::error`] (the state is in every endpoint, the
+    /// error in few).
+    Failed,
     Closed,
 }
 
@@ -175,6 +176,24 @@ pub(crate) enum Pending {
 /// One endpoint. A hub worker holds one per peer, so what only some endpoints use (streams,
 /// the lane-switch gate, an early peer endpoint address, the decoded peer address once its
 /// lanes are connected) lives in [`EpExtra`], allocated when first needed.
+/// A reading of the worker's clock (`State::now_cache`) kept in an endpoint, in nanoseconds:
+/// 8 bytes where a `Duration` takes 16.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stamp(u64);
+
+impl Stamp {
+    /// The reading `t`.
+    #[inline(always)]
+    pub(crate) fn of(t: Duration) -> Stamp {
+        Stamp(t.as_secs().wrapping_mul(1_000_000_000) + u64::from(t.subsec_nanos()))
+    }
+
+    /// Time from this reading to `now` (zero when `now` is earlier).
+    pub(crate) fn until(self, now: Duration) -> Duration {
+        now.saturating_sub(Duration::from_nanos(self.0))
+    }
+}
+
 pub(crate) struct Ep {
     pub(crate) gen: u32,
     pub(crate) in_pending_list: bool,
@@ -194,10 +213,13 @@ pub(crate) struct Ep {
     pub(crate) state: EpState,
     pub(crate) pending: VecDeque<Pending>,
     pub(crate) err_handler: Option<ErrHandler>,
-    pub(crate) last_tx: Duration,
-    pub(crate) last_rx: Duration,
+    pub(crate) last_tx: Stamp,
+    pub(crate) last_rx: Stamp,
     pub(crate) extra: Option<Box<EpExtra>>,
 }
+
+// Every endpoint has one (1,000 endpoints, 1,000 of these): keep it small.
+const _: () = assert!(std::mem::size_of::<Ep>() <= 168);
 
 /// The rarely used part of an [`Ep`] (see there).
 #[derive(Default)]
@@ -211,6 +233,8 @@ pub(crate) struct EpExtra {
     pub(crate) peer_ep_addr: Option<(bool, Vec<u8>)>,
     /// Receive side of the peer's AM lane switch.
     pub(crate) rx_gate: AmSwitchGate,
+    /// The error that failed the endpoint ([`EpState::Failed`]).
+    pub(crate) error: Option<Error>,
 }
 
 impl EpExtra {
@@ -222,6 +246,7 @@ impl EpExtra {
             && self.peer_ep_addr.is_none()
             && !self.rx_gate.switched()
             && self.rx_gate.held() == 0
+            && self.error.is_none()
     }
 }
 
@@ -229,6 +254,14 @@ impl Ep {
     /// The rarely used part, allocated on first use.
     pub(crate) fn extra_mut(&mut self) -> &mut EpExtra {
         self.extra.get_or_insert_with(Box::default)
+    }
+
+    /// The error that failed the endpoint (a generic one if none was kept).
+    pub(crate) fn failure(&self) -> Error {
+        self.extra
+            .as_ref()
+            .and_then(|x| x.error.clone())
+            .unwrap_or_else(|| Error::PeerFailure("endpoint failed".into()))
     }
 
     /// The peer's decoded address, while kept (see [`EpExtra::addr`]).

@@ -106,7 +106,7 @@ impl State {
             .collect();
         for idx in ready {
             let ep = &self.eps[idx];
-            let silent = now.saturating_sub(ep.last_rx);
+            let silent = ep.last_rx.until(now);
             if silent > timeout {
                 let e = Error::Timeout(format!(
                     "worker {:#018x} was silent for {:?} (keepalive timeout {:?})",
@@ -115,7 +115,7 @@ impl State {
                 self.fail_ep(idx, e);
                 continue;
             }
-            if now.saturating_sub(ep.last_tx) >= interval && ep.pending.is_empty() {
+            if ep.last_tx.until(now) >= interval && ep.pending.is_empty() {
                 if let Err(e) = self.send_ctl(idx, am_id::KEEPALIVE, &[]) {
                     self.fail_ep(idx, e);
                 }

@@ -294,7 +294,9 @@ pub(crate) struct Common {
     /// Progress calls that consumed messages from this interface's FIFO so far. An endpoint
     /// that finds it unchanged since its previous send is streaming (sending without waiting
     /// for replies) and prefetches its next element (see [`MmEp::send`]).
-    pub(super) rx_rounds: Cell<u64>,
+    pub(super) rx_rounds: Cell<u16>,
+    /// The wake-up socket (the interface's `sock`), which endpoints send wake-ups from.
+    pub(super) sock: Rc<OwnedFd>,
     /// put_bcopy packs here when the remote range is shorter than max_bcopy (one buffer for
     /// all endpoints of the interface: they run on its thread, one call at a time).
     pub(super) bounce: RefCell<Box<[u8]>>,
@@ -397,6 +399,7 @@ impl MmIface {
                 tag: RefCell::new(TagState::new()),
                 tag_work: Cell::new(false),
                 rx_rounds: Cell::new(0),
+                sock: sock.clone(),
                 self_addr,
                 bounce: RefCell::new(vec![0u8; RMA_MAX_BCOPY].into_boxed_slice()),
             }),
@@ -697,7 +700,6 @@ impl Iface for MmIface {
             full_refusals: 0,
             shared,
             common: self.common.clone(),
-            sock: self.sock.clone(),
             maps: Default::default(),
         })
     }

@@ -32,26 +32,27 @@ use ucs::{Error, Result};
 /// Most segments of one peer kept mapped (least recently used goes first).
 pub const MAX_PEER_MAPS: usize = 8;
 
-/// Mapped segments of one peer, most recently used last.
+/// Mapped segments of one peer, most recently used last. Boxed and allocated at the first
+/// mapping: every shared-memory endpoint has the cache, and most never use it.
 #[derive(Default)]
 pub struct PeerMaps {
-    segs: Vec<Arc<Segment>>,
+    segs: Option<Box<Vec<Arc<Segment>>>>,
 }
 
 impl PeerMaps {
     /// Segments mapped now.
     pub fn len(&self) -> usize {
-        self.segs.len()
+        self.segs.as_ref().map_or(0, |v| v.len())
     }
 
     /// True when nothing is mapped.
     pub fn is_empty(&self) -> bool {
-        self.segs.is_empty()
+        self.len() == 0
     }
 
     /// Unmaps everything (keys made earlier keep their own segment until they drop).
     pub fn clear(&mut self) {
-        self.segs = Vec::new();
+        self.segs = None;
     }
 
     /// Unpacks `packed`, a remote key from the peer `peer` (its FIFO's segment reference: the
@@ -83,10 +84,11 @@ impl PeerMaps {
 
     /// The mapping of `seg`: a cached one when it still names that segment, else a new one.
     fn segment(&mut self, seg: SegRef) -> Result<Arc<Segment>> {
-        if let Some(i) = self.segs.iter().rposition(|s| s.seg_ref() == seg) {
-            let s = self.segs.remove(i);
+        let segs = self.segs.get_or_insert_with(Box::default);
+        if let Some(i) = segs.iter().rposition(|s| s.seg_ref() == seg) {
+            let s = segs.remove(i);
             if s.still_current() {
-                self.segs.push(s.clone());
+                segs.push(s.clone());
                 return Ok(s);
             }
             // The peer freed that segment and its reference now names another one.
@@ -94,10 +96,10 @@ impl PeerMaps {
         // Without waiting for a grant: this runs inside progress, and the peer granted us
         // access when it connected (its key arrives after that).
         let s = Arc::new(Segment::attach_no_wait(seg)?);
-        if self.segs.len() >= MAX_PEER_MAPS {
-            self.segs.remove(0);
+        if segs.len() >= MAX_PEER_MAPS {
+            segs.remove(0);
         }
-        self.segs.push(s.clone());
+        segs.push(s.clone());
         Ok(s)
     }
 }
@@ -187,6 +189,7 @@ mod tests {
         assert!(!maps
             .segs
             .iter()
+            .flat_map(|v| v.iter())
             .any(|s| s.seg_ref().id == md_seg_id(&hs[0])));
     }
 

@@ -10,21 +10,22 @@ pub struct MmEp {
     pub(in crate::mm) pid: u32,
     pub(in crate::mm) cached_tail: u64,
     /// The interface's [`Common::rx_rounds`] at our previous send.
-    pub(in crate::mm) rx_seen: u64,
+    pub(in crate::mm) rx_seen: u16,
     /// Set when the CPU can prefetch for writing.
     pub(in crate::mm) prefetchw: Option<fifo::PrefetchW>,
     /// Sends refused for a full FIFO so far; the peer's liveness is asked of the kernel on one
     /// refusal in [`FULL_CHECK_EVERY`] (see [`MmEp::no_resource`]).
-    pub(in crate::mm) full_refusals: u32,
+    pub(in crate::mm) full_refusals: u8,
     pub(in crate::mm) shared: Rc<EpShared>,
     pub(in crate::mm) common: Rc<Common>,
-    pub(in crate::mm) sock: Rc<OwnedFd>,
     /// The peer's data segments mapped for its remote keys ([`Endpoint::peer_rkey_unpack`]).
     pub(in crate::mm) maps: super::super::peer_maps::PeerMaps,
 }
 
-/// Sends refused for a full FIFO between two looks at whether the peer exited.
-const FULL_CHECK_EVERY: u32 = 64;
+/// Sends refused for a full FIFO between two looks at whether the peer exited (a divisor of
+/// 256, so the 8-bit count wraps in step).
+const FULL_CHECK_EVERY: u8 = 64;
+const _: () = assert!(256 % FULL_CHECK_EVERY as usize == 0);
 
 /// Publishes a claimed element as "skip" if the sender unwinds before publishing it, so the
 /// receiver never stalls on a hole.
@@ -87,7 +88,7 @@ impl MmEp {
 
     #[cold]
     fn wake(&self) {
-        super::wake_peer(&self.sock, &self.shared.peer_addr());
+        super::wake_peer(&self.common.sock, &self.shared.peer_addr());
     }
 
     /// Claims an element, lets `fill` write the payload into (inline area, buffer area) and
@@ -573,3 +574,7 @@ impl Drop for MmEp {
         }
     }
 }
+
+// One shared-memory endpoint is a lane entry of every ucp endpoint's lane list (sized by the
+// largest transport endpoint): keep it within six words.
+const _: () = assert!(std::mem::size_of::<MmEp>() <= 48);
