@@ -17,6 +17,7 @@ pub mod mm;
 pub mod rc_verbs;
 pub mod registry;
 pub mod self_;
+mod small_copy;
 pub mod tcp;
 #[doc(hidden)]
 pub mod testing;

@@ -7,6 +7,7 @@ use super::state::*;
 use super::wire::{AmHdr, DevAddr, EpAddr, LL_ETHERNET, LL_INFINIBAND};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
+use crate::small_copy::put_small;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
@@ -201,29 +202,6 @@ impl RcVerbsEp {
 
 /// Largest inline active message (id and parts) gathered into one buffer before posting.
 const GATHER: usize = 128;
-
-/// Copies `p` into `b` at `at` (the caller checked that it fits): pieces of 4 to 16 bytes
-/// (headers, small payloads) with two fixed-size moves each instead of a `memcpy` call.
-#[inline(always)]
-fn put_small(b: &mut [MaybeUninit<u8>; GATHER], at: usize, p: &[u8]) {
-    let n = p.len();
-    assert!(at + n <= GATHER);
-    let src = p.as_ptr();
-    let dst = b[at..].as_mut_ptr().cast::<u8>();
-    // SAFETY: `dst` has room for `n` bytes (checked above) and `src` holds `n` bytes; the
-    // fixed-size moves stay inside both (two overlapping ones cover 4..16 bytes).
-    unsafe {
-        if (8..=16).contains(&n) {
-            std::ptr::copy_nonoverlapping(src, dst, 8);
-            std::ptr::copy_nonoverlapping(src.add(n - 8), dst.add(n - 8), 8);
-        } else if (4..8).contains(&n) {
-            std::ptr::copy_nonoverlapping(src, dst, 4);
-            std::ptr::copy_nonoverlapping(src.add(n - 4), dst.add(n - 4), 4);
-        } else {
-            std::ptr::copy_nonoverlapping(src, dst, n);
-        }
-    }
-}
 
 fn unsupported_atomic<T>(what: &str) -> Result<T> {
     Err(Error::Unsupported(format!(

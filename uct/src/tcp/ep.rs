@@ -11,6 +11,7 @@ use super::wire::{
 use super::{DevAddr, EpAddr};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
+use crate::small_copy::put_small;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
@@ -19,30 +20,6 @@ use ucs::{Error, Outcome, Result};
 /// Largest frame `send` copies into one stack buffer for a single-buffer `send` (larger
 /// ones go out with `sendmsg` of their pieces).
 const SMALL_FRAME: usize = 256;
-
-/// Copies `p` into `b` at `at` (the caller checked that it fits); pieces of 4 to 16 bytes
-/// (frame and tag headers, small payloads) with two fixed-size moves each instead of a
-/// `memcpy` call.
-#[inline(always)]
-fn put_small(b: &mut [MaybeUninit<u8>; SMALL_FRAME], at: usize, p: &[u8]) {
-    let n = p.len();
-    assert!(at + n <= SMALL_FRAME);
-    let src = p.as_ptr();
-    let dst = b[at..].as_mut_ptr().cast::<u8>();
-    // SAFETY: `dst` has room for `n` bytes (checked above) and `src` holds `n` bytes; the
-    // fixed-size moves stay inside both (two overlapping ones cover 4..16 bytes).
-    unsafe {
-        if (8..=16).contains(&n) {
-            std::ptr::copy_nonoverlapping(src, dst, 8);
-            std::ptr::copy_nonoverlapping(src.add(n - 8), dst.add(n - 8), 8);
-        } else if (4..8).contains(&n) {
-            std::ptr::copy_nonoverlapping(src, dst, 4);
-            std::ptr::copy_nonoverlapping(src.add(n - 4), dst.add(n - 4), 4);
-        } else {
-            std::ptr::copy_nonoverlapping(src, dst, n);
-        }
-    }
-}
 
 /// How far a frame got.
 pub(super) enum Sent {
