@@ -705,92 +705,27 @@ unsafe fn rma_nbx<const GET: bool>(
             }
         }
         // SAFETY: forwarded.
-        unsafe {
-            if get {
-                get_nbx_general(ep, buffer, count, remote_addr, rkey, param)
-            } else {
-                put_nbx_general(ep, buffer, count, remote_addr, rkey, param)
-            }
-        }
+        unsafe { rma_nbx_general::<GET>(ep, buffer, count, remote_addr, rkey, param) }
     })
 }
 
-/// The general path of `ucp_put_nbx`, with its own panic guard: an `extern "C"` function
+/// The general path of `ucp_put_nbx` (`GET` false) and `ucp_get_nbx` (`GET` true): the
+/// parameter parsed, the call checked and started, panics caught. An `extern "C"` function
 /// (which never unwinds) of six register arguments, reached by a jump.
 ///
 /// # Safety
-/// As `ucp_put_nbx`.
-#[cold]
-#[inline(never)]
-unsafe extern "C" fn put_nbx_general(
-    ep: *mut Ep,
-    buffer: *mut c_void,
-    count: usize,
-    remote_addr: u64,
-    rkey: *mut CRkey,
-    param: *const RequestParam,
-) -> StatusPtr {
-    // SAFETY: forwarded.
-    unsafe {
-        rma_nbx_general(
-            "ucp_put_nbx",
-            ep,
-            buffer,
-            count,
-            remote_addr,
-            rkey,
-            param,
-            false,
-        )
-    }
-}
-
-/// [`put_nbx_general`] of `ucp_get_nbx`.
-///
-/// # Safety
-/// As `ucp_get_nbx`.
-#[cold]
-#[inline(never)]
-unsafe extern "C" fn get_nbx_general(
-    ep: *mut Ep,
-    buffer: *mut c_void,
-    count: usize,
-    remote_addr: u64,
-    rkey: *mut CRkey,
-    param: *const RequestParam,
-) -> StatusPtr {
-    // SAFETY: forwarded.
-    unsafe {
-        rma_nbx_general(
-            "ucp_get_nbx",
-            ep,
-            buffer,
-            count,
-            remote_addr,
-            rkey,
-            param,
-            true,
-        )
-    }
-}
-
-/// The general path of `ucp_put_nbx` and `ucp_get_nbx`: the parameter parsed, the call
-/// checked and started, panics caught.
-///
-/// # Safety
 /// As those functions.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn rma_nbx_general(
-    name: &'static str,
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn rma_nbx_general<const GET: bool>(
     ep: *mut Ep,
     buffer: *mut c_void,
     count: usize,
     remote_addr: u64,
     rkey: *mut CRkey,
     param: *const RequestParam,
-    get: bool,
 ) -> StatusPtr {
+    let name = if GET { "ucp_get_nbx" } else { "ucp_put_nbx" };
     ffi_hot(name, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
         let p = match unsafe { crate::tag::parse_param(name, param, true) } {
@@ -802,7 +737,7 @@ unsafe fn rma_nbx_general(
             Err(s) => return status_ptr(s),
         };
         // SAFETY: forwarded.
-        unsafe { rma(name, ep, buffer, len, remote_addr, rkey, get, p.send_args()) }
+        unsafe { rma(name, ep, buffer, len, remote_addr, rkey, GET, p.send_args()) }
     })
 }
 
