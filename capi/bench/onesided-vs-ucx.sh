@@ -6,10 +6,10 @@
 # pinned to their own core by the launcher (--bind-to core), and the table shows medians and the
 # ratio rucx/UCX. A benchmark, not a test.
 #
-#   bash capi/bench/onesided-vs-ucx.sh LIBDIR [REPEATS]     # LIBDIR: rucx's libucp.so.0 etc.
+#   bash capi/bench/onesided-vs-ucx.sh LIBDIR [REPEATS] # REPEATS: 9; LIBDIR: rucx's libucp.so.0 etc.
 #
 # Environment: TLS (default shm,self; TLS=tcp for UCX_TLS=tcp with UCX_NET_DEVICES=lo),
-# LAT_ITERS (default 20000 puts), BW_ITERS (default 20 windows of 64 x 1 MiB, 160 of 64 x 64 KiB),
+# LAT_ITERS (default 200000 puts), BW_ITERS (default 100 windows of 64 x 1 MiB, 800 of 64 x 64 KiB),
 # AMO_ITERS (default 100000 fetch-adds per counter).
 # Debian's Open MPI 4.1 leaves a memory hook of its common ucx library registered after
 # shmem_finalize unloads it, so OpenSHMEM jobs on Debian's UCX end with SIGSEGV after printing
@@ -32,10 +32,10 @@ if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   exit 2
 fi
 libdir=$(realpath "$1")
-repeats=${2:-5}
+repeats=${2:-9}
 tls=${TLS:-shm,self}
-lat_iters=${LAT_ITERS:-20000}
-bw_iters=${BW_ITERS:-20}
+lat_iters=${LAT_ITERS:-200000}
+bw_iters=${BW_ITERS:-100}
 amo_iters=${AMO_ITERS:-100000}
 [ -e "$libdir/libucp.so.0" ] || { echo "$libdir has no libucp.so.0" >&2; exit 2; }
 rucx_ucp=$(realpath "$libdir/libucp.so.0")
