@@ -29,7 +29,9 @@ fn port_from_log(path: &std::path::Path, marker: &str, server: &mut Proc) -> u16
     let end = Instant::now() + WATCHDOG;
     loop {
         let log = std::fs::read_to_string(path).unwrap_or_default();
-        if let Some(line) = log.lines().find(|l| l.contains(marker)) {
+        // Only a whole line (ending in a newline): the server may be midway through writing it.
+        let whole = log.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+        if let Some(line) = whole.map(str::trim_end).find(|l| l.contains(marker)) {
             let digits: String = line
                 .chars()
                 .rev()
