@@ -87,10 +87,22 @@ impl State {
         Ok(true)
     }
 
+    /// [`State::tag_send_short`], kept out of line (for `Worker::tag_send`, which builds the
+    /// completion itself).
+    #[inline(never)]
+    pub(crate) fn tag_send_short_out(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &SendData<'_>,
+    ) -> Result<bool> {
+        self.tag_send_short(idx, tag, data)
+    }
+
     /// [`State::tag_send`] by the protocol the message's size and the endpoint choose (eager
     /// short or bcopy, fragments, zero-copy, tag offload, rendezvous), queued behind earlier
     /// sends or on back-pressure.
-    fn tag_send_proto(
+    pub(crate) fn tag_send_proto(
         &mut self,
         idx: usize,
         tag: u64,
