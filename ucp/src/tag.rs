@@ -72,6 +72,7 @@ impl Worker {
     /// The request keeps the memory alive until it completes, so dropping `map` early is
     /// safe; the bytes must not be changed until completion (the peer may see either). A range
     /// outside the mapping, or an empty one, gives [`Error::InvalidParam`](ucs::Error::InvalidParam).
+    #[inline]
     pub fn tag_send_mapped(
         &mut self,
         ep: EpHandle,
@@ -81,6 +82,13 @@ impl Worker {
         len: usize,
     ) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
+        // As `Worker::tag_send`: an eager-short send's completion is built here.
+        if self.st.tag_send_mapped_short(idx, tag, map, offset, len)? {
+            return Ok(Op::Done(Completion {
+                tag,
+                ..Completion::ok()
+            }));
+        }
         self.st.tag_send_mapped(idx, tag, map, offset, len)
     }
 
@@ -93,8 +101,8 @@ impl Worker {
 
     /// [`Worker::tag_recv`] into either kind of buffer: a receive left waiting in the matcher
     /// goes to the transport's tag matching when it may (see `offload`).
-    /// A message already waiting is received at once (see `State::recv_unexp_now`).
-    /// The common case, no message waiting, builds its pending result here, in the caller.
+    /// A message already waiting is received at once (see `State::recv_unexp_now`); the
+    /// common case, no message waiting, builds its pending result here, in the caller.
     #[inline(always)]
     pub(crate) fn tag_recv_buf(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
         if self.st.matcher.unexpected_len() != 0 {
