@@ -81,7 +81,7 @@ impl State {
         if uep.am_short2(am_id::EAGER_ONLY, self.uuid, tag, d)? == Outcome::NoResource {
             return Ok(false);
         }
-        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_tx = self.now_stamp;
         self.next_msg_id += 1;
         self.stats.eager_single += 1;
         Ok(true)
@@ -241,7 +241,7 @@ impl State {
         if out == Outcome::NoResource {
             return Ok(false);
         }
-        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_tx = self.now_stamp;
         *offset = len.max(1);
         self.stats.eager_single += 1;
         Ok(true)
@@ -305,7 +305,7 @@ impl State {
             if out.0 == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+            ep.last_tx = self.now_stamp;
             *offset += out.1;
         }
         Ok(true)

@@ -75,7 +75,7 @@ impl State {
         if matches!(ep.state, EpState::Failed | EpState::Closed) {
             return None;
         }
-        ep.last_rx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_rx = self.now_stamp;
         Some(idx)
     }
 
@@ -135,7 +135,7 @@ impl State {
         if matches!(ep.state, EpState::Failed | EpState::Closed) {
             return;
         }
-        ep.last_rx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_rx = self.now_stamp;
         if on_new && ep.extra_mut().rx_gate.admit(true, id, data) == Admit::Held {
             self.stats.am_switch_held += 1;
             return;

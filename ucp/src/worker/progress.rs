@@ -61,6 +61,7 @@ impl Worker {
             let now = self.st.clock.now_coarse();
             if now > self.st.now_cache {
                 self.st.now_cache = now;
+                self.st.now_stamp = crate::worker::state::Stamp::of(now);
             }
             self.st.clock_stale = false;
         }

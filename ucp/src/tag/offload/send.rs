@@ -60,7 +60,7 @@ impl State {
                 return Ok(Err(data));
             }
             self.tm.sent += 1;
-            self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+            self.eps[idx].last_tx = self.now_stamp;
             let buf = match data {
                 SendData::Owned(v) => Some(v),
                 SendData::Borrowed(_) | SendData::Raw(_) => None,
@@ -111,7 +111,7 @@ impl State {
                 return Ok(Ok(self.op_of(key)));
             }
         }
-        self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        self.eps[idx].last_tx = self.now_stamp;
         Ok(Ok(self.op_of(key)))
     }
 
@@ -350,7 +350,7 @@ impl State {
         let s = self.send_mut(key);
         s.rts_sent = true;
         s.stage = SendStage::WaitRndv;
-        self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        self.eps[idx].last_tx = self.now_stamp;
         Ok(self.op_of(key))
     }
 
@@ -421,7 +421,7 @@ impl State {
                 return Ok(None);
             }
         }
-        self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        self.eps[idx].last_tx = self.now_stamp;
         Ok(Some(self.op_of(key)))
     }
 
@@ -533,7 +533,7 @@ impl State {
                 s.rts_sent = true;
                 s.stage = SendStage::WaitRndv;
                 self.stats.rndv_rts += 1;
-                self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+                self.eps[idx].last_tx = self.now_stamp;
             }
             // `InProgress` carries no operation id (not what tcp answers): the ordinary path.
             Outcome::InProgress | Outcome::NoResource => {
