@@ -29,6 +29,7 @@ use ucs::Result;
 impl Worker {
     /// Sends a tagged message. Small messages are copied and finish at once; large ones (and any
     /// that meet back-pressure) are copied into a worker-owned buffer.
+    ///
     /// The eager-short case is decided out of line and its completion built here, in the
     /// caller, so that it costs no copy of the result.
     #[inline]

@@ -25,6 +25,7 @@ impl State {
     /// a tag-offload rendezvous header). The common message, a whole eager tag message from a
     /// known peer on its usual lane, goes straight to the tag matching; everything else (and
     /// anything malformed) takes the general path.
+    ///
     /// Inlined into the transports' receive loops (through the event sink), with the eager
     /// fast path; the rest is one call.
     #[inline(always)]

@@ -139,9 +139,10 @@ impl Worker {
 }
 
 impl State {
-    /// True when a step of [`Worker::progress_more`] has something to do (`clock_read`: the
-    /// clock was read on this call, so a timer may be due): one test of them all keeps an idle
-    /// call short.
+    /// True when a step of [`Worker::progress_more`] has something to do: one test of them all
+    /// keeps an idle call short. Timers fall due only when the clock moves (`clock_read`: it was
+    /// read on this call) or when one is added already due (`add_timer` marks the clock stale
+    /// then): calls that read no clock skip that test.
     #[inline(always)]
     fn more_to_do(&self, clock_read: bool) -> bool {
         !self.to_connect.is_empty()
