@@ -501,7 +501,7 @@ impl State {
                         && PREFIX_LEN + 8 + rest.len() <= a.am.max_short
                         && uep.am_short2(id, self.uuid, req, rest)? != Outcome::NoResource
                     {
-                        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+                        ep.last_tx = self.now_stamp;
                         return Ok(());
                     }
                 }

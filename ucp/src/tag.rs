@@ -19,7 +19,7 @@ mod recv;
 mod send;
 pub(crate) mod small;
 
-use crate::request::Op;
+use crate::request::{Completion, Op};
 use crate::rma::raw_mem::RecvBuf;
 use crate::rma::MemMap;
 use crate::worker::state::SendData;
@@ -29,9 +29,20 @@ use ucs::Result;
 impl Worker {
     /// Sends a tagged message. Small messages are copied and finish at once; large ones (and any
     /// that meet back-pressure) are copied into a worker-owned buffer.
+    ///
+    /// The eager-short case is decided out of line and its completion built here, in the
+    /// caller, so that it costs no copy of the result.
+    #[inline]
     pub fn tag_send(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.tag_send(idx, tag, SendData::Borrowed(data), false)
+        let data = SendData::Borrowed(data);
+        if self.st.tag_send_short_out(idx, tag, &data)? {
+            return Ok(Op::Done(Completion {
+                tag,
+                ..Completion::ok()
+            }));
+        }
+        self.st.tag_send_proto(idx, tag, data, false)
     }
 
     /// Sends a tagged message from a vector the worker takes and gives back in the completion's
@@ -62,6 +73,7 @@ impl Worker {
     /// The request keeps the memory alive until it completes, so dropping `map` early is
     /// safe; the bytes must not be changed until completion (the peer may see either). A range
     /// outside the mapping, or an empty one, gives [`Error::InvalidParam`](ucs::Error::InvalidParam).
+    #[inline]
     pub fn tag_send_mapped(
         &mut self,
         ep: EpHandle,
@@ -71,6 +83,13 @@ impl Worker {
         len: usize,
     ) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
+        // As `Worker::tag_send`: an eager-short send's completion is built here.
+        if self.st.tag_send_mapped_short(idx, tag, map, offset, len)? {
+            return Ok(Op::Done(Completion {
+                tag,
+                ..Completion::ok()
+            }));
+        }
         self.st.tag_send_mapped(idx, tag, map, offset, len)
     }
 
@@ -83,20 +102,37 @@ impl Worker {
 
     /// [`Worker::tag_recv`] into either kind of buffer: a receive left waiting in the matcher
     /// goes to the transport's tag matching when it may (see `offload`).
-    /// A message already waiting is received at once (see `State::recv_unexp_now`).
-    #[inline]
+    /// A message already waiting is received at once (see `State::recv_unexp_now`); the
+    /// common case, no message waiting, builds its pending result here, in the caller.
+    #[inline(always)]
     pub(crate) fn tag_recv_buf(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
         if self.st.matcher.unexpected_len() != 0 {
-            if let Some(uid) = self.st.matcher.take_unexpected(tag, mask) {
-                return self.st.recv_unexp_now(buf, tag, mask, uid as usize);
-            }
+            return self.tag_recv_unexp(buf, tag, mask);
         }
+        let (key, gen) = self.tag_recv_queue(buf, tag, mask);
+        Op::Pending(crate::request::Request::new(key, gen, &self.st.req_shared))
+    }
+
+    /// [`Worker::tag_recv_buf`] with messages waiting: one that fits is received at once.
+    #[inline(never)]
+    fn tag_recv_unexp(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
+        if let Some(uid) = self.st.matcher.take_unexpected(tag, mask) {
+            return self.st.recv_unexp_now(buf, tag, mask, uid as usize);
+        }
+        let (key, gen) = self.tag_recv_queue(buf, tag, mask);
+        Op::Pending(crate::request::Request::new(key, gen, &self.st.req_shared))
+    }
+
+    /// Queues a receive no waiting message fits (it may go to the transport's tag matching).
+    /// Gives the new request's key and generation.
+    #[inline(never)]
+    fn tag_recv_queue(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
         let len = buf.len();
         let (key, gen) = self.st.tag_recv_post(buf, tag, mask);
         if self.st.tm.may_post(mask, len) {
             crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, key);
         }
-        Op::Pending(crate::request::Request::new(key, gen, &self.st.req_shared))
+        (key, gen)
     }
 
     /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and

@@ -281,6 +281,7 @@ impl Worker {
                 scratch: Vec::new(),
                 rkey_scratch: Vec::new(),
                 now_cache: now,
+                now_stamp: crate::worker::state::Stamp::of(now),
                 timers: Default::default(),
                 next_timer: Duration::MAX,
                 clock_stale: false,

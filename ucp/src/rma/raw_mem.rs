@@ -13,7 +13,7 @@
     )
 )]
 
-use crate::request::Op;
+use crate::request::{Completion, Op};
 use crate::rma::ops::RmaDir;
 use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey};
@@ -184,6 +184,7 @@ impl Worker {
     /// # Safety
     /// `ptr` must be valid for reads of `len` bytes, and the caller must not change or free
     /// that memory until the request completes (or the worker is dropped).
+    #[inline]
     pub unsafe fn tag_send_raw(
         &mut self,
         ep: EpHandle,
@@ -199,7 +200,15 @@ impl Worker {
             // SAFETY: forwarded contract.
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
-        self.st.tag_send(idx, tag, SendData::Raw(data), sync)
+        let data = SendData::Raw(data);
+        // As `Worker::tag_send`: an eager-short send's completion is built here.
+        if !sync && self.st.tag_send_short_out(idx, tag, &data)? {
+            return Ok(Op::Done(Completion {
+                tag,
+                ..Completion::ok()
+            }));
+        }
+        self.st.tag_send_proto(idx, tag, data, sync)
     }
 
     /// Posts a receive for `tag` under `mask` straight into `len` bytes at `ptr`: the data

@@ -399,7 +399,7 @@ impl State {
             );
             return;
         };
-        self.eps[idx].last_rx = crate::worker::state::Stamp::of(self.now_cache);
+        self.eps[idx].last_rx = self.now_stamp;
         self.eager_arrived(idx, imm, tag, data, data.len(), NO_REQ, None, None);
     }
 
@@ -424,7 +424,7 @@ impl State {
         self.tm.matched += 1;
         if let Some(&idx) = self.by_uuid.get(&imm) {
             self.reqs[key].ep = Some(idx);
-            self.eps[idx].last_rx = crate::worker::state::Stamp::of(self.now_cache);
+            self.eps[idx].last_rx = self.now_stamp;
         }
         let (rtag, rmask) = {
             let r = self.recv_mut(key);

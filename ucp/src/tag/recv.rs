@@ -48,6 +48,7 @@ fn eager_status(total: usize, cap: usize) -> Result<()> {
 }
 
 impl State {
+    #[inline]
     pub(crate) fn new_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> usize {
         let buf = buf.into();
         self.new_req(None, ReqKind::Recv(RecvReq::new(buf, tag, mask)))

@@ -81,16 +81,28 @@ impl State {
         if uep.am_short2(am_id::EAGER_ONLY, self.uuid, tag, d)? == Outcome::NoResource {
             return Ok(false);
         }
-        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_tx = self.now_stamp;
         self.next_msg_id += 1;
         self.stats.eager_single += 1;
         Ok(true)
     }
 
+    /// [`State::tag_send_short`], kept out of line (for `Worker::tag_send`, which builds the
+    /// completion itself).
+    #[inline(never)]
+    pub(crate) fn tag_send_short_out(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: &SendData<'_>,
+    ) -> Result<bool> {
+        self.tag_send_short(idx, tag, data)
+    }
+
     /// [`State::tag_send`] by the protocol the message's size and the endpoint choose (eager
     /// short or bcopy, fragments, zero-copy, tag offload, rendezvous), queued behind earlier
     /// sends or on back-pressure.
-    fn tag_send_proto(
+    pub(crate) fn tag_send_proto(
         &mut self,
         idx: usize,
         tag: u64,
@@ -229,7 +241,7 @@ impl State {
         if out == Outcome::NoResource {
             return Ok(false);
         }
-        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_tx = self.now_stamp;
         *offset = len.max(1);
         self.stats.eager_single += 1;
         Ok(true)
@@ -293,7 +305,7 @@ impl State {
             if out.0 == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+            ep.last_tx = self.now_stamp;
             *offset += out.1;
         }
         Ok(true)

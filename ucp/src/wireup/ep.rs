@@ -154,7 +154,7 @@ impl State {
         }
         if let Some(&idx) = self.by_uuid.get(&src) {
             if !matches!(self.eps[idx].state, EpState::Failed | EpState::Closed) {
-                self.eps[idx].last_rx = crate::worker::state::Stamp::of(self.now_cache);
+                self.eps[idx].last_rx = self.now_stamp;
                 return;
             }
         }
@@ -334,7 +334,7 @@ impl State {
                 return Ok(false);
             }
         }
-        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_tx = self.now_stamp;
         l.am = new;
         l.am_next = None;
         // The old lane stays connected; unless it is the RMA lane, its interface no longer

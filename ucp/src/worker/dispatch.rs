@@ -25,11 +25,20 @@ impl State {
     /// a tag-offload rendezvous header). The common message, a whole eager tag message from a
     /// known peer on its usual lane, goes straight to the tag matching; everything else (and
     /// anything malformed) takes the general path.
-    #[inline]
+    ///
+    /// Inlined into the transports' receive loops (through the event sink), with the eager
+    /// fast path; the rest is one call.
+    #[inline(always)]
     pub(crate) fn handle_am_from(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
         if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data, None) {
             return;
         }
+        self.handle_am_other(iface, id, data);
+    }
+
+    /// [`State::handle_am_from`] of every message but a fast-path EAGER_ONLY one.
+    #[inline(never)]
+    fn handle_am_other(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
         if (id == am_id::ATOMIC_REQ || id == am_id::ATOMIC_REP)
             && self.atomic_msg_fast(iface, id, data)
         {
@@ -67,7 +76,7 @@ impl State {
         if matches!(ep.state, EpState::Failed | EpState::Closed) {
             return None;
         }
-        ep.last_rx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_rx = self.now_stamp;
         Some(idx)
     }
 
@@ -75,7 +84,7 @@ impl State {
     /// path (too short, unknown sender, an endpoint that failed or closed, or the new lane of
     /// the peer's AM lane switch), which checks it all again. `keep`: the message's receive
     /// buffer may be kept (see [`State::eager_arrived`]).
-    #[inline]
+    #[inline(always)]
     fn eager_only_fast(
         &mut self,
         iface: Option<usize>,
@@ -127,7 +136,7 @@ impl State {
         if matches!(ep.state, EpState::Failed | EpState::Closed) {
             return;
         }
-        ep.last_rx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_rx = self.now_stamp;
         if on_new && ep.extra_mut().rx_gate.admit(true, id, data) == Admit::Held {
             self.stats.am_switch_held += 1;
             return;

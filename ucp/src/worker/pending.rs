@@ -95,7 +95,7 @@ impl State {
         if am_send(uep, &self.info[*li].attr, id, &[&uuid, body])? == Outcome::NoResource {
             return Ok(false);
         }
-        ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        ep.last_tx = self.now_stamp;
         Ok(true)
     }
 
@@ -110,7 +110,7 @@ impl State {
                 let (li, uep) = &mut l.uct[l.am];
                 let out = am_send(uep, &self.info[*li].attr, id, &[&uuid, head, tail])?;
                 if out != Outcome::NoResource {
-                    ep.last_tx = crate::worker::state::Stamp::of(self.now_cache);
+                    ep.last_tx = self.now_stamp;
                     return Ok(());
                 }
             }

@@ -38,10 +38,22 @@ impl Worker {
     /// them): a spin with nothing to do then costs no call of its own.
     #[inline]
     pub fn progress(&mut self) -> usize {
-        let mut n = 0;
         self.tick = self.tick.wrapping_add(1);
-        // Timers fall due only when the clock moves (here) or when one is added already due
-        // (`add_timer` marks the clock stale then): calls that read no clock skip the test.
+        // One call in CLOCK_PERIOD (IDLE_IFACE_PERIOD is a multiple of it), and any call after
+        // a wake-up or with a stale clock, reads the clock and may poll every interface.
+        if self.tick.is_multiple_of(CLOCK_PERIOD) | self.st.clock_stale | self.poll_all {
+            return self.progress_timed();
+        }
+        let n = self.poll_ifaces(false);
+        if self.st.more_to_do(false) {
+            return n + self.progress_more();
+        }
+        n
+    }
+
+    /// [`Worker::progress`] on a call that reads the clock.
+    #[inline(never)]
+    fn progress_timed(&mut self) -> usize {
         let clock_read = self.tick.is_multiple_of(CLOCK_PERIOD) || self.st.clock_stale;
         if clock_read {
             // The coarse clock may lag the fine reading the worker started with: the cache
@@ -49,10 +61,23 @@ impl Worker {
             let now = self.st.clock.now_coarse();
             if now > self.st.now_cache {
                 self.st.now_cache = now;
+                self.st.now_stamp = crate::worker::state::Stamp::of(now);
             }
             self.st.clock_stale = false;
         }
         let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
+        let mut n = self.poll_ifaces(all);
+        if self.st.more_to_do(clock_read) {
+            n += self.progress_more();
+        }
+        n
+    }
+
+    /// Polls the interfaces (with `all` false, those without endpoints only when they had an
+    /// event lately). Gives the number of events handled.
+    #[inline(always)]
+    fn poll_ifaces(&mut self, all: bool) -> usize {
+        let mut n = 0;
         let tick = self.tick;
         for (i, iface) in self.ifaces.iter_mut().enumerate() {
             if !all
@@ -69,20 +94,6 @@ impl Worker {
                 self.last_event[i] = tick;
                 n += k;
             }
-        }
-        // The rest runs only when one of its steps has something to do: one test of them all
-        // keeps an idle call short.
-        let st = &self.st;
-        let more = !st.to_connect.is_empty()
-            | !st.pending_eps.is_empty()
-            | !st.flushes.is_empty()
-            | !st.closings.is_empty()
-            | (clock_read && st.now_cache >= st.next_timer)
-            | !st.failed_notify.is_empty()
-            | !st.callbacks_due.is_empty()
-            | st.req_shared.any();
-        if more {
-            n += self.progress_more();
         }
         n
     }
@@ -124,6 +135,24 @@ impl Worker {
             n += st.release_dropped();
         }
         n
+    }
+}
+
+impl State {
+    /// True when a step of [`Worker::progress_more`] has something to do: one test of them all
+    /// keeps an idle call short. Timers fall due only when the clock moves (`clock_read`: it was
+    /// read on this call) or when one is added already due (`add_timer` marks the clock stale
+    /// then): calls that read no clock skip that test.
+    #[inline(always)]
+    fn more_to_do(&self, clock_read: bool) -> bool {
+        !self.to_connect.is_empty()
+            | !self.pending_eps.is_empty()
+            | !self.flushes.is_empty()
+            | !self.closings.is_empty()
+            | (clock_read && self.now_cache >= self.next_timer)
+            | !self.failed_notify.is_empty()
+            | !self.callbacks_due.is_empty()
+            | self.req_shared.any()
     }
 }
 

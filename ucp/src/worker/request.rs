@@ -30,10 +30,12 @@ const SLEEP_MAX_POLLED: Duration = Duration::from_millis(1);
 /// What [`Worker::set_completion_hook`] keeps: called with a hook request's token and result.
 pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
 
+#[cold]
 fn foreign() -> Error {
     Error::InvalidParam("the request belongs to another worker".into())
 }
 
+#[cold]
 fn taken() -> Error {
     Error::InvalidParam("the request was already taken".into())
 }
@@ -54,6 +56,7 @@ impl Worker {
     /// Takes a finished request's result, or gives the request back if it is still running. A
     /// request of another worker gives a completion with `InvalidParam` and this worker is left
     /// alone (the handle is dropped, which releases it on its own worker).
+    #[inline]
     pub fn request_take(&mut self, req: Request) -> std::result::Result<Completion, Request> {
         if !req.is_of(&self.st.req_shared) {
             return Ok(Completion::failed(foreign()));
@@ -404,6 +407,7 @@ impl Worker {
 }
 
 impl State {
+    #[inline]
     pub(crate) fn new_req(&mut self, ep: Option<usize>, kind: ReqKind) -> usize {
         self.req_gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
         self.reqs.insert_with(self.req_gen, ep, kind)

@@ -637,6 +637,8 @@ pub(crate) struct State {
     /// The clock as read at the start of the current (or last) progress call: message
     /// timestamps for keepalive use it, so the data path reads no clock per message.
     pub(crate) now_cache: Duration,
+    /// `now_cache` as a [`Stamp`], what endpoints note as their last send and receive times.
+    pub(crate) now_stamp: Stamp,
     /// Set when the worker may have slept (`arm`): the next progress call reads the clock.
     pub(crate) clock_stale: bool,
     pub(crate) malformed_unknown: u64,

@@ -60,7 +60,7 @@ impl State {
                 return Ok(Err(data));
             }
             self.tm.sent += 1;
-            self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+            self.eps[idx].last_tx = self.now_stamp;
             let buf = match data {
                 SendData::Owned(v) => Some(v),
                 SendData::Borrowed(_) | SendData::Raw(_) => None,
@@ -111,7 +111,7 @@ impl State {
                 return Ok(Ok(self.op_of(key)));
             }
         }
-        self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        self.eps[idx].last_tx = self.now_stamp;
         Ok(Ok(self.op_of(key)))
     }
 
@@ -164,6 +164,25 @@ impl State {
     /// segment's own memory handle (the peer's interface then copies straight from the mapped
     /// segment into a posted receive), or by the software RTS with the RMA lane's registration
     /// of the segment. Everything else is sent like [`Worker::tag_send`] (a copy).
+    /// `Worker::tag_send_mapped` tries this first: [`State::tag_send_short`] of the bytes, true
+    /// when they went out that way.
+    #[inline(never)]
+    pub(crate) fn tag_send_mapped_short(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        map: &MemMap,
+        offset: usize,
+        len: usize,
+    ) -> Result<bool> {
+        let ptr = map.range(offset, len)?;
+        // SAFETY: `range` checked that the bytes lie in the mapping, which the caller borrows
+        // for this call; the eager short path only copies them before it returns.
+        let small = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+        self.tag_send_short(idx, tag, &SendData::Borrowed(small))
+    }
+
+    /// The rest of `Worker::tag_send_mapped`, after [`State::tag_send_mapped_short`] gave false.
     pub(crate) fn tag_send_mapped(
         &mut self,
         idx: usize,
@@ -173,15 +192,6 @@ impl State {
         len: usize,
     ) -> Result<Op> {
         let ptr = map.range(offset, len)?;
-        // SAFETY: `range` checked that the bytes lie in the mapping, which the caller borrows
-        // for this call; the eager short path only copies them before it returns.
-        let small = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
-        if self.tag_send_short(idx, tag, &SendData::Borrowed(small))? {
-            return Ok(Op::Done(Completion {
-                tag,
-                ..Completion::ok()
-            }));
-        }
         self.ep_usable(idx)?;
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         let rndv = self.eps[idx]
@@ -340,7 +350,7 @@ impl State {
         let s = self.send_mut(key);
         s.rts_sent = true;
         s.stage = SendStage::WaitRndv;
-        self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        self.eps[idx].last_tx = self.now_stamp;
         Ok(self.op_of(key))
     }
 
@@ -411,7 +421,7 @@ impl State {
                 return Ok(None);
             }
         }
-        self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+        self.eps[idx].last_tx = self.now_stamp;
         Ok(Some(self.op_of(key)))
     }
 
@@ -523,7 +533,7 @@ impl State {
                 s.rts_sent = true;
                 s.stage = SendStage::WaitRndv;
                 self.stats.rndv_rts += 1;
-                self.eps[idx].last_tx = crate::worker::state::Stamp::of(self.now_cache);
+                self.eps[idx].last_tx = self.now_stamp;
             }
             // `InProgress` carries no operation id (not what tcp answers): the ordinary path.
             Outcome::InProgress | Outcome::NoResource => {
