@@ -4,9 +4,12 @@
 # alternating the two programs and repeating, and prints the median of each and the ratio
 # rucx/UCX per row. It reports; it never asserts a speed (the machine is shared and noisy).
 #
-# Usage: bench/compare-ucx.sh [-r REPS] [-q] [ROW_FILTER]
+# Usage: bench/compare-ucx.sh [-r REPS] [-q] [-R] [ROW_FILTER]
 #   -r REPS     repetitions per program and row (default 5)
 #   -q          quick: a tenth of the iterations (for a smoke run)
+#   -R          run both programs under SCHED_FIFO (chrt -f 10; needs root): on a machine that
+#               other jobs keep busy they then take their cores whole, and the rows show the
+#               programs rather than the load (the other jobs wait while a run lasts)
 #   ROW_FILTER  only rows whose name contains this text (e.g. "tag_lat", "tcp")
 # Environment: SERVER_CORE (0), CLIENT_CORE (1), RUCX_PERFTEST (path to a built perftest).
 
@@ -14,11 +17,13 @@ set -u
 
 REPS=5
 SCALE=1
-while getopts "r:qh" opt; do
+RT=()
+while getopts "r:qRh" opt; do
     case "$opt" in
         r) REPS=$OPTARG ;;
         q) SCALE=10 ;;
-        h) sed -n '2,12p' "$0"; exit 0 ;;
+        R) RT=(chrt -f 10) ;;
+        h) sed -n '2,15p' "$0"; exit 0 ;;
         *) exit 1 ;;
     esac
 done
@@ -65,14 +70,15 @@ run_one() {
     shift 2
     PORT=$((PORT + 1))
     local out="$WORK/out" err="$WORK/err" srv="$WORK/srv"
-    env $envs taskset -c "$SERVER_CORE" "$prog" -p "$PORT" >"$srv" 2>&1 &
+    env $envs "${RT[@]}" taskset -c "$SERVER_CORE" "$prog" -p "$PORT" >"$srv" 2>&1 &
     local spid=$!
     if ! wait_listen "$PORT"; then
         kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
         echo "ERR server did not start: $(tail -1 "$srv")"
         return
     fi
-    env $envs timeout 120 taskset -c "$CLIENT_CORE" "$prog" 127.0.0.1 -p "$PORT" "$@" -v >"$out" 2>"$err"
+    env $envs timeout 120 "${RT[@]}" taskset -c "$CLIENT_CORE" "$prog" 127.0.0.1 -p "$PORT" "$@" -v \
+        >"$out" 2>"$err"
     local rc=$?
     # The server exits after one test; give it a moment, then make sure it is gone.
     for _ in $(seq 1 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.02; done
@@ -102,6 +108,7 @@ printf "# rucx perftest vs UCX %s ucx_perftest; server core %s, client core %s; 
 printf "# latency rows: 50th percentile µs (lower is better), then the overall average µs;\n"
 printf "# bw rows: overall MB/s or msg/s (higher is better), then the 50th percentile time per message µs\n"
 printf "# (on a loaded machine the percentile is the robust number; averages include preemption)\n"
+[ ${#RT[@]} -gt 0 ] && printf "# both programs ran under SCHED_FIFO (-R)\n"
 printf "%-38s %8s %12s %12s %8s %10s %10s   %s\n" "row" "iters" "UCX" "rucx" "rucx/UCX" "UCX 2nd" "rucx 2nd" "note"
 
 # row NAME METRIC ITERS UCX_ENV RUCX_ENV -- ARGS (UCX) -- ARGS (rucx, default: same)

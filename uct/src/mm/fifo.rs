@@ -16,7 +16,7 @@
 //!                  24..256 inline payload (INLINE_MAX bytes)
 //! offset BUFS_OFF NBUFS buffers of BUF_SIZE bytes (page aligned): NELEMS, one per element,
 //!                 and SPARE_BUFS spares. A bcopy sender packs straight into the buffer its
-//!                 element names (no extra copy).
+//!                 element names (no extra copy), from BUF_DATA_OFF on.
 //! ```
 //!
 //! Element i starts with buffer i. The consumer may keep a message in its buffer after the
@@ -48,6 +48,14 @@ pub const ELEM_HDR: usize = 24;
 pub const INLINE_MAX: usize = ELEM_SIZE - ELEM_HDR;
 /// Size of one element's bcopy buffer.
 pub const BUF_SIZE: usize = 8192;
+/// Where a message starts in its buffer: 16 bytes before a cache line, so that after a 16-byte
+/// header (ucp's eager header: sender id and tag; the tag offload's tag and immediate value)
+/// the payload is line-aligned. Both copies of it (the sender's pack, the receiver's copy
+/// out) then store and load whole lines, and a page-aligned user buffer does not sit 16
+/// bytes behind it in the page (4 KiB aliasing of the sender's loads with its own stores).
+pub const BUF_DATA_OFF: usize = 48;
+/// Largest message in a buffer.
+pub const BUF_DATA_MAX: usize = BUF_SIZE - BUF_DATA_OFF;
 /// Offset of the element array: right after the control block, in its page.
 pub const ELEMS_OFF: usize = 512;
 /// Elements in one page of the element array (the first page holds fewer: the control block
@@ -64,7 +72,7 @@ pub const SEG_LEN: usize = BUFS_OFF + NBUFS * BUF_SIZE;
 /// Identifies a rucx FIFO segment ("rucxfifo").
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rucxfifo");
 /// Layout version.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The consumer publishes `tail` at least every this many messages.
 pub const RELEASE_BATCH: u64 = NELEMS / 4;
 
@@ -303,8 +311,9 @@ impl FifoPtrs {
     pub fn inline_area(&self, pos: u64) -> *mut u8 {
         self.inline_ptr(pos)
     }
-    /// The buffer of a claimed position ([`BUF_SIZE`] bytes): the one its element names (a
-    /// word out of range names the element's own buffer; either way it lies in the segment).
+    /// Where the message of a claimed position goes ([`BUF_DATA_MAX`] bytes at
+    /// [`BUF_DATA_OFF`] in the buffer its element names; a word out of range names the
+    /// element's own buffer, and either way it lies in the segment).
     #[inline(always)]
     pub fn buf_area(&self, pos: u64) -> *mut u8 {
         let w = self.buf_word(pos).load(Ordering::Relaxed);
@@ -313,7 +322,7 @@ impl FifoPtrs {
         } else {
             w - 1
         };
-        self.buf_ptr(b)
+        self.buf_ptr(b).wrapping_add(BUF_DATA_OFF)
     }
     /// Asks the CPU to bring the first line of position `pos`'s element into this core's cache
     /// for writing, ahead of the producer's stores to it. The line was last read by the
@@ -383,7 +392,7 @@ impl FifoPtrs {
             let kind = std::ptr::addr_of!((*e).kind).read();
             let (p, max) = match kind {
                 KIND_INLINE => (self.inline_ptr(pos), INLINE_MAX),
-                KIND_BUF => (self.buf_ptr(buf), BUF_SIZE),
+                KIND_BUF => (self.buf_ptr(buf).wrapping_add(BUF_DATA_OFF), BUF_DATA_MAX),
                 KIND_SKIP => return Polled::Skip,
                 k => return Polled::Corrupt(format!("unknown element kind {k}")),
             };
@@ -514,11 +523,11 @@ mod tests {
             f.publish(c.pos, 3, KIND_INLINE, 5);
         }
         let c = f.claim(&mut tail).unwrap();
-        let big = vec![0xabu8; BUF_SIZE];
-        // SAFETY: claimed position, BUF_SIZE bytes available.
+        let big = vec![0xabu8; BUF_DATA_MAX];
+        // SAFETY: claimed position, BUF_DATA_MAX bytes available.
         unsafe {
-            std::ptr::copy_nonoverlapping(big.as_ptr(), f.buf_area(c.pos), BUF_SIZE);
-            f.publish(c.pos, 4, KIND_BUF, BUF_SIZE as u32);
+            std::ptr::copy_nonoverlapping(big.as_ptr(), f.buf_area(c.pos), BUF_DATA_MAX);
+            f.publish(c.pos, 4, KIND_BUF, BUF_DATA_MAX as u32);
         }
         // SAFETY: single consumer in this test.
         unsafe {

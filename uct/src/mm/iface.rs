@@ -1,6 +1,6 @@
 //! Interface and endpoint of the shared-memory transports.
 
-use super::fifo::{self, FifoPtrs, Polled, BUF_SIZE, INLINE_MAX};
+use super::fifo::{self, FifoPtrs, Polled, BUF_DATA_MAX, INLINE_MAX};
 use super::keep::{AmKeep, RxBufs};
 use super::segment::Segment;
 use super::tag::{self, TagState};
@@ -83,9 +83,9 @@ fn attr() -> IfaceAttr {
         },
         am: OpLimits {
             max_short: INLINE_MAX,
-            max_bcopy: BUF_SIZE,
+            max_bcopy: BUF_DATA_MAX,
             min_zcopy: 0,
-            max_zcopy: BUF_SIZE - AM_MAX_HDR,
+            max_zcopy: BUF_DATA_MAX - AM_MAX_HDR,
             max_iov: MAX_IOV,
             max_hdr: AM_MAX_HDR,
         },

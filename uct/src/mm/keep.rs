@@ -156,7 +156,7 @@ impl std::fmt::Debug for HeldBuf {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::super::fifo::{Polled, BUF_SIZE, KIND_BUF};
+    use super::super::fifo::{Polled, BUF_DATA_MAX, BUF_DATA_OFF, BUF_SIZE, KIND_BUF};
     use super::*;
 
     #[repr(C, align(4096))]
@@ -195,7 +195,7 @@ mod tests {
         /// A producer sends `len` bytes of `fill` in a buffer message.
         fn send(&mut self, fill: u8, len: usize) {
             let c = self.f.claim(&mut self.tail).expect("room");
-            // SAFETY: claimed position; its buffer is BUF_SIZE bytes.
+            // SAFETY: claimed position; its buffer area is BUF_DATA_MAX bytes.
             unsafe {
                 std::ptr::write_bytes(self.f.buf_area(c.pos), fill, len);
                 self.f.publish(c.pos, 1, KIND_BUF, len as u32);
@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(x.bufs.free_count(), SPARE_BUFS - 1);
         // A full round of the FIFO: element 0 comes round again with a spare.
         for i in 0..NELEMS {
-            x.send(i as u8, BUF_SIZE);
+            x.send(i as u8, BUF_DATA_MAX);
             let (d, h) = x.recv(false);
             assert!(h.is_none());
             assert!(d.iter().all(|&b| b == i as u8));
@@ -299,7 +299,7 @@ mod tests {
         use super::super::fifo::{ElemHdr, BUFS_OFF, ELEM_HDR};
         let mut x = fresh();
         let base = x.mem.as_mut_ptr() as *mut u8;
-        let own = base.wrapping_add(BUFS_OFF + 3 * BUF_SIZE);
+        let own = base.wrapping_add(BUFS_OFF + 3 * BUF_SIZE + BUF_DATA_OFF);
         assert_eq!(x.f.buf_area(3), own);
         // A producer scribbles an out-of-range buffer number into element 3: producers then
         // use the element's own buffer.
@@ -312,7 +312,7 @@ mod tests {
         word.store(NBUFS as u16, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
             x.f.buf_area(3),
-            base.wrapping_add(BUFS_OFF + (NBUFS - 1) * BUF_SIZE)
+            base.wrapping_add(BUFS_OFF + (NBUFS - 1) * BUF_SIZE + BUF_DATA_OFF)
         );
         // The consumer's table is untouched by either.
         assert_eq!(x.bufs.slot(3), 3);

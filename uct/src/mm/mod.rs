@@ -81,7 +81,7 @@ fn device_info(kind: SegKind) -> DeviceInfo {
             kind.name(),
             fifo::NELEMS,
             fifo::ELEM_SIZE,
-            fifo::BUF_SIZE
+            fifo::BUF_DATA_MAX
         ),
     }
 }

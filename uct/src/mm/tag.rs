@@ -55,7 +55,7 @@
     )
 )]
 
-use super::fifo::{self, FifoPtrs, BUF_SIZE, INLINE_MAX};
+use super::fifo::{self, FifoPtrs, BUF_DATA_MAX, INLINE_MAX};
 use super::iface::{check_iov, Common, MmEp, MmIface, PeerWatch};
 use super::segment::Segment;
 use super::wire::{IfaceAddr, RkeyWire, SegRef};
@@ -89,9 +89,9 @@ pub const MAX_RNDV_OPS: usize = 256;
 /// Largest `tag_eager_short` payload (inline in the element).
 pub const EAGER_MAX_SHORT: usize = INLINE_MAX - EagerHdr::LEN;
 /// Largest `tag_eager_bcopy` / `tag_eager_zcopy` payload (one element buffer).
-pub const EAGER_MAX_BCOPY: usize = BUF_SIZE - EagerHdr::LEN;
+pub const EAGER_MAX_BCOPY: usize = BUF_DATA_MAX - EagerHdr::LEN;
 /// Largest rendezvous user header.
-pub const RNDV_MAX_HDR: usize = BUF_SIZE - RkeyWire::LEN;
+pub const RNDV_MAX_HDR: usize = BUF_DATA_MAX - RkeyWire::LEN;
 /// Largest rendezvous.
 pub const RNDV_MAX_ZCOPY: usize = 1 << 30;
 /// Bits of a rendezvous operation id that hold its slot (plus one).

@@ -258,11 +258,11 @@ impl Endpoint for MmEp {
     ) -> Result<Outcome<usize>> {
         check_am_id(id)?;
         self.send(id, |_, buf| {
-            // SAFETY: the claimed element's buffer is BUF_SIZE bytes that only this sender
-            // touches until it publishes.
-            let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_SIZE) };
+            // SAFETY: the claimed element's buffer area is BUF_DATA_MAX bytes that only this
+            // sender touches until it publishes.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_DATA_MAX) };
             let len = pack(dst);
-            check_len(len, BUF_SIZE)?;
+            check_len(len, BUF_DATA_MAX)?;
             Ok((fifo::KIND_BUF, len, len))
         })
     }
@@ -276,9 +276,9 @@ impl Endpoint for MmEp {
     ) -> Result<Outcome> {
         check_am_id(id)?;
         check_len(header.len(), AM_MAX_HDR)?;
-        let total = check_iov(iov, BUF_SIZE - AM_MAX_HDR)?;
+        let total = check_iov(iov, BUF_DATA_MAX - AM_MAX_HDR)?;
         self.send(id, |_, buf| {
-            // SAFETY: header + total <= BUF_SIZE bytes of the claimed buffer; every iov piece
+            // SAFETY: header + total <= BUF_DATA_MAX bytes of the claimed buffer; every iov piece
             // was bounds-checked against its registered region when it was made.
             unsafe {
                 std::ptr::copy_nonoverlapping(header.as_ptr(), buf, header.len());

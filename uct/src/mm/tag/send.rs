@@ -27,13 +27,13 @@ impl MmEp {
         pack: F,
     ) -> Result<Outcome<usize>> {
         self.send(ID_EAGER, |_, buf| {
-            // SAFETY: the claimed element's buffer is BUF_SIZE bytes only this sender touches
-            // until it publishes.
-            let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_SIZE) };
+            // SAFETY: the claimed element's buffer area is BUF_DATA_MAX bytes only this sender
+            // touches until it publishes.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_DATA_MAX) };
             let Some((h, body)) = dst.split_first_chunk_mut::<{ EagerHdr::LEN }>() else {
                 return Err(Error::MessageTooLong {
                     len: EagerHdr::LEN,
-                    max: BUF_SIZE,
+                    max: BUF_DATA_MAX,
                 });
             };
             let len = pack(body);
@@ -81,7 +81,7 @@ impl MmEp {
         self.send(ID_RNDV, |inl, buf| {
             let mut fixed = [0u8; RndvHdr::LEN];
             h.encode(header.len() as u16, &mut fixed);
-            // SAFETY: the inline area holds INLINE_MAX >= LEN bytes and the buffer BUF_SIZE >=
+            // SAFETY: the inline area holds INLINE_MAX >= LEN bytes and the buffer area BUF_DATA_MAX >=
             // key + header bytes (checked above), both ours until published.
             unsafe {
                 std::ptr::copy_nonoverlapping(fixed.as_ptr(), inl, RndvHdr::LEN);
