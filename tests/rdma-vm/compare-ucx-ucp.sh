@@ -45,16 +45,22 @@ UCX_ENV="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:
 RUCX_ENV="RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0"
 ncpu=\$(nproc)
 pin() { if [ "\$ncpu" -ge 2 ]; then echo "taskset -c \$1"; fi; }
+# rxe0's counters of stalls (receiver-not-ready NAKs, retransmissions), one "name value" a line.
+C=/sys/class/infiniband/rxe0/ports/1/hw_counters
+snap() { for f in send_rnr_err rcvd_rnr_err completer_retry_err duplicate_request out_of_seq_request; do echo "\$f \$(cat \$C/\$f 2>/dev/null || echo 0)"; done; }
 # run LABEL ENV PROG ARGS...: one server/client pair; prints "@@R LABEL <Final line fields>".
 run() {
     local label=\$1 envs=\$2 prog=\$3; shift 3
     local port=\$((14000 + RANDOM % 1000))
+    snap >/tmp/before
     env \$envs timeout 150 \$(pin 0) \$prog -p \$port >/tmp/server.out 2>&1 &
     local s=\$!
     sleep 1
     local out
     out=\$(env \$envs timeout 150 \$(pin 1) \$prog 10.83.0.1 -p \$port "\$@" 2>&1)
     wait \$s || { echo "\$label: server failed:"; tail -3 /tmp/server.out; }
+    # Any stall counted by rxe during the run (none is the normal case).
+    snap | paste /tmp/before - | awk -v l="\$label" '\$4 != \$2 { printf "%s: rxe %s +%d\\n", l, \$1, \$4 - \$2 }'
     local fin
     fin=\$(echo "\$out" | grep "Final:" | tail -1)
     if [ -n "\$fin" ]; then echo "@@R \$label \${fin#*Final:}"; else echo "\$label: no result:"; echo "\$out" | tail -5; fi

@@ -704,6 +704,68 @@ fn dead_peer_becomes_an_endpoint_error() {
     assert!(sink.comps.iter().find(|c| c.0 == 5).unwrap().1.is_err());
 }
 
+/// The send CQ is looked at only now and then while no signaled request is in flight: the
+/// error completion of an unsignaled short message to a dead peer still fails the endpoint,
+/// and the send-queue slots of unsignaled messages come back with the next signaled one.
+#[test]
+fn unsignaled_sends_free_slots_and_report_a_dead_peer() {
+    let Some(dev) = device() else { return };
+    let md = RcVerbs::open_md(&dev).unwrap();
+    let mut i1 = RcVerbsIface::open(&md, &dev, cfg()).unwrap();
+    let mut i2 = RcVerbsIface::open(&md, &dev, cfg()).unwrap();
+    let mut a = i1.ep_create().unwrap();
+    let mut b = i2.ep_create().unwrap();
+    let (aa, ba) = (a.ep_address().unwrap(), b.ep_address().unwrap());
+    a.connect_to_ep(i2.device_address(), &ba).unwrap();
+    b.connect_to_ep(i1.device_address(), &aa).unwrap();
+    let mut sink = Sink::default();
+    let mut s2 = Sink::default();
+    // Three times the send queue, a receive-queue's worth at a time: plain inline messages,
+    // one in `moderation` signaled, must never run out of slots for good.
+    let depth = cfg().tx_queue_len as usize;
+    let burst = cfg().rx_queue_len as usize;
+    let mut sent = 0;
+    while sent < 3 * depth {
+        let mut n = 0;
+        while n < burst {
+            match a.am_short(1, sent as u64, b"x").unwrap() {
+                Outcome::Done(()) => n += 1,
+                _ => {
+                    i1.progress(&mut sink);
+                }
+            }
+        }
+        sent += n;
+        wait(&mut i2, &mut s2, "a burst", |s| s.ams.len() == sent);
+        i1.progress(&mut sink);
+    }
+    assert!(sink.errors.is_empty(), "{:?}", sink.errors);
+    let got: Vec<u64> = s2
+        .ams
+        .iter()
+        .map(|(_, d)| u64::from_le_bytes(d[..8].try_into().unwrap()))
+        .collect();
+    assert_eq!(got, (0..sent as u64).collect::<Vec<_>>());
+    drop(b);
+    drop(i2);
+    // One message, not signaled (moderation 8), and no flush: only its error completion
+    // tells.
+    loop {
+        match a.am_short(1, 0, b"y") {
+            Ok(Outcome::Done(())) => break,
+            Ok(_) => {
+                i1.progress(&mut sink);
+            }
+            Err(e) => panic!("am_short: {e}"),
+        }
+    }
+    wait(&mut i1, &mut sink, "peer failure", |s| !s.errors.is_empty());
+    assert!(matches!(
+        sink.errors[0].1,
+        Error::PeerFailure(_) | Error::ConnectionReset(_)
+    ));
+}
+
 #[test]
 fn event_fd_wakes_on_receive() {
     let Some(dev) = device() else { return };
