@@ -9,6 +9,10 @@
 # path of both is rc_verbs: rucx moves its AM lane to rc_verbs after wire-up, which the
 # protocol table printed once below shows). Numbers under TCG are for ratios, not absolute RDMA
 # speed, and single runs are noisy: compare the medians. It reports; it asserts nothing.
+# A loaded host (load average well above its core count) stalls the VM's vCPUs for whole host
+# time slices: round trips of UCX and rucx alike then take 2-4 ms (typical latency ~4000 us)
+# with no stall counted by rxe (printed per run when there is one); the load is printed before
+# and after, and only runs on a quiet host compare latencies.
 #
 # Usage: tests/rdma-vm/compare-ucx-ucp.sh [REPS]      (default 5)
 # Environment: RUCX_PERFTEST=path to a built perftest (default: cargo build --release -p perftest)
@@ -85,7 +89,9 @@ done
 EOF
 chmod +x "$WORK/compare.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
+echo "host load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
+echo "host load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "=== ucp over rc_verbs in the Soft-RoCE VM, medians of $REPS runs"
 echo "Final line columns: iterations, typical latency (us), avg latency (us), overall latency (us), avg MB/s, overall MB/s, avg msg/s, overall msg/s"

@@ -529,15 +529,14 @@ impl Iface for RcVerbsIface {
     }
 
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        // Receives first: in a ping-pong the next message is what the caller waits for. As in
-        // UCX, a call that found messages leaves the send CQ to the next call (the caller is
-        // about to answer them) unless an endpoint waits for send resources.
+        // Receives first: in a ping-pong the next message is what the caller waits for. The
+        // send CQ only while a completion may be due (see `send_poll_due`).
         let mut buf = [MaybeUninit::<ibv_wc>::uninit(); POLL_BATCH];
         let (wcs, poll_send, attention) = {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
             let wcs = take_wcs(&inner.recv_cq, &mut inner.stash_recv, &mut buf, "receive");
-            let poll_send = (wcs.is_empty() || inner.eps_attention) && inner.send_poll_due();
+            let poll_send = inner.send_poll_due();
             (wcs, poll_send, inner.eps_attention)
         };
         if wcs.is_empty() && !poll_send {

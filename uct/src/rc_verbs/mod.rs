@@ -28,8 +28,7 @@
 //!   send-queue slots of every request up to it (RC completes in order), and only requests
 //!   that owe something (a buffer, a completion) are remembered. Progress polls the receive
 //!   CQ first and the send CQ only while a signaled request is in flight (else on one call in
-//!   16, for an unsignaled request's error completion), and, as UCX, not in a call that found
-//!   messages. A full send queue or no
+//!   16, for an unsignaled request's error completion). A full send queue or no
 //!   credits give `NoResource`, and queued pending requests are retried from progress. Any
 //!   error completion fails the endpoint: its outstanding operations complete with the error
 //!   and `EventSink::ep_error` is called once.

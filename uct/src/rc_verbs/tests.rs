@@ -728,7 +728,7 @@ fn unsignaled_sends_free_slots_and_report_a_dead_peer() {
     while sent < 3 * depth {
         let mut n = 0;
         while n < burst {
-            match a.am_short(1, sent as u64, b"x").unwrap() {
+            match a.am_short(1, (sent + n) as u64, b"x").unwrap() {
                 Outcome::Done(()) => n += 1,
                 _ => {
                     i1.progress(&mut sink);
