@@ -9,6 +9,10 @@
 # path of both is rc_verbs: rucx moves its AM lane to rc_verbs after wire-up, which the
 # protocol table printed once below shows). Numbers under TCG are for ratios, not absolute RDMA
 # speed, and single runs are noisy: compare the medians. It reports; it asserts nothing.
+# A loaded host (load average well above its core count) stalls the VM's vCPUs for whole host
+# time slices: round trips of UCX and rucx alike then take 2-4 ms (typical latency ~4000 us)
+# with no stall counted by rxe (printed per run when there is one); the load is printed before
+# and after, and only runs on a quiet host compare latencies.
 #
 # Usage: tests/rdma-vm/compare-ucx-ucp.sh [REPS]      (default 5)
 # Environment: RUCX_PERFTEST=path to a built perftest (default: cargo build --release -p perftest)
@@ -45,16 +49,22 @@ UCX_ENV="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:
 RUCX_ENV="RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0"
 ncpu=\$(nproc)
 pin() { if [ "\$ncpu" -ge 2 ]; then echo "taskset -c \$1"; fi; }
+# rxe0's counters of stalls (receiver-not-ready NAKs, retransmissions), one "name value" a line.
+C=/sys/class/infiniband/rxe0/ports/1/hw_counters
+snap() { for f in send_rnr_err rcvd_rnr_err completer_retry_err duplicate_request out_of_seq_request; do echo "\$f \$(cat \$C/\$f 2>/dev/null || echo 0)"; done; }
 # run LABEL ENV PROG ARGS...: one server/client pair; prints "@@R LABEL <Final line fields>".
 run() {
     local label=\$1 envs=\$2 prog=\$3; shift 3
     local port=\$((14000 + RANDOM % 1000))
+    snap >/tmp/before
     env \$envs timeout 150 \$(pin 0) \$prog -p \$port >/tmp/server.out 2>&1 &
     local s=\$!
     sleep 1
     local out
     out=\$(env \$envs timeout 150 \$(pin 1) \$prog 10.83.0.1 -p \$port "\$@" 2>&1)
     wait \$s || { echo "\$label: server failed:"; tail -3 /tmp/server.out; }
+    # Any stall counted by rxe during the run (none is the normal case).
+    snap | paste /tmp/before - | awk -v l="\$label" '\$4 != \$2 { printf "%s: rxe %s +%d\\n", l, \$1, \$4 - \$2 }'
     local fin
     fin=\$(echo "\$out" | grep "Final:" | tail -1)
     if [ -n "\$fin" ]; then echo "@@R \$label \${fin#*Final:}"; else echo "\$label: no result:"; echo "\$out" | tail -5; fi
@@ -79,7 +89,9 @@ done
 EOF
 chmod +x "$WORK/compare.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
+echo "host load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
+echo "host load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "=== ucp over rc_verbs in the Soft-RoCE VM, medians of $REPS runs"
 echo "Final line columns: iterations, typical latency (us), avg latency (us), overall latency (us), avg MB/s, overall MB/s, avg msg/s, overall msg/s"

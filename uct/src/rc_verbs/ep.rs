@@ -25,6 +25,7 @@ impl Drop for RcVerbsEp {
         if let Ok(mut inner) = self.inner.try_borrow_mut() {
             if inner.eps.get(self.key).is_some_and(|e| e.gen == self.gen) {
                 let ep = inner.eps.remove(self.key);
+                inner.tx_signaled -= ep.signaled_out;
                 for op in &ep.ops {
                     if let TxKind::Buf(b)
                     | TxKind::BufComp(b, _)
@@ -256,13 +257,16 @@ impl Endpoint for RcVerbsEp {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
             check_len(total, inner.max_inline as usize - AmHdr::LEN)?;
-            let parts = iov.iter().filter(|b| !b.is_empty()).count();
+            // Empty parts take no scatter entry: counted only when the parts could be too many.
             let max_sge = inner.max_send_sge as usize;
-            if parts + 1 > max_sge {
-                return Err(Error::InvalidParam(format!(
-                    "{parts} iov entries exceed the limit of {}",
-                    max_sge - 1
-                )));
+            if iov.len() + 1 > max_sge {
+                let parts = iov.iter().filter(|b| !b.is_empty()).count();
+                if parts + 1 > max_sge {
+                    return Err(Error::InvalidParam(format!(
+                        "{parts} iov entries exceed the limit of {}",
+                        max_sge - 1
+                    )));
+                }
             }
             if inner.ep(self.key, self.gen).is_none() {
                 return Err(Error::InvalidParam("rc_verbs endpoint is gone".into()));
@@ -632,7 +636,7 @@ impl Endpoint for RcVerbsEp {
             if let Some(e) = &ep.failed {
                 return Err(e.clone());
             }
-            if !ep.ops.iter().any(|o| o.wqe) {
+            if ep.next_seq == ep.done_seq {
                 return Ok(Outcome::DONE);
             }
             if !ep.last_wqe_signaled && ep.sq_avail == 0 {

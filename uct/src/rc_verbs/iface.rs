@@ -171,6 +171,8 @@ impl RcVerbsIface {
             scratch: Vec::with_capacity(max_eps),
             eps_attention: false,
             rx_batch,
+            tx_signaled: 0,
+            tx_skipped: 0,
             recv_cq,
             send_cq,
             channel,
@@ -189,13 +191,8 @@ impl RcVerbsIface {
         self.inner.borrow().dev.gid_index
     }
 
-    fn progress_recv<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut buf = [MaybeUninit::<ibv_wc>::uninit(); POLL_BATCH];
-        let wcs = {
-            let mut g = self.inner.borrow_mut();
-            let inner = &mut *g;
-            take_wcs(&inner.recv_cq, &mut inner.stash_recv, &mut buf, "receive")
-        };
+    /// Delivers the active messages of receive completions `wcs` and reposts their buffers.
+    fn deliver_recvs<S: EventSink>(&mut self, wcs: &[ibv_wc], sink: &mut S) -> usize {
         let mut count = 0;
         for wc in wcs {
             let (key, gen, slot) = split_wr_id(wc.wr_id);
@@ -206,22 +203,31 @@ impl RcVerbsIface {
                 }
                 continue;
             }
-            let (rx, seg) = {
-                let mut inner = self.inner.borrow_mut();
-                let seg = inner.cfg.seg_size;
+            let (rx, seg, repost_after) = {
+                let mut g = self.inner.borrow_mut();
+                let inner = &mut *g;
+                let (seg, batch) = (inner.cfg.seg_size, inner.rx_batch);
                 match inner.ep(key, gen) {
                     Some(ep) => {
                         if wc.wc_flags & ffi::IBV_WC_WITH_IMM != 0 {
                             ep.peer_imm_update(u32::from_be(wc.imm_data));
                         }
-                        (ep.rx.clone(), seg)
+                        // The buffer joins the repost batch now unless it completes the batch
+                        // (then after the delivery): nothing else reposts this endpoint's
+                        // buffers while the callback runs.
+                        let complete = ep.rx_free.len() + 1 >= batch;
+                        if !complete {
+                            ep.rx_free.push(slot);
+                        }
+                        (ep.rx.clone(), seg, complete)
                     }
                     None => continue,
                 }
             };
             let len = (wc.byte_len as usize).min(seg);
             // SAFETY: the NIC wrote `len` bytes into this receive buffer and will not touch it
-            // until we repost it below; `rx` keeps the memory alive during the callback.
+            // until it is reposted, after this callback; `rx` keeps the memory alive during
+            // the callback.
             let data =
                 unsafe { std::slice::from_raw_parts(rx.mem.base().add(slot as usize * seg), len) };
             match AmHdr::decode(data) {
@@ -231,14 +237,17 @@ impl RcVerbsIface {
                 }
                 Err(e) => tracing::warn!(%e, "malformed rc_verbs active message dropped"),
             }
-            let mut inner = self.inner.borrow_mut();
-            if inner.ep(key, gen).is_some() {
-                inner.recv_done(key, slot);
+            if repost_after {
+                let mut inner = self.inner.borrow_mut();
+                if inner.ep(key, gen).is_some() {
+                    inner.recv_done(key, slot);
+                }
             }
         }
         count
     }
 
+    #[inline(never)]
     fn progress_send<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut buf = [MaybeUninit::<ibv_wc>::uninit(); POLL_BATCH];
         let wcs = {
@@ -261,9 +270,11 @@ impl RcVerbsIface {
                 if inner.ep(key, gen).is_none() {
                     continue;
                 }
+                inner.send_completed(key);
                 if !ok {
                     inner.fail_ep(key, wc_error(wc.status, "send"));
                 }
+                inner.sq_complete(key, seq);
             }
             // Retire every op up to `seq` (RC completes in order), or all of them on error.
             loop {
@@ -276,7 +287,7 @@ impl RcVerbsIface {
                         break;
                     }
                     ep.ops.pop_front();
-                    let d = inner.retire(key, op);
+                    let d = inner.retire(op);
                     (d, err, inner.tx.base(), inner.cfg.seg_size)
                 };
                 match delivery {
@@ -491,6 +502,7 @@ impl Iface for RcVerbsIface {
             error_reported: false,
             sq_avail: sq_depth,
             next_seq: 0,
+            done_seq: 0,
             unsignaled: 0,
             last_wqe_signaled: true,
             ops: VecDeque::with_capacity(sq_depth as usize + 8),
@@ -500,6 +512,7 @@ impl Iface for RcVerbsIface {
             rx_reposted: 0,
             rx_reported: 0,
             rx_free: Vec::with_capacity(RX_POST_BATCH),
+            signaled_out: 0,
             pending: VecDeque::with_capacity(64),
         });
         let slots: Vec<u32> = (0..cfg.rx_queue_len).collect();
@@ -516,9 +529,30 @@ impl Iface for RcVerbsIface {
     }
 
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        // Receives first: in a ping-pong the next message is what the caller waits for.
-        let mut count = self.progress_recv(sink);
-        count += self.progress_send(sink);
+        // Receives first: in a ping-pong the next message is what the caller waits for. The
+        // send CQ only while a completion may be due (see `send_poll_due`).
+        let mut buf = [MaybeUninit::<ibv_wc>::uninit(); POLL_BATCH];
+        let (wcs, poll_send, attention) = {
+            let mut g = self.inner.borrow_mut();
+            let inner = &mut *g;
+            let wcs = take_wcs(&inner.recv_cq, &mut inner.stash_recv, &mut buf, "receive");
+            let poll_send = inner.send_poll_due();
+            (wcs, poll_send, inner.eps_attention)
+        };
+        if wcs.is_empty() && !poll_send {
+            return if attention {
+                self.progress_eps(sink)
+            } else {
+                0
+            };
+        }
+        let mut count = 0;
+        if !wcs.is_empty() {
+            count += self.deliver_recvs(wcs, sink);
+        }
+        if poll_send {
+            count += self.progress_send(sink);
+        }
         if self.inner.borrow().eps_attention {
             count += self.progress_eps(sink);
         }
@@ -530,7 +564,7 @@ impl Iface for RcVerbsIface {
         let keys: Vec<usize> = inner
             .eps
             .iter()
-            .filter(|(_, e)| e.failed.is_none() && e.ops.iter().any(|o| o.wqe))
+            .filter(|(_, e)| e.failed.is_none() && e.next_seq != e.done_seq)
             .map(|(k, _)| k)
             .collect();
         if keys.is_empty() {

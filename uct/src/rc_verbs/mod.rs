@@ -24,7 +24,11 @@
 //!   credit channel cannot deadlock). Consumed receive buffers are reposted in batches of up
 //!   to 16 (a quarter of the queue if less), one chained `ibv_post_recv` each, as UCX batches
 //!   its receive posts. Sends are signaled every `RUCX_RC_TX_MODERATION` work requests (default 64, as
-//!   UCX's `RC_TX_CQ_MODERATION`) or when a completion is needed; a full send queue or no
+//!   UCX's `RC_TX_CQ_MODERATION`) or when a completion is needed; a completion frees the
+//!   send-queue slots of every request up to it (RC completes in order), and only requests
+//!   that owe something (a buffer, a completion) are remembered. Progress polls the receive
+//!   CQ first and the send CQ only while a signaled request is in flight (else on one call in
+//!   16, for an unsignaled request's error completion). A full send queue or no
 //!   credits give `NoResource`, and queued pending requests are retried from progress. Any
 //!   error completion fails the endpoint: its outstanding operations complete with the error
 //!   and `EventSink::ep_error` is called once.

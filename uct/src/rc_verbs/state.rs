@@ -17,6 +17,9 @@ pub(super) const POLL_BATCH: usize = 16;
 /// buffers wait until this many (or a quarter of the receive queue, if less) are free, as UCX
 /// batches its receive posts.
 pub(super) const RX_POST_BATCH: usize = 16;
+/// Progress calls between two looks at the send CQ while no signaled send is in flight (only
+/// the error completion of an unsignaled request can arrive then).
+pub(super) const SEND_POLL_EVERY: u32 = 16;
 /// Largest user header of `am_zcopy`.
 pub(super) const MAX_AM_HDR: usize = 128;
 /// Scatter/gather entries requested per send work request.
@@ -66,9 +69,8 @@ pub(super) enum TxKind {
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct TxOp {
+    /// The work request it waits for (a flush marker: the last one posted before it).
     pub(super) seq: u32,
-    /// Whether this entry took a send-queue slot.
-    pub(super) wqe: bool,
     pub(super) kind: TxKind,
 }
 
@@ -90,8 +92,13 @@ pub(super) struct EpState {
     pub(super) error_reported: bool,
     pub(super) sq_avail: u32,
     pub(super) next_seq: u32,
+    /// The oldest work request not known to be complete (`next_seq` when none is in flight):
+    /// a completion frees the send-queue slots of every request up to it.
+    pub(super) done_seq: u32,
     pub(super) unsignaled: u32,
     pub(super) last_wqe_signaled: bool,
+    /// Work requests whose completion owes something (not plain ones) and flush markers, in
+    /// order.
     pub(super) ops: VecDeque<TxOp>,
     pub(super) fence: bool,
     pub(super) am_sent: u64,
@@ -103,6 +110,8 @@ pub(super) struct EpState {
     /// Consumed receive buffers waiting to be reposted together (capacity
     /// [`RX_POST_BATCH`], never exceeded).
     pub(super) rx_free: Vec<u32>,
+    /// Signaled send work requests posted and not completed yet.
+    pub(super) signaled_out: u32,
     pub(super) pending: VecDeque<PendingId>,
 }
 
@@ -164,6 +173,12 @@ pub(super) struct Inner {
     pub(super) eps_attention: bool,
     /// Receive buffers reposted at once (see [`RX_POST_BATCH`]).
     pub(super) rx_batch: usize,
+    /// Signaled send work requests in flight on all endpoints: while there are none, no
+    /// completion is due but an unsignaled request's error, and progress looks at the send CQ
+    /// only every [`SEND_POLL_EVERY`] calls.
+    pub(super) tx_signaled: u32,
+    /// Progress calls since the send CQ was last polled.
+    pub(super) tx_skipped: u32,
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
@@ -247,11 +262,11 @@ impl Inner {
         ep.sq_avail -= 1;
         ep.last_wqe_signaled = signaled;
         ep.unsignaled = if signaled { 0 } else { ep.unsignaled + 1 };
-        ep.ops.push_back(TxOp {
-            seq,
-            wqe: true,
-            kind,
-        });
+        ep.signaled_out += signaled as u32;
+        self.tx_signaled += signaled as u32;
+        if !matches!(kind, TxKind::Plain) {
+            ep.ops.push_back(TxOp { seq, kind });
+        }
         Ok(())
     }
 
@@ -339,6 +354,49 @@ impl Inner {
         }
     }
 
+    /// A send completion of endpoint `key` arrived: one signaled request fewer in flight (the
+    /// error completion of an unsignaled request, after which the endpoint has failed, may
+    /// count too: the count only decides how often the send CQ is polled).
+    #[inline]
+    pub(super) fn send_completed(&mut self, key: usize) {
+        let ep = &mut self.eps[key];
+        if ep.signaled_out > 0 {
+            ep.signaled_out -= 1;
+            self.tx_signaled -= 1;
+        }
+    }
+
+    /// Frees the send-queue slots of endpoint `key`'s work requests up to `seq` (RC completes
+    /// in order), or of all of them once the endpoint has failed.
+    #[inline]
+    pub(super) fn sq_complete(&mut self, key: usize, seq: u32) {
+        let ep = &mut self.eps[key];
+        let upto = if ep.failed.is_some() {
+            ep.next_seq
+        } else {
+            seq.wrapping_add(1)
+        };
+        let n = upto.wrapping_sub(ep.done_seq);
+        if (n as i32) > 0 {
+            ep.sq_avail += n;
+            ep.done_seq = upto;
+        }
+    }
+
+    /// Whether this progress call polls the send CQ: while a signaled request is in flight or
+    /// `event_arm` stashed completions, else on one call in [`SEND_POLL_EVERY`].
+    #[inline]
+    pub(super) fn send_poll_due(&mut self) -> bool {
+        if self.tx_signaled == 0 && self.stash_send.is_empty() {
+            self.tx_skipped += 1;
+            if self.tx_skipped < SEND_POLL_EVERY {
+                return false;
+            }
+        }
+        self.tx_skipped = 0;
+        true
+    }
+
     /// Reposted receives not yet reported to the peer after which they are written into its
     /// credit word: a quarter of the receive queue plus one repost batch, so that a batch
     /// reposted just before a message goes back rides on that message. The peer never waits
@@ -410,10 +468,7 @@ impl Inner {
     }
 
     /// Releases the resources of a completed op; gives what the sink must be told.
-    pub(super) fn retire(&mut self, key: usize, op: TxOp) -> Delivery {
-        if op.wqe {
-            self.eps[key].sq_avail += 1;
-        }
+    pub(super) fn retire(&mut self, op: TxOp) -> Delivery {
         match op.kind {
             TxKind::Plain => Delivery::None,
             TxKind::Buf(b) => {
@@ -462,11 +517,7 @@ pub(super) fn ep_flush_marker(inner: &mut Inner, k: usize, kind: TxKind) -> Resu
     let ep = &mut inner.eps[k];
     if ep.last_wqe_signaled {
         let seq = ep.next_seq.wrapping_sub(1);
-        ep.ops.push_back(TxOp {
-            seq,
-            wqe: false,
-            kind,
-        });
+        ep.ops.push_back(TxOp { seq, kind });
         return Ok(());
     }
     let remote = ep
