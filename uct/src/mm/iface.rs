@@ -198,8 +198,8 @@ pub(super) struct EpShared {
     peer_reads_us: Cell<bool>,
 }
 
-// With its reference counts, 168 bytes: one 176-byte heap chunk per endpoint.
-const _: () = assert!(std::mem::size_of::<EpShared>() <= 152);
+// With its reference counts, 152 bytes: one 160-byte heap chunk per endpoint.
+const _: () = assert!(std::mem::size_of::<EpShared>() <= 136);
 
 /// An endpoint's queue of pending requests: empty and unallocated until a send finds the peer's
 /// FIFO full (most endpoints never do).
