@@ -99,10 +99,10 @@ impl Worker {
                 let Some(l) = st.eps[idx].lanes.as_mut() else {
                     return;
                 };
-                let id = uep.id().0;
-                let lane = l.push(p.local, uep);
-                l.set_amo(lane);
-                st.by_uct.insert((p.local, id), idx);
+                l.uct.push((p.local, uep));
+                l.set_amo(l.uct.len() - 1);
+                st.by_uct
+                    .insert((p.local, l.uct[l.uct.len() - 1].1.id().0), idx);
                 st.iface_users[p.local] += 1;
             }
             Err(e) => tracing::debug!(

@@ -116,6 +116,9 @@ fn connect_lanes(
     let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
     st.tm_adjust_proto(uct_eps[am].0, &mut proto);
     let proto = st.intern_proto(proto);
+    // Exactly the lanes' size (one or two, not the four a first push reserves): a worker holds
+    // one such list per endpoint.
+    uct_eps.shrink_to_fit();
     let ep = &mut st.eps[idx];
     let mut lanes = Lanes::new(uct_eps, am, rma, amo);
     lanes.amo_later = amo_later;
@@ -270,7 +273,8 @@ impl State {
             let Some(w) = l.rma_wait.take() else {
                 return Ok(());
             };
-            let lane = l.push(w.li, w.ep);
+            l.uct.push((w.li, w.ep));
+            let lane = l.uct.len() - 1;
             l.set_rma(lane);
             if crate::wireup::carries_am(&self.info[w.li].attr, &self.cfg) {
                 l.am_next = u8::try_from(lane).ok();

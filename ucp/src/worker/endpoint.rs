@@ -17,6 +17,7 @@ use crate::wireup::ProtoConfig;
 use crate::worker::peer_req::PEER_ID_MASK;
 use crate::worker::state::{Ep, EpExtra, EpState, State};
 use crate::worker::{EpHandle, EpParams, ErrHandler, Worker};
+use std::collections::VecDeque;
 use ucs::{Error, Result};
 
 impl Worker {
@@ -163,7 +164,7 @@ impl State {
             lanes: None,
             proto: None,
             state: EpState::Connecting,
-            pending: Default::default(),
+            pending: VecDeque::new(),
             in_pending_list: false,
             err_handler,
             close_acked: false,

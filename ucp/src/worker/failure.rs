@@ -34,7 +34,7 @@ impl State {
 
     pub(crate) fn teardown_ep(&mut self, idx: usize, err: &Error) {
         let ep = &mut self.eps[idx];
-        let pend = ep.pending.take_all();
+        let pend: Vec<Pending> = ep.pending.drain(..).collect();
         if let Some(x) = ep.extra.as_deref_mut() {
             x.rx_gate.clear();
         }

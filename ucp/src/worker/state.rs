@@ -64,9 +64,7 @@ pub(crate) fn comp_id(kind: u64, wire: u64) -> CompletionId {
 }
 
 pub(crate) struct Lanes {
-    /// The transport endpoints with their interface indexes: exactly as many as there are
-    /// lanes (a worker holds one such list per endpoint; see [`Lanes::push`]).
-    pub(crate) uct: Box<[(usize, AnyEp)]>,
+    pub(crate) uct: Vec<(usize, AnyEp)>,
     pub(crate) am: usize,
     /// The RMA lane (index in `uct`; see [`Lanes::rma`]).
     rma_lane: Option<u8>,
@@ -98,7 +96,7 @@ impl Lanes {
         amo: Option<usize>,
     ) -> Self {
         Lanes {
-            uct: uct.into_boxed_slice(),
+            uct,
             am,
             rma_lane: rma.and_then(|r| u8::try_from(r).ok()),
             amo_lane: amo.and_then(|a| u8::try_from(a).ok()),
@@ -107,15 +105,6 @@ impl Lanes {
             am_next: None,
             released: None,
         }
-    }
-
-    /// Adds a lane (a deferred one, connected late); gives its index in `uct`. Rare: the
-    /// list is reallocated to its new length.
-    pub(crate) fn push(&mut self, li: usize, ep: AnyEp) -> usize {
-        let mut v = std::mem::take(&mut self.uct).into_vec();
-        v.push((li, ep));
-        self.uct = v.into_boxed_slice();
-        self.uct.len() - 1
     }
 
     /// The RMA lane (index in `uct`).
@@ -184,41 +173,6 @@ pub(crate) enum Pending {
     },
 }
 
-/// An endpoint's operations waiting for its lanes or for transport resources, in order:
-/// unallocated until the first one (most endpoints never queue), then kept. 8 bytes in every
-/// endpoint where an empty `VecDeque` takes 32.
-#[derive(Default)]
-#[allow(clippy::box_collection)] // the box is the point: one word per endpoint
-pub(crate) struct EpPending(Option<Box<VecDeque<Pending>>>);
-
-impl EpPending {
-    #[inline(always)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.as_ref().is_none_or(|q| q.is_empty())
-    }
-
-    pub(crate) fn push_back(&mut self, p: Pending) {
-        self.0.get_or_insert_default().push_back(p);
-    }
-
-    pub(crate) fn push_front(&mut self, p: Pending) {
-        self.0.get_or_insert_default().push_front(p);
-    }
-
-    pub(crate) fn pop_front(&mut self) -> Option<Pending> {
-        self.0.as_mut()?.pop_front()
-    }
-
-    pub(crate) fn back(&self) -> Option<&Pending> {
-        self.0.as_ref()?.back()
-    }
-
-    /// Empties the queue (freeing it), giving what it held in order.
-    pub(crate) fn take_all(&mut self) -> VecDeque<Pending> {
-        self.0.take().map(|q| *q).unwrap_or_default()
-    }
-}
-
 /// One endpoint. A hub worker holds one per peer, so what only some endpoints use (streams,
 /// the lane-switch gate, an early peer endpoint address, the decoded peer address once its
 /// lanes are connected) lives in [`EpExtra`], allocated when first needed.
@@ -257,7 +211,7 @@ pub(crate) struct Ep {
     /// [`State::intern_proto`]).
     pub(crate) proto: Option<Rc<ProtoConfig>>,
     pub(crate) state: EpState,
-    pub(crate) pending: EpPending,
+    pub(crate) pending: VecDeque<Pending>,
     pub(crate) err_handler: Option<ErrHandler>,
     pub(crate) last_tx: Stamp,
     pub(crate) last_rx: Stamp,
@@ -265,7 +219,7 @@ pub(crate) struct Ep {
 }
 
 // Every endpoint has one (1,000 endpoints, 1,000 of these): keep it small.
-const _: () = assert!(std::mem::size_of::<Ep>() <= 136);
+const _: () = assert!(std::mem::size_of::<Ep>() <= 168);
 
 /// The rarely used part of an [`Ep`] (see there).
 #[derive(Default)]
