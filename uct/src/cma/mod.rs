@@ -243,10 +243,12 @@ impl MemoryDomain for CmaMd {
     }
 }
 
-struct CmaEpShared {
-    id: EpId,
+/// What every endpoint to one peer process shares: the process, our grant to it, whether it
+/// granted us access, and whether it failed. One per process, however many endpoints reach it
+/// (a worker with 1,000 endpoints to four processes holds four).
+struct CmaPeer {
     pid: u32,
-    peer: PeerWatch,
+    watch: PeerWatch,
     /// Our consent that the peer reaches us (none towards ourselves).
     _grant: Option<Arc<Grant>>,
     /// The peer process has granted us access (checked until it has).
@@ -255,12 +257,13 @@ struct CmaEpShared {
     /// every endpoint has the field, few the error).
     refused: RefCell<Option<Box<Error>>>,
     failed: Cell<bool>,
-    reported: Cell<bool>,
+    /// The live endpoints to this process whose failure is not reported yet.
+    eps: RefCell<Vec<EpId>>,
     /// The interface's [`CmaIface::unreported`], set with `failed`.
     iface_unreported: Rc<Cell<bool>>,
 }
 
-impl CmaEpShared {
+impl CmaPeer {
     /// Marks the endpoint failed, for the interface's next progress to report.
     fn fail(&self) {
         self.failed.set(true);
@@ -302,7 +305,8 @@ pub struct CmaIface {
     dev_addr: Vec<u8>,
     local_dev: DeviceAddr,
     iface_addr: Vec<u8>,
-    eps: Vec<Weak<CmaEpShared>>,
+    /// The peer processes of our endpoints (a failed one until its endpoints are reported).
+    peers: Vec<Weak<CmaPeer>>,
     next_ep: u32,
     tick: u32,
     /// When the peers and grants were last looked at (see [`PEER_CHECK_PERIOD`]).
@@ -357,7 +361,7 @@ impl CmaIface {
             dev_addr,
             local_dev,
             iface_addr,
-            eps: Vec::new(),
+            peers: Vec::new(),
             next_ep: 0,
             tick: 0,
             last_check: std::time::Instant::now(),
@@ -408,28 +412,14 @@ impl Iface for CmaIface {
             return Err(Error::Unreachable(why.replace("shared memory", "cma")));
         }
         let a = CmaIfaceAddr::decode(iface_addr)?;
-        let own = a.pid == std::process::id();
-        // Watch the peer before granting, so a pid reused later is not mistaken for it.
-        let peer = PeerWatch::new(a.pid);
-        let grant = if own {
-            None
-        } else {
-            Some(crate::grant::grant_to(a.pid)?)
+        let id = EpId(self.next_ep);
+        let peer = match self.live_peer(a.pid) {
+            Some(p) => p,
+            None => self.new_peer(a.pid)?,
         };
-        let shared = Rc::new(CmaEpShared {
-            id: EpId(self.next_ep),
-            pid: a.pid,
-            peer,
-            _grant: grant,
-            verified: Cell::new(own || crate::grant::granted(a.pid)),
-            refused: RefCell::new(None),
-            failed: Cell::new(false),
-            reported: Cell::new(false),
-            iface_unreported: self.unreported.clone(),
-        });
         self.next_ep += 1;
-        self.eps.push(Rc::downgrade(&shared));
-        Ok(CmaEp { shared })
+        peer.eps.borrow_mut().push(id);
+        Ok(CmaEp { id, process: peer })
     }
     /// Nothing failed and no peer check is due: a counter and two tests, inlined into the
     /// caller. Otherwise [`CmaIface::progress_eps`] does the work.
@@ -463,21 +453,59 @@ impl CmaIface {
         self.unreported.set(false);
         let mut n = 0;
         let mut i = 0;
-        while i < self.eps.len() {
-            let Some(ep) = self.eps[i].upgrade() else {
-                self.eps.swap_remove(i);
+        while i < self.peers.len() {
+            let Some(peer) = self.peers[i].upgrade() else {
+                self.peers.swap_remove(i);
                 continue;
             };
-            i += 1;
-            if check && !ep.failed.get() && ep.peer.exited() {
-                ep.failed.set(true);
+            if check && !peer.failed.get() && peer.watch.exited() {
+                peer.failed.set(true);
             }
-            if ep.failed.get() && !ep.reported.replace(true) {
-                sink.ep_error(ep.id, ep.failure());
+            if !peer.failed.get() {
+                i += 1;
+                continue;
+            }
+            // Reported once: new endpoints to the process get a new peer.
+            self.peers.swap_remove(i);
+            let eps = std::mem::take(&mut *peer.eps.borrow_mut());
+            for id in eps {
+                sink.ep_error(id, peer.failure());
                 n += 1;
             }
         }
         n
+    }
+
+    /// The peer process `pid` of a live endpoint, unless it failed.
+    fn live_peer(&self, pid: u32) -> Option<Rc<CmaPeer>> {
+        self.peers
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|p| p.pid == pid && !p.failed.get())
+    }
+
+    /// Starts watching process `pid` and grants it access to us (unless it is ourselves).
+    fn new_peer(&mut self, pid: u32) -> Result<Rc<CmaPeer>> {
+        let own = pid == std::process::id();
+        // Watch the peer before granting, so a pid reused later is not mistaken for it.
+        let watch = PeerWatch::new(pid);
+        let grant = if own {
+            None
+        } else {
+            Some(crate::grant::grant_to(pid)?)
+        };
+        let peer = Rc::new(CmaPeer {
+            pid,
+            watch,
+            _grant: grant,
+            verified: Cell::new(own || crate::grant::granted(pid)),
+            refused: RefCell::new(None),
+            failed: Cell::new(false),
+            eps: RefCell::new(Vec::new()),
+            iface_unreported: self.unreported.clone(),
+        });
+        self.peers.push(Rc::downgrade(&peer));
+        Ok(peer)
     }
 
     /// Whether [`PEER_CHECK_PERIOD`] has passed since the last look at the peers (restarting
@@ -498,7 +526,18 @@ fn peer_gone(pid: u32) -> Error {
 
 /// A cma endpoint: reads and writes the peer's registered memory.
 pub struct CmaEp {
-    shared: Rc<CmaEpShared>,
+    id: EpId,
+    /// The peer process (shared with every other endpoint to it).
+    process: Rc<CmaPeer>,
+}
+
+impl Drop for CmaEp {
+    fn drop(&mut self) {
+        let mut eps = self.process.eps.borrow_mut();
+        if let Some(i) = eps.iter().position(|&e| e == self.id) {
+            eps.swap_remove(i);
+        }
+    }
 }
 
 impl CmaEp {
@@ -509,8 +548,8 @@ impl CmaEp {
         remote_addr: u64,
         rkey: &RemoteKey,
     ) -> Result<Outcome> {
-        if self.shared.failed.get() {
-            return Err(self.shared.failure());
+        if self.process.failed.get() {
+            return Err(self.process.failure());
         }
         if iov.len() > MAX_IOV {
             return Err(Error::InvalidParam(format!(
@@ -519,11 +558,11 @@ impl CmaEp {
             )));
         }
         // The endpoint's process first: an unverified pid fails the endpoint whatever the key.
-        self.shared.verify()?;
-        if rkey.tl_value != self.shared.pid as u64 {
+        self.process.verify()?;
+        if rkey.tl_value != self.process.pid as u64 {
             return Err(Error::RemoteAccess(format!(
                 "the remote key belongs to process {}, this endpoint reaches {}",
-                rkey.tl_value, self.shared.pid
+                rkey.tl_value, self.process.pid
             )));
         }
         let total = Iov::total_len(iov);
@@ -556,7 +595,7 @@ impl CmaEp {
                 iov_base: (remote_addr as usize + done) as *mut libc::c_void,
                 iov_len: total - done,
             };
-            let pid = self.shared.pid as libc::pid_t;
+            let pid = self.process.pid as libc::pid_t;
             let cnt = (iov.len() - k) as libc::c_ulong;
             // SAFETY: local pieces are registered ranges of this process (checked when each Iov
             // was made); the remote range was bounds-checked against the rkey, and the kernel
@@ -572,16 +611,16 @@ impl CmaEp {
                 let err = std::io::Error::last_os_error();
                 return Err(match err.raw_os_error() {
                     Some(libc::ESRCH) => {
-                        self.shared.fail();
-                        peer_gone(self.shared.pid)
+                        self.process.fail();
+                        peer_gone(self.process.pid)
                     }
                     Some(libc::EFAULT) => Error::RemoteAccess(format!(
                         "{total} bytes at {remote_addr:#x} are not mapped in process {}",
-                        self.shared.pid
+                        self.process.pid
                     )),
                     Some(libc::EPERM) => Error::RemoteAccess(format!(
                         "the kernel forbids access to process {} (ptrace permission)",
-                        self.shared.pid
+                        self.process.pid
                     )),
                     _ => Error::io("process_vm_readv/writev", err),
                 });
@@ -594,7 +633,7 @@ impl CmaEp {
 
 impl Endpoint for CmaEp {
     fn id(&self) -> EpId {
-        self.shared.id
+        self.id
     }
     fn put_zcopy(
         &mut self,
@@ -615,8 +654,8 @@ impl Endpoint for CmaEp {
         self.rw(false, iov, remote_addr, rkey)
     }
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
-        if self.shared.failed.get() {
-            return Err(self.shared.failure());
+        if self.process.failed.get() {
+            return Err(self.process.failure());
         }
         Ok(Outcome::DONE)
     }
@@ -748,6 +787,47 @@ mod access_tests {
         drop(lh);
         assert_eq!(&local[..2], &[7, 7]);
         assert!(local[2..].iter().all(|&b| b == 0));
+    }
+
+    #[derive(Default)]
+    struct Errors(Vec<EpId>);
+
+    impl EventSink for Errors {
+        fn am(&mut self, _id: u8, _data: &[u8]) {}
+        fn completion(&mut self, _comp: CompletionId, _result: Result<u64>) {}
+        fn pending(&mut self, _ep: EpId, _req: PendingId) -> bool {
+            true
+        }
+        fn ep_error(&mut self, ep: EpId, _err: Error) {
+            self.0.push(ep);
+        }
+    }
+
+    #[test]
+    fn endpoints_to_one_process_share_it_and_each_fails_once() {
+        let (_md, mut iface) = open();
+        let dev = iface.device_address().to_vec();
+        let addr = iface.iface_address().to_vec();
+        let eps: Vec<CmaEp> = (0..3)
+            .map(|_| iface.ep_create_connected(&dev, &addr).unwrap())
+            .collect();
+        assert_eq!(iface.peers.len(), 1, "one peer process, one entry");
+        assert!(eps.iter().all(|e| Rc::ptr_eq(&e.process, &eps[0].process)));
+        let ids: Vec<EpId> = eps.iter().map(|e| e.id()).collect();
+        let mut eps = eps;
+        drop(eps.remove(1));
+        // The process fails: each live endpoint is reported once, the dropped one never.
+        eps[0].process.fail();
+        let mut sink = Errors::default();
+        assert_eq!(iface.progress(&mut sink), 2);
+        assert_eq!(sink.0, vec![ids[0], ids[2]]);
+        assert_eq!(iface.progress(&mut sink), 0);
+        assert!(eps[1].flush(CompletionId(0)).is_err(), "still failed");
+        // A new endpoint to the process starts afresh.
+        let mut again = iface.ep_create_connected(&dev, &addr).unwrap();
+        assert!(!Rc::ptr_eq(&again.process, &eps[0].process));
+        assert!(again.flush(CompletionId(0)).is_ok());
+        assert_eq!(iface.peers.len(), 1);
     }
 
     #[test]

@@ -2,10 +2,11 @@
 
 use super::fifo::{self, FifoPtrs, Polled, BUF_DATA_MAX, INLINE_MAX};
 use super::keep::{AmKeep, RxBufs};
+use super::peer_proc::{PeerProc, PeerProcs};
 use super::segment::Segment;
 use super::tag::{self, TagState};
+use super::watch::EpollPeers;
 pub(crate) use super::watch::PeerWatch;
-use super::watch::{EpollEntry, EpollPeers};
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
 use crate::caps::{
     AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
@@ -187,19 +188,15 @@ pub(super) struct EpShared {
     pub(super) pending: PendingQueue,
     pub(super) failed: Cell<bool>,
     reported: Cell<bool>,
-    pub(super) peer: PeerWatch,
-    /// The peer's pidfd in the interface's epoll set, until the endpoint fails or drops.
-    in_epoll: Cell<Option<EpollEntry>>,
-    /// Our consent that the peer maps our segments and reads our memory (none towards
-    /// ourselves).
-    _grant: Option<std::sync::Arc<crate::grant::Grant>>,
+    /// The peer process, shared with the interface's other endpoints to it.
+    pub(super) peer: Rc<PeerProc>,
     /// The peer process said it may trace us (it reads our ordinary memory with cma); once
     /// true it stays true, so the sender asks the grant registry only until then.
     peer_reads_us: Cell<bool>,
 }
 
-// With its reference counts, 168 bytes: one 176-byte heap chunk per endpoint.
-const _: () = assert!(std::mem::size_of::<EpShared>() <= 152);
+// With its reference counts, 120 bytes: one 128-byte heap chunk per endpoint.
+const _: () = assert!(std::mem::size_of::<EpShared>() <= 104);
 
 /// An endpoint's queue of pending requests: empty and unallocated until a send finds the peer's
 /// FIFO full (most endpoints never do).
@@ -237,15 +234,16 @@ impl PendingQueue {
 }
 
 impl EpShared {
-    /// Marks the endpoint failed (once): counted for reporting, and its use of the peer's pidfd
-    /// in the interface's epoll set ends (the pidfd leaves the set with its last user) so a
-    /// sleeper is not woken again and again.
+    /// Marks the endpoint failed (once; its peer process exited): counted for reporting, and
+    /// the process's pidfd leaves the interface's epoll set so a sleeper is not woken again and
+    /// again.
     fn mark_failed(&self, common: &Common) {
         if self.failed.replace(true) {
             return;
         }
         common.unreported.set(common.unreported.get() + 1);
-        drop(self.in_epoll.take());
+        // The process exited: every endpoint to it fails, none needs its pidfd any more.
+        self.peer.unwatch();
     }
 
     /// The peer's FIFO.
@@ -320,6 +318,8 @@ pub struct MmIface {
     /// Bound to our abstract name: the event fd, and the socket we send wake-ups from.
     pub(super) sock: Rc<OwnedFd>,
     pub(super) eps: Vec<Weak<EpShared>>,
+    /// The processes `eps` reach.
+    procs: PeerProcs,
     pub(super) common: Rc<Common>,
     next_ep: u32,
     tick: u32,
@@ -392,6 +392,7 @@ impl MmIface {
             released: 0,
             stalled_at: None,
             eps: Vec::new(),
+            procs: PeerProcs::default(),
             common: Rc::new(Common {
                 peers: EpollPeers::new(sock.clone()),
                 pending_total: Cell::new(0),
@@ -662,16 +663,17 @@ impl Iface for MmIface {
                 fifo::SEG_LEN
             )));
         }
-        // Watch the peer before mapping, so a pid reused later is not mistaken for it.
-        let peer = PeerWatch::new(a.seg.pid);
-        let seg = Segment::attach_fifo(a.seg)?;
-        // Let the peer map our segments and read our registered memory (it checks that we did).
-        let grant = if a.seg.pid == std::process::id() {
-            None
-        } else {
-            Some(crate::grant::grant_to(a.seg.pid)?)
+        let (peer, seg) = match self.procs.find(a.seg.pid) {
+            Some(p) => (p, Segment::attach_fifo(a.seg)?),
+            None => {
+                // Watch a process new to us before mapping, so a pid reused later is not
+                // mistaken for it; then let it map our segments and read our registered memory
+                // (it checks that we did), and put its pidfd in our epoll set.
+                let watch = PeerWatch::new(a.seg.pid);
+                let seg = Segment::attach_fifo(a.seg)?;
+                (self.procs.add(a.seg.pid, watch, &self.common.peers)?, seg)
+            }
         };
-        let in_epoll = self.common.peers.add(&peer)?;
         // SAFETY: attach mapped SEG_LEN bytes; the Segment lives in EpShared with every copy.
         let remote = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;
@@ -686,8 +688,6 @@ impl Iface for MmIface {
             failed: Cell::new(false),
             reported: Cell::new(false),
             peer,
-            in_epoll: Cell::new(in_epoll),
-            _grant: grant,
             peer_reads_us: Cell::new(false),
         });
         self.eps.push(Rc::downgrade(&shared));

@@ -34,6 +34,7 @@
 
 pub mod fifo;
 mod md;
+mod peer_proc;
 pub mod ring;
 pub mod segment;
 pub mod tag;

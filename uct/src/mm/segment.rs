@@ -6,9 +6,9 @@
 //! - sysv: `shmget(IPC_PRIVATE, 0600)` + `shmat` + `IPC_RMID` straight away; Linux lets peers
 //!   `shmat` a removed segment while someone still has it attached.
 //!
-//! A posix segment is mapped with `memmap2` (`MmapRaw`: a shared read-write mapping of the
-//! whole memfd, unmapped on drop; raw, because the peer writes it concurrently); a sysv one is
-//! attached and detached with `shmat`/`shmdt`, which `memmap2` does not cover.
+//! A posix segment is a shared read-write `mmap` of the whole memfd, unmapped on drop; a sysv
+//! one is attached and detached with `shmat`/`shmdt`. Either way the segment keeps only its
+//! address and reference (a hub holds one per peer's FIFO).
 
 use super::wire::{SegKind, SegRef};
 use std::ffi::CStr;
@@ -27,8 +27,6 @@ pub struct Segment {
     base: NonNull<u8>,
     /// Where it lives; `seg.len` is the mapped length.
     seg: SegRef,
-    /// The mapping of a posix segment (unmapped on drop); `None` for sysv (detached on drop).
-    _map: Option<memmap2::MmapRaw>,
     /// The memfd (posix creator only): peers reach the segment through it.
     _fd: Option<OwnedFd>,
     /// Inode of an attached posix segment (0 otherwise): tells it from a later segment that
@@ -86,10 +84,8 @@ impl Segment {
                 std::io::Error::last_os_error()
             )));
         }
-        let map = map_fd(&fd, len, "mmap of a new posix segment")?;
         Ok(Segment {
-            base: map_base(&map),
-            _map: Some(map),
+            base: map_fd(&fd, len, "mmap of a new posix segment")?,
             seg: SegRef {
                 kind: SegKind::Posix,
                 pid: own_pid(),
@@ -121,7 +117,6 @@ impl Segment {
         }
         Ok(Segment {
             base: NonNull::new(p as *mut u8).expect("shmat succeeded"),
-            _map: None,
             seg: SegRef {
                 kind: SegKind::Sysv,
                 pid: own_pid(),
@@ -230,10 +225,8 @@ impl Segment {
                 path.to_string_lossy()
             )));
         }
-        let map = map_fd(&fd, len, "mmap of a peer's posix segment")?;
         Ok(Segment {
-            base: map_base(&map),
-            _map: Some(map),
+            base: map_fd(&fd, len, "mmap of a peer's posix segment")?,
             seg,
             _fd: None,
             ino: st.st_ino,
@@ -268,7 +261,6 @@ impl Segment {
         }
         Ok(Segment {
             base: NonNull::new(p as *mut u8).expect("shmat succeeded"),
-            _map: None,
             seg,
             _fd: None,
             ino: 0,
@@ -342,25 +334,38 @@ fn posix_fd(id: u64) -> u32 {
 }
 
 /// Maps `len` bytes of a memfd shared and read-write (`mmap(MAP_SHARED)` at a kernel-chosen
-/// address, as `memmap2` does it).
-fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<memmap2::MmapRaw> {
-    memmap2::MmapOptions::new()
-        .len(len)
-        .map_raw(fd)
-        .map_err(|e| Error::io(what, e))
-}
-
-fn map_base(map: &memmap2::MmapRaw) -> NonNull<u8> {
-    NonNull::new(map.as_mut_ptr()).expect("a successful mmap is not at address 0")
+/// address); [`Segment`]'s drop unmaps it.
+fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<NonNull<u8>> {
+    // SAFETY: FFI; a new mapping at an address the kernel picks, of a descriptor we hold.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::last_os(what));
+    }
+    NonNull::new(p.cast()).ok_or_else(|| Error::NoMemory(format!("{what}: mapped at address 0")))
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // A posix mapping is unmapped when `_map` drops.
-        if self.seg.kind == SegKind::Sysv {
-            // SAFETY: we own this attachment; nobody uses it after drop (holders keep the
+        match self.seg.kind {
+            // SAFETY: our own mapping of `seg.len` bytes (the kernel rounds the length up to
+            // whole pages, as it did when mapping); nobody uses it after drop (holders keep the
             // Segment).
-            unsafe { libc::shmdt(self.base.as_ptr() as *const libc::c_void) };
+            SegKind::Posix => unsafe {
+                libc::munmap(self.base.as_ptr().cast(), self.seg.len as usize);
+            },
+            // SAFETY: we own this attachment; nobody uses it after drop.
+            SegKind::Sysv => unsafe {
+                libc::shmdt(self.base.as_ptr() as *const libc::c_void);
+            },
         }
     }
 }
