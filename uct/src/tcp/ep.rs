@@ -73,7 +73,8 @@ impl TcpEp {
         req: Option<Req>,
     ) -> Result<Option<Sent>> {
         if z.is_none() && req.is_none() {
-            if let Some(r) = self.send_small(&[], pieces) {
+            let len = pieces.iter().map(|p| p.len()).sum();
+            if let Some(r) = self.send_small(&[], pieces, len) {
                 return r;
             }
         }
@@ -83,15 +84,19 @@ impl TcpEp {
     /// The common case of `send`: a small frame of copied pieces only (`head`, then
     /// `pieces`), on a connection that is up with nothing queued, leaves with one `send` from
     /// a stack buffer (without moving the large `z` and `req` arguments of the general path,
-    /// nor gathering `head` and `pieces` into one list first). `None` when the general path
-    /// must take the frame.
+    /// nor gathering `head` and `pieces` into one list first). `len` is the frame's length
+    /// (`head` and `pieces` together). `None` when the general path must take the frame.
     #[inline]
-    fn send_small(&mut self, head: &[u8], pieces: &[&[u8]]) -> Option<Result<Option<Sent>>> {
+    fn send_small(
+        &mut self,
+        head: &[u8],
+        pieces: &[&[u8]],
+        len: usize,
+    ) -> Option<Result<Option<Sent>>> {
         let mut g = self.inner.borrow_mut();
         let inner = &mut *g;
         let c = &mut inner.conns[self.key];
-        let at: usize = head.len() + pieces.iter().map(|p| p.len()).sum::<usize>();
-        if at > SMALL_FRAME
+        if len > SMALL_FRAME
             || !c.is_connected()
             || !c.tx.is_empty()
             || !c.pending.is_empty() && !c.dispatching
@@ -464,7 +469,7 @@ impl Endpoint for TcpEp {
         let total: usize = iov.iter().map(|p| p.len()).sum();
         check_len(total, MAX_SHORT)?;
         let hdr = FrameHeader::new(Kind::Am, id, total).to_bytes();
-        if let Some(r) = self.send_small(&hdr, iov) {
+        if let Some(r) = self.send_small(&hdr, iov, FrameHeader::LEN + total) {
             return Ok(match r? {
                 None => Outcome::NoResource,
                 Some(_) => Outcome::DONE,
