@@ -29,15 +29,14 @@ pub(super) enum RxStart {
 
 impl Inner {
     /// Receives what connection `key` (connected, its send queue flushed) has. A set-up
-    /// connection at a frame boundary with nothing buffered, polled directly, takes the
-    /// short way: one `recv` into a lent buffer and a look at the first frame. Anything else
-    /// goes through [`Inner::rx_take`].
+    /// connection at a frame boundary with nothing buffered, due a `recv` (polled directly,
+    /// or reported readable by epoll), takes the short way: one `recv` into a lent buffer and
+    /// a look at the first frame. Anything else goes through [`Inner::rx_take`].
     #[inline]
     pub(super) fn rx_start(&mut self, key: usize, direct: bool) -> RxStart {
         let c = &mut self.conns[key];
-        let short = direct
+        let short = (c.readable || direct && !c.rx_gated)
             && c.state == ConnState::Connected
-            && !c.rx_gated
             && !c.rx_paused
             && !c.expect_hello
             && !c.rejected
@@ -58,7 +57,9 @@ impl Inner {
             self.fail(key, e, false);
             return RxStart::Nothing;
         }
-        self.count_poll(key, false);
+        if direct {
+            self.count_poll(key, false);
+        }
         let c = &mut self.conns[key];
         let rx = &mut c.rx;
         if !rx.has_data() {
