@@ -71,11 +71,15 @@ impl Inner {
         }
         let bytes = &rx.buf[rx.head..rx.tail];
         match FrameHeader::decode_am(bytes) {
-            Some(h) if FrameHeader::LEN + h.length as usize <= bytes.len() => RxStart::Am {
-                buf: mem::take(&mut rx.buf),
-                head: rx.head,
-                tail: rx.tail,
-            },
+            Some(h) if FrameHeader::LEN + h.length as usize <= bytes.len() => {
+                // The connection holds nothing while the bytes are out (as after `rx_take`).
+                let (head, tail) = (mem::take(&mut rx.head), mem::take(&mut rx.tail));
+                RxStart::Am {
+                    buf: mem::take(&mut rx.buf),
+                    head,
+                    tail,
+                }
+            }
             _ => RxStart::General(Taken::new(mem::take(rx))),
         }
     }
