@@ -1,7 +1,7 @@
 //! Received frames: one method per kind of frame, applied to the connection it arrived on.
 //!
-//! [`TcpIface::handle`] checks the connection's set-up state (see `handshake.rs`), then hands
-//! the frame to the method of its kind. Methods that need no callback work on [`Inner`] and
+//! The receive loop checks the connection's set-up state (see `handshake.rs`); [`TcpIface::handle`]
+//! hands a frame of a set-up connection to the method of its kind. Methods that need no callback work on [`Inner`] and
 //! give the completion to report, if any; the caller reports it after releasing the borrow, so
 //! the sink may call endpoint operations. A method's error closes the connection.
 
@@ -22,16 +22,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use ucs::{Error, Result};
 
 impl TcpIface {
-    /// Applies one received frame of connection `key`.
+    /// Applies one received frame of connection `key`, which is set up (the caller checked
+    /// it with `Inner::setup_frame`).
+    #[inline]
     pub(super) fn handle<S: EventSink>(
         &mut self,
         key: usize,
         ev: RxEvent<'_>,
         sink: &mut S,
     ) -> Flow {
-        if let Some(flow) = self.inner.borrow_mut().setup_frame(key, &ev) {
-            return flow;
-        }
         let done = match ev {
             RxEvent::Hello(_) => Err(Error::Wire("unexpected second hello".into())),
             RxEvent::HelloAck(_) => Err(Error::Wire("unexpected hello ack".into())),

@@ -84,6 +84,7 @@ mod iov;
 pub mod md;
 mod progress;
 mod rxbuf;
+mod rxfast;
 mod sockopt;
 mod tag;
 mod txq;

@@ -8,6 +8,7 @@ use super::inner::{ungate, Inner};
 use super::iov::recv_raw;
 use super::md::RegTable;
 use super::rxbuf::RxBuf;
+use super::rxfast::RxStart;
 use super::tag::{TagRx, TagState};
 use super::wire::{self, Ack, Kind, StreamPos, StreamSub, WireStatus};
 use super::TcpIface;
@@ -34,6 +35,26 @@ const DIRECT_MAX: usize = 4;
 /// through many more.
 const GATE_AFTER: u32 = 256;
 
+/// A connection's received bytes, taken out of it for the dispatch (see [`Inner::rx_take`]).
+pub(super) struct Taken {
+    pub(super) rxb: RxBuf,
+    /// A tagged eager message finished in its destination (the caller reports it).
+    tag_fin: bool,
+    /// The connection is set up (see `Inner::setup_frame`).
+    established: bool,
+}
+
+impl Taken {
+    /// Bytes of a set-up connection, no tagged message finished.
+    pub(super) fn new(rxb: RxBuf) -> Self {
+        Taken {
+            rxb,
+            tag_fin: false,
+            established: true,
+        }
+    }
+}
+
 /// What the dispatch loop does after an event.
 pub(super) enum Flow {
     Continue,
@@ -44,25 +65,67 @@ pub(super) enum Flow {
 
 impl TcpIface {
     /// One progress call: completions, epoll when needed, every connection, completions.
+    /// The common calls (no epoll due, nothing to report: see [`TcpIface::quiet`]) take one
+    /// look at the connections and service the ones with something to do, with a direct
+    /// `recv`; the rest goes out of line to [`TcpIface::progress_busy`].
+    #[inline(always)]
     pub(super) fn progress_all<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut count = 0;
         self.tick = self.tick.wrapping_add(1);
-        let (events, need_epoll, few) = {
+        let first = {
             let g = self.inner.borrow();
-            let need = g.connecting > 0
+            if !Self::quiet(&g, self.tick) {
+                None
+            } else {
+                // A connection with nothing to do costs this look only.
+                Some(
+                    g.active
+                        .iter()
+                        .position(|&k| !g.conns[k].nothing_to_do(true)),
+                )
+            }
+        };
+        match first {
+            None => self.progress_busy(sink),
+            Some(None) => 0,
+            Some(Some(i)) => self.service_from(i, sink, true, false),
+        }
+    }
+
+    /// True when a progress call needs neither epoll nor a report first: few connections
+    /// (each polled with a direct `recv`), no connect or blocked send or gated payload, no
+    /// forced epoll, no cleanup, the listening socket and quiet connections not due (they are
+    /// looked at every [`EPOLL_EVERY`], [`IDLE_EPOLL_EVERY`] calls), and no events queued.
+    #[inline(always)]
+    fn quiet(g: &Inner, tick: u32) -> bool {
+        let quiet_due = g.idle_gated > 0 && tick.is_multiple_of(IDLE_EPOLL_EVERY);
+        g.active.len() <= DIRECT_MAX
+            && (g.connecting | g.waiting_out | g.gated) == 0
+            && !(g.force_epoll | g.cleanup | quiet_due)
+            && !tick.is_multiple_of(EPOLL_EVERY)
+            && !g.has_events()
+    }
+
+    /// [`TcpIface::progress_all`] for a call that is not [`TcpIface::quiet`]: reports
+    /// events, asks epoll when it is due, then services the connections. Few connections:
+    /// a non-blocking recv on each (cheaper than epoll_wait + recv, and measurably lower
+    /// latency). Many connections: one epoll_wait(0), then recv on the ready ones.
+    #[inline(never)]
+    fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        let mut count = 0;
+        let tick = self.tick;
+        let (events, polled, few, cleanup) = {
+            let g = self.inner.borrow();
+            let few = g.active.len() <= DIRECT_MAX;
+            let polled = !few
+                || (g.connecting | g.waiting_out | g.gated) != 0
                 || g.force_epoll
-                || g.waiting_out > 0
-                || g.gated > 0
-                || g.idle_gated > 0 && self.tick.is_multiple_of(IDLE_EPOLL_EVERY);
-            (g.has_events(), need, g.active.len() <= DIRECT_MAX)
+                || g.idle_gated > 0 && tick.is_multiple_of(IDLE_EPOLL_EVERY)
+                || tick.is_multiple_of(EPOLL_EVERY);
+            (g.has_events(), polled, few, g.cleanup)
         };
         if events {
             count += self.deliver(sink);
         }
-        // Few connections: a non-blocking recv on each (cheaper than epoll_wait + recv, and
-        // measurably lower latency); the listening socket and connects are looked at every
-        // EPOLL_EVERY calls, quiet connections every IDLE_EPOLL_EVERY calls. Many connections: one epoll_wait(0), then recv on the ready ones.
-        let polled = !few || need_epoll || self.tick.is_multiple_of(EPOLL_EVERY);
         if polled {
             self.poll_events();
         }
@@ -70,32 +133,50 @@ impl TcpIface {
         // polling every socket with `recv` as well would only add system calls (and socket
         // lock round trips the peer's incoming segments wait on).
         let direct = few && !polled;
-        let mut i = 0;
+        count + self.service_from(0, sink, direct, events || polled || cleanup)
+    }
+
+    /// Services the connections from `active[i]` on that have something to do, then reports
+    /// what that (or, with `after`, what came before) queued and cleans up.
+    #[inline(never)]
+    fn service_from<S: EventSink>(
+        &mut self,
+        mut i: usize,
+        sink: &mut S,
+        direct: bool,
+        mut after: bool,
+    ) -> usize {
+        let mut count = 0;
         loop {
             let key = {
                 let g = self.inner.borrow();
-                match g.active.get(i) {
-                    // A connection with nothing to do costs this look only.
-                    Some(&k) if g.conns[k].nothing_to_do(direct) => {
-                        i += 1;
-                        continue;
+                // A connection with nothing to do costs this look only.
+                loop {
+                    match g.active.get(i) {
+                        Some(&k) if g.conns[k].nothing_to_do(direct) => i += 1,
+                        Some(&k) => break Some(k),
+                        None => break None,
                     }
-                    Some(&k) => k,
-                    None => break,
                 }
             };
+            let Some(key) = key else { break };
             i += 1;
+            after = true;
             count += self.service(key, sink, direct);
         }
-        let (events, cleanup) = {
-            let g = self.inner.borrow();
-            (g.has_events(), g.cleanup)
-        };
-        if events {
-            count += self.deliver(sink);
-        }
-        if cleanup {
-            self.cleanup();
+        // Only what ran in this call (epoll, a connection, the sink) queues events or
+        // cleanup work.
+        if after {
+            let (events, cleanup) = {
+                let g = self.inner.borrow();
+                (g.has_events(), g.cleanup)
+            };
+            if events {
+                count += self.deliver(sink);
+            }
+            if cleanup {
+                self.cleanup();
+            }
         }
         count
     }
@@ -141,6 +222,7 @@ impl TcpIface {
     /// may be ready: epoll is asked again, up to once per batch's worth of connections, so one
     /// progress call sees every ready socket (a hub whose 1,000 peers closed at once reads
     /// every close in one call, not 64 per call).
+    #[inline(never)]
     fn poll_events(&mut self) {
         let cap = self.events.capacity();
         if self.poll_batch() < cap {
@@ -203,8 +285,9 @@ impl TcpIface {
     }
 
     /// Sends queued bytes, receives and dispatches, retries pending requests.
+    #[inline]
     fn service<S: EventSink>(&mut self, key: usize, sink: &mut S, direct: bool) -> usize {
-        {
+        let taken = {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
             let Some(c) = inner.conns.get_mut(key) else {
@@ -224,11 +307,27 @@ impl TcpIface {
                 inner.fail(key, e, false);
                 return 0;
             }
+            inner.rx_start(key, direct)
+        };
+        let mut n = match taken {
+            RxStart::Nothing => 0,
+            RxStart::Am { buf, head, tail } => self.rx_am(key, buf, head, tail, sink),
+            RxStart::General(t) => self.rx(key, t, sink),
+        };
+        let (pending, detached) = {
+            let g = self.inner.borrow();
+            match g.conns.get(key) {
+                Some(c) => (!c.pending.is_empty(), c.peer_detached),
+                None => return n,
+            }
+        };
+        if pending {
+            n += self.dispatch_pending(key, sink);
         }
-        let mut n = self.rx(key, sink, direct);
-        n += self.dispatch_pending(key, sink);
-        // A connection both sides detached from closes once its last queued bytes left.
-        self.inner.borrow_mut().close_if_unused(key);
+        if pending || detached {
+            // A connection both sides detached from closes once its last queued bytes left.
+            self.inner.borrow_mut().close_if_unused(key);
+        }
         n
     }
 
@@ -264,12 +363,14 @@ impl TcpIface {
         }
     }
 
-    /// Receives (always when `direct`, else if epoll said the socket is readable) and
-    /// dispatches.
-    fn rx<S: EventSink>(&mut self, key: usize, sink: &mut S, direct: bool) -> usize {
-        let Some((mut rxb, tag_fin)) = self.inner.borrow_mut().rx_take(key, direct) else {
-            return 0;
-        };
+    /// Dispatches what [`Inner::rx_take`] took: a tagged eager message received straight
+    /// into its destination (`tag_fin`), then the frames of the receive buffer.
+    pub(super) fn rx<S: EventSink>(&mut self, key: usize, taken: Taken, sink: &mut S) -> usize {
+        let Taken {
+            mut rxb,
+            tag_fin,
+            established,
+        } = taken;
         let mut count = 0;
         if tag_fin {
             // A tagged message received straight into its destination: report it before any
@@ -277,7 +378,7 @@ impl TcpIface {
             self.tag_finish(key, None, sink);
             count += 1;
         }
-        let (flow, stalled, n) = self.rx_frames(key, &mut rxb, sink);
+        let (flow, stalled, n) = self.rx_frames(key, &mut rxb, established, sink);
         count += n;
         self.inner.borrow_mut().rx_settle(key, rxb, flow, stalled);
         count
@@ -285,10 +386,13 @@ impl TcpIface {
 
     /// Decodes and applies the frames in `rxb`. Gives what to do next, whether the decoder
     /// waits for more bytes, and the number of frames applied.
+    /// `established`: the connection was set up when the receive started (it stays so; see
+    /// `Inner::setup_frame`), so its frames skip the set-up check.
     fn rx_frames<S: EventSink>(
         &mut self,
         key: usize,
         rxb: &mut RxBuf,
+        mut established: bool,
         sink: &mut S,
     ) -> (Flow, bool, usize) {
         let mut count = 0;
@@ -317,6 +421,15 @@ impl TcpIface {
                     rxb.head += n;
                     if let Some(ev) = ev {
                         count += 1;
+                        if !established {
+                            if let Some(flow) = self.inner.borrow_mut().setup_frame(key, &ev) {
+                                if !matches!(flow, Flow::Continue) {
+                                    return (flow, false, count);
+                                }
+                                continue;
+                            }
+                            established = true;
+                        }
                         let flow = self.handle(key, ev, sink);
                         if !matches!(flow, Flow::Continue) {
                             return (flow, false, count);
@@ -489,7 +602,7 @@ impl Inner {
     /// then into the receive buffer) and takes the receive buffer out of the connection for
     /// the dispatch. Gives it, and whether a tagged eager message finished in its destination;
     /// `None` when there is nothing to dispatch.
-    fn rx_take(&mut self, key: usize, direct: bool) -> Option<(RxBuf, bool)> {
+    pub(super) fn rx_take(&mut self, key: usize, direct: bool) -> Option<Taken> {
         let c = self.conns.get_mut(key)?;
         if c.rx_paused && c.tx.fits_response() {
             c.rx_paused = false;
@@ -513,7 +626,11 @@ impl Inner {
             self.rx_pool.take_back(&mut c.rx);
             return None;
         }
-        Some((std::mem::take(&mut c.rx), tag_fin))
+        Some(Taken {
+            established: !c.expect_hello && c.state != ConnState::Handshake && !c.rejected,
+            rxb: std::mem::take(&mut c.rx),
+            tag_fin,
+        })
     }
 
     /// The `recv` calls of one read of connection `key`: the rest of a streamed payload goes
@@ -532,7 +649,7 @@ impl Inner {
 
     /// After a direct poll of `key`: counts empty polls, and makes the connection wait for
     /// epoll in the middle of a large payload or after [`GATE_AFTER`] empty polls in a row.
-    fn count_poll(&mut self, key: usize, tag_fin: bool) {
+    pub(super) fn count_poll(&mut self, key: usize, tag_fin: bool) {
         let c = &mut self.conns[key];
         if c.rx.has_data() || c.rx.eof || tag_fin {
             c.empty_polls = 0;

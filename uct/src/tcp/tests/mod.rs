@@ -14,6 +14,7 @@ use ucs::{Error, Outcome};
 mod config;
 mod connect;
 mod data;
+mod rx;
 mod short;
 
 /// Collects everything progress delivers.
