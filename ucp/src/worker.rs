@@ -206,7 +206,7 @@ impl Worker {
         let mut info = Vec::new();
         let mut failures = Vec::new();
         for r in ctx.resources() {
-            match uct::open(r.tl_name, &r.device.name) {
+            match ifaces.open_iface(r.tl_name, &r.device.name) {
                 Ok((md, iface)) => {
                     info.push(IfaceInfo {
                         tl_name: r.tl_name,

@@ -14,6 +14,7 @@ pub mod grant;
 pub mod iface;
 pub mod md;
 pub mod mm;
+pub mod peer_proc;
 pub mod rc_verbs;
 pub mod registry;
 pub mod self_;
@@ -34,9 +35,10 @@ pub use iface::{
     AmHandlers, EventSink, Iface, IfaceParams, RndvRemote, TagRecvCancel, TagRecvCanceler,
 };
 pub use md::{Iov, MemHandle, MemoryDomain, RemoteKey};
+pub use peer_proc::PeerProcs;
 pub use registry::{
-    config_tables, open, query_resources, query_transports, transport_roles, AnyEp, AnyIface,
-    AnyMd, DeviceInfo, TlResource, Transport, TRANSPORT_NAMES,
+    config_tables, open, open_shared, query_resources, query_transports, transport_roles, AnyEp,
+    AnyIface, AnyMd, DeviceInfo, TlResource, Transport, TRANSPORT_NAMES,
 };
 pub use ucs::{Error, Outcome, Result};
 pub use worker::{IfaceId, Worker};

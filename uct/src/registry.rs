@@ -7,6 +7,7 @@ use crate::caps::{DeviceType, EventFlags, IfaceAttr, MdAttr, TlRoles};
 use crate::ep::{AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId};
 use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
+use crate::peer_proc::PeerProcs;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
@@ -38,8 +39,20 @@ pub trait Transport {
     fn devices() -> std::result::Result<Vec<DeviceInfo>, String>;
     /// Opens the memory domain serving `device`.
     fn open_md(device: &str) -> Result<Self::Md>;
-    /// Opens an interface on a device of `md`.
+    /// Opens an interface on a device of `md`, on its own.
     fn open_iface(md: &Self::Md, params: &IfaceParams) -> Result<Self::Iface>;
+    /// Opens an interface on a device of `md` whose endpoints share `procs`, the peer
+    /// processes of the worker it joins, with the worker's other interfaces (one watch on and
+    /// one grant to each peer process per worker). Transports that hold nothing per peer
+    /// process open as [`Transport::open_iface`].
+    fn open_iface_shared(
+        md: &Self::Md,
+        params: &IfaceParams,
+        procs: &PeerProcs,
+    ) -> Result<Self::Iface> {
+        let _ = procs;
+        Self::open_iface(md, params)
+    }
 }
 
 /// A transport/device pair available on this machine.
@@ -105,6 +118,12 @@ pub fn query_resources() -> Vec<TlResource> {
 /// Opens the memory domain and interface of `tl_name` on `device`, checking both names and
 /// listing the valid ones on error.
 pub fn open(tl_name: &str, device: &str) -> Result<(AnyMd, AnyIface)> {
+    open_shared(tl_name, device, &PeerProcs::new())
+}
+
+/// As [`open`], the interface sharing the peer processes of `procs` (a worker's, see
+/// [`crate::Worker::open_iface`]).
+pub fn open_shared(tl_name: &str, device: &str, procs: &PeerProcs) -> Result<(AnyMd, AnyIface)> {
     if !TRANSPORT_NAMES.contains(&tl_name) {
         return Err(Error::NoDevice(format!(
             "unknown transport '{tl_name}'; built-in transports are: {}",
@@ -121,11 +140,12 @@ pub fn open(tl_name: &str, device: &str) -> Result<(AnyMd, AnyIface)> {
         )));
     }
     let md = AnyMd::open(tl_name, device)?;
-    let iface = AnyIface::open(
+    let iface = AnyIface::open_shared(
         &md,
         &IfaceParams {
             device: device.to_owned(),
         },
+        procs,
     )?;
     Ok((md, iface))
 }
@@ -184,6 +204,11 @@ macro_rules! transports {
             /// Opens an interface of `md`'s transport.
             pub fn open(md: &AnyMd, params: &IfaceParams) -> Result<Self> {
                 match *md { $( AnyMd::$variant(ref m) => Ok(AnyIface::$variant(<$tl as Transport>::open_iface(m, params)?)), )* }
+            }
+            /// Opens an interface of `md`'s transport sharing the peer processes of `procs`
+            /// ([`Transport::open_iface_shared`]).
+            pub fn open_shared(md: &AnyMd, params: &IfaceParams, procs: &PeerProcs) -> Result<Self> {
+                match *md { $( AnyMd::$variant(ref m) => Ok(AnyIface::$variant(<$tl as Transport>::open_iface_shared(m, params, procs)?)), )* }
             }
         }
 

@@ -10,7 +10,8 @@
 
 use crate::caps::EventFlags;
 use crate::iface::{EventSink, Iface};
-use crate::registry::AnyIface;
+use crate::peer_proc::PeerProcs;
+use crate::registry::{AnyIface, AnyMd};
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -42,6 +43,9 @@ struct WaitSet {
 pub struct Worker {
     ifaces: Vec<AnyIface>,
     wait: Option<WaitSet>,
+    /// The peer processes of the interfaces' endpoints, one entry each whatever the number of
+    /// interfaces reaching it (see [`Worker::open_iface`]).
+    procs: PeerProcs,
 }
 
 impl std::fmt::Debug for Worker {
@@ -83,8 +87,21 @@ impl Worker {
         Self::default()
     }
 
-    /// Adds an interface (opened with [`crate::open`]); its event fd joins the event set when
-    /// events are watched.
+    /// Opens the memory domain and an interface of `tl_name` on `device` (as [`crate::open`])
+    /// whose endpoints share this worker's peer processes with its other interfaces: a peer
+    /// process reached by several interfaces is watched and granted once. Add the interface
+    /// with [`Worker::add_iface`].
+    pub fn open_iface(&self, tl_name: &str, device: &str) -> Result<(AnyMd, AnyIface)> {
+        crate::registry::open_shared(tl_name, device, &self.procs)
+    }
+
+    /// The worker's peer processes (see [`Worker::open_iface`]).
+    pub fn peer_procs(&self) -> &PeerProcs {
+        &self.procs
+    }
+
+    /// Adds an interface (opened with [`Worker::open_iface`], or [`crate::open`] on its own);
+    /// its event fd joins the event set when events are watched.
     pub fn add_iface(&mut self, iface: AnyIface) -> Result<IfaceId> {
         let id = IfaceId(self.ifaces.len());
         if let Some(w) = self.wait.as_ref().filter(|w| w.ifaces) {

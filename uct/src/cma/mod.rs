@@ -18,16 +18,14 @@ use crate::caps::{
     DeviceType, EventFlags, IfaceAttr, IfaceFlags, MdAttr, MdFlags, OpLimits, PerfModel, TlRoles,
 };
 use crate::ep::{check_len, CompletionId, Endpoint, EpId, PendingId};
-use crate::grant::Grant;
 use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 use crate::mm::wire::DeviceAddr;
-use crate::mm::PeerWatch;
+use crate::peer_proc::{PeerProc, PeerProcs};
 use crate::registry::{DeviceInfo, Transport};
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::rc::{Rc, Weak};
-use std::sync::Arc;
 use ucs::{Error, Outcome, Result};
 
 /// The device name.
@@ -186,11 +184,14 @@ impl Transport for CmaTransport {
             },
         })
     }
-    fn open_iface(_md: &CmaMd, params: &IfaceParams) -> Result<CmaIface> {
+    fn open_iface(md: &CmaMd, params: &IfaceParams) -> Result<CmaIface> {
+        Self::open_iface_shared(md, params, &PeerProcs::new())
+    }
+    fn open_iface_shared(_md: &CmaMd, params: &IfaceParams, procs: &PeerProcs) -> Result<CmaIface> {
         check_device(&params.device)?;
         // Peers grant us access through our grant socket; without it no peer can be verified.
         crate::grant::listen()?;
-        CmaIface::open(&params.device)
+        CmaIface::open(&params.device, procs)
     }
 }
 
@@ -243,14 +244,13 @@ impl MemoryDomain for CmaMd {
     }
 }
 
-/// What every endpoint to one peer process shares: the process, our grant to it, whether it
-/// granted us access, and whether it failed. One per process, however many endpoints reach it
-/// (a worker with 1,000 endpoints to four processes holds four).
+/// What every endpoint of the interface to one peer process shares: the worker's entry for the
+/// process (the watch on it, our grant to it), whether it granted us access, and whether it
+/// failed. One per process, however many endpoints reach it (a worker with 1,000 endpoints to
+/// four processes holds four).
 struct CmaPeer {
-    pid: u32,
-    watch: PeerWatch,
-    /// Our consent that the peer reaches us (none towards ourselves).
-    _grant: Option<Arc<Grant>>,
+    /// The worker's entry for the process.
+    proc: Rc<PeerProc>,
     /// The peer process has granted us access (checked until it has).
     verified: Cell<bool>,
     /// The peer never granted access when we needed it: the endpoint failed with this (boxed:
@@ -264,6 +264,10 @@ struct CmaPeer {
 }
 
 impl CmaPeer {
+    fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
     /// Marks the endpoint failed, for the interface's next progress to report.
     fn fail(&self) {
         self.failed.set(true);
@@ -274,7 +278,7 @@ impl CmaPeer {
     fn failure(&self) -> Error {
         match self.refused.borrow().as_deref() {
             Some(e) => e.clone(),
-            None => peer_gone(self.pid),
+            None => peer_gone(self.pid()),
         }
     }
 
@@ -284,7 +288,7 @@ impl CmaPeer {
         if self.verified.get() {
             return Ok(());
         }
-        match crate::grant::check(self.pid, "cma access") {
+        match crate::grant::check(self.pid(), "cma access") {
             Ok(()) => {
                 self.verified.set(true);
                 Ok(())
@@ -305,6 +309,8 @@ pub struct CmaIface {
     dev_addr: Vec<u8>,
     local_dev: DeviceAddr,
     iface_addr: Vec<u8>,
+    /// The worker's peer processes (shared with its other interfaces).
+    procs: PeerProcs,
     /// The peer processes of our endpoints (a failed one until its endpoints are reported).
     peers: Vec<Weak<CmaPeer>>,
     next_ep: u32,
@@ -317,7 +323,7 @@ pub struct CmaIface {
 }
 
 impl CmaIface {
-    fn open(device: &str) -> Result<Self> {
+    fn open(device: &str, procs: &PeerProcs) -> Result<Self> {
         let local_dev = DeviceAddr::local()?;
         let mut dev_addr = Vec::new();
         local_dev.encode(&mut dev_addr);
@@ -361,6 +367,7 @@ impl CmaIface {
             dev_addr,
             local_dev,
             iface_addr,
+            procs: procs.clone(),
             peers: Vec::new(),
             next_ep: 0,
             tick: 0,
@@ -413,10 +420,7 @@ impl Iface for CmaIface {
         }
         let a = CmaIfaceAddr::decode(iface_addr)?;
         let id = EpId(self.next_ep);
-        let peer = match self.live_peer(a.pid) {
-            Some(p) => p,
-            None => self.new_peer(a.pid)?,
-        };
+        let peer = self.peer(a.pid)?;
         self.next_ep += 1;
         peer.eps.borrow_mut().push(id);
         Ok(CmaEp { id, process: peer })
@@ -458,7 +462,7 @@ impl CmaIface {
                 self.peers.swap_remove(i);
                 continue;
             };
-            if check && !peer.failed.get() && peer.watch.exited() {
+            if check && !peer.failed.get() && peer.proc.exited() {
                 peer.failed.set(true);
             }
             if !peer.failed.get() {
@@ -476,28 +480,22 @@ impl CmaIface {
         n
     }
 
-    /// The peer process `pid` of a live endpoint, unless it failed.
-    fn live_peer(&self, pid: u32) -> Option<Rc<CmaPeer>> {
-        self.peers
+    /// The peer process `pid` of a live endpoint unless it failed, else a new one: the
+    /// worker's entry for the process (watched and granted access to us, unless it is
+    /// ourselves), checked until it has granted us access.
+    fn peer(&mut self, pid: u32) -> Result<Rc<CmaPeer>> {
+        let proc = self.procs.get(pid)?;
+        if let Some(p) = self
+            .peers
             .iter()
             .filter_map(Weak::upgrade)
-            .find(|p| p.pid == pid && !p.failed.get())
-    }
-
-    /// Starts watching process `pid` and grants it access to us (unless it is ourselves).
-    fn new_peer(&mut self, pid: u32) -> Result<Rc<CmaPeer>> {
+            .find(|p| Rc::ptr_eq(&p.proc, &proc) && !p.failed.get())
+        {
+            return Ok(p);
+        }
         let own = pid == std::process::id();
-        // Watch the peer before granting, so a pid reused later is not mistaken for it.
-        let watch = PeerWatch::new(pid);
-        let grant = if own {
-            None
-        } else {
-            Some(crate::grant::grant_to(pid)?)
-        };
         let peer = Rc::new(CmaPeer {
-            pid,
-            watch,
-            _grant: grant,
+            proc,
             verified: Cell::new(own || crate::grant::granted(pid)),
             refused: RefCell::new(None),
             failed: Cell::new(false),
@@ -541,6 +539,12 @@ impl Drop for CmaEp {
 }
 
 impl CmaEp {
+    /// The worker's entry for the endpoint's peer process.
+    #[cfg(test)]
+    pub(crate) fn peer_proc(&self) -> &Rc<PeerProc> {
+        &self.process.proc
+    }
+
     fn rw(
         &mut self,
         write: bool,
@@ -559,10 +563,11 @@ impl CmaEp {
         }
         // The endpoint's process first: an unverified pid fails the endpoint whatever the key.
         self.process.verify()?;
-        if rkey.tl_value != self.process.pid as u64 {
+        if rkey.tl_value != self.process.pid() as u64 {
             return Err(Error::RemoteAccess(format!(
                 "the remote key belongs to process {}, this endpoint reaches {}",
-                rkey.tl_value, self.process.pid
+                rkey.tl_value,
+                self.process.pid()
             )));
         }
         let total = Iov::total_len(iov);
@@ -595,7 +600,7 @@ impl CmaEp {
                 iov_base: (remote_addr as usize + done) as *mut libc::c_void,
                 iov_len: total - done,
             };
-            let pid = self.process.pid as libc::pid_t;
+            let pid = self.process.pid() as libc::pid_t;
             let cnt = (iov.len() - k) as libc::c_ulong;
             // SAFETY: local pieces are registered ranges of this process (checked when each Iov
             // was made); the remote range was bounds-checked against the rkey, and the kernel
@@ -611,16 +616,17 @@ impl CmaEp {
                 let err = std::io::Error::last_os_error();
                 return Err(match err.raw_os_error() {
                     Some(libc::ESRCH) => {
+                        self.process.proc.set_exited();
                         self.process.fail();
-                        peer_gone(self.process.pid)
+                        peer_gone(self.process.pid())
                     }
                     Some(libc::EFAULT) => Error::RemoteAccess(format!(
                         "{total} bytes at {remote_addr:#x} are not mapped in process {}",
-                        self.process.pid
+                        self.process.pid()
                     )),
                     Some(libc::EPERM) => Error::RemoteAccess(format!(
                         "the kernel forbids access to process {} (ptrace permission)",
-                        self.process.pid
+                        self.process.pid()
                     )),
                     _ => Error::io("process_vm_readv/writev", err),
                 });

@@ -247,6 +247,13 @@ impl<T: Wrappable> Transport for Fault<T> {
         T::open_md(device)
     }
     fn open_iface(md: &Self::Md, params: &IfaceParams) -> Result<Self::Iface> {
+        Self::open_iface_shared(md, params, &crate::PeerProcs::new())
+    }
+    fn open_iface_shared(
+        md: &Self::Md,
+        params: &IfaceParams,
+        procs: &crate::PeerProcs,
+    ) -> Result<Self::Iface> {
         let cfg = FaultConfig::from_env()?.ok_or_else(|| {
             Error::Config(format!(
                 "{} needs RUCX_FAULT_INJECT (for example seed=1,stall=0.01)",
@@ -254,7 +261,7 @@ impl<T: Wrappable> Transport for Fault<T> {
             ))
         })?;
         Ok(FaultIface::new(
-            T::open_iface(md, params)?,
+            T::open_iface_shared(md, params, procs)?,
             T::FAULT_NAME,
             cfg,
         ))

@@ -2,11 +2,9 @@
 
 use super::fifo::{self, FifoPtrs, Polled, BUF_DATA_MAX, INLINE_MAX};
 use super::keep::{AmKeep, RxBufs};
-use super::peer_proc::{PeerProc, PeerProcs};
+use super::peer_proc::{MmPeer, MmPeers};
 use super::segment::Segment;
 use super::tag::{self, TagState};
-use super::watch::EpollPeers;
-pub(crate) use super::watch::PeerWatch;
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
 use crate::caps::{
     AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
@@ -17,6 +15,9 @@ use crate::ep::{
 };
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, RemoteKey};
+use crate::peer_proc::watch::EpollPeers;
+use crate::peer_proc::PeerProcs;
+pub(crate) use crate::peer_proc::PeerWatch;
 pub use ep::MmEp;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -189,7 +190,7 @@ pub(super) struct EpShared {
     pub(super) failed: Cell<bool>,
     reported: Cell<bool>,
     /// The peer process, shared with the interface's other endpoints to it.
-    pub(super) peer: Rc<PeerProc>,
+    pub(super) peer: Rc<MmPeer>,
     /// The peer process said it may trace us (it reads our ordinary memory with cma); once
     /// true it stays true, so the sender asks the grant registry only until then.
     peer_reads_us: Cell<bool>,
@@ -318,8 +319,10 @@ pub struct MmIface {
     /// Bound to our abstract name: the event fd, and the socket we send wake-ups from.
     pub(super) sock: Rc<OwnedFd>,
     pub(super) eps: Vec<Weak<EpShared>>,
-    /// The processes `eps` reach.
+    /// The worker's peer processes (shared with its other interfaces).
     procs: PeerProcs,
+    /// The processes `eps` reach, with their place in our epoll set.
+    peers: MmPeers,
     pub(super) common: Rc<Common>,
     next_ep: u32,
     tick: u32,
@@ -328,8 +331,15 @@ pub struct MmIface {
 }
 
 impl MmIface {
-    /// Opens an interface with a fresh FIFO segment of `kind`.
+    /// Opens an interface with a fresh FIFO segment of `kind`, on its own (its peer processes
+    /// shared with no other interface).
     pub fn open(kind: SegKind, device: &str) -> Result<Self> {
+        Self::open_shared(kind, device, &PeerProcs::new())
+    }
+
+    /// Opens an interface with a fresh FIFO segment of `kind`, whose endpoints share the peer
+    /// processes of `procs` (the worker's) with the worker's other interfaces.
+    pub fn open_shared(kind: SegKind, device: &str, procs: &PeerProcs) -> Result<Self> {
         // Peers grant us access to their segments through our grant socket. Without it (the
         // name is taken) messages still flow, but mapping peers' memory is refused.
         let _ = crate::grant::listen();
@@ -392,7 +402,8 @@ impl MmIface {
             released: 0,
             stalled_at: None,
             eps: Vec::new(),
-            procs: PeerProcs::default(),
+            procs: procs.clone(),
+            peers: MmPeers::default(),
             common: Rc::new(Common {
                 peers: EpollPeers::new(sock.clone()),
                 pending_total: Cell::new(0),
@@ -451,7 +462,7 @@ impl MmIface {
         let Some(pid) = self.fifo.owner_of(self.read_pos) else {
             return;
         };
-        if super::watch::exited_now(pid) {
+        if crate::peer_proc::watch::exited_now(pid) {
             tracing::warn!(
                 pid,
                 pos = self.read_pos,
@@ -663,17 +674,19 @@ impl Iface for MmIface {
                 fifo::SEG_LEN
             )));
         }
-        let (peer, seg) = match self.procs.find(a.seg.pid) {
+        let (proc, seg) = match self.procs.find(a.seg.pid) {
             Some(p) => (p, Segment::attach_fifo(a.seg)?),
             None => {
-                // Watch a process new to us before mapping, so a pid reused later is not
-                // mistaken for it; then let it map our segments and read our registered memory
-                // (it checks that we did), and put its pidfd in our epoll set.
+                // Watch a process new to the worker before mapping, so a pid reused later is
+                // not mistaken for it; then let it map our segments and read our registered
+                // memory (it checks that we did).
                 let watch = PeerWatch::new(a.seg.pid);
                 let seg = Segment::attach_fifo(a.seg)?;
-                (self.procs.add(a.seg.pid, watch, &self.common.peers)?, seg)
+                (self.procs.add(a.seg.pid, watch)?, seg)
             }
         };
+        // Its pidfd joins our epoll set once, whatever the number of endpoints to it.
+        let peer = self.peers.get(proc, &self.common.peers)?;
         // SAFETY: attach mapped SEG_LEN bytes; the Segment lives in EpShared with every copy.
         let remote = unsafe { FifoPtrs::new(seg.base().as_ptr()) };
         remote.validate(a.seg.pid).map_err(Error::Unreachable)?;

@@ -9,7 +9,7 @@
 //! `rkey_unpack` and do put/get/atomics with plain loads, stores and CPU atomics.
 //!
 //! Failures: every endpoint watches its peer process with a pidfd (one per peer process,
-//! shared by all endpoints and interfaces of this process, see `watch.rs`); a dead peer gives
+//! shared by all endpoints and interfaces of this process, see [`crate::peer_proc`]); a dead peer gives
 //! [`ucs::Error::PeerFailure`] from data operations that find its FIFO full and one
 //! `EventSink::ep_error` from progress (checked every 1024 progress calls, and whenever the
 //! interface arms its event fd; the pidfds are in the event fd's epoll set, so a sleeping
@@ -38,7 +38,6 @@ mod peer_proc;
 pub mod ring;
 pub mod segment;
 pub mod tag;
-mod watch;
 pub mod wire;
 pub mod wire_tag;
 
@@ -52,11 +51,11 @@ pub use iface::{MmEp, MmIface};
 pub use keep::{AmKeep, HeldBuf};
 pub use md::MmMd;
 pub use tag::MmTagCanceler;
-pub(crate) use watch::PeerWatch;
 pub use wire::SegKind;
 
 use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
+use crate::peer_proc::PeerProcs;
 use crate::registry::{DeviceInfo, Transport};
 use ucs::{Error, Result};
 
@@ -118,8 +117,11 @@ impl Transport for PosixTransport {
         Ok(MmMd::new(SegKind::Posix))
     }
     fn open_iface(md: &MmMd, params: &IfaceParams) -> Result<MmIface> {
+        Self::open_iface_shared(md, params, &PeerProcs::new())
+    }
+    fn open_iface_shared(md: &MmMd, params: &IfaceParams, procs: &PeerProcs) -> Result<MmIface> {
         check_device(Self::NAME, &params.device)?;
-        MmIface::open(md.kind(), &params.device)
+        MmIface::open_shared(md.kind(), &params.device, procs)
     }
 }
 
@@ -150,8 +152,11 @@ impl Transport for SysvTransport {
         Ok(MmMd::new(SegKind::Sysv))
     }
     fn open_iface(md: &MmMd, params: &IfaceParams) -> Result<MmIface> {
+        Self::open_iface_shared(md, params, &PeerProcs::new())
+    }
+    fn open_iface_shared(md: &MmMd, params: &IfaceParams, procs: &PeerProcs) -> Result<MmIface> {
         check_device(Self::NAME, &params.device)?;
-        MmIface::open(md.kind(), &params.device)
+        MmIface::open_shared(md.kind(), &params.device, procs)
     }
 }
 

@@ -1,30 +1,27 @@
-//! The peer processes of an interface's endpoints: what every endpoint to one process shares
-//! (the watch on it, its pidfd's place in the interface's epoll set, our grant to it), held
-//! once per process however many endpoints reach it (a hub with 1,000 endpoints to workers in
-//! four processes holds four).
+//! The peer processes of an interface's endpoints as the interface sees them: the worker's
+//! entry for each ([`crate::peer_proc`]: the watch and our grant) and its pidfd's place in the
+//! interface's epoll set, held once per process however many endpoints reach it (a hub with
+//! 1,000 endpoints to workers in four processes holds four).
 
-use super::watch::{EpollEntry, EpollPeers, PeerWatch};
-use crate::grant::Grant;
+use crate::peer_proc::watch::{EpollEntry, EpollPeers};
+use crate::peer_proc::PeerProc;
 use std::cell::Cell;
 use std::rc::{Rc, Weak};
-use std::sync::Arc;
 use ucs::Result;
 
 /// One peer process, shared by the interface's endpoints to it; lives while one of them does.
-pub(crate) struct PeerProc {
-    pid: u32,
-    watch: PeerWatch,
+pub(crate) struct MmPeer {
+    /// The worker's entry for the process.
+    proc: Rc<PeerProc>,
     /// Its pidfd in the interface's epoll set, until an endpoint finds it exited (every
     /// endpoint to it then fails) or the last endpoint to it drops.
     in_epoll: Cell<Option<EpollEntry>>,
-    /// Our consent that it maps our segments and reads our memory (none towards ourselves).
-    _grant: Option<Arc<Grant>>,
 }
 
-impl PeerProc {
-    /// Whether the process has exited (one `poll` of its pidfd).
+impl MmPeer {
+    /// Whether the process has exited (one `poll` of its pidfd until it is seen exited).
     pub(crate) fn exited(&self) -> bool {
-        self.watch.exited()
+        self.proc.exited()
     }
 
     /// Takes its pidfd out of the epoll set (it exited: its pidfd stays readable, and would
@@ -34,41 +31,35 @@ impl PeerProc {
     }
 }
 
-/// An interface's peer processes, by pid.
-#[derive(Default)]
-pub(crate) struct PeerProcs(Vec<Weak<PeerProc>>);
+#[cfg(test)]
+impl super::MmEp {
+    /// The worker's entry for the endpoint's peer process.
+    pub(crate) fn peer_proc(&self) -> &Rc<PeerProc> {
+        &self.shared.peer.proc
+    }
+}
 
-impl PeerProcs {
-    /// The live process `pid` one of our endpoints already reaches. A process found exited is
-    /// not handed out: a new endpoint to its pid watches the process that has it now.
-    pub(crate) fn find(&mut self, pid: u32) -> Option<Rc<PeerProc>> {
+/// An interface's peer processes.
+#[derive(Default)]
+pub(crate) struct MmPeers(Vec<Weak<MmPeer>>);
+
+impl MmPeers {
+    /// The interface's entry for `proc` (a live process from the worker's registry), made
+    /// with its pidfd counted in `set` when none of the interface's endpoints reaches it yet.
+    pub(crate) fn get(&mut self, proc: Rc<PeerProc>, set: &Rc<EpollPeers>) -> Result<Rc<MmPeer>> {
         self.0.retain(|w| w.strong_count() > 0);
-        self.0
+        if let Some(p) = self
+            .0
             .iter()
             .filter_map(Weak::upgrade)
-            .find(|p| p.pid == pid && !p.exited())
-    }
-
-    /// Adds process `pid` (watched by `watch`, made before its segment was mapped, so a pid
-    /// reused later is not mistaken for it): grants it access to us (unless it is ourselves)
-    /// and counts its pidfd in `set`.
-    pub(crate) fn add(
-        &mut self,
-        pid: u32,
-        watch: PeerWatch,
-        set: &Rc<EpollPeers>,
-    ) -> Result<Rc<PeerProc>> {
-        let grant = if pid == std::process::id() {
-            None
-        } else {
-            Some(crate::grant::grant_to(pid)?)
-        };
-        let in_epoll = set.add(&watch)?;
-        let p = Rc::new(PeerProc {
-            pid,
-            watch,
+            .find(|p| Rc::ptr_eq(&p.proc, &proc))
+        {
+            return Ok(p);
+        }
+        let in_epoll = set.add(proc.watch())?;
+        let p = Rc::new(MmPeer {
+            proc,
             in_epoll: Cell::new(in_epoll),
-            _grant: grant,
         });
         self.0.push(Rc::downgrade(&p));
         Ok(p)
@@ -84,6 +75,7 @@ impl PeerProcs {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::peer_proc::{PeerProcs, PeerWatch};
 
     fn epoll_set() -> Rc<EpollPeers> {
         let s = std::os::unix::net::UnixDatagram::unbound().expect("a datagram socket");
@@ -93,38 +85,43 @@ mod tests {
     #[test]
     fn endpoints_to_one_process_share_it_until_it_exits_or_the_last_drops() {
         let set = epoll_set();
-        let mut procs = PeerProcs::default();
+        let procs = PeerProcs::new();
+        let mut peers = MmPeers::default();
         let me = std::process::id();
-        assert!(procs.find(me).is_none());
-        let a = procs.add(me, PeerWatch::new(me), &set).unwrap();
-        let b = procs.find(me).expect("a live process is found again");
-        assert!(Rc::ptr_eq(&a, &b));
-        assert!(procs.find(me + 1).is_none(), "another pid is not it");
+        let a = peers.get(procs.get(me).unwrap(), &set).unwrap();
+        let b = peers.get(procs.get(me).unwrap(), &set).unwrap();
+        assert!(Rc::ptr_eq(&a, &b), "one entry per process");
+        assert_eq!((peers.len(), procs.len()), (1, 1));
         drop((a, b));
-        assert!(procs.find(me).is_none());
         assert_eq!(procs.len(), 0, "a process no endpoint holds is forgotten");
+        let c = peers.get(procs.get(me).unwrap(), &set).unwrap();
+        assert_eq!(peers.len(), 1, "the dropped entry was pruned");
 
-        // An exited process is not handed out again: its pid gets a new watch. (Added without
-        // `add`: a process that is not a rucx peer refuses grants.)
+        // An exited process is not handed out again: its pid gets a new entry.
         let mut child = std::process::Command::new("sleep")
             .arg("100")
             .spawn()
             .unwrap();
         let pid = child.id();
-        let watch = PeerWatch::new(pid);
-        let p = Rc::new(PeerProc {
-            pid,
-            in_epoll: Cell::new(set.add(&watch).unwrap()),
-            watch,
-            _grant: None,
-        });
-        procs.0.push(Rc::downgrade(&p));
-        assert!(procs.find(pid).is_some_and(|q| Rc::ptr_eq(&p, &q)));
+        let p = procs.insert_ungranted(pid, PeerWatch::new(pid));
+        let q = peers.get(p.clone(), &set).unwrap();
+        assert!(Rc::ptr_eq(&q, &peers.get(p.clone(), &set).unwrap()));
+        assert!(q.in_epoll_held(), "its pidfd is counted in the epoll set");
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(p.exited());
+        assert!(q.exited());
         assert!(procs.find(pid).is_none(), "an exited process is not reused");
-        p.unwatch();
-        assert!(p.in_epoll.take().is_none(), "unwatch leaves the epoll set");
+        q.unwatch();
+        assert!(!q.in_epoll_held(), "unwatch leaves the epoll set");
+        drop(c);
+    }
+
+    impl MmPeer {
+        fn in_epoll_held(&self) -> bool {
+            let e = self.in_epoll.take();
+            let held = e.is_some();
+            self.in_epoll.set(e);
+            held
+        }
     }
 }
