@@ -14,6 +14,7 @@ use ucs::{Error, Outcome};
 mod config;
 mod connect;
 mod data;
+mod forged;
 mod rx;
 mod short;
 
