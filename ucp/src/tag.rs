@@ -14,6 +14,7 @@
 pub(crate) mod copy;
 pub mod matcher;
 pub(crate) mod offload;
+pub(crate) mod probe;
 mod queue;
 mod recv;
 mod send;
@@ -139,6 +140,9 @@ impl Worker {
     /// must be received with [`Worker::tag_msg_recv`].
     #[inline]
     pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
+        if self.st.msg_drops.any() {
+            self.st.discard_dropped_msgs();
+        }
         let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
         let len = if uid & small::SMALL_UID != 0 {
             self.st
@@ -151,10 +155,7 @@ impl Worker {
         let msg = if remove {
             let got = self.st.matcher.take_unexpected(tag, mask);
             debug_assert_eq!(got, Some(uid));
-            Some(Message {
-                wid: self.st.id,
-                uid: uid as usize,
-            })
+            Some(Message::new(self.st.id, uid as usize, &self.st.msg_drops))
         } else {
             None
         };
@@ -165,15 +166,12 @@ impl Worker {
         })
     }
 
-    /// Receives a message taken by a removing probe into `buf`.
+    /// Receives a message taken by a removing probe into `buf`. Another worker's message
+    /// gives `InvalidParam` (and goes back to its worker, which discards it).
     pub fn tag_msg_recv(&mut self, buf: Vec<u8>, msg: Message) -> Result<Op> {
-        if msg.wid != self.st.id {
-            return Err(ucs::Error::InvalidParam(
-                "the message belongs to another worker".into(),
-            ));
-        }
+        let uid = self.msg_uid(msg)?;
         Ok(self
             .st
-            .recv_unexp_now(RecvBuf::Owned(buf), msg.uid as u64, 0, msg.uid))
+            .recv_unexp_now(RecvBuf::Owned(buf), uid as u64, 0, uid))
     }
 }

@@ -105,14 +105,7 @@ pub struct ProbeInfo {
     pub msg: Option<Message>,
 }
 
-/// An unexpected message taken off the queue by a removing probe (valid with that worker only).
-#[must_use = "receive it with tag_msg_recv, or its data stays in the worker"]
-#[derive(Debug, PartialEq, Eq)]
-pub struct Message {
-    /// The owning worker's id ([`Worker::id`]).
-    pub(crate) wid: u32,
-    pub(crate) uid: usize,
-}
+pub use crate::tag::probe::Message;
 
 /// Counters of the protocols a worker used (for tests and debugging).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -255,6 +248,8 @@ impl Worker {
                 uuid,
                 id: next_worker_id(),
                 req_shared: Default::default(),
+                msg_drops: Default::default(),
+                msgs_failed: Vec::new(),
                 cfg: ctx.config().clone(),
                 features: ctx.features(),
                 clock: Box::new(clock),

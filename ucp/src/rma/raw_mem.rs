@@ -241,11 +241,12 @@ impl Worker {
         len: usize,
         msg: Message,
     ) -> Result<Op> {
+        let uid = self.msg_uid(msg)?;
         // SAFETY: forwarded contract.
         let key = self
             .st
-            .new_recv(unsafe { RecvBuf::raw(ptr, len) }, msg.uid as u64, 0);
-        self.st.recv_from_unexp(key, msg.uid);
+            .new_recv(unsafe { RecvBuf::raw(ptr, len) }, uid as u64, 0);
+        self.st.recv_from_unexp(key, uid);
         Ok(self.st.op_of(key))
     }
 

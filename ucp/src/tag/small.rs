@@ -80,7 +80,6 @@ impl SmallUnexps {
     }
 
     /// Messages kept.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.slots.len() - self.free.len()
     }

@@ -86,7 +86,12 @@ impl State {
             .map(|(k, _)| k)
             .collect();
         for uid in dead {
-            self.matcher.remove_unexpected(uid as u64);
+            if !self.matcher.remove_unexpected(uid as u64) {
+                // Taken by a removing probe: its handle fails when received, and its slot
+                // stays taken until then (see `Worker::msg_uid`).
+                self.msgs_failed.push(uid);
+                continue;
+            }
             let u = self.unexp.remove(uid);
             if let Some(mk) = u.msg_key {
                 self.assembling.remove(&mk);

@@ -70,6 +70,9 @@ impl Worker {
         if self.st.more_to_do(clock_read) {
             n += self.progress_more();
         }
+        if self.st.msg_drops.any() {
+            self.st.discard_dropped_msgs();
+        }
         n
     }
 

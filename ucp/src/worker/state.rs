@@ -600,6 +600,11 @@ pub(crate) struct State {
     /// Shared with every [`Request`](crate::Request) handed out: its identity, and the handles
     /// dropped since the last progress call.
     pub(crate) req_shared: std::rc::Rc<crate::request::ReqShared>,
+    /// Shared with every [`Message`](crate::Message) handed out: the ones dropped unreceived.
+    pub(crate) msg_drops: std::sync::Arc<crate::tag::probe::MsgDrops>,
+    /// Unexpected messages taken by a removing probe whose sender failed before they were
+    /// complete (their data stays until the handle is received or dropped).
+    pub(crate) msgs_failed: Vec<usize>,
     pub(crate) cfg: UcpConfig,
     pub(crate) features: Features,
     pub(crate) clock: Box<dyn Clock>,
