@@ -287,11 +287,7 @@ impl State {
         fetch: bool,
     ) -> Result<Started> {
         self.ep_usable(idx)?;
-        if rkey.ep != (idx as u32, self.eps[idx].gen) {
-            return Err(Error::InvalidParam(
-                "remote key was unpacked for another endpoint".into(),
-            ));
-        }
+        self.check_rkey(idx, rkey)?;
         let bytes = match size {
             AmoSize::U32 => 4,
             AmoSize::U64 => 8,

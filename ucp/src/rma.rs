@@ -312,10 +312,12 @@ impl RkeyBundle {
     }
 }
 
-/// A peer's mapping, unpacked for one endpoint's lanes.
+/// A peer's mapping, unpacked for one endpoint's lanes: valid with that endpoint of that
+/// worker only (any other gives `InvalidParam`).
 #[derive(Debug, Clone)]
 pub struct Rkey {
-    pub(crate) ep: (u32, u32),
+    /// The endpoint it was unpacked for (with its worker's id).
+    pub(crate) ep: crate::EpHandle,
     pub(crate) rma: Option<RemoteKey>,
     pub(crate) amo: Option<RemoteKey>,
     /// The peer's shared segment (or its range of a file this process maps too) mapped in

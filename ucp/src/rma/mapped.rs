@@ -59,7 +59,8 @@ impl Worker {
         atomics: Option<AmoSize>,
     ) -> Option<*mut u8> {
         let d = rkey.direct.as_ref()?;
-        if rkey.ep != (ep.idx, ep.gen) {
+        // Another worker's key or endpoint: the ordinary path refuses it.
+        if rkey.ep != ep || ep.wid != self.st.id {
             return None;
         }
         let e = self.st.eps.get(ep.idx as usize)?;

@@ -169,7 +169,7 @@ impl Worker {
         Ok(Rkey {
             direct,
             mapped_amo,
-            ep: (ep.idx, ep.gen),
+            ep,
             rma: unpack(lanes.rma()),
             amo: unpack(lanes.amo()),
             mapped,
@@ -222,6 +222,21 @@ impl State {
         }
     }
 
+    /// Checks that `rkey` was unpacked on this worker for endpoint `idx` (as it is now).
+    pub(crate) fn check_rkey(&self, idx: usize, rkey: &Rkey) -> Result<()> {
+        if rkey.ep.wid != self.id {
+            return Err(Error::InvalidParam(
+                "remote key was unpacked on another worker".into(),
+            ));
+        }
+        if (rkey.ep.idx, rkey.ep.gen) != (idx as u32, self.eps[idx].gen) {
+            return Err(Error::InvalidParam(
+                "remote key was unpacked for another endpoint".into(),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn rma(
         &mut self,
         idx: usize,
@@ -230,11 +245,7 @@ impl State {
         rkey: &Rkey,
     ) -> Result<Op> {
         self.ep_usable(idx)?;
-        if rkey.ep != (idx as u32, self.eps[idx].gen) {
-            return Err(Error::InvalidParam(
-                "remote key was unpacked for another endpoint".into(),
-            ));
-        }
+        self.check_rkey(idx, rkey)?;
         if let Some((lane, mk)) = &rkey.mapped {
             if self.eps[idx].pending.is_empty() {
                 return self.rma_mapped(idx, *lane, mk, dir, remote_addr, rkey);
