@@ -14,11 +14,15 @@ const EXACT: u64 = TAG_MASK_EXACT;
 const RNDV: usize = 64 << 10;
 
 fn worker(clock: &ManualClock) -> Worker {
+    worker_with(clock, RNDV)
+}
+
+fn worker_with(clock: &ManualClock, rndv_thresh: usize) -> Worker {
     let ctx = Context::new(ContextParams {
         features: Features::TAG,
         config: Some(UcpConfig {
             tls: vec!["self".into()],
-            rndv_thresh: Some(RNDV),
+            rndv_thresh: Some(rndv_thresh),
             keepalive_interval: Some(Duration::from_millis(100)),
             keepalive_timeout: Duration::from_secs(1),
             ..Default::default()
@@ -35,8 +39,12 @@ struct Pair {
 }
 
 fn pair(clock: &ManualClock) -> Pair {
-    let mut a = worker(clock);
-    let b = worker(clock);
+    pair_with(clock, RNDV)
+}
+
+fn pair_with(clock: &ManualClock, rndv_thresh: usize) -> Pair {
+    let mut a = worker_with(clock, rndv_thresh);
+    let b = worker_with(clock, rndv_thresh);
     let ab = a.ep_create(b.address(), EpParams::default()).expect("ep");
     let mut p = Pair { a, b, ab };
     p.pump(4);
@@ -166,4 +174,42 @@ fn a_received_probed_message_is_not_discarded_again() {
     let info = p.b.tag_probe(4, EXACT, false).expect("the next message");
     assert_eq!(info.len, 4);
     assert_eq!(p.b.unexpected_count(), 1);
+}
+
+/// A probed message still arriving when the endpoint it comes from is torn down (closed by
+/// force here; a failed peer is torn down alike): receiving it gives `PeerFailure`, dropping
+/// it discards it, and in both cases the worker keeps nothing of it.
+#[test]
+fn a_probed_message_whose_endpoint_goes_before_it_is_complete() {
+    for receive in [true, false] {
+        let clock = ManualClock::new();
+        let mut p = pair_with(&clock, usize::MAX);
+        // Multi-fragment eager, larger than the transport queue: a sends the rest only when it
+        // progresses, which it does not do again.
+        let len = 16 << 20;
+        let s = p.a.tag_send(p.ab, 5, &vec![5u8; len]).unwrap();
+        p.b.progress();
+        let info =
+            p.b.tag_probe(5, EXACT, true)
+                .expect("the first fragment arrived");
+        assert_eq!(info.len, len);
+        let msg = info.msg.unwrap();
+        let addr = p.a.address().to_vec();
+        let ba = p.b.ep_create(&addr, EpParams::default()).unwrap();
+        drop(p.b.ep_close_nb(ba, ucp::CloseMode::Force).unwrap());
+        p.pump(2 * 16);
+        if receive {
+            let r = p.b.tag_msg_recv(vec![0; len], msg).map(|op| match op {
+                Op::Done(c) => (c.status, c.len),
+                Op::Pending(_) => (Ok(()), usize::MAX),
+            });
+            assert!(matches!(r, Err(Error::PeerFailure(_))), "{r:?}");
+        } else {
+            drop(msg);
+            p.b.tag_probe(5, EXACT, false);
+        }
+        assert_eq!(p.b.unexpected_count(), 0, "nothing of it is held");
+        assert_eq!(p.b.request_count(), 0);
+        drop(s);
+    }
 }
