@@ -136,8 +136,8 @@ impl Worker {
         (key, gen)
     }
 
-    /// Looks for an unexpected message that fits; with `remove` it is taken off the queue and
-    /// must be received with [`Worker::tag_msg_recv`].
+    /// Looks for an unexpected message that fits; with `remove` it is taken off the queue, to
+    /// receive with [`Worker::tag_msg_recv`] (dropping the [`Message`] discards it).
     #[inline]
     pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
         if self.st.msg_drops.any() {

@@ -1,5 +1,5 @@
 //! The peer processes of a worker's endpoints: for each process one entry, holding the watch
-//! on it ([`PeerWatch`]) and our grant to it ([`crate::grant`]), shared by every endpoint of
+//! on it (`PeerWatch`) and our grant to it ([`crate::grant`]), shared by every endpoint of
 //! every interface of the worker that reaches it (a worker with shared-memory and cma
 //! endpoints to the workers of four processes holds four entries).
 //!
