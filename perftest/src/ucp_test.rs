@@ -543,12 +543,22 @@ fn ping_pong(
         let recv_buf = rbuf
             .take()
             .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
-        let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
         if client || loopback {
             let send_buf = sbuf
                 .take()
                 .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
-            let (sop, kept) = eng.send(send_buf, sync)?;
+            // The client of tag_lat, as ucx_perftest's, sends first and posts the receive for
+            // the reply while the reply is on its way: the posting is off the round trip's
+            // path. In loopback the receive goes first, for its own message to find it; the
+            // sync test keeps that order too (it measured faster so).
+            let (rop, (sop, kept)) = if loopback || sync {
+                let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
+                (rop, eng.send(send_buf, sync)?)
+            } else {
+                let sent = eng.send(send_buf, sync)?;
+                let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
+                (rop, sent)
+            };
             let mut c = eng.finish(sop)?;
             sbuf = Some(match kept {
                 Some(b) => b,
@@ -558,6 +568,7 @@ fn ping_pong(
             check_len(&c, size)?;
             rbuf = Some(take_buf(&mut c, "receive")?);
         } else {
+            let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
             let mut c = eng.finish(rop)?;
             check_len(&c, size)?;
             rbuf = Some(take_buf(&mut c, "receive")?);
