@@ -166,6 +166,9 @@ pub struct Worker {
     /// The next progress call polls every interface (set after an event-fd wakeup or a busy
     /// arm, whose event may be on an idle interface).
     pub(crate) poll_all: bool,
+    /// When the cached clock reaches this, the next call that reads the clock polls every
+    /// interface (see [`progress::IDLE_IFACE_WAIT`]).
+    pub(crate) idle_due: Duration,
 }
 
 /// The next process-unique worker id (never 0).
@@ -303,6 +306,7 @@ impl Worker {
             tick: 0,
             last_event: vec![0; n_ifaces],
             poll_all: true,
+            idle_due: Duration::ZERO,
         };
         w.st.start_keepalive()?;
         crate::tag::offload::TmState::init(&w.ifaces, &mut w.st)?;
