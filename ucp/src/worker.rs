@@ -166,8 +166,8 @@ pub struct Worker {
     /// The next progress call polls every interface (set after an event-fd wakeup or a busy
     /// arm, whose event may be on an idle interface).
     pub(crate) poll_all: bool,
-    /// When the cached clock reaches this, the next call that reads the clock polls every
-    /// interface (see [`progress::IDLE_IFACE_WAIT`]).
+    /// Once the clock reaches this, the next call that finds it moved polls every interface
+    /// (see [`progress::IDLE_IFACE_WAIT`]).
     pub(crate) idle_due: Duration,
 }
 

@@ -28,7 +28,7 @@ use uct::{CompletionId, EpId, EventSink, TagRecvId};
 /// several times the cost of a whole shared-memory message, and under an emulated CPU a
 /// tenth of an rc_verbs round trip.
 pub(crate) const IDLE_IFACE_PERIOD: u32 = 256;
-/// Cached-clock time after which a call that reads the clock polls every interface however few
+/// Time after which a call that finds the clock moved polls every interface however few
 /// progress calls there were (the coarse clock moves in steps of 1-4 ms).
 pub(crate) const IDLE_IFACE_WAIT: Duration = Duration::from_millis(1);
 /// For this many progress calls after an event, an interface without endpoints is polled on
@@ -62,6 +62,8 @@ impl Worker {
     #[inline(never)]
     fn progress_timed(&mut self) -> usize {
         let clock_read = self.tick.is_multiple_of(CLOCK_PERIOD) || self.st.clock_stale;
+        let mut all =
+            std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
         if clock_read {
             // The coarse clock may lag the fine reading the worker started with: the cache
             // never goes back (a timer due at the cached time stays due).
@@ -69,14 +71,13 @@ impl Worker {
             if now > self.st.now_cache {
                 self.st.now_cache = now;
                 self.st.now_stamp = crate::worker::state::Stamp::of(now);
+                // The clock moves in steps of 1-4 ms: this test runs once a step.
+                if now >= self.idle_due {
+                    self.idle_due = now.saturating_add(IDLE_IFACE_WAIT);
+                    all = true;
+                }
             }
             self.st.clock_stale = false;
-        }
-        let all = std::mem::take(&mut self.poll_all)
-            || self.tick.is_multiple_of(IDLE_IFACE_PERIOD)
-            || self.st.now_cache >= self.idle_due;
-        if all {
-            self.idle_due = self.st.now_cache + IDLE_IFACE_WAIT;
         }
         let mut n = self.poll_ifaces(all);
         if self.st.more_to_do(clock_read) {
@@ -375,6 +376,58 @@ mod tests {
                 "watchdog: the message never arrived"
             );
         }
+    }
+
+    /// The same late peer reaches a worker whose idle interfaces get no count-paced poll at
+    /// all (its call count skips every multiple of `IDLE_IFACE_PERIOD`): the clock moving by
+    /// `IDLE_IFACE_WAIT` between calls is enough.
+    #[test]
+    fn idle_interface_is_polled_when_the_clock_moves() {
+        let ctx = tcp_ctx();
+        let clock = ManualClock::new();
+        let mut a = Worker::with_clock(&ctx, clock.clone()).expect("worker a");
+        for _ in 0..4 * IDLE_IFACE_RECENT {
+            a.progress();
+        }
+        assert!(a
+            .last_event
+            .iter()
+            .all(|&last| a.tick.wrapping_sub(last) > IDLE_IFACE_RECENT + IDLE_IFACE_PERIOD));
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let a_addr = a.address().to_vec();
+        let ba = b.ep_create(&a_addr, EpParams::default()).expect("ep b->a");
+        let mut recv = match a.tag_recv(vec![0u8; 64], 9, u64::MAX).expect("recv") {
+            Op::Pending(r) => r,
+            Op::Done(c) => panic!("nothing was sent yet: {:?}", c.status),
+        };
+        let mut send = match b.tag_send(ba, 9, b"by the clock").expect("send") {
+            Op::Pending(r) => Some(r),
+            Op::Done(_) => None,
+        };
+        let deadline = Instant::now() + WATCHDOG;
+        let got = loop {
+            if a.tick.wrapping_add(1).is_multiple_of(IDLE_IFACE_PERIOD) {
+                a.tick = a.tick.wrapping_add(1);
+            }
+            if a.tick.wrapping_add(1).is_multiple_of(super::CLOCK_PERIOD) {
+                clock.advance(super::IDLE_IFACE_WAIT * 2);
+            }
+            a.progress();
+            b.progress();
+            if let Some(r) = send.take() {
+                send = b.request_take(r).err();
+            }
+            match a.request_take(recv) {
+                Ok(c) => break c,
+                Err(r) => recv = r,
+            }
+            assert!(
+                Instant::now() < deadline,
+                "watchdog: a never got b's message"
+            );
+        };
+        got.status.expect("receive");
+        assert_eq!(&got.buf.expect("buffer")[..got.len], b"by the clock");
     }
 
     /// A worker whose tcp interface has had no endpoint and no event for many progress calls,
