@@ -159,6 +159,9 @@ pub struct Worker {
     /// The next progress call polls every interface (set after an event-fd wakeup or a busy
     /// arm, whose event may be on an idle interface).
     pub(crate) poll_all: bool,
+    /// Once the clock reaches this, the next call that finds it moved polls every interface
+    /// (see [`progress::IDLE_IFACE_WAIT`]).
+    pub(crate) idle_due: Duration,
 }
 
 /// The next process-unique worker id (never 0).
@@ -298,6 +301,7 @@ impl Worker {
             tick: 0,
             last_event: vec![0; n_ifaces],
             poll_all: true,
+            idle_due: Duration::ZERO,
         };
         w.st.start_keepalive()?;
         crate::tag::offload::TmState::init(&w.ifaces, &mut w.st)?;

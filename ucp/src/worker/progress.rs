@@ -16,14 +16,21 @@ use crate::worker::state::{
     Pending, ReqKind, SendStage, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
 };
 use crate::worker::Worker;
+use std::time::Duration;
 use ucs::{Error, Result};
 use uct::Iface as _;
 use uct::{CompletionId, EpId, EventSink, TagRecvId};
 
-/// An interface no endpoint uses yet (it may still receive a peer's first wire-up message or
-/// connection) is polled on one progress call in this many: polling an idle tcp interface costs
-/// system calls, several times the cost of a whole shared-memory message.
-pub(crate) const IDLE_IFACE_PERIOD: u32 = 32;
+/// An interface no endpoint uses (it may still receive a peer's first wire-up message or
+/// connection, or the failure of a connection whose lane moved to another transport) is polled
+/// on one progress call in this many, and at least every [`IDLE_IFACE_WAIT`]: polling an idle
+/// tcp interface costs system calls (tcp itself asks epoll on one of its calls in 4 to 16),
+/// several times the cost of a whole shared-memory message, and under an emulated CPU a
+/// tenth of an rc_verbs round trip.
+pub(crate) const IDLE_IFACE_PERIOD: u32 = 256;
+/// Time after which a call that finds the clock moved polls every interface however few
+/// progress calls there were (the coarse clock moves in steps of 1-4 ms).
+pub(crate) const IDLE_IFACE_WAIT: Duration = Duration::from_millis(1);
 /// For this many progress calls after an event, an interface without endpoints is polled on
 /// every call.
 pub(crate) const IDLE_IFACE_RECENT: u32 = 4096;
@@ -55,6 +62,8 @@ impl Worker {
     #[inline(never)]
     fn progress_timed(&mut self) -> usize {
         let clock_read = self.tick.is_multiple_of(CLOCK_PERIOD) || self.st.clock_stale;
+        let mut all =
+            std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
         if clock_read {
             // The coarse clock may lag the fine reading the worker started with: the cache
             // never goes back (a timer due at the cached time stays due).
@@ -62,10 +71,14 @@ impl Worker {
             if now > self.st.now_cache {
                 self.st.now_cache = now;
                 self.st.now_stamp = crate::worker::state::Stamp::of(now);
+                // The clock moves in steps of 1-4 ms: this test runs once a step.
+                if now >= self.idle_due {
+                    self.idle_due = now.saturating_add(IDLE_IFACE_WAIT);
+                    all = true;
+                }
             }
             self.st.clock_stale = false;
         }
-        let all = std::mem::take(&mut self.poll_all) || self.tick.is_multiple_of(IDLE_IFACE_PERIOD);
         let mut n = self.poll_ifaces(all);
         if self.st.more_to_do(clock_read) {
             n += self.progress_more();
@@ -304,5 +317,148 @@ impl State {
             Some(idx) => self.fail_ep(idx, e),
             None => tracing::debug!("completion of a request without an endpoint failed: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IDLE_IFACE_PERIOD, IDLE_IFACE_RECENT};
+    use crate::{Context, ContextParams, EpHandle, EpParams, Features, Op, UcpConfig, Worker};
+    use std::time::{Duration, Instant};
+    use ucs::time::ManualClock;
+
+    const WATCHDOG: Duration = Duration::from_secs(60);
+
+    fn tcp_ctx() -> Context {
+        Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: vec!["tcp".into()],
+                net_devices: vec!["lo".into()],
+                ..Default::default()
+            }),
+        })
+        .expect("context")
+    }
+
+    /// Sends `msg` with `tag` from `from` over `ep` to `to`, progressing both until `to` has
+    /// received it; gives what `to` received.
+    fn exchange(from: &mut Worker, ep: EpHandle, to: &mut Worker, tag: u64, msg: &[u8]) -> Vec<u8> {
+        let mut recv = match to.tag_recv(vec![0u8; 64], tag, u64::MAX).expect("recv") {
+            Op::Pending(r) => r,
+            Op::Done(c) => panic!("nothing was sent yet: {:?}", c.status),
+        };
+        let mut send = match from.tag_send(ep, tag, msg).expect("send") {
+            Op::Pending(r) => Some(r),
+            Op::Done(c) => {
+                c.status.expect("send");
+                None
+            }
+        };
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            from.progress();
+            to.progress();
+            if let Some(r) = send.take() {
+                match from.request_take(r) {
+                    Ok(c) => c.status.expect("send"),
+                    Err(r) => send = Some(r),
+                }
+            }
+            match to.request_take(recv) {
+                Ok(c) => {
+                    c.status.expect("receive");
+                    let mut buf = c.buf.expect("receive buffer");
+                    buf.truncate(c.len);
+                    return buf;
+                }
+                Err(r) => recv = r,
+            }
+            assert!(
+                Instant::now() < deadline,
+                "watchdog: the message never arrived"
+            );
+        }
+    }
+
+    /// The same late peer reaches a worker whose idle interfaces get no count-paced poll at
+    /// all (its call count skips every multiple of `IDLE_IFACE_PERIOD`): the clock moving by
+    /// `IDLE_IFACE_WAIT` between calls is enough.
+    #[test]
+    fn idle_interface_is_polled_when_the_clock_moves() {
+        let ctx = tcp_ctx();
+        let clock = ManualClock::new();
+        let mut a = Worker::with_clock(&ctx, clock.clone()).expect("worker a");
+        for _ in 0..4 * IDLE_IFACE_RECENT {
+            a.progress();
+        }
+        assert!(a
+            .last_event
+            .iter()
+            .all(|&last| a.tick.wrapping_sub(last) > IDLE_IFACE_RECENT + IDLE_IFACE_PERIOD));
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let a_addr = a.address().to_vec();
+        let ba = b.ep_create(&a_addr, EpParams::default()).expect("ep b->a");
+        let mut recv = match a.tag_recv(vec![0u8; 64], 9, u64::MAX).expect("recv") {
+            Op::Pending(r) => r,
+            Op::Done(c) => panic!("nothing was sent yet: {:?}", c.status),
+        };
+        let mut send = match b.tag_send(ba, 9, b"by the clock").expect("send") {
+            Op::Pending(r) => Some(r),
+            Op::Done(_) => None,
+        };
+        let deadline = Instant::now() + WATCHDOG;
+        let got = loop {
+            if a.tick.wrapping_add(1).is_multiple_of(IDLE_IFACE_PERIOD) {
+                a.tick = a.tick.wrapping_add(1);
+            }
+            if a.tick.wrapping_add(1).is_multiple_of(super::CLOCK_PERIOD) {
+                clock.advance(super::IDLE_IFACE_WAIT * 2);
+            }
+            a.progress();
+            b.progress();
+            if let Some(r) = send.take() {
+                send = b.request_take(r).err();
+            }
+            match a.request_take(recv) {
+                Ok(c) => break c,
+                Err(r) => recv = r,
+            }
+            assert!(
+                Instant::now() < deadline,
+                "watchdog: a never got b's message"
+            );
+        };
+        got.status.expect("receive");
+        assert_eq!(&got.buf.expect("buffer")[..got.len], b"by the clock");
+    }
+
+    /// A worker whose tcp interface has had no endpoint and no event for many progress calls,
+    /// on a clock that never moves (so only the call count paces its idle polling), still
+    /// accepts a late peer's connection, completes the wire-up and receives the peer's
+    /// message; the reply goes back over the endpoint the wire-up made.
+    #[test]
+    fn idle_interface_is_polled_and_a_late_peer_connects() {
+        let ctx = tcp_ctx();
+        let mut a = Worker::with_clock(&ctx, ManualClock::new()).expect("worker a");
+        let mut b = Worker::new(&ctx).expect("worker b");
+        for _ in 0..4 * IDLE_IFACE_RECENT {
+            a.progress();
+        }
+        assert!(
+            a.st.iface_users.iter().all(|&u| u == 0),
+            "a has no endpoint"
+        );
+        for (i, &last) in a.last_event.iter().enumerate() {
+            assert!(
+                a.tick.wrapping_sub(last) > IDLE_IFACE_RECENT + IDLE_IFACE_PERIOD,
+                "interface {i} of a had a recent event"
+            );
+        }
+        let (a_addr, b_addr) = (a.address().to_vec(), b.address().to_vec());
+        let ba = b.ep_create(&a_addr, EpParams::default()).expect("ep b->a");
+        assert_eq!(exchange(&mut b, ba, &mut a, 7, b"late peer"), b"late peer");
+        let ab = a.ep_create(&b_addr, EpParams::default()).expect("ep a->b");
+        assert_eq!(exchange(&mut a, ab, &mut b, 8, b"reply"), b"reply");
     }
 }
