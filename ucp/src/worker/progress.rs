@@ -86,9 +86,11 @@ impl Worker {
             {
                 continue;
             }
+            let matched = self.st.matcher.matched();
             let k = iface.progress(&mut Sink {
                 st: &mut self.st,
                 iface: i,
+                matched,
             });
             if k > 0 {
                 self.last_event[i] = tick;
@@ -159,6 +161,8 @@ impl State {
 pub(crate) struct Sink<'a> {
     pub(crate) st: &'a mut State,
     pub(crate) iface: usize,
+    /// `st.matcher.matched()` when the interface's progress call began.
+    pub(crate) matched: u64,
 }
 
 impl EventSink for Sink<'_> {
@@ -167,6 +171,18 @@ impl EventSink for Sink<'_> {
     }
     fn am_keep(&mut self, id: u8, data: &[u8], keep: uct::mm::AmKeep<'_>) {
         self.st.handle_am_keep(Some(self.iface), id, data, keep);
+    }
+    /// An eager message for which no receive is posted, after this call already completed a
+    /// posted receive: left for the next call. A caller that waits for one receive at a time
+    /// then gets its completion back and posts the next receive before that message is taken,
+    /// so the message is copied straight into it rather than parked as unexpected and matched
+    /// and copied later.
+    #[inline]
+    fn defer(&mut self, id: u8, data: &[u8]) -> bool {
+        id == am_id::EAGER_ONLY
+            && self.st.matcher.matched() != self.matched
+            && crate::wire::split_eager_only(data)
+                .is_some_and(|(_, tag, _)| !self.st.matcher.may_match(tag))
     }
     fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
         self.st.handle_completion(comp, result);

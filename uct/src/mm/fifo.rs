@@ -444,9 +444,9 @@ impl PrefetchW {
         has_prefetchw().then_some(PrefetchW(()))
     }
 
-    /// `prefetchw` of the line at `p`.
+    /// `prefetchw` of the line at `p` (any address: a hint never faults).
     #[inline(always)]
-    fn prefetch(self, p: *const u8) {
+    pub fn prefetch(self, p: *const u8) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has the instruction (this value exists); a prefetch is a hint: it
         // never faults, whatever the address, and changes no memory or flags.

@@ -520,7 +520,8 @@ impl MmIface {
         count
     }
     /// The work of [`Iface::progress`] once its quick look found some: consumes up to
-    /// [`POLL_BATCH`] messages, releases consumed positions, and runs the periodic checks,
+    /// [`POLL_BATCH`] messages (fewer when the sink defers a buffer message after the first:
+    /// [`EventSink::defer`]), releases consumed positions, and runs the periodic checks,
     /// pending requests, endpoint errors and tag events.
     #[inline(never)]
     fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
@@ -533,6 +534,9 @@ impl MmIface {
             match unsafe { self.fifo.poll(self.read_pos, buf) } {
                 Polled::Empty => break,
                 Polled::Buf(id, data) if id < crate::ep::AM_ID_MAX => {
+                    if n > 0 && sink.defer(id, data) {
+                        break;
+                    }
                     sink.am_keep(id, data, AmKeep::new(&self.bufs, self.read_pos, data));
                 }
                 Polled::Msg(id, data) | Polled::Buf(id, data) => {
