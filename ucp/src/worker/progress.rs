@@ -319,3 +319,62 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
+
+    /// Waits for `op` on `w`, progressing it.
+    fn wait(w: &mut Worker, op: Op) -> crate::Completion {
+        let mut q = match op {
+            Op::Done(c) => return c,
+            Op::Pending(q) => q,
+        };
+        loop {
+            w.progress();
+            match w.request_take(q) {
+                Ok(c) => return c,
+                Err(r) => q = r,
+            }
+        }
+    }
+
+    /// A receiver that posts one receive at a time: once a progress call completed the posted
+    /// receive, the eager messages behind it wait in the shared-memory FIFO (`Sink::defer`),
+    /// not in the unexpected queue, and each later receive is posted before its message is
+    /// taken. The data arrives whole and in order.
+    #[test]
+    fn eager_messages_behind_a_completed_receive_wait_in_the_transport() {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: vec!["posix".into()],
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut a = Worker::new(&ctx).expect("worker a");
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let ba = b.ep_create(a.address(), EpParams::default()).expect("ep");
+        let msgs: Vec<Vec<u8>> = (0..4u8)
+            .map(|k| (0..4096).map(|i| (i as u8).wrapping_mul(7) ^ k).collect())
+            .collect();
+        for m in &msgs {
+            let op = b.tag_send(ba, 5, m).expect("send");
+            let c = wait(&mut b, op);
+            assert_eq!(c.status, Ok(()));
+        }
+        for (k, m) in msgs.iter().enumerate() {
+            let op = a.tag_recv(vec![0; 4096], 5, u64::MAX).expect("recv");
+            assert!(
+                matches!(op, Op::Pending(_)),
+                "message {k} waited in the unexpected queue"
+            );
+            let mut c = wait(&mut a, op);
+            assert_eq!(c.status, Ok(()));
+            assert_eq!(c.len, 4096);
+            assert_eq!(c.buf.take().expect("buffer back"), *m, "message {k}");
+            assert_eq!(a.st.matcher.unexpected_len(), 0, "after message {k}");
+        }
+    }
+}
