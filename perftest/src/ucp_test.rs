@@ -666,8 +666,10 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
 }
 
 /// Stream receiver: one receive at a time, each waited for before the next is posted, as
-/// ucx_perftest's receiver does (its receive window is one). A sender running ahead leaves its
-/// messages in the unexpected queue, where the next receive finds them at once.
+/// ucx_perftest's receiver does (its receive window is one). Messages of a sender running ahead
+/// wait in the transport (a progress call that completed the receive leaves the next eager
+/// message for the next call: `EventSink::defer`) or, past that, in the unexpected queue, where
+/// the next receive finds them at once.
 fn receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
     let size = p.size();
     let mut buf = Some(try_vec("a message buffer", size, 0x5a)?);

@@ -54,6 +54,15 @@ pub trait EventSink {
         let _ = keep;
         self.am(id, data);
     }
+    /// Whether the interface should end its progress call before active message `id` with
+    /// `data`, leaving it for the next call (the sink delivered what its caller waits for, and
+    /// the message would only be parked). Asked only after a call has taken a message, so
+    /// every call takes at least one. By default never.
+    #[inline]
+    fn defer(&mut self, id: u8, data: &[u8]) -> bool {
+        let _ = (id, data);
+        false
+    }
     /// An operation that returned `InProgress` finished. `result` holds the fetched value of
     /// fetching atomics (zero-extended), 0 otherwise, or the error.
     fn completion(&mut self, comp: CompletionId, result: Result<u64>);

@@ -67,6 +67,7 @@ pub(crate) fn extend_payload(v: &mut Vec<u8>, src: &[u8]) {
 #[inline(never)]
 unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+    prefetch_crossing(dst, src, n);
     // SAFETY: every access is 16 bytes at an offset `o` with `o + 64 <= n`, inside both
     // ranges the caller vouches for.
     unsafe {
@@ -92,6 +93,30 @@ unsafe fn copy_loop(dst: *mut u8, src: *const u8, n: usize) {
         if o < n {
             block(n - 64);
         }
+    }
+}
+
+/// Starts fetching the line just past the first page boundary inside `src..src + n` (to read)
+/// and inside `dst..dst + n` (to write), if there is one. The hardware prefetchers stop at
+/// page boundaries, so without the hint the copy meets the next page's first line as a demand
+/// miss: a 4 KiB payload behind its header in a transport buffer ends 64 bytes into the next
+/// page, and on a shared-memory lane that line sits in the other core's cache. Hints only.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_crossing(dst: *mut u8, src: *const u8, n: usize) {
+    let crossing = |p: usize| {
+        let next = (p | 4095).wrapping_add(1);
+        (next > p && next < p.wrapping_add(n)).then_some(next as *const u8)
+    };
+    if let Some(p) = crossing(src as usize) {
+        // SAFETY: a prefetch is a hint: it never faults, whatever the address, and changes no
+        // memory or flags.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+        };
+    }
+    if let (Some(p), Some(cpu)) = (crossing(dst as usize), uct::mm::fifo::PrefetchW::detect()) {
+        cpu.prefetch(p);
     }
 }
 

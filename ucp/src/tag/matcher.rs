@@ -43,6 +43,8 @@ pub struct TagMatcher {
     exact: Vec<Queue<Expected>>,
     wild: Queue<Expected>,
     unexpected: Queue<(u64, u64)>,
+    /// Arrivals that matched a posted receive so far (wraps).
+    matched: u64,
 }
 
 impl Default for TagMatcher {
@@ -59,6 +61,7 @@ impl TagMatcher {
             exact: (0..BUCKETS).map(|_| Queue::default()).collect(),
             wild: Queue::default(),
             unexpected: Queue::default(),
+            matched: 0,
         }
     }
 
@@ -113,6 +116,27 @@ impl TagMatcher {
     /// Removes and gives the earliest-posted receive that fits `tag`, if any.
     #[inline]
     pub fn match_expected(&mut self, tag: u64) -> Option<u64> {
+        let id = self.match_expected_inner(tag);
+        self.matched = self.matched.wrapping_add(id.is_some() as u64);
+        id
+    }
+
+    /// How many arrivals matched a posted receive so far (wrapping): compare two readings to
+    /// see whether one did in between.
+    #[inline]
+    pub fn matched(&self) -> u64 {
+        self.matched
+    }
+
+    /// False when no posted receive can fit `tag` (no wildcard receive, none in its bucket): a
+    /// message with it arriving now would be unexpected.
+    #[inline]
+    pub fn may_match(&self, tag: u64) -> bool {
+        !self.wild.is_empty() || !self.exact[bucket(tag)].is_empty()
+    }
+
+    #[inline(always)]
+    fn match_expected_inner(&mut self, tag: u64) -> Option<u64> {
         // No wildcard receive: the earliest exact one for the tag wins, usually the first of
         // its bucket.
         if self.wild.is_empty() {
@@ -249,6 +273,27 @@ mod tests {
         assert!(m.cancel(6, EXACT, 3));
         assert!(!m.cancel(6, EXACT, 3));
         assert_eq!(m.expected_len(), 0);
+    }
+
+    #[test]
+    fn counts_matches_and_tells_which_tags_may_match() {
+        let mut m = TagMatcher::new();
+        assert!(!m.may_match(5));
+        assert_eq!(m.arrive(5, 100), None);
+        assert_eq!(m.matched(), 0);
+        assert_eq!(m.post(6, EXACT, 1), None);
+        assert!(m.may_match(6));
+        assert!(!m.may_match(5), "an exact receive for another tag");
+        assert_eq!(m.arrive(6, 101), Some(1));
+        assert_eq!(m.matched(), 1);
+        assert!(!m.may_match(6));
+        // A receive matched by its posting (message first) is no arrival match.
+        assert_eq!(m.post(5, EXACT, 3), Some(100));
+        assert_eq!(m.matched(), 1);
+        assert_eq!(m.post(7, 0, 2), None);
+        assert!(m.may_match(5), "a wildcard receive may fit any tag");
+        assert_eq!(m.arrive(8, 102), Some(2));
+        assert_eq!(m.matched(), 2);
     }
 
     #[test]

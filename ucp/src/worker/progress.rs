@@ -102,9 +102,11 @@ impl Worker {
             {
                 continue;
             }
+            let matched = self.st.matcher.matched();
             let k = iface.progress(&mut Sink {
                 st: &mut self.st,
                 iface: i,
+                matched,
             });
             if k > 0 {
                 self.last_event[i] = tick;
@@ -172,9 +174,14 @@ impl State {
     }
 }
 
+/// Smallest message (with its headers) [`Sink::defer`] leaves for the next progress call.
+const DEFER_MIN: usize = 2048;
+
 pub(crate) struct Sink<'a> {
     pub(crate) st: &'a mut State,
     pub(crate) iface: usize,
+    /// `st.matcher.matched()` when the interface's progress call began.
+    pub(crate) matched: u64,
 }
 
 impl EventSink for Sink<'_> {
@@ -183,6 +190,21 @@ impl EventSink for Sink<'_> {
     }
     fn am_keep(&mut self, id: u8, data: &[u8], keep: uct::mm::AmKeep<'_>) {
         self.st.handle_am_keep(Some(self.iface), id, data, keep);
+    }
+    /// An eager message of at least [`DEFER_MIN`] bytes for which no receive is posted, after
+    /// this call already completed a posted receive: left for the next call. A caller that
+    /// waits for one receive at a time then gets its completion back and posts the next
+    /// receive before that message is taken, so the message is copied straight into it rather
+    /// than parked as unexpected (its buffer kept, a spare buffer swapped in) and matched and
+    /// copied later. Smaller messages are taken: for them a receive found waiting costs less
+    /// than the extra progress call and posted request (tag_bw 1 KiB ran 40% slower deferred).
+    #[inline]
+    fn defer(&mut self, id: u8, data: &[u8]) -> bool {
+        id == am_id::EAGER_ONLY
+            && data.len() >= DEFER_MIN
+            && self.st.matcher.matched() != self.matched
+            && crate::wire::split_eager_only(data)
+                .is_some_and(|(_, tag, _)| !self.st.matcher.may_match(tag))
     }
     fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
         self.st.handle_completion(comp, result);
@@ -460,5 +482,59 @@ mod tests {
         assert_eq!(exchange(&mut b, ba, &mut a, 7, b"late peer"), b"late peer");
         let ab = a.ep_create(&b_addr, EpParams::default()).expect("ep a->b");
         assert_eq!(exchange(&mut a, ab, &mut b, 8, b"reply"), b"reply");
+    }
+
+    /// Waits for `op` on `w`, progressing it.
+    fn wait(w: &mut Worker, op: Op) -> crate::Completion {
+        let mut q = match op {
+            Op::Done(c) => return c,
+            Op::Pending(q) => q,
+        };
+        loop {
+            w.progress();
+            match w.request_take(q) {
+                Ok(c) => return c,
+                Err(r) => q = r,
+            }
+        }
+    }
+
+    /// A receiver that posts one receive at a time: once a progress call completed the posted
+    /// receive, the eager messages behind it wait in the shared-memory FIFO (`Sink::defer`),
+    /// not in the unexpected queue, and each later receive is posted before its message is
+    /// taken. The data arrives whole and in order.
+    #[test]
+    fn eager_messages_behind_a_completed_receive_wait_in_the_transport() {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: vec!["posix".into()],
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut a = Worker::new(&ctx).expect("worker a");
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let ba = b.ep_create(a.address(), EpParams::default()).expect("ep");
+        let msgs: Vec<Vec<u8>> = (0..4u8)
+            .map(|k| (0..4096).map(|i| (i as u8).wrapping_mul(7) ^ k).collect())
+            .collect();
+        for m in &msgs {
+            let op = b.tag_send(ba, 5, m).expect("send");
+            let c = wait(&mut b, op);
+            assert_eq!(c.status, Ok(()));
+        }
+        for (k, m) in msgs.iter().enumerate() {
+            let op = a.tag_recv(vec![0; 4096], 5, u64::MAX).expect("recv");
+            assert!(
+                matches!(op, Op::Pending(_)),
+                "message {k} waited in the unexpected queue"
+            );
+            let mut c = wait(&mut a, op);
+            assert_eq!(c.status, Ok(()));
+            assert_eq!(c.len, 4096);
+            assert_eq!(c.buf.take().expect("buffer back"), *m, "message {k}");
+            assert_eq!(a.st.matcher.unexpected_len(), 0, "after message {k}");
+        }
     }
 }

@@ -54,6 +54,9 @@ pub const BUF_SIZE: usize = 8192;
 /// out) then store and load whole lines, and a page-aligned user buffer does not sit 16
 /// bytes behind it in the page (4 KiB aliasing of the sender's loads with its own stores).
 pub const BUF_DATA_OFF: usize = 48;
+/// Lines of the next position's buffer a producer streaming large messages prefetches
+/// ([`FifoPtrs::prefetch_next_buf`]).
+pub const NEXT_BUF_LINES: usize = 16;
 /// Largest message in a buffer.
 pub const BUF_DATA_MAX: usize = BUF_SIZE - BUF_DATA_OFF;
 /// Offset of the element array: right after the control block, in its page.
@@ -333,6 +336,20 @@ impl FifoPtrs {
     pub fn prefetch_claim(&self, pos: u64, cpu: PrefetchW) {
         cpu.prefetch(self.elem(pos) as *const u8);
     }
+    /// Asks the CPU to bring the first [`NEXT_BUF_LINES`] lines of the message area of
+    /// position `pos`'s buffer into this core's cache for writing, when the ring does not look
+    /// full to a producer that last saw `cached_tail` (a full ring's buffers are still the
+    /// consumer's to read). A hint only: it reads the element's buffer word, writes nothing.
+    #[inline(always)]
+    pub fn prefetch_next_buf(&self, pos: u64, cached_tail: u64, cpu: PrefetchW) {
+        if pos.wrapping_sub(cached_tail) >= NELEMS {
+            return;
+        }
+        let p = self.buf_area(pos);
+        for i in 0..NEXT_BUF_LINES {
+            cpu.prefetch(p.wrapping_add(i * 64));
+        }
+    }
     /// Records that process `pid` claimed `pos` (right after the claim).
     #[inline(always)]
     pub fn stamp(&self, pos: u64, pid: u32) {
@@ -444,9 +461,9 @@ impl PrefetchW {
         has_prefetchw().then_some(PrefetchW(()))
     }
 
-    /// `prefetchw` of the line at `p`.
+    /// `prefetchw` of the line at `p` (any address: a hint never faults).
     #[inline(always)]
-    fn prefetch(self, p: *const u8) {
+    pub fn prefetch(self, p: *const u8) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has the instruction (this value exists); a prefetch is a hint: it
         // never faults, whatever the address, and changes no memory or flags.
@@ -574,6 +591,8 @@ mod tests {
         if let Some(cpu) = PrefetchW::detect() {
             for pos in 0..2 * NELEMS {
                 f.prefetch_claim(pos, cpu);
+                f.prefetch_next_buf(pos, 0, cpu);
+                f.prefetch_next_buf(pos, pos, cpu);
             }
         }
         // SAFETY: single consumer.

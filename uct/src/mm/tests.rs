@@ -530,3 +530,61 @@ fn posix_first_messages_touch_one_page() {
 fn sysv_first_messages_touch_one_page() {
     first_messages_touch_one_page::<SysvTransport>();
 }
+
+/// Takes every message; asks to defer the buffer messages that start with 0xdd.
+#[derive(Default)]
+struct Deferring {
+    got: Vec<(u8, Vec<u8>)>,
+    asked: usize,
+}
+
+impl EventSink for Deferring {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        self.got.push((id, data.to_vec()));
+    }
+    fn defer(&mut self, _id: u8, data: &[u8]) -> bool {
+        self.asked += 1;
+        data.first() == Some(&0xdd)
+    }
+    fn completion(&mut self, _comp: CompletionId, _result: ucs::Result<u64>) {
+        panic!("shared memory never completes later");
+    }
+}
+
+/// A deferred buffer message stays in the FIFO for the next progress call, in order; each
+/// call takes at least one message (the first is never asked about), and inline messages are
+/// never deferred.
+#[test]
+fn deferred_messages_wait_for_the_next_call() {
+    let (_md, _a, mut b, mut ep) = pair::<PosixTransport>();
+    let big = |first: u8| {
+        let mut p = pattern(600, first);
+        p[0] = first;
+        p
+    };
+    let msgs = [big(1), big(0xdd), big(0xdd), big(2)];
+    for m in &msgs {
+        let r = ep.am_bcopy(7, |buf| {
+            buf[..m.len()].copy_from_slice(m);
+            m.len()
+        });
+        assert_eq!(r.unwrap(), Outcome::Done(m.len()));
+    }
+    assert_eq!(ep.am_short(8, 0xdd, b"inline").unwrap(), Outcome::DONE);
+    let mut sink = Deferring::default();
+    // Takes msgs[0], leaves msgs[1].
+    assert_eq!(b.progress(&mut sink), 1);
+    assert_eq!(sink.got, vec![(7, msgs[0].clone())]);
+    // msgs[1] comes first now and is taken without asking; msgs[2] waits.
+    assert_eq!(b.progress(&mut sink), 1);
+    assert_eq!(sink.got.len(), 2);
+    assert_eq!(sink.got[1], (7, msgs[1].clone()));
+    // msgs[2], then msgs[3] (not deferred) and the inline message in the same call.
+    assert_eq!(b.progress(&mut sink), 3);
+    assert_eq!(sink.got.len(), 5);
+    assert_eq!(sink.got[2], (7, msgs[2].clone()));
+    assert_eq!(sink.got[3], (7, msgs[3].clone()));
+    assert_eq!(sink.got[4].0, 8);
+    assert_eq!(sink.asked, 3);
+    assert_eq!(b.progress(&mut sink), 0);
+}

@@ -22,6 +22,9 @@ pub struct MmEp {
     pub(in crate::mm) maps: super::super::peer_maps::PeerMaps,
 }
 
+/// Smallest buffer message after which a streaming sender prefetches the next position's buffer
+/// ([`fifo::FifoPtrs::prefetch_next_buf`]): a stream of large messages is likely to continue.
+const NEXT_BUF_MIN: usize = 2048;
 /// Sends refused for a full FIFO between two looks at whether the peer exited (a divisor of
 /// 256, so the 8-bit count wraps in step).
 const FULL_CHECK_EVERY: u8 = 64;
@@ -96,9 +99,12 @@ impl MmEp {
     ///
     /// When nothing arrived at our interface since our previous send (a stream of sends, the
     /// receiver working behind us) it also prefetches the next position's element for writing
-    /// ([`FifoPtrs::prefetch_claim`]). Not after a receive (request and reply): there the
-    /// receiver may already poll that element, and taking the line from it delays the reply
-    /// we wait for.
+    /// ([`FifoPtrs::prefetch_claim`]), and after a buffer message of at least [`NEXT_BUF_MIN`]
+    /// bytes the first lines of that position's buffer ([`FifoPtrs::prefetch_next_buf`]): the
+    /// next claim's locked compare-and-swap waits for this message's stores to drain, and the
+    /// next pack would start with no line of its buffer on the way. Not after a receive
+    /// (request and reply): there the receiver may already poll that element, and taking the
+    /// line from it delays the reply we wait for.
     #[inline(always)]
     pub(in crate::mm) fn send<T>(
         &mut self,
@@ -115,7 +121,8 @@ impl MmEp {
         };
         self.fifo.stamp(c.pos, self.pid);
         let rx = self.common.rx_rounds.get();
-        if let (Some(cpu), true) = (self.prefetchw, rx == self.rx_seen) {
+        let stream = self.prefetchw.filter(|_| rx == self.rx_seen);
+        if let Some(cpu) = stream {
             self.fifo.prefetch_claim(c.pos + 1, cpu);
         }
         self.rx_seen = rx;
@@ -125,6 +132,11 @@ impl MmEp {
             Ok((kind, len, v)) => {
                 // SAFETY: claimed above, not yet published.
                 unsafe { self.fifo.publish(c.pos, am_id, kind, len as u32) };
+                let large = kind == fifo::KIND_BUF && len >= NEXT_BUF_MIN;
+                if let (Some(cpu), true) = (stream, large) {
+                    self.fifo
+                        .prefetch_next_buf(c.pos + 1, self.cached_tail, cpu);
+                }
                 Ok(Outcome::Done(v))
             }
             Err(e) => {
