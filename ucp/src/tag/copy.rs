@@ -109,11 +109,7 @@ fn prefetch_crossing(dst: *mut u8, src: *const u8, n: usize) {
         (next > p && next < p.wrapping_add(n)).then_some(next as *const u8)
     };
     if let Some(p) = crossing(src as usize) {
-        // SAFETY: a prefetch is a hint: it never faults, whatever the address, and changes no
-        // memory or flags.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-        };
+        uct::mm::fifo::prefetch_read(p);
     }
     if let (Some(p), Some(cpu)) = (crossing(dst as usize), uct::mm::fifo::PrefetchW::detect()) {
         cpu.prefetch(p);

@@ -450,6 +450,20 @@ impl FifoPtrs {
     }
 }
 
+/// Asks the CPU to start reading the line at `p` into this core's cache (any address: a hint
+/// never faults). Does nothing off x86-64.
+#[inline(always)]
+pub fn prefetch_read(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it never faults, whatever the address, and changes no
+    // memory or flags.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Proof that this CPU has `prefetchw` (CPUID 8000_0001h ECX bit 8): only
 /// [`PrefetchW::detect`] makes one.
 #[derive(Debug, Clone, Copy)]

@@ -546,7 +546,7 @@ impl MmIface {
                 Polled::Empty => break,
                 Polled::Buf(id, data) if id < crate::ep::AM_ID_MAX => {
                     if n > 0 && sink.defer(id, data) {
-                        prefetch_read(data);
+                        prefetch_deferred(data);
                         break;
                     }
                     sink.am_keep(id, data, AmKeep::new(&self.bufs, self.read_pos, data));
@@ -615,20 +615,13 @@ impl MmIface {
 /// progress call, which copies it out), so their fetch from the sender's cache overlaps the
 /// caller's work until then. Hints only.
 #[inline(always)]
-fn prefetch_read(data: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for off in (0..data.len().min(PREFETCH_DEFERRED)).step_by(64) {
-        // SAFETY: a prefetch is a hint: it never faults and changes no memory or flags; the
-        // address lies inside `data` anyway.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                data.as_ptr().add(off) as *const i8,
-            )
-        };
+fn prefetch_deferred(data: &[u8]) {
+    for line in data[..data.len().min(PREFETCH_DEFERRED)].chunks(64) {
+        fifo::prefetch_read(line.as_ptr());
     }
 }
 
-/// Bytes of a deferred message [`prefetch_read`] asks for.
+/// Bytes of a deferred message [`prefetch_deferred`] asks for.
 const PREFETCH_DEFERRED: usize = 512;
 
 #[cold]
