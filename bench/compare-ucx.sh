@@ -3,6 +3,11 @@
 # class, test, size and iteration count, server pinned to core 0 and client to core 1,
 # alternating the two programs and repeating, and prints the median of each and the ratio
 # rucx/UCX per row. It reports; it never asserts a speed (the machine is shared and noisy).
+# Before each pair of runs it measures the cores' cache-line hand-over time (bench/c2c.c): on a
+# virtual machine the host may move the vCPUs between cores that share a cache ("near", tens
+# of ns) and cores that do not ("far", hundreds), minutes apart, and shared-memory rows follow.
+# Each row then also gives the median of the per-pair ratios, and that median over near and
+# over far pairs, with the hand-over times seen.
 #
 # Usage: bench/compare-ucx.sh [-r REPS] [-q] [-R] [ROW_FILTER]
 #   -r REPS     repetitions per program and row (default 5)
@@ -48,6 +53,10 @@ if [ -z "${RUCX_PERFTEST:-}" ]; then
     RUCX_PERFTEST="$ROOT/target/release/perftest"
 fi
 UCX_PERFTEST=$(command -v ucx_perftest)
+C2C="$WORK/c2c"
+${CC:-cc} -O2 -pthread -o "$C2C" "$ROOT/bench/c2c.c" || { echo "cannot build bench/c2c.c" >&2; exit 1; }
+# Pairs whose hand-over time is below this many ns count as near.
+NEAR_NS=${NEAR_NS:-100}
 UCX_VERSION=$(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -1)
 
 PORT=$((20000 + ($$ % 20000)))
@@ -99,6 +108,9 @@ median() {
     sort -g | awk '{a[NR]=$1} END {if (NR==0) {print "nan"} else if (NR%2) {print a[(NR+1)/2]} else {print (a[NR/2]+a[NR/2+1])/2}}'
 }
 
+# A median read from stdin as a two-decimal ratio, or "-" when there is none.
+ratio_fmt() { awk '{ if ($1 == "nan" || $1 == "") print "-"; else printf "%.2f\n", $1 }'; }
+
 # CSV columns: 1 iterations, 2 pct lat, 3 avg lat, 4 overall lat, 5 avg bw, 6 overall bw,
 # 7 avg mr, 8 overall mr.
 field() { cut -d, -f"$1"; }
@@ -109,7 +121,8 @@ printf "# latency rows: 50th percentile µs (lower is better), then the overall 
 printf "# bw rows: overall MB/s or msg/s (higher is better), then the 50th percentile time per message µs\n"
 printf "# (on a loaded machine the percentile is the robust number; averages include preemption)\n"
 [ ${#RT[@]} -gt 0 ] && printf "# both programs ran under SCHED_FIFO (-R)\n"
-printf "%-38s %8s %12s %12s %8s %10s %10s   %s\n" "row" "iters" "UCX" "rucx" "rucx/UCX" "UCX 2nd" "rucx 2nd" "note"
+printf "# pairs: median of per-pair ratios (all, near, far; '-' when none), then the hand-over ns seen (min-max)\n"
+printf "%-38s %8s %12s %12s %8s %10s %10s %6s %6s %6s %9s   %s\n" "row" "iters" "UCX" "rucx" "rucx/UCX" "UCX 2nd" "rucx 2nd" "pairs" "near" "far" "c2c ns" "note"
 
 # row NAME METRIC ITERS UCX_ENV RUCX_ENV -- ARGS (UCX) -- ARGS (rucx, default: same)
 #   METRIC: lat (p50 µs) | bw (MB/s) | mr (msg/s)
@@ -123,8 +136,11 @@ row() {
     local col col2
     case "$metric" in lat) col=2; col2=4 ;; bw) col=6; col2=2 ;; mr) col=8; col2=2 ;; esac
     local ucx_vals="" rucx_vals="" ucx_vals2="" rucx_vals2="" note="" rucx_na=""
-    local r first second
+    local r first second pair_all="" pair_near="" pair_far="" c2c_seen="" c2c u_one r_one
     for r in $(seq 1 "$REPS"); do
+        c2c=$("$C2C" "$SERVER_CORE" "$CLIENT_CORE" 2>/dev/null || echo nan)
+        c2c_seen+="$c2c"$'\n'
+        u_one=""; r_one=""
         # Alternate which program goes first.
         if [ $((r % 2)) -eq 1 ]; then first=ucx; second=rucx; else first=rucx; second=ucx; fi
         for who in $first $second; do
@@ -133,7 +149,8 @@ row() {
                 if [[ "$res" == ERR* || -z "$res" ]]; then
                     note="UCX failed: ${res#ERR }"
                 else
-                    ucx_vals+="$(echo "$res" | field $col)"$'\n'
+                    u_one=$(echo "$res" | field $col)
+                    ucx_vals+="$u_one"$'\n'
                     ucx_vals2+="$(echo "$res" | field $col2)"$'\n'
                 fi
             else
@@ -143,23 +160,41 @@ row() {
                     # A test rucx cannot run yet fails the same way every time: stop trying.
                     rucx_na="n/a: ${res#ERR }"
                 else
-                    rucx_vals+="$(echo "$res" | field $col)"$'\n'
+                    r_one=$(echo "$res" | field $col)
+                    rucx_vals+="$r_one"$'\n'
                     rucx_vals2+="$(echo "$res" | field $col2)"$'\n'
                 fi
             fi
         done
+        if [ -n "$u_one" ] && [ -n "$r_one" ]; then
+            local q
+            q=$(awk -v a="$r_one" -v b="$u_one" 'BEGIN { if (b+0 > 0) printf "%.3f", a/b }')
+            if [ -n "$q" ]; then
+                pair_all+="$q"$'\n'
+                if awk -v c="$c2c" -v n="$NEAR_NS" 'BEGIN { exit !(c+0 > 0 && c+0 < n) }'; then
+                    pair_near+="$q"$'\n'
+                else
+                    pair_far+="$q"$'\n'
+                fi
+            fi
+        fi
     done
+    local pa pn pf cr
+    pa=$(printf "%s" "$pair_all" | grep . | median | ratio_fmt)
+    pn=$(printf "%s" "$pair_near" | grep . | median | ratio_fmt)
+    pf=$(printf "%s" "$pair_far" | grep . | median | ratio_fmt)
+    cr=$(printf "%s" "$c2c_seen" | grep -v nan | grep . | sort -g | awk 'NR==1 {lo=$1} {hi=$1} END {if (NR) printf "%.0f-%.0f", lo, hi; else print "-"}')
     local um rm ratio um2 rm2
     um=$(printf "%s" "$ucx_vals" | grep . | median)
     um2=$(printf "%s" "$ucx_vals2" | grep . | median)
     if [ -n "$rucx_na" ]; then
-        printf "%-38s %8s %12s %12s %8s %10s %10s   %s\n" "$name" "$iters" "$um" "-" "-" "$um2" "-" "$rucx_na"
+        printf "%-38s %8s %12s %12s %8s %10s %10s %6s %6s %6s %9s   %s\n" "$name" "$iters" "$um" "-" "-" "$um2" "-" "-" "-" "-" "$cr" "$rucx_na"
         return
     fi
     rm=$(printf "%s" "$rucx_vals" | grep . | median)
     rm2=$(printf "%s" "$rucx_vals2" | grep . | median)
     ratio=$(awk -v a="$rm" -v b="$um" 'BEGIN { if (b+0 > 0 && a != "nan") printf "%.2f", a/b; else print "-" }')
-    printf "%-38s %8s %12s %12s %8s %10s %10s   %s\n" "$name" "$iters" "$um" "$rm" "$ratio" "$um2" "$rm2" "$note"
+    printf "%-38s %8s %12s %12s %8s %10s %10s %6s %6s %6s %9s   %s\n" "$name" "$iters" "$um" "$rm" "$ratio" "$um2" "$rm2" "$pa" "$pn" "$pf" "$cr" "$note"
 }
 
 SHM_UCX="UCX_TLS=posix,cma,self"
