@@ -160,6 +160,15 @@ fn tag_over_rc_verbs_two_workers() {
     wait_rc_am_lane(&mut b, &mut [&mut a], ba);
     assert_eq!(a.stats().am_lane_switches, 1, "{:?}", a.stats());
     assert_eq!(b.stats().am_lane_switches, 1, "{:?}", b.stats());
+    // After the switch, small messages over rc_verbs take the receive fast path.
+    let general_before = b.stats().rx_general;
+    stream_of_sizes(&mut a, &mut b, ab, &[8; 32], 4);
+    let general = b.stats().rx_general - general_before;
+    assert!(
+        general < 32,
+        "{general} of 32 took the general path: {:?}",
+        b.stats()
+    );
     let get_before = b.stats().rndv_get;
     let sizes = [1, 64 << 10, 17, 1 << 20, 9000, 600 << 10, 0];
     // Those from the (rc_verbs) threshold up are read with get_zcopy: at least the two above

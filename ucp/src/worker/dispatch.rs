@@ -64,16 +64,15 @@ impl State {
     }
 
     /// The endpoint of sender `src` for a fast path: known, usable, and not on the new lane of
-    /// its AM lane switch (whose messages the general path gates); its last receive time is
-    /// noted. None leaves the message to the general path.
+    /// its AM lane switch before the switch's marker arrived (such messages the general path
+    /// gates); its last receive time is noted. None leaves the message to the general path.
     #[inline(always)]
     pub(crate) fn fast_sender(&mut self, iface: Option<usize>, src: u64) -> Option<usize> {
         let idx = self.by_uuid.lookup(src)?;
-        if iface.is_some_and(|i| self.info[i].ep_only) {
-            return None;
-        }
         let ep = &mut self.eps[idx];
-        if matches!(ep.state, EpState::Failed | EpState::Closed) {
+        if matches!(ep.state, EpState::Failed | EpState::Closed)
+            || (!ep.am_switched && iface.is_some_and(|i| self.info[i].ep_only))
+        {
             return None;
         }
         ep.last_rx = self.now_stamp;
@@ -105,6 +104,7 @@ impl State {
     /// Every message but the common one of [`State::handle_am_from`].
     #[inline(never)]
     fn handle_am_general(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
+        self.stats.rx_general += 1;
         let (src, body) = match split_prefix(data) {
             Ok(x) => x,
             Err(e) => {

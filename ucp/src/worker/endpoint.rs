@@ -168,6 +168,7 @@ impl State {
             in_pending_list: false,
             err_handler,
             close_acked: false,
+            am_switched: false,
             last_tx: crate::worker::state::Stamp::of(now),
             last_rx: crate::worker::state::Stamp::of(now),
             amo_sent: 0,
