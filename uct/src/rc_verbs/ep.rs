@@ -249,6 +249,48 @@ impl Endpoint for RcVerbsEp {
         Ok(Outcome::DONE)
     }
 
+    /// The two header words and a payload that fit [`GATHER`] bytes go into one inline
+    /// scatter entry under one borrow, without the general gather of
+    /// [`Endpoint::am_short_iov`] (which takes longer messages). Inlined into the dispatch
+    /// over every transport's endpoint (`AnyEp`): out of line it cost the rc_verbs send about
+    /// 50 more instructions, inlined it costs the shared-memory send about 20 (callgrind).
+    #[inline]
+    fn am_short2(&mut self, id: u8, h0: u64, h1: u64, payload: &[u8]) -> Result<Outcome> {
+        const HDRS: usize = AmHdr::LEN + 16;
+        if HDRS + payload.len() > GATHER {
+            return self.am_short_iov(id, &[&h0.to_le_bytes(), &h1.to_le_bytes(), payload]);
+        }
+        check_am_id(id)?;
+        let mut g = self.inner.borrow_mut();
+        let inner = &mut *g;
+        check_len(16 + payload.len(), inner.max_inline as usize - AmHdr::LEN)?;
+        if inner.ep(self.key, self.gen).is_none() {
+            return Err(Error::InvalidParam("rc_verbs endpoint is gone".into()));
+        }
+        if !inner.check_send(self.key, true)? {
+            return Ok(Outcome::NoResource);
+        }
+        let mut buf = [MaybeUninit::<u8>::uninit(); GATHER];
+        buf[0].write(id);
+        put_small(&mut buf, AmHdr::LEN, &h0.to_le_bytes());
+        put_small(&mut buf, AmHdr::LEN + 8, &h1.to_le_bytes());
+        put_small(&mut buf, HDRS, payload);
+        let mut sge = ibv_sge {
+            addr: buf.as_ptr() as u64,
+            length: (HDRS + payload.len()) as u32,
+            lkey: 0,
+        };
+        let mut wr = ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            send_flags: ffi::IBV_SEND_INLINE,
+            ..Default::default()
+        };
+        // The provider copies the inline data during the call: `buf` outlives it.
+        inner.post_am(self.key, &mut wr, TxKind::Plain, false)?;
+        Ok(Outcome::DONE)
+    }
+
     fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
         check_am_id(id)?;
         let total: usize = iov.iter().map(|b| b.len()).sum();
