@@ -46,7 +46,7 @@ impl State {
     /// one EAGER_ONLY message written straight into the transport. Gives false (nothing sent)
     /// when the message does not qualify or meets back-pressure: [`State::tag_send_proto`]
     /// then takes it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn tag_send_short(
         &mut self,
         idx: usize,

@@ -164,9 +164,9 @@ impl State {
     /// segment's own memory handle (the peer's interface then copies straight from the mapped
     /// segment into a posted receive), or by the software RTS with the RMA lane's registration
     /// of the segment. Everything else is sent like [`Worker::tag_send`] (a copy).
-    /// `Worker::tag_send_mapped` tries this first: [`State::tag_send_short`] of the bytes, true
-    /// when they went out that way.
-    #[inline(never)]
+    /// `Worker::tag_send_mapped` tries this first, inlined: [`State::tag_send_short_out`] of
+    /// the bytes (out of line, as for `Worker::tag_send`), true when they went out that way.
+    #[inline]
     pub(crate) fn tag_send_mapped_short(
         &mut self,
         idx: usize,
@@ -179,7 +179,7 @@ impl State {
         // SAFETY: `range` checked that the bytes lie in the mapping, which the caller borrows
         // for this call; the eager short path only copies them before it returns.
         let small = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
-        self.tag_send_short(idx, tag, &SendData::Borrowed(small))
+        self.tag_send_short_out(idx, tag, &SendData::Borrowed(small))
     }
 
     /// The rest of `Worker::tag_send_mapped`, after [`State::tag_send_mapped_short`] gave false.
