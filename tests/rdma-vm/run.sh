@@ -61,8 +61,33 @@ base_size=$(stat -c %s "$CACHE/base.cpio.gz")
 
 LOGLEVEL=1
 [[ "${RDMA_VM_VERBOSE:-0}" == 1 ]] && LOGLEVEL=7
+
+# Pins vCPU i's thread to host core i (when the host has that many cores; RDMA_VM_PIN=0
+# leaves them to the scheduler): the benchmarks pin their two processes to vCPUs 0 and 1, and
+# with floating vCPU threads the host may run both on one core for a while, which made single
+# runs of either program take twice as long as the next.
+pin_vcpus() {
+    local smp=$1 marker=$2 pid="" i t name
+    for _ in $(seq 1 200); do
+        pid=$(pgrep -f -n -- "$marker" || true)
+        [[ -n "$pid" ]] && [[ $(grep -l "^CPU [0-9]*/TCG$" /proc/"$pid"/task/*/comm 2>/dev/null | wc -l) -ge $smp ]] && break
+        sleep 0.05
+    done
+    [[ -n "$pid" ]] || return 0
+    for t in /proc/"$pid"/task/*; do
+        name=$(cat "$t/comm" 2>/dev/null) || continue
+        if [[ "$name" =~ ^CPU\ ([0-9]+)/TCG$ ]]; then
+            i=${BASH_REMATCH[1]}
+            taskset -p -c "$i" "${t##*/}" >/dev/null 2>&1 || true
+        fi
+    done
+}
+SMP=${RDMA_VM_SMP:-2}
+if [[ "${RDMA_VM_PIN:-1}" == 1 ]] && (($(nproc) >= SMP)); then
+    pin_vcpus "$SMP" "$WORK/initrd" &
+fi
 set +e
-timeout -k 5 "$TIMEOUT" qemu-system-x86_64 -accel tcg -machine q35 -cpu max -smp "${RDMA_VM_SMP:-2}" -m "$MEM" \
+timeout -k 5 "$TIMEOUT" qemu-system-x86_64 -name rdmavm,debug-threads=on -accel tcg -machine q35 -cpu max -smp "$SMP" -m "$MEM" \
     -kernel "$CACHE/vmlinux" -initrd "$WORK/initrd" \
     -append "console=ttyS0 rdinit=/init loglevel=$LOGLEVEL panic=-1 mitigations=off nokaslr" \
     -nic none -display none -serial stdio -monitor none -no-reboot </dev/null 2>"$WORK/qemu.err" |
