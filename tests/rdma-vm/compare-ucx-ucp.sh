@@ -14,6 +14,12 @@
 # with no stall counted by rxe (printed per run when there is one); the load is printed before
 # and after, and only runs on a quiet host compare latencies.
 #
+# Before each run the VM measures how long a cache line takes to cross its two vCPUs
+# (bench/c2c.c, built static): the host moves between phases where that takes ~60-90 ns and
+# ~240+ ns (in the VM), and both programs' round trips follow (26-31 us against 40-65 us on
+# the 2-core EPYC host). The summary gives the medians over all runs, over the "near" runs
+# (hand-over below NEAR_NS, default 150), and the median of the per-repetition ratios.
+#
 # Usage: tests/rdma-vm/compare-ucx-ucp.sh [REPS]      (default 5)
 # Environment: RUCX_PERFTEST=path to a built perftest (default: cargo build --release -p perftest)
 #              LAT_ITERS (default 2000), BW_ITERS (default 300; 0 skips put_bw)
@@ -33,6 +39,9 @@ if [[ -z "${RUCX_PERFTEST:-}" ]]; then
 fi
 WORK="$(mktemp -d /tmp/rdma-vm-cmp.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
+${CC:-cc} -O2 -static -pthread -o "$WORK/c2c" "$ROOT/bench/c2c.c" ||
+    { echo "cannot build bench/c2c.c statically (glibc's static libraries: libc6-dev)" >&2; exit 1; }
+NEAR_NS=${NEAR_NS:-150}
 VARIANT_NAMES=""
 VARIANT_FILES=()
 for nv in ${RUCX_VARIANTS:-}; do
@@ -57,6 +66,8 @@ run() {
     local label=\$1 envs=\$2 prog=\$3; shift 3
     local port=\$((14000 + RANDOM % 1000))
     snap >/tmp/before
+    local c2c
+    c2c=\$(c2c 0 1 20000 2>/dev/null || echo nan)
     env \$envs timeout 150 \$(pin 0) \$prog -p \$port >/tmp/server.out 2>&1 &
     local s=\$!
     sleep 1
@@ -67,7 +78,7 @@ run() {
     snap | paste /tmp/before - | awk -v l="\$label" '\$4 != \$2 { printf "%s: rxe %s +%d\\n", l, \$1, \$4 - \$2 }'
     local fin
     fin=\$(echo "\$out" | grep "Final:" | tail -1)
-    if [ -n "\$fin" ]; then echo "@@R \$label \${fin#*Final:}"; else echo "\$label: no result:"; echo "\$out" | tail -5; fi
+    if [ -n "\$fin" ]; then echo "@@R \$label \${fin#*Final:} c2c \$c2c"; else echo "\$label: no result:"; echo "\$out" | tail -5; fi
 }
 echo "vCPUs: \$ncpu (server pinned to 0, client to 1 when 2 or more)"
 echo "--- rucx protocol table (client side):"
@@ -90,35 +101,58 @@ EOF
 chmod +x "$WORK/compare.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
 echo "host load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
+"$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$WORK/c2c" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
 echo "host load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "=== ucp over rc_verbs in the Soft-RoCE VM, medians of $REPS runs"
 echo "Final line columns: iterations, typical latency (us), avg latency (us), overall latency (us), avg MB/s, overall MB/s, avg msg/s, overall msg/s"
-python3 - "$WORK/out" <<'PY'
+python3 - "$WORK/out" "$NEAR_NS" <<'PY'
 import statistics, sys
+near_ns = float(sys.argv[2])
+# runs[label] = [(values, c2c ns or None)], in run order (one per repetition).
 runs = {}
 for line in open(sys.argv[1]):
     if line.startswith("@@R "):
         f = line.split()
+        c2c = None
+        if "c2c" in f:
+            i = f.index("c2c")
+            try:
+                c2c = float(f[i + 1])
+            except (IndexError, ValueError):
+                pass
+            f = f[:i]
         try:
-            runs.setdefault(f[1], []).append([float(x) for x in f[2:]])
+            runs.setdefault(f[1], []).append(([float(x) for x in f[2:]], c2c))
         except ValueError:
             pass
-def med(label, col):
-    v = [r[col] for r in runs.get(label, []) if len(r) > col]
-    return (statistics.median(v), v) if v else (None, v)
+def vals(label, col, near_only=False):
+    return [r[col] for r, c in runs.get(label, [])
+            if len(r) > col and (not near_only or (c is not None and c == c and c < near_ns))]
+def med(v):
+    return statistics.median(v) if v else None
 names = sorted({l[len("rucx"):].rsplit("_", 2)[0] for l in runs if l.startswith("rucx")})
 for test, col, unit, better in (("tag_lat", 1, "us typical latency", "lower"), ("put_bw", 5, "MB/s overall bandwidth", "higher")):
-    u, uv = med("ucx_" + test, col)
-    if u is None:
+    uv = vals("ucx_" + test, col)
+    if not uv:
         continue
+    u = med(uv)
+    un = med(vals("ucx_" + test, col, True))
     print(f"{test}: UCX runs {uv}")
+    print(f"{test}: hand-over ns before the UCX runs {[c for _, c in runs['ucx_' + test]]}")
     for n in names:
-        r, rv = med(f"rucx{n}_" + test, col)
-        if r is None:
+        rv = vals(f"rucx{n}_" + test, col)
+        if not rv:
             print(f"{test}: rucx{n}: missing results")
             continue
+        r = med(rv)
         print(f"{test}: rucx{n} runs {rv}")
         print(f"{test}: median UCX {u:.2f} {unit}, rucx{n} {r:.2f} ({better} is better); ratio rucx{n}/UCX {r / u:.2f}")
+        pairs = [a / b for a, b in zip(rv, uv) if b > 0]
+        if pairs:
+            print(f"{test}: rucx{n}/UCX median of the per-repetition ratios {med(pairs):.2f}")
+        rn = med(vals(f"rucx{n}_" + test, col, True))
+        if un is not None and rn is not None:
+            print(f"{test}: near runs only (hand-over < {near_ns:.0f} ns): UCX {un:.2f}, rucx{n} {rn:.2f}; ratio {rn / un:.2f}"
+                  f" ({len(vals('ucx_' + test, col, True))} and {len(vals(f'rucx{n}_' + test, col, True))} runs)")
 PY
