@@ -204,6 +204,29 @@ impl RcVerbsEp {
 /// Largest inline active message (id and parts) gathered into one buffer before posting.
 const GATHER: usize = 128;
 
+/// Posts the first `len` bytes of `buf`, an active message gathered whole, as one inline send
+/// of endpoint `key` (the provider copies them during the call).
+#[inline(always)]
+fn post_gathered(
+    inner: &mut Inner,
+    key: usize,
+    buf: &[MaybeUninit<u8>; GATHER],
+    len: usize,
+) -> Result<()> {
+    let mut sge = ibv_sge {
+        addr: buf.as_ptr() as u64,
+        length: len as u32,
+        lkey: 0,
+    };
+    let mut wr = ibv_send_wr {
+        sg_list: &mut sge,
+        num_sge: 1,
+        send_flags: ffi::IBV_SEND_INLINE,
+        ..Default::default()
+    };
+    inner.post_am(key, &mut wr, TxKind::Plain, false)
+}
+
 fn unsupported_atomic<T>(what: &str) -> Result<T> {
     Err(Error::Unsupported(format!(
         "rc_verbs supports 64-bit fetch-add and compare-swap only, not {what}"
@@ -275,19 +298,7 @@ impl Endpoint for RcVerbsEp {
         put_small(&mut buf, AmHdr::LEN, &h0.to_le_bytes());
         put_small(&mut buf, AmHdr::LEN + 8, &h1.to_le_bytes());
         put_small(&mut buf, HDRS, payload);
-        let mut sge = ibv_sge {
-            addr: buf.as_ptr() as u64,
-            length: (HDRS + payload.len()) as u32,
-            lkey: 0,
-        };
-        let mut wr = ibv_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            send_flags: ffi::IBV_SEND_INLINE,
-            ..Default::default()
-        };
-        // The provider copies the inline data during the call: `buf` outlives it.
-        inner.post_am(self.key, &mut wr, TxKind::Plain, false)?;
+        post_gathered(inner, self.key, &buf, HDRS + payload.len())?;
         Ok(Outcome::DONE)
     }
 
@@ -324,19 +335,7 @@ impl Endpoint for RcVerbsEp {
                     put_small(&mut buf, at, p);
                     at += p.len();
                 }
-                let mut sge = ibv_sge {
-                    addr: buf.as_ptr() as u64,
-                    length: at as u32,
-                    lkey: 0,
-                };
-                let mut wr = ibv_send_wr {
-                    sg_list: &mut sge,
-                    num_sge: 1,
-                    send_flags: ffi::IBV_SEND_INLINE,
-                    ..Default::default()
-                };
-                // The provider copies the inline data during the call: `buf` outlives it.
-                inner.post_am(self.key, &mut wr, TxKind::Plain, false)?;
+                post_gathered(inner, self.key, &buf, at)?;
                 return Ok(Outcome::DONE);
             }
         }
