@@ -373,7 +373,6 @@ impl State {
     /// handles the messages its new lane delivered early, in order.
     pub(crate) fn on_lane_switch(&mut self, idx: usize, on_new: bool) -> Result<()> {
         let held = self.eps[idx].extra_mut().rx_gate.marker(on_new)?;
-        self.eps[idx].am_switched = true;
         let gen = self.eps[idx].gen;
         for (id, data) in held {
             if self.eps.get(idx).is_none_or(|e| {

@@ -71,7 +71,8 @@ impl State {
         let idx = self.by_uuid.lookup(src)?;
         let ep = &mut self.eps[idx];
         if matches!(ep.state, EpState::Failed | EpState::Closed)
-            || (!ep.am_switched && iface.is_some_and(|i| self.info[i].ep_only))
+            || (iface.is_some_and(|i| self.info[i].ep_only)
+                && !ep.extra.as_deref().is_some_and(|x| x.rx_gate.switched()))
         {
             return None;
         }

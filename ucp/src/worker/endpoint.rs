@@ -168,7 +168,6 @@ impl State {
             in_pending_list: false,
             err_handler,
             close_acked: false,
-            am_switched: false,
             last_tx: crate::worker::state::Stamp::of(now),
             last_rx: crate::worker::state::Stamp::of(now),
             amo_sent: 0,

@@ -198,9 +198,6 @@ pub(crate) struct Ep {
     pub(crate) gen: u32,
     pub(crate) in_pending_list: bool,
     pub(crate) close_acked: bool,
-    /// The peer's AM lane-switch marker arrived: its messages over the connect-to-endpoint
-    /// lane need no gate and take the receive fast path (see [`AmSwitchGate`]).
-    pub(crate) am_switched: bool,
     /// Atomics emulated over active messages (ATOMIC_REQ) sent or queued, and replies to
     /// them received (wrapping counts): a flush waits until they are equal, a fence until the
     /// replies reach the count at the fence.

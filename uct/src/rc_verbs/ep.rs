@@ -155,34 +155,6 @@ impl RcVerbsEp {
         })
     }
 
-    /// An inline active message of the id and `parts` gathered into one stack buffer and
-    /// posted as one scatter entry (the provider then copies one piece instead of one per
-    /// part). `None` when they do not fit [`GATHER`] bytes (the caller posts the parts).
-    #[inline]
-    fn am_gathered(&mut self, id: u8, parts: &[&[u8]]) -> Option<Result<Outcome>> {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        if AmHdr::LEN + total > GATHER {
-            return None;
-        }
-        let mut buf = [MaybeUninit::<u8>::uninit(); GATHER];
-        buf[0].write(id);
-        let mut at = AmHdr::LEN;
-        for p in parts {
-            put_small(&mut buf, at, p);
-            at += p.len();
-        }
-        let mut sge = [ibv_sge {
-            addr: buf.as_ptr() as u64,
-            length: at as u32,
-            lkey: 0,
-        }];
-        // The provider copies the inline data during the call: `buf` outlives it.
-        Some(
-            self.am_send_sges(&mut sge, true, TxKind::Plain, false)
-                .map(|()| Outcome::DONE),
-        )
-    }
-
     fn am_send_sges(
         &mut self,
         sges: &mut [ibv_sge],
@@ -204,18 +176,26 @@ impl RcVerbsEp {
 /// Largest inline active message (id and parts) gathered into one buffer before posting.
 const GATHER: usize = 128;
 
-/// Posts the first `len` bytes of `buf`, an active message gathered whole, as one inline send
-/// of endpoint `key` (the provider copies them during the call).
+/// Posts an inline active message of the id and `parts` gathered into one stack buffer, as one
+/// scatter entry of endpoint `key` (the provider then copies one piece instead of one per
+/// part, during the call). `None` when they do not fit [`GATHER`] bytes (the caller posts the
+/// parts). Always inlined: with a fixed number of parts the gathering loop unrolls.
 #[inline(always)]
-fn post_gathered(
-    inner: &mut Inner,
-    key: usize,
-    buf: &[MaybeUninit<u8>; GATHER],
-    len: usize,
-) -> Result<()> {
+fn post_gathered(inner: &mut Inner, key: usize, id: u8, parts: &[&[u8]]) -> Option<Result<()>> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    if AmHdr::LEN + total > GATHER {
+        return None;
+    }
+    let mut buf = [MaybeUninit::<u8>::uninit(); GATHER];
+    buf[0].write(id);
+    let mut at = AmHdr::LEN;
+    for p in parts {
+        put_small(&mut buf, at, p);
+        at += p.len();
+    }
     let mut sge = ibv_sge {
         addr: buf.as_ptr() as u64,
-        length: len as u32,
+        length: at as u32,
         lkey: 0,
     };
     let mut wr = ibv_send_wr {
@@ -224,7 +204,7 @@ fn post_gathered(
         send_flags: ffi::IBV_SEND_INLINE,
         ..Default::default()
     };
-    inner.post_am(key, &mut wr, TxKind::Plain, false)
+    Some(inner.post_am(key, &mut wr, TxKind::Plain, false))
 }
 
 fn unsupported_atomic<T>(what: &str) -> Result<T> {
@@ -240,13 +220,17 @@ impl Endpoint for RcVerbsEp {
 
     fn am_short(&mut self, id: u8, header: u64, payload: &[u8]) -> Result<Outcome> {
         check_am_id(id)?;
-        let max = self.inner.borrow().max_inline as usize - AmHdr::LEN;
-        check_len(8 + payload.len(), max)?;
-        if !self.with(|inner, k| inner.check_send(k, true))? {
-            return Ok(Outcome::NoResource);
-        }
-        if let Some(r) = self.am_gathered(id, &[&header.to_le_bytes(), payload]) {
-            return r;
+        {
+            let mut g = self.inner.borrow_mut();
+            let inner = &mut *g;
+            check_len(8 + payload.len(), inner.max_inline as usize - AmHdr::LEN)?;
+            if !inner.am_ready(self.key, self.gen)? {
+                return Ok(Outcome::NoResource);
+            }
+            let parts: [&[u8]; 2] = [&header.to_le_bytes(), payload];
+            if let Some(r) = post_gathered(inner, self.key, id, &parts) {
+                return r.map(|()| Outcome::DONE);
+            }
         }
         let idb = [id];
         let hdr = header.to_le_bytes();
@@ -279,27 +263,20 @@ impl Endpoint for RcVerbsEp {
     /// 50 more instructions, inlined it costs the shared-memory send about 20 (callgrind).
     #[inline]
     fn am_short2(&mut self, id: u8, h0: u64, h1: u64, payload: &[u8]) -> Result<Outcome> {
-        const HDRS: usize = AmHdr::LEN + 16;
-        if HDRS + payload.len() > GATHER {
-            return self.am_short_iov(id, &[&h0.to_le_bytes(), &h1.to_le_bytes(), payload]);
+        let parts: [&[u8]; 3] = [&h0.to_le_bytes(), &h1.to_le_bytes(), payload];
+        {
+            check_am_id(id)?;
+            let mut g = self.inner.borrow_mut();
+            let inner = &mut *g;
+            check_len(16 + payload.len(), inner.max_inline as usize - AmHdr::LEN)?;
+            if !inner.am_ready(self.key, self.gen)? {
+                return Ok(Outcome::NoResource);
+            }
+            if let Some(r) = post_gathered(inner, self.key, id, &parts) {
+                return r.map(|()| Outcome::DONE);
+            }
         }
-        check_am_id(id)?;
-        let mut g = self.inner.borrow_mut();
-        let inner = &mut *g;
-        check_len(16 + payload.len(), inner.max_inline as usize - AmHdr::LEN)?;
-        if inner.ep(self.key, self.gen).is_none() {
-            return Err(Error::InvalidParam("rc_verbs endpoint is gone".into()));
-        }
-        if !inner.check_send(self.key, true)? {
-            return Ok(Outcome::NoResource);
-        }
-        let mut buf = [MaybeUninit::<u8>::uninit(); GATHER];
-        buf[0].write(id);
-        put_small(&mut buf, AmHdr::LEN, &h0.to_le_bytes());
-        put_small(&mut buf, AmHdr::LEN + 8, &h1.to_le_bytes());
-        put_small(&mut buf, HDRS, payload);
-        post_gathered(inner, self.key, &buf, HDRS + payload.len())?;
-        Ok(Outcome::DONE)
+        self.am_short_iov(id, &parts)
     }
 
     fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
@@ -321,22 +298,11 @@ impl Endpoint for RcVerbsEp {
                     )));
                 }
             }
-            if inner.ep(self.key, self.gen).is_none() {
-                return Err(Error::InvalidParam("rc_verbs endpoint is gone".into()));
-            }
-            if !inner.check_send(self.key, true)? {
+            if !inner.am_ready(self.key, self.gen)? {
                 return Ok(Outcome::NoResource);
             }
-            if AmHdr::LEN + total <= GATHER {
-                let mut buf = [MaybeUninit::<u8>::uninit(); GATHER];
-                buf[0].write(id);
-                let mut at = AmHdr::LEN;
-                for p in iov {
-                    put_small(&mut buf, at, p);
-                    at += p.len();
-                }
-                post_gathered(inner, self.key, &buf, at)?;
-                return Ok(Outcome::DONE);
+            if let Some(r) = post_gathered(inner, self.key, id, iov) {
+                return r.map(|()| Outcome::DONE);
             }
         }
         let idb = [id];

@@ -444,6 +444,17 @@ impl Inner {
         }
     }
 
+    /// Whether endpoint `key` of generation `gen` can post an active message now: an error
+    /// when it is gone or failed, false when it must wait (queued requests, a full send
+    /// queue, no receive credits at the peer).
+    #[inline]
+    pub(super) fn am_ready(&mut self, key: usize, gen: u16) -> Result<bool> {
+        if self.ep(key, gen).is_none() {
+            return Err(Error::InvalidParam("rc_verbs endpoint is gone".into()));
+        }
+        self.check_send(key, true)
+    }
+
     /// Resources for a new operation on `key`: none queued, a send slot, and (for AM) credits.
     #[inline]
     pub(super) fn check_send(&mut self, key: usize, am: bool) -> Result<bool> {
