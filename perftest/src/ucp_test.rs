@@ -459,14 +459,17 @@ impl Engine<'_> {
         }
     }
 
-    /// Progresses until `req` finishes; an operation that failed gives its error.
+    /// Progresses until `req` finishes; an operation that failed gives its error. Each poll
+    /// tests the request in place; it is taken once, when finished.
     #[inline]
     pub(crate) fn wait(&mut self, mut req: Request) -> Result<Completion> {
         self.idle = 0;
         loop {
-            match self.worker.request_take(req) {
-                Ok(c) => return c.status.clone().map(|_| c),
-                Err(r) => req = r,
+            if self.worker.request_test(&req)? {
+                match self.worker.request_take(req) {
+                    Ok(c) => return c.status.clone().map(|_| c),
+                    Err(r) => req = r,
+                }
             }
             self.worker.progress();
             self.spin()?;
@@ -482,21 +485,71 @@ impl Engine<'_> {
         }
     }
 
-    /// Sends `buf` (given back when the send completes) or, for the sync tests, a synchronous
-    /// send of its bytes.
+    /// Finishes `op` (waiting if it is pending) and gives back the buffer its completion holds;
+    /// an operation that failed gives its error, and with `size` a received length other than
+    /// `size` is an error too. The ping-pong's step: only the buffer leaves, not the whole
+    /// completion.
     #[inline]
-    fn send(&mut self, buf: Vec<u8>, sync: bool) -> Result<(Op, Option<Vec<u8>>)> {
+    fn finish_buf(&mut self, op: Op, size: Option<usize>) -> Result<Option<Vec<u8>>> {
+        let c = match op {
+            Op::Done(c) => c,
+            Op::Pending(mut req) => {
+                self.idle = 0;
+                loop {
+                    if self.worker.request_test(&req)? {
+                        match self.worker.request_take(req) {
+                            Ok(c) => break c,
+                            Err(r) => req = r,
+                        }
+                    }
+                    self.worker.progress();
+                    self.spin()?;
+                }
+            }
+        };
+        if let Err(e) = &c.status {
+            return Err(e.clone());
+        }
+        if let Some(size) = size {
+            check_len(&c, size)?;
+        }
+        Ok(c.buf)
+    }
+
+    /// Sends the buffer in `slot` or, for the sync tests, a synchronous send of its bytes.
+    /// Sends that only read the buffer (from the mapping, or synchronous) leave it in `slot`;
+    /// a `tag_send_vec` takes it, and its completion gives it back.
+    #[inline]
+    fn send(&mut self, slot: &mut Option<Vec<u8>>, sync: bool) -> Result<Op> {
+        let buf = slot
+            .as_ref()
+            .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
         if let (Some(m), false) = (self.send_map, sync) {
-            // The message's bytes come from the mapping; `buf` only keeps its place in the loop.
-            let op = self.worker.tag_send_mapped(self.ep, TAG, m, 0, buf.len())?;
-            return Ok((op, Some(buf)));
+            // The message's bytes come from the mapping; the buffer only gives its length.
+            return self.worker.tag_send_mapped(self.ep, TAG, m, 0, buf.len());
         }
         if sync {
-            let op = self.worker.tag_send_sync(self.ep, TAG, &buf)?;
-            Ok((op, Some(buf)))
-        } else {
-            Ok((self.worker.tag_send_vec(self.ep, TAG, buf)?, None))
+            return self.worker.tag_send_sync(self.ep, TAG, buf);
         }
+        let buf = slot
+            .take()
+            .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
+        self.worker.tag_send_vec(self.ep, TAG, buf)
+    }
+
+    /// Finishes send `op` of [`Engine::send`], putting a buffer its completion gives back
+    /// into `slot`.
+    #[inline]
+    fn finish_send(&mut self, op: Op, slot: &mut Option<Vec<u8>>) -> Result<()> {
+        if let Some(b) = self.finish_buf(op, None)? {
+            *slot = Some(b);
+        }
+        if slot.is_none() {
+            return Err(Error::Wire(
+                "the send completion gave no buffer back".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -544,43 +597,27 @@ fn ping_pong(
             .take()
             .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
         if client || loopback {
-            let send_buf = sbuf
-                .take()
-                .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
             // The client of tag_lat, as ucx_perftest's, sends first and posts the receive for
             // the reply while the reply is on its way: the posting is off the round trip's
             // path. In loopback the receive goes first, for its own message to find it; the
             // sync test keeps that order too (it measured faster so).
-            let (rop, (sop, kept)) = if loopback || sync {
+            let (rop, sop) = if loopback || sync {
                 let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
-                (rop, eng.send(send_buf, sync)?)
+                (rop, eng.send(&mut sbuf, sync)?)
             } else {
-                let sent = eng.send(send_buf, sync)?;
-                let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
-                (rop, sent)
+                let sop = eng.send(&mut sbuf, sync)?;
+                (
+                    eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?,
+                    sop,
+                )
             };
-            let mut c = eng.finish(sop)?;
-            sbuf = Some(match kept {
-                Some(b) => b,
-                None => take_buf(&mut c, "send")?,
-            });
-            let mut c = eng.finish(rop)?;
-            check_len(&c, size)?;
-            rbuf = Some(take_buf(&mut c, "receive")?);
+            eng.finish_send(sop, &mut sbuf)?;
+            rbuf = eng.finish_buf(rop, Some(size))?;
         } else {
             let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
-            let mut c = eng.finish(rop)?;
-            check_len(&c, size)?;
-            rbuf = Some(take_buf(&mut c, "receive")?);
-            let send_buf = sbuf
-                .take()
-                .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
-            let (sop, kept) = eng.send(send_buf, sync)?;
-            let mut c = eng.finish(sop)?;
-            sbuf = Some(match kept {
-                Some(b) => b,
-                None => take_buf(&mut c, "send")?,
-            });
+            rbuf = eng.finish_buf(rop, Some(size))?;
+            let sop = eng.send(&mut sbuf, sync)?;
+            eng.finish_send(sop, &mut sbuf)?;
         }
         if i >= p.warmup {
             if let Some(r) = rec.as_deref_mut() {
@@ -642,8 +679,9 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
             .free
             .pop()
             .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
-        match eng.send(buf, sync)? {
-            (Op::Done(mut c), kept) => {
+        let mut kept = Some(buf);
+        match eng.send(&mut kept, sync)? {
+            Op::Done(mut c) => {
                 c.status.clone()?;
                 let b = match kept {
                     Some(b) => b,
@@ -651,7 +689,7 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
                 };
                 w.free.push(b);
             }
-            (Op::Pending(r), kept) => w.inflight.push_back((r, kept)),
+            Op::Pending(r) => w.inflight.push_back((r, kept)),
         }
         if i >= p.warmup {
             rec.record();
@@ -721,8 +759,9 @@ fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> 
             .free
             .pop()
             .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
-        match eng.send(sb, sync)? {
-            (Op::Done(mut c), kept) => {
+        let mut kept = Some(sb);
+        match eng.send(&mut kept, sync)? {
+            Op::Done(mut c) => {
                 c.status.clone()?;
                 let b = match kept {
                     Some(b) => b,
@@ -730,7 +769,7 @@ fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> 
                 };
                 sends.free.push(b);
             }
-            (Op::Pending(r), kept) => sends.inflight.push_back((r, kept)),
+            Op::Pending(r) => sends.inflight.push_back((r, kept)),
         }
         eng.worker.progress();
         if i >= p.warmup {

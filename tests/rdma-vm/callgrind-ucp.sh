@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Instructions of rucx's ucp tag_lat 8 B client over rc_verbs inside the Soft-RoCE VM, counted by
-# callgrind (the server runs plainly): under TCG every guest instruction is expensive, so the
-# instructions of one progress call (the polling loop that bounds how soon a message is seen) and
-# of the send path are what the VM's latency row moves with. Prints, per build: the client's
-# total, its Worker::progress calls and instructions per call (inclusive), the rc_verbs
-# interface's progress per call, and the send path (am_short_iov) per call. Counts of calls per
-# round trip depend on timing (the client polls until the reply is in); per-call costs do not.
-# It reports; it asserts nothing.
+# Instructions of the tag_lat 8 B client over rc_verbs inside the Soft-RoCE VM, rucx's perftest
+# beside Debian's UCX 1.13 ucx_perftest, each counted by callgrind the same way (the server runs
+# plainly): under TCG every guest instruction is expensive, so the instructions of one progress
+# call (the polling loop that bounds how soon a message is seen) and of the send call are what
+# the VM's latency row moves with. Prints, per program, the client's total and the inclusive
+# instructions per call of:
+#   progress  Worker::progress             | ucp_worker_progress
+#   send      tag_send_short_out (library) | ucp_tag_send_nbx
+#   recv      tag_recv_queue (library)     | ucp_tag_recv_nbx
+# and the rxe provider's own instructions per round trip (its post_send, poll_cq and post_recv
+# together). Counts of calls per round trip depend on timing (the client polls until the reply
+# is in); per-call costs do not. It reports; it asserts nothing.
 #
 # Usage: tests/rdma-vm/callgrind-ucp.sh [N]      (default 150 iterations)
 # Environment: RUCX_PERFTEST=path to a built perftest (default: cargo build --release -p perftest)
 #              RUCX_VARIANTS="NAME=path ..." more perftest builds to count
-#              CG_KEEP=dir  keep the callgrind files there (DIR/perftestNAME.cg)
+#              NO_UCX=1  count rucx only
+#              CG_KEEP=dir  keep the callgrind files there (DIR/perftestNAME.cg, DIR/ucx.cg)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,46 +47,69 @@ for nv in ${RUCX_VARIANTS:-}; do
     FILES+=(-f "$WORK/perftest$name")
 done
 cp "$VGLIB/default.supp" "$WORK/default.supp" 2>/dev/null || : >"$WORK/default.supp"
+UCX_RUN=0
+[[ -z "${NO_UCX:-}" && -x /usr/bin/ucx_perftest ]] && UCX_RUN=1
 cat >"$WORK/cg.sh" <<EOF
 #!/bin/bash
 export VALGRIND_LIB=/opt/rdmavm/bin
 RUCX_ENV="RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0"
-for p in $NAMES; do
-    port=\$((14000 + RANDOM % 1000))
-    env \$RUCX_ENV timeout 600 taskset -c 0 \$p -p \$port >/tmp/s.out 2>&1 &
+UCX_ENV="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:1"
+# count NAME ENV PROG: one server/client pair, the client under callgrind.
+count() {
+    local name=\$1 envs=\$2 prog=\$3
+    local port=\$((14000 + RANDOM % 1000))
+    env \$envs timeout 600 taskset -c 0 \$prog -p \$port >/tmp/s.out 2>&1 &
     sleep 1
-    env \$RUCX_ENV timeout 1200 taskset -c 1 valgrind.bin --tool=callgrind \\
-        --callgrind-out-file=/tmp/cg.\$p --log-file=/tmp/cg.log \\
-        \$p 10.83.0.1 -p \$port -t tag_lat -s 8 -n $N -w 0 >/tmp/c.out 2>&1
+    env \$envs timeout 1200 taskset -c 1 valgrind.bin --tool=callgrind \\
+        --callgrind-out-file=/tmp/cg.\$name --log-file=/tmp/cg.log \\
+        \$prog 10.83.0.1 -p \$port -t tag_lat -s 8 -n $N -w 0 >/tmp/c.out 2>&1
     wait
-    if [ -s /tmp/cg.\$p ]; then
-        echo "@@B64BEGIN \$p"; gzip -c /tmp/cg.\$p | base64; echo "@@B64END"
+    if [ -s /tmp/cg.\$name ]; then
+        echo "@@B64BEGIN \$name"; gzip -c /tmp/cg.\$name | base64; echo "@@B64END"
     else
-        echo "\$p: no callgrind output"; tail -5 /tmp/cg.log /tmp/c.out
+        echo "\$name: no callgrind output"; tail -5 /tmp/cg.log /tmp/c.out
     fi
+}
+for p in $NAMES; do
+    count \$p "\$RUCX_ENV" \$p
 done
+if [ $UCX_RUN = 1 ]; then
+    count ucx "\$UCX_ENV" ucx_perftest
+fi
 EOF
 chmod +x "$WORK/cg.sh"
 "$HERE/run.sh" -t 2400 "${FILES[@]}" -f /usr/bin/valgrind.bin -f "$VGLIB/callgrind-amd64-linux" \
     -f "$VGLIB/vgpreload_core-amd64-linux.so" -f "$WORK/default.supp" -f "$WORK/cg.sh" -- cg.sh \
     >"$WORK/out"
 grep -v '^@@B64\|^[A-Za-z0-9+/=]*$' "$WORK/out" || true
-echo "=== rucx tag_lat 8 B client over rc_verbs under callgrind in the VM ($N iterations)"
-for p in $NAMES; do
+echo "=== tag_lat 8 B client over rc_verbs under callgrind in the VM ($N iterations)"
+echo "    instructions per call, inclusive (calls in brackets); rxe/rt: the provider's own per round trip"
+printf '%-16s %10s %16s %16s %16s %7s\n' program total progress send recv rxe/rt
+REPORT_NAMES="$NAMES"
+[[ $UCX_RUN = 1 ]] && REPORT_NAMES+=" ucx"
+for p in $REPORT_NAMES; do
     awk -v p="$p" '$0 == "@@B64BEGIN " p { f = 1; next } /^@@B64END/ { f = 0 } f' "$WORK/out" |
         base64 -d | gunzip >"$WORK/$p.cg" 2>/dev/null || { echo "$p: no result"; continue; }
     callgrind_annotate --inclusive=yes --tree=caller "$WORK/$p.cg" 2>/dev/null >"$WORK/$p.txt"
+    callgrind_annotate "$WORK/$p.cg" 2>/dev/null >"$WORK/$p.self"
     total=$(sed -n 's/^totals: //p' "$WORK/$p.cg")
-    # per_call PATTERN: the largest "=> ...PATTERN (Nx)" caller edge, as "instr calls instr/call".
+    # per_call PATTERN: the largest "=> ...PATTERN (Nx)" caller edge, as "instr/call (calls)".
     per_call() {
         grep -E "=> .*$1 \([0-9,]+x\)" "$WORK/$p.txt" | tr -d , |
             awk '{ c = $NF; gsub(/[()x]/, "", c); if ($1 > best) { best = $1; n = c } }
-                 END { if (n) printf "%d calls, %.0f instr/call", n, best / n; else printf "-" }'
+                 END { if (n) printf "%.0f (%d)", best / n, n; else printf "-" }'
     }
-    echo "$p: total $total instructions"
-    echo "  Worker::progress     $(per_call 'ucp::worker::Worker>::progress')"
-    echo "  rc_verbs progress    $(per_call 'RcVerbsIface as uct::iface::Iface>::progress')"
-    echo "  rc_verbs am_short_iov $(per_call 'RcVerbsEp as uct::ep::Endpoint>::am_short_iov')"
+    # The rxe provider's own instructions (all of librxe), per round trip.
+    rxe=$(grep -E '\[.*librxe-rdmav[0-9]*\.so\]$' "$WORK/$p.self" | tr -d , |
+        awk -v n="$N" '{ s += $1 } END { printf "%.0f", s / n }')
+    if [[ $p = ucx ]]; then
+        printf '%-16s %10s %16s %16s %16s %7s\n' "$p" "$total" "$(per_call 'ucp_worker_progress')" \
+            "$(per_call 'ucp_tag_send_nbx')" "$(per_call 'ucp_tag_recv_nbx')" "$rxe"
+    else
+        printf '%-16s %10s %16s %16s %16s %7s\n' "$p" "$total" \
+            "$(per_call 'ucp::worker::Worker>::progress')" \
+            "$(per_call 'State>::tag_send_short_out')" "$(per_call 'Worker>::tag_recv_queue')" "$rxe"
+    fi
     if [[ -n "${CG_KEEP:-}" ]]; then
         mkdir -p "$CG_KEEP" && cp "$WORK/$p.cg" "$CG_KEEP/$p.cg"
     fi
