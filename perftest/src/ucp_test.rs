@@ -485,35 +485,22 @@ impl Engine<'_> {
         }
     }
 
-    /// Finishes `op` (waiting if it is pending) and gives back the buffer its completion holds;
-    /// an operation that failed gives its error, and with `size` a received length other than
-    /// `size` is an error too. The ping-pong's step: only the buffer leaves, not the whole
-    /// completion.
-    #[inline]
-    fn finish_buf(&mut self, op: Op, size: Option<usize>) -> Result<Option<Vec<u8>>> {
-        let c = match op {
-            Op::Done(c) => c,
-            Op::Pending(mut req) => {
-                self.idle = 0;
-                loop {
-                    if self.worker.request_test(&req)? {
-                        match self.worker.request_take(req) {
-                            Ok(c) => break c,
-                            Err(r) => req = r,
-                        }
-                    }
-                    self.worker.progress();
-                    self.spin()?;
+    /// Progresses until `req` finishes and gives back the buffer its completion holds (see
+    /// [`completion_buf`]). Each poll tests the request in place; it is taken once, when
+    /// finished.
+    #[inline(never)]
+    fn wait_buf(&mut self, mut req: Request, size: Option<usize>) -> Result<Option<Vec<u8>>> {
+        self.idle = 0;
+        loop {
+            if self.worker.request_test(&req)? {
+                match self.worker.request_take(req) {
+                    Ok(c) => return completion_buf(c, size),
+                    Err(r) => req = r,
                 }
             }
-        };
-        if let Err(e) = &c.status {
-            return Err(e.clone());
+            self.worker.progress();
+            self.spin()?;
         }
-        if let Some(size) = size {
-            check_len(&c, size)?;
-        }
-        Ok(c.buf)
     }
 
     /// Sends the buffer in `slot` or, for the sync tests, a synchronous send of its bytes.
@@ -537,20 +524,62 @@ impl Engine<'_> {
         self.worker.tag_send_vec(self.ep, TAG, buf)
     }
 
-    /// Finishes send `op` of [`Engine::send`], putting a buffer its completion gives back
-    /// into `slot`.
-    #[inline]
-    fn finish_send(&mut self, op: Op, slot: &mut Option<Vec<u8>>) -> Result<()> {
-        if let Some(b) = self.finish_buf(op, None)? {
-            *slot = Some(b);
+    /// Takes send `op` of [`Engine::send`] if it finished at once (a buffer its completion
+    /// gives back goes into `slot`), matched here, where it was made: the ping-pong moves no
+    /// completion around. Gives the request of a send still running.
+    #[inline(always)]
+    fn send_done(&mut self, op: Op, slot: &mut Option<Vec<u8>>) -> Result<Option<Request>> {
+        match op {
+            Op::Done(c) => {
+                put_back(slot, completion_buf(c, None)?)?;
+                Ok(None)
+            }
+            Op::Pending(r) => Ok(Some(r)),
         }
-        if slot.is_none() {
-            return Err(Error::Wire(
-                "the send completion gave no buffer back".into(),
-            ));
-        }
-        Ok(())
     }
+
+    /// Waits for send `req` of [`Engine::send`], putting a buffer its completion gives back
+    /// into `slot`.
+    fn wait_send(&mut self, req: Request, slot: &mut Option<Vec<u8>>) -> Result<()> {
+        let b = self.wait_buf(req, None)?;
+        put_back(slot, b)
+    }
+
+    /// Finishes receive `op` and gives back its buffer, checking the received length.
+    #[inline(always)]
+    fn finish_recv(&mut self, op: Op, size: usize) -> Result<Option<Vec<u8>>> {
+        match op {
+            Op::Done(c) => completion_buf(c, Some(size)),
+            Op::Pending(r) => self.wait_buf(r, Some(size)),
+        }
+    }
+}
+
+/// Puts a send buffer its completion gave back into `slot`; the slot must then hold one.
+#[inline(always)]
+fn put_back(slot: &mut Option<Vec<u8>>, b: Option<Vec<u8>>) -> Result<()> {
+    if let Some(b) = b {
+        *slot = Some(b);
+    }
+    if slot.is_none() {
+        return Err(Error::Wire(
+            "the send completion gave no buffer back".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The buffer a completion holds; an operation that failed gives its error, and with `size` a
+/// received length other than `size` is an error too.
+#[inline(always)]
+fn completion_buf(c: Completion, size: Option<usize>) -> Result<Option<Vec<u8>>> {
+    if let Err(e) = &c.status {
+        return Err(e.clone());
+    }
+    if let Some(size) = size {
+        check_len(&c, size)?;
+    }
+    Ok(c.buf)
 }
 
 fn take_buf(c: &mut Completion, what: &str) -> Result<Vec<u8>> {
@@ -601,23 +630,29 @@ fn ping_pong(
             // the reply while the reply is on its way: the posting is off the round trip's
             // path. In loopback the receive goes first, for its own message to find it; the
             // sync test keeps that order too (it measured faster so).
-            let (rop, sop) = if loopback || sync {
+            if loopback || sync {
                 let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
-                (rop, eng.send(&mut sbuf, sync)?)
+                let sop = eng.send(&mut sbuf, sync)?;
+                if let Some(r) = eng.send_done(sop, &mut sbuf)? {
+                    eng.wait_send(r, &mut sbuf)?;
+                }
+                rbuf = eng.finish_recv(rop, size)?;
             } else {
                 let sop = eng.send(&mut sbuf, sync)?;
-                (
-                    eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?,
-                    sop,
-                )
-            };
-            eng.finish_send(sop, &mut sbuf)?;
-            rbuf = eng.finish_buf(rop, Some(size))?;
+                let running = eng.send_done(sop, &mut sbuf)?;
+                let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
+                if let Some(r) = running {
+                    eng.wait_send(r, &mut sbuf)?;
+                }
+                rbuf = eng.finish_recv(rop, size)?;
+            }
         } else {
             let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
-            rbuf = eng.finish_buf(rop, Some(size))?;
+            rbuf = eng.finish_recv(rop, size)?;
             let sop = eng.send(&mut sbuf, sync)?;
-            eng.finish_send(sop, &mut sbuf)?;
+            if let Some(r) = eng.send_done(sop, &mut sbuf)? {
+                eng.wait_send(r, &mut sbuf)?;
+            }
         }
         if i >= p.warmup {
             if let Some(r) = rec.as_deref_mut() {

@@ -17,6 +17,8 @@
 #              RUCX_VARIANTS="NAME=path ..." more perftest builds to count
 #              NO_UCX=1  count rucx only
 #              CG_KEEP=dir  keep the callgrind files there (DIR/perftestNAME.cg, DIR/ucx.cg)
+#              CG_OPTS="..." more callgrind options (e.g. --dump-instr=yes, for per-instruction
+#                           counts in the kept files)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -60,7 +62,7 @@ count() {
     local port=\$((14000 + RANDOM % 1000))
     env \$envs timeout 600 taskset -c 0 \$prog -p \$port >/tmp/s.out 2>&1 &
     sleep 1
-    env \$envs timeout 1200 taskset -c 1 valgrind.bin --tool=callgrind \\
+    env \$envs timeout 1200 taskset -c 1 valgrind.bin --tool=callgrind ${CG_OPTS:-} \\
         --callgrind-out-file=/tmp/cg.\$name --log-file=/tmp/cg.log \\
         \$prog 10.83.0.1 -p \$port -t tag_lat -s 8 -n $N -w 0 >/tmp/c.out 2>&1
     wait

@@ -41,6 +41,10 @@ bitflags! {
         const ERRHANDLE_PEER_FAILURE = 1 << 43;
         /// Active-message handlers may be invoked from any thread (never set: we deliver in progress).
         const CB_ASYNC = 1 << 44;
+        /// rucx's own: every operation finishes within its call and nothing arrives on the
+        /// interface, so `progress` only maintains it (watches peers) and the layer above may
+        /// poll it now and then instead of on every call.
+        const SYNC_ONLY = 1 << 45;
         /// Tag offload: `tag_eager_short`.
         const TAG_EAGER_SHORT = 1 << 50;
         /// Tag offload: `tag_eager_bcopy`.

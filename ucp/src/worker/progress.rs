@@ -51,7 +51,10 @@ impl Worker {
         if self.tick.is_multiple_of(CLOCK_PERIOD) | self.st.clock_stale | self.poll_all {
             return self.progress_timed();
         }
-        let n = self.poll_ifaces(false);
+        let n = match self.solo {
+            Some(i) => self.poll_one(i),
+            None => self.poll_ifaces(false, false),
+        };
         if self.st.more_to_do(false) {
             return n + self.progress_more();
         }
@@ -79,7 +82,8 @@ impl Worker {
             }
             self.st.clock_stale = false;
         }
-        let mut n = self.poll_ifaces(all);
+        let mut n = self.poll_ifaces(all, true);
+        self.solo = self.solo_iface();
         if self.st.more_to_do(clock_read) {
             n += self.progress_more();
         }
@@ -89,16 +93,57 @@ impl Worker {
         n
     }
 
-    /// Polls the interfaces (with `all` false, those without endpoints only when they had an
-    /// event lately). Gives the number of events handled.
+    /// The interface that alone qualifies for polling on every call (see
+    /// [`Worker::poll_ifaces`]), looked for on each call that reads the clock: until the next
+    /// such call the others are left alone. An interface that gains its first endpoint
+    /// meanwhile waits for that call (at most `CLOCK_PERIOD` calls); one that loses its last
+    /// is polled until then.
+    fn solo_iface(&self) -> Option<usize> {
+        let mut solo = None;
+        for i in 0..self.ifaces.len() {
+            let polled = !self.sync_only[i]
+                && (self.st.iface_users[i] != 0
+                    || self.tick.wrapping_sub(self.last_event[i]) <= IDLE_IFACE_RECENT);
+            if polled {
+                if solo.is_some() {
+                    return None;
+                }
+                solo = Some(i);
+            }
+        }
+        solo
+    }
+
+    /// Polls interface `i` alone.
     #[inline(always)]
-    fn poll_ifaces(&mut self, all: bool) -> usize {
+    fn poll_one(&mut self, i: usize) -> usize {
+        let matched = self.st.matcher.matched();
+        let Some(iface) = self.ifaces.get_mut(i) else {
+            return 0;
+        };
+        let k = iface.progress(&mut Sink {
+            st: &mut self.st,
+            iface: i,
+            matched,
+        });
+        if k > 0 {
+            self.last_event[i] = self.tick;
+        }
+        k
+    }
+
+    /// Polls the interfaces (with `all` false, those without endpoints only when they had an
+    /// event lately, and `SYNC_ONLY` ones only when `timed`). Gives the number of events
+    /// handled.
+    #[inline(always)]
+    fn poll_ifaces(&mut self, all: bool, timed: bool) -> usize {
         let mut n = 0;
         let tick = self.tick;
         for (i, iface) in self.ifaces.iter_mut().enumerate() {
             if !all
-                && self.st.iface_users[i] == 0
-                && tick.wrapping_sub(self.last_event[i]) > IDLE_IFACE_RECENT
+                && ((self.sync_only[i] && !timed)
+                    || (self.st.iface_users[i] == 0
+                        && tick.wrapping_sub(self.last_event[i]) > IDLE_IFACE_RECENT))
             {
                 continue;
             }
@@ -399,6 +444,46 @@ mod tests {
             assert!(
                 Instant::now() < deadline,
                 "watchdog: the message never arrived"
+            );
+        }
+    }
+
+    /// With posix and cma, the calls between two clock reads poll the posix interface alone:
+    /// cma is `SYNC_ONLY` (nothing arrives on it, its progress only watches peers), so only
+    /// the calls that read the clock poll it. Messages keep arriving all along.
+    #[test]
+    fn calls_between_clock_reads_poll_the_one_busy_interface() {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: vec!["posix".into(), "cma".into()],
+                keepalive_interval: None,
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut a = Worker::new(&ctx).expect("worker a");
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let ab = a
+            .ep_create(b.address(), EpParams::default())
+            .expect("ep a->b");
+        for tag in 0..64u64 {
+            let msg = tag.to_le_bytes();
+            assert_eq!(exchange(&mut a, ab, &mut b, tag, &msg), msg);
+        }
+        let pos = |w: &Worker, tl: &str| {
+            w.st.info
+                .iter()
+                .position(|i| i.tl_name == tl)
+                .unwrap_or_else(|| panic!("no {tl} interface"))
+        };
+        for w in [&a, &b] {
+            let (posix, cma) = (pos(w, "posix"), pos(w, "cma"));
+            assert!(w.sync_only[cma] && !w.sync_only[posix]);
+            assert_eq!(
+                w.solo,
+                Some(posix),
+                "posix alone is polled between clock reads"
             );
         }
     }

@@ -345,7 +345,8 @@ impl CmaIface {
                 flags: IfaceFlags::PUT_ZCOPY
                     | IfaceFlags::GET_ZCOPY
                     | IfaceFlags::CONNECT_TO_IFACE
-                    | IfaceFlags::ERRHANDLE_PEER_FAILURE,
+                    | IfaceFlags::ERRHANDLE_PEER_FAILURE
+                    | IfaceFlags::SYNC_ONLY,
                 event_flags: EventFlags::empty(),
                 atomics: Default::default(),
                 am: OpLimits::default(),
