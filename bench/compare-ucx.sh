@@ -7,7 +7,8 @@
 # virtual machine the host may move the vCPUs between cores that share a cache ("near", tens
 # of ns) and cores that do not ("far", hundreds), minutes apart, and shared-memory rows follow.
 # Each row then also gives the median of the per-pair ratios, and that median over near and
-# over far pairs, with the hand-over times seen.
+# over far pairs (the probe runs again after the pair; a pair whose two probes disagree counts
+# in neither), with the hand-over times seen.
 #
 # Usage: bench/compare-ucx.sh [-r REPS] [-q] [-R] [ROW_FILTER]
 #   -r REPS     repetitions per program and row (default 5)
@@ -121,7 +122,7 @@ printf "# latency rows: 50th percentile µs (lower is better), then the overall 
 printf "# bw rows: overall MB/s or msg/s (higher is better), then the 50th percentile time per message µs\n"
 printf "# (on a loaded machine the percentile is the robust number; averages include preemption)\n"
 [ ${#RT[@]} -gt 0 ] && printf "# both programs ran under SCHED_FIFO (-R)\n"
-printf "# pairs: median of per-pair ratios (all, near, far; '-' when none), then the hand-over ns seen (min-max)\n"
+printf "# pairs: median of per-pair ratios (all; near, far: both probes, before and after the pair, agree; '-' when none), then the hand-over ns seen (min-max)\n"
 printf "%-38s %8s %12s %12s %8s %10s %10s %6s %6s %6s %9s   %s\n" "row" "iters" "UCX" "rucx" "rucx/UCX" "UCX 2nd" "rucx 2nd" "pairs" "near" "far" "c2c ns" "note"
 
 # row NAME METRIC ITERS UCX_ENV RUCX_ENV -- ARGS (UCX) -- ARGS (rucx, default: same)
@@ -136,7 +137,7 @@ row() {
     local col col2
     case "$metric" in lat) col=2; col2=4 ;; bw) col=6; col2=2 ;; mr) col=8; col2=2 ;; esac
     local ucx_vals="" rucx_vals="" ucx_vals2="" rucx_vals2="" note="" rucx_na=""
-    local r first second pair_all="" pair_near="" pair_far="" c2c_seen="" c2c u_one r_one
+    local r first second pair_all="" pair_near="" pair_far="" c2c_seen="" c2c c2c_after u_one r_one
     for r in $(seq 1 "$REPS"); do
         c2c=$("$C2C" "$SERVER_CORE" "$CLIENT_CORE" 2>/dev/null || echo nan)
         c2c_seen+="$c2c"$'\n'
@@ -166,14 +167,20 @@ row() {
                 fi
             fi
         done
+        # The hand-over again after the pair: a pair counts as near or far only when both
+        # probes agree (the host may move the vCPUs between the two runs).
+        c2c_after=$("$C2C" "$SERVER_CORE" "$CLIENT_CORE" 2>/dev/null || echo nan)
+        c2c_seen+="$c2c_after"$'\n'
         if [ -n "$u_one" ] && [ -n "$r_one" ]; then
             local q
             q=$(awk -v a="$r_one" -v b="$u_one" 'BEGIN { if (b+0 > 0) printf "%.3f", a/b }')
             if [ -n "$q" ]; then
                 pair_all+="$q"$'\n'
-                if awk -v c="$c2c" -v n="$NEAR_NS" 'BEGIN { exit !(c+0 > 0 && c+0 < n) }'; then
+                if awk -v c="$c2c" -v d="$c2c_after" -v n="$NEAR_NS" \
+                    'BEGIN { exit !(c+0 > 0 && c+0 < n && d+0 > 0 && d+0 < n) }'; then
                     pair_near+="$q"$'\n'
-                else
+                elif awk -v c="$c2c" -v d="$c2c_after" -v n="$NEAR_NS" \
+                    'BEGIN { exit !(c+0 >= n && d+0 >= n) }'; then
                     pair_far+="$q"$'\n'
                 fi
             fi
