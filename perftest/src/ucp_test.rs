@@ -506,7 +506,7 @@ impl Engine<'_> {
     /// Sends the buffer in `slot` or, for the sync tests, a synchronous send of its bytes.
     /// Sends that only read the buffer (from the mapping, or synchronous) leave it in `slot`;
     /// a `tag_send_vec` takes it, and its completion gives it back.
-    #[inline]
+    #[inline(always)]
     fn send(&mut self, slot: &mut Option<Vec<u8>>, sync: bool) -> Result<Op> {
         let buf = slot
             .as_ref()
@@ -524,17 +524,26 @@ impl Engine<'_> {
         self.worker.tag_send_vec(self.ep, TAG, buf)
     }
 
-    /// Takes send `op` of [`Engine::send`] if it finished at once (a buffer its completion
-    /// gives back goes into `slot`), matched here, where it was made: the ping-pong moves no
-    /// completion around. Gives the request of a send still running.
+    /// Takes the send [`Engine::send`] made (`made`) if it finished at once (a buffer its
+    /// completion gives back goes into `slot`); gives the request of a send still running.
+    /// The completion is read in place, where the send left it: the stream loops move no
+    /// completion around.
     #[inline(always)]
-    fn send_done(&mut self, op: Op, slot: &mut Option<Vec<u8>>) -> Result<Option<Request>> {
-        match op {
-            Op::Done(c) => {
-                put_back(slot, completion_buf(c, None)?)?;
+    fn send_done(
+        &mut self,
+        made: Result<Op>,
+        slot: &mut Option<Vec<u8>>,
+    ) -> Result<Option<Request>> {
+        let mut made = made?;
+        match made {
+            Op::Pending(r) => Ok(Some(r)),
+            Op::Done(ref mut c) => {
+                if let Err(e) = &c.status {
+                    return Err(e.clone());
+                }
+                put_back(slot, c.buf.take())?;
                 Ok(None)
             }
-            Op::Pending(r) => Ok(Some(r)),
         }
     }
 
@@ -632,14 +641,14 @@ fn ping_pong(
             // sync test keeps that order too (it measured faster so).
             if loopback || sync {
                 let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
-                let sop = eng.send(&mut sbuf, sync)?;
-                if let Some(r) = eng.send_done(sop, &mut sbuf)? {
+                let made = eng.send(&mut sbuf, sync);
+                if let Some(r) = eng.send_done(made, &mut sbuf)? {
                     eng.wait_send(r, &mut sbuf)?;
                 }
                 rbuf = eng.finish_recv(rop, size)?;
             } else {
-                let sop = eng.send(&mut sbuf, sync)?;
-                let running = eng.send_done(sop, &mut sbuf)?;
+                let made = eng.send(&mut sbuf, sync);
+                let running = eng.send_done(made, &mut sbuf)?;
                 let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
                 if let Some(r) = running {
                     eng.wait_send(r, &mut sbuf)?;
@@ -649,8 +658,8 @@ fn ping_pong(
         } else {
             let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
             rbuf = eng.finish_recv(rop, size)?;
-            let sop = eng.send(&mut sbuf, sync)?;
-            if let Some(r) = eng.send_done(sop, &mut sbuf)? {
+            let made = eng.send(&mut sbuf, sync);
+            if let Some(r) = eng.send_done(made, &mut sbuf)? {
                 eng.wait_send(r, &mut sbuf)?;
             }
         }
@@ -703,28 +712,21 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
     let size = p.size();
     let sync = is_sync(p.test);
     let mut w = Window::new(p.outstanding as usize, size)?;
+    // The buffer the next send goes from; a send that finishes at once leaves it (or gives it
+    // back) here for the next one.
+    let mut slot = w.free.pop();
     for i in 0..p.total_iterations() {
         if i == p.warmup {
             rec.begin();
         }
-        if w.free.is_empty() {
+        if slot.is_none() {
             retire_oldest(eng, &mut w, None)?;
+            slot = w.free.pop();
         }
-        let buf = w
-            .free
-            .pop()
-            .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
-        let mut kept = Some(buf);
-        match eng.send(&mut kept, sync)? {
-            Op::Done(mut c) => {
-                c.status.clone()?;
-                let b = match kept {
-                    Some(b) => b,
-                    None => take_buf(&mut c, "send")?,
-                };
-                w.free.push(b);
-            }
-            Op::Pending(r) => w.inflight.push_back((r, kept)),
+        let made = eng.send(&mut slot, sync);
+        if let Some(r) = eng.send_done(made, &mut slot)? {
+            w.inflight.push_back((r, slot.take()));
+            slot = w.free.pop();
         }
         if i >= p.warmup {
             rec.record();
@@ -750,15 +752,8 @@ fn receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
         let b = buf
             .take()
             .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
-        let mut c = match eng.worker.tag_recv(b, TAG, ucp::TAG_MASK_EXACT)? {
-            Op::Done(c) => c,
-            Op::Pending(r) => eng.wait(r)?,
-        };
-        if let Err(e) = &c.status {
-            return Err(e.clone());
-        }
-        check_len(&c, size)?;
-        buf = Some(take_buf(&mut c, "receive")?);
+        let op = eng.worker.tag_recv(b, TAG, ucp::TAG_MASK_EXACT)?;
+        buf = eng.finish_recv(op, size)?;
     }
     Ok(())
 }
