@@ -205,14 +205,29 @@ impl MemMap {
 
     /// Address of `offset` after checking that `offset..offset + n` lies in the mapping and
     /// is not empty; a typed error otherwise.
+    /// Inlined into the mapped send's fast path; the errors are made out of line.
+    #[inline]
     pub(crate) fn range(&self, offset: usize, n: usize) -> Result<NonNull<u8>> {
-        if n == 0 {
-            return Err(Error::InvalidParam(
-                "cannot send 0 bytes of a mapping".into(),
-            ));
+        match offset.checked_add(n) {
+            Some(end) if n != 0 && end <= self.len => {
+                // `offset` is inside the mapping, so the address is not null.
+                NonNull::new(self.ptr.as_ptr().wrapping_add(offset))
+                    .ok_or_else(|| Error::InvalidParam("mapping at null".into()))
+            }
+            _ => Err(self.range_error(offset, n)),
         }
-        let p = self.check(offset, n)?;
-        NonNull::new(p).ok_or_else(|| Error::InvalidParam("mapping at null".into()))
+    }
+
+    /// The error of [`MemMap::range`].
+    #[cold]
+    fn range_error(&self, offset: usize, n: usize) -> Error {
+        if n == 0 {
+            return Error::InvalidParam("cannot send 0 bytes of a mapping".into());
+        }
+        match self.check(offset, n) {
+            Err(e) => e,
+            Ok(_) => Error::InvalidParam(format!("range {offset}+{n} of the mapping")),
+        }
     }
 
     fn check(&self, offset: usize, n: usize) -> Result<*mut u8> {

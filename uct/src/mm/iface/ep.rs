@@ -229,7 +229,8 @@ impl Endpoint for MmEp {
         })
     }
 
-    #[inline]
+    /// Always inlined (into the registry's dispatch): the eager send's transport step.
+    #[inline(always)]
     fn am_short2(&mut self, id: u8, h0: u64, h1: u64, payload: &[u8]) -> Result<Outcome> {
         check_am_id(id)?;
         let len = 16 + payload.len();
