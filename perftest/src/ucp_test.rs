@@ -459,21 +459,31 @@ impl Engine<'_> {
         }
     }
 
-    /// Progresses until `req` finishes; an operation that failed gives its error. Each poll
-    /// tests the request in place; it is taken once, when finished.
-    #[inline]
-    pub(crate) fn wait(&mut self, mut req: Request) -> Result<Completion> {
+    /// Progresses until `req` finishes and gives what `then` makes of its completion. Each
+    /// poll tests the request in place; it is taken once, when finished.
+    #[inline(always)]
+    fn wait_then<R>(
+        &mut self,
+        mut req: Request,
+        then: impl FnOnce(Completion) -> Result<R>,
+    ) -> Result<R> {
         self.idle = 0;
         loop {
             if self.worker.request_test(&req)? {
                 match self.worker.request_take(req) {
-                    Ok(c) => return c.status.clone().map(|_| c),
+                    Ok(c) => return then(c),
                     Err(r) => req = r,
                 }
             }
             self.worker.progress();
             self.spin()?;
         }
+    }
+
+    /// Progresses until `req` finishes; an operation that failed gives its error.
+    #[inline]
+    pub(crate) fn wait(&mut self, req: Request) -> Result<Completion> {
+        self.wait_then(req, |c| c.status.clone().map(|_| c))
     }
 
     /// The completion of `op`, waiting if it is pending.
@@ -486,21 +496,10 @@ impl Engine<'_> {
     }
 
     /// Progresses until `req` finishes and gives back the buffer its completion holds (see
-    /// [`completion_buf`]). Each poll tests the request in place; it is taken once, when
-    /// finished.
+    /// [`completion_buf`]).
     #[inline(never)]
-    fn wait_buf(&mut self, mut req: Request, size: Option<usize>) -> Result<Option<Vec<u8>>> {
-        self.idle = 0;
-        loop {
-            if self.worker.request_test(&req)? {
-                match self.worker.request_take(req) {
-                    Ok(c) => return completion_buf(c, size),
-                    Err(r) => req = r,
-                }
-            }
-            self.worker.progress();
-            self.spin()?;
-        }
+    fn wait_buf(&mut self, req: Request, size: Option<usize>) -> Result<Option<Vec<u8>>> {
+        self.wait_then(req, |c| completion_buf(c, size))
     }
 
     /// Sends the buffer in `slot` or, for the sync tests, a synchronous send of its bytes.

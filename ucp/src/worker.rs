@@ -163,9 +163,6 @@ pub struct Worker {
     /// The next progress call polls every interface (set after an event-fd wakeup or a busy
     /// arm, whose event may be on an idle interface).
     pub(crate) poll_all: bool,
-    /// Per interface: it is `SYNC_ONLY` (nothing arrives on it; its progress only watches
-    /// peers), so only the calls that read the clock poll it.
-    pub(crate) sync_only: Vec<bool>,
     /// The one interface the calls between two clock reads poll, when exactly one qualifies
     /// for polling on every call (see [`Worker::progress`]); `None`: they go through all.
     pub(crate) solo: Option<usize>,
@@ -231,10 +228,6 @@ impl Worker {
                 }
             }
         }
-        let sync_only = info
-            .iter()
-            .map(|i| i.attr.flags.contains(uct::IfaceFlags::SYNC_ONLY))
-            .collect();
         if ifaces.is_empty() {
             return Err(Error::NoDevice(format!(
                 "no transport interface could be opened: {}",
@@ -315,7 +308,6 @@ impl Worker {
             tick: 0,
             last_event: vec![0; n_ifaces],
             poll_all: true,
-            sync_only,
             solo: None,
             idle_due: Duration::ZERO,
         };

@@ -93,18 +93,28 @@ impl Worker {
         n
     }
 
-    /// The interface that alone qualifies for polling on every call (see
-    /// [`Worker::poll_ifaces`]), looked for on each call that reads the clock: until the next
-    /// such call the others are left alone. An interface that gains its first endpoint
-    /// meanwhile waits for that call (at most `CLOCK_PERIOD` calls); one that loses its last
-    /// is polled until then.
+    /// Whether interface `i` is polled on a call that does not poll them all: it has endpoints
+    /// or had an event lately, and it is not `SYNC_ONLY` (those only on a `timed` call, one
+    /// that reads the clock).
+    #[inline(always)]
+    fn wants_poll(&self, i: usize, timed: bool) -> bool {
+        let sync_only = self.st.info[i]
+            .attr
+            .flags
+            .contains(uct::IfaceFlags::SYNC_ONLY);
+        (timed || !sync_only)
+            && (self.st.iface_users[i] != 0
+                || self.tick.wrapping_sub(self.last_event[i]) <= IDLE_IFACE_RECENT)
+    }
+
+    /// The interface that alone qualifies for polling on every call ([`Worker::wants_poll`]),
+    /// looked for on each call that reads the clock: until the next such call the others are
+    /// left alone. An interface that gains its first endpoint meanwhile waits for that call (at
+    /// most `CLOCK_PERIOD` calls); one that loses its last is polled until then.
     fn solo_iface(&self) -> Option<usize> {
         let mut solo = None;
         for i in 0..self.ifaces.len() {
-            let polled = !self.sync_only[i]
-                && (self.st.iface_users[i] != 0
-                    || self.tick.wrapping_sub(self.last_event[i]) <= IDLE_IFACE_RECENT);
-            if polled {
+            if self.wants_poll(i, false) {
                 if solo.is_some() {
                     return None;
                 }
@@ -114,7 +124,7 @@ impl Worker {
         solo
     }
 
-    /// Polls interface `i` alone.
+    /// Polls interface `i`. Gives the number of events handled.
     #[inline(always)]
     fn poll_one(&mut self, i: usize) -> usize {
         let matched = self.st.matcher.matched();
@@ -132,30 +142,14 @@ impl Worker {
         k
     }
 
-    /// Polls the interfaces (with `all` false, those without endpoints only when they had an
-    /// event lately, and `SYNC_ONLY` ones only when `timed`). Gives the number of events
-    /// handled.
+    /// Polls every interface (`all`) or those [`Worker::wants_poll`] names. Gives the number
+    /// of events handled.
     #[inline(always)]
     fn poll_ifaces(&mut self, all: bool, timed: bool) -> usize {
         let mut n = 0;
-        let tick = self.tick;
-        for (i, iface) in self.ifaces.iter_mut().enumerate() {
-            if !all
-                && ((self.sync_only[i] && !timed)
-                    || (self.st.iface_users[i] == 0
-                        && tick.wrapping_sub(self.last_event[i]) > IDLE_IFACE_RECENT))
-            {
-                continue;
-            }
-            let matched = self.st.matcher.matched();
-            let k = iface.progress(&mut Sink {
-                st: &mut self.st,
-                iface: i,
-                matched,
-            });
-            if k > 0 {
-                self.last_event[i] = tick;
-                n += k;
+        for i in 0..self.ifaces.len() {
+            if all || self.wants_poll(i, timed) {
+                n += self.poll_one(i);
             }
         }
         n
@@ -479,7 +473,8 @@ mod tests {
         };
         for w in [&a, &b] {
             let (posix, cma) = (pos(w, "posix"), pos(w, "cma"));
-            assert!(w.sync_only[cma] && !w.sync_only[posix]);
+            let sync_only = |i: usize| w.st.info[i].attr.flags.contains(uct::IfaceFlags::SYNC_ONLY);
+            assert!(sync_only(cma) && !sync_only(posix));
             assert_eq!(
                 w.solo,
                 Some(posix),

@@ -155,6 +155,27 @@ impl RcVerbsEp {
         })
     }
 
+    /// The common steps of the short sends, under one borrow: the id, the length against the
+    /// inline limit, the endpoint's readiness (`NoResource` when it must wait), and the post
+    /// of `parts` gathered into one inline entry. `None` when the parts do not fit [`GATHER`]
+    /// bytes: the caller posts them as separate entries. Always inlined: with a fixed number
+    /// of parts the gathering unrolls.
+    #[inline(always)]
+    fn am_short_gathered(&mut self, id: u8, parts: &[&[u8]]) -> Result<Option<Outcome>> {
+        check_am_id(id)?;
+        let mut g = self.inner.borrow_mut();
+        let inner = &mut *g;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        check_len(total, inner.max_inline as usize - AmHdr::LEN)?;
+        if !inner.am_ready(self.key, self.gen)? {
+            return Ok(Some(Outcome::NoResource));
+        }
+        match post_gathered(inner, self.key, id, parts) {
+            Some(r) => r.map(|()| Some(Outcome::DONE)),
+            None => Ok(None),
+        }
+    }
+
     fn am_send_sges(
         &mut self,
         sges: &mut [ibv_sge],
@@ -219,18 +240,8 @@ impl Endpoint for RcVerbsEp {
     }
 
     fn am_short(&mut self, id: u8, header: u64, payload: &[u8]) -> Result<Outcome> {
-        check_am_id(id)?;
-        {
-            let mut g = self.inner.borrow_mut();
-            let inner = &mut *g;
-            check_len(8 + payload.len(), inner.max_inline as usize - AmHdr::LEN)?;
-            if !inner.am_ready(self.key, self.gen)? {
-                return Ok(Outcome::NoResource);
-            }
-            let parts: [&[u8]; 2] = [&header.to_le_bytes(), payload];
-            if let Some(r) = post_gathered(inner, self.key, id, &parts) {
-                return r.map(|()| Outcome::DONE);
-            }
+        if let Some(o) = self.am_short_gathered(id, &[&header.to_le_bytes(), payload])? {
+            return Ok(o);
         }
         let idb = [id];
         let hdr = header.to_le_bytes();
@@ -264,19 +275,10 @@ impl Endpoint for RcVerbsEp {
     #[inline]
     fn am_short2(&mut self, id: u8, h0: u64, h1: u64, payload: &[u8]) -> Result<Outcome> {
         let parts: [&[u8]; 3] = [&h0.to_le_bytes(), &h1.to_le_bytes(), payload];
-        {
-            check_am_id(id)?;
-            let mut g = self.inner.borrow_mut();
-            let inner = &mut *g;
-            check_len(16 + payload.len(), inner.max_inline as usize - AmHdr::LEN)?;
-            if !inner.am_ready(self.key, self.gen)? {
-                return Ok(Outcome::NoResource);
-            }
-            if let Some(r) = post_gathered(inner, self.key, id, &parts) {
-                return r.map(|()| Outcome::DONE);
-            }
+        match self.am_short_gathered(id, &parts)? {
+            Some(o) => Ok(o),
+            None => self.am_short_iov(id, &parts),
         }
-        self.am_short_iov(id, &parts)
     }
 
     fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
