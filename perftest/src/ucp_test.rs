@@ -553,6 +553,17 @@ impl Engine<'_> {
         put_back(slot, b)
     }
 
+    /// [`Engine::send`] from `slot`, waiting until the send finishes (its buffer back in
+    /// `slot`).
+    #[inline(always)]
+    fn send_finished(&mut self, slot: &mut Option<Vec<u8>>, sync: bool) -> Result<()> {
+        let made = self.send(slot, sync);
+        match self.send_done(made, slot)? {
+            Some(r) => self.wait_send(r, slot),
+            None => Ok(()),
+        }
+    }
+
     /// Finishes receive `op` and gives back its buffer, checking the received length.
     #[inline(always)]
     fn finish_recv(&mut self, op: Op, size: usize) -> Result<Option<Vec<u8>>> {
@@ -640,10 +651,7 @@ fn ping_pong(
             // sync test keeps that order too (it measured faster so).
             if loopback || sync {
                 let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
-                let made = eng.send(&mut sbuf, sync);
-                if let Some(r) = eng.send_done(made, &mut sbuf)? {
-                    eng.wait_send(r, &mut sbuf)?;
-                }
+                eng.send_finished(&mut sbuf, sync)?;
                 rbuf = eng.finish_recv(rop, size)?;
             } else {
                 let made = eng.send(&mut sbuf, sync);
@@ -657,10 +665,7 @@ fn ping_pong(
         } else {
             let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
             rbuf = eng.finish_recv(rop, size)?;
-            let made = eng.send(&mut sbuf, sync);
-            if let Some(r) = eng.send_done(made, &mut sbuf)? {
-                eng.wait_send(r, &mut sbuf)?;
-            }
+            eng.send_finished(&mut sbuf, sync)?;
         }
         if i >= p.warmup {
             if let Some(r) = rec.as_deref_mut() {
@@ -789,16 +794,11 @@ fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> 
             .pop()
             .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
         let mut kept = Some(sb);
-        match eng.send(&mut kept, sync)? {
-            Op::Done(mut c) => {
-                c.status.clone()?;
-                let b = match kept {
-                    Some(b) => b,
-                    None => take_buf(&mut c, "send")?,
-                };
-                sends.free.push(b);
-            }
-            Op::Pending(r) => sends.inflight.push_back((r, kept)),
+        let made = eng.send(&mut kept, sync);
+        match eng.send_done(made, &mut kept)? {
+            Some(r) => sends.inflight.push_back((r, kept)),
+            // `send_done` leaves the buffer in `kept` (or fails).
+            None => sends.free.extend(kept),
         }
         eng.worker.progress();
         if i >= p.warmup {
