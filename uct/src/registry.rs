@@ -159,6 +159,20 @@ fn progress_of<I: Iface, S: EventSink>(iface: &mut I, sink: &mut S) -> usize {
     iface.progress(sink)
 }
 
+/// One transport's `am_short2`, in a function of its own: the dispatch in [`AnyEp`] is then
+/// inlined into the caller (a jump to this function), and the sending transport's body pays
+/// for its own registers and stack only, not for those of every transport.
+#[inline(never)]
+fn am_short2_of<E: Endpoint>(
+    ep: &mut E,
+    id: u8,
+    h0: u64,
+    h1: u64,
+    payload: &[u8],
+) -> Result<Outcome> {
+    ep.am_short2(id, h0, h1, payload)
+}
+
 macro_rules! transports {
     ($( $variant:ident => $tl:ty ),* $(,)?) => {
         /// Names of the built-in transports, in registry order.
@@ -276,9 +290,9 @@ macro_rules! transports {
             fn am_short(&mut self, id: u8, header: u64, payload: &[u8]) -> Result<Outcome> {
                 match *self { $( AnyEp::$variant(ref mut e) => e.am_short(id, header, payload), )* }
             }
-            #[inline]
+            #[inline(always)]
             fn am_short2(&mut self, id: u8, h0: u64, h1: u64, payload: &[u8]) -> Result<Outcome> {
-                match *self { $( AnyEp::$variant(ref mut e) => e.am_short2(id, h0, h1, payload), )* }
+                match *self { $( AnyEp::$variant(ref mut e) => am_short2_of(e, id, h0, h1, payload), )* }
             }
             fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
                 match *self { $( AnyEp::$variant(ref mut e) => e.am_short_iov(id, iov), )* }
