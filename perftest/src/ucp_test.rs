@@ -502,37 +502,38 @@ impl Engine<'_> {
         self.wait_then(req, |c| completion_buf(c, size))
     }
 
-    /// Sends the buffer in `slot` or, for the sync tests, a synchronous send of its bytes.
-    /// Sends that only read the buffer (from the mapping, or synchronous) leave it in `slot`;
-    /// a `tag_send_vec` takes it, and its completion gives it back.
+    /// Sends the buffer in `slot` or, for the sync tests, a synchronous send of its bytes; gives
+    /// the request of a send still running, `None` for one that finished at once. Sends that
+    /// only read the buffer (from the mapping, or synchronous) leave it in `slot`; a
+    /// `tag_send_vec` takes it, and its completion gives it back (into `slot` here when the
+    /// send finished at once).
     #[inline(always)]
-    fn send(&mut self, slot: &mut Option<Vec<u8>>, sync: bool) -> Result<Op> {
+    fn send(&mut self, slot: &mut Option<Vec<u8>>, sync: bool) -> Result<Option<Request>> {
         let buf = slot
             .as_ref()
             .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
         if let (Some(m), false) = (self.send_map, sync) {
             // The message's bytes come from the mapping; the buffer only gives its length.
-            return self.worker.tag_send_mapped(self.ep, TAG, m, 0, buf.len());
+            return self
+                .worker
+                .tag_send_mapped_nb(self.ep, TAG, m, 0, buf.len());
         }
-        if sync {
-            return self.worker.tag_send_sync(self.ep, TAG, buf);
-        }
-        let buf = slot
-            .take()
-            .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
-        self.worker.tag_send_vec(self.ep, TAG, buf)
+        let made = if sync {
+            self.worker.tag_send_sync(self.ep, TAG, buf)
+        } else {
+            let buf = slot
+                .take()
+                .ok_or_else(|| Error::Wire("lost send buffer".into()))?;
+            self.worker.tag_send_vec(self.ep, TAG, buf)
+        };
+        Self::send_done(made, slot)
     }
 
     /// Takes the send [`Engine::send`] made (`made`) if it finished at once (a buffer its
     /// completion gives back goes into `slot`); gives the request of a send still running.
-    /// The completion is read in place, where the send left it: the stream loops move no
-    /// completion around.
+    /// The completion is read in place, where the send left it.
     #[inline(always)]
-    fn send_done(
-        &mut self,
-        made: Result<Op>,
-        slot: &mut Option<Vec<u8>>,
-    ) -> Result<Option<Request>> {
+    fn send_done(made: Result<Op>, slot: &mut Option<Vec<u8>>) -> Result<Option<Request>> {
         let mut made = made?;
         match made {
             Op::Pending(r) => Ok(Some(r)),
@@ -557,8 +558,7 @@ impl Engine<'_> {
     /// `slot`).
     #[inline(always)]
     fn send_finished(&mut self, slot: &mut Option<Vec<u8>>, sync: bool) -> Result<()> {
-        let made = self.send(slot, sync);
-        match self.send_done(made, slot)? {
+        match self.send(slot, sync)? {
             Some(r) => self.wait_send(r, slot),
             None => Ok(()),
         }
@@ -654,8 +654,7 @@ fn ping_pong(
                 eng.send_finished(&mut sbuf, sync)?;
                 rbuf = eng.finish_recv(rop, size)?;
             } else {
-                let made = eng.send(&mut sbuf, sync);
-                let running = eng.send_done(made, &mut sbuf)?;
+                let running = eng.send(&mut sbuf, sync)?;
                 let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
                 if let Some(r) = running {
                     eng.wait_send(r, &mut sbuf)?;
@@ -727,8 +726,7 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
             retire_oldest(eng, &mut w, None)?;
             slot = w.free.pop();
         }
-        let made = eng.send(&mut slot, sync);
-        if let Some(r) = eng.send_done(made, &mut slot)? {
+        if let Some(r) = eng.send(&mut slot, sync)? {
             w.inflight.push_back((r, slot.take()));
             slot = w.free.pop();
         }
@@ -794,10 +792,9 @@ fn loopback_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> 
             .pop()
             .ok_or_else(|| Error::Wire("no free send buffer".into()))?;
         let mut kept = Some(sb);
-        let made = eng.send(&mut kept, sync);
-        match eng.send_done(made, &mut kept)? {
+        match eng.send(&mut kept, sync)? {
             Some(r) => sends.inflight.push_back((r, kept)),
-            // `send_done` leaves the buffer in `kept` (or fails).
+            // A send that finished at once left the buffer in `kept` (or failed).
             None => sends.free.extend(kept),
         }
         eng.worker.progress();

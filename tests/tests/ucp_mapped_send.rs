@@ -14,3 +14,8 @@ fn ucp_mapped_send_delivers_with_offload() {
 fn ucp_mapped_send_bad_range_is_an_error() {
     mapped_send::bad_ranges_are_errors();
 }
+
+#[test]
+fn ucp_send_nb_gives_none_when_done_at_once() {
+    mapped_send::nb_sends_deliver();
+}

@@ -20,7 +20,7 @@ mod recv;
 mod send;
 pub(crate) mod small;
 
-use crate::request::{Completion, Op};
+use crate::request::{Completion, Op, Request};
 use crate::rma::raw_mem::RecvBuf;
 use crate::rma::MemMap;
 use crate::worker::state::SendData;
@@ -44,6 +44,30 @@ impl Worker {
             }));
         }
         self.st.tag_send_proto(idx, tag, data, false)
+    }
+
+    /// [`Worker::tag_send`] that gives `None` when the send finished at once (as UCX's
+    /// `ucp_tag_send_nbx` gives NULL), or the request of a send still running: the common case
+    /// makes no completion for the caller to take apart. A send that finished at once with an
+    /// error gives that error.
+    pub fn tag_send_nb(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Option<Request>> {
+        let idx = self.st.ep_idx(ep)?;
+        if self
+            .st
+            .tag_send_short(idx, tag, &SendData::Borrowed(data))?
+        {
+            return Ok(None);
+        }
+        self.tag_send_nb_rest(idx, tag, data)
+    }
+
+    /// [`Worker::tag_send_nb`] of a message the eager-short step did not send.
+    #[inline(never)]
+    fn tag_send_nb_rest(&mut self, idx: usize, tag: u64, data: &[u8]) -> Result<Option<Request>> {
+        request_of(
+            self.st
+                .tag_send_proto(idx, tag, SendData::Borrowed(data), false)?,
+        )
     }
 
     /// Sends a tagged message from a vector the worker takes and gives back in the completion's
@@ -92,6 +116,43 @@ impl Worker {
             }));
         }
         self.st.tag_send_mapped(idx, tag, map, offset, len)
+    }
+
+    /// [`Worker::tag_send_mapped`] that gives `None` when the send finished at once, or the
+    /// request of a send still running (see [`Worker::tag_send_nb`]).
+    pub fn tag_send_mapped_nb(
+        &mut self,
+        ep: EpHandle,
+        tag: u64,
+        map: &MemMap,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<Request>> {
+        let idx = self.st.ep_idx(ep)?;
+        let ptr = map.range(offset, len)?;
+        // SAFETY: `range` checked that the bytes lie in the mapping, which the caller borrows
+        // for this call; the eager short path only copies them before it returns.
+        let small = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+        if self
+            .st
+            .tag_send_short(idx, tag, &SendData::Borrowed(small))?
+        {
+            return Ok(None);
+        }
+        self.tag_send_mapped_nb_rest(idx, tag, map, offset, len)
+    }
+
+    /// [`Worker::tag_send_mapped_nb`] of a message the eager-short step did not send.
+    #[inline(never)]
+    fn tag_send_mapped_nb_rest(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        map: &MemMap,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<Request>> {
+        request_of(self.st.tag_send_mapped(idx, tag, map, offset, len)?)
     }
 
     /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
@@ -173,5 +234,14 @@ impl Worker {
         Ok(self
             .st
             .recv_unexp_now(RecvBuf::Owned(buf), uid as u64, 0, uid))
+    }
+}
+
+/// The request of a send still running, or `None` for one that finished at once (its error,
+/// if it failed). Only for sends that give no buffer back.
+fn request_of(op: Op) -> Result<Option<Request>> {
+    match op {
+        Op::Pending(r) => Ok(Some(r)),
+        Op::Done(c) => c.status.map(|()| None),
     }
 }

@@ -200,3 +200,52 @@ pub fn bad_ranges_are_errors() {
     assert!(complete(&mut b, &mut a, r, false).status.is_ok());
     complete(&mut a, &mut b, s, true).status.unwrap();
 }
+
+/// `tag_send_nb` and `tag_send_mapped_nb` give `None` for a send that finished at once (eager
+/// sizes) and the request of one still running (rendezvous); the data arrives either way. A bad
+/// range or another worker's handle is an error, and nothing is sent.
+pub fn nb_sends_deliver() {
+    let (mut a, mut b, ab) = pair("posix");
+    let ba = b.ep_create(a.address(), EpParams::default()).unwrap();
+    pump(&mut a, &mut b);
+    let map = a.mem_map(RNDV_THRESH * 2).unwrap();
+    for (i, len) in [8, 3000, RNDV_THRESH + 7].into_iter().enumerate() {
+        let data = pattern(i as u32, len);
+        map.write(0, &data).unwrap();
+        for mapped in [false, true] {
+            let tag = 0x50 + i as u64;
+            let r = b.tag_recv(vec![0; len], tag, u64::MAX).unwrap();
+            let s = if mapped {
+                a.tag_send_mapped_nb(ab, tag, &map, 0, len).unwrap()
+            } else {
+                a.tag_send_nb(ab, tag, &data).unwrap()
+            };
+            assert_eq!(s.is_none(), len < RNDV_THRESH, "{len} mapped {mapped}");
+            let c = complete(&mut b, &mut a, r, false);
+            assert_eq!(c.status, Ok(()), "{len}");
+            assert!(c.buf.unwrap() == data, "{len} mapped {mapped}: data differ");
+            if let Some(s) = s {
+                complete(&mut a, &mut b, Op::Pending(s), true)
+                    .status
+                    .unwrap();
+            }
+        }
+    }
+    assert!(matches!(
+        a.tag_send_mapped_nb(ab, 1, &map, 0, RNDV_THRESH * 2 + 1),
+        Err(Error::InvalidParam(_))
+    ));
+    assert!(matches!(
+        a.tag_send_mapped_nb(ba, 1, &map, 0, 8),
+        Err(Error::InvalidParam(_))
+    ));
+    assert!(matches!(
+        a.tag_send_nb(ba, 1, b"12345678"),
+        Err(Error::InvalidParam(_))
+    ));
+    pump(&mut a, &mut b);
+    assert!(
+        b.tag_probe(1, u64::MAX, false).is_none(),
+        "something was sent"
+    );
+}
