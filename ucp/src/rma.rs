@@ -208,14 +208,12 @@ impl MemMap {
     /// Inlined into the mapped send's fast path; the errors are made out of line.
     #[inline]
     pub(crate) fn range(&self, offset: usize, n: usize) -> Result<NonNull<u8>> {
-        match offset.checked_add(n) {
-            Some(end) if n != 0 && end <= self.len => {
-                // `offset` is inside the mapping, so the address is not null.
-                NonNull::new(self.ptr.as_ptr().wrapping_add(offset))
-                    .ok_or_else(|| Error::InvalidParam("mapping at null".into()))
-            }
-            _ => Err(self.range_error(offset, n)),
+        // 1 <= n <= len - offset, without overflow.
+        if offset <= self.len && n.wrapping_sub(1) < self.len - offset {
+            // SAFETY: `offset < len` (n >= 1), so the pointer stays inside the mapping.
+            return Ok(unsafe { self.ptr.add(offset) });
         }
+        Err(self.range_error(offset, n))
     }
 
     /// The error of [`MemMap::range`].

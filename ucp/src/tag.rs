@@ -35,14 +35,14 @@ impl Worker {
     /// caller, so that it costs no copy of the result.
     #[inline]
     pub fn tag_send(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
-        let idx = self.st.ep_idx(ep)?;
         let data = SendData::Borrowed(data);
-        if self.st.tag_send_short_out(idx, tag, &data)? {
+        if self.st.tag_send_short_out(ep, tag, &data)? {
             return Ok(Op::Done(Completion {
                 tag,
                 ..Completion::ok()
             }));
         }
+        let idx = self.st.ep_idx(ep)?;
         self.st.tag_send_proto(idx, tag, data, false)
     }
 
@@ -51,19 +51,19 @@ impl Worker {
     /// makes no completion for the caller to take apart. A send that finished at once with an
     /// error gives that error.
     pub fn tag_send_nb(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Option<Request>> {
-        let idx = self.st.ep_idx(ep)?;
         if self
             .st
-            .tag_send_short(idx, tag, &SendData::Borrowed(data))?
+            .tag_send_short_at(ep, tag, &SendData::Borrowed(data))?
         {
             return Ok(None);
         }
-        self.tag_send_nb_rest(idx, tag, data)
+        self.tag_send_nb_rest(ep, tag, data)
     }
 
     /// [`Worker::tag_send_nb`] of a message the eager-short step did not send.
     #[inline(never)]
-    fn tag_send_nb_rest(&mut self, idx: usize, tag: u64, data: &[u8]) -> Result<Option<Request>> {
+    fn tag_send_nb_rest(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Option<Request>> {
+        let idx = self.st.ep_idx(ep)?;
         request_of(
             self.st
                 .tag_send_proto(idx, tag, SendData::Borrowed(data), false)?,
@@ -107,14 +107,18 @@ impl Worker {
         offset: usize,
         len: usize,
     ) -> Result<Op> {
-        let idx = self.st.ep_idx(ep)?;
+        let small = self.st.mapped_bytes(ep, map, offset, len)?;
         // As `Worker::tag_send`: an eager-short send's completion is built here.
-        if self.st.tag_send_mapped_short(idx, tag, map, offset, len)? {
+        if self
+            .st
+            .tag_send_short_out(ep, tag, &SendData::Borrowed(small))?
+        {
             return Ok(Op::Done(Completion {
                 tag,
                 ..Completion::ok()
             }));
         }
+        let idx = self.st.ep_idx(ep)?;
         self.st.tag_send_mapped(idx, tag, map, offset, len)
     }
 
@@ -128,30 +132,27 @@ impl Worker {
         offset: usize,
         len: usize,
     ) -> Result<Option<Request>> {
-        let idx = self.st.ep_idx(ep)?;
-        let ptr = map.range(offset, len)?;
-        // SAFETY: `range` checked that the bytes lie in the mapping, which the caller borrows
-        // for this call; the eager short path only copies them before it returns.
-        let small = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+        let small = self.st.mapped_bytes(ep, map, offset, len)?;
         if self
             .st
-            .tag_send_short(idx, tag, &SendData::Borrowed(small))?
+            .tag_send_short_at(ep, tag, &SendData::Borrowed(small))?
         {
             return Ok(None);
         }
-        self.tag_send_mapped_nb_rest(idx, tag, map, offset, len)
+        self.tag_send_mapped_nb_rest(ep, tag, map, offset, len)
     }
 
     /// [`Worker::tag_send_mapped_nb`] of a message the eager-short step did not send.
     #[inline(never)]
     fn tag_send_mapped_nb_rest(
         &mut self,
-        idx: usize,
+        ep: EpHandle,
         tag: u64,
         map: &MemMap,
         offset: usize,
         len: usize,
     ) -> Result<Option<Request>> {
+        let idx = self.st.ep_idx(ep)?;
         request_of(self.st.tag_send_mapped(idx, tag, map, offset, len)?)
     }
 

@@ -202,7 +202,7 @@ impl Worker {
         };
         let data = SendData::Raw(data);
         // As `Worker::tag_send`: an eager-short send's completion is built here.
-        if !sync && self.st.tag_send_short_out(idx, tag, &data)? {
+        if !sync && self.st.tag_send_short_out(ep, tag, &data)? {
             return Ok(Op::Done(Completion {
                 tag,
                 ..Completion::ok()

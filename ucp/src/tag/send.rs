@@ -13,15 +13,15 @@
 use crate::request::{Completion, Op};
 use crate::rma::raw_mem::SendBuf;
 use crate::tag::offload::TM_THRESH;
-use crate::wire::{
-    am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ, PREFIX_LEN,
-};
+use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{EpState, Pending, ReqKind, SendData, SendReq, SendStage, State};
+use crate::worker::state::{
+    Ep, EpState, Pending, ReqKind, SendData, SendReq, SendStage, Stamp, State,
+};
+use crate::worker::EpHandle;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
-use uct::IfaceFlags;
 
 impl State {
     /// Sends a tagged message: eager short at once when it can (see [`State::tag_send_short`]),
@@ -40,12 +40,9 @@ impl State {
         self.tag_send_proto(idx, tag, data, sync)
     }
 
-    /// The common case of a non-synchronous send, in as few steps as it takes: a message that
-    /// fits one `am_short` of the AM lane, on an endpoint that is usable, connected and has
-    /// nothing queued, below the rendezvous, tag offload and zero-copy thresholds, goes out as
-    /// one EAGER_ONLY message written straight into the transport. Gives false (nothing sent)
-    /// when the message does not qualify or meets back-pressure: [`State::tag_send_proto`]
-    /// then takes it.
+    /// The common case of a non-synchronous send, in as few steps as it takes: see
+    /// [`short_on`]. Gives false (nothing sent) when the message does not qualify or meets
+    /// back-pressure: [`State::tag_send_proto`] then takes it.
     #[inline(always)]
     pub(crate) fn tag_send_short(
         &mut self,
@@ -53,50 +50,56 @@ impl State {
         tag: u64,
         data: &SendData<'_>,
     ) -> Result<bool> {
-        let d = data.as_slice();
-        let len = d.len();
         let ep = &mut self.eps[idx];
-        if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
+        if !short_on(ep, self.uuid, self.now_stamp, tag, data)? {
             return Ok(false);
         }
-        let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
-            return Ok(false);
-        };
-        if len >= p.tag_rndv_thresh || len >= TM_THRESH {
-            return Ok(false);
-        }
-        if matches!(data, SendData::Owned(_)) && p.zcopy_thresh.is_some_and(|z| len >= z && len > 0)
-        {
-            return Ok(false);
-        }
-        let Some((li, uep)) = l.uct.get_mut(l.am) else {
-            return Ok(false);
-        };
-        let a = &self.info[*li].attr;
-        if !a.flags.contains(IfaceFlags::AM_SHORT)
-            || PREFIX_LEN + EagerHdr::LEN + len > a.am.max_short
-        {
-            return Ok(false);
-        }
-        if uep.am_short2(am_id::EAGER_ONLY, self.uuid, tag, d)? == Outcome::NoResource {
-            return Ok(false);
-        }
-        ep.last_tx = self.now_stamp;
-        self.next_msg_id += 1;
-        self.stats.eager_single += 1;
+        self.short_sent();
         Ok(true)
     }
 
-    /// [`State::tag_send_short`], kept out of line (for `Worker::tag_send`, which builds the
+    /// [`State::tag_send_short`] on the endpoint handle `h`, checked and looked up once: a
+    /// handle of another worker or a stale one gives the error of [`State::ep_idx`]. On false
+    /// the handle is valid and `h.idx` is the endpoint's index.
+    #[inline(always)]
+    pub(crate) fn tag_send_short_at(
+        &mut self,
+        h: EpHandle,
+        tag: u64,
+        data: &SendData<'_>,
+    ) -> Result<bool> {
+        let wid = self.id;
+        let Some(ep) = self
+            .eps
+            .get_mut(h.idx as usize)
+            .filter(|e| e.gen == h.gen && h.wid == wid)
+        else {
+            return Err(self.ep_idx(h).err().unwrap_or_else(stale_handle));
+        };
+        if !short_on(ep, self.uuid, self.now_stamp, tag, data)? {
+            return Ok(false);
+        }
+        self.short_sent();
+        Ok(true)
+    }
+
+    /// Counts a message [`short_on`] sent.
+    #[inline(always)]
+    fn short_sent(&mut self) {
+        self.next_msg_id += 1;
+        self.stats.eager_single += 1;
+    }
+
+    /// [`State::tag_send_short_at`], kept out of line (for `Worker::tag_send`, which builds the
     /// completion itself).
     #[inline(never)]
     pub(crate) fn tag_send_short_out(
         &mut self,
-        idx: usize,
+        h: EpHandle,
         tag: u64,
         data: &SendData<'_>,
     ) -> Result<bool> {
-        self.tag_send_short(idx, tag, data)
+        self.tag_send_short_at(h, tag, data)
     }
 
     /// [`State::tag_send`] by the protocol the message's size and the endpoint choose (eager
@@ -369,6 +372,49 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// The eager-short step on endpoint `ep`: a message that fits one `am_short` of the AM lane
+/// ([`ProtoConfig::short_max`](crate::wireup::ProtoConfig::short_max)),
+/// on an endpoint that is usable, connected and has nothing queued, below the rendezvous, tag
+/// offload and zero-copy thresholds, goes out as one EAGER_ONLY message written straight into
+/// the transport. Gives false (nothing sent) when the message does not qualify or meets
+/// back-pressure.
+#[inline(always)]
+fn short_on(ep: &mut Ep, uuid: u64, now: Stamp, tag: u64, data: &SendData<'_>) -> Result<bool> {
+    let d = data.as_slice();
+    let len = d.len();
+    if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
+        return Ok(false);
+    }
+    let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
+        return Ok(false);
+    };
+    if len >= p.tag_rndv_thresh || len >= TM_THRESH {
+        return Ok(false);
+    }
+    if matches!(data, SendData::Owned(_)) && p.zcopy_thresh.is_some_and(|z| len >= z && len > 0) {
+        return Ok(false);
+    }
+    // The AM lane's `am_short` limit, as the thresholds were computed from that lane.
+    if p.short_max.is_none_or(|m| len > m) {
+        return Ok(false);
+    }
+    let Some((_, uep)) = l.uct.get_mut(l.am) else {
+        return Ok(false);
+    };
+    if uep.am_short2(am_id::EAGER_ONLY, uuid, tag, d)? == Outcome::NoResource {
+        return Ok(false);
+    }
+    ep.last_tx = now;
+    Ok(true)
+}
+
+/// The error of a handle whose endpoint [`State::ep_idx`] found after all (not reached: both
+/// look the handle up alike).
+#[cold]
+fn stale_handle() -> Error {
+    Error::InvalidParam("endpoint handle is stale (closed)".into())
 }
 
 /// The completion of a send that went out at once: an owned vector comes back in it.

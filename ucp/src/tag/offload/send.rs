@@ -16,6 +16,7 @@ use crate::request::{Completion, Op};
 use crate::rma::{Keep, MemMap};
 use crate::wire::{am_id, RemoteBuf, RtsHdr};
 use crate::worker::state::{comp_id, Pending, ReqKind, SendData, SendStage, State};
+use crate::worker::EpHandle;
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -164,25 +165,30 @@ impl State {
     /// segment's own memory handle (the peer's interface then copies straight from the mapped
     /// segment into a posted receive), or by the software RTS with the RMA lane's registration
     /// of the segment. Everything else is sent like [`Worker::tag_send`] (a copy).
-    /// `Worker::tag_send_mapped` tries this first, inlined: [`State::tag_send_short_out`] of
-    /// the bytes (out of line, as for `Worker::tag_send`), true when they went out that way.
-    #[inline]
-    pub(crate) fn tag_send_mapped_short(
-        &mut self,
-        idx: usize,
-        tag: u64,
-        map: &MemMap,
+    /// `Worker::tag_send_mapped` sends these bytes by the eager-short step first: `len` bytes at
+    /// `offset` of `map`. A bad range is an error, after that of a bad handle `h` (the order
+    /// `Worker::tag_send_mapped` checks them in).
+    #[inline(always)]
+    pub(crate) fn mapped_bytes<'m>(
+        &self,
+        h: EpHandle,
+        map: &'m MemMap,
         offset: usize,
         len: usize,
-    ) -> Result<bool> {
-        let ptr = map.range(offset, len)?;
+    ) -> Result<&'m [u8]> {
+        let ptr = match map.range(offset, len) {
+            Ok(p) => p,
+            Err(e) => {
+                self.ep_idx(h)?;
+                return Err(e);
+            }
+        };
         // SAFETY: `range` checked that the bytes lie in the mapping, which the caller borrows
-        // for this call; the eager short path only copies them before it returns.
-        let small = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
-        self.tag_send_short_out(idx, tag, &SendData::Borrowed(small))
+        // for as long as the slice; the eager short path only copies them before it returns.
+        Ok(unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) })
     }
 
-    /// The rest of `Worker::tag_send_mapped`, after [`State::tag_send_mapped_short`] gave false.
+    /// The rest of `Worker::tag_send_mapped`, after its eager-short step gave false.
     pub(crate) fn tag_send_mapped(
         &mut self,
         idx: usize,
