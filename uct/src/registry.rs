@@ -260,7 +260,7 @@ macro_rules! transports {
             fn ep_create(&mut self) -> Result<AnyEp> {
                 match *self { $( AnyIface::$variant(ref mut i) => Ok(AnyEp::$variant(i.ep_create()?)), )* }
             }
-            #[inline]
+            #[inline(always)]
             fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
                 match *self { $( AnyIface::$variant(ref mut i) => progress_of(i, sink), )* }
             }

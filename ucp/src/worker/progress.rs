@@ -53,7 +53,7 @@ impl Worker {
         }
         let n = match self.solo {
             Some(i) => self.poll_one(i),
-            None => self.poll_ifaces(false, false),
+            None => self.poll_wanted(),
         };
         if self.st.more_to_do(false) {
             return n + self.progress_more();
@@ -153,6 +153,13 @@ impl Worker {
             }
         }
         n
+    }
+
+    /// [`Worker::poll_ifaces`] of the interfaces [`Worker::wants_poll`] names, out of line: the
+    /// common call, which polls one interface (`solo`), then keeps a small frame.
+    #[inline(never)]
+    fn poll_wanted(&mut self) -> usize {
+        self.poll_ifaces(false, false)
     }
 
     /// The steps of [`Worker::progress`] after the interfaces: endpoints to connect, pending
