@@ -29,6 +29,10 @@ pub trait Transport {
     const NAME: &'static str;
     /// The roles this transport takes in connecting endpoints (see [`TlRoles`]).
     const ROLES: TlRoles;
+    /// Whether [`AnyEp`]'s `am_short2` inlines this transport's into its callers (a send's
+    /// whole transport step in the caller's frame) instead of calling it (`am_short2_of`):
+    /// for a transport whose `am_short2` is small and always inlined (shared memory).
+    const INLINE_AM_SHORT2: bool = false;
     /// Memory-domain type.
     type Md: MemoryDomain;
     /// Interface type.
@@ -160,8 +164,9 @@ fn progress_of<I: Iface, S: EventSink>(iface: &mut I, sink: &mut S) -> usize {
 }
 
 /// One transport's `am_short2`, in a function of its own: the dispatch in [`AnyEp`] is then
-/// inlined into the caller (a jump to this function), and the sending transport's body pays
-/// for its own registers and stack only, not for those of every transport.
+/// inlined into the caller (a jump to this function, or the body itself for a transport with
+/// [`Transport::INLINE_AM_SHORT2`]), and the sending transport's body pays for its own
+/// registers and stack only, not for those of every transport.
 #[inline(never)]
 fn am_short2_of<E: Endpoint>(
     ep: &mut E,
@@ -292,7 +297,11 @@ macro_rules! transports {
             }
             #[inline(always)]
             fn am_short2(&mut self, id: u8, h0: u64, h1: u64, payload: &[u8]) -> Result<Outcome> {
-                match *self { $( AnyEp::$variant(ref mut e) => am_short2_of(e, id, h0, h1, payload), )* }
+                match *self { $( AnyEp::$variant(ref mut e) => if <$tl as Transport>::INLINE_AM_SHORT2 {
+                    e.am_short2(id, h0, h1, payload)
+                } else {
+                    am_short2_of(e, id, h0, h1, payload)
+                }, )* }
             }
             fn am_short_iov(&mut self, id: u8, iov: &[&[u8]]) -> Result<Outcome> {
                 match *self { $( AnyEp::$variant(ref mut e) => e.am_short_iov(id, iov), )* }

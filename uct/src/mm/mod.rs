@@ -92,6 +92,7 @@ pub struct PosixTransport;
 impl Transport for PosixTransport {
     const NAME: &'static str = "posix";
     const ROLES: TlRoles = TlRoles::empty();
+    const INLINE_AM_SHORT2: bool = true;
     type Md = MmMd;
     type Iface = MmIface;
     type Ep = MmEp;
@@ -131,6 +132,7 @@ pub struct SysvTransport;
 impl Transport for SysvTransport {
     const NAME: &'static str = "sysv";
     const ROLES: TlRoles = TlRoles::empty();
+    const INLINE_AM_SHORT2: bool = true;
     type Md = MmMd;
     type Iface = MmIface;
     type Ep = MmEp;
