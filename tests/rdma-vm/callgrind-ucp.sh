@@ -6,7 +6,7 @@
 # the VM's latency row moves with. Prints, per program, the client's total and the inclusive
 # instructions per call of:
 #   progress  Worker::progress             | ucp_worker_progress
-#   send      tag_send_short_out (library) | ucp_tag_send_nbx
+#   send      tag_send_mapped_nb           | ucp_tag_send_nbx
 #   recv      tag_recv_queue (library)     | ucp_tag_recv_nbx
 # Counts of calls per round trip depend on timing (the client polls until the reply
 # is in); per-call costs do not. It reports; it asserts nothing.
@@ -107,7 +107,7 @@ for p in $REPORT_NAMES; do
     else
         printf '%-16s %10s %16s %16s %16s\n' "$p" "$total" \
             "$(per_call 'ucp::worker::Worker>::progress')" \
-            "$(per_call 'State>::tag_send_short_out')" "$(per_call 'Worker>::tag_recv_queue')"
+            "$(per_call 'Worker>::tag_send_mapped_nb')" "$(per_call 'Worker>::tag_recv_queue')"
     fi
     if [[ -n "${CG_KEEP:-}" ]]; then
         mkdir -p "$CG_KEEP" && cp "$WORK/$p.cg" "$CG_KEEP/$p.cg"
