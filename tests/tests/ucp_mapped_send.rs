@@ -19,3 +19,8 @@ fn ucp_mapped_send_bad_range_is_an_error() {
 fn ucp_send_nb_gives_none_when_done_at_once() {
     mapped_send::nb_sends_deliver();
 }
+
+#[test]
+fn ucp_send_nb_keeps_order_under_back_pressure() {
+    mapped_send::nb_sends_keep_order_under_back_pressure();
+}

@@ -249,3 +249,36 @@ pub fn nb_sends_deliver() {
         "something was sent"
     );
 }
+
+/// `tag_send_nb` under back-pressure: with the receiver not progressing, sends beyond the FIFO
+/// give requests, later eager-size sends queue behind them (none overtakes), and every message
+/// arrives in order once the receiver runs. A closed endpoint's handle is then an error.
+pub fn nb_sends_keep_order_under_back_pressure() {
+    let (mut a, mut b, ab) = pair("posix");
+    let n = 3000u32;
+    let mut running = Vec::new();
+    for i in 0..n {
+        if let Some(r) = a.tag_send_nb(ab, 9, &u64::from(i).to_le_bytes()).unwrap() {
+            running.push(r);
+        }
+    }
+    assert!(!running.is_empty(), "the FIFO never filled");
+    for i in 0..n {
+        let r = b.tag_recv(vec![0; 8], 9, u64::MAX).unwrap();
+        let c = complete(&mut b, &mut a, r, false);
+        assert_eq!(c.status, Ok(()));
+        let got = u64::from_le_bytes(c.buf.unwrap()[..8].try_into().unwrap());
+        assert_eq!(got, u64::from(i), "message {i} out of order");
+    }
+    for r in running {
+        complete(&mut a, &mut b, Op::Pending(r), true)
+            .status
+            .unwrap();
+    }
+    let close = a.ep_close_nb(ab, ucp::CloseMode::Force).unwrap();
+    complete(&mut a, &mut b, close, true).status.unwrap();
+    assert!(matches!(
+        a.tag_send_nb(ab, 9, b"12345678"),
+        Err(Error::InvalidParam(_))
+    ));
+}
