@@ -569,7 +569,32 @@ impl Engine<'_> {
     fn finish_recv(&mut self, op: Op, size: usize) -> Result<Option<Vec<u8>>> {
         match op {
             Op::Done(c) => completion_buf(c, Some(size)),
-            Op::Pending(r) => self.wait_buf(r, Some(size)),
+            Op::Pending(r) => self.wait_recv(r, size),
+        }
+    }
+
+    /// Progresses until receive `req` finishes and gives back its buffer, checking the
+    /// received length (as [`completion_buf`]). Each poll tries to take the receive; only its
+    /// buffer, length and tag come back.
+    #[inline(never)]
+    fn wait_recv(&mut self, mut req: Request, size: usize) -> Result<Option<Vec<u8>>> {
+        self.idle = 0;
+        loop {
+            match self.worker.request_take_recv(req) {
+                Ok(r) => {
+                    let r = r?;
+                    if r.len != size {
+                        return Err(Error::Wire(format!(
+                            "received {} bytes, expected {size}",
+                            r.len
+                        )));
+                    }
+                    return Ok(Some(r.buf));
+                }
+                Err(q) => req = q,
+            }
+            self.worker.progress();
+            self.spin()?;
         }
     }
 }

@@ -16,12 +16,79 @@
     )
 )]
 
-use crate::request::Completion;
+use crate::request::{Completion, Received};
 use crate::worker::state::{Notify, Req, ReqKind};
+use ucs::{Error, Result};
 
 /// Generation bit of a vacant slot. Generations use the low 28 bits (see `State::new_req`), so
 /// no live request's generation, handle or wire id has it.
 const VACANT: u32 = 1 << 30;
+
+/// A finished request's result as its slot keeps it: a [`Completion`] with the error boxed, so
+/// the slot (one per request in flight) is 48 bytes smaller; errors are the rare case.
+pub(crate) struct Done {
+    status: std::result::Result<(), Box<Error>>,
+    buf: Option<Vec<u8>>,
+    len: usize,
+    tag: u64,
+    value: u64,
+}
+
+impl Done {
+    /// A result as the slot keeps it (the error boxed).
+    #[inline(always)]
+    pub(crate) fn new(status: Result<()>, buf: Option<Vec<u8>>, len: usize, tag: u64) -> Done {
+        Done {
+            status: status.map_err(Box::new),
+            buf,
+            len,
+            tag,
+            value: 0,
+        }
+    }
+
+    /// The status the request finished with.
+    pub(crate) fn status(&self) -> Result<()> {
+        self.status.as_ref().map_err(|e| (**e).clone()).copied()
+    }
+}
+
+impl From<Completion> for Done {
+    #[inline]
+    fn from(c: Completion) -> Self {
+        Done {
+            status: c.status.map_err(Box::new),
+            buf: c.buf,
+            len: c.len,
+            tag: c.tag,
+            value: c.value,
+        }
+    }
+}
+
+impl From<Done> for Completion {
+    #[inline]
+    fn from(d: Done) -> Self {
+        Completion {
+            status: d.status.map_err(|e| *e),
+            buf: d.buf,
+            len: d.len,
+            tag: d.tag,
+            value: d.value,
+        }
+    }
+}
+
+/// What [`ReqTable::take_recv`] found.
+pub(crate) enum TakeRecv {
+    /// The request is still running.
+    Running,
+    /// A finished receive, now freed: what it received.
+    Taken(Received),
+    /// Anything else (a vacant slot or other generation, an error, another kind of request,
+    /// a result for a callback, token or waker): left as it was.
+    Other,
+}
 
 /// Request slots, reused in place (see the module doc).
 #[derive(Default)]
@@ -122,6 +189,44 @@ impl ReqTable {
         c
     }
 
+    /// Frees request `key` of generation `gen` if it is a finished receive kept for
+    /// `request_take` that succeeded and holds nothing but its result's buffer (the common
+    /// receive), giving what it received; otherwise leaves it as it is. One comparison checks
+    /// both the generation and that the slot is live (a vacant slot's has `VACANT`, which no
+    /// handle's has).
+    #[inline(always)]
+    pub(crate) fn take_recv(&mut self, key: usize, gen: u32) -> TakeRecv {
+        let Some(r) = self.slots.get_mut(key).filter(|r| r.gen == gen) else {
+            return TakeRecv::Other;
+        };
+        let plain = match &r.done {
+            None => return TakeRecv::Running,
+            Some(d) => {
+                d.status.is_ok()
+                    && d.buf.is_some()
+                    && matches!(r.notify, Notify::Take)
+                    && matches!(&r.kind, ReqKind::Recv(rv) if rv.owns_nothing())
+            }
+        };
+        if !plain {
+            return TakeRecv::Other;
+        }
+        let (buf, len, tag) = match r.done.take() {
+            Some(Done {
+                buf: Some(buf),
+                len,
+                tag,
+                ..
+            }) => (buf, len, tag),
+            other => {
+                r.done = other;
+                return TakeRecv::Other;
+            }
+        };
+        self.free_plain(key);
+        TakeRecv::Taken(Received { buf, len, tag })
+    }
+
     /// Frees live request `key` whose result was moved out, dropping what else the slot holds
     /// in place.
     #[inline]
@@ -147,7 +252,7 @@ impl ReqTable {
     /// [`ReqTable::free`] of a live request whose kind and notify own nothing (an eager receive
     /// whose buffer was moved out, with a token): they are overwritten without running their
     /// drop code. Were they to own something, it would leak, never be freed twice.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_plain(&mut self, key: usize) {
         let r = &mut self.slots[key];
         debug_assert!(r.live() && r.done.is_none());
