@@ -580,17 +580,17 @@ impl Engine<'_> {
     fn wait_recv(&mut self, mut req: Request, size: usize) -> Result<Option<Vec<u8>>> {
         self.idle = 0;
         loop {
+            // One match of the nested result: the received buffer is moved once, to the
+            // caller.
             match self.worker.request_take_recv(req) {
-                Ok(r) => {
-                    let r = r?;
-                    if r.len != size {
-                        return Err(Error::Wire(format!(
-                            "received {} bytes, expected {size}",
-                            r.len
-                        )));
-                    }
-                    return Ok(Some(r.buf));
+                Ok(Ok(r)) if r.len == size => return Ok(Some(r.buf)),
+                Ok(Ok(r)) => {
+                    return Err(Error::Wire(format!(
+                        "received {} bytes, expected {size}",
+                        r.len
+                    )))
                 }
+                Ok(Err(e)) => return Err(e),
                 Err(q) => req = q,
             }
             self.worker.progress();
