@@ -170,6 +170,16 @@ impl ReqTable {
         self.slots.get_mut(key).filter(|r| r.live())
     }
 
+    /// The unfinished request of wire id `wire` (generation above, key below bit 32) with its
+    /// key. One comparison checks both the generation and that the slot is live (a vacant
+    /// slot's has `VACANT`, which no wire id's has).
+    #[inline(always)]
+    pub(crate) fn waiting_by_wire(&mut self, wire: u64) -> Option<(usize, &mut Req)> {
+        let key = (wire & 0xFFFF_FFFF) as usize;
+        let r = self.slots.get_mut(key)?;
+        (u64::from(r.gen) == wire >> 32 && r.done.is_none()).then_some((key, r))
+    }
+
     pub(crate) fn contains(&self, key: usize) -> bool {
         self.get(key).is_some()
     }
