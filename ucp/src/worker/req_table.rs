@@ -171,13 +171,15 @@ impl ReqTable {
     }
 
     /// The unfinished request of wire id `wire` (generation above, key below bit 32) with its
-    /// key. One comparison checks both the generation and that the slot is live (a vacant
-    /// slot's has `VACANT`, which no wire id's has).
+    /// key. One comparison checks both the generation and that the slot is live: the
+    /// generation is cut to the 28 bits generations use, so it never has `VACANT`, which a
+    /// vacant slot's has (whatever the id's upper bits say).
     #[inline(always)]
     pub(crate) fn waiting_by_wire(&mut self, wire: u64) -> Option<(usize, &mut Req)> {
         let key = (wire & 0xFFFF_FFFF) as usize;
+        let gen = (wire >> 32) & 0x0FFF_FFFF;
         let r = self.slots.get_mut(key)?;
-        (u64::from(r.gen) == wire >> 32 && r.done.is_none()).then_some((key, r))
+        (u64::from(r.gen) == gen && r.done.is_none()).then_some((key, r))
     }
 
     pub(crate) fn contains(&self, key: usize) -> bool {
@@ -351,6 +353,23 @@ mod tests {
         assert!(t.take_done(c).is_none());
         assert!(t.is_empty());
         assert!(t.take_done(99).is_none());
+    }
+
+    #[test]
+    fn a_waiting_request_is_found_by_wire_id_and_a_vacant_one_never() {
+        let mut t = ReqTable::default();
+        let a = t.insert_with(5, None, atomic(0));
+        let wire = 5u64 << 32 | a as u64;
+        assert_eq!(t.waiting_by_wire(wire).map(|(k, _)| k), Some(a));
+        assert!(t.waiting_by_wire(6u64 << 32 | a as u64).is_none());
+        t[a].done = Some(Completion::ok().into());
+        assert!(t.waiting_by_wire(wire).is_none());
+        assert!(t.take_done(a).is_some());
+        // The vacant slot keeps generation 5 with `VACANT`: an id naming that is no match.
+        let forged = u64::from(5 | VACANT) << 32 | a as u64;
+        assert!(t.waiting_by_wire(forged).is_none());
+        assert!(t.waiting_by_wire(wire).is_none());
+        assert!(t.waiting_by_wire(99).is_none());
     }
 
     #[test]
