@@ -564,14 +564,59 @@ impl Engine<'_> {
         }
     }
 
-    /// Finishes receive `op` and gives back its buffer, checking the received length.
+    /// Posts a receive of `buf` for the test's tag. A receive that finished at once gives its
+    /// buffer (checked as [`completion_buf`] with `size`) straight away: what the caller keeps
+    /// until it waits is a buffer or a request, not a whole [`Op`].
     #[inline(always)]
-    fn finish_recv(&mut self, op: Op, size: usize) -> Result<Option<Vec<u8>>> {
-        match op {
-            Op::Done(c) => completion_buf(c, Some(size)),
-            Op::Pending(r) => self.wait_buf(r, Some(size)),
+    fn post_recv(&mut self, buf: Vec<u8>, size: usize) -> Result<Posted> {
+        Ok(match self.worker.tag_recv(buf, TAG, ucp::TAG_MASK_EXACT)? {
+            Op::Done(c) => Posted::Done(completion_buf(c, Some(size))?),
+            Op::Pending(r) => Posted::Running(r),
+        })
+    }
+
+    /// Finishes receive `p` of [`Engine::post_recv`] and gives back its buffer, checking the
+    /// received length.
+    #[inline(always)]
+    fn finish_recv(&mut self, p: Posted, size: usize) -> Result<Option<Vec<u8>>> {
+        match p {
+            Posted::Done(b) => Ok(b),
+            Posted::Running(r) => self.wait_recv(r, size),
         }
     }
+
+    /// Progresses until receive `req` finishes and gives back its buffer, checking the
+    /// received length (as [`completion_buf`]). Each poll tries to take the receive; only its
+    /// buffer, length and tag come back.
+    #[inline(never)]
+    fn wait_recv(&mut self, mut req: Request, size: usize) -> Result<Option<Vec<u8>>> {
+        self.idle = 0;
+        loop {
+            // One match of the nested result: the received buffer is moved once, to the
+            // caller.
+            match self.worker.request_take_recv(req) {
+                Ok(Ok(r)) if r.len == size => return Ok(Some(r.buf)),
+                Ok(Ok(r)) => {
+                    return Err(Error::Wire(format!(
+                        "received {} bytes, expected {size}",
+                        r.len
+                    )))
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(q) => req = q,
+            }
+            self.worker.progress();
+            self.spin()?;
+        }
+    }
+}
+
+/// A receive as [`Engine::post_recv`] left it.
+enum Posted {
+    /// Finished at once: its buffer.
+    Done(Option<Vec<u8>>),
+    /// Still running.
+    Running(Request),
 }
 
 /// Puts a send buffer its completion gave back into `slot`; the slot must then hold one.
@@ -650,19 +695,19 @@ fn ping_pong(
             // path. In loopback the receive goes first, for its own message to find it; the
             // sync test keeps that order too (it measured faster so).
             if loopback || sync {
-                let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
+                let rop = eng.post_recv(recv_buf, size)?;
                 eng.send_finished(&mut sbuf, sync)?;
                 rbuf = eng.finish_recv(rop, size)?;
             } else {
                 let running = eng.send(&mut sbuf, sync)?;
-                let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
+                let rop = eng.post_recv(recv_buf, size)?;
                 if let Some(r) = running {
                     eng.wait_send(r, &mut sbuf)?;
                 }
                 rbuf = eng.finish_recv(rop, size)?;
             }
         } else {
-            let rop = eng.worker.tag_recv(recv_buf, TAG, ucp::TAG_MASK_EXACT)?;
+            let rop = eng.post_recv(recv_buf, size)?;
             rbuf = eng.finish_recv(rop, size)?;
             eng.send_finished(&mut sbuf, sync)?;
         }
@@ -754,7 +799,7 @@ fn receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
         let b = buf
             .take()
             .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
-        let op = eng.worker.tag_recv(b, TAG, ucp::TAG_MASK_EXACT)?;
+        let op = eng.post_recv(b, size)?;
         buf = eng.finish_recv(op, size)?;
     }
     Ok(())

@@ -40,6 +40,8 @@ pub(crate) mod progress;
 mod req_table;
 mod request;
 pub(crate) mod state;
+#[cfg(test)]
+mod take_tests;
 pub(crate) mod timers;
 mod uct_index;
 mod wait;

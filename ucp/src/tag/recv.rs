@@ -288,13 +288,16 @@ impl State {
         true
     }
 
-    /// Receive `key`, matched to the whole eager message `data` of `total` bytes with `tag`
-    /// from endpoint `idx`: copies it in and finishes. A receive whose result stays in its
-    /// slot (the common case) gets it written there directly; the others go through
+    /// The receive of wire id `wire` (if it is still waiting), matched to the whole eager
+    /// message `data` of `total` bytes with `tag` from endpoint `idx`: copies it in and
+    /// finishes. The slot is looked up once. A receive whose result stays in its slot (the
+    /// common case) gets it written there directly; the others go through
     /// [`State::finish`].
     #[inline(always)]
-    fn recv_eager_whole(&mut self, key: usize, idx: usize, tag: u64, data: &[u8], total: usize) {
-        let req = &mut self.reqs[key];
+    fn recv_eager_whole(&mut self, wire: u64, idx: usize, tag: u64, data: &[u8], total: usize) {
+        let Some((key, req)) = self.reqs.waiting_by_wire(wire) else {
+            return;
+        };
         let ReqKind::Recv(rv) = &mut req.kind else {
             return;
         };
@@ -305,11 +308,11 @@ impl State {
         rv.total = total;
         rv.received = total;
         rv.stage = RecvStage::Eager;
-        if rv.rndv.is_some() || !matches!(req.notify, Notify::Take) || req.done.is_some() {
+        if rv.rndv.is_some() || !matches!(req.notify, Notify::Take) {
             return self.finish(key, eager_status(total, cap));
         }
         let buf = std::mem::take(&mut rv.buf).into_vec();
-        // `done` is empty (checked above): nothing to drop.
+        // `done` is empty (`waiting_by_wire` checked): nothing to drop.
         std::mem::forget(
             req.done
                 .replace(Done::new(eager_status(total, cap), buf, total, tag)),
@@ -350,6 +353,10 @@ impl State {
             }
             return self.eager_unexpected(idx, src, tag, data, total, sreq, msg_id);
         };
+        if sreq == NO_REQ && data.len() >= total {
+            // All of it is here (as `recv_check_done` would find), nothing to acknowledge.
+            return self.recv_eager_whole(wire, idx, tag, data, total);
+        }
         let Some(key) = self.req_by_wire(wire) else {
             return;
         };
@@ -357,8 +364,7 @@ impl State {
             let _ = self.send_ctl(idx, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
         }
         if data.len() >= total {
-            // All of it is here (as `recv_check_done` would find).
-            return self.recv_eager_whole(key, idx, tag, data, total);
+            return self.recv_eager_whole(wire, idx, tag, data, total);
         }
         if !self.copy_into_matched(key, idx, data) {
             return;

@@ -16,12 +16,79 @@
     )
 )]
 
-use crate::request::Completion;
+use crate::request::{Completion, Received};
 use crate::worker::state::{Notify, Req, ReqKind};
+use ucs::{Error, Result};
 
 /// Generation bit of a vacant slot. Generations use the low 28 bits (see `State::new_req`), so
 /// no live request's generation, handle or wire id has it.
 const VACANT: u32 = 1 << 30;
+
+/// A finished request's result as its slot keeps it: a [`Completion`] with the error boxed, so
+/// the slot (one per request in flight) is 48 bytes smaller; errors are the rare case.
+pub(crate) struct Done {
+    status: std::result::Result<(), Box<Error>>,
+    buf: Option<Vec<u8>>,
+    len: usize,
+    tag: u64,
+    value: u64,
+}
+
+impl Done {
+    /// A result as the slot keeps it (the error boxed).
+    #[inline(always)]
+    pub(crate) fn new(status: Result<()>, buf: Option<Vec<u8>>, len: usize, tag: u64) -> Done {
+        Done {
+            status: status.map_err(Box::new),
+            buf,
+            len,
+            tag,
+            value: 0,
+        }
+    }
+
+    /// The status the request finished with.
+    pub(crate) fn status(&self) -> Result<()> {
+        self.status.as_ref().map_err(|e| (**e).clone()).copied()
+    }
+}
+
+impl From<Completion> for Done {
+    #[inline]
+    fn from(c: Completion) -> Self {
+        Done {
+            status: c.status.map_err(Box::new),
+            buf: c.buf,
+            len: c.len,
+            tag: c.tag,
+            value: c.value,
+        }
+    }
+}
+
+impl From<Done> for Completion {
+    #[inline]
+    fn from(d: Done) -> Self {
+        Completion {
+            status: d.status.map_err(|e| *e),
+            buf: d.buf,
+            len: d.len,
+            tag: d.tag,
+            value: d.value,
+        }
+    }
+}
+
+/// What [`ReqTable::take_recv`] found.
+pub(crate) enum TakeRecv {
+    /// The request is still running.
+    Running,
+    /// A finished receive, now freed: what it received.
+    Taken(Received),
+    /// Anything else (a vacant slot or other generation, an error, another kind of request,
+    /// a result for a callback, token or waker): left as it was.
+    Other,
+}
 
 /// Request slots, reused in place (see the module doc).
 #[derive(Default)]
@@ -103,6 +170,18 @@ impl ReqTable {
         self.slots.get_mut(key).filter(|r| r.live())
     }
 
+    /// The unfinished request of wire id `wire` (generation above, key below bit 32) with its
+    /// key. One comparison checks both the generation and that the slot is live: the
+    /// generation is cut to the 28 bits generations use, so it never has `VACANT`, which a
+    /// vacant slot's has (whatever the id's upper bits say).
+    #[inline(always)]
+    pub(crate) fn waiting_by_wire(&mut self, wire: u64) -> Option<(usize, &mut Req)> {
+        let key = (wire & 0xFFFF_FFFF) as usize;
+        let gen = (wire >> 32) & 0x0FFF_FFFF;
+        let r = self.slots.get_mut(key)?;
+        (u64::from(r.gen) == gen && r.done.is_none()).then_some((key, r))
+    }
+
     pub(crate) fn contains(&self, key: usize) -> bool {
         self.get(key).is_some()
     }
@@ -120,6 +199,44 @@ impl ReqTable {
             .map(Completion::from);
         self.free(key);
         c
+    }
+
+    /// Frees request `key` of generation `gen` if it is a finished receive kept for
+    /// `request_take` that succeeded and holds nothing but its result's buffer (the common
+    /// receive), giving what it received; otherwise leaves it as it is. One comparison checks
+    /// both the generation and that the slot is live (a vacant slot's has `VACANT`, which no
+    /// handle's has).
+    #[inline(always)]
+    pub(crate) fn take_recv(&mut self, key: usize, gen: u32) -> TakeRecv {
+        let Some(r) = self.slots.get_mut(key).filter(|r| r.gen == gen) else {
+            return TakeRecv::Other;
+        };
+        let plain = match &r.done {
+            None => return TakeRecv::Running,
+            Some(d) => {
+                d.status.is_ok()
+                    && d.buf.is_some()
+                    && matches!(r.notify, Notify::Take)
+                    && matches!(&r.kind, ReqKind::Recv(rv) if rv.owns_nothing())
+            }
+        };
+        if !plain {
+            return TakeRecv::Other;
+        }
+        let (buf, len, tag) = match r.done.take() {
+            Some(Done {
+                buf: Some(buf),
+                len,
+                tag,
+                ..
+            }) => (buf, len, tag),
+            other => {
+                r.done = other;
+                return TakeRecv::Other;
+            }
+        };
+        self.free_plain(key);
+        TakeRecv::Taken(Received { buf, len, tag })
     }
 
     /// Frees live request `key` whose result was moved out, dropping what else the slot holds
@@ -147,7 +264,7 @@ impl ReqTable {
     /// [`ReqTable::free`] of a live request whose kind and notify own nothing (an eager receive
     /// whose buffer was moved out, with a token): they are overwritten without running their
     /// drop code. Were they to own something, it would leak, never be freed twice.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_plain(&mut self, key: usize) {
         let r = &mut self.slots[key];
         debug_assert!(r.live() && r.done.is_none());
@@ -236,6 +353,23 @@ mod tests {
         assert!(t.take_done(c).is_none());
         assert!(t.is_empty());
         assert!(t.take_done(99).is_none());
+    }
+
+    #[test]
+    fn a_waiting_request_is_found_by_wire_id_and_a_vacant_one_never() {
+        let mut t = ReqTable::default();
+        let a = t.insert_with(5, None, atomic(0));
+        let wire = 5u64 << 32 | a as u64;
+        assert_eq!(t.waiting_by_wire(wire).map(|(k, _)| k), Some(a));
+        assert!(t.waiting_by_wire(6u64 << 32 | a as u64).is_none());
+        t[a].done = Some(Completion::ok().into());
+        assert!(t.waiting_by_wire(wire).is_none());
+        assert!(t.take_done(a).is_some());
+        // The vacant slot keeps generation 5 with `VACANT`: an id naming that is no match.
+        let forged = u64::from(5 | VACANT) << 32 | a as u64;
+        assert!(t.waiting_by_wire(forged).is_none());
+        assert!(t.waiting_by_wire(wire).is_none());
+        assert!(t.waiting_by_wire(99).is_none());
     }
 
     #[test]

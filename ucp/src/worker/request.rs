@@ -12,6 +12,7 @@
 )]
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
+use crate::worker::req_table::TakeRecv;
 use crate::worker::state::{rndv_recycle, Done, Notify, RecvStage, ReqKind, State};
 use crate::worker::Worker;
 use std::task::Waker;
@@ -58,6 +59,29 @@ impl Worker {
     /// alone (the handle is dropped, which releases it on its own worker).
     #[inline]
     pub fn request_take(&mut self, req: Request) -> std::result::Result<Completion, Request> {
+        if req.is_of(&self.st.req_shared) {
+            match self.st.reqs.take_recv(req.key as usize, req.gen()) {
+                TakeRecv::Taken(r) => {
+                    req.into_key();
+                    // A receive's value is always 0.
+                    return Ok(Completion {
+                        status: Ok(()),
+                        buf: Some(r.buf),
+                        len: r.len,
+                        tag: r.tag,
+                        value: 0,
+                    });
+                }
+                TakeRecv::Running => return Err(req),
+                TakeRecv::Other => {}
+            }
+        }
+        self.request_take_other(req)
+    }
+
+    /// [`Worker::request_take`] of anything but a plain finished receive.
+    #[inline(never)]
+    fn request_take_other(&mut self, req: Request) -> std::result::Result<Completion, Request> {
         if !req.is_of(&self.st.req_shared) {
             return Ok(Completion::failed(foreign()));
         }
@@ -75,6 +99,36 @@ impl Worker {
                 Ok(Completion::failed(taken()))
             }
         }
+    }
+
+    /// Takes a finished receive's result (tag, stream or `get`), or gives the request back if
+    /// it is still running: what [`Worker::request_take`] and [`Completion::into_recv`] give,
+    /// without a whole [`Completion`] on the way.
+    #[inline]
+    pub fn request_take_recv(
+        &mut self,
+        req: Request,
+    ) -> std::result::Result<Result<Received>, Request> {
+        if req.is_of(&self.st.req_shared) {
+            match self.st.reqs.take_recv(req.key as usize, req.gen()) {
+                TakeRecv::Taken(r) => {
+                    req.into_key();
+                    return Ok(Ok(r));
+                }
+                TakeRecv::Running => return Err(req),
+                TakeRecv::Other => {}
+            }
+        }
+        self.request_take_recv_other(req)
+    }
+
+    /// [`Worker::request_take_recv`] of anything but a plain finished receive.
+    #[inline(never)]
+    fn request_take_recv_other(
+        &mut self,
+        req: Request,
+    ) -> std::result::Result<Result<Received>, Request> {
+        self.request_take_other(req).map(Completion::into_recv)
     }
 
     /// Has `callback` invoked with the request's result when it finishes, during a later

@@ -51,6 +51,7 @@ impl std::hash::Hasher for UuidHasher {
     }
 }
 
+pub(crate) use super::req_table::Done;
 pub(crate) use super::uct_index::UctIndex;
 
 pub(crate) const COMP_GET: u64 = 1;
@@ -462,61 +463,6 @@ pub(crate) struct Req {
     pub(crate) done: Option<Done>,
     /// Who learns of the result when the request finishes.
     pub(crate) notify: Notify,
-}
-
-/// A finished request's result as its slot keeps it: a [`Completion`] with the error boxed, so
-/// the slot (one per request in flight) is 48 bytes smaller; errors are the rare case.
-pub(crate) struct Done {
-    status: std::result::Result<(), Box<Error>>,
-    buf: Option<Vec<u8>>,
-    len: usize,
-    tag: u64,
-    value: u64,
-}
-
-impl Done {
-    /// A result as the slot keeps it (the error boxed).
-    #[inline(always)]
-    pub(crate) fn new(status: Result<()>, buf: Option<Vec<u8>>, len: usize, tag: u64) -> Done {
-        Done {
-            status: status.map_err(Box::new),
-            buf,
-            len,
-            tag,
-            value: 0,
-        }
-    }
-
-    /// The status the request finished with.
-    pub(crate) fn status(&self) -> Result<()> {
-        self.status.as_ref().map_err(|e| (**e).clone()).copied()
-    }
-}
-
-impl From<Completion> for Done {
-    #[inline]
-    fn from(c: Completion) -> Self {
-        Done {
-            status: c.status.map_err(Box::new),
-            buf: c.buf,
-            len: c.len,
-            tag: c.tag,
-            value: c.value,
-        }
-    }
-}
-
-impl From<Done> for Completion {
-    #[inline]
-    fn from(d: Done) -> Self {
-        Completion {
-            status: d.status.map_err(|e| *e),
-            buf: d.buf,
-            len: d.len,
-            tag: d.tag,
-            value: d.value,
-        }
-    }
 }
 
 /// How a finished request's result is handed over.
