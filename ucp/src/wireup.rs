@@ -318,6 +318,10 @@ pub struct ProtoConfig {
     /// Eager messages from caller-owned vectors of at least this size go by `am_zcopy`
     /// (`None`: the AM lane cannot).
     pub zcopy_thresh: Option<usize>,
+    /// Non-synchronous tag payloads shorter than this go eager-short: `short_max + 1` capped
+    /// by `tag_rndv_thresh` and the tag offload threshold, 0 without `short_max`. Derived from
+    /// the fields above by [`ProtoConfig::with_tag_short_lim`], so the send tests one number.
+    tag_short_lim: usize,
 }
 
 /// Bytes per second assumed for a memory copy (bcopy costs one on each side).
@@ -420,7 +424,28 @@ impl ProtoConfig {
             rndv,
             rndv_am_max,
             zcopy_thresh,
+            tag_short_lim: 0,
         }
+        .with_tag_short_lim()
+    }
+
+    /// This configuration with `tag_short_lim` derived from its other fields (again after a
+    /// change of `short_max` or `tag_rndv_thresh`).
+    #[must_use]
+    pub fn with_tag_short_lim(mut self) -> Self {
+        self.tag_short_lim = self.short_max.map_or(0, |m| {
+            m.saturating_add(1)
+                .min(self.tag_rndv_thresh)
+                .min(crate::tag::offload::TM_THRESH)
+        });
+        self
+    }
+
+    /// Whether a non-synchronous tag payload of `len` bytes goes eager-short (it fits the AM
+    /// lane's `am_short` and lies below the rendezvous and tag offload thresholds).
+    #[inline(always)]
+    pub fn tag_short(&self, len: usize) -> bool {
+        len < self.tag_short_lim
     }
 
     /// The rendezvous data path of a `len`-byte message.

@@ -16,9 +16,7 @@ use crate::tag::offload::TM_THRESH;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{
-    Ep, EpState, Pending, ReqKind, SendData, SendReq, SendStage, Stamp, State,
-};
+use crate::worker::state::{Ep, EpState, Pending, ReqKind, SendData, SendReq, SendStage, State};
 use crate::worker::EpHandle;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -51,9 +49,11 @@ impl State {
         data: &SendData<'_>,
     ) -> Result<bool> {
         let ep = &mut self.eps[idx];
-        if !short_on(ep, self.uuid, self.now_stamp, tag, data)? {
+        if !short_on(ep, self.uuid, tag, data)? {
             return Ok(false);
         }
+        // Read after the write: the clock stays out of the registers the write needs.
+        ep.last_tx = self.now_stamp;
         self.short_sent();
         Ok(true)
     }
@@ -76,9 +76,11 @@ impl State {
         else {
             return Err(self.ep_idx(h).err().unwrap_or_else(stale_handle));
         };
-        if !short_on(ep, self.uuid, self.now_stamp, tag, data)? {
+        if !short_on(ep, self.uuid, tag, data)? {
             return Ok(false);
         }
+        // Read after the write: the clock stays out of the registers the write needs.
+        ep.last_tx = self.now_stamp;
         self.short_sent();
         Ok(true)
     }
@@ -381,7 +383,7 @@ impl State {
 /// the transport. Gives false (nothing sent) when the message does not qualify or meets
 /// back-pressure.
 #[inline(always)]
-fn short_on(ep: &mut Ep, uuid: u64, now: Stamp, tag: u64, data: &SendData<'_>) -> Result<bool> {
+fn short_on(ep: &mut Ep, uuid: u64, tag: u64, data: &SendData<'_>) -> Result<bool> {
     let d = data.as_slice();
     let len = d.len();
     if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
@@ -390,24 +392,18 @@ fn short_on(ep: &mut Ep, uuid: u64, now: Stamp, tag: u64, data: &SendData<'_>) -
     let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
         return Ok(false);
     };
-    if len >= p.tag_rndv_thresh || len >= TM_THRESH {
+    // The AM lane's `am_short` limit (the thresholds were computed from that lane), below the
+    // rendezvous and tag offload thresholds: one comparison.
+    if !p.tag_short(len) {
         return Ok(false);
     }
     if matches!(data, SendData::Owned(_)) && p.zcopy_thresh.is_some_and(|z| len >= z && len > 0) {
         return Ok(false);
     }
-    // The AM lane's `am_short` limit, as the thresholds were computed from that lane.
-    if p.short_max.is_none_or(|m| len > m) {
-        return Ok(false);
-    }
     let Some((_, uep)) = l.uct.get_mut(l.am) else {
         return Ok(false);
     };
-    if uep.am_short2(am_id::EAGER_ONLY, uuid, tag, d)? == Outcome::NoResource {
-        return Ok(false);
-    }
-    ep.last_tx = now;
-    Ok(true)
+    Ok(uep.am_short2(am_id::EAGER_ONLY, uuid, tag, d)? != Outcome::NoResource)
 }
 
 /// The error of a handle whose endpoint [`State::ep_idx`] found after all (not reached: both

@@ -200,6 +200,20 @@ fn rc_lane_takes_over_am_when_it_can() {
     rc_small.am.max_short = 60;
     let p = ProtoConfig::compute(&rc_small, true, Some(&rc_small), &cfg);
     assert_eq!(p.short_max, Some(60 - 16));
+    // Eager-short up to short_max, and below a lower rendezvous threshold once set.
+    assert!(p.tag_short(0) && p.tag_short(60 - 16) && !p.tag_short(60 - 15));
+    let low = ProtoConfig {
+        tag_rndv_thresh: 10,
+        ..p
+    }
+    .with_tag_short_lim();
+    assert!(low.tag_short(9) && !low.tag_short(10));
+    let none = ProtoConfig {
+        short_max: None,
+        ..p
+    }
+    .with_tag_short_lim();
+    assert!(!none.tag_short(0));
     assert_eq!(p.bcopy_single_max, 4096 - 16);
     assert_eq!(p.rndv, RndvScheme::Get);
     // One interface for both lanes: every rendezvous size goes by its zero-copy get.

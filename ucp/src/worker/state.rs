@@ -665,8 +665,10 @@ impl State {
     }
 
     /// `p` shared: the endpoints with the same thresholds hold one copy (the few distinct ones
-    /// are kept; past [`PROTOS_MAX`] of them, a new copy each).
+    /// are kept; past [`PROTOS_MAX`] of them, a new copy each). Its eager-short limit is
+    /// derived again here (`tm_adjust_proto` may have moved `tag_rndv_thresh`).
     pub(crate) fn intern_proto(&mut self, p: ProtoConfig) -> Rc<ProtoConfig> {
+        let p = p.with_tag_short_lim();
         if let Some(r) = self.protos.iter().find(|r| ***r == p) {
             return r.clone();
         }
