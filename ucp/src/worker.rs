@@ -266,6 +266,7 @@ impl Worker {
                 features: ctx.features(),
                 clock: Box::new(clock),
                 mds,
+                any_ep_only: info.iter().any(|i| i.ep_only),
                 info,
                 address,
                 eps: Slab::new(),

@@ -116,9 +116,21 @@ impl TagMatcher {
     /// Removes and gives the earliest-posted receive that fits `tag`, if any.
     #[inline]
     pub fn match_expected(&mut self, tag: u64) -> Option<u64> {
-        let id = self.match_expected_inner(tag);
-        self.matched = self.matched.wrapping_add(id.is_some() as u64);
-        id
+        // No wildcard receive: the earliest exact one for the tag wins, usually the first of
+        // its bucket. Each way that finds a receive counts it in `matched`.
+        if self.wild.is_empty() {
+            let b = &mut self.exact[bucket(tag)];
+            match b.front() {
+                None => return None,
+                Some(e) if e.tag == tag => {
+                    let id = b.pop_front().map(|e| e.id);
+                    self.matched = self.matched.wrapping_add(1);
+                    return id;
+                }
+                Some(_) => {}
+            }
+        }
+        self.match_expected_scan(tag)
     }
 
     /// How many arrivals matched a posted receive so far (wrapping): compare two readings to
@@ -135,25 +147,18 @@ impl TagMatcher {
         !self.wild.is_empty() || !self.exact[bucket(tag)].is_empty()
     }
 
-    #[inline(always)]
-    fn match_expected_inner(&mut self, tag: u64) -> Option<u64> {
-        // No wildcard receive: the earliest exact one for the tag wins, usually the first of
-        // its bucket.
-        if self.wild.is_empty() {
-            let b = &mut self.exact[bucket(tag)];
-            match b.front() {
-                None => return None,
-                Some(e) if e.tag == tag => return b.pop_front().map(|e| e.id),
-                Some(_) => {}
-            }
-        }
-        self.match_expected_scan(tag)
-    }
-
     /// [`TagMatcher::match_expected`] when the receive is not at the front of its bucket, or
-    /// wildcard receives are waiting.
+    /// wildcard receives are waiting; counts a receive found in `matched`.
     #[inline(never)]
     fn match_expected_scan(&mut self, tag: u64) -> Option<u64> {
+        let id = self.find_expected(tag);
+        self.matched = self.matched.wrapping_add(id.is_some() as u64);
+        id
+    }
+
+    /// [`TagMatcher::match_expected_scan`] without the count.
+    #[inline(always)]
+    fn find_expected(&mut self, tag: u64) -> Option<u64> {
         let b = &mut self.exact[bucket(tag)];
         if self.wild.is_empty() {
             let i = b.iter().position(|e| e.tag == tag)?;

@@ -361,16 +361,27 @@ impl State {
     /// caller queues it as unexpected when there is none.
     #[inline(always)]
     pub(crate) fn tm_match(&mut self, tag: u64) -> Option<u64> {
+        let wire = self.matcher.match_expected(tag)?;
+        if self.tm.posted.is_empty() {
+            self.tm.sw_only = self.tm.sw_only.saturating_sub(1);
+            return Some(wire);
+        }
+        self.tm_match_posted(tag, wire)
+    }
+
+    /// [`State::tm_match`] that found receive `wire` while some receive is posted to the
+    /// transport.
+    #[inline(never)]
+    fn tm_match_posted(&mut self, tag: u64, mut wire: u64) -> Option<u64> {
         loop {
-            let wire = self.matcher.match_expected(tag)?;
-            match self.tm_unpost(wire) {
+            match self.tm_unpost_posted(wire) {
                 Ok(true) => return Some(wire),
                 Ok(false) => {
                     self.tm.sw_only = self.tm.sw_only.saturating_sub(1);
                     return Some(wire);
                 }
                 // The transport matched it with an earlier message: try the next receive.
-                Err(()) => continue,
+                Err(()) => wire = self.matcher.match_expected(tag)?,
             }
         }
     }

@@ -301,22 +301,27 @@ impl State {
         let ReqKind::Recv(rv) = &mut req.kind else {
             return;
         };
-        req.ep = Some(idx);
         let cap = rv.buf.len();
         copy_in(&mut rv.buf, data);
+        if rv.rndv.is_none() && matches!(req.notify, Notify::Take) {
+            // The result holds length and tag; nothing reads the request's endpoint, tag,
+            // lengths or stage once it has one, so they are left as posted.
+            let buf = std::mem::take(&mut rv.buf).into_vec();
+            // `done` is empty (`waiting_by_wire` checked): nothing to drop.
+            std::mem::forget(req.done.replace(Done::new(
+                eager_status(total, cap),
+                buf,
+                total,
+                tag,
+            )));
+            return;
+        }
+        req.ep = Some(idx);
         rv.sender_tag = tag;
         rv.total = total;
         rv.received = total;
         rv.stage = RecvStage::Eager;
-        if rv.rndv.is_some() || !matches!(req.notify, Notify::Take) {
-            return self.finish(key, eager_status(total, cap));
-        }
-        let buf = std::mem::take(&mut rv.buf).into_vec();
-        // `done` is empty (`waiting_by_wire` checked): nothing to drop.
-        std::mem::forget(
-            req.done
-                .replace(Done::new(eager_status(total, cap), buf, total, tag)),
-        );
+        self.finish(key, eager_status(total, cap))
     }
 
     /// An eager message or its first fragment (`data` of `total` bytes; `sreq`: the sender's

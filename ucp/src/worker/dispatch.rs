@@ -66,12 +66,14 @@ impl State {
     /// The endpoint of sender `src` for a fast path: known, usable, and not on the new lane of
     /// its AM lane switch before the switch's marker arrived (such messages the general path
     /// gates); its last receive time is noted. None leaves the message to the general path.
+    /// Without an `ep_only` interface there is no such lane: one flag skips that test.
     #[inline(always)]
     pub(crate) fn fast_sender(&mut self, iface: Option<usize>, src: u64) -> Option<usize> {
         let idx = self.by_uuid.lookup(src)?;
         let ep = &mut self.eps[idx];
         if matches!(ep.state, EpState::Failed | EpState::Closed)
-            || (iface.is_some_and(|i| self.info[i].ep_only)
+            || (self.any_ep_only
+                && iface.is_some_and(|i| self.info[i].ep_only)
                 && !ep.extra.as_deref().is_some_and(|x| x.rx_gate.switched()))
         {
             return None;

@@ -556,6 +556,8 @@ pub(crate) struct State {
     pub(crate) clock: Box<dyn Clock>,
     pub(crate) mds: Vec<AnyMd>,
     pub(crate) info: Vec<IfaceInfo>,
+    /// Some interface of `info` is `ep_only` (set once, with `info`).
+    pub(crate) any_ep_only: bool,
     pub(crate) address: Vec<u8>,
     pub(crate) eps: Slab<Ep>,
     pub(crate) ep_gen: u32,
