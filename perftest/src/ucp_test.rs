@@ -497,13 +497,6 @@ impl Engine<'_> {
         }
     }
 
-    /// Progresses until `req` finishes and gives back the buffer its completion holds (see
-    /// [`completion_buf`]).
-    #[inline(never)]
-    fn wait_buf(&mut self, req: Request, size: Option<usize>) -> Result<Option<Vec<u8>>> {
-        self.wait_then(req, |c| completion_buf(c, size))
-    }
-
     /// Sends the buffer in `slot` or, for the sync tests, a synchronous send of its bytes; gives
     /// the request of a send still running, `None` for one that finished at once. Sends that
     /// only read the buffer (from the mapping, or synchronous) leave it in `slot`; a
@@ -551,8 +544,9 @@ impl Engine<'_> {
 
     /// Waits for send `req` of [`Engine::send`], putting a buffer its completion gives back
     /// into `slot`.
+    #[inline(never)]
     fn wait_send(&mut self, req: Request, slot: &mut Option<Vec<u8>>) -> Result<()> {
-        let b = self.wait_buf(req, None)?;
+        let b = self.wait_then(req, |c| completion_buf(c, None))?;
         put_back(slot, b)
     }
 

@@ -432,7 +432,7 @@ impl ProtoConfig {
     /// This configuration with `tag_short_lim` derived from its other fields (again after a
     /// change of `short_max` or `tag_rndv_thresh`).
     #[must_use]
-    pub fn with_tag_short_lim(mut self) -> Self {
+    pub(crate) fn with_tag_short_lim(mut self) -> Self {
         self.tag_short_lim = self.short_max.map_or(0, |m| {
             m.saturating_add(1)
                 .min(self.tag_rndv_thresh)
@@ -444,7 +444,7 @@ impl ProtoConfig {
     /// Whether a non-synchronous tag payload of `len` bytes goes eager-short (it fits the AM
     /// lane's `am_short` and lies below the rendezvous and tag offload thresholds).
     #[inline(always)]
-    pub fn tag_short(&self, len: usize) -> bool {
+    pub(crate) fn tag_short(&self, len: usize) -> bool {
         len < self.tag_short_lim
     }
 

@@ -30,7 +30,7 @@
 
 mod close;
 mod dispatch;
-mod endpoint;
+pub(crate) mod endpoint;
 mod failure;
 mod flush;
 pub(crate) mod peer_req;

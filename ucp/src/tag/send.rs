@@ -14,6 +14,7 @@ use crate::request::{Completion, Op};
 use crate::rma::raw_mem::SendBuf;
 use crate::tag::offload::TM_THRESH;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
+use crate::worker::endpoint::bad_handle;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
 use crate::worker::state::{Ep, EpState, Pending, ReqKind, SendData, SendReq, SendStage, State};
@@ -58,9 +59,9 @@ impl State {
         Ok(true)
     }
 
-    /// [`State::tag_send_short`] on the endpoint handle `h`, checked and looked up once: a
-    /// handle of another worker or a stale one gives the error of [`State::ep_idx`]. On false
-    /// the handle is valid and `h.idx` is the endpoint's index.
+    /// [`State::tag_send_short`] on the endpoint handle `h`, checked and looked up once as
+    /// [`State::ep_idx`] does, with its error. On false the handle is valid and `h.idx` is the
+    /// endpoint's index.
     #[inline(always)]
     pub(crate) fn tag_send_short_at(
         &mut self,
@@ -74,7 +75,7 @@ impl State {
             .get_mut(h.idx as usize)
             .filter(|e| e.gen == h.gen && h.wid == wid)
         else {
-            return Err(self.ep_idx(h).err().unwrap_or_else(stale_handle));
+            return Err(bad_handle(h.wid != wid));
         };
         if !short_on(ep, self.uuid, tag, data)? {
             return Ok(false);
@@ -404,13 +405,6 @@ fn short_on(ep: &mut Ep, uuid: u64, tag: u64, data: &SendData<'_>) -> Result<boo
         return Ok(false);
     };
     Ok(uep.am_short2(am_id::EAGER_ONLY, uuid, tag, d)? != Outcome::NoResource)
-}
-
-/// The error of a handle whose endpoint [`State::ep_idx`] found after all (not reached: both
-/// look the handle up alike).
-#[cold]
-fn stale_handle() -> Error {
-    Error::InvalidParam("endpoint handle is stale (closed)".into())
 }
 
 /// The completion of a send that went out at once: an owned vector comes back in it.

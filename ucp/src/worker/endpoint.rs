@@ -143,8 +143,9 @@ impl EpHandle {
     }
 }
 
+/// The error of a handle that names no live endpoint of this worker.
 #[cold]
-fn bad_handle(foreign: bool) -> Error {
+pub(crate) fn bad_handle(foreign: bool) -> Error {
     Error::InvalidParam(if foreign {
         "endpoint handle belongs to another worker".into()
     } else {

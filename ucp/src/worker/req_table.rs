@@ -235,12 +235,8 @@ impl ReqTable {
                 return TakeRecv::Other;
             }
         };
-        // As `free_plain`, but its notify is `Take` already (checked above).
-        r.gen |= VACANT;
-        r.ep = None;
-        std::mem::forget(std::mem::replace(&mut r.kind, ReqKind::Close));
-        self.free.push(key as u32);
-        self.len -= 1;
+        // Its kind owns nothing and its notify is `Take` (checked above).
+        self.free_plain(key);
         TakeRecv::Taken(Received { buf, len, tag })
     }
 
