@@ -1,63 +1,100 @@
 #!/usr/bin/env bash
-# Instructions per tag_lat iteration of rucx's perftest over posix shared memory, per function:
-# the server runs natively on one core, the client under callgrind on the other, and the script
-# prints the client's self cost of each function divided by the iteration count (functions of at
-# least 5 instructions per iteration), then the sum over all functions. It reports; it asserts
-# nothing. The count of the code on the message path does not depend on timing; the count of
-# the waiting loop does (how many empty polls a reply takes), so compare per-function rows.
-#   bench/callgrind-tag-lat.sh [ITERS]        (default 20000)
+# Instructions per tag_lat iteration over posix shared memory, per function, for rucx's perftest
+# and for UCX 1.13's ucx_perftest, counted the same way: the server runs natively on one core,
+# the client under callgrind on the other, once with N1 and once with N2 = 2 * N1 iterations,
+# and each row is a function's self cost difference divided by N1, so start-up and the final
+# report drop out. Rows of at least 5 instructions per iteration are printed, then the sum over
+# all functions and the progress calls per iteration. It reports; it asserts nothing.
+#
+# Under callgrind the client runs some fifty times slower than the server, so the reply is
+# usually waiting by the time the client polls: both programs then take the same path (the
+# receive is posted after the send and before the next progress call, as in ucx_perftest), and
+# few empty polls enter the count. Those that do depend on timing, so compare per-function rows
+# and the progress calls per iteration, not only the sums.
+#   bench/callgrind-tag-lat.sh [N1]        (default 20000)
 # Environment: RUCX_PERFTEST (path to a built perftest; default: cargo build --release),
-#              SIZE (8), WARMUP (0), SERVER_CORE (0), CLIENT_CORE (1).
+#              SIZE (8), SERVER_CORE (0), CLIENT_CORE (1), NO_UCX (1: skip UCX).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-ITERS=${1:-20000}
+N1=${1:-20000}
+N2=$((2 * N1))
 SIZE=${SIZE:-8}
-WARMUP=${WARMUP:-0}
 command -v valgrind >/dev/null || { echo "install valgrind" >&2; exit 1; }
 if [ -z "${RUCX_PERFTEST:-}" ]; then
     (cd "$root" && cargo build --release -q -p perftest)
     RUCX_PERFTEST=${CARGO_TARGET_DIR:-$root/target}/release/perftest
 fi
+UCX_PERFTEST=
+if [ -z "${NO_UCX:-}" ]; then
+    UCX_PERFTEST=$(command -v ucx_perftest || true)
+    [ -n "$UCX_PERFTEST" ] || echo "# ucx_perftest not found (apt-get install ucx-utils): rucx only" >&2
+fi
 work=$(mktemp -d)
 srv_pid=
 trap '[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null; rm -rf "$work"' EXIT
-port=$((20000 + ($$ % 20000)))
-export RUCX_TLS=posix,cma,self
-taskset -c "${SERVER_CORE:-0}" "$RUCX_PERFTEST" -p "$port" >"$work/server.log" 2>&1 &
-srv_pid=$!
-for _ in $(seq 1 200); do
-    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-    sleep 0.025
-done
-taskset -c "${CLIENT_CORE:-1}" valgrind --tool=callgrind --compress-strings=no \
-    --callgrind-out-file="$work/cg.out" --log-file="$work/cg.log" \
-    "$RUCX_PERFTEST" 127.0.0.1 -p "$port" -t tag_lat -s "$SIZE" -n "$ITERS" -w "$WARMUP" \
-    >"$work/client.log" 2>&1 || { cat "$work/client.log" "$work/server.log" >&2; exit 1; }
-wait "$srv_pid" || true
-srv_pid=
-echo "# perftest -t tag_lat -s $SIZE -n $ITERS -w $WARMUP over posix: client instructions per iteration (self cost)"
-python3 - "$work/cg.out" "$ITERS" <<'EOF'
+
+# count PROG TLS_ENV N OUT: one server/client pair, the client under callgrind, profile in OUT.
+count() {
+    local prog=$1 envs=$2 n=$3 out=$4 port
+    port=$((20000 + ($$ + n) % 20000))
+    env "$envs" taskset -c "${SERVER_CORE:-0}" "$prog" -p "$port" >"$work/server.log" 2>&1 &
+    srv_pid=$!
+    for _ in $(seq 1 200); do
+        ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+        sleep 0.025
+    done
+    env "$envs" taskset -c "${CLIENT_CORE:-1}" valgrind --tool=callgrind --compress-strings=no \
+        --callgrind-out-file="$out" --log-file="$out.log" \
+        "$prog" 127.0.0.1 -p "$port" -t tag_lat -s "$SIZE" -n "$n" -w 0 \
+        >"$work/client.log" 2>&1 || { cat "$work/client.log" "$work/server.log" >&2; exit 1; }
+    wait "$srv_pid" || true
+    srv_pid=
+}
+
+# report NAME PROGRESS_FN PROFILE_N1 PROFILE_N2
+report() {
+    python3 - "$@" "$N1" <<'EOF'
 import collections, sys
-path, iters = sys.argv[1], int(sys.argv[2])
-cost = collections.Counter()
-fn = None
-after_call = False
-for line in open(path):
-    if line.startswith("fn="):
-        fn = line[3:].strip()
-    elif line.startswith("calls="):
-        after_call = True  # the next cost line is the call's inclusive cost, not self cost
-    elif line[:1].isdigit() or line[:1] in "+-*":
-        if after_call:
-            after_call = False
-            continue
-        parts = line.split()
-        if fn and len(parts) >= 2:
-            cost[fn] += int(parts[1])
-total = sum(cost.values())
-for f, c in cost.most_common():
-    if c / iters < 5:
+name, progress_fn, p1, p2, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+def load(path):
+    cost, calls = collections.Counter(), collections.Counter()
+    fn = cfn = None
+    after_call = False
+    for line in open(path):
+        if line.startswith("fn="):
+            fn = line[3:].strip()
+        elif line.startswith("cfn="):
+            cfn = line[4:].strip()
+        elif line.startswith("calls="):
+            calls[cfn] += int(line.split()[0][6:])
+            after_call = True  # the next cost line is the call's inclusive cost, not self cost
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            if after_call:
+                after_call = False
+                continue
+            parts = line.split()
+            if fn and len(parts) >= 2:
+                cost[fn] += int(parts[1])
+    return cost, calls
+(c1, k1), (c2, k2) = load(p1), load(p2)
+per = {f: (c2[f] - c1[f]) / n for f in set(c1) | set(c2)}
+print(f"# {name}: client instructions per iteration (self cost, {2 * n} minus {n} iterations)")
+for f, v in sorted(per.items(), key=lambda x: -x[1]):
+    if v < 5:
         break
-    print(f"{c / iters:9.1f}  {f}")
-print(f"{total / iters:9.1f}  (all functions, start-up included)")
+    print(f"{v:9.1f}  {f}")
+polls = sum(k2[f] - k1[f] for f in k2 if f.endswith(progress_fn)) / n
+print(f"{sum(per.values()):9.1f}  (all functions)")
+print(f"{polls:9.2f}  progress calls per iteration ({progress_fn})")
 EOF
+}
+
+count "$RUCX_PERFTEST" RUCX_TLS=posix,cma,self "$N1" "$work/rucx1"
+count "$RUCX_PERFTEST" RUCX_TLS=posix,cma,self "$N2" "$work/rucx2"
+report "rucx perftest -t tag_lat -s $SIZE" "Worker>::progress" "$work/rucx1" "$work/rucx2"
+if [ -n "$UCX_PERFTEST" ]; then
+    count "$UCX_PERFTEST" UCX_TLS=posix,cma,self "$N1" "$work/ucx1"
+    count "$UCX_PERFTEST" UCX_TLS=posix,cma,self "$N2" "$work/ucx2"
+    echo
+    report "UCX ucx_perftest -t tag_lat -s $SIZE" "ucp_worker_progress" "$work/ucx1" "$work/ucx2"
+fi

@@ -582,12 +582,16 @@ impl Engine<'_> {
     }
 
     /// Progresses until receive `req` finishes and gives back its buffer, checking the
-    /// received length (as [`completion_buf`]). Each poll tries to take the receive; only its
-    /// buffer, length and tag come back.
+    /// received length (as [`completion_buf`]). Each poll progresses the worker, then tries to
+    /// take the receive (it was posted unfinished, so there is nothing to take before the
+    /// first progress call); only its buffer, length and tag come back. The idle count runs
+    /// only on polls that took nothing, so the path from a message's arrival to the return
+    /// is the progress call and the take.
     #[inline(never)]
     fn wait_recv(&mut self, mut req: Request, size: usize) -> Result<Option<Vec<u8>>> {
         self.idle = 0;
         loop {
+            self.worker.progress();
             // One match of the nested result: the received buffer is moved once, to the
             // caller.
             match self.worker.request_take_recv(req) {
@@ -601,7 +605,6 @@ impl Engine<'_> {
                 Ok(Err(e)) => return Err(e),
                 Err(q) => req = q,
             }
-            self.worker.progress();
             self.spin()?;
         }
     }
