@@ -587,7 +587,7 @@ impl Engine<'_> {
     /// first progress call); only its buffer, length and tag come back. The idle count runs
     /// only on polls that took nothing, so the path from a message's arrival to the return
     /// is the progress call and the take.
-    #[inline(never)]
+    #[inline(always)]
     fn wait_recv(&mut self, mut req: Request, size: usize) -> Result<Option<Vec<u8>>> {
         self.idle = 0;
         loop {

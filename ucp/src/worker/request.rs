@@ -104,7 +104,7 @@ impl Worker {
     /// Takes a finished receive's result (tag, stream or `get`), or gives the request back if
     /// it is still running: what [`Worker::request_take`] and [`Completion::into_recv`] give,
     /// without a whole [`Completion`] on the way.
-    #[inline]
+    #[inline(always)]
     pub fn request_take_recv(
         &mut self,
         req: Request,
