@@ -124,6 +124,7 @@ impl Worker {
 
     /// [`Worker::tag_send_mapped`] that gives `None` when the send finished at once, or the
     /// request of a send still running (see [`Worker::tag_send_nb`]).
+    #[inline(always)]
     pub fn tag_send_mapped_nb(
         &mut self,
         ep: EpHandle,
