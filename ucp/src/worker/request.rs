@@ -59,24 +59,35 @@ impl Worker {
     /// alone (the handle is dropped, which releases it on its own worker).
     #[inline]
     pub fn request_take(&mut self, req: Request) -> std::result::Result<Completion, Request> {
-        if req.is_of(&self.st.req_shared) {
-            match self.st.reqs.take_recv(req.key as usize, req.gen()) {
-                TakeRecv::Taken(r) => {
-                    req.into_key();
-                    // A receive's value is always 0.
-                    return Ok(Completion {
-                        status: Ok(()),
-                        buf: Some(r.buf),
-                        len: r.len,
-                        tag: r.tag,
-                        value: 0,
-                    });
-                }
-                TakeRecv::Running => return Err(req),
-                TakeRecv::Other => {}
+        match self.take_plain_recv(&req) {
+            TakeRecv::Taken(r) => {
+                req.into_key();
+                // A receive's value is always 0.
+                Ok(Completion {
+                    status: Ok(()),
+                    buf: Some(r.buf),
+                    len: r.len,
+                    tag: r.tag,
+                    value: 0,
+                })
             }
+            TakeRecv::Running => Err(req),
+            TakeRecv::Other => self.request_take_other(req),
         }
-        self.request_take_other(req)
+    }
+
+    /// The fast path of [`Worker::request_take`] and [`Worker::request_take_recv`]
+    /// ([`ReqTable::take_recv`] on a handle of this worker): on `Taken` the request is freed
+    /// and the caller disarms the handle; `Other` (a foreign handle among them) is left to the
+    /// caller's general path.
+    ///
+    /// [`ReqTable::take_recv`]: crate::worker::req_table::ReqTable::take_recv
+    #[inline(always)]
+    fn take_plain_recv(&mut self, req: &Request) -> TakeRecv {
+        if !req.is_of(&self.st.req_shared) {
+            return TakeRecv::Other;
+        }
+        self.st.reqs.take_recv(req.key as usize, req.gen())
     }
 
     /// [`Worker::request_take`] of anything but a plain finished receive.
@@ -109,17 +120,14 @@ impl Worker {
         &mut self,
         req: Request,
     ) -> std::result::Result<Result<Received>, Request> {
-        if req.is_of(&self.st.req_shared) {
-            match self.st.reqs.take_recv(req.key as usize, req.gen()) {
-                TakeRecv::Taken(r) => {
-                    req.into_key();
-                    return Ok(Ok(r));
-                }
-                TakeRecv::Running => return Err(req),
-                TakeRecv::Other => {}
+        match self.take_plain_recv(&req) {
+            TakeRecv::Taken(r) => {
+                req.into_key();
+                Ok(Ok(r))
             }
+            TakeRecv::Running => Err(req),
+            TakeRecv::Other => self.request_take_recv_other(req),
         }
-        self.request_take_recv_other(req)
     }
 
     /// [`Worker::request_take_recv`] of anything but a plain finished receive.
