@@ -32,8 +32,11 @@ pub(crate) const IDLE_IFACE_PERIOD: u32 = 256;
 /// progress calls there were (the coarse clock moves in steps of 1-4 ms).
 pub(crate) const IDLE_IFACE_WAIT: Duration = Duration::from_millis(1);
 /// For this many progress calls after an event, an interface without endpoints is polled on
-/// every call.
-pub(crate) const IDLE_IFACE_RECENT: u32 = 4096;
+/// every call: long enough for a wire-up exchange's next message, short enough that a new
+/// endpoint's first messages do not pay long for polling the wire-up helper beside their own
+/// interface (with 4,096, a shared-memory ping-pong's first ~3,800 progress calls each cost
+/// ~180 instructions more).
+pub(crate) const IDLE_IFACE_RECENT: u32 = 256;
 /// The clock is read on one progress call in this many (and after a possible sleep): message
 /// timestamps and keepalive deadlines need milliseconds, and the coarse clock costs more than
 /// an idle shared-memory poll.
