@@ -314,6 +314,9 @@ pub struct MmIface {
     bufs: Rc<RxBufs>,
     pub(super) read_pos: u64,
     released: u64,
+    /// A call that consumed messages returned before its checks (see `progress_busy`): the
+    /// next call that consumes any runs them.
+    checks_owed: bool,
     /// A position found claimed but unpublished at the last stall check.
     stalled_at: Option<u64>,
     /// Bound to our abstract name: the event fd, and the socket we send wake-ups from.
@@ -400,6 +403,7 @@ impl MmIface {
             bufs,
             read_pos: 0,
             released: 0,
+            checks_owed: false,
             stalled_at: None,
             eps: Vec::new(),
             procs: procs.clone(),
@@ -533,7 +537,9 @@ impl MmIface {
     /// The work of [`Iface::progress`] once its quick look found some: consumes up to
     /// [`POLL_BATCH`] messages (fewer when the sink defers a buffer message after the first:
     /// [`EventSink::defer`]), releases consumed positions, and runs the periodic checks,
-    /// pending requests, endpoint errors and tag events.
+    /// pending requests, endpoint errors and tag events. A call whose messages emptied the FIFO
+    /// may return before the release and the rest, which the next call then does (at most
+    /// every other call that consumes messages returns so).
     #[inline(never)]
     fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut n = 0;
@@ -543,6 +549,15 @@ impl MmIface {
             // with its buffer from our table; the data slice is used only inside the sink call,
             // before the release below (a kept one through its HeldBuf).
             match unsafe { self.fifo.poll(self.read_pos, buf) } {
+                Polled::Empty if n > 0 && !self.checks_owed && self.released != self.read_pos => {
+                    // The FIFO ran dry after some messages: back to the caller at once (a
+                    // ping-pong replies sooner), the release and checks left to the next call,
+                    // which the unreleased position sends here. A call that consumes some
+                    // again before that runs them as usual.
+                    self.checks_owed = true;
+                    self.note_rx_round();
+                    return n;
+                }
                 Polled::Empty => break,
                 Polled::Buf(id, data) if id < crate::ep::AM_ID_MAX => {
                     if n > 0 && sink.defer(id, data) {
@@ -568,10 +583,9 @@ impl MmIface {
                 self.released = self.read_pos;
             }
         }
+        self.checks_owed = false;
         if n > 0 {
-            self.common
-                .rx_rounds
-                .set(self.common.rx_rounds.get().wrapping_add(1));
+            self.note_rx_round();
         }
         if n == 0 && self.released != self.read_pos {
             self.fifo.release(self.read_pos);
@@ -599,6 +613,14 @@ impl MmIface {
 }
 
 impl MmIface {
+    /// Counts a progress call that consumed messages ([`Common::rx_rounds`]).
+    #[inline(always)]
+    fn note_rx_round(&self) {
+        self.common
+            .rx_rounds
+            .set(self.common.rx_rounds.get().wrapping_add(1));
+    }
+
     /// Whether [`PEER_CHECK_PERIOD`] has passed since the last look at the peers (restarting
     /// the period when it has).
     fn check_due(&mut self) -> bool {

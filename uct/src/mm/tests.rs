@@ -176,6 +176,34 @@ fn backpressure_and_pending<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>
     assert!(purged.is_empty());
 }
 
+/// A receiver that consumes one message on every progress call, each call finding its FIFO
+/// empty after it, still runs its pending sends: a call that returns right after its messages
+/// leaves the periodic work to the next call, and the next call that consumes any does it.
+#[test]
+fn pending_sends_run_while_every_call_consumes_a_message() {
+    let (_md, mut a, mut b, mut ab) = pair::<PosixTransport>();
+    let mut ba = b
+        .ep_create_connected(a.device_address(), a.iface_address())
+        .unwrap();
+    while ab.am_short(1, 0, &[]).unwrap() == Outcome::DONE {}
+    ab.pending_add(PendingId(77)).unwrap();
+    let mut sb = Sink::default();
+    while b.progress(&mut sb) > 0 {}
+    assert_eq!(sb.msgs.len() as u64, fifo::NELEMS);
+    let mut sa = Sink::default();
+    for round in 0..4u64 {
+        assert_eq!(ba.am_short(2, round, &[]).unwrap(), Outcome::DONE);
+        let n = a.progress(&mut sa);
+        assert_eq!(sa.msgs.len() as u64, round + 1);
+        assert_eq!(
+            n,
+            1 + usize::from(round == 1),
+            "round {round}: the retry in the second"
+        );
+    }
+    assert_eq!(sa.retries, vec![(ab.id(), 77)]);
+}
+
 #[test]
 fn posix_backpressure_and_pending() {
     backpressure_and_pending::<PosixTransport>();
