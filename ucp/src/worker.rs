@@ -168,6 +168,9 @@ pub struct Worker {
     /// The one interface the calls between two clock reads poll, when exactly one qualifies
     /// for polling on every call (see [`Worker::progress`]); `None`: they go through all.
     pub(crate) solo: Option<usize>,
+    /// `solo` has no endpoints (it is polled for a recent event): its events are noted in
+    /// `last_event`, which keeps it polled; those of an interface with endpoints need not be.
+    pub(crate) solo_idle: bool,
     /// Once the clock reaches this, the next call that finds it moved polls every interface
     /// (see [`progress::IDLE_IFACE_WAIT`]).
     pub(crate) idle_due: Duration,
@@ -282,6 +285,7 @@ impl Worker {
                 assembling: HashMap::new(),
                 pool: Vec::new(),
                 to_connect: Vec::new(),
+                more_work: false,
                 pending_eps: Vec::new(),
                 flushes: Vec::new(),
                 failed_notify: Vec::new(),
@@ -312,6 +316,7 @@ impl Worker {
             last_event: vec![0; n_ifaces],
             poll_all: true,
             solo: None,
+            solo_idle: false,
             idle_due: Duration::ZERO,
         };
         w.st.start_keepalive()?;

@@ -164,6 +164,7 @@ impl State {
         };
         let idx = self.new_ep(peer, None);
         self.to_connect.push(idx);
+        self.more_work = true;
     }
 
     /// Fails every request tied to the endpoint and drops its transport endpoints.

@@ -57,6 +57,7 @@ impl Worker {
             self.st.send_close(&mut c);
         }
         self.st.closings.push(c);
+        self.st.more_work = true;
         self.st.progress_closings();
         Ok(self.st.op_of(key))
     }
@@ -111,6 +112,7 @@ impl State {
                         Some(d) => d.status(),
                         None => {
                             self.closings.push(c);
+                            self.more_work = true;
                             continue;
                         }
                     },
@@ -149,6 +151,7 @@ impl State {
                 self.close_now(c.ep, c.req, Ok(()));
             } else {
                 self.closings.push(c);
+                self.more_work = true;
             }
         }
     }

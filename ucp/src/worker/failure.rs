@@ -30,6 +30,7 @@ impl State {
         self.stats.ep_failures += 1;
         self.teardown_ep(idx, &err);
         self.failed_notify.push(idx);
+        self.more_work = true;
     }
 
     pub(crate) fn teardown_ep(&mut self, idx: usize, err: &Error) {

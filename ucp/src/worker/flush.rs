@@ -200,6 +200,7 @@ impl State {
     fn flush_watch(&mut self, key: usize) {
         if self.reqs.get(key).is_some_and(|r| r.done.is_none()) {
             self.flushes.push(key);
+            self.more_work = true;
         }
     }
 
@@ -388,6 +389,7 @@ impl State {
             }
             if self.reqs.get(key).is_some_and(|r| r.done.is_none()) {
                 self.flushes.push(key);
+                self.more_work = true;
             }
         }
     }

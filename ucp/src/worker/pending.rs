@@ -79,6 +79,7 @@ impl State {
         if !ep.in_pending_list {
             ep.in_pending_list = true;
             self.pending_eps.push(idx);
+            self.more_work = true;
         }
     }
 
@@ -229,6 +230,7 @@ impl State {
                     ep.in_pending_list = true;
                 }
             }
+            self.more_work |= !list.is_empty();
             self.pending_eps = list;
         } else {
             for idx in list {

@@ -55,7 +55,7 @@ impl Worker {
             return self.progress_timed();
         }
         let n = match self.solo {
-            Some(i) => self.poll_one(i),
+            Some(i) => self.poll_solo(i),
             None => self.poll_wanted(),
         };
         if self.st.more_to_do(false) {
@@ -87,6 +87,7 @@ impl Worker {
         }
         let mut n = self.poll_ifaces(all, true);
         self.solo = self.solo_iface();
+        self.solo_idle = self.solo.is_some_and(|i| self.st.iface_users[i] == 0);
         if self.st.more_to_do(clock_read) {
             n += self.progress_more();
         }
@@ -127,22 +128,40 @@ impl Worker {
         solo
     }
 
-    /// Polls interface `i`. Gives the number of events handled.
+    /// Polls interface `i`, noting an event in `last_event`. Gives the number of events
+    /// handled.
     #[inline(always)]
     fn poll_one(&mut self, i: usize) -> usize {
-        let matched = self.st.matcher.matched();
-        let Some(iface) = self.ifaces.get_mut(i) else {
-            return 0;
-        };
-        let k = iface.progress(&mut Sink {
-            st: &mut self.st,
-            iface: i,
-            matched,
-        });
+        let k = self.poll_iface(i);
         if k > 0 {
             self.last_event[i] = self.tick;
         }
         k
+    }
+
+    /// [`Worker::poll_one`] of `solo`: an event is noted only when `solo_idle` says it matters
+    /// (the common solo interface has endpoints, and its calls return sooner so).
+    #[inline(always)]
+    fn poll_solo(&mut self, i: usize) -> usize {
+        let k = self.poll_iface(i);
+        if k > 0 && self.solo_idle {
+            self.last_event[i] = self.tick;
+        }
+        k
+    }
+
+    /// Polls interface `i`. Gives the number of events handled.
+    #[inline(always)]
+    fn poll_iface(&mut self, i: usize) -> usize {
+        let matched = self.st.matcher.matched();
+        let Some(iface) = self.ifaces.get_mut(i) else {
+            return 0;
+        };
+        iface.progress(&mut Sink {
+            st: &mut self.st,
+            iface: i,
+            matched,
+        })
     }
 
     /// Polls every interface (`all`) or those [`Worker::wants_poll`] names. Gives the number
@@ -201,25 +220,34 @@ impl Worker {
         if st.req_shared.any() {
             n += st.release_dropped();
         }
+        st.more_work = st.queued_work();
         n
     }
 }
 
 impl State {
     /// True when a step of [`Worker::progress_more`] has something to do: one test of them all
-    /// keeps an idle call short. Timers fall due only when the clock moves (`clock_read`: it was
-    /// read on this call) or when one is added already due (`add_timer` marks the clock stale
-    /// then): calls that read no clock skip that test.
+    /// (`more_work` stands for the queues) keeps an idle call short. Timers fall due only when
+    /// the clock moves (`clock_read`: it was read on this call) or when one is added already
+    /// due (`add_timer` marks the clock stale then): calls that read no clock skip that test.
     #[inline(always)]
     fn more_to_do(&self, clock_read: bool) -> bool {
+        debug_assert!(
+            self.more_work || !self.queued_work(),
+            "queued work not flagged"
+        );
+        self.more_work | (clock_read && self.now_cache >= self.next_timer) | self.req_shared.any()
+    }
+
+    /// Whether any queue [`Worker::progress_more`] steps holds something (what `more_work`
+    /// stands for).
+    fn queued_work(&self) -> bool {
         !self.to_connect.is_empty()
-            | !self.pending_eps.is_empty()
-            | !self.flushes.is_empty()
-            | !self.closings.is_empty()
-            | (clock_read && self.now_cache >= self.next_timer)
-            | !self.failed_notify.is_empty()
-            | !self.callbacks_due.is_empty()
-            | self.req_shared.any()
+            || !self.pending_eps.is_empty()
+            || !self.flushes.is_empty()
+            || !self.closings.is_empty()
+            || !self.failed_notify.is_empty()
+            || !self.callbacks_due.is_empty()
     }
 }
 

@@ -553,6 +553,7 @@ impl State {
                 std::mem::forget(r.done.replace(Done::new(status, buf, len, tag)));
                 if !matches!(r.notify, Notify::Take) {
                     self.callbacks_due.push(key);
+                    self.more_work = true;
                 }
                 return;
             }
@@ -641,6 +642,7 @@ impl State {
         );
         if !matches!(r.notify, Notify::Take) {
             self.callbacks_due.push(key);
+            self.more_work = true;
         }
         if let Some(v) = recycle {
             self.put_buf(v);

@@ -575,6 +575,10 @@ pub(crate) struct State {
     pub(crate) assembling: HashMap<(u64, u64), Target>,
     pub(crate) pool: Vec<Vec<u8>>,
     pub(crate) to_connect: Vec<usize>,
+    /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
+    /// `failed_notify` or `callbacks_due` (and left set until `progress` finds them all empty
+    /// again): one load tells a progress call whether it has queued work.
+    pub(crate) more_work: bool,
     pub(crate) pending_eps: Vec<usize>,
     pub(crate) flushes: Vec<usize>,
     pub(crate) failed_notify: Vec<usize>,
