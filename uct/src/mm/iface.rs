@@ -449,6 +449,7 @@ impl MmIface {
     /// and the process that stamped it has exited, step over it (a dead process writes no
     /// more). A sender still alive, however slow, is always waited for.
     #[cold]
+    #[inline(never)]
     fn check_stall(&mut self) {
         if !self.fifo.claimed_beyond(self.read_pos) {
             self.stalled_at = None;
@@ -480,6 +481,7 @@ impl MmIface {
     }
 
     /// Dispatches pending requests and endpoint errors. Allocates nothing.
+    #[inline(never)]
     fn progress_eps<S: EventSink>(&mut self, sink: &mut S, check_peers: bool) -> usize {
         let mut count = 0;
         let mut i = 0;

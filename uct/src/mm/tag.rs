@@ -463,6 +463,7 @@ fn attach_reply(to: &IfaceAddr) -> Result<Reply> {
 
 impl MmIface {
     /// Handles a FIFO message with a tag-offload id.
+    #[inline(never)]
     pub(super) fn tag_msg<S: EventSink>(&mut self, id: u8, data: &[u8], sink: &mut S) {
         match id {
             ID_EAGER => {
@@ -562,6 +563,7 @@ impl MmIface {
     /// Reports deferred tag events (canceled receives, failed operations) and retries queued
     /// acknowledgements. Gives the number of events.
     #[cold]
+    #[inline(never)]
     pub(super) fn tag_progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut n = 0;
         loop {
