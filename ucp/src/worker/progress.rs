@@ -55,7 +55,7 @@ impl Worker {
             return self.progress_timed();
         }
         let n = match self.solo {
-            Some(i) => self.poll_solo(i),
+            Some(i) => self.poll_one(i, self.solo_idle),
             None => self.poll_wanted(),
         };
         if self.st.more_to_do(false) {
@@ -128,40 +128,24 @@ impl Worker {
         solo
     }
 
-    /// Polls interface `i`, noting an event in `last_event`. Gives the number of events
-    /// handled.
+    /// Polls interface `i`, noting an event in `last_event` when `note` (an interface with
+    /// endpoints needs no note: nothing reads it, and the solo call returns sooner without).
+    /// Gives the number of events handled.
     #[inline(always)]
-    fn poll_one(&mut self, i: usize) -> usize {
-        let k = self.poll_iface(i);
-        if k > 0 {
-            self.last_event[i] = self.tick;
-        }
-        k
-    }
-
-    /// [`Worker::poll_one`] of `solo`: an event is noted only when `solo_idle` says it matters
-    /// (the common solo interface has endpoints, and its calls return sooner so).
-    #[inline(always)]
-    fn poll_solo(&mut self, i: usize) -> usize {
-        let k = self.poll_iface(i);
-        if k > 0 && self.solo_idle {
-            self.last_event[i] = self.tick;
-        }
-        k
-    }
-
-    /// Polls interface `i`. Gives the number of events handled.
-    #[inline(always)]
-    fn poll_iface(&mut self, i: usize) -> usize {
+    fn poll_one(&mut self, i: usize, note: bool) -> usize {
         let matched = self.st.matcher.matched();
         let Some(iface) = self.ifaces.get_mut(i) else {
             return 0;
         };
-        iface.progress(&mut Sink {
+        let k = iface.progress(&mut Sink {
             st: &mut self.st,
             iface: i,
             matched,
-        })
+        });
+        if k > 0 && note {
+            self.last_event[i] = self.tick;
+        }
+        k
     }
 
     /// Polls every interface (`all`) or those [`Worker::wants_poll`] names. Gives the number
@@ -171,7 +155,7 @@ impl Worker {
         let mut n = 0;
         for i in 0..self.ifaces.len() {
             if all || self.wants_poll(i, timed) {
-                n += self.poll_one(i);
+                n += self.poll_one(i, true);
             }
         }
         n

@@ -314,8 +314,8 @@ pub struct MmIface {
     bufs: Rc<RxBufs>,
     pub(super) read_pos: u64,
     released: u64,
-    /// A call that consumed messages returned before its checks (see `progress_busy`): the
-    /// next call that consumes any runs them.
+    /// A call that consumed messages returned before its release and checks (see
+    /// `progress_busy`): the next call runs them, and does not return early itself.
     checks_owed: bool,
     /// A position found claimed but unpublished at the last stall check.
     stalled_at: Option<u64>,
