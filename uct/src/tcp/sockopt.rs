@@ -41,6 +41,19 @@ impl Keepalive {
         self.idle + self.interval * self.count
     }
 
+    /// SYN retransmissions of a connect (`TCP_SYNCNT`): the fewest whose backoff (1 s, then
+    /// doubling) covers [`Keepalive::dead_after`], so a connect to a host that cannot be
+    /// reached fails in about that time (31 s by default) rather than the system's two minutes.
+    pub(crate) fn syn_retries(&self) -> u32 {
+        let limit = self.dead_after().as_secs();
+        let (mut retries, mut covered) = (0u32, 1u64);
+        while covered < limit && retries < 8 {
+            retries += 1;
+            covered += 1 << retries;
+        }
+        retries.max(1)
+    }
+
     /// From the environment: `None` when a variable is `inf`.
     fn from_env() -> Result<Option<Self>> {
         let idle = TCP_KEEPIDLE.duration_or_inf()?;
@@ -77,11 +90,12 @@ impl Keepalive {
     }
 }
 
-/// How long the peer of connected socket `fd` has acknowledged nothing while data of ours is
-/// outstanding (`TCP_INFO`: unacknowledged segments and the time since the last ACK arrived);
-/// `None` when nothing is outstanding. A peer process that is busy elsewhere still has its
-/// kernel acknowledge (zero-window probes included), so only an unreachable host, or a link
-/// cut, makes this grow.
+/// How long the peer of connected socket `fd` has acknowledged nothing while data of ours waits
+/// (`TCP_INFO`'s time since the last ACK arrived, when segments are unacknowledged or the send
+/// queue holds bytes: with the peer's window shut, nothing is in flight but the data waits);
+/// `None` when nothing waits. A peer process that is busy elsewhere still has its kernel
+/// acknowledge (its zero-window probes included), so only an unreachable host, or a link cut,
+/// makes this grow.
 pub(crate) fn unacked_silence(fd: std::os::fd::RawFd) -> Result<Option<Duration>> {
     // SAFETY: an all-zero tcp_info is a valid value of the plain C struct.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
@@ -99,7 +113,7 @@ pub(crate) fn unacked_silence(fd: std::os::fd::RawFd) -> Result<Option<Duration>
     if r != 0 {
         return Err(Error::io("TCP_INFO", io::Error::last_os_error()));
     }
-    if info.tcpi_unacked == 0 {
+    if info.tcpi_unacked == 0 && send_queue_bytes(fd)? == 0 {
         return Ok(None);
     }
     Ok(Some(Duration::from_millis(u64::from(
@@ -196,7 +210,39 @@ impl SockCfg {
                 .with_interval(k.interval)
                 .with_retries(k.count);
             s.set_tcp_keepalive(&ka).map_err(ctx("SO_KEEPALIVE"))?;
+            set_syn_retries(s, k.syn_retries())?;
         }
         Ok(())
     }
+}
+
+/// Sets `TCP_SYNCNT` on socket `s`.
+fn set_syn_retries(s: &Socket, n: u32) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = n as libc::c_int;
+    // SAFETY: the option value is one int, copied by the kernel.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_SYNCNT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(Error::io("TCP_SYNCNT", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Bytes in socket `fd`'s send queue, sent or not, not yet acknowledged (`SIOCOUTQ`).
+fn send_queue_bytes(fd: std::os::fd::RawFd) -> Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int through the pointer.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    if r != 0 {
+        return Err(Error::io("SIOCOUTQ", io::Error::last_os_error()));
+    }
+    Ok(n.max(0) as usize)
 }
