@@ -39,6 +39,8 @@ pub struct Ep {
     pub user_data: *mut c_void,
     /// rucx's id of it.
     pub id: EpId,
+    /// The flush of a caller polling `uct_ep_flush` without a completion.
+    pub polled_flush: std::cell::Cell<Option<usize>>,
 }
 
 /// The UCX status of an operation's outcome.
@@ -86,7 +88,13 @@ pub fn complete_id(st: &State, id: CompletionId, result: ucs::Result<u64>) {
         unsafe { complete(id.0 as *mut uct_completion_t, status) };
         return;
     }
-    let rec = st.records.borrow_mut().try_remove((id.0 >> 1) as usize);
+    let key = (id.0 >> 1) as usize;
+    if let Some(Record::PollFlush { status: s }) = st.records.borrow_mut().get_mut(key) {
+        // Kept for the poller to find, with its status.
+        *s = Some(status);
+        return;
+    }
+    let rec = st.records.borrow_mut().try_remove(key);
     let comp = match rec {
         Some(Record::Fetch32 { comp, result: r }) => {
             if let Ok(v) = result {
@@ -103,7 +111,8 @@ pub fn complete_id(st: &State, id: CompletionId, result: ucs::Result<u64>) {
             comp
         }
         Some(Record::GetBcopy { comp, .. }) => comp,
-        None => return,
+        // Handled above (kept in place).
+        Some(Record::PollFlush { .. }) | None => return,
     };
     // SAFETY: the client's completion recorded with the operation.
     unsafe { complete(comp, status) };
@@ -681,7 +690,8 @@ pub(crate) unsafe extern "C" fn ep_atomic_cswap64(
 // ---- flush, fence, pending ---------------------------------------------------------------
 
 /// Ops `ep_flush`: `UCS_OK` when everything issued on the endpoint completed, else
-/// `UCS_INPROGRESS` (with `comp` completed later) or `UCS_ERR_NO_RESOURCE`.
+/// `UCS_INPROGRESS` (with `comp` completed later) or `UCS_ERR_NO_RESOURCE`. Without a `comp`
+/// the caller polls (see [`crate::iface::poll_flush`]).
 pub(crate) unsafe extern "C" fn ep_flush(
     ep: *mut c_void,
     _flags: c_uint,
@@ -689,7 +699,13 @@ pub(crate) unsafe extern "C" fn ep_flush(
 ) -> Status {
     hot("uct_ep_flush", UCS_ERR_IO_ERROR, || {
         // SAFETY: the caller passes a live endpoint.
-        let (e, _) = unsafe { parts(ep) };
+        let (e, st) = unsafe { parts(ep) };
+        if comp.is_null() {
+            let Ep {
+                ep, polled_flush, ..
+            } = e;
+            return crate::iface::poll_flush(st, polled_flush, "uct_ep_flush", |id| ep.flush(id));
+        }
         outcome(e.ep.flush(CompletionId(comp as u64)), "uct_ep_flush")
     })
 }
@@ -836,6 +852,7 @@ pub unsafe extern "C" fn uct_ep_create(
                     serial: SERIAL.fetch_add(1, Ordering::Relaxed),
                     user_data,
                     id,
+                    polled_flush: std::cell::Cell::new(None),
                 }));
                 it.st.eps.borrow_mut().insert(id, e);
                 // SAFETY: checked non-null.

@@ -163,6 +163,7 @@ pub const UCS_MEMORY_TYPE_HOST: u32 = 0;
 pub const UCS_MEMORY_TYPE_UNKNOWN: u32 = 5;
 
 /// `ucs_thread_mode_t` values.
+pub const UCS_THREAD_MODE_MULTI: c_int = 2;
 pub const UCS_THREAD_MODE_LAST: c_int = 3;
 
 /// `uct_md_resource_desc_t`.

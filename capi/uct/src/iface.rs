@@ -59,6 +59,56 @@ pub enum Record {
         unpack: uct_unpack_callback_t,
         arg: *mut c_void,
     },
+    /// A flush started for a caller that polls without a completion (see [`poll_flush`]);
+    /// `status` is set when it completes.
+    PollFlush { status: Option<Status> },
+}
+
+/// A flush for a caller that polls without a completion (`uct_iface_flush(iface, 0, NULL)`
+/// in a loop, as `ucx_perftest` does): the first call starts one flush with a record of its
+/// own, later calls answer `UCS_INPROGRESS` until it completed, and the call after that
+/// checks again from the start. Starting a new flush on every poll would never finish on a
+/// transport whose flush itself sends a request (tcp).
+pub fn poll_flush(
+    st: &State,
+    slot: &Cell<Option<usize>>,
+    name: &str,
+    flush: impl FnOnce(CompletionId) -> ucs::Result<uct::Outcome>,
+) -> Status {
+    if let Some(key) = slot.get() {
+        let status = match st.records.borrow().get(key) {
+            Some(Record::PollFlush { status }) => *status,
+            _ => Some(UCS_OK),
+        };
+        match status {
+            None => return UCS_INPROGRESS,
+            Some(s) => {
+                st.records.borrow_mut().try_remove(key);
+                slot.set(None);
+                if s != UCS_OK {
+                    return s;
+                }
+            }
+        }
+    }
+    let key = st
+        .records
+        .borrow_mut()
+        .insert(Record::PollFlush { status: None });
+    let id = CompletionId(((key as u64) << 1) | 1);
+    match flush(id) {
+        Ok(uct::Outcome::InProgress) => {
+            slot.set(Some(key));
+            UCS_INPROGRESS
+        }
+        r => {
+            st.records.borrow_mut().try_remove(key);
+            match crate::ep::outcome(r, name) {
+                UCS_ERR_NO_RESOURCE => UCS_INPROGRESS,
+                s => s,
+            }
+        }
+    }
 }
 
 /// The state behind the operations table.
@@ -89,6 +139,8 @@ pub struct State {
     progress_id: Cell<c_int>,
     /// True while progress runs: calls that change the interface are refused then.
     pub busy: Cell<bool>,
+    /// The flush of a caller polling `uct_iface_flush` without a completion.
+    pub polled_flush: Cell<Option<usize>>,
     /// The descriptor the next copied message goes into.
     scratch: Cell<*mut u8>,
     /// A handler kept a message it was given in place (reported once).
@@ -512,6 +564,7 @@ pub unsafe extern "C" fn uct_iface_open(
                 progress_flags: Cell::new(0),
                 progress_id: Cell::new(-1),
                 busy: Cell::new(false),
+                polled_flush: Cell::new(None),
                 scratch: Cell::new(scratch),
                 misuse_reported: Cell::new(false),
             },
@@ -776,8 +829,7 @@ pub(crate) unsafe extern "C" fn iface_progress_disable(h: *mut c_void, flags: c_
 
 /// Ops table `iface_flush`: `UCS_OK` when everything issued completed, else `UCS_INPROGRESS`
 /// (with `comp` completed later) or, with a `comp`, `UCS_ERR_NO_RESOURCE` (nothing started:
-/// call again). Without a `comp` the caller only polls, so a flush that could not start yet is
-/// reported as in progress, as UCX documents for that form.
+/// call again). Without a `comp` the caller polls: see [`poll_flush`].
 pub(crate) unsafe extern "C" fn iface_flush(
     h: *mut c_void,
     _flags: c_uint,
@@ -791,10 +843,12 @@ pub(crate) unsafe extern "C" fn iface_flush(
             Ok(i) => i,
             Err(s) => return s,
         };
-        match crate::ep::outcome(i.flush(CompletionId(comp as u64)), "uct_iface_flush") {
-            UCS_ERR_NO_RESOURCE if comp.is_null() => UCS_INPROGRESS,
-            s => s,
+        if comp.is_null() {
+            return poll_flush(&it.st, &it.st.polled_flush, "uct_iface_flush", |id| {
+                i.flush(id)
+            });
         }
+        crate::ep::outcome(i.flush(CompletionId(comp as u64)), "uct_iface_flush")
     })
 }
 

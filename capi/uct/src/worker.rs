@@ -97,7 +97,8 @@ impl Worker {
 }
 
 /// `ucs_status_t uct_worker_create(ucs_async_context_t *async, ucs_thread_mode_t thread_mode,
-/// uct_worker_h *worker_p)`.
+/// uct_worker_h *worker_p)`: SINGLE or SERIALIZED (MULTI is refused: the interfaces keep
+/// their state for one thread at a time).
 ///
 /// # Safety
 /// `worker_p` must be valid for writing.
@@ -120,6 +121,14 @@ pub unsafe extern "C" fn uct_worker_create(
                 "uct_worker_create",
                 UCS_ERR_INVALID_PARAM,
                 format!("unknown thread mode {thread_mode}"),
+            );
+        }
+        if thread_mode == UCS_THREAD_MODE_MULTI {
+            return refuse(
+                "uct_worker_create",
+                UCS_ERR_UNSUPPORTED,
+                "UCS_THREAD_MODE_MULTI: rucx's uct interfaces are used by one thread at a time \
+                 (SINGLE or SERIALIZED)",
             );
         }
         let w = Box::new(Worker {
