@@ -1,10 +1,12 @@
 //! The data objects UCX's clients import from libucs, with UCX 1.13's sizes.
 //!
 //! An executable that reads one of these (`ucx_perftest`, programs using the logging macros)
-//! gets a copy in its own `.bss` made at load time from this library's object, of the size
-//! this library's symbol has (`readelf -r` shows `R_X86_64_COPY`): each size here is UCX
-//! 1.13's, checked by the C test. Mutable ones are written only from C (`cshim.c`), which
-//! reaches the client's copy through the GOT.
+//! gets a copy in its own `.bss` made at load time from this library's object (`readelf -r`
+//! shows `R_X86_64_COPY`). The loader copies the smaller of the two sizes and warns whenever
+//! the library's object is the larger, so each size here is UCX 1.13's, the smallest of the
+//! releases whose clients run on rucx (UCX 1.22's `io_demo` imports larger ones and gets
+//! 1.13's entries, the rest of its copy zero, without a warning). Mutable ones are written
+//! only from C (`cshim.c`), which reaches the client's copy through the GOT.
 
 use std::ffi::c_char;
 
