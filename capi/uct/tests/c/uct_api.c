@@ -374,6 +374,16 @@ static void test_rma(setup_t *s)
         flush_all(s);
         CHECK(*word == 42, "atomic add: %llu", (unsigned long long)*word);
     }
+    if (s->attr.cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_ADD)) {
+        comp.called = 0;
+        comp.super.count = 1;
+        st = uct_ep_atomic64_fetch(s->ep, UCT_ATOMIC_OP_ADD, 8, &old, base + 3072, rkey.rkey,
+                                   &comp.super);
+        wait_comp(s, st, &comp);
+        CHECK(old == 42 && *word == 50, "fetch-add: old %llu now %llu",
+              (unsigned long long)old, (unsigned long long)*word);
+        *word = 42;
+    }
     if (s->attr.cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_CSWAP)) {
         comp.called = 0;
         comp.super.count = 1;
@@ -409,6 +419,14 @@ static ucs_status_t pending_send(uct_pending_req_t *self)
     return uct_ep_am_short(pend.ep, 7, 0, "p", 1);
 }
 
+static int purged;
+
+static void purge_cb(uct_pending_req_t *self, void *arg)
+{
+    CHECK(self == &pend.super, "the purged request is ours");
+    ++*(int*)arg;
+}
+
 static void test_pending_and_flush(setup_t *s)
 {
     uct_pending_req_t req;
@@ -435,7 +453,12 @@ static void test_pending_and_flush(setup_t *s)
             ++sent;
         }
         if (st == UCS_ERR_NO_RESOURCE) {
+            /* Purged before it ran: the purge callback gets it, its func is never called. */
             CHECK_OK(uct_ep_pending_add(s->ep, &pend.super, 0), "pending_add when full");
+            purged = 0;
+            uct_ep_pending_purge(s->ep, purge_cb, &purged);
+            CHECK(purged == 1 && pend.called == 0, "purged %d, called %d", purged, pend.called);
+            CHECK_OK(uct_ep_pending_add(s->ep, &pend.super, 0), "pending_add again");
             for (i = 0; (pend.called == 0) && (i < 100000000L); ++i) {
                 uct_worker_progress(s->worker);
             }
