@@ -164,7 +164,7 @@ impl Pieces {
     ///
     /// # Safety
     /// `iov` must hold `cnt` entries describing memory valid until the operation completes.
-    unsafe fn new(st: &State, iov: *const uct_iov_t, cnt: usize) -> ucs::Result<Pieces> {
+    unsafe fn new(dom: &uct::AnyMd, iov: *const uct_iov_t, cnt: usize) -> ucs::Result<Pieces> {
         let mut p = Pieces {
             handles: Default::default(),
             spans: [(0, 0, 0); MAX_IOV],
@@ -192,7 +192,7 @@ impl Pieces {
                         let ptr = std::ptr::NonNull::new(addr as *mut u8)
                             .ok_or_else(|| ucs::Error::InvalidParam("NULL iov buffer".into()))?;
                         // SAFETY: UCX's contract: the memory stays until the operation completes.
-                        unsafe { st.dom.mem_reg(ptr, v.length)? }
+                        unsafe { dom.mem_reg(ptr, v.length)? }
                     }
                 };
                 let off = addr.wrapping_sub(memh.addr() as usize);
@@ -341,7 +341,7 @@ pub(crate) unsafe extern "C" fn ep_am_zcopy(
         // SAFETY: as above.
         let hdr = unsafe { slice_or_empty(header.cast(), header_length as usize) };
         // SAFETY: as above.
-        match unsafe { Pieces::new(st, iov, iovcnt) } {
+        match unsafe { Pieces::new(&st.dom, iov, iovcnt) } {
             Ok(p) => p.with(|v| {
                 outcome(
                     e.ep.am_zcopy(id, hdr, v, CompletionId(comp as u64)),
@@ -412,7 +412,7 @@ pub(crate) unsafe extern "C" fn ep_put_zcopy(
         // SAFETY: the caller passes a live endpoint and iovs.
         let (e, st) = unsafe { parts(ep) };
         // SAFETY: as above.
-        let r = unsafe { Pieces::new(st, iov, iovcnt) }.and_then(|p| {
+        let r = unsafe { Pieces::new(&st.dom, iov, iovcnt) }.and_then(|p| {
             let k = key(e, rkey)?;
             p.with(|v| e.ep.put_zcopy(v, remote_addr, k, CompletionId(comp as u64)))
         });
@@ -489,7 +489,7 @@ pub(crate) unsafe extern "C" fn ep_get_zcopy(
         // SAFETY: the caller passes a live endpoint and iovs.
         let (e, st) = unsafe { parts(ep) };
         // SAFETY: as above.
-        let r = unsafe { Pieces::new(st, iov, iovcnt) }.and_then(|p| {
+        let r = unsafe { Pieces::new(&st.dom, iov, iovcnt) }.and_then(|p| {
             let k = key(e, rkey)?;
             p.with(|v| e.ep.get_zcopy(v, remote_addr, k, CompletionId(comp as u64)))
         });
@@ -984,4 +984,94 @@ pub(crate) unsafe extern "C" fn ep_connect_to_ep_op(
 ) -> Status {
     // SAFETY: forwarded from the caller.
     unsafe { uct_ep_connect_to_ep(ep, dev_addr, ep_addr) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iov(
+        buffer: *mut u8,
+        length: usize,
+        memh: *mut c_void,
+        stride: usize,
+        count: u32,
+    ) -> uct_iov_t {
+        uct_iov_t {
+            buffer: buffer.cast(),
+            length,
+            memh,
+            stride,
+            count,
+        }
+    }
+
+    #[test]
+    fn iovs_expand_strides_register_missing_handles_and_check_ranges() {
+        let dom = uct::AnyMd::open("self", "memory0").unwrap();
+        let mut buf = vec![0u8; 4096];
+        let p = buf.as_mut_ptr();
+        // SAFETY: buf outlives the handle.
+        let memh = unsafe { dom.mem_reg(std::ptr::NonNull::new(p).unwrap(), buf.len()) }.unwrap();
+        let h = Box::into_raw(Box::new(Memh {
+            memh,
+            origin: crate::mem::Origin::Registered,
+        }));
+        // Three 10-byte elements 100 bytes apart, then a piece without a handle.
+        // SAFETY: offsets inside buf.
+        let v = [
+            iov(unsafe { p.add(8) }, 10, h.cast(), 100, 3),
+            iov(unsafe { p.add(2000) }, 50, std::ptr::null_mut(), 0, 1),
+        ];
+        // SAFETY: two valid entries.
+        let pieces = unsafe { Pieces::new(&dom, v.as_ptr(), 2) }.unwrap();
+        pieces.with(|iovs| {
+            let got: Vec<_> = iovs
+                .iter()
+                .map(|i| (i.ptr() as usize - p as usize, i.len()))
+                .collect();
+            assert_eq!(got, [(8, 10), (108, 10), (208, 10), (2000, 50)]);
+        });
+        // A piece past the end of its handle's memory is refused.
+        // SAFETY: the pointer is only compared, never dereferenced.
+        let bad = [iov(unsafe { p.add(4090) }, 10, h.cast(), 0, 1)];
+        assert!(matches!(
+            // SAFETY: one entry.
+            unsafe { Pieces::new(&dom, bad.as_ptr(), 1) },
+            Err(ucs::Error::InvalidParam(_))
+        ));
+        // More pieces than MAX_IOV are refused.
+        let many = [iov(p, 1, h.cast(), 1, MAX_IOV as u32 + 1)];
+        // SAFETY: one entry.
+        assert!(unsafe { Pieces::new(&dom, many.as_ptr(), 1) }.is_err());
+        // SAFETY: made above.
+        drop(unsafe { Box::from_raw(h) });
+    }
+
+    #[test]
+    fn completions_count_down_keep_the_first_failure_and_call_once() {
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        unsafe extern "C" fn cb(_c: *mut uct_completion_t) {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut c = uct_completion_t {
+            func: Some(cb),
+            count: 3,
+            status: UCS_OK,
+        };
+        // SAFETY: a live completion.
+        unsafe {
+            complete(&mut c, UCS_OK);
+            complete(&mut c, UCS_ERR_IO_ERROR);
+            assert_eq!((c.count, c.status), (1, UCS_ERR_IO_ERROR));
+            complete(&mut c, UCS_ERR_CANCELED);
+            assert_eq!(
+                (c.count, c.status),
+                (0, UCS_ERR_IO_ERROR),
+                "the first failure is kept"
+            );
+            assert_eq!(CALLS.load(Ordering::Relaxed), 1);
+            complete(std::ptr::null_mut(), UCS_OK);
+        }
+    }
 }

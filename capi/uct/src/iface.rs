@@ -950,3 +950,47 @@ pub(crate) unsafe extern "C" fn iface_close_op(h: *mut c_void) {
     // SAFETY: forwarded from the caller.
     unsafe { uct_iface_close(h) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uct::{AtomicCaps, AtomicOps};
+
+    #[test]
+    fn attributes_use_ucx_bits() {
+        let a = IfaceAttr {
+            flags: IfaceFlags::AM_SHORT
+                | IfaceFlags::PUT_ZCOPY
+                | IfaceFlags::PENDING
+                | IfaceFlags::ERRHANDLE_PEER_FAILURE
+                | IfaceFlags::CONNECT_TO_EP
+                | IfaceFlags::SYNC_ONLY
+                | IfaceFlags::TAG_EAGER_SHORT,
+            event_flags: EventFlags::FD | EventFlags::RECV,
+            atomics: AtomicCaps {
+                op64: AtomicOps::ADD,
+                fop64: AtomicOps::CSWAP,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let u = build_attr(&a, 16, 8);
+        assert_eq!(
+            u.cap.flags,
+            UCT_IFACE_FLAG_AM_SHORT
+                | UCT_IFACE_FLAG_PUT_ZCOPY
+                | UCT_IFACE_FLAG_PENDING
+                | UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE
+                | UCT_IFACE_FLAG_CONNECT_TO_EP
+                | UCT_IFACE_FLAG_CB_SYNC,
+            "rucx-only and tag-offload bits are not announced"
+        );
+        assert_eq!(
+            u.cap.event_flags,
+            UCT_IFACE_FLAG_EVENT_FD | UCT_IFACE_FLAG_EVENT_RECV
+        );
+        assert_eq!(u.cap.atomic64.op_flags, 1 << UCT_ATOMIC_OP_ADD);
+        assert_eq!(u.cap.atomic64.fop_flags, 1 << UCT_ATOMIC_OP_CSWAP);
+        assert_eq!((u.device_addr_len, u.iface_addr_len), (16, 8));
+    }
+}
