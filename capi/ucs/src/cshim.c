@@ -333,3 +333,20 @@ void rucx_c_string_buffer_dump(const struct rucx_strb *s, const char *line_prefi
         p += len + ((nl != NULL) ? 1 : 0);
     }
 }
+
+/* ---- configuration list ----------------------------------------------------------------- */
+
+/* ucs_list_link_t: {prev, next}. The object is defined in data.rs; an empty list points to
+ * itself, which only code reaching it through the GOT can set (the client's copy when it made
+ * one), so the library's constructor calls this. */
+struct rucx_list_link {
+    struct rucx_list_link *prev, *next;
+};
+
+extern struct rucx_list_link ucs_config_global_list;
+
+void rucx_c_init_config_list(void)
+{
+    ucs_config_global_list.prev = &ucs_config_global_list;
+    ucs_config_global_list.next = &ucs_config_global_list;
+}

@@ -152,11 +152,25 @@ pub static ucs_log_level_names: Names<14> = Names([
     c"PRINT".as_ptr(),
 ]);
 
+/// `ucs_config_global_list` (`ucs_list_link_t`, 16 bytes): the list of configuration
+/// tables, empty (pointing to itself once the library's constructor ran: see
+/// [`init_config_list`]); rucx keeps its tables in its own registry.
+#[no_mangle]
+pub static mut ucs_config_global_list: [*mut std::ffi::c_void; 2] = [std::ptr::null_mut(); 2];
+
 extern "C" {
+    fn rucx_c_init_config_list();
     fn rucx_c_set_log_level(level: i32);
     fn rucx_c_get_log_level() -> i32;
     fn rucx_c_set_rdtsc(mode: i32);
     fn rucx_c_get_rdtsc() -> i32;
+}
+
+/// Makes `ucs_config_global_list` an empty list (pointing to itself, in the client's copy
+/// when it made one).
+pub fn init_config_list() {
+    // SAFETY: two pointer stores through the C accessor.
+    unsafe { rucx_c_init_config_list() }
 }
 
 /// Sets the global log level (in the client's copy of `ucs_global_opts` when it has one).

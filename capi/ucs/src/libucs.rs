@@ -26,6 +26,7 @@ pub mod async_ctx;
 pub mod clock;
 pub mod cvararg;
 pub mod data;
+pub mod info;
 pub mod log;
 pub mod memtrack;
 pub mod memunits;

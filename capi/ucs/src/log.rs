@@ -105,8 +105,10 @@ pub fn apply_env_level() {
     }
 }
 
-/// Applies the environment's log level when the library is loaded, before `main`.
+/// Runs when the library is loaded, before `main`: empties the configuration list and
+/// applies the environment's log level.
 extern "C" fn on_load() {
+    crate::data::init_config_list();
     apply_env_level();
 }
 

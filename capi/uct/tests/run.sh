@@ -3,7 +3,8 @@
 # capi/build.sh DIR):
 #   capi/uct/tests/run.sh DIR [WORK]
 #  1. capi/uct/tests/c/uct_api.c and capi/ucs/tests/c/ucs_api.c (ours, against Debian's UCX 1.13
-#     headers): every uct call, the header-inline ones through the library's ops table;
+#     headers): every uct call, the header-inline ones through the library's ops table; and
+#     Debian's ucx_info -d listing rucx's transports;
 #  2. UCX's examples/uct_hello_world.c (Debian's `ucx` source, fetched into WORK) in its -i
 #     (short), -b (bcopy) and -z (zcopy) modes over posix and tcp, server and client;
 #  3. Debian's /usr/bin/ucx_perftest, unmodified: the uct tests am_lat, am_bw, put_bw -D zcopy
@@ -88,6 +89,16 @@ echo "$out" | grep -E 'uct_api|FAIL'
 out=$(UCX_LOG_LEVEL=info timeout 60 "$work/ucs_api" 2>&1)
 echo "$out" | grep -E 'ucs_api|FAIL'
 echo "$out" | grep -q 'all checks passed' && pass "ucs_api" || fail "ucs_api"
+
+rm -f "$work"/ld.info.*
+out=$(traced "$work/ld.info" 60 ucx_info -d 2>&1)
+if echo "$out" | grep -q "Transport: posix" && echo "$out" | grep -q "Transport: tcp" &&
+    echo "$out" | grep -q "Transport: cma" && loaded_ours "$work/ld.info"; then
+    pass "ucx_info -d lists rucx's transports"
+else
+    fail "ucx_info -d"
+    echo "$out" | tail -5
+fi
 
 echo "=== 2. UCX's uct_hello_world"
 bash "$here/fetch-ucx-source.sh" "$work/src" >/dev/null || fail "fetching UCX's source"
