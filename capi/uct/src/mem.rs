@@ -293,11 +293,29 @@ impl Rkey {
     /// # Safety
     /// No other reference to this key's cache may be live (keys are used from one thread, and
     /// no operation resolves a key while another resolution of it is under way).
+    #[inline(always)]
     pub unsafe fn resolve(&self, serial: u64, ep: &mut uct::AnyEp) -> ucs::Result<&RemoteKey> {
+        // SAFETY: the caller guarantees exclusive access to the cache.
+        if let Some((s, key)) = unsafe { &*self.cache.get() } {
+            if *s == serial {
+                return Ok(key);
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.resolve_slow(serial, ep) }
+    }
+
+    /// [`Rkey::resolve`] for an endpoint the cache does not hold: unpacks and caches.
+    ///
+    /// # Safety
+    /// As [`Rkey::resolve`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn resolve_slow(&self, serial: u64, ep: &mut uct::AnyEp) -> ucs::Result<&RemoteKey> {
         use uct::Endpoint;
         // SAFETY: the caller guarantees exclusive access to the cache.
         let cache = unsafe { &mut *self.cache.get() };
-        if !matches!(cache, Some((s, _)) if *s == serial) {
+        {
             let key = match ep.peer_rkey_unpack(&self.packed)? {
                 Some(k) => k,
                 None => unpacker(self.component)?.rkey_unpack(&self.packed)?,
