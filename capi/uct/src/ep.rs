@@ -1,5 +1,5 @@
-//! Endpoints (`uct_ep_h`): create, connect, destroy, and the data path the operations table
-//! points to (active messages, put, get, atomics, flush, fence, pending).
+//! Endpoints (`uct_ep_h`): create, connect, destroy, and the operations table's active
+//! message, flush, fence and pending entries (put, get and atomics are in [`crate::rma`]).
 //!
 //! The C handle points to an [`Ep`], `repr(C)` with its interface first, as `uct_ep_t`: the
 //! header-inline `uct_ep_am_short(ep, …)` calls `ep->iface->ops.ep_am_short(ep, …)`. Results
@@ -8,15 +8,15 @@
 
 use crate::ffi::*;
 use crate::guard::{fail, ffi, hot, refuse};
-use crate::iface::{slice_or_empty, Iface, Record, State};
+use crate::iface::{slice_or_empty, Iface, State};
 use crate::mem::{Memh, Rkey};
+use crate::sink::Record;
 use std::ffi::{c_uint, c_void};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use uct::Endpoint as _;
 use uct::{
-    AnyEp, AtomicOp, CompletionId, EpId, Iface as _, Iov, MemHandle, MemoryDomain, Outcome,
-    PendingId,
+    AnyEp, CompletionId, EpId, Iface as _, Iov, MemHandle, MemoryDomain, Outcome, PendingId,
 };
 
 /// Most pieces a zero-copy operation takes (the `max_iov` reported is at most this).
@@ -118,12 +118,12 @@ pub fn complete_id(st: &State, id: CompletionId, result: ucs::Result<u64>) {
     unsafe { complete(comp, status) };
 }
 
-fn record(st: &State, r: Record) -> (usize, CompletionId) {
+pub(crate) fn record(st: &State, r: Record) -> (usize, CompletionId) {
     let key = st.records.borrow_mut().insert(r);
     (key, CompletionId(((key as u64) << 1) | 1))
 }
 
-fn forget_record(st: &State, key: usize) {
+pub(crate) fn forget_record(st: &State, key: usize) {
     st.records.borrow_mut().try_remove(key);
 }
 
@@ -132,7 +132,7 @@ fn forget_record(st: &State, key: usize) {
 /// # Safety
 /// `ep` must be a live endpoint handle.
 #[inline(always)]
-unsafe fn parts<'a>(ep: *mut c_void) -> (&'a mut Ep, &'a State) {
+pub(crate) unsafe fn parts<'a>(ep: *mut c_void) -> (&'a mut Ep, &'a State) {
     // SAFETY: forwarded from the caller; the interface outlives its endpoints.
     unsafe {
         let e = &mut *ep.cast::<Ep>();
@@ -143,7 +143,7 @@ unsafe fn parts<'a>(ep: *mut c_void) -> (&'a mut Ep, &'a State) {
 
 /// The remote key of `rkey`, resolved for `e`.
 #[inline(always)]
-fn key<'a>(e: &mut Ep, rkey: usize) -> Result<&'a uct::RemoteKey, ucs::Error> {
+pub(crate) fn key<'a>(e: &mut Ep, rkey: usize) -> Result<&'a uct::RemoteKey, ucs::Error> {
     // SAFETY: the client passes a key from uct_rkey_unpack, used from one thread.
     let k = unsafe { Rkey::from_rkey(rkey) }
         .ok_or_else(|| ucs::Error::InvalidParam(format!("invalid remote key {rkey:#x}")))?;
@@ -153,7 +153,7 @@ fn key<'a>(e: &mut Ep, rkey: usize) -> Result<&'a uct::RemoteKey, ucs::Error> {
 
 /// Zero-copy pieces of a C `uct_iov_t` array: the memory handles (registered on the fly for
 /// pieces without one) and the pieces, on the stack.
-struct Pieces {
+pub(crate) struct Pieces {
     handles: [Option<MemHandle>; MAX_IOV],
     spans: [(usize, usize, usize); MAX_IOV],
     n: usize,
@@ -164,7 +164,11 @@ impl Pieces {
     ///
     /// # Safety
     /// `iov` must hold `cnt` entries describing memory valid until the operation completes.
-    unsafe fn new(dom: &uct::AnyMd, iov: *const uct_iov_t, cnt: usize) -> ucs::Result<Pieces> {
+    pub(crate) unsafe fn new(
+        dom: &uct::AnyMd,
+        iov: *const uct_iov_t,
+        cnt: usize,
+    ) -> ucs::Result<Pieces> {
         let mut p = Pieces {
             handles: Default::default(),
             spans: [(0, 0, 0); MAX_IOV],
@@ -206,7 +210,7 @@ impl Pieces {
     }
 
     /// Calls `f` with the pieces as rucx iovs.
-    fn with<R>(&self, f: impl FnOnce(&[Iov<'_>]) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&[Iov<'_>]) -> R) -> R {
         let mut arr: [MaybeUninit<Iov<'_>>; MAX_IOV] = [const { MaybeUninit::uninit() }; MAX_IOV];
         for (slot, &(h, off, len)) in arr.iter_mut().zip(&self.spans[..self.n]) {
             let memh = self.handles[h].as_ref().expect("filled with its span");
@@ -269,7 +273,7 @@ pub(crate) unsafe extern "C" fn ep_am_short_iov(
 }
 
 /// Runs a client pack callback into rucx's buffer; gives the length it wrote.
-fn pack_into(
+pub(crate) fn pack_into(
     buf: &mut [u8],
     pack: uct_pack_callback_t,
     arg: *mut c_void,
@@ -290,7 +294,7 @@ fn pack_into(
     n
 }
 
-fn bcopy_result(r: ucs::Result<Outcome<usize>>, packed: usize, name: &str) -> isize {
+pub(crate) fn bcopy_result(r: ucs::Result<Outcome<usize>>, packed: usize, name: &str) -> isize {
     match r {
         Ok(Outcome::Done(n)) => n as isize,
         Ok(Outcome::InProgress) => packed as isize,
@@ -353,345 +357,11 @@ pub(crate) unsafe extern "C" fn ep_am_zcopy(
     })
 }
 
-// ---- put / get ---------------------------------------------------------------------------
-
-/// Ops `ep_put_short`.
-pub(crate) unsafe extern "C" fn ep_put_short(
-    ep: *mut c_void,
-    buffer: *const c_void,
-    length: c_uint,
-    remote_addr: u64,
-    rkey: usize,
-) -> Status {
-    hot("uct_ep_put_short", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint and `length` bytes.
-        let (e, _) = unsafe { parts(ep) };
-        // SAFETY: as above.
-        let data = unsafe { slice_or_empty(buffer.cast(), length as usize) };
-        let r = key(e, rkey).and_then(|k| e.ep.put_short(data, remote_addr, k));
-        outcome(r, "uct_ep_put_short")
-    })
-}
-
-/// Ops `ep_put_bcopy`.
-pub(crate) unsafe extern "C" fn ep_put_bcopy(
-    ep: *mut c_void,
-    pack: Option<uct_pack_callback_t>,
-    arg: *mut c_void,
-    remote_addr: u64,
-    rkey: usize,
-) -> isize {
-    hot("uct_ep_put_bcopy", UCS_ERR_IO_ERROR as isize, || {
-        // SAFETY: the caller passes a live endpoint.
-        let (e, _) = unsafe { parts(ep) };
-        let Some(pack) = pack else {
-            return refuse(
-                "uct_ep_put_bcopy",
-                UCS_ERR_INVALID_PARAM,
-                "NULL pack callback",
-            ) as isize;
-        };
-        let mut packed = 0;
-        let r = key(e, rkey).and_then(|k| {
-            e.ep.put_bcopy(|buf| pack_into(buf, pack, arg, &mut packed), remote_addr, k)
-        });
-        bcopy_result(r, packed, "uct_ep_put_bcopy")
-    })
-}
-
-/// Ops `ep_put_zcopy`.
-pub(crate) unsafe extern "C" fn ep_put_zcopy(
-    ep: *mut c_void,
-    iov: *const uct_iov_t,
-    iovcnt: usize,
-    remote_addr: u64,
-    rkey: usize,
-    comp: *mut uct_completion_t,
-) -> Status {
-    hot("uct_ep_put_zcopy", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint and iovs.
-        let (e, st) = unsafe { parts(ep) };
-        // SAFETY: as above.
-        let r = unsafe { Pieces::new(&st.dom, iov, iovcnt) }.and_then(|p| {
-            let k = key(e, rkey)?;
-            p.with(|v| e.ep.put_zcopy(v, remote_addr, k, CompletionId(comp as u64)))
-        });
-        outcome(r, "uct_ep_put_zcopy")
-    })
-}
-
-/// Ops `ep_get_short`.
-pub(crate) unsafe extern "C" fn ep_get_short(
-    ep: *mut c_void,
-    buffer: *mut c_void,
-    length: c_uint,
-    remote_addr: u64,
-    rkey: usize,
-) -> Status {
-    hot("uct_ep_get_short", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint and a `length`-byte buffer.
-        let (e, _) = unsafe { parts(ep) };
-        if buffer.is_null() && length > 0 {
-            return refuse("uct_ep_get_short", UCS_ERR_INVALID_PARAM, "NULL buffer");
-        }
-        let buf: &mut [u8] = if length == 0 {
-            &mut []
-        } else {
-            // SAFETY: checked non-null; the caller's buffer of `length` bytes.
-            unsafe { std::slice::from_raw_parts_mut(buffer.cast(), length as usize) }
-        };
-        let r = key(e, rkey).and_then(|k| e.ep.get_short(buf, remote_addr, k));
-        outcome(r, "uct_ep_get_short")
-    })
-}
-
-/// Ops `ep_get_bcopy`: the data go to `unpack` now (`UCS_OK`) or later, before `comp`.
-pub(crate) unsafe extern "C" fn ep_get_bcopy(
-    ep: *mut c_void,
-    unpack: Option<uct_unpack_callback_t>,
-    arg: *mut c_void,
-    length: usize,
-    remote_addr: u64,
-    rkey: usize,
-    comp: *mut uct_completion_t,
-) -> Status {
-    hot("uct_ep_get_bcopy", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint.
-        let (e, st) = unsafe { parts(ep) };
-        let Some(unpack) = unpack else {
-            return refuse(
-                "uct_ep_get_bcopy",
-                UCS_ERR_INVALID_PARAM,
-                "NULL unpack callback",
-            );
-        };
-        let (rec, id) = record(st, Record::GetBcopy { comp, unpack, arg });
-        // SAFETY: the client's unpack callback, with the data during the call.
-        let mut now = |data: &[u8]| unsafe { unpack(arg, data.as_ptr().cast(), data.len()) };
-        let r = key(e, rkey).and_then(|k| e.ep.get_bcopy(length, remote_addr, k, id, &mut now));
-        if !matches!(r, Ok(Outcome::InProgress)) {
-            forget_record(st, rec);
-        }
-        outcome(r, "uct_ep_get_bcopy")
-    })
-}
-
-/// Ops `ep_get_zcopy`.
-pub(crate) unsafe extern "C" fn ep_get_zcopy(
-    ep: *mut c_void,
-    iov: *const uct_iov_t,
-    iovcnt: usize,
-    remote_addr: u64,
-    rkey: usize,
-    comp: *mut uct_completion_t,
-) -> Status {
-    hot("uct_ep_get_zcopy", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint and iovs.
-        let (e, st) = unsafe { parts(ep) };
-        // SAFETY: as above.
-        let r = unsafe { Pieces::new(&st.dom, iov, iovcnt) }.and_then(|p| {
-            let k = key(e, rkey)?;
-            p.with(|v| e.ep.get_zcopy(v, remote_addr, k, CompletionId(comp as u64)))
-        });
-        outcome(r, "uct_ep_get_zcopy")
-    })
-}
-
-// ---- atomics -----------------------------------------------------------------------------
-
-fn atomic_op(opcode: c_uint, fetch: bool) -> ucs::Result<AtomicOp> {
-    Ok(match opcode {
-        UCT_ATOMIC_OP_ADD => AtomicOp::Add,
-        UCT_ATOMIC_OP_AND => AtomicOp::And,
-        UCT_ATOMIC_OP_OR => AtomicOp::Or,
-        UCT_ATOMIC_OP_XOR => AtomicOp::Xor,
-        UCT_ATOMIC_OP_SWAP if fetch => AtomicOp::Swap,
-        _ => {
-            return Err(ucs::Error::InvalidParam(format!(
-                "atomic opcode {opcode} (fetch: {fetch})"
-            )))
-        }
-    })
-}
-
-/// Ops `ep_atomic32_post`.
-pub(crate) unsafe extern "C" fn ep_atomic32_post(
-    ep: *mut c_void,
-    opcode: c_uint,
-    value: u32,
-    remote_addr: u64,
-    rkey: usize,
-) -> Status {
-    hot("uct_ep_atomic32_post", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint.
-        let (e, _) = unsafe { parts(ep) };
-        let r = atomic_op(opcode, false).and_then(|op| {
-            let k = key(e, rkey)?;
-            e.ep.atomic32_post(op, value, remote_addr, k)
-        });
-        outcome(r, "uct_ep_atomic32_post")
-    })
-}
-
-/// Ops `ep_atomic64_post`.
-pub(crate) unsafe extern "C" fn ep_atomic64_post(
-    ep: *mut c_void,
-    opcode: c_uint,
-    value: u64,
-    remote_addr: u64,
-    rkey: usize,
-) -> Status {
-    hot("uct_ep_atomic64_post", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint.
-        let (e, _) = unsafe { parts(ep) };
-        let r = atomic_op(opcode, false).and_then(|op| {
-            let k = key(e, rkey)?;
-            e.ep.atomic64_post(op, value, remote_addr, k)
-        });
-        outcome(r, "uct_ep_atomic64_post")
-    })
-}
-
-/// Runs a fetching atomic with a [`Record`] carrying its result location; writes the value
-/// at once when it is done.
-fn fetch<T: Copy>(
-    st: &State,
-    rec: Record,
-    result: *mut T,
-    name: &str,
-    op: impl FnOnce(CompletionId) -> ucs::Result<Outcome<T>>,
-) -> Status {
-    if result.is_null() {
-        return refuse(name, UCS_ERR_INVALID_PARAM, "NULL result pointer");
-    }
-    let (key, id) = record(st, rec);
-    let r = op(id);
-    match r {
-        Ok(Outcome::Done(v)) => {
-            forget_record(st, key);
-            // SAFETY: checked non-null; the client's result location.
-            unsafe { *result = v };
-            UCS_OK
-        }
-        Ok(Outcome::InProgress) => UCS_INPROGRESS,
-        other => {
-            forget_record(st, key);
-            outcome(other, name)
-        }
-    }
-}
-
-/// Ops `ep_atomic32_fetch`.
-pub(crate) unsafe extern "C" fn ep_atomic32_fetch(
-    ep: *mut c_void,
-    opcode: c_uint,
-    value: u32,
-    result: *mut u32,
-    remote_addr: u64,
-    rkey: usize,
-    comp: *mut uct_completion_t,
-) -> Status {
-    hot("uct_ep_atomic32_fetch", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint.
-        let (e, st) = unsafe { parts(ep) };
-        fetch(
-            st,
-            Record::Fetch32 { comp, result },
-            result,
-            "uct_ep_atomic32_fetch",
-            |id| {
-                let op = atomic_op(opcode, true)?;
-                let k = key(e, rkey)?;
-                e.ep.atomic32_fetch(op, value, remote_addr, k, id)
-            },
-        )
-    })
-}
-
-/// Ops `ep_atomic64_fetch`.
-pub(crate) unsafe extern "C" fn ep_atomic64_fetch(
-    ep: *mut c_void,
-    opcode: c_uint,
-    value: u64,
-    result: *mut u64,
-    remote_addr: u64,
-    rkey: usize,
-    comp: *mut uct_completion_t,
-) -> Status {
-    hot("uct_ep_atomic64_fetch", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint.
-        let (e, st) = unsafe { parts(ep) };
-        fetch(
-            st,
-            Record::Fetch64 { comp, result },
-            result,
-            "uct_ep_atomic64_fetch",
-            |id| {
-                let op = atomic_op(opcode, true)?;
-                let k = key(e, rkey)?;
-                e.ep.atomic64_fetch(op, value, remote_addr, k, id)
-            },
-        )
-    })
-}
-
-/// Ops `ep_atomic_cswap32`.
-pub(crate) unsafe extern "C" fn ep_atomic_cswap32(
-    ep: *mut c_void,
-    compare: u32,
-    swap: u32,
-    remote_addr: u64,
-    rkey: usize,
-    result: *mut u32,
-    comp: *mut uct_completion_t,
-) -> Status {
-    hot("uct_ep_atomic_cswap32", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint.
-        let (e, st) = unsafe { parts(ep) };
-        fetch(
-            st,
-            Record::Fetch32 { comp, result },
-            result,
-            "uct_ep_atomic_cswap32",
-            |id| {
-                let k = key(e, rkey)?;
-                e.ep.atomic_cswap32(compare, swap, remote_addr, k, id)
-            },
-        )
-    })
-}
-
-/// Ops `ep_atomic_cswap64`.
-pub(crate) unsafe extern "C" fn ep_atomic_cswap64(
-    ep: *mut c_void,
-    compare: u64,
-    swap: u64,
-    remote_addr: u64,
-    rkey: usize,
-    result: *mut u64,
-    comp: *mut uct_completion_t,
-) -> Status {
-    hot("uct_ep_atomic_cswap64", UCS_ERR_IO_ERROR, || {
-        // SAFETY: the caller passes a live endpoint.
-        let (e, st) = unsafe { parts(ep) };
-        fetch(
-            st,
-            Record::Fetch64 { comp, result },
-            result,
-            "uct_ep_atomic_cswap64",
-            |id| {
-                let k = key(e, rkey)?;
-                e.ep.atomic_cswap64(compare, swap, remote_addr, k, id)
-            },
-        )
-    })
-}
-
 // ---- flush, fence, pending ---------------------------------------------------------------
 
 /// Ops `ep_flush`: `UCS_OK` when everything issued on the endpoint completed, else
 /// `UCS_INPROGRESS` (with `comp` completed later) or `UCS_ERR_NO_RESOURCE`. Without a `comp`
-/// the caller polls (see [`crate::iface::poll_flush`]).
+/// the caller polls (see [`crate::sink::poll_flush`]).
 pub(crate) unsafe extern "C" fn ep_flush(
     ep: *mut c_void,
     _flags: c_uint,
@@ -704,7 +374,7 @@ pub(crate) unsafe extern "C" fn ep_flush(
             let Ep {
                 ep, polled_flush, ..
             } = e;
-            return crate::iface::poll_flush(st, polled_flush, "uct_ep_flush", |id| ep.flush(id));
+            return crate::sink::poll_flush(st, polled_flush, "uct_ep_flush", |id| ep.flush(id));
         }
         outcome(e.ep.flush(CompletionId(comp as u64)), "uct_ep_flush")
     })

@@ -20,6 +20,8 @@ pub mod guard;
 pub mod iface;
 pub mod mem;
 pub mod ops;
+pub mod rma;
+pub mod sink;
 pub mod worker;
 
 use ffi::*;

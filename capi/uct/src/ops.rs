@@ -6,6 +6,8 @@
 use crate::ep::*;
 use crate::ffi::*;
 use crate::iface::*;
+use crate::rma::*;
+use crate::sink::*;
 use std::ffi::{c_int, c_uint, c_void};
 
 type Ptr = *mut c_void;
