@@ -121,12 +121,14 @@ pub unsafe extern "C" fn ucs_config_parser_print_all_opts(
     flags: u32,
     _config_list: *mut c_void,
 ) {
-    if stream.is_null() {
-        return;
-    }
-    let text = CString::new(all_opts_text(flags).replace('\0', " ")).unwrap_or_default();
-    // SAFETY: an open stream and a NUL-terminated string.
-    unsafe { libc::fputs(text.as_ptr(), stream) };
+    crate::guarded("ucs_config_parser_print_all_opts", (), || {
+        if stream.is_null() {
+            return;
+        }
+        let text = CString::new(all_opts_text(flags).replace('\0', " ")).unwrap_or_default();
+        // SAFETY: an open stream and a NUL-terminated string.
+        unsafe { libc::fputs(text.as_ptr(), stream) };
+    })
 }
 
 #[cfg(test)]

@@ -36,3 +36,17 @@ pub mod status;
 pub mod sys;
 
 pub use status::{codes, status_cstr, Status};
+
+/// Runs the body of an exported function that does more than a few loads and stores, so a
+/// Rust panic (a bug) becomes `on_panic` and one log line instead of unwinding into C.
+pub(crate) fn guarded<R>(name: &str, on_panic: R, body: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(_) => {
+            let _ = std::panic::catch_unwind(
+                || tracing::error!(target: "ucx", "{name}: internal error (panic); returning"),
+            );
+            on_panic
+        }
+    }
+}

@@ -164,26 +164,28 @@ pub extern "C" fn rucx_ucs_log_emit(
     comp_name: *const c_char,
     message: *const c_char,
 ) {
-    init_tracing();
-    let (file, function, comp) = (cstr(file), cstr(function), cstr(comp_name));
-    let message = cstr(message);
-    let file = file.rsplit('/').next().unwrap_or_default();
-    let place = if line > 0 {
-        format!("{file}:{line} {function}")
-    } else {
-        String::new()
-    };
-    match level {
-        level::FATAL | level::ERROR => {
-            tracing::error!(target: "ucx", "{comp} {place} {message}")
+    crate::guarded("rucx_ucs_log_emit", (), || {
+        init_tracing();
+        let (file, function, comp) = (cstr(file), cstr(function), cstr(comp_name));
+        let message = cstr(message);
+        let file = file.rsplit('/').next().unwrap_or_default();
+        let place = if line > 0 {
+            format!("{file}:{line} {function}")
+        } else {
+            String::new()
+        };
+        match level {
+            level::FATAL | level::ERROR => {
+                tracing::error!(target: "ucx", "{comp} {place} {message}")
+            }
+            level::WARN => tracing::warn!(target: "ucx", "{comp} {place} {message}"),
+            level::DIAG | level::INFO | level::PRINT => {
+                tracing::info!(target: "ucx", "{comp} {place} {message}")
+            }
+            level::DEBUG => tracing::debug!(target: "ucx", "{comp} {place} {message}"),
+            _ => tracing::trace!(target: "ucx", "{comp} {place} {message}"),
         }
-        level::WARN => tracing::warn!(target: "ucx", "{comp} {place} {message}"),
-        level::DIAG | level::INFO | level::PRINT => {
-            tracing::info!(target: "ucx", "{comp} {place} {message}")
-        }
-        level::DEBUG => tracing::debug!(target: "ucx", "{comp} {place} {message}"),
-        _ => tracing::trace!(target: "ucx", "{comp} {place} {message}"),
-    }
+    })
 }
 
 /// Called by `cshim.c` for `ucs_fatal_error_*`: logs the message and aborts, as UCX does.
@@ -202,25 +204,27 @@ pub extern "C" fn rucx_ucs_fatal(
 /// handler, or one beyond the 32 the stack holds, is refused with a log line.
 #[no_mangle]
 pub extern "C" fn ucs_log_push_handler(handler: Option<LogFunc>) {
-    let Some(handler) = handler else {
-        tracing::warn!(target: "ucx", "ucs_log_push_handler: NULL handler ignored");
-        return;
-    };
-    let pushed = with_handlers(|h| {
-        if h.len() < MAX_HANDLERS {
-            h.push(handler);
-            true
-        } else {
-            false
+    crate::guarded("ucs_log_push_handler", (), || {
+        let Some(handler) = handler else {
+            tracing::warn!(target: "ucx", "ucs_log_push_handler: NULL handler ignored");
+            return;
+        };
+        let pushed = with_handlers(|h| {
+            if h.len() < MAX_HANDLERS {
+                h.push(handler);
+                true
+            } else {
+                false
+            }
+        });
+        if !pushed {
+            init_tracing();
+            tracing::error!(
+                target: "ucx",
+                "ucs_log_push_handler: the stack is full ({MAX_HANDLERS} handlers); handler ignored"
+            );
         }
-    });
-    if !pushed {
-        init_tracing();
-        tracing::error!(
-            target: "ucx",
-            "ucs_log_push_handler: the stack is full ({MAX_HANDLERS} handlers); handler ignored"
-        );
-    }
+    })
 }
 
 /// `void ucs_log_pop_handler(void)`: removes the last pushed handler (never the default one).

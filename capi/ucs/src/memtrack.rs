@@ -146,17 +146,21 @@ fn name_of(name: *const c_char) -> String {
 /// `void ucs_memtrack_allocated(void *ptr, size_t size, const char *name)`.
 #[no_mangle]
 pub extern "C" fn ucs_memtrack_allocated(ptr: *mut c_void, size: usize, name: *const c_char) {
-    if !ptr.is_null() && is_enabled() {
-        allocated(ptr as usize, size, &name_of(name));
-    }
+    crate::guarded("ucs_memtrack_allocated", (), || {
+        if !ptr.is_null() && is_enabled() {
+            allocated(ptr as usize, size, &name_of(name));
+        }
+    })
 }
 
 /// `void ucs_memtrack_releasing(void *ptr)`.
 #[no_mangle]
 pub extern "C" fn ucs_memtrack_releasing(ptr: *mut c_void) {
-    if !ptr.is_null() && is_enabled() {
-        releasing(ptr as usize);
-    }
+    crate::guarded("ucs_memtrack_releasing", (), || {
+        if !ptr.is_null() && is_enabled() {
+            releasing(ptr as usize);
+        }
+    })
 }
 
 /// `int ucs_memtrack_is_enabled(void)`.
