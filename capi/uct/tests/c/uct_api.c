@@ -12,6 +12,7 @@
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -478,6 +479,34 @@ static void test_pending_and_flush(setup_t *s)
     flush_all(s);
 }
 
+/* Sleeping on the receiver's event descriptor: armed, a message makes it readable. */
+static void test_wakeup(setup_t *s)
+{
+    struct pollfd pfd = {.events = POLLIN};
+    ucs_status_t st;
+    long i;
+    int n = rx.count;
+
+    if (!(s->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_FD) ||
+        !(s->attr.cap.flags & UCT_IFACE_FLAG_AM_SHORT)) {
+        return;
+    }
+    CHECK_OK(uct_iface_event_fd_get(s->b, &pfd.fd), "event_fd_get");
+    for (i = 0; i < 1000; ++i) {
+        st = uct_iface_event_arm(s->b, UCT_EVENT_RECV);
+        if (st != UCS_ERR_BUSY) {
+            break;
+        }
+        uct_worker_progress(s->worker); /* events were waiting: progress, then arm again */
+    }
+    CHECK_OK(st, "event_arm");
+    CHECK(poll(&pfd, 1, 0) == 0, "nothing to do: the descriptor is not readable");
+    CHECK_OK(uct_ep_am_short(s->ep, 7, 0, "wake", 5), "am_short");
+    CHECK(poll(&pfd, 1, 10000) == 1, "the message made the descriptor readable");
+    wait_rx(s, n + 1);
+    CHECK(!strcmp(rx.data + 8, "wake"), "the message after the wake-up");
+}
+
 static void run(const char *tl, const char *dev)
 {
     setup_t s;
@@ -505,6 +534,7 @@ static void run(const char *tl, const char *dev)
     }
     test_rma(&s);
     test_pending_and_flush(&s);
+    test_wakeup(&s);
 
     uct_ep_destroy(s.ep);
     if (s.back != NULL) {
