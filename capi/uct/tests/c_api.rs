@@ -1,7 +1,9 @@
-//! Runs `tests/c/uct_api.c` (compiled against UCX 1.13's installed headers) on this package's
-//! `libuct.so.0` with `libucs.so.0` beside it: every uct call, the header-inline ones through
-//! the operations table and progress queue the library lays out, over self, posix, sysv, cma
-//! and tcp. Fails, naming the package to install, when the headers are missing.
+//! Runs `tests/c/uct_api.c` and `tests/c/peer_death.c` (compiled against UCX 1.13's installed
+//! headers) on this package's `libuct.so.0` with `libucs.so.0` beside it: every uct call, the
+//! header-inline ones through the operations table and progress queue the library lays out,
+//! over self, posix, sysv, cma and tcp; and a peer killed under an endpoint reaching the
+//! interface's error handler over posix, sysv and tcp. Fails, naming the package to install,
+//! when the headers are missing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,37 +45,50 @@ fn c_program_against_the_ucx_headers() {
     std::fs::create_dir_all(&dir).expect("lib dir");
     install(&dir, "librucx_uct.so", "uct");
     install(&dir, "librucx_ucs.so", "ucs");
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/uct_api.c");
-    let exe = dir.join("uct_api");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg(format!("-L{}", dir.display()))
-        .args(["-luct", "-lucs"])
-        .output()
-        .expect("run cc");
-    assert!(
-        cc.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let out = Command::new(&exe)
-        .args([
-            "self/memory0",
-            "posix/memory",
-            "sysv/memory",
-            "cma/memory",
-            "tcp/lo",
-        ])
-        .env("LD_LIBRARY_PATH", &dir)
-        .env("RUCX_LOG_LEVEL", "error")
-        .output()
-        .expect("run uct_api");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.matches(" passed").count() == 5,
-        "uct_api failed:\n{stdout}\n{stderr}"
-    );
+    for (name, args, expect) in [
+        (
+            "uct_api",
+            &[
+                "self/memory0",
+                "posix/memory",
+                "sysv/memory",
+                "cma/memory",
+                "tcp/lo",
+            ][..],
+            5,
+        ),
+        (
+            "peer_death",
+            &["posix/memory", "sysv/memory", "tcp/lo"][..],
+            3,
+        ),
+    ] {
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+        let exe = dir.join(name);
+        let cc = Command::new("cc")
+            .args(["-O1", "-Wall", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .arg(format!("-L{}", dir.display()))
+            .args(["-luct", "-lucs"])
+            .output()
+            .expect("run cc");
+        assert!(
+            cc.status.success(),
+            "cc {name}: {}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        let out = Command::new(&exe)
+            .args(args)
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("RUCX_LOG_LEVEL", "error")
+            .output()
+            .expect("run the test program");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stdout.matches(" passed").count() == expect,
+            "{name} failed:\n{stdout}\n{stderr}"
+        );
+    }
 }

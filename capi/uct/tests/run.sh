@@ -3,7 +3,8 @@
 # capi/build.sh DIR):
 #   capi/uct/tests/run.sh DIR [WORK]
 #  1. capi/uct/tests/c/uct_api.c and capi/ucs/tests/c/ucs_api.c (ours, against Debian's UCX 1.13
-#     headers): every uct call, the header-inline ones through the library's ops table; and
+#     headers): every uct call, the header-inline ones through the library's ops table;
+#     capi/uct/tests/c/peer_death.c: a killed peer reaches the interface's error handler; and
 #     Debian's ucx_info -d listing rucx's transports;
 #  2. UCX's examples/uct_hello_world.c (Debian's `ucx` source, fetched into WORK) in its -i
 #     (short), -b (bcopy) and -z (zcopy) modes over posix and tcp, server and client;
@@ -90,6 +91,12 @@ out=$(UCX_LOG_LEVEL=info timeout 60 "$work/ucs_api" 2>&1)
 echo "$out" | grep -E 'ucs_api|FAIL'
 echo "$out" | grep -q 'all checks passed' && pass "ucs_api" || fail "ucs_api"
 
+cc -O1 -Wall -o "$work/peer_death" "$here/c/peer_death.c" -L"$lib" -luct -lucs ||
+    fail "compile peer_death.c"
+out=$(RUCX_LOG_LEVEL=error timeout 180 "$work/peer_death" posix/memory sysv/memory tcp/lo 2>&1)
+echo "$out" | grep -E 'peer_death|FAIL'
+[ "$(echo "$out" | grep -c 'passed$')" = 3 ] && pass "peer_death over posix, sysv, tcp" ||
+    fail "peer_death"
 rm -f "$work"/ld.info.*
 out=$(traced "$work/ld.info" 60 ucx_info -d 2>&1)
 if echo "$out" | grep -q "Transport: posix" && echo "$out" | grep -q "Transport: tcp" &&
