@@ -8,13 +8,85 @@
 //! `UCS_INPROGRESS`) until `uct_iface_release_desc`. A longer message is given in place,
 //! without the flag: the handler reads it during the call.
 
-use crate::ep::complete_id;
 use crate::ffi::*;
 use crate::guard::hot;
 use crate::iface::{Iface, State};
 use std::cell::Cell;
 use std::ffi::{c_uint, c_void};
 use uct::{CompletionId, EpId, EventSink, Iface as _, PendingId};
+
+/// Counts one completion of `comp` with `status` (the first failure is kept), and calls its
+/// function when the count reaches zero.
+///
+/// # Safety
+/// `comp` must be NULL or the client's live `uct_completion_t`.
+pub unsafe fn complete(comp: *mut uct_completion_t, status: Status) {
+    if comp.is_null() {
+        return;
+    }
+    // SAFETY: the client's completion, live until its count reaches zero.
+    unsafe {
+        if status != UCS_OK && (*comp).status == UCS_OK {
+            (*comp).status = status;
+        }
+        (*comp).count -= 1;
+        if (*comp).count == 0 {
+            if let Some(f) = (*comp).func {
+                f(comp);
+            }
+        }
+    }
+}
+
+/// Completes what `id` names: a client `uct_completion_t`, or a [`Record`] (odd ids).
+pub fn complete_id(st: &State, id: CompletionId, result: ucs::Result<u64>) {
+    let status = match &result {
+        Ok(_) => UCS_OK,
+        Err(e) => crate::guard::status_of(e),
+    };
+    if id.0 & 1 == 0 {
+        // SAFETY: an even id is the client's completion pointer given to the operation.
+        unsafe { complete(id.0 as *mut uct_completion_t, status) };
+        return;
+    }
+    let key = (id.0 >> 1) as usize;
+    if let Some(Record::PollFlush { status: s }) = st.records.borrow_mut().get_mut(key) {
+        // Kept for the poller to find, with its status.
+        *s = Some(status);
+        return;
+    }
+    let rec = st.records.borrow_mut().try_remove(key);
+    let comp = match rec {
+        Some(Record::Fetch32 { comp, result: r }) => {
+            if let Ok(v) = result {
+                // SAFETY: the client's result location, live until completion.
+                unsafe { *r = v as u32 };
+            }
+            comp
+        }
+        Some(Record::Fetch64 { comp, result: r }) => {
+            if let Ok(v) = result {
+                // SAFETY: as above.
+                unsafe { *r = v };
+            }
+            comp
+        }
+        Some(Record::GetBcopy { comp, .. }) => comp,
+        // Handled above (kept in place).
+        Some(Record::PollFlush { .. }) | None => return,
+    };
+    // SAFETY: the client's completion recorded with the operation.
+    unsafe { complete(comp, status) };
+}
+
+pub(crate) fn record(st: &State, r: Record) -> (usize, CompletionId) {
+    let key = st.records.borrow_mut().insert(r);
+    (key, CompletionId(((key as u64) << 1) | 1))
+}
+
+pub(crate) fn forget_record(st: &State, key: usize) {
+    st.records.borrow_mut().try_remove(key);
+}
 
 /// Longest active message copied into a descriptor the handler may keep. Copying up to four
 /// cache lines costs less than the handler's own work; a longer message is handed in place,
@@ -268,4 +340,37 @@ pub(crate) unsafe extern "C" fn iface_progress(h: *mut c_void) -> c_uint {
         it.st.busy.set(false);
         n as c_uint
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn completions_count_down_keep_the_first_failure_and_call_once() {
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        unsafe extern "C" fn cb(_c: *mut uct_completion_t) {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut c = uct_completion_t {
+            func: Some(cb),
+            count: 3,
+            status: UCS_OK,
+        };
+        // SAFETY: a live completion.
+        unsafe {
+            complete(&mut c, UCS_OK);
+            complete(&mut c, UCS_ERR_IO_ERROR);
+            assert_eq!((c.count, c.status), (1, UCS_ERR_IO_ERROR));
+            complete(&mut c, UCS_ERR_CANCELED);
+            assert_eq!(
+                (c.count, c.status),
+                (0, UCS_ERR_IO_ERROR),
+                "the first failure is kept"
+            );
+            assert_eq!(CALLS.load(Ordering::Relaxed), 1);
+            complete(std::ptr::null_mut(), UCS_OK);
+        }
+    }
 }
