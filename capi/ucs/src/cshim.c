@@ -350,3 +350,26 @@ void rucx_c_init_config_list(void)
     ucs_config_global_list.prev = &ucs_config_global_list;
     ucs_config_global_list.next = &ucs_config_global_list;
 }
+
+/* ---- string set: the variadic add -------------------------------------------------------- */
+
+/* Rust (string_set.rs): adds a copy of `str`. */
+ucs_status_t ucs_string_set_add(void *sset, const char *str);
+
+ucs_status_t rucx_c_string_set_addf(void *sset, const char *fmt, ...)
+{
+    char buf[4096];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        return -5; /* UCS_ERR_INVALID_PARAM */
+    }
+    if ((size_t)n >= sizeof(buf)) {
+        return -21; /* UCS_ERR_EXCEEDS_LIMIT: longer than a string set entry may be */
+    }
+    return ucs_string_set_add(sset, buf);
+}

@@ -62,4 +62,6 @@ forward_to_c! {
     ucs_string_buffer_extract_mem => rucx_c_string_buffer_extract_mem;
     /// `void ucs_string_buffer_dump(strb, line_prefix, stream)`: prints it line by line.
     ucs_string_buffer_dump => rucx_c_string_buffer_dump;
+    /// `ucs_status_t ucs_string_set_addf(sset, format, ...)`: adds the formatted string.
+    ucs_string_set_addf => rucx_c_string_set_addf;
 }

@@ -10,9 +10,9 @@
 //! - [`data`]: the data objects clients import, with UCX 1.13's sizes (`ucs_global_opts`,
 //!   `ucs_memory_type_names` …), some through copy relocations;
 //! - [`clock`]: the TSC switch and frequency the header-inline `ucs_get_time` uses;
-//! - [`memunits`], [`sock`], [`memtrack`], [`async_ctx`], [`sys`]: memory-unit strings,
-//!   socket-address helpers, memory tracking, async contexts, system queries and string
-//!   helpers;
+//! - [`memunits`], [`sock`], [`memtrack`], [`async_ctx`], [`sys`], [`string_set`], [`info`]:
+//!   memory-unit strings, socket-address helpers, memory tracking, async contexts, system
+//!   queries and string helpers, string sets, what `ucx_info` asks;
 //! - [`cvararg`]: the exported names of the functions written in C (`src/cshim.c`: variadic
 //!   functions and the string buffer).
 //!
@@ -33,6 +33,7 @@ pub mod memunits;
 pub mod sock;
 #[path = "lib.rs"]
 pub mod status;
+pub mod string_set;
 pub mod sys;
 
 pub use status::{codes, status_cstr, Status};

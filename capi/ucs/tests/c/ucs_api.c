@@ -9,6 +9,7 @@
  */
 #include <ucs/config/global_opts.h>
 #include <ucs/datastruct/string_buffer.h>
+#include <ucs/datastruct/string_set.h>
 #include <ucs/debug/log_def.h>
 #include <ucs/debug/memtrack.h>
 #include <ucs/memory/memory_type.h>
@@ -133,6 +134,25 @@ static void test_strings(void)
     CHECK(!strcmp(ucs_memunits_to_str(3 << 20, buf, sizeof(buf)), "3M"), "3M: %s", buf);
 }
 
+static void test_string_set(void)
+{
+    ucs_string_set_t sset;
+    ucs_string_buffer_t strb = UCS_STRING_BUFFER_INITIALIZER;
+
+    ucs_string_set_init(&sset);
+    CHECK(kh_size(&sset) == 0, "a new set is empty (khash size, read inline)");
+    CHECK(ucs_string_set_add(&sset, "tcp") == UCS_OK, "add");
+    CHECK(ucs_string_set_addf(&sset, "%s%d", "memory", 0) == UCS_OK, "addf");
+    CHECK(ucs_string_set_add(&sset, "tcp") == UCS_OK, "add again");
+    CHECK(kh_size(&sset) == 2, "two strings: %u", kh_size(&sset));
+    CHECK(ucs_string_set_contains(&sset, "memory0"), "contains the formatted one");
+    CHECK(ucs_string_set_print_sorted(&sset, &strb, ", ") == UCS_OK, "print");
+    CHECK(!strcmp(ucs_string_buffer_cstr(&strb), "memory0, tcp"), "sorted: '%s'",
+          ucs_string_buffer_cstr(&strb));
+    ucs_string_buffer_cleanup(&strb);
+    ucs_string_set_cleanup(&sset);
+}
+
 static void test_sockaddr(void)
 {
     struct sockaddr_in sin;
@@ -180,6 +200,7 @@ int main(void)
     test_logging();
     test_names();
     test_strings();
+    test_string_set();
     test_sockaddr();
     test_runtime();
     if (failures == 0) {
