@@ -255,6 +255,61 @@ pub unsafe extern "C" fn uct_md_mkey_pack(
     })
 }
 
+/// `uct_md_mkey_pack_params_t` (UCX 1.15 and later): a field mask and `UCT_MD_MKEY_PACK_FLAG_*`.
+#[repr(C)]
+pub struct MkeyPackParams {
+    /// `UCT_MD_MKEY_PACK_FIELD_FLAGS` (bit 0).
+    pub field_mask: u64,
+    /// `INVALIDATE_RMA` (bit 0), `INVALIDATE_AMO` (bit 1), `EXPORT` (bit 2).
+    pub flags: u32,
+}
+
+/// `UCT_MD_MKEY_PACK_FLAG_EXPORT`: a key another process attaches to as local memory.
+const MKEY_PACK_FLAG_EXPORT: u32 = 1 << 2;
+
+/// `ucs_status_t uct_md_mkey_pack_v2(uct_md_h md, uct_mem_h memh, void *address, size_t length,
+/// const uct_md_mkey_pack_params_t *params, void *mkey_buffer)`, as UCX 1.22's tools call it:
+/// the remote key of `memh` (which must hold `address..+length`), as [`uct_md_mkey_pack`].
+/// Exported keys (`UCT_MD_MKEY_PACK_FLAG_EXPORT`) are not supported; the invalidation flags
+/// need nothing (rucx keys end with their registration).
+///
+/// # Safety
+/// As [`uct_md_mkey_pack`]; `params` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn uct_md_mkey_pack_v2(
+    md: *mut c_void,
+    memh: *mut c_void,
+    address: *mut c_void,
+    length: usize,
+    params: *const MkeyPackParams,
+    mkey_buffer: *mut c_void,
+) -> Status {
+    const NAME: &str = "uct_md_mkey_pack_v2";
+    ffi(NAME, UCS_ERR_INVALID_PARAM, || {
+        // SAFETY: NULL or the caller's parameters.
+        if let Some(p) = unsafe { params.as_ref() } {
+            if p.field_mask & 1 != 0 && p.flags & MKEY_PACK_FLAG_EXPORT != 0 {
+                return refuse(
+                    NAME,
+                    UCS_ERR_UNSUPPORTED,
+                    "exported memory keys are not supported",
+                );
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        if let Some(m) = unsafe { Memh::from_handle(memh) } {
+            let off = (address as usize).wrapping_sub(m.memh.addr() as usize);
+            if length > 0 {
+                if let Err(e) = m.memh.range(off, length) {
+                    return fail(NAME, &e);
+                }
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { uct_md_mkey_pack(md, memh, mkey_buffer) }
+    })
+}
+
 /// An unpacked remote key (`uct_rkey_t`): the packed bytes, and the key resolved for the last
 /// endpoint that used it.
 pub struct Rkey {
