@@ -7,6 +7,8 @@
 #   ucx113  the same binary on Debian's UCX 1.13
 #   ucx122  UCX 1.22's ucx_perftest on UCX 1.22's own lib/ (the libucx-cu12 wheel from PyPI,
 #           fetched into target/ucx122 unless UCX122_DIR names an unpacked one)
+#   rucx@122  (shown, not in the ratio) UCX 1.22's ucx_perftest on rucx's libraries: the same
+#           binary on both sides of the ucx122 column
 # Rows: ucp stream_bw, ucp_am_lat and ucp_am_bw at 8 B, 64 KiB and 1 MiB over shared memory
 # (UCX_TLS=shm,self) and tcp (UCX_TLS=tcp on lo); uct am_lat, am_bw and put_bw over posix
 # and tcp. Printed per row: the median of each (latency: 50th percentile in usec; bandwidth:
@@ -60,6 +62,7 @@ run() {
         rucx) ldp=$lib ;;
         ucx113) ldp= ;;
         ucx122) bin=$ucx122/bin/ucx_perftest ldp=$ucx122/lib ;;
+        rucx122) bin=$ucx122/bin/ucx_perftest ldp=$lib ;;
     esac
     [ -x "$bin" ] || { echo -; return; }
     # The server gets the transport and device too (UCX 1.22's asks for them in uct tests).
@@ -120,18 +123,18 @@ rows+=("uct am_lat tcp 8B|lat||-t am_lat -x tcp -d lo -s 8 -n 20000")
 rows+=("uct am_bw tcp bcopy 4KiB|bw||-t am_bw -x tcp -d lo -D bcopy -s 4096 -n 20000")
 rows+=("uct put_bw tcp zcopy 64KiB|bw||-t put_bw -x tcp -d lo -D zcopy -s 65536 -n 2000")
 
-impls=(rucx ucx113 ucx122)
-printf '%-30s %5s %12s %12s %12s %8s\n' row unit rucx ucx113 ucx122 ratio
+impls=(rucx ucx113 ucx122 rucx122)
+printf '%-30s %5s %12s %12s %12s %8s %12s\n' row unit rucx ucx113 ucx122 ratio rucx@122
 for row in "${rows[@]}"; do
     IFS='|' read -r label kind envs args <<<"$row"
     if [ -n "${ROWS:-}" ] && ! [[ $label =~ $ROWS ]]; then
         continue
     fi
-    declare -A vals=([rucx]="" [ucx113]="" [ucx122]="")
+    declare -A vals=([rucx]="" [ucx113]="" [ucx122]="" [rucx122]="")
     for ((r = 0; r < repeats; r++)); do
         # Rotate who goes first each repeat.
-        for ((k = 0; k < 3; k++)); do
-            impl=${impls[$(((r + k) % 3))]}
+        for ((k = 0; k < 4; k++)); do
+            impl=${impls[$(((r + k) % 4))]}
             # shellcheck disable=SC2086
             vals[$impl]+="$(run "$impl" "$kind" "$envs" $args) "
         done
@@ -139,6 +142,7 @@ for row in "${rows[@]}"; do
     m_rucx=$(echo "${vals[rucx]}" | median)
     m_113=$(echo "${vals[ucx113]}" | median)
     m_122=$(echo "${vals[ucx122]}" | median)
+    m_r122=$(echo "${vals[rucx122]}" | median)
     ratio=$(awk -v r="$m_rucx" -v a="$m_113" -v b="$m_122" -v kind="$kind" 'BEGIN {
         if (r == "-") { print "-"; exit }
         best = "";
@@ -148,6 +152,7 @@ for row in "${rows[@]}"; do
         printf "%.2f", r / best }')
     unit=usec
     [ "$kind" = bw ] && unit=MB/s
-    printf '%-30s %5s %12s %12s %12s %8s\n' "$label" "$unit" "$m_rucx" "$m_113" "$m_122" "$ratio"
+    printf '%-30s %5s %12s %12s %12s %8s %12s\n' "$label" "$unit" "$m_rucx" "$m_113" "$m_122" \
+        "$ratio" "$m_r122"
     unset vals
 done
