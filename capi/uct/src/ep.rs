@@ -460,7 +460,7 @@ pub unsafe extern "C" fn uct_ep_create(
     })
 }
 
-/// `void uct_ep_destroy(uct_ep_h ep)`.
+/// `void uct_ep_destroy(uct_ep_h ep)` (also of an endpoint its closed interface detached).
 ///
 /// # Safety
 /// `ep` must come from [`uct_ep_create`] (or be NULL) and not be used afterwards.
@@ -470,11 +470,12 @@ pub unsafe extern "C" fn uct_ep_destroy(ep: *mut c_void) {
         if ep.is_null() {
             return;
         }
-        // SAFETY: made by Box::into_raw in uct_ep_create; its interface is live.
+        // SAFETY: made by Box::into_raw in uct_ep_create.
         let e = unsafe { Box::from_raw(ep.cast::<Ep>()) };
-        // SAFETY: as above.
-        let st = unsafe { &(*e.iface).st };
-        st.eps.borrow_mut().remove(&e.id);
+        if !e.iface.is_null() {
+            // SAFETY: a non-null interface is live (uct_iface_close detaches its endpoints).
+            unsafe { &(*e.iface).st }.eps.borrow_mut().remove(&e.id);
+        }
         drop(e);
     })
 }

@@ -342,8 +342,9 @@ pub unsafe extern "C" fn uct_iface_open(
     })
 }
 
-/// `void uct_iface_close(uct_iface_h iface)` (also the ops table's `iface_close`): endpoints
-/// still open are destroyed (with a log line), then the interface.
+/// `void uct_iface_close(uct_iface_h iface)` (also the ops table's `iface_close`). Endpoints
+/// still open are detached (with a log line): rucx's endpoint stays until the client's
+/// `uct_ep_destroy`, so a late destroy frees it instead of touching freed memory.
 ///
 /// # Safety
 /// `h` must come from [`uct_iface_open`] (or be NULL) and not be used afterwards.
@@ -363,15 +364,18 @@ pub unsafe extern "C" fn uct_iface_close(h: *mut c_void) {
             );
             return;
         }
-        let eps: Vec<*mut Ep> = it.st.eps.borrow().values().copied().collect();
+        let eps: Vec<*mut Ep> = it.st.eps.borrow_mut().drain().map(|(_, e)| e).collect();
         if !eps.is_empty() {
             tracing::warn!(
-                "uct_iface_close: {} endpoints were not destroyed: destroying them",
+                "uct_iface_close: {} endpoints were not destroyed first: they are detached from \
+                 the interface and freed by their uct_ep_destroy (their operations must not be \
+                 called any more)",
                 eps.len()
             );
             for ep in eps {
-                // SAFETY: live endpoints of this interface.
-                unsafe { crate::ep::uct_ep_destroy(ep.cast()) };
+                // SAFETY: live endpoints of this interface; the C handle stays valid for
+                // uct_ep_destroy, which frees a detached endpoint without its interface.
+                unsafe { (*ep).iface = std::ptr::null_mut() };
             }
         }
         // SAFETY: the worker outlives its interfaces (uct_worker_destroy keeps it otherwise).
