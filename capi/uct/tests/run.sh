@@ -9,9 +9,10 @@
 #  2. UCX's examples/uct_hello_world.c (Debian's `ucx` source, fetched into WORK) in its -i
 #     (short), -b (bcopy) and -z (zcopy) modes over posix and tcp, server and client;
 #  3. Debian's /usr/bin/ucx_perftest, unmodified: the uct tests am_lat, am_bw, put_bw -D zcopy
-#     and get over posix, sysv, cma and tcp (what each transport offers: cma has no active
-#     messages), then the ucp tests, of which those in UCP_TESTS_EXPECTED must pass and the
-#     others are reported.
+#     and get (UCX 1.13's name for get_bw) over posix, sysv, cma and tcp (what each transport
+#     offers: cma has no active messages), put_lat and the atomics (add_lat, fadd, cswap), then
+#     the ucp tests, of which those in UCP_TESTS_EXPECTED must pass and the others are
+#     reported.
 # Every process must have loaded DIR's libraries (LD_DEBUG=libs, checked per process).
 # Ports: each server gets a port the kernel just picked (bound to 0, then released), because
 # uct_hello_world and ucx_perftest take no port 0. Exit status: the number of failures.
@@ -188,6 +189,12 @@ for tl in posix sysv cma tcp; do
 done
 perftest pass "put_bw short posix" -t put_bw -x posix -d memory -s 8 -n 10000
 perftest pass "get bcopy sysv" -t get -x sysv -d memory -D bcopy -s 4096 -n 2000
+perftest pass "put_lat bcopy sysv" -t put_lat -x sysv -d memory -D bcopy -s 2048 -n 5000
+for tl in posix:memory tcp:lo; do
+    perftest pass "add_lat ${tl%%:*}" -t add_lat -x "${tl%%:*}" -d "${tl#*:}" -n 5000
+    perftest pass "fadd ${tl%%:*}" -t fadd -x "${tl%%:*}" -d "${tl#*:}" -n 5000
+    perftest pass "cswap ${tl%%:*}" -t cswap -x "${tl%%:*}" -d "${tl#*:}" -n 5000
+done
 for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_lat stream_bw; do
     expect=report
     [[ " $UCP_TESTS_EXPECTED " == *" $t "* ]] && expect=pass
