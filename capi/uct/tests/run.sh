@@ -173,7 +173,8 @@ perftest() { # expect(pass|report) name args...
         grep -hi 'error\|fail' "$c" "$s" | head -3
     else
         echo "report: ucx_perftest $name does not run yet on rucx's libucp (client $cli," \
-            "server $srv): $(grep -hi 'error\|warn\|fail' "$c" "$s" | head -1)"
+            "server $srv): $(grep -hi 'error\|warn\|fail' "$c" "$s" | head -1 |
+                sed 's/\x1b\[[0-9;]*m//g')"
     fi
 }
 for tl in posix sysv cma tcp; do
