@@ -275,6 +275,9 @@ pub unsafe extern "C" fn uct_iface_open(
             &dom,
             &IfaceParams {
                 device: dev.to_string(),
+                // As UCX's transports: an endpoint whose connection is being made answers
+                // UCS_ERR_NO_RESOURCE until it is up.
+                connect_backpressure: true,
             },
             &w.procs,
         ) {
