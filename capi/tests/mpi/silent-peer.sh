@@ -57,7 +57,7 @@ one_case() {
   launch "$mpi" 2 "$tls" $((secs + 120)) "$out/log" -- "$work/silent_peer.$mpi" "$out" "$secs" "$how"
   waited=$(awk '$3 == "time" && $4 == "waited" { print $5 }' "$out/rank-0.txt" 2>/dev/null || true)
   silent=$(awk '$3 == "time" && $4 == "silent" { print $5 }' "$out/rank-1.txt" 2>/dev/null || true)
-  if grep -q '^timeout: sending signal' "$out/log"; then
+  if grep -q 'timeout: sending signal' "$out/log"; then
     fail "$name" "hung: killed by the watchdog after $((secs + 120)) s" "$out/log"
   elif [ "$status" != 0 ]; then
     check_ranks "$out" 2 || true
