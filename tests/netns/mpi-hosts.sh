@@ -202,6 +202,9 @@ job() {
   echo "$status $elapsed" >"$(dirname "$log")/status"
 }
 
+# wrong_data DIR: a rank of the job in DIR got a message with wrong bytes or length.
+wrong_data() { grep -q ' FAIL .*wrong\| FAIL .*bad byte\| FAIL .*bytes from' "$1"/rank-*.txt 2>/dev/null; }
+
 # The result of one case, as a table cell and a verdict: sets `cell` and returns 1 on failure
 # (with `why`).
 judge() { # KIND(ok|cut) DIR NP
@@ -218,7 +221,7 @@ judge() { # KIND(ok|cut) DIR NP
       return 0
     fi
     check_ranks "$dir" "$np" || true
-    if grep -q ' FAIL .*wrong\| FAIL .*bad byte' "$dir"/rank-*.txt 2>/dev/null; then
+    if wrong_data "$dir"; then
       cell="WRONG DATA"
     else
       cell="error ${elapsed}s"
@@ -227,7 +230,9 @@ judge() { # KIND(ok|cut) DIR NP
     return 1
   fi
   named=$(grep -v '^timeout:' "$dir/log" | grep -m1 -E 'host-b|10\.232\.0\.2' | cut -c1-110 || true)
-  if [ "$status" = 0 ]; then
+  if wrong_data "$dir"; then
+    cell="WRONG DATA"; why="a rank received wrong data before the cut ended the job"; return 1
+  elif [ "$status" = 0 ]; then
     cell="exit 0 (!)"; why="the job reported success with host-b cut off"; return 1
   elif [ -z "$named" ]; then
     cell="error ${elapsed}s, peer unnamed"; why="exit status $status, but no line names host-b"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the scripts of capi/tests/mpi (sourced, not run): which libucp.so.0 the ranks must
 # load, launching a case under Open MPI or MPICH with a watchdog, and checking the rank files
 # that the test programs write (p2p.c's format).
