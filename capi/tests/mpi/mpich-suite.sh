@@ -13,8 +13,8 @@
 # initialised a libucp initialising the expected one. A failure of MPICH's harness includes any
 # output other than " No Errors" (a warning line counts).
 # Environment: ONLY and EXCLUDE (grep -E patterns on the test lines "DIR: PROGRAM NP ARGS...",
-# to run a subset: e.g. ONLY='^pt2pt: '), MPIEXEC_TIMEOUT (per test, seconds, default 180),
-# UCX_TLS (default: all).
+# to run a subset: e.g. ONLY='^pt2pt: '), MPITEST_TIMEOUT (runtests' limit per test, seconds,
+# default 180), UCX_TLS (default: all).
 # Prints each failure, then "N passed, M failed"; the exit status is non-zero if a case failed.
 set -euo pipefail
 
@@ -67,7 +67,7 @@ echo "running $total tests of $dirs with runtests -maxnp=4"
 
 mkdir -p "$work/ld"
 # LD_DEBUG=files logs, per process, which libraries it initialised.
-(cd "$src" && env ${libpath:+LD_LIBRARY_PATH=$libpath} MPIEXEC_TIMEOUT="${MPIEXEC_TIMEOUT:-180}" \
+(cd "$src" && env ${libpath:+LD_LIBRARY_PATH=$libpath} MPITEST_TIMEOUT="${MPITEST_TIMEOUT:-180}" \
   LD_DEBUG=files LD_DEBUG_OUTPUT="$work/ld/ld" \
   timeout --verbose -k 10 $((total * 200 + 60)) \
   perl "$src/runtests" -srcdir="$src" -testdirs=pt2pt,coll -tests=testlist.rucx -maxnp=4 \
