@@ -120,11 +120,17 @@ for h in "${HOSTS[@]}"; do
 done
 echo "hosts: host-a host-b host-c (10.232.0.1-3) on a switch in namespace $SW"
 
-# on H CMD...: runs CMD on host H (its namespace, its host name).
+# A host is a network namespace plus, for each process started there, namespaces of its own for
+# the host name, SysV/POSIX IPC and process ids (with its /proc): MPI libraries must not find the
+# ranks of another host reachable over shared memory or cross-memory attach, as they would on one
+# kernel otherwise (Debian's UCX did, under MPICH), and every byte between hosts crosses the links.
+UNSHARE=(unshare --uts --ipc --pid --fork --mount-proc)
+
+# on H CMD...: runs CMD on host H.
 on() {
   local h=$1
   shift
-  ip netns exec "$(ns_of "$h")" unshare --uts sh -c 'hostname "$0"; exec "$@"' "host-$h" "$@"
+  ip netns exec "$(ns_of "$h")" "${UNSHARE[@]}" sh -c 'hostname "$0"; exec "$@"' "host-$h" "$@"
 }
 
 # The rsh agent: "agent [-options] HOST COMMAND..." runs COMMAND (one shell line, as ssh does)
@@ -138,7 +144,7 @@ case \$host in
   host-a|host-b|host-c) ns=rxh-$ID-\${host#host-} ;;
   *) echo "agent: unknown host \$host" >&2; exit 255 ;;
 esac
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host; \$*"
+exec ip netns exec "\$ns" ${UNSHARE[*]} sh -c "hostname \$host; \$*"
 EOF
 chmod +x "$work/agent"
 
@@ -166,6 +172,9 @@ stop_switch() {
     switch_pid=
   fi
 }
+# Frames the switch forwarded in its last run (its counters line).
+switched() { tail -1 "$work/switch.log" | awk '$2 == "frames" { print $5; exit }'; }
+MIN_FRAMES=1000 # a job whose ranks talk across hosts moves far more than this
 link() { ip -n "$(ns_of "$1")" link set veth0 "$2"; }
 # Processes left on the hosts once a job has ended (ranks and daemons of a job that was killed or
 # cut off) belong to that job: they go before the next one starts.
@@ -254,8 +263,15 @@ run_cases() { # MODE-LABEL
       start_switch
       job "$mpi" "$spec" 4 300 "$dir/log" "$work/p2p.$mpi" "$dir"
       reap
-      if judge ok "$dir" 4; then pass "$label $mpi p2p.c on $nh hosts, $checks checks" "$elapsed"
-      else fail "$label $mpi p2p.c on $nh hosts" "$why" "$dir/log"; fi
+      stop_switch
+      if ! judge ok "$dir" 4; then
+        fail "$label $mpi p2p.c on $nh hosts" "$why" "$dir/log"
+      elif [ "$(switched)" -lt "$MIN_FRAMES" ]; then
+        cell="ok, but $(switched) frames crossed"
+        fail "$label $mpi p2p.c on $nh hosts" "only $(switched) frames crossed the links" "$dir/log"
+      else
+        pass "$label $mpi p2p.c on $nh hosts, $checks checks, $(switched) frames" "$elapsed"
+      fi
       cells["p2p.c $nh hosts,$label $mpi"]=$cell
     done
     for cond in $CONDITIONS; do
@@ -293,6 +309,9 @@ run_cases() { # MODE-LABEL
       if judge "$kind" "$dir" 4; then
         if [ "$kind" = cut ] && awk -v e="$elapsed" -v l="$CUT_LIMIT" 'BEGIN { exit !(e > l) }'; then
           fail "$label $mpi $cond" "the job ended after $elapsed s (bound $CUT_LIMIT s)" "$dir/log"
+        elif [ "$kind" = ok ] && [ "$(switched)" -lt "$MIN_FRAMES" ]; then
+          cell="ok, but $(switched) frames crossed"
+          fail "$label $mpi $cond" "only $(switched) frames crossed the links" "$dir/log"
         else
           pass "$label $mpi $cond: $cell${why:+: $why}" "$elapsed"
         fi
