@@ -49,7 +49,9 @@
 pub mod acceptor;
 pub mod address;
 mod am;
+pub mod am_desc;
 mod amo;
+pub mod cm_client;
 pub mod config;
 pub mod context;
 pub mod future;
@@ -66,7 +68,9 @@ pub mod wireup;
 pub mod worker;
 
 pub use address::{TlAddress, WorkerAddress};
+pub use am_desc::{AmMsg, AmRndv};
 pub use amo::AmoStart;
+pub use cm_client::{ConnectPoll, Connecting};
 pub use config::UcpConfig;
 pub use context::{Context, ContextParams, Features};
 pub use future::OpFuture;

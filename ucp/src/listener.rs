@@ -193,6 +193,11 @@ impl ConnRequest {
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
     }
+    /// This side's address of the connection (the listener's address, or with a wildcard
+    /// listener the local address the client reached).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.stream.local_addr().ok()
+    }
     /// Refuses the connection; the client's `connect` fails with `ConnectionReset`.
     pub fn reject(mut self) -> Result<()> {
         write_msg(&mut self.stream, CmKind::Reject, &[])
@@ -210,6 +215,11 @@ impl Listener {
     /// The address actually bound.
     pub fn local_addr(&self) -> Result<SocketAddr> {
         self.acceptor.local_addr()
+    }
+    /// A descriptor that is readable while [`Listener::poll`] has work (an epoll set of the
+    /// listening socket and the connections being read), for a caller's own event loop.
+    pub fn event_fd(&self) -> std::os::fd::RawFd {
+        self.acceptor.event_fd()
     }
     /// How long an accepted connection may take to send its whole request before it is
     /// closed (default [`CM_TIMEOUT`]). Applies to connections accepted from now on.
