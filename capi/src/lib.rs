@@ -10,8 +10,12 @@
 //! `UCS_ERR_UNSUPPORTED` and one log line, and a panic never crosses into C. Requests, their
 //! memory layout and callbacks are described in [`request`]; datatypes in [`datatype`].
 
+pub mod am;
 pub mod amo;
+pub mod compat;
 pub mod config;
+pub mod config_vars;
+pub mod conn;
 pub mod context;
 pub mod datatype;
 pub mod ep;
@@ -19,10 +23,15 @@ pub mod ffi;
 pub mod guard;
 pub mod lock;
 pub mod mem;
+pub mod memtype;
+pub mod query;
 pub mod request;
 pub mod rma;
+pub mod stream;
 pub mod tag;
+pub mod wakeup;
 pub mod worker;
+pub mod worker_ext;
 
 /// UCX's status codes and `ucs_status_string`, compiled from `capi/ucs` (the source of
 /// libucs.so.0) so libucp exports `ucs_status_string` too.

@@ -255,8 +255,7 @@ pub unsafe extern "C" fn ucp_mem_map(
             tracing::debug!("{NAME}: ignoring unknown flags {flags:#x}");
         }
         if has(UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE)
-            && p.memory_type != UCS_MEMORY_TYPE_HOST
-            && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+            && !crate::memtype::cpu_accessible(p.memory_type)
         {
             return refuse(NAME, UCS_ERR_UNSUPPORTED, "rucx maps host memory only");
         }

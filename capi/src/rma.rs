@@ -73,6 +73,21 @@ pub struct CRkey {
     delta: u64,
     /// For a mapping of this process: its liveness flag.
     alive: Option<Arc<AtomicBool>>,
+    /// The mapping's owner process and id (`ucp_rkey_compare`).
+    owner: (u32, u64),
+}
+
+impl CRkey {
+    /// What names the key's memory: owner process, mapping id, address difference; equal
+    /// for keys of the same mapping (`ucp_rkey_compare` orders keys by it).
+    pub(crate) fn identity(&self) -> (u32, u64, u64) {
+        (self.owner.0, self.owner.1, self.delta)
+    }
+
+    /// The worker the key was unpacked on.
+    pub(crate) fn worker(&self) -> *const Worker {
+        self.worker
+    }
 }
 
 /// The header rucx puts before a packed remote-key bundle (all little-endian):
@@ -257,6 +272,7 @@ pub unsafe extern "C" fn ucp_ep_rkey_unpack(
             rkey,
             delta: hdr.delta,
             alive,
+            owner: (hdr.pid, hdr.id),
         };
         // SAFETY: checked non-null.
         unsafe { *rkey_p = Box::into_raw(Box::new(k)) };
@@ -447,8 +463,7 @@ fn nbx_direct_len(count: usize, param: *const RequestParam) -> Option<usize> {
         return None;
     }
     if p.op_attr_mask & UCP_OP_ATTR_FIELD_MEMORY_TYPE != 0
-        && p.memory_type != UCS_MEMORY_TYPE_HOST
-        && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+        && !crate::memtype::cpu_accessible(p.memory_type)
     {
         return None;
     }

@@ -35,6 +35,7 @@ impl Nbx {
             user_data: self.user_data,
             no_imm: self.no_imm,
             info_out: std::ptr::null_mut(),
+            len_out: std::ptr::null_mut(),
         }
     }
 
@@ -182,10 +183,7 @@ fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
             "UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL is not supported",
         ));
     }
-    if has(UCP_OP_ATTR_FIELD_MEMORY_TYPE)
-        && p.memory_type != UCS_MEMORY_TYPE_HOST
-        && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
-    {
+    if has(UCP_OP_ATTR_FIELD_MEMORY_TYPE) && !crate::memtype::cpu_accessible(p.memory_type) {
         return Err(refuse(
             name,
             UCS_ERR_UNSUPPORTED,

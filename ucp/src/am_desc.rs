@@ -20,7 +20,7 @@
 use crate::request::Op;
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
-use crate::worker::state::State;
+use crate::worker::state::{SendData, State};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
 
@@ -97,6 +97,30 @@ impl Worker {
             self.st.finish(key, Err(e));
         }
         Ok(self.st.op_of(key))
+    }
+
+    /// Sends user active message `id` with a header and `len` bytes at `ptr`, read in place
+    /// (a rendezvous registers that memory, as [`Worker::tag_send_raw`]); eager or
+    /// rendezvous as [`Worker::am_send`] chooses. The header is copied.
+    ///
+    /// # Safety
+    /// `ptr` valid for reads of `len` bytes, unchanged until the request completes.
+    pub unsafe fn am_send_raw(
+        &mut self,
+        ep: EpHandle,
+        id: u16,
+        header: &[u8],
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        };
+        self.st.am_send(idx, id, header, SendData::Raw(data))
     }
 
     /// Declines the data of a message sent by rendezvous: the sender's request completes and

@@ -54,6 +54,7 @@ mod amo;
 pub mod cm_client;
 pub mod config;
 pub mod context;
+mod ep_info;
 pub mod future;
 pub mod listener;
 pub mod mt;
