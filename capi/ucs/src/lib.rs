@@ -9,6 +9,8 @@
 
 use std::ffi::{c_char, CStr};
 
+pub mod io_demo;
+
 /// `ucs_status_t`: UCX's status code, a packed (one-byte) signed enum.
 pub type Status = i8;
 
