@@ -9,9 +9,11 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 mod am;
 mod conn;
+pub mod consts;
 mod query;
 pub use am::*;
 pub use conn::*;
+pub use consts::*;
 pub use query::*;
 
 pub use crate::ucs_codes::codes::*;

@@ -4,9 +4,10 @@
 //! rocm-managed and `UNKNOWN` = 5; 1.14 and later insert rdma (5) and Intel ZE host, device and
 //! managed memory (6-8), and later Gaudi (9), so `UNKNOWN` is 9 or 10 there. The header a
 //! client was built with shows in the API version it passes to `ucp_init_version`, which
-//! [`set_client_minor`] records. rucx moves memory the CPU can read and write: host memory,
-//! the managed (unified) kinds, ZE host memory, and memory of unknown type (which rucx treats as
-//! host memory, as Mercury passes it for its buffers).
+//! [`set_client_minor`] records. rucx moves memory the CPU can read and write: the kinds the
+//! header's `UCS_MEMORY_TYPES_CPU_ACCESSIBLE` names (host, ROCm managed, ZE host and managed),
+//! and memory of unknown type (which rucx treats as host memory, as Mercury passes it for its
+//! buffers).
 
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -42,12 +43,44 @@ pub fn cpu_accessible(value: c_uint) -> bool {
 /// [`cpu_accessible`] for a header of API minor `minor`.
 pub fn cpu_accessible_in(minor: u32, value: c_uint) -> bool {
     if minor <= 13 {
-        // host, cuda-managed, rocm-managed, unknown
-        matches!(value, 0 | 2 | 4 | 5)
+        // host, rocm-managed (UCS_MEMORY_TYPES_CPU_ACCESSIBLE of this header), unknown
+        matches!(value, 0 | 4 | 5)
     } else {
-        // host, cuda-managed, rocm-managed, ze-host, ze-managed; unknown is 9 before Gaudi
-        // memory was added and 10 after (no Gaudi device is reachable from rucx either way)
-        matches!(value, 0 | 2 | 4 | 6 | 8 | 9 | 10)
+        // host, rocm-managed, ze-host, ze-managed (UCS_MEMORY_TYPES_CPU_ACCESSIBLE of these
+        // headers); unknown is 9 before Gaudi memory was added and 10 after (no Gaudi device
+        // is reachable from rucx either way)
+        matches!(value, 0 | 4 | 6 | 8 | 9 | 10)
+    }
+}
+
+/// The value of a memory-type constant in the header of API minor `minor` (`None` for other
+/// names): the names and order of `ucs_memory_type_t` there, and `UCS_MEMORY_TYPES_CPU_ACCESSIBLE`.
+pub fn constant(name: &str, minor: u32) -> Option<i64> {
+    const V13: &[&str] = &["HOST", "CUDA", "CUDA_MANAGED", "ROCM", "ROCM_MANAGED"];
+    const V22: &[&str] = &[
+        "HOST",
+        "CUDA",
+        "CUDA_MANAGED",
+        "ROCM",
+        "ROCM_MANAGED",
+        "RDMA",
+        "ZE_HOST",
+        "ZE_DEVICE",
+        "ZE_MANAGED",
+        "GAUDI",
+    ];
+    let list = if minor <= 13 { V13 } else { V22 };
+    let bit = |n: &str| 1i64 << list.iter().position(|x| *x == n).unwrap_or(63);
+    match name {
+        "UCS_MEMORY_TYPES_CPU_ACCESSIBLE" if minor <= 13 => Some(bit("HOST") | bit("ROCM_MANAGED")),
+        "UCS_MEMORY_TYPES_CPU_ACCESSIBLE" => {
+            Some(bit("HOST") | bit("ROCM_MANAGED") | bit("ZE_HOST") | bit("ZE_MANAGED"))
+        }
+        "UCS_MEMORY_TYPE_LAST" | "UCS_MEMORY_TYPE_UNKNOWN" => Some(unknown_for(minor) as i64),
+        _ => {
+            let t = name.strip_prefix("UCS_MEMORY_TYPE_")?;
+            list.iter().position(|x| *x == t).map(|i| i as i64)
+        }
     }
 }
 

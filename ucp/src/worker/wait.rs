@@ -29,10 +29,14 @@ impl Worker {
     }
 
     /// Arms every interface's event fd. Gives `Ok(false)` when events are already pending: call
-    /// `progress()` instead of sleeping.
+    /// `progress()` instead of sleeping. Either way the next `progress()` polls every
+    /// interface: a caller that sleeps on [`Worker::efd`] in its own event loop wakes for an
+    /// event on any of them, also one progress would otherwise skip as idle (an interface
+    /// without endpoints, where a peer's first message arrives).
     pub fn arm(&mut self) -> Result<bool> {
         self.efd()?;
         self.st.clock_stale = true;
+        self.poll_all = true;
         if !self.st.pending_eps.is_empty() || !self.st.to_connect.is_empty() {
             return Ok(false);
         }
