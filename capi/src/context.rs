@@ -77,8 +77,8 @@ unsafe fn create(
         ));
     }
     if api_minor > API_MINOR {
-        // As UCX: a client built against a newer header is warned about, not refused.
-        tracing::warn!(
+        // As UCX: a client built against a newer header is accepted (and told at info level).
+        tracing::info!(
             "{name}: the client was built for UCX API {api_major}.{api_minor}; rucx implements \
              {API_MAJOR}.{API_MINOR}"
         );

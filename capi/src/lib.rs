@@ -1,8 +1,9 @@
 //! # rucx-capi — libucp.so.0 for C programs
 //!
-//! UCX 1.13's C API (`ucp/api/ucp.h`, `ucp_compat.h`) on top of rucx's `ucp` crate, so MPI
-//! libraries built against UCX (Debian's Open MPI 4.1 and MPICH 4.0) run on rucx with nothing
-//! changed but `LD_LIBRARY_PATH`. `capi/build.sh OUT_DIR` builds `libucp.so.0` (this crate),
+//! UCX's public ucp C API (`ucp/api/ucp.h`, `ucp_compat.h`: every function of UCX 1.13 and
+//! those 1.14-1.18 added; `ucp_get_version` says 1.18) on top of rucx's `ucp` crate, so MPI
+//! libraries built against UCX (Debian's Open MPI 4.1 and MPICH 4.0), UCX's example programs
+//! and `io_demo` run on rucx with nothing changed but `LD_LIBRARY_PATH`. `capi/build.sh OUT_DIR` builds `libucp.so.0` (this crate),
 //! `libucs.so.0` (`capi/ucs`) and `libucm.so.0` (`capi/ucm`) into one folder.
 //!
 //! The C types are declared in [`ffi`] from the headers (nothing of UCX is copied). Every

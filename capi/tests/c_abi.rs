@@ -55,6 +55,10 @@ fn c_program_against_the_ucx_headers() {
         2,
         "both transports must pass:\n{stdout}"
     );
+    assert!(
+        stdout.contains("of UCX 1.13's headers checked, 0 wrong"),
+        "every constant of UCX 1.13's headers must match rucx's:\n{stdout}\n{stderr}"
+    );
     assert_eq!(
         stdout.matches("full_api: all checks passed").count(),
         4,

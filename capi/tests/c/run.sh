@@ -20,6 +20,12 @@ for prog in abi_layout onesided full_api; do
     ${CC:-cc} -O1 -g -Wall -Wextra -Werror -pthread -o "$tmp/$prog" "$here/$prog.c" \
         -I/usr/include -L"$tmp" -lucp -Wl,-rpath,"$lib"
 done
+echo "== constants of UCX 1.13's headers"
+bash "$here/constants.sh" "$lib" /usr/include
+if [ -n "${UCX122_INCLUDE:-}" ]; then
+    echo "== constants of the headers in $UCX122_INCLUDE"
+    bash "$here/constants.sh" "$lib" "$UCX122_INCLUDE"
+fi
 for tls in "shm,self" "tcp" "posix" "sysv"; do
     echo "== full_api, UCX_TLS=$tls"
     env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
