@@ -2,7 +2,8 @@
 # Installs the Debian packages the tests use beyond a Rust toolchain (run as root):
 # iproute2 and procps (network namespaces, process checks); Debian's MPI stacks built on UCX 1.13,
 # NetPIPE and mpi4py (capi/tests/mpi); UCX 1.13's headers and tools (the C API's layout test is
-# compiled against the headers; the benchmarks compare with the real UCX).
+# compiled against the headers; the benchmarks compare with the real UCX); python3-pip fetches
+# UCX 1.22's wheel (io_demo, headers) for capi/tests/ucx-apps.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 if [ "$(id -u)" != 0 ]; then
@@ -11,4 +12,4 @@ if [ "$(id -u)" != 0 ]; then
 fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends iproute2 procps openmpi-bin libopenmpi-dev mpich \
-  libmpich-dev netpipe-openmpi python3-mpi4py python3-numpy libucx-dev ucx-utils >/dev/null
+  libmpich-dev netpipe-openmpi python3-mpi4py python3-numpy libucx-dev ucx-utils python3-pip >/dev/null
