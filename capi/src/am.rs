@@ -271,14 +271,14 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
         } else {
             0
         };
-        let known = UCP_AM_SEND_FLAG_REPLY as u32
-            | UCP_AM_SEND_FLAG_EAGER as u32
-            | UCP_AM_SEND_FLAG_RNDV as u32
+        let known = UCP_AM_SEND_FLAG_REPLY
+            | UCP_AM_SEND_FLAG_EAGER
+            | UCP_AM_SEND_FLAG_RNDV
             | UCP_AM_SEND_FLAG_COPY_HEADER;
         if flags & !known != 0 {
             tracing::debug!("{NAME}: ignoring unknown flags {:#x}", flags & !known);
         }
-        if flags & UCP_AM_SEND_FLAG_EAGER as u32 != 0 && flags & UCP_AM_SEND_FLAG_RNDV as u32 != 0 {
+        if flags & UCP_AM_SEND_FLAG_EAGER != 0 && flags & UCP_AM_SEND_FLAG_RNDV != 0 {
             return status_ptr(refuse(
                 NAME,
                 UCS_ERR_INVALID_PARAM,

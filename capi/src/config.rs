@@ -382,7 +382,8 @@ pub unsafe extern "C" fn ucp_config_print(
         };
         // SAFETY: a live configuration.
         let text = print_text(unsafe { &*config }, &title, print_flags);
-        crate::query::write_to(stream, &text);
+        // SAFETY: the caller's open stream (checked non-null).
+        unsafe { crate::query::write_to(stream, &text) };
     })
 }
 

@@ -282,7 +282,10 @@ fn conn_failed(w: &Worker, ep: *mut Ep, s: Status, why: &str) {
 }
 
 /// Closes a connecting (or failed) client endpoint: nothing was sent, so nothing to flush.
-pub fn close_connecting(ep: *mut Ep) -> StatusPtr {
+///
+/// # Safety
+/// A live endpoint with `connecting` set, not used afterwards.
+pub unsafe fn close_connecting(ep: *mut Ep) -> StatusPtr {
     // SAFETY: a live endpoint; its worker outlives it.
     let w = unsafe { &*(*ep).worker };
     let _g = w.lock.lock();

@@ -362,7 +362,8 @@ fn close(name: &str, ep: *mut Ep, mode: CloseMode, args: OpArgs) -> StatusPtr {
     // SAFETY: a live endpoint (checked non-null first).
     if !ep.is_null() && unsafe { (*ep).connecting } {
         // A connection under way (or one that failed) has nothing to flush: dropped.
-        return crate::conn::close_connecting(ep);
+        // SAFETY: a live connecting endpoint, closed once (the client's contract).
+        return unsafe { crate::conn::close_connecting(ep) };
     }
     let (w, h) = match ep_ref(name, ep) {
         Ok(x) => x,

@@ -18,7 +18,10 @@ use std::sync::atomic::Ordering;
 pub const MAX_INFO_STRING: usize = 256;
 
 /// Writes text to a C `FILE *`.
-pub fn write_to(stream: *mut libc::FILE, text: &str) {
+///
+/// # Safety
+/// `stream` NULL or an open `FILE *`.
+pub unsafe fn write_to(stream: *mut libc::FILE, text: &str) {
     if stream.is_null() {
         return;
     }
@@ -319,7 +322,8 @@ pub unsafe extern "C" fn ucp_ep_print_info(ep: *mut Ep, stream: *mut libc::FILE)
             }
         }
         text += "#\n";
-        write_to(stream, &text);
+        // SAFETY: the caller's open stream (checked non-null).
+        unsafe { write_to(stream, &text) };
     })
 }
 
@@ -347,7 +351,8 @@ pub unsafe extern "C" fn ucp_worker_print_info(worker: *mut Worker, stream: *mut
             text += &format!("#              interface{k}: {iface}\n");
         }
         text += "#\n";
-        write_to(stream, &text);
+        // SAFETY: the caller's open stream (checked non-null).
+        unsafe { write_to(stream, &text) };
     })
 }
 
@@ -395,6 +400,7 @@ pub unsafe extern "C" fn ucp_mem_print_info(
                 return;
             }
         }
+        // SAFETY: an all-zero parameter struct is valid (no fields), filled below.
         let mut params: MemMapParams = unsafe { std::mem::zeroed() };
         params.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
         params.length = size;
@@ -424,7 +430,8 @@ pub unsafe extern "C" fn ucp_mem_print_info(
             unsafe { crate::rma::ucp_rkey_buffer_release(rkey) };
         }
         text += "#\n";
-        write_to(stream, &text);
+        // SAFETY: the caller's open stream (checked non-null).
+        unsafe { write_to(stream, &text) };
         // SAFETY: the mapping just made.
         unsafe { crate::mem::ucp_mem_unmap(context, memh) };
     })

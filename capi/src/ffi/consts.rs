@@ -120,7 +120,7 @@ pub fn constant(name: &str, minor: u32) -> Option<i64> {
             }
         };
     }
-    let found = table![
+    table![
         UCP_API_MAJOR,
         UCP_VERSION_MAJOR_SHIFT,
         UCP_VERSION_MINOR_SHIFT,
@@ -388,8 +388,7 @@ pub fn constant(name: &str, minor: u32) -> Option<i64> {
         UCS_CPU_SETSIZE,
         UCS_ALLOCA_MAX_SIZE,
         UCS_MEM_FLAG_REGISTRABLE,
-    ];
-    found
+    ]
 }
 
 /// `int rucx_ucp_constant(const char *name, unsigned api_minor, int64_t *value)`: the value
