@@ -44,6 +44,9 @@ pub struct Mem {
     pub(crate) id: u64,
     /// False once unmapped; remote keys unpacked in this process hold it.
     pub(crate) alive: Arc<AtomicBool>,
+    /// Remote accesses the mapping's protection denies (`crate::rma::ACCESS_*` bits, packed
+    /// into its keys).
+    pub(crate) deny: u8,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -77,6 +80,7 @@ impl Mem {
             alias,
             id,
             alive,
+            deny: 0,
         })
     }
 }
@@ -319,7 +323,16 @@ pub unsafe extern "C" fn ucp_mem_map(
             }
         };
         drop(i);
-        let mem = Mem::new(w, context, Some(map), alias, delta);
+        let mut mem = Mem::new(w, context, Some(map), alias, delta);
+        if has(UCP_MEM_MAP_PARAM_FIELD_PROT) {
+            // Peers are held to the protection: keys of this mapping deny what it leaves out.
+            if p.prot & UCP_MEM_MAP_PROT_REMOTE_READ == 0 {
+                mem.deny |= crate::rma::ACCESS_READ;
+            }
+            if p.prot & UCP_MEM_MAP_PROT_REMOTE_WRITE == 0 {
+                mem.deny |= crate::rma::ACCESS_WRITE;
+            }
+        }
         // SAFETY: checked non-null.
         unsafe { *memh_p = Box::into_raw(mem) };
         UCS_OK

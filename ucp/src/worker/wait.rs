@@ -37,7 +37,15 @@ impl Worker {
         self.efd()?;
         self.st.clock_stale = true;
         self.poll_all = true;
-        if !self.st.pending_eps.is_empty() || !self.st.to_connect.is_empty() {
+        // Work the next progress does at once (not waiting for a transport event) must not
+        // wait for one either: queued sends, endpoints to connect, completions whose callbacks
+        // or tokens are due, failures to report.
+        if !self.st.pending_eps.is_empty()
+            || !self.st.to_connect.is_empty()
+            || !self.st.callbacks_due.is_empty()
+            || !self.st.tokens_done.is_empty()
+            || !self.st.failed_notify.is_empty()
+        {
             return Ok(false);
         }
         if !self.ifaces.arm()? {
