@@ -66,14 +66,16 @@ pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
                 recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_DATA,
                 reply_ep: reply.cast(),
             };
-            let data = buf[header_len..].as_ptr() as *mut c_void;
-            let len = buf.len() - header_len;
+            let (buf, data_off) = aligned(w, buf, header_len);
+            let data = buf[data_off..].as_ptr() as *mut c_void;
+            let header = buf[data_off - header_len..].as_ptr();
+            let len = buf.len() - data_off;
             // SAFETY: the client's handler; header and data stay valid during the call (and
             // the data after it, if the handler keeps it).
             let s = unsafe {
                 cb(
                     arg as *mut c_void,
-                    buf.as_ptr().cast(),
+                    header.cast(),
                     header_len,
                     data,
                     len,
@@ -115,6 +117,23 @@ pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
             }
         }
     }
+}
+
+/// A message whose data (after `header_len` bytes of header) starts at the worker's
+/// `am_alignment`: the one given, or a copy placed so (a buffer with room to shift the start).
+/// Gives the buffer and the data's offset in it (the header is just before).
+fn aligned(w: &Worker, buf: Vec<u8>, header_len: usize) -> (Vec<u8>, usize) {
+    let align = w.am_alignment;
+    if align <= 1 || (buf.as_ptr() as usize + header_len).is_multiple_of(align) {
+        return (buf, header_len);
+    }
+    let mut v = Vec::with_capacity(buf.len() + align);
+    let base = v.as_ptr() as usize + header_len;
+    let pad = base.next_multiple_of(align) - base;
+    v.resize(pad, 0);
+    v.extend_from_slice(&buf);
+    w.inner.borrow_mut().w.am_data_release(buf);
+    (v, pad + header_len)
 }
 
 /// Frees a message no handler takes (a rendezvous one is declined, so its sender finishes).

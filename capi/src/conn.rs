@@ -35,6 +35,7 @@ pub struct ConnRequest {
     req: Option<ucp::ConnRequest>,
     listener: *const Listener,
     client: SocketAddr,
+    client_id: u64,
 }
 
 /// A socket address from C (`struct sockaddr *` and its length): IPv4 or IPv6.
@@ -143,12 +144,14 @@ pub fn ep_to_sockaddr(name: &str, w: &Worker, p: &EpParams) -> Result<*mut Ep, S
     } else {
         None
     };
+    let send_id = p.field_mask & UCP_EP_PARAM_FIELD_FLAGS != 0
+        && p.flags & UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID != 0;
     let _g = w.lock.lock();
     let c = w
         .inner
         .borrow()
         .w
-        .connect_start(server, local)
+        .connect_start(server, local, send_id.then_some(w.client_id))
         .map_err(|e| refuse(name, conn_status(&e), e))?;
     let ep = new_ep(w, no_handle(), p, true);
     let fd = c.fd();
@@ -359,10 +362,12 @@ fn poll_listener(w: &Worker, l: usize) -> usize {
         let lst = unsafe { &*(l as *const Listener) };
         let client = r.peer_addr();
         if let Some((cb, arg)) = lst.conn {
+            let client_id = r.client_id().unwrap_or(0);
             let cr = Box::into_raw(Box::new(ConnRequest {
                 req: Some(r),
                 listener: lst,
                 client,
+                client_id,
             }));
             // SAFETY: the client's connection handler with its documented arguments.
             unsafe { cb(cr.cast(), arg) };
@@ -639,8 +644,9 @@ pub unsafe extern "C" fn ucp_listener_reject(
 }
 
 /// `ucs_status_t ucp_conn_request_query(ucp_conn_request_h conn_request,
-/// ucp_conn_request_attr_t *attr)`: the client's socket address. `client_id` is 0: rucx's
-/// connection request does not carry the client's id.
+/// ucp_conn_request_attr_t *attr)`: the client's socket address, and the id the client's
+/// worker was given (`UCP_WORKER_PARAM_FIELD_CLIENT_ID`) when its endpoint sent it
+/// (`UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID`; 0 otherwise).
 ///
 /// # Safety
 /// A live request and a writable `attr`.
@@ -669,7 +675,7 @@ pub unsafe extern "C" fn ucp_conn_request_query(
             sockaddr_to_c(&cr.client, &mut a.client_address);
         }
         if a.field_mask & UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ID != 0 {
-            a.client_id = 0;
+            a.client_id = cr.client_id;
         }
         UCS_OK
     })

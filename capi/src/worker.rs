@@ -95,6 +95,12 @@ pub struct Worker {
     /// Ends a `ucp_worker_wait` from any thread (`ucp_worker_signal`); with
     /// `UCP_FEATURE_WAKEUP` only.
     pub waker: Option<std::sync::Arc<ucs::async_ctx::Waker>>,
+    /// `ucp_worker_params_t.client_id`: sent with client/server connection requests of
+    /// endpoints with `UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID`.
+    pub client_id: u64,
+    /// `ucp_worker_params_t.am_alignment` (1: none): the alignment of active-message data
+    /// handed to handlers.
+    pub am_alignment: usize,
 }
 
 // SAFETY: every access to `inner`, `pool` and the due queue (`due_head`, `due_tail`; whose
@@ -367,6 +373,16 @@ pub unsafe extern "C" fn ucp_worker_create(
         if mode > UCS_THREAD_MODE_MULTI {
             return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("thread mode {mode}"));
         }
+        if has(UCP_WORKER_PARAM_FIELD_AM_ALIGNMENT)
+            && p.am_alignment > 1
+            && !p.am_alignment.is_power_of_two()
+        {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("am_alignment {} is not a power of two", p.am_alignment),
+            );
+        }
         let mut w = match ucp::Worker::new(&ctx.ucp) {
             Ok(w) => w,
             Err(e) => return fail(NAME, &e),
@@ -420,6 +436,16 @@ pub unsafe extern "C" fn ucp_worker_create(
             ext: RefCell::new(ext),
             sockets: Cell::new(false),
             waker,
+            client_id: if has(UCP_WORKER_PARAM_FIELD_CLIENT_ID) {
+                p.client_id
+            } else {
+                0
+            },
+            am_alignment: if has(UCP_WORKER_PARAM_FIELD_AM_ALIGNMENT) {
+                p.am_alignment.max(1)
+            } else {
+                1
+            },
         });
         let raw = Box::into_raw(worker);
         let addr = raw as usize;

@@ -93,11 +93,13 @@ fn unreachable_err(server: SocketAddr, e: &std::io::Error) -> Error {
 
 impl Connecting {
     /// Starts connecting to `server` (from `local`, when given) and queues the request
-    /// carrying `our_address`.
+    /// carrying `our_address` (and `client_id`, when given, which the server's
+    /// [`crate::ConnRequest::client_id`] then gives).
     pub fn start(
         server: SocketAddr,
         local: Option<SocketAddr>,
         our_address: &[u8],
+        client_id: Option<u64>,
     ) -> Result<Self> {
         let family = if server.is_ipv4() {
             libc::AF_INET
@@ -138,12 +140,19 @@ impl Connecting {
             false
         };
         let _ = stream.set_nodelay(true);
+        let id = client_id.map(u64::to_le_bytes);
+        let id = id.as_ref().map_or(&[][..], |b| &b[..]);
         let mut out = CmHdr {
-            kind: CmKind::Request,
-            addr_len: our_address.len() as u32,
+            kind: if client_id.is_some() {
+                CmKind::RequestWithId
+            } else {
+                CmKind::Request
+            },
+            addr_len: (id.len() + our_address.len()) as u32,
         }
         .encode()
         .to_vec();
+        out.extend_from_slice(id);
         out.extend_from_slice(our_address);
         Ok(Connecting {
             stream,
@@ -239,7 +248,7 @@ impl Connecting {
                 self.server,
                 String::from_utf8_lossy(&body)
             ))),
-            CmKind::Request => Err(Error::Wire(format!(
+            CmKind::Request | CmKind::RequestWithId => Err(Error::Wire(format!(
                 "server {} answered with a request",
                 self.server
             ))),
@@ -294,8 +303,9 @@ impl Worker {
         &self,
         server: SocketAddr,
         local: Option<SocketAddr>,
+        client_id: Option<u64>,
     ) -> Result<Connecting> {
-        Connecting::start(server, local, &self.st.address)
+        Connecting::start(server, local, &self.st.address, client_id)
     }
 }
 
@@ -327,7 +337,7 @@ mod tests {
         let mut client = worker();
         let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let at = l.local_addr().unwrap();
-        let mut c = client.connect_start(at, None).unwrap();
+        let mut c = client.connect_start(at, None, None).unwrap();
         let end = Instant::now() + Duration::from_secs(30);
         let mut sep = None;
         let addr = loop {
@@ -359,13 +369,14 @@ mod tests {
         assert_eq!(r.data(), b"over the connection");
         client.wait_done(send).unwrap();
 
-        let mut c2 = client.connect_start(at, None).unwrap();
+        let mut c2 = client.connect_start(at, None, Some(0xfeed)).unwrap();
         let req = loop {
             let _ = c2.poll().unwrap();
             if let Some(r) = l.poll().unwrap() {
                 break r;
             }
         };
+        assert_eq!(req.client_id(), Some(0xfeed));
         req.reject().unwrap();
         let e = loop {
             match c2.poll() {
@@ -378,7 +389,7 @@ mod tests {
         assert!(e.to_string().contains("rejected"), "{e}");
 
         drop(l);
-        let mut c3 = client.connect_start(at, None).unwrap();
+        let mut c3 = client.connect_start(at, None, None).unwrap();
         let e = c3.wait(Duration::from_secs(10)).unwrap_err();
         assert!(matches!(e, Error::Unreachable(_)), "{e}");
     }

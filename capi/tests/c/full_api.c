@@ -164,12 +164,20 @@ static ucp_context_h make_context(void)
     return c;
 }
 
+#define CLIENT_ID 0xc0ffee1234ull
+#define AM_ALIGN 64
+
+/* The client's worker has an id it sends with its connection request; the server's aligns
+ * active-message data. */
 static ucp_worker_h make_worker(ucp_context_h c)
 {
     ucp_worker_params_t wp;
     memset(&wp, 0, sizeof(wp));
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_CLIENT_ID |
+                    UCP_WORKER_PARAM_FIELD_AM_ALIGNMENT;
     wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    wp.client_id = CLIENT_ID;
+    wp.am_alignment = AM_ALIGN;
     ucp_worker_h w;
     REQUIRE(ucp_worker_create(c, &wp, &w) == UCS_OK, "worker");
     return w;
@@ -209,7 +217,7 @@ static ucp_ep_h connect_to(ucp_worker_h w, uint16_t port)
     memset(&ep, 0, sizeof(ep));
     ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER | UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID;
     ep.sockaddr.addr = (struct sockaddr *)&sa;
     ep.sockaddr.addrlen = sizeof(sa);
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
@@ -473,8 +481,10 @@ static int server(void)
         if (ucp_worker_progress(w) == 0) sleep_on_efd(w, efd);
         REQUIRE(now() < end, "watchdog: no connection request");
     }
-    ucp_conn_request_attr_t ca = {.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR};
+    ucp_conn_request_attr_t ca = {.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR |
+                                                UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ID};
     REQUIRE(ucp_conn_request_query(pending_conn, &ca) == UCS_OK, "conn request query");
+    CHECK(ca.client_id == CLIENT_ID, "client id %#llx", (unsigned long long)ca.client_id);
     uint16_t client_port = ntohs(((struct sockaddr_in *)&ca.client_address)->sin_port);
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof(ep));
@@ -513,6 +523,7 @@ static int server(void)
     wait_am(w, 1);
     struct am_msg *m = &am_got.m[0];
     CHECK(!m->rndv && m->data_flag && m->len == 100 && same(m->data, 100, 1), "eager am");
+    CHECK((uintptr_t)m->data % AM_ALIGN == 0, "am data at %p, not %d-aligned", m->data, AM_ALIGN);
     CHECK(m->hdr_len == 16 && memcmp(m->hdr, "header-0123456", 15) == 0, "am header");
     REQUIRE(m->reply_ep != NULL, "reply ep");
     wait_am(w, 2);
