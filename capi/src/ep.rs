@@ -2,7 +2,8 @@
 //! close, and the old active-message send (`ucp_am_send_nb`).
 //!
 //! rucx keeps one endpoint per peer worker: a second `ucp_ep_create` to the same address (or
-//! to a peer that connected first) shares it. Closing any client endpoint closes it.
+//! to a peer that connected first) shares it. Closing the last client endpoint on it closes
+//! it; closing another one flushes (force: nothing) and leaves it to the others.
 
 use crate::datatype::{send_data, Finish, SendData};
 use crate::ffi::*;
@@ -372,8 +373,19 @@ fn close(name: &str, ep: *mut Ep, mode: CloseMode, args: OpArgs) -> StatusPtr {
     let _g = w.lock.lock();
     let shared = w.inner.borrow().eps.of(h).nth(1).is_some();
     let res = if shared {
-        // Another client endpoint still uses the rucx endpoint: flush only.
-        w.inner.borrow_mut().w.ep_flush(h)
+        // Another client endpoint still uses the rucx endpoint, which stays: a flush close
+        // waits for what was sent to complete; a force close lets it run and returns at once
+        // (rucx cannot tell this endpoint's operations from the other's to cancel them).
+        match mode {
+            CloseMode::Force => Ok(Op::Done(Completion {
+                status: Ok(()),
+                buf: None,
+                len: 0,
+                tag: 0,
+                value: 0,
+            })),
+            _ => w.inner.borrow_mut().w.ep_flush(h),
+        }
     } else {
         w.inner.borrow_mut().w.ep_close_nb(h, mode)
     };
