@@ -165,6 +165,16 @@ const OP_ATTR_FIELDS: u32 = 0xffff;
 #[cold]
 #[inline(never)]
 fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
+    let remote = UCP_OP_ATTR_FIELD_REMOTE_DATATYPE
+        | UCP_OP_ATTR_FIELD_REMOTE
+        | UCP_OP_ATTR_FIELD_REMOTE_COUNT;
+    if p.op_attr_mask & remote != 0 {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            "remote scatter-gather datatypes (UCX 1.20) are not supported",
+        ));
+    }
     check_mask(
         name,
         "ucp_request_param_t.op_attr_mask",

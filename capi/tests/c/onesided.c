@@ -571,6 +571,19 @@ static void protection(ucp_context_h ctx, ucp_ep_h e10)
         ucp_rkey_destroy(k);
         CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap");
     }
+    /* Flags of later headers (written as numbers: these are UCX 1.13's headers):
+     * UCP_MEM_MAP_SYMMETRIC_RKEY (8) is a hint, UCP_MEM_MAP_LOCK (16) locks the pages, and
+     * UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER (bit 5) is refused as unsupported. */
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.length = 8192;
+    mp.flags = UCP_MEM_MAP_ALLOCATE | 8 | 16;
+    ucp_mem_h memh;
+    CHECK(ucp_mem_map(ctx, &mp, &memh) == UCS_OK, "mem_map with SYMMETRIC_RKEY and LOCK");
+    CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap locked");
+    mp.field_mask |= 1ull << 5;
+    BAD_STATUS(ucp_mem_map(ctx, &mp, &memh), "ucp_mem_map", UCS_ERR_UNSUPPORTED);
 }
 
 static void bad_input(ucp_context_h ctx, ucp_context_h ctx2, ucp_ep_h e10, ucp_ep_h e01,
