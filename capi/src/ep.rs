@@ -189,13 +189,14 @@ pub(crate) fn err_handler_of(p: &EpParams) -> (Option<ErrHandlerCb>, *mut c_void
 }
 
 /// rucx's endpoint parameters for a client endpoint: an error handler that queues the failure
-/// for `ucp_worker_progress` when the client gave one (rucx reports failures only to endpoints
-/// with a handler to run; its closure is a small allocation per endpoint).
-pub(crate) fn ucp_params(w: &Worker, err_cb: Option<ErrHandlerCb>) -> UcpEpParams {
-    let err_handler: Option<ucp::ErrHandler> = err_cb.map(|_| {
-        let q = w.inner.borrow().ep_errors.clone();
-        Box::new(move |h, e: &ucs::Error| q.borrow_mut().push((h, status_of(e)))) as _
-    });
+/// for `ucp_worker_progress`. Every failure is reported (a small allocation per endpoint): an
+/// endpoint without a client error handler still fails the worker's waiting receives (see
+/// `Worker::ep_failed`).
+pub(crate) fn ucp_params(w: &Worker, _err_cb: Option<ErrHandlerCb>) -> UcpEpParams {
+    let q = w.inner.borrow().ep_errors.clone();
+    let err_handler: Option<ucp::ErrHandler> = Some(Box::new(move |h, e: &ucs::Error| {
+        q.borrow_mut().push((h, status_of(e)))
+    }));
     UcpEpParams { err_handler }
 }
 
