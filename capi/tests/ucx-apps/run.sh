@@ -49,8 +49,9 @@ freeport() {
 rucx() {
     local tag=$1 out=$2
     shift 2
-    env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib$extra" LD_DEBUG=libs \
-        LD_DEBUG_OUTPUT="$tmp/ld.$tag" "$@" > "$out" 2>&1
+    # In a subshell whose own report of a program killed on purpose (-e modes) is dropped.
+    (env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib$extra" LD_DEBUG=libs \
+        LD_DEBUG_OUTPUT="$tmp/ld.$tag" "$@" > "$out" 2>&1) 2>/dev/null
 }
 
 # As rucx, in the background: `spid` is the server's process (env execs the command, so a
