@@ -142,7 +142,8 @@ impl State {
         uh: &[u8],
         data: &[u8],
     ) -> bool {
-        if !self.am_desc_handlers.contains_key(&h.id) {
+        // The empty test first: a worker with whole-message handlers only pays no lookup.
+        if self.am_desc_handlers.is_empty() || !self.am_desc_handlers.contains_key(&h.id) {
             return false;
         }
         let mut buf = self.get_buf();
@@ -166,7 +167,8 @@ impl State {
         uh: &[u8],
         rts: &RtsHdr<'_>,
     ) -> Result<bool> {
-        if !self.am_desc_handlers.contains_key(&h.id) {
+        // The empty test first: a worker with whole-message handlers only pays no lookup.
+        if self.am_desc_handlers.is_empty() || !self.am_desc_handlers.contains_key(&h.id) {
             return Ok(false);
         }
         let len = usize::try_from(rts.len)

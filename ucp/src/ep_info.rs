@@ -58,3 +58,34 @@ impl Worker {
             .ok_or_else(|| Error::Busy("endpoint has no lanes".into()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Context, ContextParams, EpParams, Features, UcpConfig, Worker};
+
+    /// An endpoint names the transport of its lanes, and estimates a larger message to take
+    /// longer; a stale handle is refused.
+    #[test]
+    fn transports_and_time_estimates() {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: vec!["posix".into()],
+                keepalive_interval: None,
+                self_across_workers: false,
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut a = Worker::new(&ctx).expect("worker a");
+        let b = Worker::new(&ctx).expect("worker b");
+        let ep = a.ep_create(b.address(), EpParams::default()).expect("ep");
+        let tls = a.ep_transports(ep).expect("transports");
+        assert_eq!(tls.first().map(|t| t.0.as_str()), Some("posix"), "{tls:?}");
+        let small = a.ep_estimate_time(ep, 8).expect("estimate");
+        let big = a.ep_estimate_time(ep, 1 << 20).expect("estimate");
+        assert!(small > 0.0 && big > small, "{small} {big}");
+        a.ep_close(ep, crate::CloseMode::Force).expect("close");
+        assert!(a.ep_transports(ep).is_err());
+    }
+}
