@@ -4,7 +4,8 @@
 # NetPIPE and mpi4py (capi/tests/mpi); UCX 1.13's headers and tools (the C API's layout test is
 # compiled against the headers; the benchmarks compare with the real UCX); ethtool, make, perl
 # and python3-pip for issue 31's tests (offloads off on the hostile links of tests/netns,
-# building and running MPICH's test suite, fetching mpi4py's).
+# building and running MPICH's test suite, fetching mpi4py's); python3-pip also fetches UCX
+# 1.22's wheel (io_demo, headers) for capi/tests/ucx-apps.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 if [ "$(id -u)" != 0 ]; then

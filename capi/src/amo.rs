@@ -68,7 +68,8 @@ unsafe fn start(
         return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL result"));
     }
     // SAFETY: a live key.
-    let (k, delta) = match unsafe { crate::rma::rkey_for(name, rkey, w) } {
+    let access = crate::rma::ACCESS_READ | crate::rma::ACCESS_WRITE;
+    let (k, delta) = match unsafe { crate::rma::rkey_for(name, rkey, w, access) } {
         Ok(x) => x,
         Err(s) => return status_ptr(s),
     };
@@ -197,7 +198,8 @@ unsafe fn op_nbx_simple(
     // SAFETY: a live endpoint (checked non-NULL); its worker outlives it.
     let (w, h) = unsafe { (&*(*ep).worker, (*ep).h) };
     // SAFETY: a live key (checked non-NULL).
-    let (k, delta) = unsafe { crate::rma::rkey_for_quiet(rkey, w) }.ok()?;
+    let access = crate::rma::ACCESS_READ | crate::rma::ACCESS_WRITE;
+    let (k, delta) = unsafe { crate::rma::rkey_for_quiet(rkey, w, access) }.ok()?;
     let remote_addr = remote_addr.wrapping_sub(delta);
     let _g = w.lock.lock();
     let mut i = w.inner.borrow_mut();

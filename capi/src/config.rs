@@ -13,6 +13,9 @@
 //! | `UCX_KEEPALIVE_INTERVAL` | same (a time, or `inf`) |
 //!
 //! `ucp_config_modify` sets the same names (`TLS`, `NET_DEVICES`, …) on a read configuration.
+//! Every other variable of UCX's tables ([`crate::config_vars`]) is read, checked, kept and
+//! printed by `ucp_config_print`; a name UCX does not know either is kept as a transport
+//! setting, as UCX keeps it.
 
 use crate::ffi::*;
 use crate::guard::{ffi, refuse};
@@ -23,7 +26,7 @@ use ucp::UcpConfig;
 use ucs::config::{parse_duration, parse_list, parse_size, Size};
 
 /// The settings read from UCX's variables, by rucx name.
-const MAPPED: [&str; 6] = [
+pub const MAPPED: [&str; 6] = [
     "TLS",
     "NET_DEVICES",
     "RNDV_THRESH",
@@ -36,6 +39,40 @@ const MAPPED: [&str; 6] = [
 pub struct Config {
     /// What `ucp_init` uses.
     pub ucp: UcpConfig,
+    /// Variables of UCX's tables set in the environment or by `ucp_config_modify`, by name.
+    pub values: std::collections::BTreeMap<String, String>,
+    /// Other names `ucp_config_modify` was given (transport settings in UCX).
+    pub cached: Vec<(String, String)>,
+}
+
+/// The UCX variables of [`crate::config_vars`] set in the environment (`<prefix>_UCX_<NAME>`,
+/// then `UCX_<NAME>`), checked; a bad value of a setting rucx does not use is warned about
+/// and left out.
+pub fn read_values(prefix: Option<&str>) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let vars = crate::config_vars::UCP_VARS
+        .iter()
+        .chain(crate::config_vars::UCS_VARS);
+    for var in vars {
+        let prefixed = prefix
+            .filter(|p| !p.is_empty())
+            .map(|p| format!("{p}_UCX_{}", var.name));
+        let found = prefixed
+            .and_then(|n| std::env::var(&n).ok().map(|v| (n, v)))
+            .or_else(|| {
+                let n = format!("UCX_{}", var.name);
+                std::env::var(&n).ok().map(|v| (n, v))
+            });
+        if let Some((env, value)) = found {
+            match crate::config_vars::check(var, &value) {
+                Ok(()) => {
+                    out.insert(var.name.to_string(), value);
+                }
+                Err(why) => tracing::warn!("{env}={value:?} is not valid ({why}); ignored"),
+            }
+        }
+    }
+    out
 }
 
 /// Translates a `UCX_TLS` value into a `RUCX_TLS` list (empty: all).
@@ -201,8 +238,14 @@ pub unsafe extern "C" fn ucp_config_read(
         };
         match read(prefix.as_deref()) {
             Ok(ucp) => {
+                let values = read_values(prefix.as_deref());
+                let config = Config {
+                    ucp,
+                    values,
+                    cached: Vec::new(),
+                };
                 // SAFETY: checked non-null above.
-                unsafe { *config_p = Box::into_raw(Box::new(Config { ucp })) };
+                unsafe { *config_p = Box::into_raw(Box::new(config)) };
                 UCS_OK
             }
             Err(why) => refuse(NAME, UCS_ERR_INVALID_PARAM, why),
@@ -225,9 +268,12 @@ pub unsafe extern "C" fn ucp_config_release(config: *mut Config) {
 }
 
 /// `ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)`:
-/// sets one of the mapped settings (`TLS`, `NET_DEVICES`, `RNDV_THRESH`, `ZCOPY_THRESH`,
-/// `RNDV_SCHEME`, `KEEPALIVE_INTERVAL`; a `UCX_` prefix is accepted) with a UCX-syntax value:
-/// another name gives `UCS_ERR_NO_ELEM`, a bad value `UCS_ERR_INVALID_PARAM`.
+/// sets a variable (a `UCX_` prefix is accepted) with a UCX-syntax value: one of the mapped
+/// settings (`TLS`, `NET_DEVICES`, `RNDV_THRESH`, `ZCOPY_THRESH`, `RNDV_SCHEME`,
+/// `KEEPALIVE_INTERVAL`) changes what rucx does; another variable of UCX's tables
+/// (`HANDLE_ERRORS`, `LOG_LEVEL`, `CM_USE_ALL_DEVICES`, …) is checked and kept; any other name
+/// is kept as a transport setting (`CM_REUSEADDR`, `TCP_…`), as UCX does. A bad value gives
+/// `UCS_ERR_INVALID_PARAM`.
 ///
 /// # Safety
 /// Valid pointers from the caller.
@@ -251,17 +297,93 @@ pub unsafe extern "C" fn ucp_config_modify(
         };
         let n = n.strip_prefix("UCX_").unwrap_or(&n).to_ascii_uppercase();
         // SAFETY: a live configuration.
-        let cfg = unsafe { &mut (*config).ucp };
-        // As UCX: an unknown name is UCS_ERR_NO_ELEM, a bad value UCS_ERR_INVALID_PARAM.
-        let status = if MAPPED.contains(&n.as_str()) {
-            UCS_ERR_INVALID_PARAM
+        let c = unsafe { &mut *config };
+        if MAPPED.contains(&n.as_str()) {
+            if let Err(why) = apply(&mut c.ucp, &n, &v) {
+                return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("{n}={v:?}: {why}"));
+            }
+        } else if let Some(var) = crate::config_vars::find(&n) {
+            if let Err(why) = crate::config_vars::check(var, &v) {
+                return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("{n}={v:?}: {why}"));
+            }
         } else {
-            UCS_ERR_NO_ELEM
-        };
-        match apply(cfg, &n, &v) {
-            Ok(()) => UCS_OK,
-            Err(why) => refuse(NAME, status, format!("{n}={v:?}: {why}")),
+            // As UCX: a name of no table is kept for the transports.
+            c.cached.retain(|(k, _)| *k != n);
+            c.cached.push((n, v));
+            return UCS_OK;
         }
+        c.values.insert(n, v);
+        UCS_OK
+    })
+}
+
+/// `ucs_config_print_flags_t` bits.
+const PRINT_CONFIG: u32 = 1;
+const PRINT_HEADER: u32 = 2;
+const PRINT_DOC: u32 = 4;
+const PRINT_HIDDEN: u32 = 8;
+
+/// The text `ucp_config_print` writes.
+pub fn print_text(c: &Config, title: &str, flags: u32) -> String {
+    let mut out = String::new();
+    if flags & PRINT_HEADER != 0 {
+        out += &format!("#\n# {title}\n#\n\n");
+    }
+    if flags & (PRINT_CONFIG | PRINT_DOC | PRINT_HIDDEN) != 0 {
+        let vars = crate::config_vars::UCP_VARS
+            .iter()
+            .chain(crate::config_vars::UCS_VARS);
+        for var in vars {
+            if flags & PRINT_DOC != 0 {
+                out += &format!("#\n# {}\n#\n", var.doc);
+            }
+            let value = c.values.get(var.name).map_or(var.default, String::as_str);
+            out += &format!("UCX_{}={value}\n", var.name);
+            if flags & PRINT_DOC != 0 {
+                out += "\n";
+            }
+        }
+        if !c.cached.is_empty() {
+            out += "\n#\n# Cached UCT settings\n#\n";
+            for (k, v) in &c.cached {
+                out += &format!("UCX_{k}={v}\n");
+            }
+        }
+    }
+    out
+}
+
+/// `void ucp_config_print(const ucp_config_t *config, FILE *stream, const char *title,
+/// ucs_config_print_flags_t print_flags)`: every variable with its value (`UCX_NAME=value`),
+/// with `UCS_CONFIG_PRINT_HEADER` a title block, with `UCS_CONFIG_PRINT_DOC` its meaning.
+///
+/// # Safety
+/// A configuration from `ucp_config_read`, an open `FILE *`, `title` NULL or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_config_print(
+    config: *const Config,
+    stream: *mut libc::FILE,
+    title: *const c_char,
+    print_flags: u32,
+) {
+    const NAME: &str = "ucp_config_print";
+    ffi(NAME, (), || {
+        if config.is_null() || stream.is_null() {
+            refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
+            return;
+        }
+        let title = if title.is_null() {
+            "UCP configuration".to_string()
+        } else {
+            // SAFETY: the caller's C string.
+            unsafe { CStr::from_ptr(title) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        // SAFETY: a live configuration.
+        let text = print_text(unsafe { &*config }, &title, print_flags);
+        // SAFETY: the caller's open stream (checked non-null).
+        unsafe { crate::query::write_to(stream, &text) };
     })
 }
 

@@ -9,10 +9,11 @@ use std::ffi::{c_char, c_uint, c_void, CStr};
 use std::sync::Mutex;
 use ucp::{Context as UcpContext, ContextParams, Features};
 
-/// The API version rucx implements (`ucp_get_version` reports it, release 0).
+/// The API version rucx implements (`ucp_get_version` reports it, release 0): every function,
+/// field and flag of UCX's `ucp.h` of that release (see `capi/README.md` for what is refused).
 pub const API_MAJOR: c_uint = 1;
 /// See [`API_MAJOR`].
-pub const API_MINOR: c_uint = 13;
+pub const API_MINOR: c_uint = 18;
 
 /// A context: rucx's [`UcpContext`] plus what the client asked for its requests.
 pub struct Context {
@@ -31,6 +32,10 @@ pub struct Context {
     /// `mt_workers_shared`: workers of this context run on several threads, so every worker
     /// locks (memory mapping reaches the first worker from any thread).
     pub mt_workers_shared: bool,
+    /// The API minor of the header the client was built with (`ucp_init_version`).
+    pub client_minor: c_uint,
+    /// The features asked for (`UCP_FEATURE_*`).
+    pub features: u64,
 }
 
 const PARAM_KNOWN: u64 = UCP_PARAM_FIELD_FEATURES
@@ -41,7 +46,8 @@ const PARAM_KNOWN: u64 = UCP_PARAM_FIELD_FEATURES
     | UCP_PARAM_FIELD_MT_WORKERS_SHARED
     | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS
     | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN
-    | UCP_PARAM_FIELD_NAME;
+    | UCP_PARAM_FIELD_NAME
+    | UCP_PARAM_FIELD_NODE_LOCAL_ID;
 
 const FEATURES_KNOWN: u64 = UCP_FEATURE_TAG
     | UCP_FEATURE_RMA
@@ -49,7 +55,8 @@ const FEATURES_KNOWN: u64 = UCP_FEATURE_TAG
     | UCP_FEATURE_AMO64
     | UCP_FEATURE_WAKEUP
     | UCP_FEATURE_STREAM
-    | UCP_FEATURE_AM;
+    | UCP_FEATURE_AM
+    | UCP_FEATURE_EXPORTED_MEMH;
 
 /// Builds a context from C parameters (checked) and a configuration.
 ///
@@ -58,6 +65,7 @@ const FEATURES_KNOWN: u64 = UCP_FEATURE_TAG
 unsafe fn create(
     name: &str,
     api_major: c_uint,
+    api_minor: c_uint,
     params: *const UcpParams,
     config: *const Config,
 ) -> Result<Context, Status> {
@@ -68,6 +76,14 @@ unsafe fn create(
             format!("API version {api_major}.x asked; rucx implements {API_MAJOR}.{API_MINOR}"),
         ));
     }
+    if api_minor > API_MINOR {
+        // As UCX: a client built against a newer header is accepted (and told at info level).
+        tracing::info!(
+            "{name}: the client was built for UCX API {api_major}.{api_minor}; rucx implements \
+             {API_MAJOR}.{API_MINOR}"
+        );
+    }
+    crate::memtype::set_client_minor(api_minor);
     if params.is_null() {
         return Err(refuse(name, UCS_ERR_INVALID_PARAM, "params is NULL"));
     }
@@ -85,12 +101,20 @@ unsafe fn create(
     if features == 0 {
         tracing::warn!("{name}: empty features set passed to ucp context create");
     }
+    if features & UCP_FEATURE_DEVICE != 0 {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            "UCP_FEATURE_DEVICE (the GPU-device API) is not supported: rucx moves host memory",
+        ));
+    }
     if features & !FEATURES_KNOWN != 0 {
         tracing::debug!(
             "{name}: ignoring unknown feature bits {:#x}",
             features & !FEATURES_KNOWN
         );
     }
+    let asked = features;
     let features = Features::from_bits_truncate(features as u32);
     let cfg = if config.is_null() {
         crate::config::read(None).map_err(|why| refuse(name, UCS_ERR_INVALID_PARAM, why))?
@@ -131,6 +155,8 @@ unsafe fn create(
         name: cname,
         workers: Mutex::new(Vec::new()),
         mt_workers_shared: has(UCP_PARAM_FIELD_MT_WORKERS_SHARED) && p.mt_workers_shared != 0,
+        client_minor: api_minor,
+        features: asked,
     })
 }
 
@@ -142,7 +168,7 @@ unsafe fn create(
 #[no_mangle]
 pub unsafe extern "C" fn ucp_init_version(
     api_major_version: c_uint,
-    _api_minor_version: c_uint,
+    api_minor_version: c_uint,
     params: *const UcpParams,
     config: *const Config,
     context_p: *mut *mut Context,
@@ -153,7 +179,7 @@ pub unsafe extern "C" fn ucp_init_version(
             return refuse(NAME, UCS_ERR_INVALID_PARAM, "context_p is NULL");
         }
         // SAFETY: forwarded caller pointers.
-        match unsafe { create(NAME, api_major_version, params, config) } {
+        match unsafe { create(NAME, api_major_version, api_minor_version, params, config) } {
             Ok(c) => {
                 // SAFETY: checked non-null.
                 unsafe { *context_p = Box::into_raw(Box::new(c)) };
@@ -180,7 +206,7 @@ pub unsafe extern "C" fn ucp_cleanup(context_p: *mut Context) {
 }
 
 /// `void ucp_get_version(unsigned *major, unsigned *minor, unsigned *release)`: the UCX API
-/// version rucx implements (1.13, release 0).
+/// version rucx implements ([`API_MAJOR`].[`API_MINOR`], release 0).
 ///
 /// # Safety
 /// Writable pointers (NULL ones are skipped).
@@ -203,7 +229,7 @@ pub unsafe extern "C" fn ucp_get_version(
 /// `const char *ucp_get_version_string(void)`.
 #[no_mangle]
 pub extern "C" fn ucp_get_version_string() -> *const c_char {
-    c"1.13.0 (rucx)".as_ptr()
+    c"1.18.0 (rucx)".as_ptr()
 }
 
 /// `ucs_status_t ucp_context_query(ucp_context_h context_p, ucp_context_attr_t *attr)`.
@@ -227,7 +253,8 @@ pub unsafe extern "C" fn ucp_context_query(
         let known = UCP_ATTR_FIELD_REQUEST_SIZE
             | UCP_ATTR_FIELD_THREAD_MODE
             | UCP_ATTR_FIELD_MEMORY_TYPES
-            | UCP_ATTR_FIELD_NAME;
+            | UCP_ATTR_FIELD_NAME
+            | UCP_ATTR_FIELD_DEVICE_COUNTER_SIZE;
         if let Err(s) = check_mask(NAME, "ucp_context_attr_t.field_mask", a.field_mask, known) {
             return s;
         }
@@ -242,6 +269,12 @@ pub unsafe extern "C" fn ucp_context_query(
         }
         if a.field_mask & UCP_ATTR_FIELD_NAME != 0 {
             write_name(&mut a.name, &c.name);
+        }
+        if a.field_mask & UCP_ATTR_FIELD_DEVICE_COUNTER_SIZE != 0 {
+            // UCX 1.22's `device_counter_size` follows the 64 bytes of `ucp_context_attr_t`
+            // (only a client of that header sets the bit): no GPU-device counters, so 0.
+            // SAFETY: the bit says the caller's struct has the field.
+            unsafe { (attr as *mut u8).add(64).cast::<usize>().write_unaligned(0) };
         }
         UCS_OK
     })

@@ -50,6 +50,14 @@ pub enum Finish {
         /// Operand size.
         size: usize,
     },
+    /// Received into `buf` (rucx wrote into its memory in place), then delivered by `then`
+    /// (IOV and generic receives whose transfer needs one contiguous target).
+    Staged {
+        /// The bytes, as long as the receive's capacity.
+        buf: Vec<u8>,
+        /// Where they go.
+        then: Box<Finish>,
+    },
     /// Unpack through a generic datatype's callbacks, then `finish` its state.
     Generic {
         /// The callbacks (of a datatype the client keeps until the operation completes, as
@@ -164,12 +172,20 @@ unsafe fn send_data_other<'a>(
                 while off < total {
                     let n = pack(state, off, v.as_mut_ptr().add(off).cast(), total - off);
                     if n == 0 {
-                        break;
+                        // A pack that makes no progress would send short data: refused.
+                        fin(state);
+                        return Err(refuse(
+                            name,
+                            UCS_ERR_INVALID_PARAM,
+                            format!(
+                                "the generic datatype's pack gave 0 bytes at offset {off} of \
+                                 {total} (packed_size)"
+                            ),
+                        ));
                     }
                     off += n.min(total - off);
                 }
                 fin(state);
-                v.truncate(off);
                 Ok(SendData::Owned(v))
             }
         }
@@ -190,6 +206,49 @@ fn iov_list(name: &str, buffer: *const c_void, count: usize) -> Result<Vec<DtIov
     }
     // SAFETY: the client's array of `count` ucp_dt_iov_t.
     Ok(unsafe { std::slice::from_raw_parts(buffer as *const DtIov, count) }.to_vec())
+}
+
+/// The packed size of `count` elements of `dt` at `buffer` (`ucp_dt_query`).
+///
+/// # Safety
+/// As [`send_data`] (contiguous data needs no buffer).
+pub unsafe fn packed_size(
+    name: &str,
+    buffer: *const c_void,
+    count: usize,
+    dt: Datatype,
+) -> Result<usize, Status> {
+    match dt & UCP_DATATYPE_CLASS_MASK {
+        UCP_DATATYPE_CONTIG => contig_len(name, count, dt),
+        UCP_DATATYPE_IOV => Ok(iov_list(name, buffer, count)?
+            .iter()
+            .map(|e| e.length)
+            .sum()),
+        UCP_DATATYPE_GENERIC => {
+            let g = generic(dt);
+            let (Some(start), Some(size), Some(fin)) =
+                (g.ops.start_pack, g.ops.packed_size, g.ops.finish)
+            else {
+                return Err(refuse(
+                    name,
+                    UCS_ERR_INVALID_PARAM,
+                    "generic datatype lacks callbacks",
+                ));
+            };
+            // SAFETY: the client's callbacks, called as documented.
+            unsafe {
+                let state = start(g.context, buffer, count);
+                let n = size(state);
+                fin(state);
+                Ok(n)
+            }
+        }
+        c => Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            format!("datatype class {c} is not supported"),
+        )),
+    }
 }
 
 /// The receive capacity for `count` elements of `dt` at `buffer`, and how to deliver.
@@ -274,6 +333,7 @@ impl Finish {
         let data = data.map(|d| &d[..d.len().min(len)]).unwrap_or(&[]);
         match self {
             Finish::None | Finish::Fetch { .. } => None,
+            Finish::Staged { buf, then } => then.deliver(Some(&buf), len),
             Finish::Copy { dst, cap } => {
                 let n = data.len().min(cap);
                 if n > 0 {
@@ -316,11 +376,15 @@ impl Finish {
 
     /// Releases what an operation that never started holds (a generic state).
     pub fn abort(self) {
-        if let Finish::Generic { ops, state } = self {
-            if let Some(fin) = ops.finish {
-                // SAFETY: the state start_unpack gave, finished once.
-                unsafe { fin(state) };
+        match self {
+            Finish::Generic { ops, state } => {
+                if let Some(fin) = ops.finish {
+                    // SAFETY: the state start_unpack gave, finished once.
+                    unsafe { fin(state) };
+                }
             }
+            Finish::Staged { then, .. } => then.abort(),
+            _ => {}
         }
     }
 }

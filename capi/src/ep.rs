@@ -2,7 +2,8 @@
 //! close, and the old active-message send (`ucp_am_send_nb`).
 //!
 //! rucx keeps one endpoint per peer worker: a second `ucp_ep_create` to the same address (or
-//! to a peer that connected first) shares it. Closing any client endpoint closes it.
+//! to a peer that connected first) shares it. Closing the last client endpoint on it closes
+//! it; closing another one flushes (force: nothing) and leaves it to the others.
 
 use crate::datatype::{send_data, Finish, SendData};
 use crate::ffi::*;
@@ -26,6 +27,29 @@ pub struct Ep {
     pub failed: bool,
     /// The next client endpoint in its [`EpIndex`] slot (an `Ep` address), or 0.
     next: usize,
+    /// A client endpoint from a socket address whose connection is not made yet: `h` names
+    /// no endpoint until it is (see [`crate::conn`]).
+    pub connecting: bool,
+    /// `ucp_ep_params_t.user_data` (`ucp_ep_query`, `ucp_stream_worker_poll`).
+    pub user_data: *mut c_void,
+    /// What few endpoints have: a name, socket addresses, a connection under way.
+    pub ext: Option<Box<EpExt>>,
+}
+
+/// The rarely used parts of a client endpoint.
+#[derive(Default)]
+pub struct EpExt {
+    /// `ucp_ep_params_t.name`.
+    pub name: Option<String>,
+    /// Local and remote socket addresses of a client/server endpoint.
+    pub sockaddrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    /// A client connection under way (with `connecting`) and the rucx parameters to create
+    /// the endpoint with once the server answers.
+    pub conn: Option<ucp::Connecting>,
+    /// Why the connection failed (`UCS_OK` while it has not).
+    pub conn_failed: Status,
+    /// Transport and device names `ucp_ep_query` gave out (kept while the endpoint lives).
+    pub tl_names: Vec<(std::ffi::CString, std::ffi::CString)>,
 }
 
 /// A worker's client endpoints by rucx endpoint, for error handlers, active-message replies and
@@ -43,7 +67,7 @@ impl EpIndex {
     ///
     /// # Safety
     /// `ep` is a live client endpoint not in the index; every endpoint in it is live.
-    unsafe fn insert(&mut self, ep: *mut Ep) {
+    pub(crate) unsafe fn insert(&mut self, ep: *mut Ep) {
         // SAFETY: the caller's contract.
         let slot = unsafe { (*ep).h }.slot();
         if slot >= self.heads.len() {
@@ -64,7 +88,7 @@ impl EpIndex {
     ///
     /// # Safety
     /// `ep` is a live client endpoint; every endpoint in the index is live.
-    unsafe fn remove(&mut self, ep: *mut Ep) {
+    pub(crate) unsafe fn remove(&mut self, ep: *mut Ep) {
         // SAFETY: the caller's contract.
         let slot = unsafe { (*ep).h }.slot();
         let Some(head) = self.heads.get_mut(slot) else {
@@ -82,6 +106,20 @@ impl EpIndex {
                 at = &mut (*(*at as *mut Ep)).next;
             }
         }
+    }
+
+    /// Every client endpoint in the index.
+    pub fn all(&self) -> Vec<*mut Ep> {
+        let mut out = Vec::new();
+        for &head in &self.heads {
+            let mut e = head;
+            while e != 0 {
+                out.push(e as *mut Ep);
+                // SAFETY: every endpoint in the index is live.
+                e = unsafe { (*(e as *mut Ep)).next };
+            }
+        }
+        out
     }
 
     /// The first client endpoint created on rucx endpoint `h`, or null.
@@ -114,7 +152,12 @@ pub(crate) fn ep_ref<'a>(name: &str, ep: *mut Ep) -> Result<(&'a Worker, EpHandl
         return Err(refuse(name, UCS_ERR_INVALID_PARAM, "ep is NULL"));
     }
     // SAFETY: a live endpoint from ucp_ep_create; its worker outlives it.
-    unsafe { Ok((&*(*ep).worker, (*ep).h)) }
+    unsafe {
+        if (*ep).connecting {
+            return crate::conn::await_connection(name, ep);
+        }
+        Ok((&*(*ep).worker, (*ep).h))
+    }
 }
 
 const EP_KNOWN: u64 = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
@@ -130,11 +173,82 @@ const EP_KNOWN: u64 = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
 /// Longest address accepted (rucx's addresses are a few hundred bytes).
 const MAX_ADDRESS: usize = 1 << 16;
 
+/// The error handler and its argument from endpoint parameters.
+pub(crate) fn err_handler_of(p: &EpParams) -> (Option<ErrHandlerCb>, *mut c_void) {
+    let has = |b: u64| p.field_mask & b != 0;
+    if has(UCP_EP_PARAM_FIELD_ERR_HANDLER) {
+        let arg = if has(UCP_EP_PARAM_FIELD_USER_DATA) {
+            p.user_data
+        } else {
+            p.err_handler.arg
+        };
+        (p.err_handler.cb, arg)
+    } else {
+        (None, std::ptr::null_mut())
+    }
+}
+
+/// rucx's endpoint parameters for a client endpoint: an error handler that queues the failure
+/// for `ucp_worker_progress`. Every failure is reported (a small allocation per endpoint): an
+/// endpoint without a client error handler still fails the worker's waiting receives (see
+/// `Worker::ep_failed`).
+pub(crate) fn ucp_params(w: &Worker, _err_cb: Option<ErrHandlerCb>) -> UcpEpParams {
+    let q = w.inner.borrow().ep_errors.clone();
+    let err_handler: Option<ucp::ErrHandler> = Some(Box::new(move |h, e: &ucs::Error| {
+        q.borrow_mut().push((h, status_of(e)))
+    }));
+    UcpEpParams { err_handler }
+}
+
+/// A client endpoint on rucx endpoint `h` (or, `connecting`, on one still to be made), in
+/// the worker's index unless connecting. Worker locked, rucx worker not borrowed.
+pub(crate) fn new_ep(w: &Worker, h: EpHandle, p: &EpParams, connecting: bool) -> *mut Ep {
+    let (err_cb, err_arg) = err_handler_of(p);
+    let has = |b: u64| p.field_mask & b != 0;
+    let name = if has(UCP_EP_PARAM_FIELD_NAME) && !p.name.is_null() {
+        // SAFETY: a C string from the caller.
+        Some(
+            unsafe { std::ffi::CStr::from_ptr(p.name) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    } else {
+        None
+    };
+    let ep = Box::into_raw(Box::new(Ep {
+        worker: w,
+        h,
+        err_cb,
+        err_arg,
+        failed: false,
+        next: 0,
+        connecting,
+        user_data: if has(UCP_EP_PARAM_FIELD_USER_DATA) {
+            p.user_data
+        } else {
+            std::ptr::null_mut()
+        },
+        ext: name.map(|name| {
+            Box::new(EpExt {
+                name: Some(name),
+                ..EpExt::default()
+            })
+        }),
+    }));
+    if !connecting {
+        // SAFETY: the new endpoint; the index holds live ones only.
+        unsafe { w.inner.borrow_mut().eps.insert(ep) };
+    }
+    ep
+}
+
 /// `ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params,
-/// ucp_ep_h *ep_p)`: from a remote worker address (client/server sockaddr connections are not
-/// supported). Error handling modes NONE and PEER are both honored the same way: when the
-/// peer fails, outstanding requests complete with an error and the error handler, if given,
-/// runs from `ucp_worker_progress`.
+/// ucp_ep_h *ep_p)`: from a remote worker address, from a socket address (client side of
+/// client/server: returns at once, the connection completes in the background, see
+/// [`crate::conn`]), or from a connection request a listener gave (server side). Error
+/// handling modes NONE and PEER are both honored the same way: when the peer fails,
+/// outstanding requests complete with an error and the error handler, if given, runs from
+/// `ucp_worker_progress`.
 ///
 /// # Safety
 /// A live worker; valid `params` whose address came from `ucp_worker_get_address` /
@@ -160,76 +274,81 @@ pub unsafe extern "C" fn ucp_ep_create(
             return s;
         }
         let has = |b: u64| p.field_mask & b != 0;
-        if has(UCP_EP_PARAM_FIELD_SOCK_ADDR) || has(UCP_EP_PARAM_FIELD_CONN_REQUEST) {
-            return refuse(
-                NAME,
-                UCS_ERR_UNSUPPORTED,
-                "client/server (sockaddr) endpoints are not supported; use a worker address",
-            );
-        }
-        if !has(UCP_EP_PARAM_FIELD_REMOTE_ADDRESS) || p.address.is_null() {
-            return refuse(NAME, UCS_ERR_INVALID_PARAM, "no remote address");
-        }
-        // As UCX: a mode other than PEER is NONE, and flags other than NO_LOOPBACK (the
-        // client/server ones included) do nothing for an endpoint to a worker address.
-        if has(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE) && p.err_mode > UCP_ERR_HANDLING_MODE_PEER {
+        // As UCX: a mode other than PEER is NONE (FAILOVER has no second path to fail over
+        // to in rucx, so it is PEER).
+        if has(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE) && p.err_mode > UCP_ERR_HANDLING_MODE_FAILOVER
+        {
             tracing::debug!("{NAME}: error handling mode {} taken as NONE", p.err_mode);
         }
-        if has(UCP_EP_PARAM_FIELD_FLAGS) && p.flags & !UCP_EP_PARAMS_FLAGS_NO_LOOPBACK != 0 {
-            tracing::debug!("{NAME}: ignoring endpoint flags {:#x}", p.flags);
+        let known_flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER
+            | UCP_EP_PARAMS_FLAGS_NO_LOOPBACK
+            | UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID;
+        if has(UCP_EP_PARAM_FIELD_FLAGS) && p.flags & !known_flags != 0 {
+            tracing::debug!(
+                "{NAME}: ignoring endpoint flags {:#x}",
+                p.flags & !known_flags
+            );
         }
-        // SAFETY: the address starts with its 4-byte length (see worker::client_address).
-        let bytes = unsafe {
-            let mut len = [0u8; 4];
-            std::ptr::copy_nonoverlapping(p.address as *const u8, len.as_mut_ptr(), 4);
-            let len = u32::from_le_bytes(len) as usize;
-            if len == 0 || len > MAX_ADDRESS {
-                return refuse(
-                    NAME,
-                    UCS_ERR_INVALID_ADDR,
-                    format!("not a rucx worker address (length {len})"),
-                );
-            }
-            std::slice::from_raw_parts((p.address as *const u8).add(4), len)
-        };
-        let (err_cb, err_arg) = if has(UCP_EP_PARAM_FIELD_ERR_HANDLER) {
-            let arg = if has(UCP_EP_PARAM_FIELD_USER_DATA) {
-                p.user_data
-            } else {
-                p.err_handler.arg
-            };
-            (p.err_handler.cb, arg)
+        let sources = [
+            UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+            UCP_EP_PARAM_FIELD_SOCK_ADDR,
+            UCP_EP_PARAM_FIELD_CONN_REQUEST,
+        ]
+        .iter()
+        .filter(|&&b| has(b))
+        .count();
+        if sources != 1 {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "exactly one of REMOTE_ADDRESS, SOCK_ADDR and CONN_REQUEST must be set",
+            );
+        }
+        let made = if has(UCP_EP_PARAM_FIELD_SOCK_ADDR) {
+            crate::conn::ep_to_sockaddr(NAME, w, p)
+        } else if has(UCP_EP_PARAM_FIELD_CONN_REQUEST) {
+            crate::conn::ep_from_request(NAME, w, p)
         } else {
-            (None, std::ptr::null_mut())
+            ep_to_address(NAME, w, p)
         };
-        let _g = w.lock.lock();
-        let mut i = w.inner.borrow_mut();
-        // Every failure is reported (a small allocation per endpoint): an endpoint without an
-        // error handler still fails the worker's waiting receives (see
-        // `Worker::ep_failed`).
-        let q = i.ep_errors.clone();
-        let err_handler: Option<ucp::ErrHandler> = Some(Box::new(move |h, e: &ucs::Error| {
-            q.borrow_mut().push((h, status_of(e)))
-        }));
-        let params = UcpEpParams { err_handler };
-        let h = match i.w.ep_create(bytes, params) {
-            Ok(h) => h,
-            Err(e) => return fail(NAME, &e),
-        };
-        let ep = Box::into_raw(Box::new(Ep {
-            worker: w,
-            h,
-            err_cb,
-            err_arg,
-            failed: false,
-            next: 0,
-        }));
-        // SAFETY: the new endpoint; the index holds live ones only.
-        unsafe { i.eps.insert(ep) };
-        // SAFETY: checked non-null.
-        unsafe { *ep_p = ep };
-        UCS_OK
+        match made {
+            Ok(ep) => {
+                // SAFETY: checked non-null.
+                unsafe { *ep_p = ep };
+                UCS_OK
+            }
+            Err(s) => s,
+        }
     })
+}
+
+/// [`ucp_ep_create`] from a remote worker address.
+fn ep_to_address(name: &str, w: &Worker, p: &EpParams) -> Result<*mut Ep, Status> {
+    if p.address.is_null() {
+        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "no remote address"));
+    }
+    // SAFETY: the address starts with its 4-byte length (see worker::client_address).
+    let bytes = unsafe {
+        let mut len = [0u8; 4];
+        std::ptr::copy_nonoverlapping(p.address as *const u8, len.as_mut_ptr(), 4);
+        let len = u32::from_le_bytes(len) as usize;
+        if len == 0 || len > MAX_ADDRESS {
+            return Err(refuse(
+                name,
+                UCS_ERR_INVALID_ADDR,
+                format!("not a rucx worker address (length {len})"),
+            ));
+        }
+        std::slice::from_raw_parts((p.address as *const u8).add(4), len)
+    };
+    let (err_cb, _) = err_handler_of(p);
+    let _g = w.lock.lock();
+    let params = ucp_params(w, err_cb);
+    let res = w.inner.borrow_mut().w.ep_create(bytes, params);
+    match res {
+        Ok(h) => Ok(new_ep(w, h, p, false)),
+        Err(e) => Err(fail(name, &e)),
+    }
 }
 
 /// Forgets a client endpoint and frees it.
@@ -242,6 +361,12 @@ fn forget(w: &Worker, ep: *mut Ep) {
 
 /// Closes an endpoint; the request completes when it is closed.
 fn close(name: &str, ep: *mut Ep, mode: CloseMode, args: OpArgs) -> StatusPtr {
+    // SAFETY: a live endpoint (checked non-null first).
+    if !ep.is_null() && unsafe { (*ep).connecting } {
+        // A connection under way (or one that failed) has nothing to flush: dropped.
+        // SAFETY: a live connecting endpoint, closed once (the client's contract).
+        return unsafe { crate::conn::close_connecting(ep) };
+    }
     let (w, h) = match ep_ref(name, ep) {
         Ok(x) => x,
         Err(s) => return status_ptr(s),
@@ -249,8 +374,19 @@ fn close(name: &str, ep: *mut Ep, mode: CloseMode, args: OpArgs) -> StatusPtr {
     let _g = w.lock.lock();
     let shared = w.inner.borrow().eps.of(h).nth(1).is_some();
     let res = if shared {
-        // Another client endpoint still uses the rucx endpoint: flush only.
-        w.inner.borrow_mut().w.ep_flush(h)
+        // Another client endpoint still uses the rucx endpoint, which stays: a flush close
+        // waits for what was sent to complete; a force close lets it run and returns at once
+        // (rucx cannot tell this endpoint's operations from the other's to cancel them).
+        match mode {
+            CloseMode::Force => Ok(Op::Done(Completion {
+                status: Ok(()),
+                buf: None,
+                len: 0,
+                tag: 0,
+                value: 0,
+            })),
+            _ => w.inner.borrow_mut().w.ep_flush(h),
+        }
     } else {
         w.inner.borrow_mut().w.ep_close_nb(h, mode)
     };

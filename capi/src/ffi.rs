@@ -7,6 +7,15 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
+mod am;
+mod conn;
+pub mod consts;
+mod query;
+pub use am::*;
+pub use conn::*;
+pub use consts::*;
+pub use query::*;
+
 pub use crate::ucs_codes::codes::*;
 pub use crate::ucs_codes::Status;
 
@@ -23,8 +32,9 @@ pub const UCS_THREAD_MODE_SERIALIZED: c_uint = 1;
 pub const UCS_THREAD_MODE_MULTI: c_uint = 2;
 /// `UCS_MEMORY_TYPE_HOST`.
 pub const UCS_MEMORY_TYPE_HOST: c_uint = 0;
-/// `UCS_MEMORY_TYPE_UNKNOWN` (= `UCS_MEMORY_TYPE_LAST`).
-pub const UCS_MEMORY_TYPE_UNKNOWN: c_uint = 6;
+/// `UCS_MEMORY_TYPE_UNKNOWN` (= `UCS_MEMORY_TYPE_LAST`) of UCX 1.13's header; later headers
+/// have more memory types before it (see [`crate::memtype`]).
+pub const UCS_MEMORY_TYPE_UNKNOWN: c_uint = 5;
 
 pub const fn bit(n: u32) -> u64 {
     1 << n
@@ -40,6 +50,8 @@ pub const UCP_PARAM_FIELD_MT_WORKERS_SHARED: u64 = bit(5);
 pub const UCP_PARAM_FIELD_ESTIMATED_NUM_EPS: u64 = bit(6);
 pub const UCP_PARAM_FIELD_ESTIMATED_NUM_PPN: u64 = bit(7);
 pub const UCP_PARAM_FIELD_NAME: u64 = bit(8);
+/// UCX 1.22: `node_local_id`, after `name`.
+pub const UCP_PARAM_FIELD_NODE_LOCAL_ID: u64 = bit(9);
 
 // ucp_feature
 pub const UCP_FEATURE_TAG: u64 = bit(0);
@@ -49,12 +61,19 @@ pub const UCP_FEATURE_AMO64: u64 = bit(3);
 pub const UCP_FEATURE_WAKEUP: u64 = bit(4);
 pub const UCP_FEATURE_STREAM: u64 = bit(5);
 pub const UCP_FEATURE_AM: u64 = bit(6);
+/// UCX 1.14: memory handles exported to other processes (`ucp_memh_pack` with
+/// `UCP_MEMH_PACK_FLAG_EXPORT`).
+pub const UCP_FEATURE_EXPORTED_MEMH: u64 = bit(7);
+/// UCX 1.20: GPU-device API (out of scope: refused).
+pub const UCP_FEATURE_DEVICE: u64 = bit(8);
 
 // ucp_context_attr_t.field_mask
 pub const UCP_ATTR_FIELD_REQUEST_SIZE: u64 = bit(0);
 pub const UCP_ATTR_FIELD_THREAD_MODE: u64 = bit(1);
 pub const UCP_ATTR_FIELD_MEMORY_TYPES: u64 = bit(2);
 pub const UCP_ATTR_FIELD_NAME: u64 = bit(3);
+/// UCX 1.22: `device_counter_size`, after `name` (GPU-device API).
+pub const UCP_ATTR_FIELD_DEVICE_COUNTER_SIZE: u64 = bit(4);
 
 // ucp_worker_params_t.field_mask
 pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = bit(0);
@@ -100,9 +119,19 @@ pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = bit(1);
 pub const UCP_MEM_MAP_PARAM_FIELD_FLAGS: u64 = bit(2);
 pub const UCP_MEM_MAP_PARAM_FIELD_PROT: u64 = bit(3);
 pub const UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE: u64 = bit(4);
+/// UCX 1.14: `exported_memh_buffer`, after `memory_type`.
+pub const UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER: u64 = bit(5);
 pub const UCP_MEM_MAP_NONBLOCK: c_uint = 1;
 pub const UCP_MEM_MAP_ALLOCATE: c_uint = 2;
 pub const UCP_MEM_MAP_FIXED: c_uint = 4;
+/// UCX 1.19: the remote key may be used with every peer's mapping of the same layout.
+pub const UCP_MEM_MAP_SYMMETRIC_RKEY: c_uint = 8;
+/// UCX 1.20: lock the pages in memory (`mlock`).
+pub const UCP_MEM_MAP_LOCK: c_uint = 16;
+pub const UCP_MEM_MAP_PROT_LOCAL_READ: c_uint = 1 << 0;
+pub const UCP_MEM_MAP_PROT_LOCAL_WRITE: c_uint = 1 << 1;
+pub const UCP_MEM_MAP_PROT_REMOTE_READ: c_uint = 1 << 8;
+pub const UCP_MEM_MAP_PROT_REMOTE_WRITE: c_uint = 1 << 9;
 pub const UCP_MEM_ATTR_FIELD_ADDRESS: u64 = bit(0);
 pub const UCP_MEM_ATTR_FIELD_LENGTH: u64 = bit(1);
 pub const UCP_MEM_ATTR_FIELD_MEM_TYPE: u64 = bit(2);
@@ -111,6 +140,8 @@ pub const UCP_MEM_ATTR_FIELD_MEM_TYPE: u64 = bit(2);
 pub const UCP_DATATYPE_CONTIG: u64 = 0;
 pub const UCP_DATATYPE_STRIDED: u64 = 1;
 pub const UCP_DATATYPE_IOV: u64 = 2;
+/// UCX 1.20: scatter-gather list (`ucp_dt_local_sgl_t`).
+pub const UCP_DATATYPE_SGL: u64 = 4;
 pub const UCP_DATATYPE_GENERIC: u64 = 7;
 pub const UCP_DATATYPE_SHIFT: u32 = 3;
 pub const UCP_DATATYPE_CLASS_MASK: u64 = 7;
@@ -125,11 +156,16 @@ pub const UCP_OP_ATTR_FIELD_REPLY_BUFFER: u32 = 1 << 5;
 pub const UCP_OP_ATTR_FIELD_MEMORY_TYPE: u32 = 1 << 6;
 pub const UCP_OP_ATTR_FIELD_RECV_INFO: u32 = 1 << 7;
 pub const UCP_OP_ATTR_FIELD_MEMH: u32 = 1 << 8;
+/// UCX 1.20 (scatter-gather): `remote_datatype`, `remote`, `remote_count` after `memh`.
+pub const UCP_OP_ATTR_FIELD_REMOTE_DATATYPE: u32 = 1 << 9;
+pub const UCP_OP_ATTR_FIELD_REMOTE: u32 = 1 << 10;
+pub const UCP_OP_ATTR_FIELD_REMOTE_COUNT: u32 = 1 << 11;
 pub const UCP_OP_ATTR_FLAG_NO_IMM_CMPL: u32 = 1 << 16;
 pub const UCP_OP_ATTR_FLAG_FAST_CMPL: u32 = 1 << 17;
 pub const UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: u32 = 1 << 18;
 pub const UCP_OP_ATTR_FLAG_MULTI_SEND: u32 = 1 << 19;
-/// Every `op_attr_mask` bit of UCX 1.13.
+/// Every `op_attr_mask` bit of UCX 1.13 (the remote scatter-gather fields of 1.20 are
+/// checked apart: they name fields a 1.13 client's struct does not have).
 pub const UCP_OP_ATTR_KNOWN: u32 = 0x1ff | (0xf << 16);
 
 // AM (old API)
@@ -268,11 +304,13 @@ pub struct GenericDtOps {
 pub union ParamCb {
     pub send: Option<SendNbxCb>,
     pub recv: Option<TagRecvNbxCb>,
+    pub recv_stream: Option<StreamRecvNbxCb>,
     pub raw: *const c_void,
 }
 
 /// `ucp_request_param_t` (72 bytes).
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct RequestParam {
     pub op_attr_mask: u32,
     pub flags: u32,

@@ -44,6 +44,11 @@ pub struct Mem {
     pub(crate) id: u64,
     /// False once unmapped; remote keys unpacked in this process hold it.
     pub(crate) alive: Arc<AtomicBool>,
+    /// Remote accesses the mapping's protection denies (`crate::rma::ACCESS_*` bits, packed
+    /// into its keys).
+    pub(crate) deny: u8,
+    /// The pages were locked (`UCP_MEM_MAP_LOCK`): unlocked at unmap.
+    locked: bool,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -77,6 +82,8 @@ impl Mem {
             alias,
             id,
             alive,
+            deny: 0,
+            locked: false,
         })
     }
 }
@@ -103,7 +110,8 @@ const MAP_KNOWN: u64 = UCP_MEM_MAP_PARAM_FIELD_ADDRESS
     | UCP_MEM_MAP_PARAM_FIELD_LENGTH
     | UCP_MEM_MAP_PARAM_FIELD_FLAGS
     | UCP_MEM_MAP_PARAM_FIELD_PROT
-    | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE
+    | UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER;
 
 fn first_worker<'a>(name: &str, c: &Context) -> Result<&'a Worker, Status> {
     let ws = c.workers.lock().unwrap_or_else(|p| p.into_inner());
@@ -245,18 +253,32 @@ pub unsafe extern "C" fn ucp_mem_map(
             return s;
         }
         let has = |b: u64| p.field_mask & b != 0;
+        if has(UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER) {
+            // No rucx memory domain exports memory handles (`ucp_memh_pack` refuses to
+            // make one), so there is none to import.
+            return refuse(
+                NAME,
+                UCS_ERR_UNSUPPORTED,
+                "importing an exported memory handle is not supported",
+            );
+        }
         let flags = if has(UCP_MEM_MAP_PARAM_FIELD_FLAGS) {
             p.flags
         } else {
             0
         };
-        if flags & !(UCP_MEM_MAP_NONBLOCK | UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED) != 0 {
+        // SYMMETRIC_RKEY (UCX 1.19) is a hint: rucx's keys are valid for every peer anyway.
+        let known_flags = UCP_MEM_MAP_NONBLOCK
+            | UCP_MEM_MAP_ALLOCATE
+            | UCP_MEM_MAP_FIXED
+            | UCP_MEM_MAP_SYMMETRIC_RKEY
+            | UCP_MEM_MAP_LOCK;
+        if flags & !known_flags != 0 {
             // UCX tests the bits it knows and ignores the others.
             tracing::debug!("{NAME}: ignoring unknown flags {flags:#x}");
         }
         if has(UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE)
-            && p.memory_type != UCS_MEMORY_TYPE_HOST
-            && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+            && !crate::memtype::cpu_accessible(p.memory_type)
         {
             return refuse(NAME, UCS_ERR_UNSUPPORTED, "rucx maps host memory only");
         }
@@ -320,7 +342,30 @@ pub unsafe extern "C" fn ucp_mem_map(
             }
         };
         drop(i);
-        let mem = Mem::new(w, context, Some(map), alias, delta);
+        let mut mem = Mem::new(w, context, Some(map), alias, delta);
+        if has(UCP_MEM_MAP_PARAM_FIELD_PROT) {
+            // Peers are held to the protection: keys of this mapping deny what it leaves out.
+            if p.prot & UCP_MEM_MAP_PROT_REMOTE_READ == 0 {
+                mem.deny |= crate::rma::ACCESS_READ;
+            }
+            if p.prot & UCP_MEM_MAP_PROT_REMOTE_WRITE == 0 {
+                mem.deny |= crate::rma::ACCESS_WRITE;
+            }
+        }
+        if flags & UCP_MEM_MAP_LOCK != 0 && mem.length > 0 {
+            // SAFETY: the mapping's own range.
+            mem.locked = unsafe { libc::mlock(mem.address, mem.length) } == 0;
+            if !mem.locked {
+                let e = std::io::Error::last_os_error();
+                // SAFETY: the handle just made, unmapped once.
+                unsafe { ucp_mem_unmap(context, Box::into_raw(mem)) };
+                return refuse(
+                    NAME,
+                    UCS_ERR_NO_MEMORY,
+                    format!("UCP_MEM_MAP_LOCK: cannot lock the pages: {e} (RLIMIT_MEMLOCK?)"),
+                );
+            }
+        }
         // SAFETY: checked non-null.
         unsafe { *memh_p = Box::into_raw(mem) };
         UCS_OK
@@ -349,6 +394,10 @@ pub unsafe extern "C" fn ucp_mem_unmap(context: *mut Context, memh: *mut Mem) ->
         // SAFETY: created by ucp_mem_map.
         let mut m = unsafe { Box::from_raw(memh) };
         m.alive.store(false, Ordering::Release);
+        if m.locked {
+            // SAFETY: the range this mapping locked.
+            unsafe { libc::munlock(m.address, m.length) };
+        }
         live()
             .lock()
             .unwrap_or_else(|p| p.into_inner())

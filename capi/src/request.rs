@@ -58,6 +58,10 @@ pub enum Cb {
     Recv(TagRecvCb),
     /// `ucp_tag_recv_nbx_callback_t`.
     RecvNbx(TagRecvNbxCb),
+    /// `ucp_stream_recv_callback_t` (the length is the received byte count).
+    StreamRecv(StreamRecvCb),
+    /// `ucp_stream_recv_nbx_callback_t`, also `ucp_am_recv_data_nbx_callback_t`.
+    StreamRecvNbx(StreamRecvNbxCb),
 }
 
 /// rucx's state of one request, in the bytes before the client's area.
@@ -98,6 +102,9 @@ pub struct OpArgs {
     pub no_imm: bool,
     /// `recv_info.tag_info` to fill on immediate completion, or null.
     pub info_out: *mut TagRecvInfo,
+    /// A length to fill on immediate completion (`recv_info.length` of stream and AM data
+    /// receives, or their `length` argument), or null.
+    pub len_out: *mut usize,
 }
 
 impl OpArgs {
@@ -109,6 +116,7 @@ impl OpArgs {
             user_data: std::ptr::null_mut(),
             no_imm,
             info_out: std::ptr::null_mut(),
+            len_out: std::ptr::null_mut(),
         }
     }
 }
@@ -360,6 +368,10 @@ fn submit_done(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -> Stat
         // SAFETY: the client's recv_info pointer.
         unsafe { *args.info_out = info };
     }
+    if !args.len_out.is_null() {
+        // SAFETY: the client's length pointer.
+        unsafe { *args.len_out = info.length };
+    }
     if !args.caller_req.is_null() {
         let h = new_request(w, args, 0);
         // SAFETY: a header just built.
@@ -540,6 +552,8 @@ fn call_back(h: *mut ReqHdr, cb: Cb, ud: *mut c_void, status: Status, mut info: 
             Cb::SendNbx(f) => f(user, status, ud),
             Cb::Recv(f) => f(user, status, &mut info),
             Cb::RecvNbx(f) => f(user, status, &info, ud),
+            Cb::StreamRecv(f) => f(user, status, info.length),
+            Cb::StreamRecvNbx(f) => f(user, status, info.length, ud),
         }
     }
 }

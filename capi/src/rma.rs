@@ -18,9 +18,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use ucp::Rkey;
 
+/// An access that reads the peer's memory (get, fetching atomics).
+pub(crate) const ACCESS_READ: u8 = 1;
+/// An access that writes the peer's memory (put, atomics).
+pub(crate) const ACCESS_WRITE: u8 = 2;
+
 /// The key of a client key, after the checks every access makes: the key belongs to this
-/// worker, and a key of this process's own mapping is refused once that mapping is unmapped.
-/// Gives the key and the client-to-rucx address difference, or why the key is refused.
+/// worker, it allows the access (`ACCESS_*` bits: a mapping made with
+/// `UCP_MEM_MAP_PARAM_FIELD_PROT` and without `UCP_MEM_MAP_PROT_REMOTE_READ`/`_WRITE` packs
+/// keys that deny it), and a key of this process's own mapping is refused once that mapping
+/// is unmapped. Gives the key and the client-to-rucx address difference, or why the key is
+/// refused.
 ///
 /// # Safety
 /// A live, non-NULL key from `ucp_ep_rkey_unpack`.
@@ -28,11 +36,19 @@ use ucp::Rkey;
 pub(crate) unsafe fn rkey_for_quiet<'a>(
     k: *mut CRkey,
     w: &Worker,
+    access: u8,
 ) -> Result<(&'a Rkey, u64), &'static str> {
     // SAFETY: per the contract.
     let k = unsafe { &*k };
     if !std::ptr::eq(k.worker, w) {
         return Err("rkey was unpacked on an endpoint of another worker");
+    }
+    if k.deny & access != 0 {
+        return Err(if k.deny & access & ACCESS_WRITE != 0 {
+            "the key's memory was mapped without UCP_MEM_MAP_PROT_REMOTE_WRITE"
+        } else {
+            "the key's memory was mapped without UCP_MEM_MAP_PROT_REMOTE_READ"
+        });
     }
     if let Some(a) = &k.alive {
         if !a.load(Ordering::Acquire) {
@@ -51,12 +67,13 @@ pub(crate) unsafe fn rkey_for<'a>(
     name: &str,
     k: *mut CRkey,
     w: &Worker,
+    access: u8,
 ) -> Result<(&'a Rkey, u64), Status> {
     if k.is_null() {
         return Err(refuse(name, UCS_ERR_INVALID_PARAM, "rkey is NULL"));
     }
     // SAFETY: per the contract.
-    unsafe { rkey_for_quiet(k, w) }.map_err(|why| refuse(name, UCS_ERR_INVALID_PARAM, why))
+    unsafe { rkey_for_quiet(k, w, access) }.map_err(|why| refuse(name, UCS_ERR_INVALID_PARAM, why))
 }
 
 /// How long `ucp_ep_rkey_unpack` waits for a connecting endpoint.
@@ -73,6 +90,23 @@ pub struct CRkey {
     delta: u64,
     /// For a mapping of this process: its liveness flag.
     alive: Option<Arc<AtomicBool>>,
+    /// The mapping's owner process and id (`ucp_rkey_compare`).
+    owner: (u32, u64),
+    /// `ACCESS_*` bits the owner's protection denies.
+    deny: u8,
+}
+
+impl CRkey {
+    /// What names the key's memory: owner process, mapping id, address difference; equal
+    /// for keys of the same mapping (`ucp_rkey_compare` orders keys by it).
+    pub(crate) fn identity(&self) -> (u32, u64, u64) {
+        (self.owner.0, self.owner.1, self.delta)
+    }
+
+    /// The worker the key was unpacked on.
+    pub(crate) fn worker(&self) -> *const Worker {
+        self.worker
+    }
 }
 
 /// The header rucx puts before a packed remote-key bundle (all little-endian):
@@ -91,7 +125,13 @@ struct KeyHeader {
     delta: u64,
     pid: u32,
     id: u64,
+    /// `ACCESS_*` bits the mapping denies, in the map id's top byte (ids stay below 2^56; a
+    /// key of full access has 0 there, as keys made before).
+    deny: u8,
 }
+
+/// Bits of the map-id field that hold the id.
+const ID_MASK: u64 = (1 << 56) - 1;
 
 impl KeyHeader {
     const LEN: usize = 24;
@@ -103,7 +143,7 @@ impl KeyHeader {
         v.extend_from_slice(&((Self::LEN - 4 + bundle.len()) as u32).to_le_bytes());
         v.extend_from_slice(&self.delta.to_le_bytes());
         v.extend_from_slice(&self.pid.to_le_bytes());
-        v.extend_from_slice(&self.id.to_le_bytes());
+        v.extend_from_slice(&((self.id & ID_MASK) | (self.deny as u64) << 56).to_le_bytes());
         v.extend_from_slice(bundle);
         v
     }
@@ -124,7 +164,8 @@ impl KeyHeader {
             KeyHeader {
                 delta: u64_at(4),
                 pid: u32_at(12),
-                id: u64_at(16),
+                id: u64_at(16) & ID_MASK,
+                deny: (u64_at(16) >> 56) as u8,
             },
             n - (Self::LEN - 4),
         ))
@@ -166,6 +207,7 @@ pub unsafe extern "C" fn ucp_rkey_pack(
             delta: m.delta,
             pid: std::process::id(),
             id: m.id,
+            deny: m.deny,
         }
         .encode(bundle);
         let total = key.len();
@@ -257,6 +299,8 @@ pub unsafe extern "C" fn ucp_ep_rkey_unpack(
             rkey,
             delta: hdr.delta,
             alive,
+            owner: (hdr.pid, hdr.id),
+            deny: hdr.deny,
         };
         // SAFETY: checked non-null.
         unsafe { *rkey_p = Box::into_raw(Box::new(k)) };
@@ -305,8 +349,9 @@ unsafe fn rma(
     if buffer.is_null() && length > 0 {
         return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL buffer"));
     }
+    let access = if get { ACCESS_READ } else { ACCESS_WRITE };
     // SAFETY: a live key.
-    let (k, delta) = match unsafe { rkey_for(name, rkey, w) } {
+    let (k, delta) = match unsafe { rkey_for(name, rkey, w, access) } {
         Ok(x) => x,
         Err(s) => return status_ptr(s),
     };
@@ -369,7 +414,8 @@ unsafe fn direct(
         return false;
     }
     // SAFETY: a live key (non-NULL).
-    let Ok((k, delta)) = (unsafe { rkey_for_quiet(rkey, w) }) else {
+    let access = if get { ACCESS_READ } else { ACCESS_WRITE };
+    let Ok((k, delta)) = (unsafe { rkey_for_quiet(rkey, w, access) }) else {
         return false;
     };
     // SAFETY: the reference lives only during `mapped_range`, which reads the worker's state
@@ -447,8 +493,7 @@ fn nbx_direct_len(count: usize, param: *const RequestParam) -> Option<usize> {
         return None;
     }
     if p.op_attr_mask & UCP_OP_ATTR_FIELD_MEMORY_TYPE != 0
-        && p.memory_type != UCS_MEMORY_TYPE_HOST
-        && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+        && !crate::memtype::cpu_accessible(p.memory_type)
     {
         return None;
     }
@@ -766,7 +811,8 @@ pub unsafe extern "C" fn ucp_rkey_ptr(
         // SAFETY: the key's worker outlives it.
         let w = unsafe { &*k.worker };
         // SAFETY: as above.
-        let (rk, delta) = match unsafe { rkey_for(NAME, rkey, w) } {
+        // A local pointer reads and writes: both must be allowed.
+        let (rk, delta) = match unsafe { rkey_for(NAME, rkey, w, ACCESS_READ | ACCESS_WRITE) } {
             Ok(x) => x,
             Err(s) => return s,
         };
@@ -826,6 +872,7 @@ mod tests {
             delta: 0x1234_5678_9abc,
             pid: 77,
             id: 9,
+            deny: ACCESS_WRITE,
         };
         let v = h.encode(&[1, 2, 3]);
         assert_eq!(v.len(), KeyHeader::LEN + 3);

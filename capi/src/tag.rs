@@ -35,6 +35,7 @@ impl Nbx {
             user_data: self.user_data,
             no_imm: self.no_imm,
             info_out: std::ptr::null_mut(),
+            len_out: std::ptr::null_mut(),
         }
     }
 
@@ -164,6 +165,16 @@ const OP_ATTR_FIELDS: u32 = 0xffff;
 #[cold]
 #[inline(never)]
 fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
+    let remote = UCP_OP_ATTR_FIELD_REMOTE_DATATYPE
+        | UCP_OP_ATTR_FIELD_REMOTE
+        | UCP_OP_ATTR_FIELD_REMOTE_COUNT;
+    if p.op_attr_mask & remote != 0 {
+        return Err(refuse(
+            name,
+            UCS_ERR_UNSUPPORTED,
+            "remote scatter-gather datatypes (UCX 1.20) are not supported",
+        ));
+    }
     check_mask(
         name,
         "ucp_request_param_t.op_attr_mask",
@@ -182,10 +193,7 @@ fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
             "UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL is not supported",
         ));
     }
-    if has(UCP_OP_ATTR_FIELD_MEMORY_TYPE)
-        && p.memory_type != UCS_MEMORY_TYPE_HOST
-        && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
-    {
+    if has(UCP_OP_ATTR_FIELD_MEMORY_TYPE) && !crate::memtype::cpu_accessible(p.memory_type) {
         return Err(refuse(
             name,
             UCS_ERR_UNSUPPORTED,

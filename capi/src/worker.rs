@@ -20,8 +20,16 @@ use std::ffi::{c_uint, c_void, CStr};
 use std::rc::Rc;
 use ucp::{Completion, EpHandle, WorkerAddress};
 
-/// Active messages waiting for `ucp_worker_progress`: (id, data, sender endpoint).
-pub type AmQueue = Rc<RefCell<Vec<(u16, Vec<u8>, EpHandle)>>>;
+/// An active message waiting for `ucp_worker_progress`.
+pub enum AmArrival {
+    /// For an old-API handler (`ucp_worker_set_am_handler`): id, data, sender endpoint.
+    Whole(u16, Vec<u8>, EpHandle),
+    /// For a handler of `ucp_worker_set_am_recv_handler`: id, message, sender endpoint.
+    Desc(u16, ucp::AmMsg, EpHandle),
+}
+
+/// Active messages waiting for `ucp_worker_progress`.
+pub type AmQueue = Rc<RefCell<Vec<AmArrival>>>;
 
 /// What only the lock holder touches while no client code runs.
 pub struct Inner {
@@ -35,11 +43,19 @@ pub struct Inner {
     pub am_in: AmQueue,
     /// Old-API active-message handlers: id -> (callback, arg, flags).
     pub am_handlers: HashMap<u16, (AmCb, usize, u32)>,
+    /// Handlers of `ucp_worker_set_am_recv_handler`: id -> (callback, arg, flags).
+    pub am_recv_handlers: HashMap<u16, (AmRecvCb, usize, u32)>,
     /// Client endpoints (`Ep` addresses) per rucx endpoint.
     pub eps: crate::ep::EpIndex,
 }
 
 impl Inner {
+    /// True when an endpoint failure or an active message waits for delivery (out of the hot
+    /// path: `ucp_worker_arm`).
+    pub fn has_events(&self) -> bool {
+        self.events_queued()
+    }
+
     /// True when an endpoint failure or an active message waits for delivery.
     #[inline(always)]
     fn events_queued(&self) -> bool {
@@ -71,6 +87,20 @@ pub struct Worker {
     pub thread_mode: c_uint,
     /// Name.
     pub name: String,
+    /// What the families beyond the MPI slice keep: listeners, connecting endpoints, held
+    /// active-message data, the wake-up descriptor (see [`crate::worker_ext`]).
+    pub ext: RefCell<crate::worker_ext::Ext>,
+    /// True while listeners or connecting client endpoints exist: progress polls them.
+    pub sockets: Cell<bool>,
+    /// Ends a `ucp_worker_wait` from any thread (`ucp_worker_signal`); with
+    /// `UCP_FEATURE_WAKEUP` only.
+    pub waker: Option<std::sync::Arc<ucs::async_ctx::Waker>>,
+    /// `ucp_worker_params_t.client_id`: sent with client/server connection requests of
+    /// endpoints with `UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID`.
+    pub client_id: u64,
+    /// `ucp_worker_params_t.am_alignment` (1: none): the alignment of active-message data
+    /// handed to handlers.
+    pub am_alignment: usize,
 }
 
 // SAFETY: every access to `inner`, `pool` and the due queue (`due_head`, `due_tail`; whose
@@ -97,8 +127,13 @@ impl Worker {
                 !i.done.is_empty() || i.w.has_done_tokens() || i.events_queued(),
             )
         };
-        if queued || !self.due_head.get().is_null() {
+        let n = if queued || !self.due_head.get().is_null() {
             n + self.after_progress(queued)
+        } else {
+            n
+        };
+        if self.sockets.get() {
+            n + crate::conn::poll_sockets(self)
         } else {
             n
         }
@@ -136,6 +171,11 @@ impl Worker {
             unsafe { run_callback(self, h) };
             n += 1;
         }
+    }
+
+    /// True when requests finished through the completion hook wait for their callbacks.
+    pub fn has_due(&self) -> bool {
+        !self.due_head.get().is_null()
     }
 
     /// Queues request `h` (finished, callback due) for [`Worker::run_due`].
@@ -216,8 +256,11 @@ impl Worker {
         for (h, status) in errs {
             self.ep_failed(h, status);
         }
-        for (id, data, ep) in ams {
-            self.deliver_am(id, data, ep);
+        for a in ams {
+            match a {
+                AmArrival::Whole(id, data, ep) => self.deliver_am(id, data, ep),
+                AmArrival::Desc(id, msg, ep) => crate::am::deliver(self, id, msg, ep),
+            }
         }
         n
     }
@@ -229,7 +272,7 @@ impl Worker {
     /// naming the peer, and fails every tag receive waiting now and every later one that
     /// finds no message (for such a client a failed peer ends the job; MPI prints the error
     /// and aborts).
-    fn ep_failed(&self, h: EpHandle, status: Status) {
+    pub(crate) fn ep_failed(&self, h: EpHandle, status: Status) {
         let eps: Vec<_> = self.inner.borrow().eps.of(h).collect();
         // SAFETY: live client endpoints (removed from `eps` before they are freed).
         let handled = eps.iter().any(|&ep| unsafe { (*ep).err_cb.is_some() });
@@ -268,10 +311,8 @@ impl Worker {
     }
 
     fn deliver_am(&self, id: u16, mut data: Vec<u8>, ep: EpHandle) {
-        let (handler, reply) = {
-            let i = self.inner.borrow();
-            (i.am_handlers.get(&id).copied(), i.eps.first(ep))
-        };
+        let handler = self.inner.borrow().am_handlers.get(&id).copied();
+        let reply = crate::am::reply_ep(self, ep);
         match handler {
             Some((cb, arg, _)) => {
                 // SAFETY: the client's handler; the data stays valid during the call (no
@@ -334,11 +375,12 @@ pub unsafe extern "C" fn ucp_worker_create(
             return s;
         }
         let has = |b: u64| p.field_mask & b != 0;
-        if has(UCP_WORKER_PARAM_FIELD_EVENT_FD) {
+        let wakeup = ctx.features & UCP_FEATURE_WAKEUP != 0;
+        if has(UCP_WORKER_PARAM_FIELD_EVENT_FD) && !wakeup {
             return refuse(
                 NAME,
-                UCS_ERR_UNSUPPORTED,
-                "an external event fd is not supported",
+                UCS_ERR_INVALID_PARAM,
+                "an event fd needs a context with UCP_FEATURE_WAKEUP",
             );
         }
         // Only `UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK` has a meaning; other bits are ignored, as
@@ -358,9 +400,34 @@ pub unsafe extern "C" fn ucp_worker_create(
         if mode > UCS_THREAD_MODE_MULTI {
             return refuse(NAME, UCS_ERR_INVALID_PARAM, format!("thread mode {mode}"));
         }
-        let w = match ucp::Worker::new(&ctx.ucp) {
+        if has(UCP_WORKER_PARAM_FIELD_AM_ALIGNMENT)
+            && p.am_alignment > 1
+            && !p.am_alignment.is_power_of_two()
+        {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("am_alignment {} is not a power of two", p.am_alignment),
+            );
+        }
+        let mut w = match ucp::Worker::new(&ctx.ucp) {
             Ok(w) => w,
             Err(e) => return fail(NAME, &e),
+        };
+        let waker = if wakeup {
+            match w.waker() {
+                Ok(k) => Some(k),
+                Err(e) => return fail(NAME, &e),
+            }
+        } else {
+            None
+        };
+        let ext = match crate::worker_ext::Ext::new(
+            &w,
+            has(UCP_WORKER_PARAM_FIELD_EVENT_FD).then_some(p.event_fd),
+        ) {
+            Ok(x) => x,
+            Err(s) => return refuse(NAME, s, "cannot set up the worker's wake-up descriptor"),
         };
         let name = if has(UCP_WORKER_PARAM_FIELD_NAME) && !p.name.is_null() {
             // SAFETY: a C string.
@@ -376,6 +443,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             ep_errors: Rc::default(),
             am_in: Rc::default(),
             am_handlers: HashMap::new(),
+            am_recv_handlers: HashMap::new(),
             eps: Default::default(),
         };
         let worker = Box::new(Worker {
@@ -392,6 +460,19 @@ pub unsafe extern "C" fn ucp_worker_create(
             ctx: context,
             thread_mode: mode,
             name,
+            ext: RefCell::new(ext),
+            sockets: Cell::new(false),
+            waker,
+            client_id: if has(UCP_WORKER_PARAM_FIELD_CLIENT_ID) {
+                p.client_id
+            } else {
+                0
+            },
+            am_alignment: if has(UCP_WORKER_PARAM_FIELD_AM_ALIGNMENT) {
+                p.am_alignment.max(1)
+            } else {
+                1
+            },
         });
         let raw = Box::into_raw(worker);
         let addr = raw as usize;
@@ -436,6 +517,7 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut Worker) {
             .retain(|&x| x != worker as usize);
         // Results rucx gives from now on (while it drops) queue in rucx and go with it.
         w.inner.borrow_mut().w.set_completion_hook(None);
+        crate::worker_ext::release(&w);
         let Worker { inner, pool, .. } = *w;
         // rucx's worker (and the callbacks that point at requests) goes first.
         drop(inner);
@@ -605,13 +687,13 @@ pub unsafe extern "C" fn ucp_worker_query(worker: *mut Worker, attr: *mut Worker
             a.address_length = bytes.len();
         }
         if has(UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER) {
-            a.max_am_header = 0;
+            a.max_am_header = crate::am::MAX_AM_HEADER;
         }
         if has(UCP_WORKER_ATTR_FIELD_NAME) {
             write_name(&mut a.name, &w.name);
         }
         if has(UCP_WORKER_ATTR_FIELD_MAX_INFO_STRING) {
-            a.max_debug_string = 0;
+            a.max_debug_string = crate::query::MAX_INFO_STRING;
         }
         UCS_OK
     })
@@ -729,12 +811,14 @@ pub unsafe extern "C" fn ucp_worker_set_am_handler(
             Some(cb) => {
                 i.am_handlers.insert(id, (cb, arg as usize, flags));
                 let q = i.am_in.clone();
+                i.am_recv_handlers.remove(&id);
                 i.w.am_set_handler(id, move |ep, _hdr, data| {
-                    q.borrow_mut().push((id, data, ep))
+                    q.borrow_mut().push(AmArrival::Whole(id, data, ep))
                 });
             }
             None => {
                 i.am_handlers.remove(&id);
+                i.w.am_remove_handler(id);
             }
         }
         UCS_OK

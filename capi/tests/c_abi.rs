@@ -1,6 +1,7 @@
-//! Runs the C ABI tests (`tests/c/abi_layout.c` and `tests/c/onesided.c`, compiled against UCX
-//! 1.13's installed headers) on this package's `libucp.so.0`, over shared memory and over tcp on
-//! loopback. Fails, naming the package to install, when the headers are missing.
+//! Runs the C ABI tests (`tests/c/abi_layout.c`, `tests/c/onesided.c` and `tests/c/full_api.c`,
+//! compiled against UCX 1.13's installed headers) on this package's `libucp.so.0`, over shared
+//! memory and over tcp on loopback. Fails, naming the package to install, when the headers are
+//! missing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -53,6 +54,16 @@ fn c_program_against_the_ucx_headers() {
         stdout.matches("abi_layout: all checks passed").count(),
         2,
         "both transports must pass:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("of UCX 1.13's headers checked, 0 wrong"),
+        "every constant of UCX 1.13's headers must match rucx's:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stdout.matches("full_api: all checks passed").count(),
+        4,
+        "listener, stream, active messages, wake-up and peer death must pass over shm, tcp, \
+         posix and sysv:\n{stdout}\n{stderr}"
     );
     assert_eq!(
         stdout.matches("onesided: all checks passed").count(),

@@ -157,6 +157,12 @@ impl Acceptor {
             .local_addr()
             .map_err(|e| Error::io("querying the listener address", e))
     }
+    /// The epoll set [`Acceptor::wait`] sleeps on: readable while [`Acceptor::poll`] has
+    /// something to read or accept.
+    pub fn event_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd as _;
+        self.events.as_raw_fd()
+    }
     /// How long a connection accepted from now on has to send its first message.
     pub fn set_request_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;

@@ -23,6 +23,7 @@ impl Worker {
         id: u16,
         handler: impl FnMut(EpHandle, &[u8], Vec<u8>) + 'static,
     ) {
+        self.st.am_desc_handlers.remove(&id);
         self.st.am_handlers.insert(id, Box::new(handler));
     }
 
@@ -125,6 +126,9 @@ impl State {
 
     /// USER_AM: a user active message sent eagerly.
     pub(crate) fn on_user_am(&mut self, idx: usize, h: UserAmHdr, uh: &[u8], data: &[u8]) {
+        if self.am_desc_eager(idx, h, uh, data) {
+            return;
+        }
         let mut v = self.get_buf();
         v.extend_from_slice(data);
         self.deliver_am(idx, h.id, uh, v);
@@ -138,6 +142,9 @@ impl State {
         uh: &[u8],
         rts: RtsHdr<'_>,
     ) -> Result<()> {
+        if self.am_desc_rts(idx, h, uh, &rts)? {
+            return Ok(());
+        }
         let len = usize::try_from(rts.len)
             .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
         if len > (1usize << 40) {

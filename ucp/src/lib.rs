@@ -49,9 +49,12 @@
 pub mod acceptor;
 pub mod address;
 mod am;
+pub mod am_desc;
 mod amo;
+pub mod cm_client;
 pub mod config;
 pub mod context;
+mod ep_info;
 pub mod future;
 pub mod listener;
 pub mod mt;
@@ -66,7 +69,9 @@ pub mod wireup;
 pub mod worker;
 
 pub use address::{TlAddress, WorkerAddress};
+pub use am_desc::{AmMsg, AmRndv};
 pub use amo::AmoStart;
+pub use cm_client::{ConnectPoll, Connecting};
 pub use config::UcpConfig;
 pub use context::{Context, ContextParams, Features};
 pub use future::OpFuture;

@@ -24,6 +24,9 @@ pub enum CmKind {
     Accept,
     /// Server → client: rejected (no address).
     Reject,
+    /// Client → server: please connect; an 8-byte little-endian client id, then my worker
+    /// address (UCX's `UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID`).
+    RequestWithId,
 }
 
 /// Header of a connection message.
@@ -57,6 +60,7 @@ impl CmHdr {
             CmKind::Request => 0,
             CmKind::Accept => 1,
             CmKind::Reject => 2,
+            CmKind::RequestWithId => 3,
         };
         b[6..].copy_from_slice(&self.addr_len.to_le_bytes());
         b
@@ -85,6 +89,7 @@ impl CmHdr {
             0 => CmKind::Request,
             1 => CmKind::Accept,
             2 => CmKind::Reject,
+            3 => CmKind::RequestWithId,
             k => return Err(Error::Wire(format!("unknown connection message kind {k}"))),
         };
         let addr_len = u32::from_le_bytes([b[6], b[7], b[8], b[9]]);
@@ -168,7 +173,7 @@ fn cm_framing() -> Framing {
         header_len: CmHdr::LEN,
         total_len: |h| {
             let h = CmHdr::decode(h)?;
-            if h.kind != CmKind::Request {
+            if !matches!(h.kind, CmKind::Request | CmKind::RequestWithId) {
                 return Err(Error::Wire(format!(
                     "{:?} instead of a connection request",
                     h.kind
@@ -186,12 +191,22 @@ pub struct ConnRequest {
     pub(crate) stream: TcpStream,
     pub(crate) client_address: Vec<u8>,
     peer: SocketAddr,
+    client_id: Option<u64>,
 }
 
 impl ConnRequest {
     /// The client's socket address.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
+    }
+    /// This side's address of the connection (the listener's address, or with a wildcard
+    /// listener the local address the client reached).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.stream.local_addr().ok()
+    }
+    /// The id the client sent with its request, if it sent one.
+    pub fn client_id(&self) -> Option<u64> {
+        self.client_id
     }
     /// Refuses the connection; the client's `connect` fails with `ConnectionReset`.
     pub fn reject(mut self) -> Result<()> {
@@ -210,6 +225,11 @@ impl Listener {
     /// The address actually bound.
     pub fn local_addr(&self) -> Result<SocketAddr> {
         self.acceptor.local_addr()
+    }
+    /// A descriptor that is readable while [`Listener::poll`] has work (an epoll set of the
+    /// listening socket and the connections being read), for a caller's own event loop.
+    pub fn event_fd(&self) -> std::os::fd::RawFd {
+        self.acceptor.event_fd()
     }
     /// How long an accepted connection may take to send its whole request before it is
     /// closed (default [`CM_TIMEOUT`]). Applies to connections accepted from now on.
@@ -241,10 +261,28 @@ fn conn_request(a: Accepted) -> Result<ConnRequest> {
     a.stream
         .set_write_timeout(Some(CM_TIMEOUT))
         .map_err(|e| io("configuring an accepted connection", e))?;
+    let h = CmHdr::decode(&a.msg)?;
+    let body = &a.msg[CmHdr::LEN..];
+    let (client_id, addr) = match h.kind {
+        CmKind::RequestWithId if body.len() >= 8 => {
+            let mut id = [0u8; 8];
+            id.copy_from_slice(&body[..8]);
+            (Some(u64::from_le_bytes(id)), &body[8..])
+        }
+        CmKind::RequestWithId => {
+            return Err(Error::Wire(format!(
+                "client {}: a request with an id of {} bytes",
+                a.peer,
+                body.len()
+            )))
+        }
+        _ => (None, body),
+    };
     Ok(ConnRequest {
         stream: a.stream,
-        client_address: a.msg[CmHdr::LEN..].to_vec(),
+        client_address: addr.to_vec(),
         peer: a.peer,
+        client_id,
     })
 }
 
@@ -291,7 +329,7 @@ pub(crate) fn client_exchange(server: SocketAddr, our_address: &[u8]) -> Result<
             "server {server} rejected the connection: {}",
             String::from_utf8_lossy(&reason)
         ))),
-        (CmKind::Request, _) => Err(Error::Wire(format!(
+        (CmKind::Request | CmKind::RequestWithId, _) => Err(Error::Wire(format!(
             "server {server} answered with a request"
         ))),
     }
@@ -332,7 +370,12 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_bad_input() {
-        for kind in [CmKind::Request, CmKind::Accept, CmKind::Reject] {
+        for kind in [
+            CmKind::Request,
+            CmKind::Accept,
+            CmKind::Reject,
+            CmKind::RequestWithId,
+        ] {
             let h = CmHdr { kind, addr_len: 77 };
             assert_eq!(CmHdr::decode(&h.encode()).unwrap(), h);
         }

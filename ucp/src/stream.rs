@@ -1,5 +1,7 @@
 //! Stream API: an ordered byte stream per endpoint; received bytes fill waiting receives in
-//! order.
+//! order. A receive waits for its whole buffer ([`Worker::stream_recv`]) or completes with the
+//! first bytes that reach it ([`Worker::stream_recv_raw`] without `waitall`, UCX's default);
+//! [`Worker::stream_take`] hands out what arrived without a receive.
 #![cfg_attr(
     not(test),
     deny(
@@ -11,6 +13,7 @@
 )]
 
 use crate::request::Op;
+use crate::rma::raw_mem::RecvBuf;
 use crate::wire::am_id;
 use crate::worker::pending::am_send;
 use crate::worker::state::{Pending, ReqKind, SendData, SendStage, State};
@@ -28,7 +31,61 @@ impl Worker {
     /// stream receives); the completion gives the buffer back.
     pub fn stream_recv(&mut self, ep: EpHandle, buf: Vec<u8>) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.stream_recv(idx, buf)
+        self.st.stream_recv(idx, RecvBuf::Owned(buf), true)
+    }
+
+    /// Receives stream bytes straight into `len` bytes at `ptr`: all `len` with `waitall`,
+    /// else the bytes available when the receive reaches the front of the endpoint's queue
+    /// (at least one). The completion's `len` is the byte count, its `buf` `None`.
+    ///
+    /// # Safety
+    /// As [`Worker::tag_recv_raw`]: `ptr` valid for writes of `len` bytes and left alone until
+    /// the request completes.
+    pub unsafe fn stream_recv_raw(
+        &mut self,
+        ep: EpHandle,
+        ptr: *mut u8,
+        len: usize,
+        waitall: bool,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        // SAFETY: forwarded contract.
+        let buf = unsafe { RecvBuf::raw(ptr, len) };
+        self.st.stream_recv(idx, buf, waitall)
+    }
+
+    /// Appends `len` bytes at `ptr` to the endpoint's stream, read in place.
+    ///
+    /// # Safety
+    /// `ptr` valid for reads of `len` bytes, unchanged until the request completes.
+    pub unsafe fn stream_send_raw(
+        &mut self,
+        ep: EpHandle,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        };
+        self.st.stream_send(idx, SendData::Raw(data))
+    }
+
+    /// Takes up to `max` received stream bytes no receive waits for (none while receives are
+    /// queued on the endpoint, whose bytes they are). Gives an empty vector when none are there.
+    pub fn stream_take(&mut self, ep: EpHandle, max: usize) -> Result<Vec<u8>> {
+        let idx = self.st.ep_idx(ep)?;
+        let mut out = self.st.get_buf();
+        if let Some(x) = self.st.eps[idx].extra.as_deref_mut() {
+            if x.stream_waiters.is_empty() {
+                let n = max.min(x.stream_rx.len());
+                out.extend(x.stream_rx.drain(..n));
+            }
+        }
+        Ok(out)
     }
 
     /// Stream bytes received and not yet consumed on the endpoint.
@@ -95,7 +152,7 @@ impl State {
         Ok(true)
     }
 
-    pub(crate) fn stream_recv(&mut self, idx: usize, buf: Vec<u8>) -> Result<Op> {
+    pub(crate) fn stream_recv(&mut self, idx: usize, buf: RecvBuf, waitall: bool) -> Result<Op> {
         // Bytes that arrived before the peer closed can still be read.
         let x = self.eps[idx].extra_mut();
         let have = x.stream_rx.len();
@@ -103,14 +160,22 @@ impl State {
             .stream_waiters
             .iter()
             .map(|&k| match self.reqs.get(k).map(|r| &r.kind) {
-                Some(ReqKind::StreamRecv { buf, filled }) => buf.len() - filled,
+                Some(ReqKind::StreamRecv { buf, filled, .. }) => buf.len() - filled,
                 _ => 0,
             })
             .sum();
-        if have < queued + buf.len() {
+        let need = if waitall { buf.len() } else { buf.len().min(1) };
+        if have < queued + need {
             self.ep_usable(idx)?;
         }
-        let key = self.new_req(Some(idx), ReqKind::StreamRecv { buf, filled: 0 });
+        let key = self.new_req(
+            Some(idx),
+            ReqKind::StreamRecv {
+                buf,
+                filled: 0,
+                waitall,
+            },
+        );
         self.eps[idx].extra_mut().stream_waiters.push_back(key);
         self.stream_serve(idx);
         Ok(self.op_of(key))
@@ -127,16 +192,19 @@ impl State {
                 break;
             };
             let done = match reqs.get_mut(key).map(|r| &mut r.kind) {
-                Some(ReqKind::StreamRecv { buf, filled }) => {
+                Some(ReqKind::StreamRecv {
+                    buf,
+                    filled,
+                    waitall,
+                }) => {
                     let n = (buf.len() - *filled).min(ep.stream_rx.len());
-                    for (d, s) in buf[*filled..*filled + n]
-                        .iter_mut()
-                        .zip(ep.stream_rx.drain(..n))
-                    {
-                        *d = s;
-                    }
+                    let (a, b) = ep.stream_rx.as_slices();
+                    let na = n.min(a.len());
+                    buf[*filled..*filled + na].copy_from_slice(&a[..na]);
+                    buf[*filled + na..*filled + n].copy_from_slice(&b[..n - na]);
+                    ep.stream_rx.drain(..n);
                     *filled += n;
-                    *filled == buf.len()
+                    *filled == buf.len() || (!*waitall && *filled > 0)
                 }
                 _ => true,
             };

@@ -306,6 +306,7 @@ impl Worker {
                 malformed_unknown: 0,
                 stats: ProtoStats::default(),
                 am_handlers: HashMap::new(),
+                am_desc_handlers: HashMap::new(),
                 regions: Default::default(),
                 amo_hw: 0,
                 amo_emulated: 0,

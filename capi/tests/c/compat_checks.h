@@ -32,13 +32,19 @@ static void compat_context(ucp_config_t *cfg)
     CHECK(ucp_init(&p, cfg, &c) == UCS_ERR_INVALID_PARAM, "unknown field_mask bit accepted");
 }
 
-/* Configuration: the file name is ignored (UCX 1.13 does not read it); ucp_config_modify gives
- * UCS_ERR_NO_ELEM for a name it does not know and UCS_ERR_INVALID_PARAM for a bad value. */
+/* Configuration: the file name is ignored (UCX 1.13 does not read it); ucp_config_modify keeps
+ * a name of no UCX table as a transport setting (UCS_OK, as UCX), checks the values of UCX's
+ * variables (UCS_ERR_INVALID_PARAM for a bad one), and knows the global ucs ones. */
 static void compat_config(void)
 {
     ucp_config_t *cfg;
     REQUIRE(ucp_config_read(NULL, "/nonexistent/ucx.conf", &cfg) == UCS_OK, "file name refused");
-    CHECK(ucp_config_modify(cfg, "NO_SUCH_SETTING", "1") == UCS_ERR_NO_ELEM, "unknown name");
+    CHECK(ucp_config_modify(cfg, "NO_SUCH_SETTING", "1") == UCS_OK, "transport setting");
+    CHECK(ucp_config_modify(cfg, "CM_REUSEADDR", "y") == UCS_OK, "CM_REUSEADDR");
+    CHECK(ucp_config_modify(cfg, "HANDLE_ERRORS", "none") == UCS_OK, "HANDLE_ERRORS");
+    CHECK(ucp_config_modify(cfg, "LOG_LEVEL", "warn") == UCS_OK, "LOG_LEVEL");
+    CHECK(ucp_config_modify(cfg, "LOG_LEVEL", "chatty") == UCS_ERR_INVALID_PARAM, "bad LOG_LEVEL");
+    CHECK(ucp_config_modify(cfg, "UNIFIED_MODE", "maybe") == UCS_ERR_INVALID_PARAM, "bad bool");
     CHECK(ucp_config_modify(cfg, "RNDV_THRESH", "lots") == UCS_ERR_INVALID_PARAM, "bad value");
     CHECK(ucp_config_modify(cfg, "RNDV_THRESH", "8k") == UCS_OK, "good value");
     compat_context(cfg);

@@ -526,6 +526,66 @@ static void zero_length(ucp_context_h ctx, ucp_ep_h e10)
     BAD_STATUS(ucp_mem_map(ctx, &mp, &memh), "ucp_mem_map", UCS_ERR_INVALID_PARAM);
 }
 
+/* UCP_MEM_MAP_PARAM_FIELD_PROT holds peers to the protection: a mapping without remote write
+ * refuses puts and atomics (an error status and one log line), a mapping without remote read
+ * refuses gets; what it allows works. */
+static void protection(ucp_context_h ctx, ucp_ep_h e10)
+{
+    static const unsigned prots[] = {
+        UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ,
+        UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_WRITE,
+    };
+    for (int i = 0; i < 2; i++) {
+        ucp_mem_map_params_t mp;
+        memset(&mp, 0, sizeof(mp));
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                        UCP_MEM_MAP_PARAM_FIELD_PROT;
+        mp.length = 4096;
+        mp.flags = UCP_MEM_MAP_ALLOCATE;
+        mp.prot = prots[i];
+        ucp_mem_h memh;
+        REQUIRE(ucp_mem_map(ctx, &mp, &memh) == UCS_OK, "mem_map with prot");
+        ucp_mem_attr_t ma;
+        ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+        REQUIRE(ucp_mem_query(memh, &ma) == UCS_OK, "mem_query");
+        unsigned char *base = ma.address;
+        memset(base, 0x5a, 4096);
+        ucp_rkey_h k = unpack(ctx, memh, e10);
+        uint64_t raddr = (uint64_t)(uintptr_t)base;
+        unsigned char buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        uint64_t res = 0;
+        if (i == 0) {
+            BAD_STATUS(ucp_put_nbi(e10, buf, 8, raddr, k), "ucp_put_nbi", UCS_ERR_INVALID_PARAM);
+            BAD_PTR(ucp_atomic_fetch_nb(e10, UCP_ATOMIC_FETCH_OP_FADD, 1, &res, 8, raddr, k,
+                                        NULL), "ucp_atomic_fetch_nb", UCS_ERR_INVALID_PARAM);
+            CHECK(base[0] == 0x5a, "a read-only mapping was written");
+            CHECK(wait_req(ucp_get_nb(e10, buf, 8, raddr, k, NULL)) == UCS_OK && buf[0] == 0x5a,
+                  "get from a remotely readable mapping");
+        } else {
+            CHECK(wait_req(ucp_put_nb(e10, buf, 8, raddr, k, NULL)) == UCS_OK, "put");
+            CHECK(wait_req(ucp_ep_flush_nb(e10, 0, NULL)) == UCS_OK, "flush");
+            CHECK(base[0] == 1, "a write-only mapping was not written");
+            BAD_PTR(ucp_get_nb(e10, buf, 8, raddr, k, NULL), "ucp_get_nb",
+                    UCS_ERR_INVALID_PARAM);
+        }
+        ucp_rkey_destroy(k);
+        CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap");
+    }
+    /* Flags of later headers (written as numbers: these are UCX 1.13's headers):
+     * UCP_MEM_MAP_SYMMETRIC_RKEY (8) is a hint, UCP_MEM_MAP_LOCK (16) locks the pages, and
+     * UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER (bit 5) is refused as unsupported. */
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.length = 8192;
+    mp.flags = UCP_MEM_MAP_ALLOCATE | 8 | 16;
+    ucp_mem_h memh;
+    CHECK(ucp_mem_map(ctx, &mp, &memh) == UCS_OK, "mem_map with SYMMETRIC_RKEY and LOCK");
+    CHECK(ucp_mem_unmap(ctx, memh) == UCS_OK, "unmap locked");
+    mp.field_mask |= 1ull << 5;
+    BAD_STATUS(ucp_mem_map(ctx, &mp, &memh), "ucp_mem_map", UCS_ERR_UNSUPPORTED);
+}
+
 static void bad_input(ucp_context_h ctx, ucp_context_h ctx2, ucp_ep_h e10, ucp_ep_h e01,
                       ucp_ep_h e20)
 {
@@ -728,6 +788,7 @@ int main(void)
     /* 4. Bad input. */
     bad_input(ctx, ctx2, e10, e01, e20);
     zero_length(ctx, e10);
+    protection(ctx, e10);
     bad_direct(ctx, e10);
 
     CHECK(wait_req(ucp_ep_close_nb(e10, UCP_EP_CLOSE_MODE_FORCE)) == UCS_OK, "close");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Compiles abi_layout.c and onesided.c against UCX 1.13's installed headers (Debian:
+# Compiles abi_layout.c, onesided.c and full_api.c against UCX 1.13's installed headers (Debian:
 # libucx-dev) and runs them on rucx's libucp.so.0 from LIBDIR, over shared memory and over tcp on
-# loopback (onesided with multi-thread and with single-thread workers):
+# loopback (onesided with multi-thread and with single-thread workers; full_api, a forked client
+# and its server, also over posix and sysv alone):
 #   capi/tests/c/run.sh LIBDIR      (LIBDIR from capi/build.sh, or holding libucp.so.0)
 set -euo pipefail
 lib=${1:?usage: run.sh LIBDIR}
@@ -15,9 +16,20 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ln -s "$lib/libucp.so.0" "$tmp/libucp.so"
-for prog in abi_layout onesided; do
+for prog in abi_layout onesided full_api; do
     ${CC:-cc} -O1 -g -Wall -Wextra -Werror -pthread -o "$tmp/$prog" "$here/$prog.c" \
         -I/usr/include -L"$tmp" -lucp -Wl,-rpath,"$lib"
+done
+echo "== constants of UCX 1.13's headers"
+bash "$here/constants.sh" "$lib" /usr/include
+if [ -n "${UCX122_INCLUDE:-}" ]; then
+    echo "== constants of the headers in $UCX122_INCLUDE"
+    bash "$here/constants.sh" "$lib" "$UCX122_INCLUDE"
+fi
+for tls in "shm,self" "tcp" "posix" "sysv"; do
+    echo "== full_api, UCX_TLS=$tls"
+    env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
+        timeout 300 "$tmp/full_api"
 done
 for tls in "shm,self" "tcp"; do
     echo "== UCX_TLS=$tls"

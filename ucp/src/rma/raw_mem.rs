@@ -55,7 +55,7 @@ impl RecvBuf {
     ///
     /// # Safety
     /// `ptr` valid for writes of `len` bytes until the request completes.
-    unsafe fn raw(ptr: *mut u8, len: usize) -> Self {
+    pub(crate) unsafe fn raw(ptr: *mut u8, len: usize) -> Self {
         match NonNull::new(ptr).filter(|_| len > 0) {
             Some(ptr) => RecvBuf::Raw { ptr, len },
             None => RecvBuf::Owned(Vec::new()),

@@ -607,7 +607,9 @@ impl State {
                 };
                 (buf, rv.total, rv.sender_tag, 0)
             }
-            ReqKind::StreamRecv { buf, filled } => (Some(std::mem::take(buf)), *filled, 0, 0),
+            ReqKind::StreamRecv { buf, filled, .. } => {
+                (std::mem::take(buf).into_vec(), *filled, 0, 0)
+            }
             ReqKind::Atomic { value } => (None, 0, 0, *value),
             ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
         };

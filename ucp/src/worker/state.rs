@@ -439,8 +439,10 @@ pub(crate) enum ReqKind {
     Send(SendReq),
     Recv(RecvReq),
     StreamRecv {
-        buf: Vec<u8>,
+        buf: crate::rma::raw_mem::RecvBuf,
         filled: usize,
+        /// Completes only when `buf` is full; otherwise as soon as it holds any byte.
+        waitall: bool,
     },
     Atomic {
         value: u64,
@@ -601,6 +603,8 @@ pub(crate) struct State {
     pub(crate) malformed_unknown: u64,
     pub(crate) stats: ProtoStats,
     pub(crate) am_handlers: HashMap<u16, AmHandler>,
+    /// Descriptor handlers of user active messages (`crate::am_desc`).
+    pub(crate) am_desc_handlers: HashMap<u16, crate::am_desc::AmDescHandler>,
     pub(crate) regions: crate::rma::Regions,
     pub(crate) amo_hw: u64,
     pub(crate) amo_emulated: u64,

@@ -29,11 +29,23 @@ impl Worker {
     }
 
     /// Arms every interface's event fd. Gives `Ok(false)` when events are already pending: call
-    /// `progress()` instead of sleeping.
+    /// `progress()` instead of sleeping. Either way the next `progress()` polls every
+    /// interface: a caller that sleeps on [`Worker::efd`] in its own event loop wakes for an
+    /// event on any of them, also one progress would otherwise skip as idle (an interface
+    /// without endpoints, where a peer's first message arrives).
     pub fn arm(&mut self) -> Result<bool> {
         self.efd()?;
         self.st.clock_stale = true;
-        if !self.st.pending_eps.is_empty() || !self.st.to_connect.is_empty() {
+        self.poll_all = true;
+        // Work the next progress does at once (not waiting for a transport event) must not
+        // wait for one either: queued sends, endpoints to connect, completions whose callbacks
+        // or tokens are due, failures to report.
+        if !self.st.pending_eps.is_empty()
+            || !self.st.to_connect.is_empty()
+            || !self.st.callbacks_due.is_empty()
+            || !self.st.tokens_done.is_empty()
+            || !self.st.failed_notify.is_empty()
+        {
             return Ok(false);
         }
         if !self.ifaces.arm()? {

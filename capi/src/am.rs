@@ -1,0 +1,489 @@
+//! Active messages in their current form: `ucp_worker_set_am_recv_handler`,
+//! `ucp_am_send_nbx`, `ucp_am_recv_data_nbx`, `ucp_am_data_release`.
+//!
+//! A handler runs from `ucp_worker_progress` with the user header and the data. An eager
+//! message comes whole, with `UCP_AM_RECV_ATTR_FLAG_DATA`: the handler may keep the data by
+//! returning `UCS_INPROGRESS` and release it later with `ucp_am_data_release`. A message sent
+//! by rendezvous comes with `UCP_AM_RECV_ATTR_FLAG_RNDV` and a descriptor in place of the
+//! data: `ucp_am_recv_data_nbx` reads the data from the sender straight into the client's
+//! memory (rucx's rendezvous, [`ucp::AmRndv`]), `ucp_am_data_release` declines it, and a
+//! handler that returns `UCS_OK` without either declines it too. Every message carries a reply
+//! endpoint (`UCP_AM_RECV_ATTR_FIELD_REPLY_EP`): the client's endpoint to the sender, or one
+//! this library makes for that purpose. Sends choose eager or rendezvous by size
+//! (`UCP_AM_SEND_FLAG_EAGER` and `_RNDV` are hints, as in UCX's protocol selection); the header
+//! is always copied, so `UCP_AM_SEND_FLAG_COPY_HEADER` holds whatever the flags say.
+
+use crate::datatype::{recv_target, send_data, Finish, SendData};
+use crate::ep::{ep_ref, new_ep, Ep};
+use crate::ffi::*;
+use crate::guard::{check_mask, ffi, refuse};
+use crate::request::{submit, Cb, OpArgs};
+use crate::worker::{worker_ref, AmArrival, Worker};
+use crate::worker_ext::Held;
+use std::ffi::{c_uint, c_void};
+use ucp::{AmMsg, Completion, EpHandle, Op};
+
+/// Longest user header `ucp_am_send_nbx` takes (`ucp_worker_query`'s `max_am_header`): a
+/// header travels in the first fragment, and every rucx transport's fragment holds this much
+/// next to rucx's own headers.
+pub const MAX_AM_HEADER: usize = 2048;
+
+/// The first flag bit UCX keeps for itself in AM handler flags.
+const AM_CB_PRIV_FIRST_FLAG: u32 = 1 << 15;
+
+/// The client endpoint a handler gets as reply endpoint for messages from rucx endpoint `h`:
+/// the client's first one there, else one made (and kept until the worker is destroyed).
+pub fn reply_ep(w: &Worker, h: EpHandle) -> *mut Ep {
+    let first = w.inner.borrow().eps.first(h);
+    if !first.is_null() {
+        return first;
+    }
+    // SAFETY: a zeroed parameter struct is "no fields".
+    let p: EpParams = unsafe { std::mem::zeroed() };
+    let ep = new_ep(w, h, &p, false);
+    w.ext.borrow_mut().implicit.push(ep as usize);
+    ep
+}
+
+/// Runs the handler of an active message that came for a `ucp_worker_set_am_recv_handler`
+/// handler. Worker locked, nothing borrowed.
+pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
+    let handler = w.inner.borrow().am_recv_handlers.get(&id).copied();
+    let Some((cb, arg, _flags)) = handler else {
+        tracing::warn!("active message {id} arrived with no handler set; dropped");
+        drop_msg(w, msg);
+        return;
+    };
+    let reply = reply_ep(w, ep);
+    let AmMsg {
+        buf,
+        header_len,
+        rndv,
+    } = msg;
+    match rndv {
+        None => {
+            let param = AmRecvParam {
+                recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_DATA,
+                reply_ep: reply.cast(),
+            };
+            let (buf, data_off) = aligned(w, buf, header_len);
+            let data = buf[data_off..].as_ptr() as *mut c_void;
+            let header = buf[data_off - header_len..].as_ptr();
+            let len = buf.len() - data_off;
+            // SAFETY: the client's handler; header and data stay valid during the call (and
+            // the data after it, if the handler keeps it).
+            let s = unsafe {
+                cb(
+                    arg as *mut c_void,
+                    header.cast(),
+                    header_len,
+                    data,
+                    len,
+                    &param,
+                )
+            };
+            if s == UCS_INPROGRESS {
+                w.ext
+                    .borrow_mut()
+                    .held
+                    .insert(data as usize, Held::Data(buf));
+            } else {
+                w.inner.borrow_mut().w.am_data_release(buf);
+            }
+        }
+        Some(d) => {
+            let param = AmRecvParam {
+                recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_RNDV,
+                reply_ep: reply.cast(),
+            };
+            let len = d.len();
+            // The descriptor the client holds: a box whose address names it in `held`.
+            let desc = Box::into_raw(Box::new(0u8)) as usize;
+            w.ext.borrow_mut().held.insert(desc, Held::Rndv(d));
+            // SAFETY: the client's handler; the header stays valid during the call.
+            let s = unsafe {
+                cb(
+                    arg as *mut c_void,
+                    buf.as_ptr().cast(),
+                    header_len,
+                    desc as *mut c_void,
+                    len,
+                    &param,
+                )
+            };
+            if s != UCS_INPROGRESS {
+                // Neither received nor kept: declined.
+                release(w, desc);
+            }
+        }
+    }
+}
+
+/// A message whose data (after `header_len` bytes of header) starts at the worker's
+/// `am_alignment`: the one given, or a copy placed so (a buffer with room to shift the start).
+/// Gives the buffer and the data's offset in it (the header is just before).
+fn aligned(w: &Worker, buf: Vec<u8>, header_len: usize) -> (Vec<u8>, usize) {
+    let align = w.am_alignment;
+    if align <= 1 || (buf.as_ptr() as usize + header_len).is_multiple_of(align) {
+        return (buf, header_len);
+    }
+    let mut v = Vec::with_capacity(buf.len() + align);
+    let base = v.as_ptr() as usize + header_len;
+    let pad = base.next_multiple_of(align) - base;
+    v.resize(pad, 0);
+    v.extend_from_slice(&buf);
+    w.inner.borrow_mut().w.am_data_release(buf);
+    (v, pad + header_len)
+}
+
+/// Frees a message no handler takes (a rendezvous one is declined, so its sender finishes).
+fn drop_msg(w: &Worker, msg: AmMsg) {
+    let mut i = w.inner.borrow_mut();
+    if let Some(d) = msg.rndv {
+        let _ = i.w.am_rndv_drop(d);
+    }
+    i.w.am_data_release(msg.buf);
+}
+
+/// Releases held data or declines a held descriptor; false when `data` names neither.
+fn release(w: &Worker, data: usize) -> bool {
+    let held = w.ext.borrow_mut().held.remove(&data);
+    match held {
+        Some(Held::Data(buf)) => w.inner.borrow_mut().w.am_data_release(buf),
+        Some(Held::Rndv(d)) => {
+            // SAFETY: the descriptor's box, made in `deliver`.
+            drop(unsafe { Box::from_raw(data as *mut u8) });
+            if let Err(e) = w.inner.borrow_mut().w.am_rndv_drop(d) {
+                tracing::debug!("declining an active message: {e}");
+            }
+        }
+        None => return false,
+    }
+    true
+}
+
+const HANDLER_KNOWN: u64 = UCP_AM_HANDLER_PARAM_FIELD_ID
+    | UCP_AM_HANDLER_PARAM_FIELD_FLAGS
+    | UCP_AM_HANDLER_PARAM_FIELD_CB
+    | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+
+/// `ucs_status_t ucp_worker_set_am_recv_handler(ucp_worker_h worker, const
+/// ucp_am_handler_param_t *param)`: the handler of active message `id` (a NULL callback
+/// removes it). It replaces an old-API handler of the same id.
+///
+/// # Safety
+/// A live worker and a valid `param`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
+    worker: *mut Worker,
+    param: *const AmHandlerParam,
+) -> Status {
+    const NAME: &str = "ucp_worker_set_am_recv_handler";
+    ffi(NAME, UCS_ERR_NO_MEMORY, || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return s,
+        };
+        if param.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "param is NULL");
+        }
+        // SAFETY: the caller's param.
+        let p = unsafe { &*param };
+        if let Err(s) = check_mask(
+            NAME,
+            "ucp_am_handler_param_t.field_mask",
+            p.field_mask,
+            HANDLER_KNOWN,
+        ) {
+            return s;
+        }
+        let has = |b: u64| p.field_mask & b != 0;
+        if !has(UCP_AM_HANDLER_PARAM_FIELD_ID) {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "no id (UCP_AM_HANDLER_PARAM_FIELD_ID)",
+            );
+        }
+        let Ok(id) = u16::try_from(p.id) else {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("id {} is over 65535", p.id),
+            );
+        };
+        let flags = if has(UCP_AM_HANDLER_PARAM_FIELD_FLAGS) {
+            p.flags
+        } else {
+            0
+        };
+        if flags >= AM_CB_PRIV_FIRST_FLAG {
+            return refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("unsupported flags {flags:#x}"),
+            );
+        }
+        let cb = if has(UCP_AM_HANDLER_PARAM_FIELD_CB) {
+            p.cb
+        } else {
+            None
+        };
+        let arg = if has(UCP_AM_HANDLER_PARAM_FIELD_ARG) {
+            p.arg
+        } else {
+            std::ptr::null_mut()
+        };
+        let _g = w.lock.lock();
+        let mut i = w.inner.borrow_mut();
+        i.am_handlers.remove(&id);
+        match cb {
+            Some(cb) => {
+                i.am_recv_handlers.insert(id, (cb, arg as usize, flags));
+                let q = i.am_in.clone();
+                i.w.am_set_desc_handler(id, move |ep, m| {
+                    q.borrow_mut().push(AmArrival::Desc(id, m, ep))
+                });
+            }
+            None => {
+                i.am_recv_handlers.remove(&id);
+                i.w.am_remove_handler(id);
+            }
+        }
+        UCS_OK
+    })
+}
+
+/// `ucs_status_ptr_t ucp_am_send_nbx(ucp_ep_h ep, unsigned id, const void *header, size_t
+/// header_length, const void *buffer, size_t count, const ucp_request_param_t *param)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_am_send_nbx(
+    ep: *mut Ep,
+    id: c_uint,
+    header: *const c_void,
+    header_length: usize,
+    buffer: *const c_void,
+    count: usize,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_am_send_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let nbx = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let Ok(id) = u16::try_from(id) else {
+            return status_ptr(refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("id {id} is over 65535"),
+            ));
+        };
+        // SAFETY: checked by parse_param.
+        let raw = unsafe { &*param };
+        let flags = if raw.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
+            raw.flags
+        } else {
+            0
+        };
+        let known = UCP_AM_SEND_FLAG_REPLY
+            | UCP_AM_SEND_FLAG_EAGER
+            | UCP_AM_SEND_FLAG_RNDV
+            | UCP_AM_SEND_FLAG_COPY_HEADER;
+        if flags & !known != 0 {
+            tracing::debug!("{NAME}: ignoring unknown flags {:#x}", flags & !known);
+        }
+        if flags & UCP_AM_SEND_FLAG_EAGER != 0 && flags & UCP_AM_SEND_FLAG_RNDV != 0 {
+            return status_ptr(refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "both EAGER and RNDV flags",
+            ));
+        }
+        if header_length > MAX_AM_HEADER {
+            return status_ptr(refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                format!("header of {header_length} bytes (max_am_header is {MAX_AM_HEADER})"),
+            ));
+        }
+        if header_length > 0 && header.is_null() {
+            return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, "header is NULL"));
+        }
+        let (w, h) = match ep_ref(NAME, ep) {
+            Ok(x) => x,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: the client's header of `header_length` bytes.
+        let hdr = unsafe { crate::datatype::slice(header, header_length) };
+        // SAFETY: forwarded contract.
+        let data = match unsafe { send_data(NAME, buffer, count, nbx.datatype) } {
+            Ok(d) => d,
+            Err(s) => return status_ptr(s),
+        };
+        let _g = w.lock.lock();
+        let res = {
+            let mut i = w.inner.borrow_mut();
+            match data {
+                // SAFETY: the client keeps the buffer until the request completes.
+                SendData::Slice(s) => unsafe { i.w.am_send_raw(h, id, hdr, s.as_ptr(), s.len()) },
+                SendData::Owned(v) => i.w.am_send_vec(h, id, hdr, v),
+            }
+        };
+        submit(NAME, w, res, &nbx.send_args(), Finish::None)
+    })
+}
+
+/// `ucs_status_ptr_t ucp_am_recv_data_nbx(ucp_worker_h worker, void *data_desc, void
+/// *buffer, size_t count, const ucp_request_param_t *param)`: receives the data of a message
+/// (a rendezvous descriptor, or eager data the handler kept) into the buffer; the callback
+/// (`cb.recv_am`) and `recv_info.length` give its length. Longer data completes with
+/// `UCS_ERR_MESSAGE_TRUNCATED`. The descriptor is used up either way.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_am_recv_data_nbx(
+    worker: *mut Worker,
+    data_desc: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_am_recv_data_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        let nbx = match unsafe { crate::tag::parse_param(NAME, param, false) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let _g = w.lock.lock();
+        let held = w.ext.borrow_mut().held.remove(&(data_desc as usize));
+        let Some(held) = held else {
+            return status_ptr(refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "data_desc is not an active-message descriptor this worker holds",
+            ));
+        };
+        let args = stream_args(&nbx);
+        // SAFETY: forwarded contract.
+        let (cap, finish) = match unsafe { recv_target(NAME, buffer, count, nbx.datatype) } {
+            Ok(x) => x,
+            Err(s) => {
+                // Put it back: the client may try again with a valid buffer.
+                w.ext.borrow_mut().held.insert(data_desc as usize, held);
+                return status_ptr(s);
+            }
+        };
+        match held {
+            Held::Data(buf) => {
+                // Eager data the handler kept: delivered now.
+                let hdr_len = buf.len() - data_len(&buf, data_desc);
+                let data = &buf[hdr_len..];
+                let status = if data.len() > cap {
+                    UCS_ERR_MESSAGE_TRUNCATED
+                } else {
+                    UCS_OK
+                };
+                let fs = finish.deliver(Some(data), data.len());
+                let len = data.len();
+                w.inner.borrow_mut().w.am_data_release(buf);
+                if status != UCS_OK || fs.is_some() {
+                    return status_ptr(fs.unwrap_or(status));
+                }
+                let done = Completion {
+                    status: Ok(()),
+                    buf: None,
+                    len,
+                    tag: 0,
+                    value: 0,
+                };
+                submit(NAME, w, Ok(Op::Done(done)), &args, Finish::None)
+            }
+            Held::Rndv(d) => {
+                // SAFETY: the descriptor's box, made in `deliver`.
+                drop(unsafe { Box::from_raw(data_desc as *mut u8) });
+                let (res, finish) = match finish {
+                    Finish::Copy { dst, cap } => {
+                        // SAFETY: the client keeps its buffer until the request completes.
+                        let r = unsafe { w.inner.borrow_mut().w.am_rndv_recv_raw(d, dst, cap) };
+                        (r, Finish::None)
+                    }
+                    other => {
+                        let mut buf = vec![0u8; cap];
+                        let dst = buf.as_mut_ptr();
+                        // SAFETY: `buf`'s memory moves with it into the finish, which lives
+                        // until the request completes.
+                        let r = unsafe { w.inner.borrow_mut().w.am_rndv_recv_raw(d, dst, cap) };
+                        (
+                            r,
+                            Finish::Staged {
+                                buf,
+                                then: Box::new(other),
+                            },
+                        )
+                    }
+                };
+                submit(NAME, w, res, &args, finish)
+            }
+        }
+    })
+}
+
+/// Bytes of held eager data from `data` to the end of its buffer.
+fn data_len(buf: &[u8], data: *mut c_void) -> usize {
+    let start = buf.as_ptr() as usize;
+    let at = (data as usize).clamp(start, start + buf.len());
+    start + buf.len() - at
+}
+
+/// Request arguments of a stream or AM data receive: the `recv_am`/`recv_stream` callback
+/// shape, and `recv_info.length`.
+pub fn stream_args(nbx: &crate::tag::Nbx) -> OpArgs {
+    let cb = if nbx.cb.is_null() {
+        Cb::None
+    } else {
+        // SAFETY: FIELD_CALLBACK of these calls holds a callback of this shape.
+        Cb::StreamRecvNbx(unsafe { std::mem::transmute::<*const c_void, StreamRecvNbxCb>(nbx.cb) })
+    };
+    OpArgs {
+        caller_req: nbx.request,
+        cb,
+        user_data: nbx.user_data,
+        no_imm: nbx.no_imm,
+        info_out: std::ptr::null_mut(),
+        len_out: nbx.recv_info.cast(),
+    }
+}
+
+/// `void ucp_am_data_release(ucp_worker_h worker, void *data)`: releases data a handler kept,
+/// or declines a rendezvous descriptor (its sender's request completes).
+///
+/// # Safety
+/// A live worker; `data` from one of its handlers, released once.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_am_data_release(worker: *mut Worker, data: *mut c_void) {
+    const NAME: &str = "ucp_am_data_release";
+    ffi(NAME, (), || {
+        let Ok(w) = worker_ref(NAME, worker) else {
+            return;
+        };
+        let _g = w.lock.lock();
+        if !release(w, data as usize) {
+            refuse(
+                NAME,
+                UCS_ERR_INVALID_PARAM,
+                "data is not active-message data this worker holds",
+            );
+        }
+    })
+}

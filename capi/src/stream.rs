@@ -1,0 +1,374 @@
+//! The stream API: `ucp_stream_send_nb(x)`, `ucp_stream_recv_nb(x)`,
+//! `ucp_stream_recv_data_nb` / `ucp_stream_data_release`, `ucp_stream_recv_request_test`,
+//! `ucp_stream_worker_poll`.
+//!
+//! Each endpoint carries an ordered byte stream (rucx's [`ucp::Worker::stream_send_raw`]).
+//! A receive fills the client's buffer in place: with `UCP_STREAM_RECV_FLAG_WAITALL` it
+//! completes when the buffer is full, otherwise with the bytes that have arrived (at least
+//! one element of the datatype; whole elements only). Receives complete in posting order.
+
+use crate::am::stream_args;
+use crate::datatype::{recv_target, send_data, Finish, SendData};
+use crate::ep::{ep_ref, Ep};
+use crate::ffi::*;
+use crate::guard::{ffi, refuse};
+use crate::request::{submit, Cb, OpArgs};
+use crate::worker::{worker_ref, Worker};
+use std::ffi::{c_uint, c_void};
+
+/// Starts a stream send of the client's data.
+///
+/// # Safety
+/// As the header documents.
+unsafe fn send(
+    name: &str,
+    ep: *mut Ep,
+    buffer: *const c_void,
+    count: usize,
+    dt: Datatype,
+    args: OpArgs,
+) -> StatusPtr {
+    let (w, h) = match ep_ref(name, ep) {
+        Ok(x) => x,
+        Err(s) => return status_ptr(s),
+    };
+    // SAFETY: forwarded contract.
+    let data = match unsafe { send_data(name, buffer, count, dt) } {
+        Ok(d) => d,
+        Err(s) => return status_ptr(s),
+    };
+    let _g = w.lock.lock();
+    let res = {
+        let mut i = w.inner.borrow_mut();
+        match data {
+            // SAFETY: the client keeps the buffer until the request completes.
+            SendData::Slice(s) => unsafe { i.w.stream_send_raw(h, s.as_ptr(), s.len()) },
+            SendData::Owned(v) => i.w.stream_send(h, &v),
+        }
+    };
+    submit(name, w, res, &args, Finish::None)
+}
+
+/// `ucs_status_ptr_t ucp_stream_send_nb(ucp_ep_h ep, const void *buffer, size_t count,
+/// ucp_datatype_t datatype, ucp_send_callback_t cb, unsigned flags)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_send_nb(
+    ep: *mut Ep,
+    buffer: *const c_void,
+    count: usize,
+    datatype: Datatype,
+    cb: Option<SendCb>,
+    flags: c_uint,
+) -> StatusPtr {
+    const NAME: &str = "ucp_stream_send_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        if flags != 0 {
+            // Reserved in UCX.
+            tracing::debug!("{NAME}: ignoring flags {flags:#x}");
+        }
+        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        // SAFETY: forwarded.
+        unsafe { send(NAME, ep, buffer, count, datatype, args) }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_stream_send_nbx(ucp_ep_h ep, const void *buffer, size_t count,
+/// const ucp_request_param_t *param)`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_send_nbx(
+    ep: *mut Ep,
+    buffer: *const c_void,
+    count: usize,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_stream_send_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let nbx = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: forwarded.
+        unsafe { send(NAME, ep, buffer, count, nbx.datatype, nbx.send_args()) }
+    })
+}
+
+/// Posts a stream receive.
+///
+/// # Safety
+/// As the header documents.
+unsafe fn recv(
+    name: &str,
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    dt: Datatype,
+    waitall: bool,
+    args: OpArgs,
+) -> StatusPtr {
+    let (w, h) = match ep_ref(name, ep) {
+        Ok(x) => x,
+        Err(s) => return status_ptr(s),
+    };
+    // SAFETY: forwarded contract.
+    let (cap, finish) = match unsafe { recv_target(name, buffer, count, dt) } {
+        Ok(x) => x,
+        Err(s) => return status_ptr(s),
+    };
+    let elem = if dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG {
+        ((dt >> UCP_DATATYPE_SHIFT) as usize).max(1)
+    } else {
+        1
+    };
+    let _g = w.lock.lock();
+    let mut i = w.inner.borrow_mut();
+    // Whole elements only: without WAITALL, take the whole elements that are there, or wait
+    // for one.
+    let (len, waitall) = if waitall || elem == 1 {
+        (cap, waitall)
+    } else {
+        let have = i.w.stream_available(h).unwrap_or(0);
+        let whole = (have / elem * elem).min(cap);
+        (if whole > 0 { whole } else { elem.min(cap) }, true)
+    };
+    let (res, finish) = match finish {
+        Finish::Copy { dst, .. } => {
+            // SAFETY: the client keeps its buffer until the request completes.
+            (
+                unsafe { i.w.stream_recv_raw(h, dst, len, waitall) },
+                Finish::None,
+            )
+        }
+        other => {
+            let mut buf = vec![0u8; len];
+            let dst = buf.as_mut_ptr();
+            // SAFETY: `buf`'s memory moves with it into the finish, alive until completion.
+            let r = unsafe { i.w.stream_recv_raw(h, dst, len, waitall) };
+            (
+                r,
+                Finish::Staged {
+                    buf,
+                    then: Box::new(other),
+                },
+            )
+        }
+    };
+    drop(i);
+    submit(name, w, res, &args, finish)
+}
+
+/// `ucs_status_ptr_t ucp_stream_recv_nb(ucp_ep_h ep, void *buffer, size_t count,
+/// ucp_datatype_t datatype, ucp_stream_recv_callback_t cb, size_t *length, unsigned flags)`:
+/// NULL with `*length` set when data was there.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_nb(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: Datatype,
+    cb: Option<StreamRecvCb>,
+    length: *mut usize,
+    flags: c_uint,
+) -> StatusPtr {
+    const NAME: &str = "ucp_stream_recv_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        if length.is_null() {
+            return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, "length is NULL"));
+        }
+        if flags & !UCP_STREAM_RECV_FLAG_WAITALL != 0 {
+            tracing::debug!("{NAME}: ignoring unknown flags {flags:#x}");
+        }
+        let mut args = OpArgs::with_cb(cb.map(Cb::StreamRecv).unwrap_or(Cb::None), false);
+        args.len_out = length;
+        let waitall = flags & UCP_STREAM_RECV_FLAG_WAITALL != 0;
+        // SAFETY: forwarded.
+        unsafe { recv(NAME, ep, buffer, count, datatype, waitall, args) }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_stream_recv_nbx(ucp_ep_h ep, void *buffer, size_t count, size_t
+/// *length, const ucp_request_param_t *param)`: `UCP_STREAM_RECV_FLAG_WAITALL` in
+/// `param->flags`.
+///
+/// # Safety
+/// As the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_nbx(
+    ep: *mut Ep,
+    buffer: *mut c_void,
+    count: usize,
+    length: *mut usize,
+    param: *const RequestParam,
+) -> StatusPtr {
+    const NAME: &str = "ucp_stream_recv_nbx";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        // SAFETY: forwarded.
+        let nbx = match unsafe { crate::tag::parse_param(NAME, param, false) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: checked by parse_param.
+        let raw = unsafe { &*param };
+        let flags = if raw.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
+            raw.flags
+        } else {
+            0
+        };
+        let mut args = stream_args(&nbx);
+        if !length.is_null() {
+            args.len_out = length;
+        }
+        let waitall = flags & UCP_STREAM_RECV_FLAG_WAITALL != 0;
+        // SAFETY: forwarded.
+        unsafe { recv(NAME, ep, buffer, count, nbx.datatype, waitall, args) }
+    })
+}
+
+/// `ucs_status_ptr_t ucp_stream_recv_data_nb(ucp_ep_h ep, size_t *length)`: the bytes that
+/// arrived and no receive waits for, lent until `ucp_stream_data_release`; NULL when none.
+///
+/// # Safety
+/// A live endpoint; `length` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_data_nb(ep: *mut Ep, length: *mut usize) -> StatusPtr {
+    const NAME: &str = "ucp_stream_recv_data_nb";
+    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+        if length.is_null() {
+            return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, "length is NULL"));
+        }
+        let (w, h) = match ep_ref(NAME, ep) {
+            Ok(x) => x,
+            Err(s) => return status_ptr(s),
+        };
+        let _g = w.lock.lock();
+        let mut i = w.inner.borrow_mut();
+        let data = match i.w.stream_take(h, usize::MAX) {
+            Ok(d) => d,
+            Err(e) => return status_ptr(crate::guard::fail(NAME, &e)),
+        };
+        if data.is_empty() {
+            i.w.am_data_release(data);
+            // Nothing there: report a failed endpoint, else "no data".
+            if let Err(e) = i.w.ep_status(h) {
+                return status_ptr(crate::guard::status_of(&e));
+            }
+            // SAFETY: checked non-null.
+            unsafe { *length = 0 };
+            return std::ptr::null_mut();
+        }
+        // SAFETY: checked non-null.
+        unsafe { *length = data.len() };
+        let p = data.as_ptr() as *mut c_void;
+        w.ext.borrow_mut().stream_data.insert(p as usize, data);
+        p
+    })
+}
+
+/// `void ucp_stream_data_release(ucp_ep_h ep, void *data)`.
+///
+/// # Safety
+/// Data from `ucp_stream_recv_data_nb` of this endpoint, released once.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_data_release(ep: *mut Ep, data: *mut c_void) {
+    const NAME: &str = "ucp_stream_data_release";
+    ffi(NAME, (), || {
+        if ep.is_null() {
+            refuse(NAME, UCS_ERR_INVALID_PARAM, "ep is NULL");
+            return;
+        }
+        // SAFETY: a live endpoint; its worker outlives it.
+        let w = unsafe { &*(*ep).worker };
+        let _g = w.lock.lock();
+        let lent = w.ext.borrow_mut().stream_data.remove(&(data as usize));
+        match lent {
+            Some(v) => w.inner.borrow_mut().w.am_data_release(v),
+            None => {
+                refuse(
+                    NAME,
+                    UCS_ERR_INVALID_PARAM,
+                    "data was not lent by ucp_stream_recv_data_nb",
+                );
+            }
+        }
+    })
+}
+
+/// `ucs_status_t ucp_stream_recv_request_test(void *request, size_t *length_p)`.
+///
+/// # Safety
+/// A stream receive request; `length_p` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_request_test(
+    request: *mut c_void,
+    length_p: *mut usize,
+) -> Status {
+    let mut info = TagRecvInfo::default();
+    // SAFETY: forwarded.
+    let s = unsafe { crate::request::ucp_request_test(request, &mut info) };
+    if s != UCS_INPROGRESS && !length_p.is_null() {
+        // SAFETY: the caller's pointer.
+        unsafe { *length_p = info.length };
+    }
+    s
+}
+
+/// `ssize_t ucp_stream_worker_poll(ucp_worker_h worker, ucp_stream_poll_ep_t *poll_eps,
+/// size_t max_eps, unsigned flags)`: the endpoints with stream data waiting (and their
+/// `user_data`), after a progress call.
+///
+/// # Safety
+/// A live worker; `poll_eps` holds `max_eps` entries.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_worker_poll(
+    worker: *mut Worker,
+    poll_eps: *mut StreamPollEp,
+    max_eps: usize,
+    flags: c_uint,
+) -> isize {
+    const NAME: &str = "ucp_stream_worker_poll";
+    ffi(NAME, UCS_ERR_NO_MEMORY as isize, || {
+        let w = match worker_ref(NAME, worker) {
+            Ok(w) => w,
+            Err(s) => return s as isize,
+        };
+        if max_eps > 0 && poll_eps.is_null() {
+            return refuse(NAME, UCS_ERR_INVALID_PARAM, "poll_eps is NULL") as isize;
+        }
+        if flags != 0 {
+            tracing::debug!("{NAME}: ignoring flags {flags:#x}");
+        }
+        w.progress();
+        let _g = w.lock.lock();
+        let i = w.inner.borrow();
+        let mut n = 0;
+        for ep in i.eps.all() {
+            if n == max_eps {
+                break;
+            }
+            // SAFETY: a live endpoint of the index.
+            let (h, ud) = unsafe { ((*ep).h, (*ep).user_data) };
+            if i.w.stream_available(h).unwrap_or(0) > 0 {
+                // SAFETY: entry `n` of the caller's array.
+                unsafe {
+                    poll_eps.add(n).write(StreamPollEp {
+                        ep: ep.cast(),
+                        user_data: ud,
+                        flags: 0,
+                        reserved: [0; 16],
+                    })
+                };
+                n += 1;
+            }
+        }
+        n as isize
+    })
+}

@@ -1,0 +1,340 @@
+//! User active messages handed to their handler as descriptors (UCX's
+//! `ucp_worker_set_am_recv_handler`): an eager message arrives whole, in one pooled buffer
+//! holding the user header and then the data; a message sent by rendezvous arrives as its
+//! header and an [`AmRndv`] that names the sender's data without fetching it. The receiver then
+//! reads the data straight into memory of its choice ([`Worker::am_rndv_recv_raw`]) or declines
+//! it ([`Worker::am_rndv_drop`]); either way the sender's request completes.
+//!
+//! A handler set here replaces a whole-message handler of the same id
+//! ([`Worker::am_set_handler`]) and the reverse; eager sends and the wire are the same for both.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::request::Op;
+use crate::rma::raw_mem::RecvBuf;
+use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
+use crate::worker::state::{SendData, State};
+use crate::worker::{EpHandle, Worker};
+use ucs::{Error, Result};
+
+/// An active message as a descriptor handler gets it.
+pub struct AmMsg {
+    /// The user header (`header_len` bytes), then for an eager message the data.
+    pub buf: Vec<u8>,
+    /// Length of the user header at the start of `buf`.
+    pub header_len: usize,
+    /// For a message sent by rendezvous: its data, still at the sender.
+    pub rndv: Option<AmRndv>,
+}
+
+/// The data of an active message sent by rendezvous, still in the sender's memory.
+#[derive(Debug)]
+pub struct AmRndv {
+    /// The endpoint the message came from.
+    pub ep: EpHandle,
+    sreq: u64,
+    len: usize,
+    addr: u64,
+    tl: String,
+    rkey: Vec<u8>,
+}
+
+impl AmRndv {
+    /// The data's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a message without data.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A descriptor handler: gets the endpoint the message came from and the message.
+pub type AmDescHandler = Box<dyn FnMut(EpHandle, AmMsg)>;
+
+impl Worker {
+    /// Sets the descriptor handler of user active message `id`, replacing any handler of
+    /// that id (of either kind).
+    pub fn am_set_desc_handler(&mut self, id: u16, handler: impl FnMut(EpHandle, AmMsg) + 'static) {
+        self.st.am_handlers.remove(&id);
+        self.st.am_desc_handlers.insert(id, Box::new(handler));
+    }
+
+    /// Removes the handler of user active message `id` (of either kind): such messages are
+    /// then dropped with a warning.
+    pub fn am_remove_handler(&mut self, id: u16) {
+        self.st.am_handlers.remove(&id);
+        self.st.am_desc_handlers.remove(&id);
+    }
+
+    /// Receives the data of a message sent by rendezvous straight into `len` bytes at `ptr`
+    /// (a read of the sender's memory, or the sender's pipeline, as for a tagged rendezvous);
+    /// data longer than `len` completes with `Truncated`. The completion's `len` is the data's
+    /// length, its `buf` `None`.
+    ///
+    /// # Safety
+    /// As [`Worker::tag_recv_raw`]: `ptr` valid for writes of `len` bytes and left alone until
+    /// the request completes.
+    pub unsafe fn am_rndv_recv_raw(&mut self, d: AmRndv, ptr: *mut u8, len: usize) -> Result<Op> {
+        let idx = self.st.ep_idx(d.ep)?;
+        self.st.ep_usable(idx)?;
+        // SAFETY: forwarded contract.
+        let key = self.st.new_recv(unsafe { RecvBuf::raw(ptr, len) }, 0, 0);
+        if let Err(e) = self
+            .st
+            .rndv_recv_start(key, idx, 0, d.sreq, d.len, d.addr, &d.tl, &d.rkey)
+        {
+            // The request reports the error through its completion.
+            self.st.finish(key, Err(e));
+        }
+        Ok(self.st.op_of(key))
+    }
+
+    /// Sends user active message `id` with a header and `len` bytes at `ptr`, read in place
+    /// (a rendezvous registers that memory, as [`Worker::tag_send_raw`]); eager or
+    /// rendezvous as [`Worker::am_send`] chooses. The header is copied.
+    ///
+    /// # Safety
+    /// `ptr` valid for reads of `len` bytes, unchanged until the request completes.
+    pub unsafe fn am_send_raw(
+        &mut self,
+        ep: EpHandle,
+        id: u16,
+        header: &[u8],
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<Op> {
+        let idx = self.st.ep_idx(ep)?;
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { std::slice::from_raw_parts(ptr, len) }
+        };
+        self.st.am_send(idx, id, header, SendData::Raw(data))
+    }
+
+    /// Declines the data of a message sent by rendezvous: the sender's request completes and
+    /// nothing is moved.
+    pub fn am_rndv_drop(&mut self, d: AmRndv) -> Result<()> {
+        let idx = self.st.ep_idx(d.ep)?;
+        self.st
+            .send_ctl(idx, am_id::ATS, &ReqHdr { req: d.sreq }.encode())
+    }
+}
+
+impl State {
+    /// USER_AM for an id with a descriptor handler: header and data in one pooled buffer.
+    /// Gives false when the id has none (the caller delivers the message the other way).
+    pub(crate) fn am_desc_eager(
+        &mut self,
+        idx: usize,
+        h: UserAmHdr,
+        uh: &[u8],
+        data: &[u8],
+    ) -> bool {
+        // The empty test first: a worker with whole-message handlers only pays no lookup.
+        if self.am_desc_handlers.is_empty() || !self.am_desc_handlers.contains_key(&h.id) {
+            return false;
+        }
+        let mut buf = self.get_buf();
+        buf.extend_from_slice(uh);
+        buf.extend_from_slice(data);
+        let msg = AmMsg {
+            buf,
+            header_len: uh.len(),
+            rndv: None,
+        };
+        self.am_desc_deliver(idx, h.id, msg);
+        true
+    }
+
+    /// AM_RTS for an id with a descriptor handler: the handler gets the header and a
+    /// descriptor of the sender's data. Gives false when the id has none.
+    pub(crate) fn am_desc_rts(
+        &mut self,
+        idx: usize,
+        h: UserAmHdr,
+        uh: &[u8],
+        rts: &RtsHdr<'_>,
+    ) -> Result<bool> {
+        // The empty test first: a worker with whole-message handlers only pays no lookup.
+        if self.am_desc_handlers.is_empty() || !self.am_desc_handlers.contains_key(&h.id) {
+            return Ok(false);
+        }
+        let len = usize::try_from(rts.len)
+            .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
+        let gen = self.eps[idx].gen;
+        let d = AmRndv {
+            ep: self.ep_handle(idx, gen),
+            sreq: rts.sreq,
+            len,
+            addr: rts.buf.addr,
+            tl: rts.buf.tl.to_owned(),
+            rkey: rts.buf.rkey.to_vec(),
+        };
+        let msg = AmMsg {
+            buf: uh.to_vec(),
+            header_len: uh.len(),
+            rndv: Some(d),
+        };
+        self.am_desc_deliver(idx, h.id, msg);
+        Ok(true)
+    }
+
+    fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg) {
+        let gen = self.eps[idx].gen;
+        let ep = self.ep_handle(idx, gen);
+        if let Some(cb) = self.am_desc_handlers.get_mut(&id) {
+            cb(ep, msg);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AmMsg, Context, ContextParams, EpHandle, EpParams, Features, UcpConfig, Worker};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::{Duration, Instant};
+
+    fn pair(tls: &str) -> (Worker, Worker, EpHandle) {
+        let ctx = Context::new(ContextParams {
+            features: Features::AM,
+            config: Some(UcpConfig {
+                tls: vec![tls.into()],
+                keepalive_interval: None,
+                self_across_workers: false,
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut a = Worker::new(&ctx).expect("worker a");
+        let b = Worker::new(&ctx).expect("worker b");
+        let ep = a.ep_create(b.address(), EpParams::default()).expect("ep");
+        (a, b, ep)
+    }
+
+    fn until(a: &mut Worker, b: &mut Worker, mut done: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+    }
+
+    /// Eager messages come whole (header then data); one sent by rendezvous comes as its
+    /// header and a descriptor, whose data lands in the receiver's memory, truncated when
+    /// it is too small, or is declined; the sender's request completes in every case.
+    #[test]
+    fn eager_whole_and_rendezvous_by_descriptor() {
+        for tls in ["posix", "tcp"] {
+            let (mut a, mut b, ep) = pair(tls);
+            let got: Rc<RefCell<Vec<(EpHandle, AmMsg)>>> = Rc::default();
+            let g = got.clone();
+            b.am_set_desc_handler(9, move |ep, m| g.borrow_mut().push((ep, m)));
+            let s = a.am_send(ep, 9, b"hdr", b"small").expect("send");
+            until(&mut a, &mut b, || !got.borrow().is_empty());
+            let (_, m) = got.borrow_mut().pop().expect("message");
+            assert!(m.rndv.is_none(), "{tls}");
+            assert_eq!((m.header_len, &m.buf[..]), (3, &b"hdrsmall"[..]));
+            both(&mut a, &mut b, s).status.expect("eager send");
+
+            let big: Vec<u8> = (0..(4 << 20)).map(|i| (i % 251) as u8).collect();
+            for (cap, decline) in [(big.len(), false), (100, false), (0, true)] {
+                let s = a.am_send(ep, 9, b"H", &big).expect("send big");
+                until(&mut a, &mut b, || !got.borrow().is_empty());
+                let (from, m) = got.borrow_mut().pop().expect("message");
+                assert_eq!(&m.buf[..], b"H");
+                let d = m.rndv.expect("a descriptor for 4 MiB");
+                assert_eq!((d.len(), d.ep), (big.len(), from));
+                if decline {
+                    b.am_rndv_drop(d).expect("drop");
+                    both(&mut a, &mut b, s)
+                        .status
+                        .expect("a declined send completes");
+                    continue;
+                }
+                let mut dst = vec![0u8; cap];
+                // SAFETY: `dst` outlives the request, which is waited for below.
+                let op = unsafe { b.am_rndv_recv_raw(d, dst.as_mut_ptr(), cap) }.expect("recv");
+                let c = both(&mut b, &mut a, op);
+                if cap < big.len() {
+                    assert!(
+                        matches!(c.status, Err(ucs::Error::Truncated { .. })),
+                        "{tls}"
+                    );
+                } else {
+                    c.status.expect("rendezvous receive");
+                    assert_eq!(c.len, big.len());
+                    assert!(dst == big, "{tls}: data differs");
+                }
+                both(&mut a, &mut b, s).status.expect("sender completes");
+            }
+        }
+    }
+
+    /// Progresses both workers until `op` of `x` finishes; gives its completion.
+    fn both(x: &mut Worker, y: &mut Worker, op: crate::Op) -> crate::Completion {
+        let r = match op {
+            crate::Op::Done(c) => return c,
+            crate::Op::Pending(r) => r,
+        };
+        let end = Instant::now() + Duration::from_secs(60);
+        while !x.request_test(&r).expect("request") {
+            x.progress();
+            y.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        x.complete(crate::Op::Pending(r))
+    }
+
+    /// A receive without `waitall` completes with the first bytes; one with it waits for
+    /// all; `stream_take` hands out what no receive waits for.
+    #[test]
+    fn stream_partial_and_waitall_receives() {
+        let (mut a, mut b, ep) = pair("posix");
+        let s0 = a.stream_send(ep, b"abc").expect("send");
+        // The reverse endpoint exists once the wire-up arrived.
+        let end = Instant::now() + Duration::from_secs(60);
+        while !b.has_ep_to(a.address()).expect("address") {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        let back = b
+            .ep_create(a.address(), EpParams::default())
+            .expect("ep back");
+        while b.stream_available(back).unwrap_or(0) < 3 {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        let mut dst = [0u8; 8];
+        // SAFETY: `dst` outlives the requests, completed below.
+        let op = unsafe { b.stream_recv_raw(back, dst.as_mut_ptr(), 8, false) }.expect("recv");
+        let c = b.complete(op);
+        assert_eq!((c.len, &dst[..3]), (3, &b"abc"[..]));
+        // SAFETY: as above.
+        let op = unsafe { b.stream_recv_raw(back, dst.as_mut_ptr(), 4, true) }.expect("recv");
+        let s1 = a.stream_send(ep, b"12").expect("send");
+        let s2 = a.stream_send(ep, b"345").expect("send");
+        let c = both(&mut b, &mut a, op);
+        both(&mut a, &mut b, s1).status.expect("send");
+        both(&mut a, &mut b, s2).status.expect("send");
+        both(&mut a, &mut b, s0).status.expect("send");
+        assert_eq!((c.len, &dst[..4]), (4, &b"1234"[..]));
+        let left = b.stream_take(back, 100).expect("take");
+        assert_eq!(left, b"5");
+    }
+}
