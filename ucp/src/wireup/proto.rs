@@ -40,6 +40,12 @@ pub struct ProtoConfig {
     /// Rendezvous messages up to this size stream through the AM lane ([`RndvScheme::AmPipeline`])
     /// although `rndv` is `Get` or `Put` (0: none). See [`ProtoConfig::rndv_for`].
     pub rndv_am_max: usize,
+    /// Bytes a rendezvous read on a shared-memory device (cma, or the sender's mapped segment)
+    /// moves in one step; the receiver's progress runs between steps (see `State::get_step`).
+    pub rndv_frag: usize,
+    /// Rendezvous sends of at least this size may go by the AM lane's tag offload
+    /// (`TAG_RNDV_ZCOPY`) where it has one; smaller ones go by ucp's RTS (`usize::MAX`: none).
+    pub tm_rndv_min: usize,
     /// Eager messages from caller-owned vectors of at least this size go by `am_zcopy`
     /// (`None`: the AM lane cannot).
     pub zcopy_thresh: Option<usize>,
@@ -49,25 +55,136 @@ pub struct ProtoConfig {
     pub(crate) tag_short_lim: usize,
 }
 
-/// Bytes per second assumed for a memory copy (bcopy costs one on each side).
+/// Bytes per second assumed for a memory copy (bcopy costs one on each side) in the one-way
+/// model.
 const MEMCPY_BW: f64 = 5e9;
 /// Messages this large are never eager when rendezvous is possible: bounds unexpected buffering.
 const EAGER_CAP: usize = 512 << 10;
-/// Largest rendezvous the AM pipeline takes from an RMA lane under the auto scheme, even where
-/// the performance models favour the pipeline beyond it.
-///
-/// The pipeline copies every byte twice (into a FIFO buffer on the sender's core, out of it on
-/// the receiver's), overlapped, so it runs at the AM lane's copy bandwidth while the message's
-/// source and destination stay in the cores' caches; `get_zcopy` copies once, on the receiver's
-/// core. Measured over posix + cma on a 2-core AMD EPYC VM (512 KiB L2 per core, 32 MiB L3),
-/// single runs on a quiet machine: an MPI bandwidth window of 64 buffers (MPICH) streams 64 KiB
-/// at 16.5 GB/s by the pipeline against 3.2 by cma, and 1 MiB at 3.8-5.8 against 2.7;
-/// `perftest -t tag_bw` (one reused buffer) has the pipeline ahead at 64 KiB (14.7 against
-/// 9.3) and cma ahead at 16 MiB (2.4 against 1.35; source and destination no longer fit the
-/// last-level cache). The bound sits between 1 MiB and 16 MiB; `RUCX_RNDV_AM_MAX` moves it.
-/// Under heavy CPU oversubscription the pipeline, which needs both processes running at once,
-/// falls behind cma at every size.
+/// Bytes of one shared-memory rendezvous read step (`RUCX_RNDV_FRAG_SIZE` overrides it): UCX's
+/// cma segment. tag_bibw over posix + cma (--mem heap, medians of 5, SCHED_FIFO, 2-core AMD
+/// EPYC VM) moved 1 MiB at 7.5 GiB/s per direction in 512 KiB steps against 6.8-6.9 in 128 KiB
+/// steps or in one call; at 16 MiB all three were within 5% (3.7-4.0 GiB/s).
+const RNDV_FRAG: usize = 512 << 10;
+/// ucp's own work per rendezvous message on each core beyond the AM lane's per-message
+/// overheads and the RMA lane's call: the request, registering the data, packing and
+/// unpacking its key, matching the RTS, finishing on the ATS. With the posix and cma models it
+/// puts the threshold at 12 KiB, between the sizes measured on either side: tag_bibw over
+/// posix + cma (--mem heap, medians of 3) moved 8 KiB at 4.0 GiB/s per direction eager
+/// against 3.7 by rendezvous, 16 KiB at 4.4 against 6.0, 32 KiB at 5.2 against 9.8.
+const RNDV_OVERHEAD: f64 = 0.5e-6;
+/// Largest rendezvous the AM pipeline takes from an RMA lane under the auto scheme in the
+/// one-way model, even where the performance models favour the pipeline beyond it: the
+/// pipeline's two overlapped copies only beat one copy while the message stays in the cores'
+/// caches.
 const PIPELINE_CACHE_MAX: usize = 4 << 20;
+
+/// The cost model with traffic both ways, for an RMA lane whose get is one copy by the
+/// receiver's CPU (`SYNC_ONLY`: cma). Each core sends a stream of `n`-byte messages and
+/// receives one, and a protocol's cost is the time one core spends on its share of one
+/// message each way: nothing of it overlaps with the other direction, which keeps the other
+/// core just as busy. (One-way ping-pong hides what the receiver does while the sender copies,
+/// so eager's two copies look like one; with both directions busy both are on the clock.)
+struct BothWays<'a> {
+    am: &'a IfaceAttr,
+    r: &'a IfaceAttr,
+    /// Payload of an eager or pipeline fragment.
+    frag: usize,
+    /// Bytes of one get step.
+    get_frag: usize,
+}
+
+impl BothWays<'_> {
+    /// A send and a receive overhead of the AM lane: one message out and one in.
+    fn per_msg(&self) -> f64 {
+        self.am.perf.send_overhead + self.am.perf.recv_overhead
+    }
+
+    /// Seconds per byte of one copy through the AM lane.
+    fn am_copy(&self) -> f64 {
+        if self.am.perf.bandwidth > 0.0 {
+            1.0 / self.am.perf.bandwidth
+        } else {
+            0.0
+        }
+    }
+
+    /// Eager: a send and a receive per fragment, the copy of this core's message into the
+    /// FIFO and the copy of the peer's out of it.
+    fn eager(&self, n: usize) -> f64 {
+        n.div_ceil(self.frag).max(1) as f64 * self.per_msg() + 2.0 * n as f64 * self.am_copy()
+    }
+
+    /// Get: the RTS and the ATS (each out and in), ucp's rendezvous work, the RMA lane's call
+    /// per step and one copy of the peer's message.
+    fn get(&self, n: usize) -> f64 {
+        let bw = if self.r.perf.bandwidth > 0.0 {
+            n as f64 / self.r.perf.bandwidth
+        } else {
+            0.0
+        };
+        2.0 * self.per_msg()
+            + RNDV_OVERHEAD
+            + n.div_ceil(self.get_frag).max(1) as f64 * self.r.perf.send_overhead
+            + bw
+    }
+
+    /// Pipeline: the RTS and the RTR, ucp's rendezvous work, then the fragments as eager.
+    fn pipeline(&self, n: usize) -> f64 {
+        2.0 * self.per_msg() + RNDV_OVERHEAD + self.eager(n)
+    }
+
+    /// The smallest size (in steps of 1 KiB, above one bcopy fragment) from which a get
+    /// costs less than eager, at most [`EAGER_CAP`].
+    fn rndv_thresh(&self, bcopy_single_max: usize) -> usize {
+        let first = bcopy_single_max + 1;
+        let mut n = first.next_multiple_of(1024);
+        while n < EAGER_CAP && self.get(n) >= self.eager(n) {
+            n += 1024;
+        }
+        n.max(first)
+    }
+
+    /// The largest power-of-two size (up to [`EAGER_CAP`]) the pipeline moves for less than
+    /// a get, 0 if none.
+    fn pipeline_max(&self) -> usize {
+        let mut best = 0;
+        let mut n = self.frag.next_power_of_two();
+        while n <= EAGER_CAP {
+            if self.pipeline(n) < self.get(n) {
+                best = n;
+            }
+            n *= 2;
+        }
+        best
+    }
+}
+
+/// The rendezvous threshold of the one-way model (every RMA lane but a receiver's copy): the
+/// first power of two above one bcopy fragment where the RTS, the RMA transfer and the ATS
+/// cost less than eager's fragments and copies.
+fn one_way_thresh(am: &IfaceAttr, r: &IfaceAttr, frag: usize, bcopy_single_max: usize) -> usize {
+    // Eager: fragments over the AM lane plus a copy on each side.
+    let eager = |n: usize| {
+        let frags = n.div_ceil(frag).max(1) as f64;
+        frags * (am.perf.send_overhead + am.perf.recv_overhead)
+            + am.perf.latency
+            + if am.perf.bandwidth > 0.0 {
+                n as f64 / am.perf.bandwidth
+            } else {
+                0.0
+            }
+            + 2.0 * n as f64 / MEMCPY_BW
+    };
+    // Rendezvous: RTS, the RMA transfer, and ATS.
+    let rdv = |n: usize| 2.0 * am.perf.time_for(64) + r.perf.time_for(n);
+    // Rendezvous costs a round trip more than one eager fragment, so it starts above the
+    // single-fragment size at the earliest.
+    let mut n = (bcopy_single_max + 1).next_power_of_two();
+    while n < EAGER_CAP && rdv(n) >= eager(n) {
+        n *= 2;
+    }
+    n.max(bcopy_single_max + 1)
+}
 
 impl ProtoConfig {
     /// Computes the thresholds from the AM and RMA lanes' capabilities, with `cfg`'s overrides.
@@ -92,31 +209,24 @@ impl ProtoConfig {
             RndvSchemeCfg::Get if put => RndvScheme::Put,
             _ => RndvScheme::AmPipeline,
         };
-        let auto = match (rndv, rma) {
-            (RndvScheme::AmPipeline, _) | (_, None) => EAGER_CAP,
-            (_, Some(r)) => {
-                // Eager: fragments over the AM lane plus a copy on each side.
-                let eager = |n: usize| {
-                    let frags = n.div_ceil(middle_frag).max(1) as f64;
-                    frags * (am.perf.send_overhead + am.perf.recv_overhead)
-                        + am.perf.latency
-                        + if am.perf.bandwidth > 0.0 {
-                            n as f64 / am.perf.bandwidth
-                        } else {
-                            0.0
-                        }
-                        + 2.0 * n as f64 / MEMCPY_BW
-                };
-                // Rendezvous: RTS, the RMA transfer, and ATS.
-                let rdv = |n: usize| 2.0 * am.perf.time_for(64) + r.perf.time_for(n);
-                // Rendezvous costs a round trip more than one eager fragment, so it starts
-                // above the single-fragment size at the earliest.
-                let mut n = (bcopy_single_max + 1).next_power_of_two();
-                while n < EAGER_CAP && rdv(n) >= eager(n) {
-                    n *= 2;
-                }
-                n.max(bcopy_single_max + 1)
+        let rndv_frag = cfg.rndv_frag_size.unwrap_or(RNDV_FRAG);
+        // An RMA lane whose get is one copy by the receiver's CPU (cma: the call returns when
+        // the bytes are there) is weighed with both directions busy; others by one-way cost.
+        let both_ways = match (rndv, rma) {
+            (RndvScheme::Get, Some(r)) if r.flags.contains(IfaceFlags::SYNC_ONLY) => {
+                Some(BothWays {
+                    am,
+                    r,
+                    frag: middle_frag,
+                    get_frag: rndv_frag,
+                })
             }
+            _ => None,
+        };
+        let auto = match (rndv, rma, &both_ways) {
+            (RndvScheme::AmPipeline, _, _) | (_, None, _) => EAGER_CAP,
+            (_, _, Some(m)) => m.rndv_thresh(bcopy_single_max),
+            (_, Some(r), None) => one_way_thresh(am, r, middle_frag, bcopy_single_max),
         };
         let rndv_thresh = cfg.rndv_thresh.unwrap_or(auto);
         // The pipeline is weighed only against another interface's RMA (shared memory's AM
@@ -129,10 +239,20 @@ impl ProtoConfig {
                     && am.flags.contains(IfaceFlags::AM_BCOPY)
                     && !std::ptr::eq(am, r) =>
             {
-                cfg.rndv_am_max
-                    .unwrap_or_else(|| pipeline_max(am, r, middle_frag))
+                cfg.rndv_am_max.unwrap_or_else(|| match &both_ways {
+                    Some(m) => m.pipeline_max(),
+                    None => pipeline_max(am, r, middle_frag),
+                })
             }
             _ => 0,
+        };
+        // The AM lane's own (tag offload) rendezvous reads a whole message in one call on the
+        // receiver; where ucp's get reads it in fragments between progress steps, that wins
+        // (tag_bibw 64 KiB over posix + cma: 8.4 GiB/s per direction against 6.3). An explicit
+        // `RUCX_RNDV_AM_MAX` hands every rendezvous above it to the offload, as before.
+        let tm_rndv_min = match (cfg.rndv_am_max, &both_ways) {
+            (None, Some(_)) => usize::MAX,
+            _ => rndv_am_max.saturating_add(1),
         };
         let zcopy_thresh = (am_md_reg
             && am.flags.contains(IfaceFlags::AM_ZCOPY)
@@ -148,6 +268,8 @@ impl ProtoConfig {
             tag_rndv_thresh: rndv_thresh,
             rndv,
             rndv_am_max,
+            rndv_frag,
+            tm_rndv_min,
             zcopy_thresh,
             tag_short_lim: 0,
         }

@@ -137,3 +137,107 @@ fn rndv_pipeline_below_crossover_rma_above() {
     let none = ProtoConfig::compute(&am, false, None, &UcpConfig::default());
     assert_eq!((none.rndv, none.rndv_am_max), (RndvScheme::AmPipeline, 0));
 }
+
+/// The posix AM lane's and cma's models as the transports give them.
+fn posix_and_cma() -> (IfaceAttr, IfaceAttr) {
+    let mut am = attr(
+        IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY | IfaceFlags::GET_ZCOPY,
+        105e-9,
+        12e9,
+    );
+    am.perf.send_overhead = 40e-9;
+    am.perf.recv_overhead = 20e-9;
+    let cma = IfaceAttr {
+        flags: IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY | IfaceFlags::SYNC_ONLY,
+        perf: PerfModel {
+            send_overhead: 400e-9,
+            bandwidth: 12e9,
+            latency: 80e-9,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    (am, cma)
+}
+
+/// Beside an RMA lane whose get is the receiver's copy (cma), the thresholds come from the
+/// cost with both directions busy: a stream of 8 KiB messages stays eager, 16 KiB and up go by
+/// one get (no AM pipeline range: its two copies per core lose to the one get at every size),
+/// read in `rndv_frag` steps, and the AM lane's tag-offload rendezvous is left out.
+#[test]
+fn both_ways_model_picks_get_above_the_eager_crossover() {
+    let (am, cma) = posix_and_cma();
+    let p = ProtoConfig::compute(&am, false, Some(&cma), &UcpConfig::default());
+    assert_eq!(p.rndv, RndvScheme::Get);
+    assert!(
+        p.rndv_thresh > 8192 && p.rndv_thresh <= 16384,
+        "threshold {}",
+        p.rndv_thresh
+    );
+    assert_eq!(p.rndv_thresh % 1024, 0);
+    assert_eq!(p.rndv_am_max, 0);
+    for n in [p.rndv_thresh, 64 << 10, 1 << 20, 16 << 20] {
+        assert_eq!(p.rndv_for(n), RndvScheme::Get, "{n}");
+    }
+    assert_eq!(p.rndv_frag, RNDV_FRAG);
+    assert_eq!(p.tm_rndv_min, usize::MAX);
+    let t = p.table("posix/memory", Some("cma/memory"));
+    assert!(!t.contains("pipeline"), "{t}");
+    assert!(
+        t.contains(&format!(
+            "{:>10} .. {:<10} rendezvous get_zcopy + ATS",
+            p.rndv_thresh, "inf"
+        )),
+        "{t}"
+    );
+
+    // The model itself: eager's two copies per core against the get's one copy and fixed
+    // costs; the pipeline never wins.
+    let m = BothWays {
+        am: &am,
+        r: &cma,
+        frag: p.middle_frag,
+        get_frag: RNDV_FRAG,
+    };
+    assert!(m.eager(8192) < m.get(8192));
+    assert!(m.eager(16384) > m.get(16384));
+    for n in [16 << 10, 1 << 20, 16 << 20] {
+        assert!(m.pipeline(n) > m.get(n), "{n}");
+    }
+    // A slow get (half the AM lane's copy bandwidth, a long call) moves the threshold up and
+    // leaves the pipeline the middle sizes.
+    let slow = IfaceAttr {
+        perf: PerfModel {
+            bandwidth: 5e9,
+            send_overhead: 5e-6,
+            ..cma.perf
+        },
+        ..cma.clone()
+    };
+    let q = ProtoConfig::compute(&am, false, Some(&slow), &UcpConfig::default());
+    assert!(q.rndv_thresh > p.rndv_thresh, "{}", q.rndv_thresh);
+    assert!(q.rndv_am_max > 0, "{}", q.rndv_am_max);
+}
+
+/// Overrides keep their meaning beside a cma lane: a fixed threshold, a fragment size, and an
+/// explicit pipeline bound, above which the AM lane's tag offload takes rendezvous as before.
+#[test]
+fn both_ways_model_follows_overrides() {
+    let (am, cma) = posix_and_cma();
+    let cfg = UcpConfig {
+        rndv_thresh: Some(8192),
+        rndv_frag_size: Some(128 << 10),
+        rndv_am_max: Some(100_000),
+        ..Default::default()
+    };
+    let p = ProtoConfig::compute(&am, false, Some(&cma), &cfg);
+    assert_eq!(p.rndv_thresh, 8192);
+    assert_eq!(p.rndv_frag, 128 << 10);
+    assert_eq!(p.rndv_for(100_000), RndvScheme::AmPipeline);
+    assert_eq!(p.rndv_for(100_001), RndvScheme::Get);
+    assert_eq!(p.tm_rndv_min, 100_001);
+    // Without a receiver-copy lane the old one-way model applies: the offload follows the
+    // pipeline's range.
+    let q = ProtoConfig::compute(&am, false, None, &UcpConfig::default());
+    assert_eq!(q.tm_rndv_min, 1);
+}
