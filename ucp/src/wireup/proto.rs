@@ -79,7 +79,10 @@ const RNDV_OVERHEAD: f64 = 0.5e-6;
 const PIPELINE_CACHE_MAX: usize = 4 << 20;
 
 /// The cost model with traffic both ways, for an RMA lane whose get is one copy by the
-/// receiver's CPU (`SYNC_ONLY`: cma). Each core sends a stream of `n`-byte messages and
+/// receiver's CPU (`SYNC_ONLY`: cma). UCX 1.22's proto v2 over posix + cma (`UCX_PROTO_INFO=y`)
+/// picks "rendezvous zero-copy read from remote" by cma from 5029 bytes (6031 with several
+/// messages in flight, 256 KiB for fast-completion sends), from one-way costs; this model
+/// keeps eager longer, since with both directions busy a round trip per message is not hidden. Each core sends a stream of `n`-byte messages and
 /// receives one, and a protocol's cost is the time one core spends on its share of one
 /// message each way: nothing of it overlaps with the other direction, which keeps the other
 /// core just as busy. (One-way ping-pong hides what the receiver does while the sender copies,
