@@ -155,6 +155,8 @@ ompi() {
     t0=$(date +%s.%N)
     setsid "${cmd[@]}" "${RT[@]}" "$@" >"$work/job.out" 2>&1 &
     pid=$!
+    # Watched by pid from here on (no "Killed" notice from the shell when it is ended).
+    disown "$pid"
     for ((i = 0; i < 30000; i++)); do
         if ! kill -0 "$pid" 2>/dev/null; then
             [ -n "$t1" ] || t1=$(date +%s.%N)
@@ -182,7 +184,6 @@ ompi() {
             sleep 0.05
         done
     fi
-    wait "$pid" 2>/dev/null || true
     if ! grep -q "$marker" "$file" 2>/dev/null; then
         echo "MPI job on $l failed: $*" >&2
         tail -20 "$work/job.out" >&2

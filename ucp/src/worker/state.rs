@@ -620,7 +620,7 @@ pub(crate) struct State {
     pub(crate) rndv_pool: Vec<Box<Rndv>>,
     /// Rendezvous reads on a shared-memory device with fragments left (request key and wire
     /// id): progress moves one fragment of the front one per call, round robin (see
-    /// `State::get_step`).
+    /// `State::get_step`). Made with room for 64, so a steady stream allocates nothing.
     pub(crate) rndv_gets: std::collections::VecDeque<(usize, u64)>,
     /// The distinct protocol configurations of the endpoints (see [`State::intern_proto`]).
     pub(crate) protos: Vec<Rc<ProtoConfig>>,
