@@ -795,6 +795,7 @@ mod access_tests {
             &md,
             &IfaceParams {
                 device: DEVICE.into(),
+                ..Default::default()
             },
         )
         .unwrap();

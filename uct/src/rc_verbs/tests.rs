@@ -749,6 +749,7 @@ impl RcFixture {
             &md,
             &crate::IfaceParams {
                 device: device.to_owned(),
+                ..Default::default()
             },
         )?;
         Ok((iface, md))

@@ -286,3 +286,47 @@ fn congestion_setting_parses() {
         }
     }
 }
+
+/// The keepalive defaults give UCX's 16 s to declare an unreachable host dead, and a connect
+/// gives up after the SYN backoff that first covers it (1+2+4+8+16 = 31 s, four retries).
+#[test]
+fn keepalive_limits() {
+    use super::super::sockopt::Keepalive;
+    let k = Keepalive {
+        idle: Duration::from_secs(10),
+        interval: Duration::from_secs(2),
+        count: 3,
+    };
+    assert_eq!(k.dead_after(), Duration::from_secs(16));
+    assert_eq!(k.syn_retries(), 4);
+    let short = Keepalive {
+        idle: Duration::from_secs(1),
+        interval: Duration::from_secs(1),
+        count: 1,
+    };
+    assert_eq!(short.syn_retries(), 1);
+}
+
+/// `unacked_silence`: nothing waiting on an idle connection; with the peer not reading (its
+/// window shut, our bytes queued) data waits, and the last acknowledgement is recent (the
+/// peer's kernel answers even though its application does not read).
+#[test]
+fn unacked_silence_tells_waiting_data_and_a_live_peer_kernel() {
+    use super::super::sockopt::unacked_silence;
+    use std::os::fd::AsRawFd;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (_rx, _) = l.accept().unwrap();
+    assert_eq!(unacked_silence(tx.as_raw_fd()).unwrap(), None, "idle");
+    tx.set_nonblocking(true).unwrap();
+    let chunk = vec![7u8; 1 << 16];
+    let mut sent = 0usize;
+    while let Ok(n) = tx.write(&chunk) {
+        sent += n;
+        assert!(sent < 1 << 30, "the peer's window never shut");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let silent = unacked_silence(tx.as_raw_fd()).unwrap();
+    let silent = silent.expect("data waits for the peer");
+    assert!(silent < Duration::from_secs(10), "{silent:?}");
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Instructions per iteration of Debian's ucx_perftest uct tests, rucx's libuct against UCX
+# 1.13's (callgrind; a count, so it can be taken on a busy machine):
+#   capi/bench/uct-instr.sh DIR        (DIR from capi/build.sh, release profile)
+# The client runs under callgrind twice, with N1 and N2 iterations; (I(N2) - I(N1)) / (N2 - N1)
+# is what one iteration costs it, setup excluded. The server runs natively (it answers at
+# once next to the slowed-down client, so the client's polling loops spin little).
+set -uo pipefail
+lib=$(cd "${1:?usage: uct-instr.sh DIR}" && pwd)
+n1=${N1:-2000}
+n2=${N2:-12000}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+command -v valgrind >/dev/null || { echo "install valgrind"; exit 1; }
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# instr LIBDIR N ARGS...: instructions of the client's whole run.
+instr() {
+    local ldp=$1 n=$2
+    shift 2
+    local port srv
+    port=$(free_port)
+    LD_LIBRARY_PATH=$ldp timeout 600 ucx_perftest -p "$port" >"$work/srv" 2>&1 &
+    srv=$!
+    for _ in $(seq 200); do
+        [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ] && break
+        sleep 0.05
+    done
+    LD_LIBRARY_PATH=$ldp timeout 600 valgrind --tool=callgrind --callgrind-out-file="$work/cg" \
+        ucx_perftest 127.0.0.1 -p "$port" -n "$n" -w 0 "$@" >"$work/cli" 2>&1
+    wait "$srv"
+    grep -q '^Final:' "$work/cli" || { echo -; return; }
+    sed -n 's/^summary: //p; s/^totals: //p' "$work/cg" | head -1
+}
+
+per_iter() {
+    local a b
+    a=$(instr "$@" "$n1" "${args[@]}") b=$(instr "$@" "$n2" "${args[@]}")
+    if [ "$a" = - ] || [ "$b" = - ]; then
+        echo -
+    else
+        echo $(((b - a) / (n2 - n1)))
+    fi
+}
+
+printf '%-28s %10s %10s %7s\n' test rucx ucx113 ratio
+while IFS='|' read -r label line; do
+    read -r -a args <<<"$line"
+    r=$(per_iter "$lib")
+    u=$(per_iter "")
+    ratio=$(awk -v r="$r" -v u="$u" 'BEGIN { if (r == "-" || u == "-" || u == 0) print "-"; else printf "%.2f", r / u }')
+    printf '%-28s %10s %10s %7s\n' "$label" "$r" "$u" "$ratio"
+done <<'EOF'
+am_lat posix 8B|-t am_lat -x posix -d memory -s 8
+am_bw posix 8B|-t am_bw -x posix -d memory -s 8
+am_bw posix bcopy 1KiB|-t am_bw -x posix -d memory -D bcopy -s 1024
+put_bw posix short 8B|-t put_bw -x posix -d memory -s 8
+put_bw posix bcopy 4KiB|-t put_bw -x posix -d memory -D bcopy -s 4096
+am_lat tcp 8B|-t am_lat -x tcp -d lo -s 8
+EOF
