@@ -954,6 +954,7 @@ fn perftest_wire_seeds() -> Vec<Vec<u8>> {
                 window: 32,
                 transport: "tcp".into(),
                 device: "lo".into(),
+                mem: Default::default(),
             }
             .encode(v)
         }),

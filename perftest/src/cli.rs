@@ -1,6 +1,6 @@
 //! The command line, with ucx_perftest's letters.
 
-use crate::params::{Api, Layout, TestId, TestParams, MAX_IOV};
+use crate::params::{Api, Layout, SendMem, TestId, TestParams, MAX_IOV};
 use crate::report::OutputOpts;
 use clap::Parser;
 use ucs::{Error, Result};
@@ -89,6 +89,10 @@ pub struct Args {
     /// Print the final numbers as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Memory the ucp tag tests send from: map (mem_map, as ucx_perftest's ucp_mem_map) or
+    /// heap (ordinary vectors, as an application's buffers).
+    #[arg(long, value_name = "MEM", default_value = "map")]
+    pub mem: String,
     /// Run server and client on this host as two processes pinned to two cores.
     #[arg(long)]
     pub local: bool,
@@ -242,6 +246,9 @@ impl Args {
                 "{test} is a ucp test: it takes no -x/-d; choose transports with RUCX_TLS"
             )));
         }
+        let mem = SendMem::from_name(&self.mem).ok_or_else(|| {
+            Error::InvalidParam(format!("unknown '--mem {}'; accepted: map, heap", self.mem))
+        })?;
         let params = TestParams {
             test,
             layout,
@@ -252,6 +259,7 @@ impl Args {
             window: self.window,
             transport: self.transport.clone().unwrap_or_default(),
             device: self.device.clone().unwrap_or_default(),
+            mem,
         };
         params.validate()?;
         if self.loopback {

@@ -76,6 +76,8 @@ tests! {
     UcpAmBw = 44, "ucp_am_bw", Ucp, Stream, "am bandwidth / message rate";
     StreamLat = 45, "stream_lat", Ucp, PingPong, "stream latency";
     StreamBw = 46, "stream_bw", Ucp, Stream, "stream bandwidth";
+    TagBibw = 47, "tag_bibw", Ucp, Stream, "tag match bidirectional bandwidth: both sides stream at once (per direction)";
+    TagExchange = 48, "tag_exchange", Ucp, Stream, "tag match pairwise exchange: each side sends and receives one message per iteration, as MPI_Sendrecv";
 }
 
 impl TestId {
@@ -115,6 +117,8 @@ impl TestId {
                 | TestId::AmBw
                 | TestId::TagLat
                 | TestId::TagBw
+                | TestId::TagBibw
+                | TestId::TagExchange
                 | TestId::TagSyncLat
                 | TestId::TagSyncBw
                 | TestId::UcpAmLat
@@ -254,7 +258,40 @@ pub struct TestParams {
     pub transport: String,
     /// Device (uct tests).
     pub device: String,
+    /// Memory the tag tests send from (`--mem`).
+    pub mem: SendMem,
 }
+
+/// Memory the ucp tag tests send from (`--mem`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SendMem {
+    /// Memory from `mem_map` (a posix/sysv segment over shared memory, as ucx_perftest maps
+    /// its buffers with `ucp_mem_map`): a rendezvous receiver reads it in place.
+    #[default]
+    Mapped,
+    /// Ordinary heap vectors, as an application's buffers (a rendezvous over shared memory
+    /// then goes by cma or the AM pipeline).
+    Heap,
+}
+
+impl SendMem {
+    /// The name used with `--mem`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SendMem::Mapped => "map",
+            SendMem::Heap => "heap",
+        }
+    }
+    /// Parses a `--mem` value.
+    pub fn from_name(name: &str) -> Option<SendMem> {
+        [SendMem::Mapped, SendMem::Heap]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+}
+
+/// Bit of the encoded flags word: the tag tests send from heap vectors ([`SendMem::Heap`]).
+const FLAG_HEAP: u32 = 1;
 
 impl TestParams {
     /// Total message size: the sum of the iov parts.
@@ -389,7 +426,7 @@ impl TestParams {
     /// ```text
     ///  0      2      3      4            8            12           16
     ///  +------+------+------+------------+------------+------------+
-    ///  | test | lay- | iov  | outstanding| window     | reserved=0 |
+    ///  | test | lay- | iov  | outstanding| window     | flags      |
     ///  | u16  | out  | count| u32        | u32        | u32        |
     ///  +------+------+------+------------+------------+------------+
     ///  16                       24                       32     33     34     36
@@ -399,13 +436,19 @@ impl TestParams {
     ///  +------------------------+------------------------+------+------+------+
     ///  36: iov count x u64 sizes, then the transport name, then the device name (UTF-8)
     /// ```
+    /// Flags: bit 0, the tag tests send from heap vectors (`--mem heap`); the other bits are 0.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.test.wire_id().to_le_bytes());
         out.push(self.layout.wire());
         out.push(self.sizes.len() as u8);
         out.extend_from_slice(&self.outstanding.to_le_bytes());
         out.extend_from_slice(&self.window.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
+        let flags = if self.mem == SendMem::Heap {
+            FLAG_HEAP
+        } else {
+            0
+        };
+        out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(&self.iterations.to_le_bytes());
         out.extend_from_slice(&self.warmup.to_le_bytes());
         out.push(self.transport.len() as u8);
@@ -427,7 +470,7 @@ impl TestParams {
         let count = r.u8()? as usize;
         let outstanding = r.u32()?;
         let window = r.u32()?;
-        let _reserved = r.u32()?;
+        let flags = r.u32()?;
         let iterations = r.u64()?;
         let warmup = r.u64()?;
         let tl_len = r.u8()? as usize;
@@ -435,6 +478,9 @@ impl TestParams {
         let _reserved2 = r.u16()?;
         let test = TestId::from_wire(test_id)
             .ok_or_else(|| Error::Wire(format!("unknown test number {test_id}")))?;
+        if flags & !FLAG_HEAP != 0 {
+            return Err(Error::Wire(format!("unknown parameter flags {flags:#x}")));
+        }
         let layout = Layout::from_wire(layout)
             .ok_or_else(|| Error::Wire(format!("unknown data layout number {layout}")))?;
         if count == 0 || count > MAX_IOV {
@@ -459,6 +505,11 @@ impl TestParams {
             window,
             transport,
             device,
+            mem: if flags & FLAG_HEAP != 0 {
+                SendMem::Heap
+            } else {
+                SendMem::Mapped
+            },
         })
     }
 }
@@ -540,6 +591,7 @@ mod tests {
             window: 127,
             transport: "posix".into(),
             device: "memory".into(),
+            mem: SendMem::Mapped,
         }
     }
 
@@ -552,7 +604,7 @@ mod tests {
         assert_eq!(TestId::from_name("get"), Some(TestId::GetLat));
         assert_eq!(TestId::from_name("cswap"), Some(TestId::CswapLat));
         assert_eq!(TestId::from_name("bogus"), None);
-        assert_eq!(TestId::ALL.len(), 26);
+        assert_eq!(TestId::ALL.len(), 28);
     }
 
     #[test]
@@ -562,6 +614,17 @@ mod tests {
         p.encode(&mut buf);
         assert_eq!(buf.len(), TestParams::LEN + 3 * 8 + 5 + 6);
         assert_eq!(TestParams::decode(&buf).unwrap(), p);
+        let heap = TestParams {
+            mem: SendMem::Heap,
+            ..sample()
+        };
+        buf.clear();
+        heap.encode(&mut buf);
+        assert_eq!(TestParams::decode(&buf).unwrap(), heap);
+        // A flag this build does not know is refused, not ignored.
+        buf[12] |= 2;
+        let e = TestParams::decode(&buf).unwrap_err().to_string();
+        assert!(e.contains("flags"), "{e}");
     }
 
     #[test]

@@ -429,6 +429,7 @@ mod tests {
             window: 1,
             transport: String::new(),
             device: String::new(),
+            mem: Default::default(),
         };
         let opts = OutputOpts {
             quiet: true,

@@ -6,12 +6,13 @@
 //! or a `tag_send_vec` takes a vector and its completion gives it back), so the measurement loop
 //! allocates nothing itself.
 //!
-//! `tag_lat` and `tag_bw` send from memory allocated with `mem_map`, as `ucx_perftest` does
-//! (`ucp_mem_map`): with a shared-memory transport it is a posix/sysv segment, and
-//! `tag_send_mapped` lets a rendezvous be copied by the peer straight from the mapped segment.
-//! When mapping fails, they send from a vector (`tag_send_vec`) instead.
+//! `tag_lat`, `tag_bw`, `tag_bibw` and `tag_exchange` send from memory allocated with
+//! `mem_map`, as `ucx_perftest` does (`ucp_mem_map`): with a shared-memory transport it is a
+//! posix/sysv segment, and `tag_send_mapped` lets a rendezvous be copied by the peer straight
+//! from the mapped segment. With `--mem heap`, or when mapping fails, they send from vectors
+//! (`tag_send_vec`), as an application sends from its own buffers.
 
-use crate::params::{Layout, TestId, TestParams};
+use crate::params::{Layout, SendMem, TestId, TestParams};
 use crate::report::Recorder;
 use crate::uct_test::Role;
 use crate::wire::{AddressInfo, Channel};
@@ -26,6 +27,7 @@ use ucs::limits::try_vec;
 use ucs::{Error, Result};
 
 mod am_stream;
+mod both_ways;
 
 /// The tag every test message carries.
 const TAG: u64 = 0x1337_a880;
@@ -37,6 +39,8 @@ const AM_ID: u16 = 7;
 pub const SUPPORTED: &[TestId] = &[
     TestId::TagLat,
     TestId::TagBw,
+    TestId::TagBibw,
+    TestId::TagExchange,
     TestId::TagSyncLat,
     TestId::TagSyncBw,
     TestId::UcpAmLat,
@@ -132,7 +136,12 @@ impl UcpTest {
         } else {
             None
         };
-        let tag_map = if matches!(p.test, TestId::TagLat | TestId::TagBw) && p.size() > 0 {
+        let tag_map = if matches!(
+            p.test,
+            TestId::TagLat | TestId::TagBw | TestId::TagBibw | TestId::TagExchange
+        ) && p.size() > 0
+            && p.mem == SendMem::Mapped
+        {
             match worker.mem_map(p.size()) {
                 Ok(m) => {
                     m.write(0, &try_vec("a message buffer", m.len(), 0xa5)?)?;
@@ -341,6 +350,8 @@ impl UcpTest {
             (TestId::TagLat | TestId::TagSyncLat, _, Some(rec)) => {
                 ping_pong(&mut eng, p, Some(rec), role == Role::Loopback)
             }
+            (TestId::TagBibw, _, rec) => both_ways::stream(&mut eng, p, rec),
+            (TestId::TagExchange, _, rec) => both_ways::exchange(&mut eng, p, rec),
             (TestId::TagBw | TestId::TagSyncBw, Role::Server, _) => receive_stream(&mut eng, p),
             (TestId::TagBw | TestId::TagSyncBw, Role::Loopback, Some(rec)) => {
                 loopback_stream(&mut eng, p, rec)

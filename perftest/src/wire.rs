@@ -503,6 +503,7 @@ mod tests {
             window: 1,
             transport: "posix".into(),
             device: "memory".into(),
+            mem: Default::default(),
         };
         c.send_params(&p).unwrap();
         let e = c.expect(Kind::Accept).unwrap_err().to_string();

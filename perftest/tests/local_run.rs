@@ -141,6 +141,32 @@ fn local_ucp_tests_run() {
     }
 }
 
+/// The tests with traffic both ways: each side's every iteration completes, from mapped
+/// memory and from heap vectors, eager and rendezvous sizes, over shared memory and tcp.
+#[test]
+fn local_both_ways_tests_run() {
+    for (tls, test, size, mem) in [
+        (None, "tag_bibw", "8", "map"),
+        (None, "tag_bibw", "300000", "map"),
+        (None, "tag_bibw", "300000", "heap"),
+        (None, "tag_exchange", "65536", "heap"),
+        (None, "tag_exchange", "1000000", "map"),
+        (Some("tcp"), "tag_bibw", "100000", "heap"),
+        (Some("tcp"), "tag_exchange", "100000", "heap"),
+    ] {
+        let r = run_ucp(
+            tls,
+            &[
+                "--local", "-t", test, "-s", size, "--mem", mem, "-n", "300", "-w", "10", "-v",
+            ],
+        );
+        assert_eq!(r.code, Some(0), "{tls:?} {test} {size} {mem}: {}", r.stderr);
+        let v = parse_csv(&r.stdout);
+        assert_eq!(v[0], 300.0, "{test}");
+        assert!(v[7] > 0.0, "{test}: message rate {v:?}");
+    }
+}
+
 /// Runs a ucp test with `RUCX_TLS` set (None: the default, shared memory) under a watchdog.
 fn run_ucp(tls: Option<&str>, args: &[&str]) -> Run {
     let mut cmd = perftest();

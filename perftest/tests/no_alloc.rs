@@ -44,6 +44,7 @@ fn allocations_of_run(test: TestId, layout: Layout, size: u64, iterations: u64) 
         window: 127,
         transport: "self".into(),
         device: "memory0".into(),
+        mem: Default::default(),
     };
     let mut t = UctTest::open(&p).expect("open self");
     let me = t.local_address().unwrap();

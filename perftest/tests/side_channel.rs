@@ -19,6 +19,7 @@ fn params(test: TestId, device: &str) -> TestParams {
         window: 127,
         transport: "posix".into(),
         device: device.into(),
+        mem: Default::default(),
     }
 }
 

@@ -149,6 +149,7 @@ fn params(size: u64, outstanding: u32) -> TestParams {
         window: 1,
         transport: String::new(),
         device: String::new(),
+        mem: Default::default(),
     }
 }
 

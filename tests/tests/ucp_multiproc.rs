@@ -311,32 +311,36 @@ fn echo_test(tls: &str, rndv: Option<usize>) -> (ucp::ProtoStats, u64) {
     (stats, tm.sent_rndv + tm.matched_rndv)
 }
 
-/// posix + cma: the endpoint's protocol table streams rendezvous up to `rndv_am_max` through
-/// the FIFO (AM pipeline) and reads larger ones with get_zcopy (or the transport's tag-offload
-/// rendezvous); the echo sizes include both sides of that crossover (`boundaries`), and every
-/// message arrives intact both ways.
+/// posix + cma: the endpoint's protocol table, chosen with both directions busy, reads every
+/// rendezvous size with get_zcopy (no AM pipeline range, no tag-offload rendezvous) from a
+/// threshold above 8 KiB; the echo sizes include both sides of that threshold (`boundaries`),
+/// and every message arrives intact both ways, by ucp's get and never by the pipeline.
 #[test]
-fn ucp_multiproc_shm_rndv_pipeline_below_crossover_get_above() {
+fn ucp_multiproc_shm_rndv_get_from_the_threshold() {
     use ucp::wireup::RndvScheme;
     let mut w = worker("posix,cma");
     let (_child, caddr) = spawn_child("sleep", "posix,cma", w.address());
     let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
     let pc = w.ep_proto_config(ep).unwrap();
     assert_eq!(pc.rndv, RndvScheme::Get, "{pc:?}");
-    assert!(pc.rndv_am_max >= pc.rndv_thresh, "{pc:?}");
-    assert_eq!(pc.rndv_for(pc.rndv_thresh), RndvScheme::AmPipeline);
-    assert_eq!(pc.rndv_for(64 << 10), RndvScheme::AmPipeline);
-    assert_eq!(pc.rndv_for(pc.rndv_am_max + 1), RndvScheme::Get);
-    assert_eq!(pc.rndv_for(64 << 20), RndvScheme::Get);
+    assert_eq!(pc.rndv_am_max, 0, "{pc:?}");
+    assert!(pc.rndv_thresh > 8192, "{pc:?}");
+    for n in [pc.rndv_thresh, 64 << 10, 64 << 20] {
+        assert_eq!(pc.rndv_for(n), RndvScheme::Get, "{n}");
+    }
+    assert_eq!(pc.tm_rndv_min, usize::MAX, "{pc:?}");
     let info = w.ep_proto_info(ep).unwrap();
     assert!(
-        info.contains("rendezvous RTR + AM pipeline") && info.contains("rendezvous get_zcopy"),
+        !info.contains("rendezvous RTR + AM pipeline")
+            && info.contains("rendezvous get_zcopy")
+            && !info.contains("tag offload rndv"),
         "{info}"
     );
     drop(w);
     let (stats, tm_rndv) = echo_test("posix,cma", None);
-    assert!(stats.rndv_am > 0, "{stats:?}");
-    assert!(stats.rndv_get > 0 || tm_rndv > 0, "{stats:?} {tm_rndv}");
+    assert_eq!(stats.rndv_am, 0, "{stats:?}");
+    assert!(stats.rndv_get > 0, "{stats:?}");
+    assert_eq!(tm_rndv, 0, "{stats:?}");
 }
 
 #[test]

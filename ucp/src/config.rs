@@ -40,6 +40,12 @@ pub static RNDV_AM_MAX: ConfigVar = ConfigVar {
     default: "auto",
     doc: "With RUCX_RNDV_SCHEME=auto, rendezvous messages up to this size stream through the AM lane (pipeline) instead of get/put_zcopy: a size, 0 (never), inf, or auto (from the lanes' performance models).",
 };
+/// `RUCX_RNDV_FRAG_SIZE`: bytes a shared-memory rendezvous reads between two progress steps.
+pub static RNDV_FRAG_SIZE: ConfigVar = ConfigVar {
+    name: "RNDV_FRAG_SIZE",
+    default: "auto",
+    doc: "Bytes a rendezvous receiver reads from a sender's memory on a shared-memory device (cma, or a mapped segment) in one progress step: a size of at least 4k, or auto.",
+};
 /// `RUCX_PROTO_INFO`: print the protocol table of every new endpoint configuration.
 pub static PROTO_INFO: ConfigVar = ConfigVar {
     name: "PROTO_INFO",
@@ -83,6 +89,7 @@ pub static ALL_VARS: &[&ConfigVar] = &[
     &ZCOPY_THRESH,
     &RNDV_SCHEME,
     &RNDV_AM_MAX,
+    &RNDV_FRAG_SIZE,
     &PROTO_INFO,
     &KEEPALIVE_INTERVAL,
     &KEEPALIVE_TIMEOUT,
@@ -117,6 +124,8 @@ pub struct UcpConfig {
     /// Largest rendezvous the AM pipeline moves under the auto scheme (`None`: from the
     /// performance models).
     pub rndv_am_max: Option<usize>,
+    /// Bytes of one shared-memory rendezvous read step (`None`: the built-in size).
+    pub rndv_frag_size: Option<usize>,
     /// Print each endpoint configuration's protocol table.
     pub proto_info: bool,
     /// Period of the endpoints' transport checks (`None`: no checks).
@@ -141,6 +150,7 @@ impl Default for UcpConfig {
             zcopy_thresh: None,
             rndv_scheme: RndvSchemeCfg::Auto,
             rndv_am_max: None,
+            rndv_frag_size: None,
             proto_info: false,
             keepalive_interval: Some(Duration::from_secs(1)),
             keepalive_timeout: Duration::MAX,
@@ -195,6 +205,21 @@ fn size_or_auto(var: &ConfigVar) -> Result<Option<usize>> {
     }
 }
 
+/// Smallest `RUCX_RNDV_FRAG_SIZE`: a page.
+pub const RNDV_FRAG_MIN: usize = 4096;
+
+fn frag_size(var: &ConfigVar) -> Result<Option<usize>> {
+    let v = size_or_auto(var)?;
+    if v.is_some_and(|f| f < RNDV_FRAG_MIN) {
+        return Err(Error::Config(format!(
+            "{}={:?}: a fragment is at least {RNDV_FRAG_MIN} bytes (or auto, or inf)",
+            var.env_name(),
+            var.raw()
+        )));
+    }
+    Ok(v)
+}
+
 /// Expands transport aliases (`shm`, `sm`, `all`) in a `RUCX_TLS` list.
 pub fn expand_tls(list: &[String]) -> Vec<String> {
     let mut out = Vec::new();
@@ -224,6 +249,7 @@ impl UcpConfig {
             zcopy_thresh: size_or_auto(&ZCOPY_THRESH)?,
             rndv_scheme: RndvSchemeCfg::parse(&RNDV_SCHEME)?,
             rndv_am_max: size_or_auto(&RNDV_AM_MAX)?,
+            rndv_frag_size: frag_size(&RNDV_FRAG_SIZE)?,
             proto_info: PROTO_INFO.bool()?,
             keepalive_interval: interval,
             keepalive_timeout: KEEPALIVE_TIMEOUT
@@ -254,9 +280,18 @@ mod tests {
         std::env::set_var("RUCX_KEEPALIVE_INTERVAL", "inf");
         std::env::set_var("RUCX_RNDV_SCHEME", "put_zcopy");
         std::env::set_var("RUCX_ZCOPY_THRESH", "32k");
+        std::env::set_var("RUCX_RNDV_FRAG_SIZE", "256k");
         let c = UcpConfig::from_env().unwrap();
         assert_eq!(c.zcopy_thresh, Some(32 << 10));
+        assert_eq!(c.rndv_frag_size, Some(256 << 10));
         std::env::remove_var("RUCX_ZCOPY_THRESH");
+        std::env::set_var("RUCX_RNDV_FRAG_SIZE", "100");
+        let e = UcpConfig::from_env().unwrap_err().to_string();
+        assert!(
+            e.contains("RUCX_RNDV_FRAG_SIZE") && e.contains("4096"),
+            "{e}"
+        );
+        std::env::remove_var("RUCX_RNDV_FRAG_SIZE");
         assert_eq!(c.rndv_scheme, RndvSchemeCfg::Put);
         std::env::set_var("RUCX_RNDV_SCHEME", "teleport");
         assert!(UcpConfig::from_env().is_err());

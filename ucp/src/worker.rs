@@ -318,6 +318,7 @@ impl Worker {
                 closings: Vec::new(),
                 tm: crate::tag::offload::TmState::new(),
                 rndv_pool: Vec::new(),
+                rndv_gets: std::collections::VecDeque::with_capacity(64),
                 protos: Vec::new(),
             },
             tick: 0,

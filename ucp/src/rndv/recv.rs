@@ -203,13 +203,33 @@ impl State {
         unsafe { self.mds[li].mem_reg(ptr, len) }
     }
 
+    /// Reads the sender's data of receive `key` (a rendezvous or a user get) with get_zcopy.
+    /// Gives false on back-pressure (the caller queues the request in its endpoint's pending
+    /// queue).
+    ///
+    /// On a shared-memory device a get is this core copying (cma's system call, or a copy
+    /// from the sender's mapped segment), done when the call returns. A rendezvous there reads
+    /// [`ProtoConfig::rndv_frag`](crate::wireup::ProtoConfig) bytes per step and then leaves
+    /// the rest to `progress` (`rndv_gets`, one fragment per call, round robin), so between
+    /// fragments the worker goes on polling: with traffic both ways, the peer's RTS is
+    /// answered and the peer reads this side's data while this side reads its own, and a
+    /// large read never holds up the worker's other messages. Other devices take every
+    /// fragment at once (their gets complete later); so do user gets, which flushes and
+    /// fences order with the endpoint's pending queue.
     pub(crate) fn get_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let State {
-            eps, reqs, info, ..
+            eps,
+            reqs,
+            info,
+            rndv_gets,
+            more_work,
+            ..
         } = self;
-        let l = eps[idx]
+        let ep = &mut eps[idx];
+        let frag = ep.proto.as_deref().map_or(usize::MAX, |p| p.rndv_frag);
+        let l = ep
             .lanes
             .as_mut()
             .ok_or_else(|| Error::Busy("connecting".into()))?;
@@ -230,21 +250,23 @@ impl State {
         let Some(x) = r.rndv.as_deref_mut() else {
             return Err(Error::InvalidParam("get without registration".into()));
         };
-        let (Some(memh), Some(rkey)) = (x.memh.clone(), x.rkey.clone()) else {
+        let (Some(memh), Some(rkey)) = (x.memh.as_ref(), x.rkey.as_ref()) else {
             return Err(Error::InvalidParam("get without registration".into()));
         };
-        let chunk = if attr.get.max_zcopy == 0 {
+        let stepped = !r.user_rma && info[*li].dev_type == uct::DeviceType::Shm;
+        let max = if attr.get.max_zcopy == 0 {
             r.total
         } else {
             attr.get.max_zcopy
         };
+        let chunk = if stepped { max.min(frag).max(1) } else { max };
         while r.offset < r.total {
             let n = chunk.min(r.total - r.offset);
-            let iov = Iov::new(&memh, r.offset, n)?;
+            let iov = Iov::new(memh, r.offset, n)?;
             match uep.get_zcopy(
                 &[iov],
                 x.remote_addr + r.offset as u64,
-                &rkey,
+                rkey,
                 comp_id(COMP_GET, wire),
             )? {
                 Outcome::NoResource => return Ok(false),
@@ -252,11 +274,48 @@ impl State {
                 Outcome::Done(()) => r.received += n,
             }
             r.offset += n;
+            if stepped && r.offset < r.total {
+                rndv_gets.push_back((key, wire));
+                *more_work = true;
+                return Ok(true);
+            }
         }
         if x.inflight == 0 {
             self.get_done(key)?;
         }
         Ok(true)
+    }
+
+    /// One step of the first rendezvous read in `rndv_gets` (see [`State::get_step`]): its
+    /// next fragment; a read with more left goes to the back. A request that finished
+    /// meanwhile (failed with its endpoint, or was freed) is dropped from the queue. Gives
+    /// the number of reads stepped.
+    pub(crate) fn progress_rndv_gets(&mut self) -> usize {
+        let Some((key, wire)) = self.rndv_gets.pop_front() else {
+            return 0;
+        };
+        let live = self.req_by_wire(wire) == Some(key)
+            && matches!(&self.reqs[key].kind, ReqKind::Recv(r) if r.stage == RecvStage::RndvGet);
+        if !live {
+            return 0;
+        }
+        match self.get_step(key) {
+            Ok(true) => {}
+            Ok(false) => {
+                if let Ok(ep) = self.req_ep(key) {
+                    self.eps[ep].pending.push_back(Pending::Req(key));
+                    self.mark_pending(ep);
+                }
+            }
+            Err(e) => {
+                let ep = self.reqs[key].ep;
+                self.finish(key, Err(e.clone()));
+                if let Some(ep) = ep {
+                    self.fail_ep(ep, e);
+                }
+            }
+        }
+        1
     }
 
     pub(crate) fn get_done(&mut self, key: usize) -> Result<()> {

@@ -16,9 +16,9 @@
 //! may get a rendezvous (at least the smallest rendezvous threshold of any endpoint) are
 //! posted: posting a small receive would cost a registration and a post for nothing.
 //!
-//! Rendezvous (messages at or above the rendezvous threshold and above the endpoint's
-//! `rndv_am_max`, when the AM lane offers `TAG_RNDV_ZCOPY`; smaller ones go by ucp's AM
-//! pipeline, see [`ProtoConfig::rndv_for`](crate::wireup::ProtoConfig::rndv_for)): the sender registers the data on the AM lane's domain for the transport,
+//! Rendezvous (messages at or above the rendezvous threshold and the endpoint's
+//! `tm_rndv_min`, when the AM lane offers `TAG_RNDV_ZCOPY`; smaller ones go by ucp's own
+//! rendezvous, see [`ProtoConfig::tm_rndv_min`](crate::wireup::ProtoConfig::tm_rndv_min)): the sender registers the data on the AM lane's domain for the transport,
 //! and sends its ordinary RTS message (describing the data for the RMA lane, exactly as the
 //! software rendezvous does) as the header of `tag_rndv_zcopy`. A posted receive the peer's
 //! transport matched gets the data straight into its buffer, moved by the transport (tcp: a
@@ -489,8 +489,8 @@ impl State {
                 "tag offload eager (overrides)"
             ));
         }
-        // Rendezvous the AM pipeline moves stay with ucp (see `tm_rndv_send`).
-        let rt = rt.max(proto.rndv_am_max.saturating_add(1));
+        // Rendezvous ucp moves itself stay with ucp (see `tm_rndv_send`).
+        let rt = rt.max(proto.tm_rndv_min);
         if a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY) && rt < usize::MAX {
             let end = if a.tag.rndv_max_zcopy == usize::MAX {
                 "inf".to_string()

@@ -198,6 +198,9 @@ impl Worker {
         if !st.failed_notify.is_empty() {
             n += st.notify_failures();
         }
+        if !st.rndv_gets.is_empty() {
+            n += st.progress_rndv_gets();
+        }
         if !st.callbacks_due.is_empty() {
             n += st.run_callbacks();
         }
@@ -232,6 +235,7 @@ impl State {
             || !self.closings.is_empty()
             || !self.failed_notify.is_empty()
             || !self.callbacks_due.is_empty()
+            || !self.rndv_gets.is_empty()
     }
 }
 

@@ -578,7 +578,7 @@ pub(crate) struct State {
     pub(crate) pool: Vec<Vec<u8>>,
     pub(crate) to_connect: Vec<usize>,
     /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
-    /// `failed_notify` or `callbacks_due` (and left set until `progress` finds them all empty
+    /// `failed_notify`, `callbacks_due` or `rndv_gets` (and left set until `progress` finds them all empty
     /// again): one load tells a progress call whether it has queued work.
     pub(crate) more_work: bool,
     pub(crate) pending_eps: Vec<usize>,
@@ -625,6 +625,10 @@ pub(crate) struct State {
     /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
     #[allow(clippy::vec_box)]
     pub(crate) rndv_pool: Vec<Box<Rndv>>,
+    /// Rendezvous reads on a shared-memory device with fragments left (request key and wire
+    /// id): progress moves one fragment of the front one per call, round robin (see
+    /// `State::get_step`). Made with room for 64, so a steady stream allocates nothing.
+    pub(crate) rndv_gets: std::collections::VecDeque<(usize, u64)>,
     /// The distinct protocol configurations of the endpoints (see [`State::intern_proto`]).
     pub(crate) protos: Vec<Rc<ProtoConfig>>,
 }

@@ -468,12 +468,13 @@ impl State {
         let li = l.uct[l.am].0;
         let rma_li = l.rma().map(|r| l.uct[r].0);
         let a = &self.info[li].attr;
-        // Sizes the AM pipeline moves faster than the transport's own rendezvous go by the
-        // ordinary RTS, which the receiver answers with an RTR for the pipeline.
+        // Sizes ucp's own rendezvous moves better than the transport's (the AM pipeline's
+        // range, or every size where ucp reads in steps: see `ProtoConfig::tm_rndv_min`) go by
+        // the ordinary RTS.
         let pipelined = self.eps[idx]
             .proto
             .as_deref()
-            .is_some_and(|p| len <= p.rndv_am_max);
+            .is_some_and(|p| len < p.tm_rndv_min);
         if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
             || len == 0
             || len > a.tag.rndv_max_zcopy
