@@ -19,6 +19,7 @@ pub mod rc_verbs;
 pub mod registry;
 pub mod self_;
 mod small_copy;
+pub mod tag_posted;
 pub mod tcp;
 #[doc(hidden)]
 pub mod testing;

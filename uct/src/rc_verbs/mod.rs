@@ -32,9 +32,10 @@
 //!   credits give `NoResource`, and queued pending requests are retried from progress. Any
 //!   error completion fails the endpoint: its outstanding operations complete with the error
 //!   and `EventSink::ep_error` is called once.
-//! - **Tag offload**: not implemented. Hardware tag matching exists only on mlx5 (through an
-//!   SRQ of type TM); Soft-RoCE (rxe) has none, so the interface reports no TAG capability and
-//!   ucp matches tags in software.
+//! - **Tag offload** ([`tag`]): done by the interface in software (rxe has no tag-matching
+//!   hardware): receives posted to the interface, tagged messages matched as they arrive,
+//!   eager data copied into the posted buffer, a matched rendezvous read by RDMA READ
+//!   straight into it. The module docs say where a hardware TM-SRQ (mlx5) would plug in.
 //! - **Event fd caveat**: credits written by RDMA raise no completion event; while
 //!   an endpoint waits for credits with requests pending, `event_arm` gives `Busy` (poll
 //!   instead of sleeping).
@@ -43,6 +44,7 @@ mod ep;
 pub mod ffi;
 mod iface;
 mod state;
+pub mod tag;
 pub mod wire;
 
 pub use ep::RcVerbsEp;

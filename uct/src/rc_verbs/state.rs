@@ -65,6 +65,8 @@ pub(super) enum TxKind {
     Flush(CompletionId),
     /// Interface flush marker: one of the endpoints an interface flush waits for.
     IfaceFlush(u32),
+    /// Tag offload: the RDMA READ of a matched rendezvous (its slot in the tag state).
+    TagRead(u32),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +181,8 @@ pub(super) struct Inner {
     pub(super) tx_signaled: u32,
     /// Progress calls since the send CQ was last polled.
     pub(super) tx_skipped: u32,
+    /// Tag offload: posted receives, READs of matched rendezvous, outstanding rendezvous.
+    pub(super) tag: super::tag::TagState,
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
@@ -499,6 +503,7 @@ impl Inner {
                 Delivery::Comp(c, v)
             }
             TxKind::IfaceFlush(w) => self.iface_flush_done(w),
+            TxKind::TagRead(slot) => Delivery::TagRead(slot),
         }
     }
 
@@ -520,6 +525,7 @@ pub(super) enum Delivery {
     None,
     Comp(CompletionId, u64),
     Get(u32, u32, CompletionId),
+    TagRead(u32),
 }
 
 /// Appends a flush marker to endpoint `k`: after its last work request when that one is
