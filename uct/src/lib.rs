@@ -23,6 +23,7 @@ pub mod tag_posted;
 pub mod tcp;
 #[doc(hidden)]
 pub mod testing;
+pub mod ud_verbs;
 pub mod worker;
 
 pub use caps::{

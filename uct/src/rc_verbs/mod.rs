@@ -49,6 +49,7 @@ pub mod wire;
 
 pub use ep::RcVerbsEp;
 pub use iface::RcVerbsIface;
+pub(crate) use state::RegMem;
 
 use crate::caps::{DeviceType, MdAttr, MdFlags, TlRoles};
 use crate::md::{MemHandle, MemoryDomain, RemoteKey};
@@ -149,7 +150,7 @@ pub static RC_VERBS_VARS: [ConfigVar; 11] = [
     RNR_RETRY_COUNT,
 ];
 
-fn uint_var(v: &ConfigVar, min: u64, max: u64) -> Result<u64> {
+pub(crate) fn uint_var(v: &ConfigVar, min: u64, max: u64) -> Result<u64> {
     let n = v
         .uint_or_auto()?
         .ok_or_else(|| Error::Config(format!("{} must be a number, not auto", v.env_name())))?;
@@ -474,7 +475,7 @@ pub struct RcVerbsMd {
 }
 
 impl RcVerbsMd {
-    fn open(device: &str) -> Result<Self> {
+    pub(crate) fn open(device: &str) -> Result<Self> {
         let dev = DevPort::open(device)?;
         let name = intern(dev.ctx().name());
         let attr = MdAttr {

@@ -26,13 +26,13 @@ pub(super) const MAX_AM_HDR: usize = 128;
 pub(super) const MAX_SEND_SGE: u32 = 8;
 
 /// Registered memory owned by the interface or an endpoint (mapping dropped after the MR).
-pub(super) struct RegMem {
-    pub(super) mr: Mr,
-    pub(super) map: memmap2::MmapMut,
+pub(crate) struct RegMem {
+    pub(crate) mr: Mr,
+    pub(crate) map: memmap2::MmapMut,
 }
 
 impl RegMem {
-    pub(super) fn new(dev: &DevPort, len: usize, access: i32, what: &str) -> Result<RegMem> {
+    pub(crate) fn new(dev: &DevPort, len: usize, access: i32, what: &str) -> Result<RegMem> {
         let mut map = memmap2::MmapMut::map_anon(len)
             .map_err(|e| Error::NoMemory(format!("{what}: mmap of {len} bytes: {e}")))?;
         // SAFETY: the mapping lives in the same struct and is dropped after the MR.
@@ -41,7 +41,7 @@ impl RegMem {
         Ok(RegMem { mr, map })
     }
     #[inline]
-    pub(super) fn base(&self) -> *mut u8 {
+    pub(crate) fn base(&self) -> *mut u8 {
         self.map.as_ptr() as *mut u8
     }
 }
