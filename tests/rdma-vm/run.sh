@@ -3,9 +3,11 @@
 # with rxe0 up on veth0 (10.83.0.1, RoCE v2, GID index 1). The command's output (stdout and
 # stderr merged) is printed here and its exit code is ours.
 #
-# Usage: tests/rdma-vm/run.sh [-f FILE]... [-t SECONDS] [-m MEM] [--] CMD [ARGS...]
+# Usage: tests/rdma-vm/run.sh [-f FILE]... [-r DIR]... [-t SECONDS] [-m MEM] [--] CMD [ARGS...]
 #   -f FILE     copy FILE (and the libraries ldd names for it) into /opt/rdmavm/bin in the VM,
 #               which is first in PATH; repeatable
+#   -r DIR      copy the tree DIR as it is into the VM's root (DIR/usr/bin/x becomes /usr/bin/x,
+#               symbolic links kept); repeatable
 #   -t SECONDS  wall-clock limit for the whole VM run (default 300); on expiry exit code 124
 #   -m MEM      guest memory (default 2G)
 # Exit codes: the command's; 124 timeout; 125 the VM or its setup failed.
@@ -18,11 +20,13 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="$HERE/cache"
 FILES=()
+TREES=()
 TIMEOUT=300
 MEM=2G
 while (($#)); do
     case "$1" in
         -f) FILES+=("$2"); shift 2 ;;
+        -r) TREES+=("$2"); shift 2 ;;
         -t) TIMEOUT="$2"; shift 2 ;;
         -m) MEM="$2"; shift 2 ;;
         --) shift; break ;;
@@ -45,6 +49,9 @@ for f in "${FILES[@]}"; do
         mkdir -p "$X$(dirname "$lib")"
         cp -L "$lib" "$X$lib"
     done < <(ldd "$f" 2>/dev/null | awk '/=> \//{print $3}')
+done
+for t in ${TREES[@]+"${TREES[@]}"}; do
+    cp -a "$t/." "$X/"
 done
 {
     echo '#!/bin/bash'
