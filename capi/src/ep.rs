@@ -204,12 +204,13 @@ pub unsafe extern "C" fn ucp_ep_create(
         };
         let _g = w.lock.lock();
         let mut i = w.inner.borrow_mut();
-        // rucx reports the failure only to endpoints with an error handler to run (its
-        // closure is a small allocation per endpoint).
-        let err_handler: Option<ucp::ErrHandler> = err_cb.map(|_| {
-            let q = i.ep_errors.clone();
-            Box::new(move |h, e: &ucs::Error| q.borrow_mut().push((h, status_of(e)))) as _
-        });
+        // Every failure is reported (a small allocation per endpoint): an endpoint without an
+        // error handler still fails the worker's waiting receives (see
+        // `Worker::ep_failed`).
+        let q = i.ep_errors.clone();
+        let err_handler: Option<ucp::ErrHandler> = Some(Box::new(move |h, e: &ucs::Error| {
+            q.borrow_mut().push((h, status_of(e)))
+        }));
         let params = UcpEpParams { err_handler };
         let h = match i.w.ep_create(bytes, params) {
             Ok(h) => h,

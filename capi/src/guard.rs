@@ -28,11 +28,7 @@ fn start_logging() {
         match (rucx, ucx) {
             (None, Some(level)) => {
                 let (filter, err) = ucs::log::filter_for(&level);
-                let ok = tracing_subscriber::fmt()
-                    .with_env_filter(filter)
-                    .with_writer(std::io::stderr)
-                    .try_init()
-                    .is_ok();
+                let ok = ucs::log::install(filter);
                 if let (true, Some(err)) = (ok, err) {
                     tracing::warn!("UCX_LOG_LEVEL: {err}; using warn");
                 }

@@ -222,8 +222,20 @@ impl Worker {
         n
     }
 
+    /// Runs the error handlers of the client endpoints over failed rucx endpoint `h`. When
+    /// none of them has one (UCX's `UCP_ERR_HANDLING_MODE_NONE`, as Open MPI and MPICH create
+    /// their endpoints), nobody would learn of the failure, and a tag receive (which names no
+    /// peer) waiting for the dead peer would wait for ever: the failure is logged as an error
+    /// naming the peer, and fails every tag receive waiting now and every later one that
+    /// finds no message (for such a client a failed peer ends the job; MPI prints the error
+    /// and aborts).
     fn ep_failed(&self, h: EpHandle, status: Status) {
         let eps: Vec<_> = self.inner.borrow().eps.of(h).collect();
+        // SAFETY: live client endpoints (removed from `eps` before they are freed).
+        let handled = eps.iter().any(|&ep| unsafe { (*ep).err_cb.is_some() });
+        if !eps.is_empty() && !handled {
+            self.unhandled_failure(h, status);
+        }
         for ep in eps {
             // SAFETY: a live client endpoint (removed from `eps` before it is freed).
             let (cb, arg) = unsafe {
@@ -238,6 +250,21 @@ impl Worker {
                 unsafe { cb(arg, ep.cast(), status) };
             }
         }
+    }
+
+    /// [`Worker::ep_failed`] without an error handler to run.
+    #[cold]
+    fn unhandled_failure(&self, h: EpHandle, status: Status) {
+        let mut i = self.inner.borrow_mut();
+        let err = match i.w.ep_status(h) {
+            Err(e) => e,
+            Ok(()) => ucs::Error::PeerFailure(format!("status {status}")),
+        };
+        let n = i.w.fail_tag_recvs(err.clone());
+        tracing::error!(
+            "{err}; the endpoint has no error handler (UCP_ERR_HANDLING_MODE_NONE): failing \
+             the worker's {n} waiting tag receives, and later ones that find no message"
+        );
     }
 
     fn deliver_am(&self, id: u16, mut data: Vec<u8>, ep: EpHandle) {

@@ -76,3 +76,22 @@ fn bad_peer_address_is_one_line_exit_1() {
         assert_eq!(r.stderr.lines().count(), 1, "{bad}: {}", r.stderr);
     }
 }
+
+/// A warning written to a pipe carries no terminal colour codes (a log file or a test harness
+/// that compares output sees plain text), and names the unknown variable.
+#[test]
+fn warnings_into_a_pipe_are_plain_text() {
+    let child = Command::new(env!("CARGO_BIN_EXE_rucx-info"))
+        .arg("-v")
+        .env("RUCX_TLSS", "tcp")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = common::wait_with_watchdog(child, Duration::from_secs(60));
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("RUCX_TLSS"), "{}", r.stderr);
+    assert!(r.stderr.contains("WARN"), "{}", r.stderr);
+    assert!(!r.stderr.contains('\x1b'), "escape codes in {:?}", r.stderr);
+}

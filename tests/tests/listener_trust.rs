@@ -305,6 +305,7 @@ fn tcp_limit_child() {
         &md,
         &uct::IfaceParams {
             device: "lo".into(),
+            ..Default::default()
         },
     )
     .expect("iface");

@@ -427,6 +427,27 @@ fn peer_killed(tl: &str) {
         peer.kill9();
     }
 
+    // Detection at flush, with no progress call since the death: the message goes into the
+    // dead peer's FIFO, and the flush after it fails instead of reporting it delivered.
+    let mut peer = Peer::spawn(tl);
+    let mut ep = peer.connect(&mut iface);
+    let mut inbox = Inbox::default();
+    retry(&mut iface, &mut inbox, || ep.am_short(1, 9, &[]));
+    wait_msg(&mut iface, &mut inbox, 2);
+    assert!(ep.flush(CompletionId(0)).unwrap().is_done(), "live peer");
+    peer.kill9();
+    assert!(ep.am_short(1, 0, b"lost?").unwrap().is_done());
+    assert!(matches!(
+        ep.flush(CompletionId(0)),
+        Err(Error::PeerFailure(_))
+    ));
+    assert!(matches!(ep.am_short(1, 0, &[]), Err(Error::PeerFailure(_))));
+    // Progress reports the failure to the layer above too, once.
+    iface.progress(&mut inbox);
+    assert_eq!(inbox.errors.len(), 1);
+    assert_eq!(inbox.errors[0].0, ep.id());
+    drop(ep);
+
     // Detection on a full FIFO: the sender gets an error, not endless back-pressure.
     let mut peer = Peer::spawn(tl);
     let mut ep = peer.connect(&mut iface);

@@ -130,6 +130,7 @@ fn no_alloc<T: Transport<Md = uct::mm::MmMd, Iface = MmIface, Ep = MmEp>>() {
     let md = T::open_md("memory").unwrap();
     let p = IfaceParams {
         device: "memory".into(),
+        ..Default::default()
     };
     let mut a = T::open_iface(&md, &p).unwrap();
     let mut b = T::open_iface(&md, &p).unwrap();

@@ -56,6 +56,7 @@ fn no_alloc<T: Transport<Iface = MmIface, Md = uct::mm::MmMd>>() {
     let md = T::open_md("memory").unwrap();
     let p = IfaceParams {
         device: "memory".into(),
+        ..Default::default()
     };
     let mut a = T::open_iface(&md, &p).unwrap();
     let mut b = T::open_iface(&md, &p).unwrap();

@@ -66,6 +66,7 @@ fn open() -> TcpIface {
         &md,
         &uct::IfaceParams {
             device: "lo".into(),
+            ..Default::default()
         },
     )
     .unwrap()

@@ -45,6 +45,7 @@ fn open(md: &TcpMd) -> TcpIface {
         md,
         &IfaceParams {
             device: "lo".into(),
+            ..Default::default()
         },
     )
     .expect("tcp interface on lo")

@@ -30,6 +30,7 @@ fn open(md: &uct::tcp::TcpMd) -> TcpIface {
         md,
         &IfaceParams {
             device: "lo".into(),
+            ..Default::default()
         },
     )
     .unwrap()

@@ -58,7 +58,14 @@ fn device() -> String {
 
 fn open_iface() -> uct::tcp::TcpIface {
     let md = TcpTransport::open_md(&device()).expect("tcp md");
-    TcpTransport::open_iface(&md, &uct::IfaceParams { device: device() }).expect("tcp iface")
+    TcpTransport::open_iface(
+        &md,
+        &uct::IfaceParams {
+            device: device(),
+            ..Default::default()
+        },
+    )
+    .expect("tcp iface")
 }
 
 /// "<dev addr hex> <iface addr hex>"

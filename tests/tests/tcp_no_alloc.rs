@@ -46,6 +46,7 @@ fn open() -> TcpIface {
         &md,
         &IfaceParams {
             device: "lo".into(),
+            ..Default::default()
         },
     )
     .unwrap()

@@ -54,6 +54,7 @@ fn open() -> TcpIface {
         &md,
         &IfaceParams {
             device: "lo".into(),
+            ..Default::default()
         },
     )
     .unwrap()

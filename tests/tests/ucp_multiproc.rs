@@ -90,6 +90,7 @@ fn ucp_multiproc_child_entry() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
+    ucs::log::init();
     let tls = std::env::var(TLS).expect("tls");
     let mut w = worker(&tls);
     let parent = unhex(&std::env::var(PEER).expect("peer address"));
@@ -134,6 +135,18 @@ fn ucp_multiproc_child_entry() {
         }
         drop(map);
         return;
+    }
+    if role == "send_then_die" {
+        // A client that sends one message, sees it complete, and dies at once (no flush, no
+        // more progress): a completed send must not be lost with the process. (The parent
+        // progresses once it has our address line.)
+        println!("ADDR {}", hex(w.address()));
+        let s = w
+            .tag_send(ep, SEND_THEN_DIE_TAG, &pattern(SEND_THEN_DIE_LEN, 7))
+            .unwrap();
+        assert_eq!(finish(&mut w, s, "send before dying").status, Ok(()));
+        // SAFETY: plain syscall; the process ends here.
+        unsafe { libc::raise(libc::SIGKILL) };
     }
     println!("ADDR {}", hex(w.address()));
     if role == "am" {
@@ -402,7 +415,94 @@ fn killed_peer(tls: &str) {
     }
 }
 
-/// A stopped (alive but silent) peer: no transport error can fire, only keepalive finds it.
+const SEND_THEN_DIE_TAG: u64 = 0x5e9d;
+const SEND_THEN_DIE_LEN: usize = 1000;
+
+/// A peer whose send completed and which then died at once (before its connection was surely
+/// up: the send is its first operation): the message arrives.
+fn send_then_die(tls: &str) {
+    for round in 0..3 {
+        let mut w = worker(tls);
+        let r = w
+            .tag_recv(
+                vec![0; SEND_THEN_DIE_LEN],
+                SEND_THEN_DIE_TAG,
+                TAG_MASK_EXACT,
+            )
+            .unwrap();
+        let (_child, _) = spawn_child("send_then_die", tls, w.address());
+        let c = finish(
+            &mut w,
+            r,
+            "the message of a peer that died after its send completed",
+        );
+        assert_eq!(c.status, Ok(()), "{tls} round {round}");
+        assert!(
+            c.buf.as_deref() == Some(&pattern(SEND_THEN_DIE_LEN, 7)[..]),
+            "{tls} round {round}: data differ"
+        );
+    }
+}
+
+#[test]
+fn ucp_multiproc_tcp_completed_send_survives_the_senders_death() {
+    send_then_die("tcp");
+}
+
+#[test]
+fn ucp_multiproc_shm_completed_send_survives_the_senders_death() {
+    send_then_die("posix,cma");
+}
+
+/// A stopped peer (alive, its process not scheduled, so its application sends nothing) is not
+/// dead: with the default configuration (no application-level timeout) every transport check
+/// passes, however long it stays stopped, and the endpoint works when it resumes.
+fn stopped_peer_is_not_dead(tls: &str) {
+    let off = UcpConfig::default().keepalive_timeout;
+    assert_eq!(off, Duration::MAX, "off by default");
+    let mut w = worker_with(tls, off);
+    let (child, caddr) = spawn_child("sleep", tls, w.address());
+    let ep = w.ep_create(&caddr, EpParams::default()).expect("ep");
+    let f = w.ep_flush(ep).unwrap();
+    assert_eq!(finish(&mut w, f, "flush").status, Ok(()));
+    // SAFETY: plain syscall on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGSTOP) }, 0);
+    // Fifty transport checks (interval 100 ms) while the peer cannot answer anything itself,
+    // with a flush outstanding (over tcp it waits for the peer's reply).
+    let s = w.tag_send(ep, 5, &pattern(1000, 3)).unwrap();
+    let f = w.ep_flush(ep).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        if w.progress() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(
+        w.ep_status(ep),
+        Ok(()),
+        "{tls}: a stopped peer was declared dead"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGCONT) }, 0);
+    assert_eq!(finish(&mut w, s, "send to the resumed peer").status, Ok(()));
+    assert_eq!(finish(&mut w, f, "flush across the stop").status, Ok(()));
+    let f = w.ep_flush(ep).unwrap();
+    assert_eq!(finish(&mut w, f, "flush after resume").status, Ok(()));
+    drop(child);
+}
+
+#[test]
+fn ucp_multiproc_shm_stopped_peer_is_not_dead() {
+    stopped_peer_is_not_dead("posix,cma");
+}
+
+#[test]
+fn ucp_multiproc_tcp_stopped_peer_is_not_dead() {
+    stopped_peer_is_not_dead("tcp");
+}
+
+/// A stopped (alive but silent) peer: no transport error can fire; only the application-level
+/// keepalive (`RUCX_KEEPALIVE_TIMEOUT`, off by default, set here) finds it.
 fn silent_peer(tls: &str) {
     for round in 0..3 {
         let mut w = worker_with(tls, KILL_TIMEOUT);

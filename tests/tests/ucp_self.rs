@@ -723,3 +723,62 @@ fn ucp_self_token_requests_queue_their_results_and_are_consumed() {
     assert_eq!(out[0].1.status, Err(Error::Canceled));
     assert_eq!(out[0].1.buf, Some(vec![5; 4]));
 }
+
+/// With the default configuration (no application-level keepalive timeout) a peer that does
+/// not call progress for ten minutes of the worker's clock is not declared dead: the
+/// outstanding sync send completes once it progresses again.
+#[test]
+fn ucp_self_busy_peer_is_never_declared_dead_by_default() {
+    let mut p = pair_with(UcpConfig {
+        keepalive_timeout: UcpConfig::default().keepalive_timeout,
+        ..cfg()
+    });
+    let s = p.a.tag_send_sync(p.ab, 1, b"x").unwrap();
+    for _ in 0..6_000 {
+        p.clock.advance(Duration::from_millis(100));
+        for _ in 0..16 {
+            p.a.progress();
+        }
+    }
+    assert_eq!(p.a.ep_status(p.ab), Ok(()), "a busy peer was declared dead");
+    let r = p.b.tag_recv(vec![0; 1], 1, EXACT).unwrap();
+    assert_eq!(p.finish_b(r).status, Ok(()));
+    assert_eq!(p.finish_a(s).status, Ok(()));
+}
+
+/// `fail_tag_recvs` (what the C library does for endpoints without error handling when a
+/// peer fails): the receives waiting fail with the error, one posted later that finds no
+/// message fails at once, and a message that had arrived is still received.
+#[test]
+fn ucp_self_fail_tag_recvs_fails_waiting_and_later_receives() {
+    let mut p = pair_with(cfg());
+    let ba = p.ba();
+    let early = p.b.tag_send(ba, 3, b"early").unwrap();
+    p.finish_b(early);
+    p.pump(8);
+    let r1 = p.a.tag_recv(vec![0; 8], 1, EXACT).unwrap();
+    let r2 = p.a.tag_recv(vec![0; 8], 2, EXACT).unwrap();
+    let err = Error::PeerFailure("worker 0x1 at 10.0.0.2: connection timed out".into());
+    assert_eq!(p.a.fail_tag_recvs(err.clone()), 2);
+    for r in [r1, r2] {
+        let Op::Pending(r) = r else {
+            panic!("nothing was sent to these")
+        };
+        let c = p.a.request_take(r).expect("failed at once");
+        assert_eq!(c.status, Err(err.clone()));
+        assert!(c.buf.is_some(), "the buffer comes back");
+    }
+    let got = p.a.tag_recv(vec![0; 8], 3, EXACT).unwrap();
+    let c = p.finish_a(got);
+    assert_eq!(
+        (c.status, c.len),
+        (Ok(()), 5),
+        "an arrived message is still received"
+    );
+    let later = p.a.tag_recv(vec![0; 8], 4, EXACT).unwrap();
+    let c = match later {
+        Op::Pending(r) => p.a.request_take(r).expect("failed at once"),
+        Op::Done(c) => c,
+    };
+    assert_eq!(c.status, Err(err));
+}

@@ -46,19 +46,24 @@ pub static PROTO_INFO: ConfigVar = ConfigVar {
     default: "n",
     doc: "Print the protocol table chosen for each endpoint (size ranges -> protocol -> lanes) to stderr.",
 };
-/// `RUCX_KEEPALIVE_INTERVAL`: how often an idle endpoint sends a keepalive.
+/// `RUCX_KEEPALIVE_INTERVAL`: how often each endpoint's transports check their peer.
 pub static KEEPALIVE_INTERVAL: ConfigVar = ConfigVar {
     name: "KEEPALIVE_INTERVAL",
     default: "1s",
-    doc:
-        "How often each endpoint tells its peer it is alive (a time, or inf to disable keepalive).",
+    doc: "How often each endpoint's transports check that the peer is reachable without \
+          needing the peer's application (shared memory: the peer process; tcp: \
+          acknowledgements from the peer's kernel; rc_verbs: a write the peer's adapter \
+          acknowledges): a time, or inf to disable the checks.",
 };
-/// `RUCX_KEEPALIVE_TIMEOUT`: silence after which a peer is declared dead.
+/// `RUCX_KEEPALIVE_TIMEOUT`: application-level silence after which a peer is declared dead
+/// (off by default).
 pub static KEEPALIVE_TIMEOUT: ConfigVar = ConfigVar {
     name: "KEEPALIVE_TIMEOUT",
-    default: "30s",
-    doc:
-        "A peer silent for this long (no message, no keepalive) fails its endpoints with a timeout.",
+    default: "inf",
+    doc: "Off (inf) by default. A time: endpoints also send keepalive messages every \
+          interval, and a peer whose worker sends nothing for this long fails its endpoints \
+          with a timeout - including a live peer that computes without calling progress for \
+          that long, so set it only where every peer progresses regularly.",
 };
 /// `RUCX_AM_LANE_SWITCH`: move the AM lane to rc_verbs once it is connected.
 pub static AM_LANE_SWITCH: ConfigVar = ConfigVar {
@@ -114,9 +119,10 @@ pub struct UcpConfig {
     pub rndv_am_max: Option<usize>,
     /// Print each endpoint configuration's protocol table.
     pub proto_info: bool,
-    /// Keepalive interval (`None`: keepalive disabled).
+    /// Period of the endpoints' transport checks (`None`: no checks).
     pub keepalive_interval: Option<Duration>,
-    /// Silence after which a peer is declared dead.
+    /// Application-level silence after which a peer is declared dead; `Duration::MAX` (the
+    /// default) turns it off, and keepalive messages with it.
     pub keepalive_timeout: Duration,
     /// Move the AM lane to a connected connect-to-endpoint lane (rc_verbs).
     pub am_lane_switch: bool,
@@ -137,7 +143,7 @@ impl Default for UcpConfig {
             rndv_am_max: None,
             proto_info: false,
             keepalive_interval: Some(Duration::from_secs(1)),
-            keepalive_timeout: Duration::from_secs(30),
+            keepalive_timeout: Duration::MAX,
             am_lane_switch: true,
             self_across_workers: true,
         }
@@ -189,14 +195,6 @@ fn size_or_auto(var: &ConfigVar) -> Result<Option<usize>> {
     }
 }
 
-fn duration_or_inf(var: &ConfigVar) -> Result<Option<Duration>> {
-    let v = var.raw();
-    if v.trim().eq_ignore_ascii_case("inf") {
-        return Ok(None);
-    }
-    var.duration().map(Some)
-}
-
 /// Expands transport aliases (`shm`, `sm`, `all`) in a `RUCX_TLS` list.
 pub fn expand_tls(list: &[String]) -> Vec<String> {
     let mut out = Vec::new();
@@ -213,7 +211,7 @@ pub fn expand_tls(list: &[String]) -> Vec<String> {
 impl UcpConfig {
     /// Reads every variable from the environment; a bad value gives [`Error::Config`] naming it.
     pub fn from_env() -> Result<Self> {
-        let interval = duration_or_inf(&KEEPALIVE_INTERVAL)?;
+        let interval = KEEPALIVE_INTERVAL.duration_or_inf()?;
         if interval == Some(Duration::ZERO) {
             return Err(Error::Config(
                 "RUCX_KEEPALIVE_INTERVAL must be positive (or inf to disable)".into(),
@@ -228,7 +226,9 @@ impl UcpConfig {
             rndv_am_max: size_or_auto(&RNDV_AM_MAX)?,
             proto_info: PROTO_INFO.bool()?,
             keepalive_interval: interval,
-            keepalive_timeout: KEEPALIVE_TIMEOUT.duration()?,
+            keepalive_timeout: KEEPALIVE_TIMEOUT
+                .duration_or_inf()?
+                .unwrap_or(Duration::MAX),
             am_lane_switch: AM_LANE_SWITCH.bool()?,
             self_across_workers: true,
         })
@@ -273,5 +273,15 @@ mod tests {
         let c = UcpConfig::from_env().unwrap();
         assert_eq!(c.rndv_thresh, None);
         assert!(c.tls.is_empty());
+        // Application-level keepalive is off unless asked for: a busy peer is not dead.
+        assert_eq!(c.keepalive_timeout, Duration::MAX);
+        assert_eq!(c.keepalive_interval, Some(Duration::from_secs(1)));
+        std::env::set_var("RUCX_KEEPALIVE_TIMEOUT", "45s");
+        let c = UcpConfig::from_env().unwrap();
+        assert_eq!(c.keepalive_timeout, Duration::from_secs(45));
+        std::env::set_var("RUCX_KEEPALIVE_TIMEOUT", "soon");
+        let e = UcpConfig::from_env().unwrap_err().to_string();
+        assert!(e.contains("RUCX_KEEPALIVE_TIMEOUT"), "{e}");
+        std::env::remove_var("RUCX_KEEPALIVE_TIMEOUT");
     }
 }

@@ -25,7 +25,7 @@ use crate::rma::raw_mem::RecvBuf;
 use crate::rma::MemMap;
 use crate::worker::state::SendData;
 use crate::worker::{EpHandle, Message, ProbeInfo, Worker};
-use ucs::Result;
+use ucs::{Error, Result};
 
 impl Worker {
     /// Sends a tagged message. Small messages are copied and finish at once; large ones (and any
@@ -193,10 +193,24 @@ impl Worker {
     fn tag_recv_queue(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
         let len = buf.len();
         let (key, gen) = self.st.tag_recv_post(buf, tag, mask);
+        if let Some(e) = &self.st.recv_failure {
+            let e = e.clone();
+            self.st.unpost(key, gen, e);
+            return (key, gen);
+        }
         if self.st.tm.may_post(mask, len) {
             crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, key);
         }
         (key, gen)
+    }
+
+    /// Fails every tag receive waiting for a message with `err`, and from now on every receive
+    /// that finds no message waiting. For a client whose endpoints have no error handling
+    /// (UCX's `UCP_ERR_HANDLING_MODE_NONE`, as MPI libraries use it): a tag receive names no
+    /// peer, so one waiting for a peer that failed would otherwise wait for ever, and for such
+    /// a client a failed peer ends the job. Gives how many receives failed now.
+    pub fn fail_tag_recvs(&mut self, err: Error) -> usize {
+        self.st.fail_tag_recvs(err)
     }
 
     /// Looks for an unexpected message that fits; with `remove` it is taken off the queue, to

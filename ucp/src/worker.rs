@@ -214,7 +214,13 @@ impl Worker {
         let mut info = Vec::new();
         let mut failures = Vec::new();
         for r in ctx.resources() {
-            match ifaces.open_iface(r.tl_name, &r.device.name) {
+            // No operation completes before its bytes can reach the peer: a connection still
+            // being made gives back-pressure, and the request waits as pending.
+            let params = uct::IfaceParams {
+                device: r.device.name.clone(),
+                connect_backpressure: true,
+            };
+            match ifaces.open_iface_with(r.tl_name, &params) {
                 Ok((md, iface)) => {
                     info.push(IfaceInfo {
                         tl_name: r.tl_name,
@@ -304,6 +310,7 @@ impl Worker {
                 amo_hw: 0,
                 amo_emulated: 0,
                 quarantine: Vec::new(),
+                recv_failure: None,
                 callbacks_due: Vec::new(),
                 tokens_done: Vec::new(),
                 completion_hook: None,

@@ -150,6 +150,15 @@ impl ConfigVar {
         parse_duration(&v).map_err(|why| self.bad(&v, why))
     }
 
+    /// The value as a duration, or `None` for `inf`.
+    pub fn duration_or_inf(&self) -> Result<Option<Duration>> {
+        let v = self.raw();
+        if v.trim().eq_ignore_ascii_case("inf") {
+            return Ok(None);
+        }
+        self.duration().map(Some)
+    }
+
     /// The value as a comma-separated list (`all` and an empty value both give an empty list).
     pub fn list(&self) -> Vec<String> {
         let v = self.raw();

@@ -55,16 +55,25 @@ pub fn filter_for(text: &str) -> (EnvFilter, Option<String>) {
     )
 }
 
-/// Installs a `tracing` subscriber writing to stderr at `RUCX_LOG_LEVEL`. Idempotent; does
-/// nothing if the program already installed a subscriber. A bad level is reported as a warning
-/// and `warn` is used.
-pub fn init() {
-    let (filter, err) = filter_for(&LOG_LEVEL.raw());
-    let installed = tracing_subscriber::fmt()
+/// Installs a `tracing` subscriber writing to stderr with `filter`, coloured only when stderr
+/// is a terminal (a log written to a file or a pipe carries no escape codes). False when the
+/// program already installed a subscriber.
+pub fn install(filter: EnvFilter) -> bool {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init()
-        .is_ok();
+        .is_ok()
+}
+
+/// Installs a `tracing` subscriber writing to stderr at `RUCX_LOG_LEVEL` ([`install`]).
+/// Idempotent; does nothing if the program already installed a subscriber. A bad level is
+/// reported as a warning and `warn` is used.
+pub fn init() {
+    let (filter, err) = filter_for(&LOG_LEVEL.raw());
+    let installed = install(filter);
     if let (true, Some(err)) = (installed, err) {
         tracing::warn!("{err}; using warn");
     }

@@ -339,6 +339,16 @@ pub trait Endpoint {
     /// Orders operations issued after it behind those issued before it.
     fn fence(&mut self) -> Result<()>;
 
+    /// Checks that the peer is still reachable, without needing the peer's application to do
+    /// anything (UCX's `uct_ep_check`). A transport that does not notice a dead peer by itself
+    /// posts what makes a failure visible (rc_verbs: a small RDMA write the peer's adapter
+    /// acknowledges); the failure then arrives through [`crate::EventSink::ep_error`]. The
+    /// default does nothing: shared memory and cma watch the peer process (a pidfd), tcp has
+    /// the kernel's connection state and keepalive probes, self has no peer to lose.
+    fn check(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Queues a pending request to be retried when send resources return. Gives
     /// [`Error::Busy`] if resources are available right now (retry at once instead).
     fn pending_add(&mut self, req: PendingId) -> Result<()>;

@@ -12,6 +12,13 @@ use ucs::{Error, Outcome, Result};
 pub struct IfaceParams {
     /// Device name, as listed by the resource query (`memory`, `memory0`, `lo`, `eth0`, `rxe0:1`).
     pub device: String,
+    /// Endpoints whose connection is still being made refuse operations with `NoResource`
+    /// (the operation waits as a pending request, as with UCX's transports) instead of
+    /// queueing them: then no operation completes before its bytes can reach the peer, and a
+    /// process that ends right after a completed send loses nothing. ucp asks for it; the
+    /// default (false) lets a new endpoint queue at once. Transports whose endpoints are
+    /// usable at once ignore it.
+    pub connect_backpressure: bool,
 }
 
 /// A rendezvous announced by a peer through tag offload, not matched by a posted receive.

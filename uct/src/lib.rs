@@ -39,8 +39,8 @@ pub use iface::{
 pub use md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 pub use peer_proc::PeerProcs;
 pub use registry::{
-    config_tables, open, open_shared, query_resources, query_transports, transport_roles, AnyEp,
-    AnyIface, AnyMd, DeviceInfo, TlResource, Transport, TRANSPORT_NAMES,
+    config_tables, open, open_shared, open_with, query_resources, query_transports,
+    transport_roles, AnyEp, AnyIface, AnyMd, DeviceInfo, TlResource, Transport, TRANSPORT_NAMES,
 };
 pub use ucs::{Error, Outcome, Result};
 pub use worker::{IfaceId, Worker};

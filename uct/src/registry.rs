@@ -129,6 +129,20 @@ pub fn open(tl_name: &str, device: &str) -> Result<(AnyMd, AnyIface)> {
 /// As [`open`], the interface sharing the peer processes of `procs` (a worker's, see
 /// [`crate::Worker::open_iface`]).
 pub fn open_shared(tl_name: &str, device: &str, procs: &PeerProcs) -> Result<(AnyMd, AnyIface)> {
+    let params = IfaceParams {
+        device: device.to_owned(),
+        ..Default::default()
+    };
+    open_with(tl_name, &params, procs)
+}
+
+/// As [`open_shared`], with every interface parameter given (the device in `params`).
+pub fn open_with(
+    tl_name: &str,
+    params: &IfaceParams,
+    procs: &PeerProcs,
+) -> Result<(AnyMd, AnyIface)> {
+    let device = params.device.as_str();
     if !TRANSPORT_NAMES.contains(&tl_name) {
         return Err(Error::NoDevice(format!(
             "unknown transport '{tl_name}'; built-in transports are: {}",
@@ -145,13 +159,7 @@ pub fn open_shared(tl_name: &str, device: &str, procs: &PeerProcs) -> Result<(An
         )));
     }
     let md = AnyMd::open(tl_name, device)?;
-    let iface = AnyIface::open_shared(
-        &md,
-        &IfaceParams {
-            device: device.to_owned(),
-        },
-        procs,
-    )?;
+    let iface = AnyIface::open_shared(&md, params, procs)?;
     Ok((md, iface))
 }
 
@@ -357,6 +365,7 @@ macro_rules! transports {
                 match *self { $( AnyEp::$variant(ref mut e) => e.flush(comp), )* }
             }
             fn fence(&mut self) -> Result<()> { match *self { $( AnyEp::$variant(ref mut e) => e.fence(), )* } }
+            fn check(&mut self) -> Result<()> { match *self { $( AnyEp::$variant(ref mut e) => e.check(), )* } }
             fn pending_add(&mut self, req: PendingId) -> Result<()> {
                 match *self { $( AnyEp::$variant(ref mut e) => e.pending_add(req), )* }
             }

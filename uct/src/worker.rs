@@ -95,6 +95,15 @@ impl Worker {
         crate::registry::open_shared(tl_name, device, &self.procs)
     }
 
+    /// [`Worker::open_iface`] with every interface parameter given.
+    pub fn open_iface_with(
+        &self,
+        tl_name: &str,
+        params: &crate::IfaceParams,
+    ) -> Result<(AnyMd, AnyIface)> {
+        crate::registry::open_with(tl_name, params, &self.procs)
+    }
+
     /// The worker's peer processes (see [`Worker::open_iface`]).
     pub fn peer_procs(&self) -> &PeerProcs {
         &self.procs

@@ -80,6 +80,7 @@ fn rc_verbs_data_path_and_progress_do_not_allocate() {
         &md,
         &IfaceParams {
             device: dev.clone(),
+            ..Default::default()
         },
     )
     .unwrap();

@@ -43,6 +43,7 @@ fn data_path_and_progress_do_not_allocate() {
     let md = SelfMd::new();
     let mut iface = SelfIface::open(&IfaceParams {
         device: DEVICE_NAME.into(),
+        ..Default::default()
     })
     .unwrap();
     let dev = iface.device_address().to_vec();

@@ -177,6 +177,36 @@ impl State {
     }
 
     pub(crate) fn cancel(&mut self, key: usize, gen: u32) -> bool {
+        self.unpost(key, gen, Error::Canceled)
+    }
+
+    /// Fails every tag receive waiting in the matcher with `err`, and makes every one posted
+    /// later that finds no message waiting fail at once with it. Gives how many failed now.
+    pub(crate) fn fail_tag_recvs(&mut self, err: Error) -> usize {
+        let posted: Vec<(usize, u32)> = self
+            .reqs
+            .iter()
+            .filter_map(|(k, r)| match r {
+                Req {
+                    gen,
+                    done: None,
+                    kind: ReqKind::Recv(rr),
+                    ..
+                } if rr.stage == RecvStage::Posted => Some((k, *gen)),
+                _ => None,
+            })
+            .collect();
+        let n = posted
+            .into_iter()
+            .filter(|&(k, g)| self.unpost(k, g, err.clone()))
+            .count();
+        self.recv_failure = Some(err);
+        n
+    }
+
+    /// Takes receive `key` (generation `gen`), posted and not matched, off the matcher and
+    /// finishes it with `err`; false when it can no longer be (matched, finished or gone).
+    pub(crate) fn unpost(&mut self, key: usize, gen: u32, err: Error) -> bool {
         let (tag, mask) = match self.reqs.get(key) {
             Some(Req {
                 gen: g,
@@ -192,7 +222,7 @@ impl State {
         };
         if self.matcher.cancel(tag, mask, wire) {
             self.tm_after_cancel(offloaded);
-            self.finish(key, Err(Error::Canceled));
+            self.finish(key, Err(err));
             true
         } else {
             false

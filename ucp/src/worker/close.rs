@@ -27,7 +27,7 @@ impl Worker {
     }
 
     /// Starts closing an endpoint; the request finishes when it is closed. `Flush` flushes,
-    /// sends CLOSE and waits (at most the keepalive timeout) until the peer has processed it,
+    /// sends CLOSE and waits (at most [`CLOSE_ACK_WAIT`]) until the peer has processed it,
     /// so everything sent before reached the peer's application.
     pub fn ep_close_nb(&mut self, ep: EpHandle, mode: CloseMode) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
@@ -63,6 +63,12 @@ impl Worker {
     }
 }
 
+/// Longest a flush close waits for the peer's CLOSE_ACK (shorter with a shorter
+/// application-level keepalive timeout). The ack needs the peer's progress, so a peer busy
+/// elsewhere may not send it in time; the close then completes without it (the data was
+/// flushed to the transport already), and the peer is not declared dead.
+const CLOSE_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// An endpoint being flush-closed.
 pub(crate) struct Closing {
     pub(crate) ep: usize,
@@ -90,7 +96,7 @@ impl State {
 
     pub(crate) fn send_close(&mut self, c: &mut Closing) {
         let _ = self.send_ctl(c.ep, am_id::CLOSE, &[]);
-        let at = self.now() + self.cfg.keepalive_timeout;
+        let at = self.now() + self.cfg.keepalive_timeout.min(CLOSE_ACK_WAIT);
         match self.add_timer(at, None, Timer::CloseTimeout) {
             Ok(id) => c.deadline = Some(id),
             Err(e) => {

@@ -121,16 +121,7 @@ impl State {
             return;
         }
         let Some(idx) = self.by_uuid.lookup(src) else {
-            if id == am_id::CLOSE_ACK {
-                // Both sides closed at once: this side forgot the endpoint on the peer's CLOSE
-                // before the ack of its own CLOSE arrived.
-                tracing::debug!("CLOSE_ACK from {src:#018x} after its endpoint was closed");
-                return;
-            }
-            self.malformed_unknown += 1;
-            tracing::warn!(
-                "dropping ucp message {id} from unknown worker {src:#018x} (no wire-up seen)"
-            );
+            self.msg_from_unknown(src, id);
             return;
         };
         // The peer's AM lane switch: messages on its new lane wait for the marker on the old.
@@ -159,6 +150,35 @@ impl State {
         };
         if let Err(e) = r {
             self.am_failed(idx, src, id, e);
+        }
+    }
+
+    /// A message from a worker without an endpoint here. Control messages of a closing or
+    /// closed endpoint (CLOSE and its ack when both sides close at once, a keepalive that
+    /// crossed the CLOSE) are normal and only logged at debug level; anything else is lost
+    /// data, a warning (after this side closed its endpoint on its own, or from a worker that
+    /// never wired up).
+    #[cold]
+    fn msg_from_unknown(&mut self, src: u64, id: u8) {
+        let closed = self.by_uuid.closed_lately(src);
+        if matches!(id, am_id::CLOSE_ACK | am_id::CLOSE | am_id::KEEPALIVE) {
+            tracing::debug!(
+                "ucp message {id} from worker {src:#018x} after its endpoint here was {}",
+                if closed { "closed" } else { "forgotten" }
+            );
+            return;
+        }
+        self.malformed_unknown += 1;
+        if closed {
+            tracing::warn!(
+                "dropping ucp message {id} from worker {src:#018x}: its endpoint here was \
+                 closed (the close gave up waiting for the peer, or the peer kept sending after \
+                 it)"
+            );
+        } else {
+            tracing::warn!(
+                "dropping ucp message {id} from unknown worker {src:#018x} (no wire-up seen)"
+            );
         }
     }
 

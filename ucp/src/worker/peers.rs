@@ -1,6 +1,7 @@
 //! The endpoint of each peer worker, by the peer's uuid (the prefix of every ucp message), with
 //! the last sender looked up kept aside so that a run of messages from one peer finds its
-//! endpoint without hashing.
+//! endpoint without hashing, and the peers whose endpoints closed lately (a message from one of
+//! them is a late message of a normal run, not a sign of trouble).
 #![cfg_attr(
     not(test),
     deny(
@@ -12,7 +13,10 @@
 )]
 
 use crate::worker::state::UuidHash;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+
+/// How many closed peers [`PeerIndex`] remembers.
+const CLOSED_KEPT: usize = 256;
 
 /// Peer uuid to endpoint index. Every change of the map forgets the kept-aside entry, so a
 /// lookup always gives what the map holds.
@@ -21,6 +25,8 @@ pub(crate) struct PeerIndex {
     map: HashMap<u64, usize, UuidHash>,
     /// The last `(uuid, endpoint)` [`PeerIndex::lookup`] found.
     last: Option<(u64, usize)>,
+    /// Peers forgotten by [`PeerIndex::remove`], newest last, at most [`CLOSED_KEPT`].
+    closed: VecDeque<u64>,
 }
 
 impl PeerIndex {
@@ -48,10 +54,20 @@ impl PeerIndex {
         self.map.insert(uuid, idx)
     }
 
-    /// Forgets peer `uuid`; gives its endpoint.
+    /// Forgets peer `uuid` (remembered as closed); gives its endpoint.
     pub(crate) fn remove(&mut self, uuid: &u64) -> Option<usize> {
         self.last = None;
-        self.map.remove(uuid)
+        let idx = self.map.remove(uuid)?;
+        if self.closed.len() == CLOSED_KEPT {
+            self.closed.pop_front();
+        }
+        self.closed.push_back(*uuid);
+        Some(idx)
+    }
+
+    /// Whether peer `uuid` had an endpoint here that closed lately (and has none now).
+    pub(crate) fn closed_lately(&self, uuid: u64) -> bool {
+        !self.map.contains_key(&uuid) && self.closed.contains(&uuid)
     }
 }
 
@@ -78,5 +94,15 @@ mod tests {
         assert_eq!(p.lookup(9), Some(3));
         p.remove(&9);
         assert_eq!(p.lookup(9), None);
+        assert!(p.closed_lately(9) && p.closed_lately(7));
+        assert!(!p.closed_lately(8), "never seen");
+        p.insert(9, 4);
+        assert!(!p.closed_lately(9), "wired up again");
+        for u in 100..100 + CLOSED_KEPT as u64 {
+            p.insert(u, 5);
+            p.remove(&u);
+        }
+        assert!(!p.closed_lately(7), "the oldest are forgotten");
+        assert!(p.closed_lately(100 + CLOSED_KEPT as u64 - 1));
     }
 }

@@ -605,6 +605,9 @@ pub(crate) struct State {
     pub(crate) amo_hw: u64,
     pub(crate) amo_emulated: u64,
     pub(crate) quarantine: Vec<Vec<u8>>,
+    /// Set by [`crate::Worker::fail_tag_recvs`]: a tag receive that finds no message waiting
+    /// fails at once with it.
+    pub(crate) recv_failure: Option<ucs::Error>,
     /// Finished requests whose callback or token is due at the end of this progress call.
     pub(crate) callbacks_due: Vec<usize>,
     /// Results of token requests, waiting for `take_done_tokens`.

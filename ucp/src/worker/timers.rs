@@ -1,6 +1,12 @@
 //! The worker's timers, on a [`ucs::async_ctx::TimerQueue`] read against the worker's clock:
-//! the periodic keepalive sweep (send keepalives, fail silent peers) and the deadline of each
-//! flush close waiting for its CLOSE_ACK.
+//! the periodic keepalive sweep (each endpoint's transports check their peer; with an
+//! application-level keepalive timeout configured, keepalive messages and the failure of silent
+//! peers) and the deadline of each flush close waiting for its CLOSE_ACK.
+//!
+//! Liveness needs nothing from the peer's application: a peer process that computes for hours
+//! without calling progress is alive to every transport check (its kernel, its adapter, its
+//! process are there). Only `RUCX_KEEPALIVE_TIMEOUT`, off by default, judges a peer by what
+//! its worker sends.
 //!
 //! `State::next_timer` caches the earliest deadline, so progress spends one comparison on timers
 //! per call that reads the clock (a timer added already due marks the clock stale, so the next
@@ -20,11 +26,13 @@ use crate::worker::state::{EpState, State};
 use std::time::Duration;
 use ucs::async_ctx::{TimerId, TimerQueue};
 use ucs::Error;
+use uct::Endpoint as _;
 
 /// What a timer of the worker does when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timer {
-    /// Every quarter keepalive interval: keepalives to quiet peers, failure of silent ones.
+    /// Every keepalive interval (every quarter interval with an application-level timeout):
+    /// transport checks, and keepalives to quiet peers and failure of silent ones.
     Keepalive,
     /// A flush close stops waiting for the peer's CLOSE_ACK.
     CloseTimeout,
@@ -42,7 +50,12 @@ impl State {
     /// is due at once.
     pub(crate) fn start_keepalive(&mut self) -> ucs::Result<()> {
         if let Some(interval) = self.cfg.keepalive_interval {
-            let period = (interval / 4).max(Duration::from_millis(1));
+            let period = if self.app_keepalive() {
+                // Silence is judged to a quarter interval.
+                (interval / 4).max(Duration::from_millis(1))
+            } else {
+                interval
+            };
             let now = self.now_cache;
             self.add_timer(now, Some(period), Timer::Keepalive)?;
         }
@@ -90,14 +103,24 @@ impl State {
         self.next_timer = self.timers.queue.next_deadline().unwrap_or(Duration::MAX);
     }
 
-    /// Sends a keepalive to every ready peer we have not sent to for an interval, and fails
-    /// the endpoints of peers silent for longer than the keepalive timeout.
+    /// Whether the application-level keepalive is on (`RUCX_KEEPALIVE_TIMEOUT` set): keepalive
+    /// messages, and peers judged by their silence.
+    pub(crate) fn app_keepalive(&self) -> bool {
+        self.cfg.keepalive_timeout != Duration::MAX
+    }
+
+    /// Asks every lane of every ready endpoint to check its peer ([`uct::Endpoint::check`]:
+    /// without the peer application's help), failing the endpoints whose check fails at once
+    /// (a later failure arrives from the transport's progress). With the application-level
+    /// keepalive on, also sends a keepalive to every ready peer we have not sent to for an
+    /// interval, and fails the endpoints of peers silent for longer than the timeout.
     fn keepalive_sweep(&mut self) {
         let Some(interval) = self.cfg.keepalive_interval else {
             return;
         };
         let now = self.now_cache;
         let timeout = self.cfg.keepalive_timeout;
+        let app = self.app_keepalive();
         let ready: Vec<usize> = self
             .eps
             .iter()
@@ -105,11 +128,18 @@ impl State {
             .map(|(i, _)| i)
             .collect();
         for idx in ready {
+            if let Err(e) = self.check_lanes(idx) {
+                self.fail_ep(idx, e);
+                continue;
+            }
+            if !app {
+                continue;
+            }
             let ep = &self.eps[idx];
             let silent = ep.last_rx.until(now);
             if silent > timeout {
                 let e = Error::Timeout(format!(
-                    "worker {:#018x} was silent for {:?} (keepalive timeout {:?})",
+                    "worker {:#018x} was silent for {:?} (RUCX_KEEPALIVE_TIMEOUT {:?})",
                     ep.uuid, silent, timeout
                 ));
                 self.fail_ep(idx, e);
@@ -121,6 +151,20 @@ impl State {
                 }
             }
         }
+    }
+
+    /// The transport check of each lane of endpoint `idx` (the first failure, if any).
+    fn check_lanes(&mut self, idx: usize) -> ucs::Result<()> {
+        let Some(lanes) = self.eps[idx].lanes.as_mut() else {
+            return Ok(());
+        };
+        for (_, uep) in lanes.uct.iter_mut() {
+            uep.check()?;
+        }
+        if let Some(w) = lanes.rma_wait.as_mut() {
+            w.ep.check()?;
+        }
+        Ok(())
     }
 
     /// The close whose deadline timer is `id` stops waiting; false when none matches (a close

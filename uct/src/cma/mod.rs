@@ -733,6 +733,7 @@ mod access_tests {
             &md,
             &IfaceParams {
                 device: DEVICE.into(),
+                ..Default::default()
             },
         )
         .unwrap();

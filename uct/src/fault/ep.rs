@@ -350,6 +350,12 @@ impl<E: Endpoint> Endpoint for FaultEp<E> {
             None => Err(reset()),
         }
     }
+    fn check(&mut self) -> Result<()> {
+        match self.st.borrow_mut().inner.as_mut() {
+            Some(e) => e.check(),
+            None => Err(reset()),
+        }
+    }
     fn pending_add(&mut self, req: PendingId) -> Result<()> {
         let r = match self.st.borrow_mut().inner.as_mut() {
             Some(e) => e.pending_add(req),

@@ -89,6 +89,7 @@ fn pair<T: Wrappable>(spec: &str) -> Pair<T> {
     };
     let p = IfaceParams {
         device: dev.clone(),
+        ..Default::default()
     };
     let (m0, m1) = (T::open_md(&dev).unwrap(), T::open_md(&dev).unwrap());
     let mut tx_iface = FaultIface::new(T::open_iface(&m0, &p).unwrap(), "fault", cfg.clone());

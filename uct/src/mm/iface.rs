@@ -189,6 +189,9 @@ pub(super) struct EpShared {
     pub(super) pending: PendingQueue,
     pub(super) failed: Cell<bool>,
     reported: Cell<bool>,
+    /// Set by every message written into the peer's FIFO, cleared when a flush asks the
+    /// kernel whether the peer is alive (see the endpoint's `flush`).
+    pub(super) sent_unchecked: Cell<bool>,
     /// The peer process, shared with the interface's other endpoints to it.
     pub(super) peer: Rc<MmPeer>,
     /// The peer process said it may trace us (it reads our ordinary memory with cma); once
@@ -742,6 +745,7 @@ impl Iface for MmIface {
             pending: PendingQueue::default(),
             failed: Cell::new(false),
             reported: Cell::new(false),
+            sent_unchecked: Cell::new(false),
             peer,
             peer_reads_us: Cell::new(false),
         });

@@ -51,6 +51,7 @@ impl EventSink for Sink {
 fn params() -> IfaceParams {
     IfaceParams {
         device: DEVICE.into(),
+        ..Default::default()
     }
 }
 

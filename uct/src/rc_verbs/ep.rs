@@ -664,6 +664,21 @@ impl Endpoint for RcVerbsEp {
         })
     }
 
+    /// An idle, connected endpoint posts a credit write the peer's adapter must acknowledge;
+    /// one with operations in flight needs none (they are acknowledged, or fail, already).
+    fn check(&mut self) -> Result<()> {
+        self.with(|inner, k| {
+            let ep = &inner.eps[k];
+            if let Some(e) = &ep.failed {
+                return Err(e.clone());
+            }
+            if ep.remote.is_none() || ep.next_seq != ep.done_seq || ep.sq_avail < 2 {
+                return Ok(());
+            }
+            post_credit_write(inner, k, TxKind::Plain)
+        })
+    }
+
     fn pending_add(&mut self, req: PendingId) -> Result<()> {
         self.with(|inner, k| {
             let ep = &mut inner.eps[k];

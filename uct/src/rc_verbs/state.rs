@@ -537,6 +537,14 @@ pub(super) fn ep_flush_marker(inner: &mut Inner, k: usize, kind: TxKind) -> Resu
         ep.ops.push_back(TxOp { seq, kind });
         return Ok(());
     }
+    post_credit_write(inner, k, kind)
+}
+
+/// Posts a signaled 8-byte RDMA write of our credit count to the peer's credit page: the
+/// flush marker, and the liveness probe of [`crate::Endpoint::check`] (the peer's adapter
+/// acknowledges it; a peer that is gone makes it fail after the retries).
+pub(super) fn post_credit_write(inner: &mut Inner, k: usize, kind: TxKind) -> Result<()> {
+    let ep = &mut inner.eps[k];
     let remote = ep
         .remote
         .ok_or_else(|| Error::InvalidParam("rc_verbs endpoint is not connected yet".into()))?;

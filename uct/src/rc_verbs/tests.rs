@@ -754,6 +754,7 @@ impl RcFixture {
             &md,
             &crate::IfaceParams {
                 device: device.to_owned(),
+                ..Default::default()
             },
         )?;
         Ok((iface, md))

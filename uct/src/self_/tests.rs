@@ -11,6 +11,7 @@ use ucs::{Error, Outcome};
 fn open() -> SelfIface {
     SelfIface::open(&IfaceParams {
         device: DEVICE_NAME.into(),
+        ..Default::default()
     })
     .unwrap()
 }

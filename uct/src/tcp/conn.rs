@@ -273,8 +273,12 @@ impl Conn {
             _ => Ok(()),
         }
     }
-    /// True when any operation would find room right now.
-    pub(crate) fn has_room(&self) -> bool {
-        self.tx.fits(MAX_COPY_FRAME, 2) && self.reqs.len() < MAX_REQS
+    /// True when any operation would find room right now: its queues have space (and, with
+    /// `connect_backpressure`, the connection is up: until then operations wait as pending
+    /// requests).
+    pub(crate) fn has_room(&self, connect_backpressure: bool) -> bool {
+        (self.is_connected() || !connect_backpressure)
+            && self.tx.fits(MAX_COPY_FRAME, 2)
+            && self.reqs.len() < MAX_REQS
     }
 }

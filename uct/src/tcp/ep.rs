@@ -452,11 +452,42 @@ impl Endpoint for TcpEp {
         Ok(())
     }
 
+    /// The kernel probes an idle connection itself (keepalive); a connection with data
+    /// outstanding fails here when the peer's host has acknowledged nothing for the keepalive
+    /// time ([`super::sockopt::unacked_silence`]): a link cut for good, not a busy peer.
+    fn check(&mut self) -> Result<()> {
+        let mut g = self.inner.borrow_mut();
+        let inner = &mut *g;
+        let c = &inner.conns[self.key];
+        c.check_usable()?;
+        let (true, Some(k)) = (c.is_connected(), inner.sock_cfg.keepalive) else {
+            return Ok(());
+        };
+        let limit = k.dead_after();
+        match super::sockopt::unacked_silence(c.fd()) {
+            Ok(Some(silent)) if silent > limit => {
+                let peer = c.peer.map(|p| p.to_string()).unwrap_or_default();
+                let e = Error::PeerFailure(format!(
+                    "tcp peer {peer} acknowledged nothing for {silent:?} with data outstanding \
+                     (limit {limit:?}: RUCX_TCP_KEEPIDLE + RUCX_TCP_KEEPINTVL x RUCX_TCP_KEEPCNT)"
+                ));
+                inner.fail(self.key, e.clone(), false);
+                Err(e)
+            }
+            Ok(_) => Ok(()),
+            Err(e) => {
+                inner.fail(self.key, e.clone(), false);
+                Err(e)
+            }
+        }
+    }
+
     fn pending_add(&mut self, req: PendingId) -> Result<()> {
         let mut g = self.inner.borrow_mut();
+        let bp = g.connect_backpressure;
         let c = &mut g.conns[self.key];
         c.check_usable()?;
-        if c.pending.is_empty() && c.has_room() {
+        if c.pending.is_empty() && c.has_room(bp) {
             return Err(Error::Busy(
                 "the endpoint has send resources now: retry the operation".into(),
             ));

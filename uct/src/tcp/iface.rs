@@ -196,6 +196,7 @@ impl TcpIface {
             next_ep: 0,
             next_conn_id: seed | 1,
             sock_cfg,
+            connect_backpressure: false,
             connecting: 0,
             local,
             cleanup: false,
@@ -518,7 +519,7 @@ impl Iface for TcpIface {
         for i in 0..g.active.len() {
             let key = g.active[i];
             let c = &g.conns[key];
-            if c.rx.has_data() || !c.pending.is_empty() && c.has_room() {
+            if c.rx.has_data() || !c.pending.is_empty() && c.has_room(g.connect_backpressure) {
                 return Err(Error::Busy("received data is waiting for progress".into()));
             }
             let unsent_hello = c.state == ConnState::Handshake && c.ctl.is_some();

@@ -34,6 +34,9 @@ pub(crate) struct Inner {
     pub(crate) next_ep: u32,
     pub(crate) next_conn_id: u64,
     pub(crate) sock_cfg: SockCfg,
+    /// Operations on a connection not up yet get back-pressure instead of being queued
+    /// ([`crate::IfaceParams::connect_backpressure`]).
+    pub(crate) connect_backpressure: bool,
     pub(crate) connecting: usize,
     pub(crate) local: IfaceAddr,
     pub(crate) cleanup: bool,

@@ -152,9 +152,42 @@ pub const NET_DEVICES: ConfigVar = ConfigVar {
     doc: "Comma-separated network devices to use (lo, eth0, ...), or all",
 };
 
+/// `RUCX_TCP_KEEPIDLE`: idle time before the kernel's keepalive probes (UCX's name).
+pub const TCP_KEEPIDLE: ConfigVar = ConfigVar {
+    name: "TCP_KEEPIDLE",
+    default: "10s",
+    doc: "Time a connection stays idle before the kernel starts keepalive probes \
+          (TCP_KEEPIDLE); inf disables keepalive probes and the unacknowledged-data check",
+};
+
+/// `RUCX_TCP_KEEPINTVL`: time between keepalive probes (UCX's name).
+pub const TCP_KEEPINTVL: ConfigVar = ConfigVar {
+    name: "TCP_KEEPINTVL",
+    default: "2s",
+    doc: "Time between the kernel's keepalive probes (TCP_KEEPINTVL); inf disables them",
+};
+
+/// `RUCX_TCP_KEEPCNT`: keepalive probes before the connection is dropped (UCX's name).
+pub const TCP_KEEPCNT: ConfigVar = ConfigVar {
+    name: "TCP_KEEPCNT",
+    default: "auto",
+    doc: "Unanswered keepalive probes after which the kernel drops the connection \
+          (TCP_KEEPCNT): a number, auto (3) or inf (no probes). A peer host unreachable for \
+          KEEPIDLE + KEEPINTVL x KEEPCNT is declared dead, idle or with data outstanding; a \
+          peer whose kernel still acknowledges (a process busy elsewhere) never is",
+};
+
 /// Every configuration variable of the tcp transport (registered with `ucs::config` when the
 /// transport is first queried, so `rucx-info -c` lists them and they are not "unknown").
-pub static TCP_VARS: [ConfigVar; 4] = [TCP_SNDBUF, TCP_RCVBUF, TCP_CONGESTION, NET_DEVICES];
+pub static TCP_VARS: [ConfigVar; 7] = [
+    TCP_SNDBUF,
+    TCP_RCVBUF,
+    TCP_CONGESTION,
+    NET_DEVICES,
+    TCP_KEEPIDLE,
+    TCP_KEEPINTVL,
+    TCP_KEEPCNT,
+];
 
 /// Reads a socket buffer size variable: `None` for `auto`.
 pub fn sock_buf_size(var: &ConfigVar) -> Result<Option<usize>> {
@@ -495,6 +528,8 @@ impl Transport for TcpTransport {
                     params.device
                 ))
             })?;
-        TcpIface::open(dev)
+        let iface = TcpIface::open(dev)?;
+        iface.inner.borrow_mut().connect_backpressure = params.connect_backpressure;
+        Ok(iface)
     }
 }

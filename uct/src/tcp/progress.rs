@@ -336,10 +336,11 @@ impl TcpIface {
         loop {
             let (ep, req) = {
                 let mut g = self.inner.borrow_mut();
+                let bp = g.connect_backpressure;
                 let Some(c) = g.conns.get_mut(key) else {
                     return n;
                 };
-                if c.pending.is_empty() || !c.has_room() || !c.ep_alive {
+                if c.pending.is_empty() || !c.has_room(bp) || !c.ep_alive {
                     return n;
                 }
                 let Some(ep) = c.ep else { return n };

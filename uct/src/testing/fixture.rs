@@ -100,6 +100,7 @@ impl<T: Transport> TlPair<T> {
             &md,
             &IfaceParams {
                 device: device.to_owned(),
+                ..Default::default()
             },
         )?;
         Ok((iface, md))

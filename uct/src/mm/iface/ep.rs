@@ -120,6 +120,7 @@ impl MmEp {
             pos: c.pos,
         };
         self.fifo.stamp(c.pos, self.pid);
+        self.shared.sent_unchecked.set(true);
         let rx = self.common.rx_rounds.get();
         let stream = self.prefetchw.filter(|_| rx == self.rx_seen);
         if let Some(cpu) = stream {
@@ -533,8 +534,16 @@ impl Endpoint for MmEp {
         self.tag_rndv_req(tag, header)
     }
 
+    /// Messages are in the peer's FIFO when their send returns; a flush after such sends also
+    /// asks the kernel whether the peer process is still there (one `poll` of its pidfd), so
+    /// messages written to a process that had died fail the flush instead of being lost
+    /// silently. A flush with nothing sent since the last look costs no system call.
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
         self.check_alive()?;
+        if self.shared.sent_unchecked.replace(false) && self.shared.peer.exited() {
+            self.mark_failed();
+            return Err(self.shared.peer_error());
+        }
         if self.shared.pending.is_empty() {
             Ok(Outcome::DONE)
         } else {

@@ -82,6 +82,7 @@ fn rndv_from_registered_memory_is_read_by_cma() {
     let md = PosixTransport::open_md(DEVICE).unwrap();
     let p = IfaceParams {
         device: DEVICE.into(),
+        ..Default::default()
     };
     let mut a = PosixTransport::open_iface(&md, &p).unwrap();
     let mut b = PosixTransport::open_iface(&md, &p).unwrap();
@@ -174,6 +175,7 @@ fn forged_acks_complete_no_rendezvous() {
     let md = PosixTransport::open_md(DEVICE).unwrap();
     let p = IfaceParams {
         device: DEVICE.into(),
+        ..Default::default()
     };
     let mut a = PosixTransport::open_iface(&md, &p).unwrap();
     let mut b = PosixTransport::open_iface(&md, &p).unwrap();
@@ -253,6 +255,7 @@ fn rndv_from_a_dead_sender_fails_the_receive() {
     let md = PosixTransport::open_md(DEVICE).unwrap();
     let p = IfaceParams {
         device: DEVICE.into(),
+        ..Default::default()
     };
     let mut a = PosixTransport::open_iface(&md, &p).unwrap();
     let mut b = PosixTransport::open_iface(&md, &p).unwrap();
@@ -302,6 +305,7 @@ fn rndv_from_a_reallocated_segment_reads_the_new_one() {
     let md = PosixTransport::open_md(DEVICE).unwrap();
     let p = IfaceParams {
         device: DEVICE.into(),
+        ..Default::default()
     };
     let mut a = PosixTransport::open_iface(&md, &p).unwrap();
     let mut b = PosixTransport::open_iface(&md, &p).unwrap();

@@ -117,6 +117,12 @@ impl TcpEp {
             let copy_len: usize = pieces.iter().map(|p| p.len()).sum();
             let nitems = 1 + z.is_some() as usize;
             let connected = c.is_connected();
+            if !connected && inner.connect_backpressure {
+                // Back-pressure until the connection is up (as UCX's tcp): an operation that
+                // completed now could be lost with its queued bytes if the process ended
+                // before the connection did.
+                return Ok(None);
+            }
             let fd = c.fd();
             if connected && !c.tx.is_empty() {
                 inner.flush_tx(key)?;
@@ -216,6 +222,10 @@ impl TcpEp {
                 return Ok(Outcome::NoResource);
             }
             let connected = c.is_connected();
+            if !connected && inner.connect_backpressure {
+                // Back-pressure until the connection is up (see `send_any`).
+                return Ok(Outcome::NoResource);
+            }
             if connected && !c.tx.is_empty() {
                 inner.flush_tx(key)?;
             }

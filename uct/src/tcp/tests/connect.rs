@@ -759,3 +759,43 @@ fn accepts_are_batched() {
     assert!(sa.errors.is_empty());
     drop(clients);
 }
+
+/// With `connect_backpressure` (what ucp asks for), an endpoint whose connection is still being
+/// made refuses operations with `NoResource` and takes a pending request, dispatched once the
+/// connection is up; nothing completes, and nothing is sent, before then.
+#[test]
+fn connect_backpressure_holds_operations_until_the_connection_is_up() {
+    let mut a = open_lo();
+    a.inner.borrow_mut().connect_backpressure = true;
+    let mut b = open_lo();
+    let mut ep = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    // The acceptor has not progressed: the handshake cannot have finished.
+    assert_eq!(ep.am_short(3, 7, b"early").unwrap(), Outcome::NoResource);
+    let packed = ep.am_bcopy(3, |buf| {
+        buf[..4].copy_from_slice(b"late");
+        4
+    });
+    assert_eq!(packed.unwrap(), Outcome::NoResource);
+    ep.pending_add(PendingId(9)).unwrap();
+    run(&mut a, &mut sa, &mut b, &mut sb, |sa, _| {
+        !sa.pending.is_empty()
+    });
+    assert_eq!(sa.pending, vec![(ep.id(), PendingId(9))]);
+    assert!(
+        sb.ams.is_empty(),
+        "nothing left before the connection was up"
+    );
+    assert_eq!(ep.am_short(3, 7, b"now").unwrap(), Outcome::DONE);
+    run(&mut a, &mut sa, &mut b, &mut sb, |_, sb| !sb.ams.is_empty());
+    assert_eq!(sb.ams.len(), 1);
+    assert_eq!(&sb.ams[0].1[8..], b"now");
+    // Without it (the default), a new endpoint queues at once.
+    let mut c = open_lo();
+    let mut ep2 = c
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    assert_eq!(ep2.am_short(3, 8, b"queued").unwrap(), Outcome::DONE);
+}

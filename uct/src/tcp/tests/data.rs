@@ -778,6 +778,7 @@ fn small_socket_buffers_gets_both_ways() {
             sndbuf: Some(4096),
             rcvbuf: Some(4096),
             congestion: None,
+            keepalive: None,
         };
         TcpIface::open_cfg(lo(), cfg).unwrap()
     };
