@@ -6,7 +6,7 @@
 //!
 //! | UCX variable | rucx setting |
 //! |---|---|
-//! | `UCX_TLS` | `RUCX_TLS`: `all`, `^a,b` (every rucx transport but those), `shm`/`sm`, `self`, `tcp`, `posix`, `sysv`, `cma`, `mm` (posix, sysv), `rc*`/`ud*`/`dc*`/`ib` (rc_verbs); GPU transports (`cuda*`, `rocm*`, `gdr_copy`, `ze*`) and others rucx lacks are dropped with a warning |
+//! | `UCX_TLS` | `RUCX_TLS`: `all`, `^a,b` (every rucx transport but those), `shm`/`sm`, `self`, `tcp`, `posix`, `sysv`, `cma`, `mm` (posix, sysv), `rc` (rc_verbs with ud_verbs, as UCX's alias brings ud), `rc_verbs`/`rc_mlx5`/`rc_x`/`dc*` (rc_verbs), `ud`/`ud_verbs`/`ud_mlx5`/`ud_x` (ud_verbs), `ib` (rc_verbs, ud_verbs); GPU transports (`cuda*`, `rocm*`, `gdr_copy`, `ze*`) and others rucx lacks are dropped with a warning |
 //! | `UCX_NET_DEVICES` | `RUCX_NET_DEVICES` (`all` or a list) |
 //! | `UCX_RNDV_THRESH`, `UCX_ZCOPY_THRESH` | same names (sizes, `inf`, `auto`) |
 //! | `UCX_RNDV_SCHEME` | same (`get_zcopy`, `put_zcopy`, `auto`) |
@@ -94,11 +94,10 @@ pub fn map_tls(value: &str) -> Result<Vec<String>, String> {
             "all" if !negate => return Ok(Vec::new()),
             "shm" | "sm" => ucp::config::SHM_TLS.iter().for_each(|s| push(s)),
             "mm" => ["posix", "sysv"].iter().for_each(|s| push(s)),
-            "self" | "tcp" | "posix" | "sysv" | "cma" | "rc_verbs" => push(&t),
-            "ib" => push("rc_verbs"),
-            x if x.starts_with("rc") || x.starts_with("ud") || x.starts_with("dc") => {
-                push("rc_verbs")
-            }
+            "self" | "tcp" | "posix" | "sysv" | "cma" | "rc_verbs" | "ud_verbs" => push(&t),
+            "ib" | "rc" => ["rc_verbs", "ud_verbs"].iter().for_each(|s| push(s)),
+            x if x.starts_with("ud") => push("ud_verbs"),
+            x if x.starts_with("rc") || x.starts_with("dc") => push("rc_verbs"),
             x if x.starts_with("cuda")
                 || x.starts_with("rocm")
                 || x.starts_with("ze")
@@ -401,8 +400,13 @@ mod tests {
         assert!(map_tls("all").unwrap().is_empty());
         assert_eq!(
             map_tls("rc_x,ud_x,sm").unwrap(),
-            ["rc_verbs", "posix", "sysv", "cma"]
+            ["rc_verbs", "ud_verbs", "posix", "sysv", "cma"]
         );
+        assert_eq!(map_tls("rc,ud").unwrap(), ["rc_verbs", "ud_verbs"]);
+        assert_eq!(map_tls("rc_mlx5").unwrap(), ["rc_verbs"]);
+        assert_eq!(map_tls("ud").unwrap(), ["ud_verbs"]);
+        assert_eq!(map_tls("ud_verbs,self").unwrap(), ["ud_verbs", "self"]);
+        assert_eq!(map_tls("ib").unwrap(), ["rc_verbs", "ud_verbs"]);
         let neg = map_tls("^tcp").unwrap();
         assert!(!neg.contains(&"tcp".to_string()) && neg.contains(&"self".to_string()));
         assert!(map_tls("cuda_copy").is_err());

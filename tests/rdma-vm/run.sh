@@ -3,23 +3,30 @@
 # with rxe0 up on veth0 (10.83.0.1, RoCE v2, GID index 1). The command's output (stdout and
 # stderr merged) is printed here and its exit code is ours.
 #
-# Usage: tests/rdma-vm/run.sh [-f FILE]... [-t SECONDS] [-m MEM] [--] CMD [ARGS...]
+# Usage: tests/rdma-vm/run.sh [-f FILE]... [-r DIR]... [-t SECONDS] [-m MEM] [--] CMD [ARGS...]
 #   -f FILE     copy FILE (and the libraries ldd names for it) into /opt/rdmavm/bin in the VM,
 #               which is first in PATH; repeatable
+#   -r DIR      copy the tree DIR as it is into the VM's root (DIR/usr/bin/x becomes /usr/bin/x,
+#               symbolic links kept); repeatable
 #   -t SECONDS  wall-clock limit for the whole VM run (default 300); on expiry exit code 124
 #   -m MEM      guest memory (default 2G)
 # Exit codes: the command's; 124 timeout; 125 the VM or its setup failed.
-# Environment: RDMA_VM_SMP (default 2) guest CPUs; RDMA_VM_VERBOSE=1 shows the kernel log.
+# Environment: RDMA_VM_SMP (default 2) guest CPUs; RDMA_VM_VERBOSE=1 shows the kernel log;
+# RDMA_VM_ACCEL=tcg|kvm (default tcg, qemu's emulator, which needs nothing of the host; kvm
+# only when asked: on the nested-virtualisation host of 2026-12-05 /dev/kvm exists but the
+# guest stalls at boot under it).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="$HERE/cache"
 FILES=()
+TREES=()
 TIMEOUT=300
 MEM=2G
 while (($#)); do
     case "$1" in
         -f) FILES+=("$2"); shift 2 ;;
+        -r) TREES+=("$2"); shift 2 ;;
         -t) TIMEOUT="$2"; shift 2 ;;
         -m) MEM="$2"; shift 2 ;;
         --) shift; break ;;
@@ -42,6 +49,9 @@ for f in "${FILES[@]}"; do
         mkdir -p "$X$(dirname "$lib")"
         cp -L "$lib" "$X$lib"
     done < <(ldd "$f" 2>/dev/null | awk '/=> \//{print $3}')
+done
+for t in ${TREES[@]+"${TREES[@]}"}; do
+    cp -a "$t/." "$X/"
 done
 {
     echo '#!/bin/bash'
@@ -70,24 +80,21 @@ pin_vcpus() {
     local smp=$1 marker=$2 pid="" i t name
     for _ in $(seq 1 200); do
         pid=$(pgrep -f -n -- "$marker" || true)
-        [[ -n "$pid" ]] && [[ $(grep -l "^CPU [0-9]*/TCG$" /proc/"$pid"/task/*/comm 2>/dev/null | wc -l) -ge $smp ]] && break
+        [[ -n "$pid" ]] && [[ $(grep -l "^CPU [0-9]*/\(TCG\|KVM\)$" /proc/"$pid"/task/*/comm 2>/dev/null | wc -l) -ge $smp ]] && break
         sleep 0.05
     done
     [[ -n "$pid" ]] || return 0
     for t in /proc/"$pid"/task/*; do
         name=$(cat "$t/comm" 2>/dev/null) || continue
-        if [[ "$name" =~ ^CPU\ ([0-9]+)/TCG$ ]]; then
+        if [[ "$name" =~ ^CPU\ ([0-9]+)/(TCG|KVM)$ ]]; then
             i=${BASH_REMATCH[1]}
             taskset -p -c "$i" "${t##*/}" >/dev/null 2>&1 || true
         fi
     done
 }
 SMP=${RDMA_VM_SMP:-2}
-if [[ "${RDMA_VM_PIN:-1}" == 1 ]] && (($(nproc) >= SMP)); then
-    pin_vcpus "$SMP" "$WORK/initrd" &
-fi
-set +e
-timeout -k 5 "$TIMEOUT" qemu-system-x86_64 -name rdmavm,debug-threads=on -accel tcg -machine q35 -cpu max -smp "$SMP" -m "$MEM" \
+ACCEL=${RDMA_VM_ACCEL:-tcg}
+timeout -k 5 "$TIMEOUT" qemu-system-x86_64 -name rdmavm,debug-threads=on -accel "$ACCEL" -machine q35 -cpu max -smp "$SMP" -m "$MEM" \
     -kernel "$CACHE/vmlinux" -initrd "$WORK/initrd" \
     -append "console=ttyS0 rdinit=/init loglevel=$LOGLEVEL panic=-1 mitigations=off nokaslr" \
     -nic none -display none -serial stdio -monitor none -no-reboot </dev/null 2>"$WORK/qemu.err" |

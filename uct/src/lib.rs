@@ -19,9 +19,11 @@ pub mod rc_verbs;
 pub mod registry;
 pub mod self_;
 mod small_copy;
+pub mod tag_posted;
 pub mod tcp;
 #[doc(hidden)]
 pub mod testing;
+pub mod ud_verbs;
 pub mod worker;
 
 pub use caps::{

@@ -81,10 +81,11 @@ pub struct TransportStatus {
 
 /// The `RUCX_*` variable tables of the built-in transports, for
 /// [`ucs::log::init_program`] and the configuration printer.
-pub fn config_tables() -> [&'static [ucs::config::ConfigVar]; 3] {
+pub fn config_tables() -> [&'static [ucs::config::ConfigVar]; 4] {
     [
         &crate::tcp::TCP_VARS,
         &crate::rc_verbs::RC_VERBS_VARS,
+        &crate::ud_verbs::UD_VERBS_VARS,
         &crate::fault::FAULT_VARS,
     ]
 }
@@ -405,6 +406,7 @@ transports! {
     Cma => crate::cma::CmaTransport,
     Tcp => crate::tcp::TcpTransport,
     RcVerbs => crate::rc_verbs::RcVerbs,
+    UdVerbs => crate::ud_verbs::UdVerbs,
     FaultTcp => crate::fault::Fault<crate::tcp::TcpTransport>,
     FaultPosix => crate::fault::Fault<crate::mm::PosixTransport>,
 }

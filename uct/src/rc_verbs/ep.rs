@@ -39,6 +39,7 @@ impl Drop for RcVerbsEp {
                     }
                 }
                 drop(ep); // destroys the QP, then its memory
+                inner.tag_ep_gone(self.key, self.gen);
             }
         }
     }
@@ -53,7 +54,7 @@ impl RcVerbsEp {
         f(&mut inner, self.key)
     }
 
-    fn lkey_sges(inner: &Inner, iov: &[Iov<'_>], sges: &mut [ibv_sge]) -> Result<usize> {
+    pub(super) fn lkey_sges(inner: &Inner, iov: &[Iov<'_>], sges: &mut [ibv_sge]) -> Result<usize> {
         if iov.len() > sges.len() {
             return Err(Error::InvalidParam(format!(
                 "{} iov entries exceed this endpoint's limit of {}",
@@ -723,6 +724,42 @@ impl Endpoint for RcVerbsEp {
         }
         .encode()
         .to_vec())
+    }
+
+    fn tag_eager_short(&mut self, tag: u64, data: &[u8]) -> Result<Outcome> {
+        self.tag_eager_short_impl(tag, data)
+    }
+    fn tag_eager_bcopy<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        pack: F,
+    ) -> Result<Outcome<usize>> {
+        self.tag_eager_bcopy_impl(tag, imm, pack)
+    }
+    fn tag_eager_zcopy(
+        &mut self,
+        tag: u64,
+        imm: u64,
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome> {
+        self.tag_eager_zcopy_impl(tag, imm, iov, comp)
+    }
+    fn tag_rndv_zcopy(
+        &mut self,
+        tag: u64,
+        header: &[u8],
+        iov: &[Iov<'_>],
+        comp: CompletionId,
+    ) -> Result<Outcome<u64>> {
+        self.tag_rndv_zcopy_impl(tag, header, iov, comp)
+    }
+    fn tag_rndv_cancel(&mut self, op: u64) -> Result<()> {
+        self.tag_rndv_cancel_impl(op)
+    }
+    fn tag_rndv_request(&mut self, tag: u64, header: &[u8]) -> Result<Outcome> {
+        self.tag_rndv_request_impl(tag, header)
     }
 
     fn connect_to_ep(&mut self, dev_addr: &[u8], ep_addr: &[u8]) -> Result<()> {

@@ -51,6 +51,8 @@ pub struct Verbs {
     pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    pub create_ah: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah,
+    pub destroy_ah: unsafe extern "C" fn(*mut ibv_ah) -> c_int,
 }
 
 static VERBS: OnceLock<Result<Verbs, String>> = OnceLock::new();
@@ -93,6 +95,8 @@ fn load() -> Result<Verbs, String> {
         create_qp: sym!("ibv_create_qp"),
         modify_qp: sym!("ibv_modify_qp"),
         destroy_qp: sym!("ibv_destroy_qp"),
+        create_ah: sym!("ibv_create_ah"),
+        destroy_ah: sym!("ibv_destroy_ah"),
         _lib: lib,
     })
 }
@@ -524,13 +528,31 @@ impl Qp {
         recv_cq: &Cq,
         cap: ibv_qp_cap,
     ) -> Result<Qp, io::Error> {
+        Self::create(pd, send_cq, recv_cq, cap, IBV_QPT_RC)
+    }
+    /// `ibv_create_qp` (UD) on the given CQs.
+    pub fn create_ud(
+        pd: &Arc<Pd>,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        cap: ibv_qp_cap,
+    ) -> Result<Qp, io::Error> {
+        Self::create(pd, send_cq, recv_cq, cap, IBV_QPT_UD)
+    }
+    fn create(
+        pd: &Arc<Pd>,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        cap: ibv_qp_cap,
+        qp_type: c_int,
+    ) -> Result<Qp, io::Error> {
         let mut init = ibv_qp_init_attr {
             qp_context: ptr::null_mut(),
             send_cq: send_cq.raw(),
             recv_cq: recv_cq.raw(),
             srq: ptr::null_mut(),
             cap,
-            qp_type: IBV_QPT_RC,
+            qp_type,
             sq_sig_all: 0,
         };
         // SAFETY: valid PD, CQs and init attributes.
@@ -601,6 +623,34 @@ impl Drop for Qp {
     fn drop(&mut self) {
         // SAFETY: created once, destroyed once.
         unsafe { (self.pd.ctx.verbs.destroy_qp)(self.qp.as_ptr()) };
+    }
+}
+
+/// An address handle (`ibv_ah`): the route to a remote port for UD sends, destroyed on drop.
+pub struct Ah {
+    pd: Arc<Pd>,
+    ah: NonNull<ibv_ah>,
+}
+
+impl Ah {
+    /// `ibv_create_ah`.
+    pub fn create(pd: &Arc<Pd>, attr: &mut ibv_ah_attr) -> Result<Ah, io::Error> {
+        // SAFETY: valid PD and attributes.
+        let ah = unsafe { (pd.ctx.verbs.create_ah)(pd.raw(), attr) };
+        let ah = NonNull::new(ah).ok_or_else(io::Error::last_os_error)?;
+        Ok(Ah { pd: pd.clone(), ah })
+    }
+    /// The handle, for `ibv_send_wr::set_ud`.
+    pub fn raw(&self) -> *mut ibv_ah {
+        self.ah.as_ptr()
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        // SAFETY: created once, destroyed once, after the sends that named it were posted
+        // (the provider copies the address vector into the work request).
+        unsafe { (self.pd.ctx.verbs.destroy_ah)(self.ah.as_ptr()) };
     }
 }
 

@@ -4,10 +4,13 @@
 use super::ep::RcVerbsEp;
 use super::ffi::{self, ibv_qp_attr, ibv_wc, CompChannel, Cq, Qp};
 use super::state::*;
+use super::tag::wire::{EagerHdr, RndvHdr, ID_TAG_MIN};
+use super::tag::{MAX_POSTED, RECV_MAX_IOV};
 use super::wire::{AmHdr, DevAddr, EpAddr, LL_ETHERNET, LL_INFINIBAND};
 use super::{RcConfig, RcVerbsMd};
+use crate::caps::TagLimits;
 use crate::caps::{AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel};
-use crate::ep::CompletionId;
+use crate::ep::{CompletionId, TagRecvId};
 use crate::iface::{EventSink, Iface};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -18,7 +21,7 @@ use ucs::{Error, Outcome, Result};
 
 /// An rc_verbs interface.
 pub struct RcVerbsIface {
-    inner: Rc<RefCell<Inner>>,
+    pub(super) inner: Rc<RefCell<Inner>>,
     attr: IfaceAttr,
     device: String,
     dev_addr: [u8; DevAddr::LEN],
@@ -71,7 +74,7 @@ impl RcVerbsIface {
         .map_err(|e| Error::NoDevice(format!("creating an RC QP on {device}: {e}")))?;
         let max_inline = probe.cap.max_inline_data.min(cfg.max_inline);
         drop(probe);
-        if max_inline < 9 {
+        if max_inline < EagerHdr::LEN as u32 + 1 {
             return Err(Error::NoDevice(format!(
                 "{device} grants only {max_inline} bytes of inline data"
             )));
@@ -97,7 +100,11 @@ impl RcVerbsIface {
             | IfaceFlags::GET_ZCOPY
             | IfaceFlags::PENDING
             | IfaceFlags::CONNECT_TO_EP
-            | IfaceFlags::ERRHANDLE_PEER_FAILURE;
+            | IfaceFlags::ERRHANDLE_PEER_FAILURE
+            | IfaceFlags::TAG_EAGER_SHORT
+            | IfaceFlags::TAG_EAGER_BCOPY
+            | IfaceFlags::TAG_EAGER_ZCOPY
+            | IfaceFlags::TAG_RNDV_ZCOPY;
         if atomics != AtomicCaps::default() {
             flags |= IfaceFlags::ATOMIC_DEVICE;
         }
@@ -130,7 +137,16 @@ impl RcVerbsIface {
                 max_iov: max_send_sge as usize,
                 max_hdr: 0,
             },
-            tag: Default::default(),
+            tag: TagLimits {
+                eager_max_short: max_inline as usize - EagerHdr::LEN,
+                eager_max_bcopy: seg - EagerHdr::LEN,
+                eager_max_zcopy: seg - EagerHdr::LEN,
+                rndv_max_hdr: seg - RndvHdr::LEN,
+                rndv_max_zcopy: max_msg,
+                recv_max_outstanding: MAX_POSTED,
+                recv_max_iov: RECV_MAX_IOV.min(max_send_sge as usize),
+                eager_saves_copy: false,
+            },
             device_addr_len: DevAddr::LEN,
             iface_addr_len: 0,
             ep_addr_len: EpAddr::LEN,
@@ -173,6 +189,7 @@ impl RcVerbsIface {
             rx_batch,
             tx_signaled: 0,
             tx_skipped: 0,
+            tag: super::tag::TagState::new(),
             recv_cq,
             send_cq,
             channel,
@@ -230,12 +247,16 @@ impl RcVerbsIface {
             // the callback.
             let data =
                 unsafe { std::slice::from_raw_parts(rx.mem.base().add(slot as usize * seg), len) };
-            match AmHdr::decode(data) {
-                Ok((id, payload)) => {
-                    sink.am(id, payload);
-                    count += 1;
+            if data.first().is_some_and(|&id| id >= ID_TAG_MIN) {
+                count += self.tag_arrived(key, gen, data, sink);
+            } else {
+                match AmHdr::decode(data) {
+                    Ok((id, payload)) => {
+                        sink.am(id, payload);
+                        count += 1;
+                    }
+                    Err(e) => tracing::warn!(%e, "malformed rc_verbs active message dropped"),
                 }
-                Err(e) => tracing::warn!(%e, "malformed rc_verbs active message dropped"),
             }
             if repost_after {
                 let mut inner = self.inner.borrow_mut();
@@ -312,6 +333,10 @@ impl RcVerbsIface {
                         self.inner.borrow_mut().tx_free.push(b);
                         sink.completion(c, err.map_or(Ok(0), Err));
                     }
+                    Delivery::TagRead(slot) => {
+                        self.inner.borrow_mut().tag_read_finish(slot as usize, err);
+                        count += self.progress_tag(sink);
+                    }
                 }
             }
         }
@@ -329,7 +354,7 @@ impl RcVerbsIface {
         };
         keys.clear();
         keys.extend(self.inner.borrow().eps.iter().map(|(k, _)| k));
-        let mut count = 0;
+        let mut count = self.progress_tag(sink);
         for &key in &keys {
             // Errors, once.
             let report = {
@@ -340,12 +365,15 @@ impl RcVerbsIface {
                 match (&ep.failed, ep.error_reported) {
                     (Some(e), false) => {
                         ep.error_reported = true;
-                        Some((ep_id(key, ep.gen), e.clone()))
+                        let (gen, e) = (ep.gen, e.clone());
+                        inner.tag_ep_failed(key, gen, &e);
+                        Some((ep_id(key, gen), e))
                     }
                     _ => None,
                 }
             };
             if let Some((id, e)) = report {
+                count += self.progress_tag(sink);
                 sink.ep_error(id, e);
                 count += 1;
                 continue;
@@ -601,6 +629,24 @@ impl Iface for RcVerbsIface {
         Some(self.channel_fd)
     }
 
+    fn tag_recv_zcopy(
+        &mut self,
+        tag: u64,
+        mask: u64,
+        iov: &[crate::md::Iov<'_>],
+        ctx: TagRecvId,
+    ) -> Result<Outcome> {
+        self.tag_post(tag, mask, iov, ctx)
+    }
+
+    fn tag_recv_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
+        crate::iface::TagRecvCancel::cancel(&self.canceler(), ctx, force)
+    }
+
+    fn tag_recv_canceler(&self) -> Option<crate::iface::TagRecvCanceler> {
+        Some(Rc::new(self.canceler()))
+    }
+
     fn event_arm(&mut self, events: EventFlags) -> Result<()> {
         let _ = events;
         let mut inner = self.inner.borrow_mut();
@@ -626,6 +672,9 @@ impl Iface for RcVerbsIface {
         inner.stash_recv.extend_from_slice(&wcs[..m]);
         if n + m > 0 {
             return Err(Error::Busy("completions are waiting".into()));
+        }
+        if inner.tag.has_work() {
+            return Err(Error::Busy("tag offload work is waiting".into()));
         }
         for (_, ep) in inner.eps.iter() {
             if ep.failed.is_some() && !ep.error_reported {

@@ -32,9 +32,10 @@
 //!   credits give `NoResource`, and queued pending requests are retried from progress. Any
 //!   error completion fails the endpoint: its outstanding operations complete with the error
 //!   and `EventSink::ep_error` is called once.
-//! - **Tag offload**: not implemented. Hardware tag matching exists only on mlx5 (through an
-//!   SRQ of type TM); Soft-RoCE (rxe) has none, so the interface reports no TAG capability and
-//!   ucp matches tags in software.
+//! - **Tag offload** ([`tag`]): done by the interface in software (rxe has no tag-matching
+//!   hardware): receives posted to the interface, tagged messages matched as they arrive,
+//!   eager data copied into the posted buffer, a matched rendezvous read by RDMA READ
+//!   straight into it. The module docs say where a hardware TM-SRQ (mlx5) would plug in.
 //! - **Event fd caveat**: credits written by RDMA raise no completion event; while
 //!   an endpoint waits for credits with requests pending, `event_arm` gives `Busy` (poll
 //!   instead of sleeping).
@@ -43,10 +44,12 @@ mod ep;
 pub mod ffi;
 mod iface;
 mod state;
+pub mod tag;
 pub mod wire;
 
 pub use ep::RcVerbsEp;
 pub use iface::RcVerbsIface;
+pub(crate) use state::RegMem;
 
 use crate::caps::{DeviceType, MdAttr, MdFlags, TlRoles};
 use crate::md::{MemHandle, MemoryDomain, RemoteKey};
@@ -147,7 +150,7 @@ pub static RC_VERBS_VARS: [ConfigVar; 11] = [
     RNR_RETRY_COUNT,
 ];
 
-fn uint_var(v: &ConfigVar, min: u64, max: u64) -> Result<u64> {
+pub(crate) fn uint_var(v: &ConfigVar, min: u64, max: u64) -> Result<u64> {
     let n = v
         .uint_or_auto()?
         .ok_or_else(|| Error::Config(format!("{} must be a number, not auto", v.env_name())))?;
@@ -472,7 +475,7 @@ pub struct RcVerbsMd {
 }
 
 impl RcVerbsMd {
-    fn open(device: &str) -> Result<Self> {
+    pub(crate) fn open(device: &str) -> Result<Self> {
         let dev = DevPort::open(device)?;
         let name = intern(dev.ctx().name());
         let attr = MdAttr {

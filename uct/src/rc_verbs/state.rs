@@ -26,13 +26,13 @@ pub(super) const MAX_AM_HDR: usize = 128;
 pub(super) const MAX_SEND_SGE: u32 = 8;
 
 /// Registered memory owned by the interface or an endpoint (mapping dropped after the MR).
-pub(super) struct RegMem {
-    pub(super) mr: Mr,
-    pub(super) map: memmap2::MmapMut,
+pub(crate) struct RegMem {
+    pub(crate) mr: Mr,
+    pub(crate) map: memmap2::MmapMut,
 }
 
 impl RegMem {
-    pub(super) fn new(dev: &DevPort, len: usize, access: i32, what: &str) -> Result<RegMem> {
+    pub(crate) fn new(dev: &DevPort, len: usize, access: i32, what: &str) -> Result<RegMem> {
         let mut map = memmap2::MmapMut::map_anon(len)
             .map_err(|e| Error::NoMemory(format!("{what}: mmap of {len} bytes: {e}")))?;
         // SAFETY: the mapping lives in the same struct and is dropped after the MR.
@@ -41,7 +41,7 @@ impl RegMem {
         Ok(RegMem { mr, map })
     }
     #[inline]
-    pub(super) fn base(&self) -> *mut u8 {
+    pub(crate) fn base(&self) -> *mut u8 {
         self.map.as_ptr() as *mut u8
     }
 }
@@ -65,6 +65,8 @@ pub(super) enum TxKind {
     Flush(CompletionId),
     /// Interface flush marker: one of the endpoints an interface flush waits for.
     IfaceFlush(u32),
+    /// Tag offload: the RDMA READ of a matched rendezvous (its slot in the tag state).
+    TagRead(u32),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +181,8 @@ pub(super) struct Inner {
     pub(super) tx_signaled: u32,
     /// Progress calls since the send CQ was last polled.
     pub(super) tx_skipped: u32,
+    /// Tag offload: posted receives, READs of matched rendezvous, outstanding rendezvous.
+    pub(super) tag: super::tag::TagState,
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
@@ -499,6 +503,7 @@ impl Inner {
                 Delivery::Comp(c, v)
             }
             TxKind::IfaceFlush(w) => self.iface_flush_done(w),
+            TxKind::TagRead(slot) => Delivery::TagRead(slot),
         }
     }
 
@@ -520,6 +525,7 @@ pub(super) enum Delivery {
     None,
     Comp(CompletionId, u64),
     Get(u32, u32, CompletionId),
+    TagRead(u32),
 }
 
 /// Appends a flush marker to endpoint `k`: after its last work request when that one is

@@ -208,12 +208,17 @@ fn caps_say_what_works() {
     assert!(attr
         .flags
         .contains(IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY | IfaceFlags::CONNECT_TO_EP));
-    assert!(!attr.flags.intersects(
+    assert!(attr.flags.contains(
         IfaceFlags::TAG_EAGER_SHORT
             | IfaceFlags::TAG_EAGER_BCOPY
             | IfaceFlags::TAG_EAGER_ZCOPY
             | IfaceFlags::TAG_RNDV_ZCOPY
     ));
+    assert_eq!(
+        attr.tag.eager_max_bcopy,
+        2048 - crate::rc_verbs::tag::wire::EagerHdr::LEN
+    );
+    assert!(!attr.tag.eager_saves_copy);
     assert!(!attr.flags.contains(IfaceFlags::CONNECT_TO_IFACE));
     assert_eq!(attr.am.max_bcopy, 2047);
     assert!(attr.am.max_short >= 8);
@@ -897,3 +902,5 @@ fn full_send_queue_gives_no_resource_then_pending_resumes() {
 }
 
 mod failure;
+
+mod tag;

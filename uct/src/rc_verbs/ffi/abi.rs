@@ -190,6 +190,12 @@ pub struct ibv_qp {
     pub events_completed: u32,
 }
 
+/// `struct ibv_ah` (only handled through pointers).
+#[repr(C)]
+pub struct ibv_ah {
+    _opaque: [u8; 0],
+}
+
 /// `struct ibv_qp_cap`.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
@@ -329,6 +335,12 @@ impl ibv_send_wr {
         // `wr.rdma.rkey` overlays the low half of `wr.atomic.compare_add` (offset 8 of the union).
         self.wr.compare_add = rkey as u64;
     }
+    /// Sets the `wr.ud` member: `{ struct ibv_ah *ah; uint32_t remote_qpn; uint32_t
+    /// remote_qkey; }` (the QPN at offset 8 of the union, the Q_Key at 12).
+    pub fn set_ud(&mut self, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
+        self.wr.remote_addr = ah as u64;
+        self.wr.compare_add = remote_qpn as u64 | (remote_qkey as u64) << 32;
+    }
     /// Sets the `wr.atomic` member.
     pub fn set_atomic(&mut self, remote_addr: u64, compare_add: u64, swap: u64, rkey: u32) {
         self.wr = ibv_send_wr_wr {
@@ -382,6 +394,7 @@ pub struct ibv_wc {
 
 // Constants of verbs.h.
 pub const IBV_QPT_RC: c_int = 2;
+pub const IBV_QPT_UD: c_int = 4;
 pub const IBV_QPS_RESET: c_int = 0;
 pub const IBV_QPS_INIT: c_int = 1;
 pub const IBV_QPS_RTR: c_int = 2;
@@ -391,6 +404,7 @@ pub const IBV_QP_STATE: c_int = 1 << 0;
 pub const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
 pub const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
 pub const IBV_QP_PORT: c_int = 1 << 5;
+pub const IBV_QP_QKEY: c_int = 1 << 6;
 pub const IBV_QP_AV: c_int = 1 << 7;
 pub const IBV_QP_PATH_MTU: c_int = 1 << 8;
 pub const IBV_QP_TIMEOUT: c_int = 1 << 9;

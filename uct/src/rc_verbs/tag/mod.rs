@@ -1,0 +1,637 @@
+//! Tag offload for rc_verbs, done by the transport in software: the receiving interface
+//! matches arriving tagged messages against the receives posted to it, eager data lands in the
+//! posted buffer, and a matched rendezvous is completed by the receiving interface with one
+//! RDMA READ straight into the posted buffer.
+//!
+//! - **Wire** ([`wire`]): tagged messages are RC sends on the endpoint's queue pair, in order
+//!   with its active messages, with a transport-private id byte (`0xe0`..`0xe2`) and a header;
+//!   they carry receive credits in their immediate data like every active message.
+//! - **Posted receives** ([`PostedRecvs`], shared with any transport that matches in software)
+//!   wait in posting order; a tagged message takes the first one whose tag matches under its
+//!   mask. The buffer must be registered with this device (its pieces need local keys for
+//!   the READ); up to [`RECV_MAX_IOV`] pieces.
+//! - **Eager**: a matched payload is copied once from the receive buffer into the posted
+//!   buffer (the active-message path copies once too: `TagLimits::eager_saves_copy` is
+//!   false); an unmatched one goes to `tag_unexp_eager` straight from the receive buffer.
+//!   Larger than the posted buffer: it fills the buffer and completes with `Truncated`.
+//! - **Rendezvous**: the sender announces address, length and rkey of one registered region
+//!   and keeps the region's handle. A matched announcement makes the receiving interface post
+//!   an RDMA READ of `min(length, capacity)` bytes into the posted pieces on the endpoint the
+//!   announcement came on; when the READ completes the receive completes (with `Truncated`
+//!   when the buffer was smaller) and an acknowledgement goes back, which completes the
+//!   sender's `tag_rndv_zcopy`. Nothing above the transport takes part. An unmatched one (and
+//!   every `tag_rndv_request`) goes to `tag_unexp_rndv` with the sender's address and a packed
+//!   rc_verbs rkey, so the layer above can read the data itself and `tag_rndv_cancel` the
+//!   sender's operation.
+//! - **Back-pressure**: a READ or acknowledgement that finds no send slot (or no credit) waits
+//!   in a queue retried from progress; nothing is dropped.
+//! - **Failures**: a failed endpoint completes its READs (receive with the endpoint's error)
+//!   and its outstanding rendezvous operations (with the error) when the failure is reported;
+//!   an endpoint dropped with a READ in flight completes that receive with `ConnectionReset`.
+//!
+//! ## Where a hardware TM-SRQ implementation plugs in
+//! mlx5 devices (ConnectX-5 and later) match tags in the NIC: an SRQ created with
+//! `ibv_create_srq_ex` of type `IBV_SRQT_TM` (capabilities from `ibv_query_device_ex`:
+//! `tm_caps.max_num_tags`, `max_ops`, `max_sge`, `max_rndv_hdr_size`, flag `IBV_TM_CAP_RC`),
+//! receives posted as tag-list operations with `ibv_post_srq_ops` (`IBV_WR_TAG_ADD` gives a
+//! handle, `IBV_WR_TAG_DEL` cancels by it, `IBV_WR_TAG_SYNC` after unexpected messages), sends
+//! carrying the hardware's tag header (`struct ibv_tmh`: opcode, application context, tag;
+//! rendezvous adds `struct ibv_rvh`: address, rkey, length) via `IBV_WR_SEND`/`_WITH_IMM` with
+//! the header as the first scatter entry, and completions `IBV_WC_TM_ADD`, `IBV_WC_TM_DEL`,
+//! `IBV_WC_TM_RECV` (flag `IBV_WC_TM_MATCH` / `IBV_WC_TM_DATA_VALID`) and `IBV_WC_TM_NO_TAG`
+//! for unexpected ones; the NIC itself runs the READ of a matched rendezvous. In this module
+//! that replaces exactly three things, and nothing outside it changes (the `Iface` and
+//! `Endpoint` tag methods, `TagLimits` and ucp stay as they are):
+//! 1. [`TagState::post`] / [`TagState::cancel`]: a tag-list operation on the TM-SRQ instead of
+//!    [`PostedRecvs`] (a cancel completes on its `TM_DEL` completion; the "already matched"
+//!    answer is the `Busy` given here for a receive with a READ in flight);
+//! 2. `RcVerbsIface::tag_arrived` becomes the handling of the TM completions of the receive
+//!    CQ (the endpoints' QPs then use the TM-SRQ as their SRQ, so the receive buffers move
+//!    from the endpoints to the interface);
+//! 3. the sends in `send.rs` encode `ibv_tmh`/`ibv_rvh` (big-endian) instead of
+//!    [`wire::EagerHdr`]/[`wire::RndvHdr`], and the acknowledgement becomes the NIC's.
+//!
+//! The FFI would need `ibv_query_device_ex`, `ibv_create_srq_ex`, the `ibv_post_srq_ops` and
+//! `ibv_create_qp_ex` entries of the extended context, and the `ibv_wc.tm_info` fields.
+//! Soft-RoCE has no TM-SRQ, so this software matcher is what runs there (issue 7 tracks the
+//! hardware path).
+//!
+//! Nothing here allocates per message: the queues and tables keep their capacity; a posted
+//! receive holds clones of its memory handles (reference counts).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+mod send;
+pub mod wire;
+
+use super::ffi::{self, ibv_send_wr, ibv_sge};
+use super::iface::RcVerbsIface;
+use super::state::{Inner, TxKind};
+use super::{mem_of, wire::PackedRkey};
+use crate::ep::{CompletionId, TagRecvId};
+use crate::iface::{EventSink, RndvRemote, TagRecvCancel};
+use crate::md::{Iov, MemHandle};
+use crate::tag_posted::{recv_result, Posted, PostedRecvs};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use ucs::{Error, Outcome, Result};
+use wire::{AckHdr, EagerHdr, RndvHdr, ACK_OK, ID_TAG_ACK, ID_TAG_EAGER, ID_TAG_RNDV};
+
+/// Most receives posted (and matched by a rendezvous not finished yet) at once.
+pub const MAX_POSTED: usize = 128;
+/// Largest number of pieces of a posted receive.
+pub const RECV_MAX_IOV: usize = 4;
+/// Most rendezvous operations outstanding per interface, as a sender.
+pub const MAX_RNDV_OPS: usize = 4096;
+/// Low bits of a rendezvous operation id that hold its slot plus one; the rest is a sequence
+/// number, so an acknowledgement for a canceled operation whose slot was reused is ignored.
+const OP_SLOT_BITS: u32 = 16;
+const OP_SLOT_MASK: u64 = (1 << OP_SLOT_BITS) - 1;
+const _: () = assert!(MAX_RNDV_OPS < OP_SLOT_MASK as usize);
+
+/// A completion of a posted receive: `(ctx, tag, imm, length, result)`.
+type TagDone = (TagRecvId, u64, u64, usize, Result<()>);
+
+/// The buffer of a posted receive: its registered pieces, and clones of their handles so the
+/// registrations outlive a READ into them.
+pub(crate) struct RecvBuf {
+    n: usize,
+    sges: [ibv_sge; RECV_MAX_IOV],
+    _keep: [Option<MemHandle>; RECV_MAX_IOV],
+}
+
+impl RecvBuf {
+    fn new(iov: &[Iov<'_>], md_name: &str) -> Result<Self> {
+        if iov.len() > RECV_MAX_IOV {
+            return Err(Error::InvalidParam(format!(
+                "a tag receive takes at most {RECV_MAX_IOV} pieces, not {}",
+                iov.len()
+            )));
+        }
+        let mut b = RecvBuf {
+            n: iov.len(),
+            sges: [ibv_sge::default(); RECV_MAX_IOV],
+            _keep: Default::default(),
+        };
+        for (i, v) in iov.iter().enumerate() {
+            let mem = mem_of(v.memh(), md_name)?;
+            b.sges[i] = ibv_sge {
+                addr: v.ptr() as u64,
+                length: u32::try_from(v.len()).map_err(|_| {
+                    Error::InvalidParam("a tag receive piece is longer than 4 GiB".into())
+                })?,
+                lkey: mem.lkey(),
+            };
+            b._keep[i] = Some(v.memh().clone());
+        }
+        Ok(b)
+    }
+
+    fn capacity(&self) -> usize {
+        self.sges[..self.n].iter().map(|s| s.length as usize).sum()
+    }
+
+    /// Copies `src` into the pieces, in order, as far as they reach.
+    fn scatter(&self, src: &[u8]) {
+        let mut at = 0;
+        for s in &self.sges[..self.n] {
+            if at == src.len() {
+                break;
+            }
+            let k = (s.length as usize).min(src.len() - at);
+            // SAFETY: the piece is writable for `s.length >= k` bytes (checked against its
+            // registration when posted, kept alive by `_keep`); `src` is a separate buffer.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), s.addr as *mut u8, k) };
+            at += k;
+        }
+    }
+
+    /// The scatter entries covering the first `len` bytes; gives how many.
+    fn read_sges(&self, len: usize, out: &mut [ibv_sge; RECV_MAX_IOV]) -> usize {
+        let mut left = len;
+        let mut n = 0;
+        for s in &self.sges[..self.n] {
+            if left == 0 {
+                break;
+            }
+            let k = (s.length as usize).min(left);
+            if k == 0 {
+                continue;
+            }
+            out[n] = ibv_sge {
+                length: k as u32,
+                ..*s
+            };
+            n += 1;
+            left -= k;
+        }
+        n
+    }
+}
+
+/// A matched rendezvous: the READ into a posted receive, posted or waiting for a send slot.
+struct Read {
+    ctx: TagRecvId,
+    tag: u64,
+    length: usize,
+    addr: u64,
+    rkey: u32,
+    op_id: u64,
+    key: usize,
+    gen: u16,
+    buf: RecvBuf,
+}
+
+/// A sender's outstanding rendezvous.
+struct RndvOp {
+    id: u64,
+    comp: CompletionId,
+    key: usize,
+    gen: u16,
+    /// Keeps the data's registration while the receiver may read it.
+    _keep: MemHandle,
+}
+
+/// The interface's tag-offload state.
+pub(super) struct TagState {
+    posted: PostedRecvs<RecvBuf>,
+    reads: slab::Slab<Read>,
+    /// READs that found no send slot, retried from progress.
+    reads_waiting: VecDeque<usize>,
+    /// Acknowledgements that found no send slot or credit: `(endpoint, generation, ack)`.
+    acks_owed: VecDeque<(usize, u16, AckHdr)>,
+    /// Receive completions to report from progress (canceled receives, failed READs).
+    done: VecDeque<TagDone>,
+    /// Sender completions to report from progress (rendezvous of failed endpoints).
+    comps: VecDeque<(CompletionId, Result<u64>)>,
+    ops: slab::Slab<RndvOp>,
+    op_seq: u64,
+}
+
+impl TagState {
+    pub(super) fn new() -> Self {
+        TagState {
+            posted: PostedRecvs::new(MAX_POSTED),
+            reads: slab::Slab::with_capacity(MAX_POSTED),
+            reads_waiting: VecDeque::with_capacity(MAX_POSTED),
+            acks_owed: VecDeque::with_capacity(MAX_POSTED),
+            done: VecDeque::with_capacity(MAX_POSTED),
+            comps: VecDeque::with_capacity(64),
+            ops: slab::Slab::with_capacity(256),
+            op_seq: 0,
+        }
+    }
+
+    /// Whether progress has tag work to do (reports, retries).
+    pub(super) fn has_work(&self) -> bool {
+        !self.done.is_empty()
+            || !self.comps.is_empty()
+            || !self.reads_waiting.is_empty()
+            || !self.acks_owed.is_empty()
+    }
+
+    /// `tag_recv_zcopy` (seam 1 of the module docs).
+    fn post(
+        &mut self,
+        tag: u64,
+        mask: u64,
+        iov: &[Iov<'_>],
+        ctx: TagRecvId,
+        md_name: &str,
+    ) -> Result<Outcome> {
+        let buf = RecvBuf::new(iov, md_name)?;
+        if self.posted.is_full(self.reads.len()) {
+            return Ok(Outcome::NoResource);
+        }
+        self.posted.push(Posted {
+            tag,
+            mask,
+            ctx,
+            buf,
+        })?;
+        Ok(Outcome::InProgress)
+    }
+
+    /// `tag_recv_cancel` (seam 1 of the module docs): `true` when a completion was queued.
+    fn cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<bool> {
+        if let Some(p) = self.posted.take_ctx(ctx) {
+            if !force {
+                self.done
+                    .push_back((p.ctx, p.tag, 0, 0, Err(Error::Canceled)));
+            }
+            return Ok(!force);
+        }
+        if self.reads.iter().any(|(_, r)| r.ctx == ctx) {
+            return Err(Error::Busy(format!(
+                "tag receive {ctx} already matched a rendezvous; it completes normally"
+            )));
+        }
+        Err(Error::InvalidParam(format!(
+            "no tag receive {ctx} is posted"
+        )))
+    }
+
+    /// A new operation id for slot `slot`.
+    fn op_id(&mut self, slot: usize) -> u64 {
+        self.op_seq = self.op_seq.wrapping_add(1);
+        (self.op_seq << OP_SLOT_BITS) | (slot as u64 + 1)
+    }
+
+    /// Takes the operation `id` of endpoint `key`/`gen` out of the table.
+    fn take_op(&mut self, id: u64, key: usize, gen: u16) -> Option<RndvOp> {
+        let slot = ((id & OP_SLOT_MASK) as usize).checked_sub(1)?;
+        let op = self.ops.get(slot)?;
+        if op.id != id || op.key != key || op.gen != gen {
+            return None;
+        }
+        Some(self.ops.remove(slot))
+    }
+}
+
+impl Inner {
+    /// Posts the READ of matched rendezvous `slot`, or queues it when the endpoint has no send
+    /// slot; completes it at once when there is nothing to read.
+    fn tag_start_read(&mut self, slot: usize) {
+        let Some(r) = self.tag.reads.get(slot) else {
+            return;
+        };
+        let (key, gen, addr, rkey) = (r.key, r.gen, r.addr, r.rkey);
+        let want = r.length.min(r.buf.capacity());
+        let mut sges = [ibv_sge::default(); RECV_MAX_IOV];
+        let n = r.buf.read_sges(want, &mut sges);
+        let state = match self.ep(key, gen) {
+            None => Err(Error::ConnectionReset(
+                "the endpoint of a matched rendezvous was closed".into(),
+            )),
+            Some(ep) => match &ep.failed {
+                Some(e) => Err(e.clone()),
+                None => Ok(ep.sq_avail > 0),
+            },
+        };
+        match state {
+            Err(e) => self.tag_read_finish(slot, Some(e)),
+            Ok(_) if want == 0 => self.tag_read_finish(slot, None),
+            Ok(false) => {
+                self.tag.reads_waiting.push_back(slot);
+                self.eps_attention = true;
+            }
+            Ok(true) => {
+                let mut wr = ibv_send_wr {
+                    sg_list: sges.as_mut_ptr(),
+                    num_sge: n as i32,
+                    opcode: ffi::IBV_WR_RDMA_READ,
+                    ..Default::default()
+                };
+                wr.set_rdma(addr, rkey);
+                if let Err(e) = self.post(key, &mut wr, TxKind::TagRead(slot as u32), true) {
+                    self.fail_ep(key, e.clone());
+                    self.tag_read_finish(slot, Some(e));
+                }
+            }
+        }
+    }
+
+    /// Finishes matched rendezvous `slot` (its READ completed, failed, or had nothing to
+    /// read): queues the receive's completion and, on success, the acknowledgement.
+    pub(super) fn tag_read_finish(&mut self, slot: usize, err: Option<Error>) {
+        let Some(r) = self.tag.reads.try_remove(slot) else {
+            return;
+        };
+        let res = match err {
+            Some(e) => Err(e),
+            None => {
+                self.tag_send_ack(
+                    r.key,
+                    r.gen,
+                    AckHdr {
+                        op_id: r.op_id,
+                        status: ACK_OK,
+                    },
+                );
+                recv_result(r.length, r.buf.capacity())
+            }
+        };
+        self.tag.done.push_back((r.ctx, r.tag, 0, r.length, res));
+        self.eps_attention = true;
+    }
+
+    /// Sends an acknowledgement on endpoint `key` now, or queues it until a send slot and a
+    /// credit are free. Dropped when the endpoint is gone or failed (its sender then learns of
+    /// the failure from its own endpoint).
+    fn tag_send_ack(&mut self, key: usize, gen: u16, ack: AckHdr) {
+        let ready = match self.ep(key, gen) {
+            Some(ep) if ep.failed.is_none() => ep.sq_avail > 0 && ep.am_credits() > 0,
+            _ => return,
+        };
+        if !ready {
+            self.tag.acks_owed.push_back((key, gen, ack));
+            self.eps_attention = true;
+            return;
+        }
+        let b = ack.encode();
+        let mut sge = ibv_sge {
+            addr: b.as_ptr() as u64,
+            length: b.len() as u32,
+            lkey: 0,
+        };
+        let mut wr = ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            send_flags: ffi::IBV_SEND_INLINE,
+            ..Default::default()
+        };
+        if let Err(e) = self.post_am(key, &mut wr, TxKind::Plain, false) {
+            self.fail_ep(key, e);
+        }
+    }
+
+    /// Retries the READs and acknowledgements that waited for send resources (one pass).
+    fn tag_retry(&mut self) {
+        for _ in 0..self.tag.reads_waiting.len() {
+            let Some(slot) = self.tag.reads_waiting.pop_front() else {
+                break;
+            };
+            self.tag_start_read(slot);
+        }
+        for _ in 0..self.tag.acks_owed.len() {
+            let Some((key, gen, ack)) = self.tag.acks_owed.pop_front() else {
+                break;
+            };
+            self.tag_send_ack(key, gen, ack);
+        }
+    }
+
+    /// Endpoint `key`/`gen` failed with `err` (reported now): its rendezvous operations as a
+    /// sender complete with the error; its waiting READs fail.
+    pub(super) fn tag_ep_failed(&mut self, key: usize, gen: u16, err: &Error) {
+        let t = &mut self.tag;
+        let comps = &mut t.comps;
+        t.ops.retain(|_, o| {
+            let mine = o.key == key && o.gen == gen;
+            if mine {
+                comps.push_back((o.comp, Err(err.clone())));
+            }
+            !mine
+        });
+        t.acks_owed.retain(|a| !(a.0 == key && a.1 == gen));
+        if !t.reads_waiting.is_empty() {
+            self.eps_attention = true;
+        }
+    }
+
+    /// Endpoint `key`/`gen` is being dropped: its rendezvous operations go without completion
+    /// (the caller dropped it), READs on it fail, owed acknowledgements are dropped.
+    pub(super) fn tag_ep_gone(&mut self, key: usize, gen: u16) {
+        self.tag.ops.retain(|_, o| !(o.key == key && o.gen == gen));
+        self.tag.acks_owed.retain(|a| !(a.0 == key && a.1 == gen));
+        let mut gone = [0usize; MAX_POSTED];
+        let mut n = 0;
+        for (slot, r) in self.tag.reads.iter() {
+            if r.key == key && r.gen == gen && n < MAX_POSTED {
+                gone[n] = slot;
+                n += 1;
+            }
+        }
+        self.tag.reads_waiting.retain(|s| !gone[..n].contains(s));
+        for &slot in &gone[..n] {
+            self.tag_read_finish(
+                slot,
+                Some(Error::ConnectionReset(
+                    "the endpoint of a matched rendezvous was closed".into(),
+                )),
+            );
+        }
+    }
+}
+
+impl RcVerbsIface {
+    /// A tagged message arrived on endpoint `key`/`gen` (seam 2 of the module docs): matched
+    /// against the posted receives, or reported unexpected. Gives the events delivered.
+    #[inline(never)]
+    pub(super) fn tag_arrived<S: EventSink>(
+        &mut self,
+        key: usize,
+        gen: u16,
+        data: &[u8],
+        sink: &mut S,
+    ) -> usize {
+        let r = match data[0] {
+            ID_TAG_EAGER => self.tag_eager_arrived(data, sink),
+            ID_TAG_RNDV => self.tag_rndv_arrived(key, gen, data, sink),
+            ID_TAG_ACK => self.tag_ack_arrived(key, gen, data, sink),
+            id => Err(Error::Wire(format!("unknown rc_verbs message id {id:#x}"))),
+        };
+        r.unwrap_or_else(|e| {
+            tracing::warn!(%e, "malformed rc_verbs tag message dropped");
+            0
+        })
+    }
+
+    fn tag_eager_arrived<S: EventSink>(&mut self, data: &[u8], sink: &mut S) -> Result<usize> {
+        let (h, payload) = EagerHdr::decode(data)?;
+        let matched = self.inner.borrow_mut().tag.posted.take_match(h.tag);
+        match matched {
+            Some(p) => {
+                p.buf.scatter(payload);
+                let res = recv_result(payload.len(), p.buf.capacity());
+                sink.tag_recv_done(p.ctx, h.tag, h.imm, payload.len(), res);
+            }
+            None => sink.tag_unexp_eager(h.tag, h.imm, payload),
+        }
+        Ok(1)
+    }
+
+    fn tag_rndv_arrived<S: EventSink>(
+        &mut self,
+        key: usize,
+        gen: u16,
+        data: &[u8],
+        sink: &mut S,
+    ) -> Result<usize> {
+        let (h, header) = RndvHdr::decode(data)?;
+        let length = usize::try_from(h.length)
+            .map_err(|_| Error::Wire("rendezvous longer than the address space".into()))?;
+        if h.op_id != 0 {
+            let mut g = self.inner.borrow_mut();
+            let inner = &mut *g;
+            if let Some(p) = inner.tag.posted.take_match(h.tag) {
+                let slot = inner.tag.reads.insert(Read {
+                    ctx: p.ctx,
+                    tag: h.tag,
+                    length,
+                    addr: h.addr,
+                    rkey: h.rkey,
+                    op_id: h.op_id,
+                    key,
+                    gen,
+                    buf: p.buf,
+                });
+                inner.tag_start_read(slot);
+                return Ok(0);
+            }
+        }
+        let packed = PackedRkey {
+            rkey: h.rkey,
+            base: h.addr,
+            len: h.length,
+        }
+        .encode();
+        let rkey: &[u8] = if h.op_id != 0 && h.length != 0 && h.addr != 0 {
+            &packed
+        } else {
+            &[]
+        };
+        sink.tag_unexp_rndv(
+            h.tag,
+            RndvRemote {
+                header,
+                remote_addr: h.addr,
+                length,
+                rkey,
+            },
+        );
+        Ok(1)
+    }
+
+    fn tag_ack_arrived<S: EventSink>(
+        &mut self,
+        key: usize,
+        gen: u16,
+        data: &[u8],
+        sink: &mut S,
+    ) -> Result<usize> {
+        let ack = AckHdr::decode(data)?;
+        let op = self.inner.borrow_mut().tag.take_op(ack.op_id, key, gen);
+        let Some(op) = op else {
+            // A canceled operation (the layer above fetched the data itself).
+            return Ok(0);
+        };
+        let res = if ack.status == ACK_OK {
+            Ok(0)
+        } else {
+            Err(Error::RemoteAccess(
+                "the receiver could not read the rendezvous data".into(),
+            ))
+        };
+        sink.completion(op.comp, res);
+        Ok(1)
+    }
+
+    /// Reports queued tag completions and retries waiting READs and acknowledgements.
+    pub(super) fn progress_tag<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        self.inner.borrow_mut().tag_retry();
+        let mut count = 0;
+        loop {
+            let next = self.inner.borrow_mut().tag.done.pop_front();
+            let Some((ctx, tag, imm, len, res)) = next else {
+                break;
+            };
+            sink.tag_recv_done(ctx, tag, imm, len, res);
+            count += 1;
+        }
+        loop {
+            let next = self.inner.borrow_mut().tag.comps.pop_front();
+            let Some((comp, res)) = next else {
+                break;
+            };
+            sink.completion(comp, res);
+            count += 1;
+        }
+        let mut inner = self.inner.borrow_mut();
+        if inner.tag.has_work() {
+            inner.eps_attention = true;
+        }
+        count
+    }
+
+    /// `tag_recv_zcopy`.
+    pub(super) fn tag_post(
+        &mut self,
+        tag: u64,
+        mask: u64,
+        iov: &[Iov<'_>],
+        ctx: TagRecvId,
+    ) -> Result<Outcome> {
+        let mut inner = self.inner.borrow_mut();
+        let md_name = inner.md_name;
+        inner.tag.post(tag, mask, iov, ctx, md_name)
+    }
+
+    /// A handle that cancels this interface's posted receives from anywhere.
+    pub(super) fn canceler(&self) -> TagCanceler {
+        TagCanceler(self.inner.clone())
+    }
+}
+
+/// Cancels posted receives of an rc_verbs interface from anywhere, including inside a progress
+/// callback of any interface (rc_verbs holds no borrow of its state across a callback).
+#[derive(Clone)]
+pub struct TagCanceler(Rc<RefCell<Inner>>);
+
+impl std::fmt::Debug for TagCanceler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("rc_verbs::TagCanceler")
+    }
+}
+
+impl TagRecvCancel for TagCanceler {
+    fn cancel(&self, ctx: TagRecvId, force: bool) -> Result<()> {
+        let Ok(mut g) = self.0.try_borrow_mut() else {
+            return Err(Error::Busy(
+                "the rc_verbs interface is inside a call and holds its state".into(),
+            ));
+        };
+        if g.tag.cancel(ctx, force)? {
+            g.eps_attention = true;
+        }
+        Ok(())
+    }
+}

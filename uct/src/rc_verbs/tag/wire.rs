@@ -1,0 +1,242 @@
+//! Wire formats of rc_verbs' software tag offload. Each message is one RC send whose first
+//! byte is a transport-private id (at or above [`ID_TAG_EAGER`], beyond the active-message
+//! ids), then one of these headers, little-endian, then the payload or user header.
+
+use ucs::{Error, Result};
+
+/// Id byte of a tagged eager message ([`EagerHdr`] + payload).
+pub const ID_TAG_EAGER: u8 = 0xe0;
+/// Id byte of a rendezvous announcement or request ([`RndvHdr`] + user header).
+pub const ID_TAG_RNDV: u8 = 0xe1;
+/// Id byte of a rendezvous acknowledgement, receiver to sender ([`AckHdr`]).
+pub const ID_TAG_ACK: u8 = 0xe2;
+/// Ids from here on belong to tag offload (active-message ids are below 32).
+pub const ID_TAG_MIN: u8 = ID_TAG_EAGER;
+
+fn short(what: &str, need: usize, got: usize) -> Error {
+    Error::Wire(format!(
+        "rc_verbs {what}: need {need} bytes, got {got} (truncated message)"
+    ))
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// A tagged eager message's header.
+///
+/// ```text
+///  0     1          9          17
+///  +-----+----------+----------+------------------
+///  | id  | tag le64 | imm le64 | payload (the rest)
+///  +-----+----------+----------+------------------
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EagerHdr {
+    /// The message's tag.
+    pub tag: u64,
+    /// Immediate data (0 from `tag_eager_short`).
+    pub imm: u64,
+}
+
+impl EagerHdr {
+    /// Length with the id byte.
+    pub const LEN: usize = 17;
+    /// Encodes with the id byte.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = ID_TAG_EAGER;
+        b[1..9].copy_from_slice(&self.tag.to_le_bytes());
+        b[9..17].copy_from_slice(&self.imm.to_le_bytes());
+        b
+    }
+    /// Decodes a whole message (id byte included) into header and payload.
+    pub fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
+        if b.len() < Self::LEN {
+            return Err(short("tagged eager message", Self::LEN, b.len()));
+        }
+        Ok((
+            EagerHdr {
+                tag: u64_at(b, 1),
+                imm: u64_at(b, 9),
+            },
+            &b[Self::LEN..],
+        ))
+    }
+}
+
+/// A rendezvous announcement (`op_id` non-zero: the receiver may read the data with RDMA READ
+/// and acknowledges) or request (`op_id` 0: always unexpected, no data described).
+///
+/// ```text
+///  0    1         9           17             25           33          37
+///  +----+---------+-----------+--------------+------------+-----------+--------------
+///  | id | tag le64| op_id le64| address le64 | length le64| rkey le32 | user header
+///  +----+---------+-----------+--------------+------------+-----------+--------------
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RndvHdr {
+    /// The message's tag.
+    pub tag: u64,
+    /// The sender's operation (0: a request without data).
+    pub op_id: u64,
+    /// Where the data lies in the sender's memory.
+    pub addr: u64,
+    /// Length of the data.
+    pub length: u64,
+    /// Remote key of the data's registration.
+    pub rkey: u32,
+}
+
+impl RndvHdr {
+    /// Length with the id byte.
+    pub const LEN: usize = 37;
+    /// Encodes with the id byte.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = ID_TAG_RNDV;
+        b[1..9].copy_from_slice(&self.tag.to_le_bytes());
+        b[9..17].copy_from_slice(&self.op_id.to_le_bytes());
+        b[17..25].copy_from_slice(&self.addr.to_le_bytes());
+        b[25..33].copy_from_slice(&self.length.to_le_bytes());
+        b[33..37].copy_from_slice(&self.rkey.to_le_bytes());
+        b
+    }
+    /// Decodes a whole message into header and user header.
+    pub fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
+        if b.len() < Self::LEN {
+            return Err(short("rendezvous header", Self::LEN, b.len()));
+        }
+        let mut k = [0u8; 4];
+        k.copy_from_slice(&b[33..37]);
+        let h = RndvHdr {
+            tag: u64_at(b, 1),
+            op_id: u64_at(b, 9),
+            addr: u64_at(b, 17),
+            length: u64_at(b, 25),
+            rkey: u32::from_le_bytes(k),
+        };
+        if h.addr.checked_add(h.length).is_none() || (h.op_id == 0 && h.length != 0) {
+            return Err(Error::Wire(format!(
+                "rc_verbs rendezvous of {} bytes at {:#x} (operation {}) is impossible",
+                h.length, h.addr, h.op_id
+            )));
+        }
+        Ok((h, &b[Self::LEN..]))
+    }
+}
+
+/// Status of an acknowledged rendezvous: the receiver read the data.
+pub const ACK_OK: u8 = 0;
+/// Status of an acknowledged rendezvous: the receiver could not read it.
+pub const ACK_FAILED: u8 = 1;
+
+/// The receiver's acknowledgement that completes the sender's rendezvous.
+///
+/// ```text
+///  0    1           9
+///  +----+-----------+--------+
+///  | id | op_id le64| status |
+///  +----+-----------+--------+
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckHdr {
+    /// The sender's operation.
+    pub op_id: u64,
+    /// [`ACK_OK`] or [`ACK_FAILED`].
+    pub status: u8,
+}
+
+impl AckHdr {
+    /// Length with the id byte.
+    pub const LEN: usize = 10;
+    /// Encodes with the id byte.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0] = ID_TAG_ACK;
+        b[1..9].copy_from_slice(&self.op_id.to_le_bytes());
+        b[9] = self.status;
+        b
+    }
+    /// Decodes a whole message.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != Self::LEN {
+            return Err(short("rendezvous acknowledgement", Self::LEN, b.len()));
+        }
+        if b[9] > ACK_FAILED {
+            return Err(Error::Wire(format!(
+                "rc_verbs rendezvous acknowledgement with status {}",
+                b[9]
+            )));
+        }
+        Ok(AckHdr {
+            op_id: u64_at(b, 1),
+            status: b[9],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eager_round_trip_and_truncation() {
+        let h = EagerHdr {
+            tag: 0x0102_0304_0506_0708,
+            imm: 9,
+        };
+        let mut m = h.encode().to_vec();
+        assert_eq!(m[0], ID_TAG_EAGER);
+        assert_eq!(m[1], 8);
+        m.extend_from_slice(b"payload");
+        let (d, p) = EagerHdr::decode(&m).unwrap();
+        assert_eq!((d, p), (h, &b"payload"[..]));
+        for n in 0..EagerHdr::LEN {
+            assert!(matches!(EagerHdr::decode(&m[..n]), Err(Error::Wire(_))));
+        }
+    }
+
+    #[test]
+    fn rndv_round_trip_and_errors() {
+        let h = RndvHdr {
+            tag: 5,
+            op_id: 0x1_0001,
+            addr: 0x7f00_0000_1000,
+            length: 70_000,
+            rkey: 0xdead_beef,
+        };
+        let mut m = h.encode().to_vec();
+        m.extend_from_slice(b"rts");
+        assert_eq!(RndvHdr::decode(&m).unwrap(), (h, &b"rts"[..]));
+        for n in 0..RndvHdr::LEN {
+            assert!(RndvHdr::decode(&m[..n]).is_err());
+        }
+        let wrap = RndvHdr {
+            addr: u64::MAX - 3,
+            ..h
+        };
+        assert!(RndvHdr::decode(&wrap.encode()).is_err());
+        let req_with_data = RndvHdr { op_id: 0, ..h };
+        assert!(RndvHdr::decode(&req_with_data.encode()).is_err());
+    }
+
+    #[test]
+    fn ack_round_trip_and_errors() {
+        let a = AckHdr {
+            op_id: 77,
+            status: ACK_FAILED,
+        };
+        let b = a.encode();
+        assert_eq!(AckHdr::decode(&b).unwrap(), a);
+        assert!(AckHdr::decode(&b[..9]).is_err());
+        let mut bad = b;
+        bad[9] = 7;
+        assert!(AckHdr::decode(&bad).is_err());
+        let mut long = b.to_vec();
+        long.push(0);
+        assert!(AckHdr::decode(&long).is_err());
+    }
+}

@@ -1,0 +1,171 @@
+//! rc_verbs tag offload beyond the conformance suite: a rendezvous read into a posted buffer of
+//! several pieces, and rendezvous whose peer dies on either side.
+
+use super::*;
+use crate::iface::RndvRemote;
+use crate::md::MemoryDomain;
+use crate::TagRecvId;
+
+/// [`Sink`] plus the tag events.
+#[derive(Default)]
+struct TagSink {
+    base: Sink,
+    done: Vec<(TagRecvId, u64, usize, Result<()>)>,
+    unexp_rndv: Vec<(u64, usize, Vec<u8>)>,
+}
+
+impl EventSink for TagSink {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        self.base.am(id, data);
+    }
+    fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
+        self.base.completion(comp, result);
+    }
+    fn ep_error(&mut self, ep: EpId, err: Error) {
+        self.base.ep_error(ep, err);
+    }
+    fn tag_recv_done(&mut self, ctx: TagRecvId, tag: u64, _imm: u64, len: usize, r: Result<()>) {
+        self.done.push((ctx, tag, len, r));
+    }
+    fn tag_unexp_rndv(&mut self, tag: u64, r: RndvRemote<'_>) {
+        self.unexp_rndv.push((tag, r.length, r.header.to_vec()));
+    }
+}
+
+fn wait_tag(
+    iface: &mut RcVerbsIface,
+    sink: &mut TagSink,
+    what: &str,
+    mut done: impl FnMut(&TagSink) -> bool,
+) {
+    let start = Instant::now();
+    while !done(sink) {
+        iface.progress(sink);
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+    }
+}
+
+/// Two interfaces with one endpoint each way: `a` on `i1` sends to `b` on `i2`.
+fn two_sides(dev: &str) -> (RcVerbsMd, RcVerbsIface, RcVerbsIface, RcVerbsEp, RcVerbsEp) {
+    let md = RcVerbs::open_md(dev).unwrap();
+    let mut i1 = RcVerbsIface::open(&md, dev, cfg()).unwrap();
+    let mut i2 = RcVerbsIface::open(&md, dev, cfg()).unwrap();
+    let mut a = i1.ep_create().unwrap();
+    let mut b = i2.ep_create().unwrap();
+    let (aa, ba) = (a.ep_address().unwrap(), b.ep_address().unwrap());
+    a.connect_to_ep(i2.device_address(), &ba).unwrap();
+    b.connect_to_ep(i1.device_address(), &aa).unwrap();
+    (md, i1, i2, a, b)
+}
+
+#[test]
+fn rendezvous_reads_into_every_piece_of_the_posted_buffer() {
+    let Some(dev) = device() else { return };
+    let (md, mut i1, mut i2, mut a, _b) = two_sides(&dev);
+    let n = 100_000;
+    let src = md.mem_alloc(n).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+    src.write(0, &data).unwrap();
+    let dst = md.mem_alloc(n + 64).unwrap();
+    dst.write(0, &vec![0xee; n + 64]).unwrap();
+    // Three pieces, out of order in memory, the last one past the message's end.
+    let iov = [
+        Iov::new(&dst, 50_000, 30_000).unwrap(),
+        Iov::new(&dst, 0, 50_000).unwrap(),
+        Iov::new(&dst, 80_000, 20_064).unwrap(),
+    ];
+    let r = i2.tag_recv_zcopy(9, u64::MAX, &iov, TagRecvId(1)).unwrap();
+    assert_eq!(r, Outcome::InProgress);
+    let s_iov = [Iov::whole(&src)];
+    let op = match a
+        .tag_rndv_zcopy(9, b"rts", &s_iov, CompletionId(5))
+        .unwrap()
+    {
+        Outcome::Done(op) => op,
+        other => panic!("rendezvous start gave {other:?}"),
+    };
+    assert_ne!(op, 0);
+    let (mut s1, mut s2) = (TagSink::default(), TagSink::default());
+    let start = Instant::now();
+    while s2.done.is_empty() || s1.base.comps.is_empty() {
+        i1.progress(&mut s1);
+        i2.progress(&mut s2);
+        assert!(start.elapsed() < Duration::from_secs(30), "rendezvous");
+    }
+    assert_eq!(s2.done.len(), 1);
+    let (ctx, tag, len, res) = &s2.done[0];
+    assert_eq!((*ctx, *tag, *len), (TagRecvId(1), 9, n));
+    assert!(res.is_ok(), "{res:?}");
+    assert!(
+        s2.unexp_rndv.is_empty(),
+        "a matched rendezvous went unexpected"
+    );
+    let mut got = vec![0u8; n + 64];
+    dst.read(0, &mut got).unwrap();
+    assert!(got[50_000..80_000] == data[..30_000], "piece 1");
+    assert!(got[..50_000] == data[30_000..80_000], "piece 2");
+    assert!(got[80_000..n] == data[80_000..], "piece 3");
+    assert_eq!(got[n..], vec![0xee; 64][..], "written past the message");
+    assert_eq!(s1.base.comps, vec![(5, Ok(0))]);
+    // The operation is finished: cancelling it now is an error.
+    assert!(a.tag_rndv_cancel(op).is_err());
+}
+
+#[test]
+fn receiver_death_fails_an_outstanding_rendezvous() {
+    let Some(dev) = device() else { return };
+    let (md, mut i1, i2, mut a, b) = two_sides(&dev);
+    let src = md.mem_alloc(4096).unwrap();
+    let s_iov = [Iov::whole(&src)];
+    assert!(matches!(
+        a.tag_rndv_zcopy(3, b"h", &s_iov, CompletionId(7)).unwrap(),
+        Outcome::Done(_)
+    ));
+    // The receiver goes before it matched anything: no acknowledgement will ever come.
+    drop(b);
+    drop(i2);
+    assert_eq!(a.flush(CompletionId(8)).unwrap(), Outcome::InProgress);
+    let mut s1 = TagSink::default();
+    wait_tag(&mut i1, &mut s1, "endpoint error", |s| {
+        !s.base.errors.is_empty() && s.base.comps.iter().any(|c| c.0 == 7)
+    });
+    let (_, r) = s1.base.comps.iter().find(|c| c.0 == 7).unwrap();
+    assert!(
+        matches!(r, Err(Error::PeerFailure(_) | Error::ConnectionReset(_))),
+        "the rendezvous completed with {r:?}"
+    );
+}
+
+#[test]
+fn sender_death_fails_the_matched_receive() {
+    let Some(dev) = device() else { return };
+    let (md, i1, mut i2, mut a, b) = two_sides(&dev);
+    let src = md.mem_alloc(65536).unwrap();
+    let dst = md.mem_alloc(65536).unwrap();
+    let s_iov = [Iov::whole(&src)];
+    assert!(matches!(
+        a.tag_rndv_zcopy(4, b"h", &s_iov, CompletionId(1)).unwrap(),
+        Outcome::Done(_)
+    ));
+    // The sender goes while its announcement is in flight: the READ finds no one.
+    drop(a);
+    drop(i1);
+    drop(src);
+    let iov = [Iov::whole(&dst)];
+    assert_eq!(
+        i2.tag_recv_zcopy(4, u64::MAX, &iov, TagRecvId(2)).unwrap(),
+        Outcome::InProgress
+    );
+    let mut s2 = TagSink::default();
+    wait_tag(&mut i2, &mut s2, "failed receive", |s| !s.done.is_empty());
+    let (ctx, _, _, res) = &s2.done[0];
+    assert_eq!(*ctx, TagRecvId(2));
+    assert!(res.is_err(), "a READ from a dead sender succeeded");
+    wait_tag(&mut i2, &mut s2, "endpoint error", |s| {
+        !s.base.errors.is_empty()
+    });
+    assert_eq!(s2.base.errors[0].0, b.id());
+}
