@@ -67,8 +67,8 @@ unsafe fn start(
     if !matches!(amo, Amo::Post(_)) && result.is_null() {
         return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL result"));
     }
-    // SAFETY: a live key.
     let access = crate::rma::ACCESS_READ | crate::rma::ACCESS_WRITE;
+    // SAFETY: a live key.
     let (k, delta) = match unsafe { crate::rma::rkey_for(name, rkey, w, access) } {
         Ok(x) => x,
         Err(s) => return status_ptr(s),
@@ -197,8 +197,8 @@ unsafe fn op_nbx_simple(
     let (amo, value) = unsafe { amo_of(opcode, !reply.is_null(), v, reply, bytes) }?;
     // SAFETY: a live endpoint (checked non-NULL); its worker outlives it.
     let (w, h) = unsafe { (&*(*ep).worker, (*ep).h) };
-    // SAFETY: a live key (checked non-NULL).
     let access = crate::rma::ACCESS_READ | crate::rma::ACCESS_WRITE;
+    // SAFETY: a live key (checked non-NULL).
     let (k, delta) = unsafe { crate::rma::rkey_for_quiet(rkey, w, access) }.ok()?;
     let remote_addr = remote_addr.wrapping_sub(delta);
     let _g = w.lock.lock();

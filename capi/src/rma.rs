@@ -413,8 +413,8 @@ unsafe fn direct(
     if w.lock.is_enabled() {
         return false;
     }
-    // SAFETY: a live key (non-NULL).
     let access = if get { ACCESS_READ } else { ACCESS_WRITE };
+    // SAFETY: a live key (non-NULL).
     let Ok((k, delta)) = (unsafe { rkey_for_quiet(rkey, w, access) }) else {
         return false;
     };

@@ -379,6 +379,7 @@ impl UdFixture {
             &md,
             &crate::IfaceParams {
                 device: device.to_owned(),
+                ..Default::default()
             },
         )?;
         Ok((iface, md))
