@@ -176,6 +176,7 @@ impl UdVerbsIface {
             sq_depth: sq as u64,
             sq_posted: 0,
             sq_done: 0,
+            sq_signaled: 0,
             dev_addr,
             qpn,
             clock: Rc::new(MonotonicClock::new()),
@@ -581,7 +582,7 @@ impl Iface for UdVerbsIface {
         }
         let mut g = self.inner.borrow_mut();
         let inner = &mut *g;
-        if inner.sq_posted > inner.sq_done {
+        if inner.sq_signaled > 0 {
             let mut sbuf = [MaybeUninit::<ibv_wc>::uninit(); POLL_BATCH];
             if let Ok(done) = inner.send_cq.poll_uninit(&mut sbuf) {
                 for wc in done {
