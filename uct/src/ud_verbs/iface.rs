@@ -266,7 +266,11 @@ impl UdVerbsIface {
                         sink.am(id, payload);
                         count += 1;
                     }
-                    _ => tracing::warn!("ud_verbs active message without a valid id dropped"),
+                    // A liveness probe (`Endpoint::check`): sequenced, acknowledged, no message.
+                    None => {}
+                    Some((&id, _)) => {
+                        tracing::warn!(id, "ud_verbs active message with an invalid id dropped")
+                    }
                 }
             }
             self.inner.borrow_mut().recv_done(slot);
