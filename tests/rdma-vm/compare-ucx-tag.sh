@@ -46,22 +46,7 @@ RUCX_OFF="RUCX_TLS=rc_verbs,ud_verbs RUCX_NET_DEVICES=rxe0:1 RUCX_TM_ENABLE=n"
 RUCX_UD="RUCX_TLS=ud_verbs RUCX_NET_DEVICES=rxe0:1"
 ncpu=\$(nproc)
 pin() { if [ "\$ncpu" -ge 2 ]; then echo "taskset -c \$1"; fi; }
-# listen_port PID: the TCP port that process (or a child of it) listens on at 0.0.0.0 (the side
-# channel; the server was started with -p 0, the kernel picks), from its socket inodes and
-# /proc/net/tcp; waits up to 10 s for it.
-listen_port() {
-    local pid=\$1 n p ino hex
-    for n in \$(seq 100); do
-        for p in \$pid \$(cat /proc/\$pid/task/*/children 2>/dev/null); do
-            for ino in \$(ls -l /proc/\$p/fd 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\].*/\1/p'); do
-                hex=\$(awk -v i=\$ino '\$10 == i && \$4 == "0A" && \$2 ~ /^00000000:/ { split(\$2, a, ":"); print a[2] }' /proc/net/tcp)
-                [ -n "\$hex" ] && { echo \$((16#\$hex)); return 0; }
-            done
-        done
-        sleep 0.1
-    done
-    return 1
-}
+source listen-port.sh
 # run LABEL ENV PROG ARGS...: one server/client pair; prints "@@R LABEL <Final line fields>".
 run() {
     local label=\$1 envs=\$2 prog=\$3; shift 3
@@ -111,7 +96,7 @@ EOF
 chmod +x "$WORK/compare.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
 echo "host load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$HERE/run.sh" -t "${VM_TIMEOUT:-5400}" -f "$WORK/perftest" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
+"$HERE/run.sh" -t "${VM_TIMEOUT:-5400}" -f "$WORK/perftest" -f "$HERE/listen-port.sh" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
 echo "host load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "=== tag matching over RDMA in the Soft-RoCE VM, medians of $REPS runs"
