@@ -13,22 +13,18 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 command -v valgrind >/dev/null || { echo "install valgrind"; exit 1; }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# Servers listen on port 0; program_pid and wildcard_port read the port they got.
+# shellcheck source=../tests/ports.sh
+. "$(dirname "$0")/../tests/ports.sh"
 
 # instr LIBDIR N ARGS...: instructions of the client's whole run.
 instr() {
     local ldp=$1 n=$2
     shift 2
     local port srv
-    port=$(free_port)
-    LD_LIBRARY_PATH=$ldp timeout 600 ucx_perftest -p "$port" >"$work/srv" 2>&1 &
+    LD_LIBRARY_PATH=$ldp timeout 600 ucx_perftest -p 0 >"$work/srv" 2>&1 &
     srv=$!
-    for _ in $(seq 200); do
-        [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ] && break
-        sleep 0.05
-    done
+    port=$(wildcard_port "$(program_pid "$srv" ucx_perftest)") || { kill "$srv"; echo -; return; }
     LD_LIBRARY_PATH=$ldp timeout 600 valgrind --tool=callgrind --callgrind-out-file="$work/cg" \
         ucx_perftest 127.0.0.1 -p "$port" -n "$n" -w 0 "$@" >"$work/cli" 2>&1
     wait "$srv"
