@@ -197,7 +197,8 @@ ucp_tests=(
     "ucp_put_bw -s 8 -n 10000" "ucp_put_bw -s 65536 -n 2000" "ucp_get -s 8 -n 2000"
     "ucp_get -s 65536 -n 200" "ucp_am_lat -s 8 -n 10000" "ucp_am_lat -s 65536 -n 1000"
     "ucp_am_bw -s 1048576 -n 100" "stream_lat -s 8 -n 5000" "stream_bw -s 8 -n 10000"
-    "stream_bw -s 65536 -n 1000" "ucp_fadd -n 2000" "ucp_cswap -n 2000"
+    "stream_bw -s 65536 -n 1000" "stream_bw -s 8 -n 10000 -r recv_data"
+    "stream_bw -s 65536 -n 1000 -r recv_data" "ucp_fadd -n 2000" "ucp_cswap -n 2000"
 )
 for tls in shm,self tcp; do
     for t in "${ucp_tests[@]}"; do
