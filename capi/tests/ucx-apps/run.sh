@@ -6,6 +6,8 @@
 #     keepalive; client_server with -c tag/stream/am, alone and with -s 1000000 -i 3 -v 4;
 #     each over shared memory (UCX_TLS=shm) and tcp on loopback;
 #   - UCX 1.22's io_demo (from its wheel) in tag and AM modes with its data checks on (-q);
+#   - UCX 1.22's ucx_perftest (same wheel), unmodified, its ucp tests (tag, put, get, AM,
+#     stream; eager and rendezvous sizes);
 #   - every constant of UCX 1.22's headers checked against rucx's values.
 # Every process must have loaded LIBDIR/libucp.so.0 (LD_DEBUG=libs shows the file the loader
 # initialised). Ports (capi/tests/ports.sh): ucp_client_server and io_demo listen on port 0
@@ -21,6 +23,7 @@ cache=${2:-$root/target/ucx-apps}
 bash "$here/fetch.sh" "$cache" || { echo "FAIL: fetching UCX's sources and io_demo"; exit 1; }
 src=$cache/ucx-src/examples
 iodemo=$cache/ucx122/libucx/bin/io_demo
+perftest122=$cache/ucx122/libucx/bin/ucx_perftest
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0
@@ -201,6 +204,28 @@ for tls in shm tcp; do
                 tail -n 5 "$tmp/cli.log" "$tmp/srv.log" | cut -c1-200 | sed 's/^/    | /'
             fi
         done
+    done
+    # ---- UCX 1.22's ucx_perftest, its ucp tests (Debian's 1.13 one: capi/uct/tests) ----
+    for t in "tag_lat -s 8 -n 5000" "tag_bw -s 65536 -n 1000" "ucp_put_lat -s 8 -n 5000" \
+        "ucp_get -s 65536 -n 200" "ucp_am_lat -s 8 -n 5000" "ucp_am_bw -s 1048576 -n 100" \
+        "stream_bw -s 65536 -n 1000"; do
+        name="ucx_perftest 1.22 $tls $t"
+        tag=pt$RANDOM
+        rucx_bg "$tag" "$tmp/srv.log" timeout 120 "$perftest122" -p 0
+        port=$(wildcard_port "$(program_pid "$spid" ucx_perftest)") || port=0
+        # shellcheck disable=SC2086 # the test's name and arguments are words
+        rucx "$tag" "$tmp/cli.log" timeout 120 "$perftest122" 127.0.0.1 -p "$port" -t $t
+        crc=$?
+        wait $spid 2>/dev/null
+        src=$?
+        why=
+        [ $crc = 0 ] && [ $src = 0 ] || why="client $crc, server $src"
+        grep -q '^Final:' "$tmp/cli.log" || why="${why:+$why; }no final result"
+        loaded_rucx "$tag" || why="${why:+$why; }a process did not load $lib/libucp.so.0"
+        if [ -z "$why" ]; then ok "$name: $(grep '^Final:' "$tmp/cli.log" | tr -s ' ')"; else
+            bad "$name: $why"
+            tail -n 5 "$tmp/cli.log" "$tmp/srv.log" | cut -c1-200 | sed 's/^/    | /'
+        fi
     done
     # ---- io_demo (UCX 1.22) with its data checks ----
     for am in "" -A; do
