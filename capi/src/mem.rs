@@ -481,8 +481,12 @@ pub unsafe extern "C" fn ucp_mem_map(
     })
 }
 
+/// A mapping made with a worker, the memory the handle mapped itself (an alias at the
+/// client's address) and the client's address minus rucx's.
+type Mapped = (MemMap, Option<(usize, usize)>, u64);
+
 /// Maps `len` bytes with worker `w`: allocated (at `address` when `fixed`) or the client's
-/// memory at `address`; gives the mapping, the alias it made and the address delta.
+/// memory at `address`.
 fn map_with(
     name: &str,
     w: &Worker,
@@ -490,7 +494,7 @@ fn map_with(
     len: usize,
     allocate: bool,
     fixed: bool,
-) -> Result<(MemMap, Option<(usize, usize)>, u64), Status> {
+) -> Result<Mapped, Status> {
     let _g = w.lock.lock();
     let mut i = w.inner.borrow_mut();
     if fixed {
