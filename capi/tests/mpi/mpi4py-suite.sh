@@ -25,6 +25,8 @@ source "$here/lib.sh"
 mpi_setup "$1"
 need_tools mpirun.openmpi timeout
 suites=${2:-$root/target/suites}
+# Absolute: the suites run from inside their own folders.
+mkdir -p "$suites" && suites=$(cd "$suites" && pwd)
 [ -f "$suites/mpi4py-3.1.4/test/runtests.py" ] || bash "$here/fetch-suites.sh" "$suites"
 testdir=$suites/mpi4py-3.1.4/test
 python=/usr/bin/python3
@@ -42,10 +44,16 @@ for tls in shm tcp; do
     "$python" "$here/mpi4py_suite.py" "$out" "$testdir" --no-builddir -e spawn -e dynproc
    echo "$status $elapsed" >"$out/status")
   read -r status elapsed <"$out/status"
-  # Each rank prints "Ran N tests in T s" and then "OK (skipped=S)" or "FAILED (...)".
-  got=$(awk '/^Ran [0-9]+ tests/ { ran = $2 }
-             /^(OK|FAILED)/ { s = 0; if (match($0, /skipped=[0-9]+/)) s = substr($0, RSTART + 8, RLENGTH - 8)
-                              printf "%s %s %s\n", ran, s, $1 }' "$out/log" | sort -u | tr '\n' ';')
+  # The ranks' reports, one after the other, under the job's output (a failure shows its end).
+  for f in "$out"/rank-*.out; do [ ! -f "$f" ] || { echo "== $f"; cat "$f"; } >>"$out/log"; done
+  # Each rank prints "Ran N tests in T s" and then "OK (skipped=S)" or "FAILED (...)" into
+  # its own rank-R.out (mpi4py_suite.py).
+  got=$(for f in "$out"/rank-*.out; do
+          [ -f "$f" ] || continue
+          awk '/^Ran [0-9]+ tests/ { ran = $2 }
+               /^(OK|FAILED)/ { s = 0; if (match($0, /skipped=[0-9]+/)) s = substr($0, RSTART + 8, RLENGTH - 8)
+                                printf "%s %s %s\n", ran, s, $1 }' "$f"
+        done | sort -u | tr '\n' ';')
   want=$(awk -v t="$tls" '$1 == t { printf "%s %s %s;", $2, $3, $4 }' "$here/mpi4py-expected.txt")
   echo "$name: per rank (tests skipped result): ${got:-none}"
   if grep -q 'timeout: sending signal' "$out/log"; then
@@ -54,7 +62,7 @@ for tls in shm tcp; do
     fail "$name" "$why" "$out/log"
   elif [ "$status" != 0 ]; then
     fail "$name" "exit status $status; got ${got:-no result}" "$out/log"
-  elif [ "$(awk '/^Ran [0-9]+ tests/' "$out/log" | wc -l)" != 2 ]; then
+  elif [ "$(cat "$out"/rank-*.out 2>/dev/null | awk '/^Ran [0-9]+ tests/' | wc -l)" != 2 ]; then
     fail "$name" "expected a result from each of the 2 ranks" "$out/log"
   elif [ "$got" != "$want" ]; then
     fail "$name" "got ${got:-no result}, Debian's UCX gives $want (mpi4py-expected.txt)" "$out/log"

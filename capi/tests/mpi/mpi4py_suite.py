@@ -4,7 +4,8 @@ libucp.so.0 the rank loaded.
 Usage (under mpirun): python3 mpi4py_suite.py FOLDER TESTDIR [runtests.py options...]
 Writes "rank R libucp PATH" (one line per libucp file mapped, "NONE" if none) to
 FOLDER/rank-R.txt once MPI is initialised (Open MPI loads pml ucx, and so libucp, in MPI_Init),
-then runs TESTDIR/runtests.py with the options as if started directly.
+then runs TESTDIR/runtests.py with the options as if started directly, its output (stdout
+and stderr) in FOLDER/rank-R.out: the ranks' reports do not interleave.
 """
 
 import os
@@ -26,6 +27,13 @@ with open("/proc/self/maps") as maps:
 with open(os.path.join(folder, "rank-%d.txt" % rank), "w") as out:
     for path in found or ["NONE"]:
         out.write("rank %d libucp %s\n" % (rank, path))
+
+sys.stdout.flush()
+sys.stderr.flush()
+log = os.open(os.path.join(folder, "rank-%d.out" % rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.dup2(log, 1)
+os.dup2(log, 2)
+os.close(log)
 
 sys.path.insert(0, testdir)
 sys.argv = [os.path.join(testdir, "runtests.py")] + sys.argv[3:]

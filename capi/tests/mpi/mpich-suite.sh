@@ -28,6 +28,8 @@ source "$here/lib.sh"
 mpi_setup "$1"
 need_tools mpicc.mpich mpirun.mpich perl make timeout
 suites=${2:-$root/target/suites}
+# Absolute: the suites run from inside their own folders.
+mkdir -p "$suites" && suites=$(cd "$suites" && pwd)
 [ -f "$suites/mpich-4.0.2/test/mpi/runtests.in" ] || bash "$here/fetch-suites.sh" "$suites"
 src=$suites/mpich-4.0.2/test/mpi
 dirs="pt2pt coll"
