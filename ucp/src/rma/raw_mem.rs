@@ -55,6 +55,7 @@ impl RecvBuf {
     ///
     /// # Safety
     /// `ptr` valid for writes of `len` bytes until the request completes.
+    #[inline(always)]
     pub(crate) unsafe fn raw(ptr: *mut u8, len: usize) -> Self {
         match NonNull::new(ptr).filter(|_| len > 0) {
             Some(ptr) => RecvBuf::Raw { ptr, len },
@@ -193,7 +194,6 @@ impl Worker {
         len: usize,
         sync: bool,
     ) -> Result<Op> {
-        let idx = self.st.ep_idx(ep)?;
         let data: &[u8] = if len == 0 {
             &[]
         } else {
@@ -201,13 +201,15 @@ impl Worker {
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
         let data = SendData::Raw(data);
-        // As `Worker::tag_send`: an eager-short send's completion is built here.
+        // As `Worker::tag_send`: an eager-short send's completion is built here. The short
+        // path checks the handle; the others check it here.
         if !sync && self.st.tag_send_short_out(ep, tag, &data)? {
             return Ok(Op::Done(Completion {
                 tag,
                 ..Completion::ok()
             }));
         }
+        let idx = self.st.ep_idx(ep)?;
         self.st.tag_send_proto(idx, tag, data, sync)
     }
 
