@@ -204,6 +204,9 @@ pub(crate) fn ucp_params(w: &Worker, _err_cb: Option<ErrHandlerCb>) -> UcpEpPara
 /// the worker's index unless connecting. Worker locked, rucx worker not borrowed.
 pub(crate) fn new_ep(w: &Worker, h: EpHandle, p: &EpParams, connecting: bool) -> *mut Ep {
     let (err_cb, err_arg) = err_handler_of(p);
+    if err_cb.is_some() {
+        w.handles_errors.set(true);
+    }
     let has = |b: u64| p.field_mask & b != 0;
     let name = if has(UCP_EP_PARAM_FIELD_NAME) && !p.name.is_null() {
         // SAFETY: a C string from the caller.

@@ -543,6 +543,9 @@ pub unsafe fn run_callback(w: &Worker, h: *mut ReqHdr) {
 /// Calls a request's callback with its C signature.
 #[inline(always)]
 fn call_back(h: *mut ReqHdr, cb: Cb, ud: *mut c_void, status: Status, mut info: TagRecvInfo) {
+    if status < 0 && matches!(cb, Cb::Recv(_) | Cb::RecvNbx(_)) {
+        fatal_recv_failure(h, status);
+    }
     let user = user_of(h);
     // SAFETY: the client's callbacks, called with the signatures of the header.
     unsafe {
@@ -556,6 +559,34 @@ fn call_back(h: *mut ReqHdr, cb: Cb, ud: *mut c_void, status: Status, mut info: 
             Cb::StreamRecvNbx(f) => f(user, status, info.length, ud),
         }
     }
+}
+
+/// A tag receive failed with `status`. A client that made no endpoint with an error handler
+/// (UCX's `UCP_ERR_HANDLING_MODE_NONE`, as Open MPI and MPICH make theirs) has not asked to
+/// learn of errors, and some read a failed receive's callback as a success (MPICH's takes
+/// every status but a cancel or truncation as the message's arrival, with the length in the
+/// info: the receiver would go on with data that never came). A receive that fails for any
+/// other reason than those two therefore ends such a process, after one line saying why (the
+/// peer's failure was logged before, naming it), as UCX ends a process on an error it cannot
+/// report.
+#[cold]
+#[inline(never)]
+fn fatal_recv_failure(h: *mut ReqHdr, status: Status) {
+    if status == UCS_ERR_CANCELED || status == UCS_ERR_MESSAGE_TRUNCATED {
+        return;
+    }
+    // SAFETY: a live request header; its worker outlives it.
+    let w = unsafe { &*(*h).worker };
+    if w.handles_errors.get() {
+        return;
+    }
+    let what = crate::ucs_codes::status_cstr(status).to_string_lossy();
+    tracing::error!(
+        "a tag receive failed ({what}) on a worker whose endpoints have no error handler \
+         (UCP_ERR_HANDLING_MODE_NONE): the client cannot tell it from an arrival, so the \
+         process ends here"
+    );
+    std::process::abort();
 }
 
 /// Puts a pooled request memory back on the free list (caller memory is left alone).

@@ -101,6 +101,10 @@ pub struct Worker {
     /// `ucp_worker_params_t.am_alignment` (1: none): the alignment of active-message data
     /// handed to handlers.
     pub am_alignment: usize,
+    /// True once an endpoint with a client error handler was made on this worker: the client
+    /// handles errors, so a failed tag receive is reported to it; until then a tag receive
+    /// failed by a peer's failure ends the process ([`crate::request`]'s `fatal_recv_failure`).
+    pub handles_errors: Cell<bool>,
 }
 
 // SAFETY: every access to `inner`, `pool` and the due queue (`due_head`, `due_tail`; whose
@@ -295,7 +299,9 @@ impl Worker {
         }
     }
 
-    /// [`Worker::ep_failed`] without an error handler to run.
+    /// [`Worker::ep_failed`] without an error handler to run: tag receives waiting now, and
+    /// later ones that find no message, fail; on a worker with no error handler at all that
+    /// ends the process (see `fatal_recv_failure` in [`crate::request`]).
     #[cold]
     fn unhandled_failure(&self, h: EpHandle, status: Status) {
         let mut i = self.inner.borrow_mut();
@@ -473,6 +479,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             } else {
                 1
             },
+            handles_errors: Cell::new(false),
         });
         let raw = Box::into_raw(worker);
         let addr = raw as usize;

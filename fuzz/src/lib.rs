@@ -553,7 +553,7 @@ fn self_wire_seeds() -> Vec<Vec<u8>> {
     use uct::md::MemoryDomain;
     use uct::self_::wire::*;
     let mut seeds = vec![
-        DeviceAddr { pid: 42 }.encode().to_vec(),
+        DeviceAddr { pid: 42, nonce: 7 }.encode().to_vec(),
         IfaceAddr { iface_id: 3 }.encode().to_vec(),
         EpAddr {
             iface_id: 3,

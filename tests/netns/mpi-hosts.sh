@@ -198,6 +198,8 @@ job() {
   if [ "$mpi" = openmpi ]; then
     cmd=(mpirun.openmpi --allow-run-as-root --host "$hosts" -np "$np"
          --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include veth0
+         --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 2
+         --mca oob_tcp_keepalive_probes 3
          --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any)
     for e in "${env[@]}"; do cmd+=(-x "$e"); done
   else

@@ -470,13 +470,7 @@ impl Endpoint for SelfEp {
     fn connect_to_ep(&mut self, dev_addr: &[u8], ep_addr: &[u8]) -> Result<()> {
         let iface = self.iface()?;
         let dev = DeviceAddr::decode(dev_addr)?;
-        let me = std::process::id();
-        if dev.pid != me {
-            return Err(Error::Unreachable(format!(
-                "self reaches only its own process ({me}), not process {}",
-                dev.pid
-            )));
-        }
+        dev.check_this_process()?;
         let peer = EpAddr::decode(ep_addr)?;
         let target = Rc::downgrade(&resolve_ep_addr(&peer)?);
         let mut eps = iface.eps.borrow_mut();

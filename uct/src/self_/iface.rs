@@ -375,10 +375,7 @@ impl SelfIface {
         }
         let efd = Waker::new()?;
         let id = NEXT_IFACE.fetch_add(1, Ordering::Relaxed);
-        let dev_addr = DeviceAddr {
-            pid: std::process::id(),
-        }
-        .encode();
+        let dev_addr = DeviceAddr::local().encode();
         let iface_addr = IfaceAddr { iface_id: id }.encode();
         let inner = Rc::new(IfaceInner {
             id,
@@ -416,13 +413,7 @@ impl SelfIface {
 
     fn check_reachable(&self, dev_addr: &[u8], iface_id: Option<u64>) -> Result<()> {
         let dev = DeviceAddr::decode(dev_addr)?;
-        let me = std::process::id();
-        if dev.pid != me {
-            return Err(Error::Unreachable(format!(
-                "self reaches only its own process ({me}), not process {}",
-                dev.pid
-            )));
-        }
+        dev.check_this_process()?;
         if let Some(id) = iface_id {
             lookup_iface(id)?;
         }

@@ -173,10 +173,23 @@ fn other_process_and_other_thread_are_unreachable() {
     let mut iface = open();
     let foreign = wire::DeviceAddr {
         pid: std::process::id().wrapping_add(1),
+        ..wire::DeviceAddr::local()
     }
     .encode();
     let addr = iface.iface_address().to_vec();
     assert!(iface.is_reachable(&foreign, Some(&addr)).is_err());
+    // The same process id with another nonce: a process of another PID namespace.
+    let same_pid = wire::DeviceAddr {
+        nonce: wire::DeviceAddr::local().nonce ^ 1,
+        ..wire::DeviceAddr::local()
+    }
+    .encode();
+    let err = iface.is_reachable(&same_pid, Some(&addr)).unwrap_err();
+    assert!(err.contains("same id"), "{err}");
+    assert!(matches!(
+        iface.ep_create_connected(&same_pid, &addr),
+        Err(Error::Unreachable(_))
+    ));
     assert!(matches!(
         iface.ep_create_connected(&foreign, &addr),
         Err(Error::Unreachable(_))

@@ -27,33 +27,85 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// The device address: which process the self interface lives in, as a varint
-/// ([`ucs::varint`]). The format is versioned by the worker address that carries it.
+/// The device address: which process the self interface lives in: its process id as a varint
+/// ([`ucs::varint`]), then a random number drawn once per process (u64 LE), so processes of
+/// other PID namespaces that carry the same id (each namespace counts from 1) are told apart.
+/// The format is versioned by the worker address that carries it.
+///
+/// ```text
+///  +---------------------+---------------------+
+///  | pid (varint, 1-5 B) | nonce (u64 LE, 8 B) |
+///  +---------------------+---------------------+
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAddr {
     /// Process id of the owner.
     pub pid: u32,
+    /// The owner's [`process_nonce`].
+    pub nonce: u64,
 }
 
 impl DeviceAddr {
     /// Largest encoded length.
-    pub const LEN: usize = 5;
+    pub const LEN: usize = 5 + 8;
+    /// This process.
+    pub fn local() -> Self {
+        DeviceAddr {
+            pid: std::process::id(),
+            nonce: process_nonce(),
+        }
+    }
     /// Encodes to bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::LEN);
         ucs::varint::put(&mut v, self.pid as u64);
+        v.extend_from_slice(&self.nonce.to_le_bytes());
         v
     }
-    /// Decodes exactly one encoding; pid 0 or trailing bytes give [`Error::Wire`].
+    /// Decodes exactly one encoding; pid 0, a short nonce or trailing bytes give
+    /// [`Error::Wire`].
     pub fn decode(b: &[u8]) -> Result<Self> {
         let mut r = ucs::varint::Reader::new(b, "self device address");
         let pid = r.var_u32("pid")?;
+        let nonce = r.u64_le("process nonce")?;
         r.finish()?;
         if pid == 0 {
             return Err(Error::Wire("self device address has pid 0".into()));
         }
-        Ok(DeviceAddr { pid })
+        Ok(DeviceAddr { pid, nonce })
     }
+    /// `Ok` when this address is of the calling process, else why self cannot reach it.
+    pub fn check_this_process(&self) -> Result<()> {
+        let me = Self::local();
+        if self.pid != me.pid {
+            return Err(Error::Unreachable(format!(
+                "self reaches only its own process ({}), not process {}",
+                me.pid, self.pid
+            )));
+        }
+        if self.nonce != me.nonce {
+            return Err(Error::Unreachable(format!(
+                "self reaches only its own process: process {} of the address is another one \
+                 with the same id (another PID namespace, or a forked copy)",
+                self.pid
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A random number drawn once per process (again in a forked child, whose process id differs
+/// from the one it was drawn for).
+pub fn process_nonce() -> u64 {
+    // The pid the nonce was drawn for, and the nonce (not on a data path: interfaces and
+    // reachability checks ask).
+    static NONCE: std::sync::Mutex<(u32, u64)> = std::sync::Mutex::new((0, 0));
+    let me = std::process::id();
+    let mut g = NONCE.lock().unwrap_or_else(|p| p.into_inner());
+    if g.0 != me {
+        *g = (me, ucs::random::secret_u64());
+    }
+    g.1
 }
 
 /// The interface address: a process-unique interface number, as a varint.
@@ -196,26 +248,40 @@ mod tests {
 
     #[test]
     fn device_addr_round_trip_and_truncation() {
-        let a = DeviceAddr { pid: 4242 };
+        let a = DeviceAddr {
+            pid: 4242,
+            nonce: 0x0102_0304_0506_0708,
+        };
         let b = a.encode();
-        assert_eq!(b, [0x92, 0x21]);
+        assert_eq!(b, [0x92, 0x21, 8, 7, 6, 5, 4, 3, 2, 1]);
         assert_eq!(DeviceAddr::decode(&b).unwrap(), a);
         for n in 0..b.len() {
             assert!(matches!(DeviceAddr::decode(&b[..n]), Err(Error::Wire(_))));
         }
-        let max = DeviceAddr { pid: u32::MAX }.encode();
+        let max = DeviceAddr {
+            pid: u32::MAX,
+            nonce: u64::MAX,
+        }
+        .encode();
         assert_eq!(max.len(), DeviceAddr::LEN);
         assert_eq!(DeviceAddr::decode(&max).unwrap().pid, u32::MAX);
         for bad in [
-            &[0u8][..],
-            &[0x92, 0x21, 0],
-            &[0xff, 0xff, 0xff, 0xff, 0x7f],
+            &[0u8, 1, 2, 3, 4, 5, 6, 7, 8][..],
+            &[0x92, 0x21, 1, 2, 3, 4, 5, 6, 7, 8, 0],
+            &[0xff, 0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8],
         ] {
             assert!(
                 matches!(DeviceAddr::decode(bad), Err(Error::Wire(_))),
                 "{bad:?}"
             );
         }
+    }
+
+    /// The nonce stays for the process, and an address of this process passes the check.
+    #[test]
+    fn process_nonce_is_stable_and_checked() {
+        assert_eq!(process_nonce(), process_nonce());
+        assert!(DeviceAddr::local().check_this_process().is_ok());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::ep::{CompletionId, EpId};
 use slab::Slab;
 use socket2::Socket;
 use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddrV4;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 use ucs::async_ctx::{EventSet, Interest};
@@ -171,6 +172,7 @@ impl Inner {
         if matches!(c.state, ConnState::Failed(_)) {
             return;
         }
+        let err = naming_peer(err, c.peer);
         if c.state == ConnState::Connecting {
             self.connecting -= 1;
         }
@@ -328,4 +330,36 @@ pub(super) fn ungate(c: &mut Conn, gated: &mut usize, idle_gated: &mut usize) ->
         *gated -= 1;
     }
     true
+}
+
+/// `err` with the peer's address in its text (unless it names it already), so the one error a
+/// client sees for a lost connection says which peer it was.
+fn naming_peer(err: Error, peer: Option<SocketAddrV4>) -> Error {
+    let Some(peer) = peer else {
+        return err;
+    };
+    let named = |s: String| {
+        let p = peer.to_string();
+        if s.contains(&p) {
+            s
+        } else {
+            format!("tcp peer {p}: {s}")
+        }
+    };
+    match err {
+        Error::PeerFailure(s) => Error::PeerFailure(named(s)),
+        Error::ConnectionReset(s) => Error::ConnectionReset(named(s)),
+        Error::Timeout(s) => Error::Timeout(named(s)),
+        Error::Unreachable(s) => Error::Unreachable(named(s)),
+        Error::Io {
+            context,
+            kind,
+            message,
+        } => Error::Io {
+            context: named(context),
+            kind,
+            message,
+        },
+        other => other,
+    }
 }
