@@ -25,9 +25,9 @@ CLIENT_CORE=${CLIENT_CORE:-1}
 
 want() { [[ " ${SECTIONS:-capi perftest iodemo} " == *" $1 "* ]]; }
 
-freeport() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# Servers listen on port 0; program_pid and wildcard_port read the port they got.
+# shellcheck source=../tests/ports.sh
+. "$root/capi/tests/ports.sh"
 median() {
     sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
 }
@@ -41,11 +41,11 @@ perftest() {
         ucx122) bin=$u122/bin/ucx_perftest; envs=(LD_LIBRARY_PATH="$u122/lib") ;;
     esac
     local port
-    port=$(freeport)
     env "${envs[@]}" UCX_TLS="$tls" UCX_NET_DEVICES=lo timeout 120 \
-        taskset -c "$SERVER_CORE" "$bin" -p "$port" > "$work/srv" 2>&1 &
+        taskset -c "$SERVER_CORE" "$bin" -p 0 > "$work/srv" 2>&1 &
     local spid=$!
-    sleep 0.5
+    port=$(wildcard_port "$(program_pid "$spid" "$bin")") ||
+        { kill "$spid"; wait "$spid"; return; }
     env "${envs[@]}" UCX_TLS="$tls" UCX_NET_DEVICES=lo timeout 120 \
         taskset -c "$CLIENT_CORE" "$bin" 127.0.0.1 -p "$port" -t "$test" -s "$size" \
         -n "$iters" -w $((iters / 10 + 1)) -v > "$work/out" 2>&1
@@ -61,11 +61,11 @@ iodemo() {
         ucx122) envs=(LD_LIBRARY_PATH="$u122/lib") ;;
     esac
     local port
-    port=$(freeport)
     env "${envs[@]}" UCX_TLS="$tls" UCX_NET_DEVICES=lo timeout 60 taskset -c "$SERVER_CORE" \
-        "$u122/bin/io_demo" -p "$port" -d "$size:$size" -o write $am > "$work/srv" 2>&1 &
+        "$u122/bin/io_demo" -p 0 -d "$size:$size" -o write $am > "$work/srv" 2>&1 &
     local spid=$!
-    sleep 0.5
+    port=$(wildcard_port "$(program_pid "$spid" io_demo)") ||
+        { kill "$spid"; wait "$spid"; return; }
     env "${envs[@]}" UCX_TLS="$tls" UCX_NET_DEVICES=lo timeout 60 taskset -c "$CLIENT_CORE" \
         "$u122/bin/io_demo" -p "$port" -d "$size:$size" -o write $am -l 2s -P 1 127.0.0.1 \
         > "$work/out" 2>&1

@@ -40,17 +40,9 @@ if awk -v l="$load" 'BEGIN{exit !(l > 0.5)}'; then
     echo "note: load average $load: numbers taken now are not trustworthy (take them on a quiet machine)"
 fi
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-wait_listening() {
-    for _ in $(seq 200); do
-        [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
+# Servers listen on port 0; program_pid and wildcard_port read the port they got.
+# shellcheck source=../tests/ports.sh
+. "$root/capi/tests/ports.sh"
 
 # run IMPL KIND ENV ARGS...: one server/client pair; prints the value of KIND (lat: 50th
 # percentile latency, usec; bw: overall bandwidth, MB/s) or "-".
@@ -72,11 +64,10 @@ run() {
         prev=$a
     done
     local port srv
-    port=$(free_port)
-    env $envs LD_LIBRARY_PATH="$ldp" timeout 120 taskset -c 0 "$bin" -p "$port" "${sargs[@]}" \
+    env $envs LD_LIBRARY_PATH="$ldp" timeout 120 taskset -c 0 "$bin" -p 0 "${sargs[@]}" \
         >"$work/srv" 2>&1 &
     srv=$!
-    if ! wait_listening "$port"; then
+    if ! port=$(wildcard_port "$(program_pid "$srv" "$bin")"); then
         kill "$srv" 2>/dev/null
         echo -
         return

@@ -29,6 +29,9 @@ pub struct Context {
     pub name: String,
     /// Live workers (addresses of `Worker`s): memory mapping uses the first one.
     pub workers: Mutex<Vec<usize>>,
+    /// Mappings (addresses of `Mem`s) made before the context had a worker, registered with
+    /// its first worker when that is created.
+    pub unbound: Mutex<Vec<usize>>,
     /// `mt_workers_shared`: workers of this context run on several threads, so every worker
     /// locks (memory mapping reaches the first worker from any thread).
     pub mt_workers_shared: bool,
@@ -154,6 +157,7 @@ unsafe fn create(
         },
         name: cname,
         workers: Mutex::new(Vec::new()),
+        unbound: Mutex::new(Vec::new()),
         mt_workers_shared: has(UCP_PARAM_FIELD_MT_WORKERS_SHARED) && p.mt_workers_shared != 0,
         client_minor: api_minor,
         features: asked,

@@ -2,7 +2,10 @@
 //! `ucp_mem_advise`.
 //!
 //! rucx maps memory per worker, while UCX maps it per context: a context's mappings are made
-//! with its first live worker (MPI libraries create one worker per context).
+//! with its first live worker (MPI libraries create one worker per context). A mapping made
+//! before the context has a worker (ucx_perftest maps right after `ucp_init`) is allocated (or
+//! recorded, for the client's memory) at once and registered with the context's first worker
+//! when that worker is created (or at `ucp_rkey_pack`); until then it has no remote key.
 //!
 //! `UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED` (OpenSHMEM's symmetric heap, at the same address
 //! in every process) is served by aliasing: rucx allocates its mapping where it likes (a shared
@@ -29,6 +32,7 @@ use ucp::MemMap;
 
 /// A memory handle.
 pub struct Mem {
+    /// The worker the memory is registered with; null until the context has one.
     pub(crate) worker: *const Worker,
     pub(crate) context: *const Context,
     /// The mapping; none for a zero-length one.
@@ -38,7 +42,8 @@ pub struct Mem {
     pub(crate) length: usize,
     /// Client address minus rucx's address of the same memory (non-zero for a fixed alias).
     pub(crate) delta: u64,
-    /// A second mapping this handle made at the client's address: (start, bytes).
+    /// Memory this handle mapped itself, unmapped after rucx's mapping: the alias at the
+    /// client's address, or the memory allocated before the context had a worker.
     alias: Option<(usize, usize)>,
     /// Process-unique id of the mapping (packed into its remote keys).
     pub(crate) id: u64,
@@ -56,11 +61,38 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 impl Mem {
     /// A handle for `map` (none for a zero-length mapping), registered as live.
     fn new(
-        worker: &Worker,
+        worker: *const Worker,
         context: *const Context,
         map: Option<MemMap>,
         alias: Option<(usize, usize)>,
         delta: u64,
+    ) -> Box<Mem> {
+        let (address, length) = match &map {
+            Some(m) => (m.address().wrapping_add(delta) as *mut c_void, m.len()),
+            None => (std::ptr::null_mut(), 0),
+        };
+        Self::with_range(worker, context, map, alias, delta, address, length)
+    }
+
+    /// A handle of `length` bytes at `address` not registered with a worker yet (the context
+    /// has none): `owned` is the memory this handle allocated for it, if any.
+    fn unbound(
+        context: *const Context,
+        address: *mut c_void,
+        length: usize,
+        owned: Option<(usize, usize)>,
+    ) -> Box<Mem> {
+        Self::with_range(std::ptr::null(), context, None, owned, 0, address, length)
+    }
+
+    fn with_range(
+        worker: *const Worker,
+        context: *const Context,
+        map: Option<MemMap>,
+        alias: Option<(usize, usize)>,
+        delta: u64,
+        address: *mut c_void,
+        length: usize,
     ) -> Box<Mem> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let alive = Arc::new(AtomicBool::new(true));
@@ -68,10 +100,6 @@ impl Mem {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, Arc::downgrade(&alive));
-        let (address, length) = match &map {
-            Some(m) => (m.address().wrapping_add(delta) as *mut c_void, m.len()),
-            None => (std::ptr::null_mut(), 0),
-        };
         Box::new(Mem {
             worker,
             context,
@@ -113,17 +141,108 @@ const MAP_KNOWN: u64 = UCP_MEM_MAP_PARAM_FIELD_ADDRESS
     | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE
     | UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER;
 
-fn first_worker<'a>(name: &str, c: &Context) -> Result<&'a Worker, Status> {
+/// The context's first live worker, if it has one.
+fn first_worker<'a>(c: &Context) -> Option<&'a Worker> {
     let ws = c.workers.lock().unwrap_or_else(|p| p.into_inner());
-    match ws.first() {
-        // SAFETY: workers unregister before they are freed.
-        Some(&w) => Ok(unsafe { &*(w as *const Worker) }),
-        None => Err(refuse(
-            name,
-            UCS_ERR_UNSUPPORTED,
-            "rucx maps memory with a worker: create one first",
-        )),
+    // SAFETY: workers unregister before they are freed.
+    ws.first().map(|&w| unsafe { &*(w as *const Worker) })
+}
+
+/// Registers mapping `m`, made before its context had a worker, with worker `w`.
+fn bind(name: &str, m: &mut Mem, w: &Worker) -> Result<(), Status> {
+    if !m.worker.is_null() {
+        return Ok(());
     }
+    if m.length > 0 {
+        let _g = w.lock.lock();
+        let mut i = w.inner.borrow_mut();
+        // SAFETY: the handle's memory (its own allocation, or the client's, valid until
+        // ucp_mem_unmap as documented) outlives the mapping, which unmap drops first.
+        let map = unsafe { i.w.mem_map_raw(m.address as *mut u8, m.length) }
+            .map_err(|e| fail(name, &e))?;
+        m.map = Some(map);
+    }
+    m.worker = w;
+    Ok(())
+}
+
+/// Registers the mappings `context` made before it had a worker with its new worker `w`;
+/// a mapping that cannot be registered stays unbound (its `ucp_rkey_pack` then says why).
+pub(crate) fn bind_unbound(context: &Context, w: &Worker) {
+    let mut list = context.unbound.lock().unwrap_or_else(|p| p.into_inner());
+    list.retain(|&m| {
+        // SAFETY: handles leave this list in ucp_mem_unmap before they are freed.
+        bind("ucp_worker_create", unsafe { &mut *(m as *mut Mem) }, w).is_err()
+    });
+}
+
+/// Makes sure `m` is registered with a worker (its context's first) before its remote key
+/// is packed.
+pub(crate) fn bound(name: &str, m: &mut Mem) -> Result<(), Status> {
+    if !m.worker.is_null() {
+        return Ok(());
+    }
+    // SAFETY: the context outlives its mappings.
+    let c = unsafe { &*m.context };
+    let Some(w) = first_worker(c) else {
+        return Err(refuse(
+            name,
+            UCS_ERR_NO_RESOURCE,
+            "the memory is registered with the context's first worker: create one first",
+        ));
+    };
+    bind(name, m, w)?;
+    c.unbound
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|&x| x != m as *mut Mem as usize);
+    Ok(())
+}
+
+/// Memory for a mapping made while the context has no worker: `len` fresh zeroed bytes (at
+/// `at` when `fixed`), or the client's memory at `at` when not `allocate`.
+fn unbound_range(
+    name: &str,
+    at: usize,
+    len: usize,
+    allocate: bool,
+    fixed: bool,
+) -> Result<(usize, Option<(usize, usize)>), Status> {
+    if !allocate {
+        return Ok((at, None));
+    }
+    let span = len.div_ceil(page()) * page();
+    if fixed {
+        if !at.is_multiple_of(page()) {
+            return Err(refuse(
+                name,
+                UCS_ERR_INVALID_PARAM,
+                format!("UCP_MEM_MAP_FIXED address {at:#x} is not page aligned"),
+            ));
+        }
+        reserve_at(name, at, span)?;
+        return Ok((at, Some((at, span))));
+    }
+    // SAFETY: a fresh anonymous mapping anywhere; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        let e = std::io::Error::last_os_error();
+        return Err(refuse(
+            name,
+            UCS_ERR_NO_MEMORY,
+            format!("cannot allocate {len} bytes: {e}"),
+        ));
+    }
+    Ok((p as usize, Some((p as usize, span))))
 }
 
 fn page() -> usize {
@@ -230,7 +349,7 @@ fn map_fixed(
 /// `UCP_MEM_MAP_FIXED`) or registers the client's memory for remote access.
 ///
 /// # Safety
-/// A live context with a worker; valid params; registered memory stays valid until unmapped.
+/// A live context; valid params; registered memory stays valid until unmapped.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_mem_map(
     context: *mut Context,
@@ -289,10 +408,7 @@ pub unsafe extern "C" fn ucp_mem_map(
             // As UCX: a zero-length mapping succeeds, whatever the address and flags, and
             // its remote key reaches no memory.
             tracing::debug!("{NAME}: zero length, mapping nothing");
-            let w = match first_worker(NAME, c) {
-                Ok(w) => w,
-                Err(s) => return s,
-            };
+            let w = first_worker(c).map_or(std::ptr::null(), |w| w as *const Worker);
             // SAFETY: checked non-null.
             unsafe { *memh_p = Box::into_raw(Mem::new(w, context, None, None, 0)) };
             return UCS_OK;
@@ -318,31 +434,16 @@ pub unsafe extern "C" fn ucp_mem_map(
                 "no address and no UCP_MEM_MAP_ALLOCATE",
             );
         }
-        let w = match first_worker(NAME, c) {
-            Ok(w) => w,
-            Err(s) => return s,
-        };
-        let _g = w.lock.lock();
-        let mut i = w.inner.borrow_mut();
-        let (map, alias, delta) = if fixed {
-            match map_fixed(NAME, &mut i.w, address as usize, p.length) {
-                Ok((m, a, d)) => (m, Some(a), d),
+        let mut mem = match first_worker(c) {
+            Some(w) => match map_with(NAME, w, address, p.length, allocate, fixed) {
+                Ok((map, alias, delta)) => Mem::new(w, context, Some(map), alias, delta),
                 Err(s) => return s,
-            }
-        } else {
-            let res = if allocate {
-                i.w.mem_map(p.length)
-            } else {
-                // SAFETY: the client keeps the memory valid until ucp_mem_unmap (documented).
-                unsafe { i.w.mem_map_raw(address as *mut u8, p.length) }
-            };
-            match res {
-                Ok(m) => (m, None, 0),
-                Err(e) => return fail(NAME, &e),
-            }
+            },
+            None => match unbound_range(NAME, address as usize, p.length, allocate, fixed) {
+                Ok((at, owned)) => Mem::unbound(context, at as *mut c_void, p.length, owned),
+                Err(s) => return s,
+            },
         };
-        drop(i);
-        let mut mem = Mem::new(w, context, Some(map), alias, delta);
         if has(UCP_MEM_MAP_PARAM_FIELD_PROT) {
             // Peers are held to the protection: keys of this mapping deny what it leaves out.
             if p.prot & UCP_MEM_MAP_PROT_REMOTE_READ == 0 {
@@ -366,10 +467,50 @@ pub unsafe extern "C" fn ucp_mem_map(
                 );
             }
         }
+        let raw = Box::into_raw(mem);
+        // SAFETY: the handle just made.
+        if unsafe { (*raw).worker.is_null() } {
+            c.unbound
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(raw as usize);
+        }
         // SAFETY: checked non-null.
-        unsafe { *memh_p = Box::into_raw(mem) };
+        unsafe { *memh_p = raw };
         UCS_OK
     })
+}
+
+/// A mapping made with a worker, the memory the handle mapped itself (an alias at the
+/// client's address) and the client's address minus rucx's.
+type Mapped = (MemMap, Option<(usize, usize)>, u64);
+
+/// Maps `len` bytes with worker `w`: allocated (at `address` when `fixed`) or the client's
+/// memory at `address`.
+fn map_with(
+    name: &str,
+    w: &Worker,
+    address: *mut c_void,
+    len: usize,
+    allocate: bool,
+    fixed: bool,
+) -> Result<Mapped, Status> {
+    let _g = w.lock.lock();
+    let mut i = w.inner.borrow_mut();
+    if fixed {
+        let (m, a, d) = map_fixed(name, &mut i.w, address as usize, len)?;
+        return Ok((m, Some(a), d));
+    }
+    let res = if allocate {
+        i.w.mem_map(len)
+    } else {
+        // SAFETY: the client keeps the memory valid until ucp_mem_unmap (documented).
+        unsafe { i.w.mem_map_raw(address as *mut u8, len) }
+    };
+    match res {
+        Ok(m) => Ok((m, None, 0)),
+        Err(e) => Err(fail(name, &e)),
+    }
 }
 
 /// `ucs_status_t ucp_mem_unmap(ucp_context_h context, ucp_mem_h memh)`.
@@ -402,10 +543,19 @@ pub unsafe extern "C" fn ucp_mem_unmap(context: *mut Context, memh: *mut Mem) ->
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&m.id);
-        // SAFETY: the worker outlives its mappings.
-        let w = unsafe { &*m.worker };
-        let _g = w.lock.lock();
-        drop(m.map.take());
+        if m.worker.is_null() {
+            // SAFETY: the context outlives its mappings.
+            let c = unsafe { &*m.context };
+            c.unbound
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|&x| x != memh as usize);
+        } else {
+            // SAFETY: the worker outlives its mappings.
+            let w = unsafe { &*m.worker };
+            let _g = w.lock.lock();
+            drop(m.map.take());
+        }
         if let Some((at, span)) = m.alias.take() {
             // SAFETY: the alias (or reservation) this handle mapped; rucx's mapping is gone.
             unsafe { libc::munmap(at as *mut c_void, span) };

@@ -37,7 +37,9 @@ const ALIGN: usize = 16;
 
 /// The request has finished (status and info are valid).
 pub const F_COMPLETED: u32 = 1;
-/// The client released the request (`ucp_request_free`): no callback; recycle on completion.
+/// The client released the request (`ucp_request_free`): recycled on completion, after its
+/// callback (UCX calls the callback of a released request too, and its clients count on it:
+/// ucx_perftest's first send is released before its callback counts it done).
 pub const F_RELEASED: u32 = 2;
 /// The memory belongs to the worker's free list (not the client's).
 pub const F_POOLED: u32 = 4;
@@ -521,7 +523,7 @@ pub fn hooked(w: &Worker, token: u64, c: &Completion) {
     }
 }
 
-/// Completes a request [`hooked`] queued: marks it completed and calls its callback, or
+/// Completes a request [`hooked`] queued: marks it completed and calls its callback, then
 /// recycles it if the client freed it meanwhile. Worker locked, rucx worker not borrowed.
 ///
 /// # Safety
@@ -533,11 +535,10 @@ pub unsafe fn run_callback(w: &Worker, h: *mut ReqHdr) {
     let prev = hdr.flags.load(Ordering::Relaxed);
     hdr.flags
         .store((prev & !F_CB_DUE) | F_COMPLETED, Ordering::Release);
+    call_back(h, hdr.cb, hdr.user_data, hdr.status, hdr.info);
     if prev & F_RELEASED != 0 {
         recycle(w, h);
-        return;
     }
-    call_back(h, hdr.cb, hdr.user_data, hdr.status, hdr.info);
 }
 
 /// Calls a request's callback with its C signature.
@@ -599,7 +600,7 @@ fn recycle(w: &Worker, h: *mut ReqHdr) {
 }
 
 /// Completes a request from the worker's queue: data delivered, status written, then the
-/// callback (or recycling, if the client freed it). Worker locked, rucx worker not borrowed.
+/// callback (and recycling, if the client freed it). Worker locked, rucx worker not borrowed.
 /// The completion stays the caller's to drop.
 #[inline]
 pub fn complete(w: &Worker, key: usize, c: &Completion) {
@@ -613,11 +614,10 @@ pub fn complete(w: &Worker, key: usize, c: &Completion) {
     hdr.status = status;
     hdr.info = info;
     let prev = set_flags(hdr, F_COMPLETED);
+    call_back(h, hdr.cb, hdr.user_data, status, info);
     if prev & F_RELEASED != 0 {
         recycle(w, h);
-        return;
     }
-    call_back(h, hdr.cb, hdr.user_data, status, info);
 }
 
 /// Logs a call given something that is not a request pointer.
@@ -703,7 +703,8 @@ pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> i32 {
 }
 
 /// `void ucp_request_free(void *request)`: gives the request back. A running operation goes
-/// on, but its callback will not be called.
+/// on and its callback is still called when it completes (as UCX does, though its header
+/// says otherwise); the memory is recycled after that. A second free is refused.
 ///
 /// # Safety
 /// A request from this library, freed once.
@@ -717,7 +718,13 @@ pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
         let _g = w.lock.lock();
         // SAFETY: a live request.
         let prev = set_flags(unsafe { &*h }, F_RELEASED);
-        if prev & F_COMPLETED != 0 {
+        if prev & F_RELEASED != 0 {
+            // A callback freeing a request the client had released already (or a double
+            // free): recycling twice would hand the memory out twice.
+            tracing::warn!("ucp_request_free: the request was freed already");
+            return;
+        }
+        if prev & F_COMPLETED != 0 && prev & F_CB_DUE == 0 {
             recycle(w, h);
         }
     })

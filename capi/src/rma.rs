@@ -190,7 +190,10 @@ pub unsafe extern "C" fn ucp_rkey_pack(
             return refuse(NAME, UCS_ERR_INVALID_PARAM, "NULL argument");
         }
         // SAFETY: a live handle.
-        let m = unsafe { &*memh };
+        let m = unsafe { &mut *memh };
+        if let Err(s) = crate::mem::bound(NAME, m) {
+            return s;
+        }
         // SAFETY: its worker is alive.
         let w = unsafe { &*m.worker };
         let _g = w.lock.lock();

@@ -233,8 +233,9 @@ pub unsafe extern "C" fn ucp_stream_recv_nbx(
     })
 }
 
-/// `ucs_status_ptr_t ucp_stream_recv_data_nb(ucp_ep_h ep, size_t *length)`: the bytes that
-/// arrived and no receive waits for, lent until `ucp_stream_data_release`; NULL when none.
+/// `ucs_status_ptr_t ucp_stream_recv_data_nb(ucp_ep_h ep, size_t *length)`: the bytes left of
+/// the oldest message that arrived and no receive waits for (one message a call, as UCX gives
+/// one fragment), lent until `ucp_stream_data_release`; NULL when none.
 ///
 /// # Safety
 /// A live endpoint; `length` writable.
@@ -251,7 +252,7 @@ pub unsafe extern "C" fn ucp_stream_recv_data_nb(ep: *mut Ep, length: *mut usize
         };
         let _g = w.lock.lock();
         let mut i = w.inner.borrow_mut();
-        let data = match i.w.stream_take(h, usize::MAX) {
+        let data = match i.w.stream_take_message(h) {
             Ok(d) => d,
             Err(e) => return status_ptr(crate::guard::fail(NAME, &e)),
         };

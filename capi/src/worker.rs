@@ -497,6 +497,8 @@ pub unsafe extern "C" fn ucp_worker_create(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(raw as usize);
+        // SAFETY: the worker just made.
+        crate::mem::bind_unbound(ctx, unsafe { &*raw });
         // SAFETY: checked non-null.
         unsafe { *worker_p = raw };
         UCS_OK

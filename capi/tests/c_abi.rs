@@ -1,6 +1,6 @@
-//! Runs the C ABI tests (`tests/c/abi_layout.c`, `tests/c/onesided.c` and `tests/c/full_api.c`,
-//! compiled against UCX 1.13's installed headers) on this package's `libucp.so.0`, over shared
-//! memory and over tcp on loopback. Fails, naming the package to install, when the headers are
+//! Runs the C ABI tests (`tests/c/abi_layout.c`, `tests/c/onesided.c`, `tests/c/full_api.c` and
+//! `tests/c/unhandled_failure.c`, compiled against UCX 1.13's installed headers) on this
+//! package's `libucp.so.0`, over shared memory and over tcp on loopback. Fails, naming the package to install, when the headers are
 //! missing.
 
 use std::path::PathBuf;
@@ -54,6 +54,14 @@ fn c_program_against_the_ucx_headers() {
         stdout.matches("abi_layout: all checks passed").count(),
         2,
         "both transports must pass:\n{stdout}"
+    );
+    assert_eq!(
+        stdout
+            .matches("unhandled_failure: the receiver ended by SIGABRT")
+            .count(),
+        2,
+        "a receive failed on a worker without error handling must end the process (posix, \
+         tcp):\n{stdout}\n{stderr}"
     );
     assert!(
         stdout.contains("of UCX 1.13's headers checked, 0 wrong"),

@@ -53,14 +53,15 @@ UCX_RUN=0
 cat >"$WORK/cg.sh" <<EOF
 #!/bin/bash
 export VALGRIND_LIB=/opt/rdmavm/bin
+source listen-port.sh
 RUCX_ENV="RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0"
 UCX_ENV="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:1"
 # count NAME ENV PROG: one server/client pair, the client under callgrind.
 count() {
     local name=\$1 envs=\$2 prog=\$3
-    local port=\$((14000 + RANDOM % 1000))
-    env \$envs timeout 600 taskset -c 0 \$prog -p \$port >/tmp/s.out 2>&1 &
-    sleep 1
+    env \$envs timeout 600 taskset -c 0 \$prog -p 0 >/tmp/s.out 2>&1 &
+    local s=\$! port
+    port=\$(listen_port \$s) || { tail -3 /tmp/s.out; kill \$s; wait \$s; return; }
     env \$envs timeout 1200 taskset -c 1 valgrind.bin --tool=callgrind ${CG_OPTS:-} \\
         --callgrind-out-file=/tmp/cg.\$name --log-file=/tmp/cg.log \\
         \$prog 10.83.0.1 -p \$port -t tag_lat -s 8 -n $N -w 0 >/tmp/c.out 2>&1
@@ -80,7 +81,7 @@ fi
 EOF
 chmod +x "$WORK/cg.sh"
 "$HERE/run.sh" -t 2400 "${FILES[@]}" -f /usr/bin/valgrind.bin -f "$VGLIB/callgrind-amd64-linux" \
-    -f "$VGLIB/vgpreload_core-amd64-linux.so" -f "$WORK/default.supp" -f "$WORK/cg.sh" -- cg.sh \
+    -f "$VGLIB/vgpreload_core-amd64-linux.so" -f "$WORK/default.supp" -f "$HERE/listen-port.sh" -f "$WORK/cg.sh" -- cg.sh \
     >"$WORK/out"
 grep -v '^@@B64\|^[A-Za-z0-9+/=]*$' "$WORK/out" || true
 echo "=== tag_lat 8 B client over rc_verbs under callgrind in the VM ($N iterations)"

@@ -58,19 +58,19 @@ UCX_ENV="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:
 RUCX_ENV="RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0"
 ncpu=\$(nproc)
 pin() { if [ "\$ncpu" -ge 2 ]; then echo "taskset -c \$1"; fi; }
+source listen-port.sh
 # rxe0's counters of stalls (receiver-not-ready NAKs, retransmissions), one "name value" a line.
 C=/sys/class/infiniband/rxe0/ports/1/hw_counters
 snap() { for f in send_rnr_err rcvd_rnr_err completer_retry_err duplicate_request out_of_seq_request; do echo "\$f \$(cat \$C/\$f 2>/dev/null || echo 0)"; done; }
 # run LABEL ENV PROG ARGS...: one server/client pair; prints "@@R LABEL <Final line fields>".
 run() {
     local label=\$1 envs=\$2 prog=\$3; shift 3
-    local port=\$((14000 + RANDOM % 1000))
     snap >/tmp/before
     local c2c
     c2c=\$(c2c 0 1 20000 2>/dev/null || echo nan)
-    env \$envs timeout 150 \$(pin 0) \$prog -p \$port >/tmp/server.out 2>&1 &
-    local s=\$!
-    sleep 1
+    env \$envs timeout 150 \$(pin 0) \$prog -p 0 >/tmp/server.out 2>&1 &
+    local s=\$! port
+    port=\$(listen_port \$s) || { tail -3 /tmp/server.out; kill \$s; wait \$s; return; }
     local out
     out=\$(env \$envs timeout 150 \$(pin 1) \$prog 10.83.0.1 -p \$port "\$@" 2>&1)
     wait \$s || { echo "\$label: server failed:"; tail -3 /tmp/server.out; }
@@ -101,7 +101,7 @@ EOF
 chmod +x "$WORK/compare.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
 echo "host load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$WORK/c2c" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
+"$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$WORK/c2c" -f "$HERE/listen-port.sh" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
 echo "host load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "=== ucp over rc_verbs in the Soft-RoCE VM, medians of $REPS runs"

@@ -22,12 +22,12 @@ WORK="$(mktemp -d /tmp/rdma-vm-cmp.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 cat >"$WORK/compare.sh" <<EOF
 #!/bin/bash
+source listen-port.sh
 run() {
     local prog=\$1; shift
-    local port=\$((14000 + RANDOM % 1000))
-    timeout 150 \$prog -p \$port >/tmp/server.out 2>&1 &
-    local s=\$!
-    sleep 1
+    timeout 150 \$prog -p 0 >/tmp/server.out 2>&1 &
+    local s=\$! port
+    port=\$(listen_port \$s) || { tail -3 /tmp/server.out; kill \$s; wait \$s; return; }
     echo "### \$prog \$*"
     timeout 150 \$prog 10.83.0.1 -p \$port "\$@" 2>&1 | grep -E "Final:|ERROR|error" | tail -2
     wait \$s || { echo "server failed:"; tail -3 /tmp/server.out; }
@@ -42,4 +42,4 @@ done
 EOF
 chmod +x "$WORK/compare.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
-"$HERE/run.sh" -t 900 -f "$WORK/perftest" -f "$WORK/compare.sh" -- compare.sh
+"$HERE/run.sh" -t 900 -f "$WORK/perftest" -f "$HERE/listen-port.sh" -f "$WORK/compare.sh" -- compare.sh

@@ -38,6 +38,7 @@ done
 cat >"$WORK/count.sh" <<EOF
 #!/bin/bash
 N=$N
+source listen-port.sh
 UCX_ENV="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:1"
 RUCX_ENV="RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0"
 C=/sys/class/infiniband/rxe0/ports/1/hw_counters
@@ -45,10 +46,9 @@ snap() { for f in sent_pkts rcvd_pkts ack_deferred duplicate_request send_rnr_er
 # pair LABEL ENV PROG WRAP: one server/client tag_lat pair, the client under WRAP.
 pair() {
     local label=\$1 envs=\$2 prog=\$3 wrap=\$4
-    local port=\$((14000 + RANDOM % 1000))
-    env \$envs timeout 300 taskset -c 0 \$prog -p \$port >/tmp/server.out 2>&1 &
-    local s=\$!
-    sleep 1
+    env \$envs timeout 300 taskset -c 0 \$prog -p 0 >/tmp/server.out 2>&1 &
+    local s=\$! port
+    port=\$(listen_port \$s) || { tail -3 /tmp/server.out; kill \$s; wait \$s; return; }
     env \$envs timeout 300 taskset -c 1 \$wrap \$prog 10.83.0.1 -p \$port -t tag_lat -s 8 -n \$N -w 0 >/tmp/client.out 2>&1
     wait \$s || { echo "\$label: server failed"; tail -3 /tmp/server.out; }
     grep "Final:" /tmp/client.out | tail -1 | sed "s/^/\$label /"
@@ -67,4 +67,4 @@ done
 EOF
 chmod +x "$WORK/count.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
-"$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$STRACE" -f "$WORK/count.sh" -- count.sh
+"$HERE/run.sh" -t 2400 -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$STRACE" -f "$HERE/listen-port.sh" -f "$WORK/count.sh" -- count.sh

@@ -337,4 +337,41 @@ mod tests {
         let left = b.stream_take(back, 100).expect("take");
         assert_eq!(left, b"5");
     }
+
+    /// `stream_take_message` hands out one message at a time, the rest of one a receive
+    /// took the start of first.
+    #[test]
+    fn stream_take_message_gives_one_message_at_a_time() {
+        let (mut a, mut b, ep) = pair("posix");
+        let end = Instant::now() + Duration::from_secs(60);
+        let sends: Vec<_> = [&b"abc"[..], b"defg", b"hi"]
+            .iter()
+            .map(|m| a.stream_send(ep, m).expect("send"))
+            .collect();
+        while !b.has_ep_to(a.address()).expect("address") {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        let back = b
+            .ep_create(a.address(), EpParams::default())
+            .expect("ep back");
+        while b.stream_available(back).unwrap_or(0) < 9 {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        for s in sends {
+            both(&mut a, &mut b, s).status.expect("send");
+        }
+        assert_eq!(b.stream_take_message(back).expect("take"), b"abc");
+        // A receive takes the start of the second message; the rest is still one message.
+        let mut dst = [0u8; 2];
+        // SAFETY: `dst` outlives the request, completed below.
+        let op = unsafe { b.stream_recv_raw(back, dst.as_mut_ptr(), 2, true) }.expect("recv");
+        assert_eq!((b.complete(op).len, &dst), (2, b"de"));
+        assert_eq!(b.stream_take_message(back).expect("take"), b"fg");
+        assert_eq!(b.stream_take_message(back).expect("take"), b"hi");
+        assert!(b.stream_take_message(back).expect("take").is_empty());
+    }
 }

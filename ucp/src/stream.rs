@@ -82,10 +82,24 @@ impl Worker {
         if let Some(x) = self.st.eps[idx].extra.as_deref_mut() {
             if x.stream_waiters.is_empty() {
                 let n = max.min(x.stream_rx.len());
-                out.extend(x.stream_rx.drain(..n));
+                out.extend(x.stream_rx.range(..n));
+                x.stream_consume(n);
             }
         }
         Ok(out)
+    }
+
+    /// As [`Worker::stream_take`], the bytes left of the oldest message the peer sent (UCX's
+    /// `ucp_stream_recv_data_nb` gives one received fragment at a time, and clients count on
+    /// it: ucx_perftest's stream test with `-r recv_data` counts messages by it).
+    pub fn stream_take_message(&mut self, ep: EpHandle) -> Result<Vec<u8>> {
+        let idx = self.st.ep_idx(ep)?;
+        let first = self.st.eps[idx]
+            .extra
+            .as_deref()
+            .and_then(|x| x.stream_frags.front().copied())
+            .unwrap_or(0);
+        self.stream_take(ep, first)
     }
 
     /// Stream bytes received and not yet consumed on the endpoint.
@@ -202,7 +216,7 @@ impl State {
                     let na = n.min(a.len());
                     buf[*filled..*filled + na].copy_from_slice(&a[..na]);
                     buf[*filled + na..*filled + n].copy_from_slice(&b[..n - na]);
-                    ep.stream_rx.drain(..n);
+                    ep.stream_consume(n);
                     *filled += n;
                     *filled == buf.len() || (!*waitall && *filled > 0)
                 }
@@ -220,7 +234,29 @@ impl State {
 
     /// STREAM: bytes of the peer's stream, appended and handed to waiting receives.
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8]) {
-        self.eps[idx].extra_mut().stream_rx.extend(data);
+        if !data.is_empty() {
+            let x = self.eps[idx].extra_mut();
+            x.stream_rx.extend(data);
+            x.stream_frags.push_back(data.len());
+        }
         self.stream_serve(idx);
+    }
+}
+
+impl crate::worker::state::EpExtra {
+    /// Drops the oldest `n` received stream bytes (and the messages they end).
+    pub(crate) fn stream_consume(&mut self, mut n: usize) {
+        self.stream_rx.drain(..n);
+        while n > 0 {
+            let Some(f) = self.stream_frags.front_mut() else {
+                break;
+            };
+            if *f > n {
+                *f -= n;
+                break;
+            }
+            n -= *f;
+            self.stream_frags.pop_front();
+        }
     }
 }

@@ -482,6 +482,36 @@ static void bad_direct(ucp_context_h ctx, ucp_ep_h e10)
 
 /* A zero-length mapping succeeds whatever its address and flags (as UCX's does); its key packs
  * and unpacks, and reaches no memory. A mapping without a length is refused. */
+/* A request freed before it completes still gets its callback (UCX calls it, and ucx_perftest
+ * counts on it), once, and the data lands. */
+static int released_calls;
+static void released_cb(void *req, ucs_status_t st, void *arg)
+{
+    (void)req;
+    released_calls += st == UCS_OK && arg == &released_calls;
+}
+
+static void released_request(ucp_ep_h ep, ucp_rkey_h rkey, unsigned char *base, const char *what)
+{
+    static unsigned char src[4096];
+    for (size_t i = 0; i < sizeof(src); i++) src[i] = pat(i, 77);
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    rp.cb.send = released_cb;
+    rp.user_data = &released_calls;
+    released_calls = 0;
+    void *r = ucp_put_nbx(ep, src, sizeof(src), (uint64_t)(uintptr_t)base, rkey, &rp);
+    REQUIRE(UCS_PTR_IS_PTR(r), "%s: put with NO_IMM_CMPL gave no request", what);
+    ucp_request_free(r);
+    REQUIRE(wait_req(ucp_ep_flush_nbx(ep, &(ucp_request_param_t){0})) == UCS_OK, "flush");
+    for (long spins = 0; released_calls == 0 && spins < 10000000L; spins++) progress();
+    for (int i = 0; i < 100; i++) progress();
+    CHECK(released_calls == 1, "%s: the freed put's callback ran %d times", what, released_calls);
+    CHECK(memcmp(base, src, sizeof(src)) == 0, "%s: the freed put's data did not land", what);
+}
+
 static void zero_length(ucp_context_h ctx, ucp_ep_h e10)
 {
     static unsigned char user[64];
@@ -682,6 +712,30 @@ int main(void)
     wp.thread_mode = mode != NULL && strcmp(mode, "single") == 0 ? UCS_THREAD_MODE_SINGLE
                                                                  : UCS_THREAD_MODE_MULTI;
     ucp_worker_h w2;
+
+    /* 0. Memory mapped before the context has a worker (as ucx_perftest does): allocated and
+     * user memory; it is registered with the first worker once that exists. A context that
+     * never gets a worker cannot pack a key for its mapping (an error, one log line). */
+    void *early_base, *early_user_base;
+    size_t early_len = (size_t)1 << 20;
+    unsigned char *early_user = aligned_alloc(4096, early_len);
+    ucp_mem_h early = map(ctx, NULL, early_len, UCP_MEM_MAP_ALLOCATE, &early_base);
+    ucp_mem_h early_user_mem = map(ctx, early_user, early_len, 0, &early_user_base);
+    CHECK(early_user_base == early_user, "early user mapping at the user's address");
+    memset(early_base, 0x5a, early_len); /* the client may write it at once */
+    {
+        ucp_context_h lone;
+        ucp_config_t *c3;
+        REQUIRE(ucp_config_read(NULL, NULL, &c3) == UCS_OK, "config_read");
+        REQUIRE(ucp_init(&params, c3, &lone) == UCS_OK, "ucp_init 3");
+        ucp_config_release(c3);
+        void *lbase, *kb = NULL;
+        size_t ks = 0;
+        ucp_mem_h lm = map(lone, NULL, 4096, UCP_MEM_MAP_ALLOCATE, &lbase);
+        BAD_STATUS(ucp_rkey_pack(lone, lm, &kb, &ks), "ucp_rkey_pack", UCS_ERR_NO_RESOURCE);
+        CHECK(ucp_mem_unmap(lone, lm) == UCS_OK, "unmap of a mapping no worker registered");
+        ucp_cleanup(lone);
+    }
     REQUIRE(ucp_worker_create(ctx, &wp, &W[0]) == UCS_OK, "worker 0");
     REQUIRE(ucp_worker_create(ctx, &wp, &W[1]) == UCS_OK, "worker 1");
     REQUIRE(ucp_worker_create(ctx2, &wp, &w2) == UCS_OK, "worker of context 2");
@@ -700,6 +754,21 @@ int main(void)
     REQUIRE(ucp_ep_create(W[0], &ep, &e01) == UCS_OK, "ep 0->1");
     ucp_worker_release_address(W[0], a0);
     ucp_worker_release_address(W[1], a1);
+
+    {
+        unsigned char *eb = early_base;
+        CHECK(eb[0] == 0x5a && eb[early_len - 1] == 0x5a, "early mapping keeps what was written");
+        ucp_rkey_h ek = unpack(ctx, early, e10);
+        put_get(e10, ek, early_base, early_len, "mapped before the worker, allocated");
+        atomics(e10, ek, early_base, "mapped before the worker, allocated");
+        ucp_rkey_destroy(ek);
+        ucp_rkey_h euk = unpack(ctx, early_user_mem, e10);
+        put_get(e10, euk, early_user, early_len, "mapped before the worker, user memory");
+        ucp_rkey_destroy(euk);
+        CHECK(ucp_mem_unmap(ctx, early) == UCS_OK, "unmap early");
+        CHECK(ucp_mem_unmap(ctx, early_user_mem) == UCS_OK, "unmap early user");
+        free(early_user);
+    }
 
     /* 1. UCP_MEM_MAP_ALLOCATE memory (64 MiB, OpenSHMEM's symmetric heap size). */
     size_t big = (size_t)64 << 20;
@@ -738,6 +807,7 @@ int main(void)
     CHECK(ubase == user, "user mapping at the user's address");
     ucp_rkey_h uk = unpack(ctx, umem, e10);
     put_get(e10, uk, user, ulen, "user memory");
+    released_request(e10, uk, user, "user memory");
     atomics(e10, uk, user, "user memory");
     race(e10, uk, user, "user memory");
     fence_order(e10, uk, user, "user memory");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles abi_layout.c, onesided.c and full_api.c against UCX 1.13's installed headers (Debian:
+# Compiles abi_layout.c, onesided.c, full_api.c and unhandled_failure.c against UCX 1.13's installed headers (Debian:
 # libucx-dev) and runs them on rucx's libucp.so.0 from LIBDIR, over shared memory and over tcp on
 # loopback (onesided with multi-thread and with single-thread workers; full_api, a forked client
 # and its server, also over posix and sysv alone):
@@ -16,7 +16,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ln -s "$lib/libucp.so.0" "$tmp/libucp.so"
-for prog in abi_layout onesided full_api; do
+for prog in abi_layout onesided full_api unhandled_failure; do
     ${CC:-cc} -O1 -g -Wall -Wextra -Werror -pthread -o "$tmp/$prog" "$here/$prog.c" \
         -I/usr/include -L"$tmp" -lucp -Wl,-rpath,"$lib"
 done
@@ -30,6 +30,12 @@ for tls in "shm,self" "tcp" "posix" "sysv"; do
     echo "== full_api, UCX_TLS=$tls"
     env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" UCX_NET_DEVICES=lo \
         timeout 300 "$tmp/full_api"
+done
+for tls in "posix" "tcp"; do
+    echo "== unhandled_failure, UCX_TLS=$tls"
+    # The receiver's abort is expected: its core dump is not wanted.
+    (ulimit -c 0; env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib" UCX_TLS="$tls" \
+        UCX_NET_DEVICES=lo timeout 120 "$tmp/unhandled_failure")
 done
 for tls in "shm,self" "tcp"; do
     echo "== UCX_TLS=$tls"

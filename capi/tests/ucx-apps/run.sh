@@ -6,10 +6,14 @@
 #     keepalive; client_server with -c tag/stream/am, alone and with -s 1000000 -i 3 -v 4;
 #     each over shared memory (UCX_TLS=shm) and tcp on loopback;
 #   - UCX 1.22's io_demo (from its wheel) in tag and AM modes with its data checks on (-q);
+#   - UCX 1.22's ucx_perftest (same wheel), unmodified, its ucp tests (tag, put, get, AM,
+#     stream; eager and rendezvous sizes);
 #   - every constant of UCX 1.22's headers checked against rucx's values.
 # Every process must have loaded LIBDIR/libucp.so.0 (LD_DEBUG=libs shows the file the loader
-# initialised). Servers take a port the kernel picked (UCX's examples cannot take port 0 for
-# their out-of-band socket: a free port is asked from the kernel and passed on).
+# initialised). Ports (capi/tests/ports.sh): ucp_client_server and io_demo listen on port 0
+# (the first prints its port, the second's is read from the kernel's socket table);
+# ucp_hello_world takes no port 0, so its server gets a port the kernel just handed out and is
+# started again on another when it lost that one.
 #   capi/tests/ucx-apps/run.sh LIBDIR [CACHE]   (CACHE: see fetch.sh; default target/ucx-apps)
 set -uo pipefail
 lib=$(cd "${1:?usage: run.sh LIBDIR [CACHE]}" && pwd)
@@ -19,6 +23,7 @@ cache=${2:-$root/target/ucx-apps}
 bash "$here/fetch.sh" "$cache" || { echo "FAIL: fetching UCX's sources and io_demo"; exit 1; }
 src=$cache/ucx-src/examples
 iodemo=$cache/ucx122/libucx/bin/io_demo
+perftest122=$cache/ucx122/libucx/bin/ucx_perftest
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0
@@ -40,30 +45,35 @@ if [ ! -f "$lib/libuct.so.0" ]; then
     extra=:$tmp/uct
 fi
 
-freeport() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# shellcheck source=../ports.sh
+. "$here/../ports.sh"
 
 # Runs a command with rucx's libraries and a record of the libraries the loader initialised.
 # $1: a name for the record; $2: the output file; the rest: the command.
 rucx() {
     local tag=$1 out=$2
     shift 2
-    # In a subshell whose own report of a program killed on purpose (-e modes) is dropped.
+    # In a subshell whose own report of a program killed on purpose (-e modes) is dropped
+    # (the `exit` keeps bash from exec'ing the program in the subshell itself).
     (env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib$extra" LD_DEBUG=libs \
-        LD_DEBUG_OUTPUT="$tmp/ld.$tag" "$@" > "$out" 2>&1) 2>/dev/null
+        LD_DEBUG_OUTPUT="$tmp/ld.$tag" "$@" > "$out" 2>&1; exit $?) 2>/dev/null
 }
 
-# As rucx, in the background: `spid` is the server's process (env execs the command, so a
-# signal to it reaches the program's timeout wrapper and the program).
+# As rucx, in the background: `spid` is a subshell that waits for the server (and drops the
+# shell's report of a server killed on purpose, as `rucx` does); `stop_server SIGNAL` signals
+# the server's timeout wrapper, which passes the signal on to the server.
 rucx_bg() {
     local tag=$1 out=$2
     shift 2
     # A fresh log: the wait for the server's line must not read the last server's.
     rm -f "$out"
-    env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib$extra" LD_DEBUG=libs \
-        LD_DEBUG_OUTPUT="$tmp/ld.$tag" "$@" > "$out" 2>&1 &
+    (env -u RUCX_TLS -u RUCX_NET_DEVICES LD_LIBRARY_PATH="$lib$extra" LD_DEBUG=libs \
+        LD_DEBUG_OUTPUT="$tmp/ld.$tag" "$@" > "$out" 2>&1; exit $?) 2>/dev/null &
     spid=$!
+}
+stop_server() {
+    local t
+    t=$(program_pid "$spid" timeout) && kill "-$1" "$t" 2>/dev/null
 }
 
 # True when the processes recorded under $1 that loaded a libucp.so.0 (the wrappers, timeout
@@ -107,17 +117,24 @@ for tls in shm tcp; do
     for mode in -b -w -f -c "-s 1000000" "-e send" "-e recv" "-e keepalive"; do
         name="hello_world $tls ${mode// /}"
         tag=hw$RANDOM
-        port=$(freeport)
-        args=($mode -p "$port")
         ekeep=()
         case "$mode" in -e*) ekeep=(UCX_KEEPALIVE_INTERVAL=200ms RUCX_KEEPALIVE_TIMEOUT=3s) ;; esac
-        rucx_bg "$tag" "$tmp/srv.log" env "${ekeep[@]}" timeout 120 stdbuf -oL \
-            "$tmp/ucp_hello_world" "${args[@]}"
-        wait_line "$tmp/srv.log" "Waiting for connection" || sleep 1
+        for try in 1 2 3 4 5; do
+            port=$(kernel_port)
+            args=($mode -p "$port")
+            rucx_bg "$tag" "$tmp/srv.log" env "${ekeep[@]}" timeout 120 stdbuf -oL \
+                "$tmp/ucp_hello_world" "${args[@]}"
+            listens_on "$(program_pid "$spid" ucp_hello_world)" "$port" && break
+            # Another process took the port first: the server could not bind it and exits.
+            stop_server TERM
+            wait $spid 2>/dev/null
+            echo "    ($name: port $port was taken, try $try: $(tail -n 1 "$tmp/srv.log"))"
+            rm -f "$tmp"/ld."$tag".*
+        done
         rucx "$tag" "$tmp/cli.log" env "${ekeep[@]}" timeout 120 stdbuf -oL \
             "$tmp/ucp_hello_world" "${args[@]}" -n 127.0.0.1
         crc=$?
-        wait $spid
+        wait $spid 2>/dev/null
         src=$?
         why=
         case "$mode" in
@@ -179,7 +196,7 @@ for tls in shm tcp; do
             else
                 why="the server printed no port"
             fi
-            kill $spid 2>/dev/null
+            stop_server TERM
             wait $spid 2>/dev/null
             loaded_rucx "$tag" || why="${why:+$why; }a process did not load $lib/libucp.so.0"
             if [ -z "$why" ]; then ok "$name"; else
@@ -188,18 +205,40 @@ for tls in shm tcp; do
             fi
         done
     done
+    # ---- UCX 1.22's ucx_perftest, its ucp tests (Debian's 1.13 one: capi/uct/tests) ----
+    for t in "tag_lat -s 8 -n 5000" "tag_bw -s 65536 -n 1000" "ucp_put_lat -s 8 -n 5000" \
+        "ucp_get -s 65536 -n 200" "ucp_am_lat -s 8 -n 5000" "ucp_am_bw -s 1048576 -n 100" \
+        "stream_bw -s 65536 -n 1000"; do
+        name="ucx_perftest 1.22 $tls $t"
+        tag=pt$RANDOM
+        rucx_bg "$tag" "$tmp/srv.log" timeout 120 "$perftest122" -p 0
+        port=$(wildcard_port "$(program_pid "$spid" ucx_perftest)") || port=0
+        # shellcheck disable=SC2086 # the test's name and arguments are words
+        rucx "$tag" "$tmp/cli.log" timeout 120 "$perftest122" 127.0.0.1 -p "$port" -t $t
+        crc=$?
+        wait $spid 2>/dev/null
+        src=$?
+        why=
+        [ $crc = 0 ] && [ $src = 0 ] || why="client $crc, server $src"
+        grep -q '^Final:' "$tmp/cli.log" || why="${why:+$why; }no final result"
+        loaded_rucx "$tag" || why="${why:+$why; }a process did not load $lib/libucp.so.0"
+        if [ -z "$why" ]; then ok "$name: $(grep '^Final:' "$tmp/cli.log" | tr -s ' ')"; else
+            bad "$name: $why"
+            tail -n 5 "$tmp/cli.log" "$tmp/srv.log" | cut -c1-200 | sed 's/^/    | /'
+        fi
+    done
     # ---- io_demo (UCX 1.22) with its data checks ----
     for am in "" -A; do
         name="io_demo $tls ${am:+AM }(tag${am:+ and AM} API, -q)"
         tag=io$RANDOM
-        port=$(freeport)
-        opts=(-q $am -d 1K:256K -o read,write -p "$port")
-        rucx_bg "$tag" "$tmp/srv.log" timeout 180 "$iodemo" "${opts[@]}"
-        wait_line "$tmp/srv.log" "started listener" || sleep 1
-        sleep 0.5
+        opts=(-q $am -d 1K:256K -o read,write)
+        rucx_bg "$tag" "$tmp/srv.log" timeout 180 "$iodemo" "${opts[@]}" -p 0
+        # io_demo's listener is the server's one socket on a wildcard address.
+        port=$(wildcard_port "$(program_pid "$spid" io_demo)") || port=0
+        opts+=(-p "$port")
         rucx "$tag" "$tmp/cli.log" timeout 180 "$iodemo" "${opts[@]}" -i 300 127.0.0.1
         crc=$?
-        kill -INT $spid 2>/dev/null
+        stop_server INT
         wait $spid 2>/dev/null
         why=
         [ $crc = 0 ] || why="client status $crc"

@@ -11,11 +11,12 @@
 #  3. Debian's /usr/bin/ucx_perftest, unmodified: the uct tests am_lat, am_bw, put_bw -D zcopy
 #     and get (UCX 1.13's name for get_bw) over posix, sysv, cma and tcp (what each transport
 #     offers: cma has no active messages), put_lat and the atomics (add_lat, fadd, cswap), then
-#     the ucp tests, of which those in UCP_TESTS_EXPECTED must pass and the others are
-#     reported.
+#     the ucp tests (tag, rma, am, stream, atomics) over shm and tcp, which must all pass.
 # Every process must have loaded DIR's libraries (LD_DEBUG=libs, checked per process).
-# Ports: each server gets a port the kernel just picked (bound to 0, then released), because
-# uct_hello_world and ucx_perftest take no port 0. Exit status: the number of failures.
+# Ports (capi/tests/ports.sh): ucx_perftest's server listens on port 0 and its port is read
+# from the kernel's socket table; uct_hello_world takes no port 0, so its server gets a port
+# the kernel just handed out and is started again on another when it lost that one.
+# Exit status: the number of failures.
 set -uo pipefail
 lib=$(cd "${1:?usage: run.sh DIR [WORK]}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,8 +24,6 @@ root=$(cd "$here/../../.." && pwd)
 work=${2:-$root/target/uct-tests}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-# The ucp tests of ucx_perftest that must pass (the others are reported, not counted).
-UCP_TESTS_EXPECTED=${UCP_TESTS_EXPECTED:-}
 fails=0
 passed=0
 fail() {
@@ -42,10 +41,8 @@ done
 [ -f /usr/include/uct/api/uct.h ] || { echo "run.sh: install libucx-dev (UCX 1.13's headers)"; exit 1; }
 [ -x /usr/bin/ucx_perftest ] || { echo "run.sh: install ucx-utils (ucx_perftest)"; exit 1; }
 export LD_LIBRARY_PATH=$lib
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# shellcheck source=../../tests/ports.sh
+. "$root/capi/tests/ports.sh"
 
 # The LD_DEBUG output of a process (file prefix $1) must show DIR's libuct/libucs (and
 # libucp when $2 is set) initialized.
@@ -67,15 +64,6 @@ traced() {
     local log=$1 limit=$2
     shift 2
     timeout "$limit" env LD_DEBUG=libs LD_DEBUG_OUTPUT="$log" "$@"
-}
-
-# Waits until a process listens on TCP port $1 (or 20 s pass).
-wait_listening() {
-    for _ in $(seq 200); do
-        [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ] && return 0
-        sleep 0.1
-    done
-    return 1
 }
 
 echo "=== 1. C programs against UCX 1.13's headers"
@@ -114,14 +102,22 @@ ex="$work/src/ucx-1.13.1/examples"
 cc -O2 -o "$work/uct_hello_world" "$ex/uct_hello_world.c" -I"$ex" -L"$lib" -luct -lucs ||
     fail "compile uct_hello_world.c"
 hello() { # tl dev mode size
-    local tl=$1 dev=$2 mode=$3 size=$4 port srv cli name="$1/$2 $3 -s $4"
+    local tl=$1 dev=$2 mode=$3 size=$4 port srv cli name="$1/$2 $3 -s $4" try
     local s="$work/hello.srv.log" c="$work/hello.cli.log"
-    rm -f "$work"/ld.hello.*
-    port=$(free_port)
-    traced "$work/ld.hello.srv" 60 \
-        "$work/uct_hello_world" -d "$dev" -t "$tl" "$mode" -s "$size" -p "$port" >"$s" 2>&1 &
-    srv=$!
-    wait_listening "$port" || { fail "$name: server did not listen"; kill "$srv"; return; }
+    for try in 1 2 3 4 5; do
+        rm -f "$work"/ld.hello.*
+        port=$(kernel_port)
+        traced "$work/ld.hello.srv" 60 \
+            "$work/uct_hello_world" -d "$dev" -t "$tl" "$mode" -s "$size" -p "$port" >"$s" 2>&1 &
+        srv=$!
+        listens_on "$(program_pid "$srv" uct_hello_world)" "$port" && break
+        # Another process took the port first: the server could not bind it and exits.
+        kill "$srv" 2>/dev/null
+        wait "$srv"
+        echo "uct_hello_world $name: port $port was taken (try $try): $(tail -n 1 "$s")"
+        srv=
+    done
+    [ -n "$srv" ] || { fail "$name: the server listened on none of 5 ports"; return; }
     traced "$work/ld.hello.cli" 60 \
         "$work/uct_hello_world" -d "$dev" -t "$tl" "$mode" -s "$size" -p "$port" -n 127.0.0.1 \
         >"$c" 2>&1
@@ -149,15 +145,15 @@ for tl in posix:memory tcp:lo; do
 done
 
 echo "=== 3. Debian's ucx_perftest"
-perftest() { # expect(pass|report) name args...
-    local expect=$1 name=$2 port srv cli
-    shift 2
+perftest() { # name args...
+    local name=$1 port srv cli
+    shift
     local s="$work/perf.srv.log" c="$work/perf.cli.log"
     rm -f "$work"/ld.perf.*
-    port=$(free_port)
-    traced "$work/ld.perf.srv" 120 ucx_perftest -p "$port" >"$s" 2>&1 &
+    traced "$work/ld.perf.srv" 120 ucx_perftest -p 0 >"$s" 2>&1 &
     srv=$!
-    wait_listening "$port" || { fail "$name: server did not listen"; kill "$srv"; return; }
+    port=$(wildcard_port "$(program_pid "$srv" ucx_perftest)") ||
+        { fail "$name: the server did not listen"; kill "$srv"; return; }
     traced "$work/ld.perf.cli" 120 \
         ucx_perftest 127.0.0.1 -p "$port" "$@" >"$c" 2>&1
     cli=$?
@@ -168,39 +164,46 @@ perftest() { # expect(pass|report) name args...
     if [ "$cli" = 0 ] && [ "$srv" = 0 ] && grep -q '^Final:' "$c" &&
         loaded_ours "$work/ld.perf.srv" $need && loaded_ours "$work/ld.perf.cli" $need; then
         pass "ucx_perftest $name: $(grep '^Final:' "$c" | tr -s ' ')"
-    elif [ "$expect" = pass ]; then
+    else
         fail "ucx_perftest $name (client $cli, server $srv)"
         grep -hi 'error\|fail' "$c" "$s" | head -3
-    else
-        echo "report: ucx_perftest $name does not run yet on rucx's libucp (client $cli," \
-            "server $srv): $(grep -hi 'error\|warn\|fail' "$c" "$s" | head -1 |
-                sed 's/\x1b\[[0-9;]*m//g')"
     fi
 }
 for tl in posix sysv cma tcp; do
     dev=memory
     [ "$tl" = tcp ] && dev=lo
     if [ "$tl" != cma ]; then
-        perftest pass "am_lat $tl" -t am_lat -x "$tl" -d "$dev" -n 10000
-        perftest pass "am_bw bcopy $tl" -t am_bw -x "$tl" -d "$dev" -D bcopy -s 4096 -n 10000
-        perftest pass "am_bw zcopy $tl" -t am_bw -x "$tl" -d "$dev" -D zcopy -s 8000 -n 2000
+        perftest "am_lat $tl" -t am_lat -x "$tl" -d "$dev" -n 10000
+        perftest "am_bw bcopy $tl" -t am_bw -x "$tl" -d "$dev" -D bcopy -s 4096 -n 10000
+        perftest "am_bw zcopy $tl" -t am_bw -x "$tl" -d "$dev" -D zcopy -s 8000 -n 2000
     fi
-    perftest pass "put_bw zcopy $tl" -t put_bw -x "$tl" -d "$dev" -D zcopy -s 65536 -n 1000
-    perftest pass "get zcopy $tl" -t get -x "$tl" -d "$dev" -D zcopy -s 65536 -n 1000
+    perftest "put_bw zcopy $tl" -t put_bw -x "$tl" -d "$dev" -D zcopy -s 65536 -n 1000
+    perftest "get zcopy $tl" -t get -x "$tl" -d "$dev" -D zcopy -s 65536 -n 1000
 done
-perftest pass "put_bw short posix" -t put_bw -x posix -d memory -s 8 -n 10000
-perftest pass "get bcopy sysv" -t get -x sysv -d memory -D bcopy -s 4096 -n 2000
-perftest pass "put_lat bcopy sysv" -t put_lat -x sysv -d memory -D bcopy -s 2048 -n 5000
+perftest "put_bw short posix" -t put_bw -x posix -d memory -s 8 -n 10000
+perftest "get bcopy sysv" -t get -x sysv -d memory -D bcopy -s 4096 -n 2000
+perftest "put_lat bcopy sysv" -t put_lat -x sysv -d memory -D bcopy -s 2048 -n 5000
 for tl in posix:memory tcp:lo; do
-    perftest pass "add_lat ${tl%%:*}" -t add_lat -x "${tl%%:*}" -d "${tl#*:}" -n 5000
-    perftest pass "fadd ${tl%%:*}" -t fadd -x "${tl%%:*}" -d "${tl#*:}" -n 5000
-    perftest pass "cswap ${tl%%:*}" -t cswap -x "${tl%%:*}" -d "${tl#*:}" -n 5000
+    perftest "add_lat ${tl%%:*}" -t add_lat -x "${tl%%:*}" -d "${tl#*:}" -n 5000
+    perftest "fadd ${tl%%:*}" -t fadd -x "${tl%%:*}" -d "${tl#*:}" -n 5000
+    perftest "cswap ${tl%%:*}" -t cswap -x "${tl%%:*}" -d "${tl#*:}" -n 5000
 done
-for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_lat stream_bw; do
-    expect=report
-    [[ " $UCP_TESTS_EXPECTED " == *" $t "* ]] && expect=pass
-    for tls in shm,self tcp; do
-        UCX_TLS=$tls perftest "$expect" "$t UCX_TLS=$tls" -t "$t" -s 8 -n 10000
+# The ucp tests, over shared memory and tcp: eager and rendezvous sizes; ucp_put_lat waits
+# for each sequence number to land in the peer's memory (a data check), tag_sync_lat for each
+# acknowledgement.
+ucp_tests=(
+    "tag_lat -s 8 -n 10000" "tag_lat -s 1048576 -n 100" "tag_bw -s 65536 -n 2000"
+    "tag_sync_lat -s 8 -n 2000" "ucp_put_lat -s 8 -n 5000" "ucp_put_lat -s 65536 -n 500"
+    "ucp_put_bw -s 8 -n 10000" "ucp_put_bw -s 65536 -n 2000" "ucp_get -s 8 -n 2000"
+    "ucp_get -s 65536 -n 200" "ucp_am_lat -s 8 -n 10000" "ucp_am_lat -s 65536 -n 1000"
+    "ucp_am_bw -s 1048576 -n 100" "stream_lat -s 8 -n 5000" "stream_bw -s 8 -n 10000"
+    "stream_bw -s 65536 -n 1000" "stream_bw -s 8 -n 10000 -r recv_data"
+    "stream_bw -s 65536 -n 1000 -r recv_data" "ucp_fadd -n 2000" "ucp_cswap -n 2000"
+)
+for tls in shm,self tcp; do
+    for t in "${ucp_tests[@]}"; do
+        # shellcheck disable=SC2086 # the test's name and arguments are words
+        UCX_TLS=$tls perftest "$t UCX_TLS=$tls" -t $t </dev/null
     done
 done
 

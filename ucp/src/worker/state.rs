@@ -229,6 +229,8 @@ pub(crate) struct EpExtra {
     /// and after that only for a deferred atomic lane or a connect-to-endpoint lane.
     pub(crate) addr: Option<WorkerAddress>,
     pub(crate) stream_rx: VecDeque<u8>,
+    /// Bytes left of each message (fragment) in `stream_rx`, oldest first.
+    pub(crate) stream_frags: VecDeque<usize>,
     pub(crate) stream_waiters: VecDeque<usize>,
     /// A peer endpoint address that arrived before this endpoint's lanes were created.
     pub(crate) peer_ep_addr: Option<(bool, Vec<u8>)>,
@@ -243,6 +245,7 @@ impl EpExtra {
     fn is_empty(&self) -> bool {
         self.addr.is_none()
             && self.stream_rx.capacity() == 0
+            && self.stream_frags.capacity() == 0
             && self.stream_waiters.capacity() == 0
             && self.peer_ep_addr.is_none()
             && !self.rx_gate.switched()

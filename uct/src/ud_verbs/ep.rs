@@ -159,6 +159,28 @@ impl Endpoint for UdVerbsEp {
         Ok(())
     }
 
+    /// An idle, connected endpoint sends a probe: a sequenced datagram without an active
+    /// message, which the peer's transport acknowledges (its application need not do
+    /// anything); a peer that is gone fails the endpoint after the retries. One with
+    /// datagrams in flight, or still connecting, is being watched already.
+    fn check(&mut self) -> Result<()> {
+        let mut g = self.inner.borrow_mut();
+        let inner = &mut *g;
+        let ep = inner.ep(self.key, self.gen).ok_or_else(gone)?;
+        ep.status()?;
+        if ep.dest == NO_EP || !ep.tx.is_empty() || !inner.data_ready(self.key)? {
+            return Ok(());
+        }
+        let Some(b) = inner.tx_free.pop() else {
+            return Ok(());
+        };
+        if let Err(e) = inner.send_data(self.key, b, Hdr::LEN) {
+            inner.fail_ep(self.key, e.clone());
+            return Err(e);
+        }
+        Ok(())
+    }
+
     fn pending_add(&mut self, req: PendingId) -> Result<()> {
         let mut inner = self.inner.borrow_mut();
         inner.ep(self.key, self.gen).ok_or_else(gone)?;

@@ -176,6 +176,7 @@ impl UdVerbsIface {
             sq_depth: sq as u64,
             sq_posted: 0,
             sq_done: 0,
+            sq_signaled: 0,
             dev_addr,
             qpn,
             clock: Rc::new(MonotonicClock::new()),
@@ -265,7 +266,11 @@ impl UdVerbsIface {
                         sink.am(id, payload);
                         count += 1;
                     }
-                    _ => tracing::warn!("ud_verbs active message without a valid id dropped"),
+                    // A liveness probe (`Endpoint::check`): sequenced, acknowledged, no message.
+                    None => {}
+                    Some((&id, _)) => {
+                        tracing::warn!(id, "ud_verbs active message with an invalid id dropped")
+                    }
                 }
             }
             self.inner.borrow_mut().recv_done(slot);
@@ -581,7 +586,7 @@ impl Iface for UdVerbsIface {
         }
         let mut g = self.inner.borrow_mut();
         let inner = &mut *g;
-        if inner.sq_posted > inner.sq_done {
+        if inner.sq_signaled > 0 {
             let mut sbuf = [MaybeUninit::<ibv_wc>::uninit(); POLL_BATCH];
             if let Ok(done) = inner.send_cq.poll_uninit(&mut sbuf) {
                 for wc in done {

@@ -5,15 +5,21 @@
 //!
 //! Go-back-N, as UCX's ud: the receiver takes only the next expected datagram; a duplicate is
 //! dropped and answered with an acknowledgement, a datagram after a gap is dropped and
-//! answered with a NAK (once per gap), which makes the sender send everything unacknowledged
-//! again at once; a timeout does the same for a lost tail. Both sides' state has a fixed size:
-//! the window holds at most [`TxWindow::capacity`] entries and never grows.
+//! answered with a NAK (once per gap). A NAK or a timeout starts a recovery: the sender sends
+//! the unacknowledged datagrams again, at most [`RESEND_BURST`] beyond the last acknowledged
+//! one at a time, the next ones as acknowledgements come back, and sends nothing new until all
+//! are out again (a whole window resent at once would overrun the receiver's buffers and lose
+//! more). Both sides' state has a fixed size: the window holds at most
+//! [`TxWindow::capacity`] entries and never grows.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 /// A 16-bit sequence number, compared modulo 2^16 (windows are far smaller than 2^15).
 pub type Psn = u16;
+
+/// Datagrams resent ahead of the last acknowledged one during a recovery.
+pub const RESEND_BURST: u16 = 16;
 
 /// `a` comes after `b`.
 #[inline]
@@ -53,6 +59,9 @@ pub struct TxWindow {
     max_retries: u32,
     retries: u32,
     deadline: Option<Duration>,
+    /// During a recovery: the last sequence number sent again so far, and the last one that
+    /// was in flight when it began (`None`: no recovery).
+    recovery: Option<(Psn, Psn)>,
 }
 
 impl TxWindow {
@@ -69,6 +78,7 @@ impl TxWindow {
             max_retries,
             retries: 0,
             deadline: None,
+            recovery: None,
         }
     }
     /// Largest number of unacknowledged datagrams.
@@ -152,9 +162,48 @@ impl TxWindow {
         self.deadline = Some(now + self.rto);
         Timeout::Resend
     }
-    /// The unacknowledged datagrams, oldest first (to send again).
+    /// The unacknowledged datagrams, oldest first.
     pub fn entries(&self) -> impl Iterator<Item = &TxEntry> + '_ {
         self.ring.iter()
+    }
+    /// Starts (or restarts, after a new loss) a recovery: everything unacknowledged is to be
+    /// sent again, from the oldest.
+    pub fn begin_recovery(&mut self) {
+        if let Some(front) = self.ring.front() {
+            self.recovery = Some((front.psn.wrapping_sub(1), self.next.wrapping_sub(1)));
+        }
+    }
+    /// A recovery is under way: nothing new may be sent.
+    #[inline]
+    pub fn recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+    /// The datagrams of the recovery to send (again) now: those not resent yet, up to
+    /// [`RESEND_BURST`] past the last acknowledged one; the recovery ends with the last.
+    pub fn resend_due(&mut self, mut send: impl FnMut(&TxEntry)) {
+        let Some((mut done, last)) = self.recovery else {
+            return;
+        };
+        let Some(front) = self.ring.front() else {
+            self.recovery = None;
+            return;
+        };
+        let limit = front.psn.wrapping_add(RESEND_BURST - 1);
+        for e in self.ring.iter() {
+            if !psn_after(e.psn, done) {
+                continue;
+            }
+            if psn_after(e.psn, limit) || psn_after(e.psn, last) {
+                break;
+            }
+            send(e);
+            done = e.psn;
+        }
+        self.recovery = if psn_after(last, done) {
+            Some((done, last))
+        } else {
+            None
+        };
     }
     /// Empties the window (the endpoint failed or closes), giving each buffer to `free`.
     pub fn clear(&mut self, mut free: impl FnMut(u32)) {
@@ -162,6 +211,7 @@ impl TxWindow {
             free(e.buf);
         }
         self.deadline = None;
+        self.recovery = None;
     }
 }
 
@@ -271,6 +321,37 @@ mod tests {
     }
 
     #[test]
+    fn recovery_resends_in_bursts_as_acknowledgements_return() {
+        let mut w = TxWindow::new(64, 10 * MS, 80 * MS, 3);
+        for b in 0..40 {
+            w.push(b, 1, Duration::ZERO);
+        }
+        w.begin_recovery();
+        assert!(w.recovering());
+        let mut sent = Vec::new();
+        w.resend_due(|e| sent.push(e.psn));
+        assert_eq!(sent, (1..=RESEND_BURST).collect::<Vec<_>>());
+        // Ten acknowledged: ten more go out.
+        assert!(w.ack(10, MS, |_| {}));
+        sent.clear();
+        w.resend_due(|e| sent.push(e.psn));
+        assert_eq!(sent, (17..=26).collect::<Vec<_>>());
+        // Thirty acknowledged (27..=30 among them, not to be sent again): the rest goes out.
+        assert!(w.ack(30, MS, |_| {}));
+        sent.clear();
+        w.resend_due(|e| sent.push(e.psn));
+        assert_eq!(sent, (31..=40).collect::<Vec<_>>());
+        assert!(!w.recovering(), "every datagram went out again");
+        // An acknowledgement of everything ends a recovery.
+        w.push(40, 1, MS);
+        w.begin_recovery();
+        w.ack(41, 2 * MS, |_| {});
+        sent.clear();
+        w.resend_due(|e| sent.push(e.psn));
+        assert!(sent.is_empty() && !w.recovering());
+    }
+
+    #[test]
     fn receiver_delivers_in_order_and_naks_a_gap_once() {
         let mut r = RxState::default();
         assert_eq!(r.on_data(1), Verdict::Deliver);
@@ -304,8 +385,8 @@ mod tests {
                 "stuck at {}",
                 delivered.len()
             );
-            // Send while the window has room.
-            while next_msg < n && !tx.is_full() {
+            // Send while the window has room (nothing new during a recovery).
+            while next_msg < n && !tx.is_full() && !tx.recovering() {
                 let b = free.pop().expect("a buffer per window slot");
                 bufs[b as usize] = next_msg;
                 let psn = tx.push(b, 4, now);
@@ -336,8 +417,9 @@ mod tests {
                     to_tx.push_back((rx.ack_psn(), false));
                 }
             }
+            let mut more = false;
             while let Some((ack, nak)) = to_tx.pop_front() {
-                tx.ack(ack, now, |b| free.push(b));
+                more |= tx.ack(ack, now, |b| free.push(b));
                 resend |= nak;
             }
             if tx.deadline().is_some_and(|d| now >= d) {
@@ -345,11 +427,14 @@ mod tests {
                 resend = true;
             }
             if resend {
-                for e in tx.entries() {
+                tx.begin_recovery();
+            }
+            if resend || more {
+                tx.resend_due(|e| {
                     if !roll(loss_pct) {
                         to_rx.push_back((e.psn, bufs[e.buf as usize]));
                     }
-                }
+                });
             }
         }
         assert_eq!(delivered, (0..n).collect::<Vec<_>>());

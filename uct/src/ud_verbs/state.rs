@@ -135,6 +135,9 @@ pub(crate) struct Inner {
     /// Send work requests posted and completed (completions come in order on one QP).
     pub sq_posted: u64,
     pub sq_done: u64,
+    /// Signaled send work requests whose completion has not been polled: the send CQ is
+    /// polled only while there are some.
+    pub sq_signaled: u32,
     pub dev_addr: [u8; DevAddr::LEN],
     pub qpn: u32,
     pub clock: Rc<dyn Clock>,
@@ -180,6 +183,7 @@ impl Inner {
         Ok(ep.dest != NO_EP
             && ep.pending.is_empty()
             && !ep.tx.is_full()
+            && !ep.tx.recovering()
             && !self.tx_free.is_empty()
             && self.sq_free() > 0)
     }
@@ -220,6 +224,7 @@ impl Inner {
             )
         })?;
         self.sq_posted += 1;
+        self.sq_signaled += signaled as u32;
         Ok(())
     }
 
@@ -296,28 +301,38 @@ impl Inner {
         self.send_ctrl(key, Kind::Creq, 0, NO_EP, &body);
     }
 
-    /// Sends every unacknowledged datagram of endpoint `key` again, asking for an
-    /// acknowledgement, as far as the send queue takes them.
+    /// Starts a recovery of endpoint `key` (a NAK or a timeout): its unacknowledged
+    /// datagrams go out again, a burst now and the rest as acknowledgements return.
     pub(crate) fn resend(&mut self, key: usize) {
+        self.eps[key].tx.begin_recovery();
+        self.resend_due(key);
+    }
+
+    /// Sends the datagrams of endpoint `key`'s recovery that are due, asking for an
+    /// acknowledgement, as far as the send queue takes them (a timeout covers the rest).
+    pub(crate) fn resend_due(&mut self, key: usize) {
         let lkey = self.tx.mr.lkey();
-        let n = self.eps[key].tx.in_flight();
-        for i in 0..n {
+        let mut due = [(0u32, 0u32); super::proto::RESEND_BURST as usize];
+        let mut n = 0;
+        let ack = self.eps[key].rx.ack_psn();
+        self.eps[key].tx.resend_due(|e| {
+            if n < due.len() {
+                due[n] = (e.buf, e.len);
+                n += 1;
+            }
+        });
+        for &(buf, len) in &due[..n] {
             if self.sq_free() == 0 {
                 break;
             }
-            let ep = &self.eps[key];
-            let Some(&e) = ep.tx.entries().nth(i) else {
-                break;
-            };
-            let ack = ep.rx.ack_psn();
-            let p = self.tx_buf(e.buf);
+            let p = self.tx_buf(buf);
             // SAFETY: the datagram's send buffer, ours until acknowledged: its first byte
             // (kind and flags) and the acknowledgement field are brought up to date.
             unsafe {
                 *p |= FLAG_ACK_REQ;
                 std::ptr::copy_nonoverlapping(ack.to_le_bytes().as_ptr(), p.add(Hdr::ACK_AT), 2);
             }
-            if let Err(e) = self.post(key, p as u64, e.len as usize, lkey) {
+            if let Err(e) = self.post(key, p as u64, len as usize, lkey) {
                 self.fail_ep(key, e);
                 return;
             }
@@ -335,6 +350,9 @@ impl Inner {
         if ep.tx.ack(ack, now, |b| free.push(b)) {
             if let Some(d) = ep.tx.deadline() {
                 self.next_deadline = Some(self.next_deadline.map_or(d, |n| n.min(d)));
+            }
+            if self.eps[key].tx.recovering() {
+                self.resend_due(key);
             }
             let ep = &self.eps[key];
             if !ep.pending.is_empty() || !ep.flushes.is_empty() || !self.iface_flushes.is_empty() {
@@ -517,6 +535,7 @@ impl Inner {
         if wr_id + 1 > self.sq_done {
             self.sq_done = wr_id + 1;
         }
+        self.sq_signaled = self.sq_signaled.saturating_sub(1);
     }
 
     /// Creates an endpoint towards peer `peer` (`dev` its device address) with connection

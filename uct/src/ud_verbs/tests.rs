@@ -324,6 +324,48 @@ fn a_silent_peer_fails_the_endpoint_after_bounded_retries() {
 }
 
 #[test]
+fn check_probes_an_idle_peer() {
+    let Some(dev) = device() else { return };
+    let (_m1, mut a) = open(&dev, cfg());
+    let clock = ManualClock::new();
+    a.set_clock(Rc::new(clock.clone()));
+    let (_m2, mut b) = open(&dev, cfg());
+    let mut ab = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    let (mut sa, mut sb) = (Sink::default(), Sink::default());
+    spin(&mut a, &mut b, &mut sa, &mut sb, "connection", |_, _| {
+        ab.is_connected()
+    });
+    // A live peer acknowledges the probe; nothing reaches its application.
+    ab.check().unwrap();
+    assert_eq!(ab.flush(CompletionId(1)).unwrap(), Outcome::InProgress);
+    spin(
+        &mut a,
+        &mut b,
+        &mut sa,
+        &mut sb,
+        "probe acknowledged",
+        |sa, _| !sa.comps.is_empty(),
+    );
+    assert_eq!(sa.comps[0], (1, Ok(0)));
+    assert!(sb.ams.is_empty(), "a probe was delivered: {:?}", sb.ams);
+    // A peer that is gone: the probe's retries fail the idle endpoint.
+    drop(b);
+    ab.check().unwrap();
+    for _ in 0..100 {
+        clock.advance(Duration::from_millis(300));
+        a.progress(&mut sa);
+        if !sa.errors.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(sa.errors.len(), 1);
+    assert!(matches!(sa.errors[0].1, Error::PeerFailure(_)));
+    assert!(ab.check().is_err());
+}
+
+#[test]
 fn an_unreachable_interface_fails_the_connection() {
     let Some(dev) = device() else { return };
     let (_m1, mut a) = open(&dev, cfg());
