@@ -13,7 +13,9 @@
 # and the progress calls per iteration, not only the sums.
 #   bench/callgrind-tag-lat.sh [N1]        (default 20000)
 # Environment: RUCX_PERFTEST (path to a built perftest; default: cargo build --release),
-#              SIZE (8), SERVER_CORE (0), CLIENT_CORE (1), NO_UCX (1: skip UCX).
+#              SIZE (8), SERVER_CORE (0), CLIENT_CORE (1), NO_UCX (1: skip UCX),
+#              UCX122 (the folder of UCX 1.22's release build, bench/fetch-ucx122.sh prints
+#              it: its bin/ucx_perftest on its lib/ is counted too).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 N1=${1:-20000}
@@ -33,17 +35,19 @@ work=$(mktemp -d)
 srv_pid=
 trap '[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null; rm -rf "$work"' EXIT
 
-# count PROG TLS_ENV N OUT: one server/client pair, the client under callgrind, profile in OUT.
+# count PROG ENVS N OUT: one server/client pair, the client under callgrind, profile in OUT.
 count() {
     local prog=$1 envs=$2 n=$3 out=$4 port
     port=$((20000 + ($$ + n) % 20000))
-    env "$envs" taskset -c "${SERVER_CORE:-0}" "$prog" -p "$port" >"$work/server.log" 2>&1 &
+    # shellcheck disable=SC2086 # ENVS: NAME=VALUE words without spaces
+    env $envs taskset -c "${SERVER_CORE:-0}" "$prog" -p "$port" >"$work/server.log" 2>&1 &
     srv_pid=$!
     for _ in $(seq 1 200); do
         ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
         sleep 0.025
     done
-    env "$envs" taskset -c "${CLIENT_CORE:-1}" valgrind --tool=callgrind --compress-strings=no \
+    # shellcheck disable=SC2086
+    env $envs taskset -c "${CLIENT_CORE:-1}" valgrind --tool=callgrind --compress-strings=no \
         --callgrind-out-file="$out" --log-file="$out.log" \
         "$prog" 127.0.0.1 -p "$port" -t tag_lat -s "$SIZE" -n "$n" -w 0 \
         >"$work/client.log" 2>&1 || { cat "$work/client.log" "$work/server.log" >&2; exit 1; }
@@ -97,4 +101,12 @@ if [ -n "$UCX_PERFTEST" ]; then
     count "$UCX_PERFTEST" UCX_TLS=posix,cma,self "$N2" "$work/ucx2"
     echo
     report "UCX ucx_perftest -t tag_lat -s $SIZE" "ucp_worker_progress" "$work/ucx1" "$work/ucx2"
+fi
+if [ -n "${UCX122:-}" ]; then
+    e="UCX_TLS=posix,cma,self LD_LIBRARY_PATH=$UCX122/lib"
+    count "$UCX122/bin/ucx_perftest" "$e" "$N1" "$work/ucx122_1"
+    count "$UCX122/bin/ucx_perftest" "$e" "$N2" "$work/ucx122_2"
+    echo
+    report "UCX 1.22 ucx_perftest -t tag_lat -s $SIZE" "ucp_worker_progress" "$work/ucx122_1" \
+        "$work/ucx122_2"
 fi

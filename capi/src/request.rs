@@ -26,7 +26,7 @@ use crate::worker::Worker;
 use std::alloc::Layout;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
-use ucp::{Completion, Op, RequestId};
+use ucp::{Completion, HookedOp, Op, RequestId};
 
 /// Bytes of rucx state before the client's area of every request: the header's size, rounded up
 /// to [`ALIGN`] (96 bytes now). Every posted receive holds one pooled request memory, so a
@@ -300,6 +300,8 @@ fn set_flags(hdr: &ReqHdr, bits: u32) -> u32 {
 fn finalize(finish: Finish, c: &Completion) -> (Status, TagRecvInfo) {
     // The common case: a successful operation with nothing to copy or write back.
     if let (Finish::None, Ok(())) = (&finish, &c.status) {
+        // Nothing to drop (not dropping spares an out-of-line drop call on the hot path).
+        std::mem::forget(finish);
         return (
             UCS_OK,
             TagRecvInfo {
@@ -456,34 +458,32 @@ pub unsafe fn recv_contig(
     args: impl FnOnce() -> OpArgs,
 ) -> StatusPtr {
     let mut inner = w.inner.borrow_mut();
+    // Request memory is taken only for a receive left waiting; its header is written after
+    // rucx bound the receive to it (a receive that finished meanwhile has its result queued
+    // with the token, for `complete`): nothing reads the header before this call returns.
+    let args = args();
+    let mut mem: (*mut ReqHdr, u32) = (std::ptr::null_mut(), 0);
     // SAFETY: forwarded contract.
-    match unsafe { inner.w.tag_recv_raw(dst, cap, tag, mask) } {
-        Ok(Op::Pending(r)) => {
-            let args = args();
-            let (h, pooled) = request_mem(w, &args);
-            // A receive that finished meanwhile has its result queued with the token (for
-            // `complete`): nothing reads the header before this call returns.
-            let id = inner.w.request_into_hook(r, h as u64);
-            drop(inner);
-            match id {
-                Ok(id) => {
-                    write_header(h, w, &args, pooled, Some(id), Finish::None);
-                    user_of(h)
-                }
-                Err(e) => {
-                    if pooled != 0 {
-                        w.pool.borrow_mut().put(h as *mut u8);
-                    }
-                    status_ptr(status_of(&e))
-                }
-            }
+    let res = unsafe {
+        inner.w.tag_recv_raw_hooked(dst, cap, tag, mask, || {
+            mem = request_mem(w, &args);
+            mem.0 as u64
+        })
+    };
+    drop(inner);
+    let (h, pooled) = mem;
+    match res {
+        // rucx asks for the token of every receive it leaves waiting.
+        Ok(HookedOp::Pending(id)) if !h.is_null() => {
+            write_header(h, w, &args, pooled, Some(id), Finish::None);
+            user_of(h)
         }
-        Ok(Op::Done(c)) => {
-            drop(inner);
-            submit_done(w, &args(), Finish::None, c)
-        }
+        Ok(HookedOp::Pending(_)) => status_ptr(UCS_ERR_NO_RESOURCE),
+        Ok(HookedOp::Done(c)) => submit_done(w, &args, Finish::None, c),
         Err(e) => {
-            drop(inner);
+            if pooled != 0 {
+                w.pool.borrow_mut().put(h as *mut u8);
+            }
             submit_failed(name, &e, Finish::None)
         }
     }

@@ -1,7 +1,7 @@
 //! Tag matching: `ucp_tag_send_*`, `ucp_tag_recv_*`, `ucp_tag_probe_nb`, `ucp_tag_msg_recv_*`,
 //! and the parsing of `ucp_request_param_t` that every `_nbx` call shares.
 
-use crate::datatype::{recv_target, send_data, Finish, SendData};
+use crate::datatype::{contig_len, recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{check_mask, ffi, ffi_hot, refuse};
@@ -235,6 +235,13 @@ unsafe fn tag_send(
     let _g = w.lock.lock();
     let res = {
         let mut i = w.inner.borrow_mut();
+        // The common send, small enough to go out at once, gives UCS_OK without a completion
+        // to build and take apart (a failure here is found again, and reported, below).
+        if let (SendData::Slice(s), false, false) = (&data, sync, no_imm) {
+            if let Ok(true) = i.w.tag_send_short(h, tag, s) {
+                return status_ptr(UCS_OK);
+            }
+        }
         match (data, sync) {
             // SAFETY: the client keeps a send buffer unchanged until the request completes
             // (the contract of every UCX send), so rucx reads it in place.
@@ -398,6 +405,21 @@ unsafe fn tag_recv(
         Ok(w) => w,
         Err(s) => return status_ptr(s),
     };
+    // The common receive (contiguous memory, no probed message) goes straight to the data path
+    // (the data lands in the client's buffer) without building a `Finish` to drop.
+    if msg.is_none() && dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG {
+        let len = match contig_len(name, count, dt) {
+            Ok(len) => len,
+            Err(s) => return status_ptr(s),
+        };
+        if len > 0 && buffer.is_null() {
+            return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "buffer is NULL"));
+        }
+        let _g = w.lock.lock();
+        // SAFETY: the client keeps its buffer until the request completes (the contract of
+        // every UCX receive).
+        return unsafe { recv_contig(name, w, buffer.cast(), len, tag, mask, args) };
+    }
     let message = match msg {
         Some(m) if m.is_null() || m == probed_marker() => {
             return status_ptr(refuse(
@@ -423,13 +445,6 @@ unsafe fn tag_recv(
         }
     };
     let _g = w.lock.lock();
-    // The common receive (contiguous memory, no probed message) goes straight to the data path:
-    // the data lands in the client's buffer.
-    if let (Finish::Copy { dst, cap }, None) = (&finish, &message) {
-        // SAFETY: the client keeps its buffer until the request completes (the contract of
-        // every UCX receive).
-        return unsafe { recv_contig(name, w, *dst, *cap, tag, mask, args) };
-    }
     let (res, finish) = {
         let mut i = w.inner.borrow_mut();
         match finish {

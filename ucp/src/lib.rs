@@ -77,7 +77,7 @@ pub use context::{Context, ContextParams, Features};
 pub use future::OpFuture;
 pub use listener::{ConnRequest, Listener};
 pub use mt::{MtAmHandler, MtErrHandler, MtMem, MtRequest, MtWorker};
-pub use request::{Completion, Op, Received, Request, RequestId};
+pub use request::{Completion, HookedOp, Op, Received, Request, RequestId};
 pub use rma::{MemMap, Rkey};
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};

@@ -251,6 +251,17 @@ pub enum Op {
     Pending(Request),
 }
 
+/// What an operation whose result goes to the completion hook did
+/// ([`crate::Worker::tag_recv_raw_hooked`]).
+#[must_use = "a running operation's token is bound: its result comes to the hook"]
+#[derive(Debug)]
+pub enum HookedOp {
+    /// Finished at once (the hook is not called).
+    Done(Completion),
+    /// Running; its result comes to the completion hook with the token.
+    Pending(RequestId),
+}
+
 impl Op {
     /// True when finished at once.
     pub fn is_done(&self) -> bool {

@@ -20,7 +20,7 @@ mod recv;
 mod send;
 pub(crate) mod small;
 
-use crate::request::{Completion, Op, Request};
+use crate::request::{Completion, HookedOp, Op, Request, RequestId};
 use crate::rma::raw_mem::RecvBuf;
 use crate::rma::MemMap;
 use crate::worker::state::SendData;
@@ -157,6 +157,17 @@ impl Worker {
         request_of(self.st.tag_send_mapped(idx, tag, map, offset, len)?)
     }
 
+    /// Sends `data` as a tagged message when it goes out at once by eager-short (the common
+    /// small send: copied into the transport now, nothing left to complete). Gives false,
+    /// having sent nothing, when it does not (too long for one short message, sends queued
+    /// before it, back-pressure, an endpoint still connecting): [`Worker::tag_send`] or
+    /// [`Worker::tag_send_raw`] then takes it.
+    #[inline]
+    pub fn tag_send_short(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<bool> {
+        self.st
+            .tag_send_short_out(ep, tag, &SendData::Borrowed(data))
+    }
+
     /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
     /// completion gives the buffer back with the data in `buf[..len]`.
     #[inline]
@@ -185,6 +196,55 @@ impl Worker {
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
         Op::Pending(crate::request::Request::new(key, gen, &self.st.req_shared))
+    }
+
+    /// [`Worker::tag_recv_raw`] with the result going to the completion hook
+    /// ([`Worker::set_completion_hook`]) under the token `token()` gives, as
+    /// [`Worker::request_into_hook`] of its request would: a receive that finishes at once
+    /// gives its completion (and `token` is not called); a receive left waiting is bound to
+    /// the hook without a [`Request`] handle being made and taken apart.
+    ///
+    /// # Safety
+    /// As [`Worker::tag_recv_raw`].
+    #[inline(always)]
+    pub unsafe fn tag_recv_raw_hooked(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        tag: u64,
+        mask: u64,
+        token: impl FnOnce() -> u64,
+    ) -> Result<HookedOp> {
+        // SAFETY: forwarded contract.
+        let buf = unsafe { RecvBuf::raw(ptr, len) };
+        if self.st.matcher.unexpected_len() != 0 {
+            return match self.tag_recv_unexp(buf, tag, mask) {
+                Op::Done(c) => Ok(HookedOp::Done(c)),
+                Op::Pending(r) => self.request_into_hook(r, token()).map(HookedOp::Pending),
+            };
+        }
+        let (key, gen) = self.tag_recv_queue(buf, tag, mask);
+        match self.st.reqs.get_mut(key) {
+            Some(r) if r.gen == gen && r.done.is_none() => {
+                use crate::worker::state::Notify;
+                // A receive just posted is `Take`, which owns nothing: not dropping it spares
+                // an out-of-line drop call.
+                let old = std::mem::replace(&mut r.notify, Notify::Hook(token()));
+                if matches!(old, Notify::Take) {
+                    std::mem::forget(old);
+                }
+                Ok(HookedOp::Pending(RequestId {
+                    wid: self.st.id,
+                    key: key as u32,
+                    gen,
+                }))
+            }
+            // Failed at once (a receive failure in force): its result goes with the token.
+            _ => {
+                let r = Request::new(key, gen, &self.st.req_shared);
+                self.request_into_hook(r, token()).map(HookedOp::Pending)
+            }
+        }
     }
 
     /// Queues a receive no waiting message fits (it may go to the transport's tag matching).

@@ -40,7 +40,7 @@ fn bucket(tag: u64) -> usize {
 #[derive(Debug)]
 pub struct TagMatcher {
     seq: u64,
-    exact: Vec<Queue<Expected>>,
+    exact: Box<[Queue<Expected>; BUCKETS]>,
     wild: Queue<Expected>,
     unexpected: Queue<(u64, u64)>,
     /// Arrivals that matched a posted receive so far (wraps).
@@ -58,7 +58,7 @@ impl TagMatcher {
     pub fn new() -> Self {
         TagMatcher {
             seq: 0,
-            exact: (0..BUCKETS).map(|_| Queue::default()).collect(),
+            exact: Box::new(std::array::from_fn(|_| Queue::default())),
             wild: Queue::default(),
             unexpected: Queue::default(),
             matched: 0,
@@ -77,7 +77,7 @@ impl TagMatcher {
 
     /// Queues receive `id` for `tag` under `mask` without looking at the unexpected messages
     /// (the caller found none that fits: [`TagMatcher::take_unexpected`] gave `None`).
-    #[inline]
+    #[inline(always)]
     pub fn queue(&mut self, tag: u64, mask: u64, id: u64) {
         self.seq += 1;
         let e = Expected {

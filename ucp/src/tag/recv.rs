@@ -346,12 +346,41 @@ impl State {
             )));
             return;
         }
+        if let (None, Notify::Hook(t)) = (&rv.rndv, &req.notify) {
+            let t = *t;
+            let buf = std::mem::take(&mut rv.buf).into_vec();
+            return self.eager_hook_done(key, t, buf, eager_status(total, cap), total, tag);
+        }
         req.ep = Some(idx);
         rv.sender_tag = tag;
         rv.total = total;
         rv.received = total;
         rv.stage = RecvStage::Eager;
         self.finish(key, eager_status(total, cap))
+    }
+
+    /// [`State::recv_eager_whole`] into a hook receive: as `finish` does for one, without
+    /// looking the request up again (the kind owns nothing once `buf` is out of it, nor does
+    /// the notification). Out of line, so the other receives keep their code as it was.
+    #[inline(never)]
+    fn eager_hook_done(
+        &mut self,
+        key: usize,
+        token: u64,
+        buf: Option<Vec<u8>>,
+        status: Result<()>,
+        len: usize,
+        tag: u64,
+    ) {
+        self.reqs.free_plain(key);
+        let c = Completion {
+            status,
+            buf,
+            len,
+            tag,
+            value: 0,
+        };
+        self.hook_done(token, c);
     }
 
     /// An eager message or its first fragment (`data` of `total` bytes; `sreq`: the sender's
