@@ -18,6 +18,8 @@
 #              it: its bin/ucx_perftest on its lib/ is counted too).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=../capi/tests/ports.sh
+source "$root/capi/tests/ports.sh"
 N1=${1:-20000}
 N2=$((2 * N1))
 SIZE=${SIZE:-8}
@@ -37,15 +39,13 @@ trap '[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null; rm -rf "$work"' EXIT
 
 # count PROG ENVS N OUT: one server/client pair, the client under callgrind, profile in OUT.
 count() {
-    local prog=$1 envs=$2 n=$3 out=$4 port
-    port=$((20000 + ($$ + n) % 20000))
+    local prog=$1 envs=$2 n=$3 out=$4 port pid
+    # The server listens on a port the kernel picks (-p 0), read back from its socket.
     # shellcheck disable=SC2086 # ENVS: NAME=VALUE words without spaces
-    env $envs taskset -c "${SERVER_CORE:-0}" "$prog" -p "$port" >"$work/server.log" 2>&1 &
+    env $envs taskset -c "${SERVER_CORE:-0}" "$prog" -p 0 >"$work/server.log" 2>&1 &
     srv_pid=$!
-    for _ in $(seq 1 200); do
-        ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-        sleep 0.025
-    done
+    pid=$(program_pid "$srv_pid" "$prog") && port=$(wildcard_port "$pid") ||
+        { cat "$work/server.log" >&2; echo "the server did not listen" >&2; exit 1; }
     # shellcheck disable=SC2086
     env $envs taskset -c "${CLIENT_CORE:-1}" valgrind --tool=callgrind --compress-strings=no \
         --callgrind-out-file="$out" --log-file="$out.log" \
