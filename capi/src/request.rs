@@ -37,15 +37,19 @@ const ALIGN: usize = 16;
 
 /// The request has finished (status and info are valid).
 pub const F_COMPLETED: u32 = 1;
-/// The client released the request (`ucp_request_free`): recycled on completion, after its
-/// callback (UCX calls the callback of a released request too, and its clients count on it:
-/// ucx_perftest's first send is released before its callback counts it done).
+/// The client released the request (`ucp_request_free` or `ucp_request_release`): recycled on
+/// completion, after its callback unless [`F_CB_OFF`].
 pub const F_RELEASED: u32 = 2;
 /// The memory belongs to the worker's free list (not the client's).
 pub const F_POOLED: u32 = 4;
 /// Finished, status and info written, the callback queued for `ucp_worker_progress` (which
 /// then sets `F_COMPLETED` and calls it).
 pub const F_CB_DUE: u32 = 8;
+/// Released by `ucp_request_free`, which (in UCX's code as in its header) also turns the
+/// callback off; `ucp_request_release` leaves it on (ucx_perftest releases its first send
+/// that way and counts on the callback). Open MPI frees incomplete requests whose callbacks
+/// must then not run.
+pub const F_CB_OFF: u32 = 16;
 
 /// The completion callback of a request, with its C signature.
 #[derive(Clone, Copy)]
@@ -535,7 +539,9 @@ pub unsafe fn run_callback(w: &Worker, h: *mut ReqHdr) {
     let prev = hdr.flags.load(Ordering::Relaxed);
     hdr.flags
         .store((prev & !F_CB_DUE) | F_COMPLETED, Ordering::Release);
-    call_back(h, hdr.cb, hdr.user_data, hdr.status, hdr.info);
+    if prev & F_CB_OFF == 0 {
+        call_back(h, hdr.cb, hdr.user_data, hdr.status, hdr.info);
+    }
     if prev & F_RELEASED != 0 {
         recycle(w, h);
     }
@@ -614,7 +620,9 @@ pub fn complete(w: &Worker, key: usize, c: &Completion) {
     hdr.status = status;
     hdr.info = info;
     let prev = set_flags(hdr, F_COMPLETED);
-    call_back(h, hdr.cb, hdr.user_data, status, info);
+    if prev & F_CB_OFF == 0 {
+        call_back(h, hdr.cb, hdr.user_data, status, info);
+    }
     if prev & F_RELEASED != 0 {
         recycle(w, h);
     }
@@ -703,41 +711,55 @@ pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> i32 {
 }
 
 /// `void ucp_request_free(void *request)`: gives the request back. A running operation goes
-/// on and its callback is still called when it completes (as UCX does, though its header
-/// says otherwise); the memory is recycled after that. A second free is refused.
+/// on without its callback (UCX's code clears the callback flag here); the memory is recycled
+/// when it completes. A second free is refused.
 ///
 /// # Safety
 /// A request from this library, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
     ffi_hot("ucp_request_free", (), || {
-        let Some((w, h)) = worker_of(request) else {
-            not_a_request("ucp_request_free");
-            return;
-        };
-        let _g = w.lock.lock();
-        // SAFETY: a live request.
-        let prev = set_flags(unsafe { &*h }, F_RELEASED);
-        if prev & F_RELEASED != 0 {
-            // A callback freeing a request the client had released already (or a double
-            // free): recycling twice would hand the memory out twice.
-            tracing::warn!("ucp_request_free: the request was freed already");
-            return;
-        }
-        if prev & F_COMPLETED != 0 && prev & F_CB_DUE == 0 {
-            recycle(w, h);
-        }
+        // SAFETY: forwarded.
+        unsafe { release("ucp_request_free", request, F_RELEASED | F_CB_OFF) }
     })
 }
 
-/// `void ucp_request_release(void *request)`: the deprecated name of `ucp_request_free`.
+/// `void ucp_request_release(void *request)`: the deprecated form of `ucp_request_free`, which
+/// in UCX's code keeps the callback: a running operation still calls it when it completes,
+/// and the memory is recycled after that.
 ///
 /// # Safety
 /// As `ucp_request_free`.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_release(request: *mut c_void) {
-    // SAFETY: forwarded.
-    unsafe { ucp_request_free(request) }
+    ffi_hot("ucp_request_release", (), || {
+        // SAFETY: forwarded.
+        unsafe { release("ucp_request_release", request, F_RELEASED) }
+    })
+}
+
+/// Marks `request` released with `bits`, recycling it now if it completed with no callback
+/// due.
+///
+/// # Safety
+/// A request from this library, released once.
+unsafe fn release(name: &str, request: *mut c_void, bits: u32) {
+    let Some((w, h)) = worker_of(request) else {
+        not_a_request(name);
+        return;
+    };
+    let _g = w.lock.lock();
+    // SAFETY: a live request.
+    let prev = set_flags(unsafe { &*h }, bits);
+    if prev & F_RELEASED != 0 {
+        // A callback freeing a request the client had released already (or a double free):
+        // recycling twice would hand the memory out twice.
+        tracing::warn!("{name}: the request was freed already");
+        return;
+    }
+    if prev & F_COMPLETED != 0 && prev & F_CB_DUE == 0 {
+        recycle(w, h);
+    }
 }
 
 /// `void ucp_request_cancel(ucp_worker_h worker, void *request)`: a receive that has not
