@@ -124,7 +124,9 @@ echo "hosts: host-a host-b host-c (10.232.0.1-3) on a switch in namespace $SW"
 # the host name, SysV/POSIX IPC and process ids (with its /proc): MPI libraries must not find the
 # ranks of another host reachable over shared memory or cross-memory attach, as they would on one
 # kernel otherwise (Debian's UCX did, under MPICH), and every byte between hosts crosses the links.
-UNSHARE=(unshare --uts --ipc --pid --fork --mount-proc)
+# --kill-child: a launcher that kills the agent it started (the pid it holds is unshare's, as
+# `ip netns exec` execs) kills the host's processes with it, even behind a cut link.
+UNSHARE=(unshare --uts --ipc --pid --fork --mount-proc --kill-child)
 
 # on H CMD...: runs CMD on host H.
 on() {
