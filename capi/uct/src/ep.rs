@@ -6,6 +6,7 @@
 //! map as UCX documents them: done is `UCS_OK` (a bcopy gives its length), started with a
 //! completion to come is `UCS_INPROGRESS`, back-pressure is `UCS_ERR_NO_RESOURCE`.
 
+use crate::addr_slot;
 use crate::ffi::*;
 use crate::guard::{fail, ffi, hot, refuse};
 use crate::iface::{slice_or_empty, Iface, State};
@@ -423,7 +424,10 @@ pub unsafe extern "C" fn uct_ep_create(
                         slice_or_empty(p.iface_addr, a.iface_addr_len),
                     )
                 };
-                iface.ep_create_connected(d, i)
+                match (addr_slot::read(d), addr_slot::read(i)) {
+                    (Ok(d), Ok(i)) => iface.ep_create_connected(d, i),
+                    (Err(why), _) | (_, Err(why)) => Err(uct::Error::Wire(why)),
+                }
             }
             (false, false) => iface.ep_create(),
             _ => {
@@ -544,6 +548,10 @@ pub unsafe extern "C" fn uct_ep_connect_to_ep(
                 slice_or_empty(dev_addr, a.device_addr_len),
                 slice_or_empty(ep_addr, a.ep_addr_len),
             )
+        };
+        let d = match addr_slot::read(d) {
+            Ok(d) => d,
+            Err(why) => return fail("uct_ep_connect_to_ep", &uct::Error::Wire(why)),
         };
         match e.ep.connect_to_ep(d, p) {
             Ok(()) => UCS_OK,

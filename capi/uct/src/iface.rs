@@ -6,6 +6,7 @@
 //! function from `ops` and land in this library. Progress runs rucx's interface into a
 //! [`crate::sink::Sink`] that calls the client's handlers.
 
+use crate::addr_slot;
 use crate::component::Md;
 use crate::ep::Ep;
 use crate::ffi::*;
@@ -284,11 +285,20 @@ pub unsafe extern "C" fn uct_iface_open(
             Ok(i) => i,
             Err(e) => return fail(NAME, &e),
         };
-        let attr = Box::new(build_attr(
-            iface.attr(),
-            iface.device_address().len(),
-            iface.iface_address().len(),
-        ));
+        let (Some(dev_len), Some(iface_len)) = (
+            addr_slot::slot_len(iface.device_address().len()),
+            addr_slot::slot_len(iface.iface_address().len()),
+        ) else {
+            return refuse(
+                NAME,
+                UCS_ERR_UNSUPPORTED,
+                format!(
+                    "{tl}/{dev}: an address longer than {} bytes",
+                    addr_slot::ADDR_SLOT - 1
+                ),
+            );
+        };
+        let attr = Box::new(build_attr(iface.attr(), dev_len, iface_len));
         let rx_headroom = if p.field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM != 0 {
             p.rx_headroom
         } else {
@@ -426,8 +436,8 @@ fn copy_addr(name: &str, h: *mut c_void, out: *mut u8, which: fn(&AnyIface) -> &
         if out.is_null() {
             return refuse(name, UCS_ERR_INVALID_PARAM, "NULL address buffer");
         }
-        // SAFETY: the caller sized the buffer from the attributes' length.
-        unsafe { std::ptr::copy_nonoverlapping(a.as_ptr(), out, a.len()) };
+        // SAFETY: the caller sized the buffer from the attributes' length, a slot.
+        unsafe { addr_slot::write(a, out) };
         UCS_OK
     })
 }
@@ -479,6 +489,13 @@ pub unsafe extern "C" fn uct_iface_is_reachable(
         // SAFETY: as above.
         let ifa = (!iface_addr.is_null())
             .then(|| unsafe { slice_or_empty(iface_addr, a.iface_addr_len) });
+        let (dev, ifa) = match (addr_slot::read(dev), ifa.map(addr_slot::read).transpose()) {
+            (Ok(d), Ok(i)) => (d, i),
+            (Err(why), _) | (_, Err(why)) => {
+                tracing::debug!("uct_iface_is_reachable: {why}");
+                return 0;
+            }
+        };
         match it.iface().is_reachable(dev, ifa) {
             Ok(()) => 1,
             Err(why) => {

@@ -13,6 +13,7 @@
 //! listeners, socket-address interfaces) is not offered: those calls answer
 //! `UCS_ERR_UNSUPPORTED`, and no component announces `UCT_COMPONENT_FLAG_CM`.
 
+pub mod addr_slot;
 pub mod component;
 pub mod ep;
 pub mod ffi;

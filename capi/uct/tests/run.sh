@@ -145,18 +145,7 @@ for tl in posix:memory tcp:lo; do
 done
 
 echo "=== 3. Debian's ucx_perftest"
-# A case whose endpoints were refused as unreachable on both sides is run once more, loudly: a
-# known intermittent failure of sysv am_bw (seen once in ~5 runs of this stage, not yet
-# understood); a second refusal fails the case.
 perftest() { # name args...
-    perftest_once "$@" && return
-    if grep -q 'Destination is unreachable' "$work/perf.cli.log" "$work/perf.srv.log"; then
-        echo "RETRY ucx_perftest $1: endpoints refused as unreachable (known intermittent; once more)"
-        fails=$((fails - 1))
-        perftest_once "$@" || true
-    fi
-}
-perftest_once() { # name args...
     local name=$1 port srv cli
     shift
     local s="$work/perf.srv.log" c="$work/perf.cli.log"
