@@ -17,7 +17,9 @@
 #               other jobs keep busy they then take their cores whole, and the rows show the
 #               programs rather than the load (the other jobs wait while a run lasts)
 #   ROW_FILTER  only rows whose name contains this text (e.g. "tag_lat", "tcp")
-# Environment: SERVER_CORE (0), CLIENT_CORE (1), RUCX_PERFTEST (path to a built perftest).
+# Environment: SERVER_CORE (0), CLIENT_CORE (1), RUCX_PERFTEST (path to a built perftest),
+#   UCX_DIR (a UCX installation with bin/ucx_perftest and lib/, e.g. UCX 1.22's unpacked
+#   libucx-cu12 wheel from bench/fetch-ucx122.sh; default: Debian's ucx_perftest on its UCX).
 
 set -u
 
@@ -54,40 +56,33 @@ if [ -z "${RUCX_PERFTEST:-}" ]; then
     RUCX_PERFTEST="$ROOT/target/release/perftest"
 fi
 UCX_PERFTEST=$(command -v ucx_perftest)
+UCX_LIBENV=
+if [ -n "${UCX_DIR:-}" ]; then
+    UCX_PERFTEST=$UCX_DIR/bin/ucx_perftest
+    UCX_LIBENV="LD_LIBRARY_PATH=$UCX_DIR/lib"
+fi
 C2C="$WORK/c2c"
 ${CC:-cc} -O2 -pthread -o "$C2C" "$ROOT/bench/c2c.c" || { echo "cannot build bench/c2c.c" >&2; exit 1; }
 # Pairs whose hand-over time is below this many ns count as near.
 NEAR_NS=${NEAR_NS:-100}
-UCX_VERSION=$(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -1)
-
-PORT=$((20000 + ($$ % 20000)))
-
-# Waits until something listens on TCP port $1 (without connecting: a connection would be taken
-# for a client).
-wait_listen() {
-    local i
-    for i in $(seq 1 200); do
-        if ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; then return 0; fi
-        sleep 0.025
-    done
-    return 1
-}
+UCX_VERSION=$(env $UCX_LIBENV "${UCX_DIR:+$UCX_DIR/bin/}ucx_info" -v 2>/dev/null | sed -n -e 's/^# Version //p' -e 's/^# Library version: //p' | head -1)
+# Servers listen on a port the kernel picks (-p 0), read back from its socket table.
+source "$ROOT/capi/tests/ports.sh"
 
 # run_one PROG ENV_ASSIGNMENTS ARGS... : runs a server and a client; prints the CSV result line,
 # or "ERR <message>" on failure.
 run_one() {
     local prog=$1 envs=$2
     shift 2
-    PORT=$((PORT + 1))
-    local out="$WORK/out" err="$WORK/err" srv="$WORK/srv"
-    env $envs "${RT[@]}" taskset -c "$SERVER_CORE" "$prog" -p "$PORT" >"$srv" 2>&1 &
+    local out="$WORK/out" err="$WORK/err" srv="$WORK/srv" port
+    env $envs "${RT[@]}" taskset -c "$SERVER_CORE" "$prog" -p 0 >"$srv" 2>&1 &
     local spid=$!
-    if ! wait_listen "$PORT"; then
+    if ! port=$(wildcard_port "$(program_pid "$spid" "$prog")"); then
         kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
         echo "ERR server did not start: $(tail -1 "$srv")"
         return
     fi
-    env $envs timeout 120 "${RT[@]}" taskset -c "$CLIENT_CORE" "$prog" 127.0.0.1 -p "$PORT" "$@" -v \
+    env $envs timeout 120 "${RT[@]}" taskset -c "$CLIENT_CORE" "$prog" 127.0.0.1 -p "$port" "$@" -v \
         >"$out" 2>"$err"
     local rc=$?
     # The server exits after one test; give it a moment, then make sure it is gone.
@@ -146,7 +141,7 @@ row() {
         if [ $((r % 2)) -eq 1 ]; then first=ucx; second=rucx; else first=rucx; second=ucx; fi
         for who in $first $second; do
             if [ "$who" = ucx ]; then
-                res=$(run_one "$UCX_PERFTEST" "$uenv" "${args[@]}" -n "$iters" -w "$warm")
+                res=$(run_one "$UCX_PERFTEST" "$UCX_LIBENV $uenv" "${args[@]}" -n "$iters" -w "$warm")
                 if [[ "$res" == ERR* || -z "$res" ]]; then
                     note="UCX failed: ${res#ERR }"
                 else
