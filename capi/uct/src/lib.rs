@@ -17,6 +17,7 @@ pub mod component;
 pub mod ep;
 pub mod ffi;
 pub mod guard;
+pub mod handle;
 pub mod iface;
 pub mod mem;
 pub mod ops;
