@@ -11,6 +11,8 @@
 //! `UCS_ERR_UNSUPPORTED` and one log line, and a panic never crosses into C. Requests, their
 //! memory layout and callbacks are described in [`request`]; datatypes in [`datatype`].
 
+#![warn(missing_docs)]
+
 pub mod am;
 pub mod amo;
 pub mod compat;

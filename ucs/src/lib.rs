@@ -16,6 +16,8 @@
 //! | [`mpmc`] | bounded lock-free [`mpmc::MpmcQueue`] (loom-checked) |
 //! | [`rcache`] | [`rcache::Rcache`], a registration cache generic over a [`rcache::Registrar`] |
 
+#![warn(missing_docs)]
+
 pub mod async_ctx;
 pub mod config;
 pub mod limits;

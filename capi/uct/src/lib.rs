@@ -13,6 +13,8 @@
 //! listeners, socket-address interfaces) is not offered: those calls answer
 //! `UCS_ERR_UNSUPPORTED`, and no component announces `UCT_COMPONENT_FLAG_CM`.
 
+#![warn(missing_docs)]
+
 pub mod component;
 pub mod ep;
 pub mod ffi;
