@@ -14,11 +14,11 @@
 //! is always copied, so `UCP_AM_SEND_FLAG_COPY_HEADER` holds whatever the flags say.
 
 use crate::datatype::{recv_target, send_data, Finish, SendData};
-use crate::ep::{ep_ref, new_ep, Ep};
+use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{check_mask, ffi, refuse};
-use crate::request::{submit, Cb, OpArgs};
-use crate::worker::{worker_ref, AmArrival, Worker};
+use crate::handles::{new_ep, worker_ref, AmArrival, Cb, Ep, OpArgs, Worker};
+use crate::request::submit;
 use crate::worker_ext::Held;
 use std::ffi::{c_uint, c_void};
 use ucp::{AmMsg, Completion, EpHandle, Op};
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
     const NAME: &str = "ucp_am_send_nbx";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let nbx = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+        let nbx = match unsafe { crate::param::parse_param(NAME, param, true) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
@@ -361,7 +361,7 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
             Err(s) => return status_ptr(s),
         };
         // SAFETY: forwarded.
-        let nbx = match unsafe { crate::tag::parse_param(NAME, param, false) } {
+        let nbx = match unsafe { crate::param::parse_param(NAME, param, false) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
@@ -448,7 +448,7 @@ fn data_len(buf: &[u8], data: *mut c_void) -> usize {
 
 /// Request arguments of a stream or AM data receive: the `recv_am`/`recv_stream` callback
 /// shape, and `recv_info.length`.
-pub fn stream_args(nbx: &crate::tag::Nbx) -> OpArgs {
+pub fn stream_args(nbx: &crate::param::Nbx) -> OpArgs {
     let cb = if nbx.cb.is_null() {
         Cb::None
     } else {

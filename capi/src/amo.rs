@@ -8,12 +8,12 @@
 //! on one word are atomic with respect to each other whichever path each took.
 
 use crate::datatype::Finish;
-use crate::ep::{ep_ref, wait, Ep};
+use crate::ep::{ep_ref, wait};
 use crate::ffi::*;
 use crate::guard::{ffi, refuse, status_of};
-use crate::request::{request_mem, submit, user_of, write_header, Cb, OpArgs};
+use crate::handles::{user_of, worker_ref, Cb, Ep, OpArgs, Worker};
+use crate::request::{request_mem, submit, write_fetched, write_header};
 use crate::rma::CRkey;
-use crate::worker::{worker_ref, Worker};
 use std::ffi::{c_uint, c_void};
 use ucp::{AmoSize, AmoStart};
 use uct::AtomicOp;
@@ -67,7 +67,7 @@ unsafe fn start(
     if !matches!(amo, Amo::Post(_)) && result.is_null() {
         return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "NULL result"));
     }
-    let access = crate::rma::ACCESS_READ | crate::rma::ACCESS_WRITE;
+    let access = crate::mem::ACCESS_READ | crate::mem::ACCESS_WRITE;
     // SAFETY: a live key.
     let (k, delta) = match unsafe { crate::rma::rkey_for(name, rkey, w, access) } {
         Ok(x) => x,
@@ -197,7 +197,7 @@ unsafe fn op_nbx_simple(
     let (amo, value) = unsafe { amo_of(opcode, !reply.is_null(), v, reply, bytes) }?;
     // SAFETY: a live endpoint (checked non-NULL); its worker outlives it.
     let (w, h) = unsafe { (&*(*ep).worker, (*ep).h) };
-    let access = crate::rma::ACCESS_READ | crate::rma::ACCESS_WRITE;
+    let access = crate::mem::ACCESS_READ | crate::mem::ACCESS_WRITE;
     // SAFETY: a live key (checked non-NULL).
     let (k, delta) = unsafe { crate::rma::rkey_for_quiet(rkey, w, access) }.ok()?;
     let remote_addr = remote_addr.wrapping_sub(delta);
@@ -229,7 +229,7 @@ unsafe fn op_nbx_simple(
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn op_nbx_general(
-    w: &crate::worker::Worker,
+    w: &crate::handles::Worker,
     rw: &mut ucp::Worker,
     h: ucp::EpHandle,
     amo: Amo,
@@ -336,21 +336,6 @@ unsafe fn amo_of(
         (5, true) => (Amo::Fetch(AtomicOp::Xor), v),
         _ => return None,
     })
-}
-
-/// Writes a fetching atomic's old value `value` (`size` 4 or 8 bytes) to the client's result
-/// location `dst`.
-#[inline(always)]
-pub(crate) fn write_fetched(dst: *mut u8, size: usize, value: u64) {
-    // SAFETY: `dst` is the client's result location of `size` bytes, valid until the atomic
-    // completes (the contract of every fetching atomic), which is now.
-    unsafe {
-        if size == 4 {
-            (dst as *mut u32).write_unaligned(value as u32)
-        } else {
-            (dst as *mut u64).write_unaligned(value)
-        }
-    }
 }
 
 /// Reads a 4- or 8-byte operand.
@@ -487,7 +472,7 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
             return r;
         }
         // SAFETY: forwarded.
-        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+        let p = match unsafe { crate::param::parse_param(NAME, param, true) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };

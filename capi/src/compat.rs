@@ -3,11 +3,9 @@
 //! `ucp_ep_evaluate_perf`, and the host-memory additions of UCX 1.14-1.18: `ucp_dt_query`,
 //! `ucp_memh_pack` / `ucp_memh_buffer_release`, `ucp_rkey_compare`.
 
-use crate::ep::Ep;
 use crate::ffi::*;
 use crate::guard::{check_mask, fail, ffi, refuse};
-use crate::request::{hdr_of, ReqHdr, F_COMPLETED, F_POOLED};
-use crate::worker::{worker_ref, Worker};
+use crate::handles::{hdr_of, worker_ref, Ep, ReqHdr, Worker, F_COMPLETED, F_POOLED};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
@@ -28,7 +26,7 @@ pub unsafe extern "C" fn ucp_request_alloc(worker: *mut Worker) -> *mut c_void {
             return std::ptr::null_mut();
         };
         let _g = w.lock.lock();
-        let args = crate::request::OpArgs::with_cb(crate::request::Cb::None, false);
+        let args = crate::handles::OpArgs::with_cb(crate::handles::Cb::None, false);
         let (h, pooled) = crate::request::request_mem(w, &args);
         crate::request::write_header(
             h,
@@ -40,7 +38,7 @@ pub unsafe extern "C" fn ucp_request_alloc(worker: *mut Worker) -> *mut c_void {
         );
         // SAFETY: the header just written.
         unsafe { (*h).user_data = ALLOC_MARK as *mut c_void };
-        crate::request::user_of(h)
+        crate::handles::user_of(h)
     })
 }
 
@@ -200,7 +198,7 @@ pub unsafe extern "C" fn ucp_ep_modify_nb(ep: *mut Ep, params: *const EpParams) 
             if !had && e.err_cb.is_some() && !e.connecting {
                 // rucx reports failures only to endpoints that asked: ask now (the same
                 // rucx endpoint comes back, with the handler set).
-                let params = crate::ep::ucp_params(w, e.err_cb);
+                let params = crate::handles::ucp_params(w, e.err_cb);
                 let r = w.inner.borrow_mut().w.ep_set_err_handler(e.h, params);
                 if let Err(err) = r {
                     return status_ptr(fail(NAME, &err));
@@ -365,7 +363,7 @@ pub unsafe extern "C" fn ucp_memh_pack(
             );
         }
         // SAFETY: a live handle; its context outlives it.
-        let ctx = unsafe { (*memh).context } as *mut crate::context::Context;
+        let ctx = unsafe { (*memh).context } as *mut crate::handles::Context;
         // SAFETY: forwarded.
         unsafe { crate::rma::ucp_rkey_pack(ctx, memh, buffer_p, buffer_size_p) }
     })

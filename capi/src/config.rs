@@ -382,7 +382,7 @@ pub unsafe extern "C" fn ucp_config_print(
         // SAFETY: a live configuration.
         let text = print_text(unsafe { &*config }, &title, print_flags);
         // SAFETY: the caller's open stream (checked non-null).
-        unsafe { crate::query::write_to(stream, &text) };
+        unsafe { crate::ctext::write_to(stream, &text) };
     })
 }
 

@@ -31,9 +31,13 @@ pub enum Kind {
 
 /// One variable: name (without the `UCX_` prefix), syntax, default, meaning.
 pub struct Var {
+    /// The name without the `UCX_` prefix (`TLS`, `RNDV_THRESH` …).
     pub name: &'static str,
+    /// The syntax of its value.
     pub kind: Kind,
+    /// The value it has when the environment does not set it.
     pub default: &'static str,
+    /// What it means, as `ucp_config_print` shows it.
     pub doc: &'static str,
 }
 

@@ -12,10 +12,9 @@
 //! (`UCS_ERR_UNREACHABLE` when nobody listens, `UCS_ERR_REJECTED` when the server rejects,
 //! `UCS_ERR_TIMED_OUT` without an answer).
 
-use crate::ep::{new_ep, ucp_params, Ep, EpExt};
 use crate::ffi::*;
 use crate::guard::{check_mask, ffi, refuse};
-use crate::worker::{worker_ref, Worker};
+use crate::handles::{new_ep, ucp_params, worker_ref, Ep, EpExt, Worker};
 use crate::worker_ext::SOCKET_POLL_EVERY;
 use std::ffi::c_void;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -183,7 +182,7 @@ pub fn ep_from_request(name: &str, w: &Worker, p: &EpParams) -> Result<*mut Ep, 
         ));
     };
     let local = req.local_addr();
-    let (err_cb, _) = crate::ep::err_handler_of(p);
+    let (err_cb, _) = crate::handles::err_handler_of(p);
     let _g = w.lock.lock();
     let params = ucp_params(w, err_cb);
     let res = w.inner.borrow_mut().w.accept(req, params);

@@ -2,9 +2,10 @@
 //! `ucp_context_print_info`, `ucp_get_version`.
 
 use crate::config::Config;
+use crate::ctext::write_name;
 use crate::ffi::*;
 use crate::guard::{check_mask, fail, ffi, refuse};
-use crate::request::HDR_SIZE;
+use crate::handles::{Context, HDR_SIZE};
 use std::ffi::{c_char, c_uint, c_void, CStr};
 use std::sync::Mutex;
 use ucp::{Context as UcpContext, ContextParams, Features};
@@ -14,32 +15,6 @@ use ucp::{Context as UcpContext, ContextParams, Features};
 pub const API_MAJOR: c_uint = 1;
 /// See [`API_MAJOR`].
 pub const API_MINOR: c_uint = 18;
-
-/// A context: rucx's [`UcpContext`] plus what the client asked for its requests.
-pub struct Context {
-    /// rucx's context (features, configuration, resources).
-    pub ucp: UcpContext,
-    /// Bytes of the client's area in each request (`ucp_params_t.request_size`).
-    pub user_req_size: usize,
-    /// Called once on each request memory the library creates.
-    pub request_init: Option<RequestInitCb>,
-    /// Called once on each request memory before the library frees it.
-    pub request_cleanup: Option<RequestInitCb>,
-    /// The context's name.
-    pub name: String,
-    /// Live workers (addresses of `Worker`s): memory mapping uses the first one.
-    pub workers: Mutex<Vec<usize>>,
-    /// Mappings (addresses of `Mem`s) made before the context had a worker, registered with
-    /// its first worker when that is created.
-    pub unbound: Mutex<Vec<usize>>,
-    /// `mt_workers_shared`: workers of this context run on several threads, so every worker
-    /// locks (memory mapping reaches the first worker from any thread).
-    pub mt_workers_shared: bool,
-    /// The API minor of the header the client was built with (`ucp_init_version`).
-    pub client_minor: c_uint,
-    /// The features asked for (`UCP_FEATURE_*`).
-    pub features: u64,
-}
 
 const PARAM_KNOWN: u64 = UCP_PARAM_FIELD_FEATURES
     | UCP_PARAM_FIELD_REQUEST_SIZE
@@ -282,16 +257,6 @@ pub unsafe extern "C" fn ucp_context_query(
         }
         UCS_OK
     })
-}
-
-/// Copies a name into a fixed C array, truncated and NUL-terminated.
-pub fn write_name(dst: &mut [c_char; UCP_ENTITY_NAME_MAX], name: &str) {
-    let b = name.as_bytes();
-    let n = b.len().min(UCP_ENTITY_NAME_MAX - 1);
-    for (d, s) in dst.iter_mut().zip(&b[..n]) {
-        *d = *s as c_char;
-    }
-    dst[n] = 0;
 }
 
 /// The text `ucp_context_print_info` writes: one `# resource N : md N dev N flags -- tl/dev`

@@ -7,143 +7,11 @@
 
 use crate::datatype::{send_data, Finish, SendData};
 use crate::ffi::*;
-use crate::guard::{check_mask, fail, ffi, refuse, status_of};
-use crate::request::{submit, Cb, OpArgs};
-use crate::worker::{worker_ref, Worker};
+use crate::guard::{check_mask, fail, ffi, refuse};
+use crate::handles::{err_handler_of, new_ep, ucp_params, worker_ref, Cb, Ep, OpArgs, Worker};
+use crate::request::submit;
 use std::ffi::{c_uint, c_void};
-use ucp::{CloseMode, Completion, EpHandle, EpParams as UcpEpParams, Op};
-
-/// A client endpoint.
-pub struct Ep {
-    /// Its worker.
-    pub worker: *const Worker,
-    /// rucx's endpoint.
-    pub h: EpHandle,
-    /// Error handler (`ucp_err_handler_t.cb`).
-    pub err_cb: Option<ErrHandlerCb>,
-    /// Its argument (`user_data` when given, else `err_handler.arg`).
-    pub err_arg: *mut c_void,
-    /// The error handler ran (it runs once per endpoint).
-    pub failed: bool,
-    /// The next client endpoint in its [`EpIndex`] slot (an `Ep` address), or 0.
-    next: usize,
-    /// A client endpoint from a socket address whose connection is not made yet: `h` names
-    /// no endpoint until it is (see [`crate::conn`]).
-    pub connecting: bool,
-    /// `ucp_ep_params_t.user_data` (`ucp_ep_query`, `ucp_stream_worker_poll`).
-    pub user_data: *mut c_void,
-    /// What few endpoints have: a name, socket addresses, a connection under way.
-    pub ext: Option<Box<EpExt>>,
-}
-
-/// The rarely used parts of a client endpoint.
-#[derive(Default)]
-pub struct EpExt {
-    /// `ucp_ep_params_t.name`.
-    pub name: Option<String>,
-    /// Local and remote socket addresses of a client/server endpoint.
-    pub sockaddrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
-    /// A client connection under way (with `connecting`) and the rucx parameters to create
-    /// the endpoint with once the server answers.
-    pub conn: Option<ucp::Connecting>,
-    /// Why the connection failed (`UCS_OK` while it has not).
-    pub conn_failed: Status,
-    /// Transport and device names `ucp_ep_query` gave out (kept while the endpoint lives).
-    pub tl_names: Vec<(std::ffi::CString, std::ffi::CString)>,
-}
-
-/// A worker's client endpoints by rucx endpoint, for error handlers, active-message replies and
-/// close. One word per rucx endpoint slot ([`EpHandle::slot`]: small, dense, reused after an
-/// endpoint is gone) holds the first client endpoint created there (an `Ep` address, or 0); the
-/// others follow it through `Ep::next`, in creation order. A slot can hold client endpoints of
-/// an older rucx endpoint that a client has not closed yet, so lookups compare whole handles.
-#[derive(Default)]
-pub struct EpIndex {
-    heads: Vec<usize>,
-}
-
-impl EpIndex {
-    /// Adds a client endpoint (after those already on its rucx endpoint).
-    ///
-    /// # Safety
-    /// `ep` is a live client endpoint not in the index; every endpoint in it is live.
-    pub(crate) unsafe fn insert(&mut self, ep: *mut Ep) {
-        // SAFETY: the caller's contract.
-        let slot = unsafe { (*ep).h }.slot();
-        if slot >= self.heads.len() {
-            self.heads.resize(slot + 1, 0);
-        }
-        let mut at: *mut usize = &mut self.heads[slot];
-        // SAFETY: `at` points at the slot's word or at a live endpoint's `next`.
-        unsafe {
-            while *at != 0 {
-                at = &mut (*(*at as *mut Ep)).next;
-            }
-            (*ep).next = 0;
-            *at = ep as usize;
-        }
-    }
-
-    /// Takes a client endpoint out (nothing if it is not in).
-    ///
-    /// # Safety
-    /// `ep` is a live client endpoint; every endpoint in the index is live.
-    pub(crate) unsafe fn remove(&mut self, ep: *mut Ep) {
-        // SAFETY: the caller's contract.
-        let slot = unsafe { (*ep).h }.slot();
-        let Some(head) = self.heads.get_mut(slot) else {
-            return;
-        };
-        let mut at: *mut usize = head;
-        // SAFETY: `at` points at the slot's word or at a live endpoint's `next`.
-        unsafe {
-            while *at != 0 {
-                if *at == ep as usize {
-                    *at = (*ep).next;
-                    (*ep).next = 0;
-                    return;
-                }
-                at = &mut (*(*at as *mut Ep)).next;
-            }
-        }
-    }
-
-    /// Every client endpoint in the index.
-    pub fn all(&self) -> Vec<*mut Ep> {
-        let mut out = Vec::new();
-        for &head in &self.heads {
-            let mut e = head;
-            while e != 0 {
-                out.push(e as *mut Ep);
-                // SAFETY: every endpoint in the index is live.
-                e = unsafe { (*(e as *mut Ep)).next };
-            }
-        }
-        out
-    }
-
-    /// The first client endpoint created on rucx endpoint `h`, or null.
-    pub fn first(&self, h: EpHandle) -> *mut Ep {
-        self.of(h).next().unwrap_or(std::ptr::null_mut())
-    }
-
-    /// The client endpoints on rucx endpoint `h`, in creation order.
-    pub fn of(&self, h: EpHandle) -> impl Iterator<Item = *mut Ep> + '_ {
-        let mut e = self.heads.get(h.slot()).copied().unwrap_or(0);
-        std::iter::from_fn(move || loop {
-            if e == 0 {
-                return None;
-            }
-            let ep = e as *mut Ep;
-            // SAFETY: every endpoint in the index is live (removed before it is freed).
-            let (eh, next) = unsafe { ((*ep).h, (*ep).next) };
-            e = next;
-            if eh == h {
-                return Some(ep);
-            }
-        })
-    }
-}
+use ucp::{CloseMode, Completion, EpHandle, Op};
 
 /// The worker and rucx handle of a client endpoint.
 #[inline(always)]
@@ -172,78 +40,6 @@ const EP_KNOWN: u64 = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
 
 /// Longest address accepted (rucx's addresses are a few hundred bytes).
 const MAX_ADDRESS: usize = 1 << 16;
-
-/// The error handler and its argument from endpoint parameters.
-pub(crate) fn err_handler_of(p: &EpParams) -> (Option<ErrHandlerCb>, *mut c_void) {
-    let has = |b: u64| p.field_mask & b != 0;
-    if has(UCP_EP_PARAM_FIELD_ERR_HANDLER) {
-        let arg = if has(UCP_EP_PARAM_FIELD_USER_DATA) {
-            p.user_data
-        } else {
-            p.err_handler.arg
-        };
-        (p.err_handler.cb, arg)
-    } else {
-        (None, std::ptr::null_mut())
-    }
-}
-
-/// rucx's endpoint parameters for a client endpoint: an error handler that queues the failure
-/// for `ucp_worker_progress`. Every failure is reported (a small allocation per endpoint): an
-/// endpoint without a client error handler still fails the worker's waiting receives (see
-/// `Worker::ep_failed`).
-pub(crate) fn ucp_params(w: &Worker, _err_cb: Option<ErrHandlerCb>) -> UcpEpParams {
-    let q = w.inner.borrow().ep_errors.clone();
-    let err_handler: Option<ucp::ErrHandler> = Some(Box::new(move |h, e: &ucs::Error| {
-        q.borrow_mut().push((h, status_of(e)))
-    }));
-    UcpEpParams { err_handler }
-}
-
-/// A client endpoint on rucx endpoint `h` (or, `connecting`, on one still to be made), in
-/// the worker's index unless connecting. Worker locked, rucx worker not borrowed.
-pub(crate) fn new_ep(w: &Worker, h: EpHandle, p: &EpParams, connecting: bool) -> *mut Ep {
-    let (err_cb, err_arg) = err_handler_of(p);
-    if err_cb.is_some() {
-        w.handles_errors.set(true);
-    }
-    let has = |b: u64| p.field_mask & b != 0;
-    let name = if has(UCP_EP_PARAM_FIELD_NAME) && !p.name.is_null() {
-        // SAFETY: a C string from the caller.
-        Some(
-            unsafe { std::ffi::CStr::from_ptr(p.name) }
-                .to_string_lossy()
-                .into_owned(),
-        )
-    } else {
-        None
-    };
-    let ep = Box::into_raw(Box::new(Ep {
-        worker: w,
-        h,
-        err_cb,
-        err_arg,
-        failed: false,
-        next: 0,
-        connecting,
-        user_data: if has(UCP_EP_PARAM_FIELD_USER_DATA) {
-            p.user_data
-        } else {
-            std::ptr::null_mut()
-        },
-        ext: name.map(|name| {
-            Box::new(EpExt {
-                name: Some(name),
-                ..EpExt::default()
-            })
-        }),
-    }));
-    if !connecting {
-        // SAFETY: the new endpoint; the index holds live ones only.
-        unsafe { w.inner.borrow_mut().eps.insert(ep) };
-    }
-    ep
-}
 
 /// `ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params,
 /// ucp_ep_h *ep_p)`: from a remote worker address, from a socket address (client side of
@@ -441,7 +237,7 @@ pub unsafe extern "C" fn ucp_ep_close_nbx(ep: *mut Ep, param: *const RequestPara
     const NAME: &str = "ucp_ep_close_nbx";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+        let p = match unsafe { crate::param::parse_param(NAME, param, true) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
@@ -550,7 +346,7 @@ pub unsafe extern "C" fn ucp_ep_flush_nbx(ep: *mut Ep, param: *const RequestPara
     const NAME: &str = "ucp_ep_flush_nbx";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let p = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+        let p = match unsafe { crate::param::parse_param(NAME, param, true) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };

@@ -11,6 +11,8 @@
 //! `UCS_ERR_UNSUPPORTED` and one log line, and a panic never crosses into C. Requests, their
 //! memory layout and callbacks are described in [`request`]; datatypes in [`datatype`].
 
+#![warn(missing_docs)]
+
 pub mod am;
 pub mod amo;
 pub mod compat;
@@ -18,13 +20,16 @@ pub mod config;
 pub mod config_vars;
 pub mod conn;
 pub mod context;
+pub mod ctext;
 pub mod datatype;
 pub mod ep;
 pub mod ffi;
 pub mod guard;
+pub mod handles;
 pub mod lock;
 pub mod mem;
 pub mod memtype;
+pub mod param;
 pub mod query;
 pub mod request;
 pub mod rma;

@@ -20,15 +20,19 @@
 //! process that owns the mapping (a rank talking to itself) refuses accesses once the mapping is
 //! unmapped, instead of writing memory that may have been freed and reused.
 
-use crate::context::Context;
 use crate::ffi::*;
 use crate::guard::{check_mask, fail, ffi, refuse};
-use crate::worker::Worker;
+use crate::handles::{Context, Worker};
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use ucp::MemMap;
+
+/// An access that reads the peer's memory (get, fetching atomics).
+pub(crate) const ACCESS_READ: u8 = 1;
+/// An access that writes the peer's memory (put, atomics).
+pub(crate) const ACCESS_WRITE: u8 = 2;
 
 /// A memory handle.
 pub struct Mem {
@@ -49,7 +53,7 @@ pub struct Mem {
     pub(crate) id: u64,
     /// False once unmapped; remote keys unpacked in this process hold it.
     pub(crate) alive: Arc<AtomicBool>,
-    /// Remote accesses the mapping's protection denies (`crate::rma::ACCESS_*` bits, packed
+    /// Remote accesses the mapping's protection denies (`ACCESS_*` bits, packed
     /// into its keys).
     pub(crate) deny: u8,
     /// The pages were locked (`UCP_MEM_MAP_LOCK`): unlocked at unmap.
@@ -447,10 +451,10 @@ pub unsafe extern "C" fn ucp_mem_map(
         if has(UCP_MEM_MAP_PARAM_FIELD_PROT) {
             // Peers are held to the protection: keys of this mapping deny what it leaves out.
             if p.prot & UCP_MEM_MAP_PROT_REMOTE_READ == 0 {
-                mem.deny |= crate::rma::ACCESS_READ;
+                mem.deny |= ACCESS_READ;
             }
             if p.prot & UCP_MEM_MAP_PROT_REMOTE_WRITE == 0 {
-                mem.deny |= crate::rma::ACCESS_WRITE;
+                mem.deny |= ACCESS_WRITE;
             }
         }
         if flags & UCP_MEM_MAP_LOCK != 0 && mem.length > 0 {

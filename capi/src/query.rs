@@ -4,30 +4,12 @@
 //! [`crate::context`]).
 
 use crate::conn::sockaddr_to_c;
-use crate::context::{write_name, Context};
-use crate::ep::Ep;
+use crate::ctext::{write_name, write_to};
 use crate::ffi::*;
 use crate::guard::{check_mask, ffi, refuse};
-use crate::request::{hdr_of, ReqHdr, F_COMPLETED};
-use crate::worker::{worker_ref, Worker};
+use crate::handles::{hdr_of, worker_ref, Context, Ep, ReqHdr, Worker, F_COMPLETED};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::atomic::Ordering;
-
-/// Longest request description `ucp_request_query` writes (`max_debug_string` of
-/// `ucp_worker_query`).
-pub const MAX_INFO_STRING: usize = 256;
-
-/// Writes text to a C `FILE *`.
-///
-/// # Safety
-/// `stream` NULL or an open `FILE *`.
-pub unsafe fn write_to(stream: *mut libc::FILE, text: &str) {
-    if stream.is_null() {
-        return;
-    }
-    // SAFETY: our bytes to the caller's open stream.
-    unsafe { libc::fwrite(text.as_ptr() as *const c_void, 1, text.len(), stream) };
-}
 
 /// `ucs_status_t ucp_lib_query(ucp_lib_attr_t *attr)`: every thread mode is supported.
 ///

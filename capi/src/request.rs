@@ -22,225 +22,13 @@
 use crate::datatype::Finish;
 use crate::ffi::*;
 use crate::guard::{ffi, ffi_hot, status_of};
-use crate::worker::Worker;
-use std::alloc::Layout;
+use crate::handles::{
+    hdr_of, user_of, Cb, OpArgs, ReqHdr, Worker, F_CB_DUE, F_CB_OFF, F_COMPLETED, F_POOLED,
+    F_RELEASED,
+};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 use ucp::{Completion, HookedOp, Op, RequestId};
-
-/// Bytes of rucx state before the client's area of every request: the header's size, rounded up
-/// to [`ALIGN`] (96 bytes now). Every posted receive holds one pooled request memory, so a
-/// worker with a receive posted per peer pays this per peer.
-pub const HDR_SIZE: usize = std::mem::size_of::<ReqHdr>().next_multiple_of(ALIGN);
-/// Alignment of request memory.
-const ALIGN: usize = 16;
-
-/// The request has finished (status and info are valid).
-pub const F_COMPLETED: u32 = 1;
-/// The client released the request (`ucp_request_free` or `ucp_request_release`): recycled on
-/// completion, after its callback unless [`F_CB_OFF`].
-pub const F_RELEASED: u32 = 2;
-/// The memory belongs to the worker's free list (not the client's).
-pub const F_POOLED: u32 = 4;
-/// Finished, status and info written, the callback queued for `ucp_worker_progress` (which
-/// then sets `F_COMPLETED` and calls it).
-pub const F_CB_DUE: u32 = 8;
-/// Released by `ucp_request_free`, which (in UCX's code as in its header) also turns the
-/// callback off; `ucp_request_release` leaves it on (ucx_perftest releases its first send
-/// that way and counts on the callback). Open MPI frees incomplete requests whose callbacks
-/// must then not run.
-pub const F_CB_OFF: u32 = 16;
-
-/// The completion callback of a request, with its C signature.
-#[derive(Clone, Copy)]
-pub enum Cb {
-    /// None.
-    None,
-    /// `ucp_send_callback_t`.
-    Send(SendCb),
-    /// `ucp_send_nbx_callback_t`.
-    SendNbx(SendNbxCb),
-    /// `ucp_tag_recv_callback_t`.
-    Recv(TagRecvCb),
-    /// `ucp_tag_recv_nbx_callback_t`.
-    RecvNbx(TagRecvNbxCb),
-    /// `ucp_stream_recv_callback_t` (the length is the received byte count).
-    StreamRecv(StreamRecvCb),
-    /// `ucp_stream_recv_nbx_callback_t`, also `ucp_am_recv_data_nbx_callback_t`.
-    StreamRecvNbx(StreamRecvNbxCb),
-}
-
-/// rucx's state of one request, in the bytes before the client's area.
-#[repr(C)]
-pub struct ReqHdr {
-    /// `F_*` bits.
-    pub flags: AtomicU32,
-    /// Final status (valid with `F_COMPLETED`).
-    pub status: Status,
-    /// Receive info (valid with `F_COMPLETED`).
-    pub info: TagRecvInfo,
-    /// The worker that owns the operation.
-    pub worker: *const Worker,
-    /// Completion callback.
-    pub cb: Cb,
-    /// `user_data` for `_nbx` callbacks.
-    pub user_data: *mut c_void,
-    /// rucx's id of the running operation (for cancel).
-    pub req: Option<RequestId>,
-    /// What to do with the data when the operation completes (taken then).
-    pub finish: Finish,
-    /// The next request in the worker's queue of due callbacks (while `F_CB_DUE`).
-    pub next: *mut ReqHdr,
-}
-
-const _: () = assert!(std::mem::size_of::<ReqHdr>() <= HDR_SIZE);
-const _: () = assert!(HDR_SIZE.is_multiple_of(ALIGN) && std::mem::align_of::<ReqHdr>() <= ALIGN);
-
-/// How the client asked for the operation.
-pub struct OpArgs {
-    /// Caller-supplied request memory (`UCP_OP_ATTR_FIELD_REQUEST`), or null.
-    pub caller_req: *mut c_void,
-    /// Callback.
-    pub cb: Cb,
-    /// `user_data`.
-    pub user_data: *mut c_void,
-    /// `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`: always return a request.
-    pub no_imm: bool,
-    /// `recv_info.tag_info` to fill on immediate completion, or null.
-    pub info_out: *mut TagRecvInfo,
-    /// A length to fill on immediate completion (`recv_info.length` of stream and AM data
-    /// receives, or their `length` argument), or null.
-    pub len_out: *mut usize,
-}
-
-impl OpArgs {
-    /// A request with a callback and nothing else (`_nb` calls).
-    pub fn with_cb(cb: Cb, no_imm: bool) -> Self {
-        OpArgs {
-            caller_req: std::ptr::null_mut(),
-            cb,
-            user_data: std::ptr::null_mut(),
-            no_imm,
-            info_out: std::ptr::null_mut(),
-            len_out: std::ptr::null_mut(),
-        }
-    }
-}
-
-/// Most request memories one allocation of the pool holds.
-const MAX_BLOCK: usize = 64;
-
-/// The per-worker free list of request memories. They are allocated in blocks (1, 2, 4, ...
-/// memories, then [`MAX_BLOCK`] at a time), so a worker with a request outstanding per peer
-/// pays no allocator overhead per request, and one with a few requests holds a few memories.
-/// `request_init` runs on each memory when its block is made, `request_cleanup` on each when
-/// the pool drops.
-pub struct Pool {
-    free: Vec<usize>,
-    /// The blocks: (address, memories).
-    blocks: Vec<(usize, usize)>,
-    /// One request memory.
-    layout: Layout,
-    /// Memories in the next block.
-    next_block: usize,
-    init: Option<RequestInitCb>,
-    cleanup: Option<RequestInitCb>,
-}
-
-impl Pool {
-    /// A pool for client areas of `user` bytes.
-    pub fn new(user: usize, init: Option<RequestInitCb>, cleanup: Option<RequestInitCb>) -> Self {
-        let size = HDR_SIZE + user.div_ceil(ALIGN) * ALIGN;
-        Pool {
-            free: Vec::new(),
-            blocks: Vec::new(),
-            layout: Layout::from_size_align(size, ALIGN).expect("request layout"),
-            next_block: 1,
-            init,
-            cleanup,
-        }
-    }
-
-    /// A request memory (header start), calling `request_init` on a new one.
-    #[inline(always)]
-    fn get(&mut self) -> *mut u8 {
-        match self.free.pop() {
-            Some(p) => p as *mut u8,
-            None => self.create(),
-        }
-    }
-
-    /// The layout of a block of `n` memories (the size is a multiple of `ALIGN`, so they
-    /// follow each other aligned).
-    fn block_layout(&self, n: usize) -> Layout {
-        let size = self
-            .layout
-            .size()
-            .checked_mul(n)
-            .expect("request block size");
-        Layout::from_size_align(size, ALIGN).expect("request block layout")
-    }
-
-    /// A new block of request memories, `request_init` called on each client area; gives one
-    /// and puts the others on the free list.
-    #[inline(never)]
-    fn create(&mut self) -> *mut u8 {
-        let n = self.next_block;
-        self.next_block = (n * 2).min(MAX_BLOCK);
-        let layout = self.block_layout(n);
-        // SAFETY: the layout has a non-zero size.
-        let base = unsafe { std::alloc::alloc_zeroed(layout) };
-        if base.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        self.blocks.push((base as usize, n));
-        self.free.reserve(n);
-        // Given out in address order: the last one pushed is taken first.
-        for k in (0..n).rev() {
-            // SAFETY: memory `k` of the block just allocated.
-            let p = unsafe { base.add(k * self.layout.size()) };
-            if let Some(init) = self.init {
-                // SAFETY: the client's area of a fresh request memory.
-                unsafe { init(p.add(HDR_SIZE).cast()) };
-            }
-            if k > 0 {
-                self.free.push(p as usize);
-            }
-        }
-        base
-    }
-
-    #[inline(always)]
-    pub(crate) fn put(&mut self, p: *mut u8) {
-        self.free.push(p as usize);
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        for &(base, n) in &self.blocks {
-            let base = base as *mut u8;
-            if let Some(cleanup) = self.cleanup {
-                for k in 0..n {
-                    // SAFETY: the client's area of memory `k` of a block made by `create`.
-                    unsafe { cleanup(base.add(k * self.layout.size() + HDR_SIZE).cast()) };
-                }
-            }
-            // SAFETY: allocated by `create` with this layout.
-            unsafe { std::alloc::dealloc(base, self.block_layout(n)) };
-        }
-    }
-}
-
-/// The header of the request whose client pointer is `user`.
-pub fn hdr_of(user: *mut c_void) -> *mut ReqHdr {
-    (user as *mut u8).wrapping_sub(HDR_SIZE).cast()
-}
-
-/// The client pointer of a header.
-pub fn user_of(hdr: *mut ReqHdr) -> *mut c_void {
-    (hdr as *mut u8).wrapping_add(HDR_SIZE).cast()
-}
 
 /// Request memory for an operation: the caller's (FIELD_REQUEST) or the pool's, and the
 /// `F_POOLED` bit that says which.
@@ -509,7 +297,7 @@ pub fn hooked(w: &Worker, token: u64, c: &Completion) {
     if let Finish::Fetch { dst, size } = hdr.finish {
         hdr.finish = Finish::None;
         if c.status.is_ok() {
-            crate::amo::write_fetched(dst, size, c.value);
+            write_fetched(dst, size, c.value);
         }
     }
     let (status, info) = finalize(Finish::None, c);
@@ -798,54 +586,17 @@ pub unsafe extern "C" fn ucp_request_cancel(worker: *mut Worker, request: *mut c
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
-    use std::sync::atomic::AtomicUsize;
-
-    static INITS: AtomicUsize = AtomicUsize::new(0);
-    static CLEANUPS: AtomicUsize = AtomicUsize::new(0);
-
-    unsafe extern "C" fn init(p: *mut c_void) {
-        // SAFETY: the client area of a pool memory: 16 bytes here.
-        unsafe { (p as *mut u64).write(0x5eed) };
-        INITS.fetch_add(1, Ordering::Relaxed);
-    }
-
-    unsafe extern "C" fn cleanup(p: *mut c_void) {
-        // SAFETY: as in `init`, which wrote it.
-        assert_eq!(unsafe { (p as *mut u64).read() }, 0x5eed);
-        CLEANUPS.fetch_add(1, Ordering::Relaxed);
-    }
-
-    #[test]
-    fn pool_memories_are_distinct_aligned_reused_and_initialized_once() {
-        let mut pool = Pool::new(16, Some(init), Some(cleanup));
-        let stride = HDR_SIZE + 16;
-        // 200 memories at once, as a worker with a receive posted per peer holds.
-        let got: Vec<*mut u8> = (0..200).map(|_| pool.get()).collect();
-        let set: HashSet<usize> = got.iter().map(|&p| p as usize).collect();
-        assert_eq!(set.len(), 200);
-        for &p in &got {
-            assert_eq!(p as usize % ALIGN, 0);
-            // No memory overlaps the next one in address order.
-            for &q in &got {
-                let (p, q) = (p as usize, q as usize);
-                assert!(p == q || p.abs_diff(q) >= stride);
-            }
+/// Writes a fetching atomic's old value `value` (`size` 4 or 8 bytes) to the client's result
+/// location `dst`.
+#[inline(always)]
+pub(crate) fn write_fetched(dst: *mut u8, size: usize, value: u64) {
+    // SAFETY: `dst` is the client's result location of `size` bytes, valid until the atomic
+    // completes (the contract of every fetching atomic), which is now.
+    unsafe {
+        if size == 4 {
+            (dst as *mut u32).write_unaligned(value as u32)
+        } else {
+            (dst as *mut u64).write_unaligned(value)
         }
-        // Blocks of 1, 2, 4, ..., 64, 64, 64 memories: 255 made for 200, each initialized once.
-        assert_eq!(INITS.load(Ordering::Relaxed), 255);
-        assert_eq!(pool.blocks.len(), 9);
-        for &p in &got {
-            pool.put(p);
-        }
-        let again = pool.get();
-        assert!(set.contains(&(again as usize)));
-        assert_eq!(INITS.load(Ordering::Relaxed), 255);
-        pool.put(again);
-        drop(pool);
-        assert_eq!(CLEANUPS.load(Ordering::Relaxed), 255);
     }
 }

@@ -5,23 +5,17 @@
 //! `delta` turns them into rucx's (they differ for `UCP_MEM_MAP_FIXED` mappings, see
 //! [`crate::mem`]).
 
-use crate::context::Context;
 use crate::datatype::{slice, Finish};
-use crate::ep::{ep_ref, wait, Ep};
+use crate::ep::{ep_ref, wait};
 use crate::ffi::*;
 use crate::guard::{fail, ffi, ffi_hot, refuse};
-use crate::mem::Mem;
-use crate::request::{submit, Cb, OpArgs};
-use crate::worker::Worker;
+use crate::handles::{Cb, Context, Ep, OpArgs, Worker};
+use crate::mem::{Mem, ACCESS_READ, ACCESS_WRITE};
+use crate::request::submit;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use ucp::Rkey;
-
-/// An access that reads the peer's memory (get, fetching atomics).
-pub(crate) const ACCESS_READ: u8 = 1;
-/// An access that writes the peer's memory (put, atomics).
-pub(crate) const ACCESS_WRITE: u8 = 2;
 
 /// The key of a client key, after the checks every access makes: the key belongs to this
 /// worker, it allows the access (`ACCESS_*` bits: a mapping made with
@@ -669,7 +663,7 @@ pub unsafe extern "C" fn ucp_get_nb(
 }
 
 /// The byte length of an `_nbx` RMA call's `count` elements (contiguous datatypes only).
-fn nbx_len(name: &str, count: usize, nbx: &crate::tag::Nbx) -> Result<usize, Status> {
+fn nbx_len(name: &str, count: usize, nbx: &crate::param::Nbx) -> Result<usize, Status> {
     if nbx.datatype & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_CONTIG {
         return Err(refuse(
             name,
@@ -776,7 +770,7 @@ unsafe extern "C" fn rma_nbx_general<const GET: bool>(
     let name = if GET { "ucp_get_nbx" } else { "ucp_put_nbx" };
     ffi_hot(name, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let p = match unsafe { crate::tag::parse_param(name, param, true) } {
+        let p = match unsafe { crate::param::parse_param(name, param, true) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };

@@ -9,11 +9,11 @@
 
 use crate::am::stream_args;
 use crate::datatype::{recv_target, send_data, Finish, SendData};
-use crate::ep::{ep_ref, Ep};
+use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{ffi, refuse};
-use crate::request::{submit, Cb, OpArgs};
-use crate::worker::{worker_ref, Worker};
+use crate::handles::{worker_ref, Cb, Ep, OpArgs, Worker};
+use crate::request::submit;
 use std::ffi::{c_uint, c_void};
 
 /// Starts a stream send of the client's data.
@@ -90,7 +90,7 @@ pub unsafe extern "C" fn ucp_stream_send_nbx(
     const NAME: &str = "ucp_stream_send_nbx";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let nbx = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+        let nbx = match unsafe { crate::param::parse_param(NAME, param, true) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
@@ -212,7 +212,7 @@ pub unsafe extern "C" fn ucp_stream_recv_nbx(
     const NAME: &str = "ucp_stream_recv_nbx";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let nbx = match unsafe { crate::tag::parse_param(NAME, param, false) } {
+        let nbx = match unsafe { crate::param::parse_param(NAME, param, false) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };

@@ -1,210 +1,15 @@
-//! Tag matching: `ucp_tag_send_*`, `ucp_tag_recv_*`, `ucp_tag_probe_nb`, `ucp_tag_msg_recv_*`,
-//! and the parsing of `ucp_request_param_t` that every `_nbx` call shares.
+//! Tag matching: `ucp_tag_send_*`, `ucp_tag_recv_*`,  and `ucp_tag_msg_recv_*`
+//! (the parsing of `ucp_request_param_t` is in [`crate::param`]).
 
 use crate::datatype::{contig_len, recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
-use crate::guard::{check_mask, ffi, ffi_hot, refuse};
-use crate::request::{recv_contig, submit, Cb, OpArgs};
-use crate::worker::{worker_ref, Worker};
+use crate::guard::{ffi, ffi_hot, refuse};
+use crate::handles::{worker_ref, Cb, OpArgs, Worker};
+use crate::param::{check_param, param_datatype, parse_param, read_param};
+use crate::request::{recv_contig, submit};
 use std::ffi::{c_int, c_void};
 use ucp::{Message, Op};
-
-/// A parsed `ucp_request_param_t`.
-pub struct Nbx {
-    /// `request` (FIELD_REQUEST) or null.
-    pub request: *mut c_void,
-    /// The raw callback (FIELD_CALLBACK) or null.
-    pub cb: *const c_void,
-    /// `user_data` (FIELD_USER_DATA) or null.
-    pub user_data: *mut c_void,
-    /// `datatype` (FIELD_DATATYPE), default bytes.
-    pub datatype: Datatype,
-    /// NO_IMM_CMPL.
-    pub no_imm: bool,
-    /// `recv_info` (FIELD_RECV_INFO) or null.
-    pub recv_info: *mut c_void,
-}
-
-impl Nbx {
-    #[inline(always)]
-    fn args(&self, cb: Cb) -> OpArgs {
-        OpArgs {
-            caller_req: self.request,
-            cb,
-            user_data: self.user_data,
-            no_imm: self.no_imm,
-            info_out: std::ptr::null_mut(),
-            len_out: std::ptr::null_mut(),
-        }
-    }
-
-    /// Arguments of a send-like operation (callback `ucp_send_nbx_callback_t`).
-    #[inline]
-    pub fn send_args(&self) -> OpArgs {
-        let cb = if self.cb.is_null() {
-            Cb::None
-        } else {
-            // SAFETY: FIELD_CALLBACK of a send-like call holds a ucp_send_nbx_callback_t.
-            Cb::SendNbx(unsafe { std::mem::transmute::<*const c_void, SendNbxCb>(self.cb) })
-        };
-        self.args(cb)
-    }
-
-    /// Arguments of a tag receive (callback `ucp_tag_recv_nbx_callback_t`).
-    #[inline]
-    pub fn recv_args(&self) -> OpArgs {
-        let cb = if self.cb.is_null() {
-            Cb::None
-        } else {
-            // SAFETY: FIELD_CALLBACK of a tag receive holds a ucp_tag_recv_nbx_callback_t.
-            Cb::RecvNbx(unsafe { std::mem::transmute::<*const c_void, TagRecvNbxCb>(self.cb) })
-        };
-        let mut a = self.args(cb);
-        a.info_out = self.recv_info.cast();
-        a
-    }
-}
-
-/// Reads a `ucp_request_param_t`: unknown field bits, and memory types other than host, are
-/// refused (unknown flag bits are ignored, as UCX does); `FORCE_IMM_CMPL` is not supported;
-/// the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are accepted and have no effect.
-///
-/// # Safety
-/// `param` NULL or valid.
-#[inline(always)]
-pub unsafe fn parse_param(
-    name: &str,
-    param: *const RequestParam,
-    _send: bool,
-) -> Result<Nbx, Status> {
-    // SAFETY: forwarded.
-    let p = unsafe { check_param(name, param)? };
-    Ok(read_param(p))
-}
-
-/// The checks of [`parse_param`]; gives the param to read.
-///
-/// # Safety
-/// `param` NULL or valid.
-#[inline(always)]
-unsafe fn check_param<'a>(
-    name: &str,
-    param: *const RequestParam,
-) -> Result<&'a RequestParam, Status> {
-    if param.is_null() {
-        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "param is NULL"));
-    }
-    // SAFETY: the caller's param.
-    let p = unsafe { &*param };
-    let m = p.op_attr_mask;
-    // Unknown bits, FORCE_IMM_CMPL and a memory type are rare: one test sends them all to
-    // `check_rare`.
-    if m & (!UCP_OP_ATTR_KNOWN | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL | UCP_OP_ATTR_FIELD_MEMORY_TYPE)
-        != 0
-    {
-        check_rare(name, p)?;
-    }
-    if m & UCP_OP_ATTR_FIELD_REQUEST != 0 && p.request.is_null() {
-        return Err(refuse(
-            name,
-            UCS_ERR_INVALID_PARAM,
-            "FIELD_REQUEST with a NULL request",
-        ));
-    }
-    Ok(p)
-}
-
-/// The datatype of a checked param (default: bytes).
-#[inline(always)]
-fn param_datatype(p: &RequestParam) -> Datatype {
-    if p.op_attr_mask & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
-        p.datatype
-    } else {
-        1 << UCP_DATATYPE_SHIFT
-    }
-}
-
-/// The fields of a checked param.
-#[inline(always)]
-fn read_param(p: &RequestParam) -> Nbx {
-    let m = p.op_attr_mask;
-    let has = |b: u32| m & b != 0;
-    Nbx {
-        request: if has(UCP_OP_ATTR_FIELD_REQUEST) {
-            p.request
-        } else {
-            std::ptr::null_mut()
-        },
-        cb: if has(UCP_OP_ATTR_FIELD_CALLBACK) {
-            // SAFETY: every member of the union is one function pointer; read it as a pointer.
-            unsafe { p.cb.raw }
-        } else {
-            std::ptr::null()
-        },
-        user_data: if has(UCP_OP_ATTR_FIELD_USER_DATA) {
-            p.user_data
-        } else {
-            std::ptr::null_mut()
-        },
-        datatype: param_datatype(p),
-        no_imm: has(UCP_OP_ATTR_FLAG_NO_IMM_CMPL),
-        recv_info: if has(UCP_OP_ATTR_FIELD_RECV_INFO) {
-            p.recv_info
-        } else {
-            std::ptr::null_mut()
-        },
-    }
-}
-
-/// `op_attr_mask` bits that name fields (the low 16); the high 16 are flags.
-const OP_ATTR_FIELDS: u32 = 0xffff;
-
-/// The checks of `op_attr_mask` bits hot calls do not carry: unknown field bits (refused),
-/// unknown flag bits (ignored, as UCX does), `FORCE_IMM_CMPL`, a memory type other than host.
-#[cold]
-#[inline(never)]
-fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
-    let remote = UCP_OP_ATTR_FIELD_REMOTE_DATATYPE
-        | UCP_OP_ATTR_FIELD_REMOTE
-        | UCP_OP_ATTR_FIELD_REMOTE_COUNT;
-    if p.op_attr_mask & remote != 0 {
-        return Err(refuse(
-            name,
-            UCS_ERR_UNSUPPORTED,
-            "remote scatter-gather datatypes (UCX 1.20) are not supported",
-        ));
-    }
-    check_mask(
-        name,
-        "ucp_request_param_t.op_attr_mask",
-        (p.op_attr_mask & OP_ATTR_FIELDS) as u64,
-        (UCP_OP_ATTR_KNOWN & OP_ATTR_FIELDS) as u64,
-    )?;
-    let stray = p.op_attr_mask & !OP_ATTR_FIELDS & !UCP_OP_ATTR_KNOWN;
-    if stray != 0 {
-        tracing::debug!("{name}: ignoring unknown op_attr_mask flags {stray:#x}");
-    }
-    let has = |b: u32| p.op_attr_mask & b != 0;
-    if has(UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) {
-        return Err(refuse(
-            name,
-            UCS_ERR_UNSUPPORTED,
-            "UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL is not supported",
-        ));
-    }
-    if has(UCP_OP_ATTR_FIELD_MEMORY_TYPE) && !crate::memtype::cpu_accessible(p.memory_type) {
-        return Err(refuse(
-            name,
-            UCS_ERR_UNSUPPORTED,
-            format!(
-                "memory type {} (rucx moves host memory only)",
-                p.memory_type
-            ),
-        ));
-    }
-    Ok(())
-}
 
 /// Starts a tag send (`sync`: completes when the receiver matched it).
 ///
@@ -214,7 +19,7 @@ fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
 #[inline(always)]
 unsafe fn tag_send(
     name: &str,
-    ep: *mut crate::ep::Ep,
+    ep: *mut crate::handles::Ep,
     buffer: *const c_void,
     count: usize,
     dt: Datatype,
@@ -272,7 +77,7 @@ unsafe fn tag_send(
 /// As the header documents.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_tag_send_nb(
-    ep: *mut crate::ep::Ep,
+    ep: *mut crate::handles::Ep,
     buffer: *const c_void,
     count: usize,
     datatype: Datatype,
@@ -294,7 +99,7 @@ pub unsafe extern "C" fn ucp_tag_send_nb(
 /// As the header documents.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_tag_send_sync_nb(
-    ep: *mut crate::ep::Ep,
+    ep: *mut crate::handles::Ep,
     buffer: *const c_void,
     count: usize,
     datatype: Datatype,
@@ -316,7 +121,7 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nb(
 /// As the header documents.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_tag_send_nbx(
-    ep: *mut crate::ep::Ep,
+    ep: *mut crate::handles::Ep,
     buffer: *const c_void,
     count: usize,
     tag: Tag,
@@ -353,7 +158,7 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
 /// As the header documents.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
-    ep: *mut crate::ep::Ep,
+    ep: *mut crate::handles::Ep,
     buffer: *const c_void,
     count: usize,
     tag: Tag,

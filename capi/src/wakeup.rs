@@ -10,7 +10,7 @@
 
 use crate::ffi::*;
 use crate::guard::{fail, ffi, refuse};
-use crate::worker::{worker_ref, Worker};
+use crate::handles::{worker_ref, Worker};
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
 use std::time::Duration;

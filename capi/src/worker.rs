@@ -7,113 +7,19 @@
 //! serialized workers of a context without `mt_workers_shared` take no lock: their client calls
 //! in from one thread at a time, as the header requires.
 
-use crate::context::{write_name, Context};
+use crate::ctext::write_name;
 use crate::ffi::*;
 use crate::guard::{check_mask, fail, ffi, ffi_hot, refuse};
+use crate::handles::{worker_ref, AmArrival, Cb, Context, Inner, OpArgs, Pool, ReqHdr, Worker};
 use crate::lock::RLock;
-use crate::request::ReqHdr;
-use crate::request::{complete, hooked, run_callback, submit, Cb, OpArgs, Pool};
+use crate::request::{complete, hooked, run_callback, submit};
 use std::cell::Cell;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void, CStr};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use ucp::{Completion, EpHandle, WorkerAddress};
-
-/// An active message waiting for `ucp_worker_progress`.
-pub enum AmArrival {
-    /// For an old-API handler (`ucp_worker_set_am_handler`): id, data, sender endpoint.
-    Whole(u16, Vec<u8>, EpHandle),
-    /// For a handler of `ucp_worker_set_am_recv_handler`: id, message, sender endpoint.
-    Desc(u16, ucp::AmMsg, EpHandle),
-}
-
-/// Active messages waiting for `ucp_worker_progress`.
-pub type AmQueue = Rc<RefCell<Vec<AmArrival>>>;
-
-/// What only the lock holder touches while no client code runs.
-pub struct Inner {
-    /// rucx's worker.
-    pub w: ucp::Worker,
-    /// Finished operations waiting for `ucp_worker_progress`: (request header address, result).
-    pub done: Vec<(u64, Completion)>,
-    /// Endpoints that failed: (handle, status).
-    pub ep_errors: Rc<RefCell<Vec<(EpHandle, Status)>>>,
-    /// Active messages that arrived: (id, data, sender endpoint).
-    pub am_in: AmQueue,
-    /// Old-API active-message handlers: id -> (callback, arg, flags).
-    pub am_handlers: HashMap<u16, (AmCb, usize, u32)>,
-    /// Handlers of `ucp_worker_set_am_recv_handler`: id -> (callback, arg, flags).
-    pub am_recv_handlers: HashMap<u16, (AmRecvCb, usize, u32)>,
-    /// Client endpoints (`Ep` addresses) per rucx endpoint.
-    pub eps: crate::ep::EpIndex,
-}
-
-impl Inner {
-    /// True when an endpoint failure or an active message waits for delivery (out of the hot
-    /// path: `ucp_worker_arm`).
-    pub fn has_events(&self) -> bool {
-        self.events_queued()
-    }
-
-    /// True when an endpoint failure or an active message waits for delivery.
-    #[inline(always)]
-    fn events_queued(&self) -> bool {
-        // SAFETY: both queues are filled by rucx's callbacks during `progress` and emptied by
-        // `deliver`; neither holds a borrow when this is called (between calls, with the
-        // worker locked), so reading their lengths through the cells' pointers is sound.
-        unsafe { !(*self.ep_errors.as_ptr()).is_empty() || !(*self.am_in.as_ptr()).is_empty() }
-    }
-}
-
-/// A worker.
-pub struct Worker {
-    /// Taken by every call on the worker.
-    pub lock: RLock,
-    /// rucx state; borrowed only while no client code runs.
-    pub inner: RefCell<Inner>,
-    /// Request memories.
-    pub pool: RefCell<Pool>,
-    /// The first and last of the requests finished through the completion hook whose callbacks
-    /// are due, in completion order (linked through their headers' `next`).
-    due_head: Cell<*mut ReqHdr>,
-    due_tail: Cell<*mut ReqHdr>,
-    /// An empty vector with capacity, swapped with the completion queue by each progress call
-    /// (so the queue does not reallocate).
-    pub spare: RefCell<Vec<(u64, Completion)>>,
-    /// The context.
-    pub ctx: *const Context,
-    /// Thread mode asked for.
-    pub thread_mode: c_uint,
-    /// Name.
-    pub name: String,
-    /// What the families beyond the MPI slice keep: listeners, connecting endpoints, held
-    /// active-message data, the wake-up descriptor (see [`crate::worker_ext`]).
-    pub ext: RefCell<crate::worker_ext::Ext>,
-    /// True while listeners or connecting client endpoints exist: progress polls them.
-    pub sockets: Cell<bool>,
-    /// Ends a `ucp_worker_wait` from any thread (`ucp_worker_signal`); with
-    /// `UCP_FEATURE_WAKEUP` only.
-    pub waker: Option<std::sync::Arc<ucs::async_ctx::Waker>>,
-    /// `ucp_worker_params_t.client_id`: sent with client/server connection requests of
-    /// endpoints with `UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID`.
-    pub client_id: u64,
-    /// `ucp_worker_params_t.am_alignment` (1: none): the alignment of active-message data
-    /// handed to handlers.
-    pub am_alignment: usize,
-    /// True once an endpoint with a client error handler was made on this worker: the client
-    /// handles errors, so a failed tag receive is reported to it; until then a tag receive
-    /// failed by a peer's failure ends the process ([`crate::request`]'s `fatal_recv_failure`).
-    pub handles_errors: Cell<bool>,
-}
-
-// SAFETY: every access to `inner`, `pool` and the due queue (`due_head`, `due_tail`; whose
-// objects are single-threaded: Rc, RefCell, Cell) happens with `lock` held — rucx's completion
-// hook runs inside calls that hold it — so one thread at a time touches them; nothing inside
-// is shared with objects outside the worker.
-unsafe impl Send for Worker {}
-// SAFETY: as above.
-unsafe impl Sync for Worker {}
 
 impl Worker {
     /// Runs rucx's progress, then (outside it) the callbacks of the requests it finished, and
@@ -526,22 +432,12 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut Worker) {
             .retain(|&x| x != worker as usize);
         // Results rucx gives from now on (while it drops) queue in rucx and go with it.
         w.inner.borrow_mut().w.set_completion_hook(None);
-        crate::worker_ext::release(&w);
+        release_ext(&w);
         let Worker { inner, pool, .. } = *w;
         // rucx's worker (and the callbacks that point at requests) goes first.
         drop(inner);
         drop(pool);
     })
-}
-
-/// The worker of a handle, or an error status.
-#[inline(always)]
-pub(crate) fn worker_ref<'a>(name: &str, w: *mut Worker) -> Result<&'a Worker, Status> {
-    if w.is_null() {
-        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "worker is NULL"));
-    }
-    // SAFETY: a live worker handle from the client.
-    Ok(unsafe { &*w })
 }
 
 /// `unsigned ucp_worker_progress(ucp_worker_h worker)`.
@@ -702,7 +598,7 @@ pub unsafe extern "C" fn ucp_worker_query(worker: *mut Worker, attr: *mut Worker
             write_name(&mut a.name, &w.name);
         }
         if has(UCP_WORKER_ATTR_FIELD_MAX_INFO_STRING) {
-            a.max_debug_string = crate::query::MAX_INFO_STRING;
+            a.max_debug_string = crate::ctext::MAX_INFO_STRING;
         }
         UCS_OK
     })
@@ -762,7 +658,7 @@ pub unsafe extern "C" fn ucp_worker_flush_nbx(
             Err(s) => return status_ptr(s),
         };
         // SAFETY: the caller's param.
-        let nbx = match unsafe { crate::tag::parse_param(NAME, param, true) } {
+        let nbx = match unsafe { crate::param::parse_param(NAME, param, true) } {
             Ok(n) => n,
             Err(s) => return status_ptr(s),
         };
@@ -832,4 +728,28 @@ pub unsafe extern "C" fn ucp_worker_set_am_handler(
         }
         UCS_OK
     })
+}
+
+/// Releases what a destroyed worker's extra state holds: endpoints made for replies, held
+/// data and descriptors (declined), lent stream data, and our place in the client's epoll set.
+/// Listeners and client endpoints still open are the client's to destroy (as in UCX).
+pub fn release_ext(w: &Worker) {
+    let mut x = w.ext.borrow_mut();
+    for e in x.implicit.drain(..) {
+        // SAFETY: made by `crate::am::reply_ep` with Box::into_raw, freed once here.
+        drop(unsafe { Box::from_raw(e as *mut crate::handles::Ep) });
+    }
+    x.held.clear();
+    x.stream_data.clear();
+    if let (Some(set), Some(user)) = (&x.efd, x.external) {
+        // SAFETY: removing our descriptor from the client's epoll set.
+        unsafe {
+            libc::epoll_ctl(
+                user,
+                libc::EPOLL_CTL_DEL,
+                set.as_raw_fd(),
+                std::ptr::null_mut(),
+            )
+        };
+    }
 }

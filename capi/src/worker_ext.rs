@@ -3,7 +3,6 @@
 //! holds ([`crate::am`]), stream data it was lent ([`crate::stream`]), endpoints made for
 //! active-message replies, and the wake-up descriptor ([`crate::wakeup`]).
 
-use crate::ep::Ep;
 use crate::ffi::*;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
@@ -107,29 +106,5 @@ impl Ext {
     /// True while listeners or client connections need polling.
     pub fn has_sockets(&self) -> bool {
         !self.listeners.is_empty() || !self.connecting.is_empty()
-    }
-}
-
-/// Releases what a destroyed worker's extra state holds: endpoints made for replies, held
-/// data and descriptors (declined), lent stream data, and our place in the client's epoll set.
-/// Listeners and client endpoints still open are the client's to destroy (as in UCX).
-pub fn release(w: &crate::worker::Worker) {
-    let mut x = w.ext.borrow_mut();
-    for e in x.implicit.drain(..) {
-        // SAFETY: made by `crate::am::reply_ep` with Box::into_raw, freed once here.
-        drop(unsafe { Box::from_raw(e as *mut Ep) });
-    }
-    x.held.clear();
-    x.stream_data.clear();
-    if let (Some(set), Some(user)) = (&x.efd, x.external) {
-        // SAFETY: removing our descriptor from the client's epoll set.
-        unsafe {
-            libc::epoll_ctl(
-                user,
-                libc::EPOLL_CTL_DEL,
-                set.as_raw_fd(),
-                std::ptr::null_mut(),
-            )
-        };
     }
 }

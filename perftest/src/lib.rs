@@ -11,7 +11,6 @@ pub mod info;
 pub mod params;
 pub mod report;
 pub mod timer;
-pub mod ucp_rma;
 pub mod ucp_test;
 pub mod uct_test;
 pub mod wire;

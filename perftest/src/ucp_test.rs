@@ -28,6 +28,7 @@ use ucs::{Error, Result};
 
 mod am_stream;
 mod both_ways;
+mod rma;
 
 /// The tag every test message carries.
 const TAG: u64 = 0x1337_a880;
@@ -316,12 +317,12 @@ impl UcpTest {
                 idle: 0,
                 send_map: None,
             };
-            let target = crate::ucp_rma::Target {
+            let target = rma::Target {
                 map,
                 addr: *addr,
                 rkey,
             };
-            return crate::ucp_rma::run(&mut eng, p, &target, role, rec);
+            return rma::run(&mut eng, p, &target, role, rec);
         }
         let stash = AmStash::default();
         if matches!(p.test, TestId::UcpAmLat | TestId::UcpAmBw) {

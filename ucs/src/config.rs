@@ -193,7 +193,7 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<&'static [ConfigVar]>> {
 }
 
 /// Registers a layer's variables so [`all_vars`] lists them and [`check_unknown_env`] knows
-/// them. Registering the same table again does nothing. ucs's own variables ([`UCS_VARS`]) are
+/// them. Registering the same table again does nothing. ucs's own variables ([`crate::UCS_VARS`]) are
 /// registered automatically.
 pub fn register(vars: &'static [ConfigVar]) {
     ensure_ucs_registered();
@@ -211,16 +211,8 @@ fn register_table(vars: &'static [ConfigVar]) {
 }
 
 fn ensure_ucs_registered() {
-    UCS_REGISTERED.call_once(|| register_table(&UCS_VARS));
+    UCS_REGISTERED.call_once(|| register_table(&crate::UCS_VARS));
 }
-
-/// ucs's own variables: logging and the registration cache.
-pub static UCS_VARS: [ConfigVar; 4] = [
-    crate::log::LOG_LEVEL_VAR,
-    crate::rcache::RCACHE_ENABLE_VAR,
-    crate::rcache::RCACHE_MAX_REGIONS_VAR,
-    crate::rcache::RCACHE_MAX_SIZE_VAR,
-];
 
 /// Every registered variable, in registration order (ucs's first); a name registered twice is
 /// listed once, with its first definition.
@@ -388,7 +380,7 @@ mod tests {
             .collect::<Vec<_>>();
         assert_eq!(log.len(), 1);
         assert_eq!(log[0].default, "warn");
-        for v in UCS_VARS.iter() {
+        for v in crate::UCS_VARS.iter() {
             assert!(all.contains(v), "{} missing", v.name);
         }
         assert_eq!(find("RUCX_TEST_REG_ALPHA").map(|v| v.default), Some("1"));

@@ -16,6 +16,8 @@
 //! | [`mpmc`] | bounded lock-free [`mpmc::MpmcQueue`] (loom-checked) |
 //! | [`rcache`] | [`rcache::Rcache`], a registration cache generic over a [`rcache::Registrar`] |
 
+#![warn(missing_docs)]
+
 pub mod async_ctx;
 pub mod config;
 pub mod limits;
@@ -32,3 +34,13 @@ pub mod varint;
 mod sync;
 
 pub use status::{Error, Outcome, Result};
+
+/// ucs's own variables: logging and the registration cache. They live here, above `config`,
+/// `log` and `rcache`, so that the registry (`config`) does not import the modules whose
+/// variables it lists, which import it.
+pub static UCS_VARS: [config::ConfigVar; 4] = [
+    log::LOG_LEVEL_VAR,
+    rcache::RCACHE_ENABLE_VAR,
+    rcache::RCACHE_MAX_REGIONS_VAR,
+    rcache::RCACHE_MAX_SIZE_VAR,
+];

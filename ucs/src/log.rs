@@ -8,7 +8,7 @@ use crate::config::ConfigVar;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
-/// `RUCX_LOG_LEVEL`, as a constant for building variable tables (see [`crate::config::UCS_VARS`]).
+/// `RUCX_LOG_LEVEL`, as a constant for building variable tables (see [`crate::UCS_VARS`]).
 pub const LOG_LEVEL_VAR: ConfigVar = ConfigVar {
     name: "LOG_LEVEL",
     default: "warn",

@@ -115,12 +115,12 @@ pub enum Error {
 
 impl Error {
     /// Wraps an OS error with what rucx was doing when it happened. A descriptor limit
-    /// (`EMFILE`, `ENFILE`) is spelled out with the limit ([`crate::limits::explain_io`]).
+    /// (`EMFILE`, `ENFILE`) is spelled out with the limit ([`crate::limits::fd::explain_io`]).
     pub fn io(context: impl Into<String>, err: io::Error) -> Self {
         Error::Io {
             context: context.into(),
             kind: err.kind(),
-            message: crate::limits::explain_io(&err),
+            message: crate::limits::fd::explain_io(&err),
         }
     }
     /// Wraps the current `errno` with what rucx was doing.

@@ -8,16 +8,14 @@
 
 use crate::addr_slot;
 use crate::ffi::*;
-use crate::guard::{fail, ffi, hot, refuse};
-use crate::iface::{slice_or_empty, Iface, State};
+use crate::guard::{fail, ffi, hot, outcome, refuse};
+use crate::handle::{slice_or_empty, Ep, Iface, State};
 use crate::mem::{Memh, Rkey};
 use std::ffi::{c_uint, c_void};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use uct::Endpoint as _;
-use uct::{
-    AnyEp, CompletionId, EpId, Iface as _, Iov, MemHandle, MemoryDomain, Outcome, PendingId,
-};
+use uct::{CompletionId, Iface as _, Iov, MemHandle, MemoryDomain, Outcome, PendingId};
 
 /// Most pieces a zero-copy operation takes (the `max_iov` reported is at most this).
 pub const MAX_IOV: usize = 16;
@@ -25,34 +23,6 @@ pub const MAX_IOV: usize = 16;
 /// Serial numbers of endpoints, so a remote key resolved for one is never taken for another
 /// that reuses its memory.
 static SERIAL: AtomicU64 = AtomicU64::new(1);
-
-/// An endpoint: its interface first, as `uct_ep_t`.
-#[repr(C)]
-pub struct Ep {
-    /// UCX's `uct_ep_t::iface`.
-    pub iface: *mut Iface,
-    /// rucx's endpoint.
-    pub ep: AnyEp,
-    /// This endpoint's serial number.
-    pub serial: u64,
-    /// `uct_ep_params_t::user_data`.
-    pub user_data: *mut c_void,
-    /// rucx's id of it.
-    pub id: EpId,
-    /// The flush of a caller polling `uct_ep_flush` without a completion.
-    pub polled_flush: std::cell::Cell<Option<usize>>,
-}
-
-/// The UCX status of an operation's outcome.
-#[inline]
-pub fn outcome<T>(r: ucs::Result<Outcome<T>>, name: &str) -> Status {
-    match r {
-        Ok(Outcome::Done(_)) => UCS_OK,
-        Ok(Outcome::InProgress) => UCS_INPROGRESS,
-        Ok(Outcome::NoResource) => UCS_ERR_NO_RESOURCE,
-        Err(e) => fail(name, &e),
-    }
-}
 
 /// The endpoint and its interface's state behind a C handle.
 ///

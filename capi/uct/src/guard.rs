@@ -6,7 +6,7 @@
 use crate::ffi::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
-use ucs::Error;
+use ucs::{Error, Outcome};
 
 static LOG: Once = Once::new();
 
@@ -133,6 +133,17 @@ pub fn put_name(field: &mut [std::ffi::c_char], text: &str) {
 pub unsafe fn text<'a>(p: *const std::ffi::c_char) -> Option<std::borrow::Cow<'a, str>> {
     // SAFETY: forwarded from the caller.
     (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy())
+}
+
+/// The UCX status of an operation's outcome.
+#[inline]
+pub fn outcome<T>(r: ucs::Result<Outcome<T>>, name: &str) -> Status {
+    match r {
+        Ok(Outcome::Done(_)) => UCS_OK,
+        Ok(Outcome::InProgress) => UCS_INPROGRESS,
+        Ok(Outcome::NoResource) => UCS_ERR_NO_RESOURCE,
+        Err(e) => fail(name, &e),
+    }
 }
 
 #[cfg(test)]

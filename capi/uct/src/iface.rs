@@ -8,114 +8,18 @@
 
 use crate::addr_slot;
 use crate::component::Md;
-use crate::ep::Ep;
+use crate::ep::*;
 use crate::ffi::*;
-use crate::guard::{fail, ffi, hot, refuse, text};
-use crate::ops::{IfaceOps, OPS};
-use crate::sink::{new_scratch, poll_flush, progress_cb, AmHandler, Record};
+use crate::guard::{fail, ffi, hot, outcome, refuse, text};
+use crate::handle::{slice_or_empty, AmHandler, Ep, Iface, State};
+use crate::ops::IfaceOps;
+use crate::rma::*;
+use crate::sink::*;
 use crate::worker::Worker;
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
-use std::rc::Rc;
-use uct::{
-    AnyIface, AnyMd, CompletionId, EpId, EventFlags, Iface as _, IfaceAttr, IfaceFlags, IfaceParams,
-};
-
-/// The state behind the operations table.
-pub struct State {
-    /// rucx's interface. Mutably borrowed only by progress and the calls that change it,
-    /// never across a client callback except progress's own (see [`State::busy`]).
-    pub iface: UnsafeCell<AnyIface>,
-    /// The worker it was opened on.
-    pub worker: *mut Worker,
-    /// The memory domain handle it was opened with.
-    pub md: *mut c_void,
-    /// rucx's domain of its device.
-    pub dom: Rc<AnyMd>,
-    /// The attributes `uct_iface_query` gives.
-    pub attr: Box<uct_iface_attr_t>,
-    /// Active-message handlers by id.
-    pub am: UnsafeCell<[AmHandler; UCT_AM_ID_MAX]>,
-    /// The client's endpoint error handler and its argument.
-    pub err: Option<(uct_error_handler_t, *mut c_void)>,
-    /// Bytes before the data of a descriptor, for the client.
-    pub rx_headroom: usize,
-    /// Live endpoints by rucx id.
-    pub eps: RefCell<HashMap<EpId, *mut Ep>>,
-    /// Operations with a [`Record`], keyed by their completion id.
-    pub records: RefCell<slab::Slab<Record>>,
-    /// `UCT_PROGRESS_*` flags enabled, and the progress queue entry.
-    pub progress_flags: Cell<c_uint>,
-    pub(crate) progress_id: Cell<c_int>,
-    /// True while progress runs: calls that change the interface are refused then.
-    pub busy: Cell<bool>,
-    /// The flush of a caller polling `uct_iface_flush` without a completion.
-    pub polled_flush: Cell<Option<usize>>,
-    /// The descriptor the next copied message goes into.
-    pub(crate) scratch: Cell<*mut u8>,
-    /// A handler kept a message it was given in place (reported once).
-    pub(crate) misuse_reported: Cell<bool>,
-}
-
-/// An interface: the operations table, then the state.
-#[repr(C)]
-pub struct Iface {
-    /// UCX's `uct_iface_t`: the table the header-inline calls read.
-    pub ops: IfaceOps,
-    /// The state.
-    pub st: State,
-}
-
-impl Iface {
-    /// The interface behind a C handle.
-    ///
-    /// # Safety
-    /// `h` must be NULL or a live handle from [`uct_iface_open`].
-    pub unsafe fn from_handle<'a>(name: &str, h: *mut c_void) -> Option<&'a Iface> {
-        if h.is_null() {
-            refuse(name, UCS_ERR_INVALID_PARAM, "NULL interface");
-            return None;
-        }
-        // SAFETY: forwarded from the caller.
-        Some(unsafe { &*h.cast::<Iface>() })
-    }
-
-    /// rucx's interface, mutably, for a call that changes it; `Err` (logged) inside progress.
-    ///
-    /// # Safety
-    /// No other reference to the rucx interface may be live (single-threaded use, and
-    /// [`State::busy`] keeps progress callbacks out).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn iface_mut(&self, name: &str) -> Result<&mut AnyIface, Status> {
-        if self.st.busy.get() {
-            return Err(refuse(
-                name,
-                UCS_ERR_BUSY,
-                "called from a callback inside this interface's progress: call it after progress returns",
-            ));
-        }
-        // SAFETY: forwarded from the caller; busy is false, so progress holds no borrow.
-        Ok(unsafe { &mut *self.st.iface.get() })
-    }
-
-    /// rucx's interface, shared.
-    pub fn iface(&self) -> &AnyIface {
-        // SAFETY: shared reads of the interface's immutable parts (addresses, attributes)
-        // while no call changes it (single-threaded use).
-        unsafe { &*self.st.iface.get() }
-    }
-}
-
-/// The memory domain handle and rucx domain of an interface.
-///
-/// # Safety
-/// `h` must be a live interface handle.
-pub unsafe fn md_of(h: *mut c_void) -> (*mut c_void, Rc<AnyMd>) {
-    // SAFETY: forwarded from the caller.
-    let it = unsafe { &*h.cast::<Iface>() };
-    (it.st.md, Rc::clone(&it.st.dom))
-}
+use uct::{AnyIface, CompletionId, EventFlags, Iface as _, IfaceAttr, IfaceFlags, IfaceParams};
 
 /// The interface flags UCX's and rucx's definitions share bit for bit.
 const SAME_BITS: u64 = 0x7 | 0x70 | 0x700 | (3 << 30) | (3 << 40);
@@ -506,19 +410,6 @@ pub unsafe extern "C" fn uct_iface_is_reachable(
     })
 }
 
-/// A C buffer as a slice (empty for NULL or length 0).
-///
-/// # Safety
-/// A non-null `p` must point to `len` readable bytes.
-pub unsafe fn slice_or_empty<'a>(p: *const u8, len: usize) -> &'a [u8] {
-    if p.is_null() || len == 0 {
-        &[]
-    } else {
-        // SAFETY: forwarded from the caller.
-        unsafe { std::slice::from_raw_parts(p, len) }
-    }
-}
-
 /// `ucs_status_t uct_iface_set_am_handler(uct_iface_h, uint8_t id, uct_am_callback_t cb,
 /// void *arg, uint32_t flags)`: NULL `cb` unsets. Handlers run only inside progress (the
 /// interfaces are `CB_SYNC`), also when `UCT_CB_FLAG_ASYNC` is asked for.
@@ -638,7 +529,7 @@ pub(crate) unsafe extern "C" fn iface_flush(
                 i.flush(id)
             });
         }
-        crate::ep::outcome(i.flush(CompletionId(comp as u64)), "uct_iface_flush")
+        outcome(i.flush(CompletionId(comp as u64)), "uct_iface_flush")
     })
 }
 
@@ -740,6 +631,78 @@ pub(crate) unsafe extern "C" fn iface_close_op(h: *mut c_void) {
     // SAFETY: forwarded from the caller.
     unsafe { uct_iface_close(h) }
 }
+
+/// An operation rucx does not offer through this API: `UCS_ERR_UNSUPPORTED`.
+unsafe extern "C" fn unsupported() -> Status {
+    UCS_ERR_UNSUPPORTED
+}
+
+/// As [`unsupported`], for the operations that return `ssize_t`.
+unsafe extern "C" fn unsupported_len() -> isize {
+    UCS_ERR_UNSUPPORTED as isize
+}
+
+/// As [`unsupported`], for `ep_tag_rndv_zcopy`, which returns a status pointer.
+unsafe extern "C" fn unsupported_ptr() -> *mut c_void {
+    UCS_ERR_UNSUPPORTED as isize as *mut c_void
+}
+
+/// UCX's operations table every interface carries first (`uct_iface_ops_t`, declared in
+/// [`crate::ops`]): the header-inline calls of UCX's clients land in these functions.
+/// Operations rucx does not offer through this API (tag offload, connection managers,
+/// endpoint checks) answer `UCS_ERR_UNSUPPORTED`, and the attributes never announce them.
+pub const OPS: IfaceOps = IfaceOps {
+    ep_put_short,
+    ep_put_bcopy,
+    ep_put_zcopy,
+    ep_get_short,
+    ep_get_bcopy,
+    ep_get_zcopy,
+    ep_am_short,
+    ep_am_short_iov,
+    ep_am_bcopy,
+    ep_am_zcopy,
+    ep_atomic_cswap64,
+    ep_atomic_cswap32,
+    ep_atomic32_post,
+    ep_atomic64_post,
+    ep_atomic32_fetch,
+    ep_atomic64_fetch,
+    ep_tag_eager_short: unsupported,
+    ep_tag_eager_bcopy: unsupported_len,
+    ep_tag_eager_zcopy: unsupported,
+    ep_tag_rndv_zcopy: unsupported_ptr,
+    ep_tag_rndv_cancel: unsupported,
+    ep_tag_rndv_request: unsupported,
+    iface_tag_recv_zcopy: unsupported,
+    iface_tag_recv_cancel: unsupported,
+    ep_pending_add,
+    ep_pending_purge,
+    ep_flush,
+    ep_fence,
+    ep_check: unsupported,
+    ep_create: ep_create_op,
+    ep_connect: unsupported,
+    ep_disconnect: unsupported,
+    cm_ep_conn_notify: unsupported,
+    ep_destroy: ep_destroy_op,
+    ep_get_address: ep_get_address_op,
+    ep_connect_to_ep: ep_connect_to_ep_op,
+    iface_accept: unsupported,
+    iface_reject: unsupported,
+    iface_flush,
+    iface_fence,
+    iface_progress_enable,
+    iface_progress_disable,
+    iface_progress,
+    iface_event_fd_get,
+    iface_event_arm,
+    iface_close: iface_close_op,
+    iface_query: iface_query_op,
+    iface_get_device_address: uct_iface_get_device_address,
+    iface_get_address: uct_iface_get_address,
+    iface_is_reachable: uct_iface_is_reachable,
+};
 
 #[cfg(test)]
 mod tests {

@@ -13,11 +13,14 @@
 //! listeners, socket-address interfaces) is not offered: those calls answer
 //! `UCS_ERR_UNSUPPORTED`, and no component announces `UCT_COMPONENT_FLAG_CM`.
 
+#![warn(missing_docs)]
+
 pub mod addr_slot;
 pub mod component;
 pub mod ep;
 pub mod ffi;
 pub mod guard;
+pub mod handle;
 pub mod iface;
 pub mod mem;
 pub mod ops;

@@ -595,7 +595,7 @@ pub unsafe extern "C" fn uct_iface_mem_alloc(
             );
         }
         // SAFETY: the caller passes a live interface.
-        let (md_handle, dom) = unsafe { crate::iface::md_of(iface) };
+        let (md_handle, dom) = unsafe { crate::handle::md_of(iface) };
         match alloc_for(&dom, length) {
             Ok((m, method)) => {
                 // SAFETY: checked non-null.

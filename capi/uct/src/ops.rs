@@ -1,19 +1,17 @@
-//! UCX's operations table (`uct_iface_ops_t`, 50 function pointers in `tl.h`'s order): every
-//! interface carries it first, so the header-inline calls of UCX's clients land here.
-//! Operations rucx does not offer through this API (tag offload, connection managers,
-//! endpoint checks) answer `UCS_ERR_UNSUPPORTED`, and the attributes never announce them.
+//! The layout of UCX's operations table (`uct_iface_ops_t`, 50 function pointers in `tl.h`'s
+//! order), which every interface carries first. The table itself, filled with this library's
+//! functions, is [`crate::iface::OPS`].
 
-use crate::ep::*;
 use crate::ffi::*;
-use crate::iface::*;
-use crate::rma::*;
-use crate::sink::*;
 use std::ffi::{c_int, c_uint, c_void};
 
 type Ptr = *mut c_void;
 
-/// `uct_iface_ops_t`.
+/// `uct_iface_ops_t`: each field is the member of `tl.h` of the same name, in its order (the
+/// operations UCX's inline calls and `uct_iface_*`/`uct_ep_*` functions reach through the
+/// table); the entries rucx does not offer take no arguments and answer `UCS_ERR_UNSUPPORTED`.
 #[repr(C)]
+#[allow(missing_docs)]
 pub struct IfaceOps {
     pub ep_put_short: unsafe extern "C" fn(Ptr, *const c_void, c_uint, u64, usize) -> Status,
     pub ep_put_bcopy:
@@ -119,72 +117,3 @@ pub struct IfaceOps {
 }
 
 const _: () = assert!(std::mem::size_of::<IfaceOps>() == 400);
-
-/// An operation rucx does not offer through this API: `UCS_ERR_UNSUPPORTED`.
-unsafe extern "C" fn unsupported() -> Status {
-    UCS_ERR_UNSUPPORTED
-}
-
-/// As [`unsupported`], for the operations that return `ssize_t`.
-unsafe extern "C" fn unsupported_len() -> isize {
-    UCS_ERR_UNSUPPORTED as isize
-}
-
-/// As [`unsupported`], for `ep_tag_rndv_zcopy`, which returns a status pointer.
-unsafe extern "C" fn unsupported_ptr() -> Ptr {
-    UCS_ERR_UNSUPPORTED as isize as Ptr
-}
-
-/// The table every interface carries.
-pub const OPS: IfaceOps = IfaceOps {
-    ep_put_short,
-    ep_put_bcopy,
-    ep_put_zcopy,
-    ep_get_short,
-    ep_get_bcopy,
-    ep_get_zcopy,
-    ep_am_short,
-    ep_am_short_iov,
-    ep_am_bcopy,
-    ep_am_zcopy,
-    ep_atomic_cswap64,
-    ep_atomic_cswap32,
-    ep_atomic32_post,
-    ep_atomic64_post,
-    ep_atomic32_fetch,
-    ep_atomic64_fetch,
-    ep_tag_eager_short: unsupported,
-    ep_tag_eager_bcopy: unsupported_len,
-    ep_tag_eager_zcopy: unsupported,
-    ep_tag_rndv_zcopy: unsupported_ptr,
-    ep_tag_rndv_cancel: unsupported,
-    ep_tag_rndv_request: unsupported,
-    iface_tag_recv_zcopy: unsupported,
-    iface_tag_recv_cancel: unsupported,
-    ep_pending_add,
-    ep_pending_purge,
-    ep_flush,
-    ep_fence,
-    ep_check: unsupported,
-    ep_create: ep_create_op,
-    ep_connect: unsupported,
-    ep_disconnect: unsupported,
-    cm_ep_conn_notify: unsupported,
-    ep_destroy: ep_destroy_op,
-    ep_get_address: ep_get_address_op,
-    ep_connect_to_ep: ep_connect_to_ep_op,
-    iface_accept: unsupported,
-    iface_reject: unsupported,
-    iface_flush,
-    iface_fence,
-    iface_progress_enable,
-    iface_progress_disable,
-    iface_progress,
-    iface_event_fd_get,
-    iface_event_arm,
-    iface_close: iface_close_op,
-    iface_query: iface_query_op,
-    iface_get_device_address: uct_iface_get_device_address,
-    iface_get_address: uct_iface_get_address,
-    iface_is_reachable: uct_iface_is_reachable,
-};

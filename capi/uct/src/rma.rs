@@ -2,11 +2,11 @@
 //! each resolves the remote key for the endpoint (cached after the first use) and runs
 //! rucx's operation; fetching atomics carry their result location in a completion record.
 
-use crate::ep::{bcopy_result, key, outcome, pack_into, parts, Pieces};
+use crate::ep::{bcopy_result, key, pack_into, parts, Pieces};
 use crate::ffi::*;
-use crate::guard::{hot, refuse};
-use crate::iface::{slice_or_empty, State};
-use crate::sink::{forget_record, record, Record};
+use crate::guard::{hot, outcome, refuse};
+use crate::handle::{slice_or_empty, Record, State};
+use crate::sink::{forget_record, record};
 use std::ffi::{c_uint, c_void};
 use uct::{AtomicOp, CompletionId, Endpoint as _, Outcome};
 

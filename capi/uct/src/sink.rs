@@ -9,8 +9,8 @@
 //! without the flag: the handler reads it during the call.
 
 use crate::ffi::*;
-use crate::guard::hot;
-use crate::iface::{Iface, State};
+use crate::guard::{hot, outcome};
+use crate::handle::{Iface, Record, State};
 use std::cell::Cell;
 use std::ffi::{c_uint, c_void};
 use uct::{CompletionId, EpId, EventSink, Iface as _, PendingId};
@@ -93,38 +93,6 @@ pub(crate) fn forget_record(st: &State, key: usize) {
 /// so bandwidth runs pay no copy at the receiver.
 pub const DESC_COPY_MAX: usize = 256;
 
-/// An active-message handler set with `uct_iface_set_am_handler`.
-#[derive(Clone, Copy)]
-pub struct AmHandler {
-    /// The callback (`None`: unset).
-    pub cb: Option<uct_am_callback_t>,
-    /// Its argument.
-    pub arg: *mut c_void,
-}
-
-/// An operation whose completion carries more than the client's `uct_completion_t`.
-pub enum Record {
-    /// A 32-bit fetching atomic: the old value goes to `result`.
-    Fetch32 {
-        comp: *mut uct_completion_t,
-        result: *mut u32,
-    },
-    /// A 64-bit fetching atomic.
-    Fetch64 {
-        comp: *mut uct_completion_t,
-        result: *mut u64,
-    },
-    /// A `get_bcopy` whose data arrive later.
-    GetBcopy {
-        comp: *mut uct_completion_t,
-        unpack: uct_unpack_callback_t,
-        arg: *mut c_void,
-    },
-    /// A flush started for a caller that polls without a completion (see [`poll_flush`]);
-    /// `status` is set when it completes.
-    PollFlush { status: Option<Status> },
-}
-
 /// A flush for a caller that polls without a completion (`uct_iface_flush(iface, 0, NULL)`
 /// in a loop, as `ucx_perftest` does): the first call starts one flush with a record of its
 /// own, later calls answer `UCS_INPROGRESS` until it completed, and the call after that
@@ -164,7 +132,7 @@ pub fn poll_flush(
         }
         r => {
             st.records.borrow_mut().try_remove(key);
-            match crate::ep::outcome(r, name) {
+            match outcome(r, name) {
                 UCS_ERR_NO_RESOURCE => UCS_INPROGRESS,
                 s => s,
             }

@@ -13,9 +13,9 @@
 //! wrote, gets read the server's pattern, and the atomics' fetched values and the final value of
 //! the word add up (order-independent sums, so `-O` does not matter).
 
+use super::{Engine, GET_FILL};
 use crate::params::{TestId, TestParams};
 use crate::report::Recorder;
-use crate::ucp_test::{Engine, GET_FILL};
 use crate::uct_test::Role;
 use std::collections::VecDeque;
 use ucp::{AmoSize, Completion, MemMap, Op, Request, Rkey};
