@@ -22,3 +22,41 @@
 
 mod recv;
 mod send;
+
+use crate::worker::state::{Rndv, POOL_MAX};
+use std::collections::VecDeque;
+
+/// Rendezvous reads [`RndvState::gets`] holds without allocating.
+const GETS_ROOM: usize = 64;
+
+/// What the rendezvous family keeps per worker (the worker's `State::rndv`).
+pub(crate) struct RndvState {
+    /// Cleared [`Rndv`] boxes of finished requests, reused by the next ones that need one
+    /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
+    #[allow(clippy::vec_box)]
+    pub(crate) pool: Vec<Box<Rndv>>,
+    /// Rendezvous reads on a shared-memory device with fragments left (request key and wire
+    /// id): progress moves one fragment of the front one per call, round robin (see
+    /// `State::get_step`). Made with room for [`GETS_ROOM`], so a steady stream allocates
+    /// nothing.
+    pub(crate) gets: VecDeque<(usize, u64)>,
+}
+
+impl Default for RndvState {
+    fn default() -> Self {
+        RndvState {
+            pool: Vec::new(),
+            gets: VecDeque::with_capacity(GETS_ROOM),
+        }
+    }
+}
+
+impl RndvState {
+    /// Gives a finished request's rendezvous box back to the pool, cleared.
+    pub(crate) fn recycle(&mut self, mut x: Box<Rndv>) {
+        if self.pool.len() < POOL_MAX {
+            *x = Rndv::default();
+            self.pool.push(x);
+        }
+    }
+}

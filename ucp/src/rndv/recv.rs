@@ -210,7 +210,7 @@ impl State {
     /// On a shared-memory device a get is this core copying (cma's system call, or a copy
     /// from the sender's mapped segment), done when the call returns. A rendezvous there reads
     /// [`ProtoConfig::rndv_frag`](crate::wireup::ProtoConfig) bytes per step and then leaves
-    /// the rest to `progress` (`rndv_gets`, one fragment per call, round robin), so between
+    /// the rest to `progress` (`rndv.gets`, one fragment per call, round robin), so between
     /// fragments the worker goes on polling: with traffic both ways, the peer's RTS is
     /// answered and the peer reads this side's data while this side reads its own, and a
     /// large read never holds up the worker's other messages. Other devices take every
@@ -223,7 +223,7 @@ impl State {
             eps,
             reqs,
             info,
-            rndv_gets,
+            rndv,
             more_work,
             ..
         } = self;
@@ -275,7 +275,7 @@ impl State {
             }
             r.offset += n;
             if stepped && r.offset < r.total {
-                rndv_gets.push_back((key, wire));
+                rndv.gets.push_back((key, wire));
                 *more_work = true;
                 return Ok(true);
             }
@@ -286,12 +286,12 @@ impl State {
         Ok(true)
     }
 
-    /// One step of the first rendezvous read in `rndv_gets` (see [`State::get_step`]): its
+    /// One step of the first rendezvous read in `rndv.gets` (see [`State::get_step`]): its
     /// next fragment; a read with more left goes to the back. A request that finished
     /// meanwhile (failed with its endpoint, or was freed) is dropped from the queue. Gives
     /// the number of reads stepped.
     pub(crate) fn progress_rndv_gets(&mut self) -> usize {
-        let Some((key, wire)) = self.rndv_gets.pop_front() else {
+        let Some((key, wire)) = self.rndv.gets.pop_front() else {
             return 0;
         };
         let live = self.req_by_wire(wire) == Some(key)
@@ -335,7 +335,7 @@ impl State {
     pub(crate) fn on_rts(&mut self, idx: usize, h: RtsHdr<'_>) -> Result<()> {
         let len = usize::try_from(h.len)
             .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
-        let uid = self.unexp.vacant_key();
+        let uid = self.tag.unexp.vacant_key();
         match self.tm_arrive(h.tag, uid as u64) {
             Some(wire) => match self.req_by_wire(wire) {
                 Some(key) => self.rndv_recv_start(
@@ -344,7 +344,7 @@ impl State {
                 None => Ok(()),
             },
             None => {
-                self.unexp.insert(Unexp {
+                self.tag.unexp.insert(Unexp {
                     ep: idx,
                     tag: h.tag,
                     kind: UnexpKind::Rts {

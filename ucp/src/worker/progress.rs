@@ -91,7 +91,7 @@ impl Worker {
         if self.st.more_to_do(clock_read) {
             n += self.progress_more();
         }
-        if self.st.msg_drops.any() {
+        if self.st.tag.msg_drops.any() {
             self.st.discard_dropped_msgs();
         }
         n
@@ -133,7 +133,7 @@ impl Worker {
     /// Gives the number of events handled.
     #[inline(always)]
     fn poll_one(&mut self, i: usize, note: bool) -> usize {
-        let matched = self.st.matcher.matched();
+        let matched = self.st.tag.matcher.matched();
         let Some(iface) = self.ifaces.get_mut(i) else {
             return 0;
         };
@@ -198,7 +198,7 @@ impl Worker {
         if !st.failed_notify.is_empty() {
             n += st.notify_failures();
         }
-        if !st.rndv_gets.is_empty() {
+        if !st.rndv.gets.is_empty() {
             n += st.progress_rndv_gets();
         }
         if !st.callbacks_due.is_empty() {
@@ -235,7 +235,7 @@ impl State {
             || !self.closings.is_empty()
             || !self.failed_notify.is_empty()
             || !self.callbacks_due.is_empty()
-            || !self.rndv_gets.is_empty()
+            || !self.rndv.gets.is_empty()
     }
 }
 
@@ -245,7 +245,7 @@ const DEFER_MIN: usize = 2048;
 pub(crate) struct Sink<'a> {
     pub(crate) st: &'a mut State,
     pub(crate) iface: usize,
-    /// `st.matcher.matched()` when the interface's progress call began.
+    /// `st.tag.matcher.matched()` when the interface's progress call began.
     pub(crate) matched: u64,
 }
 
@@ -267,9 +267,9 @@ impl EventSink for Sink<'_> {
     fn defer(&mut self, id: u8, data: &[u8]) -> bool {
         id == am_id::EAGER_ONLY
             && data.len() >= DEFER_MIN
-            && self.st.matcher.matched() != self.matched
+            && self.st.tag.matcher.matched() != self.matched
             && crate::wire::split_eager_only(data)
-                .is_some_and(|(_, tag, _)| !self.st.matcher.may_match(tag))
+                .is_some_and(|(_, tag, _)| !self.st.tag.matcher.may_match(tag))
     }
     fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
         self.st.handle_completion(comp, result);
@@ -640,7 +640,7 @@ mod tests {
             assert_eq!(c.status, Ok(()));
             assert_eq!(c.len, 4096);
             assert_eq!(c.buf.take().expect("buffer back"), *m, "message {k}");
-            assert_eq!(a.st.matcher.unexpected_len(), 0, "after message {k}");
+            assert_eq!(a.st.tag.matcher.unexpected_len(), 0, "after message {k}");
         }
     }
 }
