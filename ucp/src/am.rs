@@ -13,7 +13,7 @@
 use crate::am_desc::AmDescHandler;
 use crate::request::{Completion, Op};
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
-use crate::worker::state::{zeroed_buf, Pending, SendData, State};
+use crate::worker::state::{zeroed_buf, SendData, State};
 use crate::worker::{AmHandler, EpHandle, Worker};
 use std::collections::HashMap;
 use ucs::{Error, Result};
@@ -164,8 +164,7 @@ impl State {
         self.send_rndv(key).am = Some((id, header.to_vec()));
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         if !ready || !self.send_rts(key)? {
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
     }

@@ -13,9 +13,7 @@
 use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
-use crate::worker::state::{
-    comp_id, Pending, RecvStage, ReqKind, State, Unexp, UnexpKind, COMP_GET,
-};
+use crate::worker::state::{comp_id, RecvStage, ReqKind, State, Unexp, UnexpKind, COMP_GET};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -87,8 +85,7 @@ impl State {
                     self.stats.rndv_get_mapped += 1;
                 }
                 if !self.get_step(key)? {
-                    self.eps[ep].pending.push_back(Pending::Req(key));
-                    self.mark_pending(ep);
+                    self.queue_req(ep, key);
                 }
                 return Ok(());
             }
@@ -179,10 +176,7 @@ impl State {
     /// sender's segment is mapped once, not per message, and unmapped with the endpoint), else
     /// by the domain.
     fn unpack_rkey(&mut self, ep: usize, lane: usize, li: usize, rkey: &[u8]) -> Result<RemoteKey> {
-        let l = self.eps[ep]
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = self.eps[ep].ready_lanes()?;
         let (_, uep) = l
             .uct
             .get_mut(lane)
@@ -229,10 +223,7 @@ impl State {
         } = self;
         let ep = &mut eps[idx];
         let frag = ep.proto.as_deref().map_or(usize::MAX, |p| p.rndv_frag);
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep.ready_lanes()?;
         let lane = match &reqs[key].kind {
             ReqKind::Recv(r) => r.rndv.as_ref().and_then(|x| x.get_lane),
             _ => None,
@@ -303,8 +294,7 @@ impl State {
             Ok(true) => {}
             Ok(false) => {
                 if let Ok(ep) = self.req_ep(key) {
-                    self.eps[ep].pending.push_back(Pending::Req(key));
-                    self.mark_pending(ep);
+                    self.queue_req(ep, key);
                 }
             }
             Err(e) => {

@@ -18,9 +18,7 @@ use crate::wire::{
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{
-    comp_id, Pending, ReqKind, SendData, SendStage, State, COMP_PUT, COMP_ZCOPY,
-};
+use crate::worker::state::{comp_id, ReqKind, SendData, SendStage, State, COMP_PUT, COMP_ZCOPY};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -55,8 +53,7 @@ impl State {
         }
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         if !ready || !self.send_step(key)? {
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
     }
@@ -75,16 +72,7 @@ impl State {
             ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep
-            .proto
-            .as_deref()
-            .copied()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let (li, uep) = &mut l.uct[l.am];
+        let (proto, (li, uep), last_tx) = ep.ready_am()?;
         let attr = &info[*li].attr;
         let s = match &mut reqs[key].kind {
             ReqKind::Send(s) => s,
@@ -140,7 +128,7 @@ impl State {
             if s.offset == 0 {
                 stats.eager_zcopy += 1;
             }
-            ep.last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::state::Stamp::of(now);
             s.offset += n;
         }
         if x.inflight == 0 {
@@ -268,10 +256,7 @@ impl State {
         let State {
             eps, reqs, info, ..
         } = self;
-        let l = eps[idx]
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = eps[idx].ready_lanes()?;
         let rma = l
             .rma()
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
@@ -322,10 +307,7 @@ impl State {
         }
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
-        let l = self.eps[idx]
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = self.eps[idx].ready_lanes()?;
         let rma = l.rma().unwrap_or(l.am);
         let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
         match out {
@@ -355,16 +337,7 @@ impl State {
             eps, reqs, info, ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep
-            .proto
-            .as_deref()
-            .copied()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let (li, uep) = &mut l.uct[l.am];
+        let (proto, (li, uep), last_tx) = ep.ready_am()?;
         let attr = &info[*li].attr;
         let s = match &mut reqs[key].kind {
             ReqKind::Send(s) => s,
@@ -387,7 +360,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::state::Stamp::of(now);
             s.offset += n;
         }
         self.finish(key, Ok(()));
@@ -432,8 +405,7 @@ impl State {
             self.send_mut(key).stage = SendStage::Pipeline;
         }
         if !self.eps[idx].pending.is_empty() || !self.send_step(key)? {
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
         }
         Ok(())
     }

@@ -13,7 +13,7 @@
 use crate::wire::{am_id, ReqHdr};
 use crate::wireup::ep::connect_ep;
 use crate::worker::state::{
-    Pending, ReqKind, SendStage, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
+    ReqKind, SendStage, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
 };
 use crate::worker::Worker;
 use std::time::Duration;
@@ -346,8 +346,7 @@ impl State {
                     } else {
                         match self.put_done(key) {
                             Ok(false) => self.req_ep(key).map(|ep| {
-                                self.eps[ep].pending.push_back(Pending::Req(key));
-                                self.mark_pending(ep);
+                                self.queue_req(ep, key);
                             }),
                             Ok(true) => Ok(()),
                             Err(e) => Err(e),

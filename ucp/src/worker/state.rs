@@ -253,7 +253,36 @@ impl EpExtra {
     }
 }
 
+/// The error of a step that needs an endpoint's lanes while the endpoint is still connecting.
+#[cold]
+pub(crate) fn connecting() -> Error {
+    Error::Busy("connecting".into())
+}
+
 impl Ep {
+    /// The lanes, or `Busy` while the endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_lanes(&mut self) -> Result<&mut Lanes> {
+        self.lanes.as_mut().ok_or_else(connecting)
+    }
+
+    /// The protocol thresholds, or `Busy` while the endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_proto(&self) -> Result<&ProtoConfig> {
+        self.proto.as_deref().ok_or_else(connecting)
+    }
+
+    /// What a send on the AM lane starts from: the protocol thresholds, the AM lane (interface
+    /// index, transport endpoint) and the time of the last send to note; `Busy` while the
+    /// endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_am(&mut self) -> Result<(ProtoConfig, &mut (usize, AnyEp), &mut Stamp)> {
+        let (Some(proto), Some(l)) = (self.proto.as_deref(), self.lanes.as_mut()) else {
+            return Err(connecting());
+        };
+        Ok((*proto, &mut l.uct[l.am], &mut self.last_tx))
+    }
+
     /// The rarely used part, allocated on first use.
     pub(crate) fn extra_mut(&mut self) -> &mut EpExtra {
         self.extra.get_or_insert_with(Box::default)
