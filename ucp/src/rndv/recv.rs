@@ -308,6 +308,19 @@ impl State {
         1
     }
 
+    /// A get of receive `key` completed: after the last one, the receive is done.
+    pub(crate) fn get_completed(&mut self, key: usize) -> Result<()> {
+        let x = self.recv_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let inflight = x.inflight;
+        let r = self.recv_mut(key);
+        if inflight == 0 && r.offset == r.total {
+            self.get_done(key)
+        } else {
+            Ok(())
+        }
+    }
+
     pub(crate) fn get_done(&mut self, key: usize) -> Result<()> {
         let idx = self.req_ep(key)?;
         let r = self.recv_mut(key);

@@ -298,6 +298,44 @@ impl State {
         Ok(true)
     }
 
+    /// A put (or the flush after the puts) of send `key` completed: after the last put, the
+    /// flush starts (and the request waits in the endpoint's queue when it meets
+    /// back-pressure); after the flush, the receiver is told (ATP) and the send finishes.
+    pub(crate) fn put_completed(&mut self, key: usize) -> Result<()> {
+        let x = self.send_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let (inflight, rreq) = (x.inflight, x.peer_req);
+        let s = self.send_mut(key);
+        let stage = s.stage;
+        if inflight != 0 || s.offset != s.data.len() {
+            return Ok(());
+        }
+        if stage == SendStage::WaitPutFlush {
+            let r = self
+                .req_ep(key)
+                .and_then(|ep| self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode()));
+            self.finish(key, Ok(()));
+            return r;
+        }
+        if !self.put_done(key)? {
+            let ep = self.req_ep(key)?;
+            self.queue_req(ep, key);
+        }
+        Ok(())
+    }
+
+    /// An eager zero-copy fragment of send `key` completed: after the last one, the send
+    /// finishes (or waits for its acknowledgement).
+    pub(crate) fn zcopy_completed(&mut self, key: usize) {
+        let x = self.send_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let inflight = x.inflight;
+        let s = self.send_mut(key);
+        if inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
+            self.zcopy_done(key);
+        }
+    }
+
     /// All puts of a send completed: flush the RMA lane, then tell the receiver (ATP). Gives
     /// false when the flush met back-pressure (retry later).
     pub(crate) fn put_done(&mut self, key: usize) -> Result<bool> {

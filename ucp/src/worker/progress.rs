@@ -10,10 +10,10 @@
     )
 )]
 
-use crate::wire::{am_id, ReqHdr};
+use crate::wire::am_id;
 use crate::wireup::ep::connect_ep;
 use crate::worker::state::{
-    ReqKind, SendStage, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
+    ReqKind, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
 };
 use crate::worker::Worker;
 use std::time::Duration;
@@ -319,51 +319,10 @@ impl State {
             return;
         }
         let r = match kind {
-            COMP_GET => {
-                let x = self.recv_rndv(key);
-                x.inflight = x.inflight.saturating_sub(1);
-                let inflight = x.inflight;
-                let r = self.recv_mut(key);
-                if inflight == 0 && r.offset == r.total {
-                    self.get_done(key)
-                } else {
-                    Ok(())
-                }
-            }
-            COMP_PUT => {
-                let x = self.send_rndv(key);
-                x.inflight = x.inflight.saturating_sub(1);
-                let (inflight, rreq) = (x.inflight, x.peer_req);
-                let s = self.send_mut(key);
-                let stage = s.stage;
-                if inflight == 0 && s.offset == s.data.len() {
-                    if stage == SendStage::WaitPutFlush {
-                        let r = self.req_ep(key).and_then(|ep| {
-                            self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode())
-                        });
-                        self.finish(key, Ok(()));
-                        r
-                    } else {
-                        match self.put_done(key) {
-                            Ok(false) => self.req_ep(key).map(|ep| {
-                                self.queue_req(ep, key);
-                            }),
-                            Ok(true) => Ok(()),
-                            Err(e) => Err(e),
-                        }
-                    }
-                } else {
-                    Ok(())
-                }
-            }
+            COMP_GET => self.get_completed(key),
+            COMP_PUT => self.put_completed(key),
             COMP_ZCOPY => {
-                let x = self.send_rndv(key);
-                x.inflight = x.inflight.saturating_sub(1);
-                let inflight = x.inflight;
-                let s = self.send_mut(key);
-                if inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
-                    self.zcopy_done(key);
-                }
+                self.zcopy_completed(key);
                 Ok(())
             }
             crate::tag::offload::COMP_TM => {
