@@ -10,15 +10,16 @@
     )
 )]
 
+use super::{zcopy_run, ZcopyRun};
 use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
 use crate::worker::state::{comp_id, RecvStage, ReqKind, State, Unexp, UnexpKind, COMP_GET};
 use std::ptr::NonNull;
-use ucs::{Error, Outcome, Result};
+use ucs::{Error, Result};
 use uct::Endpoint as _;
 use uct::MemoryDomain as _;
-use uct::{IfaceFlags, Iov, MdFlags, MemHandle, RemoteKey};
+use uct::{IfaceFlags, MdFlags, MemHandle, RemoteKey};
 
 impl State {
     #[allow(clippy::too_many_arguments)]
@@ -241,9 +242,6 @@ impl State {
         let Some(x) = r.rndv.as_deref_mut() else {
             return Err(Error::InvalidParam("get without registration".into()));
         };
-        let (Some(memh), Some(rkey)) = (x.memh.as_ref(), x.rkey.as_ref()) else {
-            return Err(Error::InvalidParam("get without registration".into()));
-        };
         let stepped = !r.user_rma && info[*li].dev_type == uct::DeviceType::Shm;
         let max = if attr.get.max_zcopy == 0 {
             r.total
@@ -251,25 +249,24 @@ impl State {
             attr.get.max_zcopy
         };
         let chunk = if stepped { max.min(frag).max(1) } else { max };
-        while r.offset < r.total {
-            let n = chunk.min(r.total - r.offset);
-            let iov = Iov::new(memh, r.offset, n)?;
-            match uep.get_zcopy(
-                &[iov],
-                x.remote_addr + r.offset as u64,
-                rkey,
-                comp_id(COMP_GET, wire),
-            )? {
-                Outcome::NoResource => return Ok(false),
-                Outcome::InProgress => x.inflight += 1,
-                Outcome::Done(()) => r.received += n,
-            }
-            r.offset += n;
-            if stepped && r.offset < r.total {
+        let run = zcopy_run(
+            x,
+            &mut r.offset,
+            &mut r.received,
+            r.total,
+            chunk,
+            stepped,
+            "get",
+            |iov, addr, rkey| uep.get_zcopy(&[iov], addr, rkey, comp_id(COMP_GET, wire)),
+        )?;
+        match run {
+            ZcopyRun::Blocked => return Ok(false),
+            ZcopyRun::Paused => {
                 rndv.gets.push_back((key, wire));
                 *more_work = true;
                 return Ok(true);
             }
+            ZcopyRun::Started => {}
         }
         if x.inflight == 0 {
             self.get_done(key)?;

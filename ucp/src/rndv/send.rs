@@ -10,6 +10,7 @@
     )
 )]
 
+use super::{zcopy_run, ZcopyRun};
 use crate::request::Op;
 use crate::wire::{
     am_id, EagerFirstHdr, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, UserAmHdr, NO_REQ,
@@ -269,28 +270,24 @@ impl State {
         let Some(x) = s.rndv.as_deref_mut() else {
             return Err(Error::InvalidParam("put without registration".into()));
         };
-        let (Some(memh), Some(rkey)) = (x.memh.clone(), x.rkey.clone()) else {
-            return Err(Error::InvalidParam("put without registration".into()));
-        };
+        let total = s.data.len();
         let chunk = if attr.put.max_zcopy == 0 {
-            s.data.len()
+            total
         } else {
             attr.put.max_zcopy
         };
-        while s.offset < s.data.len() {
-            let n = chunk.min(s.data.len() - s.offset);
-            let iov = Iov::new(&memh, s.offset, n)?;
-            match uep.put_zcopy(
-                &[iov],
-                x.remote_addr + s.offset as u64,
-                &rkey,
-                comp_id(COMP_PUT, wire),
-            )? {
-                Outcome::NoResource => return Ok(false),
-                Outcome::InProgress => x.inflight += 1,
-                Outcome::Done(()) => {}
-            }
-            s.offset += n;
+        let run = zcopy_run(
+            x,
+            &mut s.offset,
+            &mut 0,
+            total,
+            chunk,
+            false,
+            "put",
+            |iov, addr, rkey| uep.put_zcopy(&[iov], addr, rkey, comp_id(COMP_PUT, wire)),
+        )?;
+        if run == ZcopyRun::Blocked {
+            return Ok(false);
         }
         if x.inflight == 0 {
             return self.put_done(key);
