@@ -10,11 +10,58 @@
     )
 )]
 
+use crate::am_desc::AmDescHandler;
 use crate::request::{Completion, Op};
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
-use crate::worker::state::{zeroed_buf, Pending, SendData, State};
-use crate::worker::{EpHandle, Worker};
+use crate::worker::state::{zeroed_buf, SendData, State};
+use crate::worker::{AmHandler, EpHandle, Worker};
+use std::collections::HashMap;
 use ucs::{Error, Result};
+
+/// The user active-message family's state: one handler per id, of either kind (a whole-message
+/// [`AmHandler`] or a descriptor [`AmDescHandler`]).
+#[derive(Default)]
+pub(crate) struct AmState {
+    handlers: HashMap<u16, AmHandler>,
+    desc_handlers: HashMap<u16, AmDescHandler>,
+}
+
+impl AmState {
+    /// Makes `h` the handler of `id`, replacing any of either kind.
+    pub(crate) fn set(&mut self, id: u16, h: AmHandler) {
+        self.desc_handlers.remove(&id);
+        self.handlers.insert(id, h);
+    }
+
+    /// Makes `h` the descriptor handler of `id`, replacing any of either kind.
+    pub(crate) fn set_desc(&mut self, id: u16, h: AmDescHandler) {
+        self.handlers.remove(&id);
+        self.desc_handlers.insert(id, h);
+    }
+
+    /// Removes the handler of `id`, of either kind.
+    pub(crate) fn remove(&mut self, id: u16) {
+        self.handlers.remove(&id);
+        self.desc_handlers.remove(&id);
+    }
+
+    /// The whole-message handler of `id`.
+    pub(crate) fn handler(&mut self, id: u16) -> Option<&mut AmHandler> {
+        self.handlers.get_mut(&id)
+    }
+
+    /// The descriptor handler of `id`.
+    pub(crate) fn desc_handler(&mut self, id: u16) -> Option<&mut AmDescHandler> {
+        self.desc_handlers.get_mut(&id)
+    }
+
+    /// `id` has a descriptor handler. The empty test first: a worker with whole-message
+    /// handlers only pays no lookup.
+    #[inline]
+    pub(crate) fn has_desc(&self, id: u16) -> bool {
+        !self.desc_handlers.is_empty() && self.desc_handlers.contains_key(&id)
+    }
+}
 
 impl Worker {
     /// Sets the handler of user active-message `id` (replacing any previous one).
@@ -23,8 +70,7 @@ impl Worker {
         id: u16,
         handler: impl FnMut(EpHandle, &[u8], Vec<u8>) + 'static,
     ) {
-        self.st.am_desc_handlers.remove(&id);
-        self.st.am_handlers.insert(id, Box::new(handler));
+        self.st.am.set(id, Box::new(handler));
     }
 
     /// Gives a buffer an active-message handler kept back to the worker's pool.
@@ -60,7 +106,7 @@ impl State {
             return;
         };
         let h = self.ep_handle(ep, gen);
-        match self.am_handlers.get_mut(&id) {
+        match self.am.handler(id) {
             Some(cb) => cb(h, hdr, data),
             None => {
                 tracing::warn!(
@@ -118,8 +164,7 @@ impl State {
         self.send_rndv(key).am = Some((id, header.to_vec()));
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         if !ready || !self.send_rts(key)? {
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
     }

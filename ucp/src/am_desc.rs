@@ -65,15 +65,13 @@ impl Worker {
     /// Sets the descriptor handler of user active message `id`, replacing any handler of
     /// that id (of either kind).
     pub fn am_set_desc_handler(&mut self, id: u16, handler: impl FnMut(EpHandle, AmMsg) + 'static) {
-        self.st.am_handlers.remove(&id);
-        self.st.am_desc_handlers.insert(id, Box::new(handler));
+        self.st.am.set_desc(id, Box::new(handler));
     }
 
     /// Removes the handler of user active message `id` (of either kind): such messages are
     /// then dropped with a warning.
     pub fn am_remove_handler(&mut self, id: u16) {
-        self.st.am_handlers.remove(&id);
-        self.st.am_desc_handlers.remove(&id);
+        self.st.am.remove(id);
     }
 
     /// Receives the data of a message sent by rendezvous straight into `len` bytes at `ptr`
@@ -142,8 +140,7 @@ impl State {
         uh: &[u8],
         data: &[u8],
     ) -> bool {
-        // The empty test first: a worker with whole-message handlers only pays no lookup.
-        if self.am_desc_handlers.is_empty() || !self.am_desc_handlers.contains_key(&h.id) {
+        if !self.am.has_desc(h.id) {
             return false;
         }
         let mut buf = self.get_buf();
@@ -167,8 +164,7 @@ impl State {
         uh: &[u8],
         rts: &RtsHdr<'_>,
     ) -> Result<bool> {
-        // The empty test first: a worker with whole-message handlers only pays no lookup.
-        if self.am_desc_handlers.is_empty() || !self.am_desc_handlers.contains_key(&h.id) {
+        if !self.am.has_desc(h.id) {
             return Ok(false);
         }
         let len = usize::try_from(rts.len)
@@ -194,7 +190,7 @@ impl State {
     fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg) {
         let gen = self.eps[idx].gen;
         let ep = self.ep_handle(idx, gen);
-        if let Some(cb) = self.am_desc_handlers.get_mut(&id) {
+        if let Some(cb) = self.am.desc_handler(id) {
             cb(ep, msg);
         }
     }

@@ -20,6 +20,16 @@ use crate::worker::pending::OutcomeU32;
 use crate::worker::state::{comp_id, EpState, Notify, ReqKind, State, COMP_ATOMIC};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
+
+/// What the atomics family keeps per worker (the worker's `State::amo`): counts of the
+/// atomics started since creation, by how.
+#[derive(Default)]
+pub(crate) struct AmoState {
+    /// Through the transport (or straight on mapped memory).
+    pub(crate) hw: u64,
+    /// Emulated over active messages (ATOMIC_REQ).
+    pub(crate) emulated: u64,
+}
 use uct::Endpoint as _;
 use uct::Iface as _;
 use uct::IfaceFlags;
@@ -240,7 +250,7 @@ impl Worker {
 
     /// Atomics since creation: (through the transport, emulated over active messages).
     pub fn atomic_counts(&self) -> (u64, u64) {
-        (self.st.amo_hw, self.st.amo_emulated)
+        (self.st.amo.hw, self.st.amo.emulated)
     }
 }
 
@@ -351,11 +361,11 @@ impl State {
             };
             match out {
                 Outcome::Done(v) => {
-                    self.amo_hw += 1;
+                    self.amo.hw += 1;
                     return Ok(Started::Done(v));
                 }
                 Outcome::InProgress => {
-                    self.amo_hw += 1;
+                    self.amo.hw += 1;
                     let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
                     debug_assert_eq!(self.wire_id(key), wire);
                     return Ok(Started::Req(key));
@@ -368,7 +378,7 @@ impl State {
         if let Some(k) = rkey.rma.as_ref().or(rkey.amo.as_ref()) {
             k.check(addr, bytes as usize)?;
         }
-        self.amo_emulated += 1;
+        self.amo.emulated += 1;
         let key = fetch.then(|| self.new_req(Some(idx), ReqKind::Atomic { value: 0 }));
         let req = match key {
             Some(k) => self.peer_id(idx, k),

@@ -36,13 +36,19 @@
 //! `ucp_tokio` example drives the worker from its event fd with tokio).
 //!
 //! ## Layout
-//! [`worker`] holds the [`Worker`] and its machinery (internal state, endpoints, requests,
-//! progress, pending queues, the incoming-message dispatch, flush, close, failure and
-//! keepalive). Each protocol family owns its public calls, its request stages and the handlers
-//! of its wire messages: `tag` (eager send and receive, the [`tag_match::TagMatcher`] that keeps
-//! MPI ordering, and tag offload to transports that match tags), `rndv` (rendezvous), [`rma`],
-//! `amo` (atomics), `am` (user active messages), `stream` and [`wireup`]; [`wire`] defines every
-//! message's header, and [`mt`] runs a worker for many threads.
+//! [`worker`] holds the [`Worker`] and its core: `worker::state::State` (endpoints and their
+//! lanes, the request table, the progress and pending queues, the clock, the configuration) and
+//! the machinery around it (endpoints, requests, progress, pending queues, the incoming-message
+//! dispatch, flush, close, failure and keepalive). Each protocol family has a module with its
+//! public calls and the handlers of its wire messages, and keeps its per-worker state in a
+//! struct of its own that `State` holds: `tag` (`TagState`: the [`tag_match::TagMatcher`] that
+//! keeps MPI ordering and the unexpected messages; eager send and receive, and tag offload to
+//! transports that match tags), `rndv` (rendezvous; `RndvState`: the reads in progress and
+//! the pool of rendezvous state), [`rma`], `amo` (atomics; `AmoState`), `am` (user active
+//! messages; `AmState`: the handlers), `stream` and [`wireup`]. A family's code is still
+//! `impl State` blocks that reach the core's fields, and the send stages of every family share
+//! one `SendStage` enum (ARCHITECTURE.md, "Known debts"). [`wire`] defines every message's
+//! header, and [`mt`] runs a worker for many threads.
 
 #![warn(missing_docs)]
 

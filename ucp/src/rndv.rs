@@ -22,3 +22,90 @@
 
 mod recv;
 mod send;
+
+use crate::worker::state::{Rndv, POOL_MAX};
+use std::collections::VecDeque;
+use ucs::{Error, Outcome, Result};
+use uct::{Iov, RemoteKey};
+
+/// Rendezvous reads [`RndvState::gets`] holds without allocating.
+const GETS_ROOM: usize = 64;
+
+/// What the rendezvous family keeps per worker (the worker's `State::rndv`).
+pub(crate) struct RndvState {
+    /// Cleared [`Rndv`] boxes of finished requests, reused by the next ones that need one
+    /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
+    #[allow(clippy::vec_box)]
+    pub(crate) pool: Vec<Box<Rndv>>,
+    /// Rendezvous reads on a shared-memory device with fragments left (request key and wire
+    /// id): progress moves one fragment of the front one per call, round robin (see
+    /// `State::get_step`). Made with room for [`GETS_ROOM`], so a steady stream allocates
+    /// nothing.
+    pub(crate) gets: VecDeque<(usize, u64)>,
+}
+
+impl Default for RndvState {
+    fn default() -> Self {
+        RndvState {
+            pool: Vec::new(),
+            gets: VecDeque::with_capacity(GETS_ROOM),
+        }
+    }
+}
+
+/// Where [`zcopy_run`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ZcopyRun {
+    /// Back-pressure: the rest waits for the next try.
+    Blocked,
+    /// One operation started, bytes are left, and the caller asked for one at a time.
+    Paused,
+    /// Every byte is on its way (or moved).
+    Started,
+}
+
+/// Moves bytes `*offset..total` of rendezvous transfer `x` (a get into the receive's buffer
+/// or a put from the send's data, both registered as `x.memh`, at `x.remote_addr` under
+/// `x.rkey` on the peer) in zero-copy operations of at most `chunk` bytes, each started by
+/// `op(local, remote address, key)`. Operations still in flight are counted in
+/// `x.inflight`; bytes moved at once are added to `moved`. With `one_at_a_time`, stops after
+/// one operation (shared-memory gets, so the worker goes on progressing between fragments).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn zcopy_run(
+    x: &mut Rndv,
+    offset: &mut usize,
+    moved: &mut usize,
+    total: usize,
+    chunk: usize,
+    one_at_a_time: bool,
+    what: &str,
+    mut op: impl FnMut(Iov<'_>, u64, &RemoteKey) -> Result<Outcome<()>>,
+) -> Result<ZcopyRun> {
+    let (Some(memh), Some(rkey)) = (x.memh.as_ref(), x.rkey.as_ref()) else {
+        return Err(Error::InvalidParam(format!("{what} without registration")));
+    };
+    while *offset < total {
+        let n = chunk.min(total - *offset);
+        let iov = Iov::new(memh, *offset, n)?;
+        match op(iov, x.remote_addr + *offset as u64, rkey)? {
+            Outcome::NoResource => return Ok(ZcopyRun::Blocked),
+            Outcome::InProgress => x.inflight += 1,
+            Outcome::Done(()) => *moved += n,
+        }
+        *offset += n;
+        if one_at_a_time && *offset < total {
+            return Ok(ZcopyRun::Paused);
+        }
+    }
+    Ok(ZcopyRun::Started)
+}
+
+impl RndvState {
+    /// Gives a finished request's rendezvous box back to the pool, cleared.
+    pub(crate) fn recycle(&mut self, mut x: Box<Rndv>) {
+        if self.pool.len() < POOL_MAX {
+            *x = Rndv::default();
+            self.pool.push(x);
+        }
+    }
+}

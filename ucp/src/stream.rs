@@ -16,9 +16,9 @@ use crate::request::Op;
 use crate::rma::raw_mem::RecvBuf;
 use crate::wire::am_id;
 use crate::worker::pending::am_send;
-use crate::worker::state::{Pending, ReqKind, SendData, SendStage, State};
+use crate::worker::state::{ReqKind, SendData, SendStage, State};
 use crate::worker::{EpHandle, Worker};
-use ucs::{Error, Outcome, Result};
+use ucs::{Outcome, Result};
 
 impl Worker {
     /// Appends bytes to the endpoint's ordered stream.
@@ -119,8 +119,7 @@ impl State {
         self.send_mut(key).stage = SendStage::Stream;
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         if !ready || !self.stream_step(key)? {
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
     }
@@ -133,16 +132,8 @@ impl State {
             eps, reqs, info, ..
         } = self;
         let ep = &mut eps[idx];
-        let frag = ep
-            .proto
-            .as_ref()
-            .ok_or_else(|| Error::Busy("connecting".into()))?
-            .bcopy_single_max;
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let (li, uep) = &mut l.uct[l.am];
+        let (proto, (li, uep), last_tx) = ep.ready_am()?;
+        let frag = proto.bcopy_single_max;
         let attr = &info[*li].attr;
         let s = match &mut reqs[key].kind {
             ReqKind::Send(s) => s,
@@ -159,7 +150,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::state::Stamp::of(now);
             s.offset += n;
         }
         self.finish(key, Ok(()));

@@ -19,6 +19,7 @@ mod queue;
 mod recv;
 mod send;
 pub(crate) mod small;
+pub(crate) mod state;
 
 use crate::request::{Completion, HookedOp, Op, Request, RequestId};
 use crate::rma::raw_mem::RecvBuf;
@@ -181,7 +182,7 @@ impl Worker {
     /// common case, no message waiting, builds its pending result here, in the caller.
     #[inline(always)]
     pub(crate) fn tag_recv_buf(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
-        if self.st.matcher.unexpected_len() != 0 {
+        if self.st.tag.matcher.unexpected_len() != 0 {
             return self.tag_recv_unexp(buf, tag, mask);
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
@@ -191,7 +192,7 @@ impl Worker {
     /// [`Worker::tag_recv_buf`] with messages waiting: one that fits is received at once.
     #[inline(never)]
     fn tag_recv_unexp(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
-        if let Some(uid) = self.st.matcher.take_unexpected(tag, mask) {
+        if let Some(uid) = self.st.tag.matcher.take_unexpected(tag, mask) {
             return self.st.recv_unexp_now(buf, tag, mask, uid as usize);
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
@@ -217,7 +218,7 @@ impl Worker {
     ) -> Result<HookedOp> {
         // SAFETY: forwarded contract.
         let buf = unsafe { RecvBuf::raw(ptr, len) };
-        if self.st.matcher.unexpected_len() != 0 {
+        if self.st.tag.matcher.unexpected_len() != 0 {
             return match self.tag_recv_unexp(buf, tag, mask) {
                 Op::Done(c) => Ok(HookedOp::Done(c)),
                 Op::Pending(r) => self.request_into_hook(r, token()).map(HookedOp::Pending),
@@ -253,7 +254,7 @@ impl Worker {
     fn tag_recv_queue(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
         let len = buf.len();
         let (key, gen) = self.st.tag_recv_post(buf, tag, mask);
-        if let Some(e) = &self.st.recv_failure {
+        if let Some(e) = &self.st.tag.recv_failure {
             let e = e.clone();
             self.st.unpost(key, gen, e);
             return (key, gen);
@@ -277,12 +278,13 @@ impl Worker {
     /// receive with [`Worker::tag_msg_recv`] (dropping the [`Message`] discards it).
     #[inline]
     pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
-        if self.st.msg_drops.any() {
+        if self.st.tag.msg_drops.any() {
             self.st.discard_dropped_msgs();
         }
-        let (mtag, uid) = self.st.matcher.probe(tag, mask)?;
+        let (mtag, uid) = self.st.tag.matcher.probe(tag, mask)?;
         let len = if uid & small::SMALL_UID != 0 {
             self.st
+                .tag
                 .small_unexp
                 .get(uid)
                 .map_or(0, |e| usize::from(e.len))
@@ -290,9 +292,13 @@ impl Worker {
             self.st.unexp_len(uid as usize)
         };
         let msg = if remove {
-            let got = self.st.matcher.take_unexpected(tag, mask);
+            let got = self.st.tag.matcher.take_unexpected(tag, mask);
             debug_assert_eq!(got, Some(uid));
-            Some(Message::new(self.st.id, uid as usize, &self.st.msg_drops))
+            Some(Message::new(
+                self.st.id,
+                uid as usize,
+                &self.st.tag.msg_drops,
+            ))
         } else {
             None
         };

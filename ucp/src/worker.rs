@@ -52,10 +52,8 @@ pub use crate::tag::offload::{TmStats, TM_ENABLE, TM_THRESH};
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Features};
 use crate::request::Completion;
-use crate::tag::matcher::TagMatcher;
 use crate::worker::state::{IfaceInfo, State};
 use slab::Slab;
-use std::collections::HashMap;
 use std::time::Duration;
 use ucs::time::{Clock, MonotonicClock};
 use ucs::{Error, Result};
@@ -269,8 +267,6 @@ impl Worker {
                 uuid,
                 id: next_worker_id(),
                 req_shared: Default::default(),
-                msg_drops: Default::default(),
-                msgs_failed: Vec::new(),
                 cfg: ctx.config().clone(),
                 features: ctx.features(),
                 clock: Box::new(clock),
@@ -285,10 +281,6 @@ impl Worker {
                 iface_users: vec![0; n_ifaces],
                 reqs: Default::default(),
                 req_gen: 0,
-                matcher: TagMatcher::new(),
-                unexp: Slab::new(),
-                small_unexp: Default::default(),
-                assembling: HashMap::new(),
                 pool: Vec::new(),
                 to_connect: Vec::new(),
                 more_work: false,
@@ -305,20 +297,17 @@ impl Worker {
                 clock_stale: false,
                 malformed_unknown: 0,
                 stats: ProtoStats::default(),
-                am_handlers: HashMap::new(),
-                am_desc_handlers: HashMap::new(),
+                am: Default::default(),
+                tag: Default::default(),
+                rndv: Default::default(),
                 regions: Default::default(),
-                amo_hw: 0,
-                amo_emulated: 0,
+                amo: Default::default(),
                 quarantine: Vec::new(),
-                recv_failure: None,
                 callbacks_due: Vec::new(),
                 tokens_done: Vec::new(),
                 completion_hook: None,
                 closings: Vec::new(),
                 tm: crate::tag::offload::TmState::new(),
-                rndv_pool: Vec::new(),
-                rndv_gets: std::collections::VecDeque::with_capacity(64),
                 protos: Vec::new(),
             },
             tick: 0,

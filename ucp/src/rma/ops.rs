@@ -464,8 +464,7 @@ impl State {
                 s.stage = SendStage::Put;
                 let queued = !self.eps[idx].pending.is_empty();
                 if queued || !self.put_step(key)? {
-                    self.eps[idx].pending.push_back(Pending::Req(key));
-                    self.mark_pending(idx);
+                    self.queue_req(idx, key);
                 }
                 Ok(self.op_of(key))
             }
@@ -491,8 +490,7 @@ impl State {
                 // Behind a queued operation (or fence) it waits its turn.
                 let queued = !self.eps[idx].pending.is_empty();
                 if queued || !self.get_step(key)? {
-                    self.eps[idx].pending.push_back(Pending::Req(key));
-                    self.mark_pending(idx);
+                    self.queue_req(idx, key);
                 }
                 Ok(self.op_of(key))
             }

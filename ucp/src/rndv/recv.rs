@@ -10,17 +10,16 @@
     )
 )]
 
+use super::{zcopy_run, ZcopyRun};
 use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
-use crate::worker::state::{
-    comp_id, Pending, RecvStage, ReqKind, State, Unexp, UnexpKind, COMP_GET,
-};
+use crate::worker::state::{comp_id, RecvStage, ReqKind, State, Unexp, UnexpKind, COMP_GET};
 use std::ptr::NonNull;
-use ucs::{Error, Outcome, Result};
+use ucs::{Error, Result};
 use uct::Endpoint as _;
 use uct::MemoryDomain as _;
-use uct::{IfaceFlags, Iov, MdFlags, MemHandle, RemoteKey};
+use uct::{IfaceFlags, MdFlags, MemHandle, RemoteKey};
 
 impl State {
     #[allow(clippy::too_many_arguments)]
@@ -87,8 +86,7 @@ impl State {
                     self.stats.rndv_get_mapped += 1;
                 }
                 if !self.get_step(key)? {
-                    self.eps[ep].pending.push_back(Pending::Req(key));
-                    self.mark_pending(ep);
+                    self.queue_req(ep, key);
                 }
                 return Ok(());
             }
@@ -179,10 +177,7 @@ impl State {
     /// sender's segment is mapped once, not per message, and unmapped with the endpoint), else
     /// by the domain.
     fn unpack_rkey(&mut self, ep: usize, lane: usize, li: usize, rkey: &[u8]) -> Result<RemoteKey> {
-        let l = self.eps[ep]
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = self.eps[ep].ready_lanes()?;
         let (_, uep) = l
             .uct
             .get_mut(lane)
@@ -210,7 +205,7 @@ impl State {
     /// On a shared-memory device a get is this core copying (cma's system call, or a copy
     /// from the sender's mapped segment), done when the call returns. A rendezvous there reads
     /// [`ProtoConfig::rndv_frag`](crate::wireup::ProtoConfig) bytes per step and then leaves
-    /// the rest to `progress` (`rndv_gets`, one fragment per call, round robin), so between
+    /// the rest to `progress` (`rndv.gets`, one fragment per call, round robin), so between
     /// fragments the worker goes on polling: with traffic both ways, the peer's RTS is
     /// answered and the peer reads this side's data while this side reads its own, and a
     /// large read never holds up the worker's other messages. Other devices take every
@@ -223,16 +218,13 @@ impl State {
             eps,
             reqs,
             info,
-            rndv_gets,
+            rndv,
             more_work,
             ..
         } = self;
         let ep = &mut eps[idx];
         let frag = ep.proto.as_deref().map_or(usize::MAX, |p| p.rndv_frag);
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep.ready_lanes()?;
         let lane = match &reqs[key].kind {
             ReqKind::Recv(r) => r.rndv.as_ref().and_then(|x| x.get_lane),
             _ => None,
@@ -250,9 +242,6 @@ impl State {
         let Some(x) = r.rndv.as_deref_mut() else {
             return Err(Error::InvalidParam("get without registration".into()));
         };
-        let (Some(memh), Some(rkey)) = (x.memh.as_ref(), x.rkey.as_ref()) else {
-            return Err(Error::InvalidParam("get without registration".into()));
-        };
         let stepped = !r.user_rma && info[*li].dev_type == uct::DeviceType::Shm;
         let max = if attr.get.max_zcopy == 0 {
             r.total
@@ -260,25 +249,24 @@ impl State {
             attr.get.max_zcopy
         };
         let chunk = if stepped { max.min(frag).max(1) } else { max };
-        while r.offset < r.total {
-            let n = chunk.min(r.total - r.offset);
-            let iov = Iov::new(memh, r.offset, n)?;
-            match uep.get_zcopy(
-                &[iov],
-                x.remote_addr + r.offset as u64,
-                rkey,
-                comp_id(COMP_GET, wire),
-            )? {
-                Outcome::NoResource => return Ok(false),
-                Outcome::InProgress => x.inflight += 1,
-                Outcome::Done(()) => r.received += n,
-            }
-            r.offset += n;
-            if stepped && r.offset < r.total {
-                rndv_gets.push_back((key, wire));
+        let run = zcopy_run(
+            x,
+            &mut r.offset,
+            &mut r.received,
+            r.total,
+            chunk,
+            stepped,
+            "get",
+            |iov, addr, rkey| uep.get_zcopy(&[iov], addr, rkey, comp_id(COMP_GET, wire)),
+        )?;
+        match run {
+            ZcopyRun::Blocked => return Ok(false),
+            ZcopyRun::Paused => {
+                rndv.gets.push_back((key, wire));
                 *more_work = true;
                 return Ok(true);
             }
+            ZcopyRun::Started => {}
         }
         if x.inflight == 0 {
             self.get_done(key)?;
@@ -286,12 +274,12 @@ impl State {
         Ok(true)
     }
 
-    /// One step of the first rendezvous read in `rndv_gets` (see [`State::get_step`]): its
+    /// One step of the first rendezvous read in `rndv.gets` (see [`State::get_step`]): its
     /// next fragment; a read with more left goes to the back. A request that finished
     /// meanwhile (failed with its endpoint, or was freed) is dropped from the queue. Gives
     /// the number of reads stepped.
     pub(crate) fn progress_rndv_gets(&mut self) -> usize {
-        let Some((key, wire)) = self.rndv_gets.pop_front() else {
+        let Some((key, wire)) = self.rndv.gets.pop_front() else {
             return 0;
         };
         let live = self.req_by_wire(wire) == Some(key)
@@ -303,8 +291,7 @@ impl State {
             Ok(true) => {}
             Ok(false) => {
                 if let Ok(ep) = self.req_ep(key) {
-                    self.eps[ep].pending.push_back(Pending::Req(key));
-                    self.mark_pending(ep);
+                    self.queue_req(ep, key);
                 }
             }
             Err(e) => {
@@ -316,6 +303,19 @@ impl State {
             }
         }
         1
+    }
+
+    /// A get of receive `key` completed: after the last one, the receive is done.
+    pub(crate) fn get_completed(&mut self, key: usize) -> Result<()> {
+        let x = self.recv_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let inflight = x.inflight;
+        let r = self.recv_mut(key);
+        if inflight == 0 && r.offset == r.total {
+            self.get_done(key)
+        } else {
+            Ok(())
+        }
     }
 
     pub(crate) fn get_done(&mut self, key: usize) -> Result<()> {
@@ -335,7 +335,7 @@ impl State {
     pub(crate) fn on_rts(&mut self, idx: usize, h: RtsHdr<'_>) -> Result<()> {
         let len = usize::try_from(h.len)
             .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
-        let uid = self.unexp.vacant_key();
+        let uid = self.tag.unexp.vacant_key();
         match self.tm_arrive(h.tag, uid as u64) {
             Some(wire) => match self.req_by_wire(wire) {
                 Some(key) => self.rndv_recv_start(
@@ -344,7 +344,7 @@ impl State {
                 None => Ok(()),
             },
             None => {
-                self.unexp.insert(Unexp {
+                self.tag.unexp.insert(Unexp {
                     ep: idx,
                     tag: h.tag,
                     kind: UnexpKind::Rts {

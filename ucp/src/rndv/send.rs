@@ -10,6 +10,7 @@
     )
 )]
 
+use super::{zcopy_run, ZcopyRun};
 use crate::request::Op;
 use crate::wire::{
     am_id, EagerFirstHdr, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, UserAmHdr, NO_REQ,
@@ -18,9 +19,7 @@ use crate::wire::{
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{
-    comp_id, Pending, ReqKind, SendData, SendStage, State, COMP_PUT, COMP_ZCOPY,
-};
+use crate::worker::state::{comp_id, ReqKind, SendData, SendStage, State, COMP_PUT, COMP_ZCOPY};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -55,8 +54,7 @@ impl State {
         }
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
         if !ready || !self.send_step(key)? {
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
     }
@@ -75,16 +73,7 @@ impl State {
             ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep
-            .proto
-            .as_deref()
-            .copied()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let (li, uep) = &mut l.uct[l.am];
+        let (proto, (li, uep), last_tx) = ep.ready_am()?;
         let attr = &info[*li].attr;
         let s = match &mut reqs[key].kind {
             ReqKind::Send(s) => s,
@@ -140,7 +129,7 @@ impl State {
             if s.offset == 0 {
                 stats.eager_zcopy += 1;
             }
-            ep.last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::state::Stamp::of(now);
             s.offset += n;
         }
         if x.inflight == 0 {
@@ -268,10 +257,7 @@ impl State {
         let State {
             eps, reqs, info, ..
         } = self;
-        let l = eps[idx]
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = eps[idx].ready_lanes()?;
         let rma = l
             .rma()
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
@@ -284,33 +270,67 @@ impl State {
         let Some(x) = s.rndv.as_deref_mut() else {
             return Err(Error::InvalidParam("put without registration".into()));
         };
-        let (Some(memh), Some(rkey)) = (x.memh.clone(), x.rkey.clone()) else {
-            return Err(Error::InvalidParam("put without registration".into()));
-        };
+        let total = s.data.len();
         let chunk = if attr.put.max_zcopy == 0 {
-            s.data.len()
+            total
         } else {
             attr.put.max_zcopy
         };
-        while s.offset < s.data.len() {
-            let n = chunk.min(s.data.len() - s.offset);
-            let iov = Iov::new(&memh, s.offset, n)?;
-            match uep.put_zcopy(
-                &[iov],
-                x.remote_addr + s.offset as u64,
-                &rkey,
-                comp_id(COMP_PUT, wire),
-            )? {
-                Outcome::NoResource => return Ok(false),
-                Outcome::InProgress => x.inflight += 1,
-                Outcome::Done(()) => {}
-            }
-            s.offset += n;
+        let run = zcopy_run(
+            x,
+            &mut s.offset,
+            &mut 0,
+            total,
+            chunk,
+            false,
+            "put",
+            |iov, addr, rkey| uep.put_zcopy(&[iov], addr, rkey, comp_id(COMP_PUT, wire)),
+        )?;
+        if run == ZcopyRun::Blocked {
+            return Ok(false);
         }
         if x.inflight == 0 {
             return self.put_done(key);
         }
         Ok(true)
+    }
+
+    /// A put (or the flush after the puts) of send `key` completed: after the last put, the
+    /// flush starts (and the request waits in the endpoint's queue when it meets
+    /// back-pressure); after the flush, the receiver is told (ATP) and the send finishes.
+    pub(crate) fn put_completed(&mut self, key: usize) -> Result<()> {
+        let x = self.send_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let (inflight, rreq) = (x.inflight, x.peer_req);
+        let s = self.send_mut(key);
+        let stage = s.stage;
+        if inflight != 0 || s.offset != s.data.len() {
+            return Ok(());
+        }
+        if stage == SendStage::WaitPutFlush {
+            let r = self
+                .req_ep(key)
+                .and_then(|ep| self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode()));
+            self.finish(key, Ok(()));
+            return r;
+        }
+        if !self.put_done(key)? {
+            let ep = self.req_ep(key)?;
+            self.queue_req(ep, key);
+        }
+        Ok(())
+    }
+
+    /// An eager zero-copy fragment of send `key` completed: after the last one, the send
+    /// finishes (or waits for its acknowledgement).
+    pub(crate) fn zcopy_completed(&mut self, key: usize) {
+        let x = self.send_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let inflight = x.inflight;
+        let s = self.send_mut(key);
+        if inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
+            self.zcopy_done(key);
+        }
     }
 
     /// All puts of a send completed: flush the RMA lane, then tell the receiver (ATP). Gives
@@ -322,10 +342,7 @@ impl State {
         }
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
-        let l = self.eps[idx]
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = self.eps[idx].ready_lanes()?;
         let rma = l.rma().unwrap_or(l.am);
         let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
         match out {
@@ -355,16 +372,7 @@ impl State {
             eps, reqs, info, ..
         } = self;
         let ep = &mut eps[idx];
-        let proto = ep
-            .proto
-            .as_deref()
-            .copied()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let (li, uep) = &mut l.uct[l.am];
+        let (proto, (li, uep), last_tx) = ep.ready_am()?;
         let attr = &info[*li].attr;
         let s = match &mut reqs[key].kind {
             ReqKind::Send(s) => s,
@@ -387,7 +395,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::state::Stamp::of(now);
             s.offset += n;
         }
         self.finish(key, Ok(()));
@@ -432,8 +440,7 @@ impl State {
             self.send_mut(key).stage = SendStage::Pipeline;
         }
         if !self.eps[idx].pending.is_empty() || !self.send_step(key)? {
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
         }
         Ok(())
     }

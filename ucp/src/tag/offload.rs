@@ -351,7 +351,7 @@ impl State {
     pub(crate) fn tm_arrive(&mut self, tag: u64, uid: u64) -> Option<u64> {
         let wire = self.tm_match(tag);
         if wire.is_none() {
-            self.matcher.push_unexpected(tag, uid);
+            self.tag.matcher.push_unexpected(tag, uid);
         }
         wire
     }
@@ -361,7 +361,7 @@ impl State {
     /// caller queues it as unexpected when there is none.
     #[inline(always)]
     pub(crate) fn tm_match(&mut self, tag: u64) -> Option<u64> {
-        let wire = self.matcher.match_expected(tag)?;
+        let wire = self.tag.matcher.match_expected(tag)?;
         if self.tm.posted.is_empty() {
             self.tm.sw_only = self.tm.sw_only.saturating_sub(1);
             return Some(wire);
@@ -381,7 +381,7 @@ impl State {
                     return Some(wire);
                 }
                 // The transport matched it with an earlier message: try the next receive.
-                Err(()) => wire = self.matcher.match_expected(tag)?,
+                Err(()) => wire = self.tag.matcher.match_expected(tag)?,
             }
         }
     }
@@ -442,7 +442,7 @@ impl State {
             (r.tag, r.mask)
         };
         // Still in the matcher unless a software arrival skipped it (see `tm_arrive`).
-        self.matcher.cancel(rtag, rmask, wire);
+        self.tag.matcher.cancel(rtag, rmask, wire);
         let r = self.recv_mut(key);
         r.sender_tag = tag;
         r.total = len;

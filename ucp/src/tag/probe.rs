@@ -101,7 +101,7 @@ impl State {
     /// request that the worker frees when it ends).
     #[cold]
     pub(crate) fn discard_dropped_msgs(&mut self) {
-        for uid in self.msg_drops.take() {
+        for uid in self.tag.msg_drops.take() {
             if self.take_failed_msg(uid).is_some() {
                 continue;
             }
@@ -114,11 +114,11 @@ impl State {
     /// When the sender of message `uid` (taken by a probe) failed before the message was
     /// complete: frees what arrived of it and gives the error its receive ends with.
     fn take_failed_msg(&mut self, uid: usize) -> Option<Error> {
-        let i = self.msgs_failed.iter().position(|&u| u == uid)?;
-        self.msgs_failed.swap_remove(i);
-        let u = self.unexp.try_remove(uid)?;
+        let i = self.tag.msgs_failed.iter().position(|&u| u == uid)?;
+        self.tag.msgs_failed.swap_remove(i);
+        let u = self.tag.unexp.try_remove(uid)?;
         if let Some(mk) = u.msg_key {
-            self.assembling.remove(&mk);
+            self.tag.assembling.remove(&mk);
         }
         Some(Error::PeerFailure(
             "the sender of the probed message failed before sending all of it".into(),
@@ -130,7 +130,7 @@ impl Worker {
     /// Unexpected messages this worker holds the data of: queued ones, and those a removing
     /// probe took that were not received or discarded yet.
     pub fn unexpected_count(&self) -> usize {
-        self.st.unexp.len() + self.st.small_unexp.len()
+        self.st.tag.unexp.len() + self.st.tag.small_unexp.len()
     }
 
     /// Checks that `msg` belongs to this worker, giving its id here (the handle is consumed;

@@ -80,7 +80,7 @@ impl State {
         let gen = self.req_gen;
         let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
-        self.matcher.queue(tag, mask, wire);
+        self.tag.matcher.queue(tag, mask, wire);
         (key, gen)
     }
 
@@ -98,7 +98,7 @@ impl State {
         if uid as u64 & SMALL_UID != 0 {
             return self.recv_small_now(buf, uid as u64);
         }
-        let u = self.unexp.remove(uid);
+        let u = self.tag.unexp.remove(uid);
         let (total, sreq) = match u.kind {
             UnexpKind::Inline { len, data, sreq } => {
                 let len = usize::from(len).min(UNEXP_INLINE);
@@ -132,14 +132,14 @@ impl State {
     /// [`State::recv_unexp_now`] of a small message ([`SMALL_UID`]): copied, finished at once.
     #[inline(always)]
     fn recv_small_now(&mut self, mut buf: RecvBuf, uid: u64) -> Op {
-        let Some(e) = self.small_unexp.get(uid) else {
+        let Some(e) = self.tag.small_unexp.get(uid) else {
             return Op::Done(Completion::failed(Error::InvalidParam(
                 "the unexpected message is gone".into(),
             )));
         };
         let (total, tag) = (usize::from(e.len), e.tag);
         copy_in(&mut buf, &e.data[..total]);
-        self.small_unexp.free(uid);
+        self.tag.small_unexp.free(uid);
         let cap = buf.len();
         Op::Done(Completion {
             status: eager_status(total, cap),
@@ -161,7 +161,7 @@ impl State {
 
     /// Length of general unexpected message `uid` (not a small one).
     pub(crate) fn unexp_len(&self, uid: usize) -> usize {
-        match &self.unexp[uid].kind {
+        match &self.tag.unexp[uid].kind {
             UnexpKind::Inline { len, .. } => usize::from(*len),
             UnexpKind::Eager { total, .. } => *total,
             UnexpKind::Held(held) => held.data().len(),
@@ -200,7 +200,7 @@ impl State {
             .into_iter()
             .filter(|&(k, g)| self.unpost(k, g, err.clone()))
             .count();
-        self.recv_failure = Some(err);
+        self.tag.recv_failure = Some(err);
         n
     }
 
@@ -220,7 +220,7 @@ impl State {
         let Some(offloaded) = self.tm_before_cancel(wire) else {
             return false;
         };
-        if self.matcher.cancel(tag, mask, wire) {
+        if self.tag.matcher.cancel(tag, mask, wire) {
             self.tm_after_cancel(offloaded);
             self.finish(key, Err(err));
             true
@@ -232,13 +232,13 @@ impl State {
     /// Delivers unexpected message `uid` to receive `key`.
     pub(crate) fn recv_from_unexp(&mut self, key: usize, uid: usize) {
         if uid as u64 & SMALL_UID != 0 {
-            let Some(&e) = self.small_unexp.get(uid as u64) else {
+            let Some(&e) = self.tag.small_unexp.get(uid as u64) else {
                 return self.finish(
                     key,
                     Err(Error::InvalidParam("the unexpected message is gone".into())),
                 );
             };
-            self.small_unexp.free(uid as u64);
+            self.tag.small_unexp.free(uid as u64);
             let len = usize::from(e.len);
             self.reqs[key].ep = Some(e.ep as usize);
             let r = self.recv_mut(key);
@@ -249,7 +249,7 @@ impl State {
             r.received = len;
             return self.recv_check_done(key);
         }
-        let u = self.unexp.remove(uid);
+        let u = self.tag.unexp.remove(uid);
         self.deliver_unexp(key, u);
     }
 
@@ -268,7 +268,7 @@ impl State {
             r.received = data.len();
             match u.msg_key {
                 Some(mk) => {
-                    st.assembling.insert(mk, Target::Req(key));
+                    st.tag.assembling.insert(mk, Target::Req(key));
                 }
                 None => st.recv_check_done(key),
             }
@@ -440,7 +440,7 @@ impl State {
             r.received = data.len();
         }
         if let Some(m) = msg_id {
-            self.assembling.insert((src, m), Target::Req(key));
+            self.tag.assembling.insert((src, m), Target::Req(key));
         }
     }
 
@@ -449,21 +449,21 @@ impl State {
     /// copied into a small entry (see `small`).
     #[inline(always)]
     fn eager_unexpected_inline(&mut self, idx: usize, tag: u64, data: &[u8]) {
-        let uid = self.small_unexp.insert(idx, tag, data);
-        self.matcher.push_unexpected(tag, uid);
+        let uid = self.tag.small_unexp.insert(idx, tag, data);
+        self.tag.matcher.push_unexpected(tag, uid);
     }
 
     /// [`State::eager_arrived`] of a whole message without acknowledgement that matched no
     /// posted receive and stays in the transport's receive buffer `held` while it waits.
     #[inline(never)]
     fn eager_unexpected_held(&mut self, idx: usize, tag: u64, held: uct::mm::HeldBuf) {
-        let uid = self.unexp.insert(Unexp {
+        let uid = self.tag.unexp.insert(Unexp {
             ep: idx,
             tag,
             kind: UnexpKind::Held(held),
             msg_key: None,
         });
-        self.matcher.push_unexpected(tag, uid as u64);
+        self.tag.matcher.push_unexpected(tag, uid as u64);
     }
 
     /// [`State::eager_arrived`] that matched no posted receive: the message waits in the
@@ -503,20 +503,20 @@ impl State {
         } else {
             msg_id.map(|m| (src, m))
         };
-        let uid = self.unexp.insert(Unexp {
+        let uid = self.tag.unexp.insert(Unexp {
             ep: idx,
             tag,
             kind,
             msg_key,
         });
-        self.matcher.push_unexpected(tag, uid as u64);
+        self.tag.matcher.push_unexpected(tag, uid as u64);
         if let Some(mk) = msg_key {
-            self.assembling.insert(mk, Target::Unexp(uid));
+            self.tag.assembling.insert(mk, Target::Unexp(uid));
         }
     }
 
     pub(crate) fn eager_middle(&mut self, src: u64, h: FragHdr, data: &[u8]) -> Result<()> {
-        let Some(&t) = self.assembling.get(&(src, h.id)) else {
+        let Some(&t) = self.tag.assembling.get(&(src, h.id)) else {
             return Err(Error::Wire(format!(
                 "fragment of unknown message {} (no first fragment)",
                 h.id
@@ -528,7 +528,7 @@ impl State {
                 let r = match self.reqs.get_mut(key).map(|r| &mut r.kind) {
                     Some(ReqKind::Recv(r)) => r,
                     _ => {
-                        self.assembling.remove(&(src, h.id));
+                        self.tag.assembling.remove(&(src, h.id));
                         return Ok(());
                     }
                 };
@@ -548,12 +548,12 @@ impl State {
                 }
                 r.received += data.len();
                 if r.received >= r.total {
-                    self.assembling.remove(&(src, h.id));
+                    self.tag.assembling.remove(&(src, h.id));
                     self.recv_check_done(key);
                 }
             }
             Target::Unexp(uid) => {
-                let u = &mut self.unexp[uid];
+                let u = &mut self.tag.unexp[uid];
                 let UnexpKind::Eager {
                     data: buf, total, ..
                 } = &mut u.kind
@@ -572,7 +572,7 @@ impl State {
                 extend_payload(buf, data);
                 if buf.len() >= *total {
                     u.msg_key = None;
-                    self.assembling.remove(&(src, h.id));
+                    self.tag.assembling.remove(&(src, h.id));
                 }
             }
         }
@@ -589,7 +589,7 @@ impl State {
     ) -> Result<()> {
         let total = usize::try_from(h.total_len)
             .map_err(|_| Error::Wire("message length overflows".into()))?;
-        if self.assembling.contains_key(&(src, h.msg_id)) {
+        if self.tag.assembling.contains_key(&(src, h.msg_id)) {
             return Err(Error::Wire(format!(
                 "first fragment of message {} repeated",
                 h.msg_id

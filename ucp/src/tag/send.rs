@@ -17,9 +17,9 @@ use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr,
 use crate::worker::endpoint::bad_handle;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{Ep, EpState, Pending, ReqKind, SendData, SendReq, SendStage, State};
+use crate::worker::state::{Ep, EpState, ReqKind, SendData, SendReq, SendStage, State};
 use crate::worker::EpHandle;
-use ucs::{Error, Outcome, Result};
+use ucs::{Outcome, Result};
 use uct::Endpoint as _;
 
 impl State {
@@ -156,8 +156,7 @@ impl State {
             let s = self.send_mut(key);
             s.offset = offset;
             s.msg_id = msg_id;
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
             return Ok(self.op_of(key));
         }
         let key = self.new_send(idx, tag, data, sync);
@@ -167,8 +166,7 @@ impl State {
         // Back-pressure queues the request (it resumes from `progress_pending`, in order).
         let queued = !ready || !self.send_step(key)?;
         if queued && self.reqs[key].done.is_none() {
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
     }
@@ -266,16 +264,7 @@ impl State {
     ) -> Result<bool> {
         let uuid = self.uuid.to_le_bytes();
         let ep = &mut self.eps[idx];
-        let proto = ep
-            .proto
-            .as_deref()
-            .copied()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
-        let (li, uep) = &mut l.uct[l.am];
+        let (proto, (li, uep), last_tx) = ep.ready_am()?;
         let attr = &self.info[*li].attr;
         let len = data.len();
         while *offset < len {
@@ -311,7 +300,7 @@ impl State {
             if out.0 == Outcome::NoResource {
                 return Ok(false);
             }
-            ep.last_tx = self.now_stamp;
+            *last_tx = self.now_stamp;
             *offset += out.1;
         }
         Ok(true)
@@ -325,11 +314,7 @@ impl State {
         match stage {
             SendStage::Eager if self.send_mut(key).is_am() => self.send_rts(key),
             SendStage::Eager => {
-                let proto = self.eps[idx]
-                    .proto
-                    .as_deref()
-                    .copied()
-                    .ok_or_else(|| Error::Busy("connecting".into()))?;
+                let proto = *self.eps[idx].ready_proto()?;
                 let s = self.send_mut(key);
                 let len = s.data.len();
                 // (Only before the first eager fragment left: a tag message below the tag

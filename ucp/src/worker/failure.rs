@@ -11,7 +11,7 @@
     )
 )]
 
-use crate::worker::state::{EpState, Pending, ReqKind, State, UnexpKind};
+use crate::worker::state::{EpState, Pending, ReqKind, State};
 use crate::worker::EpHandle;
 use ucs::Error;
 use uct::Endpoint as _;
@@ -76,30 +76,8 @@ impl State {
             }
             self.finish(k, Err(err.clone()));
         }
-        // Unexpected messages that can no longer complete (incomplete, or rendezvous whose data
-        // sits with the failed peer) are dropped; complete eager ones stay receivable.
-        let dead: Vec<usize> = self
-            .unexp
-            .iter()
-            .filter(|(_, u)| {
-                u.ep == idx && (u.msg_key.is_some() || matches!(u.kind, UnexpKind::Rts { .. }))
-            })
-            .map(|(k, _)| k)
-            .collect();
-        for uid in dead {
-            if !self.matcher.remove_unexpected(uid as u64) {
-                // Taken by a removing probe: its handle fails when received, and its slot
-                // stays taken until then (see `Worker::msg_uid`).
-                self.msgs_failed.push(uid);
-                continue;
-            }
-            let u = self.unexp.remove(uid);
-            if let Some(mk) = u.msg_key {
-                self.assembling.remove(&mk);
-            }
-        }
         let uuid = self.eps[idx].uuid;
-        self.assembling.retain(|(s, _), _| *s != uuid);
+        self.tag.peer_failed(idx, uuid);
     }
 
     pub(crate) fn notify_failures(&mut self) -> usize {

@@ -83,15 +83,20 @@ impl State {
         }
     }
 
+    /// Queues request `key` behind the earlier sends of endpoint `idx`: it goes on from
+    /// `progress_pending`, in order.
+    #[inline]
+    pub(crate) fn queue_req(&mut self, idx: usize, key: usize) {
+        self.eps[idx].pending.push_back(Pending::Req(key));
+        self.mark_pending(idx);
+    }
+
     /// Sends a control message on the AM lane now, whatever is queued (for the request at the
     /// head of the endpoint's queue). False on back-pressure.
     pub(crate) fn send_ctl_now(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<bool> {
         let uuid = self.uuid.to_le_bytes();
         let ep = &mut self.eps[idx];
-        let l = ep
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("connecting".into()))?;
+        let l = ep.ready_lanes()?;
         let (li, uep) = &mut l.uct[l.am];
         if am_send(uep, &self.info[*li].attr, id, &[&uuid, body])? == Outcome::NoResource {
             return Ok(false);

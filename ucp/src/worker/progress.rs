@@ -10,10 +10,10 @@
     )
 )]
 
-use crate::wire::{am_id, ReqHdr};
+use crate::wire::am_id;
 use crate::wireup::ep::connect_ep;
 use crate::worker::state::{
-    Pending, ReqKind, SendStage, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
+    ReqKind, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
 };
 use crate::worker::Worker;
 use std::time::Duration;
@@ -91,7 +91,7 @@ impl Worker {
         if self.st.more_to_do(clock_read) {
             n += self.progress_more();
         }
-        if self.st.msg_drops.any() {
+        if self.st.tag.msg_drops.any() {
             self.st.discard_dropped_msgs();
         }
         n
@@ -133,7 +133,7 @@ impl Worker {
     /// Gives the number of events handled.
     #[inline(always)]
     fn poll_one(&mut self, i: usize, note: bool) -> usize {
-        let matched = self.st.matcher.matched();
+        let matched = self.st.tag.matcher.matched();
         let Some(iface) = self.ifaces.get_mut(i) else {
             return 0;
         };
@@ -198,7 +198,7 @@ impl Worker {
         if !st.failed_notify.is_empty() {
             n += st.notify_failures();
         }
-        if !st.rndv_gets.is_empty() {
+        if !st.rndv.gets.is_empty() {
             n += st.progress_rndv_gets();
         }
         if !st.callbacks_due.is_empty() {
@@ -235,7 +235,7 @@ impl State {
             || !self.closings.is_empty()
             || !self.failed_notify.is_empty()
             || !self.callbacks_due.is_empty()
-            || !self.rndv_gets.is_empty()
+            || !self.rndv.gets.is_empty()
     }
 }
 
@@ -245,7 +245,7 @@ const DEFER_MIN: usize = 2048;
 pub(crate) struct Sink<'a> {
     pub(crate) st: &'a mut State,
     pub(crate) iface: usize,
-    /// `st.matcher.matched()` when the interface's progress call began.
+    /// `st.tag.matcher.matched()` when the interface's progress call began.
     pub(crate) matched: u64,
 }
 
@@ -267,9 +267,9 @@ impl EventSink for Sink<'_> {
     fn defer(&mut self, id: u8, data: &[u8]) -> bool {
         id == am_id::EAGER_ONLY
             && data.len() >= DEFER_MIN
-            && self.st.matcher.matched() != self.matched
+            && self.st.tag.matcher.matched() != self.matched
             && crate::wire::split_eager_only(data)
-                .is_some_and(|(_, tag, _)| !self.st.matcher.may_match(tag))
+                .is_some_and(|(_, tag, _)| !self.st.tag.matcher.may_match(tag))
     }
     fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
         self.st.handle_completion(comp, result);
@@ -319,52 +319,10 @@ impl State {
             return;
         }
         let r = match kind {
-            COMP_GET => {
-                let x = self.recv_rndv(key);
-                x.inflight = x.inflight.saturating_sub(1);
-                let inflight = x.inflight;
-                let r = self.recv_mut(key);
-                if inflight == 0 && r.offset == r.total {
-                    self.get_done(key)
-                } else {
-                    Ok(())
-                }
-            }
-            COMP_PUT => {
-                let x = self.send_rndv(key);
-                x.inflight = x.inflight.saturating_sub(1);
-                let (inflight, rreq) = (x.inflight, x.peer_req);
-                let s = self.send_mut(key);
-                let stage = s.stage;
-                if inflight == 0 && s.offset == s.data.len() {
-                    if stage == SendStage::WaitPutFlush {
-                        let r = self.req_ep(key).and_then(|ep| {
-                            self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode())
-                        });
-                        self.finish(key, Ok(()));
-                        r
-                    } else {
-                        match self.put_done(key) {
-                            Ok(false) => self.req_ep(key).map(|ep| {
-                                self.eps[ep].pending.push_back(Pending::Req(key));
-                                self.mark_pending(ep);
-                            }),
-                            Ok(true) => Ok(()),
-                            Err(e) => Err(e),
-                        }
-                    }
-                } else {
-                    Ok(())
-                }
-            }
+            COMP_GET => self.get_completed(key),
+            COMP_PUT => self.put_completed(key),
             COMP_ZCOPY => {
-                let x = self.send_rndv(key);
-                x.inflight = x.inflight.saturating_sub(1);
-                let inflight = x.inflight;
-                let s = self.send_mut(key);
-                if inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
-                    self.zcopy_done(key);
-                }
+                self.zcopy_completed(key);
                 Ok(())
             }
             crate::tag::offload::COMP_TM => {
@@ -640,7 +598,7 @@ mod tests {
             assert_eq!(c.status, Ok(()));
             assert_eq!(c.len, 4096);
             assert_eq!(c.buf.take().expect("buffer back"), *m, "message {k}");
-            assert_eq!(a.st.matcher.unexpected_len(), 0, "after message {k}");
+            assert_eq!(a.st.tag.matcher.unexpected_len(), 0, "after message {k}");
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
 use crate::worker::req_table::TakeRecv;
-use crate::worker::state::{rndv_recycle, Done, Notify, RecvStage, ReqKind, State};
+use crate::worker::state::{Done, Notify, RecvStage, ReqKind, State};
 use crate::worker::Worker;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -615,7 +615,7 @@ impl State {
         };
         if let Some(x) = rndv {
             // Drops the registration and remote key before the buffer is given back.
-            rndv_recycle(&mut self.rndv_pool, x);
+            self.rndv.recycle(x);
         }
         if let Some((id, hdr)) = am {
             // A user active message that came by rendezvous: hand it to its handler.

@@ -15,12 +15,11 @@ use crate::config::UcpConfig;
 use crate::context::Features;
 use crate::request::Completion;
 use crate::rma::raw_mem::{RecvBuf, SendBuf};
-use crate::tag::matcher::TagMatcher;
 use crate::wireup::{AmSwitchGate, ProtoConfig};
 use crate::worker::close::Closing;
-use crate::worker::{AmHandler, ErrHandler, ProtoStats, RequestCallback};
+use crate::worker::{ErrHandler, ProtoStats, RequestCallback};
 use slab::Slab;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Duration;
 use ucs::time::Clock;
@@ -254,7 +253,36 @@ impl EpExtra {
     }
 }
 
+/// The error of a step that needs an endpoint's lanes while the endpoint is still connecting.
+#[cold]
+pub(crate) fn connecting() -> Error {
+    Error::Busy("connecting".into())
+}
+
 impl Ep {
+    /// The lanes, or `Busy` while the endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_lanes(&mut self) -> Result<&mut Lanes> {
+        self.lanes.as_mut().ok_or_else(connecting)
+    }
+
+    /// The protocol thresholds, or `Busy` while the endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_proto(&self) -> Result<&ProtoConfig> {
+        self.proto.as_deref().ok_or_else(connecting)
+    }
+
+    /// What a send on the AM lane starts from: the protocol thresholds, the AM lane (interface
+    /// index, transport endpoint) and the time of the last send to note; `Busy` while the
+    /// endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_am(&mut self) -> Result<(ProtoConfig, &mut (usize, AnyEp), &mut Stamp)> {
+        let (Some(proto), Some(l)) = (self.proto.as_deref(), self.lanes.as_mut()) else {
+            return Err(connecting());
+        };
+        Ok((*proto, &mut l.uct[l.am], &mut self.last_tx))
+    }
+
     /// The rarely used part, allocated on first use.
     pub(crate) fn extra_mut(&mut self) -> &mut EpExtra {
         self.extra.get_or_insert_with(Box::default)
@@ -307,7 +335,7 @@ pub(crate) enum SendStage {
 }
 
 /// What a send or receive needs only for rendezvous, zero-copy or RMA: held in a box taken
-/// from [`State::rndv_pool`] when first needed (see [`State::send_rndv`]) and given back when
+/// from `RndvState::pool` when first needed (see [`State::send_rndv`]) and given back when
 /// the request finishes, so an eager request carries one empty pointer instead.
 #[derive(Default)]
 pub(crate) struct Rndv {
@@ -551,11 +579,6 @@ pub(crate) struct State {
     /// Shared with every [`Request`](crate::Request) handed out: its identity, and the handles
     /// dropped since the last progress call.
     pub(crate) req_shared: std::rc::Rc<crate::request::ReqShared>,
-    /// Shared with every [`Message`](crate::Message) handed out: the ones dropped unreceived.
-    pub(crate) msg_drops: std::sync::Arc<crate::tag::probe::MsgDrops>,
-    /// Unexpected messages taken by a removing probe whose sender failed before they were
-    /// complete (their data stays until the handle is received or dropped).
-    pub(crate) msgs_failed: Vec<usize>,
     pub(crate) cfg: UcpConfig,
     pub(crate) features: Features,
     pub(crate) clock: Box<dyn Clock>,
@@ -573,15 +596,10 @@ pub(crate) struct State {
     pub(crate) iface_users: Vec<u32>,
     pub(crate) reqs: crate::worker::req_table::ReqTable,
     pub(crate) req_gen: u32,
-    pub(crate) matcher: TagMatcher,
-    pub(crate) unexp: Slab<Unexp>,
-    /// Small unexpected messages (see `tag::small`).
-    pub(crate) small_unexp: crate::tag::small::SmallUnexps,
-    pub(crate) assembling: HashMap<(u64, u64), Target>,
     pub(crate) pool: Vec<Vec<u8>>,
     pub(crate) to_connect: Vec<usize>,
     /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
-    /// `failed_notify`, `callbacks_due` or `rndv_gets` (and left set until `progress` finds them all empty
+    /// `failed_notify`, `callbacks_due` or `rndv.gets` (and left set until `progress` finds them all empty
     /// again): one load tells a progress call whether it has queued work.
     pub(crate) more_work: bool,
     pub(crate) pending_eps: Vec<usize>,
@@ -605,16 +623,12 @@ pub(crate) struct State {
     pub(crate) clock_stale: bool,
     pub(crate) malformed_unknown: u64,
     pub(crate) stats: ProtoStats,
-    pub(crate) am_handlers: HashMap<u16, AmHandler>,
-    /// Descriptor handlers of user active messages (`crate::am_desc`).
-    pub(crate) am_desc_handlers: HashMap<u16, crate::am_desc::AmDescHandler>,
+    /// User active messages: the handlers.
+    pub(crate) am: crate::am::AmState,
     pub(crate) regions: crate::rma::Regions,
-    pub(crate) amo_hw: u64,
-    pub(crate) amo_emulated: u64,
+    /// Atomics: how many went which way.
+    pub(crate) amo: crate::amo::AmoState,
     pub(crate) quarantine: Vec<Vec<u8>>,
-    /// Set by [`crate::Worker::fail_tag_recvs`]: a tag receive that finds no message waiting
-    /// fails at once with it.
-    pub(crate) recv_failure: Option<ucs::Error>,
     /// Finished requests whose callback or token is due at the end of this progress call.
     pub(crate) callbacks_due: Vec<usize>,
     /// Results of token requests, waiting for `take_done_tokens`.
@@ -622,16 +636,12 @@ pub(crate) struct State {
     /// Where the results of hook requests go (`None`: to `tokens_done`, like a token's).
     pub(crate) completion_hook: Option<crate::worker::request::CompletionHook>,
     pub(crate) closings: Vec<Closing>,
+    /// Tag matching: the matcher and the unexpected messages.
+    pub(crate) tag: crate::tag::state::TagState,
     /// Tag offload (see `tag_offload`).
     pub(crate) tm: crate::tag::offload::TmState,
-    /// Cleared [`Rndv`] boxes of finished requests, reused by the next ones that need one
-    /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
-    #[allow(clippy::vec_box)]
-    pub(crate) rndv_pool: Vec<Box<Rndv>>,
-    /// Rendezvous reads on a shared-memory device with fragments left (request key and wire
-    /// id): progress moves one fragment of the front one per call, round robin (see
-    /// `State::get_step`). Made with room for 64, so a steady stream allocates nothing.
-    pub(crate) rndv_gets: std::collections::VecDeque<(usize, u64)>,
+    /// Rendezvous: the pool of rendezvous boxes, the reads in progress.
+    pub(crate) rndv: crate::rndv::RndvState,
     /// The distinct protocol configurations of the endpoints (see [`State::intern_proto`]).
     pub(crate) protos: Vec<Rc<ProtoConfig>>,
 }
@@ -715,7 +725,7 @@ impl State {
     #[allow(clippy::unreachable)]
     pub(crate) fn send_rndv(&mut self, key: usize) -> &mut Rndv {
         match &mut self.reqs[key].kind {
-            ReqKind::Send(s) => rndv_in(&mut s.rndv, &mut self.rndv_pool),
+            ReqKind::Send(s) => rndv_in(&mut s.rndv, &mut self.rndv.pool),
             _ => unreachable!("request {key} is not a send"),
         }
     }
@@ -724,18 +734,9 @@ impl State {
     #[allow(clippy::unreachable)]
     pub(crate) fn recv_rndv(&mut self, key: usize) -> &mut Rndv {
         match &mut self.reqs[key].kind {
-            ReqKind::Recv(r) => rndv_in(&mut r.rndv, &mut self.rndv_pool),
+            ReqKind::Recv(r) => rndv_in(&mut r.rndv, &mut self.rndv.pool),
             _ => unreachable!("request {key} is not a receive"),
         }
-    }
-}
-
-/// Gives a finished request's rendezvous box back to `pool`, cleared.
-#[allow(clippy::vec_box)]
-pub(crate) fn rndv_recycle(pool: &mut Vec<Box<Rndv>>, mut x: Box<Rndv>) {
-    if pool.len() < POOL_MAX {
-        *x = Rndv::default();
-        pool.push(x);
     }
 }
 

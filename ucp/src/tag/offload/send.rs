@@ -15,7 +15,7 @@ use super::{MappedSend, COMP_TM, TM_THRESH};
 use crate::request::{Completion, Op};
 use crate::rma::{Keep, MemMap};
 use crate::wire::{am_id, RemoteBuf, RtsHdr};
-use crate::worker::state::{comp_id, Pending, ReqKind, SendData, SendStage, State};
+use crate::worker::state::{comp_id, ReqKind, SendData, SendStage, State};
 use crate::worker::EpHandle;
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
@@ -107,8 +107,7 @@ impl State {
                 let id = self.next_msg_id;
                 self.next_msg_id += 1;
                 self.send_mut(key).msg_id = id;
-                self.eps[idx].pending.push_back(Pending::Req(key));
-                self.mark_pending(idx);
+                self.queue_req(idx, key);
                 return Ok(Ok(self.op_of(key)));
             }
         }
@@ -340,8 +339,7 @@ impl State {
             let id = self.next_msg_id;
             self.next_msg_id += 1;
             self.send_mut(key).msg_id = id;
-            self.eps[idx].pending.push_back(Pending::Req(key));
-            self.mark_pending(idx);
+            self.queue_req(idx, key);
             return Ok(self.op_of(key));
         }
         if !offload {
@@ -547,8 +545,7 @@ impl State {
                 let id = self.next_msg_id;
                 self.next_msg_id += 1;
                 self.send_mut(key).msg_id = id;
-                self.eps[idx].pending.push_back(Pending::Req(key));
-                self.mark_pending(idx);
+                self.queue_req(idx, key);
             }
         }
         Ok(Ok(self.op_of(key)))
