@@ -40,7 +40,7 @@ struct Graph {
 }
 
 /// One cycle: its modules (sorted) and the edges among them.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Cycle {
     modules: Vec<String>,
     edges: Vec<(String, String)>,
@@ -638,20 +638,59 @@ fn every_workspace_crate_is_checked() {
     }
 }
 
-// enabled by the lead after issue 35's merges
+/// Module cycles kept as known debts: (crate sources, the cycle's modules as the report names
+/// them, sorted). The whole-tree check fails when a crate's cycles differ from this list in any
+/// way: a new cycle, a module joining a known one, or a known cycle that shrank or is gone (then
+/// shorten or drop its entry, so the list only ever shrinks).
+///
+/// ucp's protocol families keep their per-worker state in structs of their own, but their code
+/// is still `impl State` blocks that the worker core names back (issue 35, left open).
+const KNOWN_CYCLES: &[(&str, &[&str])] = &[("ucp/src", UCP_FAMILIES_CYCLE)];
+
+/// ucp's one cycle: the worker core and the families whose code is `impl State` blocks.
+const UCP_FAMILIES_CYCLE: &[&str] = &[];
+
 #[test]
-#[ignore]
 fn workspace_has_no_module_cycles() {
     let root = workspace_root();
     let mut all = String::new();
     for src in CRATE_SOURCES {
         let files = read_crate(&root.join(src));
-        all.push_str(&report(src, &cycles(&build_graph(&files))));
+        let found = cycles(&build_graph(&files));
+        let known: Vec<&[&str]> = KNOWN_CYCLES
+            .iter()
+            .filter(|(k, _)| k == src)
+            .map(|(_, m)| *m)
+            .collect();
+        let new: Vec<Cycle> = found
+            .iter()
+            .filter(|c| !known.iter().any(|m| same_modules(c, m)))
+            .cloned()
+            .collect();
+        all.push_str(&report(src, &new));
+        for m in known {
+            if !found.iter().any(|c| same_modules(c, m)) {
+                all.push_str(&format!(
+                    "{src}: the known cycle of {} modules ({}) is no longer there as listed: update KNOWN_CYCLES\n",
+                    m.len(),
+                    m.join(", ")
+                ));
+            }
+        }
     }
     assert!(
         all.is_empty(),
         "module cycles (issue 35's rule; see this file's doc):\n{all}"
     );
+}
+
+/// Whether cycle `c` has exactly the modules `m`.
+fn same_modules(c: &Cycle, m: &[&str]) -> bool {
+    let mut a: Vec<&str> = c.modules.iter().map(String::as_str).collect();
+    let mut b = m.to_vec();
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
 }
 
 /// A graph from (file path relative to `src/`, text) pairs.

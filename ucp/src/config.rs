@@ -81,6 +81,13 @@ pub static AM_LANE_SWITCH: ConfigVar = ConfigVar {
 /// The transports the `shm` alias stands for.
 pub const SHM_TLS: [&str; 3] = ["posix", "sysv", "cma"];
 
+/// `RUCX_TM_ENABLE`: use transport tag offload.
+pub static TM_ENABLE: ConfigVar = ConfigVar {
+    name: "TM_ENABLE",
+    default: "y",
+    doc: "Use transport tag matching (tcp, posix, sysv) for tag messages: y or n.",
+};
+
 /// Every ucp variable, for the configuration printer.
 pub static ALL_VARS: &[&ConfigVar] = &[
     &TLS,
@@ -94,7 +101,7 @@ pub static ALL_VARS: &[&ConfigVar] = &[
     &KEEPALIVE_INTERVAL,
     &KEEPALIVE_TIMEOUT,
     &AM_LANE_SWITCH,
-    &crate::worker::TM_ENABLE,
+    &TM_ENABLE,
 ];
 
 /// The `RUCX_*` variable tables of ucp and the transports under it, for

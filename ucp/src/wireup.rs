@@ -29,6 +29,7 @@
 
 pub(crate) mod ep;
 mod proto;
+pub use proto::TM_THRESH;
 
 pub use proto::{ProtoConfig, RndvScheme};
 

@@ -47,7 +47,9 @@ mod uct_index;
 mod wait;
 
 pub use crate::amo::AmoSize;
-pub use crate::tag::offload::{TmStats, TM_ENABLE, TM_THRESH};
+pub use crate::config::TM_ENABLE;
+pub use crate::tag::offload::TmStats;
+pub use crate::wireup::TM_THRESH;
 
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Features};

@@ -83,28 +83,18 @@
 
 mod send;
 
+use crate::config::TM_ENABLE;
 use crate::rma::Keep;
 use crate::wire::NO_REQ;
 use crate::wireup::ProtoConfig;
+use crate::wireup::TM_THRESH;
 use crate::worker::state::{RecvStage, Req, ReqKind, State};
 use crate::worker::Worker;
 use std::ptr::NonNull;
-use ucs::config::ConfigVar;
 use ucs::{Outcome, Result};
 use uct::Iface as _;
 use uct::MemoryDomain as _;
 use uct::{AnyIface, IfaceFlags, Iov, MemHandle, TagRecvId};
-
-/// `RUCX_TM_ENABLE`: use transport tag offload.
-pub static TM_ENABLE: ConfigVar = ConfigVar {
-    name: "TM_ENABLE",
-    default: "y",
-    doc: "Use transport tag matching (tcp, posix, sysv) for tag messages: y or n.",
-};
-
-/// Smallest eager message sent by tag offload: smaller ones arrive whole with their header, so
-/// the active-message path costs the same copy.
-pub const TM_THRESH: usize = 1025;
 
 /// Where tag offload receives eager messages straight into posted buffers (tcp), tag messages
 /// up to this size go eager even above the rendezvous threshold: eager then costs the same

@@ -12,8 +12,8 @@
 
 use crate::request::{Completion, Op};
 use crate::rma::raw_mem::SendBuf;
-use crate::tag::offload::TM_THRESH;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
+use crate::wireup::TM_THRESH;
 use crate::worker::endpoint::bad_handle;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;

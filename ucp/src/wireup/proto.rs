@@ -7,6 +7,10 @@ use crate::wire::{EagerFirstHdr, EagerHdr, FragHdr, PREFIX_LEN};
 use std::fmt::Write as _;
 use uct::{IfaceAttr, IfaceFlags};
 
+/// Smallest eager message sent by tag offload: smaller ones arrive whole with their header, so
+/// the active-message path costs the same copy.
+pub const TM_THRESH: usize = 1025;
+
 /// How rendezvous moves data for this configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RndvScheme {
@@ -284,9 +288,7 @@ impl ProtoConfig {
     #[must_use]
     pub(crate) fn with_tag_short_lim(mut self) -> Self {
         self.tag_short_lim = self.short_max.map_or(0, |m| {
-            m.saturating_add(1)
-                .min(self.tag_rndv_thresh)
-                .min(crate::tag::offload::TM_THRESH)
+            m.saturating_add(1).min(self.tag_rndv_thresh).min(TM_THRESH)
         });
         self
     }

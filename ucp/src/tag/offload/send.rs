@@ -11,10 +11,11 @@
     )
 )]
 
-use super::{MappedSend, COMP_TM, TM_THRESH};
+use super::{MappedSend, COMP_TM};
 use crate::request::{Completion, Op};
 use crate::rma::{Keep, MemMap};
 use crate::wire::{am_id, RemoteBuf, RtsHdr};
+use crate::wireup::TM_THRESH;
 use crate::worker::state::{comp_id, ReqKind, SendData, SendStage, State};
 use crate::worker::EpHandle;
 use std::ptr::NonNull;
