@@ -103,7 +103,7 @@ pub fn socket_name(pid: u32) -> String {
 }
 
 fn sockaddr(pid: u32) -> (libc::sockaddr_un, libc::socklen_t) {
-    crate::mm::iface::abstract_addr(&socket_name(pid))
+    crate::unix_addr::abstract_addr(socket_name(pid).as_bytes())
 }
 
 fn stream_socket() -> Result<OwnedFd> {

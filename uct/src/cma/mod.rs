@@ -22,7 +22,7 @@ use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 use crate::mm::wire::DeviceAddr;
 use crate::peer_proc::{PeerProc, PeerProcs};
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::rc::{Rc, Weak};

@@ -45,7 +45,7 @@ pub use iface::{process_totals, FaultIface, FaultStats};
 
 use crate::caps::{IfaceFlags, TlRoles};
 use crate::iface::IfaceParams;
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use std::marker::PhantomData;
 use ucs::config::ConfigVar;
 use ucs::{Error, Result};

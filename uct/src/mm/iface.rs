@@ -1,7 +1,7 @@
 //! Interface and endpoint of the shared-memory transports.
 
 use super::fifo::{self, FifoPtrs, Polled, BUF_DATA_MAX, INLINE_MAX};
-use super::keep::{AmKeep, RxBufs};
+use super::keep::RxBufs;
 use super::peer_proc::{MmPeer, MmPeers};
 use super::segment::Segment;
 use super::tag::{self, TagState};
@@ -13,6 +13,7 @@ use crate::cpu_atomic::{self, reject_post_swap};
 use crate::ep::{
     check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId,
 };
+use crate::held::{AmKeep, BufLender};
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, RemoteKey};
 use crate::peer_proc::watch::EpollPeers;
@@ -121,19 +122,6 @@ fn attr() -> IfaceAttr {
     }
 }
 
-pub(crate) fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_un.
-    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = name.as_bytes();
-    debug_assert!(bytes.len() < a.sun_path.len() - 1);
-    for (d, s) in a.sun_path[1..].iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len();
-    (a, len as libc::socklen_t)
-}
-
 /// The abstract socket address of the wake-up socket of the interface at `peer` (the name
 /// [`IfaceAddr::socket_name`] gives), built on the stack: waking a peer allocates nothing, and
 /// endpoints keep no copy of it.
@@ -144,14 +132,7 @@ pub(super) fn wake_addr(peer: &IfaceAddr) -> (libc::sockaddr_un, libc::socklen_t
     // "rucx-mm-" + 10 pid digits + "-" + 16 hex digits fit 64 bytes.
     let _ = write!(w, "rucx-mm-{}-{:016x}", peer.seg.pid, peer.nonce);
     let n = 64 - w.len();
-    // SAFETY: all-zero is a valid sockaddr_un.
-    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in a.sun_path[1..].iter_mut().zip(&name[..n]) {
-        *d = *s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + n;
-    (a, len as libc::socklen_t)
+    crate::unix_addr::abstract_addr(&name[..n])
 }
 
 /// Sends a one-byte wake-up from `sock` to the interface at `peer`. A full socket already wakes
@@ -315,6 +296,8 @@ pub struct MmIface {
     pub(super) fifo: FifoPtrs,
     /// Which buffer each element has, the free spares, and the segment (see `keep`).
     bufs: Rc<RxBufs>,
+    /// `bufs`, as the [`AmKeep`] offers lend from it.
+    lender: Rc<dyn BufLender>,
     pub(super) read_pos: u64,
     released: u64,
     /// A call that consumed messages returned before its release and checks (see
@@ -373,7 +356,8 @@ impl MmIface {
         }
         // SAFETY: a fresh descriptor we own.
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-        let (sa, len) = abstract_addr(&IfaceAddr::socket_name(pid, nonce));
+        let (sa, len) =
+            crate::unix_addr::abstract_addr(IfaceAddr::socket_name(pid, nonce).as_bytes());
         // SAFETY: FFI with a valid address of `len` bytes.
         if unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, len) } != 0 {
             return Err(Error::last_os("binding the shared-memory wake-up socket"));
@@ -403,6 +387,7 @@ impl MmIface {
             local_dev,
             iface_addr,
             fifo,
+            lender: bufs.clone(),
             bufs,
             read_pos: 0,
             released: 0,
@@ -569,7 +554,7 @@ impl MmIface {
                         prefetch_deferred(data);
                         break;
                     }
-                    sink.am_keep(id, data, AmKeep::new(&self.bufs, self.read_pos, data));
+                    sink.am_keep(id, data, AmKeep::new(&self.lender, self.read_pos, data));
                 }
                 Polled::Msg(id, data) | Polled::Buf(id, data) => {
                     if id < crate::ep::AM_ID_MAX {
@@ -644,7 +629,7 @@ impl MmIface {
 #[inline(always)]
 fn prefetch_deferred(data: &[u8]) {
     for line in data[..data.len().min(PREFETCH_DEFERRED)].chunks(64) {
-        fifo::prefetch_read(line.as_ptr());
+        crate::prefetch::prefetch_read(line.as_ptr());
     }
 }
 
@@ -755,7 +740,7 @@ impl Iface for MmIface {
             pid: std::process::id(),
             cached_tail: 0,
             rx_seen: 0,
-            prefetchw: fifo::PrefetchW::detect(),
+            prefetchw: crate::prefetch::PrefetchW::detect(),
             full_refusals: 0,
             shared,
             common: self.common.clone(),

@@ -47,8 +47,10 @@ pub mod peer_maps;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+#[doc(hidden)]
+// Old paths of the neutral types, until ucp names them at the crate root.
+pub use crate::held::{AmKeep, HeldBuf};
 pub use iface::{MmEp, MmIface};
-pub use keep::{AmKeep, HeldBuf};
 pub use md::MmMd;
 pub use tag::MmTagCanceler;
 pub use wire::SegKind;
@@ -56,7 +58,7 @@ pub use wire::SegKind;
 use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
 use crate::peer_proc::PeerProcs;
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use ucs::{Error, Result};
 
 /// The device name of the shared-memory transports.

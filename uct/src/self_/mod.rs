@@ -20,7 +20,7 @@ pub use md::SelfMd;
 
 use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use ucs::{Error, Result};
 
 /// Transport name.

@@ -12,7 +12,7 @@ pub struct MmEp {
     /// The interface's [`Common::rx_rounds`] at our previous send.
     pub(in crate::mm) rx_seen: u16,
     /// Set when the CPU can prefetch for writing.
-    pub(in crate::mm) prefetchw: Option<fifo::PrefetchW>,
+    pub(in crate::mm) prefetchw: Option<crate::prefetch::PrefetchW>,
     /// Sends refused for a full FIFO so far; the peer's liveness is asked of the kernel on one
     /// refusal in [`FULL_CHECK_EVERY`] (see [`MmEp::no_resource`]).
     pub(in crate::mm) full_refusals: u8,
