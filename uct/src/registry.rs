@@ -4,12 +4,11 @@
 //! `transports!` invocation at the bottom of this file.
 
 use crate::caps::{EventFlags, IfaceAttr, MdAttr, TlRoles};
-// Until the network transports name `crate::transport` themselves.
 use crate::ep::{AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId};
 use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 use crate::peer_proc::PeerProcs;
-pub(crate) use crate::transport::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};

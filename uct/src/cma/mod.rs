@@ -755,6 +755,20 @@ mod tests {
 }
 
 #[cfg(all(test, not(loom)))]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = CmaRkey::decode(&bytes);
+            let _ = CmaIfaceAddr::decode(&bytes);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
 mod pid_tests {
     use super::*;
 

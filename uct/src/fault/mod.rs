@@ -35,12 +35,11 @@
 //! Both sides of a connection must use the same fault transport name: the wrapper's addresses
 //! are the wrapped transport's, under its own name.
 
-mod ep;
 mod iface;
 #[cfg(test)]
 mod tests;
 
-pub use ep::FaultEp;
+pub use iface::ep::FaultEp;
 pub use iface::{process_totals, FaultIface, FaultStats};
 
 use crate::caps::{IfaceFlags, TlRoles};

@@ -36,9 +36,7 @@
 //! every length before it touches payload bytes.
 
 use super::ring::{self, Claim};
-#[doc(hidden)]
-// Old paths of the neutral hints, until ucp names them at the crate root.
-pub use crate::prefetch::{prefetch_read, PrefetchW};
+use crate::prefetch::PrefetchW;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 /// Number of elements (a power of two).

@@ -4,7 +4,6 @@ use super::fifo::{self, FifoPtrs, Polled, BUF_DATA_MAX, INLINE_MAX};
 use super::keep::RxBufs;
 use super::peer_proc::{MmPeer, MmPeers};
 use super::segment::Segment;
-use super::tag::{self, TagState};
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
 use crate::caps::{
     AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
@@ -38,6 +37,9 @@ pub const RMA_MAX_BCOPY: usize = 8192;
 /// Largest `put_zcopy` / `get_zcopy`.
 pub const RMA_MAX_ZCOPY: usize = 1 << 30;
 mod ep;
+pub mod tag;
+
+use tag::TagState;
 
 /// Messages consumed per progress call at most.
 const POLL_BATCH: usize = 32;

@@ -37,7 +37,6 @@ mod md;
 mod peer_proc;
 pub mod ring;
 pub mod segment;
-pub mod tag;
 pub mod wire;
 pub mod wire_tag;
 
@@ -47,12 +46,9 @@ pub mod peer_maps;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-#[doc(hidden)]
-// Old paths of the neutral types, until ucp names them at the crate root.
-pub use crate::held::{AmKeep, HeldBuf};
+pub use iface::tag::MmTagCanceler;
 pub use iface::{MmEp, MmIface};
 pub use md::MmMd;
-pub use tag::MmTagCanceler;
 pub use wire::SegKind;
 
 use crate::caps::{DeviceType, TlRoles};

@@ -1,14 +1,14 @@
 //! The self endpoint: active messages go into the target interface's receive ring; put, get and
 //! atomics act at once on the memory a remote key maps.
 
-use super::iface::{
+use super::{
     resolve_ep_addr, EpSlot, IfaceInner, ScratchLoan, SlotLoan, SlotState, MAX_AM_HDR, RX_RING_LEN,
     SEG_SIZE,
 };
-use super::wire::{DeviceAddr, EpAddr};
 use crate::cpu_atomic::{self, reject_post_swap, Word};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
+use crate::self_::wire::{DeviceAddr, EpAddr};
 use std::rc::{Rc, Weak};
 use ucs::{Error, Outcome, Result};
 
@@ -33,10 +33,10 @@ fn iface_closed() -> Error {
 
 /// Total length of byte pieces, checking the piece count.
 fn iov_total(n: usize, total: usize) -> Result<usize> {
-    if n > super::iface::MAX_IOV {
+    if n > super::MAX_IOV {
         return Err(Error::InvalidParam(format!(
             "{n} iov entries exceed self's limit of {}",
-            super::iface::MAX_IOV
+            super::MAX_IOV
         )));
     }
     Ok(total)
