@@ -528,10 +528,10 @@ impl MmIface {
     }
     /// The work of [`Iface::progress`] once its quick look found some: consumes up to
     /// [`POLL_BATCH`] messages (fewer when the sink defers a buffer message after the first:
-    /// [`EventSink::defer`]), releases consumed positions, and runs the periodic checks,
-    /// pending requests, endpoint errors and tag events. A call whose messages emptied the FIFO
-    /// may return before the release and the rest, which the next call then does (at most
-    /// every other call that consumes messages returns so).
+    /// [`EventSink::defer`]), then does the housekeeping ([`MmIface::housekeeping`]: releases,
+    /// periodic checks, pending requests, endpoint errors, tag events). A call whose messages
+    /// emptied the FIFO may leave the housekeeping to the next call
+    /// ([`MmIface::may_owe_checks`]).
     #[inline(never)]
     fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut n = 0;
@@ -541,11 +541,8 @@ impl MmIface {
             // with its buffer from our table; the data slice is used only inside the sink call,
             // before the release below (a kept one through its HeldBuf).
             match unsafe { self.fifo.poll(self.read_pos, buf) } {
-                Polled::Empty if n > 0 && !self.checks_owed && self.released != self.read_pos => {
-                    // The FIFO ran dry after some messages: back to the caller at once (a
-                    // ping-pong replies sooner), the release and checks left to the next call,
-                    // which the unreleased position sends here. A call that consumes some
-                    // again before that runs them as usual.
+                Polled::Empty if self.may_owe_checks(n) => {
+                    // The unreleased position sends the next call to the housekeeping.
                     self.checks_owed = true;
                     self.note_rx_round();
                     return n;
@@ -579,6 +576,31 @@ impl MmIface {
         if n > 0 {
             self.note_rx_round();
         }
+        n + self.housekeeping(n, sink)
+    }
+
+    /// Tuning: whether a call that consumed `n` messages and then found the FIFO empty returns
+    /// to its caller at once, before the release and the periodic checks. What it buys: in a
+    /// ping-pong the caller sends its reply one release, one tick test and the pending/tag
+    /// tests sooner (d9cf677; no number was recorded with it). The next call does what was
+    /// left (the unreleased position makes its quick look fail), and does not return early
+    /// itself (`checks_owed`), so at most every other call that consumes messages skips the
+    /// housekeeping and a stream of single messages still releases and runs pending sends
+    /// (`mm::tests::pending_sends_run_while_every_call_consumes_a_message`).
+    #[inline(always)]
+    fn may_owe_checks(&self, n: usize) -> bool {
+        n > 0 && !self.checks_owed && self.released != self.read_pos
+    }
+
+    /// After a batch of `n` messages: releases the consumed positions when the batch found
+    /// nothing (a batch that consumed some released every [`fifo::RELEASE_BATCH`]), looks for
+    /// a FIFO stalled by a dead sender every [`STALL_CHECK_INTERVAL`] empty calls, looks at
+    /// the peers and grants every [`PEER_CHECK_INTERVAL`] calls but at most once per
+    /// [`PEER_CHECK_PERIOD`], and runs pending requests, endpoint errors and tag events when
+    /// any wait. Gives the events it delivered.
+    #[inline(always)]
+    fn housekeeping<S: EventSink>(&mut self, n: usize, sink: &mut S) -> usize {
+        let mut done = 0;
         if n == 0 && self.released != self.read_pos {
             self.fifo.release(self.read_pos);
             self.released = self.read_pos;
@@ -595,12 +617,12 @@ impl MmIface {
             crate::grant::maintain();
         }
         if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
-            n += self.progress_eps(sink, check_peers);
+            done += self.progress_eps(sink, check_peers);
         }
         if self.common.tag_work.get() {
-            n += self.tag_progress(sink);
+            done += self.tag_progress(sink);
         }
-        n
+        done
     }
 }
 
