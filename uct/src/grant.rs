@@ -32,6 +32,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
+use ucs::async_ctx::{EventSet, Interest};
 use ucs::{Error, Result};
 
 /// Backlog of the grant socket (the kernel caps it at `net.core.somaxconn`).
@@ -103,7 +104,7 @@ pub fn socket_name(pid: u32) -> String {
 }
 
 fn sockaddr(pid: u32) -> (libc::sockaddr_un, libc::socklen_t) {
-    crate::mm::iface::abstract_addr(&socket_name(pid))
+    crate::unix_addr::abstract_addr(socket_name(pid).as_bytes())
 }
 
 fn stream_socket() -> Result<OwnedFd> {
@@ -398,6 +399,8 @@ pub const GRANT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// exists and has not granted us yet.
 pub fn wait_granted(pid: u32, timeout: std::time::Duration) -> bool {
     let until = std::time::Instant::now() + timeout;
+    // Made at the first wait: a grant that is already there costs no epoll descriptor.
+    let mut sleeper: Option<Result<EventSet>> = None;
     loop {
         if granted(pid) {
             return true;
@@ -409,20 +412,34 @@ pub fn wait_granted(pid: u32, timeout: std::time::Duration) -> bool {
         if left.is_zero() || gone {
             return false;
         }
-        let Some(fd) = with_registry(|r| r.listener.as_ref().map(|l| l.as_raw_fd())) else {
-            return false;
-        };
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        if sleeper.is_none() {
+            let Some(fd) = with_registry(|r| r.listener.as_ref().map(|l| l.as_raw_fd())) else {
+                return false;
+            };
+            sleeper = Some(listener_sleeper(fd));
+        }
         // Wake on a new connection, and look again at least every 10 ms (a connection another
         // thread accepted first, or its byte arriving later).
-        let ms = left.as_millis().clamp(1, 10) as i32;
-        // SAFETY: FFI with one valid pollfd (the listener lives as long as the process).
-        unsafe { libc::poll(&mut p, 1, ms) };
+        let nap = left.clamp(std::time::Duration::from_millis(1), LOOK_AGAIN);
+        match &sleeper {
+            // An error or an interrupted wait only means looking again sooner.
+            Some(Ok(set)) => {
+                let _ = set.wait_any(Some(nap));
+            }
+            _ => std::thread::sleep(nap),
+        }
     }
+}
+
+/// The longest [`wait_granted`] sleeps before it looks at the grants again.
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// An event set that wakes when our grant socket `listener` has a connection to accept (the
+/// listener lives as long as the process); an error leaves [`wait_granted`] napping instead.
+fn listener_sleeper(listener: std::os::fd::RawFd) -> Result<EventSet> {
+    let set = EventSet::new()?;
+    set.add(listener, Interest::READABLE, 0)?;
+    Ok(set)
 }
 
 /// [`wait_granted`] for at most [`GRANT_WAIT`], as an error naming `what` was refused (and

@@ -54,10 +54,10 @@ pub trait EventSink {
     /// An active message arrived; `data` is valid only during this call (copy it to keep it).
     fn am(&mut self, id: u8, data: &[u8]);
     /// An active message arrived in a receive buffer the sink may keep: `keep.keep(part)`
-    /// leaves `part` of `data` there until the returned [`HeldBuf`](crate::mm::HeldBuf) drops
+    /// leaves `part` of `data` there until the returned [`HeldBuf`](crate::HeldBuf) drops
     /// (or gives `None`: copy it then). By default handled as [`EventSink::am`].
     #[inline]
-    fn am_keep(&mut self, id: u8, data: &[u8], keep: crate::mm::AmKeep<'_>) {
+    fn am_keep(&mut self, id: u8, data: &[u8], keep: crate::held::AmKeep<'_>) {
         let _ = keep;
         self.am(id, data);
     }

@@ -11,10 +11,12 @@ mod cpu_atomic;
 pub mod ep;
 pub mod fault;
 pub mod grant;
+pub mod held;
 pub mod iface;
 pub mod md;
 pub mod mm;
 pub mod peer_proc;
+pub mod prefetch;
 pub mod rc_verbs;
 pub mod registry;
 pub mod self_;
@@ -23,7 +25,9 @@ pub mod tag_posted;
 pub mod tcp;
 #[doc(hidden)]
 pub mod testing;
+pub mod transport;
 pub mod ud_verbs;
+mod unix_addr;
 pub mod worker;
 
 pub use caps::{
@@ -33,14 +37,17 @@ pub use caps::{
 pub use ep::{
     check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId, AM_ID_MAX,
 };
+pub use held::{AmKeep, HeldBuf};
 pub use iface::{
     AmHandlers, EventSink, Iface, IfaceParams, RndvRemote, TagRecvCancel, TagRecvCanceler,
 };
 pub use md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 pub use peer_proc::PeerProcs;
+pub use prefetch::{prefetch_read, PrefetchW};
 pub use registry::{
     config_tables, open, open_shared, open_with, query_resources, query_transports,
-    transport_roles, AnyEp, AnyIface, AnyMd, DeviceInfo, TlResource, Transport, TRANSPORT_NAMES,
+    transport_roles, AnyEp, AnyIface, AnyMd, TlResource, TRANSPORT_NAMES,
 };
+pub use transport::{DeviceInfo, Transport};
 pub use ucs::{Error, Outcome, Result};
 pub use worker::{IfaceId, Worker};

@@ -109,9 +109,9 @@ fn prefetch_crossing(dst: *mut u8, src: *const u8, n: usize) {
         (next > p && next < p.wrapping_add(n)).then_some(next as *const u8)
     };
     if let Some(p) = crossing(src as usize) {
-        uct::mm::fifo::prefetch_read(p);
+        uct::prefetch_read(p);
     }
-    if let (Some(p), Some(cpu)) = (crossing(dst as usize), uct::mm::fifo::PrefetchW::detect()) {
+    if let (Some(p), Some(cpu)) = (crossing(dst as usize), uct::PrefetchW::detect()) {
         cpu.prefetch(p);
     }
 }

@@ -404,7 +404,7 @@ impl State {
         total: usize,
         sreq: u64,
         msg_id: Option<u64>,
-        keep: Option<uct::mm::AmKeep<'_>>,
+        keep: Option<uct::AmKeep<'_>>,
     ) {
         let Some(wire) = self.tm_match(tag) else {
             let whole = sreq == NO_REQ && msg_id.is_none() && data.len() >= total;
@@ -456,7 +456,7 @@ impl State {
     /// [`State::eager_arrived`] of a whole message without acknowledgement that matched no
     /// posted receive and stays in the transport's receive buffer `held` while it waits.
     #[inline(never)]
-    fn eager_unexpected_held(&mut self, idx: usize, tag: u64, held: uct::mm::HeldBuf) {
+    fn eager_unexpected_held(&mut self, idx: usize, tag: u64, held: uct::HeldBuf) {
         let uid = self.tag.unexp.insert(Unexp {
             ep: idx,
             tag,

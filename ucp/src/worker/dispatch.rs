@@ -55,7 +55,7 @@ impl State {
         iface: Option<usize>,
         id: u8,
         data: &[u8],
-        keep: uct::mm::AmKeep<'_>,
+        keep: uct::AmKeep<'_>,
     ) {
         if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data, Some(keep)) {
             return;
@@ -91,7 +91,7 @@ impl State {
         &mut self,
         iface: Option<usize>,
         data: &[u8],
-        keep: Option<uct::mm::AmKeep<'_>>,
+        keep: Option<uct::AmKeep<'_>>,
     ) -> bool {
         let Some((src, tag, payload)) = split_eager_only(data) else {
             return false;

@@ -253,7 +253,7 @@ impl EventSink for Sink<'_> {
     fn am(&mut self, id: u8, data: &[u8]) {
         self.st.handle_am_from(Some(self.iface), id, data);
     }
-    fn am_keep(&mut self, id: u8, data: &[u8], keep: uct::mm::AmKeep<'_>) {
+    fn am_keep(&mut self, id: u8, data: &[u8], keep: uct::AmKeep<'_>) {
         self.st.handle_am_keep(Some(self.iface), id, data, keep);
     }
     /// An eager message of at least [`DEFER_MIN`] bytes for which no receive is posted, after

@@ -525,7 +525,7 @@ pub(crate) const UNEXP_INLINE: usize = 48;
 pub(crate) enum UnexpKind {
     /// A whole eager message without acknowledgement, left in the transport's receive buffer
     /// (copied once, into the receive that takes it).
-    Held(uct::mm::HeldBuf),
+    Held(uct::HeldBuf),
     /// A whole eager message of `len` (at most [`UNEXP_INLINE`]) bytes, in `data[..len]`.
     Inline {
         len: u8,

@@ -22,7 +22,7 @@ use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 use crate::mm::wire::DeviceAddr;
 use crate::peer_proc::{PeerProc, PeerProcs};
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::rc::{Rc, Weak};
@@ -750,6 +750,20 @@ mod tests {
         ] {
             let e = CmaIfaceAddr::decode(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = CmaRkey::decode(&bytes);
+            let _ = CmaIfaceAddr::decode(&bytes);
         }
     }
 }

@@ -2,13 +2,15 @@
 //! interface's progress delivers, and the reports of the send-side faults (dropped connections,
 //! partial sends finishing, retries of held operations).
 
-use super::ep::{EpState, FaultEp};
-use super::{FaultConfig, FORWARDED};
+pub(super) mod ep;
+
 use crate::caps::{EventFlags, IfaceAttr, IfaceFlags};
 use crate::ep::{CompletionId, EpId, PendingId, TagRecvId};
+use crate::fault::{FaultConfig, FORWARDED};
 use crate::iface::{EventSink, Iface, RndvRemote, TagRecvCanceler};
 use crate::md::Iov;
 use crate::Endpoint;
+use ep::{EpState, FaultEp};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;

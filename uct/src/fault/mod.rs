@@ -35,17 +35,16 @@
 //! Both sides of a connection must use the same fault transport name: the wrapper's addresses
 //! are the wrapped transport's, under its own name.
 
-mod ep;
 mod iface;
 #[cfg(test)]
 mod tests;
 
-pub use ep::FaultEp;
+pub use iface::ep::FaultEp;
 pub use iface::{process_totals, FaultIface, FaultStats};
 
 use crate::caps::{IfaceFlags, TlRoles};
 use crate::iface::IfaceParams;
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use std::marker::PhantomData;
 use ucs::config::ConfigVar;
 use ucs::{Error, Result};

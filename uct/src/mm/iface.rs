@@ -1,10 +1,9 @@
 //! Interface and endpoint of the shared-memory transports.
 
 use super::fifo::{self, FifoPtrs, Polled, BUF_DATA_MAX, INLINE_MAX};
-use super::keep::{AmKeep, RxBufs};
+use super::keep::RxBufs;
 use super::peer_proc::{MmPeer, MmPeers};
 use super::segment::Segment;
-use super::tag::{self, TagState};
 use super::wire::{DeviceAddr, IfaceAddr, SegKind};
 use crate::caps::{
     AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel, TagLimits,
@@ -13,6 +12,7 @@ use crate::cpu_atomic::{self, reject_post_swap};
 use crate::ep::{
     check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId,
 };
+use crate::held::{AmKeep, BufLender};
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, RemoteKey};
 use crate::peer_proc::watch::EpollPeers;
@@ -37,6 +37,9 @@ pub const RMA_MAX_BCOPY: usize = 8192;
 /// Largest `put_zcopy` / `get_zcopy`.
 pub const RMA_MAX_ZCOPY: usize = 1 << 30;
 mod ep;
+pub mod tag;
+
+use tag::TagState;
 
 /// Messages consumed per progress call at most.
 const POLL_BATCH: usize = 32;
@@ -121,19 +124,6 @@ fn attr() -> IfaceAttr {
     }
 }
 
-pub(crate) fn abstract_addr(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_un.
-    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = name.as_bytes();
-    debug_assert!(bytes.len() < a.sun_path.len() - 1);
-    for (d, s) in a.sun_path[1..].iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len();
-    (a, len as libc::socklen_t)
-}
-
 /// The abstract socket address of the wake-up socket of the interface at `peer` (the name
 /// [`IfaceAddr::socket_name`] gives), built on the stack: waking a peer allocates nothing, and
 /// endpoints keep no copy of it.
@@ -144,14 +134,7 @@ pub(super) fn wake_addr(peer: &IfaceAddr) -> (libc::sockaddr_un, libc::socklen_t
     // "rucx-mm-" + 10 pid digits + "-" + 16 hex digits fit 64 bytes.
     let _ = write!(w, "rucx-mm-{}-{:016x}", peer.seg.pid, peer.nonce);
     let n = 64 - w.len();
-    // SAFETY: all-zero is a valid sockaddr_un.
-    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in a.sun_path[1..].iter_mut().zip(&name[..n]) {
-        *d = *s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + n;
-    (a, len as libc::socklen_t)
+    crate::unix_addr::abstract_addr(&name[..n])
 }
 
 /// Sends a one-byte wake-up from `sock` to the interface at `peer`. A full socket already wakes
@@ -315,6 +298,8 @@ pub struct MmIface {
     pub(super) fifo: FifoPtrs,
     /// Which buffer each element has, the free spares, and the segment (see `keep`).
     bufs: Rc<RxBufs>,
+    /// `bufs`, as the [`AmKeep`] offers lend from it.
+    lender: Rc<dyn BufLender>,
     pub(super) read_pos: u64,
     released: u64,
     /// A call that consumed messages returned before its release and checks (see
@@ -373,7 +358,8 @@ impl MmIface {
         }
         // SAFETY: a fresh descriptor we own.
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-        let (sa, len) = abstract_addr(&IfaceAddr::socket_name(pid, nonce));
+        let (sa, len) =
+            crate::unix_addr::abstract_addr(IfaceAddr::socket_name(pid, nonce).as_bytes());
         // SAFETY: FFI with a valid address of `len` bytes.
         if unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, len) } != 0 {
             return Err(Error::last_os("binding the shared-memory wake-up socket"));
@@ -403,6 +389,7 @@ impl MmIface {
             local_dev,
             iface_addr,
             fifo,
+            lender: bufs.clone(),
             bufs,
             read_pos: 0,
             released: 0,
@@ -541,10 +528,10 @@ impl MmIface {
     }
     /// The work of [`Iface::progress`] once its quick look found some: consumes up to
     /// [`POLL_BATCH`] messages (fewer when the sink defers a buffer message after the first:
-    /// [`EventSink::defer`]), releases consumed positions, and runs the periodic checks,
-    /// pending requests, endpoint errors and tag events. A call whose messages emptied the FIFO
-    /// may return before the release and the rest, which the next call then does (at most
-    /// every other call that consumes messages returns so).
+    /// [`EventSink::defer`]), then does the housekeeping ([`MmIface::housekeeping`]: releases,
+    /// periodic checks, pending requests, endpoint errors, tag events). A call whose messages
+    /// emptied the FIFO may leave the housekeeping to the next call
+    /// ([`MmIface::may_owe_checks`]).
     #[inline(never)]
     fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut n = 0;
@@ -554,11 +541,8 @@ impl MmIface {
             // with its buffer from our table; the data slice is used only inside the sink call,
             // before the release below (a kept one through its HeldBuf).
             match unsafe { self.fifo.poll(self.read_pos, buf) } {
-                Polled::Empty if n > 0 && !self.checks_owed && self.released != self.read_pos => {
-                    // The FIFO ran dry after some messages: back to the caller at once (a
-                    // ping-pong replies sooner), the release and checks left to the next call,
-                    // which the unreleased position sends here. A call that consumes some
-                    // again before that runs them as usual.
+                Polled::Empty if self.may_owe_checks(n) => {
+                    // The unreleased position sends the next call to the housekeeping.
                     self.checks_owed = true;
                     self.note_rx_round();
                     return n;
@@ -569,7 +553,7 @@ impl MmIface {
                         prefetch_deferred(data);
                         break;
                     }
-                    sink.am_keep(id, data, AmKeep::new(&self.bufs, self.read_pos, data));
+                    sink.am_keep(id, data, AmKeep::new(&self.lender, self.read_pos, data));
                 }
                 Polled::Msg(id, data) | Polled::Buf(id, data) => {
                     if id < crate::ep::AM_ID_MAX {
@@ -592,6 +576,31 @@ impl MmIface {
         if n > 0 {
             self.note_rx_round();
         }
+        n + self.housekeeping(n, sink)
+    }
+
+    /// Tuning: whether a call that consumed `n` messages and then found the FIFO empty returns
+    /// to its caller at once, before the release and the periodic checks. What it buys: in a
+    /// ping-pong the caller sends its reply one release, one tick test and the pending/tag
+    /// tests sooner (d9cf677; no number was recorded with it). The next call does what was
+    /// left (the unreleased position makes its quick look fail), and does not return early
+    /// itself (`checks_owed`), so at most every other call that consumes messages skips the
+    /// housekeeping and a stream of single messages still releases and runs pending sends
+    /// (`mm::tests::pending_sends_run_while_every_call_consumes_a_message`).
+    #[inline(always)]
+    fn may_owe_checks(&self, n: usize) -> bool {
+        n > 0 && !self.checks_owed && self.released != self.read_pos
+    }
+
+    /// After a batch of `n` messages: releases the consumed positions when the batch found
+    /// nothing (a batch that consumed some released every [`fifo::RELEASE_BATCH`]), looks for
+    /// a FIFO stalled by a dead sender every [`STALL_CHECK_INTERVAL`] empty calls, looks at
+    /// the peers and grants every [`PEER_CHECK_INTERVAL`] calls but at most once per
+    /// [`PEER_CHECK_PERIOD`], and runs pending requests, endpoint errors and tag events when
+    /// any wait. Gives the events it delivered.
+    #[inline(always)]
+    fn housekeeping<S: EventSink>(&mut self, n: usize, sink: &mut S) -> usize {
+        let mut done = 0;
         if n == 0 && self.released != self.read_pos {
             self.fifo.release(self.read_pos);
             self.released = self.read_pos;
@@ -608,12 +617,12 @@ impl MmIface {
             crate::grant::maintain();
         }
         if check_peers || self.common.pending_total.get() > 0 || self.common.unreported.get() > 0 {
-            n += self.progress_eps(sink, check_peers);
+            done += self.progress_eps(sink, check_peers);
         }
         if self.common.tag_work.get() {
-            n += self.tag_progress(sink);
+            done += self.tag_progress(sink);
         }
-        n
+        done
     }
 }
 
@@ -644,7 +653,7 @@ impl MmIface {
 #[inline(always)]
 fn prefetch_deferred(data: &[u8]) {
     for line in data[..data.len().min(PREFETCH_DEFERRED)].chunks(64) {
-        fifo::prefetch_read(line.as_ptr());
+        crate::prefetch::prefetch_read(line.as_ptr());
     }
 }
 
@@ -755,7 +764,7 @@ impl Iface for MmIface {
             pid: std::process::id(),
             cached_tail: 0,
             rx_seen: 0,
-            prefetchw: fifo::PrefetchW::detect(),
+            prefetchw: crate::prefetch::PrefetchW::detect(),
             full_refusals: 0,
             shared,
             common: self.common.clone(),

@@ -1,6 +1,7 @@
 //! Receive buffers the receiver keeps: a message that arrived in its element's buffer may stay
-//! there after the element is consumed ([`AmKeep::keep`] gives a [`HeldBuf`]), and is read
-//! from there once, when it is wanted, instead of being copied out first.
+//! there after the element is consumed (this table lends it as a [`BufLender`]: the receiver's
+//! [`AmKeep::keep`] gives a [`HeldBuf`]), and is read from there once, when it is
+//! wanted, instead of being copied out first.
 //!
 //! The FIFO segment has [`SPARE_BUFS`] buffers beyond one per element. Keeping a message hands
 //! its element a free spare (the element's `buf` word names it for the next producer) and
@@ -15,8 +16,10 @@
 
 use super::fifo::{FifoPtrs, NBUFS, NELEMS, SPARE_BUFS};
 use super::segment::Segment;
+use crate::held::BufLender;
+#[cfg(doc)]
+use crate::held::{AmKeep, HeldBuf};
 use std::cell::Cell;
-use std::rc::Rc;
 
 /// The receiver's private record of the FIFO's buffers: which element has which, and the free
 /// spares. Owns the segment, so a held buffer keeps the mapping alive.
@@ -85,72 +88,20 @@ impl RxBufs {
     }
 }
 
-/// Offered with a message that arrived in its element's buffer: [`AmKeep::keep`] leaves the
-/// message there for the receiver. Unused, the message is released with its element as usual.
-pub struct AmKeep<'a> {
-    bufs: &'a Rc<RxBufs>,
-    pos: u64,
-    data: &'a [u8],
-}
-
-impl<'a> AmKeep<'a> {
-    pub(super) fn new(bufs: &'a Rc<RxBufs>, pos: u64, data: &'a [u8]) -> Self {
-        AmKeep { bufs, pos, data }
-    }
-
-    /// Keeps `part` (a part of the message this was offered with) where it is, until the
-    /// [`HeldBuf`] drops. `None` when no spare buffer is free or `part` is not in the message:
-    /// copy it then.
+impl BufLender for RxBufs {
     #[inline]
-    pub fn keep(self, part: &[u8]) -> Option<HeldBuf> {
-        let (start, end) = (self.data.as_ptr() as usize, self.data.as_ptr() as usize);
-        let end = end + self.data.len();
-        let p = part.as_ptr() as usize;
-        if p < start || p + part.len() > end {
-            return None;
-        }
-        let buf = self.bufs.take(self.pos)?;
+    fn lend(&self, pos: u64) -> Option<u32> {
+        let buf = self.take(pos)?;
         debug_assert!((buf as usize) < NBUFS);
-        Some(HeldBuf {
-            bufs: Rc::clone(self.bufs),
-            ptr: part.as_ptr(),
-            len: part.len(),
-            buf,
-        })
+        Some(buf.into())
     }
-}
 
-/// A message kept in its receive buffer; the buffer returns to the free spares when this
-/// drops. Its bytes are only read (the header that named them was decoded on arrival).
-pub struct HeldBuf {
-    bufs: Rc<RxBufs>,
-    ptr: *const u8,
-    len: usize,
-    buf: u16,
-}
-
-impl HeldBuf {
-    /// The kept bytes.
     #[inline]
-    pub fn data(&self) -> &[u8] {
-        // SAFETY: `ptr..ptr+len` lies in buffer `buf` of the mapping `bufs` keeps alive; no
-        // element names that buffer while it is held, so no producer writes it.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-impl Drop for HeldBuf {
-    fn drop(&mut self) {
-        self.bufs.put(self.buf);
-    }
-}
-
-impl std::fmt::Debug for HeldBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeldBuf")
-            .field("buf", &self.buf)
-            .field("len", &self.len)
-            .finish()
+    fn give_back(&self, buf: u32) {
+        // Only numbers `lend` gave come back, so the conversion holds.
+        if let Ok(buf) = u16::try_from(buf) {
+            self.put(buf);
+        }
     }
 }
 
@@ -158,6 +109,8 @@ impl std::fmt::Debug for HeldBuf {
 mod tests {
     use super::super::fifo::{Polled, BUF_DATA_MAX, BUF_DATA_OFF, BUF_SIZE, KIND_BUF};
     use super::*;
+    use crate::held::{AmKeep, HeldBuf};
+    use std::rc::Rc;
 
     #[repr(C, align(4096))]
     struct Page([u8; 4096]);
@@ -165,6 +118,8 @@ mod tests {
     struct Fixture {
         f: FifoPtrs,
         bufs: Rc<RxBufs>,
+        /// `bufs` as the receiver's [`AmKeep`] sees it.
+        lender: Rc<dyn BufLender>,
         tail: u64,
         read: u64,
         /// Last: dropped after every view of it.
@@ -184,6 +139,7 @@ mod tests {
         let bufs = Rc::new(unsafe { RxBufs::new(f, None) });
         Fixture {
             f,
+            lender: bufs.clone(),
             bufs,
             tail: 0,
             read: 0,
@@ -212,7 +168,7 @@ mod tests {
             };
             let copy = data.to_vec();
             let held = keep
-                .then(|| AmKeep::new(&self.bufs, pos, data).keep(&data[8..]))
+                .then(|| AmKeep::new(&self.lender, pos, data).keep(&data[8..]))
                 .flatten();
             self.read += 1;
             self.f.release(self.read);
@@ -289,7 +245,7 @@ mod tests {
             panic!("expected a buffer message")
         };
         let other = [0u8; 8];
-        assert!(AmKeep::new(&x.bufs, pos, data).keep(&other).is_none());
+        assert!(AmKeep::new(&x.lender, pos, data).keep(&other).is_none());
         assert_eq!(x.bufs.free_count(), SPARE_BUFS);
         assert_eq!(x.bufs.slot(pos), 0);
     }

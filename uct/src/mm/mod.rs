@@ -37,7 +37,6 @@ mod md;
 mod peer_proc;
 pub mod ring;
 pub mod segment;
-pub mod tag;
 pub mod wire;
 pub mod wire_tag;
 
@@ -47,16 +46,15 @@ pub mod peer_maps;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+pub use iface::tag::MmTagCanceler;
 pub use iface::{MmEp, MmIface};
-pub use keep::{AmKeep, HeldBuf};
 pub use md::MmMd;
-pub use tag::MmTagCanceler;
 pub use wire::SegKind;
 
 use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
 use crate::peer_proc::PeerProcs;
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use ucs::{Error, Result};
 
 /// The device name of the shared-memory transports.

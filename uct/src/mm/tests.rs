@@ -6,7 +6,7 @@ use crate::caps::EventFlags;
 use crate::ep::{AtomicOp, Endpoint};
 use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{Iov, MemoryDomain};
-use crate::registry::Transport;
+use crate::transport::Transport;
 use crate::EpId;
 use crate::{CompletionId, PendingId};
 use ucs::{Error, Outcome};
@@ -490,7 +490,8 @@ fn wake_addr_is_the_address_the_peer_bound() {
             nonce,
         };
         let (built, blen) = iface::wake_addr(&a);
-        let (bound, len) = iface::abstract_addr(&wire::IfaceAddr::socket_name(pid, nonce));
+        let (bound, len) =
+            crate::unix_addr::abstract_addr(wire::IfaceAddr::socket_name(pid, nonce).as_bytes());
         assert_eq!(blen, len);
         assert_eq!(built.sun_family, bound.sun_family);
         assert_eq!(built.sun_path[..], bound.sun_path[..]);

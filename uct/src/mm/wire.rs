@@ -414,8 +414,6 @@ mod proptests {
             let _ = DeviceAddr::decode(&bytes);
             let _ = IfaceAddr::decode(&bytes);
             let _ = RkeyWire::decode(&bytes);
-            let _ = crate::cma::CmaRkey::decode(&bytes);
-            let _ = crate::cma::CmaIfaceAddr::decode(&bytes);
         }
 
         #[test]

@@ -1,5 +1,5 @@
 //! Wire formats of shared-memory tag offload: the headers of tagged eager messages and
-//! rendezvous announcements, and rendezvous acknowledgements (see [`super::tag`] for how they
+//! rendezvous announcements, and rendezvous acknowledgements (see [`super::iface::tag`] for how they
 //! travel through the FIFO). Little-endian, fixed layouts, strict decode: every header is
 //! checked before use, and nothing here panics on peer bytes (the lint below).
 #![cfg_attr(

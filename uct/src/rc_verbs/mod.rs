@@ -53,7 +53,7 @@ pub(crate) use state::RegMem;
 
 use crate::caps::{DeviceType, MdAttr, MdFlags, TlRoles};
 use crate::md::{MemHandle, MemoryDomain, RemoteKey};
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use crate::IfaceParams;
 use ffi::{Context, Mr, Pd};
 use std::ptr::NonNull;

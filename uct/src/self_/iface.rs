@@ -9,11 +9,13 @@
 //! Borrow discipline: every `RefCell` borrow is short and is released before user code runs
 //! (sink callbacks, pack and unpack closures), so callbacks may call any endpoint operation.
 
-use super::ep::SelfEp;
+pub(super) mod ep;
+
 use super::wire::{DeviceAddr, EpAddr, IfaceAddr};
 use crate::caps::{AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel};
 use crate::ep::{CompletionId, EpId, PendingId};
 use crate::iface::{EventSink, Iface, IfaceParams};
+use ep::SelfEp;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;

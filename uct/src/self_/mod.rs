@@ -9,18 +9,17 @@
 //! A self endpoint reaches any self interface of the same thread: its own (true loopback) or
 //! another worker's. Remote keys are valid only in the process that packed them.
 
-mod ep;
 mod iface;
 mod md;
 pub mod wire;
 
-pub use ep::SelfEp;
+pub use iface::ep::SelfEp;
 pub use iface::{SelfIface, DEVICE_NAME, MAX_AM_HDR, MAX_IOV, RX_RING_LEN, SEG_SIZE};
 pub use md::SelfMd;
 
 use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use ucs::{Error, Result};
 
 /// Transport name.

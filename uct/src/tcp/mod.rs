@@ -108,7 +108,7 @@ pub use tag::TagCanceler;
 
 use crate::caps::{DeviceType, TlRoles};
 use crate::iface::IfaceParams;
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use std::net::Ipv4Addr;
 use ucs::config::ConfigVar;
 use ucs::{Error, Result};

@@ -4,7 +4,7 @@ use crate::caps::{DeviceType, IfaceFlags, MdFlags};
 use crate::ep::{CompletionId, Endpoint, EpId, PendingId};
 use crate::iface::{EventSink, Iface, IfaceParams};
 use crate::md::{MemHandle, MemoryDomain, RemoteKey};
-use crate::registry::Transport;
+use crate::transport::Transport;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 use ucs::{Error, Outcome, Result};

@@ -40,7 +40,7 @@ pub use iface::UdVerbsIface;
 
 use crate::caps::TlRoles;
 use crate::rc_verbs::{uint_var, RcVerbs, RcVerbsMd};
-use crate::registry::{DeviceInfo, Transport};
+use crate::transport::{DeviceInfo, Transport};
 use crate::IfaceParams;
 use std::time::Duration;
 use ucs::config::ConfigVar;

@@ -1,7 +1,7 @@
 //! The fault wrapper's endpoint: send-side faults (stall, partial, drop, die) in front of the
 //! wrapped transport's endpoint.
 
-use super::iface::{Core, Count};
+use super::{Core, Count};
 use crate::caps::{AtomicOps, IfaceAttr, IfaceFlags};
 use crate::ep::{AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
@@ -11,15 +11,15 @@ use ucs::{Error, Outcome, Result};
 
 /// What an endpoint holds: the wrapped endpoint (gone once its connection was dropped) and an
 /// active message taken by a partial send that has not reached it yet.
-pub(super) struct EpState<E> {
-    pub(super) inner: Option<E>,
-    pub(super) backlog: Option<(u8, Vec<u8>)>,
+pub(in crate::fault) struct EpState<E> {
+    pub(in crate::fault) inner: Option<E>,
+    pub(in crate::fault) backlog: Option<(u8, Vec<u8>)>,
 }
 
 impl<E: Endpoint> EpState<E> {
     /// Passes the backlog to the wrapped endpoint. True when nothing is left; an error means the
     /// message could not go out (the endpoint is then closed by the caller).
-    pub(super) fn drain(&mut self) -> Result<bool> {
+    pub(in crate::fault) fn drain(&mut self) -> Result<bool> {
         let Some((id, data)) = self.backlog.as_ref() else {
             return Ok(true);
         };
@@ -51,7 +51,7 @@ pub struct FaultEp<E: Endpoint> {
 }
 
 impl<E: Endpoint> FaultEp<E> {
-    pub(super) fn new(inner: E, core: Rc<RefCell<Core<E>>>) -> Self {
+    pub(in crate::fault) fn new(inner: E, core: Rc<RefCell<Core<E>>>) -> Self {
         FaultEp {
             id: inner.id(),
             st: Rc::new(RefCell::new(EpState {
@@ -64,7 +64,7 @@ impl<E: Endpoint> FaultEp<E> {
 
     /// The wrapped endpoint, taken out (tests use it to keep a connection without faults).
     #[cfg(test)]
-    pub(super) fn take_inner(self) -> Option<E> {
+    pub(in crate::fault) fn take_inner(self) -> Option<E> {
         self.st.borrow_mut().inner.take()
     }
 

@@ -32,7 +32,7 @@ fn op_ids_are_not_reused_across_generations() {
 use crate::iface::Iface;
 use crate::md::MemoryDomain;
 use crate::mm::{MmMd, PosixTransport, DEVICE};
-use crate::registry::Transport;
+use crate::transport::Transport;
 use crate::Endpoint;
 use crate::IfaceParams;
 

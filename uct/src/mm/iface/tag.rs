@@ -27,7 +27,7 @@
 //!   [`Error::RemoteAccess`] and acknowledges with an error status, so the sender's operation
 //!   completes with [`Error::RemoteAccess`]. A sender whose receiver dies gets its outstanding
 //!   rendezvous operations completed with [`Error::PeerFailure`] once the endpoint's failure is
-//!   found (see [`super`]).
+//!   found (see [`crate::mm`]).
 //!
 //! Nothing here allocates on the data path (`tests/tests/shm_tag_no_alloc.rs`): the posted
 //! queue, the operation table and the queues of deferred events keep their capacity; attaching
@@ -55,14 +55,14 @@
     )
 )]
 
-use super::fifo::{self, FifoPtrs, BUF_DATA_MAX, INLINE_MAX};
-use super::iface::{check_iov, Common, MmEp, MmIface, PeerWatch};
-use super::segment::Segment;
-use super::wire::{IfaceAddr, RkeyWire, SegRef};
-pub use super::wire_tag::{Ack, EagerHdr, RndvHdr, RndvSrc};
+use super::{check_iov, Common, MmEp, MmIface, PeerWatch};
 use crate::ep::{check_len, CompletionId, EpId, TagRecvId};
 use crate::iface::{EventSink, RndvRemote, TagRecvCancel};
 use crate::md::{Iov, MemHandle};
+use crate::mm::fifo::{self, FifoPtrs, BUF_DATA_MAX, INLINE_MAX};
+use crate::mm::segment::Segment;
+use crate::mm::wire::{IfaceAddr, RkeyWire, SegRef};
+pub use crate::mm::wire_tag::{Ack, EagerHdr, RndvHdr, RndvSrc};
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
@@ -434,7 +434,7 @@ fn push_ack(
         f.publish(c.pos, ID_ACK, fifo::KIND_INLINE, Ack::LEN as u32);
     }
     if c.wake {
-        super::iface::wake_peer(sock, to);
+        super::wake_peer(sock, to);
     }
     true
 }
@@ -464,7 +464,7 @@ fn attach_reply(to: &IfaceAddr) -> Result<Reply> {
 impl MmIface {
     /// Handles a FIFO message with a tag-offload id.
     #[inline(never)]
-    pub(super) fn tag_msg<S: EventSink>(&mut self, id: u8, data: &[u8], sink: &mut S) {
+    pub(in crate::mm) fn tag_msg<S: EventSink>(&mut self, id: u8, data: &[u8], sink: &mut S) {
         match id {
             ID_EAGER => {
                 let (h, payload) = match EagerHdr::decode(data) {
@@ -564,7 +564,7 @@ impl MmIface {
     /// acknowledgements. Gives the number of events.
     #[cold]
     #[inline(never)]
-    pub(super) fn tag_progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
+    pub(in crate::mm) fn tag_progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
         let mut n = 0;
         loop {
             let c = self.common.tag.borrow_mut().canceled.pop_front();
@@ -612,7 +612,7 @@ impl MmIface {
     }
 
     /// `tag_recv_zcopy`.
-    pub(super) fn tag_post(
+    pub(in crate::mm) fn tag_post(
         &mut self,
         tag: u64,
         mask: u64,
@@ -623,7 +623,7 @@ impl MmIface {
     }
 
     /// `tag_recv_cancel`.
-    pub(super) fn tag_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
+    pub(in crate::mm) fn tag_cancel(&mut self, ctx: TagRecvId, force: bool) -> Result<()> {
         MmTagCanceler(self.common.clone()).cancel(ctx, force)
     }
 

@@ -75,7 +75,7 @@ impl MmEp {
         })
     }
 
-    pub(super) fn rndv_send(&mut self, h: &RndvHdr, header: &[u8]) -> Result<Outcome> {
+    pub(in crate::mm) fn rndv_send(&mut self, h: &RndvHdr, header: &[u8]) -> Result<Outcome> {
         check_len(header.len(), RNDV_MAX_HDR)?;
         let body = h.key_len() + header.len();
         self.send(ID_RNDV, |inl, buf| {
