@@ -6,7 +6,7 @@ use super::iface::{
     SEG_SIZE,
 };
 use super::wire::{DeviceAddr, EpAddr};
-use crate::cpu_atomic::{self, reject_post_swap};
+use crate::cpu_atomic::{self, reject_post_swap, Word};
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
 use std::rc::{Rc, Weak};
@@ -43,9 +43,10 @@ fn iov_total(n: usize, total: usize) -> Result<usize> {
 }
 
 /// Checks the size and alignment of an atomic's target and gives its local address.
-fn atomic_ptr(rkey: &RemoteKey, remote_addr: u64, size: usize) -> Result<*mut u8> {
+fn atomic_ptr<W: Word>(rkey: &RemoteKey, remote_addr: u64) -> Result<*mut u8> {
+    let size = W::SIZE;
     let p = rkey.local_ptr(remote_addr, size)?;
-    if (p as usize) & (size - 1) != 0 || remote_addr & (size as u64 - 1) != 0 {
+    if !cpu_atomic::is_aligned::<W>(p) || !remote_addr.is_multiple_of(size as u64) {
         return Err(Error::InvalidParam(format!(
             "remote address {remote_addr:#x} is not {size}-byte aligned for a {}-bit atomic",
             size * 8
@@ -319,10 +320,10 @@ impl Endpoint for SelfEp {
     ) -> Result<Outcome> {
         self.check_alive()?;
         reject_post_swap(op)?;
-        let p = atomic_ptr(rkey, remote_addr, 4)?;
+        let p = atomic_ptr::<u32>(rkey, remote_addr)?;
         // SAFETY: `atomic_ptr` checked that the word lies inside a region mapped in this process
         // (kept alive by the key) and is aligned; rucx accesses it only atomically or by copy.
-        unsafe { cpu_atomic::fetch32(p, op, value) };
+        unsafe { cpu_atomic::fetch::<u32>(p, op, value) };
         Ok(Outcome::DONE)
     }
 
@@ -335,9 +336,9 @@ impl Endpoint for SelfEp {
     ) -> Result<Outcome> {
         self.check_alive()?;
         reject_post_swap(op)?;
-        let p = atomic_ptr(rkey, remote_addr, 8)?;
+        let p = atomic_ptr::<u64>(rkey, remote_addr)?;
         // SAFETY: as in `atomic32_post`.
-        unsafe { cpu_atomic::fetch64(p, op, value) };
+        unsafe { cpu_atomic::fetch::<u64>(p, op, value) };
         Ok(Outcome::DONE)
     }
 
@@ -350,9 +351,11 @@ impl Endpoint for SelfEp {
         _comp: CompletionId,
     ) -> Result<Outcome<u32>> {
         self.check_alive()?;
-        let p = atomic_ptr(rkey, remote_addr, 4)?;
+        let p = atomic_ptr::<u32>(rkey, remote_addr)?;
         // SAFETY: as in `atomic32_post`.
-        Ok(Outcome::Done(unsafe { cpu_atomic::fetch32(p, op, value) }))
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::fetch::<u32>(p, op, value)
+        }))
     }
 
     fn atomic64_fetch(
@@ -364,9 +367,11 @@ impl Endpoint for SelfEp {
         _comp: CompletionId,
     ) -> Result<Outcome<u64>> {
         self.check_alive()?;
-        let p = atomic_ptr(rkey, remote_addr, 8)?;
+        let p = atomic_ptr::<u64>(rkey, remote_addr)?;
         // SAFETY: as in `atomic32_post`.
-        Ok(Outcome::Done(unsafe { cpu_atomic::fetch64(p, op, value) }))
+        Ok(Outcome::Done(unsafe {
+            cpu_atomic::fetch::<u64>(p, op, value)
+        }))
     }
 
     fn atomic_cswap32(
@@ -378,10 +383,10 @@ impl Endpoint for SelfEp {
         _comp: CompletionId,
     ) -> Result<Outcome<u32>> {
         self.check_alive()?;
-        let p = atomic_ptr(rkey, remote_addr, 4)?;
+        let p = atomic_ptr::<u32>(rkey, remote_addr)?;
         // SAFETY: as in `atomic32_post`.
         Ok(Outcome::Done(unsafe {
-            cpu_atomic::cswap32(p, compare, swap)
+            cpu_atomic::cswap::<u32>(p, compare, swap)
         }))
     }
 
@@ -394,10 +399,10 @@ impl Endpoint for SelfEp {
         _comp: CompletionId,
     ) -> Result<Outcome<u64>> {
         self.check_alive()?;
-        let p = atomic_ptr(rkey, remote_addr, 8)?;
+        let p = atomic_ptr::<u64>(rkey, remote_addr)?;
         // SAFETY: as in `atomic32_post`.
         Ok(Outcome::Done(unsafe {
-            cpu_atomic::cswap64(p, compare, swap)
+            cpu_atomic::cswap::<u64>(p, compare, swap)
         }))
     }
 

@@ -425,7 +425,7 @@ impl Endpoint for MmEp {
         reject_post_swap(op)?;
         let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
-        unsafe { cpu_atomic::fetch32(p.cast(), op, value) };
+        unsafe { cpu_atomic::fetch::<u32>(p.cast(), op, value) };
         Ok(Outcome::DONE)
     }
     fn atomic64_post(
@@ -438,7 +438,7 @@ impl Endpoint for MmEp {
         reject_post_swap(op)?;
         let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
-        unsafe { cpu_atomic::fetch64(p.cast(), op, value) };
+        unsafe { cpu_atomic::fetch::<u64>(p.cast(), op, value) };
         Ok(Outcome::DONE)
     }
     fn atomic32_fetch(
@@ -452,7 +452,7 @@ impl Endpoint for MmEp {
         let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
         Ok(Outcome::Done(unsafe {
-            cpu_atomic::fetch32(p.cast(), op, value)
+            cpu_atomic::fetch::<u32>(p.cast(), op, value)
         }))
     }
     fn atomic64_fetch(
@@ -466,7 +466,7 @@ impl Endpoint for MmEp {
         let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
         Ok(Outcome::Done(unsafe {
-            cpu_atomic::fetch64(p.cast(), op, value)
+            cpu_atomic::fetch::<u64>(p.cast(), op, value)
         }))
     }
     fn atomic_cswap32(
@@ -480,7 +480,7 @@ impl Endpoint for MmEp {
         let p = self.atomic_ptr::<AtomicU32>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
         Ok(Outcome::Done(unsafe {
-            cpu_atomic::cswap32(p.cast(), compare, swap)
+            cpu_atomic::cswap::<u32>(p.cast(), compare, swap)
         }))
     }
     fn atomic_cswap64(
@@ -494,7 +494,7 @@ impl Endpoint for MmEp {
         let p = self.atomic_ptr::<AtomicU64>(rkey, remote_addr)?;
         // SAFETY: aligned, bounds-checked word in shared memory that peers access atomically.
         Ok(Outcome::Done(unsafe {
-            cpu_atomic::cswap64(p.cast(), compare, swap)
+            cpu_atomic::cswap::<u64>(p.cast(), compare, swap)
         }))
     }
 
