@@ -8,8 +8,7 @@
 use super::conn::Req;
 use super::inner::{iface_flush_part_done, Inner};
 use super::md::RegTable;
-use super::progress::Flow;
-use super::tag::TagRx;
+use super::posted::TagRx;
 use super::txq::{Done, TxItem};
 use super::wire::{
     Ack, AtomicMode, AtomicReq, AtomicResp, Chunk, FlushReq, GetReq, Kind, PutHdr, RxEvent, TagHdr,
@@ -20,6 +19,14 @@ use crate::ep::CompletionId;
 use crate::iface::EventSink;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use ucs::{Error, Result};
+
+/// What the dispatch loop does after an event.
+pub(super) enum Flow {
+    Continue,
+    /// The remaining bytes belong to another connection (connect-to-ep attach).
+    Redirect(usize),
+    Fail(Error),
+}
 
 impl TcpIface {
     /// Applies one received frame of connection `key`, which is set up (the caller checked
@@ -382,7 +389,7 @@ impl Inner {
                     else {
                         return Err(unknown_req("get response", a.req_id));
                     };
-                    let res = super::tag::rndv_result(a.status, want, length);
+                    let res = super::posted::rndv_result(a.status, want, length);
                     self.tag.done.push_back((ctx, tag, 0, length, res));
                 }
                 Ok(GetAnswer::Done(None))

@@ -11,9 +11,9 @@ use super::accept::{ACCEPT_PAUSE_MIN, LISTENER_TOKEN};
 use super::conn::{Conn, ConnState, Req, AM_MAX_HDR, MAX_BCOPY, MAX_REQS, MAX_SHORT};
 use super::inner::Inner;
 use super::iov::MAX_IOV;
+use super::posted::TagState;
 use super::rxbuf::RxPool;
 use super::sockopt::SockCfg;
-use super::tag::TagState;
 use super::txq::TxPool;
 use super::wire::{self, FlushReq, FrameHeader, Hello, HelloMode, Kind};
 use super::{DevAddr, EpAddr, IfaceAddr, NetIf, TcpEp};
@@ -117,7 +117,7 @@ fn make_attr(dev: &NetIf) -> IfaceAttr {
             eager_max_zcopy: wire::MAX_TAG_EAGER,
             rndv_max_hdr: wire::MAX_TAG_RNDV_HDR,
             rndv_max_zcopy: wire::MAX_RMA,
-            recv_max_outstanding: super::tag::MAX_POSTED,
+            recv_max_outstanding: super::posted::MAX_POSTED,
             recv_max_iov: MAX_IOV,
             eager_saves_copy: true,
         },

@@ -3,13 +3,13 @@
 
 use super::accept::LISTENER_TOKEN;
 use super::conn::{Conn, ConnState, Req};
-use super::frames::{is_request, unknown_req};
+use super::frames::{is_request, unknown_req, Flow};
 use super::inner::{ungate, Inner};
 use super::iov::recv_raw;
 use super::md::RegTable;
+use super::posted::{TagRx, TagState};
 use super::rxbuf::RxBuf;
-use super::rxfast::RxStart;
-use super::tag::{TagRx, TagState};
+use super::rxfast::{RxStart, Taken};
 use super::wire::{self, Ack, Kind, StreamPos, StreamSub, WireStatus};
 use super::TcpIface;
 use crate::iface::EventSink;
@@ -34,34 +34,6 @@ const DIRECT_MAX: usize = 4;
 /// a ping-pong waits through a few dozen, a peer that went quiet or a slow bulk sender
 /// through many more.
 const GATE_AFTER: u32 = 256;
-
-/// A connection's received bytes, taken out of it for the dispatch (see [`Inner::rx_take`]).
-pub(super) struct Taken {
-    pub(super) rxb: RxBuf,
-    /// A tagged eager message finished in its destination (the caller reports it).
-    tag_fin: bool,
-    /// The connection is set up (see `Inner::setup_frame`).
-    established: bool,
-}
-
-impl Taken {
-    /// Bytes of a set-up connection, no tagged message finished.
-    pub(super) fn new(rxb: RxBuf) -> Self {
-        Taken {
-            rxb,
-            tag_fin: false,
-            established: true,
-        }
-    }
-}
-
-/// What the dispatch loop does after an event.
-pub(super) enum Flow {
-    Continue,
-    /// The remaining bytes belong to another connection (connect-to-ep attach).
-    Redirect(usize),
-    Fail(Error),
-}
 
 impl TcpIface {
     /// One progress call: completions, epoll when needed, every connection, completions.
@@ -587,7 +559,7 @@ fn stream_done(inner: &mut Inner, key: usize, sub: StreamSub) -> Result<bool> {
                     length,
                     ..
                 } => {
-                    let res = super::tag::rndv_result(WireStatus::Ok, want, length);
+                    let res = super::posted::rndv_result(WireStatus::Ok, want, length);
                     inner.tag.done.push_back((ctx, tag, 0, length, res));
                 }
                 _ => {}
