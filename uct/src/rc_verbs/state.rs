@@ -182,7 +182,7 @@ pub(super) struct Inner {
     /// Progress calls since the send CQ was last polled.
     pub(super) tx_skipped: u32,
     /// Tag offload: posted receives, READs of matched rendezvous, outstanding rendezvous.
-    pub(super) tag: super::tag::TagState,
+    pub(super) tag: super::tag::state::TagState,
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
