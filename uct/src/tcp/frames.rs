@@ -15,9 +15,9 @@ use super::wire::{
     TagRndvHdr, WireStatus,
 };
 use super::TcpIface;
+use crate::cpu_atomic::{apply_sized, Apply};
 use crate::ep::CompletionId;
 use crate::iface::EventSink;
-use std::sync::atomic::{AtomicU32, AtomicU64};
 use ucs::{Error, Result};
 
 /// What the dispatch loop does after an event.
@@ -529,8 +529,6 @@ pub(super) fn is_request(kind: u8) -> bool {
 
 /// Applies a peer's atomic to this process's registered memory; gives the old value.
 fn do_atomic(r: &AtomicReq) -> Result<u64> {
-    use crate::ep::AtomicOp as O;
-    use std::sync::atomic::Ordering::SeqCst;
     let p = RegTable::global().lookup(r.key, r.remote_addr, r.size as u64)?;
     if !(p as usize).is_multiple_of(r.size as usize) {
         return Err(Error::RemoteAccess(format!(
@@ -538,38 +536,11 @@ fn do_atomic(r: &AtomicReq) -> Result<u64> {
             r.remote_addr, r.size
         )));
     }
-    if r.size == 4 {
-        // SAFETY: lookup checked the 4 bytes lie in a live registration; aligned above. Peers
-        // and this process access the location only through atomics or transport copies.
-        let a = unsafe { AtomicU32::from_ptr(p as *mut u32) };
-        let v = r.value as u32;
-        Ok(match r.mode {
-            AtomicMode::Cswap => match a.compare_exchange(r.compare as u32, v, SeqCst, SeqCst) {
-                Ok(old) | Err(old) => old,
-            },
-            _ => match r.op {
-                O::Add => a.fetch_add(v, SeqCst),
-                O::And => a.fetch_and(v, SeqCst),
-                O::Or => a.fetch_or(v, SeqCst),
-                O::Xor => a.fetch_xor(v, SeqCst),
-                O::Swap => a.swap(v, SeqCst),
-            },
-        } as u64)
-    } else {
-        // SAFETY: as above, for 8 bytes.
-        let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
-        let v = r.value;
-        Ok(match r.mode {
-            AtomicMode::Cswap => match a.compare_exchange(r.compare, v, SeqCst, SeqCst) {
-                Ok(old) | Err(old) => old,
-            },
-            _ => match r.op {
-                O::Add => a.fetch_add(v, SeqCst),
-                O::And => a.fetch_and(v, SeqCst),
-                O::Or => a.fetch_or(v, SeqCst),
-                O::Xor => a.fetch_xor(v, SeqCst),
-                O::Swap => a.swap(v, SeqCst),
-            },
-        })
-    }
+    let what = match r.mode {
+        AtomicMode::Cswap => Apply::Cswap { compare: r.compare },
+        _ => Apply::Op(r.op),
+    };
+    // SAFETY: lookup checked the `size` bytes lie in a live registration; aligned above. Peers
+    // and this process access the location only through atomics or transport copies.
+    unsafe { apply_sized(p, r.size as usize, what, r.value) }
 }
