@@ -617,6 +617,47 @@ impl Qp {
             e => Err(e),
         }
     }
+    /// Posts receive buffers `slots` of a region cut into `seg`-byte segments (slot `s` at
+    /// `base + s * seg`, local key `lkey`), in chains of up to `N` work requests per
+    /// `ibv_post_recv`; the work request of slot `s` has id `wr_id(s)`.
+    ///
+    /// # Safety
+    /// As for [`Qp::post_recv`], for every segment named in `slots`.
+    #[inline]
+    pub unsafe fn post_recv_slots<const N: usize>(
+        &self,
+        base: u64,
+        seg: usize,
+        lkey: u32,
+        slots: &[u32],
+        wr_id: impl Fn(u32) -> u64,
+    ) -> Result<(), c_int> {
+        for chunk in slots.chunks(N) {
+            let mut sges = [ibv_sge::default(); N];
+            let mut wrs = [ibv_recv_wr::default(); N];
+            let n = chunk.len();
+            for (i, &slot) in chunk.iter().enumerate() {
+                sges[i] = ibv_sge {
+                    addr: base + (slot as usize * seg) as u64,
+                    length: seg as u32,
+                    lkey,
+                };
+                wrs[i].wr_id = wr_id(slot);
+                wrs[i].num_sge = 1;
+            }
+            // Link the chain once the arrays stay put.
+            for i in 0..n {
+                wrs[i].sg_list = &mut sges[i];
+                if i + 1 < n {
+                    wrs[i].next = &mut wrs[i + 1];
+                }
+            }
+            // SAFETY: the caller guarantees the segments; the chain and its scatter entries
+            // are valid stack memory for the call.
+            unsafe { self.post_recv(&mut wrs[0]) }?;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Qp {

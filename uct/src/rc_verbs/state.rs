@@ -2,7 +2,7 @@
 //! queue pair, receive buffers, credits and outstanding send operations, and what a send
 //! completion owes (buffer release, completion, fetched data).
 
-use super::ffi::{self, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc, CompChannel, Cq, Mr, Qp};
+use super::ffi::{self, ibv_send_wr, ibv_sge, ibv_wc, CompChannel, Cq, Mr, Qp};
 use super::wire::EpAddr;
 use super::{DevPort, RcConfig};
 use crate::ep::{CompletionId, EpId, PendingId};
@@ -302,36 +302,20 @@ impl Inner {
         let ep = &mut self.eps[key];
         let base = ep.rx.mem.base() as u64;
         let lkey = ep.rx.mem.mr.lkey();
-        for chunk in slots.chunks(RX_POST_BATCH) {
-            let mut sges = [ibv_sge::default(); RX_POST_BATCH];
-            let mut wrs = [ibv_recv_wr::default(); RX_POST_BATCH];
-            let n = chunk.len();
-            for (i, &slot) in chunk.iter().enumerate() {
-                sges[i] = ibv_sge {
-                    addr: base + (slot as usize * seg) as u64,
-                    length: seg as u32,
-                    lkey,
-                };
-                wrs[i].wr_id = wr_id(key, ep.gen, slot);
-                wrs[i].num_sge = 1;
-            }
-            // Link the chain once the arrays stay put.
-            for i in 0..n {
-                wrs[i].sg_list = &mut sges[i];
-                if i + 1 < n {
-                    wrs[i].next = &mut wrs[i + 1];
-                }
-            }
-            // SAFETY: the buffers belong to the endpoint's registered receive region, which
-            // lives until the QP is destroyed (the QP is dropped first); the chain and its
-            // scatter entries are valid stack memory for the call.
-            unsafe { ep.qp.post_recv(&mut wrs[0]) }.map_err(|e| {
-                Error::io(
-                    "ibv_post_recv on an rc_verbs endpoint",
-                    std::io::Error::from_raw_os_error(e),
-                )
-            })?;
+        // SAFETY: the buffers belong to the endpoint's registered receive region, which
+        // lives until the QP is destroyed (the QP is dropped first).
+        unsafe {
+            ep.qp
+                .post_recv_slots::<RX_POST_BATCH>(base, seg, lkey, slots, |slot| {
+                    wr_id(key, ep.gen, slot)
+                })
         }
+        .map_err(|e| {
+            Error::io(
+                "ibv_post_recv on an rc_verbs endpoint",
+                std::io::Error::from_raw_os_error(e),
+            )
+        })?;
         Ok(())
     }
 
