@@ -410,26 +410,7 @@ impl Inner {
             self.eps_attention = true;
             return;
         }
-        let src = ep.credit.base().wrapping_add(8).cast::<u64>();
-        // SAFETY: word 1 of our registered credit page, written only by us; the NIC reads it
-        // when it executes the write (any later value is also correct: counts only grow).
-        unsafe { std::ptr::write_volatile(src, ep.rx_reposted) };
-        let mut sge = ibv_sge {
-            addr: src as u64,
-            length: 8,
-            lkey: ep.credit.mr.lkey(),
-        };
-        let mut wr = ibv_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: ffi::IBV_WR_RDMA_WRITE,
-            ..Default::default()
-        };
-        wr.set_rdma(remote.credit_addr, remote.credit_rkey);
-        let reposted = ep.rx_reposted;
-        if self.post(key, &mut wr, TxKind::Plain, false).is_ok() {
-            self.eps[key].rx_reported = reposted;
-        }
+        let _ = write_credit(self, key, remote, TxKind::Plain, false);
     }
 
     /// Whether endpoint `key` of generation `gen` can post an active message now: an error
@@ -528,15 +509,34 @@ pub(super) fn ep_flush_marker(inner: &mut Inner, k: usize, kind: TxKind) -> Resu
 /// flush marker, and the liveness probe of [`crate::Endpoint::check`] (the peer's adapter
 /// acknowledges it; a peer that is gone makes it fail after the retries).
 pub(super) fn post_credit_write(inner: &mut Inner, k: usize, kind: TxKind) -> Result<()> {
-    let ep = &mut inner.eps[k];
+    let ep = &inner.eps[k];
     let remote = ep
         .remote
         .ok_or_else(|| Error::InvalidParam("rc_verbs endpoint is not connected yet".into()))?;
     // A signaled 8-byte write of our credit count (always valid to repeat) rather than a
     // zero-length write: rxe never retransmits nor times out a zero-length RDMA WRITE whose
     // peer is gone, so the flush would hang instead of failing.
+    tracing::trace!(
+        ep = k,
+        seq = ep.next_seq,
+        "rc_verbs flush: signaled credit write"
+    );
+    write_credit(inner, k, remote, kind, true)
+}
+
+/// Posts an 8-byte RDMA WRITE of endpoint `k`'s reposted-receive count into the peer's credit
+/// word (`remote`); once posted, that count is the reported one.
+fn write_credit(
+    inner: &mut Inner,
+    k: usize,
+    remote: EpAddr,
+    kind: TxKind,
+    signaled: bool,
+) -> Result<()> {
+    let ep = &mut inner.eps[k];
     let src = ep.credit.base().wrapping_add(8).cast::<u64>();
-    // SAFETY: word 1 of our registered credit page, written only by us (see maybe_send_credits).
+    // SAFETY: word 1 of our registered credit page, written only by us; the NIC reads it
+    // when it executes the write (any later value is also correct: counts only grow).
     unsafe { std::ptr::write_volatile(src, ep.rx_reposted) };
     let mut sge = ibv_sge {
         addr: src as u64,
@@ -551,12 +551,7 @@ pub(super) fn post_credit_write(inner: &mut Inner, k: usize, kind: TxKind) -> Re
     };
     wr.set_rdma(remote.credit_addr, remote.credit_rkey);
     let reposted = ep.rx_reposted;
-    tracing::trace!(
-        ep = k,
-        seq = ep.next_seq,
-        "rc_verbs flush: signaled credit write"
-    );
-    inner.post(k, &mut wr, kind, true)?;
+    inner.post(k, &mut wr, kind, signaled)?;
     inner.eps[k].rx_reported = reposted;
     Ok(())
 }
