@@ -5,7 +5,7 @@
 //! give the completion to report, if any; the caller reports it after releasing the borrow, so
 //! the sink may call endpoint operations. A method's error closes the connection.
 
-use super::conn::Req;
+use super::conn::{Conn, Req};
 use super::inner::{iface_flush_part_done, Inner};
 use super::md::RegTable;
 use super::posted::TagRx;
@@ -296,10 +296,7 @@ impl Inner {
     /// endpoint's next flush.
     fn on_put_ack(&mut self, key: usize, a: Ack) -> Result<Option<Done>> {
         let c = &mut self.conns[key];
-        if a.req_id == 0 {
-            if a.status != WireStatus::Ok {
-                c.deferred_err = Some(Box::new(refused("put or atomic")));
-            }
+        if unsolicited(c, a.req_id, a.status) {
             return Ok(None);
         }
         let idx = (a.req_id - 1) as usize;
@@ -444,10 +441,7 @@ impl Inner {
     /// (`req_id` 0) fails the endpoint's next flush.
     fn on_atomic_resp(&mut self, key: usize, a: AtomicResp) -> Result<Option<Done>> {
         let c = &mut self.conns[key];
-        if a.req_id == 0 {
-            if a.status != WireStatus::Ok {
-                c.deferred_err = Some(Box::new(refused("put or atomic")));
-            }
+        if unsolicited(c, a.req_id, a.status) {
             return Ok(None);
         }
         let idx = (a.req_id - 1) as usize;
@@ -515,6 +509,18 @@ fn status_result(s: WireStatus, what: &str, v: u64) -> Result<u64> {
         WireStatus::Ok => Ok(v),
         WireStatus::RemoteAccess => Err(refused(what)),
     }
+}
+
+/// A reply without a request (`req_id` 0): the target's unsolicited refusal of a put or
+/// atomic, which fails the endpoint's next flush. True when `req_id` is 0.
+fn unsolicited(c: &mut Conn, req_id: u64, status: WireStatus) -> bool {
+    if req_id != 0 {
+        return false;
+    }
+    if status != WireStatus::Ok {
+        c.deferred_err = Some(Box::new(refused("put or atomic")));
+    }
+    true
 }
 
 /// True for the kinds of frame the receiver answers (put may need an ack or a refusal).
