@@ -3,7 +3,7 @@
 
 use crate::ep::{CompletionId, EpId, PendingId};
 use crate::iface::{EventSink, IfaceParams};
-use crate::registry::Transport;
+use crate::Transport;
 use ucs::{Error, Result};
 
 /// The first device of transport `T`, or `None` with a note saying why the test is skipped
