@@ -24,19 +24,33 @@ pub use abi::*;
 /// The libibverbs functions rucx calls, resolved once from `libibverbs.so.1`.
 pub struct Verbs {
     _lib: Library,
+    /// `ibv_get_device_list`.
     pub get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
+    /// `ibv_free_device_list`.
     pub free_device_list: unsafe extern "C" fn(*mut *mut ibv_device),
+    /// `ibv_open_device`.
     pub open_device: unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context,
+    /// `ibv_close_device`.
     pub close_device: unsafe extern "C" fn(*mut ibv_context) -> c_int,
+    /// `ibv_query_device`.
     pub query_device: unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int,
+    /// `ibv_query_port`.
     pub query_port: unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int,
+    /// `ibv_query_gid`.
     pub query_gid: unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int,
+    /// `ibv_alloc_pd`.
     pub alloc_pd: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd,
+    /// `ibv_dealloc_pd`.
     pub dealloc_pd: unsafe extern "C" fn(*mut ibv_pd) -> c_int,
+    /// `ibv_reg_mr`.
     pub reg_mr: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr,
+    /// `ibv_dereg_mr`.
     pub dereg_mr: unsafe extern "C" fn(*mut ibv_mr) -> c_int,
+    /// `ibv_create_comp_channel`.
     pub create_comp_channel: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel,
+    /// `ibv_destroy_comp_channel`.
     pub destroy_comp_channel: unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int,
+    /// `ibv_create_cq`.
     pub create_cq: unsafe extern "C" fn(
         *mut ibv_context,
         c_int,
@@ -44,14 +58,22 @@ pub struct Verbs {
         *mut ibv_comp_channel,
         c_int,
     ) -> *mut ibv_cq,
+    /// `ibv_destroy_cq`.
     pub destroy_cq: unsafe extern "C" fn(*mut ibv_cq) -> c_int,
+    /// `ibv_get_cq_event`.
     pub get_cq_event:
         unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int,
+    /// `ibv_ack_cq_events`.
     pub ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, c_uint),
+    /// `ibv_create_qp`.
     pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
+    /// `ibv_modify_qp`.
     pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    /// `ibv_destroy_qp`.
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    /// `ibv_create_ah`.
     pub create_ah: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah,
+    /// `ibv_destroy_ah`.
     pub destroy_ah: unsafe extern "C" fn(*mut ibv_ah) -> c_int,
 }
 
@@ -126,6 +148,7 @@ impl std::fmt::Display for ListError {
 
 /// An open device context (`ibv_context`), closed on drop.
 pub struct Context {
+    /// The libibverbs functions, resolved once per process.
     pub verbs: &'static Verbs,
     ctx: NonNull<ibv_context>,
     name: String,
@@ -269,6 +292,7 @@ impl Drop for Context {
 
 /// A protection domain, deallocated on drop.
 pub struct Pd {
+    /// The device context this object belongs to (kept open while it lives).
     pub ctx: Arc<Context>,
     pd: NonNull<ibv_pd>,
 }
@@ -307,6 +331,7 @@ impl Drop for Pd {
 
 /// A memory registration, deregistered on drop.
 pub struct Mr {
+    /// The protection domain this object belongs to (kept while it lives).
     pub pd: Arc<Pd>,
     mr: NonNull<ibv_mr>,
 }
@@ -354,6 +379,7 @@ impl Drop for Mr {
 
 /// A completion channel, destroyed on drop (after its CQs, which hold an Arc to it).
 pub struct CompChannel {
+    /// The device context this object belongs to (kept open while it lives).
     pub ctx: Arc<Context>,
     ch: NonNull<ibv_comp_channel>,
 }
@@ -421,6 +447,7 @@ impl Drop for CompChannel {
 
 /// A completion queue, destroyed on drop.
 pub struct Cq {
+    /// The device context this object belongs to (kept open while it lives).
     pub ctx: Arc<Context>,
     _channel: Option<Arc<CompChannel>>,
     cq: NonNull<ibv_cq>,
@@ -512,6 +539,7 @@ impl Drop for Cq {
 
 /// A queue pair, destroyed on drop.
 pub struct Qp {
+    /// The protection domain this object belongs to (kept while it lives).
     pub pd: Arc<Pd>,
     qp: NonNull<ibv_qp>,
     post_send: PostSendFn,
@@ -616,6 +644,47 @@ impl Qp {
             0 => Ok(()),
             e => Err(e),
         }
+    }
+    /// Posts receive buffers `slots` of a region cut into `seg`-byte segments (slot `s` at
+    /// `base + s * seg`, local key `lkey`), in chains of up to `N` work requests per
+    /// `ibv_post_recv`; the work request of slot `s` has id `wr_id(s)`.
+    ///
+    /// # Safety
+    /// As for [`Qp::post_recv`], for every segment named in `slots`.
+    #[inline]
+    pub unsafe fn post_recv_slots<const N: usize>(
+        &self,
+        base: u64,
+        seg: usize,
+        lkey: u32,
+        slots: &[u32],
+        wr_id: impl Fn(u32) -> u64,
+    ) -> Result<(), c_int> {
+        for chunk in slots.chunks(N) {
+            let mut sges = [ibv_sge::default(); N];
+            let mut wrs = [ibv_recv_wr::default(); N];
+            let n = chunk.len();
+            for (i, &slot) in chunk.iter().enumerate() {
+                sges[i] = ibv_sge {
+                    addr: base + (slot as usize * seg) as u64,
+                    length: seg as u32,
+                    lkey,
+                };
+                wrs[i].wr_id = wr_id(slot);
+                wrs[i].num_sge = 1;
+            }
+            // Link the chain once the arrays stay put.
+            for i in 0..n {
+                wrs[i].sg_list = &mut sges[i];
+                if i + 1 < n {
+                    wrs[i].next = &mut wrs[i + 1];
+                }
+            }
+            // SAFETY: the caller guarantees the segments; the chain and its scatter entries
+            // are valid stack memory for the call.
+            unsafe { self.post_recv(&mut wrs[0]) }?;
+        }
+        Ok(())
     }
 }
 

@@ -4,8 +4,8 @@
 use super::ep::RcVerbsEp;
 use super::ffi::{self, ibv_qp_attr, ibv_wc, CompChannel, Cq, Qp};
 use super::state::*;
+use super::tag::state::{TagState, MAX_POSTED, RECV_MAX_IOV};
 use super::tag::wire::{EagerHdr, RndvHdr, ID_TAG_MIN};
-use super::tag::{MAX_POSTED, RECV_MAX_IOV};
 use super::wire::{AmHdr, DevAddr, EpAddr, LL_ETHERNET, LL_INFINIBAND};
 use super::{RcConfig, RcVerbsMd};
 use crate::caps::TagLimits;
@@ -189,7 +189,7 @@ impl RcVerbsIface {
             rx_batch,
             tx_signaled: 0,
             tx_skipped: 0,
-            tag: super::tag::TagState::new(),
+            tag: TagState::new(),
             recv_cq,
             send_cq,
             channel,

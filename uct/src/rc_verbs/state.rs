@@ -2,7 +2,7 @@
 //! queue pair, receive buffers, credits and outstanding send operations, and what a send
 //! completion owes (buffer release, completion, fetched data).
 
-use super::ffi::{self, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wc, CompChannel, Cq, Mr, Qp};
+use super::ffi::{self, ibv_send_wr, ibv_sge, ibv_wc, CompChannel, Cq, Mr, Qp};
 use super::wire::EpAddr;
 use super::{DevPort, RcConfig};
 use crate::ep::{CompletionId, EpId, PendingId};
@@ -182,7 +182,7 @@ pub(super) struct Inner {
     /// Progress calls since the send CQ was last polled.
     pub(super) tx_skipped: u32,
     /// Tag offload: posted receives, READs of matched rendezvous, outstanding rendezvous.
-    pub(super) tag: super::tag::TagState,
+    pub(super) tag: super::tag::state::TagState,
     pub(super) recv_cq: Cq,
     pub(super) send_cq: Cq,
     pub(super) channel: Arc<CompChannel>,
@@ -302,36 +302,20 @@ impl Inner {
         let ep = &mut self.eps[key];
         let base = ep.rx.mem.base() as u64;
         let lkey = ep.rx.mem.mr.lkey();
-        for chunk in slots.chunks(RX_POST_BATCH) {
-            let mut sges = [ibv_sge::default(); RX_POST_BATCH];
-            let mut wrs = [ibv_recv_wr::default(); RX_POST_BATCH];
-            let n = chunk.len();
-            for (i, &slot) in chunk.iter().enumerate() {
-                sges[i] = ibv_sge {
-                    addr: base + (slot as usize * seg) as u64,
-                    length: seg as u32,
-                    lkey,
-                };
-                wrs[i].wr_id = wr_id(key, ep.gen, slot);
-                wrs[i].num_sge = 1;
-            }
-            // Link the chain once the arrays stay put.
-            for i in 0..n {
-                wrs[i].sg_list = &mut sges[i];
-                if i + 1 < n {
-                    wrs[i].next = &mut wrs[i + 1];
-                }
-            }
-            // SAFETY: the buffers belong to the endpoint's registered receive region, which
-            // lives until the QP is destroyed (the QP is dropped first); the chain and its
-            // scatter entries are valid stack memory for the call.
-            unsafe { ep.qp.post_recv(&mut wrs[0]) }.map_err(|e| {
-                Error::io(
-                    "ibv_post_recv on an rc_verbs endpoint",
-                    std::io::Error::from_raw_os_error(e),
-                )
-            })?;
+        // SAFETY: the buffers belong to the endpoint's registered receive region, which
+        // lives until the QP is destroyed (the QP is dropped first).
+        unsafe {
+            ep.qp
+                .post_recv_slots::<RX_POST_BATCH>(base, seg, lkey, slots, |slot| {
+                    wr_id(key, ep.gen, slot)
+                })
         }
+        .map_err(|e| {
+            Error::io(
+                "ibv_post_recv on an rc_verbs endpoint",
+                std::io::Error::from_raw_os_error(e),
+            )
+        })?;
         Ok(())
     }
 
@@ -426,26 +410,7 @@ impl Inner {
             self.eps_attention = true;
             return;
         }
-        let src = ep.credit.base().wrapping_add(8).cast::<u64>();
-        // SAFETY: word 1 of our registered credit page, written only by us; the NIC reads it
-        // when it executes the write (any later value is also correct: counts only grow).
-        unsafe { std::ptr::write_volatile(src, ep.rx_reposted) };
-        let mut sge = ibv_sge {
-            addr: src as u64,
-            length: 8,
-            lkey: ep.credit.mr.lkey(),
-        };
-        let mut wr = ibv_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: ffi::IBV_WR_RDMA_WRITE,
-            ..Default::default()
-        };
-        wr.set_rdma(remote.credit_addr, remote.credit_rkey);
-        let reposted = ep.rx_reposted;
-        if self.post(key, &mut wr, TxKind::Plain, false).is_ok() {
-            self.eps[key].rx_reported = reposted;
-        }
+        let _ = write_credit(self, key, remote, TxKind::Plain, false);
     }
 
     /// Whether endpoint `key` of generation `gen` can post an active message now: an error
@@ -544,15 +509,34 @@ pub(super) fn ep_flush_marker(inner: &mut Inner, k: usize, kind: TxKind) -> Resu
 /// flush marker, and the liveness probe of [`crate::Endpoint::check`] (the peer's adapter
 /// acknowledges it; a peer that is gone makes it fail after the retries).
 pub(super) fn post_credit_write(inner: &mut Inner, k: usize, kind: TxKind) -> Result<()> {
-    let ep = &mut inner.eps[k];
+    let ep = &inner.eps[k];
     let remote = ep
         .remote
         .ok_or_else(|| Error::InvalidParam("rc_verbs endpoint is not connected yet".into()))?;
     // A signaled 8-byte write of our credit count (always valid to repeat) rather than a
     // zero-length write: rxe never retransmits nor times out a zero-length RDMA WRITE whose
     // peer is gone, so the flush would hang instead of failing.
+    tracing::trace!(
+        ep = k,
+        seq = ep.next_seq,
+        "rc_verbs flush: signaled credit write"
+    );
+    write_credit(inner, k, remote, kind, true)
+}
+
+/// Posts an 8-byte RDMA WRITE of endpoint `k`'s reposted-receive count into the peer's credit
+/// word (`remote`); once posted, that count is the reported one.
+fn write_credit(
+    inner: &mut Inner,
+    k: usize,
+    remote: EpAddr,
+    kind: TxKind,
+    signaled: bool,
+) -> Result<()> {
+    let ep = &mut inner.eps[k];
     let src = ep.credit.base().wrapping_add(8).cast::<u64>();
-    // SAFETY: word 1 of our registered credit page, written only by us (see maybe_send_credits).
+    // SAFETY: word 1 of our registered credit page, written only by us; the NIC reads it
+    // when it executes the write (any later value is also correct: counts only grow).
     unsafe { std::ptr::write_volatile(src, ep.rx_reposted) };
     let mut sge = ibv_sge {
         addr: src as u64,
@@ -567,12 +551,7 @@ pub(super) fn post_credit_write(inner: &mut Inner, k: usize, kind: TxKind) -> Re
     };
     wr.set_rdma(remote.credit_addr, remote.credit_rkey);
     let reposted = ep.rx_reposted;
-    tracing::trace!(
-        ep = k,
-        seq = ep.next_seq,
-        "rc_verbs flush: signaled credit write"
-    );
-    inner.post(k, &mut wr, kind, true)?;
+    inner.post(k, &mut wr, kind, signaled)?;
     inner.eps[k].rx_reported = reposted;
     Ok(())
 }

@@ -5,19 +5,14 @@ use super::*;
 use super::{RcVerbsEp, RcVerbsIface};
 use crate::{AtomicOp, Endpoint, EpId, EventFlags, EventSink, Iface, IfaceFlags, Iov};
 use crate::{CompletionId, PendingId};
+use kit::{Sides, Sink};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 use ucs::config::ConfigVar;
 use ucs::Outcome;
 
 fn device() -> Option<String> {
-    match RcVerbs::devices() {
-        Ok(d) => Some(d[0].name.clone()),
-        Err(why) => {
-            println!("note: skipped, no rc_verbs device here: {why}");
-            None
-        }
-    }
+    kit::device::<RcVerbs>()
 }
 
 fn cfg() -> RcConfig {
@@ -32,34 +27,6 @@ fn cfg() -> RcConfig {
         timeout: ib_timeout_exponent(Duration::from_millis(20)),
         retry_count: 2,
         rnr_retry: 7,
-    }
-}
-
-#[derive(Default)]
-struct Sink {
-    ams: Vec<(u8, Vec<u8>)>,
-    comps: Vec<(u64, Result<u64>)>,
-    gets: Vec<(u64, Vec<u8>)>,
-    errors: Vec<(EpId, Error)>,
-    pend: Vec<(EpId, u64)>,
-}
-
-impl EventSink for Sink {
-    fn am(&mut self, id: u8, data: &[u8]) {
-        self.ams.push((id, data.to_vec()));
-    }
-    fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
-        self.comps.push((comp.0, result));
-    }
-    fn get_bcopy_data(&mut self, comp: CompletionId, data: &[u8]) {
-        self.gets.push((comp.0, data.to_vec()));
-    }
-    fn pending(&mut self, ep: EpId, req: PendingId) -> bool {
-        self.pend.push((ep, req.0));
-        true
-    }
-    fn ep_error(&mut self, ep: EpId, err: Error) {
-        self.errors.push((ep, err));
     }
 }
 
@@ -743,22 +710,7 @@ pub(crate) struct RcFixture {
     // Field order is drop order: endpoints before their interfaces.
     eps: Vec<RcVerbsEp>,
     peers: Vec<RcVerbsEp>,
-    sides: Vec<(RcVerbsIface, RcVerbsMd)>,
-    device: String,
-}
-
-impl RcFixture {
-    fn open_side(device: &str) -> Result<(RcVerbsIface, RcVerbsMd)> {
-        let md = RcVerbs::open_md(device)?;
-        let iface = RcVerbs::open_iface(
-            &md,
-            &crate::IfaceParams {
-                device: device.to_owned(),
-                ..Default::default()
-            },
-        )?;
-        Ok((iface, md))
-    }
+    sides: Sides<RcVerbs>,
 }
 
 impl crate::testing::Fixture for RcFixture {
@@ -767,15 +719,10 @@ impl crate::testing::Fixture for RcFixture {
     type Ep = RcVerbsEp;
 
     fn new() -> Result<Self> {
-        let devices = RcVerbs::devices()
-            .map_err(|why| Error::NoDevice(format!("rc_verbs is unavailable: {why}")))?;
-        let device = devices[0].name.clone();
-        let sides = vec![Self::open_side(&device)?, Self::open_side(&device)?];
         let mut fx = RcFixture {
             eps: Vec::new(),
             peers: Vec::new(),
-            sides,
-            device,
+            sides: Sides::open()?,
         };
         let e01 = fx.connect(0, 1)?;
         let e10 = fx.connect(1, 0)?;
@@ -786,31 +733,29 @@ impl crate::testing::Fixture for RcFixture {
         self.sides.len()
     }
     fn add_iface(&mut self) -> Result<usize> {
-        let side = Self::open_side(&self.device)?;
-        self.sides.push(side);
-        Ok(self.sides.len() - 1)
+        self.sides.add()
     }
     fn connect(&mut self, from: usize, to: usize) -> Result<RcVerbsEp> {
-        let dev_to = self.sides[to].0.device_address().to_vec();
-        let dev_from = self.sides[from].0.device_address().to_vec();
-        let mut a = self.sides[from].0.ep_create()?;
-        let mut b = self.sides[to].0.ep_create()?;
+        let dev_to = self.sides.iface_ref(to).device_address().to_vec();
+        let dev_from = self.sides.iface_ref(from).device_address().to_vec();
+        let mut a = self.sides.iface(from).ep_create()?;
+        let mut b = self.sides.iface(to).ep_create()?;
         a.connect_to_ep(&dev_to, &b.ep_address()?)?;
         b.connect_to_ep(&dev_from, &a.ep_address()?)?;
         self.peers.push(b);
         Ok(a)
     }
     fn iface(&mut self, i: usize) -> &mut RcVerbsIface {
-        &mut self.sides[i].0
+        self.sides.iface(i)
     }
     fn md(&self, i: usize) -> &RcVerbsMd {
-        &self.sides[i].1
+        self.sides.md(i)
     }
     fn ep(&mut self, from: usize) -> &mut RcVerbsEp {
         &mut self.eps[from]
     }
     fn progress<S: EventSink>(&mut self, i: usize, sink: &mut S) -> usize {
-        self.sides[i].0.progress(sink)
+        self.sides.iface(i).progress(sink)
     }
 }
 
@@ -900,6 +845,8 @@ fn full_send_queue_gives_no_resource_then_pending_resumes() {
     target.read(0, &mut v).unwrap();
     assert_eq!(u64::from_le_bytes(v), 99, "writes land in order");
 }
+
+pub(crate) mod kit;
 
 mod failure;
 

@@ -2,8 +2,8 @@
 //! state.
 
 use super::iov::Segs;
+use super::posted::TagRx;
 use super::rxbuf::RxBuf;
-use super::tag::TagRx;
 use super::txq::TxQueue;
 use super::wire::{AtomicReq, FrameHeader, Hello, Kind};
 use super::IfaceAddr;

@@ -12,6 +12,7 @@ use super::wire::{
     self, AtomicMode, FlushReq, FrameHeader, Hello, HelloMode, Kind, PutHdr, TagHdr,
 };
 use super::{DevAddr, EpAddr};
+use crate::cpu_atomic::Word;
 use crate::ep::{check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId};
 use crate::md::{Iov, RemoteKey};
 use std::cell::RefCell;
@@ -312,16 +313,7 @@ impl Endpoint for TcpEp {
         remote_addr: u64,
         rkey: &RemoteKey,
     ) -> Result<Outcome> {
-        self.atomic(
-            op,
-            4,
-            AtomicMode::Post,
-            value as u64,
-            0,
-            remote_addr,
-            rkey,
-            None,
-        )
+        self.atomic_post(op, value, remote_addr, rkey)
     }
     fn atomic64_post(
         &mut self,
@@ -330,7 +322,7 @@ impl Endpoint for TcpEp {
         remote_addr: u64,
         rkey: &RemoteKey,
     ) -> Result<Outcome> {
-        self.atomic(op, 8, AtomicMode::Post, value, 0, remote_addr, rkey, None)
+        self.atomic_post(op, value, remote_addr, rkey)
     }
     fn atomic32_fetch(
         &mut self,
@@ -340,18 +332,7 @@ impl Endpoint for TcpEp {
         rkey: &RemoteKey,
         comp: CompletionId,
     ) -> Result<Outcome<u32>> {
-        Ok(self
-            .atomic(
-                op,
-                4,
-                AtomicMode::Fetch,
-                value as u64,
-                0,
-                remote_addr,
-                rkey,
-                Some(comp),
-            )?
-            .map_never())
+        self.atomic_fetch(op, AtomicMode::Fetch, value, 0, remote_addr, rkey, comp)
     }
     fn atomic64_fetch(
         &mut self,
@@ -361,18 +342,7 @@ impl Endpoint for TcpEp {
         rkey: &RemoteKey,
         comp: CompletionId,
     ) -> Result<Outcome<u64>> {
-        Ok(self
-            .atomic(
-                op,
-                8,
-                AtomicMode::Fetch,
-                value,
-                0,
-                remote_addr,
-                rkey,
-                Some(comp),
-            )?
-            .map_never())
+        self.atomic_fetch(op, AtomicMode::Fetch, value, 0, remote_addr, rkey, comp)
     }
     fn atomic_cswap32(
         &mut self,
@@ -382,18 +352,8 @@ impl Endpoint for TcpEp {
         rkey: &RemoteKey,
         comp: CompletionId,
     ) -> Result<Outcome<u32>> {
-        Ok(self
-            .atomic(
-                AtomicOp::Swap,
-                4,
-                AtomicMode::Cswap,
-                swap as u64,
-                compare as u64,
-                remote_addr,
-                rkey,
-                Some(comp),
-            )?
-            .map_never())
+        let mode = AtomicMode::Cswap;
+        self.atomic_fetch(AtomicOp::Swap, mode, swap, compare, remote_addr, rkey, comp)
     }
     fn atomic_cswap64(
         &mut self,
@@ -403,18 +363,8 @@ impl Endpoint for TcpEp {
         rkey: &RemoteKey,
         comp: CompletionId,
     ) -> Result<Outcome<u64>> {
-        Ok(self
-            .atomic(
-                AtomicOp::Swap,
-                8,
-                AtomicMode::Cswap,
-                swap,
-                compare,
-                remote_addr,
-                rkey,
-                Some(comp),
-            )?
-            .map_never())
+        let mode = AtomicMode::Cswap;
+        self.atomic_fetch(AtomicOp::Swap, mode, swap, compare, remote_addr, rkey, comp)
     }
 
     fn flush(&mut self, comp: CompletionId) -> Result<Outcome> {
@@ -619,6 +569,58 @@ impl Endpoint for TcpEp {
 
     fn tag_rndv_request(&mut self, tag: u64, header: &[u8]) -> Result<Outcome> {
         self.rndv_request(tag, header)
+    }
+}
+
+impl TcpEp {
+    /// The non-fetching atomic on a `W` word (both widths of `atomic*_post`).
+    fn atomic_post<W: Word>(
+        &mut self,
+        op: AtomicOp,
+        value: W,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+    ) -> Result<Outcome> {
+        let size = W::SIZE as u8;
+        let value = value.into();
+        self.atomic(
+            op,
+            size,
+            AtomicMode::Post,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            None,
+        )
+    }
+
+    /// A fetching atomic or compare-and-swap (`mode`) on a `W` word (both widths of
+    /// `atomic*_fetch` and `atomic_cswap*`); the old value arrives with the completion.
+    #[allow(clippy::too_many_arguments)]
+    fn atomic_fetch<W: Word>(
+        &mut self,
+        op: AtomicOp,
+        mode: AtomicMode,
+        value: W,
+        compare: W,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: CompletionId,
+    ) -> Result<Outcome<W>> {
+        let (size, value, compare) = (W::SIZE as u8, value.into(), compare.into());
+        Ok(self
+            .atomic(
+                op,
+                size,
+                mode,
+                value,
+                compare,
+                remote_addr,
+                rkey,
+                Some(comp),
+            )?
+            .map_never())
     }
 }
 

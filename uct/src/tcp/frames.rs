@@ -5,21 +5,28 @@
 //! give the completion to report, if any; the caller reports it after releasing the borrow, so
 //! the sink may call endpoint operations. A method's error closes the connection.
 
-use super::conn::Req;
+use super::conn::{Conn, Req};
 use super::inner::{iface_flush_part_done, Inner};
 use super::md::RegTable;
-use super::progress::Flow;
-use super::tag::TagRx;
+use super::posted::TagRx;
 use super::txq::{Done, TxItem};
 use super::wire::{
     Ack, AtomicMode, AtomicReq, AtomicResp, Chunk, FlushReq, GetReq, Kind, PutHdr, RxEvent, TagHdr,
     TagRndvHdr, WireStatus,
 };
 use super::TcpIface;
+use crate::cpu_atomic::{apply_sized, Apply};
 use crate::ep::CompletionId;
 use crate::iface::EventSink;
-use std::sync::atomic::{AtomicU32, AtomicU64};
 use ucs::{Error, Result};
+
+/// What the dispatch loop does after an event.
+pub(super) enum Flow {
+    Continue,
+    /// The remaining bytes belong to another connection (connect-to-ep attach).
+    Redirect(usize),
+    Fail(Error),
+}
 
 impl TcpIface {
     /// Applies one received frame of connection `key`, which is set up (the caller checked
@@ -289,10 +296,7 @@ impl Inner {
     /// endpoint's next flush.
     fn on_put_ack(&mut self, key: usize, a: Ack) -> Result<Option<Done>> {
         let c = &mut self.conns[key];
-        if a.req_id == 0 {
-            if a.status != WireStatus::Ok {
-                c.deferred_err = Some(Box::new(refused("put or atomic")));
-            }
+        if unsolicited(c, a.req_id, a.status) {
             return Ok(None);
         }
         let idx = (a.req_id - 1) as usize;
@@ -382,7 +386,7 @@ impl Inner {
                     else {
                         return Err(unknown_req("get response", a.req_id));
                     };
-                    let res = super::tag::rndv_result(a.status, want, length);
+                    let res = super::posted::rndv_result(a.status, want, length);
                     self.tag.done.push_back((ctx, tag, 0, length, res));
                 }
                 Ok(GetAnswer::Done(None))
@@ -437,10 +441,7 @@ impl Inner {
     /// (`req_id` 0) fails the endpoint's next flush.
     fn on_atomic_resp(&mut self, key: usize, a: AtomicResp) -> Result<Option<Done>> {
         let c = &mut self.conns[key];
-        if a.req_id == 0 {
-            if a.status != WireStatus::Ok {
-                c.deferred_err = Some(Box::new(refused("put or atomic")));
-            }
+        if unsolicited(c, a.req_id, a.status) {
             return Ok(None);
         }
         let idx = (a.req_id - 1) as usize;
@@ -510,6 +511,18 @@ fn status_result(s: WireStatus, what: &str, v: u64) -> Result<u64> {
     }
 }
 
+/// A reply without a request (`req_id` 0): the target's unsolicited refusal of a put or
+/// atomic, which fails the endpoint's next flush. True when `req_id` is 0.
+fn unsolicited(c: &mut Conn, req_id: u64, status: WireStatus) -> bool {
+    if req_id != 0 {
+        return false;
+    }
+    if status != WireStatus::Ok {
+        c.deferred_err = Some(Box::new(refused("put or atomic")));
+    }
+    true
+}
+
 /// True for the kinds of frame the receiver answers (put may need an ack or a refusal).
 pub(super) fn is_request(kind: u8) -> bool {
     kind == Kind::TagRndv as u8
@@ -522,8 +535,6 @@ pub(super) fn is_request(kind: u8) -> bool {
 
 /// Applies a peer's atomic to this process's registered memory; gives the old value.
 fn do_atomic(r: &AtomicReq) -> Result<u64> {
-    use crate::ep::AtomicOp as O;
-    use std::sync::atomic::Ordering::SeqCst;
     let p = RegTable::global().lookup(r.key, r.remote_addr, r.size as u64)?;
     if !(p as usize).is_multiple_of(r.size as usize) {
         return Err(Error::RemoteAccess(format!(
@@ -531,38 +542,11 @@ fn do_atomic(r: &AtomicReq) -> Result<u64> {
             r.remote_addr, r.size
         )));
     }
-    if r.size == 4 {
-        // SAFETY: lookup checked the 4 bytes lie in a live registration; aligned above. Peers
-        // and this process access the location only through atomics or transport copies.
-        let a = unsafe { AtomicU32::from_ptr(p as *mut u32) };
-        let v = r.value as u32;
-        Ok(match r.mode {
-            AtomicMode::Cswap => match a.compare_exchange(r.compare as u32, v, SeqCst, SeqCst) {
-                Ok(old) | Err(old) => old,
-            },
-            _ => match r.op {
-                O::Add => a.fetch_add(v, SeqCst),
-                O::And => a.fetch_and(v, SeqCst),
-                O::Or => a.fetch_or(v, SeqCst),
-                O::Xor => a.fetch_xor(v, SeqCst),
-                O::Swap => a.swap(v, SeqCst),
-            },
-        } as u64)
-    } else {
-        // SAFETY: as above, for 8 bytes.
-        let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
-        let v = r.value;
-        Ok(match r.mode {
-            AtomicMode::Cswap => match a.compare_exchange(r.compare, v, SeqCst, SeqCst) {
-                Ok(old) | Err(old) => old,
-            },
-            _ => match r.op {
-                O::Add => a.fetch_add(v, SeqCst),
-                O::And => a.fetch_and(v, SeqCst),
-                O::Or => a.fetch_or(v, SeqCst),
-                O::Xor => a.fetch_xor(v, SeqCst),
-                O::Swap => a.swap(v, SeqCst),
-            },
-        })
-    }
+    let what = match r.mode {
+        AtomicMode::Cswap => Apply::Cswap { compare: r.compare },
+        _ => Apply::Op(r.op),
+    };
+    // SAFETY: lookup checked the `size` bytes lie in a live registration; aligned above. Peers
+    // and this process access the location only through atomics or transport copies.
+    unsafe { apply_sized(p, r.size as usize, what, r.value) }
 }

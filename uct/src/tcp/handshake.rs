@@ -2,9 +2,9 @@
 //! connect-to-ep attachment (the protocol is described in [`super::wire::Hello`]).
 
 use super::conn::{ConnState, Ctl};
+use super::frames::Flow;
 use super::inner::Inner;
 use super::iov::sendv;
-use super::progress::Flow;
 use super::wire::{FrameHeader, Hello, HelloAck, HelloMode, Kind, RxEvent};
 use super::IfaceAddr;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};

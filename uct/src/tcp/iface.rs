@@ -11,9 +11,9 @@ use super::accept::{ACCEPT_PAUSE_MIN, LISTENER_TOKEN};
 use super::conn::{Conn, ConnState, Req, AM_MAX_HDR, MAX_BCOPY, MAX_REQS, MAX_SHORT};
 use super::inner::Inner;
 use super::iov::MAX_IOV;
+use super::posted::TagState;
 use super::rxbuf::RxPool;
 use super::sockopt::SockCfg;
-use super::tag::TagState;
 use super::txq::TxPool;
 use super::wire::{self, FlushReq, FrameHeader, Hello, HelloMode, Kind};
 use super::{DevAddr, EpAddr, IfaceAddr, NetIf, TcpEp};
@@ -117,7 +117,7 @@ fn make_attr(dev: &NetIf) -> IfaceAttr {
             eager_max_zcopy: wire::MAX_TAG_EAGER,
             rndv_max_hdr: wire::MAX_TAG_RNDV_HDR,
             rndv_max_zcopy: wire::MAX_RMA,
-            recv_max_outstanding: super::tag::MAX_POSTED,
+            recv_max_outstanding: super::posted::MAX_POSTED,
             recv_max_iov: MAX_IOV,
             eager_saves_copy: true,
         },
@@ -271,34 +271,54 @@ impl TcpIface {
     }
 }
 
+/// How long a destroyed interface lets queued bytes leave before its sockets close.
+const DRAIN_DEADLINE: Duration = Duration::from_millis(500);
+/// Longest single wait for a socket to take more bytes while draining.
+const DRAIN_WAIT: Duration = Duration::from_millis(10);
+
+/// Gives the queued bytes of connections `keys` a bounded chance to leave (see
+/// [`DRAIN_DEADLINE`]): sends what each socket takes and waits in a ucs event set of its own
+/// for one to become writable (the interface's set also reports readable sockets, which would
+/// end every wait at once). A connection whose send fails is left as it is.
+fn drain_queued(inner: &mut Inner, keys: &[usize]) {
+    let deadline = Instant::now() + DRAIN_DEADLINE;
+    let Ok(writable) = EventSet::new() else {
+        return;
+    };
+    let mut waiting: Vec<usize> = Vec::with_capacity(keys.len());
+    for &key in keys {
+        let c = &inner.conns[key];
+        if c.is_connected()
+            && !c.tx.is_empty()
+            && writable.add(c.fd(), Interest::WRITABLE, key as u64).is_ok()
+        {
+            waiting.push(key);
+        }
+    }
+    while !waiting.is_empty() && Instant::now() <= deadline {
+        waiting.retain(|&key| {
+            let c = &mut inner.conns[key];
+            let fd = c.fd();
+            let more = c.tx.progress(fd, &mut inner.done).is_ok() && !c.tx.is_empty();
+            if !more {
+                let _ = writable.remove(fd);
+            }
+            more
+        });
+        if !waiting.is_empty() && writable.wait_any(Some(DRAIN_WAIT)).is_err() {
+            return;
+        }
+    }
+}
+
 impl Drop for TcpIface {
     fn drop(&mut self) {
         let Ok(mut g) = self.inner.try_borrow_mut() else {
             return;
         };
         let inner = &mut *g;
-        // Give queued bytes a bounded chance to leave before the sockets close.
-        let deadline = Instant::now() + Duration::from_millis(500);
         let keys: Vec<usize> = inner.active.clone();
-        for &key in &keys {
-            loop {
-                let c = &mut inner.conns[key];
-                if !c.is_connected() || c.tx.is_empty() || Instant::now() > deadline {
-                    break;
-                }
-                let fd = c.fd();
-                if c.tx.progress(fd, &mut inner.done).is_err() {
-                    break;
-                }
-                let mut pfd = libc::pollfd {
-                    fd,
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd; a short bounded wait.
-                unsafe { libc::poll(&mut pfd, 1, 10) };
-            }
-        }
+        drain_queued(inner, &keys);
         inner.closed = true;
         for key in keys {
             inner.fail(

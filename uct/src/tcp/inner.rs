@@ -3,9 +3,9 @@
 //! response.
 
 use super::conn::{Conn, ConnState, Req};
+use super::posted::{TagRx, TagState};
 use super::rxbuf::RxPool;
 use super::sockopt::SockCfg;
-use super::tag::{TagRx, TagState};
 use super::txq::{Done, TxItem, TxPool};
 use super::wire::{FrameHeader, Kind};
 use super::IfaceAddr;

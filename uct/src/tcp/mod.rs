@@ -82,6 +82,7 @@ mod iface;
 mod inner;
 mod iov;
 pub mod md;
+mod posted;
 mod progress;
 mod rxbuf;
 mod rxfast;
@@ -99,7 +100,8 @@ mod tests;
 // (socket options), `inner.rs` (state shared by the interface and its endpoints),
 // `accept.rs` (the listening socket), `handshake.rs` (connection set-up), `progress.rs`
 // (progress and receiving), `frames.rs` (one method per received frame kind), `tag.rs` (tag
-// offload), `md.rs` (memory registration), `wire` (frame formats and the reassembler).
+// offload operations), `posted.rs` (posted tag receives and matching state), `md.rs` (memory
+// registration), `wire` (frame formats and the reassembler).
 
 pub use ep::TcpEp;
 pub use iface::TcpIface;

@@ -3,13 +3,13 @@
 
 use super::accept::LISTENER_TOKEN;
 use super::conn::{Conn, ConnState, Req};
-use super::frames::{is_request, unknown_req};
+use super::frames::{is_request, unknown_req, Flow};
 use super::inner::{ungate, Inner};
 use super::iov::recv_raw;
 use super::md::RegTable;
+use super::posted::{TagRx, TagState};
 use super::rxbuf::RxBuf;
-use super::rxfast::RxStart;
-use super::tag::{TagRx, TagState};
+use super::rxfast::{RxStart, Taken};
 use super::wire::{self, Ack, Kind, StreamPos, StreamSub, WireStatus};
 use super::TcpIface;
 use crate::iface::EventSink;
@@ -17,57 +17,45 @@ use std::time::{Duration, Instant};
 use ucs::async_ctx::Ready;
 use ucs::{Error, Result};
 
+// The tuning decisions of progress, each named where it is made. Numbers are from the
+// commits that introduced them (loopback, callgrind or the perftest/ucp benchmarks).
+
 /// Largest single `recv` straight into a destination (`direct_rx`). `recv` holds the socket
 /// lock while it copies, and on loopback the sender's segments (and the ACKs its window waits
 /// for) meanwhile go to the socket's backlog: one `recv` of a whole 1 MiB payload made uct
 /// put_bw at 1 MiB 0.74 of UCX's; 64 KiB pieces make it 1.18.
 const DIRECT_CHUNK: usize = 64 * 1024;
-/// Progress calls between two looks at the listening socket (when nothing else needs epoll).
+/// Progress calls between two looks at the listening socket and connects in flight when
+/// nothing else needs epoll. Buys: a busy loop with few connections makes no `epoll_wait`
+/// on 15 calls of 16 (a direct `recv` per connection is all it costs); an incoming
+/// connection waits at most 16 calls to be accepted.
 const EPOLL_EVERY: u32 = 16;
-/// Progress calls between two looks at quiet connections (see `Conn::gate_idle`): a busy loop
-/// makes a quarter of the system calls it made asking at every call, and a message after a
-/// quiet spell waits at most this many calls, each without a system call.
+/// Progress calls between two looks at quiet connections (see `Conn::gate_idle`). Buys: a
+/// busy loop makes a quarter of the system calls it made asking at every call, and a message
+/// after a quiet spell (a ping-pong whose peer was descheduled) waits at most this many
+/// calls, each without a system call: about what one `epoll_wait` per call cost it (16 made
+/// that wait too long).
 const IDLE_EPOLL_EVERY: u32 = 4;
-/// Up to this many connections, progress reads each directly instead of asking epoll.
+/// Up to this many connections, progress reads each with a direct non-blocking `recv`
+/// instead of asking epoll. Buys: lower ping-pong latency than `epoll_wait` + `recv` (the
+/// tcp ping-pong benchmark, tests/tests/tcp_bench.rs); past it, one `epoll_wait(0)` is
+/// cheaper than a `recv` per connection.
 const DIRECT_MAX: usize = 4;
 /// Empty direct polls of a connection after which it waits for epoll (see `Conn::rx_gated`):
 /// a ping-pong waits through a few dozen, a peer that went quiet or a slow bulk sender
-/// through many more.
+/// through many more. Buys: each `recv` takes the socket lock the peer's segments and ACKs
+/// need; gating cut the receiver's `recv` calls per MiB tenfold (as few as UCX's) with
+/// ping-pong latency unchanged.
 const GATE_AFTER: u32 = 256;
-
-/// A connection's received bytes, taken out of it for the dispatch (see [`Inner::rx_take`]).
-pub(super) struct Taken {
-    pub(super) rxb: RxBuf,
-    /// A tagged eager message finished in its destination (the caller reports it).
-    tag_fin: bool,
-    /// The connection is set up (see `Inner::setup_frame`).
-    established: bool,
-}
-
-impl Taken {
-    /// Bytes of a set-up connection, no tagged message finished.
-    pub(super) fn new(rxb: RxBuf) -> Self {
-        Taken {
-            rxb,
-            tag_fin: false,
-            established: true,
-        }
-    }
-}
-
-/// What the dispatch loop does after an event.
-pub(super) enum Flow {
-    Continue,
-    /// The remaining bytes belong to another connection (connect-to-ep attach).
-    Redirect(usize),
-    Fail(Error),
-}
 
 impl TcpIface {
     /// One progress call: completions, epoll when needed, every connection, completions.
     /// The common calls (no epoll due, nothing to report: see [`TcpIface::quiet`]) take one
     /// look at the connections and service the ones with something to do, with a direct
-    /// `recv`; the rest goes out of line to [`TcpIface::progress_busy`].
+    /// `recv`; the rest goes out of line to [`TcpIface::progress_busy`]. That split (the short
+    /// way inlined, epoll, reports and the general loop out of line) bought 2,378 -> 2,179
+    /// instructions per 8-byte tagged message over tcp, 387 -> 343 per idle call
+    /// (`bench/ucp-instr.sh`, callgrind).
     #[inline(always)]
     pub(super) fn progress_all<S: EventSink>(&mut self, sink: &mut S) -> usize {
         self.tick = self.tick.wrapping_add(1);
@@ -95,6 +83,8 @@ impl TcpIface {
     /// (each polled with a direct `recv`), no connect or blocked send or gated payload, no
     /// forced epoll, no cleanup, the listening socket and quiet connections not due (they are
     /// looked at every [`EPOLL_EVERY`], [`IDLE_EPOLL_EVERY`] calls), and no events queued.
+    /// (`progress_busy` tests the same epoll conditions again: written out in both places
+    /// because sharing them cost the idle progress call 1-2 instructions, callgrind.)
     #[inline(always)]
     fn quiet(g: &Inner, tick: u32) -> bool {
         let quiet_due = g.idle_gated > 0 && tick.is_multiple_of(IDLE_EPOLL_EVERY);
@@ -587,7 +577,7 @@ fn stream_done(inner: &mut Inner, key: usize, sub: StreamSub) -> Result<bool> {
                     length,
                     ..
                 } => {
-                    let res = super::tag::rndv_result(WireStatus::Ok, want, length);
+                    let res = super::posted::rndv_result(WireStatus::Ok, want, length);
                     inner.tag.done.push_back((ctx, tag, 0, length, res));
                 }
                 _ => {}

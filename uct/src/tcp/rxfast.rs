@@ -6,11 +6,31 @@
 
 use super::conn::ConnState;
 use super::inner::Inner;
-use super::progress::Taken;
+use super::rxbuf::RxBuf;
 use super::wire::FrameHeader;
 use super::TcpIface;
 use crate::iface::EventSink;
 use std::mem;
+
+/// A connection's received bytes, taken out of it for the dispatch (see [`Inner::rx_take`]).
+pub(super) struct Taken {
+    pub(super) rxb: RxBuf,
+    /// A tagged eager message finished in its destination (the caller reports it).
+    pub(super) tag_fin: bool,
+    /// The connection is set up (see `Inner::setup_frame`).
+    pub(super) established: bool,
+}
+
+impl Taken {
+    /// Bytes of a set-up connection, no tagged message finished.
+    pub(super) fn new(rxb: RxBuf) -> Self {
+        Taken {
+            rxb,
+            tag_fin: false,
+            established: true,
+        }
+    }
+}
 
 /// What [`Inner::rx_start`] received.
 pub(super) enum RxStart {

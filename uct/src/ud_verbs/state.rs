@@ -6,7 +6,7 @@ use super::proto::{RxState, Timeout, TxWindow};
 use super::wire::{Creq, Hdr, IfaceAddr, Kind, FLAG_ACK_REQ, FLAG_NAK, NO_EP};
 use super::UdConfig;
 use crate::ep::{CompletionId, EpId, PendingId};
-use crate::rc_verbs::ffi::{self, ibv_recv_wr, ibv_send_wr, ibv_sge, Ah, CompChannel, Cq, Qp};
+use crate::rc_verbs::ffi::{self, ibv_send_wr, ibv_sge, Ah, CompChannel, Cq, Qp};
 use crate::rc_verbs::wire::DevAddr;
 use crate::rc_verbs::{DevPort, RegMem};
 use std::collections::{HashMap, VecDeque};
@@ -475,35 +475,18 @@ impl Inner {
     pub(crate) fn post_recvs(&mut self, slots: &[u32]) -> Result<()> {
         let base = self.rx.base() as u64;
         let lkey = self.rx.mr.lkey();
-        for chunk in slots.chunks(RX_POST_BATCH) {
-            let mut sges = [ibv_sge::default(); RX_POST_BATCH];
-            let mut wrs = [ibv_recv_wr::default(); RX_POST_BATCH];
-            let n = chunk.len();
-            for (i, &slot) in chunk.iter().enumerate() {
-                sges[i] = ibv_sge {
-                    addr: base + (slot as usize * self.rx_seg) as u64,
-                    length: self.rx_seg as u32,
-                    lkey,
-                };
-                wrs[i].wr_id = slot as u64;
-                wrs[i].num_sge = 1;
-            }
-            for i in 0..n {
-                wrs[i].sg_list = &mut sges[i];
-                if i + 1 < n {
-                    wrs[i].next = &mut wrs[i + 1];
-                }
-            }
-            // SAFETY: the buffers belong to the interface's registered receive region, which
-            // lives until the QP is destroyed (the QP is dropped first); the chain is valid
-            // stack memory for the call.
-            unsafe { self.qp.post_recv(&mut wrs[0]) }.map_err(|e| {
-                Error::io(
-                    "ibv_post_recv on a ud_verbs interface",
-                    std::io::Error::from_raw_os_error(e),
-                )
-            })?;
+        // SAFETY: the buffers belong to the interface's registered receive region, which
+        // lives until the QP is destroyed (the QP is dropped first).
+        unsafe {
+            self.qp
+                .post_recv_slots::<RX_POST_BATCH>(base, self.rx_seg, lkey, slots, u64::from)
         }
+        .map_err(|e| {
+            Error::io(
+                "ibv_post_recv on a ud_verbs interface",
+                std::io::Error::from_raw_os_error(e),
+            )
+        })?;
         Ok(())
     }
 

@@ -3,21 +3,16 @@
 
 use super::*;
 use crate::caps::IfaceFlags;
-use crate::ep::{CompletionId, Endpoint, EpId, PendingId};
+use crate::ep::{CompletionId, Endpoint, PendingId};
 use crate::iface::{EventSink, Iface};
+use crate::rc_verbs::tests::kit::{self, Sides, Sink};
 use std::rc::Rc;
 use std::time::Instant;
 use ucs::time::ManualClock;
 use ucs::Outcome;
 
 fn device() -> Option<String> {
-    match UdVerbs::devices() {
-        Ok(d) => Some(d[0].name.clone()),
-        Err(why) => {
-            println!("note: skipped, no ud_verbs device here: {why}");
-            None
-        }
-    }
+    kit::device::<UdVerbs>()
 }
 
 fn cfg() -> UdConfig {
@@ -28,30 +23,6 @@ fn cfg() -> UdConfig {
         rto: Duration::from_millis(5),
         retry_count: 4,
         drop: None,
-    }
-}
-
-#[derive(Default)]
-struct Sink {
-    ams: Vec<(u8, Vec<u8>)>,
-    comps: Vec<(u64, Result<u64>)>,
-    errors: Vec<(EpId, Error)>,
-    pend: Vec<(EpId, u64)>,
-}
-
-impl EventSink for Sink {
-    fn am(&mut self, id: u8, data: &[u8]) {
-        self.ams.push((id, data.to_vec()));
-    }
-    fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
-        self.comps.push((comp.0, result));
-    }
-    fn pending(&mut self, ep: EpId, req: PendingId) -> bool {
-        self.pend.push((ep, req.0));
-        true
-    }
-    fn ep_error(&mut self, ep: EpId, err: Error) {
-        self.errors.push((ep, err));
     }
 }
 
@@ -409,23 +380,9 @@ fn endpoint_memory_does_not_grow_with_traffic_or_peers() {
 /// The conformance-suite fixture for ud_verbs: two interfaces on the first device, endpoints
 /// connected to the interfaces.
 pub(crate) struct UdFixture {
+    // Field order is drop order: endpoints before their interfaces.
     eps: Vec<UdVerbsEp>,
-    sides: Vec<(UdVerbsIface, RcVerbsMd)>,
-    device: String,
-}
-
-impl UdFixture {
-    fn open_side(device: &str) -> Result<(UdVerbsIface, RcVerbsMd)> {
-        let md = UdVerbs::open_md(device)?;
-        let iface = UdVerbs::open_iface(
-            &md,
-            &crate::IfaceParams {
-                device: device.to_owned(),
-                ..Default::default()
-            },
-        )?;
-        Ok((iface, md))
-    }
+    sides: Sides<UdVerbs>,
 }
 
 impl crate::testing::Fixture for UdFixture {
@@ -434,14 +391,9 @@ impl crate::testing::Fixture for UdFixture {
     type Ep = UdVerbsEp;
 
     fn new() -> Result<Self> {
-        let devices = UdVerbs::devices()
-            .map_err(|why| Error::NoDevice(format!("ud_verbs is unavailable: {why}")))?;
-        let device = devices[0].name.clone();
-        let sides = vec![Self::open_side(&device)?, Self::open_side(&device)?];
         let mut fx = UdFixture {
             eps: Vec::new(),
-            sides,
-            device,
+            sides: Sides::open()?,
         };
         let e01 = fx.connect(0, 1)?;
         let e10 = fx.connect(1, 0)?;
@@ -450,8 +402,8 @@ impl crate::testing::Fixture for UdFixture {
         let start = Instant::now();
         let mut sink = Sink::default();
         while !(fx.eps[0].is_connected() && fx.eps[1].is_connected()) {
-            fx.sides[0].0.progress(&mut sink);
-            fx.sides[1].0.progress(&mut sink);
+            fx.sides.iface(0).progress(&mut sink);
+            fx.sides.iface(1).progress(&mut sink);
             if start.elapsed() > crate::testing::WATCHDOG {
                 return Err(Error::Timeout("ud_verbs endpoints did not connect".into()));
             }
@@ -462,26 +414,24 @@ impl crate::testing::Fixture for UdFixture {
         self.sides.len()
     }
     fn add_iface(&mut self) -> Result<usize> {
-        let side = Self::open_side(&self.device)?;
-        self.sides.push(side);
-        Ok(self.sides.len() - 1)
+        self.sides.add()
     }
     fn connect(&mut self, from: usize, to: usize) -> Result<UdVerbsEp> {
-        let dev = self.sides[to].0.device_address().to_vec();
-        let ia = self.sides[to].0.iface_address().to_vec();
-        self.sides[from].0.ep_create_connected(&dev, &ia)
+        let dev = self.sides.iface_ref(to).device_address().to_vec();
+        let ia = self.sides.iface_ref(to).iface_address().to_vec();
+        self.sides.iface(from).ep_create_connected(&dev, &ia)
     }
     fn iface(&mut self, i: usize) -> &mut UdVerbsIface {
-        &mut self.sides[i].0
+        self.sides.iface(i)
     }
     fn md(&self, i: usize) -> &RcVerbsMd {
-        &self.sides[i].1
+        self.sides.md(i)
     }
     fn ep(&mut self, from: usize) -> &mut UdVerbsEp {
         &mut self.eps[from]
     }
     fn progress<S: EventSink>(&mut self, i: usize, sink: &mut S) -> usize {
-        self.sides[i].0.progress(sink)
+        self.sides.iface(i).progress(sink)
     }
 }
 

@@ -1,6 +1,8 @@
 //! The `#[repr(C)]` mirrors of rdma-core's `<infiniband/verbs.h>` (the fields rucx uses, sizes
 //! and offsets checked by the layout tests below against the header's values), its constants,
-//! and the names of its status and MTU enums.
+//! and the names of its status and MTU enums. Each field and constant is the C one of the same
+//! name; see the header for what it means (they are not documented again here).
+#![allow(missing_docs)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::ptr;

@@ -2,8 +2,8 @@
 //! zero-copy) and rendezvous announcements, each one RC send carrying credits like an active
 //! message (seam 3 of the module docs).
 
+use super::state::{RndvOp, MAX_RNDV_OPS};
 use super::wire::{EagerHdr, RndvHdr};
-use super::{RndvOp, MAX_RNDV_OPS};
 use crate::ep::{check_len, CompletionId};
 use crate::md::Iov;
 use crate::rc_verbs::ep::RcVerbsEp;
