@@ -114,7 +114,6 @@ pub(crate) unsafe fn cswap<W: Word>(p: *mut u8, compare: W, swap: W) -> W {
 
 /// What an atomic whose width arrives at run time does (see [`apply_sized`]).
 // tcp's request handler is the user; it moves to this helper in the tcp transport's own change.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Apply {
     /// `op` with the value; fetching or posted alike (the caller drops the old value).
@@ -135,7 +134,6 @@ pub(crate) enum Apply {
 /// # Safety
 /// As [`fetch`] for a word of `size` bytes.
 #[inline]
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) unsafe fn apply_sized(p: *mut u8, size: usize, what: Apply, value: u64) -> Result<u64> {
     /// One width of [`apply_sized`].
     ///

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # uct — rucx transports
 //!
 //! The transport layer, modelled on UCX's `uct.h`: memory domains ([`MemoryDomain`]),
