@@ -67,6 +67,17 @@ pub enum WireError {
         /// Its value.
         value: u64,
     },
+    /// A number over its field's largest value.
+    OutOfRange {
+        /// The structure.
+        what: &'static str,
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
     /// A field that is malformed in a way a value does not show (a varint, text).
     Invalid {
         /// The structure.
@@ -108,6 +119,12 @@ impl fmt::Display for WireError {
             WireError::BadField { what, field, value } => {
                 write!(f, "{what}: bad {field} {value} ({value:#x})")
             }
+            WireError::OutOfRange {
+                what,
+                field,
+                value,
+                max,
+            } => write!(f, "{what} {field}: {value} exceeds {max}"),
             WireError::Invalid { what, field, why } => write!(f, "{what} {field}: {why}"),
         }
     }
@@ -390,7 +407,12 @@ impl<'a> Reader<'a> {
     ) -> std::result::Result<u64, WireError> {
         let v = self.var(field)?;
         if v > max {
-            return Err(self.bad(field, v));
+            return Err(WireError::OutOfRange {
+                what: self.what,
+                field,
+                value: v,
+                max,
+            });
         }
         Ok(v)
     }
@@ -641,14 +663,7 @@ mod tests {
         let e = Reader::new(&[0x81, 0x01], "blob")
             .var_max("n", 10)
             .unwrap_err();
-        assert_eq!(
-            e,
-            WireError::BadField {
-                what: "blob",
-                field: "n",
-                value: 129
-            }
-        );
+        assert_eq!(e.to_string(), "blob n: 129 exceeds 10");
         let e = Reader::new(&[5, 1, 2], "blob").var_bytes("x").unwrap_err();
         assert_eq!(e.to_string(), "blob x truncated: need 5 bytes, have 2");
     }
