@@ -339,7 +339,7 @@ impl<'a> RtsHdr<'a> {
     /// Decodes a whole RTS.
     pub fn decode(b: &'a [u8]) -> Result<Self> {
         let mut r = Reader::new(b, "RTS");
-        let h = r.array::<{ Self::FIXED_LEN }>("header")?;
+        let h = r.array::<{ RtsHdr::<'static>::FIXED_LEN }>("header")?;
         let (buf, rest) = RemoteBuf::decode(r.rest())?;
         Reader::new(rest, "RTS").finish()?;
         Ok(RtsHdr {
@@ -396,7 +396,7 @@ impl<'a> RtrHdr<'a> {
     /// Decodes a whole RTR.
     pub fn decode(b: &'a [u8]) -> Result<Self> {
         let mut r = Reader::new(b, "RTR");
-        let h = r.array::<{ Self::FIXED_LEN }>("header")?;
+        let h = r.array::<{ RtrHdr::<'static>::FIXED_LEN }>("header")?;
         let mode = match h[16] {
             0 => RtrMode::Put,
             1 => RtrMode::AmPipeline,
