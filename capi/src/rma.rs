@@ -134,32 +134,28 @@ impl KeyHeader {
 
     fn encode(&self, bundle: &[u8]) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::LEN + bundle.len());
-        v.extend_from_slice(&((Self::LEN - 4 + bundle.len()) as u32).to_le_bytes());
-        v.extend_from_slice(&self.delta.to_le_bytes());
-        v.extend_from_slice(&self.pid.to_le_bytes());
-        v.extend_from_slice(&((self.id & ID_MASK) | (self.deny as u64) << 56).to_le_bytes());
-        v.extend_from_slice(bundle);
+        ucs::codec::Writer::new(&mut v)
+            .u32((Self::LEN - 4 + bundle.len()) as u32)
+            .u64(self.delta)
+            .u32(self.pid)
+            .u64((self.id & ID_MASK) | (self.deny as u64) << 56)
+            .bytes(bundle);
         v
     }
 
     /// Decodes the header from its first `LEN` bytes; gives it and the bundle's length.
     fn decode(h: &[u8; Self::LEN]) -> Result<(Self, usize), String> {
-        let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&h[o..o + 8]);
-            u64::from_le_bytes(b)
-        };
-        let n = u32_at(0) as usize;
+        use ucs::codec::{u32_at, u64_at};
+        let n = u32_at(h, 0) as usize;
         if n < Self::LEN - 4 || n - (Self::LEN - 4) > Self::MAX_BUNDLE {
             return Err(format!("not a rucx remote key (length {n})"));
         }
         Ok((
             KeyHeader {
-                delta: u64_at(4),
-                pid: u32_at(12),
-                id: u64_at(16) & ID_MASK,
-                deny: (u64_at(16) >> 56) as u8,
+                delta: u64_at(h, 4),
+                pid: u32_at(h, 12),
+                id: u64_at(h, 16) & ID_MASK,
+                deny: (u64_at(h, 16) >> 56) as u8,
             },
             n - (Self::LEN - 4),
         ))

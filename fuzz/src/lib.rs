@@ -15,8 +15,13 @@
 //! exchanging ucp messages with forged request ids; its stable mirror is
 //! `tests/tests/ucp_forged_fuzz.rs`.
 
+pub mod codec;
 pub mod forged;
 pub mod peer;
+pub mod verbs;
+
+pub use codec::codec_reader;
+pub use verbs::{rc_verbs_tag_wire, ud_verbs_wire};
 
 use std::fmt::Debug;
 use std::net::Ipv4Addr;
@@ -86,6 +91,21 @@ pub const TARGETS: &[Target] = &[
         name: "mm_tag_wire",
         check: mm_tag_wire,
         seeds: mm_tag_wire_seeds,
+    },
+    Target {
+        name: "rc_verbs_tag_wire",
+        check: rc_verbs_tag_wire,
+        seeds: verbs::rc_verbs_tag_wire_seeds,
+    },
+    Target {
+        name: "ud_verbs_wire",
+        check: ud_verbs_wire,
+        seeds: verbs::ud_verbs_wire_seeds,
+    },
+    Target {
+        name: "codec_reader",
+        check: codec_reader,
+        seeds: codec::codec_reader_seeds,
     },
 ];
 

@@ -29,7 +29,8 @@
     )
 )]
 
-use ucs::varint::{self, Reader};
+use ucs::codec::{Reader, Writer};
+use ucs::varint;
 use ucs::{Error, Result};
 
 /// Current address format version (the first byte).
@@ -140,26 +141,18 @@ fn encode(uuid: u64, tls: &[TlRef<'_>], out: &mut Vec<u8>) -> Result<()> {
         }
     }
     out.reserve(packed_len(tls));
-    out.push(ADDRESS_VERSION);
-    out.extend_from_slice(&uuid.to_le_bytes());
-    out.push(devs.len() as u8);
+    let mut w = Writer::new(out);
+    w.u8(ADDRESS_VERSION).u64(uuid).u8(devs.len() as u8);
     for d in &devs {
-        varint::put(out, d.len() as u64);
-        out.extend_from_slice(d);
+        w.var_bytes(d);
     }
-    out.push(tls.len() as u8);
+    w.u8(tls.len() as u8);
     for (t, &dev) in tls.iter().zip(&index) {
         match tl_id(t.name) {
-            Some(id) => out.push(id),
-            None => {
-                out.push(0);
-                out.push(t.name.len() as u8);
-                out.extend_from_slice(t.name.as_bytes());
-            }
-        }
-        out.push(dev as u8);
-        varint::put(out, t.iface.len() as u64);
-        out.extend_from_slice(t.iface);
+            Some(id) => w.u8(id),
+            None => w.u8(0).u8(t.name.len() as u8).bytes(t.name.as_bytes()),
+        };
+        w.u8(dev as u8).var_bytes(t.iface);
     }
     Ok(())
 }
@@ -173,11 +166,11 @@ fn parse(buf: &[u8]) -> Result<(u64, Vec<TlRef<'_>>)> {
             "worker address version {version} is not supported (this build reads version {ADDRESS_VERSION})"
         )));
     }
-    let uuid = r.u64_le("uuid")?;
+    let uuid = r.u64("uuid")?;
     let n_dev = r.u8("device count")? as usize;
     let mut devs: Vec<&[u8]> = Vec::with_capacity(n_dev);
     for i in 0..n_dev {
-        let d = r.bytes("device address")?;
+        let d = r.var_bytes("device address")?;
         if d.len() > MAX_TL_ADDR {
             return Err(r.err("device address", format_args!("{} bytes", d.len())));
         }
@@ -201,7 +194,7 @@ fn parse(buf: &[u8]) -> Result<(u64, Vec<TlRef<'_>>)> {
             ));
         }
         used = used.max(dev + 1);
-        let iface = r.bytes("interface address")?;
+        let iface = r.var_bytes("interface address")?;
         if iface.len() > MAX_TL_ADDR {
             return Err(r.err("interface address", format_args!("{} bytes", iface.len())));
         }
@@ -231,7 +224,7 @@ fn parse_name<'a>(r: &mut Reader<'a>) -> Result<&'a str> {
         };
     }
     let n = r.u8("transport name length")? as usize;
-    let name = r.take(n, "transport name")?;
+    let name = r.bytes(n, "transport name")?;
     let name = match std::str::from_utf8(name) {
         Ok(s) if !s.is_empty() && s.is_ascii() => s,
         _ => return Err(r.err("transport name", "is empty or not ASCII")),

@@ -68,11 +68,7 @@ impl AmoKind {
 #[inline(always)]
 fn decode_req(b: &[u8]) -> Result<AtomicReqHdr> {
     if let Ok(a) = <&[u8; AtomicReqHdr::LEN_NO_COMPARE]>::try_from(b) {
-        let word = |o: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&a[o..o + 8]);
-            u64::from_le_bytes(w)
-        };
+        let word = |o: usize| ucs::codec::u64_at(a, o);
         let (op, size) = (a[8], a[9]);
         if op < AtomicReqHdr::OP_CSWAP && (size == 4 || size == 8) {
             return Ok(AtomicReqHdr {

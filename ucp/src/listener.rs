@@ -62,18 +62,12 @@ impl CmHdr {
             CmKind::Reject => 2,
             CmKind::RequestWithId => 3,
         };
-        b[6..].copy_from_slice(&self.addr_len.to_le_bytes());
+        ucs::codec::put_u32_at(&mut b, 6, self.addr_len);
         b
     }
     /// Decodes and checks a header.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() < Self::LEN {
-            return Err(Error::Wire(format!(
-                "connection header truncated: {} of {} bytes",
-                b.len(),
-                Self::LEN
-            )));
-        }
+        let b = ucs::codec::head::<{ Self::LEN }>(b, "connection header")?;
         if b[..4] != MAGIC {
             return Err(Error::Wire(
                 "not a rucx connection (bad magic): is the port right?".into(),
@@ -92,7 +86,7 @@ impl CmHdr {
             3 => CmKind::RequestWithId,
             k => return Err(Error::Wire(format!("unknown connection message kind {k}"))),
         };
-        let addr_len = u32::from_le_bytes([b[6], b[7], b[8], b[9]]);
+        let addr_len = ucs::codec::u32_at(b, 6);
         if addr_len as usize > MAX_ADDR_LEN {
             return Err(Error::Wire(format!(
                 "worker address of {addr_len} bytes exceeds {MAX_ADDR_LEN}"

@@ -283,44 +283,35 @@ impl RkeyBundle {
         if self.entries.len() > 255 {
             return Err(Error::InvalidParam("too many remote keys".into()));
         }
-        let mut v = vec![self.entries.len() as u8];
+        let mut v = Vec::new();
+        let mut w = ucs::codec::Writer::new(&mut v);
+        w.u8(self.entries.len() as u8);
         for (t, k) in &self.entries {
             if t.len() > 255 || k.len() > u16::MAX as usize {
                 return Err(Error::InvalidParam(format!("remote key of {t} too long")));
             }
-            v.push(t.len() as u8);
-            v.extend_from_slice(t.as_bytes());
-            v.extend_from_slice(&(k.len() as u16).to_le_bytes());
-            v.extend_from_slice(k);
+            w.u8(t.len() as u8)
+                .bytes(t.as_bytes())
+                .u16(k.len() as u16)
+                .bytes(k);
         }
         Ok(v)
     }
     /// Decodes a bundle; truncated or trailing input gives [`Error::Wire`].
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let short = || Error::Wire("packed remote key bundle is truncated".into());
-        let n = *b.first().ok_or_else(short)? as usize;
-        let mut pos = 1;
+        let mut r = ucs::codec::Reader::new(b, "packed remote key bundle");
+        let n = r.u8("entry count")? as usize;
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
-            let nl = *b.get(pos).ok_or_else(short)? as usize;
-            pos += 1;
-            let name = b.get(pos..pos + nl).ok_or_else(short)?;
-            pos += nl;
-            let kl = b.get(pos..pos + 2).ok_or_else(short)?;
-            let kl = u16::from_le_bytes([kl[0], kl[1]]) as usize;
-            pos += 2;
-            let key = b.get(pos..pos + kl).ok_or_else(short)?;
-            pos += kl;
+            let nl = r.u8("transport name length")? as usize;
+            let name = r.bytes(nl, "transport name")?;
+            let kl = r.u16("key length")? as usize;
+            let key = r.bytes(kl, "key")?;
             let name = std::str::from_utf8(name)
-                .map_err(|_| Error::Wire("remote key transport name is not UTF-8".into()))?;
+                .map_err(|_| r.invalid("transport name", "is not UTF-8"))?;
             entries.push((name.to_owned(), key.to_vec()));
         }
-        if pos != b.len() {
-            return Err(Error::Wire(format!(
-                "packed remote key bundle has {} trailing bytes",
-                b.len() - pos
-            )));
-        }
+        r.finish()?;
         Ok(RkeyBundle { entries })
     }
 }

@@ -25,6 +25,7 @@
 mod onesided;
 
 pub use onesided::{AtomicRepHdr, AtomicReqHdr, PutReqHdr};
+use ucs::codec::{exact, head, u16_at, u32_at, u64_at, Reader};
 use ucs::{Error, Result};
 
 /// uct active-message ids used by ucp.
@@ -82,29 +83,6 @@ pub const PREFIX_LEN: usize = 8;
 /// Request id meaning "no request" (a non-synchronous multi-fragment send).
 pub const NO_REQ: u64 = u64::MAX;
 
-#[inline]
-fn le64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-#[inline]
-fn need(kind: &str, b: &[u8], n: usize) -> Result<()> {
-    if b.len() < n {
-        Err(truncated(kind, b.len(), n))
-    } else {
-        Ok(())
-    }
-}
-
-#[cold]
-fn truncated(kind: &str, len: usize, n: usize) -> Error {
-    Error::Wire(format!(
-        "{kind} header truncated: {len} bytes, need at least {n}"
-    ))
-}
-
 /// Header of a single-fragment tag message.
 ///
 /// ```text
@@ -129,8 +107,8 @@ impl EagerHdr {
     /// Decodes the header from the front of `b`.
     #[inline]
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need("eager", b, Self::LEN)?;
-        Ok(EagerHdr { tag: le64(b, 0) })
+        let h = head::<{ Self::LEN }>(b, "eager header")?;
+        Ok(EagerHdr { tag: u64_at(h, 0) })
     }
 }
 
@@ -162,10 +140,10 @@ impl EagerSyncHdr {
     }
     /// Decodes the header from the front of `b`.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need("eager sync", b, Self::LEN)?;
+        let h = head::<{ Self::LEN }>(b, "eager sync header")?;
         Ok(EagerSyncHdr {
-            tag: le64(b, 0),
-            sreq: le64(b, 8),
+            tag: u64_at(h, 0),
+            sreq: u64_at(h, 8),
         })
     }
 }
@@ -205,12 +183,12 @@ impl EagerFirstHdr {
     }
     /// Decodes the header from the front of `b`.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need("eager first", b, Self::LEN)?;
+        let h = head::<{ Self::LEN }>(b, "eager first header")?;
         Ok(EagerFirstHdr {
-            tag: le64(b, 0),
-            msg_id: le64(b, 8),
-            total_len: le64(b, 16),
-            sreq: le64(b, 24),
+            tag: u64_at(h, 0),
+            msg_id: u64_at(h, 8),
+            total_len: u64_at(h, 16),
+            sreq: u64_at(h, 24),
         })
     }
 }
@@ -244,10 +222,10 @@ impl FragHdr {
     }
     /// Decodes the header from the front of `b`.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need("fragment", b, Self::LEN)?;
+        let h = head::<{ Self::LEN }>(b, "fragment header")?;
         Ok(FragHdr {
-            id: le64(b, 0),
-            offset: le64(b, 8),
+            id: u64_at(h, 0),
+            offset: u64_at(h, 8),
         })
     }
 }
@@ -275,14 +253,8 @@ impl ReqHdr {
     }
     /// Decodes the header; trailing bytes are an error.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(Error::Wire(format!(
-                "request header must be {} bytes, got {}",
-                Self::LEN,
-                b.len()
-            )));
-        }
-        Ok(ReqHdr { req: le64(b, 0) })
+        let h = exact::<{ Self::LEN }>(b, "request header")?;
+        Ok(ReqHdr { req: u64_at(h, 0) })
     }
 }
 
@@ -323,22 +295,14 @@ impl<'a> RemoteBuf<'a> {
     }
     /// Decodes from `b`, giving the rest.
     pub fn decode(b: &'a [u8]) -> Result<(Self, &'a [u8])> {
-        need("remote buffer", b, 9)?;
-        let addr = le64(b, 0);
-        let n = b[8] as usize;
-        need("remote buffer", b, 9 + n + 2)?;
-        let tl = std::str::from_utf8(&b[9..9 + n])
-            .map_err(|_| Error::Wire("remote buffer transport name is not UTF-8".into()))?;
-        let k = u16::from_le_bytes([b[9 + n], b[10 + n]]) as usize;
-        need("remote buffer", b, 11 + n + k)?;
-        Ok((
-            RemoteBuf {
-                addr,
-                tl,
-                rkey: &b[11 + n..11 + n + k],
-            },
-            &b[11 + n + k..],
-        ))
+        let mut r = Reader::new(b, "remote buffer");
+        let addr = r.u64("address")?;
+        let n = r.u8("transport name length")? as usize;
+        let tl = std::str::from_utf8(r.bytes(n, "transport name")?)
+            .map_err(|_| r.invalid("transport name", "is not UTF-8"))?;
+        let k = r.u16("key length")? as usize;
+        let rkey = r.bytes(k, "key")?;
+        Ok((RemoteBuf { addr, tl, rkey }, r.rest()))
     }
 }
 
@@ -374,18 +338,14 @@ impl<'a> RtsHdr<'a> {
     }
     /// Decodes a whole RTS.
     pub fn decode(b: &'a [u8]) -> Result<Self> {
-        need("RTS", b, Self::FIXED_LEN)?;
-        let (buf, rest) = RemoteBuf::decode(&b[24..])?;
-        if !rest.is_empty() {
-            return Err(Error::Wire(format!(
-                "RTS has {} trailing bytes",
-                rest.len()
-            )));
-        }
+        let mut r = Reader::new(b, "RTS");
+        let h = r.array::<{ RtsHdr::<'static>::FIXED_LEN }>("header")?;
+        let (buf, rest) = RemoteBuf::decode(r.rest())?;
+        Reader::new(rest, "RTS").finish()?;
         Ok(RtsHdr {
-            tag: le64(b, 0),
-            sreq: le64(b, 8),
-            len: le64(b, 16),
+            tag: u64_at(h, 0),
+            sreq: u64_at(h, 8),
+            len: u64_at(h, 16),
             buf,
         })
     }
@@ -435,22 +395,18 @@ impl<'a> RtrHdr<'a> {
     }
     /// Decodes a whole RTR.
     pub fn decode(b: &'a [u8]) -> Result<Self> {
-        need("RTR", b, Self::FIXED_LEN)?;
-        let mode = match b[16] {
+        let mut r = Reader::new(b, "RTR");
+        let h = r.array::<{ RtrHdr::<'static>::FIXED_LEN }>("header")?;
+        let mode = match h[16] {
             0 => RtrMode::Put,
             1 => RtrMode::AmPipeline,
-            m => return Err(Error::Wire(format!("RTR has unknown mode {m}"))),
+            m => return Err(r.bad("mode", m.into()).into()),
         };
-        let (buf, rest) = RemoteBuf::decode(&b[17..])?;
-        if !rest.is_empty() {
-            return Err(Error::Wire(format!(
-                "RTR has {} trailing bytes",
-                rest.len()
-            )));
-        }
+        let (buf, rest) = RemoteBuf::decode(r.rest())?;
+        Reader::new(rest, "RTR").finish()?;
         Ok(RtrHdr {
-            sreq: le64(b, 0),
-            rreq: le64(b, 8),
+            sreq: u64_at(h, 0),
+            rreq: u64_at(h, 8),
             mode,
             buf,
         })
@@ -485,10 +441,10 @@ impl UserAmHdr {
     }
     /// Decodes the header from the front of `b`.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need("user active message", b, Self::LEN)?;
+        let h = head::<{ Self::LEN }>(b, "user active message header")?;
         Ok(UserAmHdr {
-            id: u16::from_le_bytes([b[0], b[1]]),
-            hdr_len: u32::from_le_bytes([b[2], b[3], b[4], b[5]]),
+            id: u16_at(h, 0),
+            hdr_len: u32_at(h, 2),
         })
     }
 }
@@ -523,16 +479,15 @@ impl<'a> EpAddrHdr<'a> {
     }
     /// Decodes the message; unknown flags or an empty address are errors.
     pub fn decode(b: &'a [u8]) -> Result<Self> {
-        need("endpoint address", b, Self::LEN + 1)?;
-        if b[0] & !1 != 0 {
-            return Err(Error::Wire(format!(
-                "endpoint address has unknown flags {:#04x}",
-                b[0]
-            )));
+        let mut r = Reader::new(b, "endpoint address");
+        r.need(Self::LEN + 1)?;
+        let flags = r.u8("flags")?;
+        if flags & !1 != 0 {
+            return Err(r.bad("flags", flags.into()).into());
         }
         Ok(EpAddrHdr {
-            connected: b[0] & 1 != 0,
-            ep_addr: &b[Self::LEN..],
+            connected: flags & 1 != 0,
+            ep_addr: r.rest(),
         })
     }
 }
@@ -589,8 +544,8 @@ pub enum Msg<'a> {
 /// Splits off the sender uuid.
 #[inline]
 pub fn split_prefix(b: &[u8]) -> Result<(u64, &[u8])> {
-    need("ucp message prefix", b, PREFIX_LEN)?;
-    Ok((le64(b, 0), &b[PREFIX_LEN..]))
+    let h = head::<PREFIX_LEN>(b, "ucp message prefix")?;
+    Ok((u64_at(h, 0), &b[PREFIX_LEN..]))
 }
 
 /// Splits an EAGER_ONLY message, uuid prefix included, into the sender's uuid, the tag and the
@@ -598,14 +553,8 @@ pub fn split_prefix(b: &[u8]) -> Result<(u64, &[u8])> {
 /// [`split_prefix`] and [`Msg::decode`] then say what is wrong).
 #[inline]
 pub fn split_eager_only(b: &[u8]) -> Option<(u64, u64, &[u8])> {
-    if b.len() < PREFIX_LEN + EagerHdr::LEN {
-        return None;
-    }
-    Some((
-        le64(b, 0),
-        le64(b, PREFIX_LEN),
-        &b[PREFIX_LEN + EagerHdr::LEN..],
-    ))
+    let (h, payload) = b.split_first_chunk::<{ PREFIX_LEN + EagerHdr::LEN }>()?;
+    Some((u64_at(h, 0), u64_at(h, PREFIX_LEN), payload))
 }
 
 impl<'a> Msg<'a> {

@@ -8,6 +8,7 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`status`] | [`Outcome`] (Done / InProgress / NoResource) and [`Error`] |
+//! | [`codec`] | the wire codec of every decoder of peer bytes: little-endian reader/writer, [`codec::WireError`] |
 //! | [`config`] | `RUCX_*` variables, UCX value syntax, the variable registry, unknown-name check |
 //! | [`log`] | `tracing` setup from `RUCX_LOG_LEVEL`, [`log::init_program`] for every binary |
 //! | [`limits`] | descriptor and memory limits: bounds checks, `try_vec`, errors naming the limit |
@@ -19,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod async_ctx;
+pub mod codec;
 pub mod config;
 pub mod limits;
 pub mod log;

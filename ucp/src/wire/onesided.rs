@@ -1,7 +1,7 @@
 //! Wire headers of emulated one-sided operations: atomics and puts carried in active messages
 //! to the target, which applies them to memory it mapped for remote access.
 
-use super::le64;
+use ucs::codec::{exact, head, u64_at};
 use ucs::{Error, Result};
 
 /// An atomic operation emulated over active messages (the target applies it with CPU atomics).
@@ -73,13 +73,18 @@ impl AtomicReqHdr {
                 b.len()
             )));
         }
+        let h = head::<{ Self::LEN_NO_COMPARE }>(b, "atomic request")?;
+        let compare = match b.first_chunk::<{ Self::LEN }>() {
+            Some(c) => u64_at(c, Self::LEN_NO_COMPARE),
+            None => 0,
+        };
         let h = AtomicReqHdr {
-            req: le64(b, 0),
-            op: b[8],
-            size: b[9],
-            addr: le64(b, 10),
-            value: le64(b, 18),
-            compare: if b.len() == Self::LEN { le64(b, 26) } else { 0 },
+            req: u64_at(h, 0),
+            op: h[8],
+            size: h[9],
+            addr: u64_at(h, 10),
+            value: u64_at(h, 18),
+            compare,
         };
         if h.op > 5 || !(h.size == 4 || h.size == 8) {
             return Err(Error::Wire(format!(
@@ -131,17 +136,11 @@ impl AtomicRepHdr {
     }
     /// Decodes a reply.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(Error::Wire(format!(
-                "atomic reply must be {} bytes, got {}",
-                Self::LEN,
-                b.len()
-            )));
-        }
+        let h = exact::<{ Self::LEN }>(b, "atomic reply")?;
         Ok(AtomicRepHdr {
-            req: le64(b, 0),
-            status: b[8],
-            value: le64(b, 9),
+            req: u64_at(h, 0),
+            status: h[8],
+            value: u64_at(h, 9),
         })
     }
 }
@@ -177,6 +176,7 @@ impl PutReqHdr {
                 b.len()
             )));
         }
-        Ok((PutReqHdr { addr: le64(b, 0) }, &b[Self::LEN..]))
+        let h = head::<{ Self::LEN }>(b, "emulated put")?;
+        Ok((PutReqHdr { addr: u64_at(h, 0) }, &b[Self::LEN..]))
     }
 }

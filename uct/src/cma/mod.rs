@@ -62,27 +62,23 @@ impl CmaRkey {
     pub const LEN: usize = 24;
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&[1, 0, 0, 0]);
-        out.extend_from_slice(&self.pid.to_le_bytes());
-        out.extend_from_slice(&self.base.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
+        ucs::codec::Writer::new(out)
+            .bytes(&[1, 0, 0, 0])
+            .u32(self.pid)
+            .u64(self.base)
+            .u64(self.len);
     }
     /// Decodes exactly [`Self::LEN`] bytes.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(Error::Wire(format!(
-                "cma remote key has {} bytes, expected {}",
-                b.len(),
-                Self::LEN
-            )));
-        }
+        use ucs::codec::{exact, u32_at, u64_at};
+        let b = exact::<{ Self::LEN }>(b, "cma remote key")?;
         if b[..4] != [1, 0, 0, 0] {
             return Err(Error::Wire("cma remote key version/reserved bytes".into()));
         }
         let k = CmaRkey {
-            pid: u32::from_le_bytes(b[4..8].try_into().expect("4")),
-            base: u64::from_le_bytes(b[8..16].try_into().expect("8")),
-            len: u64::from_le_bytes(b[16..24].try_into().expect("8")),
+            pid: u32_at(b, 4),
+            base: u64_at(b, 8),
+            len: u64_at(b, 16),
         };
         if k.pid == 0 || k.base.checked_add(k.len).is_none() {
             return Err(Error::Wire(format!("cma remote key {k:?} is invalid")));
@@ -104,11 +100,11 @@ impl CmaIfaceAddr {
     pub const LEN: usize = 5;
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        ucs::varint::put(out, self.pid as u64);
+        ucs::codec::Writer::new(out).var(self.pid as u64);
     }
     /// Decodes exactly one encoding (no trailing bytes); pid 0 is an error.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let mut r = ucs::varint::Reader::new(b, "cma interface address");
+        let mut r = ucs::codec::Reader::new(b, "cma interface address");
         let pid = r.var_u32("pid")?;
         r.finish()?;
         if pid == 0 {

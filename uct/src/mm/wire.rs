@@ -1,6 +1,7 @@
 //! Address and remote-key blobs of the shared-memory transports. Little-endian, fixed length,
 //! strict decode.
 
+use ucs::codec::{exact, u32_at, u64_at, Reader, Writer};
 use ucs::{Error, Result};
 
 /// Blob version written first in every blob.
@@ -30,29 +31,6 @@ impl SegKind {
             SegKind::Sysv => "sysv",
         }
     }
-}
-
-fn need(buf: &[u8], len: usize, what: &str) -> Result<()> {
-    if buf.len() < len {
-        return Err(Error::Wire(format!(
-            "{what} is truncated: {} bytes, need {len}",
-            buf.len()
-        )));
-    }
-    if buf.len() > len {
-        return Err(Error::Wire(format!(
-            "{what} has {} bytes, expected {len}",
-            buf.len()
-        )));
-    }
-    Ok(())
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// Where a segment lives: its kind, its creator's pid, and its id there.
@@ -136,16 +114,15 @@ impl DeviceAddr {
 
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.host.to_le_bytes());
-        out.extend_from_slice(&self.ns.to_le_bytes());
+        Writer::new(out).u64(self.host).u64(self.ns);
     }
 
     /// Decodes exactly [`Self::LEN`] bytes.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let mut r = ucs::varint::Reader::new(b, "shared-memory device address");
+        let mut r = Reader::new(b, "shared-memory device address");
         let d = DeviceAddr {
-            host: r.u64_le("host")?,
-            ns: r.u64_le("namespaces")?,
+            host: r.u64("host")?,
+            ns: r.u64("namespaces")?,
         };
         r.finish()?;
         Ok(d)
@@ -189,16 +166,17 @@ impl IfaceAddr {
 
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(self.seg.kind as u8);
-        ucs::varint::put(out, self.seg.pid as u64);
-        ucs::varint::put(out, self.seg.id);
-        ucs::varint::put(out, self.seg.len);
-        out.extend_from_slice(&self.nonce.to_le_bytes());
+        Writer::new(out)
+            .u8(self.seg.kind as u8)
+            .var(self.seg.pid as u64)
+            .var(self.seg.id)
+            .var(self.seg.len)
+            .u64(self.nonce);
     }
 
     /// Decodes exactly one encoding (no trailing bytes); pid 0 is an error.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let mut r = ucs::varint::Reader::new(b, "shared-memory interface address");
+        let mut r = Reader::new(b, "shared-memory interface address");
         let kind = SegKind::from_u8(r.u8("segment kind")?)?;
         let pid = r.var_u32("pid")?;
         if pid == 0 {
@@ -210,7 +188,7 @@ impl IfaceAddr {
             id: r.var("segment id")?,
             len: r.var("segment length")?,
         };
-        let nonce = r.u64_le("socket nonce")?;
+        let nonce = r.u64("socket nonce")?;
         r.finish()?;
         Ok(IfaceAddr { seg, nonce })
     }
@@ -248,20 +226,21 @@ impl RkeyWire {
 
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(WIRE_VERSION);
-        out.push(self.seg.kind as u8);
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&self.seg.pid.to_le_bytes());
-        out.extend_from_slice(&self.seg.id.to_le_bytes());
-        out.extend_from_slice(&self.seg.len.to_le_bytes());
-        out.extend_from_slice(&self.base.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
-        out.extend_from_slice(&self.offset.to_le_bytes());
+        Writer::new(out)
+            .u8(WIRE_VERSION)
+            .u8(self.seg.kind as u8)
+            .u16(0)
+            .u32(self.seg.pid)
+            .u64(self.seg.id)
+            .u64(self.seg.len)
+            .u64(self.base)
+            .u64(self.len)
+            .u64(self.offset);
     }
 
     /// Decodes exactly [`Self::LEN`] bytes and checks the region lies inside the segment.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        need(b, Self::LEN, "shared-memory remote key")?;
+        let b = exact::<{ Self::LEN }>(b, "shared-memory remote key")?;
         if b[0] != WIRE_VERSION {
             return Err(Error::Wire(format!("remote key version {}", b[0])));
         }

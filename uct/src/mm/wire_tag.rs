@@ -13,17 +13,9 @@
 )]
 
 use super::wire::{IfaceAddr, RkeyWire};
+use ucs::codec::SliceWriter;
+use ucs::codec::{exact, head, put_u16_at, put_u32_at, put_u64_at, u16_at, u32_at, u64_at};
 use ucs::{Error, Result};
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-fn truncated(what: &str, len: usize, need: usize) -> Error {
-    Error::Wire(format!("{what} is truncated: {len} bytes, need {need}"))
-}
 
 /// Header of a tagged eager message; the payload follows.
 ///
@@ -46,18 +38,16 @@ impl EagerHdr {
     pub const LEN: usize = 16;
     /// Encodes into the first [`Self::LEN`] bytes of `out`.
     pub fn encode(&self, out: &mut [u8; Self::LEN]) {
-        out[..8].copy_from_slice(&self.tag.to_le_bytes());
-        out[8..].copy_from_slice(&self.imm.to_le_bytes());
+        put_u64_at(out, 0, self.tag);
+        put_u64_at(out, 8, self.imm);
     }
     /// Decodes a message into its header and payload.
     pub fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
-        if b.len() < Self::LEN {
-            return Err(truncated("tagged eager message", b.len(), Self::LEN));
-        }
+        let h = head::<{ Self::LEN }>(b, "tagged eager message")?;
         Ok((
             EagerHdr {
-                tag: u64_at(b, 0),
-                imm: u64_at(b, 8),
+                tag: u64_at(h, 0),
+                imm: u64_at(h, 8),
             },
             &b[Self::LEN..],
         ))
@@ -133,42 +123,40 @@ impl RndvHdr {
 
     /// Encodes the fixed header, for a user header of `hdr_len` bytes, into `out`.
     pub fn encode(&self, hdr_len: u16, out: &mut [u8; Self::LEN]) {
-        out[0..8].copy_from_slice(&self.tag.to_le_bytes());
-        out[8..16].copy_from_slice(&self.op_id.to_le_bytes());
-        out[16..24].copy_from_slice(&self.length.to_le_bytes());
-        out[24..32].copy_from_slice(&self.addr.to_le_bytes());
-        out[32..36].copy_from_slice(&self.pid.to_le_bytes());
+        put_u64_at(out, 0, self.tag);
+        put_u64_at(out, 8, self.op_id);
+        put_u64_at(out, 16, self.length);
+        put_u64_at(out, 24, self.addr);
+        put_u32_at(out, 32, self.pid);
         out[36] = match self.src {
             RndvSrc::Request => 0,
             RndvSrc::Cma => 1,
             RndvSrc::Seg(_) => 2,
         };
         out[37] = 0;
-        out[38..40].copy_from_slice(&hdr_len.to_le_bytes());
-        self.reply.encode_to(&mut ArrayOut::new(&mut out[40..72]));
+        put_u16_at(out, 38, hdr_len);
+        self.reply
+            .encode_to(&mut SliceWriter::new(&mut out[40..72]));
     }
 
     /// Encodes the buffer part (segment key, then `user`) into `out`, which must hold
     /// `key_len() + user.len()` bytes.
     pub fn encode_body(&self, user: &[u8], out: &mut [u8]) {
-        let mut v = ArrayOut::new(out);
+        let mut v = SliceWriter::new(out);
         if let RndvSrc::Seg(k) = self.src {
             k.encode_to(&mut v);
         }
-        v.put(user);
+        v.bytes(user);
     }
 
     /// Decodes the fixed header (the first [`Self::LEN`] bytes of `fixed`) and the buffer
     /// part; gives the header, the segment key's bytes (empty without one) and the user header.
     pub fn decode<'a>(fixed: &[u8], body: &'a [u8]) -> Result<(Self, &'a [u8], &'a [u8])> {
-        if fixed.len() < Self::LEN {
-            return Err(truncated("rendezvous header", fixed.len(), Self::LEN));
-        }
-        let b = &fixed[..Self::LEN];
+        let b = head::<{ Self::LEN }>(fixed, "rendezvous header")?;
         if b[37] != 0 {
             return Err(Error::Wire("rendezvous header reserved byte".into()));
         }
-        let hdr_len = u16::from_le_bytes([b[38], b[39]]) as usize;
+        let hdr_len = u16_at(b, 38) as usize;
         let key_len = if b[36] == 2 { RkeyWire::LEN } else { 0 };
         if body.len() != key_len + hdr_len {
             return Err(Error::Wire(format!(
@@ -182,7 +170,7 @@ impl RndvHdr {
             op_id: u64_at(b, 8),
             length: u64_at(b, 16),
             addr: u64_at(b, 24),
-            pid: u32::from_le_bytes([b[32], b[33], b[34], b[35]]),
+            pid: u32_at(b, 32),
             src: match b[36] {
                 0 => RndvSrc::Request,
                 1 => RndvSrc::Cma,
@@ -236,19 +224,13 @@ impl Ack {
     /// Encodes.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
-        b[..8].copy_from_slice(&self.op_id.to_le_bytes());
+        put_u64_at(&mut b, 0, self.op_id);
         b[8] = self.status;
         b
     }
     /// Decodes exactly [`Self::LEN`] bytes.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(Error::Wire(format!(
-                "rendezvous acknowledgement of {} bytes, expected {}",
-                b.len(),
-                Self::LEN
-            )));
-        }
+        let b = exact::<{ Self::LEN }>(b, "rendezvous acknowledgement")?;
         if b[8] > 1 || b[9..].iter().any(|&x| x != 0) {
             return Err(Error::Wire("rendezvous acknowledgement status".into()));
         }
@@ -259,39 +241,18 @@ impl Ack {
     }
 }
 
-/// A fixed buffer written front to back (the address codecs write through it without a Vec).
-pub(crate) struct ArrayOut<'a> {
-    buf: &'a mut [u8],
-    at: usize,
-}
-
-impl<'a> ArrayOut<'a> {
-    fn new(buf: &'a mut [u8]) -> Self {
-        ArrayOut { buf, at: 0 }
-    }
-    pub(crate) fn put(&mut self, b: &[u8]) {
-        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
-        self.at += b.len();
-    }
-}
-
-/// The fixed 32-byte form of an interface address inside a rendezvous header (the worker
-/// address carries the compact one, [`IfaceAddr::encode`]):
-/// `| version | kind | 0 0 | pid u32 | segment id u64 | segment len u64 | nonce u64 |`.
 impl IfaceAddr {
-    fn encode_to(&self, out: &mut ArrayOut<'_>) {
-        out.put(&[super::wire::WIRE_VERSION, self.seg.kind as u8, 0, 0]);
-        out.put(&self.seg.pid.to_le_bytes());
-        out.put(&self.seg.id.to_le_bytes());
-        out.put(&self.seg.len.to_le_bytes());
-        out.put(&self.nonce.to_le_bytes());
+    fn encode_to(&self, out: &mut SliceWriter<'_>) {
+        out.bytes(&[super::wire::WIRE_VERSION, self.seg.kind as u8, 0, 0])
+            .u32(self.seg.pid)
+            .u64(self.seg.id)
+            .u64(self.seg.len)
+            .u64(self.nonce);
     }
 
     /// Decodes the fixed form (exactly 32 bytes).
     fn decode_fixed(b: &[u8]) -> Result<Self> {
-        if b.len() != 32 {
-            return Err(truncated("reply address", b.len(), 32));
-        }
+        let b = exact::<32>(b, "reply address")?;
         if b[0] != super::wire::WIRE_VERSION {
             return Err(Error::Wire(format!("reply address version {}", b[0])));
         }
@@ -300,7 +261,7 @@ impl IfaceAddr {
                 "reply address reserved bytes are not zero".into(),
             ));
         }
-        let pid = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let pid = u32_at(b, 4);
         if pid == 0 {
             return Err(Error::Wire("reply address has pid 0".into()));
         }
@@ -317,14 +278,14 @@ impl IfaceAddr {
 }
 
 impl RkeyWire {
-    fn encode_to(&self, out: &mut ArrayOut<'_>) {
-        out.put(&[super::wire::WIRE_VERSION, self.seg.kind as u8, 0, 0]);
-        out.put(&self.seg.pid.to_le_bytes());
-        out.put(&self.seg.id.to_le_bytes());
-        out.put(&self.seg.len.to_le_bytes());
-        out.put(&self.base.to_le_bytes());
-        out.put(&self.len.to_le_bytes());
-        out.put(&self.offset.to_le_bytes());
+    fn encode_to(&self, out: &mut SliceWriter<'_>) {
+        out.bytes(&[super::wire::WIRE_VERSION, self.seg.kind as u8, 0, 0])
+            .u32(self.seg.pid)
+            .u64(self.seg.id)
+            .u64(self.seg.len)
+            .u64(self.base)
+            .u64(self.len)
+            .u64(self.offset);
     }
 }
 

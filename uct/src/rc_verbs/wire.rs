@@ -1,23 +1,9 @@
 //! rc_verbs wire formats: device address, endpoint address, packed remote key and the
 //! active-message header. All little-endian, with explicit lengths; decoding checks everything.
 
+use ucs::codec::WireError;
+use ucs::codec::{array_at, exact, put_u16_at, put_u32_at, put_u64_at, u16_at, u32_at, u64_at};
 use ucs::{Error, Result};
-
-fn short(what: &str, need: usize, got: usize) -> Error {
-    Error::Wire(format!(
-        "{what}: need {need} bytes, got {got} (truncated or not an rc_verbs {what})"
-    ))
-}
-
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
 
 /// Link layer values carried in a device address.
 pub const LL_INFINIBAND: u8 = 1;
@@ -51,15 +37,13 @@ impl DevAddr {
         let mut b = [0u8; Self::LEN];
         b[0] = Self::VERSION;
         b[1] = self.link_layer;
-        b[2..4].copy_from_slice(&self.lid.to_le_bytes());
+        put_u16_at(&mut b, 2, self.lid);
         b[4..20].copy_from_slice(&self.gid);
         b
     }
     /// Decodes; extra trailing bytes are an error too.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(short("device address", Self::LEN, b.len()));
-        }
+        let b = exact::<{ Self::LEN }>(b, "rc_verbs device address")?;
         if b[0] != Self::VERSION {
             return Err(Error::Wire(format!(
                 "rc_verbs device address version {} (expected {})",
@@ -73,7 +57,7 @@ impl DevAddr {
         Ok(DevAddr {
             link_layer: b[1],
             lid: u16_at(b, 2),
-            gid: b[4..20].try_into().expect("16 bytes"),
+            gid: array_at(b, 4),
         })
     }
 }
@@ -112,19 +96,17 @@ impl EpAddr {
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0] = Self::VERSION;
-        b[1..5].copy_from_slice(&self.qpn.to_le_bytes());
-        b[5..9].copy_from_slice(&self.psn.to_le_bytes());
-        b[9..17].copy_from_slice(&self.credit_addr.to_le_bytes());
-        b[17..21].copy_from_slice(&self.credit_rkey.to_le_bytes());
-        b[21..23].copy_from_slice(&self.rx_credits.to_le_bytes());
+        put_u32_at(&mut b, 1, self.qpn);
+        put_u32_at(&mut b, 5, self.psn);
+        put_u64_at(&mut b, 9, self.credit_addr);
+        put_u32_at(&mut b, 17, self.credit_rkey);
+        put_u16_at(&mut b, 21, self.rx_credits);
         b[23] = self.mtu;
         b
     }
     /// Decodes and validates.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(short("endpoint address", Self::LEN, b.len()));
-        }
+        let b = exact::<{ Self::LEN }>(b, "rc_verbs endpoint address")?;
         if b[0] != Self::VERSION {
             return Err(Error::Wire(format!(
                 "rc_verbs endpoint address version {} (expected {})",
@@ -180,16 +162,14 @@ impl PackedRkey {
     /// Encodes into `LEN` bytes.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
-        b[0..4].copy_from_slice(&self.rkey.to_le_bytes());
-        b[4..12].copy_from_slice(&self.base.to_le_bytes());
-        b[12..20].copy_from_slice(&self.len.to_le_bytes());
+        put_u32_at(&mut b, 0, self.rkey);
+        put_u64_at(&mut b, 4, self.base);
+        put_u64_at(&mut b, 12, self.len);
         b
     }
     /// Decodes.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(short("packed rkey", Self::LEN, b.len()));
-        }
+        let b = exact::<{ Self::LEN }>(b, "rc_verbs packed rkey")?;
         let k = PackedRkey {
             rkey: u32_at(b, 0),
             base: u64_at(b, 4),
@@ -223,7 +203,13 @@ impl AmHdr {
         match b.split_first() {
             Some((&id, rest)) if id < crate::ep::AM_ID_MAX => Ok((id, rest)),
             Some((&id, _)) => Err(Error::Wire(format!("active message id {id} out of range"))),
-            None => Err(short("active message", Self::LEN, 0)),
+            None => Err(WireError::Truncated {
+                what: "rc_verbs active message",
+                field: "id",
+                need: Self::LEN,
+                have: 0,
+            }
+            .into()),
         }
     }
 }

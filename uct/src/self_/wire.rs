@@ -3,29 +3,11 @@
 //! address and the key are little-endian, fixed length. `decode` rejects anything but one
 //! encoding.
 
+use ucs::codec::{exact, put_u32_at, put_u64_at, u32_at, u64_at, Reader, Writer};
 use ucs::{Error, Result};
 
 /// First four bytes of a self remote key: `"RSLF"`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"RSLF");
-
-fn wire_err(what: &str, got: &[u8], len: usize) -> Error {
-    Error::Wire(format!(
-        "self {what} must be {len} bytes, got {} bytes",
-        got.len()
-    ))
-}
-
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[off..off + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[off..off + 8]);
-    u64::from_le_bytes(a)
-}
 
 /// The device address: which process the self interface lives in: its process id as a varint
 /// ([`ucs::varint`]), then a random number drawn once per process (u64 LE), so processes of
@@ -58,16 +40,15 @@ impl DeviceAddr {
     /// Encodes to bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::LEN);
-        ucs::varint::put(&mut v, self.pid as u64);
-        v.extend_from_slice(&self.nonce.to_le_bytes());
+        Writer::new(&mut v).var(self.pid as u64).u64(self.nonce);
         v
     }
     /// Decodes exactly one encoding; pid 0, a short nonce or trailing bytes give
     /// [`Error::Wire`].
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let mut r = ucs::varint::Reader::new(b, "self device address");
+        let mut r = Reader::new(b, "self device address");
         let pid = r.var_u32("pid")?;
-        let nonce = r.u64_le("process nonce")?;
+        let nonce = r.u64("process nonce")?;
         r.finish()?;
         if pid == 0 {
             return Err(Error::Wire("self device address has pid 0".into()));
@@ -121,12 +102,12 @@ impl IfaceAddr {
     /// Encodes to bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(ucs::varint::len(self.iface_id));
-        ucs::varint::put(&mut v, self.iface_id);
+        Writer::new(&mut v).var(self.iface_id);
         v
     }
     /// Decodes exactly one encoding; id 0 or trailing bytes give [`Error::Wire`].
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let mut r = ucs::varint::Reader::new(b, "self interface address");
+        let mut r = Reader::new(b, "self interface address");
         let iface_id = r.var("interface id")?;
         r.finish()?;
         if iface_id == 0 {
@@ -158,15 +139,13 @@ impl EpAddr {
     /// Encodes to bytes.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
-        b[0..8].copy_from_slice(&self.iface_id.to_le_bytes());
-        b[8..12].copy_from_slice(&self.ep_id.to_le_bytes());
+        put_u64_at(&mut b, 0, self.iface_id);
+        put_u32_at(&mut b, 8, self.ep_id);
         b
     }
     /// Decodes; wrong length or interface id 0 gives [`Error::Wire`].
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(wire_err("endpoint address", b, Self::LEN));
-        }
+        let b = exact::<{ Self::LEN }>(b, "self endpoint address")?;
         let iface_id = u64_at(b, 0);
         if iface_id == 0 {
             return Err(Error::Wire("self interface id 0 is invalid".into()));
@@ -204,19 +183,17 @@ impl PackedRkey {
     /// Encodes to bytes.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
-        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4..8].copy_from_slice(&self.pid.to_le_bytes());
-        b[8..16].copy_from_slice(&self.region_id.to_le_bytes());
-        b[16..24].copy_from_slice(&self.base.to_le_bytes());
-        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        put_u32_at(&mut b, 0, MAGIC);
+        put_u32_at(&mut b, 4, self.pid);
+        put_u64_at(&mut b, 8, self.region_id);
+        put_u64_at(&mut b, 16, self.base);
+        put_u64_at(&mut b, 24, self.len);
         b
     }
     /// Decodes; wrong length, wrong magic, region id 0 or a region that wraps the address space
     /// give [`Error::Wire`].
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(wire_err("remote key", b, Self::LEN));
-        }
+        let b = exact::<{ Self::LEN }>(b, "self remote key")?;
         let magic = u32_at(b, 0);
         if magic != MAGIC {
             return Err(Error::Wire(format!(

@@ -192,30 +192,20 @@ impl PackedRkey {
     pub const VERSION: u8 = 1;
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(Self::VERSION);
-        out.extend_from_slice(&[0u8; 7]);
-        out.extend_from_slice(&self.base.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
-        out.extend_from_slice(&self.key.to_le_bytes());
+        out.extend_from_slice(&self.to_bytes());
     }
     /// The encoding as an array (no allocation).
     pub fn to_bytes(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0] = Self::VERSION;
-        b[8..16].copy_from_slice(&self.base.to_le_bytes());
-        b[16..24].copy_from_slice(&self.len.to_le_bytes());
-        b[24..32].copy_from_slice(&self.key.to_le_bytes());
+        ucs::codec::put_u64_at(&mut b, 8, self.base);
+        ucs::codec::put_u64_at(&mut b, 16, self.len);
+        ucs::codec::put_u64_at(&mut b, 24, self.key);
         b
     }
     /// Decodes, rejecting truncated or foreign input.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(Error::Wire(format!(
-                "tcp rkey of {} bytes, expected {}",
-                b.len(),
-                Self::LEN
-            )));
-        }
+        let b = ucs::codec::exact::<{ Self::LEN }>(b, "tcp rkey")?;
         if b[0] != Self::VERSION || b[1..8].iter().any(|&x| x != 0) {
             return Err(Error::Wire(format!(
                 "tcp rkey has version {} (expected {})",
@@ -223,15 +213,10 @@ impl PackedRkey {
                 Self::VERSION
             )));
         }
-        let u = |o: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(a)
-        };
         Ok(PackedRkey {
-            base: u(8),
-            len: u(16),
-            key: u(24),
+            base: ucs::codec::u64_at(b, 8),
+            len: ucs::codec::u64_at(b, 16),
+            key: ucs::codec::u64_at(b, 24),
         })
     }
 }

@@ -115,13 +115,6 @@ use std::net::Ipv4Addr;
 use ucs::config::ConfigVar;
 use ucs::{Error, Result};
 
-/// A little-endian u64 from the first 8 bytes of `b` (callers check the length).
-fn le64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
-}
-
 /// `RUCX_TCP_SNDBUF`: socket send buffer size.
 pub const TCP_SNDBUF: ConfigVar = ConfigVar {
     name: "TCP_SNDBUF",
@@ -373,25 +366,27 @@ impl DevAddr {
     pub const LEN: usize = 16;
     /// Encodes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = vec![1u8, 4, self.prefix, self.loopback as u8];
-        v.extend_from_slice(&self.ip.octets());
-        v.extend_from_slice(&self.netns.to_le_bytes());
+        let mut v = Vec::with_capacity(Self::LEN);
+        ucs::codec::Writer::new(&mut v)
+            .bytes(&[1, 4, self.prefix, self.loopback as u8])
+            .bytes(&self.ip.octets())
+            .u64(self.netns);
         v
     }
     /// Decodes, rejecting truncated or foreign input.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN || b[0] != 1 || b[1] != 4 || b[2] > 32 || b[3] > 1 {
+        let b = ucs::codec::exact::<{ Self::LEN }>(b, "tcp device address")?;
+        if b[0] != 1 || b[1] != 4 || b[2] > 32 || b[3] > 1 {
             return Err(Error::Wire(format!(
-                "not a tcp device address ({} bytes, starting {:02x?})",
-                b.len(),
-                &b[..b.len().min(4)]
+                "not a tcp device address (starting {:02x?})",
+                &b[..4]
             )));
         }
         Ok(DevAddr {
-            ip: Ipv4Addr::new(b[4], b[5], b[6], b[7]),
+            ip: Ipv4Addr::from(ucs::codec::array_at(b, 4)),
             prefix: b[2],
             loopback: b[3] == 1,
-            netns: le64(&b[8..16]),
+            netns: ucs::codec::u64_at(b, 8),
         })
     }
 }
@@ -417,25 +412,25 @@ impl IfaceAddr {
     pub const LEN: usize = 8;
     /// Encodes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = vec![1u8, 0];
-        v.extend_from_slice(&self.port.to_le_bytes());
-        v.extend_from_slice(&self.ip.octets());
+        let mut v = Vec::with_capacity(Self::LEN);
+        ucs::codec::Writer::new(&mut v)
+            .bytes(&[1, 0])
+            .u16(self.port)
+            .bytes(&self.ip.octets());
         v
     }
     /// Decodes, rejecting truncated or foreign input.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() < Self::LEN || b[0] != 1 || b[1] != 0 {
-            return Err(Error::Wire(format!(
-                "not a tcp interface address ({} bytes)",
-                b.len()
-            )));
+        let b = ucs::codec::head::<{ Self::LEN }>(b, "tcp interface address")?;
+        if b[0] != 1 || b[1] != 0 {
+            return Err(Error::Wire("not a tcp interface address".into()));
         }
-        let port = u16::from_le_bytes([b[2], b[3]]);
+        let port = ucs::codec::u16_at(b, 2);
         if port == 0 {
             return Err(Error::Wire("tcp interface address with port 0".into()));
         }
         Ok(IfaceAddr {
-            ip: Ipv4Addr::new(b[4], b[5], b[6], b[7]),
+            ip: Ipv4Addr::from(ucs::codec::array_at(b, 4)),
             port,
         })
     }
@@ -467,21 +462,15 @@ impl EpAddr {
     /// Encodes.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = self.iface.encode();
-        v.extend_from_slice(&self.conn_id.to_le_bytes());
+        ucs::codec::Writer::new(&mut v).u64(self.conn_id);
         v
     }
     /// Decodes, rejecting truncated or foreign input.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(Error::Wire(format!(
-                "tcp endpoint address of {} bytes, expected {}",
-                b.len(),
-                Self::LEN
-            )));
-        }
+        let b = ucs::codec::exact::<{ Self::LEN }>(b, "tcp endpoint address")?;
         Ok(EpAddr {
-            iface: IfaceAddr::decode(&b[..8])?,
-            conn_id: le64(&b[8..16]),
+            iface: IfaceAddr::decode(b)?,
+            conn_id: ucs::codec::u64_at(b, 8),
         })
     }
 }

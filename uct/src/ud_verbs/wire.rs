@@ -1,22 +1,8 @@
 //! ud_verbs wire formats: the interface address and the header every datagram starts with
 //! (after the 40-byte GRH the receive buffer holds), all little-endian.
 
+use ucs::codec::{array_at, exact, head, put_u16_at, put_u32_at, u16_at, u32_at};
 use ucs::{Error, Result};
-
-fn short(what: &str, need: usize, got: usize) -> Error {
-    Error::Wire(format!(
-        "ud_verbs {what}: need {need} bytes, got {got} (truncated or not a ud_verbs {what})"
-    ))
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[o..o + 4]);
-    u32::from_le_bytes(w)
-}
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
 
 /// The interface address: the UD queue pair peers send to.
 ///
@@ -40,14 +26,12 @@ impl IfaceAddr {
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0] = Self::VERSION;
-        b[1..5].copy_from_slice(&self.qpn.to_le_bytes());
+        put_u32_at(&mut b, 1, self.qpn);
         b
     }
     /// Decodes and validates.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(short("interface address", Self::LEN, b.len()));
-        }
+        let b = exact::<{ Self::LEN }>(b, "ud_verbs interface address")?;
         if b[0] != Self::VERSION {
             return Err(Error::Wire(format!(
                 "ud_verbs interface address version {} (expected {})",
@@ -124,23 +108,21 @@ impl Hdr {
             Kind::Ack => 3,
         };
         b[0] = kind | self.flags;
-        b[1..5].copy_from_slice(&self.dest.to_le_bytes());
-        b[5..7].copy_from_slice(&self.psn.to_le_bytes());
-        b[7..9].copy_from_slice(&self.ack.to_le_bytes());
+        put_u32_at(b, 1, self.dest);
+        put_u16_at(b, 5, self.psn);
+        put_u16_at(b, 7, self.ack);
     }
     /// Decodes the start of a datagram; gives the header and the rest.
     pub fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
-        if b.len() < Self::LEN {
-            return Err(short("datagram header", Self::LEN, b.len()));
-        }
-        let kind = match b[0] & KIND_MASK {
+        let h = head::<{ Self::LEN }>(b, "ud_verbs datagram header")?;
+        let kind = match h[0] & KIND_MASK {
             0 => Kind::Data,
             1 => Kind::Creq,
             2 => Kind::Crep,
             3 => Kind::Ack,
             k => return Err(Error::Wire(format!("ud_verbs datagram kind {k}"))),
         };
-        let flags = b[0] & !KIND_MASK;
+        let flags = h[0] & !KIND_MASK;
         if flags & !(FLAG_ACK_REQ | FLAG_NAK) != 0 {
             return Err(Error::Wire(format!("ud_verbs datagram flags {flags:#x}")));
         }
@@ -148,9 +130,9 @@ impl Hdr {
             Hdr {
                 kind,
                 flags,
-                dest: u32_at(b, 1),
-                psn: u16_at(b, 5),
-                ack: u16_at(b, 7),
+                dest: u32_at(h, 1),
+                psn: u16_at(h, 5),
+                ack: u16_at(h, 7),
             },
             &b[Self::LEN..],
         ))
@@ -184,22 +166,18 @@ impl Creq {
     pub const LEN: usize = 8 + crate::rc_verbs::wire::DevAddr::LEN + IfaceAddr::LEN;
     /// Encodes into the first `LEN` bytes of `b`.
     pub fn encode_into(&self, b: &mut [u8]) {
-        b[0..4].copy_from_slice(&self.src_ep.to_le_bytes());
-        b[4..8].copy_from_slice(&self.conn_sn.to_le_bytes());
+        put_u32_at(b, 0, self.src_ep);
+        put_u32_at(b, 4, self.conn_sn);
         b[8..28].copy_from_slice(&self.dev_addr);
         b[28..33].copy_from_slice(&self.iface.encode());
     }
     /// Decodes (the device address is checked when it is used).
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(short("connection request", Self::LEN, b.len()));
-        }
-        let mut dev_addr = [0u8; crate::rc_verbs::wire::DevAddr::LEN];
-        dev_addr.copy_from_slice(&b[8..28]);
+        let b = exact::<{ Self::LEN }>(b, "ud_verbs connection request")?;
         Ok(Creq {
             src_ep: u32_at(b, 0),
             conn_sn: u32_at(b, 4),
-            dev_addr,
+            dev_addr: array_at(b, 8),
             iface: IfaceAddr::decode(&b[28..33])?,
         })
     }
@@ -207,10 +185,7 @@ impl Creq {
 
 /// Decodes a connection reply's body: the answering endpoint's id.
 pub fn decode_crep(b: &[u8]) -> Result<u32> {
-    if b.len() != 4 {
-        return Err(short("connection reply", 4, b.len()));
-    }
-    Ok(u32_at(b, 0))
+    Ok(u32_at(exact::<4>(b, "ud_verbs connection reply")?, 0))
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! byte is a transport-private id (at or above [`ID_TAG_EAGER`], beyond the active-message
 //! ids), then one of these headers, little-endian, then the payload or user header.
 
+use ucs::codec::{exact, head, put_u32_at, put_u64_at, u32_at, u64_at};
 use ucs::{Error, Result};
 
 /// Id byte of a tagged eager message ([`EagerHdr`] + payload).
@@ -12,18 +13,6 @@ pub const ID_TAG_RNDV: u8 = 0xe1;
 pub const ID_TAG_ACK: u8 = 0xe2;
 /// Ids from here on belong to tag offload (active-message ids are below 32).
 pub const ID_TAG_MIN: u8 = ID_TAG_EAGER;
-
-fn short(what: &str, need: usize, got: usize) -> Error {
-    Error::Wire(format!(
-        "rc_verbs {what}: need {need} bytes, got {got} (truncated message)"
-    ))
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(w)
-}
 
 /// A tagged eager message's header.
 ///
@@ -48,19 +37,17 @@ impl EagerHdr {
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0] = ID_TAG_EAGER;
-        b[1..9].copy_from_slice(&self.tag.to_le_bytes());
-        b[9..17].copy_from_slice(&self.imm.to_le_bytes());
+        put_u64_at(&mut b, 1, self.tag);
+        put_u64_at(&mut b, 9, self.imm);
         b
     }
     /// Decodes a whole message (id byte included) into header and payload.
     pub fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
-        if b.len() < Self::LEN {
-            return Err(short("tagged eager message", Self::LEN, b.len()));
-        }
+        let h = head::<{ Self::LEN }>(b, "rc_verbs tagged eager message")?;
         Ok((
             EagerHdr {
-                tag: u64_at(b, 1),
-                imm: u64_at(b, 9),
+                tag: u64_at(h, 1),
+                imm: u64_at(h, 9),
             },
             &b[Self::LEN..],
         ))
@@ -97,26 +84,22 @@ impl RndvHdr {
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0] = ID_TAG_RNDV;
-        b[1..9].copy_from_slice(&self.tag.to_le_bytes());
-        b[9..17].copy_from_slice(&self.op_id.to_le_bytes());
-        b[17..25].copy_from_slice(&self.addr.to_le_bytes());
-        b[25..33].copy_from_slice(&self.length.to_le_bytes());
-        b[33..37].copy_from_slice(&self.rkey.to_le_bytes());
+        put_u64_at(&mut b, 1, self.tag);
+        put_u64_at(&mut b, 9, self.op_id);
+        put_u64_at(&mut b, 17, self.addr);
+        put_u64_at(&mut b, 25, self.length);
+        put_u32_at(&mut b, 33, self.rkey);
         b
     }
     /// Decodes a whole message into header and user header.
     pub fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
-        if b.len() < Self::LEN {
-            return Err(short("rendezvous header", Self::LEN, b.len()));
-        }
-        let mut k = [0u8; 4];
-        k.copy_from_slice(&b[33..37]);
+        let f = head::<{ Self::LEN }>(b, "rc_verbs rendezvous header")?;
         let h = RndvHdr {
-            tag: u64_at(b, 1),
-            op_id: u64_at(b, 9),
-            addr: u64_at(b, 17),
-            length: u64_at(b, 25),
-            rkey: u32::from_le_bytes(k),
+            tag: u64_at(f, 1),
+            op_id: u64_at(f, 9),
+            addr: u64_at(f, 17),
+            length: u64_at(f, 25),
+            rkey: u32_at(f, 33),
         };
         if h.addr.checked_add(h.length).is_none() || (h.op_id == 0 && h.length != 0) {
             return Err(Error::Wire(format!(
@@ -156,15 +139,13 @@ impl AckHdr {
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0] = ID_TAG_ACK;
-        b[1..9].copy_from_slice(&self.op_id.to_le_bytes());
+        put_u64_at(&mut b, 1, self.op_id);
         b[9] = self.status;
         b
     }
     /// Decodes a whole message.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != Self::LEN {
-            return Err(short("rendezvous acknowledgement", Self::LEN, b.len()));
-        }
+        let b = exact::<{ Self::LEN }>(b, "rc_verbs rendezvous acknowledgement")?;
         if b[9] > ACK_FAILED {
             return Err(Error::Wire(format!(
                 "rc_verbs rendezvous acknowledgement with status {}",

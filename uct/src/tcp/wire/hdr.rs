@@ -1,9 +1,8 @@
 //! The sub-headers that follow a [`FrameHeader`](super::FrameHeader) (see the table in
 //! [`super`]).
 
-use super::{
-    need, put_u32, put_u64, u16_at, u32_at, u64_at, Kind, WireError, MAGIC, MAX_RMA, VERSION,
-};
+use super::{MAGIC, MAX_RMA, VERSION};
+use ucs::codec::{head, put_u16_at, put_u32_at, put_u64_at, u16_at, u32_at, u64_at, WireError};
 
 /// Connection mode announced in [`Hello`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,30 +58,39 @@ impl Hello {
     pub const LEN: usize = 32;
     /// Writes into `out[..32]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u32(out, 0, MAGIC);
+        put_u32_at(out, 0, MAGIC);
         out[4] = VERSION;
         out[5] = self.mode as u8;
-        out[6..8].copy_from_slice(&self.src_port.to_le_bytes());
-        put_u64(out, 8, self.src_conn_id);
-        put_u64(out, 16, self.dst_conn_id);
+        put_u16_at(out, 6, self.src_port);
+        put_u64_at(out, 8, self.src_conn_id);
+        put_u64_at(out, 16, self.dst_conn_id);
         out[24..28].copy_from_slice(&self.src_ip.to_be_bytes());
-        put_u32(out, 28, 0);
+        put_u32_at(out, 28, 0);
     }
     /// Reads and validates.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("hello", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp hello")?;
         let magic = u32_at(buf, 0);
         if magic != MAGIC {
-            return Err(WireError::BadMagic(magic));
+            return Err(WireError::BadField {
+                what: "tcp hello (not a rucx tcp peer)",
+                field: "magic",
+                value: magic as u64,
+            });
         }
         if buf[4] != VERSION {
-            return Err(WireError::BadVersion(buf[4]));
+            return Err(WireError::BadField {
+                what: "tcp hello",
+                field: "protocol version",
+                value: buf[4] as u64,
+            });
         }
         let mode = match buf[5] {
             0 => HelloMode::Iface,
             1 => HelloMode::Ep,
             v => {
                 return Err(WireError::BadField {
+                    what: "tcp frame",
                     field: "hello mode",
                     value: v as u64,
                 })
@@ -91,6 +99,7 @@ impl Hello {
         let reserved = u32_at(buf, 28);
         if reserved != 0 {
             return Err(WireError::BadField {
+                what: "tcp frame",
                 field: "hello reserved",
                 value: reserved as u64,
             });
@@ -124,11 +133,11 @@ impl HelloAck {
     pub const LEN: usize = 8;
     /// Writes into `out[..8]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u64(out, 0, self.seq);
+        put_u64_at(out, 0, self.seq);
     }
     /// Reads.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("hello ack", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp hello ack")?;
         Ok(HelloAck {
             seq: u64_at(buf, 0),
         })
@@ -156,12 +165,12 @@ impl TagHdr {
     pub const LEN: usize = 16;
     /// Writes into `out[..16]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u64(out, 0, self.tag);
-        put_u64(out, 8, self.imm);
+        put_u64_at(out, 0, self.tag);
+        put_u64_at(out, 8, self.imm);
     }
     /// Reads.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("tag header", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp tag header")?;
         Ok(TagHdr {
             tag: u64_at(buf, 0),
             imm: u64_at(buf, 8),
@@ -200,15 +209,15 @@ impl TagRndvHdr {
     pub const LEN: usize = 40;
     /// Writes into `out[..40]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u64(out, 0, self.tag);
-        put_u64(out, 8, self.op_id);
-        put_u64(out, 16, self.remote_addr);
-        put_u64(out, 24, self.key);
-        put_u64(out, 32, self.length);
+        put_u64_at(out, 0, self.tag);
+        put_u64_at(out, 8, self.op_id);
+        put_u64_at(out, 16, self.remote_addr);
+        put_u64_at(out, 24, self.key);
+        put_u64_at(out, 32, self.length);
     }
     /// Reads, rejecting a request that claims data and a length above [`MAX_RMA`].
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("tag rendezvous header", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp tag rendezvous header")?;
         let h = TagRndvHdr {
             tag: u64_at(buf, 0),
             op_id: u64_at(buf, 8),
@@ -218,6 +227,7 @@ impl TagRndvHdr {
         };
         if h.length > MAX_RMA as u64 || (h.op_id == 0 && h.length != 0) {
             return Err(WireError::BadField {
+                what: "tcp frame",
                 field: "tag rendezvous length",
                 value: h.length,
             });
@@ -251,13 +261,13 @@ impl PutHdr {
     pub const LEN: usize = 24;
     /// Writes into `out[..24]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u64(out, 0, self.req_id);
-        put_u64(out, 8, self.remote_addr);
-        put_u64(out, 16, self.key);
+        put_u64_at(out, 0, self.req_id);
+        put_u64_at(out, 8, self.remote_addr);
+        put_u64_at(out, 16, self.key);
     }
     /// Reads.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("put header", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp put header")?;
         Ok(PutHdr {
             req_id: u64_at(buf, 0),
             remote_addr: u64_at(buf, 8),
@@ -281,6 +291,7 @@ impl WireStatus {
             0 => Ok(WireStatus::Ok),
             1 => Ok(WireStatus::RemoteAccess),
             v => Err(WireError::BadField {
+                what: "tcp frame",
                 field: "status",
                 value: v as u64,
             }),
@@ -309,13 +320,13 @@ impl Ack {
     pub const LEN: usize = 16;
     /// Writes into `out[..16]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u64(out, 0, self.req_id);
-        put_u32(out, 8, self.status as u32);
-        put_u32(out, 12, 0);
+        put_u64_at(out, 0, self.req_id);
+        put_u32_at(out, 8, self.status as u32);
+        put_u32_at(out, 12, 0);
     }
     /// Reads and validates.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("ack", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp ack")?;
         Ok(Ack {
             req_id: u64_at(buf, 0),
             status: WireStatus::from_u32(u32_at(buf, 8))?,
@@ -348,18 +359,18 @@ impl GetReq {
     pub const LEN: usize = 32;
     /// Writes into `out[..32]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u64(out, 0, self.req_id);
-        put_u64(out, 8, self.remote_addr);
-        put_u64(out, 16, self.key);
-        put_u64(out, 24, self.length);
+        put_u64_at(out, 0, self.req_id);
+        put_u64_at(out, 8, self.remote_addr);
+        put_u64_at(out, 16, self.key);
+        put_u64_at(out, 24, self.length);
     }
     /// Reads and validates the length.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("get request", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp get request")?;
         let length = u64_at(buf, 24);
         if length > MAX_RMA as u64 {
-            return Err(WireError::Oversized {
-                kind: Kind::GetReq,
+            return Err(WireError::TooLong {
+                what: "tcp get request",
                 len: length,
                 max: MAX_RMA as u64,
             });
@@ -421,11 +432,11 @@ impl AtomicReq {
     /// Writes into `out[..48]`.
     pub fn encode(&self, out: &mut [u8]) {
         use crate::ep::AtomicOp as O;
-        put_u64(out, 0, self.req_id);
-        put_u64(out, 8, self.remote_addr);
-        put_u64(out, 16, self.key);
-        put_u64(out, 24, self.value);
-        put_u64(out, 32, self.compare);
+        put_u64_at(out, 0, self.req_id);
+        put_u64_at(out, 8, self.remote_addr);
+        put_u64_at(out, 16, self.key);
+        put_u64_at(out, 24, self.value);
+        put_u64_at(out, 32, self.compare);
         out[40] = match self.op {
             O::Add => 0,
             O::And => 1,
@@ -440,7 +451,7 @@ impl AtomicReq {
     /// Reads and validates op, size and mode.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
         use crate::ep::AtomicOp as O;
-        need("atomic request", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp atomic request")?;
         let op = match buf[40] {
             0 => O::Add,
             1 => O::And,
@@ -449,6 +460,7 @@ impl AtomicReq {
             4 => O::Swap,
             v => {
                 return Err(WireError::BadField {
+                    what: "tcp frame",
                     field: "atomic op",
                     value: v as u64,
                 })
@@ -457,6 +469,7 @@ impl AtomicReq {
         let size = buf[41];
         if size != 4 && size != 8 {
             return Err(WireError::BadField {
+                what: "tcp frame",
                 field: "atomic size",
                 value: size as u64,
             });
@@ -467,6 +480,7 @@ impl AtomicReq {
             2 => AtomicMode::Cswap,
             v => {
                 return Err(WireError::BadField {
+                    what: "tcp frame",
                     field: "atomic mode",
                     value: v as u64,
                 })
@@ -508,14 +522,14 @@ impl AtomicResp {
     pub const LEN: usize = 24;
     /// Writes into `out[..24]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u64(out, 0, self.req_id);
-        put_u32(out, 8, self.status as u32);
-        put_u32(out, 12, 0);
-        put_u64(out, 16, self.value);
+        put_u64_at(out, 0, self.req_id);
+        put_u32_at(out, 8, self.status as u32);
+        put_u32_at(out, 12, 0);
+        put_u64_at(out, 16, self.value);
     }
     /// Reads and validates.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("atomic response", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp atomic response")?;
         Ok(AtomicResp {
             req_id: u64_at(buf, 0),
             status: WireStatus::from_u32(u32_at(buf, 8))?,
@@ -543,11 +557,11 @@ impl FlushReq {
     pub const LEN: usize = 8;
     /// Writes into `out[..8]`.
     pub fn encode(&self, out: &mut [u8]) {
-        put_u64(out, 0, self.req_id);
+        put_u64_at(out, 0, self.req_id);
     }
     /// Reads.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("flush request", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp flush request")?;
         Ok(FlushReq {
             req_id: u64_at(buf, 0),
         })

@@ -61,6 +61,9 @@ mod tests;
 
 pub use hdr::*;
 pub use reasm::*;
+/// A frame that could not be decoded (the codec's one error type).
+pub use ucs::codec::WireError;
+use ucs::codec::{head, put_u32_at, u16_at, u32_at};
 
 /// Magic number at the start of [`Hello`]: `"RUCX"` read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"RUCX");
@@ -91,110 +94,6 @@ pub const MAX_TAG_EAGER: usize = 1 << 20;
 pub const TAG_WHOLE: usize = 1024;
 /// Largest user header of a `TagRndv` frame.
 pub const MAX_TAG_RNDV_HDR: usize = 256;
-
-/// A frame that could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    /// Fewer bytes than the structure needs.
-    #[error("truncated {what}: {have} of {need} bytes")]
-    Truncated {
-        /// The structure.
-        what: &'static str,
-        /// Bytes needed.
-        need: usize,
-        /// Bytes given.
-        have: usize,
-    },
-    /// The kind byte names no frame kind.
-    #[error("unknown frame kind {0}")]
-    UnknownKind(u8),
-    /// Reserved flags were set.
-    #[error("reserved frame flags {0:#06x} set")]
-    BadFlags(u16),
-    /// An AM id out of range, or a non-zero id on a frame that is not an AM.
-    #[error("bad active message id {id} on a {kind} frame")]
-    BadAmId {
-        /// The frame kind.
-        kind: Kind,
-        /// The id.
-        id: u8,
-    },
-    /// A body longer than the kind allows.
-    #[error("{kind} frame body of {len} bytes exceeds the limit of {max}")]
-    Oversized {
-        /// The frame kind.
-        kind: Kind,
-        /// Length announced.
-        len: u64,
-        /// Largest allowed.
-        max: u64,
-    },
-    /// A body whose length does not fit its kind's fixed layout.
-    #[error("{kind} frame body of {len} bytes, expected {expected}")]
-    BadLength {
-        /// The frame kind.
-        kind: Kind,
-        /// Length announced.
-        len: u64,
-        /// Length (or minimum length) expected.
-        expected: u64,
-    },
-    /// The hello frame does not start with [`MAGIC`].
-    #[error("bad magic {0:#010x} (not a rucx tcp peer)")]
-    BadMagic(u32),
-    /// The hello frame has an unsupported version.
-    #[error("unsupported protocol version {0} (this side speaks {VERSION})")]
-    BadVersion(u8),
-    /// A field holds a value outside its domain.
-    #[error("bad {field} value {value}")]
-    BadField {
-        /// The field.
-        field: &'static str,
-        /// Its value.
-        value: u64,
-    },
-}
-
-impl From<WireError> for ucs::Error {
-    fn from(e: WireError) -> Self {
-        ucs::Error::Wire(e.to_string())
-    }
-}
-
-fn need(what: &'static str, buf: &[u8], n: usize) -> Result<(), WireError> {
-    if buf.len() < n {
-        Err(WireError::Truncated {
-            what,
-            need: n,
-            have: buf.len(),
-        })
-    } else {
-        Ok(())
-    }
-}
-
-#[inline]
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-#[inline]
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-#[inline]
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
-}
-#[inline]
-fn put_u64(b: &mut [u8], o: usize, v: u64) {
-    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
-}
-#[inline]
-fn put_u32(b: &mut [u8], o: usize, v: u32) {
-    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
-}
 
 /// Frame kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -252,8 +151,35 @@ impl Kind {
             16 => Kind::TagEager,
             17 => Kind::TagRndv,
             18 => Kind::TagGet,
-            _ => return Err(WireError::UnknownKind(v)),
+            _ => {
+                return Err(WireError::BadField {
+                    what: "tcp frame header",
+                    field: "kind",
+                    value: v as u64,
+                })
+            }
         })
+    }
+
+    /// The frame's body, as error messages name it.
+    pub fn frame(self) -> &'static str {
+        match self {
+            Kind::Hello => "tcp Hello frame body",
+            Kind::Am => "tcp Am frame body",
+            Kind::Put => "tcp Put frame body",
+            Kind::PutAck => "tcp PutAck frame body",
+            Kind::GetReq => "tcp GetReq frame body",
+            Kind::GetResp => "tcp GetResp frame body",
+            Kind::AtomicReq => "tcp AtomicReq frame body",
+            Kind::AtomicResp => "tcp AtomicResp frame body",
+            Kind::FlushReq => "tcp FlushReq frame body",
+            Kind::FlushAck => "tcp FlushAck frame body",
+            Kind::HelloAck => "tcp HelloAck frame body",
+            Kind::Detach => "tcp Detach frame body",
+            Kind::TagEager => "tcp TagEager frame body",
+            Kind::TagRndv => "tcp TagRndv frame body",
+            Kind::TagGet => "tcp TagGet frame body",
+        }
     }
 
     /// Length of the kind's fixed sub-header at the start of the body.
@@ -330,7 +256,7 @@ impl FrameHeader {
         out[1] = self.am_id;
         out[2] = 0;
         out[3] = 0;
-        put_u32(out, 4, self.length);
+        put_u32_at(out, 4, self.length);
     }
 
     /// The encoded header as an array.
@@ -346,8 +272,8 @@ impl FrameHeader {
     /// then reads or rejects.
     #[inline]
     pub fn decode_am(buf: &[u8]) -> Option<Self> {
-        let b: &[u8; Self::LEN] = buf.get(..Self::LEN)?.try_into().ok()?;
-        let length = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let b = buf.first_chunk::<{ Self::LEN }>()?;
+        let length = u32_at(b, 4);
         let ok = b[0] == Kind::Am as u8
             && b[1] < crate::ep::AM_ID_MAX
             && b[2] == 0
@@ -362,12 +288,16 @@ impl FrameHeader {
 
     /// Reads and validates a header: kind, flags, AM id and the body length against the kind.
     pub fn decode(buf: &[u8]) -> Result<Self, WireError> {
-        need("frame header", buf, Self::LEN)?;
+        let buf = head::<{ Self::LEN }>(buf, "tcp frame header")?;
         let kind = Kind::from_u8(buf[0])?;
         let am_id = buf[1];
         let flags = u16_at(buf, 2);
         if flags != 0 {
-            return Err(WireError::BadFlags(flags));
+            return Err(WireError::BadField {
+                what: "tcp frame header",
+                field: "flags",
+                value: flags as u64,
+            });
         }
         let ok_id = if kind == Kind::Am {
             am_id < crate::ep::AM_ID_MAX
@@ -375,21 +305,29 @@ impl FrameHeader {
             am_id == 0
         };
         if !ok_id {
-            return Err(WireError::BadAmId { kind, id: am_id });
+            return Err(WireError::BadField {
+                what: kind.frame(),
+                field: "active message id",
+                value: am_id as u64,
+            });
         }
         let length = u32_at(buf, 4);
         let sub = kind.sub_len() as u64;
         let len = length as u64;
         if len < sub || (kind.max_payload() == 0 && len != sub) {
             return Err(WireError::BadLength {
-                kind,
+                what: kind.frame(),
                 len,
                 expected: sub,
             });
         }
         let max = sub + kind.max_payload() as u64;
         if len > max {
-            return Err(WireError::Oversized { kind, len, max });
+            return Err(WireError::TooLong {
+                what: kind.frame(),
+                len,
+                max,
+            });
         }
         Ok(FrameHeader {
             kind,
