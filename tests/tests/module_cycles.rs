@@ -11,7 +11,8 @@
 //! Comments, strings and char literals are removed before reading. Every strongly connected
 //! component of more than one module is a cycle; the test names its modules and the edges inside.
 //!
-//! `tests/module-cycles.sh` runs just this file, the ignored whole-tree test included.
+//! One cycle is a known debt, listed in `KNOWN_CYCLES`; any other, or any change to it, fails.
+//! `tests/module-cycles.sh` runs just this file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -648,7 +649,31 @@ fn every_workspace_crate_is_checked() {
 const KNOWN_CYCLES: &[(&str, &[&str])] = &[("ucp/src", UCP_FAMILIES_CYCLE)];
 
 /// ucp's one cycle: the worker core and the families whose code is `impl State` blocks.
-const UCP_FAMILIES_CYCLE: &[&str] = &[];
+const UCP_FAMILIES_CYCLE: &[&str] = &[
+    "am",
+    "am_desc",
+    "amo",
+    "rma",
+    "rma::ops",
+    "rma::raw_mem",
+    "rma::shared_file",
+    "rndv",
+    "tag::offload",
+    "tag::probe",
+    "tag::recv",
+    "tag::small",
+    "tag::state",
+    "worker",
+    "worker::close",
+    "worker::peer_req",
+    "worker::peers",
+    "worker::pending",
+    "worker::req_table",
+    "worker::request",
+    "worker::state",
+    "worker::timers",
+    "worker::uct_index",
+];
 
 #[test]
 fn workspace_has_no_module_cycles() {
