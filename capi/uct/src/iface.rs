@@ -8,13 +8,20 @@
 
 use crate::addr_slot;
 use crate::component::Md;
-use crate::ep::*;
+use crate::ep::{
+    ep_am_bcopy, ep_am_short, ep_am_short_iov, ep_am_zcopy, ep_connect_to_ep_op, ep_create_op,
+    ep_destroy_op, ep_fence, ep_flush, ep_get_address_op, ep_pending_add, ep_pending_purge,
+};
 use crate::ffi::*;
 use crate::guard::{fail, ffi, hot, outcome, refuse, text};
 use crate::handle::{slice_or_empty, AmHandler, Ep, Iface, State};
 use crate::ops::IfaceOps;
-use crate::rma::*;
-use crate::sink::*;
+use crate::rma::{
+    ep_atomic32_fetch, ep_atomic32_post, ep_atomic64_fetch, ep_atomic64_post, ep_atomic_cswap32,
+    ep_atomic_cswap64, ep_get_bcopy, ep_get_short, ep_get_zcopy, ep_put_bcopy, ep_put_short,
+    ep_put_zcopy,
+};
+use crate::sink::{iface_progress, new_scratch, poll_flush, progress_cb};
 use crate::worker::Worker;
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::HashMap;
