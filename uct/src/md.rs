@@ -227,32 +227,46 @@ impl RemoteKey {
         }
     }
     /// Checks `remote_addr..remote_addr+len` against the region; gives the offset inside it.
+    /// Inlined: every remote access on a mapped key (put/get short over shared memory) starts
+    /// here, and the error is built out of line.
+    #[inline]
     pub fn check(&self, remote_addr: u64, len: usize) -> Result<u64> {
         let off = remote_addr.wrapping_sub(self.remote_base);
         if remote_addr < self.remote_base
             || off.checked_add(len as u64).is_none_or(|end| end > self.len)
         {
-            return Err(Error::RemoteAccess(format!(
-                "{len} bytes at {remote_addr:#x} are outside the remote region {:#x}+{}",
-                self.remote_base, self.len
-            )));
+            return Err(self.out_of_bounds(remote_addr, len));
         }
         Ok(off)
     }
+    #[cold]
+    #[inline(never)]
+    fn out_of_bounds(&self, remote_addr: u64, len: usize) -> Error {
+        Error::RemoteAccess(format!(
+            "{len} bytes at {remote_addr:#x} are outside the remote region {:#x}+{}",
+            self.remote_base, self.len
+        ))
+    }
     /// The local address of `remote_addr..+len` for a mapped key, bounds-checked.
+    #[inline]
     pub fn local_ptr(&self, remote_addr: u64, len: usize) -> Result<*mut u8> {
         let off = self.check(remote_addr, len)?;
         match self.mapped {
             Some(p) => Ok(p.as_ptr().wrapping_add(off as usize)),
-            None => Err(Error::Unsupported(
-                "this remote key is not mapped in this process".into(),
-            )),
+            None => Err(not_mapped()),
         }
     }
     /// True when the region is mapped in this process.
     pub fn is_mapped(&self) -> bool {
         self.mapped.is_some()
     }
+}
+
+/// The error of [`RemoteKey::local_ptr`] on a key not mapped in this process.
+#[cold]
+#[inline(never)]
+fn not_mapped() -> Error {
+    Error::Unsupported("this remote key is not mapped in this process".into())
 }
 
 /// A memory domain (`uct_md_h`).
