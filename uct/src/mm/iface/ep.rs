@@ -188,50 +188,50 @@ fn rma_error(e: Error) -> Error {
     }
 }
 
+/// Two unaligned 8-byte moves covering `n` bytes, 8 to 16 (a ucp header, a worker uuid, an
+/// 8-byte payload), in place of a `memcpy`/`memmove` call. Both are read before either is
+/// written, so `src` and `dst` may overlap.
+///
+/// # Safety
+/// `8 <= n <= 16`; `src` must be valid for `n` bytes of reads and `dst` for `n` bytes of writes.
+#[inline(always)]
+unsafe fn move_8_to_16(dst: *mut u8, src: *const u8, n: usize) {
+    // SAFETY: both 8-byte windows (at 0 and at n - 8) lie inside the n >= 8 bytes of `src` and
+    // of `dst` (the caller's contract); unaligned reads and writes are used.
+    unsafe {
+        let head = (src as *const u64).read_unaligned();
+        let tail = (src.add(n - 8) as *const u64).read_unaligned();
+        (dst as *mut u64).write_unaligned(head);
+        (dst.add(n - 8) as *mut u64).write_unaligned(tail);
+    }
+}
+
 /// Moves `n` bytes from `src` to `dst`, which may overlap (the peer's mapped region may hold
-/// the caller's own buffer). 8 to 16 bytes (an 8-byte put or get short) take two unaligned
-/// 8-byte moves, both read before either is written, instead of a `memmove` call.
+/// the caller's own buffer): put and get short.
 ///
 /// # Safety
 /// `src` must be valid for `n` bytes of reads and `dst` for `n` bytes of writes.
 #[inline(always)]
 unsafe fn move_piece(dst: *mut u8, src: *const u8, n: usize) {
-    if (8..=16).contains(&n) {
-        // SAFETY: both 8-byte windows (at 0 and at n - 8) lie inside the n >= 8 bytes of `src`
-        // and of `dst` (the caller's contract); both are read before either is written.
-        unsafe {
-            let head = (src as *const u64).read_unaligned();
-            let tail = (src.add(n - 8) as *const u64).read_unaligned();
-            (dst as *mut u64).write_unaligned(head);
-            (dst.add(n - 8) as *mut u64).write_unaligned(tail);
-        }
-    } else {
+    match n {
+        // SAFETY: the caller's contract, with 8 <= n <= 16.
+        8..=16 => unsafe { move_8_to_16(dst, src, n) },
         // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy(src, dst, n) };
+        _ => unsafe { std::ptr::copy(src, dst, n) },
     }
 }
 
-/// Copies `src` to `dst`. A piece of 8 to 16 bytes (a ucp header, a worker uuid, a small
-/// payload) takes two overlapping unaligned 8-byte moves instead of a `memcpy` call.
+/// Copies `src` to `dst`, which do not overlap: AM headers and payloads into the FIFO.
 ///
 /// # Safety
 /// `dst` must be valid for `src.len()` bytes of writes and must not overlap `src`.
 #[inline(always)]
 unsafe fn copy_piece(dst: *mut u8, src: &[u8]) {
-    let n = src.len();
-    let s = src.as_ptr();
-    if (8..=16).contains(&n) {
-        // SAFETY: both 8-byte windows (at 0 and at n - 8) lie inside the n >= 8 bytes of `src`
-        // and of `dst` (the caller's contract); unaligned reads and writes are used.
-        unsafe {
-            let head = (s as *const u64).read_unaligned();
-            let tail = (s.add(n - 8) as *const u64).read_unaligned();
-            (dst as *mut u64).write_unaligned(head);
-            (dst.add(n - 8) as *mut u64).write_unaligned(tail);
-        }
-    } else {
+    match src.len() {
+        // SAFETY: the caller's contract, with 8 <= n <= 16.
+        n @ 8..=16 => unsafe { move_8_to_16(dst, src.as_ptr(), n) },
         // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(s, dst, n) };
+        n => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) },
     }
 }
 
