@@ -46,77 +46,93 @@ pub fn reply_ep(w: &Worker, h: EpHandle) -> *mut Ep {
     ep
 }
 
-/// Runs the handler of an active message that came for a `ucp_worker_set_am_recv_handler`
-/// handler. Worker locked, nothing borrowed.
-pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
+/// Runs the handler of an eager active message (`buf`: `header_len` bytes of user header,
+/// then the data) that came for a `ucp_worker_set_am_recv_handler` handler: the data is
+/// passed in place with `UCP_AM_RECV_ATTR_FLAG_DATA`, and kept for `ucp_am_data_release` when
+/// the handler returns `UCS_INPROGRESS`. Worker locked, nothing borrowed.
+pub fn deliver_eager(w: &Worker, id: u16, buf: Vec<u8>, header_len: usize, ep: EpHandle) {
     let handler = w.inner.borrow().am_recv_handlers.get(id);
     let Some((cb, arg, _flags)) = handler else {
         tracing::warn!("active message {id} arrived with no handler set; dropped");
-        drop_msg(w, msg);
+        w.inner.borrow_mut().w.am_data_release(buf);
         return;
     };
-    let reply = reply_ep(w, ep);
+    let param = AmRecvParam {
+        recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_DATA,
+        reply_ep: reply_ep(w, ep).cast(),
+    };
+    let (buf, data_off) = aligned(w, buf, header_len);
+    let data = buf[data_off..].as_ptr() as *mut c_void;
+    let header = buf[data_off - header_len..].as_ptr();
+    let len = buf.len() - data_off;
+    // SAFETY: the client's handler; header and data stay valid during the call (and the data
+    // after it, if the handler keeps it).
+    let s = unsafe {
+        cb(
+            arg as *mut c_void,
+            header.cast(),
+            header_len,
+            data,
+            len,
+            &param,
+        )
+    };
+    if s == UCS_INPROGRESS {
+        w.ext
+            .borrow_mut()
+            .held
+            .insert(data as usize, Held::Data(buf));
+    } else {
+        w.inner.borrow_mut().w.am_data_release(buf);
+    }
+}
+
+/// Runs the handler of an active message that came for a `ucp_worker_set_am_recv_handler`
+/// handler (eager messages go to [`deliver_eager`]). Worker locked, nothing borrowed.
+pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
     let AmMsg {
         buf,
         header_len,
         rndv,
     } = msg;
-    match rndv {
-        None => {
-            let param = AmRecvParam {
-                recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_DATA,
-                reply_ep: reply.cast(),
-            };
-            let (buf, data_off) = aligned(w, buf, header_len);
-            let data = buf[data_off..].as_ptr() as *mut c_void;
-            let header = buf[data_off - header_len..].as_ptr();
-            let len = buf.len() - data_off;
-            // SAFETY: the client's handler; header and data stay valid during the call (and
-            // the data after it, if the handler keeps it).
-            let s = unsafe {
-                cb(
-                    arg as *mut c_void,
-                    header.cast(),
-                    header_len,
-                    data,
-                    len,
-                    &param,
-                )
-            };
-            if s == UCS_INPROGRESS {
-                w.ext
-                    .borrow_mut()
-                    .held
-                    .insert(data as usize, Held::Data(buf));
-            } else {
-                w.inner.borrow_mut().w.am_data_release(buf);
-            }
-        }
-        Some(d) => {
-            let param = AmRecvParam {
-                recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_RNDV,
-                reply_ep: reply.cast(),
-            };
-            let len = d.len();
-            // The descriptor the client holds: a box whose address names it in `held`.
-            let desc = Box::into_raw(Box::new(0u8)) as usize;
-            w.ext.borrow_mut().held.insert(desc, Held::Rndv(d));
-            // SAFETY: the client's handler; the header stays valid during the call.
-            let s = unsafe {
-                cb(
-                    arg as *mut c_void,
-                    buf.as_ptr().cast(),
-                    header_len,
-                    desc as *mut c_void,
-                    len,
-                    &param,
-                )
-            };
-            if s != UCS_INPROGRESS {
-                // Neither received nor kept: declined.
-                release(w, desc);
-            }
-        }
+    let Some(d) = rndv else {
+        return deliver_eager(w, id, buf, header_len, ep);
+    };
+    let handler = w.inner.borrow().am_recv_handlers.get(id);
+    let Some((cb, arg, _flags)) = handler else {
+        tracing::warn!("active message {id} arrived with no handler set; dropped");
+        drop_msg(
+            w,
+            AmMsg {
+                buf,
+                header_len,
+                rndv: Some(d),
+            },
+        );
+        return;
+    };
+    let param = AmRecvParam {
+        recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_RNDV,
+        reply_ep: reply_ep(w, ep).cast(),
+    };
+    let len = d.len();
+    // The descriptor the client holds: a box whose address names it in `held`.
+    let desc = Box::into_raw(Box::new(0u8)) as usize;
+    w.ext.borrow_mut().held.insert(desc, Held::Rndv(d));
+    // SAFETY: the client's handler; the header stays valid during the call.
+    let s = unsafe {
+        cb(
+            arg as *mut c_void,
+            buf.as_ptr().cast(),
+            header_len,
+            desc as *mut c_void,
+            len,
+            &param,
+        )
+    };
+    if s != UCS_INPROGRESS {
+        // Neither received nor kept: declined.
+        release(w, desc);
     }
 }
 
@@ -243,7 +259,12 @@ pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
                 i.am_recv_handlers.insert(id, (cb, arg as usize, flags));
                 let q = i.am_in.clone();
                 i.w.am_set_desc_handler(id, move |ep, m| {
-                    q.borrow_mut().push(AmArrival::Desc(id, m, ep))
+                    let a = if m.rndv.is_none() {
+                        AmArrival::Eager(id, m.buf, m.header_len, ep)
+                    } else {
+                        AmArrival::Rndv(id, Box::new(m), ep)
+                    };
+                    q.borrow_mut().push(a)
                 });
             }
             None => {

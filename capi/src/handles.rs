@@ -48,8 +48,12 @@ pub struct Context {
 pub enum AmArrival {
     /// For an old-API handler (`ucp_worker_set_am_handler`): id, data, sender endpoint.
     Whole(u16, Vec<u8>, EpHandle),
-    /// For a handler of `ucp_worker_set_am_recv_handler`: id, message, sender endpoint.
-    Desc(u16, ucp::AmMsg, EpHandle),
+    /// An eager message for a handler of `ucp_worker_set_am_recv_handler`: id, buffer (user
+    /// header, then data), header length, sender endpoint.
+    Eager(u16, Vec<u8>, usize, EpHandle),
+    /// A rendezvous message for a handler of `ucp_worker_set_am_recv_handler`: id, message
+    /// (boxed: rare, and large next to the eager form), sender endpoint.
+    Rndv(u16, Box<ucp::AmMsg>, EpHandle),
 }
 
 /// Active messages waiting for `ucp_worker_progress`.

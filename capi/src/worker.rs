@@ -169,7 +169,10 @@ impl Worker {
         for a in ams.drain(..) {
             match a {
                 AmArrival::Whole(id, data, ep) => self.deliver_am(id, data, ep),
-                AmArrival::Desc(id, msg, ep) => crate::am::deliver(self, id, msg, ep),
+                AmArrival::Eager(id, buf, header_len, ep) => {
+                    crate::am::deliver_eager(self, id, buf, header_len, ep)
+                }
+                AmArrival::Rndv(id, msg, ep) => crate::am::deliver(self, id, *msg, ep),
             }
         }
         // The emptied queue, with its capacity, is the next spare (a handler that progressed
