@@ -118,6 +118,7 @@ pub unsafe extern "C" fn ucp_stream_send_nbx(
 ///
 /// # Safety
 /// As the header documents.
+#[inline(always)]
 unsafe fn recv(
     name: &str,
     ep: *mut Ep,
@@ -225,26 +226,24 @@ pub unsafe extern "C" fn ucp_stream_recv_nbx(
     param: *const RequestParam,
 ) -> StatusPtr {
     const NAME: &str = "ucp_stream_recv_nbx";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+    ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let nbx = match unsafe { crate::param::parse_param(NAME, param, false) } {
+        let p = match unsafe { check_param(NAME, param) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
-        // SAFETY: checked by parse_param.
-        let raw = unsafe { &*param };
-        let flags = if raw.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
-            raw.flags
+        let flags = if p.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
+            p.flags
         } else {
             0
         };
-        let mut args = stream_args(&nbx);
+        let mut args = stream_args(&read_param(p));
         if !length.is_null() {
             args.len_out = length;
         }
         let waitall = flags & UCP_STREAM_RECV_FLAG_WAITALL != 0;
         // SAFETY: forwarded.
-        unsafe { recv(NAME, ep, buffer, count, nbx.datatype, waitall, args) }
+        unsafe { recv(NAME, ep, buffer, count, param_datatype(p), waitall, args) }
     })
 }
 
