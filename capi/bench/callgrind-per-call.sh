@@ -14,7 +14,9 @@
 #   cost lands on the nearest exported name or an address).
 # RUCX_LIBDIR holds rucx's libraries; without it they are built (release) into
 # target/capi-lib. Environment: MODE (pml: as Open MPI's pml ucx calls libucp; see msgcost.c
-# for expected, unexpected), SIZE (8), TLS (posix), N1 (2000), N2 (6000), RUNS (3), TOP (14),
+# for expected, unexpected, am: ucp_am_send_nbx to a ucp_worker_set_am_recv_handler handler,
+# stream: ucp_stream_send_nbx / ucp_stream_recv_nbx), CALLS (the API calls to count; by
+# MODE), SIZE (8), TLS (posix), N1 (2000), N2 (6000), RUNS (3), TOP (14),
 # UCX122 (the folder with UCX 1.22's lib/; fetched when unset), IMPLS ("u113 u122 rucx").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,7 +43,12 @@ N1=${N1:-2000}
 N2=${N2:-6000}
 RUNS=${RUNS:-3}
 TOP=${TOP:-14}
-CALLS="ucp_tag_send_nbx ucp_tag_recv_nbx ucp_worker_progress ucp_request_check_status ucp_request_test ucp_request_free"
+case $MODE in
+am) default_calls="ucp_am_send_nbx ucp_worker_progress ucp_request_free" ;;
+stream) default_calls="ucp_stream_send_nbx ucp_stream_recv_nbx ucp_worker_progress ucp_request_free" ;;
+*) default_calls="ucp_tag_send_nbx ucp_tag_recv_nbx ucp_worker_progress ucp_request_check_status ucp_request_test ucp_request_free" ;;
+esac
+CALLS=${CALLS:-$default_calls}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bin=$work/msgcost

@@ -3,6 +3,9 @@
 # stream, tag), rucx's libraries against UCX 1.13's (callgrind; a count, so it can be taken on
 # a busy machine):
 #   capi/bench/uct-instr.sh DIR        (DIR from capi/build.sh, release profile)
+# With UCX122=FOLDER (UCX 1.22's unpacked wheel: bin/ucx_perftest, lib/; see
+# bench/fetch-ucx122.sh) a third column counts UCX 1.22's own ucx_perftest on its own lib/.
+# ROWS=REGEX keeps the rows whose label matches (e.g. ROWS='^(ucp_am|stream)').
 # The client runs under callgrind twice, with N1 and N2 iterations; (I(N2) - I(N1)) / (N2 - N1)
 # is what one iteration costs it, setup excluded. The server runs natively (it answers at
 # once next to the slowed-down client, so the client's polling loops spin little). The latency
@@ -24,17 +27,18 @@ command -v valgrind >/dev/null || { echo "install valgrind"; exit 1; }
 # instr LIBDIR N ARGS...: instructions of the client's whole run (UCX_TLS from `tls`, the
 # row's transports, for the ucp tests).
 tls=
+perftest=ucx_perftest
 instr() {
     local ldp=$1 n=$2
     shift 2
     local port srv
     [ -n "$tls" ] && export UCX_TLS=$tls UCX_NET_DEVICES=lo
     [ -z "$tls" ] && unset UCX_TLS UCX_NET_DEVICES
-    LD_LIBRARY_PATH=$ldp timeout 600 ucx_perftest -p 0 >"$work/srv" 2>&1 &
+    LD_LIBRARY_PATH=$ldp timeout 600 "$perftest" -p 0 >"$work/srv" 2>&1 &
     srv=$!
     port=$(wildcard_port "$(program_pid "$srv" ucx_perftest)") || { kill "$srv"; echo -; return; }
     LD_LIBRARY_PATH=$ldp timeout 600 valgrind --tool=callgrind --callgrind-out-file="$work/cg" \
-        ucx_perftest 127.0.0.1 -p "$port" -n "$n" -w 0 "$@" >"$work/cli" 2>&1
+        "$perftest" 127.0.0.1 -p "$port" -n "$n" -w 0 "$@" >"$work/cli" 2>&1
     wait "$srv"
     grep -q '^Final:' "$work/cli" || { echo -; return; }
     sed -n 's/^summary: //p; s/^totals: //p' "$work/cg" | head -1
@@ -50,13 +54,25 @@ per_iter() {
     fi
 }
 
-printf '%-28s %10s %10s %7s\n' test rucx ucx113 ratio
+ucx122=${UCX122:-}
+printf '%-28s %10s %10s %7s' test rucx ucx113 ratio
+[ -n "$ucx122" ] && printf ' %10s %7s' ucx122 ratio
+echo
 while IFS='|' read -r label tls line; do
+    [[ "$label" =~ ${ROWS:-.} ]] || continue
     read -r -a args <<<"$line"
+    perftest=ucx_perftest
     r=$(per_iter "$lib")
     u=$(per_iter "")
     ratio=$(awk -v r="$r" -v u="$u" 'BEGIN { if (r == "-" || u == "-" || u == 0) print "-"; else printf "%.2f", r / u }')
-    printf '%-28s %10s %10s %7s\n' "$label" "$r" "$u" "$ratio"
+    printf '%-28s %10s %10s %7s' "$label" "$r" "$u" "$ratio"
+    if [ -n "$ucx122" ]; then
+        perftest=$ucx122/bin/ucx_perftest
+        u=$(per_iter "$ucx122/lib")
+        ratio=$(awk -v r="$r" -v u="$u" 'BEGIN { if (r == "-" || u == "-" || u == 0) print "-"; else printf "%.2f", r / u }')
+        printf ' %10s %7s' "$u" "$ratio"
+    fi
+    echo
 done <<'EOF'
 am_lat posix 8B||-t am_lat -x posix -d memory -s 8
 am_bw posix 8B||-t am_bw -x posix -d memory -s 8

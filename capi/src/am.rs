@@ -16,8 +16,9 @@
 use crate::datatype::{recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
-use crate::guard::{check_mask, ffi, refuse};
+use crate::guard::{check_mask, ffi, ffi_hot, refuse};
 use crate::handles::{new_ep, worker_ref, AmArrival, Cb, Ep, OpArgs, Worker};
+use crate::param::{check_param, param_datatype, read_param};
 use crate::request::submit;
 use crate::worker_ext::Held;
 use std::ffi::{c_uint, c_void};
@@ -45,77 +46,93 @@ pub fn reply_ep(w: &Worker, h: EpHandle) -> *mut Ep {
     ep
 }
 
-/// Runs the handler of an active message that came for a `ucp_worker_set_am_recv_handler`
-/// handler. Worker locked, nothing borrowed.
-pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
-    let handler = w.inner.borrow().am_recv_handlers.get(&id).copied();
+/// Runs the handler of an eager active message (`buf`: `header_len` bytes of user header,
+/// then the data) that came for a `ucp_worker_set_am_recv_handler` handler: the data is
+/// passed in place with `UCP_AM_RECV_ATTR_FLAG_DATA`, and kept for `ucp_am_data_release` when
+/// the handler returns `UCS_INPROGRESS`. Worker locked, nothing borrowed.
+pub fn deliver_eager(w: &Worker, id: u16, buf: Vec<u8>, header_len: usize, ep: EpHandle) {
+    let handler = w.inner.borrow().am_recv_handlers.get(id);
     let Some((cb, arg, _flags)) = handler else {
         tracing::warn!("active message {id} arrived with no handler set; dropped");
-        drop_msg(w, msg);
+        w.inner.borrow_mut().w.am_data_release(buf);
         return;
     };
-    let reply = reply_ep(w, ep);
+    let param = AmRecvParam {
+        recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_DATA,
+        reply_ep: reply_ep(w, ep).cast(),
+    };
+    let (buf, data_off) = aligned(w, buf, header_len);
+    let data = buf[data_off..].as_ptr() as *mut c_void;
+    let header = buf[data_off - header_len..].as_ptr();
+    let len = buf.len() - data_off;
+    // SAFETY: the client's handler; header and data stay valid during the call (and the data
+    // after it, if the handler keeps it).
+    let s = unsafe {
+        cb(
+            arg as *mut c_void,
+            header.cast(),
+            header_len,
+            data,
+            len,
+            &param,
+        )
+    };
+    if s == UCS_INPROGRESS {
+        w.ext
+            .borrow_mut()
+            .held
+            .insert(data as usize, Held::Data(buf));
+    } else {
+        w.inner.borrow_mut().w.am_data_release(buf);
+    }
+}
+
+/// Runs the handler of an active message that came for a `ucp_worker_set_am_recv_handler`
+/// handler (eager messages go to [`deliver_eager`]). Worker locked, nothing borrowed.
+pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
     let AmMsg {
         buf,
         header_len,
         rndv,
     } = msg;
-    match rndv {
-        None => {
-            let param = AmRecvParam {
-                recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_DATA,
-                reply_ep: reply.cast(),
-            };
-            let (buf, data_off) = aligned(w, buf, header_len);
-            let data = buf[data_off..].as_ptr() as *mut c_void;
-            let header = buf[data_off - header_len..].as_ptr();
-            let len = buf.len() - data_off;
-            // SAFETY: the client's handler; header and data stay valid during the call (and
-            // the data after it, if the handler keeps it).
-            let s = unsafe {
-                cb(
-                    arg as *mut c_void,
-                    header.cast(),
-                    header_len,
-                    data,
-                    len,
-                    &param,
-                )
-            };
-            if s == UCS_INPROGRESS {
-                w.ext
-                    .borrow_mut()
-                    .held
-                    .insert(data as usize, Held::Data(buf));
-            } else {
-                w.inner.borrow_mut().w.am_data_release(buf);
-            }
-        }
-        Some(d) => {
-            let param = AmRecvParam {
-                recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_RNDV,
-                reply_ep: reply.cast(),
-            };
-            let len = d.len();
-            // The descriptor the client holds: a box whose address names it in `held`.
-            let desc = Box::into_raw(Box::new(0u8)) as usize;
-            w.ext.borrow_mut().held.insert(desc, Held::Rndv(d));
-            // SAFETY: the client's handler; the header stays valid during the call.
-            let s = unsafe {
-                cb(
-                    arg as *mut c_void,
-                    buf.as_ptr().cast(),
-                    header_len,
-                    desc as *mut c_void,
-                    len,
-                    &param,
-                )
-            };
-            if s != UCS_INPROGRESS {
-                // Neither received nor kept: declined.
-                release(w, desc);
-            }
-        }
+    let Some(d) = rndv else {
+        return deliver_eager(w, id, buf, header_len, ep);
+    };
+    let handler = w.inner.borrow().am_recv_handlers.get(id);
+    let Some((cb, arg, _flags)) = handler else {
+        tracing::warn!("active message {id} arrived with no handler set; dropped");
+        drop_msg(
+            w,
+            AmMsg {
+                buf,
+                header_len,
+                rndv: Some(d),
+            },
+        );
+        return;
+    };
+    let param = AmRecvParam {
+        recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP | UCP_AM_RECV_ATTR_FLAG_RNDV,
+        reply_ep: reply_ep(w, ep).cast(),
+    };
+    let len = d.len();
+    // The descriptor the client holds: a box whose address names it in `held`.
+    let desc = Box::into_raw(Box::new(0u8)) as usize;
+    w.ext.borrow_mut().held.insert(desc, Held::Rndv(d));
+    // SAFETY: the client's handler; the header stays valid during the call.
+    let s = unsafe {
+        cb(
+            arg as *mut c_void,
+            buf.as_ptr().cast(),
+            header_len,
+            desc as *mut c_void,
+            len,
+            &param,
+        )
+    };
+    if s != UCS_INPROGRESS {
+        // Neither received nor kept: declined.
+        release(w, desc);
     }
 }
 
@@ -236,17 +253,22 @@ pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
         };
         let _g = w.lock.lock();
         let mut i = w.inner.borrow_mut();
-        i.am_handlers.remove(&id);
+        i.am_handlers.remove(id);
         match cb {
             Some(cb) => {
                 i.am_recv_handlers.insert(id, (cb, arg as usize, flags));
                 let q = i.am_in.clone();
                 i.w.am_set_desc_handler(id, move |ep, m| {
-                    q.borrow_mut().push(AmArrival::Desc(id, m, ep))
+                    let a = if m.rndv.is_none() {
+                        AmArrival::Eager(id, m.buf, m.header_len, ep)
+                    } else {
+                        AmArrival::Rndv(id, Box::new(m), ep)
+                    };
+                    q.borrow_mut().push(a)
                 });
             }
             None => {
-                i.am_recv_handlers.remove(&id);
+                i.am_recv_handlers.remove(id);
                 i.w.am_remove_handler(id);
             }
         }
@@ -270,49 +292,14 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
     param: *const RequestParam,
 ) -> StatusPtr {
     const NAME: &str = "ucp_am_send_nbx";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+    ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let nbx = match unsafe { crate::param::parse_param(NAME, param, true) } {
+        let p = match unsafe { check_param(NAME, param) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
-        let Ok(id) = u16::try_from(id) else {
-            return status_ptr(refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                format!("id {id} is over 65535"),
-            ));
-        };
-        // SAFETY: checked by parse_param.
-        let raw = unsafe { &*param };
-        let flags = if raw.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
-            raw.flags
-        } else {
-            0
-        };
-        let known = UCP_AM_SEND_FLAG_REPLY
-            | UCP_AM_SEND_FLAG_EAGER
-            | UCP_AM_SEND_FLAG_RNDV
-            | UCP_AM_SEND_FLAG_COPY_HEADER;
-        if flags & !known != 0 {
-            tracing::debug!("{NAME}: ignoring unknown flags {:#x}", flags & !known);
-        }
-        if flags & UCP_AM_SEND_FLAG_EAGER != 0 && flags & UCP_AM_SEND_FLAG_RNDV != 0 {
-            return status_ptr(refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                "both EAGER and RNDV flags",
-            ));
-        }
-        if header_length > MAX_AM_HEADER {
-            return status_ptr(refuse(
-                NAME,
-                UCS_ERR_INVALID_PARAM,
-                format!("header of {header_length} bytes (max_am_header is {MAX_AM_HEADER})"),
-            ));
-        }
-        if header_length > 0 && header.is_null() {
-            return status_ptr(refuse(NAME, UCS_ERR_INVALID_PARAM, "header is NULL"));
+        if let Err(s) = check_send(id, header, header_length, p) {
+            return status_ptr(s);
         }
         let (w, h) = match ep_ref(NAME, ep) {
             Ok(x) => x,
@@ -321,10 +308,11 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
         // SAFETY: the client's header of `header_length` bytes.
         let hdr = unsafe { crate::datatype::slice(header, header_length) };
         // SAFETY: forwarded contract.
-        let data = match unsafe { send_data(NAME, buffer, count, nbx.datatype) } {
+        let data = match unsafe { send_data(NAME, buffer, count, param_datatype(p)) } {
             Ok(d) => d,
             Err(s) => return status_ptr(s),
         };
+        let id = id as u16;
         let _g = w.lock.lock();
         let res = {
             let mut i = w.inner.borrow_mut();
@@ -334,8 +322,68 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
                 SendData::Owned(v) => i.w.am_send_vec(h, id, hdr, v),
             }
         };
-        submit(NAME, w, res, &nbx.send_args(), Finish::None)
+        // A send that finished at once gives UCS_OK without reading the request fields (as
+        // `ucp_tag_send_nbx`): its completion owns nothing, so it is forgotten, not dropped.
+        let no_imm = p.op_attr_mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
+        match res {
+            Ok(Op::Done(c)) if !no_imm && c.status.is_ok() && c.buf.is_none() => {
+                std::mem::forget(c);
+                status_ptr(UCS_OK)
+            }
+            res => submit(NAME, w, res, &read_param(p).send_args(), Finish::None),
+        }
     })
+}
+
+/// The checks of `ucp_am_send_nbx`'s id, header and flags (unknown flags are ignored, as UCX
+/// does).
+#[inline(always)]
+fn check_send(
+    id: c_uint,
+    header: *const c_void,
+    header_length: usize,
+    p: &RequestParam,
+) -> Result<(), Status> {
+    let flags = if p.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
+        p.flags
+    } else {
+        0
+    };
+    let both = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_RNDV;
+    if id > u16::MAX as c_uint
+        || flags & both == both
+        || header_length > MAX_AM_HEADER
+        || (header_length > 0 && header.is_null())
+    {
+        return Err(bad_send(id, header, header_length, flags));
+    }
+    Ok(())
+}
+
+/// The refusal of a `ucp_am_send_nbx` that [`check_send`] found wrong.
+#[cold]
+#[inline(never)]
+fn bad_send(id: c_uint, header: *const c_void, header_length: usize, flags: u32) -> Status {
+    const NAME: &str = "ucp_am_send_nbx";
+    if id > u16::MAX as c_uint {
+        return refuse(
+            NAME,
+            UCS_ERR_INVALID_PARAM,
+            format!("id {id} is over 65535"),
+        );
+    }
+    if flags & UCP_AM_SEND_FLAG_EAGER != 0 && flags & UCP_AM_SEND_FLAG_RNDV != 0 {
+        return refuse(NAME, UCS_ERR_INVALID_PARAM, "both EAGER and RNDV flags");
+    }
+    if header_length > MAX_AM_HEADER {
+        return refuse(
+            NAME,
+            UCS_ERR_INVALID_PARAM,
+            format!("header of {header_length} bytes (max_am_header is {MAX_AM_HEADER})"),
+        );
+    }
+    debug_assert!(header_length > 0 && header.is_null());
+    refuse(NAME, UCS_ERR_INVALID_PARAM, "header is NULL")
 }
 
 /// `ucs_status_ptr_t ucp_am_recv_data_nbx(ucp_worker_h worker, void *data_desc, void

@@ -12,7 +12,6 @@ use crate::lock::RLock;
 use crate::worker_ext::Ext;
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::ffi::{c_uint, c_void};
 use std::rc::Rc;
 use std::sync::atomic::AtomicU32;
@@ -49,8 +48,12 @@ pub struct Context {
 pub enum AmArrival {
     /// For an old-API handler (`ucp_worker_set_am_handler`): id, data, sender endpoint.
     Whole(u16, Vec<u8>, EpHandle),
-    /// For a handler of `ucp_worker_set_am_recv_handler`: id, message, sender endpoint.
-    Desc(u16, ucp::AmMsg, EpHandle),
+    /// An eager message for a handler of `ucp_worker_set_am_recv_handler`: id, buffer (user
+    /// header, then data), header length, sender endpoint.
+    Eager(u16, Vec<u8>, usize, EpHandle),
+    /// A rendezvous message for a handler of `ucp_worker_set_am_recv_handler`: id, message
+    /// (boxed: rare, and large next to the eager form), sender endpoint.
+    Rndv(u16, Box<ucp::AmMsg>, EpHandle),
 }
 
 /// Active messages waiting for `ucp_worker_progress`.
@@ -66,10 +69,13 @@ pub struct Inner {
     pub ep_errors: Rc<RefCell<Vec<(EpHandle, Status)>>>,
     /// Active messages that arrived: (id, data, sender endpoint).
     pub am_in: AmQueue,
+    /// An empty vector with capacity, swapped with `am_in` when its messages are delivered
+    /// (so arrivals do not allocate a new queue each time).
+    pub am_spare: Vec<AmArrival>,
     /// Old-API active-message handlers: id -> (callback, arg, flags).
-    pub am_handlers: HashMap<u16, (AmCb, usize, u32)>,
+    pub am_handlers: IdTable<(AmCb, usize, u32)>,
     /// Handlers of `ucp_worker_set_am_recv_handler`: id -> (callback, arg, flags).
-    pub am_recv_handlers: HashMap<u16, (AmRecvCb, usize, u32)>,
+    pub am_recv_handlers: IdTable<(AmRecvCb, usize, u32)>,
     /// Client endpoints (`Ep` addresses) per rucx endpoint.
     pub eps: EpIndex,
 }
@@ -88,6 +94,42 @@ impl Inner {
         // `deliver`; neither holds a borrow when this is called (between calls, with the
         // worker locked), so reading their lengths through the cells' pointers is sound.
         unsafe { !(*self.ep_errors.as_ptr()).is_empty() || !(*self.am_in.as_ptr()).is_empty() }
+    }
+}
+
+/// Values by active-message id, looked up by index on each arrival (ids are small numbers
+/// the client picks; the table grows to the largest one set).
+pub struct IdTable<T: Copy> {
+    slots: Vec<Option<T>>,
+}
+
+impl<T: Copy> Default for IdTable<T> {
+    fn default() -> Self {
+        IdTable { slots: Vec::new() }
+    }
+}
+
+impl<T: Copy> IdTable<T> {
+    /// The value of `id`, if set.
+    #[inline]
+    pub fn get(&self, id: u16) -> Option<T> {
+        self.slots.get(id as usize).copied().flatten()
+    }
+
+    /// Sets the value of `id`.
+    pub fn insert(&mut self, id: u16, v: T) {
+        let i = id as usize;
+        if i >= self.slots.len() {
+            self.slots.resize(i + 1, None);
+        }
+        self.slots[i] = Some(v);
+    }
+
+    /// Unsets `id`.
+    pub fn remove(&mut self, id: u16) {
+        if let Some(s) = self.slots.get_mut(id as usize) {
+            *s = None;
+        }
     }
 }
 

@@ -11,22 +11,27 @@ use crate::am::stream_args;
 use crate::datatype::{recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
-use crate::guard::{ffi, refuse};
+use crate::guard::{ffi, ffi_hot, refuse};
 use crate::handles::{worker_ref, Cb, Ep, OpArgs, Worker};
+use crate::param::{check_param, param_datatype, read_param};
 use crate::request::submit;
 use std::ffi::{c_uint, c_void};
+use ucp::Op;
 
-/// Starts a stream send of the client's data.
+/// Starts a stream send of the client's data; `args` (read only when a request is made) and
+/// `no_imm` (`UCP_OP_ATTR_FLAG_NO_IMM_CMPL`) say how it completes.
 ///
 /// # Safety
 /// As the header documents.
+#[inline(always)]
 unsafe fn send(
     name: &str,
     ep: *mut Ep,
     buffer: *const c_void,
     count: usize,
     dt: Datatype,
-    args: OpArgs,
+    no_imm: bool,
+    args: impl FnOnce() -> OpArgs,
 ) -> StatusPtr {
     let (w, h) = match ep_ref(name, ep) {
         Ok(x) => x,
@@ -46,7 +51,15 @@ unsafe fn send(
             SendData::Owned(v) => i.w.stream_send(h, &v),
         }
     };
-    submit(name, w, res, &args, Finish::None)
+    // A send that finished at once gives UCS_OK (as `ucp_tag_send_nbx`): its completion owns
+    // nothing, so it is forgotten, not dropped.
+    match res {
+        Ok(Op::Done(c)) if !no_imm && c.status.is_ok() && c.buf.is_none() => {
+            std::mem::forget(c);
+            status_ptr(UCS_OK)
+        }
+        res => submit(name, w, res, &args(), Finish::None),
+    }
 }
 
 /// `ucs_status_ptr_t ucp_stream_send_nb(ucp_ep_h ep, const void *buffer, size_t count,
@@ -69,9 +82,9 @@ pub unsafe extern "C" fn ucp_stream_send_nb(
             // Reserved in UCX.
             tracing::debug!("{NAME}: ignoring flags {flags:#x}");
         }
-        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
         // SAFETY: forwarded.
-        unsafe { send(NAME, ep, buffer, count, datatype, args) }
+        unsafe { send(NAME, ep, buffer, count, datatype, false, args) }
     })
 }
 
@@ -88,14 +101,16 @@ pub unsafe extern "C" fn ucp_stream_send_nbx(
     param: *const RequestParam,
 ) -> StatusPtr {
     const NAME: &str = "ucp_stream_send_nbx";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+    ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let nbx = match unsafe { crate::param::parse_param(NAME, param, true) } {
+        let p = match unsafe { check_param(NAME, param) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
+        let no_imm = p.op_attr_mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
+        let args = || read_param(p).send_args();
         // SAFETY: forwarded.
-        unsafe { send(NAME, ep, buffer, count, nbx.datatype, nbx.send_args()) }
+        unsafe { send(NAME, ep, buffer, count, param_datatype(p), no_imm, args) }
     })
 }
 
@@ -103,6 +118,7 @@ pub unsafe extern "C" fn ucp_stream_send_nbx(
 ///
 /// # Safety
 /// As the header documents.
+#[inline(always)]
 unsafe fn recv(
     name: &str,
     ep: *mut Ep,
@@ -210,26 +226,24 @@ pub unsafe extern "C" fn ucp_stream_recv_nbx(
     param: *const RequestParam,
 ) -> StatusPtr {
     const NAME: &str = "ucp_stream_recv_nbx";
-    ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
+    ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        let nbx = match unsafe { crate::param::parse_param(NAME, param, false) } {
+        let p = match unsafe { check_param(NAME, param) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),
         };
-        // SAFETY: checked by parse_param.
-        let raw = unsafe { &*param };
-        let flags = if raw.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
-            raw.flags
+        let flags = if p.op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
+            p.flags
         } else {
             0
         };
-        let mut args = stream_args(&nbx);
+        let mut args = stream_args(&read_param(p));
         if !length.is_null() {
             args.len_out = length;
         }
         let waitall = flags & UCP_STREAM_RECV_FLAG_WAITALL != 0;
         // SAFETY: forwarded.
-        unsafe { recv(NAME, ep, buffer, count, nbx.datatype, waitall, args) }
+        unsafe { recv(NAME, ep, buffer, count, param_datatype(p), waitall, args) }
     })
 }
 

@@ -15,7 +15,6 @@ use crate::lock::RLock;
 use crate::request::{complete, hooked, run_callback, submit};
 use std::cell::Cell;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::{c_uint, c_void, CStr};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -156,21 +155,31 @@ impl Worker {
     #[cold]
     #[inline(never)]
     fn deliver_events(&self) -> usize {
-        let (errs, ams) = {
-            let i = self.inner.borrow();
+        let (errs, mut ams) = {
+            let mut i = self.inner.borrow_mut();
             let errs = std::mem::take(&mut *i.ep_errors.borrow_mut());
-            let ams = std::mem::take(&mut *i.am_in.borrow_mut());
+            let spare = std::mem::take(&mut i.am_spare);
+            let ams = std::mem::replace(&mut *i.am_in.borrow_mut(), spare);
             (errs, ams)
         };
         let n = errs.len() + ams.len();
         for (h, status) in errs {
             self.ep_failed(h, status);
         }
-        for a in ams {
+        for a in ams.drain(..) {
             match a {
                 AmArrival::Whole(id, data, ep) => self.deliver_am(id, data, ep),
-                AmArrival::Desc(id, msg, ep) => crate::am::deliver(self, id, msg, ep),
+                AmArrival::Eager(id, buf, header_len, ep) => {
+                    crate::am::deliver_eager(self, id, buf, header_len, ep)
+                }
+                AmArrival::Rndv(id, msg, ep) => crate::am::deliver(self, id, *msg, ep),
             }
+        }
+        // The emptied queue, with its capacity, is the next spare (a handler that progressed
+        // the worker may have left one already: the larger is kept).
+        let mut i = self.inner.borrow_mut();
+        if ams.capacity() > i.am_spare.capacity() {
+            i.am_spare = ams;
         }
         n
     }
@@ -223,7 +232,7 @@ impl Worker {
     }
 
     fn deliver_am(&self, id: u16, mut data: Vec<u8>, ep: EpHandle) {
-        let handler = self.inner.borrow().am_handlers.get(&id).copied();
+        let handler = self.inner.borrow().am_handlers.get(id);
         let reply = crate::am::reply_ep(self, ep);
         match handler {
             Some((cb, arg, _)) => {
@@ -354,8 +363,9 @@ pub unsafe extern "C" fn ucp_worker_create(
             done: Vec::new(),
             ep_errors: Rc::default(),
             am_in: Rc::default(),
-            am_handlers: HashMap::new(),
-            am_recv_handlers: HashMap::new(),
+            am_spare: Vec::new(),
+            am_handlers: Default::default(),
+            am_recv_handlers: Default::default(),
             eps: Default::default(),
         };
         let worker = Box::new(Worker {
@@ -716,13 +726,13 @@ pub unsafe extern "C" fn ucp_worker_set_am_handler(
             Some(cb) => {
                 i.am_handlers.insert(id, (cb, arg as usize, flags));
                 let q = i.am_in.clone();
-                i.am_recv_handlers.remove(&id);
+                i.am_recv_handlers.remove(id);
                 i.w.am_set_handler(id, move |ep, _hdr, data| {
                     q.borrow_mut().push(AmArrival::Whole(id, data, ep))
                 });
             }
             None => {
-                i.am_handlers.remove(&id);
+                i.am_handlers.remove(id);
                 i.w.am_remove_handler(id);
             }
         }
