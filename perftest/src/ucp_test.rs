@@ -798,20 +798,33 @@ fn send_stream(eng: &mut Engine<'_>, p: &TestParams, rec: &mut Recorder) -> Resu
     Ok(())
 }
 
-/// Stream receiver: one receive at a time, each waited for before the next is posted, as
-/// ucx_perftest's receiver does (its receive window is one). Messages of a sender running ahead
-/// wait in the transport (a progress call that completed the receive leaves the next eager
-/// message for the next call: `EventSink::defer`) or, past that, in the unexpected queue, where
-/// the next receive finds them at once.
+/// Stream receiver: up to `-O` receives posted ahead, as ucx_perftest's receiver keeps its
+/// window (its `wait_recv_window(1)` before each post lets `max_outstanding` receives be
+/// posted), so a rendezvous can be matched, and its data read, while earlier ones still
+/// move. ucx_perftest posts them all into one buffer; here each receive owns a buffer of its
+/// own (recycled in posting order). Messages of a sender running further ahead wait in the
+/// transport or in the unexpected queue, where the next receive finds them at once.
 fn receive_stream(eng: &mut Engine<'_>, p: &TestParams) -> Result<()> {
     let size = p.size();
-    let mut buf = Some(try_vec("a message buffer", size, 0x5a)?);
+    let window = p.outstanding as usize;
+    let mut free = (0..window)
+        .map(|_| try_vec("a message buffer", size, 0x5a))
+        .collect::<Result<Vec<_>>>()?;
+    let mut posted: VecDeque<Request> = VecDeque::with_capacity(window);
+    let lost = || Error::Wire("lost receive buffer".into());
     for _ in 0..p.total_iterations() {
-        let b = buf
-            .take()
-            .ok_or_else(|| Error::Wire("lost receive buffer".into()))?;
-        let op = eng.post_recv(b, size)?;
-        buf = eng.finish_recv(op, size)?;
+        if free.is_empty() {
+            let r = posted.pop_front().ok_or_else(lost)?;
+            free.extend(eng.wait_recv(r, size)?);
+        }
+        let b = free.pop().ok_or_else(lost)?;
+        match eng.post_recv(b, size)? {
+            Posted::Done(b) => free.extend(b),
+            Posted::Running(r) => posted.push_back(r),
+        }
+    }
+    while let Some(r) = posted.pop_front() {
+        eng.wait_recv(r, size)?;
     }
     Ok(())
 }

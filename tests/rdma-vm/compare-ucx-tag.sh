@@ -19,6 +19,9 @@
 # Usage: tests/rdma-vm/compare-ucx-tag.sh [REPS]      (default 5)
 # Environment: RUCX_PERFTEST=path to a built perftest (default: cargo build --release -p perftest)
 #              LAT_ITERS (default 2000), BW64_ITERS (default 300), BW1M_ITERS (default 40),
+#              BW_WARMUP (default 20: tag_bw warm-up iterations; both perftests keep a window of
+#              sends and receives in flight, rucx's with a buffer each (-O 16), so the warm-up
+#              covers the window and the registration of every buffer is out of the measurement),
 #              ROWS (default "rc_lat rc_bw64k rc_bw1m ud_lat") to run a subset
 set -euo pipefail
 
@@ -28,6 +31,7 @@ REPS=${1:-5}
 LAT_ITERS=${LAT_ITERS:-2000}
 BW64_ITERS=${BW64_ITERS:-300}
 BW1M_ITERS=${BW1M_ITERS:-40}
+BW_WARMUP=${BW_WARMUP:-20}
 ROWS=${ROWS:-rc_lat rc_bw64k rc_bw1m ud_lat}
 "$HERE/build.sh"
 if [[ -z "${RUCX_PERFTEST:-}" ]]; then
@@ -78,8 +82,8 @@ for rep in \$(seq 1 $REPS); do
     for row in $ROWS; do
         case \$row in
             rc_lat) a=(-t tag_lat -s 8 -n $LAT_ITERS -w 100) ;;
-            rc_bw64k) a=(-t tag_bw -s 65536 -n $BW64_ITERS -w 20) ;;
-            rc_bw1m) a=(-t tag_bw -s 1048576 -n $BW1M_ITERS -w 4) ;;
+            rc_bw64k) a=(-t tag_bw -s 65536 -n $BW64_ITERS -w $BW_WARMUP) ;;
+            rc_bw1m) a=(-t tag_bw -s 1048576 -n $BW1M_ITERS -w $BW_WARMUP) ;;
             ud_lat) a=(-t tag_lat -s 8 -n $LAT_ITERS -w 100) ;;
         esac
         if [ \$row = ud_lat ]; then
