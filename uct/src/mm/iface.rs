@@ -12,7 +12,6 @@ use crate::cpu_atomic::{self, reject_post_swap};
 use crate::ep::{
     check_am_id, check_len, AtomicOp, CompletionId, Endpoint, EpId, PendingId, TagRecvId,
 };
-use crate::held::{AmKeep, BufLender};
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, RemoteKey};
 use crate::peer_proc::watch::EpollPeers;
@@ -297,9 +296,7 @@ pub struct MmIface {
     iface_addr: Vec<u8>,
     pub(super) fifo: FifoPtrs,
     /// Which buffer each element has, the free spares, and the segment (see `keep`).
-    bufs: Rc<RxBufs>,
-    /// `bufs`, as the [`AmKeep`] offers lend from it.
-    lender: Rc<dyn BufLender>,
+    bufs: RxBufs,
     pub(super) read_pos: u64,
     released: u64,
     /// A call that consumed messages returned before its release and checks (see
@@ -376,7 +373,7 @@ impl MmIface {
         self_addr.encode(&mut iface_addr);
         let sock = Rc::new(sock);
         // SAFETY: `fifo` is the mapping of `seg`, which the table keeps.
-        let bufs = Rc::new(unsafe { RxBufs::new(fifo, Some(seg)) });
+        let bufs = unsafe { RxBufs::new(fifo, Some(seg)) };
         Ok(MmIface {
             kind,
             attr: IfaceAttr {
@@ -389,7 +386,6 @@ impl MmIface {
             local_dev,
             iface_addr,
             fifo,
-            lender: bufs.clone(),
             bufs,
             read_pos: 0,
             released: 0,
@@ -553,7 +549,8 @@ impl MmIface {
                         prefetch_deferred(data);
                         break;
                     }
-                    sink.am_keep(id, data, AmKeep::new(&self.lender, self.read_pos, data));
+                    sink.am_keep(id, data, self.bufs.offer(self.read_pos, data));
+                    self.bufs.name_kept(self.read_pos, buf);
                 }
                 Polled::Msg(id, data) | Polled::Buf(id, data) => {
                     if id < crate::ep::AM_ID_MAX {

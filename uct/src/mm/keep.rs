@@ -1,37 +1,37 @@
 //! Receive buffers the receiver keeps: a message that arrived in its element's buffer may stay
-//! there after the element is consumed (this table lends it as a [`BufLender`]: the receiver's
-//! [`AmKeep::keep`] gives a [`HeldBuf`]), and is read from there once, when it is
-//! wanted, instead of being copied out first.
+//! there after the element is consumed (the receiver's [`AmKeep::keep`] gives a [`HeldBuf`]),
+//! and is read from there once, when it is wanted, instead of being copied out first.
 //!
-//! The FIFO segment has [`SPARE_BUFS`] buffers beyond one per element. Keeping a message hands
-//! its element a free spare (the element's `buf` word names it for the next producer) and
-//! takes the element's old buffer out of circulation until the [`HeldBuf`] drops, which returns
-//! it to the free list. No producer is directed to a held buffer: only elements name buffers,
-//! and no element names a held one. When no spare is free, [`AmKeep::keep`] gives `None` and
-//! the receiver copies the message as before. The free list is a fixed array: keeping and
-//! releasing allocate nothing.
+//! The FIFO segment has [`SPARE_BUFS`] buffers beyond one per element, free in a [`Spares`]
+//! list. Keeping a message hands its element a free spare and takes the element's old buffer
+//! out of circulation until the [`HeldBuf`] drops, which returns it to the list (that logic is
+//! transport-neutral, in [`crate::held`]); this table then writes the element's `buf` word so
+//! the next producer uses the spare ([`RxBufs::name_kept`]). No producer is directed to a held
+//! buffer: only elements name buffers, and no element names a held one. When no spare is free,
+//! [`AmKeep::keep`] gives `None` and the receiver copies the message as before. Keeping and
+//! releasing allocate nothing and call nothing virtual.
 //!
 //! Which buffer each element has is known from this private table, never read back from the
 //! shared `buf` words (producers can write those).
 
 use super::fifo::{FifoPtrs, NBUFS, NELEMS, SPARE_BUFS};
 use super::segment::Segment;
-use crate::held::BufLender;
 #[cfg(doc)]
-use crate::held::{AmKeep, HeldBuf};
+use crate::held::HeldBuf;
+use crate::held::{AmKeep, Spares, SPARES_MAX};
 use std::cell::Cell;
+use std::rc::Rc;
+
+const _: () = assert!(SPARE_BUFS <= SPARES_MAX && NBUFS <= u16::MAX as usize);
 
 /// The receiver's private record of the FIFO's buffers: which element has which, and the free
-/// spares. Owns the segment, so a held buffer keeps the mapping alive.
+/// spares. The spares keep the segment, so a held buffer keeps the mapping alive.
 pub(super) struct RxBufs {
     fifo: FifoPtrs,
     /// Buffer of each element.
     slot: [Cell<u16>; NELEMS as usize],
-    /// Free spares: `free[..nfree]`.
-    free: [Cell<u16>; SPARE_BUFS],
-    nfree: Cell<usize>,
-    /// Kept alive with the buffers (None for a test's own memory).
-    _seg: Option<Segment>,
+    /// Free spares, shared with the held buffers; they own the segment.
+    spares: Rc<Spares>,
 }
 
 impl RxBufs {
@@ -44,9 +44,11 @@ impl RxBufs {
         RxBufs {
             fifo,
             slot: std::array::from_fn(|i| Cell::new(i as u16)),
-            free: std::array::from_fn(|i| Cell::new((NELEMS as usize + i) as u16)),
-            nfree: Cell::new(SPARE_BUFS),
-            _seg: seg,
+            spares: Rc::new(Spares::new(
+                NELEMS as u16,
+                SPARE_BUFS,
+                seg.map(|s| Box::new(s) as Box<dyn std::any::Any>),
+            )),
         }
     }
 
@@ -56,52 +58,38 @@ impl RxBufs {
         self.slot[(pos & (NELEMS - 1)) as usize].get()
     }
 
+    /// The offer to keep `data`, the message of the element of `pos`. After the sink has
+    /// seen it, [`RxBufs::name_kept`] must run before `pos` is released.
+    #[inline(always)]
+    pub(super) fn offer<'a>(&'a self, pos: u64, data: &'a [u8]) -> AmKeep<'a> {
+        AmKeep::new(
+            &self.spares,
+            &self.slot[(pos & (NELEMS - 1)) as usize],
+            data,
+        )
+    }
+
+    /// When the message of `pos` (which arrived in buffer `was`) was kept, names the spare
+    /// its element got in the element's `buf` word, for the next producers.
+    #[inline(always)]
+    pub(super) fn name_kept(&self, pos: u64, was: u16) {
+        let now = self.slot(pos);
+        if now != was {
+            self.name(pos, now);
+        }
+    }
+
+    /// Names buffer `buf` in the `buf` word of the element of `pos`.
+    #[cold]
+    #[inline(never)]
+    fn name(&self, pos: u64, buf: u16) {
+        self.fifo.set_buf(pos, buf);
+    }
+
     /// Spares free now.
     #[cfg(test)]
     pub(super) fn free_count(&self) -> usize {
-        self.nfree.get()
-    }
-
-    /// Takes the buffer of the element of `pos` out of circulation, handing the element a free
-    /// spare; gives the taken buffer, or `None` when no spare is free.
-    #[inline]
-    fn take(&self, pos: u64) -> Option<u16> {
-        let n = self.nfree.get().checked_sub(1)?;
-        self.nfree.set(n);
-        let spare = self.free[n].get();
-        let i = (pos & (NELEMS - 1)) as usize;
-        let held = self.slot[i].replace(spare);
-        self.fifo.set_buf(pos, spare);
-        Some(held)
-    }
-
-    /// Returns a held buffer to the free spares.
-    #[inline]
-    fn put(&self, buf: u16) {
-        let n = self.nfree.get();
-        // Every held buffer came out of `take`, so the list has room; a full list would mean a
-        // buffer returned twice, which is dropped rather than listed again.
-        if let Some(cell) = self.free.get(n) {
-            cell.set(buf);
-            self.nfree.set(n + 1);
-        }
-    }
-}
-
-impl BufLender for RxBufs {
-    #[inline]
-    fn lend(&self, pos: u64) -> Option<u32> {
-        let buf = self.take(pos)?;
-        debug_assert!((buf as usize) < NBUFS);
-        Some(buf.into())
-    }
-
-    #[inline]
-    fn give_back(&self, buf: u32) {
-        // Only numbers `lend` gave come back, so the conversion holds.
-        if let Ok(buf) = u16::try_from(buf) {
-            self.put(buf);
-        }
+        self.spares.free_count()
     }
 }
 
@@ -109,17 +97,14 @@ impl BufLender for RxBufs {
 mod tests {
     use super::super::fifo::{Polled, BUF_DATA_MAX, BUF_DATA_OFF, BUF_SIZE, KIND_BUF};
     use super::*;
-    use crate::held::{AmKeep, HeldBuf};
-    use std::rc::Rc;
+    use crate::held::HeldBuf;
 
     #[repr(C, align(4096))]
     struct Page([u8; 4096]);
 
     struct Fixture {
         f: FifoPtrs,
-        bufs: Rc<RxBufs>,
-        /// `bufs` as the receiver's [`AmKeep`] sees it.
-        lender: Rc<dyn BufLender>,
+        bufs: RxBufs,
         tail: u64,
         read: u64,
         /// Last: dropped after every view of it.
@@ -136,10 +121,9 @@ mod tests {
         // SAFETY: fresh memory, nobody else sees it.
         unsafe { f.init(7) };
         // SAFETY: the memory lives in the fixture as long as `bufs` is used.
-        let bufs = Rc::new(unsafe { RxBufs::new(f, None) });
+        let bufs = unsafe { RxBufs::new(f, None) };
         Fixture {
             f,
-            lender: bufs.clone(),
             bufs,
             tail: 0,
             read: 0,
@@ -161,15 +145,17 @@ mod tests {
         /// and releases its position.
         fn recv(&mut self, keep: bool) -> (Vec<u8>, Option<HeldBuf>) {
             let pos = self.read;
+            let buf = self.bufs.slot(pos);
             // SAFETY: single consumer at its next position, with its own buffer table.
-            let r = unsafe { self.f.poll(pos, self.bufs.slot(pos)) };
+            let r = unsafe { self.f.poll(pos, buf) };
             let Polled::Buf(_, data) = r else {
                 panic!("expected a buffer message, got {r:?}")
             };
             let copy = data.to_vec();
             let held = keep
-                .then(|| AmKeep::new(&self.lender, pos, data).keep(&data[8..]))
+                .then(|| self.bufs.offer(pos, data).keep(&data[8..]))
                 .flatten();
+            self.bufs.name_kept(pos, buf);
             self.read += 1;
             self.f.release(self.read);
             (copy, held)
@@ -245,7 +231,7 @@ mod tests {
             panic!("expected a buffer message")
         };
         let other = [0u8; 8];
-        assert!(AmKeep::new(&x.lender, pos, data).keep(&other).is_none());
+        assert!(x.bufs.offer(pos, data).keep(&other).is_none());
         assert_eq!(x.bufs.free_count(), SPARE_BUFS);
         assert_eq!(x.bufs.slot(pos), 0);
     }
