@@ -13,7 +13,8 @@
 use crate::am_desc::AmDescHandler;
 use crate::request::{Completion, Op};
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
-use crate::worker::state::{zeroed_buf, SendData, State};
+use crate::worker::req::{zeroed_buf, SendData};
+use crate::worker::state::State;
 use crate::worker::{AmHandler, EpHandle, Worker};
 use std::collections::HashMap;
 use ucs::{Error, Result};

@@ -18,9 +18,10 @@
 )]
 
 use crate::request::Op;
-use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
-use crate::worker::state::{SendData, State};
+use crate::worker::req::RecvBuf;
+use crate::worker::req::SendData;
+use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
 

@@ -14,10 +14,12 @@
 use crate::request::{Completion, Op, RequestId};
 use crate::rma::Rkey;
 use crate::wire::{am_id, split_prefix, AtomicRepHdr, AtomicReqHdr, NO_REQ, PREFIX_LEN};
+use crate::worker::ep::EpState;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
-use crate::worker::state::{comp_id, EpState, Notify, ReqKind, State, COMP_ATOMIC};
+use crate::worker::req::{comp_id, Notify, ReqKind, COMP_ATOMIC};
+use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
 

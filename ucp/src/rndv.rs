@@ -23,7 +23,7 @@
 mod recv;
 mod send;
 
-use crate::worker::state::{Rndv, POOL_MAX};
+use crate::worker::req::{Rndv, POOL_MAX};
 use std::collections::VecDeque;
 use ucs::{Error, Outcome, Result};
 use uct::{Iov, RemoteKey};

@@ -28,15 +28,18 @@
     )
 )]
 
+pub(crate) mod api_types;
 mod close;
 mod dispatch;
 pub(crate) mod endpoint;
+pub(crate) mod ep;
 mod failure;
 mod flush;
 pub(crate) mod peer_req;
 mod peers;
 pub(crate) mod pending;
 pub(crate) mod progress;
+pub(crate) mod req;
 mod req_table;
 mod request;
 pub(crate) mod state;
@@ -50,11 +53,12 @@ pub use crate::amo::AmoSize;
 pub use crate::config::TM_ENABLE;
 pub use crate::tag::offload::TmStats;
 pub use crate::wireup::TM_THRESH;
+pub use api_types::{AmHandler, EpHandle, ErrHandler, ProtoStats, RequestCallback};
 
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Features};
-use crate::request::Completion;
-use crate::worker::state::{IfaceInfo, State};
+use crate::worker::ep::IfaceInfo;
+use crate::worker::state::State;
 use slab::Slab;
 use std::time::Duration;
 use ucs::time::{Clock, MonotonicClock};
@@ -62,23 +66,6 @@ use ucs::{Error, Result};
 use uct::Iface as _;
 use uct::MdFlags;
 use uct::MemoryDomain as _;
-
-/// An endpoint of a worker: a handle valid with the worker that created it only (it carries that
-/// worker's id; any other worker answers it with `InvalidParam`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EpHandle {
-    /// The owning worker's id ([`Worker::id`]).
-    pub(crate) wid: u32,
-    pub(crate) idx: u32,
-    pub(crate) gen: u32,
-}
-
-/// A user active-message handler: gets the sending endpoint, the user header and the data, which
-/// it owns (keep it as long as needed; [`Worker::am_data_release`] recycles it).
-pub type AmHandler = Box<dyn FnMut(EpHandle, &[u8], Vec<u8>)>;
-
-/// An endpoint error handler: called from `progress()` once, when the endpoint fails.
-pub type ErrHandler = Box<dyn FnMut(EpHandle, &Error)>;
 
 /// Parameters of [`Worker::ep_create`].
 #[derive(Default)]
@@ -108,46 +95,6 @@ pub struct ProbeInfo {
 }
 
 pub use crate::tag::probe::Message;
-
-/// Counters of the protocols a worker used (for tests and debugging).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ProtoStats {
-    /// Single-fragment eager messages sent.
-    pub eager_single: u64,
-    /// Multi-fragment eager messages sent.
-    pub eager_multi: u64,
-    /// Eager messages sent zero-copy from the caller's vector.
-    pub eager_zcopy: u64,
-    /// Rendezvous requests (RTS) sent.
-    pub rndv_rts: u64,
-    /// Rendezvous received with get_zcopy.
-    pub rndv_get: u64,
-    /// Of those, read from a key that a lane other than the RMA lane maps in place (a
-    /// sender's shared segment read by the shared-memory lane: one copy, no system call).
-    pub rndv_get_mapped: u64,
-    /// Rendezvous received by asking for put_zcopy.
-    pub rndv_put: u64,
-    /// Rendezvous received over the AM pipeline.
-    pub rndv_am: u64,
-    /// Endpoints failed.
-    pub ep_failures: u64,
-    /// Endpoints whose AM lane moved to a connect-to-endpoint lane (rc_verbs) after wire-up.
-    pub am_lane_switches: u64,
-    /// Messages that arrived on a peer's new AM lane before its lane-switch marker and were
-    /// held until it (see [`crate::wireup::AmSwitchGate`]).
-    pub am_switch_held: u64,
-    /// Messages that named a request their sender may not touch (unknown, finished, another
-    /// endpoint's, or of the wrong kind or stage): each failed its sender's endpoint and left
-    /// the request named alone.
-    pub forged_ids: u64,
-    /// Messages received through the general path: every kind but whole eager messages and
-    /// atomic requests and replies, and those too from an endpoint the fast path does not
-    /// take (unknown, failed, or on its new AM lane before the lane-switch marker).
-    pub rx_general: u64,
-}
-
-/// A completion callback set with [`Worker::request_set_callback`].
-pub type RequestCallback = Box<dyn FnOnce(Completion)>;
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
 ///
@@ -293,7 +240,7 @@ impl Worker {
                 scratch: Vec::new(),
                 rkey_scratch: Vec::new(),
                 now_cache: now,
-                now_stamp: crate::worker::state::Stamp::of(now),
+                now_stamp: crate::worker::ep::Stamp::of(now),
                 timers: Default::default(),
                 next_timer: Duration::MAX,
                 clock_stale: false,

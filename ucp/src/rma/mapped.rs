@@ -15,7 +15,7 @@
 
 use crate::amo::AmoSize;
 use crate::rma::Rkey;
-use crate::worker::state::EpState;
+use crate::worker::ep::EpState;
 use crate::worker::{EpHandle, Worker};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use uct::AtomicOp;

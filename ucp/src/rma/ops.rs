@@ -11,11 +11,13 @@
 )]
 
 use crate::request::{Completion, Op};
-use crate::rma::raw_mem::RecvBuf;
 use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey, RkeyBundle};
 use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
-use crate::worker::state::{comp_id, Pending, RecvStage, SendData, SendStage, State, COMP_GET};
+use crate::worker::ep::Pending;
+use crate::worker::req::RecvBuf;
+use crate::worker::req::{comp_id, RecvStage, SendData, SendStage, COMP_GET};
+use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};

@@ -11,10 +11,12 @@
 )]
 
 use super::{zcopy_run, ZcopyRun};
+use crate::tag::unexp::{Unexp, UnexpKind};
 use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
-use crate::worker::state::{comp_id, RecvStage, ReqKind, State, Unexp, UnexpKind, COMP_GET};
+use crate::worker::req::{comp_id, RecvStage, ReqKind, COMP_GET};
+use crate::worker::state::State;
 use std::ptr::NonNull;
 use ucs::{Error, Result};
 use uct::Endpoint as _;

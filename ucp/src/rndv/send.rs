@@ -19,7 +19,8 @@ use crate::wire::{
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{comp_id, ReqKind, SendData, SendStage, State, COMP_PUT, COMP_ZCOPY};
+use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_PUT, COMP_ZCOPY};
+use crate::worker::state::State;
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -129,7 +130,7 @@ impl State {
             if s.offset == 0 {
                 stats.eager_zcopy += 1;
             }
-            *last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::ep::Stamp::of(now);
             s.offset += n;
         }
         if x.inflight == 0 {
@@ -395,7 +396,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            *last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::ep::Stamp::of(now);
             s.offset += n;
         }
         self.finish(key, Ok(()));

@@ -1,7 +1,7 @@
 //! Messages taken off the unexpected queue by a removing probe ([`Worker::tag_probe`]): the
 //! [`Message`] handle, and what its worker does with the ones dropped without being received.
 
-use crate::rma::raw_mem::RecvBuf;
+use crate::worker::req::RecvBuf;
 use crate::worker::state::State;
 use crate::worker::Worker;
 use std::sync::atomic::{AtomicBool, Ordering};

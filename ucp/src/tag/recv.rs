@@ -13,11 +13,11 @@
 use super::copy::{copy_payload, extend_payload};
 use super::small::SMALL_UID;
 use crate::request::{Completion, Op};
-use crate::rma::raw_mem::RecvBuf;
+use crate::tag::unexp::{Target, Unexp, UnexpKind, UNEXP_INLINE};
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
-use crate::worker::state::{
-    Done, Notify, RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind, UNEXP_INLINE,
-};
+use crate::worker::req::RecvBuf;
+use crate::worker::req::{Done, Notify, RecvReq, RecvStage, Req, ReqKind};
+use crate::worker::state::State;
 use ucs::{Error, Result};
 
 /// Copies `data` to the front of `buf`, as much as fits. 8 to 16 bytes (the common small

@@ -11,13 +11,15 @@
 )]
 
 use crate::request::{Completion, Op};
-use crate::rma::raw_mem::SendBuf;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::wireup::TM_THRESH;
 use crate::worker::endpoint::bad_handle;
+use crate::worker::ep::{Ep, EpState};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{Ep, EpState, ReqKind, SendData, SendReq, SendStage, State};
+use crate::worker::req::SendBuf;
+use crate::worker::req::{ReqKind, SendData, SendReq, SendStage};
+use crate::worker::state::State;
 use crate::worker::EpHandle;
 use ucs::{Outcome, Result};
 use uct::Endpoint as _;

@@ -13,7 +13,8 @@
     )
 )]
 
-use crate::worker::state::{RecvStage, ReqKind, SendStage, State};
+use crate::worker::req::{RecvStage, ReqKind, SendStage};
+use crate::worker::state::State;
 use ucs::{Error, Result};
 
 /// A message that names one of our requests, for [`State::peer_req`].

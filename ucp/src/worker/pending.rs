@@ -10,7 +10,9 @@
     )
 )]
 
-use crate::worker::state::{EpState, Pending, ReqKind, State};
+use crate::worker::ep::{EpState, Pending};
+use crate::worker::req::ReqKind;
+use crate::worker::state::State;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::{AnyEp, IfaceAttr, IfaceFlags};

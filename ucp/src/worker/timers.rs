@@ -22,7 +22,8 @@
 )]
 
 use crate::wire::am_id;
-use crate::worker::state::{EpState, State};
+use crate::worker::ep::EpState;
+use crate::worker::state::State;
 use std::time::Duration;
 use ucs::async_ctx::{TimerId, TimerQueue};
 use ucs::Error;
