@@ -13,6 +13,7 @@
 
 pub(crate) mod copy;
 pub mod matcher;
+pub(crate) mod message;
 pub(crate) mod offload;
 pub(crate) mod probe;
 mod queue;

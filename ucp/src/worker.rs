@@ -45,15 +45,15 @@ mod request;
 pub(crate) mod state;
 #[cfg(test)]
 mod take_tests;
+pub(crate) mod timer_queue;
 pub(crate) mod timers;
 mod uct_index;
 mod wait;
 
-pub use crate::amo::AmoSize;
 pub use crate::config::TM_ENABLE;
-pub use crate::tag::offload::TmStats;
+pub use crate::tag::offload::state::TmStats;
 pub use crate::wireup::TM_THRESH;
-pub use api_types::{AmHandler, EpHandle, ErrHandler, ProtoStats, RequestCallback};
+pub use api_types::{AmHandler, AmoSize, EpHandle, ErrHandler, ProtoStats, RequestCallback};
 
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Features};
@@ -94,7 +94,7 @@ pub struct ProbeInfo {
     pub msg: Option<Message>,
 }
 
-pub use crate::tag::probe::Message;
+pub use crate::tag::message::Message;
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
 ///
@@ -256,7 +256,7 @@ impl Worker {
                 tokens_done: Vec::new(),
                 completion_hook: None,
                 closings: Vec::new(),
-                tm: crate::tag::offload::TmState::new(),
+                tm: crate::tag::offload::state::TmState::new(),
                 protos: Vec::new(),
             },
             tick: 0,
@@ -267,7 +267,7 @@ impl Worker {
             idle_due: Duration::ZERO,
         };
         w.st.start_keepalive()?;
-        crate::tag::offload::TmState::init(&w.ifaces, &mut w.st)?;
+        w.st.tm.init(&w.ifaces, &w.st.info)?;
         Ok(w)
     }
 

@@ -62,7 +62,7 @@ impl SmallUnexps {
             e.tag = tag;
             e.ep = ep as u32;
             e.len = len as u8;
-            super::recv::copy_in(&mut e.data, &data[..len]);
+            super::copy::copy_in(&mut e.data, &data[..len]);
         }
         slot as u64 | SMALL_UID
     }

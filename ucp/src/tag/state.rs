@@ -2,7 +2,7 @@
 //! assembled from fragments, and the handles of messages taken by a removing probe.
 
 use crate::tag::matcher::TagMatcher;
-use crate::tag::probe::MsgDrops;
+use crate::tag::message::MsgDrops;
 use crate::tag::small::SmallUnexps;
 use crate::tag::unexp::{Target, Unexp, UnexpKind};
 use slab::Slab;

@@ -63,3 +63,12 @@ pub type RequestCallback = Box<dyn FnOnce(Completion)>;
 
 /// What [`Worker::set_completion_hook`](crate::Worker::set_completion_hook) keeps: called with a hook request's token and result.
 pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
+
+/// Operand size of an atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmoSize {
+    /// 32 bits.
+    U32,
+    /// 64 bits.
+    U64,
+}

@@ -15,7 +15,7 @@ use crate::wire::am_id;
 use crate::worker::ep::{Closing, EpState};
 use crate::worker::req::ReqKind;
 use crate::worker::state::State;
-use crate::worker::timers::Timer;
+use crate::worker::timer_queue::Timer;
 use crate::worker::{CloseMode, EpHandle, Worker};
 use ucs::{Error, Result};
 

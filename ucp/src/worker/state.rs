@@ -62,7 +62,7 @@ pub(crate) struct State {
     /// Reused buffer for the remote key an RTS carries (see [`State::rts_rkey`]).
     pub(crate) rkey_scratch: Vec<u8>,
     /// The worker's timers (keepalive, close deadlines).
-    pub(crate) timers: crate::worker::timers::Timers,
+    pub(crate) timers: crate::worker::timer_queue::Timers,
     /// The earliest timer deadline (`Duration::MAX` without timers): progress runs the timers
     /// once `now_cache` reaches it.
     pub(crate) next_timer: Duration,
@@ -76,10 +76,10 @@ pub(crate) struct State {
     pub(crate) malformed_unknown: u64,
     pub(crate) stats: ProtoStats,
     /// User active messages: the handlers.
-    pub(crate) am: crate::am::AmState,
+    pub(crate) am: crate::am::state::AmState,
     pub(crate) regions: crate::rma::Regions,
     /// Atomics: how many went which way.
-    pub(crate) amo: crate::amo::AmoState,
+    pub(crate) amo: crate::amo::state::AmoState,
     pub(crate) quarantine: Vec<Vec<u8>>,
     /// Finished requests whose callback or token is due at the end of this progress call.
     pub(crate) callbacks_due: Vec<usize>,
@@ -91,7 +91,7 @@ pub(crate) struct State {
     /// Tag matching: the matcher and the unexpected messages.
     pub(crate) tag: crate::tag::state::TagState,
     /// Tag offload (see `tag_offload`).
-    pub(crate) tm: crate::tag::offload::TmState,
+    pub(crate) tm: crate::tag::offload::state::TmState,
     /// Rendezvous: the pool of rendezvous boxes, the reads in progress.
     pub(crate) rndv: crate::rndv::RndvState,
     /// The distinct protocol configurations of the endpoints (see [`State::intern_proto`]).

@@ -11,7 +11,8 @@
     )
 )]
 
-use super::{MappedSend, COMP_TM};
+use super::state::MappedSend;
+use super::COMP_TM;
 use crate::request::{Completion, Op};
 use crate::rma::{Keep, MemMap};
 use crate::wire::{am_id, RemoteBuf, RtsHdr};
