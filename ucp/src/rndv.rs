@@ -22,6 +22,7 @@
 
 mod recv;
 mod send;
+pub(crate) mod stages;
 
 use crate::worker::req::{Rndv, POOL_MAX};
 use std::collections::VecDeque;

@@ -20,6 +20,7 @@ mod queue;
 mod recv;
 mod send;
 pub(crate) mod small;
+pub(crate) mod stages;
 pub(crate) mod state;
 pub(crate) mod unexp;
 

@@ -2,13 +2,14 @@
 //! protocol from `progress()`.
 //!
 //! This module holds the [`Worker`] struct, its public types and its creation; the worker's
-//! machinery is split by job: `state` (the internal structures), `endpoint`, `request`,
-//! `progress` (polling and the event sink), `wait` (sleeping), `timers`
-//! (keepalive, close deadlines), `pending` (lane sends and back-pressure), `dispatch`
-//! (incoming messages, routed to their protocol family), `flush`, `close` and `failure`
-//! (endpoint failure). The protocol families live beside it, each with its wire
-//! messages' handlers: `tag`, `rndv`, [`crate::rma`], `amo`, `am`, `stream` and
-//! [`crate::wireup`].
+//! machinery is split by job: `ep` and `req` (the records of endpoints and requests),
+//! `api_types` (the public types the core holds), `state` (`State`, composing the core and the
+//! families' state), `endpoint`, `request`, `progress` (polling and the event sink), `wait`
+//! (sleeping), `timers` (keepalive, close deadlines), `pending` (lane sends, back-pressure and
+//! resuming a queued send in its family), `dispatch` (incoming messages, routed to their
+//! protocol family), `flush`, `close` and `failure` (endpoint failure). The protocol families
+//! live beside it, each with its wire messages' handlers: `tag`, `rndv`, [`crate::rma`], `amo`,
+//! `am`, `stream` and [`crate::wireup`].
 //!
 //! Peers are not trusted. A message that names one of our requests (SYNC_ACK, ATS, RTR,
 //! RNDV_DATA, ATP, ATOMIC_REP) is checked by `State::peer_req` against the request's owning

@@ -13,6 +13,7 @@
 use crate::request::{Completion, Op};
 use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey, RkeyBundle};
+use crate::rndv::stages::{RndvRecv, RndvSend};
 use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
 use crate::worker::ep::Pending;
 use crate::worker::req::RecvBuf;
@@ -463,7 +464,7 @@ impl State {
                 x.remote_addr = remote_addr;
                 let s = self.send_mut(key);
                 s.user_rma = true;
-                s.stage = SendStage::Put;
+                s.stage = SendStage::Rndv(RndvSend::Put);
                 let queued = !self.eps[idx].pending.is_empty();
                 if queued || !self.put_step(key)? {
                     self.queue_req(idx, key);
@@ -488,7 +489,7 @@ impl State {
                 let r = self.recv_mut(key);
                 r.total = len;
                 r.user_rma = true;
-                r.stage = RecvStage::RndvGet;
+                r.stage = RecvStage::Rndv(RndvRecv::Get);
                 // Behind a queued operation (or fence) it waits its turn.
                 let queued = !self.eps[idx].pending.is_empty();
                 if queued || !self.get_step(key)? {

@@ -84,6 +84,7 @@
 mod send;
 pub(crate) mod state;
 
+use crate::tag::stages::TagRecv;
 use crate::wire::NO_REQ;
 use crate::wireup::ProtoConfig;
 use crate::wireup::TM_THRESH;
@@ -117,7 +118,9 @@ pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
             done: None,
             kind: ReqKind::Recv(rv),
             ..
-        }) if rv.stage == RecvStage::Posted => (rv.tag, rv.mask, rv.buf.as_mut_ptr(), rv.buf.len()),
+        }) if rv.stage == RecvStage::Tag(TagRecv::Posted) => {
+            (rv.tag, rv.mask, rv.buf.as_mut_ptr(), rv.buf.len())
+        }
         _ => return,
     };
     let wire = st.wire_id(key);
@@ -305,7 +308,7 @@ impl State {
         r.sender_tag = tag;
         r.total = len;
         r.received = len;
-        r.stage = RecvStage::Eager;
+        r.stage = RecvStage::Tag(TagRecv::Eager);
         self.finish(key, res);
     }
 

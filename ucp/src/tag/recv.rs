@@ -13,6 +13,7 @@
 use super::copy::{copy_in, copy_payload, extend_payload};
 use super::small::SMALL_UID;
 use crate::request::{Completion, Op};
+use crate::tag::stages::TagRecv;
 use crate::tag::unexp::{Target, Unexp, UnexpKind, UNEXP_INLINE};
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::req::RecvBuf;
@@ -171,7 +172,7 @@ impl State {
                     done: None,
                     kind: ReqKind::Recv(rr),
                     ..
-                } if rr.stage == RecvStage::Posted => Some((k, *gen)),
+                } if rr.stage == RecvStage::Tag(TagRecv::Posted) => Some((k, *gen)),
                 _ => None,
             })
             .collect();
@@ -192,7 +193,7 @@ impl State {
                 done: None,
                 kind: ReqKind::Recv(r),
                 ..
-            }) if *g == gen && r.stage == RecvStage::Posted => (r.tag, r.mask),
+            }) if *g == gen && r.stage == RecvStage::Tag(TagRecv::Posted) => (r.tag, r.mask),
             _ => return false,
         };
         let wire = self.wire_id(key);
@@ -223,7 +224,7 @@ impl State {
             let r = self.recv_mut(key);
             r.sender_tag = e.tag;
             r.total = len;
-            r.stage = RecvStage::Eager;
+            r.stage = RecvStage::Tag(TagRecv::Eager);
             copy_in(&mut r.buf, &e.data[..len]);
             r.received = len;
             return self.recv_check_done(key);
@@ -242,7 +243,7 @@ impl State {
             let r = st.recv_mut(key);
             r.sender_tag = u.tag;
             r.total = total;
-            r.stage = RecvStage::Eager;
+            r.stage = RecvStage::Tag(TagRecv::Eager);
             copy_in(&mut r.buf, data);
             r.received = data.len();
             match u.msg_key {
@@ -334,7 +335,7 @@ impl State {
         rv.sender_tag = tag;
         rv.total = total;
         rv.received = total;
-        rv.stage = RecvStage::Eager;
+        rv.stage = RecvStage::Tag(TagRecv::Eager);
         self.finish(key, eager_status(total, cap))
     }
 
@@ -415,7 +416,7 @@ impl State {
         if let ReqKind::Recv(r) = &mut self.reqs[key].kind {
             r.sender_tag = tag;
             r.total = total;
-            r.stage = RecvStage::Eager;
+            r.stage = RecvStage::Tag(TagRecv::Eager);
             r.received = data.len();
         }
         if let Some(m) = msg_id {

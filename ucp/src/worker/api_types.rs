@@ -15,7 +15,8 @@ pub struct EpHandle {
 }
 
 /// A user active-message handler: gets the sending endpoint, the user header and the data, which
-/// it owns (keep it as long as needed; [`Worker::am_data_release`](crate::Worker::am_data_release) recycles it).
+/// it owns (keep it as long as needed; [`Worker::am_data_release`](crate::Worker::am_data_release)
+/// recycles it).
 pub type AmHandler = Box<dyn FnMut(EpHandle, &[u8], Vec<u8>)>;
 
 /// An endpoint error handler: called from `progress()` once, when the endpoint fails.
@@ -58,10 +59,12 @@ pub struct ProtoStats {
     pub rx_general: u64,
 }
 
-/// A completion callback set with [`Worker::request_set_callback`](crate::Worker::request_set_callback).
+/// A completion callback set with
+/// [`Worker::request_set_callback`](crate::Worker::request_set_callback).
 pub type RequestCallback = Box<dyn FnOnce(Completion)>;
 
-/// What [`Worker::set_completion_hook`](crate::Worker::set_completion_hook) keeps: called with a hook request's token and result.
+/// What [`Worker::set_completion_hook`](crate::Worker::set_completion_hook) keeps: called with a
+/// hook request's token and result.
 pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
 
 /// Operand size of an atomic operation.

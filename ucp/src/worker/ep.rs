@@ -161,7 +161,8 @@ pub(crate) struct Ep {
     /// replies reach the count at the fence.
     pub(crate) amo_sent: u32,
     pub(crate) amo_acked: u32,
-    /// Scrambles the ids of this endpoint's requests on the wire (see [`State::peer_id`](crate::worker::state::State::peer_id)).
+    /// Scrambles the ids of this endpoint's requests on the wire (see
+    /// [`State::peer_id`](crate::worker::state::State::peer_id)).
     pub(crate) secret: u64,
     pub(crate) uuid: u64,
     pub(crate) lanes: Option<Lanes>,

@@ -13,7 +13,7 @@
     )
 )]
 
-use crate::worker::req::{RecvStage, ReqKind, SendStage};
+use crate::worker::req::ReqKind;
 use crate::worker::state::State;
 use ucs::{Error, Result};
 
@@ -37,23 +37,17 @@ impl Named {
         match (self, kind) {
             // Acknowledges a synchronous eager send whose first fragment went out.
             (Named::SyncAck, ReqKind::Send(s)) => {
-                s.sync
-                    && !s.acked
-                    && match s.stage {
-                        SendStage::WaitAck => true,
-                        SendStage::Eager | SendStage::EagerZcopy => s.offset > 0,
-                        _ => false,
-                    }
+                s.sync && !s.acked && s.stage.takes_sync_ack(s.offset)
             }
             // Answers an RTS that went out.
             (Named::Ats | Named::Rtr, ReqKind::Send(s)) => {
-                s.rts_sent && s.stage == SendStage::WaitRndv
+                s.rts_sent && s.stage.waits_rndv_answer()
             }
             // Data for a receive that sent its RTR.
-            (Named::RndvData, ReqKind::Recv(r)) => r.stage == RecvStage::RndvWait && !r.user_rma,
+            (Named::RndvData, ReqKind::Recv(r)) => r.stage.waits_rndv_data() && !r.user_rma,
             // Put done: only a receive that offered its buffer for put (it holds a registration).
             (Named::Atp, ReqKind::Recv(r)) => {
-                r.stage == RecvStage::RndvWait && r.memh().is_some() && !r.user_rma
+                r.stage.waits_rndv_data() && r.memh().is_some() && !r.user_rma
             }
             (Named::AtomicRep, ReqKind::Atomic { .. }) => true,
             _ => false,

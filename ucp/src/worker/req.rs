@@ -12,6 +12,8 @@
 )]
 
 use crate::request::Completion;
+use crate::rndv::stages::{RndvRecv, RndvSend};
+use crate::tag::stages::{TagRecv, TagSend};
 use crate::worker::api_types::RequestCallback;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -28,21 +30,37 @@ pub(crate) fn comp_id(kind: u64, wire: u64) -> CompletionId {
     CompletionId(kind << 60 | (wire & ((1 << 60) - 1)))
 }
 
+/// Where a send is: a stage of the family that runs it (the stage types are the families').
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SendStage {
-    Eager,
-    WaitAck,
-    WaitRndv,
-    Put,
-    WaitPutFlush,
-    PutFlushRetry,
-    Pipeline,
-    EagerZcopy,
+    Tag(TagSend),
+    Rndv(RndvSend),
+    /// A stream send going out.
     Stream,
 }
 
+impl SendStage {
+    /// A SYNC_ACK may name the send now (see the families' `takes_sync_ack`); `offset` is how
+    /// much of the data went out.
+    #[inline]
+    pub(crate) fn takes_sync_ack(self, offset: usize) -> bool {
+        match self {
+            SendStage::Tag(t) => t.takes_sync_ack(offset),
+            SendStage::Rndv(r) => r.takes_sync_ack(offset),
+            SendStage::Stream => false,
+        }
+    }
+
+    /// Waiting for the answer (ATS or RTR) to an RTS it sent.
+    #[inline]
+    pub(crate) fn waits_rndv_answer(self) -> bool {
+        matches!(self, SendStage::Rndv(r) if r.waits_answer())
+    }
+}
+
 /// What a send or receive needs only for rendezvous, zero-copy or RMA: held in a box taken
-/// from `RndvState::pool` when first needed (see [`State::send_rndv`](crate::worker::state::State::send_rndv)) and given back when
+/// from `RndvState::pool` when first needed (see
+/// [`State::send_rndv`](crate::worker::state::State::send_rndv)) and given back when
 /// the request finishes, so an eager request carries one empty pointer instead.
 #[derive(Default)]
 pub(crate) struct Rndv {
@@ -90,7 +108,7 @@ impl SendReq {
             rndv: None,
             give_back,
             sync,
-            stage: SendStage::Eager,
+            stage: SendStage::Tag(TagSend::Eager),
             rts_sent: false,
             user_rma: false,
             acked: false,
@@ -115,12 +133,19 @@ impl SendReq {
     }
 }
 
+/// Where a receive is: a stage of the family that runs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RecvStage {
-    Posted,
-    Eager,
-    RndvGet,
-    RndvWait,
+    Tag(TagRecv),
+    Rndv(RndvRecv),
+}
+
+impl RecvStage {
+    /// Waiting for a rendezvous sender's data (its put and ATP, or its pipelined data).
+    #[inline]
+    pub(crate) fn waits_rndv_data(self) -> bool {
+        matches!(self, RecvStage::Rndv(r) if r.waits_data())
+    }
 }
 
 pub(crate) struct RecvReq {
@@ -151,7 +176,7 @@ impl RecvReq {
             received: 0,
             offset: 0,
             rndv: None,
-            stage: RecvStage::Posted,
+            stage: RecvStage::Tag(TagRecv::Posted),
             user_rma: false,
         }
     }
@@ -420,7 +445,8 @@ impl From<Vec<u8>> for SendBuf {
 
 impl SendBuf {
     /// Caller memory behind `b`, which the caller keeps valid and unchanged until the request
-    /// completes (the contract of [`Worker::tag_send_raw`](crate::Worker::tag_send_raw), the only maker of `SendData::Raw`).
+    /// completes (the contract of [`Worker::tag_send_raw`](crate::Worker::tag_send_raw), the only
+    /// maker of `SendData::Raw`).
     pub(crate) fn raw(b: &[u8]) -> Self {
         match NonNull::new(b.as_ptr() as *mut u8).filter(|_| !b.is_empty()) {
             Some(ptr) => SendBuf::Raw { ptr, len: b.len() },

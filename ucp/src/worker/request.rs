@@ -595,7 +595,7 @@ impl State {
                 // worker is dropped, so a late write never lands in freed memory.
                 let exposed = status.is_err()
                     && rndv.as_ref().is_some_and(|x| x.memh.is_some())
-                    && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
+                    && matches!(rv.stage, RecvStage::Rndv(_));
                 am = rndv.as_mut().and_then(|x| x.am.take());
                 let buf = std::mem::take(&mut rv.buf).into_vec();
                 let buf = if exposed {

@@ -51,7 +51,8 @@ pub(crate) struct State {
     pub(crate) pool: Vec<Vec<u8>>,
     pub(crate) to_connect: Vec<usize>,
     /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
-    /// `failed_notify`, `callbacks_due` or `rndv.gets` (and left set until `progress` finds them all empty
+    /// `failed_notify`, `callbacks_due` or `rndv.gets` (and left set until `progress` finds them
+    /// all empty
     /// again): one load tells a progress call whether it has queued work.
     pub(crate) more_work: bool,
     pub(crate) pending_eps: Vec<usize>,

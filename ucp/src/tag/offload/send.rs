@@ -15,6 +15,7 @@ use super::state::MappedSend;
 use super::COMP_TM;
 use crate::request::{Completion, Op};
 use crate::rma::{Keep, MemMap};
+use crate::rndv::stages::RndvSend;
 use crate::wire::{am_id, RemoteBuf, RtsHdr};
 use crate::wireup::TM_THRESH;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage};
@@ -356,7 +357,7 @@ impl State {
         }
         let s = self.send_mut(key);
         s.rts_sent = true;
-        s.stage = SendStage::WaitRndv;
+        s.stage = SendStage::Rndv(RndvSend::WaitRndv);
         self.eps[idx].last_tx = self.now_stamp;
         Ok(self.op_of(key))
     }
@@ -539,7 +540,7 @@ impl State {
                 }
                 let s = self.send_mut(key);
                 s.rts_sent = true;
-                s.stage = SendStage::WaitRndv;
+                s.stage = SendStage::Rndv(RndvSend::WaitRndv);
                 self.stats.rndv_rts += 1;
                 self.eps[idx].last_tx = self.now_stamp;
             }
