@@ -286,7 +286,8 @@ impl State {
             return 0;
         };
         let live = self.req_by_wire(wire) == Some(key)
-            && matches!(&self.reqs[key].kind, ReqKind::Recv(r) if r.stage == RecvStage::Rndv(RndvRecv::Get));
+            && matches!(&self.reqs[key].kind,
+                ReqKind::Recv(r) if r.stage == RecvStage::Rndv(RndvRecv::Get));
         if !live {
             return 0;
         }

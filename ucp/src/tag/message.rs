@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 
 /// An unexpected message taken off the queue by a removing probe (valid with that worker only).
 ///
-/// Receive it with [`Worker::tag_msg_recv`](crate::Worker::tag_msg_recv). Dropped instead (from any thread), it is
-/// discarded: its worker receives it into nothing at its next probe or clock-reading progress
-/// call (one in 16), which releases its data and lets a synchronous or rendezvous sender
-/// finish.
+/// Receive it with [`Worker::tag_msg_recv`](crate::Worker::tag_msg_recv). Dropped instead
+/// (from any thread), it is discarded: its worker receives it into nothing at its next probe
+/// or clock-reading progress call (one in 16), which releases its data and lets a synchronous
+/// or rendezvous sender finish.
 #[must_use = "receive it with tag_msg_recv; dropping it discards the message"]
 pub struct Message {
     /// The owning worker's id ([`Worker::id`](crate::Worker::id)).

@@ -91,7 +91,7 @@ use crate::wireup::TM_THRESH;
 use crate::worker::req::{RecvStage, Req, ReqKind};
 use crate::worker::state::State;
 use crate::worker::Worker;
-use state::TmStats;
+use state::{TmState, TmStats};
 use std::ptr::NonNull;
 use ucs::{Outcome, Result};
 use uct::Iface as _;
@@ -109,6 +109,29 @@ pub const TM_EAGER_MAX: usize = 64 << 10;
 
 /// Completion kind of a `tag_eager_zcopy` send.
 pub(crate) const COMP_TM: u64 = 7;
+
+impl TmState {
+    /// With nothing posted to the transport, makes the tag interface the candidate that serves
+    /// the most endpoints (`users`, per interface), the lowest latency among equals: receives
+    /// go where the messages arrive (shared memory for local peers, tcp for remote ones).
+    #[inline]
+    fn repick(&mut self, users: &[u32]) {
+        if self.cands.len() < 2 || !self.posted.is_empty() {
+            return;
+        }
+        let mut best = 0;
+        for (k, c) in self.cands.iter().enumerate() {
+            if users[c.0] > users[self.cands[best].0] {
+                best = k;
+            }
+        }
+        let (i, c, m) = &self.cands[best];
+        if self.iface.as_ref().map(|x| x.0) != Some(*i) {
+            self.iface = Some((*i, c.clone()));
+            self.max_posted = *m;
+        }
+    }
+}
 
 /// After `tag_recv`: posts receive `key`, still waiting in the matcher, to the transport, or
 /// counts it as software-only.

@@ -24,6 +24,7 @@ pub(crate) type UuidHash = std::hash::BuildHasherDefault<UuidHasher>;
 pub(crate) struct UuidHasher(u64);
 
 impl std::hash::Hasher for UuidHasher {
+    #[inline]
     fn finish(&self) -> u64 {
         self.0
     }
@@ -32,6 +33,7 @@ impl std::hash::Hasher for UuidHasher {
             self.write_u64(u64::from(b));
         }
     }
+    #[inline]
     fn write_u64(&mut self, v: u64) {
         let m = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         self.0 = m ^ (m >> 32);

@@ -26,6 +26,7 @@ pub(crate) const COMP_FLUSH: u64 = 3;
 pub(crate) const COMP_ATOMIC: u64 = 4;
 pub(crate) const COMP_ZCOPY: u64 = 5;
 
+#[inline]
 pub(crate) fn comp_id(kind: u64, wire: u64) -> CompletionId {
     CompletionId(kind << 60 | (wire & ((1 << 60) - 1)))
 }
@@ -116,6 +117,7 @@ impl SendReq {
     }
 
     /// The registration of the data, if any.
+    #[inline]
     pub(crate) fn memh(&self) -> Option<&MemHandle> {
         self.rndv.as_ref().and_then(|x| x.memh.as_ref())
     }
@@ -128,6 +130,7 @@ impl SendReq {
     }
 
     /// A user active message sent by rendezvous (it has a user header).
+    #[inline]
     pub(crate) fn is_am(&self) -> bool {
         self.rndv.as_ref().is_some_and(|x| x.am.is_some())
     }
@@ -193,6 +196,7 @@ impl RecvReq {
     }
 
     /// The registration of the buffer, if any.
+    #[inline]
     pub(crate) fn memh(&self) -> Option<&MemHandle> {
         self.rndv.as_ref().and_then(|x| x.memh.as_ref())
     }
@@ -337,6 +341,7 @@ pub(crate) enum SendData<'a> {
 }
 
 impl SendData<'_> {
+    #[inline]
     pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
             SendData::Borrowed(b) | SendData::Raw(b) => b,
@@ -386,6 +391,7 @@ impl RecvBuf {
     }
 
     /// The vector to give back in a completion (`None` for caller memory).
+    #[inline]
     pub(crate) fn into_vec(self) -> Option<Vec<u8>> {
         match self {
             RecvBuf::Owned(v) => Some(v),
@@ -396,6 +402,7 @@ impl RecvBuf {
 
 impl Deref for RecvBuf {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match self {
             RecvBuf::Owned(v) => v,
@@ -406,6 +413,7 @@ impl Deref for RecvBuf {
 }
 
 impl DerefMut for RecvBuf {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         match self {
             RecvBuf::Owned(v) => v,
@@ -455,6 +463,7 @@ impl SendBuf {
     }
 
     /// The vector to give back or recycle when the request ends (`None` for caller memory).
+    #[inline]
     pub(crate) fn into_vec(self) -> Option<Vec<u8>> {
         match self {
             SendBuf::Owned(v) => Some(v),
@@ -476,6 +485,7 @@ impl SendBuf {
 
 impl Deref for SendBuf {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match self {
             SendBuf::Owned(v) => v,
@@ -488,6 +498,7 @@ impl Deref for SendBuf {
 impl DerefMut for SendBuf {
     /// Mutable access is only used for the address given to a memory registration (the bytes
     /// are never written through it).
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         match self {
             SendBuf::Owned(v) => v,

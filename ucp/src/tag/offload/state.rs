@@ -129,26 +129,6 @@ impl TmState {
     pub(crate) fn note_rndv_thresh(&mut self, thresh: usize) {
         self.min_rndv = self.min_rndv.min(thresh);
     }
-
-    /// With nothing posted to the transport, makes the tag interface the candidate that serves
-    /// the most endpoints (`users`, per interface), the lowest latency among equals: receives
-    /// go where the messages arrive (shared memory for local peers, tcp for remote ones).
-    pub(super) fn repick(&mut self, users: &[u32]) {
-        if self.cands.len() < 2 || !self.posted.is_empty() {
-            return;
-        }
-        let mut best = 0;
-        for (k, c) in self.cands.iter().enumerate() {
-            if users[c.0] > users[self.cands[best].0] {
-                best = k;
-            }
-        }
-        let (i, c, m) = &self.cands[best];
-        if self.iface.as_ref().map(|x| x.0) != Some(*i) {
-            self.iface = Some((*i, c.clone()));
-            self.max_posted = *m;
-        }
-    }
 }
 
 /// Tag-offload counters of a worker.
@@ -167,7 +147,7 @@ pub struct TmStats {
     /// Of those, pulled by the peer's transport into a posted receive (the rest went by the
     /// software rendezvous).
     pub matched_rndv: u64,
-    /// Rendezvous sent by [`Worker::tag_send_mapped`](crate::Worker::tag_send_mapped) with the data in place in a shared
-    /// segment (by tag offload or the software RTS).
+    /// Rendezvous sent by [`Worker::tag_send_mapped`](crate::Worker::tag_send_mapped) with
+    /// the data in place in a shared segment (by tag offload or the software RTS).
     pub sent_mapped: u64,
 }
