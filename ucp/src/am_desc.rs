@@ -17,49 +17,16 @@
     )
 )]
 
+pub(crate) mod msg;
+pub use msg::{AmDescHandler, AmMsg, AmRndv};
+
 use crate::request::Op;
-use crate::rma::raw_mem::RecvBuf;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
-use crate::worker::state::{SendData, State};
+use crate::worker::req::RecvBuf;
+use crate::worker::req::SendData;
+use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
-
-/// An active message as a descriptor handler gets it.
-pub struct AmMsg {
-    /// The user header (`header_len` bytes), then for an eager message the data.
-    pub buf: Vec<u8>,
-    /// Length of the user header at the start of `buf`.
-    pub header_len: usize,
-    /// For a message sent by rendezvous: its data, still at the sender.
-    pub rndv: Option<AmRndv>,
-}
-
-/// The data of an active message sent by rendezvous, still in the sender's memory.
-#[derive(Debug)]
-pub struct AmRndv {
-    /// The endpoint the message came from.
-    pub ep: EpHandle,
-    sreq: u64,
-    len: usize,
-    addr: u64,
-    tl: String,
-    rkey: Vec<u8>,
-}
-
-impl AmRndv {
-    /// The data's length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a message without data.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-/// A descriptor handler: gets the endpoint the message came from and the message.
-pub type AmDescHandler = Box<dyn FnMut(EpHandle, AmMsg)>;
 
 impl Worker {
     /// Sets the descriptor handler of user active message `id`, replacing any handler of

@@ -11,37 +11,23 @@
     )
 )]
 
+pub(crate) mod state;
+
 use crate::request::{Completion, Op, RequestId};
 use crate::rma::Rkey;
 use crate::wire::{am_id, split_prefix, AtomicRepHdr, AtomicReqHdr, NO_REQ, PREFIX_LEN};
+use crate::worker::ep::EpState;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
-use crate::worker::state::{comp_id, EpState, Notify, ReqKind, State, COMP_ATOMIC};
-use crate::worker::{EpHandle, Worker};
+use crate::worker::req::{comp_id, Notify, ReqKind, COMP_ATOMIC};
+use crate::worker::state::State;
+use crate::worker::{AmoSize, EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
 
-/// What the atomics family keeps per worker (the worker's `State::amo`): counts of the
-/// atomics started since creation, by how.
-#[derive(Default)]
-pub(crate) struct AmoState {
-    /// Through the transport (or straight on mapped memory).
-    pub(crate) hw: u64,
-    /// Emulated over active messages (ATOMIC_REQ).
-    pub(crate) emulated: u64,
-}
 use uct::Endpoint as _;
 use uct::Iface as _;
 use uct::IfaceFlags;
-
-/// Operand size of an atomic operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AmoSize {
-    /// 32 bits.
-    U32,
-    /// 64 bits.
-    U64,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AmoKind {

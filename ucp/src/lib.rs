@@ -36,19 +36,21 @@
 //! `ucp_tokio` example drives the worker from its event fd with tokio).
 //!
 //! ## Layout
-//! [`worker`] holds the [`Worker`] and its core: `worker::state::State` (endpoints and their
-//! lanes, the request table, the progress and pending queues, the clock, the configuration) and
-//! the machinery around it (endpoints, requests, progress, pending queues, the incoming-message
-//! dispatch, flush, close, failure and keepalive). Each protocol family has a module with its
-//! public calls and the handlers of its wire messages, and keeps its per-worker state in a
-//! struct of its own that `State` holds: `tag` (`TagState`: the [`tag_match::TagMatcher`] that
-//! keeps MPI ordering and the unexpected messages; eager send and receive, and tag offload to
-//! transports that match tags), `rndv` (rendezvous; `RndvState`: the reads in progress and
-//! the pool of rendezvous state), [`rma`], `amo` (atomics; `AmoState`), `am` (user active
-//! messages; `AmState`: the handlers), `stream` and [`wireup`]. A family's code is still
-//! `impl State` blocks that reach the core's fields, and the send stages of every family share
-//! one `SendStage` enum (ARCHITECTURE.md, "Known debts"). [`wire`] defines every message's
-//! header, and [`mt`] runs a worker for many threads.
+//! [`worker`] holds the [`Worker`] and its core: the records of endpoints (`worker::ep`) and
+//! requests (`worker::req`), the public handle and handler types, and `worker::state::State`
+//! (endpoints, the request table, the progress and pending queues, the clock, the
+//! configuration, and one state struct per family), with the machinery around it (endpoints,
+//! requests, progress, pending queues, the incoming-message dispatch, flush, close, failure and
+//! keepalive). Each protocol family has a module with its public calls and the handlers of its
+//! wire messages, keeps its per-worker state in a struct of its own in a module that names no
+//! `State` (`tag::state::TagState`: the [`tag_match::TagMatcher`] that keeps MPI ordering and
+//! the unexpected messages; `tag::offload::state::TmState`; `rndv::RndvState`: the reads in
+//! progress and the pool of rendezvous state; `amo::state::AmoState`; `am::state::AmState`:
+//! the handlers), and defines its request stages (`tag::stages`, `rndv::stages`), which the
+//! core's `SendStage`/`RecvStage` hold (naming only the stages a request starts in). [`rma`],
+//! `stream` and [`wireup`] are families too. The modules have no cycle, but a family's code is
+//! still `impl State` blocks that reach the core's fields (ARCHITECTURE.md, "Known debts").
+//! [`wire`] defines every message's header, and [`mt`] runs a worker for many threads.
 
 #![warn(missing_docs)]
 

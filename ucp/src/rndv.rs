@@ -22,8 +22,9 @@
 
 mod recv;
 mod send;
+pub(crate) mod stages;
 
-use crate::worker::state::{Rndv, POOL_MAX};
+use crate::worker::req::{Rndv, POOL_MAX};
 use std::collections::VecDeque;
 use ucs::{Error, Outcome, Result};
 use uct::{Iov, RemoteKey};

@@ -13,10 +13,11 @@
 )]
 
 use crate::request::Op;
-use crate::rma::raw_mem::RecvBuf;
 use crate::wire::am_id;
 use crate::worker::pending::am_send;
-use crate::worker::state::{ReqKind, SendData, SendStage, State};
+use crate::worker::req::RecvBuf;
+use crate::worker::req::{ReqKind, SendData, SendStage};
+use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use ucs::{Outcome, Result};
 
@@ -150,7 +151,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            *last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::ep::Stamp::of(now);
             s.offset += n;
         }
         self.finish(key, Ok(()));
@@ -234,7 +235,7 @@ impl State {
     }
 }
 
-impl crate::worker::state::EpExtra {
+impl crate::worker::ep::EpExtra {
     /// Drops the oldest `n` received stream bytes (and the messages they end).
     pub(crate) fn stream_consume(&mut self, mut n: usize) {
         self.stream_rx.drain(..n);

@@ -13,18 +13,21 @@
 
 pub(crate) mod copy;
 pub mod matcher;
+pub(crate) mod message;
 pub(crate) mod offload;
 pub(crate) mod probe;
 mod queue;
 mod recv;
 mod send;
 pub(crate) mod small;
+pub(crate) mod stages;
 pub(crate) mod state;
+pub(crate) mod unexp;
 
 use crate::request::{Completion, HookedOp, Op, Request, RequestId};
-use crate::rma::raw_mem::RecvBuf;
 use crate::rma::MemMap;
-use crate::worker::state::SendData;
+use crate::worker::req::RecvBuf;
+use crate::worker::req::SendData;
 use crate::worker::{EpHandle, Message, ProbeInfo, Worker};
 use ucs::{Error, Result};
 
@@ -227,7 +230,7 @@ impl Worker {
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
         match self.st.reqs.get_mut(key) {
             Some(r) if r.gen == gen && r.done.is_none() => {
-                use crate::worker::state::Notify;
+                use crate::worker::req::Notify;
                 // A receive just posted is `Take`, which owns nothing: not dropping it spares
                 // an out-of-line drop call.
                 let old = std::mem::replace(&mut r.notify, Notify::Hook(token()));

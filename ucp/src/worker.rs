@@ -2,13 +2,14 @@
 //! protocol from `progress()`.
 //!
 //! This module holds the [`Worker`] struct, its public types and its creation; the worker's
-//! machinery is split by job: `state` (the internal structures), `endpoint`, `request`,
-//! `progress` (polling and the event sink), `wait` (sleeping), `timers`
-//! (keepalive, close deadlines), `pending` (lane sends and back-pressure), `dispatch`
-//! (incoming messages, routed to their protocol family), `flush`, `close` and `failure`
-//! (endpoint failure). The protocol families live beside it, each with its wire
-//! messages' handlers: `tag`, `rndv`, [`crate::rma`], `amo`, `am`, `stream` and
-//! [`crate::wireup`].
+//! machinery is split by job: `ep` and `req` (the records of endpoints and requests),
+//! `api_types` (the public types the core holds), `state` (`State`, composing the core and the
+//! families' state), `endpoint`, `request`, `progress` (polling and the event sink), `wait`
+//! (sleeping), `timers` (keepalive, close deadlines), `pending` (lane sends, back-pressure and
+//! resuming a queued send in its family), `dispatch` (incoming messages, routed to their
+//! protocol family), `flush`, `close` and `failure` (endpoint failure). The protocol families
+//! live beside it, each with its wire messages' handlers: `tag`, `rndv`, [`crate::rma`], `amo`,
+//! `am`, `stream` and [`crate::wireup`].
 //!
 //! Peers are not trusted. A message that names one of our requests (SYNC_ACK, ATS, RTR,
 //! RNDV_DATA, ATP, ATOMIC_REP) is checked by `State::peer_req` against the request's owning
@@ -28,33 +29,37 @@
     )
 )]
 
+pub(crate) mod api_types;
 mod close;
 mod dispatch;
 pub(crate) mod endpoint;
+pub(crate) mod ep;
 mod failure;
 mod flush;
 pub(crate) mod peer_req;
 mod peers;
 pub(crate) mod pending;
 pub(crate) mod progress;
+pub(crate) mod req;
 mod req_table;
 mod request;
 pub(crate) mod state;
 #[cfg(test)]
 mod take_tests;
+pub(crate) mod timer_queue;
 pub(crate) mod timers;
 mod uct_index;
 mod wait;
 
-pub use crate::amo::AmoSize;
 pub use crate::config::TM_ENABLE;
-pub use crate::tag::offload::TmStats;
+pub use crate::tag::offload::state::TmStats;
 pub use crate::wireup::TM_THRESH;
+pub use api_types::{AmHandler, AmoSize, EpHandle, ErrHandler, ProtoStats, RequestCallback};
 
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Features};
-use crate::request::Completion;
-use crate::worker::state::{IfaceInfo, State};
+use crate::worker::ep::IfaceInfo;
+use crate::worker::state::State;
 use slab::Slab;
 use std::time::Duration;
 use ucs::time::{Clock, MonotonicClock};
@@ -62,23 +67,6 @@ use ucs::{Error, Result};
 use uct::Iface as _;
 use uct::MdFlags;
 use uct::MemoryDomain as _;
-
-/// An endpoint of a worker: a handle valid with the worker that created it only (it carries that
-/// worker's id; any other worker answers it with `InvalidParam`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EpHandle {
-    /// The owning worker's id ([`Worker::id`]).
-    pub(crate) wid: u32,
-    pub(crate) idx: u32,
-    pub(crate) gen: u32,
-}
-
-/// A user active-message handler: gets the sending endpoint, the user header and the data, which
-/// it owns (keep it as long as needed; [`Worker::am_data_release`] recycles it).
-pub type AmHandler = Box<dyn FnMut(EpHandle, &[u8], Vec<u8>)>;
-
-/// An endpoint error handler: called from `progress()` once, when the endpoint fails.
-pub type ErrHandler = Box<dyn FnMut(EpHandle, &Error)>;
 
 /// Parameters of [`Worker::ep_create`].
 #[derive(Default)]
@@ -107,47 +95,7 @@ pub struct ProbeInfo {
     pub msg: Option<Message>,
 }
 
-pub use crate::tag::probe::Message;
-
-/// Counters of the protocols a worker used (for tests and debugging).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ProtoStats {
-    /// Single-fragment eager messages sent.
-    pub eager_single: u64,
-    /// Multi-fragment eager messages sent.
-    pub eager_multi: u64,
-    /// Eager messages sent zero-copy from the caller's vector.
-    pub eager_zcopy: u64,
-    /// Rendezvous requests (RTS) sent.
-    pub rndv_rts: u64,
-    /// Rendezvous received with get_zcopy.
-    pub rndv_get: u64,
-    /// Of those, read from a key that a lane other than the RMA lane maps in place (a
-    /// sender's shared segment read by the shared-memory lane: one copy, no system call).
-    pub rndv_get_mapped: u64,
-    /// Rendezvous received by asking for put_zcopy.
-    pub rndv_put: u64,
-    /// Rendezvous received over the AM pipeline.
-    pub rndv_am: u64,
-    /// Endpoints failed.
-    pub ep_failures: u64,
-    /// Endpoints whose AM lane moved to a connect-to-endpoint lane (rc_verbs) after wire-up.
-    pub am_lane_switches: u64,
-    /// Messages that arrived on a peer's new AM lane before its lane-switch marker and were
-    /// held until it (see [`crate::wireup::AmSwitchGate`]).
-    pub am_switch_held: u64,
-    /// Messages that named a request their sender may not touch (unknown, finished, another
-    /// endpoint's, or of the wrong kind or stage): each failed its sender's endpoint and left
-    /// the request named alone.
-    pub forged_ids: u64,
-    /// Messages received through the general path: every kind but whole eager messages and
-    /// atomic requests and replies, and those too from an endpoint the fast path does not
-    /// take (unknown, failed, or on its new AM lane before the lane-switch marker).
-    pub rx_general: u64,
-}
-
-/// A completion callback set with [`Worker::request_set_callback`].
-pub type RequestCallback = Box<dyn FnOnce(Completion)>;
+pub use crate::tag::message::Message;
 
 /// A ucp worker: a progress engine with its own transport interfaces, endpoints and requests.
 ///
@@ -293,7 +241,7 @@ impl Worker {
                 scratch: Vec::new(),
                 rkey_scratch: Vec::new(),
                 now_cache: now,
-                now_stamp: crate::worker::state::Stamp::of(now),
+                now_stamp: crate::worker::ep::Stamp::of(now),
                 timers: Default::default(),
                 next_timer: Duration::MAX,
                 clock_stale: false,
@@ -309,7 +257,7 @@ impl Worker {
                 tokens_done: Vec::new(),
                 completion_hook: None,
                 closings: Vec::new(),
-                tm: crate::tag::offload::TmState::new(),
+                tm: crate::tag::offload::state::TmState::new(),
                 protos: Vec::new(),
             },
             tick: 0,
@@ -320,7 +268,7 @@ impl Worker {
             idle_due: Duration::ZERO,
         };
         w.st.start_keepalive()?;
-        crate::tag::offload::TmState::init(&w.ifaces, &mut w.st)?;
+        w.st.tm.init(&w.ifaces, &w.st.info)?;
         Ok(w)
     }
 

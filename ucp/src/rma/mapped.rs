@@ -13,9 +13,9 @@
     )
 )]
 
-use crate::amo::AmoSize;
 use crate::rma::Rkey;
-use crate::worker::state::EpState;
+use crate::worker::api_types::AmoSize;
+use crate::worker::ep::EpState;
 use crate::worker::{EpHandle, Worker};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use uct::AtomicOp;
@@ -193,7 +193,7 @@ impl Worker {
 
 #[cfg(test)]
 mod tests {
-    use crate::amo::AmoSize;
+    use crate::worker::api_types::AmoSize;
     use crate::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
     use uct::AtomicOp;
 

@@ -11,11 +11,14 @@
 )]
 
 use crate::request::{Completion, Op};
-use crate::rma::raw_mem::RecvBuf;
 use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey, RkeyBundle};
+use crate::rndv::stages::{RndvRecv, RndvSend};
 use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
-use crate::worker::state::{comp_id, Pending, RecvStage, SendData, SendStage, State, COMP_GET};
+use crate::worker::ep::Pending;
+use crate::worker::req::RecvBuf;
+use crate::worker::req::{comp_id, RecvStage, SendData, SendStage, COMP_GET};
+use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
@@ -461,7 +464,7 @@ impl State {
                 x.remote_addr = remote_addr;
                 let s = self.send_mut(key);
                 s.user_rma = true;
-                s.stage = SendStage::Put;
+                s.stage = SendStage::Rndv(RndvSend::Put);
                 let queued = !self.eps[idx].pending.is_empty();
                 if queued || !self.put_step(key)? {
                     self.queue_req(idx, key);
@@ -486,7 +489,7 @@ impl State {
                 let r = self.recv_mut(key);
                 r.total = len;
                 r.user_rma = true;
-                r.stage = RecvStage::RndvGet;
+                r.stage = RecvStage::Rndv(RndvRecv::Get);
                 // Behind a queued operation (or fence) it waits its turn.
                 let queued = !self.eps[idx].pending.is_empty();
                 if queued || !self.get_step(key)? {

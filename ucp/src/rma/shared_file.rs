@@ -340,7 +340,7 @@ mod tests {
     /// memory carries no description.
     #[test]
     fn shared_file_memory_is_reached_directly() {
-        use crate::amo::AmoSize;
+        use crate::worker::api_types::AmoSize;
         use crate::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
         use std::os::fd::AsRawFd as _;
         use uct::AtomicOp;

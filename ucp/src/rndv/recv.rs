@@ -11,10 +11,13 @@
 )]
 
 use super::{zcopy_run, ZcopyRun};
+use crate::rndv::stages::RndvRecv;
+use crate::tag::unexp::{Unexp, UnexpKind};
 use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
-use crate::worker::state::{comp_id, RecvStage, ReqKind, State, Unexp, UnexpKind, COMP_GET};
+use crate::worker::req::{comp_id, RecvStage, ReqKind, COMP_GET};
+use crate::worker::state::State;
 use std::ptr::NonNull;
 use ucs::{Error, Result};
 use uct::Endpoint as _;
@@ -80,7 +83,7 @@ impl State {
                 x.rkey = Some(rk);
                 x.memh = Some(m);
                 x.get_lane = (Some(gl) != rma_pos).then_some(gl);
-                self.recv_mut(key).stage = RecvStage::RndvGet;
+                self.recv_mut(key).stage = RecvStage::Rndv(RndvRecv::Get);
                 self.stats.rndv_get += 1;
                 if Some(gl) != rma_pos {
                     self.stats.rndv_get_mapped += 1;
@@ -100,7 +103,7 @@ impl State {
                     if self.mds[li].rkey_pack(&m, &mut packed).is_ok() {
                         let baddr = m.addr() as u64;
                         self.recv_rndv(key).memh = Some(m);
-                        self.recv_mut(key).stage = RecvStage::RndvWait;
+                        self.recv_mut(key).stage = RecvStage::Rndv(RndvRecv::Wait);
                         self.stats.rndv_put += 1;
                         let mut body = Vec::new();
                         RtrHdr {
@@ -119,7 +122,7 @@ impl State {
                 }
             }
         }
-        self.recv_mut(key).stage = RecvStage::RndvWait;
+        self.recv_mut(key).stage = RecvStage::Rndv(RndvRecv::Wait);
         self.stats.rndv_am += 1;
         let mut body = Vec::new();
         RtrHdr {
@@ -283,7 +286,8 @@ impl State {
             return 0;
         };
         let live = self.req_by_wire(wire) == Some(key)
-            && matches!(&self.reqs[key].kind, ReqKind::Recv(r) if r.stage == RecvStage::RndvGet);
+            && matches!(&self.reqs[key].kind,
+                ReqKind::Recv(r) if r.stage == RecvStage::Rndv(RndvRecv::Get));
         if !live {
             return 0;
         }
@@ -365,7 +369,7 @@ impl State {
     pub(crate) fn on_rndv_data(&mut self, idx: usize, h: FragHdr, data: &[u8]) -> Result<()> {
         let key = self.peer_req(idx, h.id, Named::RndvData)?;
         let r = match &mut self.reqs[key].kind {
-            ReqKind::Recv(r) if r.stage == RecvStage::RndvWait => r,
+            ReqKind::Recv(r) if r.stage == RecvStage::Rndv(RndvRecv::Wait) => r,
             _ => {
                 return Err(Error::Wire(
                     "rendezvous data for a request not expecting it".into(),

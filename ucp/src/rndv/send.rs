@@ -12,6 +12,8 @@
 
 use super::{zcopy_run, ZcopyRun};
 use crate::request::Op;
+use crate::rndv::stages::RndvSend;
+use crate::tag::stages::TagSend;
 use crate::wire::{
     am_id, EagerFirstHdr, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, UserAmHdr, NO_REQ,
     PREFIX_LEN,
@@ -19,7 +21,8 @@ use crate::wire::{
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{comp_id, ReqKind, SendData, SendStage, State, COMP_PUT, COMP_ZCOPY};
+use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_PUT, COMP_ZCOPY};
+use crate::worker::state::State;
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -27,6 +30,18 @@ use uct::MemoryDomain as _;
 use uct::{IfaceFlags, Iov, MemHandle};
 
 impl State {
+    /// Advances zero-copy or rendezvous send `key`, in `stage`, as far as resources allow (see
+    /// `State::send_step`). Gives false on back-pressure.
+    pub(crate) fn rndv_send_step(&mut self, key: usize, stage: RndvSend) -> Result<bool> {
+        match stage {
+            RndvSend::Put => self.put_step(key),
+            RndvSend::Pipeline => self.pipeline_step(key),
+            RndvSend::EagerZcopy => self.zcopy_step(key),
+            RndvSend::PutFlushRetry => self.put_done(key),
+            RndvSend::WaitRndv | RndvSend::WaitPutFlush => Ok(true),
+        }
+    }
+
     /// Sends an eager message straight from the caller's vector (registered with the AM lane's
     /// memory domain); falls back to bcopy fragments from it if registration fails.
     pub(crate) fn zcopy_send(
@@ -49,7 +64,7 @@ impl State {
             // request finishes, which drops the handle first.
             if let Ok(m) = unsafe { self.mds[li].mem_reg(p, len) } {
                 self.send_rndv(key).memh = Some(m);
-                self.send_mut(key).stage = SendStage::EagerZcopy;
+                self.send_mut(key).stage = SendStage::Rndv(RndvSend::EagerZcopy);
             }
         }
         let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
@@ -129,7 +144,7 @@ impl State {
             if s.offset == 0 {
                 stats.eager_zcopy += 1;
             }
-            *last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::ep::Stamp::of(now);
             s.offset += n;
         }
         if x.inflight == 0 {
@@ -141,7 +156,7 @@ impl State {
     pub(crate) fn zcopy_done(&mut self, key: usize) {
         let s = self.send_mut(key);
         if s.sync && !s.acked {
-            s.stage = SendStage::WaitAck;
+            s.stage = SendStage::Tag(TagSend::WaitAck);
             s.drop_memh();
         } else {
             self.finish(key, Ok(()));
@@ -227,7 +242,7 @@ impl State {
         self.stats.rndv_rts += 1;
         let s = self.send_mut(key);
         s.rts_sent = true;
-        s.stage = SendStage::WaitRndv;
+        s.stage = SendStage::Rndv(RndvSend::WaitRndv);
         Ok(true)
     }
 
@@ -307,7 +322,7 @@ impl State {
         if inflight != 0 || s.offset != s.data.len() {
             return Ok(());
         }
-        if stage == SendStage::WaitPutFlush {
+        if stage == SendStage::Rndv(RndvSend::WaitPutFlush) {
             let r = self
                 .req_ep(key)
                 .and_then(|ep| self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode()));
@@ -328,7 +343,10 @@ impl State {
         x.inflight = x.inflight.saturating_sub(1);
         let inflight = x.inflight;
         let s = self.send_mut(key);
-        if inflight == 0 && s.offset >= s.data.len() && s.stage == SendStage::EagerZcopy {
+        if inflight == 0
+            && s.offset >= s.data.len()
+            && s.stage == SendStage::Rndv(RndvSend::EagerZcopy)
+        {
             self.zcopy_done(key);
         }
     }
@@ -353,12 +371,12 @@ impl State {
             }
             Outcome::NoResource => {
                 // The caller queues the request; ATP only after remote completion.
-                self.send_mut(key).stage = SendStage::PutFlushRetry;
+                self.send_mut(key).stage = SendStage::Rndv(RndvSend::PutFlushRetry);
                 return Ok(false);
             }
             Outcome::InProgress => {
                 self.send_rndv(key).inflight = 1;
-                self.send_mut(key).stage = SendStage::WaitPutFlush;
+                self.send_mut(key).stage = SendStage::Rndv(RndvSend::WaitPutFlush);
             }
         }
         Ok(true)
@@ -395,7 +413,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            *last_tx = crate::worker::state::Stamp::of(now);
+            *last_tx = crate::worker::ep::Stamp::of(now);
             s.offset += n;
         }
         self.finish(key, Ok(()));
@@ -431,13 +449,13 @@ impl State {
                     let x = self.send_rndv(key);
                     x.rkey = Some(rk);
                     x.remote_addr = h.buf.addr;
-                    self.send_mut(key).stage = SendStage::Put;
+                    self.send_mut(key).stage = SendStage::Rndv(RndvSend::Put);
                     use_put = true;
                 }
             }
         }
         if !use_put {
-            self.send_mut(key).stage = SendStage::Pipeline;
+            self.send_mut(key).stage = SendStage::Rndv(RndvSend::Pipeline);
         }
         if !self.eps[idx].pending.is_empty() || !self.send_step(key)? {
             self.queue_req(idx, key);

@@ -82,19 +82,21 @@
 )]
 
 mod send;
+pub(crate) mod state;
 
-use crate::config::TM_ENABLE;
-use crate::rma::Keep;
+use crate::tag::stages::TagRecv;
 use crate::wire::NO_REQ;
 use crate::wireup::ProtoConfig;
 use crate::wireup::TM_THRESH;
-use crate::worker::state::{RecvStage, Req, ReqKind, State};
+use crate::worker::req::{RecvStage, Req, ReqKind};
+use crate::worker::state::State;
 use crate::worker::Worker;
+use state::{TmState, TmStats};
 use std::ptr::NonNull;
 use ucs::{Outcome, Result};
 use uct::Iface as _;
 use uct::MemoryDomain as _;
-use uct::{AnyIface, IfaceFlags, Iov, MemHandle, TagRecvId};
+use uct::{AnyIface, IfaceFlags, Iov, TagRecvId};
 
 /// Where tag offload receives eager messages straight into posted buffers (tcp), tag messages
 /// up to this size go eager even above the rendezvous threshold: eager then costs the same
@@ -108,121 +110,11 @@ pub const TM_EAGER_MAX: usize = 64 << 10;
 /// Completion kind of a `tag_eager_zcopy` send.
 pub(crate) const COMP_TM: u64 = 7;
 
-/// Tag-offload state of a worker.
-pub(crate) struct TmState {
-    /// Offload allowed (`RUCX_TM_ENABLE`).
-    enabled: bool,
-    /// The interface receives are posted to, and its canceler.
-    iface: Option<(usize, uct::TagRecvCanceler)>,
-    /// Every interface that could be the tag interface: (index, canceler, max posted), by
-    /// latency, lowest first.
-    cands: Vec<(usize, uct::TagRecvCanceler, usize)>,
-    /// Receives (wire ids) posted to the transport, with their registrations.
-    posted: Vec<(u64, MemHandle)>,
-    max_posted: usize,
-    /// Receives in the matcher's expected queue that are not offloaded.
-    sw_only: usize,
-    /// Smallest rendezvous threshold of any endpoint: on an interface whose eager offload saves
-    /// no copy, only receives at least this large (which may get a rendezvous) are posted.
-    min_rndv: usize,
-    /// Messages sent by tag offload.
-    pub(crate) sent: u64,
-    /// Receives completed by the transport.
-    pub(crate) matched: u64,
-    /// Rendezvous sent by `tag_rndv_zcopy` and not finished: (send wire id, operation id, the
-    /// registration the transport reads the data through).
-    rndv_ops: Vec<(u64, u64, MemHandle)>,
-    /// Rendezvous sent by tag offload.
-    sent_rndv: u64,
-    /// Rendezvous the peer's transport pulled (no ATS).
-    matched_rndv: u64,
-    /// Sends reading their data in place from a [`MemMap`]'s shared segment, not finished.
-    mapped: Vec<MappedSend>,
-    /// Rendezvous sent from a mapped segment (by tag offload or the software RTS).
-    sent_mapped: u64,
-}
-
-/// A rendezvous send whose data stays in a [`MemMap`]'s shared segment until it finishes.
-struct MappedSend {
-    /// Wire id of the send request.
-    wire: u64,
-    /// Address and length of the data inside the mapping.
-    addr: usize,
-    len: usize,
-    /// Keeps the memory alive (the `MemMap` may be dropped meanwhile).
-    _keep: Keep,
-}
-
 impl TmState {
-    pub(crate) fn new() -> Self {
-        TmState {
-            enabled: false,
-            iface: None,
-            cands: Vec::new(),
-            posted: Vec::new(),
-            max_posted: 0,
-            sw_only: 0,
-            min_rndv: usize::MAX,
-            sent: 0,
-            matched: 0,
-            rndv_ops: Vec::new(),
-            sent_rndv: 0,
-            matched_rndv: 0,
-            mapped: Vec::new(),
-            sent_mapped: 0,
-        }
-    }
-
-    /// Finds the interfaces with tag offload and a receive canceler; the one with the lowest
-    /// latency is the tag interface until endpoints connect (see [`TmState::repick`]).
-    pub(crate) fn init(ifaces: &[AnyIface], st: &mut State) -> Result<()> {
-        st.tm.enabled = TM_ENABLE.bool()?;
-        if !st.tm.enabled {
-            return Ok(());
-        }
-        let mut cands: Vec<(f64, usize, uct::TagRecvCanceler, usize)> = Vec::new();
-        for (i, iface) in ifaces.iter().enumerate() {
-            let a = &st.info[i].attr;
-            if !a.flags.contains(IfaceFlags::TAG_EAGER_BCOPY) || a.tag.recv_max_outstanding == 0 {
-                continue;
-            }
-            let Some(c) = iface.tag_recv_canceler() else {
-                continue;
-            };
-            cands.push((a.perf.latency, i, c, a.tag.recv_max_outstanding));
-        }
-        cands.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let most = cands.iter().map(|c| c.3).max().unwrap_or(0);
-        st.tm.posted = Vec::with_capacity(most);
-        st.tm.cands = cands.into_iter().map(|(_, i, c, m)| (i, c, m)).collect();
-        if let Some((i, c, m)) = st.tm.cands.first().cloned() {
-            st.tm.max_posted = m;
-            st.tm.iface = Some((i, c));
-        }
-        Ok(())
-    }
-
-    /// For a receive of `len` bytes under `mask` just queued in the matcher: false when it
-    /// cannot be posted to the transport (a wildcard, a small one, or a software-only receive
-    /// waiting before it), and then counts it as software-only; true when [`after_post`] is
-    /// to decide.
-    #[inline]
-    pub(crate) fn may_post(&mut self, mask: u64, len: usize) -> bool {
-        if mask != crate::tag_match::EXACT || self.sw_only > 0 || len < TM_THRESH {
-            self.sw_only += 1;
-            return false;
-        }
-        true
-    }
-
-    /// Notes an endpoint's tag rendezvous threshold (see `min_rndv`).
-    pub(crate) fn note_rndv_thresh(&mut self, thresh: usize) {
-        self.min_rndv = self.min_rndv.min(thresh);
-    }
-
     /// With nothing posted to the transport, makes the tag interface the candidate that serves
     /// the most endpoints (`users`, per interface), the lowest latency among equals: receives
     /// go where the messages arrive (shared memory for local peers, tcp for remote ones).
+    #[inline]
     fn repick(&mut self, users: &[u32]) {
         if self.cands.len() < 2 || !self.posted.is_empty() {
             return;
@@ -249,7 +141,9 @@ pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
             done: None,
             kind: ReqKind::Recv(rv),
             ..
-        }) if rv.stage == RecvStage::Posted => (rv.tag, rv.mask, rv.buf.as_mut_ptr(), rv.buf.len()),
+        }) if rv.stage == RecvStage::Tag(TagRecv::Posted) => {
+            (rv.tag, rv.mask, rv.buf.as_mut_ptr(), rv.buf.len())
+        }
         _ => return,
     };
     let wire = st.wire_id(key);
@@ -437,7 +331,7 @@ impl State {
         r.sender_tag = tag;
         r.total = len;
         r.received = len;
-        r.stage = RecvStage::Eager;
+        r.stage = RecvStage::Tag(TagRecv::Eager);
         self.finish(key, res);
     }
 
@@ -494,27 +388,6 @@ impl State {
         }
         s
     }
-}
-
-/// Tag-offload counters of a worker.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TmStats {
-    /// Whether this worker posts receives to a transport (`RUCX_TM_ENABLE` and a tag interface).
-    pub posting: bool,
-    /// Eager messages sent as tagged frames.
-    pub sent: u64,
-    /// Receives the transport matched and filled.
-    pub matched: u64,
-    /// Receives currently posted to the transport.
-    pub posted: usize,
-    /// Rendezvous sent by `tag_rndv_zcopy`.
-    pub sent_rndv: u64,
-    /// Of those, pulled by the peer's transport into a posted receive (the rest went by the
-    /// software rendezvous).
-    pub matched_rndv: u64,
-    /// Rendezvous sent by [`Worker::tag_send_mapped`] with the data in place in a shared
-    /// segment (by tag offload or the software RTS).
-    pub sent_mapped: u64,
 }
 
 impl Worker {

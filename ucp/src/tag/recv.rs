@@ -10,36 +10,16 @@
     )
 )]
 
-use super::copy::{copy_payload, extend_payload};
+use super::copy::{copy_in, copy_payload, extend_payload};
 use super::small::SMALL_UID;
 use crate::request::{Completion, Op};
-use crate::rma::raw_mem::RecvBuf;
+use crate::tag::stages::TagRecv;
+use crate::tag::unexp::{Target, Unexp, UnexpKind, UNEXP_INLINE};
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
-use crate::worker::state::{
-    Done, Notify, RecvReq, RecvStage, Req, ReqKind, State, Target, Unexp, UnexpKind, UNEXP_INLINE,
-};
+use crate::worker::req::RecvBuf;
+use crate::worker::req::{Done, Notify, RecvReq, RecvStage, Req, ReqKind};
+use crate::worker::state::State;
 use ucs::{Error, Result};
-
-/// Copies `data` to the front of `buf`, as much as fits. 8 to 16 bytes (the common small
-/// message) go as two overlapping 8-byte moves rather than a call of `memcpy`.
-#[inline(always)]
-pub(crate) fn copy_in(buf: &mut [u8], data: &[u8]) {
-    let n = buf.len().min(data.len());
-    if (8..=16).contains(&n) {
-        // SAFETY: both 8-byte windows (at 0 and at n - 8) lie inside the first n >= 8 bytes
-        // of `data` and of `buf`, which do not overlap (`buf` is borrowed mutably); the moves
-        // are unaligned. (Slice copies here compiled to a `memcpy` call for the second word.)
-        unsafe {
-            let (s, d) = (data.as_ptr(), buf.as_mut_ptr());
-            let head = (s as *const u64).read_unaligned();
-            let tail = (s.add(n - 8) as *const u64).read_unaligned();
-            (d as *mut u64).write_unaligned(head);
-            (d.add(n - 8) as *mut u64).write_unaligned(tail);
-        }
-        return;
-    }
-    copy_payload(buf, data);
-}
 
 /// Status of a receive of capacity `cap` that got all `total` bytes of a message.
 #[inline]
@@ -192,7 +172,7 @@ impl State {
                     done: None,
                     kind: ReqKind::Recv(rr),
                     ..
-                } if rr.stage == RecvStage::Posted => Some((k, *gen)),
+                } if rr.stage == RecvStage::Tag(TagRecv::Posted) => Some((k, *gen)),
                 _ => None,
             })
             .collect();
@@ -213,7 +193,7 @@ impl State {
                 done: None,
                 kind: ReqKind::Recv(r),
                 ..
-            }) if *g == gen && r.stage == RecvStage::Posted => (r.tag, r.mask),
+            }) if *g == gen && r.stage == RecvStage::Tag(TagRecv::Posted) => (r.tag, r.mask),
             _ => return false,
         };
         let wire = self.wire_id(key);
@@ -244,7 +224,7 @@ impl State {
             let r = self.recv_mut(key);
             r.sender_tag = e.tag;
             r.total = len;
-            r.stage = RecvStage::Eager;
+            r.stage = RecvStage::Tag(TagRecv::Eager);
             copy_in(&mut r.buf, &e.data[..len]);
             r.received = len;
             return self.recv_check_done(key);
@@ -263,7 +243,7 @@ impl State {
             let r = st.recv_mut(key);
             r.sender_tag = u.tag;
             r.total = total;
-            r.stage = RecvStage::Eager;
+            r.stage = RecvStage::Tag(TagRecv::Eager);
             copy_in(&mut r.buf, data);
             r.received = data.len();
             match u.msg_key {
@@ -355,7 +335,7 @@ impl State {
         rv.sender_tag = tag;
         rv.total = total;
         rv.received = total;
-        rv.stage = RecvStage::Eager;
+        rv.stage = RecvStage::Tag(TagRecv::Eager);
         self.finish(key, eager_status(total, cap))
     }
 
@@ -436,7 +416,7 @@ impl State {
         if let ReqKind::Recv(r) = &mut self.reqs[key].kind {
             r.sender_tag = tag;
             r.total = total;
-            r.stage = RecvStage::Eager;
+            r.stage = RecvStage::Tag(TagRecv::Eager);
             r.received = data.len();
         }
         if let Some(m) = msg_id {

@@ -11,13 +11,16 @@
 )]
 
 use crate::request::{Completion, Op};
-use crate::rma::raw_mem::SendBuf;
+use crate::tag::stages::TagSend;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::wireup::TM_THRESH;
 use crate::worker::endpoint::bad_handle;
+use crate::worker::ep::{Ep, EpState};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::state::{Ep, EpState, ReqKind, SendData, SendReq, SendStage, State};
+use crate::worker::req::SendBuf;
+use crate::worker::req::{ReqKind, SendData, SendReq, SendStage};
+use crate::worker::state::State;
 use crate::worker::EpHandle;
 use ucs::{Outcome, Result};
 use uct::Endpoint as _;
@@ -306,14 +309,13 @@ impl State {
         Ok(true)
     }
 
-    /// Advances a send request as far as resources allow. Gives false on back-pressure.
-    pub(crate) fn send_step(&mut self, key: usize) -> Result<bool> {
-        let idx = self.req_ep(key)?;
+    /// Advances eager send `key` of endpoint `idx`, in `stage`, as far as resources allow
+    /// (see `State::send_step`). Gives false on back-pressure.
+    pub(crate) fn tag_send_step(&mut self, key: usize, idx: usize, stage: TagSend) -> Result<bool> {
         let wire = self.peer_id(idx, key);
-        let stage = self.send_mut(key).stage;
         match stage {
-            SendStage::Eager if self.send_mut(key).is_am() => self.send_rts(key),
-            SendStage::Eager => {
+            TagSend::Eager if self.send_mut(key).is_am() => self.send_rts(key),
+            TagSend::Eager => {
                 let proto = *self.eps[idx].ready_proto()?;
                 let s = self.send_mut(key);
                 let len = s.data.len();
@@ -333,18 +335,13 @@ impl State {
                     return Ok(false);
                 }
                 if sync && !s.acked {
-                    s.stage = SendStage::WaitAck;
+                    s.stage = SendStage::Tag(TagSend::WaitAck);
                 } else {
                     self.finish(key, Ok(()));
                 }
                 Ok(true)
             }
-            SendStage::Put => self.put_step(key),
-            SendStage::Pipeline => self.pipeline_step(key),
-            SendStage::Stream => self.stream_step(key),
-            SendStage::EagerZcopy => self.zcopy_step(key),
-            SendStage::PutFlushRetry => self.put_done(key),
-            SendStage::WaitAck | SendStage::WaitRndv | SendStage::WaitPutFlush => Ok(true),
+            TagSend::WaitAck => Ok(true),
         }
     }
 
@@ -352,7 +349,7 @@ impl State {
     pub(crate) fn on_sync_ack(&mut self, idx: usize, h: ReqHdr) -> Result<()> {
         let key = self.peer_req(idx, h.req, Named::SyncAck)?;
         let s = self.send_mut(key);
-        if s.stage == SendStage::WaitAck {
+        if s.stage == SendStage::Tag(TagSend::WaitAck) {
             self.finish(key, Ok(()));
         } else {
             // Fragments are still going out: the send finishes when they are.

@@ -1,6 +1,6 @@
 //! Small unexpected messages: whole eager messages of at most [`UNEXP_INLINE`] bytes without
 //! acknowledgement (the common unexpected message of a message-rate loop), each kept in one
-//! cache line of a reused table instead of a general [`Unexp`](crate::worker::state::Unexp)
+//! cache line of a reused table instead of a general [`Unexp`](crate::tag::unexp::Unexp)
 //! entry. The matcher names them by their slot with [`SMALL_UID`] set.
 #![cfg_attr(
     not(test),
@@ -12,7 +12,7 @@
     )
 )]
 
-use crate::worker::state::UNEXP_INLINE;
+use crate::tag::unexp::UNEXP_INLINE;
 
 /// Bit of a matcher id that names a slot of the [`SmallUnexps`] table (ids without it name an
 /// entry of `State::unexp`).
@@ -62,7 +62,7 @@ impl SmallUnexps {
             e.tag = tag;
             e.ep = ep as u32;
             e.len = len as u8;
-            super::recv::copy_in(&mut e.data, &data[..len]);
+            super::copy::copy_in(&mut e.data, &data[..len]);
         }
         slot as u64 | SMALL_UID
     }

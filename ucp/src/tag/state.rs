@@ -2,9 +2,9 @@
 //! assembled from fragments, and the handles of messages taken by a removing probe.
 
 use crate::tag::matcher::TagMatcher;
-use crate::tag::probe::MsgDrops;
+use crate::tag::message::MsgDrops;
 use crate::tag::small::SmallUnexps;
-use crate::worker::state::{Target, Unexp, UnexpKind};
+use crate::tag::unexp::{Target, Unexp, UnexpKind};
 use slab::Slab;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -14,8 +14,9 @@
 use crate::address::WorkerAddress;
 use crate::wire::{am_id, EpAddrHdr};
 use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig};
+use crate::worker::ep::{EpState, Lanes, WaitLane};
 use crate::worker::pending::am_send;
-use crate::worker::state::{EpState, Lanes, State, WaitLane};
+use crate::worker::state::State;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::Iface as _;

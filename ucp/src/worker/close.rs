@@ -12,10 +12,11 @@
 
 use crate::request::Op;
 use crate::wire::am_id;
-use crate::worker::state::{EpState, ReqKind, State};
-use crate::worker::timers::Timer;
+use crate::worker::ep::{Closing, EpState};
+use crate::worker::req::ReqKind;
+use crate::worker::state::State;
+use crate::worker::timer_queue::Timer;
 use crate::worker::{CloseMode, EpHandle, Worker};
-use ucs::async_ctx::TimerId;
 use ucs::{Error, Result};
 
 impl Worker {
@@ -68,18 +69,6 @@ impl Worker {
 /// elsewhere may not send it in time; the close then completes without it (the data was
 /// flushed to the transport already), and the peer is not declared dead.
 const CLOSE_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// An endpoint being flush-closed.
-pub(crate) struct Closing {
-    pub(crate) ep: usize,
-    pub(crate) req: usize,
-    /// Flush request still running.
-    pub(crate) flush: Option<usize>,
-    /// CLOSE sent: the timer that ends the wait for the ack.
-    pub(crate) deadline: Option<TimerId>,
-    /// The deadline passed: close without the ack.
-    pub(crate) timed_out: bool,
-}
 
 impl State {
     /// Closes endpoint `idx` now, finishes close request `key`, and frees the slot.

@@ -13,7 +13,8 @@
 
 use crate::wire::{am_id, split_eager_only, split_prefix, EagerHdr, Msg, NO_REQ};
 use crate::wireup::Admit;
-use crate::worker::state::{EpState, State};
+use crate::worker::ep::EpState;
+use crate::worker::state::State;
 use ucs::{Error, Result};
 
 impl State {

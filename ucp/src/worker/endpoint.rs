@@ -14,8 +14,9 @@ use crate::address::WorkerAddress;
 use crate::wire::am_id;
 use crate::wireup::ep::connect_ep;
 use crate::wireup::ProtoConfig;
+use crate::worker::ep::{Ep, EpExtra, EpState};
 use crate::worker::peer_req::PEER_ID_MASK;
-use crate::worker::state::{Ep, EpExtra, EpState, State};
+use crate::worker::state::State;
 use crate::worker::{EpHandle, EpParams, ErrHandler, Worker};
 use std::collections::VecDeque;
 use ucs::{Error, Result};
@@ -169,8 +170,8 @@ impl State {
             in_pending_list: false,
             err_handler,
             close_acked: false,
-            last_tx: crate::worker::state::Stamp::of(now),
-            last_rx: crate::worker::state::Stamp::of(now),
+            last_tx: crate::worker::ep::Stamp::of(now),
+            last_rx: crate::worker::ep::Stamp::of(now),
             amo_sent: 0,
             amo_acked: 0,
             extra: Some(Box::new(EpExtra {

@@ -11,7 +11,9 @@
     )
 )]
 
-use crate::worker::state::{EpState, Pending, ReqKind, State};
+use crate::worker::ep::{EpState, Pending};
+use crate::worker::req::ReqKind;
+use crate::worker::state::State;
 use crate::worker::EpHandle;
 use ucs::Error;
 use uct::Endpoint as _;

@@ -12,7 +12,9 @@
 )]
 
 use crate::request::{Completion, Op};
-use crate::worker::state::{comp_id, Ep, EpState, Pending, Req, ReqKind, State, COMP_FLUSH};
+use crate::worker::ep::{Ep, EpState, Pending};
+use crate::worker::req::{comp_id, Req, ReqKind, COMP_FLUSH};
+use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;

@@ -13,7 +13,8 @@
     )
 )]
 
-use crate::worker::state::{RecvStage, ReqKind, SendStage, State};
+use crate::worker::req::ReqKind;
+use crate::worker::state::State;
 use ucs::{Error, Result};
 
 /// A message that names one of our requests, for [`State::peer_req`].
@@ -36,23 +37,17 @@ impl Named {
         match (self, kind) {
             // Acknowledges a synchronous eager send whose first fragment went out.
             (Named::SyncAck, ReqKind::Send(s)) => {
-                s.sync
-                    && !s.acked
-                    && match s.stage {
-                        SendStage::WaitAck => true,
-                        SendStage::Eager | SendStage::EagerZcopy => s.offset > 0,
-                        _ => false,
-                    }
+                s.sync && !s.acked && s.stage.takes_sync_ack(s.offset)
             }
             // Answers an RTS that went out.
             (Named::Ats | Named::Rtr, ReqKind::Send(s)) => {
-                s.rts_sent && s.stage == SendStage::WaitRndv
+                s.rts_sent && s.stage.waits_rndv_answer()
             }
             // Data for a receive that sent its RTR.
-            (Named::RndvData, ReqKind::Recv(r)) => r.stage == RecvStage::RndvWait && !r.user_rma,
+            (Named::RndvData, ReqKind::Recv(r)) => r.stage.waits_rndv_data() && !r.user_rma,
             // Put done: only a receive that offered its buffer for put (it holds a registration).
             (Named::Atp, ReqKind::Recv(r)) => {
-                r.stage == RecvStage::RndvWait && r.memh().is_some() && !r.user_rma
+                r.stage.waits_rndv_data() && r.memh().is_some() && !r.user_rma
             }
             (Named::AtomicRep, ReqKind::Atomic { .. }) => true,
             _ => false,

@@ -12,8 +12,33 @@
     )
 )]
 
-use crate::worker::state::UuidHash;
 use std::collections::{HashMap, VecDeque};
+
+/// Hashes worker uuids (random 64-bit numbers) with one multiply instead of SipHash: every
+/// arriving message looks its sender up by uuid, and SipHash cost about 150 instructions of it.
+pub(crate) type UuidHash = std::hash::BuildHasherDefault<UuidHasher>;
+
+/// The [`std::hash::Hasher`] of [`UuidHash`]: a Fibonacci multiply, folding the high half in so
+/// both the bucket index (low bits) and the control tag (high bits) depend on every input bit.
+#[derive(Default)]
+pub(crate) struct UuidHasher(u64);
+
+impl std::hash::Hasher for UuidHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        let m = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = m ^ (m >> 32);
+    }
+}
 
 /// How many closed peers [`PeerIndex`] remembers.
 const CLOSED_KEPT: usize = 256;

@@ -10,7 +10,9 @@
     )
 )]
 
-use crate::worker::state::{EpState, Pending, ReqKind, State};
+use crate::worker::ep::{EpState, Pending};
+use crate::worker::req::{ReqKind, SendStage};
+use crate::worker::state::State;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::{AnyEp, IfaceAttr, IfaceFlags};
@@ -74,6 +76,17 @@ pub(crate) fn am_send(
 }
 
 impl State {
+    /// Advances send request `key` as far as resources allow, in the family that owns its
+    /// stage. Gives false on back-pressure.
+    pub(crate) fn send_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.req_ep(key)?;
+        match self.send_mut(key).stage {
+            SendStage::Tag(stage) => self.tag_send_step(key, idx, stage),
+            SendStage::Rndv(stage) => self.rndv_send_step(key, stage),
+            SendStage::Stream => self.stream_step(key),
+        }
+    }
+
     pub(crate) fn mark_pending(&mut self, idx: usize) {
         let ep = &mut self.eps[idx];
         if !ep.in_pending_list {

@@ -12,9 +12,8 @@
 
 use crate::wire::am_id;
 use crate::wireup::ep::connect_ep;
-use crate::worker::state::{
-    ReqKind, State, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY,
-};
+use crate::worker::req::{ReqKind, COMP_ATOMIC, COMP_FLUSH, COMP_GET, COMP_PUT, COMP_ZCOPY};
+use crate::worker::state::State;
 use crate::worker::Worker;
 use std::time::Duration;
 use ucs::{Error, Result};
@@ -76,7 +75,7 @@ impl Worker {
             let now = self.st.clock.now_coarse();
             if now > self.st.now_cache {
                 self.st.now_cache = now;
-                self.st.now_stamp = crate::worker::state::Stamp::of(now);
+                self.st.now_stamp = crate::worker::ep::Stamp::of(now);
                 // The clock moves in steps of 1-4 ms: this test runs once a step.
                 if now >= self.idle_due {
                     self.idle_due = now.saturating_add(IDLE_IFACE_WAIT);

@@ -17,67 +17,11 @@
 )]
 
 use crate::request::{Completion, Received};
-use crate::worker::state::{Notify, Req, ReqKind};
-use ucs::{Error, Result};
+use crate::worker::req::{Done, Notify, Req, ReqKind};
 
 /// Generation bit of a vacant slot. Generations use the low 28 bits (see `State::new_req`), so
 /// no live request's generation, handle or wire id has it.
 const VACANT: u32 = 1 << 30;
-
-/// A finished request's result as its slot keeps it: a [`Completion`] with the error boxed, so
-/// the slot (one per request in flight) is 48 bytes smaller; errors are the rare case.
-pub(crate) struct Done {
-    status: std::result::Result<(), Box<Error>>,
-    buf: Option<Vec<u8>>,
-    len: usize,
-    tag: u64,
-    value: u64,
-}
-
-impl Done {
-    /// A result as the slot keeps it (the error boxed).
-    #[inline(always)]
-    pub(crate) fn new(status: Result<()>, buf: Option<Vec<u8>>, len: usize, tag: u64) -> Done {
-        Done {
-            status: status.map_err(Box::new),
-            buf,
-            len,
-            tag,
-            value: 0,
-        }
-    }
-
-    /// The status the request finished with.
-    pub(crate) fn status(&self) -> Result<()> {
-        self.status.as_ref().map_err(|e| (**e).clone()).copied()
-    }
-}
-
-impl From<Completion> for Done {
-    #[inline]
-    fn from(c: Completion) -> Self {
-        Done {
-            status: c.status.map_err(Box::new),
-            buf: c.buf,
-            len: c.len,
-            tag: c.tag,
-            value: c.value,
-        }
-    }
-}
-
-impl From<Done> for Completion {
-    #[inline]
-    fn from(d: Done) -> Self {
-        Completion {
-            status: d.status.map_err(|e| *e),
-            buf: d.buf,
-            len: d.len,
-            tag: d.tag,
-            value: d.value,
-        }
-    }
-}
 
 /// What [`ReqTable::take_recv`] found.
 pub(crate) enum TakeRecv {

@@ -12,8 +12,10 @@
 )]
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
+use crate::worker::api_types::CompletionHook;
+use crate::worker::req::{Done, Notify, RecvStage, ReqKind};
 use crate::worker::req_table::TakeRecv;
-use crate::worker::state::{Done, Notify, RecvStage, ReqKind, State};
+use crate::worker::state::State;
 use crate::worker::Worker;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -27,9 +29,6 @@ const SLEEP_MAX: Duration = Duration::from_millis(50);
 /// Longest sleep of `wait` when some interface has no event fd (its events are found only by
 /// polling).
 const SLEEP_MAX_POLLED: Duration = Duration::from_millis(1);
-
-/// What [`Worker::set_completion_hook`] keeps: called with a hook request's token and result.
-pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
 
 #[cold]
 fn foreign() -> Error {
@@ -596,7 +595,7 @@ impl State {
                 // worker is dropped, so a late write never lands in freed memory.
                 let exposed = status.is_err()
                     && rndv.as_ref().is_some_and(|x| x.memh.is_some())
-                    && matches!(rv.stage, RecvStage::RndvWait | RecvStage::RndvGet);
+                    && matches!(rv.stage, RecvStage::Rndv(_));
                 am = rndv.as_mut().and_then(|x| x.am.take());
                 let buf = std::mem::take(&mut rv.buf).into_vec();
                 let buf = if exposed {

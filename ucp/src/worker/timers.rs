@@ -22,28 +22,13 @@
 )]
 
 use crate::wire::am_id;
-use crate::worker::state::{EpState, State};
+use crate::worker::ep::EpState;
+use crate::worker::state::State;
+use crate::worker::timer_queue::Timer;
 use std::time::Duration;
-use ucs::async_ctx::{TimerId, TimerQueue};
+use ucs::async_ctx::TimerId;
 use ucs::Error;
 use uct::Endpoint as _;
-
-/// What a timer of the worker does when it fires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Timer {
-    /// Every keepalive interval (every quarter interval with an application-level timeout):
-    /// transport checks, and keepalives to quiet peers and failure of silent ones.
-    Keepalive,
-    /// A flush close stops waiting for the peer's CLOSE_ACK.
-    CloseTimeout,
-}
-
-/// The timer queue and the list of due timers it fills (reused: no allocation once warm).
-#[derive(Debug, Default)]
-pub(crate) struct Timers {
-    queue: TimerQueue<Timer>,
-    due: Vec<(TimerId, Timer)>,
-}
 
 impl State {
     /// Starts the keepalive sweep when the configuration enables keepalive; the first sweep

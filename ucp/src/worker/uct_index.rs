@@ -1,6 +1,6 @@
 //! [`UctIndex`]: which ucp endpoint a transport endpoint belongs to.
 
-use super::state::UuidHash;
+use crate::worker::peers::UuidHash;
 use std::collections::HashMap;
 
 /// The ucp endpoint of each transport endpoint, by (interface index, transport endpoint id).

@@ -11,12 +11,15 @@
     )
 )]
 
-use super::{MappedSend, COMP_TM};
+use super::state::MappedSend;
+use super::COMP_TM;
 use crate::request::{Completion, Op};
 use crate::rma::{Keep, MemMap};
+use crate::rndv::stages::RndvSend;
 use crate::wire::{am_id, RemoteBuf, RtsHdr};
 use crate::wireup::TM_THRESH;
-use crate::worker::state::{comp_id, ReqKind, SendData, SendStage, State};
+use crate::worker::req::{comp_id, ReqKind, SendData, SendStage};
+use crate::worker::state::State;
 use crate::worker::EpHandle;
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
@@ -354,7 +357,7 @@ impl State {
         }
         let s = self.send_mut(key);
         s.rts_sent = true;
-        s.stage = SendStage::WaitRndv;
+        s.stage = SendStage::Rndv(RndvSend::WaitRndv);
         self.eps[idx].last_tx = self.now_stamp;
         Ok(self.op_of(key))
     }
@@ -537,7 +540,7 @@ impl State {
                 }
                 let s = self.send_mut(key);
                 s.rts_sent = true;
-                s.stage = SendStage::WaitRndv;
+                s.stage = SendStage::Rndv(RndvSend::WaitRndv);
                 self.stats.rndv_rts += 1;
                 self.eps[idx].last_tx = self.now_stamp;
             }

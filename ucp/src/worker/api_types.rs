@@ -1,0 +1,77 @@
+//! The public types of the worker's API that the worker core and the protocol families also
+//! hold: endpoint handles, handler and callback types, protocol counters.
+
+use crate::request::Completion;
+use ucs::Error;
+
+/// An endpoint of a worker: a handle valid with the worker that created it only (it carries that
+/// worker's id; any other worker answers it with `InvalidParam`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EpHandle {
+    /// The owning worker's id ([`Worker::id`](crate::Worker::id)).
+    pub(crate) wid: u32,
+    pub(crate) idx: u32,
+    pub(crate) gen: u32,
+}
+
+/// A user active-message handler: gets the sending endpoint, the user header and the data, which
+/// it owns (keep it as long as needed; [`Worker::am_data_release`](crate::Worker::am_data_release)
+/// recycles it).
+pub type AmHandler = Box<dyn FnMut(EpHandle, &[u8], Vec<u8>)>;
+
+/// An endpoint error handler: called from `progress()` once, when the endpoint fails.
+pub type ErrHandler = Box<dyn FnMut(EpHandle, &Error)>;
+
+/// Counters of the protocols a worker used (for tests and debugging).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProtoStats {
+    /// Single-fragment eager messages sent.
+    pub eager_single: u64,
+    /// Multi-fragment eager messages sent.
+    pub eager_multi: u64,
+    /// Eager messages sent zero-copy from the caller's vector.
+    pub eager_zcopy: u64,
+    /// Rendezvous requests (RTS) sent.
+    pub rndv_rts: u64,
+    /// Rendezvous received with get_zcopy.
+    pub rndv_get: u64,
+    /// Of those, read from a key that a lane other than the RMA lane maps in place (a
+    /// sender's shared segment read by the shared-memory lane: one copy, no system call).
+    pub rndv_get_mapped: u64,
+    /// Rendezvous received by asking for put_zcopy.
+    pub rndv_put: u64,
+    /// Rendezvous received over the AM pipeline.
+    pub rndv_am: u64,
+    /// Endpoints failed.
+    pub ep_failures: u64,
+    /// Endpoints whose AM lane moved to a connect-to-endpoint lane (rc_verbs) after wire-up.
+    pub am_lane_switches: u64,
+    /// Messages that arrived on a peer's new AM lane before its lane-switch marker and were
+    /// held until it (see [`crate::wireup::AmSwitchGate`]).
+    pub am_switch_held: u64,
+    /// Messages that named a request their sender may not touch (unknown, finished, another
+    /// endpoint's, or of the wrong kind or stage): each failed its sender's endpoint and left
+    /// the request named alone.
+    pub forged_ids: u64,
+    /// Messages received through the general path: every kind but whole eager messages and
+    /// atomic requests and replies, and those too from an endpoint the fast path does not
+    /// take (unknown, failed, or on its new AM lane before the lane-switch marker).
+    pub rx_general: u64,
+}
+
+/// A completion callback set with
+/// [`Worker::request_set_callback`](crate::Worker::request_set_callback).
+pub type RequestCallback = Box<dyn FnOnce(Completion)>;
+
+/// What [`Worker::set_completion_hook`](crate::Worker::set_completion_hook) keeps: called with a
+/// hook request's token and result.
+pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
+
+/// Operand size of an atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmoSize {
+    /// 32 bits.
+    U32,
+    /// 64 bits.
+    U64,
+}

@@ -1,0 +1,303 @@
+//! One endpoint's record in the worker core: its lanes (one transport endpoint per purpose),
+//! its state, its pending queue and its rarely used extras; the interfaces' facts the lanes
+//! use; an endpoint being flush-closed.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::unreachable,
+        clippy::panic
+    )
+)]
+
+use crate::address::WorkerAddress;
+use crate::wireup::{AmSwitchGate, ProtoConfig};
+use crate::worker::api_types::ErrHandler;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Duration;
+use ucs::async_ctx::TimerId;
+use ucs::{Error, Result};
+use uct::{AnyEp, IfaceAttr};
+
+pub(crate) struct Lanes {
+    pub(crate) uct: Vec<(usize, AnyEp)>,
+    pub(crate) am: usize,
+    /// The RMA lane (index in `uct`; see [`Lanes::rma`]).
+    rma_lane: Option<u8>,
+    /// The atomic lane (index in `uct`; see [`Lanes::amo`]).
+    amo_lane: Option<u8>,
+    /// The atomic lane chosen but not yet connected: a transport the AM and RMA lanes do not
+    /// use gets its endpoint when a remote key is first unpacked (so a tag-only endpoint over
+    /// shared memory opens no tcp connection just for atomics). Boxed: most endpoints have none.
+    pub(crate) amo_later: Option<Box<crate::wireup::LanePick>>,
+    /// The RMA lane over a connect-to-endpoint transport (rc_verbs) while its endpoint address
+    /// exchange runs over the AM lane; it joins `uct` as `rma` once both sides are connected.
+    /// Boxed: most endpoints have none.
+    pub(crate) rma_wait: Option<Box<WaitLane>>,
+    /// The connected connect-to-endpoint lane (index in `uct`) the AM lane moves to as soon as
+    /// no message is pending on the old one (see `State::am_switch_try`).
+    pub(crate) am_next: Option<u8>,
+    /// The old AM lane (index in `uct`) after a switch, when no other purpose uses it: it no
+    /// longer counts as a user of its interface (polled like an idle one), but stays connected
+    /// (its failure still fails the endpoint).
+    pub(crate) released: Option<u8>,
+}
+
+impl Lanes {
+    /// Lanes `uct`, with the AM lane at `am` and the RMA and atomic lanes at `rma` and `amo`.
+    pub(crate) fn new(
+        uct: Vec<(usize, AnyEp)>,
+        am: usize,
+        rma: Option<usize>,
+        amo: Option<usize>,
+    ) -> Self {
+        Lanes {
+            uct,
+            am,
+            rma_lane: rma.and_then(|r| u8::try_from(r).ok()),
+            amo_lane: amo.and_then(|a| u8::try_from(a).ok()),
+            amo_later: None,
+            rma_wait: None,
+            am_next: None,
+            released: None,
+        }
+    }
+
+    /// The RMA lane (index in `uct`).
+    #[inline]
+    pub(crate) fn rma(&self) -> Option<usize> {
+        self.rma_lane.map(usize::from)
+    }
+
+    /// The atomic lane (index in `uct`).
+    #[inline]
+    pub(crate) fn amo(&self) -> Option<usize> {
+        self.amo_lane.map(usize::from)
+    }
+
+    /// Makes `lane` (index in `uct`) the RMA lane.
+    pub(crate) fn set_rma(&mut self, lane: usize) {
+        self.rma_lane = u8::try_from(lane).ok();
+    }
+
+    /// Makes `lane` (index in `uct`) the atomic lane.
+    pub(crate) fn set_amo(&mut self, lane: usize) {
+        self.amo_lane = u8::try_from(lane).ok();
+    }
+}
+
+/// A connect-to-endpoint lane being wired up (see [`EpAddrHdr`]).
+pub(crate) struct WaitLane {
+    /// Local interface index.
+    pub(crate) li: usize,
+    /// The peer's transport entry index (its device address).
+    pub(crate) remote: usize,
+    /// The unconnected (or connected, not yet confirmed) endpoint.
+    pub(crate) ep: AnyEp,
+    /// `connect_to_ep` done on our side.
+    pub(crate) connected: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EpState {
+    Connecting,
+    Ready,
+    /// Failed, with the error in [`EpExtra::error`] (the state is in every endpoint, the
+    /// error in few).
+    Failed,
+    Closed,
+}
+
+pub(crate) enum Pending {
+    Req(usize),
+    Ctl {
+        id: u8,
+        body: Vec<u8>,
+    },
+    /// A fence, with its flush request and the endpoint's `amo_sent` when it was posted: what
+    /// is queued behind it starts once everything before it has completed at the target (see
+    /// `State::fence_passed`).
+    Fence {
+        key: usize,
+        amo_sent: u32,
+    },
+    /// Holds what is queued behind it until the target has acknowledged every emulated put
+    /// and atomic sent before it (the endpoint's `amo_sent` then): a cma access that follows
+    /// an emulated put to the same memory sees it.
+    Acked {
+        amo_sent: u32,
+    },
+}
+
+/// One endpoint. A hub worker holds one per peer, so what only some endpoints use (streams,
+/// the lane-switch gate, an early peer endpoint address, the decoded peer address once its
+/// lanes are connected) lives in [`EpExtra`], allocated when first needed.
+/// A reading of the worker's clock (`State::now_cache`) kept in an endpoint, in nanoseconds:
+/// 8 bytes where a `Duration` takes 16.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stamp(u64);
+
+impl Stamp {
+    /// The reading `t`.
+    #[inline(always)]
+    pub(crate) fn of(t: Duration) -> Stamp {
+        Stamp(t.as_secs().wrapping_mul(1_000_000_000) + u64::from(t.subsec_nanos()))
+    }
+
+    /// Time from this reading to `now` (zero when `now` is earlier).
+    pub(crate) fn until(self, now: Duration) -> Duration {
+        now.saturating_sub(Duration::from_nanos(self.0))
+    }
+}
+
+pub(crate) struct Ep {
+    pub(crate) gen: u32,
+    pub(crate) in_pending_list: bool,
+    pub(crate) close_acked: bool,
+    /// Atomics emulated over active messages (ATOMIC_REQ) sent or queued, and replies to
+    /// them received (wrapping counts): a flush waits until they are equal, a fence until the
+    /// replies reach the count at the fence.
+    pub(crate) amo_sent: u32,
+    pub(crate) amo_acked: u32,
+    /// Scrambles the ids of this endpoint's requests on the wire (see
+    /// [`State::peer_id`](crate::worker::state::State::peer_id)).
+    pub(crate) secret: u64,
+    pub(crate) uuid: u64,
+    pub(crate) lanes: Option<Lanes>,
+    /// The protocol thresholds, shared by every endpoint with the same ones (see
+    /// [`State::intern_proto`](crate::worker::state::State::intern_proto)).
+    pub(crate) proto: Option<Rc<ProtoConfig>>,
+    pub(crate) state: EpState,
+    pub(crate) pending: VecDeque<Pending>,
+    pub(crate) err_handler: Option<ErrHandler>,
+    pub(crate) last_tx: Stamp,
+    pub(crate) last_rx: Stamp,
+    pub(crate) extra: Option<Box<EpExtra>>,
+}
+
+// Every endpoint has one (1,000 endpoints, 1,000 of these): keep it small.
+const _: () = assert!(std::mem::size_of::<Ep>() <= 168);
+
+/// The rarely used part of an [`Ep`] (see there).
+#[derive(Default)]
+pub(crate) struct EpExtra {
+    /// The peer's decoded address while a lane still needs it: until the lanes are connected,
+    /// and after that only for a deferred atomic lane or a connect-to-endpoint lane.
+    pub(crate) addr: Option<WorkerAddress>,
+    pub(crate) stream_rx: VecDeque<u8>,
+    /// Bytes left of each message (fragment) in `stream_rx`, oldest first.
+    pub(crate) stream_frags: VecDeque<usize>,
+    pub(crate) stream_waiters: VecDeque<usize>,
+    /// A peer endpoint address that arrived before this endpoint's lanes were created.
+    pub(crate) peer_ep_addr: Option<(bool, Vec<u8>)>,
+    /// Receive side of the peer's AM lane switch.
+    pub(crate) rx_gate: AmSwitchGate,
+    /// The error that failed the endpoint ([`EpState::Failed`]).
+    pub(crate) error: Option<Error>,
+}
+
+impl EpExtra {
+    /// Holds nothing an empty one would not.
+    fn is_empty(&self) -> bool {
+        self.addr.is_none()
+            && self.stream_rx.capacity() == 0
+            && self.stream_frags.capacity() == 0
+            && self.stream_waiters.capacity() == 0
+            && self.peer_ep_addr.is_none()
+            && !self.rx_gate.switched()
+            && self.rx_gate.held() == 0
+            && self.error.is_none()
+    }
+}
+
+/// The error of a step that needs an endpoint's lanes while the endpoint is still connecting.
+#[cold]
+pub(crate) fn connecting() -> Error {
+    Error::Busy("connecting".into())
+}
+
+impl Ep {
+    /// The lanes, or `Busy` while the endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_lanes(&mut self) -> Result<&mut Lanes> {
+        self.lanes.as_mut().ok_or_else(connecting)
+    }
+
+    /// The protocol thresholds, or `Busy` while the endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_proto(&self) -> Result<&ProtoConfig> {
+        self.proto.as_deref().ok_or_else(connecting)
+    }
+
+    /// What a send on the AM lane starts from: the protocol thresholds, the AM lane (interface
+    /// index, transport endpoint) and the time of the last send to note; `Busy` while the
+    /// endpoint is connecting.
+    #[inline]
+    pub(crate) fn ready_am(&mut self) -> Result<(ProtoConfig, &mut (usize, AnyEp), &mut Stamp)> {
+        let (Some(proto), Some(l)) = (self.proto.as_deref(), self.lanes.as_mut()) else {
+            return Err(connecting());
+        };
+        Ok((*proto, &mut l.uct[l.am], &mut self.last_tx))
+    }
+
+    /// The rarely used part, allocated on first use.
+    pub(crate) fn extra_mut(&mut self) -> &mut EpExtra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    /// The error that failed the endpoint (a generic one if none was kept).
+    pub(crate) fn failure(&self) -> Error {
+        self.extra
+            .as_ref()
+            .and_then(|x| x.error.clone())
+            .unwrap_or_else(|| Error::PeerFailure("endpoint failed".into()))
+    }
+
+    /// The peer's decoded address, while kept (see [`EpExtra::addr`]).
+    pub(crate) fn peer_addr(&self) -> Option<&WorkerAddress> {
+        self.extra.as_ref().and_then(|x| x.addr.as_ref())
+    }
+
+    /// Forgets the peer's decoded address unless a lane still needs it (a deferred atomic lane
+    /// or a connect-to-endpoint lane being wired up), and frees the rarely used part once it
+    /// holds nothing.
+    pub(crate) fn addr_done(&mut self) {
+        let needed = self
+            .lanes
+            .as_ref()
+            .is_none_or(|l| l.amo_later.is_some() || l.rma_wait.is_some());
+        if needed {
+            return;
+        }
+        if let Some(x) = self.extra.as_deref_mut() {
+            x.addr = None;
+            if x.is_empty() {
+                self.extra = None;
+            }
+        }
+    }
+}
+
+pub(crate) struct IfaceInfo {
+    pub(crate) tl_name: &'static str,
+    pub(crate) dev_name: String,
+    pub(crate) dev_type: uct::DeviceType,
+    pub(crate) attr: IfaceAttr,
+    pub(crate) md_reg: bool,
+    /// Connects endpoint to endpoint only (rc_verbs): a peer's AM lane after its switch.
+    pub(crate) ep_only: bool,
+}
+
+/// An endpoint being flush-closed.
+pub(crate) struct Closing {
+    pub(crate) ep: usize,
+    pub(crate) req: usize,
+    /// Flush request still running.
+    pub(crate) flush: Option<usize>,
+    /// CLOSE sent: the timer that ends the wait for the ack.
+    pub(crate) deadline: Option<TimerId>,
+    /// The deadline passed: close without the ack.
+    pub(crate) timed_out: bool,
+}
