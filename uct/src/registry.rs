@@ -163,7 +163,10 @@ macro_rules! transports {
 
         /// A memory domain of any built-in transport.
         pub enum AnyMd { $( #[allow(missing_docs)] $variant(<$tl as Transport>::Md), )* }
-        /// An interface of any built-in transport.
+        /// An interface of any built-in transport. Unboxed although the shared-memory
+        /// interface (its receive-buffer table inline) is the largest variant: a worker holds
+        /// one per transport, and a box would put a pointer chase on every progress call.
+        #[allow(clippy::large_enum_variant)]
         pub enum AnyIface { $( #[allow(missing_docs)] $variant(<$tl as Transport>::Iface), )* }
         /// An endpoint of any built-in transport.
         pub enum AnyEp { $( #[allow(missing_docs)] $variant(<$tl as Transport>::Ep), )* }

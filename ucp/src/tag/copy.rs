@@ -116,6 +116,27 @@ fn prefetch_crossing(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// Copies `data` to the front of `buf`, as much as fits. 8 to 16 bytes (the common small
+/// message) go as two overlapping 8-byte moves rather than a call of `memcpy`.
+#[inline(always)]
+pub(crate) fn copy_in(buf: &mut [u8], data: &[u8]) {
+    let n = buf.len().min(data.len());
+    if (8..=16).contains(&n) {
+        // SAFETY: both 8-byte windows (at 0 and at n - 8) lie inside the first n >= 8 bytes
+        // of `data` and of `buf`, which do not overlap (`buf` is borrowed mutably); the moves
+        // are unaligned. (Slice copies here compiled to a `memcpy` call for the second word.)
+        unsafe {
+            let (s, d) = (data.as_ptr(), buf.as_mut_ptr());
+            let head = (s as *const u64).read_unaligned();
+            let tail = (s.add(n - 8) as *const u64).read_unaligned();
+            (d as *mut u64).write_unaligned(head);
+            (d.add(n - 8) as *mut u64).write_unaligned(tail);
+        }
+        return;
+    }
+    copy_payload(buf, data);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,25 +190,4 @@ mod tests {
         assert!(big[..LOOP_MIN + 10].iter().all(|&b| b == 9));
         assert!(big[LOOP_MIN + 10..].iter().all(|&b| b == 0));
     }
-}
-
-/// Copies `data` to the front of `buf`, as much as fits. 8 to 16 bytes (the common small
-/// message) go as two overlapping 8-byte moves rather than a call of `memcpy`.
-#[inline(always)]
-pub(crate) fn copy_in(buf: &mut [u8], data: &[u8]) {
-    let n = buf.len().min(data.len());
-    if (8..=16).contains(&n) {
-        // SAFETY: both 8-byte windows (at 0 and at n - 8) lie inside the first n >= 8 bytes
-        // of `data` and of `buf`, which do not overlap (`buf` is borrowed mutably); the moves
-        // are unaligned. (Slice copies here compiled to a `memcpy` call for the second word.)
-        unsafe {
-            let (s, d) = (data.as_ptr(), buf.as_mut_ptr());
-            let head = (s as *const u64).read_unaligned();
-            let tail = (s.add(n - 8) as *const u64).read_unaligned();
-            (d as *mut u64).write_unaligned(head);
-            (d.add(n - 8) as *mut u64).write_unaligned(tail);
-        }
-        return;
-    }
-    copy_payload(buf, data);
 }
