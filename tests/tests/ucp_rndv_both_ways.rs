@@ -6,6 +6,7 @@
 //! `RUCX_RNDV_TEST_ROLE`); every wait has a watchdog.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use ucp::wireup::ProtoConfig;
@@ -200,7 +201,11 @@ fn wait_all(w: &mut Worker, ops: Vec<(Op, Option<usize>)>, what: &str) {
                 }
             }
         }
-        assert!(Instant::now() < deadline, "watchdog: {what} did not finish");
+        assert!(
+            Instant::now() < deadline,
+            "watchdog: {what} did not finish: {:?}",
+            w.stats()
+        );
     }
 }
 
@@ -272,7 +277,11 @@ fn ucp_rndv_both_ways_child_entry() {
             let deadline = Instant::now() + WATCHDOG;
             while w.stats().rndv_get == 0 {
                 w.progress();
-                assert!(Instant::now() < deadline, "watchdog: no rendezvous started");
+                assert!(
+                    Instant::now() < deadline,
+                    "watchdog: no rendezvous started: {:?}",
+                    w.stats()
+                );
             }
             println!("STARTED");
             std::io::stdout().flush().unwrap();
@@ -286,11 +295,33 @@ fn ucp_rndv_both_ways_child_entry() {
 }
 
 /// Starts the peer process in `role`, reads its address and connects to it.
+/// The peer process, killed when this drops: a failed test leaves no peer spinning behind.
+struct Peer(Child);
+
+impl Peer {
+    fn kill(&mut self) -> std::io::Result<()> {
+        self.0.kill()
+    }
+
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.0.wait()
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn spawn(
     w: &mut Worker,
     role: &str,
     frag: Option<usize>,
-) -> (Child, EpHandle, BufReader<std::process::ChildStdout>) {
+) -> (Peer, EpHandle, BufReader<std::process::ChildStdout>) {
     let exe = std::env::current_exe().expect("test binary");
     let mut cmd = Command::new(exe);
     cmd.args([
@@ -306,8 +337,18 @@ fn spawn(
     if let Some(f) = frag {
         cmd.env(FRAG, f.to_string());
     }
-    let mut child = cmd.spawn().expect("spawn the peer");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    // SAFETY: prctl is async-signal-safe; the closure touches nothing else between fork and
+    // exec. The peer dies with the thread that spawned it, even when this process is killed.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = Peer(cmd.spawn().expect("spawn the peer"));
+    let mut out = BufReader::new(child.0.stdout.take().expect("stdout"));
     let addr = expect_line(&mut out, "ADDR ");
     let ep = w
         .ep_create(&unhex(&addr), EpParams::default())
@@ -406,7 +447,8 @@ fn ucp_rndv_sender_killed_mid_read() {
         w.progress();
         assert!(
             Instant::now() < deadline,
-            "watchdog: the read did not start"
+            "watchdog: the read did not start: {:?}",
+            w.stats()
         );
     }
     sent.join().unwrap();
@@ -458,7 +500,8 @@ fn ucp_rndv_receiver_killed_mid_read() {
         w.progress();
         assert!(
             Instant::now() < deadline,
-            "watchdog: the receiver did not start reading"
+            "watchdog: the receiver did not start reading: {:?}",
+            w.stats()
         );
     }
     started.join().unwrap();
