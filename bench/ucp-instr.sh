@@ -5,7 +5,8 @@
 # reports). Each row prints (Ir(N2) - Ir(N1)) / (N2 - N1), start-up excluded, and the median
 # wall-clock ns per message over REPEATS plain runs pinned to one core.
 #   bench/ucp-instr.sh
-# Environment: TLS_LIST ("posix tcp"), SIZES ("8 4096"), MODES ("expected unexpected idle"),
+# Environment: TLS_LIST ("posix tcp"), SIZES ("8 4096"), MODES ("expected unexpected idle";
+# also "am": one active message per iteration, no user header),
 # N1 (2000), N2 (4000), TIME_ITERS (200000), REPEATS (3), CORE (1), NO_UCX (1: skip UCX).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -2,49 +2,130 @@
 
 use crate::am_desc::msg::AmDescHandler;
 use crate::worker::api_types::AmHandler;
-use std::collections::HashMap;
+
+/// The handler registered for one id.
+#[derive(Default)]
+enum Slot {
+    #[default]
+    Empty,
+    /// A whole-message handler.
+    Whole(AmHandler),
+    /// A descriptor handler.
+    Desc(AmDescHandler),
+}
 
 /// The user active-message family's state: one handler per id, of either kind (a whole-message
-/// [`AmHandler`] or a descriptor [`AmDescHandler`]).
+/// [`AmHandler`] or a descriptor [`AmDescHandler`]), in a table indexed by the id (as UCX's
+/// handler array is), so a message finds its handler without hashing. The table grows to the
+/// highest id registered: at most 65,536 slots.
 #[derive(Default)]
 pub(crate) struct AmState {
-    handlers: HashMap<u16, AmHandler>,
-    desc_handlers: HashMap<u16, AmDescHandler>,
+    slots: Vec<Slot>,
+    /// Descriptor handlers registered: a worker without any skips their lookup.
+    descs: usize,
 }
 
 impl AmState {
+    /// The slot of `id`, the table grown to hold it.
+    fn slot_mut(&mut self, id: u16) -> &mut Slot {
+        let i = usize::from(id);
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, Slot::default);
+        }
+        &mut self.slots[i]
+    }
+
+    /// Puts `new` in the slot of `id`, keeping the descriptor count.
+    fn replace(&mut self, id: u16, new: Slot) {
+        let is_desc = matches!(new, Slot::Desc(_));
+        let old = std::mem::replace(self.slot_mut(id), new);
+        if matches!(old, Slot::Desc(_)) {
+            self.descs -= 1;
+        }
+        if is_desc {
+            self.descs += 1;
+        }
+    }
+
     /// Makes `h` the handler of `id`, replacing any of either kind.
     pub(crate) fn set(&mut self, id: u16, h: AmHandler) {
-        self.desc_handlers.remove(&id);
-        self.handlers.insert(id, h);
+        self.replace(id, Slot::Whole(h));
     }
 
     /// Makes `h` the descriptor handler of `id`, replacing any of either kind.
     pub(crate) fn set_desc(&mut self, id: u16, h: AmDescHandler) {
-        self.handlers.remove(&id);
-        self.desc_handlers.insert(id, h);
+        self.replace(id, Slot::Desc(h));
     }
 
     /// Removes the handler of `id`, of either kind.
     pub(crate) fn remove(&mut self, id: u16) {
-        self.handlers.remove(&id);
-        self.desc_handlers.remove(&id);
+        if usize::from(id) < self.slots.len() {
+            self.replace(id, Slot::Empty);
+        }
     }
 
     /// The whole-message handler of `id`.
+    #[inline]
     pub(crate) fn handler(&mut self, id: u16) -> Option<&mut AmHandler> {
-        self.handlers.get_mut(&id)
+        match self.slots.get_mut(usize::from(id)) {
+            Some(Slot::Whole(h)) => Some(h),
+            _ => None,
+        }
     }
 
     /// The descriptor handler of `id`.
+    #[inline]
     pub(crate) fn desc_handler(&mut self, id: u16) -> Option<&mut AmDescHandler> {
-        self.desc_handlers.get_mut(&id)
+        match self.slots.get_mut(usize::from(id)) {
+            Some(Slot::Desc(h)) => Some(h),
+            _ => None,
+        }
     }
 
-    /// `id` has a descriptor handler. The empty test first: a worker with whole-message
-    /// handlers only pays no lookup.
+    /// `id` has a descriptor handler.
     #[inline]
     pub(crate) fn has_desc(&self, id: u16) -> bool {
-        !self.desc_handlers.is_empty() && self.desc_handlers.contains_key(&id)
+        self.descs != 0 && matches!(self.slots.get(usize::from(id)), Some(Slot::Desc(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole() -> AmHandler {
+        Box::new(|_, _, _| {})
+    }
+
+    #[test]
+    fn one_handler_per_id_of_either_kind() {
+        let mut s = AmState::default();
+        assert!(s.handler(3).is_none() && !s.has_desc(3));
+        s.set(3, whole());
+        assert!(s.handler(3).is_some() && !s.has_desc(3));
+        s.set_desc(3, Box::new(|_, _| {}));
+        assert!(s.handler(3).is_none() && s.has_desc(3) && s.desc_handler(3).is_some());
+        s.set(3, whole());
+        assert!(s.handler(3).is_some() && !s.has_desc(3));
+        assert_eq!(
+            s.descs, 0,
+            "the replaced descriptor handler is no longer counted"
+        );
+        s.remove(3);
+        assert!(s.handler(3).is_none() && s.desc_handler(3).is_none());
+        s.remove(40_000);
+        assert_eq!(
+            s.slots.len(),
+            4,
+            "removing an unregistered id does not grow the table"
+        );
+    }
+
+    #[test]
+    fn highest_id_fits() {
+        let mut s = AmState::default();
+        s.set_desc(u16::MAX, Box::new(|_, _| {}));
+        assert!(s.has_desc(u16::MAX) && !s.has_desc(0));
+        assert!(s.handler(u16::MAX).is_none());
     }
 }
