@@ -26,6 +26,8 @@ pub(crate) struct Sink {
     pub get_data: Vec<(CompletionId, Vec<u8>)>,
     pub pending: Vec<(EpId, PendingId)>,
     pub errors: Vec<(EpId, Error)>,
+    /// Unexpected tagged eager messages: tag and payload.
+    pub unexp: Vec<(u64, Vec<u8>)>,
 }
 
 impl EventSink for Sink {
@@ -44,6 +46,9 @@ impl EventSink for Sink {
     }
     fn ep_error(&mut self, ep: EpId, err: Error) {
         self.errors.push((ep, err));
+    }
+    fn tag_unexp_eager(&mut self, tag: u64, _imm: u64, data: &[u8]) {
+        self.unexp.push((tag, data.to_vec()));
     }
 }
 
