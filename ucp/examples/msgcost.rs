@@ -130,25 +130,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     if mode == "am" {
-        for _ in 0..1000 {
-            am_round(&mut a, &mut b)?;
-        }
-        let t = Instant::now();
-        for _ in 0..iters {
-            am_round(&mut a, &mut b)?;
-        }
-        println!(
-            "ns_per_msg {size} {:.1}",
-            t.elapsed().as_nanos() as f64 / iters as f64
-        );
-        return Ok(());
+        return timed(size, iters, || am_round(&mut a, &mut b));
     }
+    timed(size, iters, || round(&mut a, &mut b))
+}
+
+/// Runs `round` 1000 times to warm up, then `iters` times on the clock, and prints the
+/// wall-clock nanoseconds per round.
+fn timed(
+    size: usize,
+    iters: usize,
+    mut round: impl FnMut() -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..1000 {
-        round(&mut a, &mut b)?;
+        round()?;
     }
     let t = Instant::now();
     for _ in 0..iters {
-        round(&mut a, &mut b)?;
+        round()?;
     }
     println!(
         "ns_per_msg {size} {:.1}",
