@@ -15,6 +15,9 @@ use std::rc::Rc;
 use std::time::Instant;
 use ucp::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker, TAG_MASK_EXACT};
 
+/// The active message B's handler took last: its header's first byte and its data.
+type Arrived = Rc<RefCell<Option<(u8, Vec<u8>)>>>;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let size: usize = args.get(1).map_or(Ok(8), |s| s.parse())?;
@@ -36,8 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ab = a.ep_create(b.address(), EpParams::default())?;
     let msg: Vec<u8> = (0..size).map(|i| (i % 251) as u8 + 1).collect();
     let mut buf = Some(vec![0u8; size]);
-    // The active message B's handler took: its header's first byte and its data.
-    let am_got: Rc<RefCell<Option<(u8, Vec<u8>)>>> = Rc::default();
+    let am_got: Arrived = Rc::default();
     let got_in = am_got.clone();
     b.am_set_handler(5, move |_, hdr, data| {
         *got_in.borrow_mut() = Some((hdr.first().copied().unwrap_or(0), data));
