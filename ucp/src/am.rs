@@ -94,12 +94,13 @@ impl State {
         if total + EagerHdr::LEN <= proto.bcopy_single_max
             && data.as_slice().len() < proto.rndv_thresh
         {
-            let mut body = self.get_buf();
-            body.extend_from_slice(&UserAmHdr { id, hdr_len: hlen }.encode());
-            body.extend_from_slice(header);
-            body.extend_from_slice(data.as_slice());
-            let r = self.send_ctl(idx, am_id::USER_AM, &body);
-            self.put_buf(body);
+            // The headers are gathered with the data by the transport's pack (no copy of the
+            // data on the way).
+            let mut head = self.get_buf();
+            head.extend_from_slice(&UserAmHdr { id, hdr_len: hlen }.encode());
+            head.extend_from_slice(header);
+            let r = self.send_ctl2(idx, am_id::USER_AM, &head, data.as_slice());
+            self.put_buf(head);
             r?;
             let give = match data {
                 SendData::Owned(v) => Some(v),
