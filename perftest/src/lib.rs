@@ -5,6 +5,8 @@
 //! ([`wire`]); both sides exchange transport addresses, connect, and run the test
 //! ([`uct_test`]); the client measures and prints ([`report`]).
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod driver;
 pub mod info;

@@ -1,1 +1,2 @@
 //! End-to-end tests live in tests/tests/.
+#![warn(missing_docs)]
