@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
-use ucs::async_ctx::{EventSet, Interest};
+use ucs::async_ctx::{ready_now, EventSet, Interest, Ready};
 use ucs::{Error, Result};
 
 /// Backlog of the grant socket (the kernel caps it at `net.core.somaxconn`).
@@ -295,53 +295,23 @@ fn refresh(r: &mut Registry) {
 }
 
 /// Reads what each granting process said, and drops connections whose granting side has
-/// closed: those of process `only` (one `poll` each, no allocation: this runs on data paths),
-/// or all of them (one `poll` over the lot).
+/// closed: those of process `only`, or all of them (a look at each connection, no waiting and
+/// no allocation: this runs on data paths).
 fn prune(incoming: &mut Vec<Incoming>, only: Option<u32>) {
-    if let Some(pid) = only {
-        incoming.retain_mut(|g| {
-            if g.pid != pid {
-                return true;
-            }
-            let mut p = libc::pollfd {
-                fd: g.conn.as_raw_fd(),
-                events: libc::POLLIN | libc::POLLRDHUP,
-                revents: 0,
-            };
-            // SAFETY: FFI with one valid pollfd and no timeout.
-            unsafe { libc::poll(&mut p, 1, 0) };
-            still_open(g, p.revents)
-        });
-        return;
-    }
-    let mut fds: Vec<libc::pollfd> = incoming
-        .iter()
-        .map(|g| libc::pollfd {
-            fd: g.conn.as_raw_fd(),
-            events: libc::POLLIN | libc::POLLRDHUP,
-            revents: 0,
-        })
-        .collect();
-    if fds.is_empty() {
-        return;
-    }
-    // SAFETY: FFI with `fds.len()` valid pollfds and no timeout.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
-    if n <= 0 {
-        return;
-    }
-    let mut i = 0;
     incoming.retain_mut(|g| {
-        let ev = fds[i].revents;
-        i += 1;
-        still_open(g, ev)
+        if only.is_some_and(|pid| g.pid != pid) {
+            return true;
+        }
+        // A failed look (not expected for an open socket) keeps the connection as it is.
+        let ready = ready_now(g.conn.as_raw_fd(), Interest::READABLE).unwrap_or(Ready::empty());
+        still_open(g, ready)
     });
 }
 
-/// Given the poll events of a grant connection, reads the granting process's byte if it is
+/// Given what a grant connection is ready for, reads the granting process's byte if it is
 /// there, and tells whether the connection is still open.
-fn still_open(g: &mut Incoming, ev: libc::c_short) -> bool {
-    if ev & libc::POLLIN != 0 {
+fn still_open(g: &mut Incoming, ready: Ready) -> bool {
+    if ready.contains(Ready::READABLE) {
         let mut b = [0u8; 1];
         // SAFETY: FFI reading at most one byte into `b`.
         let n = unsafe {
@@ -359,7 +329,7 @@ fn still_open(g: &mut Incoming, ev: libc::c_short) -> bool {
             _ => {}
         }
     }
-    ev & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0
+    !ready.intersects(Ready::HANGUP | Ready::ERROR)
 }
 
 /// Whether process `pid` currently lets this process reach its memory: it is this process, or

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, Weak};
-use ucs::async_ctx::{EventSet, Interest};
+use ucs::async_ctx::{ready_now, EventSet, Interest, Ready};
 use ucs::Result;
 
 /// A pidfd of one peer process, shared by all its watchers in this process.
@@ -52,14 +52,7 @@ fn with_registry<T>(f: impl FnOnce(&mut Pidfds) -> T) -> T {
 
 /// Whether the process behind `fd` has exited (its pidfd is readable).
 fn pidfd_exited(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: FFI with one valid pollfd and no timeout.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+    ready_now(fd, Interest::READABLE).is_ok_and(|r| r.intersects(Ready::READABLE | Ready::HANGUP))
 }
 
 /// Watches a peer process for exit.
