@@ -6,7 +6,9 @@
 #
 #   bash capi/bench/mpi-vs-ucx.sh LIBDIR [REPEATS]     # LIBDIR: rucx's libucp.so.0 and friends
 #
-# Environment: TLS (default shm,self; e.g. TLS=tcp for UCX_TLS=tcp with UCX_NET_DEVICES=lo),
+# Environment: UCX_LIBDIR (the UCX to compare with, e.g. UCX 1.22's lib/ from the libucx-cu12
+# wheel, bench/fetch-ucx122.sh; default: the system's, Debian's UCX 1.13),
+# TLS (default shm,self; e.g. TLS=tcp for UCX_TLS=tcp with UCX_NET_DEVICES=lo),
 # LAT_ITERS (default 100000), BW_ITERS (default 20: 20 windows of 64 x 1 MiB, 160 of 64 x 64 KiB).
 # Goals: 8 B latency <= 0.9x UCX's, 64 KiB and 1 MiB bandwidth >= 1.1x.
 set -euo pipefail
@@ -23,7 +25,14 @@ lat_iters=${LAT_ITERS:-100000}
 bw_iters=${BW_ITERS:-20}
 [ -e "$libdir/libucp.so.0" ] || { echo "$libdir has no libucp.so.0" >&2; exit 2; }
 rucx_ucp=$(realpath "$libdir/libucp.so.0")
-ucx_ucp=$(realpath "$(ldconfig -p | awk '$1 == "libucp.so.0" && !found { print $NF; found = 1 }')")
+ucx_libdir=${UCX_LIBDIR:-}
+if [ -n "$ucx_libdir" ]; then
+  ucx_libdir=$(realpath "$ucx_libdir")
+  [ -e "$ucx_libdir/libucp.so.0" ] || { echo "$ucx_libdir has no libucp.so.0" >&2; exit 2; }
+  ucx_ucp=$(realpath "$ucx_libdir/libucp.so.0")
+else
+  ucx_ucp=$(realpath "$(ldconfig -p | awk '$1 == "libucp.so.0" && !found { print $NF; found = 1 }')")
+fi
 [ "$rucx_ucp" != "$ucx_ucp" ] || { echo "$libdir/libucp.so.0 is the system's UCX" >&2; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rucx-mpi-bench.XXXXXX")
@@ -35,7 +44,11 @@ done
 env_for() { # LIB: the environment of a run on LIB (ucx|rucx)
   local -a e=("UCX_TLS=$tls")
   [ "$tls" != tcp ] || e+=(UCX_NET_DEVICES=lo)
-  [ "$1" = ucx ] || e+=("LD_LIBRARY_PATH=$libdir")
+  if [ "$1" = rucx ]; then
+    e+=("LD_LIBRARY_PATH=$libdir")
+  elif [ -n "$ucx_libdir" ]; then
+    e+=("LD_LIBRARY_PATH=$ucx_libdir")
+  fi
   printf '%s\n' "${e[@]}"
 }
 
