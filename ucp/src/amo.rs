@@ -232,7 +232,7 @@ impl Worker {
 
     /// Atomics since creation: (through the transport, emulated over active messages).
     pub fn atomic_counts(&self) -> (u64, u64) {
-        (self.st.amo.hw, self.st.amo.emulated)
+        self.st.amo.counts()
     }
 }
 
@@ -343,11 +343,11 @@ impl State {
             };
             match out {
                 Outcome::Done(v) => {
-                    self.amo.hw += 1;
+                    self.amo.started_hw();
                     return Ok(Started::Done(v));
                 }
                 Outcome::InProgress => {
-                    self.amo.hw += 1;
+                    self.amo.started_hw();
                     let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
                     debug_assert_eq!(self.wire_id(key), wire);
                     return Ok(Started::Req(key));
@@ -360,7 +360,7 @@ impl State {
         if let Some(k) = rkey.rma.as_ref().or(rkey.amo.as_ref()) {
             k.check(addr, bytes as usize)?;
         }
-        self.amo.emulated += 1;
+        self.amo.started_emulated();
         let key = fetch.then(|| self.new_req(Some(idx), ReqKind::Atomic { value: 0 }));
         let req = match key {
             Some(k) => self.peer_id(idx, k),

@@ -99,7 +99,7 @@ impl Worker {
         if !(p as usize).is_multiple_of(bytes) {
             return None;
         }
-        self.st.amo.hw += 1;
+        self.st.amo.started_hw();
         // SAFETY: `p` is an aligned word inside the peer's segment, mapped while `rkey` lives;
         // peers access such words only atomically or by plain copies.
         let old = unsafe {

@@ -12,7 +12,6 @@
 
 use super::{zcopy_run, ZcopyRun};
 use crate::rndv::stages::RndvRecv;
-use crate::tag::unexp::{Unexp, UnexpKind};
 use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
 use crate::wireup::RndvScheme;
 use crate::worker::peer_req::Named;
@@ -339,7 +338,7 @@ impl State {
     pub(crate) fn on_rts(&mut self, idx: usize, h: RtsHdr<'_>) -> Result<()> {
         let len = usize::try_from(h.len)
             .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
-        let uid = self.tag.unexp.vacant_key();
+        let uid = self.tag.next_unexp_id();
         match self.tm_arrive(h.tag, uid as u64) {
             Some(wire) => match self.req_by_wire(wire) {
                 Some(key) => self.rndv_recv_start(
@@ -348,18 +347,9 @@ impl State {
                 None => Ok(()),
             },
             None => {
-                self.tag.unexp.insert(Unexp {
-                    ep: idx,
-                    tag: h.tag,
-                    kind: UnexpKind::Rts {
-                        sreq: h.sreq,
-                        len,
-                        addr: h.buf.addr,
-                        tl: h.buf.tl.to_owned(),
-                        rkey: h.buf.rkey.to_vec(),
-                    },
-                    msg_key: None,
-                });
+                let b = &h.buf;
+                self.tag
+                    .park_rts(idx, h.tag, h.sreq, len, b.addr, b.tl, b.rkey);
                 Ok(())
             }
         }

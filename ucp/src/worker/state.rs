@@ -138,7 +138,7 @@ impl State {
     #[allow(clippy::unreachable)]
     pub(crate) fn send_rndv(&mut self, key: usize) -> &mut Rndv {
         match &mut self.reqs[key].kind {
-            ReqKind::Send(s) => rndv_in(&mut s.rndv, &mut self.rndv.pool),
+            ReqKind::Send(s) => self.rndv.box_in(&mut s.rndv),
             _ => unreachable!("request {key} is not a send"),
         }
     }
@@ -147,14 +147,8 @@ impl State {
     #[allow(clippy::unreachable)]
     pub(crate) fn recv_rndv(&mut self, key: usize) -> &mut Rndv {
         match &mut self.reqs[key].kind {
-            ReqKind::Recv(r) => rndv_in(&mut r.rndv, &mut self.rndv.pool),
+            ReqKind::Recv(r) => self.rndv.box_in(&mut r.rndv),
             _ => unreachable!("request {key} is not a receive"),
         }
     }
-}
-
-/// The box in `slot`, filled from `pool` (or allocated) when empty.
-#[allow(clippy::vec_box)]
-fn rndv_in<'a>(slot: &'a mut Option<Box<Rndv>>, pool: &mut Vec<Box<Rndv>>) -> &'a mut Rndv {
-    slot.get_or_insert_with(|| pool.pop().unwrap_or_default())
 }
