@@ -37,7 +37,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let msg: Vec<u8> = (0..size).map(|i| (i % 251) as u8 + 1).collect();
     let mut buf = Some(vec![0u8; size]);
     // The active message B's handler took: its header's first byte and its data.
-    let am_got: Rc<RefCell<Option<(u8, Vec<u8>)>>> = Rc::default();
+    type AmGot = Rc<RefCell<Option<(u8, Vec<u8>)>>>;
+    let am_got: AmGot = Rc::default();
     let got_in = am_got.clone();
     b.am_set_handler(5, move |_, hdr, data| {
         *got_in.borrow_mut() = Some((hdr.first().copied().unwrap_or(0), data));
