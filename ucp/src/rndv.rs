@@ -115,6 +115,17 @@ impl RndvState {
         slot.get_or_insert_with(|| self.pool.pop().unwrap_or_default())
     }
 
+    /// Queues rendezvous read `key` (wire id `wire`) to move its next fragment on a later
+    /// progress call.
+    pub(crate) fn queue_read(&mut self, key: usize, wire: u64) {
+        self.gets.push_back((key, wire));
+    }
+
+    /// The rendezvous read to move a fragment of now, taken from the queue.
+    pub(crate) fn next_read(&mut self) -> Option<(usize, u64)> {
+        self.gets.pop_front()
+    }
+
     /// Gives a finished request's rendezvous box back to the pool, cleared.
     pub(crate) fn recycle(&mut self, mut x: Box<Rndv>) {
         if self.pool.len() < POOL_MAX {

@@ -7,7 +7,7 @@
 //! (`State::tag`, `State::rndv`, `State::amo`, `State::am`, `State::tm`), whose fields only
 //! the family names. The set:
 //! - endpoints: [`State::ep`], [`State::ep_get`], [`State::ep_mut`], [`State::ep_queue_empty`],
-//!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`],
+//!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`], [`State::req_step`],
 //!   [`State::add_lane`]; the lanes through
 //!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
 //! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
@@ -29,11 +29,22 @@
 use crate::request::Completion;
 use crate::wire::PREFIX_LEN;
 use crate::wireup::ProtoConfig;
+use crate::worker::api_types::ProtoStats;
 use crate::worker::ep::{Ep, EpState, IfaceInfo, Stamp};
 use crate::worker::req::{Notify, Req};
 use crate::worker::state::State;
 use ucs::{Outcome, Result};
 use uct::{AnyEp, AnyMd, Endpoint as _, IfaceAttr, IfaceFlags};
+
+/// What a protocol step for one request on one endpoint works on at once: the endpoint, the
+/// worker's interfaces (as its lanes name them), the request and the counters (see
+/// [`State::req_step`]).
+pub(crate) struct ReqStep<'a> {
+    pub(crate) ep: &'a mut Ep,
+    pub(crate) ifaces: &'a [IfaceInfo],
+    pub(crate) req: &'a mut Req,
+    pub(crate) stats: &'a mut ProtoStats,
+}
 
 /// An endpoint's AM lane, ready to send on (see [`State::am_lane_and_req`]).
 pub(crate) struct AmLane<'a> {
@@ -96,6 +107,17 @@ impl State {
             last_tx,
         };
         Ok((lane, &mut self.reqs[key]))
+    }
+
+    /// Endpoint `idx`, request `key` and what a step sending for it needs, at once.
+    #[inline]
+    pub(crate) fn req_step(&mut self, idx: usize, key: usize) -> ReqStep<'_> {
+        ReqStep {
+            ep: &mut self.eps[idx],
+            ifaces: &self.info,
+            req: &mut self.reqs[key],
+            stats: &mut self.stats,
+        }
     }
 
     /// Whether nothing waits on endpoint `idx`'s pending list: a new operation may start at
@@ -233,6 +255,13 @@ impl State {
         Ok(false)
     }
 
+    /// Tells the next progress call that a queue of its steps holds work (a family queued
+    /// something progress must come back to).
+    #[inline]
+    pub(crate) fn note_queued_work(&mut self) {
+        self.more_work = true;
+    }
+
     /// Adds transport endpoint `uep` of interface `li` to the lanes of endpoint `idx` (a lane
     /// connected after the others): its events find the endpoint, and its interface counts it.
     /// Gives the new lane's index (`None`: the endpoint has no lanes).
@@ -242,5 +271,54 @@ impl State {
         l.uct.push((li, uep));
         self.iface_users[li] += 1;
         Some(l.uct.len() - 1)
+    }
+}
+
+impl State {
+    /// Request `key` (a live request the caller holds).
+    #[inline]
+    pub(crate) fn req(&self, key: usize) -> &Req {
+        &self.reqs[key]
+    }
+
+    /// The protocol counters.
+    #[inline]
+    pub(crate) fn stats_mut(&mut self) -> &mut ProtoStats {
+        &mut self.stats
+    }
+
+    /// A new id for a message sent in fragments (unique per sender).
+    #[inline]
+    pub(crate) fn new_msg_id(&mut self) -> u64 {
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        id
+    }
+}
+
+impl State {
+    /// The worker's reused encoding buffer (give it back with [`State::put_scratch`]).
+    #[inline]
+    pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.scratch)
+    }
+
+    /// Gives the encoding buffer back, for the next message.
+    #[inline]
+    pub(crate) fn put_scratch(&mut self, v: Vec<u8>) {
+        self.scratch = v;
+    }
+
+    /// The worker's reused buffer for a packed remote key (give it back with
+    /// [`State::put_rkey_scratch`]).
+    #[inline]
+    pub(crate) fn take_rkey_scratch(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.rkey_scratch)
+    }
+
+    /// Gives the remote-key buffer back, for the next message.
+    #[inline]
+    pub(crate) fn put_rkey_scratch(&mut self, v: Vec<u8>) {
+        self.rkey_scratch = v;
     }
 }

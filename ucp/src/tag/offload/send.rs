@@ -273,7 +273,7 @@ impl State {
             .map(|m| self.rts_rkey(Some(li), Some(m)));
         if let Some(("", scratch)) = am_key {
             // Packing failed: the key buffer goes back for the RMA lane's key.
-            self.rkey_scratch = scratch;
+            self.put_rkey_scratch(scratch);
             am_key = None;
         }
         let (tl, rkey) = match (am_key, &rma) {
@@ -281,7 +281,7 @@ impl State {
             (None, Some((r, m))) => self.rts_rkey(Some(*r), Some(m)),
             (None, None) => self.rts_rkey(None, None),
         };
-        let mut hdr = std::mem::take(&mut self.scratch);
+        let mut hdr = self.take_scratch();
         hdr.clear();
         if offload {
             hdr.extend_from_slice(&self.uuid.to_le_bytes());
@@ -297,7 +297,7 @@ impl State {
             },
         }
         .encode(&mut hdr);
-        self.rkey_scratch = rkey;
+        self.put_rkey_scratch(rkey);
         let out = if !offload {
             self.send_ctl_now(idx, am_id::RTS, &hdr)
         } else if let (true, Some(memh)) = (hdr.len() <= max_hdr, am_memh) {
@@ -324,7 +324,7 @@ impl State {
         } else {
             Ok(false)
         };
-        self.scratch = hdr;
+        self.put_scratch(hdr);
         let sent = match out {
             Ok(sent) => sent,
             Err(e) => {
@@ -502,7 +502,7 @@ impl State {
             None => None,
         };
         let (tl, rkey) = self.rts_rkey(rma_li, rma_memh.as_ref());
-        let mut hdr = std::mem::take(&mut self.scratch);
+        let mut hdr = self.take_scratch();
         hdr.clear();
         hdr.extend_from_slice(&self.uuid.to_le_bytes());
         RtsHdr {
@@ -516,7 +516,7 @@ impl State {
             },
         }
         .encode(&mut hdr);
-        self.rkey_scratch = rkey;
+        self.put_rkey_scratch(rkey);
         let out = if hdr.len() <= max_hdr {
             match self.eps[idx].lanes.as_mut() {
                 Some(l) => l.uct[l.am].1.tag_rndv_zcopy(
@@ -530,7 +530,7 @@ impl State {
         } else {
             Ok(Outcome::NoResource)
         };
-        self.scratch = hdr;
+        self.put_scratch(hdr);
         match out? {
             Outcome::Done(op) => {
                 self.tm.sent_rndv += 1;
