@@ -7,7 +7,7 @@
 //! (`State::tag`, `State::rndv`, `State::amo`, `State::am`, `State::tm`), whose fields only
 //! the family names. The set:
 //! - endpoints: [`State::ep`], [`State::ep_get`], [`State::ep_mut`], [`State::ep_queue_empty`],
-//!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`], [`State::req_step`],
+//!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_mut`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`], [`State::req_step`],
 //!   [`State::add_lane`]; the lanes through
 //!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
 //! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
@@ -71,6 +71,12 @@ impl State {
         self.eps.get(idx)
     }
 
+    /// Endpoint `idx`, if there is one, to change.
+    #[inline]
+    pub(crate) fn ep_get_mut(&mut self, idx: usize) -> Option<&mut Ep> {
+        self.eps.get_mut(idx)
+    }
+
     /// Endpoint `idx`, to change (as [`State::ep`]).
     #[inline]
     pub(crate) fn ep_mut(&mut self, idx: usize) -> &mut Ep {
@@ -118,6 +124,15 @@ impl State {
             req: &mut self.reqs[key],
             stats: &mut self.stats,
         }
+    }
+
+    /// Endpoint `idx`'s AM lane: its interface index, transport endpoint and the interface's
+    /// description (`None` while the endpoint is connecting).
+    #[inline]
+    pub(crate) fn am_lane_mut(&mut self, idx: usize) -> Option<(usize, &mut AnyEp, &IfaceInfo)> {
+        let l = self.eps[idx].lanes.as_mut()?;
+        let (li, uep) = &mut l.uct[l.am];
+        Some((*li, uep, &self.info[*li]))
     }
 
     /// Whether nothing waits on endpoint `idx`'s pending list: a new operation may start at
@@ -320,5 +335,67 @@ impl State {
     #[inline]
     pub(crate) fn put_rkey_scratch(&mut self, v: Vec<u8>) {
         self.rkey_scratch = v;
+    }
+}
+
+impl State {
+    /// The time of the current progress call, as endpoints note their last send and receive.
+    #[inline]
+    pub(crate) fn now_stamp(&self) -> Stamp {
+        self.now_stamp
+    }
+}
+
+impl State {
+    /// Request `key`, if there is one, to change.
+    #[inline]
+    pub(crate) fn req_get_mut(&mut self, key: usize) -> Option<&mut Req> {
+        self.reqs.get_mut(key)
+    }
+
+    /// The generation of the request [`State::new_req`] made last.
+    #[inline]
+    pub(crate) fn last_req_gen(&self) -> u32 {
+        self.req_gen
+    }
+
+    /// The unfinished request wire id `wire` names, with its key.
+    #[inline]
+    pub(crate) fn req_waiting_by_wire(&mut self, wire: u64) -> Option<(usize, &mut Req)> {
+        self.reqs.waiting_by_wire(wire)
+    }
+
+    /// Frees request `key`, whose kind and notification own nothing.
+    #[inline]
+    pub(crate) fn free_plain_req(&mut self, key: usize) {
+        self.reqs.free_plain(key);
+    }
+
+    /// Removes request `key` from the table, giving it whole.
+    pub(crate) fn remove_req(&mut self, key: usize) -> Req {
+        self.reqs.remove(key)
+    }
+
+    /// The user's handle of request `key` (generation `gen`).
+    #[inline]
+    pub(crate) fn handle_of(&self, key: usize, gen: u32) -> crate::request::Request {
+        crate::request::Request::new(key, gen, &self.req_shared)
+    }
+
+    /// The endpoint connected to the worker with uuid `uuid`.
+    #[inline]
+    pub(crate) fn ep_of_peer(&self, uuid: u64) -> Option<usize> {
+        self.by_uuid.get(&uuid).copied()
+    }
+
+    /// Counts a message from a worker no endpoint knows (dropped).
+    pub(crate) fn note_unknown_sender(&mut self) {
+        self.malformed_unknown += 1;
+    }
+
+    /// The worker's configuration.
+    #[inline]
+    pub(crate) fn config(&self) -> &crate::config::UcpConfig {
+        &self.cfg
     }
 }
