@@ -399,3 +399,16 @@ impl State {
         &self.cfg
     }
 }
+
+impl State {
+    /// Queues endpoint `idx` to connect its lanes on the next progress call.
+    pub(crate) fn queue_connect(&mut self, idx: usize) {
+        self.to_connect.push(idx);
+        self.more_work = true;
+    }
+
+    /// This worker's packed address.
+    pub(crate) fn worker_address(&self) -> &[u8] {
+        &self.address
+    }
+}

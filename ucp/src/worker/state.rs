@@ -38,7 +38,7 @@ pub(crate) struct State {
     pub(crate) info: Vec<IfaceInfo>,
     /// Some interface of `info` is `ep_only` (set once, with `info`).
     pub(super) any_ep_only: bool,
-    pub(crate) address: Vec<u8>,
+    pub(super) address: Vec<u8>,
     pub(crate) eps: Slab<Ep>,
     pub(super) ep_gen: u32,
     pub(crate) by_uuid: crate::worker::peers::PeerIndex,
@@ -49,12 +49,12 @@ pub(crate) struct State {
     pub(crate) reqs: crate::worker::req_table::ReqTable,
     pub(super) req_gen: u32,
     pub(super) pool: Vec<Vec<u8>>,
-    pub(crate) to_connect: Vec<usize>,
+    pub(super) to_connect: Vec<usize>,
     /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
     /// `failed_notify`, `callbacks_due` or `rndv.gets` (and left set until `progress` finds them
     /// all empty
     /// again): one load tells a progress call whether it has queued work.
-    pub(crate) more_work: bool,
+    pub(super) more_work: bool,
     pub(super) pending_eps: Vec<usize>,
     pub(super) flushes: Vec<usize>,
     pub(super) failed_notify: Vec<usize>,
@@ -74,7 +74,7 @@ pub(crate) struct State {
     pub(crate) now_stamp: Stamp,
     /// Set when the worker may have slept (`arm`): the next progress call reads the clock.
     pub(super) clock_stale: bool,
-    pub(crate) malformed_unknown: u64,
+    pub(super) malformed_unknown: u64,
     pub(crate) stats: ProtoStats,
     /// User active messages: the handlers.
     pub(crate) am: crate::am::state::AmState,
