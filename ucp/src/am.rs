@@ -56,7 +56,7 @@ impl Worker {
 
 impl State {
     pub(crate) fn deliver_am(&mut self, ep: usize, id: u16, hdr: &[u8], data: Vec<u8>) {
-        let Some(gen) = self.eps.get(ep).map(|e| e.gen) else {
+        let Some(gen) = self.ep_gen(ep) else {
             tracing::warn!(id, "active message for an endpoint that is gone dropped");
             self.put_buf(data);
             return;
@@ -83,7 +83,8 @@ impl State {
         data: SendData<'_>,
     ) -> Result<Op> {
         self.ep_usable(idx)?;
-        let proto = self.eps[idx]
+        let proto = self
+            .ep(idx)
             .proto
             .as_deref()
             .copied()
@@ -119,7 +120,7 @@ impl State {
         }
         let key = self.new_send(idx, 0, data, false);
         self.send_rndv(key).am = Some((id, header.to_vec()));
-        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
         if !ready || !self.send_rts(key)? {
             self.queue_req(idx, key);
         }

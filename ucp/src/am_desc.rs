@@ -136,7 +136,7 @@ impl State {
         }
         let len = usize::try_from(rts.len)
             .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
-        let gen = self.eps[idx].gen;
+        let gen = self.ep(idx).gen;
         let d = AmRndv {
             ep: self.ep_handle(idx, gen),
             sreq: rts.sreq,
@@ -155,7 +155,7 @@ impl State {
     }
 
     fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg) {
-        let gen = self.eps[idx].gen;
+        let gen = self.ep(idx).gen;
         let ep = self.ep_handle(idx, gen);
         if let Some(cb) = self.am.desc_handler(id) {
             cb(ep, msg);

@@ -15,8 +15,7 @@ pub(crate) mod state;
 
 use crate::request::{Completion, Op, RequestId};
 use crate::rma::Rkey;
-use crate::wire::{am_id, split_prefix, AtomicRepHdr, AtomicReqHdr, NO_REQ, PREFIX_LEN};
-use crate::worker::ep::EpState;
+use crate::wire::{am_id, split_prefix, AtomicRepHdr, AtomicReqHdr, NO_REQ};
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
@@ -75,31 +74,28 @@ impl Worker {
     /// atomics stay emulated over the AM lane (they were correct either way).
     pub(crate) fn connect_amo_lane(&mut self, idx: usize) {
         let st = &mut self.st;
-        let Some(l) = st.eps[idx].lanes.as_mut() else {
+        let Some(l) = st.ep_mut(idx).lanes.as_mut() else {
             return;
         };
         let Some(p) = l.amo_later.take() else {
             return;
         };
-        let Some(r) = st.eps[idx].peer_addr().and_then(|a| a.tls.get(p.remote)) else {
+        let Some(r) = st.ep(idx).peer_addr().and_then(|a| a.tls.get(p.remote)) else {
             return;
         };
         let res = self.ifaces[p.local].ep_create_connected(&r.device_addr, &r.iface_addr);
-        st.eps[idx].addr_done();
+        st.ep_mut(idx).addr_done();
         match res {
             Ok(uep) => {
-                let Some(l) = st.eps[idx].lanes.as_mut() else {
-                    return;
-                };
-                l.uct.push((p.local, uep));
-                l.set_amo(l.uct.len() - 1);
-                st.by_uct
-                    .insert((p.local, l.uct[l.uct.len() - 1].1.id().0), idx);
-                st.iface_users[p.local] += 1;
+                if let Some(lane) = st.add_lane(idx, p.local, uep) {
+                    if let Some(l) = st.ep_mut(idx).lanes.as_mut() {
+                        l.set_amo(lane);
+                    }
+                }
             }
             Err(e) => tracing::debug!(
                 "atomic lane {} not connected, atomics are emulated: {e}",
-                st.info[p.local].tl_name
+                st.iface(p.local).tl_name
             ),
         }
     }
@@ -215,14 +211,14 @@ impl Worker {
             Started::Done(v) => Ok(AmoStart::Done(v)),
             Started::Req(key) => {
                 // Finished already (a loopback transport may answer within the send).
-                if self.st.reqs[key].done.is_some() {
-                    let c = self.st.reqs.take_done(key).unwrap_or_else(Completion::ok);
+                if let Some(c) = self.st.take_finished(key) {
                     return c.status.map(|()| AmoStart::Done(c.value));
                 }
-                let r = &mut self.st.reqs[key];
+                let wid = self.st.worker_id();
+                let r = self.st.req_mut(key);
                 r.notify = Notify::Hook(token);
                 Ok(AmoStart::Hooked(RequestId {
-                    wid: self.st.id,
+                    wid,
                     key: key as u32,
                     gen: r.gen,
                 }))
@@ -232,7 +228,7 @@ impl Worker {
 
     /// Atomics since creation: (through the transport, emulated over active messages).
     pub fn atomic_counts(&self) -> (u64, u64) {
-        (self.st.amo.hw, self.st.amo.emulated)
+        self.st.amo.counts()
     }
 }
 
@@ -292,8 +288,8 @@ impl State {
         // Through the transport when the lane has it and nothing is queued ahead.
         // A peer segment mapped here takes CPU atomics on the shared-memory lane.
         let cpu = |lane: usize| {
-            self.eps[idx].lanes.as_ref().is_some_and(|l| {
-                let a = &self.info[l.uct[lane].0].attr;
+            self.ep(idx).lanes.as_ref().is_some_and(|l| {
+                let a = &self.iface(l.uct[lane].0).attr;
                 a.flags.contains(IfaceFlags::ATOMIC_CPU)
                     && match size {
                         AmoSize::U32 => !a.atomics.fop32.is_empty(),
@@ -304,17 +300,17 @@ impl State {
         let (amo, amo_key) = match &rkey.mapped {
             Some((lane, k)) if cpu(*lane) => (Some(*lane), Some(k)),
             _ => (
-                self.eps[idx].lanes.as_ref().and_then(|l| l.amo()),
+                self.ep(idx).lanes.as_ref().and_then(|l| l.amo()),
                 rkey.amo.as_ref(),
             ),
         };
-        if let (Some(lane), Some(rk), true) = (amo, amo_key, self.eps[idx].pending.is_empty()) {
+        if let (Some(lane), Some(rk), true) = (amo, amo_key, self.ep_queue_empty(idx)) {
             // The request is created only if the transport answers later; its wire id is known
             // before (the slab's next key and the next generation), so an atomic that completes
             // at once costs no request.
-            let gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
-            let wire = u64::from(gen) << 32 | self.reqs.vacant_key() as u64;
-            let l = self.eps[idx]
+            let wire = self.next_wire_id();
+            let l = self
+                .ep_mut(idx)
                 .lanes
                 .as_mut()
                 .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
@@ -343,11 +339,11 @@ impl State {
             };
             match out {
                 Outcome::Done(v) => {
-                    self.amo.hw += 1;
+                    self.amo.started_hw();
                     return Ok(Started::Done(v));
                 }
                 Outcome::InProgress => {
-                    self.amo.hw += 1;
+                    self.amo.started_hw();
                     let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
                     debug_assert_eq!(self.wire_id(key), wire);
                     return Ok(Started::Req(key));
@@ -360,7 +356,7 @@ impl State {
         if let Some(k) = rkey.rma.as_ref().or(rkey.amo.as_ref()) {
             k.check(addr, bytes as usize)?;
         }
-        self.amo.emulated += 1;
+        self.amo.started_emulated();
         let key = fetch.then(|| self.new_req(Some(idx), ReqKind::Atomic { value: 0 }));
         let req = match key {
             Some(k) => self.peer_id(idx, k),
@@ -377,12 +373,12 @@ impl State {
         .encode();
         if let Err(e) = self.send_amo(idx, am_id::ATOMIC_REQ, req, &body[8..len]) {
             if let Some(k) = key {
-                self.reqs.remove(k);
+                self.drop_req(k);
             }
             return Err(e);
         }
         // The target acknowledges every emulated atomic; flushes and fences wait for that.
-        let ep = &mut self.eps[idx];
+        let ep = self.ep_mut(idx);
         ep.amo_sent = ep.amo_sent.wrapping_add(1);
         Ok(match key {
             Some(k) => Started::Req(k),
@@ -480,20 +476,8 @@ impl State {
     /// behind earlier sends, or copied into a larger buffer).
     #[inline(always)]
     fn send_amo(&mut self, idx: usize, id: u8, req: u64, rest: &[u8]) -> Result<()> {
-        let ep = &mut self.eps[idx];
-        if ep.pending.is_empty() && !matches!(ep.state, EpState::Failed | EpState::Closed) {
-            if let Some(l) = ep.lanes.as_mut() {
-                if let Some((li, uep)) = l.uct.get_mut(l.am) {
-                    let a = &self.info[*li].attr;
-                    if a.flags.contains(IfaceFlags::AM_SHORT)
-                        && PREFIX_LEN + 8 + rest.len() <= a.am.max_short
-                        && uep.am_short2(id, self.uuid, req, rest)? != Outcome::NoResource
-                    {
-                        ep.last_tx = self.now_stamp;
-                        return Ok(());
-                    }
-                }
-            }
+        if self.am_short_now(idx, id, req, rest)? {
+            return Ok(());
         }
         self.send_ctl2(idx, id, &req.to_le_bytes(), rest)
     }
@@ -523,7 +507,7 @@ impl State {
 
     /// ATOMIC_REP: the target's reply to one of our emulated atomics.
     pub(crate) fn on_atomic_rep(&mut self, idx: usize, h: AtomicRepHdr) -> Result<()> {
-        let ep = &mut self.eps[idx];
+        let ep = self.ep_mut(idx);
         ep.amo_acked = ep.amo_acked.wrapping_add(1);
         if h.req == NO_REQ {
             if h.status != 0 {
@@ -552,20 +536,10 @@ impl State {
             ..Completion::ok()
         };
         // The kind (a value) and the notification (a token) own nothing: freed plainly.
-        match self.reqs[key].notify {
-            Notify::Token(t) => {
-                self.reqs.free_plain(key);
-                self.tokens_done.push((t, c()));
-                return Ok(());
-            }
-            Notify::Hook(t) => {
-                self.reqs.free_plain(key);
-                self.hook_done(t, c());
-                return Ok(());
-            }
-            _ => {}
+        if self.deliver_detached(key, c) {
+            return Ok(());
         }
-        if let ReqKind::Atomic { value } = &mut self.reqs[key].kind {
+        if let ReqKind::Atomic { value } = &mut self.req_mut(key).kind {
             *value = h.value;
         }
         self.finish(key, st);

@@ -305,7 +305,7 @@ impl Worker {
         local: Option<SocketAddr>,
         client_id: Option<u64>,
     ) -> Result<Connecting> {
-        Connecting::start(server, local, &self.st.address, client_id)
+        Connecting::start(server, local, self.st.worker_address(), client_id)
     }
 }
 

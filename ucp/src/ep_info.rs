@@ -19,7 +19,9 @@ impl Worker {
     /// it is connecting.
     pub fn ep_transports(&self, ep: EpHandle) -> Result<Vec<(String, String)>> {
         let idx = self.st.ep_idx(ep)?;
-        let l = self.st.eps[idx]
+        let l = self
+            .st
+            .ep(idx)
             .lanes
             .as_ref()
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
@@ -39,7 +41,7 @@ impl Worker {
     /// `params.err_handler` removes it.
     pub fn ep_set_err_handler(&mut self, ep: EpHandle, params: crate::EpParams) -> Result<()> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.eps[idx].err_handler = params.err_handler;
+        self.st.ep_mut(idx).err_handler = params.err_handler;
         Ok(())
     }
 
@@ -47,13 +49,15 @@ impl Worker {
     /// its lanes' performance models (overheads, latency, bandwidth), as UCX estimates it.
     pub fn ep_estimate_time(&self, ep: EpHandle, size: usize) -> Result<f64> {
         let idx = self.st.ep_idx(ep)?;
-        let l = self.st.eps[idx]
+        let l = self
+            .st
+            .ep(idx)
             .lanes
             .as_ref()
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
         l.uct
             .iter()
-            .map(|(li, _)| self.st.info[*li].attr.perf.time_for(size))
+            .map(|(li, _)| self.st.iface(*li).attr.perf.time_for(size))
             .min_by(|a, b| a.total_cmp(b))
             .ok_or_else(|| Error::Busy("endpoint has no lanes".into()))
     }

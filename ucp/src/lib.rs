@@ -48,8 +48,11 @@
 //! progress and the pool of rendezvous state; `amo::state::AmoState`; `am::state::AmState`:
 //! the handlers), and defines its request stages (`tag::stages`, `rndv::stages`), which the
 //! core's `SendStage`/`RecvStage` hold (naming only the stages a request starts in). [`rma`],
-//! `stream` and [`wireup`] are families too. The modules have no cycle, but a family's code is
-//! still `impl State` blocks that reach the core's fields (ARCHITECTURE.md, "Known debts").
+//! `stream` and [`wireup`] are families too. A family's state struct hides its fields from
+//! the core and the other families; a family reaches the core through the `State` methods of
+//! `worker::core_api` (endpoints, lanes, requests, progress queues, counters). The modules
+//! have no cycle; wire-up and the tag send fast path still read some core fields directly
+//! (ARCHITECTURE.md, "Known debts").
 //! [`wire`] defines every message's header, and [`mt`] runs a worker for many threads.
 
 #![warn(missing_docs)]

@@ -37,12 +37,12 @@ pub(crate) struct RndvState {
     /// Cleared [`Rndv`] boxes of finished requests, reused by the next ones that need one
     /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
     #[allow(clippy::vec_box)]
-    pub(crate) pool: Vec<Box<Rndv>>,
+    pool: Vec<Box<Rndv>>,
     /// Rendezvous reads on a shared-memory device with fragments left (request key and wire
     /// id): progress moves one fragment of the front one per call, round robin (see
     /// `State::get_step`). Made with room for [`GETS_ROOM`], so a steady stream allocates
     /// nothing.
-    pub(crate) gets: VecDeque<(usize, u64)>,
+    gets: VecDeque<(usize, u64)>,
 }
 
 impl Default for RndvState {
@@ -102,6 +102,30 @@ pub(crate) fn zcopy_run(
 }
 
 impl RndvState {
+    /// Whether a rendezvous read waits for its next fragment (progress has work).
+    #[inline]
+    pub(crate) fn has_reads(&self) -> bool {
+        !self.gets.is_empty()
+    }
+
+    /// The rendezvous box in `slot`, filled from the pool (or allocated) when empty.
+    #[allow(clippy::vec_box)]
+    #[inline]
+    pub(crate) fn box_in<'a>(&mut self, slot: &'a mut Option<Box<Rndv>>) -> &'a mut Rndv {
+        slot.get_or_insert_with(|| self.pool.pop().unwrap_or_default())
+    }
+
+    /// Queues rendezvous read `key` (wire id `wire`) to move its next fragment on a later
+    /// progress call.
+    pub(crate) fn queue_read(&mut self, key: usize, wire: u64) {
+        self.gets.push_back((key, wire));
+    }
+
+    /// The rendezvous read to move a fragment of now, taken from the queue.
+    pub(crate) fn next_read(&mut self) -> Option<(usize, u64)> {
+        self.gets.pop_front()
+    }
+
     /// Gives a finished request's rendezvous box back to the pool, cleared.
     pub(crate) fn recycle(&mut self, mut x: Box<Rndv>) {
         if self.pool.len() < POOL_MAX {

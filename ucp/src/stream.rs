@@ -80,7 +80,7 @@ impl Worker {
     pub fn stream_take(&mut self, ep: EpHandle, max: usize) -> Result<Vec<u8>> {
         let idx = self.st.ep_idx(ep)?;
         let mut out = self.st.get_buf();
-        if let Some(x) = self.st.eps[idx].extra.as_deref_mut() {
+        if let Some(x) = self.st.ep_mut(idx).extra.as_deref_mut() {
             if x.stream_waiters.is_empty() {
                 let n = max.min(x.stream_rx.len());
                 out.extend(x.stream_rx.range(..n));
@@ -95,7 +95,9 @@ impl Worker {
     /// it: ucx_perftest's stream test with `-r recv_data` counts messages by it).
     pub fn stream_take_message(&mut self, ep: EpHandle) -> Result<Vec<u8>> {
         let idx = self.st.ep_idx(ep)?;
-        let first = self.st.eps[idx]
+        let first = self
+            .st
+            .ep(idx)
             .extra
             .as_deref()
             .and_then(|x| x.stream_frags.front().copied())
@@ -106,7 +108,9 @@ impl Worker {
     /// Stream bytes received and not yet consumed on the endpoint.
     pub fn stream_available(&self, ep: EpHandle) -> Result<usize> {
         let idx = self.st.ep_idx(ep)?;
-        Ok(self.st.eps[idx]
+        Ok(self
+            .st
+            .ep(idx)
             .extra
             .as_ref()
             .map_or(0, |x| x.stream_rx.len()))
@@ -118,8 +122,7 @@ impl State {
         self.ep_usable(idx)?;
         let key = self.new_send(idx, 0, data, false);
         self.send_mut(key).stage = SendStage::Stream;
-        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
-        if !ready || !self.stream_step(key)? {
+        if !self.ep_ready(idx) || !self.stream_step(key)? {
             self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
@@ -127,16 +130,12 @@ impl State {
 
     pub(crate) fn stream_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
-        let uuid = self.uuid.to_le_bytes();
-        let now = self.clock.now();
-        let State {
-            eps, reqs, info, ..
-        } = self;
-        let ep = &mut eps[idx];
-        let (proto, (li, uep), last_tx) = ep.ready_am()?;
-        let frag = proto.bcopy_single_max;
-        let attr = &info[*li].attr;
-        let s = match &mut reqs[key].kind {
+        let uuid = self.worker_uuid().to_le_bytes();
+        let now = self.now();
+        let (lane, req) = self.am_lane_and_req(idx, key)?;
+        let (uep, attr, last_tx) = (lane.uep, lane.attr, lane.last_tx);
+        let frag = lane.proto.bcopy_single_max;
+        let s = match &mut req.kind {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
         };
@@ -160,16 +159,19 @@ impl State {
 
     pub(crate) fn stream_recv(&mut self, idx: usize, buf: RecvBuf, waitall: bool) -> Result<Op> {
         // Bytes that arrived before the peer closed can still be read.
-        let x = self.eps[idx].extra_mut();
-        let have = x.stream_rx.len();
-        let queued: usize = x
-            .stream_waiters
-            .iter()
-            .map(|&k| match self.reqs.get(k).map(|r| &r.kind) {
-                Some(ReqKind::StreamRecv { buf, filled, .. }) => buf.len() - filled,
-                _ => 0,
-            })
-            .sum();
+        let (have, queued) = match self.ep(idx).extra.as_deref() {
+            None => (0, 0),
+            Some(x) => (
+                x.stream_rx.len(),
+                x.stream_waiters
+                    .iter()
+                    .map(|&k| match self.req_get(k).map(|r| &r.kind) {
+                        Some(ReqKind::StreamRecv { buf, filled, .. }) => buf.len() - filled,
+                        _ => 0,
+                    })
+                    .sum::<usize>(),
+            ),
+        };
         let need = if waitall { buf.len() } else { buf.len().min(1) };
         if have < queued + need {
             self.ep_usable(idx)?;
@@ -182,22 +184,22 @@ impl State {
                 waitall,
             },
         );
-        self.eps[idx].extra_mut().stream_waiters.push_back(key);
+        self.ep_mut(idx).extra_mut().stream_waiters.push_back(key);
         self.stream_serve(idx);
         Ok(self.op_of(key))
     }
 
     /// Moves received stream bytes into waiting receives, in posting order.
     pub(crate) fn stream_serve(&mut self, idx: usize) {
-        loop {
-            let State { eps, reqs, .. } = self;
-            let Some(ep) = eps[idx].extra.as_deref_mut() else {
-                break;
-            };
-            let Some(&key) = ep.stream_waiters.front() else {
-                break;
-            };
-            let done = match reqs.get_mut(key).map(|r| &mut r.kind) {
+        while let Some(&key) = self
+            .ep(idx)
+            .extra
+            .as_deref()
+            .and_then(|x| x.stream_waiters.front())
+        {
+            let (ep, req) = self.ep_and_req_mut(idx, key);
+            let ep = ep.extra_mut();
+            let done = match req.map(|r| &mut r.kind) {
                 Some(ReqKind::StreamRecv {
                     buf,
                     filled,
@@ -217,8 +219,8 @@ impl State {
             if !done {
                 break;
             }
-            self.eps[idx].extra_mut().stream_waiters.pop_front();
-            if self.reqs.get(key).is_some_and(|r| r.done.is_none()) {
+            self.ep_mut(idx).extra_mut().stream_waiters.pop_front();
+            if self.req_get(key).is_some_and(|r| r.done.is_none()) {
                 self.finish(key, Ok(()));
             }
         }
@@ -227,7 +229,7 @@ impl State {
     /// STREAM: bytes of the peer's stream, appended and handed to waiting receives.
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8]) {
         if !data.is_empty() {
-            let x = self.eps[idx].extra_mut();
+            let x = self.ep_mut(idx).extra_mut();
             x.stream_rx.extend(data);
             x.stream_frags.push_back(data.len());
         }

@@ -189,7 +189,7 @@ impl Worker {
             return self.tag_recv_unexp(buf, tag, mask);
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
-        Op::Pending(crate::request::Request::new(key, gen, &self.st.req_shared))
+        Op::Pending(self.st.handle_of(key, gen))
     }
 
     /// [`Worker::tag_recv_buf`] with messages waiting: one that fits is received at once.
@@ -199,7 +199,7 @@ impl Worker {
             return self.st.recv_unexp_now(buf, tag, mask, uid as usize);
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
-        Op::Pending(crate::request::Request::new(key, gen, &self.st.req_shared))
+        Op::Pending(self.st.handle_of(key, gen))
     }
 
     /// [`Worker::tag_recv_raw`] with the result going to the completion hook
@@ -228,7 +228,7 @@ impl Worker {
             };
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
-        match self.st.reqs.get_mut(key) {
+        match self.st.req_get_mut(key) {
             Some(r) if r.gen == gen && r.done.is_none() => {
                 use crate::worker::req::Notify;
                 // A receive just posted is `Take`, which owns nothing: not dropping it spares
@@ -238,14 +238,14 @@ impl Worker {
                     std::mem::forget(old);
                 }
                 Ok(HookedOp::Pending(RequestId {
-                    wid: self.st.id,
+                    wid: self.st.worker_id(),
                     key: key as u32,
                     gen,
                 }))
             }
             // Failed at once (a receive failure in force): its result goes with the token.
             _ => {
-                let r = Request::new(key, gen, &self.st.req_shared);
+                let r = self.st.handle_of(key, gen);
                 self.request_into_hook(r, token()).map(HookedOp::Pending)
             }
         }
@@ -298,7 +298,7 @@ impl Worker {
             let got = self.st.tag.matcher.take_unexpected(tag, mask);
             debug_assert_eq!(got, Some(uid));
             Some(Message::new(
-                self.st.id,
+                self.st.worker_id(),
                 uid as usize,
                 &self.st.tag.msg_drops,
             ))

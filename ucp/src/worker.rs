@@ -31,6 +31,7 @@
 
 pub(crate) mod api_types;
 mod close;
+pub(crate) mod core_api;
 mod dispatch;
 pub(crate) mod endpoint;
 pub(crate) mod ep;

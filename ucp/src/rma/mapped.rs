@@ -60,10 +60,10 @@ impl Worker {
     ) -> Option<*mut u8> {
         let d = rkey.direct.as_ref()?;
         // Another worker's key or endpoint: the ordinary path refuses it.
-        if rkey.ep != ep || ep.wid != self.st.id {
+        if rkey.ep != ep || ep.wid != self.st.worker_id() {
             return None;
         }
-        let e = self.st.eps.get(ep.idx as usize)?;
+        let e = self.st.ep_get(ep.idx as usize)?;
         if e.gen != ep.gen || e.state != EpState::Ready || !e.pending.is_empty() {
             return None;
         }
@@ -99,7 +99,7 @@ impl Worker {
         if !(p as usize).is_multiple_of(bytes) {
             return None;
         }
-        self.st.amo.hw += 1;
+        self.st.amo.started_hw();
         // SAFETY: `p` is an aligned word inside the peer's segment, mapped while `rkey` lives;
         // peers access such words only atomically or by plain copies.
         let old = unsafe {
@@ -299,7 +299,8 @@ mod tests {
         // general path keeps the endpoint busy until the target acknowledges it.
         let st = &mut a.st;
         let idx = ep.idx as usize;
-        st.eps[idx].amo_sent = st.eps[idx].amo_sent.wrapping_add(1);
+        let e = st.ep_mut(idx);
+        e.amo_sent = e.amo_sent.wrapping_add(1);
         assert!(!a.ep_is_quiet(ep), "an atomic is unacknowledged");
         a.fence();
         assert_eq!(
@@ -308,7 +309,8 @@ mod tests {
             "a fence is queued"
         );
         let st = &mut a.st;
-        st.eps[idx].amo_acked = st.eps[idx].amo_sent;
+        let e = st.ep_mut(idx);
+        e.amo_acked = e.amo_sent;
         let op = a.flush().expect("flush");
         wait(&mut w, op);
         assert_eq!(

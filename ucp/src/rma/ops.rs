@@ -48,18 +48,18 @@ impl Worker {
         let st = &self.st;
         let mut shared = None;
         // Domains whose allocations peers map; `self` (reachable only from this worker) last.
-        let mut order: Vec<usize> = (0..st.info.len()).collect();
-        order.sort_by_key(|&i| st.info[i].dev_type == DeviceType::SelfLoop);
+        let mut order: Vec<usize> = (0..st.ifaces().len()).collect();
+        order.sort_by_key(|&i| st.iface(i).dev_type == DeviceType::SelfLoop);
         for i in order {
-            let info = &st.info[i];
-            let f = st.mds[i].attr().flags;
-            if !f.contains(MdFlags::ALLOC | MdFlags::RKEY_PTR) || len > st.mds[i].attr().max_alloc {
+            let info = &st.iface(i);
+            let f = st.md(i).attr().flags;
+            if !f.contains(MdFlags::ALLOC | MdFlags::RKEY_PTR) || len > st.md(i).attr().max_alloc {
                 continue;
             }
-            match st.mds[i].mem_alloc(len) {
+            match st.md(i).mem_alloc(len) {
                 Ok(m) => {
                     let mut packed = Vec::new();
-                    match st.mds[i].rkey_pack(&m, &mut packed) {
+                    match st.md(i).rkey_pack(&m, &mut packed) {
                         Ok(()) => {
                             shared = Some((info.tl_name, m, packed));
                             break;
@@ -122,18 +122,20 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         let bundle = RkeyBundle::decode(packed)?;
         self.connect_amo_lane(idx);
-        let lanes = self.st.eps[idx]
+        let lanes = self
+            .st
+            .ep(idx)
             .lanes
             .as_ref()
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
         let key_for = |li: usize| -> Option<uct::RemoteKey> {
-            let tl = self.st.info[li].tl_name;
+            let tl = self.st.iface(li).tl_name;
             let (_, k) = bundle.entries.iter().find(|(t, _)| t == tl)?;
-            self.st.mds[li].rkey_unpack(k).ok()
+            self.st.md(li).rkey_unpack(k).ok()
         };
         let unpack = |lane: Option<usize>| key_for(lanes.uct[lane?].0);
         let copies = |li: usize| {
-            let f = self.st.info[li].attr.flags;
+            let f = self.st.iface(li).attr.flags;
             f.contains(IfaceFlags::PUT_SHORT | IfaceFlags::PUT_BCOPY)
                 && f.contains(IfaceFlags::GET_SHORT | IfaceFlags::GET_BCOPY)
         };
@@ -150,16 +152,15 @@ impl Worker {
                 .entries
                 .iter()
                 .find(|(t, _)| t == shared_file::TL_NAME)?;
-            let pos = lanes
-                .uct
-                .iter()
-                .position(|(li, _)| copies(*li) && self.st.info[*li].dev_type == DeviceType::Shm)?;
+            let pos = lanes.uct.iter().position(|(li, _)| {
+                copies(*li) && self.st.iface(*li).dev_type == DeviceType::Shm
+            })?;
             let fk = shared_file::FileKey::decode(k).ok()?;
             shared_file::map_peer_range(&fk).map(|k| (pos, k))
         });
         let mapped_amo = match &mapped {
             Some((pos, _)) => {
-                let a = &self.st.info[lanes.uct[*pos].0].attr;
+                let a = &self.st.iface(lanes.uct[*pos].0).attr;
                 let cpu = a.flags.contains(IfaceFlags::ATOMIC_CPU);
                 [
                     cpu && !a.atomics.fop32.is_empty(),
@@ -206,12 +207,12 @@ impl State {
         len: usize,
         keys: &mut Vec<(&'static str, MemHandle, Vec<u8>)>,
     ) {
-        for (i, info) in self.info.iter().enumerate() {
+        for (i, info) in self.ifaces().iter().enumerate() {
             if !info.md_reg || keys.iter().any(|(t, _, _)| *t == info.tl_name) {
                 continue;
             }
             // SAFETY: the caller keeps the memory valid while the handle lives.
-            let m = match unsafe { self.mds[i].mem_reg(ptr, len) } {
+            let m = match unsafe { self.md(i).mem_reg(ptr, len) } {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::debug!("{} cannot register the mapping: {e}", info.tl_name);
@@ -219,7 +220,7 @@ impl State {
                 }
             };
             let mut packed = Vec::new();
-            if self.mds[i].rkey_pack(&m, &mut packed).is_ok() {
+            if self.md(i).rkey_pack(&m, &mut packed).is_ok() {
                 keys.push((info.tl_name, m, packed));
             }
         }
@@ -227,12 +228,12 @@ impl State {
 
     /// Checks that `rkey` was unpacked on this worker for endpoint `idx` (as it is now).
     pub(crate) fn check_rkey(&self, idx: usize, rkey: &Rkey) -> Result<()> {
-        if rkey.ep.wid != self.id {
+        if rkey.ep.wid != self.worker_id() {
             return Err(Error::InvalidParam(
                 "remote key was unpacked on another worker".into(),
             ));
         }
-        if (rkey.ep.idx, rkey.ep.gen) != (idx as u32, self.eps[idx].gen) {
+        if (rkey.ep.idx, rkey.ep.gen) != (idx as u32, self.ep(idx).gen) {
             return Err(Error::InvalidParam(
                 "remote key was unpacked for another endpoint".into(),
             ));
@@ -250,7 +251,7 @@ impl State {
         self.ep_usable(idx)?;
         self.check_rkey(idx, rkey)?;
         if let Some((lane, mk)) = &rkey.mapped {
-            if self.eps[idx].pending.is_empty() {
+            if self.ep(idx).pending.is_empty() {
                 return self.rma_mapped(idx, *lane, mk, dir, remote_addr, rkey);
             }
         }
@@ -263,7 +264,7 @@ impl State {
             }
         }
         // Through the RMA lane, after the target has applied the emulated puts before it.
-        let ep = &mut self.eps[idx];
+        let ep = self.ep_mut(idx);
         if ep.amo_sent != ep.amo_acked && ep.pending.is_empty() {
             let amo_sent = ep.amo_sent;
             ep.pending.push_back(Pending::Acked { amo_sent });
@@ -278,14 +279,14 @@ impl State {
     /// not in a shared segment is cma, one system call per put.
     #[inline]
     fn put_emulation_fits(&self, idx: usize, len: usize) -> bool {
-        let ep = &self.eps[idx];
+        let ep = self.ep(idx);
         len != 0
             && len <= EMULATED_PUT_MAX
             && ep.pending.is_empty()
             && ep
                 .lanes
                 .as_ref()
-                .is_some_and(|l| self.info[l.uct[l.am].0].dev_type == DeviceType::Shm)
+                .is_some_and(|l| self.iface(l.uct[l.am].0).dev_type == DeviceType::Shm)
     }
 
     /// A put the target applies (PUT_REQ): done locally once sent or queued; the target's
@@ -293,7 +294,7 @@ impl State {
     fn put_emulated(&mut self, idx: usize, d: &[u8], remote_addr: u64) -> Result<Op> {
         let h = PutReqHdr { addr: remote_addr }.encode();
         self.send_ctl2(idx, am_id::PUT_REQ, &h, d)?;
-        let ep = &mut self.eps[idx];
+        let ep = self.ep_mut(idx);
         ep.amo_sent = ep.amo_sent.wrapping_add(1);
         Ok(Op::Done(Completion::ok()))
     }
@@ -345,12 +346,8 @@ impl State {
             RmaDir::Get(b) => b.len(),
         };
         mk.check(remote_addr, len)?;
-        let l = self.eps[idx]
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
-        let (li, uep) = &mut l.uct[lane];
-        let attr = &self.info[*li].attr;
+        let (uep, info) = self.lane_mut(idx, lane)?;
+        let attr = &info.attr;
         let mut off = 0;
         match dir {
             RmaDir::Put(d) => {
@@ -426,7 +423,8 @@ impl State {
                     .into(),
             )
         })?;
-        let li = self.eps[idx]
+        let li = self
+            .ep(idx)
             .lanes
             .as_ref()
             .and_then(|l| l.rma().map(|r| l.uct[r].0))
@@ -440,10 +438,10 @@ impl State {
             RmaDir::Put(_) => IfaceFlags::PUT_ZCOPY,
             RmaDir::Get(_) => IfaceFlags::GET_ZCOPY,
         };
-        if !self.info[li].attr.flags.contains(wants) {
+        if !self.iface(li).attr.flags.contains(wants) {
             return Err(Error::Unsupported(format!(
                 "{} has no {wants:?}",
-                self.info[li].tl_name
+                self.iface(li).tl_name
             )));
         }
         match dir {
@@ -457,7 +455,7 @@ impl State {
                 let ptr = NonNull::new(s.data.as_mut_ptr())
                     .ok_or_else(|| Error::InvalidParam("empty put buffer".into()))?;
                 // SAFETY: the vector is owned by the request and outlives the handle.
-                let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let m = unsafe { self.md(li).mem_reg(ptr, len) }?;
                 let x = self.send_rndv(key);
                 x.memh = Some(m);
                 x.rkey = Some(rk);
@@ -465,7 +463,7 @@ impl State {
                 let s = self.send_mut(key);
                 s.user_rma = true;
                 s.stage = SendStage::Rndv(RndvSend::Put);
-                let queued = !self.eps[idx].pending.is_empty();
+                let queued = !self.ep(idx).pending.is_empty();
                 if queued || !self.put_step(key)? {
                     self.queue_req(idx, key);
                 }
@@ -474,14 +472,14 @@ impl State {
             RmaDir::Get(mut buf) => {
                 let ptr = NonNull::new(buf.as_mut_ptr());
                 let key = self.new_recv(buf, 0, 0);
-                self.reqs[key].ep = Some(idx);
+                self.req_mut(key).ep = Some(idx);
                 if len == 0 {
                     self.finish(key, Ok(()));
                     return Ok(self.op_of(key));
                 }
                 let ptr = ptr.ok_or_else(|| Error::InvalidParam("empty get buffer".into()))?;
                 // SAFETY: the buffer is owned by the request and outlives the handle.
-                let m = unsafe { self.mds[li].mem_reg(ptr, len) }?;
+                let m = unsafe { self.md(li).mem_reg(ptr, len) }?;
                 let x = self.recv_rndv(key);
                 x.memh = Some(m);
                 x.rkey = Some(rk);
@@ -491,7 +489,7 @@ impl State {
                 r.user_rma = true;
                 r.stage = RecvStage::Rndv(RndvRecv::Get);
                 // Behind a queued operation (or fence) it waits its turn.
-                let queued = !self.eps[idx].pending.is_empty();
+                let queued = !self.ep(idx).pending.is_empty();
                 if queued || !self.get_step(key)? {
                     self.queue_req(idx, key);
                 }

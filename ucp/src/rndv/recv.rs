@@ -12,9 +12,9 @@
 
 use super::{zcopy_run, ZcopyRun};
 use crate::rndv::stages::RndvRecv;
-use crate::tag::unexp::{Unexp, UnexpKind};
 use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
 use crate::wireup::RndvScheme;
+use crate::worker::core_api::ReqStep;
 use crate::worker::peer_req::Named;
 use crate::worker::req::{comp_id, RecvStage, ReqKind, COMP_GET};
 use crate::worker::state::State;
@@ -37,7 +37,7 @@ impl State {
         tl: &str,
         rkey: &[u8],
     ) -> Result<()> {
-        self.reqs[key].ep = Some(ep);
+        self.req_mut(key).ep = Some(ep);
         let cap = self.recv_mut(key).buf.len();
         {
             let r = self.recv_mut(key);
@@ -58,8 +58,9 @@ impl State {
             self.finish(key, st);
             return Ok(());
         }
-        let rma_pos = self.eps[ep].lanes.as_ref().and_then(|l| l.rma());
-        let rma = self.eps[ep]
+        let rma_pos = self.ep(ep).lanes.as_ref().and_then(|l| l.rma());
+        let rma = self
+            .ep(ep)
             .lanes
             .as_ref()
             .and_then(|l| l.rma().map(|r| l.uct[r].0));
@@ -68,13 +69,10 @@ impl State {
         // a size above the pipeline's range) is read with the RMA lane's scheme: a key to a
         // mapped segment costs one copy and no system call, where the pipeline costs two.
         // Without a key the data comes by the AM pipeline.
-        let scheme = self.eps[ep]
-            .proto
-            .as_deref()
-            .map(|p| match p.rndv_for(len) {
-                RndvScheme::AmPipeline if !rkey.is_empty() => p.rndv,
-                s => s,
-            });
+        let scheme = self.ep(ep).proto.as_deref().map(|p| match p.rndv_for(len) {
+            RndvScheme::AmPipeline if !rkey.is_empty() => p.rndv,
+            s => s,
+        });
         let rma = rma.filter(|_| scheme != Some(RndvScheme::AmPipeline));
         if let Some((gl, li)) = self.get_lane(ep, tl, rkey, rma_pos, scheme) {
             let rk = self.unpack_rkey(ep, gl, li, rkey);
@@ -84,9 +82,9 @@ impl State {
                 x.memh = Some(m);
                 x.get_lane = (Some(gl) != rma_pos).then_some(gl);
                 self.recv_mut(key).stage = RecvStage::Rndv(RndvRecv::Get);
-                self.stats.rndv_get += 1;
+                self.stats_mut().rndv_get += 1;
                 if Some(gl) != rma_pos {
-                    self.stats.rndv_get_mapped += 1;
+                    self.stats_mut().rndv_get_mapped += 1;
                 }
                 if !self.get_step(key)? {
                     self.queue_req(ep, key);
@@ -95,16 +93,16 @@ impl State {
             }
         }
         if let Some(li) = rma {
-            let flags = self.info[li].attr.flags;
+            let flags = self.iface(li).attr.flags;
             let reg = |st: &mut State| st.reg_recv(key, li, len);
-            if flags.contains(IfaceFlags::PUT_ZCOPY) && self.info[li].md_reg {
+            if flags.contains(IfaceFlags::PUT_ZCOPY) && self.iface(li).md_reg {
                 if let Ok(m) = reg(self) {
                     let mut packed = Vec::new();
-                    if self.mds[li].rkey_pack(&m, &mut packed).is_ok() {
+                    if self.md(li).rkey_pack(&m, &mut packed).is_ok() {
                         let baddr = m.addr() as u64;
                         self.recv_rndv(key).memh = Some(m);
                         self.recv_mut(key).stage = RecvStage::Rndv(RndvRecv::Wait);
-                        self.stats.rndv_put += 1;
+                        self.stats_mut().rndv_put += 1;
                         let mut body = Vec::new();
                         RtrHdr {
                             sreq,
@@ -112,7 +110,7 @@ impl State {
                             mode: RtrMode::Put,
                             buf: RemoteBuf {
                                 addr: baddr,
-                                tl: self.info[li].tl_name,
+                                tl: self.iface(li).tl_name,
                                 rkey: &packed,
                             },
                         }
@@ -123,7 +121,7 @@ impl State {
             }
         }
         self.recv_mut(key).stage = RecvStage::Rndv(RndvRecv::Wait);
-        self.stats.rndv_am += 1;
+        self.stats_mut().rndv_am += 1;
         let mut body = Vec::new();
         RtrHdr {
             sreq,
@@ -155,10 +153,11 @@ impl State {
         if rkey.is_empty() || tl.is_empty() {
             return None;
         }
-        let l = self.eps[ep].lanes.as_ref()?;
+        let l = self.ep(ep).lanes.as_ref()?;
         let usable = |i: usize| {
             let li = l.uct[i].0;
-            self.info[li].tl_name == tl && self.info[li].attr.flags.contains(IfaceFlags::GET_ZCOPY)
+            self.iface(li).tl_name == tl
+                && self.iface(li).attr.flags.contains(IfaceFlags::GET_ZCOPY)
         };
         if let Some(r) = rma.filter(|&r| usable(r) && scheme == Some(RndvScheme::Get)) {
             return Some((r, l.uct[r].0));
@@ -167,10 +166,7 @@ impl State {
             .find(|&i| {
                 Some(i) != rma
                     && usable(i)
-                    && self.mds[l.uct[i].0]
-                        .attr()
-                        .flags
-                        .contains(MdFlags::RKEY_PTR)
+                    && self.md(l.uct[i].0).attr().flags.contains(MdFlags::RKEY_PTR)
             })
             .map(|i| (i, l.uct[i].0))
     }
@@ -180,14 +176,14 @@ impl State {
     /// sender's segment is mapped once, not per message, and unmapped with the endpoint), else
     /// by the domain.
     fn unpack_rkey(&mut self, ep: usize, lane: usize, li: usize, rkey: &[u8]) -> Result<RemoteKey> {
-        let l = self.eps[ep].ready_lanes()?;
+        let l = self.ep_mut(ep).ready_lanes()?;
         let (_, uep) = l
             .uct
             .get_mut(lane)
             .ok_or_else(|| Error::InvalidParam(format!("no lane {lane}")))?;
         match uep.peer_rkey_unpack(rkey)? {
             Some(k) => Ok(k),
-            None => self.mds[li].rkey_unpack(rkey),
+            None => self.md(li).rkey_unpack(rkey),
         }
     }
 
@@ -198,7 +194,7 @@ impl State {
             .ok_or_else(|| Error::InvalidParam("empty receive buffer".into()))?;
         // SAFETY: the buffer is owned by this request and not moved or resized until the
         // request finishes, which drops the handle first.
-        unsafe { self.mds[li].mem_reg(ptr, len) }
+        unsafe { self.md(li).mem_reg(ptr, len) }
     }
 
     /// Reads the sender's data of receive `key` (a rendezvous or a user get) with get_zcopy.
@@ -217,18 +213,15 @@ impl State {
     pub(crate) fn get_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
-        let State {
-            eps,
-            reqs,
-            info,
-            rndv,
-            more_work,
+        let ReqStep {
+            ep,
+            ifaces: info,
+            req,
             ..
-        } = self;
-        let ep = &mut eps[idx];
+        } = self.req_step(idx, key);
         let frag = ep.proto.as_deref().map_or(usize::MAX, |p| p.rndv_frag);
         let l = ep.ready_lanes()?;
-        let lane = match &reqs[key].kind {
+        let lane = match &req.kind {
             ReqKind::Recv(r) => r.rndv.as_ref().and_then(|x| x.get_lane),
             _ => None,
         };
@@ -238,7 +231,7 @@ impl State {
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
         let (li, uep) = &mut l.uct[rma];
         let attr = &info[*li].attr;
-        let r = match &mut reqs[key].kind {
+        let r = match &mut req.kind {
             ReqKind::Recv(r) => r,
             _ => return Ok(true),
         };
@@ -265,8 +258,8 @@ impl State {
         match run {
             ZcopyRun::Blocked => return Ok(false),
             ZcopyRun::Paused => {
-                rndv.gets.push_back((key, wire));
-                *more_work = true;
+                self.rndv.queue_read(key, wire);
+                self.note_queued_work();
                 return Ok(true);
             }
             ZcopyRun::Started => {}
@@ -282,11 +275,11 @@ impl State {
     /// meanwhile (failed with its endpoint, or was freed) is dropped from the queue. Gives
     /// the number of reads stepped.
     pub(crate) fn progress_rndv_gets(&mut self) -> usize {
-        let Some((key, wire)) = self.rndv.gets.pop_front() else {
+        let Some((key, wire)) = self.rndv.next_read() else {
             return 0;
         };
         let live = self.req_by_wire(wire) == Some(key)
-            && matches!(&self.reqs[key].kind,
+            && matches!(&self.req(key).kind,
                 ReqKind::Recv(r) if r.stage == RecvStage::Rndv(RndvRecv::Get));
         if !live {
             return 0;
@@ -299,7 +292,7 @@ impl State {
                 }
             }
             Err(e) => {
-                let ep = self.reqs[key].ep;
+                let ep = self.req(key).ep;
                 self.finish(key, Err(e.clone()));
                 if let Some(ep) = ep {
                     self.fail_ep(ep, e);
@@ -339,7 +332,7 @@ impl State {
     pub(crate) fn on_rts(&mut self, idx: usize, h: RtsHdr<'_>) -> Result<()> {
         let len = usize::try_from(h.len)
             .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
-        let uid = self.tag.unexp.vacant_key();
+        let uid = self.tag.next_unexp_id();
         match self.tm_arrive(h.tag, uid as u64) {
             Some(wire) => match self.req_by_wire(wire) {
                 Some(key) => self.rndv_recv_start(
@@ -348,18 +341,9 @@ impl State {
                 None => Ok(()),
             },
             None => {
-                self.tag.unexp.insert(Unexp {
-                    ep: idx,
-                    tag: h.tag,
-                    kind: UnexpKind::Rts {
-                        sreq: h.sreq,
-                        len,
-                        addr: h.buf.addr,
-                        tl: h.buf.tl.to_owned(),
-                        rkey: h.buf.rkey.to_vec(),
-                    },
-                    msg_key: None,
-                });
+                let b = &h.buf;
+                self.tag
+                    .park_rts(idx, h.tag, h.sreq, len, b.addr, b.tl, b.rkey);
                 Ok(())
             }
         }
@@ -368,7 +352,7 @@ impl State {
     /// RNDV_DATA: a fragment of a pipelined rendezvous.
     pub(crate) fn on_rndv_data(&mut self, idx: usize, h: FragHdr, data: &[u8]) -> Result<()> {
         let key = self.peer_req(idx, h.id, Named::RndvData)?;
-        let r = match &mut self.reqs[key].kind {
+        let r = match &mut self.req_mut(key).kind {
             ReqKind::Recv(r) if r.stage == RecvStage::Rndv(RndvRecv::Wait) => r,
             _ => {
                 return Err(Error::Wire(

@@ -19,6 +19,7 @@ use crate::wire::{
     PREFIX_LEN,
 };
 use crate::wireup::RndvScheme;
+use crate::worker::core_api::ReqStep;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_PUT, COMP_ZCOPY};
@@ -51,10 +52,9 @@ impl State {
         v: Vec<u8>,
         sync: bool,
     ) -> Result<Op> {
-        let li = self.eps[idx].lanes.as_ref().map(|l| l.uct[l.am].0);
+        let li = self.ep(idx).lanes.as_ref().map(|l| l.uct[l.am].0);
         let key = self.new_send(idx, tag, SendData::Owned(v), sync);
-        let id = self.next_msg_id;
-        self.next_msg_id += 1;
+        let id = self.new_msg_id();
         let s = self.send_mut(key);
         s.msg_id = id;
         let ptr = NonNull::new(s.data.as_mut_ptr());
@@ -62,12 +62,12 @@ impl State {
         if let (Some(li), Some(p)) = (li, ptr) {
             // SAFETY: the vector is owned by the request and not moved or resized until the
             // request finishes, which drops the handle first.
-            if let Ok(m) = unsafe { self.mds[li].mem_reg(p, len) } {
+            if let Ok(m) = unsafe { self.md(li).mem_reg(p, len) } {
                 self.send_rndv(key).memh = Some(m);
                 self.send_mut(key).stage = SendStage::Rndv(RndvSend::EagerZcopy);
             }
         }
-        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
+        let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
         if !ready || !self.send_step(key)? {
             self.queue_req(idx, key);
         }
@@ -78,19 +78,17 @@ impl State {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let peer_wire = self.peer_id(idx, key);
-        let uuid = self.uuid.to_le_bytes();
-        let now = self.clock.now();
-        let State {
-            eps,
-            reqs,
-            info,
+        let uuid = self.worker_uuid().to_le_bytes();
+        let now = self.now();
+        let ReqStep {
+            ep,
+            ifaces: info,
+            req,
             stats,
-            ..
-        } = self;
-        let ep = &mut eps[idx];
+        } = self.req_step(idx, key);
         let (proto, (li, uep), last_tx) = ep.ready_am()?;
         let attr = &info[*li].attr;
-        let s = match &mut reqs[key].kind {
+        let s = match &mut req.kind {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
         };
@@ -169,11 +167,13 @@ impl State {
         // Register the data on the RMA lane's memory domain once, unless the size goes by the
         // AM pipeline (the RTS then carries no remote key; the receiver asks by RTR).
         let len = self.send_mut(key).data.len();
-        let pipelined = self.eps[idx]
+        let pipelined = self
+            .ep(idx)
             .proto
             .as_deref()
             .is_some_and(|p| p.rndv_for(len) == RndvScheme::AmPipeline);
-        let rma_iface = self.eps[idx]
+        let rma_iface = self
+            .ep(idx)
             .lanes
             .as_ref()
             .and_then(|l| l.rma().map(|r| l.uct[r].0))
@@ -186,7 +186,7 @@ impl State {
                 if let Some(ptr) = ptr {
                     // SAFETY: the vector is owned by this request and neither moved nor resized
                     // until the request finishes, which drops the handle first.
-                    match unsafe { self.mds[li].mem_reg(ptr, len) } {
+                    match unsafe { self.md(li).mem_reg(ptr, len) } {
                         Ok(m) => self.send_rndv(key).memh = Some(m),
                         Err(e) => tracing::debug!("rendezvous send buffer not registered: {e}"),
                     }
@@ -198,7 +198,7 @@ impl State {
         let (tag, len) = (s.tag, s.data.len());
         let memh = s.memh().cloned();
         let (tl, rkey) = self.rts_rkey(rma_iface, memh.as_ref());
-        let mut body = std::mem::take(&mut self.scratch);
+        let mut body = self.take_scratch();
         body.clear();
         let am = self
             .send_mut(key)
@@ -234,12 +234,12 @@ impl State {
         // Sent now or not at all: the request is at the head of the endpoint's queue (or the
         // queue is empty), and queueing the RTS behind later messages would reorder matching.
         let r = self.send_ctl_now(idx, rts_id, &body);
-        self.scratch = body;
-        self.rkey_scratch = rkey;
+        self.put_scratch(body);
+        self.put_rkey_scratch(rkey);
         if !r? {
             return Ok(false);
         }
-        self.stats.rndv_rts += 1;
+        self.stats_mut().rndv_rts += 1;
         let s = self.send_mut(key);
         s.rts_sent = true;
         s.stage = SendStage::Rndv(RndvSend::WaitRndv);
@@ -255,11 +255,11 @@ impl State {
         li: Option<usize>,
         memh: Option<&MemHandle>,
     ) -> (&'static str, Vec<u8>) {
-        let mut rkey = std::mem::take(&mut self.rkey_scratch);
+        let mut rkey = self.take_rkey_scratch();
         rkey.clear();
         if let (Some(li), Some(m)) = (li, memh) {
-            if self.mds[li].rkey_pack(m, &mut rkey).is_ok() {
-                return (self.info[li].tl_name, rkey);
+            if self.md(li).rkey_pack(m, &mut rkey).is_ok() {
+                return (self.iface(li).tl_name, rkey);
             }
             rkey.clear();
         }
@@ -269,16 +269,19 @@ impl State {
     pub(crate) fn put_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
-        let State {
-            eps, reqs, info, ..
-        } = self;
-        let l = eps[idx].ready_lanes()?;
+        let ReqStep {
+            ep,
+            ifaces: info,
+            req,
+            ..
+        } = self.req_step(idx, key);
+        let l = ep.ready_lanes()?;
         let rma = l
             .rma()
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
         let (li, uep) = &mut l.uct[rma];
         let attr = &info[*li].attr;
-        let s = match &mut reqs[key].kind {
+        let s = match &mut req.kind {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
         };
@@ -360,7 +363,7 @@ impl State {
         }
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
-        let l = self.eps[idx].ready_lanes()?;
+        let l = self.ep_mut(idx).ready_lanes()?;
         let rma = l.rma().unwrap_or(l.am);
         let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
         match out {
@@ -384,15 +387,17 @@ impl State {
 
     pub(crate) fn pipeline_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
-        let uuid = self.uuid.to_le_bytes();
-        let now = self.clock.now();
-        let State {
-            eps, reqs, info, ..
-        } = self;
-        let ep = &mut eps[idx];
+        let uuid = self.worker_uuid().to_le_bytes();
+        let now = self.now();
+        let ReqStep {
+            ep,
+            ifaces: info,
+            req,
+            ..
+        } = self.req_step(idx, key);
         let (proto, (li, uep), last_tx) = ep.ready_am()?;
         let attr = &info[*li].attr;
-        let s = match &mut reqs[key].kind {
+        let s = match &mut req.kind {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
         };
@@ -433,7 +438,8 @@ impl State {
     pub(crate) fn on_rtr(&mut self, idx: usize, h: RtrHdr<'_>) -> Result<()> {
         let key = self.peer_req(idx, h.sreq, Named::Rtr)?;
         self.tm_mapped_materialize(key);
-        let rma = self.eps[idx]
+        let rma = self
+            .ep(idx)
             .lanes
             .as_ref()
             .and_then(|l| l.rma().map(|r| l.uct[r].0));
@@ -442,10 +448,10 @@ impl State {
         s.offset = 0;
         let mut use_put = false;
         if let (RtrMode::Put, Some(li), Some(_)) = (h.mode, rma, s.memh()) {
-            if self.info[li].tl_name == h.buf.tl
-                && self.info[li].attr.flags.contains(IfaceFlags::PUT_ZCOPY)
+            if self.iface(li).tl_name == h.buf.tl
+                && self.iface(li).attr.flags.contains(IfaceFlags::PUT_ZCOPY)
             {
-                if let Ok(rk) = self.mds[li].rkey_unpack(h.buf.rkey) {
+                if let Ok(rk) = self.md(li).rkey_unpack(h.buf.rkey) {
                     let x = self.send_rndv(key);
                     x.rkey = Some(rk);
                     x.remote_addr = h.buf.addr;
@@ -457,7 +463,7 @@ impl State {
         if !use_put {
             self.send_mut(key).stage = SendStage::Rndv(RndvSend::Pipeline);
         }
-        if !self.eps[idx].pending.is_empty() || !self.send_step(key)? {
+        if !self.ep(idx).pending.is_empty() || !self.send_step(key)? {
             self.queue_req(idx, key);
         }
         Ok(())

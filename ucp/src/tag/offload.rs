@@ -136,7 +136,7 @@ impl TmState {
 /// After `tag_recv`: posts receive `key`, still waiting in the matcher, to the transport, or
 /// counts it as software-only.
 pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
-    let (tag, mask, ptr, len) = match st.reqs.get_mut(key) {
+    let (tag, mask, ptr, len) = match st.req_get_mut(key) {
         Some(Req {
             done: None,
             kind: ReqKind::Recv(rv),
@@ -178,7 +178,7 @@ fn try_post(
     }
     // Where the transport's eager matching saves no copy, a receive that can only get eager
     // messages would cost a registration and a post for nothing.
-    if !st.info[ti].attr.tag.eager_saves_copy && len < tm.min_rndv {
+    if !st.iface(ti).attr.tag.eager_saves_copy && len < tm.min_rndv {
         return false;
     }
     let Some(p) = NonNull::new(ptr) else {
@@ -187,7 +187,7 @@ fn try_post(
     // SAFETY: `ptr..ptr+len` is the receive's buffer, owned by its request, which keeps it
     // (without reallocating) until the receive completes; the registration is dropped when the
     // transport gives the receive back or completes it, before the buffer is returned.
-    let memh = match unsafe { st.mds[ti].mem_reg(p, len) } {
+    let memh = match unsafe { st.md(ti).mem_reg(p, len) } {
         Ok(m) => m,
         Err(_) => return false,
     };
@@ -286,15 +286,15 @@ impl State {
     /// A tagged frame matched no posted receive: an ordinary eager arrival from `imm` (the
     /// sender's uuid).
     pub(crate) fn tm_unexp_eager(&mut self, tag: u64, imm: u64, data: &[u8]) {
-        let Some(&idx) = self.by_uuid.get(&imm) else {
-            self.malformed_unknown += 1;
+        let Some(idx) = self.ep_of_peer(imm) else {
+            self.note_unknown_sender();
             tracing::warn!(
                 "tagged message from unknown worker {imm:#018x} dropped ({} bytes)",
                 data.len()
             );
             return;
         };
-        self.eps[idx].last_rx = self.now_stamp;
+        self.ep_mut(idx).last_rx = self.now_stamp();
         self.eager_arrived(idx, imm, tag, data, data.len(), NO_REQ, None, None);
     }
 
@@ -313,13 +313,13 @@ impl State {
         let Some(key) = self.req_by_wire(wire) else {
             return;
         };
-        if !matches!(self.reqs[key].kind, ReqKind::Recv(_)) {
+        if !matches!(self.req(key).kind, ReqKind::Recv(_)) {
             return;
         }
         self.tm.matched += 1;
-        if let Some(&idx) = self.by_uuid.get(&imm) {
-            self.reqs[key].ep = Some(idx);
-            self.eps[idx].last_rx = self.now_stamp;
+        if let Some(idx) = self.ep_of_peer(imm) {
+            self.req_mut(key).ep = Some(idx);
+            self.ep_mut(idx).last_rx = self.now_stamp();
         }
         let (rtag, rmask) = {
             let r = self.recv_mut(key);
@@ -339,9 +339,9 @@ impl State {
     /// [`TM_EAGER_MAX`]), and notes it for receive posting. An explicit `RUCX_RNDV_THRESH`
     /// wins.
     pub(crate) fn tm_adjust_proto(&mut self, li: usize, p: &mut ProtoConfig) {
-        let a = &self.info[li].attr;
+        let a = &self.iface(li).attr;
         if self.tm.enabled
-            && self.cfg.rndv_thresh.is_none()
+            && self.config().rndv_thresh.is_none()
             && a.flags
                 .contains(IfaceFlags::TAG_EAGER_BCOPY | IfaceFlags::TAG_EAGER_ZCOPY)
             && a.tag.eager_saves_copy
@@ -357,7 +357,7 @@ impl State {
 
     /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li`.
     pub(crate) fn tm_proto_row(&self, li: usize, proto: &ProtoConfig, lane: &str) -> String {
-        let a = &self.info[li].attr;
+        let a = &self.iface(li).attr;
         let mut s = String::new();
         if !self.tm.enabled {
             return s;

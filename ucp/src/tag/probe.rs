@@ -49,7 +49,7 @@ impl Worker {
     /// another worker's message goes back to its own worker, which discards it).
     /// A message whose sender failed before it was complete gives `PeerFailure`.
     pub(crate) fn msg_uid(&mut self, msg: Message) -> ucs::Result<usize> {
-        if msg.wid != self.st.id {
+        if msg.wid != self.st.worker_id() {
             return Err(Error::InvalidParam(
                 "the message belongs to another worker".into(),
             ));

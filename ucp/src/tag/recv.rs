@@ -44,7 +44,7 @@ impl State {
     /// The receive request `key`. Internal invariant, as [`State::send_mut`].
     #[allow(clippy::unreachable)]
     pub(crate) fn recv_mut(&mut self, key: usize) -> &mut RecvReq {
-        match &mut self.reqs[key].kind {
+        match &mut self.req_mut(key).kind {
             ReqKind::Recv(r) => r,
             _ => unreachable!("request {key} is not a receive"),
         }
@@ -57,7 +57,7 @@ impl State {
     pub(crate) fn tag_recv_post(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
         let key = self.new_recv(buf, tag, mask);
         // `wire_id(key)`: the new request has the latest generation.
-        let gen = self.req_gen;
+        let gen = self.last_req_gen();
         let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
         self.tag.matcher.queue(tag, mask, wire);
@@ -187,7 +187,7 @@ impl State {
     /// Takes receive `key` (generation `gen`), posted and not matched, off the matcher and
     /// finishes it with `err`; false when it can no longer be (matched, finished or gone).
     pub(crate) fn unpost(&mut self, key: usize, gen: u32, err: Error) -> bool {
-        let (tag, mask) = match self.reqs.get(key) {
+        let (tag, mask) = match self.req_get(key) {
             Some(Req {
                 gen: g,
                 done: None,
@@ -220,7 +220,7 @@ impl State {
             };
             self.tag.small_unexp.free(uid as u64);
             let len = usize::from(e.len);
-            self.reqs[key].ep = Some(e.ep as usize);
+            self.req_mut(key).ep = Some(e.ep as usize);
             let r = self.recv_mut(key);
             r.sender_tag = e.tag;
             r.total = len;
@@ -235,7 +235,7 @@ impl State {
 
     /// Delivers unexpected message `u` (out of the queue) to receive `key`.
     fn deliver_unexp(&mut self, key: usize, u: Unexp) {
-        self.reqs[key].ep = Some(u.ep);
+        self.req_mut(key).ep = Some(u.ep);
         let eager = |st: &mut State, data: &[u8], total: usize, sreq: u64| {
             if sreq != NO_REQ {
                 let _ = st.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
@@ -289,7 +289,7 @@ impl State {
     /// Copies `data` (cut to fit) into matched receive `key` from endpoint `idx`; false when
     /// `key` is not a receive (the matcher holds receives only).
     fn copy_into_matched(&mut self, key: usize, idx: usize, data: &[u8]) -> bool {
-        let req = &mut self.reqs[key];
+        let req = self.req_mut(key);
         let ReqKind::Recv(r) = &mut req.kind else {
             return false;
         };
@@ -305,7 +305,7 @@ impl State {
     /// [`State::finish`].
     #[inline(always)]
     fn recv_eager_whole(&mut self, wire: u64, idx: usize, tag: u64, data: &[u8], total: usize) {
-        let Some((key, req)) = self.reqs.waiting_by_wire(wire) else {
+        let Some((key, req)) = self.req_waiting_by_wire(wire) else {
             return;
         };
         let ReqKind::Recv(rv) = &mut req.kind else {
@@ -352,7 +352,7 @@ impl State {
         len: usize,
         tag: u64,
     ) {
-        self.reqs.free_plain(key);
+        self.free_plain_req(key);
         let c = Completion {
             status,
             buf,
@@ -413,7 +413,7 @@ impl State {
         if !self.copy_into_matched(key, idx, data) {
             return;
         }
-        if let ReqKind::Recv(r) = &mut self.reqs[key].kind {
+        if let ReqKind::Recv(r) = &mut self.req_mut(key).kind {
             r.sender_tag = tag;
             r.total = total;
             r.stage = RecvStage::Tag(TagRecv::Eager);
@@ -505,7 +505,7 @@ impl State {
         let off = h.offset as usize;
         match t {
             Target::Req(key) => {
-                let r = match self.reqs.get_mut(key).map(|r| &mut r.kind) {
+                let r = match self.req_get_mut(key).map(|r| &mut r.kind) {
                     Some(ReqKind::Recv(r)) => r,
                     _ => {
                         self.tag.assembling.remove(&(src, h.id));

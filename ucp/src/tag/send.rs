@@ -163,8 +163,7 @@ impl State {
             return Ok(self.op_of(key));
         }
         let key = self.new_send(idx, tag, data, sync);
-        let id = self.next_msg_id;
-        self.next_msg_id += 1;
+        let id = self.new_msg_id();
         self.send_mut(key).msg_id = id;
         // Back-pressure queues the request (it resumes from `progress_pending`, in order).
         let queued = !ready || !self.send_step(key)?;

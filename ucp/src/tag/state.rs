@@ -12,23 +12,83 @@ use std::sync::Arc;
 /// What the tag family keeps per worker (the worker's `State::tag`).
 #[derive(Default)]
 pub(crate) struct TagState {
-    pub(crate) matcher: TagMatcher,
-    pub(crate) unexp: Slab<Unexp>,
+    pub(super) matcher: TagMatcher,
+    pub(super) unexp: Slab<Unexp>,
     /// Small unexpected messages (see `tag::small`).
-    pub(crate) small_unexp: SmallUnexps,
+    pub(super) small_unexp: SmallUnexps,
     /// Multi-fragment messages being assembled, by (sender uuid, message id).
-    pub(crate) assembling: HashMap<(u64, u64), Target>,
+    pub(super) assembling: HashMap<(u64, u64), Target>,
     /// Shared with every [`Message`](crate::Message) handed out: the ones dropped unreceived.
-    pub(crate) msg_drops: Arc<MsgDrops>,
+    pub(super) msg_drops: Arc<MsgDrops>,
     /// Unexpected messages taken by a removing probe whose sender failed before they were
     /// complete (their data stays until the handle is received or dropped).
-    pub(crate) msgs_failed: Vec<usize>,
+    pub(super) msgs_failed: Vec<usize>,
     /// Set by [`crate::Worker::fail_tag_recvs`]: a tag receive that finds no message waiting
     /// fails at once with it.
-    pub(crate) recv_failure: Option<ucs::Error>,
+    pub(super) recv_failure: Option<ucs::Error>,
 }
 
 impl TagState {
+    /// How many receives the matcher has matched so far (a counter that only grows: a sink
+    /// compares it before and after a call to learn whether a receive completed meanwhile).
+    #[inline]
+    pub(crate) fn matched(&self) -> u64 {
+        self.matcher.matched()
+    }
+
+    /// Whether a receive is posted that a message with `tag` would match.
+    #[inline]
+    pub(crate) fn may_match(&self, tag: u64) -> bool {
+        self.matcher.may_match(tag)
+    }
+
+    /// Whether a [`Message`](crate::Message) handle was dropped unreceived since the last
+    /// `discard_dropped_msgs`.
+    #[inline]
+    pub(crate) fn has_dropped_msgs(&self) -> bool {
+        self.msg_drops.any()
+    }
+
+    /// The unexpected messages the matcher holds.
+    #[cfg(test)]
+    pub(crate) fn unexpected_len(&self) -> usize {
+        self.matcher.unexpected_len()
+    }
+
+    /// The id the next unexpected message will get (what the transport is told when it may
+    /// match it first, see `tm_arrive`).
+    #[inline]
+    pub(crate) fn next_unexp_id(&self) -> usize {
+        self.unexp.vacant_key()
+    }
+
+    /// Keeps the rendezvous announcement (RTS) from endpoint `ep` as an unexpected message,
+    /// under the id [`TagState::next_unexp_id`] gave.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn park_rts(
+        &mut self,
+        ep: usize,
+        tag: u64,
+        sreq: u64,
+        len: usize,
+        addr: u64,
+        tl: &str,
+        rkey: &[u8],
+    ) {
+        self.unexp.insert(Unexp {
+            ep,
+            tag,
+            kind: UnexpKind::Rts {
+                sreq,
+                len,
+                addr,
+                tl: tl.to_owned(),
+                rkey: rkey.to_vec(),
+            },
+            msg_key: None,
+        });
+    }
+
     /// Endpoint `idx` (peer `uuid`) failed: its unexpected messages that can no longer
     /// complete (incomplete, or rendezvous whose data sits with the failed peer) are dropped;
     /// complete eager ones stay receivable.

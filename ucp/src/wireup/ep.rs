@@ -143,12 +143,12 @@ impl State {
         match WorkerAddress::check(addr) {
             Ok(uuid) if uuid == src => {}
             Ok(_) => {
-                self.malformed_unknown += 1;
+                self.note_unknown_sender();
                 tracing::warn!("wire-up address uuid does not match its sender {src:#018x}");
                 return;
             }
             Err(e) => {
-                self.malformed_unknown += 1;
+                self.note_unknown_sender();
                 tracing::warn!("bad wire-up address from {src:#018x}: {e}");
                 return;
             }
@@ -164,8 +164,7 @@ impl State {
             return;
         };
         let idx = self.new_ep(peer, None);
-        self.to_connect.push(idx);
-        self.more_work = true;
+        self.queue_connect(idx);
     }
 
     /// Fails every request tied to the endpoint and drops its transport endpoints.

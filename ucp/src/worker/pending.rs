@@ -47,6 +47,7 @@ impl OutcomeU32 for Outcome<u32> {
 
 /// Sends an active message built from `parts` on a lane: inline when it fits `max_short`,
 /// otherwise packed into the transport's bcopy buffer.
+#[inline]
 pub(crate) fn am_send(
     ep: &mut AnyEp,
     attr: &IfaceAttr,

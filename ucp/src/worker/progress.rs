@@ -90,7 +90,7 @@ impl Worker {
         if self.st.more_to_do(clock_read) {
             n += self.progress_more();
         }
-        if self.st.tag.msg_drops.any() {
+        if self.st.tag.has_dropped_msgs() {
             self.st.discard_dropped_msgs();
         }
         n
@@ -132,7 +132,7 @@ impl Worker {
     /// Gives the number of events handled.
     #[inline(always)]
     fn poll_one(&mut self, i: usize, note: bool) -> usize {
-        let matched = self.st.tag.matcher.matched();
+        let matched = self.st.tag.matched();
         let Some(iface) = self.ifaces.get_mut(i) else {
             return 0;
         };
@@ -197,7 +197,7 @@ impl Worker {
         if !st.failed_notify.is_empty() {
             n += st.notify_failures();
         }
-        if !st.rndv.gets.is_empty() {
+        if st.rndv.has_reads() {
             n += st.progress_rndv_gets();
         }
         if !st.callbacks_due.is_empty() {
@@ -234,7 +234,7 @@ impl State {
             || !self.closings.is_empty()
             || !self.failed_notify.is_empty()
             || !self.callbacks_due.is_empty()
-            || !self.rndv.gets.is_empty()
+            || self.rndv.has_reads()
     }
 }
 
@@ -244,7 +244,7 @@ const DEFER_MIN: usize = 2048;
 pub(crate) struct Sink<'a> {
     pub(crate) st: &'a mut State,
     pub(crate) iface: usize,
-    /// `st.tag.matcher.matched()` when the interface's progress call began.
+    /// `st.tag.matched()` when the interface's progress call began.
     pub(crate) matched: u64,
 }
 
@@ -266,9 +266,9 @@ impl EventSink for Sink<'_> {
     fn defer(&mut self, id: u8, data: &[u8]) -> bool {
         id == am_id::EAGER_ONLY
             && data.len() >= DEFER_MIN
-            && self.st.tag.matcher.matched() != self.matched
+            && self.st.tag.matched() != self.matched
             && crate::wire::split_eager_only(data)
-                .is_some_and(|(_, tag, _)| !self.st.tag.matcher.may_match(tag))
+                .is_some_and(|(_, tag, _)| !self.st.tag.may_match(tag))
     }
     fn completion(&mut self, comp: CompletionId, result: Result<u64>) {
         self.st.handle_completion(comp, result);
@@ -597,7 +597,7 @@ mod tests {
             assert_eq!(c.status, Ok(()));
             assert_eq!(c.len, 4096);
             assert_eq!(c.buf.take().expect("buffer back"), *m, "message {k}");
-            assert_eq!(a.st.tag.matcher.unexpected_len(), 0, "after message {k}");
+            assert_eq!(a.st.tag.unexpected_len(), 0, "after message {k}");
         }
     }
 }

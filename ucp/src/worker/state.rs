@@ -30,65 +30,65 @@ pub(crate) struct State {
     pub(crate) id: u32,
     /// Shared with every [`Request`](crate::Request) handed out: its identity, and the handles
     /// dropped since the last progress call.
-    pub(crate) req_shared: std::rc::Rc<crate::request::ReqShared>,
+    pub(super) req_shared: std::rc::Rc<crate::request::ReqShared>,
     pub(crate) cfg: UcpConfig,
-    pub(crate) features: Features,
-    pub(crate) clock: Box<dyn Clock>,
-    pub(crate) mds: Vec<AnyMd>,
+    pub(super) features: Features,
+    pub(super) clock: Box<dyn Clock>,
+    pub(super) mds: Vec<AnyMd>,
     pub(crate) info: Vec<IfaceInfo>,
     /// Some interface of `info` is `ep_only` (set once, with `info`).
-    pub(crate) any_ep_only: bool,
-    pub(crate) address: Vec<u8>,
+    pub(super) any_ep_only: bool,
+    pub(super) address: Vec<u8>,
     pub(crate) eps: Slab<Ep>,
-    pub(crate) ep_gen: u32,
+    pub(super) ep_gen: u32,
     pub(crate) by_uuid: crate::worker::peers::PeerIndex,
     pub(crate) by_uct: UctIndex,
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.
     pub(crate) iface_users: Vec<u32>,
     pub(crate) reqs: crate::worker::req_table::ReqTable,
-    pub(crate) req_gen: u32,
-    pub(crate) pool: Vec<Vec<u8>>,
-    pub(crate) to_connect: Vec<usize>,
+    pub(super) req_gen: u32,
+    pub(super) pool: Vec<Vec<u8>>,
+    pub(super) to_connect: Vec<usize>,
     /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
     /// `failed_notify`, `callbacks_due` or `rndv.gets` (and left set until `progress` finds them
     /// all empty
     /// again): one load tells a progress call whether it has queued work.
-    pub(crate) more_work: bool,
-    pub(crate) pending_eps: Vec<usize>,
-    pub(crate) flushes: Vec<usize>,
-    pub(crate) failed_notify: Vec<usize>,
+    pub(super) more_work: bool,
+    pub(super) pending_eps: Vec<usize>,
+    pub(super) flushes: Vec<usize>,
+    pub(super) failed_notify: Vec<usize>,
     pub(crate) next_msg_id: u64,
-    pub(crate) scratch: Vec<u8>,
+    pub(super) scratch: Vec<u8>,
     /// Reused buffer for the remote key an RTS carries (see [`State::rts_rkey`]).
-    pub(crate) rkey_scratch: Vec<u8>,
+    pub(super) rkey_scratch: Vec<u8>,
     /// The worker's timers (keepalive, close deadlines).
-    pub(crate) timers: crate::worker::timer_queue::Timers,
+    pub(super) timers: crate::worker::timer_queue::Timers,
     /// The earliest timer deadline (`Duration::MAX` without timers): progress runs the timers
     /// once `now_cache` reaches it.
-    pub(crate) next_timer: Duration,
+    pub(super) next_timer: Duration,
     /// The clock as read at the start of the current (or last) progress call: message
     /// timestamps for keepalive use it, so the data path reads no clock per message.
-    pub(crate) now_cache: Duration,
+    pub(super) now_cache: Duration,
     /// `now_cache` as a [`Stamp`], what endpoints note as their last send and receive times.
     pub(crate) now_stamp: Stamp,
     /// Set when the worker may have slept (`arm`): the next progress call reads the clock.
-    pub(crate) clock_stale: bool,
-    pub(crate) malformed_unknown: u64,
+    pub(super) clock_stale: bool,
+    pub(super) malformed_unknown: u64,
     pub(crate) stats: ProtoStats,
     /// User active messages: the handlers.
     pub(crate) am: crate::am::state::AmState,
     pub(crate) regions: crate::rma::Regions,
     /// Atomics: how many went which way.
     pub(crate) amo: crate::amo::state::AmoState,
-    pub(crate) quarantine: Vec<Vec<u8>>,
+    pub(super) quarantine: Vec<Vec<u8>>,
     /// Finished requests whose callback or token is due at the end of this progress call.
-    pub(crate) callbacks_due: Vec<usize>,
+    pub(super) callbacks_due: Vec<usize>,
     /// Results of token requests, waiting for `take_done_tokens`.
-    pub(crate) tokens_done: Vec<(u64, Completion)>,
+    pub(super) tokens_done: Vec<(u64, Completion)>,
     /// Where the results of hook requests go (`None`: to `tokens_done`, like a token's).
-    pub(crate) completion_hook: Option<CompletionHook>,
-    pub(crate) closings: Vec<Closing>,
+    pub(super) completion_hook: Option<CompletionHook>,
+    pub(super) closings: Vec<Closing>,
     /// Tag matching: the matcher and the unexpected messages.
     pub(crate) tag: crate::tag::state::TagState,
     /// Tag offload (see `tag_offload`).
@@ -96,7 +96,7 @@ pub(crate) struct State {
     /// Rendezvous: the pool of rendezvous boxes, the reads in progress.
     pub(crate) rndv: crate::rndv::RndvState,
     /// The distinct protocol configurations of the endpoints (see [`State::intern_proto`]).
-    pub(crate) protos: Vec<Rc<ProtoConfig>>,
+    pub(super) protos: Vec<Rc<ProtoConfig>>,
 }
 
 /// Distinct protocol configurations [`State::intern_proto`] keeps.
@@ -138,7 +138,7 @@ impl State {
     #[allow(clippy::unreachable)]
     pub(crate) fn send_rndv(&mut self, key: usize) -> &mut Rndv {
         match &mut self.reqs[key].kind {
-            ReqKind::Send(s) => rndv_in(&mut s.rndv, &mut self.rndv.pool),
+            ReqKind::Send(s) => self.rndv.box_in(&mut s.rndv),
             _ => unreachable!("request {key} is not a send"),
         }
     }
@@ -147,14 +147,8 @@ impl State {
     #[allow(clippy::unreachable)]
     pub(crate) fn recv_rndv(&mut self, key: usize) -> &mut Rndv {
         match &mut self.reqs[key].kind {
-            ReqKind::Recv(r) => rndv_in(&mut r.rndv, &mut self.rndv.pool),
+            ReqKind::Recv(r) => self.rndv.box_in(&mut r.rndv),
             _ => unreachable!("request {key} is not a receive"),
         }
     }
-}
-
-/// The box in `slot`, filled from `pool` (or allocated) when empty.
-#[allow(clippy::vec_box)]
-fn rndv_in<'a>(slot: &'a mut Option<Box<Rndv>>, pool: &mut Vec<Box<Rndv>>) -> &'a mut Rndv {
-    slot.get_or_insert_with(|| pool.pop().unwrap_or_default())
 }

@@ -44,14 +44,11 @@ impl State {
             return self.tm_rndv_send(idx, tag, data);
         }
         let len = data.as_slice().len();
-        let uuid = self.uuid;
-        let Some(l) = self.eps[idx].lanes.as_mut() else {
+        let uuid = self.worker_uuid();
+        let Some((li, uep, info)) = self.am_lane_mut(idx) else {
             return Ok(Err(data));
         };
-        let (li, uep) = &mut l.uct[l.am];
-        let li = *li;
-        let t = self.info[li].attr.tag;
-        let flags = self.info[li].attr.flags;
+        let (t, flags) = (info.attr.tag, info.attr.flags);
         if len < TM_THRESH || !flags.contains(IfaceFlags::TAG_EAGER_BCOPY) || !t.eager_saves_copy {
             return Ok(Err(data));
         }
@@ -65,7 +62,7 @@ impl State {
                 return Ok(Err(data));
             }
             self.tm.sent += 1;
-            self.eps[idx].last_tx = self.now_stamp;
+            self.ep_mut(idx).last_tx = self.now_stamp();
             let buf = match data {
                 SendData::Owned(v) => Some(v),
                 SendData::Borrowed(_) | SendData::Raw(_) => None,
@@ -85,8 +82,9 @@ impl State {
         let p = NonNull::new(s.data.as_mut_ptr()).ok_or_else(|| Error::NoMemory("empty".into()))?;
         // SAFETY: the request owns `data` and keeps it unchanged until the send completes;
         // `finish` drops the registration before it gives the vector back.
-        let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
-        let l = self.eps[idx]
+        let memh = unsafe { self.md(li).mem_reg(p, len) }?;
+        let l = self
+            .ep_mut(idx)
             .lanes
             .as_mut()
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
@@ -108,14 +106,13 @@ impl State {
             }
             Outcome::NoResource => {
                 // Nothing left: the ordinary path sends it (in order, through the pending queue).
-                let id = self.next_msg_id;
-                self.next_msg_id += 1;
+                let id = self.new_msg_id();
                 self.send_mut(key).msg_id = id;
                 self.queue_req(idx, key);
                 return Ok(Ok(self.op_of(key)));
             }
         }
-        self.eps[idx].last_tx = self.now_stamp;
+        self.ep_mut(idx).last_tx = self.now_stamp();
         Ok(Ok(self.op_of(key)))
     }
 
@@ -137,9 +134,9 @@ impl State {
             return;
         };
         let (_, op, _memh) = self.tm.rndv_ops.swap_remove(i);
-        let ep = self.reqs.get(key).and_then(|r| r.ep);
+        let ep = self.req_get(key).and_then(|r| r.ep);
         if let Some(l) = ep
-            .and_then(|idx| self.eps.get_mut(idx))
+            .and_then(|idx| self.ep_get_mut(idx))
             .and_then(|e| e.lanes.as_mut())
         {
             if let Err(e) = l.uct[l.am].1.tag_rndv_cancel(op) {
@@ -202,8 +199,9 @@ impl State {
     ) -> Result<Op> {
         let ptr = map.range(offset, len)?;
         self.ep_usable(idx)?;
-        let ready = self.eps[idx].pending.is_empty() && self.eps[idx].lanes.is_some();
-        let rndv = self.eps[idx]
+        let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
+        let rndv = self
+            .ep(idx)
             .proto
             .as_deref()
             .is_some_and(|p| len >= p.tag_rndv_thresh);
@@ -236,7 +234,8 @@ impl State {
         len: usize,
         keep: Keep,
     ) -> Result<Op> {
-        let l = self.eps[idx]
+        let l = self
+            .ep(idx)
             .lanes
             .as_ref()
             .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
@@ -244,11 +243,11 @@ impl State {
         let rma = l
             .rma()
             .map(|r| l.uct[r].0)
-            .and_then(|r| map.reg_of(self.info[r].tl_name).map(|m| (r, m.clone())));
-        let a = &self.info[li].attr;
+            .and_then(|r| map.reg_of(self.iface(r).tl_name).map(|m| (r, m.clone())));
+        let a = &self.iface(li).attr;
         // The handle the AM lane's transport reads the data through: the shared segment
         // itself, or the heap block's registration with that transport.
-        let am_memh = keep.handle_for(map, self.info[li].tl_name);
+        let am_memh = keep.handle_for(map, self.iface(li).tl_name);
         let offload = self.tm.enabled
             && a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
             && len <= a.tag.rndv_max_zcopy
@@ -266,14 +265,14 @@ impl State {
         // The RTS describes the data with the AM lane's key when that lane's transport reads
         // it in place (a shared segment the receiver maps: one copy, no system call), else for
         // the RMA lane, as the software rendezvous does.
-        let in_place = self.mds[li].attr().flags.contains(MdFlags::RKEY_PTR) && am_get;
+        let in_place = self.md(li).attr().flags.contains(MdFlags::RKEY_PTR) && am_get;
         let mut am_key = am_memh
             .as_ref()
             .filter(|_| in_place)
             .map(|m| self.rts_rkey(Some(li), Some(m)));
         if let Some(("", scratch)) = am_key {
             // Packing failed: the key buffer goes back for the RMA lane's key.
-            self.rkey_scratch = scratch;
+            self.put_rkey_scratch(scratch);
             am_key = None;
         }
         let (tl, rkey) = match (am_key, &rma) {
@@ -281,10 +280,10 @@ impl State {
             (None, Some((r, m))) => self.rts_rkey(Some(*r), Some(m)),
             (None, None) => self.rts_rkey(None, None),
         };
-        let mut hdr = std::mem::take(&mut self.scratch);
+        let mut hdr = self.take_scratch();
         hdr.clear();
         if offload {
-            hdr.extend_from_slice(&self.uuid.to_le_bytes());
+            hdr.extend_from_slice(&self.worker_uuid().to_le_bytes());
         }
         RtsHdr {
             tag,
@@ -297,12 +296,12 @@ impl State {
             },
         }
         .encode(&mut hdr);
-        self.rkey_scratch = rkey;
+        self.put_rkey_scratch(rkey);
         let out = if !offload {
             self.send_ctl_now(idx, am_id::RTS, &hdr)
         } else if let (true, Some(memh)) = (hdr.len() <= max_hdr, am_memh) {
             let off = ptr.as_ptr() as usize - memh.addr() as usize;
-            self.eps[idx]
+            self.ep_mut(idx)
                 .lanes
                 .as_mut()
                 .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))
@@ -324,13 +323,13 @@ impl State {
         } else {
             Ok(false)
         };
-        self.scratch = hdr;
+        self.put_scratch(hdr);
         let sent = match out {
             Ok(sent) => sent,
             Err(e) => {
                 // Nothing went out: forget the request.
                 self.tm.mapped.pop();
-                let r = self.reqs.remove(key);
+                let r = self.remove_req(key);
                 if let ReqKind::Send(s) = r.kind {
                     s.data.into_vec().into_iter().for_each(|v| self.put_buf(v));
                 }
@@ -340,25 +339,24 @@ impl State {
         if !sent {
             // Back-pressure: the ordinary path sends a copy later, in order.
             self.tm_mapped_materialize(key);
-            let id = self.next_msg_id;
-            self.next_msg_id += 1;
+            let id = self.new_msg_id();
             self.send_mut(key).msg_id = id;
             self.queue_req(idx, key);
             return Ok(self.op_of(key));
         }
         if !offload {
-            self.send_mut(key).msg_id = self.next_msg_id;
-            self.next_msg_id += 1;
+            let id = self.new_msg_id();
+            self.send_mut(key).msg_id = id;
         }
         self.tm.sent_mapped += 1;
-        self.stats.rndv_rts += 1;
+        self.stats_mut().rndv_rts += 1;
         if let Some((_, m)) = rma {
             self.send_rndv(key).memh = Some(m);
         }
         let s = self.send_mut(key);
         s.rts_sent = true;
         s.stage = SendStage::Rndv(RndvSend::WaitRndv);
-        self.eps[idx].last_tx = self.now_stamp;
+        self.ep_mut(idx).last_tx = self.now_stamp();
         Ok(self.op_of(key))
     }
 
@@ -375,11 +373,11 @@ impl State {
         ptr: NonNull<u8>,
         len: usize,
     ) -> Result<Option<Op>> {
-        let Some(l) = self.eps[idx].lanes.as_ref() else {
+        let Some(l) = self.ep(idx).lanes.as_ref() else {
             return Ok(None);
         };
         let li = l.uct[l.am].0;
-        let a = &self.info[li].attr;
+        let a = &self.iface(li).attr;
         if !a.flags.contains(IfaceFlags::TAG_EAGER_ZCOPY)
             || !a.tag.eager_saves_copy
             || len <= a.tag.eager_max_bcopy
@@ -390,14 +388,14 @@ impl State {
         let Some(keep) = map.keep_alive() else {
             return Ok(None);
         };
-        let Some(memh) = keep.handle_for(map, self.info[li].tl_name) else {
+        let Some(memh) = keep.handle_for(map, self.iface(li).tl_name) else {
             return Ok(None);
         };
         let iov = Iov::new(&memh, ptr.as_ptr() as usize - memh.addr() as usize, len)?;
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
         let wire = self.wire_id(key);
-        let uuid = self.uuid;
-        let out = match self.eps[idx].lanes.as_mut() {
+        let uuid = self.worker_uuid();
+        let out = match self.ep_mut(idx).lanes.as_mut() {
             Some(l) => l.uct[l.am]
                 .1
                 .tag_eager_zcopy(tag, uuid, &[iov], comp_id(COMP_TM, wire)),
@@ -422,14 +420,14 @@ impl State {
             Ok(Outcome::NoResource) | Err(_) => {
                 // Nothing went out: forget the request; the caller sends a copy (or reports
                 // the error the ordinary path meets).
-                let r = self.reqs.remove(key);
+                let r = self.remove_req(key);
                 if let ReqKind::Send(s) = r.kind {
                     s.data.into_vec().into_iter().for_each(|v| self.put_buf(v));
                 }
                 return Ok(None);
             }
         }
-        self.eps[idx].last_tx = self.now_stamp;
+        self.ep_mut(idx).last_tx = self.now_stamp();
         Ok(Some(self.op_of(key)))
     }
 
@@ -464,16 +462,17 @@ impl State {
         data: SendData<'d>,
     ) -> Result<std::result::Result<Op, SendData<'d>>> {
         let len = data.as_slice().len();
-        let Some(l) = self.eps[idx].lanes.as_ref() else {
+        let Some(l) = self.ep(idx).lanes.as_ref() else {
             return Ok(Err(data));
         };
         let li = l.uct[l.am].0;
         let rma_li = l.rma().map(|r| l.uct[r].0);
-        let a = &self.info[li].attr;
+        let a = &self.iface(li).attr;
         // Sizes ucp's own rendezvous moves better than the transport's (the AM pipeline's
         // range, or every size where ucp reads in steps: see `ProtoConfig::tm_rndv_min`) go by
         // the ordinary RTS.
-        let pipelined = self.eps[idx]
+        let pipelined = self
+            .ep(idx)
             .proto
             .as_deref()
             .is_some_and(|p| len < p.tm_rndv_min);
@@ -493,18 +492,18 @@ impl State {
         // SAFETY: the request owns `data` and keeps it unchanged until it finishes; the
         // registration is dropped (and the transport operation canceled) before `finish` gives
         // the vector back.
-        let memh = unsafe { self.mds[li].mem_reg(p, len) }?;
+        let memh = unsafe { self.md(li).mem_reg(p, len) }?;
         // The RTS describes the data for the RMA lane, as the software rendezvous does.
         let rma_memh = match rma_li {
             Some(r) if r == li => Some(memh.clone()),
             // SAFETY: as above.
-            Some(r) => unsafe { self.mds[r].mem_reg(p, len) }.ok(),
+            Some(r) => unsafe { self.md(r).mem_reg(p, len) }.ok(),
             None => None,
         };
         let (tl, rkey) = self.rts_rkey(rma_li, rma_memh.as_ref());
-        let mut hdr = std::mem::take(&mut self.scratch);
+        let mut hdr = self.take_scratch();
         hdr.clear();
-        hdr.extend_from_slice(&self.uuid.to_le_bytes());
+        hdr.extend_from_slice(&self.worker_uuid().to_le_bytes());
         RtsHdr {
             tag,
             sreq: self.peer_id(idx, key),
@@ -516,9 +515,9 @@ impl State {
             },
         }
         .encode(&mut hdr);
-        self.rkey_scratch = rkey;
+        self.put_rkey_scratch(rkey);
         let out = if hdr.len() <= max_hdr {
-            match self.eps[idx].lanes.as_mut() {
+            match self.ep_mut(idx).lanes.as_mut() {
                 Some(l) => l.uct[l.am].1.tag_rndv_zcopy(
                     tag,
                     &hdr,
@@ -530,7 +529,7 @@ impl State {
         } else {
             Ok(Outcome::NoResource)
         };
-        self.scratch = hdr;
+        self.put_scratch(hdr);
         match out? {
             Outcome::Done(op) => {
                 self.tm.sent_rndv += 1;
@@ -541,13 +540,12 @@ impl State {
                 let s = self.send_mut(key);
                 s.rts_sent = true;
                 s.stage = SendStage::Rndv(RndvSend::WaitRndv);
-                self.stats.rndv_rts += 1;
-                self.eps[idx].last_tx = self.now_stamp;
+                self.stats_mut().rndv_rts += 1;
+                self.ep_mut(idx).last_tx = self.now_stamp();
             }
             // `InProgress` carries no operation id (not what tcp answers): the ordinary path.
             Outcome::InProgress | Outcome::NoResource => {
-                let id = self.next_msg_id;
-                self.next_msg_id += 1;
+                let id = self.new_msg_id();
                 self.send_mut(key).msg_id = id;
                 self.queue_req(idx, key);
             }

@@ -36,9 +36,9 @@ pub(crate) struct TmState {
     /// no copy, only receives at least this large (which may get a rendezvous) are posted.
     pub(super) min_rndv: usize,
     /// Messages sent by tag offload.
-    pub(crate) sent: u64,
+    pub(super) sent: u64,
     /// Receives completed by the transport.
-    pub(crate) matched: u64,
+    pub(super) matched: u64,
     /// Rendezvous sent by `tag_rndv_zcopy` and not finished: (send wire id, operation id, the
     /// registration the transport reads the data through).
     pub(super) rndv_ops: Vec<(u64, u64, MemHandle)>,

@@ -1,0 +1,414 @@
+//! The worker core's interface to the protocol families: what a family (tag, rendezvous, RMA,
+//! atomics, active messages, stream, wire-up) may ask of [`State`] besides its own state.
+//!
+//! The core owns endpoints and their lanes, the request table, the progress queues, the
+//! buffer pool, the clock and the counters; a family reaches them through these methods and
+//! the few others listed here, and keeps its own per-worker state in its own struct
+//! (`State::tag`, `State::rndv`, `State::amo`, `State::am`, `State::tm`), whose fields only
+//! the family names. The set:
+//! - endpoints: [`State::ep`], [`State::ep_get`], [`State::ep_mut`], [`State::ep_queue_empty`],
+//!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_mut`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`], [`State::req_step`],
+//!   [`State::add_lane`]; the lanes through
+//!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
+//! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
+//! - requests: [`State::req_get`], [`State::req_mut`], [`State::next_wire_id`],
+//!   [`State::drop_req`], [`State::take_finished`], [`State::deliver_detached`], and `new_req`, `wire_id`, `req_ep`,
+//!   `req_by_wire`, `finish` (`worker/request.rs`), `peer_id`/`peer_req`
+//!   (`worker/peer_req.rs`);
+//! - progress queues: `queue_req` and `mark_pending` (`worker/pending.rs`: a request queued
+//!   behind an endpoint's earlier sends), `send_ctl`/`send_ctl_now`/`send_ctl2` (control
+//!   messages that wait their turn), [`State::am_short_now`] (one that goes inline now or
+//!   not at all);
+//! - the worker's identity and time: [`State::worker_uuid`], [`State::worker_id`],
+//!   `now`; the buffer pool (`get_buf`/`put_buf`).
+//!
+//! Not yet behind it (see `ARCHITECTURE.md`): the tag, rendezvous, wire-up and RMA families
+//! still read some core fields directly (`eps`, `info`, `mds`, `reqs`, `scratch`,
+//! `next_msg_id`), which stay `pub(crate)` for them.
+
+use crate::request::Completion;
+use crate::wire::PREFIX_LEN;
+use crate::wireup::ProtoConfig;
+use crate::worker::api_types::ProtoStats;
+use crate::worker::ep::{Ep, EpState, IfaceInfo, Stamp};
+use crate::worker::req::{Notify, Req};
+use crate::worker::state::State;
+use ucs::{Outcome, Result};
+use uct::{AnyEp, AnyMd, Endpoint as _, IfaceAttr, IfaceFlags};
+
+/// What a protocol step for one request on one endpoint works on at once: the endpoint, the
+/// worker's interfaces (as its lanes name them), the request and the counters (see
+/// [`State::req_step`]).
+pub(crate) struct ReqStep<'a> {
+    pub(crate) ep: &'a mut Ep,
+    pub(crate) ifaces: &'a [IfaceInfo],
+    pub(crate) req: &'a mut Req,
+    pub(crate) stats: &'a mut ProtoStats,
+}
+
+/// An endpoint's AM lane, ready to send on (see [`State::am_lane_and_req`]).
+pub(crate) struct AmLane<'a> {
+    /// The endpoint's protocol thresholds.
+    pub(crate) proto: ProtoConfig,
+    /// The lane's transport endpoint.
+    pub(crate) uep: &'a mut AnyEp,
+    /// Its interface's attributes.
+    pub(crate) attr: &'a IfaceAttr,
+    /// The endpoint's time of last send, to note a send in.
+    pub(crate) last_tx: &'a mut Stamp,
+}
+
+impl State {
+    /// Endpoint `idx` (an index the caller holds: a live endpoint).
+    #[inline]
+    pub(crate) fn ep(&self, idx: usize) -> &Ep {
+        &self.eps[idx]
+    }
+
+    /// Endpoint `idx`, if there is one (an index from the user or a peer).
+    #[inline]
+    pub(crate) fn ep_get(&self, idx: usize) -> Option<&Ep> {
+        self.eps.get(idx)
+    }
+
+    /// Endpoint `idx`, if there is one, to change.
+    #[inline]
+    pub(crate) fn ep_get_mut(&mut self, idx: usize) -> Option<&mut Ep> {
+        self.eps.get_mut(idx)
+    }
+
+    /// Endpoint `idx`, to change (as [`State::ep`]).
+    #[inline]
+    pub(crate) fn ep_mut(&mut self, idx: usize) -> &mut Ep {
+        &mut self.eps[idx]
+    }
+
+    /// Lane `lane` of endpoint `idx` (an index into its lanes), with the description of its
+    /// interface; `Busy` while the endpoint is connecting.
+    #[inline]
+    pub(crate) fn lane_mut(&mut self, idx: usize, lane: usize) -> Result<(&mut AnyEp, &IfaceInfo)> {
+        let (li, uep) = &mut self.eps[idx].ready_lanes()?.uct[lane];
+        Ok((uep, &self.info[*li]))
+    }
+
+    /// Endpoint `idx` with request `key` (`None`: no request there), both to change.
+    #[inline]
+    pub(crate) fn ep_and_req_mut(&mut self, idx: usize, key: usize) -> (&mut Ep, Option<&mut Req>) {
+        (&mut self.eps[idx], self.reqs.get_mut(key))
+    }
+
+    /// Endpoint `idx`'s AM lane, to send for request `key` (which it gives too); `Busy` while
+    /// the endpoint is connecting.
+    #[inline]
+    pub(crate) fn am_lane_and_req(
+        &mut self,
+        idx: usize,
+        key: usize,
+    ) -> Result<(AmLane<'_>, &mut Req)> {
+        let (proto, (li, uep), last_tx) = self.eps[idx].ready_am()?;
+        let lane = AmLane {
+            proto,
+            uep,
+            attr: &self.info[*li].attr,
+            last_tx,
+        };
+        Ok((lane, &mut self.reqs[key]))
+    }
+
+    /// Endpoint `idx`, request `key` and what a step sending for it needs, at once.
+    #[inline]
+    pub(crate) fn req_step(&mut self, idx: usize, key: usize) -> ReqStep<'_> {
+        ReqStep {
+            ep: &mut self.eps[idx],
+            ifaces: &self.info,
+            req: &mut self.reqs[key],
+            stats: &mut self.stats,
+        }
+    }
+
+    /// Endpoint `idx`'s AM lane: its interface index, transport endpoint and the interface's
+    /// description (`None` while the endpoint is connecting).
+    #[inline]
+    pub(crate) fn am_lane_mut(&mut self, idx: usize) -> Option<(usize, &mut AnyEp, &IfaceInfo)> {
+        let l = self.eps[idx].lanes.as_mut()?;
+        let (li, uep) = &mut l.uct[l.am];
+        Some((*li, uep, &self.info[*li]))
+    }
+
+    /// Whether nothing waits on endpoint `idx`'s pending list: a new operation may start at
+    /// once without overtaking earlier ones.
+    #[inline]
+    pub(crate) fn ep_queue_empty(&self, idx: usize) -> bool {
+        self.eps[idx].pending.is_empty()
+    }
+
+    /// Whether endpoint `idx` is connected and nothing waits on its pending list.
+    #[inline]
+    pub(crate) fn ep_ready(&self, idx: usize) -> bool {
+        let ep = &self.eps[idx];
+        ep.pending.is_empty() && ep.lanes.is_some()
+    }
+
+    /// The generation of endpoint slot `idx` (`None`: no endpoint there).
+    #[inline]
+    pub(crate) fn ep_gen(&self, idx: usize) -> Option<u32> {
+        self.eps.get(idx).map(|e| e.gen)
+    }
+
+    /// Interface `i` of the worker (as the lanes name them).
+    #[inline]
+    pub(crate) fn iface(&self, i: usize) -> &IfaceInfo {
+        &self.info[i]
+    }
+
+    /// Every interface of the worker, in lane-index order.
+    #[inline]
+    pub(crate) fn ifaces(&self) -> &[IfaceInfo] {
+        &self.info
+    }
+
+    /// The memory domain of interface `i`.
+    #[inline]
+    pub(crate) fn md(&self, i: usize) -> &AnyMd {
+        &self.mds[i]
+    }
+
+    /// Request `key`, if there is one.
+    #[inline]
+    pub(crate) fn req_get(&self, key: usize) -> Option<&Req> {
+        self.reqs.get(key)
+    }
+
+    /// Request `key`, to change (as [`State::req_get`]).
+    #[inline]
+    pub(crate) fn req_mut(&mut self, key: usize) -> &mut Req {
+        &mut self.reqs[key]
+    }
+
+    /// This worker's uuid (what its messages carry as the sender).
+    #[inline]
+    pub(crate) fn worker_uuid(&self) -> u64 {
+        self.uuid
+    }
+
+    /// This worker's process-unique id (what its handles carry).
+    #[inline]
+    pub(crate) fn worker_id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl State {
+    /// The wire id the next [`State::new_req`] will give: an operation that may finish at
+    /// once names itself with it and creates the request only when it does not.
+    #[inline]
+    pub(crate) fn next_wire_id(&self) -> u64 {
+        let gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
+        u64::from(gen) << 32 | self.reqs.vacant_key() as u64
+    }
+
+    /// Removes request `key`, never handed out (its operation failed to start).
+    pub(crate) fn drop_req(&mut self, key: usize) {
+        self.reqs.remove(key);
+    }
+
+    /// The result of request `key` when it finished already (its slot freed); `None` while
+    /// it runs.
+    pub(crate) fn take_finished(&mut self, key: usize) -> Option<Completion> {
+        self.reqs[key].done.as_ref()?;
+        Some(self.reqs.take_done(key).unwrap_or_else(Completion::ok))
+    }
+
+    /// Completes request `key` at once when its result goes to a token or the completion hook
+    /// (the C API's): its slot is freed and `c()` queued for `take_done_tokens` or given to
+    /// the hook, as the end of the progress call would do after `finish`. False (nothing
+    /// done) for a request someone holds a handle of. Only for requests whose kind owns
+    /// nothing (a value).
+    pub(crate) fn deliver_detached(&mut self, key: usize, c: impl FnOnce() -> Completion) -> bool {
+        match self.reqs[key].notify {
+            Notify::Token(t) => {
+                self.reqs.free_plain(key);
+                self.tokens_done.push((t, c()));
+                true
+            }
+            Notify::Hook(t) => {
+                self.reqs.free_plain(key);
+                self.hook_done(t, c());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Sends the control message `id` with body `req` then `rest` at once, inline on endpoint
+    /// `idx`'s AM lane in one transport call, when nothing is queued on the endpoint, it is
+    /// usable and connected, and the message fits the lane's short messages. False when it was
+    /// not sent (the caller queues it, e.g. with `send_ctl2`).
+    #[inline(always)]
+    pub(crate) fn am_short_now(
+        &mut self,
+        idx: usize,
+        id: u8,
+        req: u64,
+        rest: &[u8],
+    ) -> Result<bool> {
+        let ep = &mut self.eps[idx];
+        if ep.pending.is_empty() && !matches!(ep.state, EpState::Failed | EpState::Closed) {
+            if let Some(l) = ep.lanes.as_mut() {
+                if let Some((li, uep)) = l.uct.get_mut(l.am) {
+                    let a = &self.info[*li].attr;
+                    if a.flags.contains(IfaceFlags::AM_SHORT)
+                        && PREFIX_LEN + 8 + rest.len() <= a.am.max_short
+                        && uep.am_short2(id, self.uuid, req, rest)? != Outcome::NoResource
+                    {
+                        ep.last_tx = self.now_stamp;
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Tells the next progress call that a queue of its steps holds work (a family queued
+    /// something progress must come back to).
+    #[inline]
+    pub(crate) fn note_queued_work(&mut self) {
+        self.more_work = true;
+    }
+
+    /// Adds transport endpoint `uep` of interface `li` to the lanes of endpoint `idx` (a lane
+    /// connected after the others): its events find the endpoint, and its interface counts it.
+    /// Gives the new lane's index (`None`: the endpoint has no lanes).
+    pub(crate) fn add_lane(&mut self, idx: usize, li: usize, uep: AnyEp) -> Option<usize> {
+        let l = self.eps[idx].lanes.as_mut()?;
+        self.by_uct.insert((li, uep.id().0), idx);
+        l.uct.push((li, uep));
+        self.iface_users[li] += 1;
+        Some(l.uct.len() - 1)
+    }
+}
+
+impl State {
+    /// Request `key` (a live request the caller holds).
+    #[inline]
+    pub(crate) fn req(&self, key: usize) -> &Req {
+        &self.reqs[key]
+    }
+
+    /// The protocol counters.
+    #[inline]
+    pub(crate) fn stats_mut(&mut self) -> &mut ProtoStats {
+        &mut self.stats
+    }
+
+    /// A new id for a message sent in fragments (unique per sender).
+    #[inline]
+    pub(crate) fn new_msg_id(&mut self) -> u64 {
+        let id = self.next_msg_id;
+        self.next_msg_id += 1;
+        id
+    }
+}
+
+impl State {
+    /// The worker's reused encoding buffer (give it back with [`State::put_scratch`]).
+    #[inline]
+    pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.scratch)
+    }
+
+    /// Gives the encoding buffer back, for the next message.
+    #[inline]
+    pub(crate) fn put_scratch(&mut self, v: Vec<u8>) {
+        self.scratch = v;
+    }
+
+    /// The worker's reused buffer for a packed remote key (give it back with
+    /// [`State::put_rkey_scratch`]).
+    #[inline]
+    pub(crate) fn take_rkey_scratch(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.rkey_scratch)
+    }
+
+    /// Gives the remote-key buffer back, for the next message.
+    #[inline]
+    pub(crate) fn put_rkey_scratch(&mut self, v: Vec<u8>) {
+        self.rkey_scratch = v;
+    }
+}
+
+impl State {
+    /// The time of the current progress call, as endpoints note their last send and receive.
+    #[inline]
+    pub(crate) fn now_stamp(&self) -> Stamp {
+        self.now_stamp
+    }
+}
+
+impl State {
+    /// Request `key`, if there is one, to change.
+    #[inline]
+    pub(crate) fn req_get_mut(&mut self, key: usize) -> Option<&mut Req> {
+        self.reqs.get_mut(key)
+    }
+
+    /// The generation of the request [`State::new_req`] made last.
+    #[inline]
+    pub(crate) fn last_req_gen(&self) -> u32 {
+        self.req_gen
+    }
+
+    /// The unfinished request wire id `wire` names, with its key.
+    #[inline]
+    pub(crate) fn req_waiting_by_wire(&mut self, wire: u64) -> Option<(usize, &mut Req)> {
+        self.reqs.waiting_by_wire(wire)
+    }
+
+    /// Frees request `key`, whose kind and notification own nothing.
+    #[inline]
+    pub(crate) fn free_plain_req(&mut self, key: usize) {
+        self.reqs.free_plain(key);
+    }
+
+    /// Removes request `key` from the table, giving it whole.
+    pub(crate) fn remove_req(&mut self, key: usize) -> Req {
+        self.reqs.remove(key)
+    }
+
+    /// The user's handle of request `key` (generation `gen`).
+    #[inline]
+    pub(crate) fn handle_of(&self, key: usize, gen: u32) -> crate::request::Request {
+        crate::request::Request::new(key, gen, &self.req_shared)
+    }
+
+    /// The endpoint connected to the worker with uuid `uuid`.
+    #[inline]
+    pub(crate) fn ep_of_peer(&self, uuid: u64) -> Option<usize> {
+        self.by_uuid.get(&uuid).copied()
+    }
+
+    /// Counts a message from a worker no endpoint knows (dropped).
+    pub(crate) fn note_unknown_sender(&mut self) {
+        self.malformed_unknown += 1;
+    }
+
+    /// The worker's configuration.
+    #[inline]
+    pub(crate) fn config(&self) -> &crate::config::UcpConfig {
+        &self.cfg
+    }
+}
+
+impl State {
+    /// Queues endpoint `idx` to connect its lanes on the next progress call.
+    pub(crate) fn queue_connect(&mut self, idx: usize) {
+        self.to_connect.push(idx);
+        self.more_work = true;
+    }
+
+    /// This worker's packed address.
+    pub(crate) fn worker_address(&self) -> &[u8] {
+        &self.address
+    }
+}
