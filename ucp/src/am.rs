@@ -14,6 +14,7 @@ pub(crate) mod state;
 
 use crate::request::{Completion, Op};
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
+use crate::worker::ep::connecting;
 use crate::worker::req::{zeroed_buf, SendData};
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
@@ -88,7 +89,7 @@ impl State {
             .proto
             .as_deref()
             .copied()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+            .ok_or_else(connecting)?;
         let hlen = u32::try_from(header.len())
             .map_err(|_| Error::InvalidParam("active-message header too long".into()))?;
         let total = UserAmHdr::LEN + header.len() + data.as_slice().len();

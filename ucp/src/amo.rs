@@ -16,6 +16,7 @@ pub(crate) mod state;
 use crate::request::{Completion, Op, RequestId};
 use crate::rma::Rkey;
 use crate::wire::{am_id, split_prefix, AtomicRepHdr, AtomicReqHdr, NO_REQ};
+use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
@@ -309,11 +310,7 @@ impl State {
             // before (the slab's next key and the next generation), so an atomic that completes
             // at once costs no request.
             let wire = self.next_wire_id();
-            let l = self
-                .ep_mut(idx)
-                .lanes
-                .as_mut()
-                .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+            let l = self.ep_mut(idx).lanes.as_mut().ok_or_else(connecting)?;
             let uep = &mut l.uct[lane].1;
             let comp = comp_id(COMP_ATOMIC, wire);
             let out: Outcome<u64> = match (kind, size, fetch) {

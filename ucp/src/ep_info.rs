@@ -11,6 +11,7 @@
     )
 )]
 
+use crate::worker::ep::connecting;
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
 
@@ -19,12 +20,7 @@ impl Worker {
     /// it is connecting.
     pub fn ep_transports(&self, ep: EpHandle) -> Result<Vec<(String, String)>> {
         let idx = self.st.ep_idx(ep)?;
-        let l = self
-            .st
-            .ep(idx)
-            .lanes
-            .as_ref()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let l = self.st.ep(idx).lanes.as_ref().ok_or_else(connecting)?;
         let mut out: Vec<(String, String)> = Vec::new();
         let order = std::iter::once(l.am).chain((0..l.uct.len()).filter(|&i| i != l.am));
         for lane in order {
@@ -49,12 +45,7 @@ impl Worker {
     /// its lanes' performance models (overheads, latency, bandwidth), as UCX estimates it.
     pub fn ep_estimate_time(&self, ep: EpHandle, size: usize) -> Result<f64> {
         let idx = self.st.ep_idx(ep)?;
-        let l = self
-            .st
-            .ep(idx)
-            .lanes
-            .as_ref()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let l = self.st.ep(idx).lanes.as_ref().ok_or_else(connecting)?;
         l.uct
             .iter()
             .map(|(li, _)| self.st.iface(*li).attr.perf.time_for(size))

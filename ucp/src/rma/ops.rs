@@ -15,6 +15,7 @@ use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey, RkeyBundle};
 use crate::rndv::stages::{RndvRecv, RndvSend};
 use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
+use crate::worker::ep::connecting;
 use crate::worker::ep::Pending;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::{comp_id, RecvStage, SendData, SendStage, COMP_GET};
@@ -122,12 +123,7 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         let bundle = RkeyBundle::decode(packed)?;
         self.connect_amo_lane(idx);
-        let lanes = self
-            .st
-            .ep(idx)
-            .lanes
-            .as_ref()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let lanes = self.st.ep(idx).lanes.as_ref().ok_or_else(connecting)?;
         let key_for = |li: usize| -> Option<uct::RemoteKey> {
             let tl = self.st.iface(li).tl_name;
             let (_, k) = bundle.entries.iter().find(|(t, _)| t == tl)?;

@@ -14,7 +14,7 @@ use crate::address::WorkerAddress;
 use crate::wire::am_id;
 use crate::wireup::ep::connect_ep;
 use crate::wireup::ProtoConfig;
-use crate::worker::ep::{Ep, EpExtra, EpState};
+use crate::worker::ep::{connecting, Ep, EpExtra, EpState};
 use crate::worker::peer_req::PEER_ID_MASK;
 use crate::worker::state::State;
 use crate::worker::{EpHandle, EpParams, ErrHandler, Worker};
@@ -96,10 +96,7 @@ impl Worker {
     /// lane moved there after wire-up); `Busy` while the endpoint is connecting.
     pub fn ep_am_lane(&self, ep: EpHandle) -> Result<String> {
         let idx = self.st.ep_idx(ep)?;
-        let l = self.st.eps[idx]
-            .lanes
-            .as_ref()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let l = self.st.eps[idx].lanes.as_ref().ok_or_else(connecting)?;
         let i = &self.st.info[l.uct[l.am].0];
         Ok(format!("{}/{}", i.tl_name, i.dev_name))
     }
@@ -130,7 +127,7 @@ impl Worker {
             .proto
             .as_deref()
             .copied()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))
+            .ok_or_else(connecting)
     }
 }
 
@@ -234,7 +231,7 @@ impl State {
         let ep = &self.eps[idx];
         let (lanes, proto) = match (&ep.lanes, &ep.proto) {
             (Some(l), Some(p)) => (l, p),
-            _ => return Err(Error::Busy("endpoint is still connecting".into())),
+            _ => return Err(connecting()),
         };
         let name = |lane: usize| {
             let i = &self.info[lanes.uct[lane].0];

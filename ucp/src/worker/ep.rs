@@ -215,7 +215,7 @@ impl EpExtra {
 /// The error of a step that needs an endpoint's lanes while the endpoint is still connecting.
 #[cold]
 pub(crate) fn connecting() -> Error {
-    Error::Busy("connecting".into())
+    Error::Busy("endpoint is still connecting".into())
 }
 
 impl Ep {

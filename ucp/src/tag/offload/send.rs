@@ -18,6 +18,7 @@ use crate::rma::{Keep, MemMap};
 use crate::rndv::stages::RndvSend;
 use crate::wire::{am_id, RemoteBuf, RtsHdr};
 use crate::wireup::TM_THRESH;
+use crate::worker::ep::connecting;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage};
 use crate::worker::state::State;
 use crate::worker::EpHandle;
@@ -83,11 +84,7 @@ impl State {
         // SAFETY: the request owns `data` and keeps it unchanged until the send completes;
         // `finish` drops the registration before it gives the vector back.
         let memh = unsafe { self.md(li).mem_reg(p, len) }?;
-        let l = self
-            .ep_mut(idx)
-            .lanes
-            .as_mut()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let l = self.ep_mut(idx).lanes.as_mut().ok_or_else(connecting)?;
         let out = l.uct[l.am].1.tag_eager_zcopy(
             tag,
             uuid,
@@ -234,11 +231,7 @@ impl State {
         len: usize,
         keep: Keep,
     ) -> Result<Op> {
-        let l = self
-            .ep(idx)
-            .lanes
-            .as_ref()
-            .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))?;
+        let l = self.ep(idx).lanes.as_ref().ok_or_else(connecting)?;
         let li = l.uct[l.am].0;
         let rma = l
             .rma()
@@ -304,7 +297,7 @@ impl State {
             self.ep_mut(idx)
                 .lanes
                 .as_mut()
-                .ok_or_else(|| Error::Busy("endpoint is still connecting".into()))
+                .ok_or_else(connecting)
                 .and_then(|l| {
                     let iov = Iov::new(&memh, off, len)?;
                     l.uct[l.am]
