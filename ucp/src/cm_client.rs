@@ -21,6 +21,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::time::{Duration, Instant};
+use ucs::async_ctx::{EventSet, Interest};
 use ucs::{Error, Result};
 
 /// A connection request on its way: socket connecting, request being written, answer being
@@ -255,9 +256,12 @@ impl Connecting {
         }
     }
 
-    /// Waits up to `timeout` (and at most until the exchange's deadline) for the answer.
+    /// Waits up to `timeout` (and at most until the exchange's deadline) for the answer,
+    /// sleeping on the socket through a ucs event set between looks.
     pub fn wait(&mut self, timeout: Duration) -> Result<ConnectPoll> {
         let end = Instant::now() + timeout;
+        let set = EventSet::new()?;
+        let mut registered: Option<Interest> = None;
         loop {
             if let ConnectPoll::Accepted(a) = self.poll()? {
                 return Ok(ConnectPoll::Accepted(a));
@@ -266,19 +270,19 @@ impl Connecting {
             if now >= end {
                 return Ok(ConnectPoll::Pending);
             }
-            let events = if self.connected && self.sent == self.out.len() {
-                libc::POLLIN
+            let want = if self.connected && self.sent == self.out.len() {
+                Interest::READABLE
             } else {
-                libc::POLLOUT
+                Interest::WRITABLE
             };
-            let mut p = libc::pollfd {
-                fd: self.fd(),
-                events,
-                revents: 0,
-            };
-            let ms = (end - now).as_millis().clamp(1, 1000) as libc::c_int;
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, ms) };
+            match registered {
+                None => set.add(self.fd(), want, 0)?,
+                Some(had) if had != want => set.modify(self.fd(), want, 0)?,
+                Some(_) => {}
+            }
+            registered = Some(want);
+            let wait = (end - now).clamp(Duration::from_millis(1), Duration::from_secs(1));
+            set.wait_any(Some(wait))?;
         }
     }
 
