@@ -136,7 +136,12 @@ on() {
 }
 
 # The rsh agent: "agent [-options] HOST COMMAND..." runs COMMAND (one shell line, as ssh does)
-# on HOST.
+# on HOST. Its session crosses no link (it enters the host's namespaces), so it stands in for
+# ssh's own liveness check: as ssh with ServerAliveInterval=10 and ServerAliveCountMax=3 ends a
+# session whose host stopped answering, the agent ends (status 255, the command killed) once
+# HOST's link has been down for 30 s. A launcher waiting for its remote daemons (MPICH's hydra
+# after a rank aborted) then learns the host is gone, as it would over ssh, instead of waiting
+# for ever behind a cut link; a 5 s outage does not end it.
 cat >"$work/agent" <<EOF
 #!/bin/sh
 while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
@@ -146,7 +151,23 @@ case \$host in
   host-a|host-b|host-c) ns=rxh-$ID-\${host#host-} ;;
   *) echo "agent: unknown host \$host" >&2; exit 255 ;;
 esac
-exec ip netns exec "\$ns" ${UNSHARE[*]} sh -c "hostname \$host; \$*"
+ip netns exec "\$ns" ${UNSHARE[*]} sh -c "hostname \$host; \$*" <&0 &
+child=\$!
+down=0
+while kill -0 "\$child" 2>/dev/null; do
+  if ip -n "\$ns" -o link show veth0 2>/dev/null | grep -q '[<,]UP[,>]'; then
+    down=0
+  else
+    down=\$((down + 1))
+    if [ "\$down" -ge 30 ]; then
+      echo "agent: connection to \$host timed out (its link is down); session closed" >&2
+      kill -9 "\$child" 2>/dev/null
+      exit 255
+    fi
+  fi
+  sleep 1
+done
+wait "\$child"
 EOF
 chmod +x "$work/agent"
 
