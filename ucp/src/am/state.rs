@@ -21,8 +21,6 @@ enum Slot {
 #[derive(Default)]
 pub(crate) struct AmState {
     slots: Vec<Slot>,
-    /// Descriptor handlers registered: a worker without any skips their lookup.
-    descs: usize,
 }
 
 impl AmState {
@@ -35,32 +33,20 @@ impl AmState {
         &mut self.slots[i]
     }
 
-    /// Puts `new` in the slot of `id`, keeping the descriptor count.
-    fn replace(&mut self, id: u16, new: Slot) {
-        let is_desc = matches!(new, Slot::Desc(_));
-        let old = std::mem::replace(self.slot_mut(id), new);
-        if matches!(old, Slot::Desc(_)) {
-            self.descs -= 1;
-        }
-        if is_desc {
-            self.descs += 1;
-        }
-    }
-
     /// Makes `h` the handler of `id`, replacing any of either kind.
     pub(crate) fn set(&mut self, id: u16, h: AmHandler) {
-        self.replace(id, Slot::Whole(h));
+        *self.slot_mut(id) = Slot::Whole(h);
     }
 
     /// Makes `h` the descriptor handler of `id`, replacing any of either kind.
     pub(crate) fn set_desc(&mut self, id: u16, h: AmDescHandler) {
-        self.replace(id, Slot::Desc(h));
+        *self.slot_mut(id) = Slot::Desc(h);
     }
 
     /// Removes the handler of `id`, of either kind.
     pub(crate) fn remove(&mut self, id: u16) {
-        if usize::from(id) < self.slots.len() {
-            self.replace(id, Slot::Empty);
+        if let Some(slot) = self.slots.get_mut(usize::from(id)) {
+            *slot = Slot::Empty;
         }
     }
 
@@ -85,7 +71,7 @@ impl AmState {
     /// `id` has a descriptor handler.
     #[inline]
     pub(crate) fn has_desc(&self, id: u16) -> bool {
-        self.descs != 0 && matches!(self.slots.get(usize::from(id)), Some(Slot::Desc(_)))
+        matches!(self.slots.get(usize::from(id)), Some(Slot::Desc(_)))
     }
 }
 
@@ -107,9 +93,9 @@ mod tests {
         assert!(s.handler(3).is_none() && s.has_desc(3) && s.desc_handler(3).is_some());
         s.set(3, whole());
         assert!(s.handler(3).is_some() && !s.has_desc(3));
-        assert_eq!(
-            s.descs, 0,
-            "the replaced descriptor handler is no longer counted"
+        assert!(
+            s.desc_handler(3).is_none(),
+            "the replaced descriptor handler is gone"
         );
         s.remove(3);
         assert!(s.handler(3).is_none() && s.desc_handler(3).is_none());
