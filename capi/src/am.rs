@@ -34,6 +34,7 @@ const AM_CB_PRIV_FIRST_FLAG: u32 = 1 << 15;
 
 /// The client endpoint a handler gets as reply endpoint for messages from rucx endpoint `h`:
 /// the client's first one there, else one made (and kept until the worker is destroyed).
+#[inline]
 pub fn reply_ep(w: &Worker, h: EpHandle) -> *mut Ep {
     let first = w.inner.borrow().eps.first(h);
     if !first.is_null() {
@@ -157,7 +158,7 @@ fn aligned(w: &Worker, buf: Vec<u8>, header_len: usize) -> (Vec<u8>, usize) {
 fn drop_msg(w: &Worker, msg: AmMsg) {
     let mut i = w.inner.borrow_mut();
     if let Some(d) = msg.rndv {
-        let _ = i.w.am_rndv_drop(d);
+        let _ = i.w.am_rndv_drop(*d);
     }
     i.w.am_data_release(msg.buf);
 }
@@ -170,7 +171,7 @@ fn release(w: &Worker, data: usize) -> bool {
         Some(Held::Rndv(d)) => {
             // SAFETY: the descriptor's box, made in `deliver`.
             drop(unsafe { Box::from_raw(data as *mut u8) });
-            if let Err(e) = w.inner.borrow_mut().w.am_rndv_drop(d) {
+            if let Err(e) = w.inner.borrow_mut().w.am_rndv_drop(*d) {
                 tracing::debug!("declining an active message: {e}");
             }
         }
@@ -313,9 +314,18 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
             Err(s) => return status_ptr(s),
         };
         let id = id as u16;
+        let no_imm = p.op_attr_mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
         let _g = w.lock.lock();
         let res = {
             let mut i = w.inner.borrow_mut();
+            // The common send, small enough to go out at once, gives UCS_OK without a
+            // completion to build and take apart (a failure here is found again, and reported,
+            // below).
+            if let (SendData::Slice(s), false) = (&data, no_imm) {
+                if let Ok(true) = i.w.am_send_short(h, id, hdr, s) {
+                    return status_ptr(UCS_OK);
+                }
+            }
             match data {
                 // SAFETY: the client keeps the buffer until the request completes.
                 SendData::Slice(s) => unsafe { i.w.am_send_raw(h, id, hdr, s.as_ptr(), s.len()) },
@@ -324,7 +334,6 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
         };
         // A send that finished at once gives UCS_OK without reading the request fields (as
         // `ucp_tag_send_nbx`): its completion owns nothing, so it is forgotten, not dropped.
-        let no_imm = p.op_attr_mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
         match res {
             Ok(Op::Done(c)) if !no_imm && c.status.is_ok() && c.buf.is_none() => {
                 std::mem::forget(c);
@@ -463,7 +472,7 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
                 let (res, finish) = match finish {
                     Finish::Copy { dst, cap } => {
                         // SAFETY: the client keeps its buffer until the request completes.
-                        let r = unsafe { w.inner.borrow_mut().w.am_rndv_recv_raw(d, dst, cap) };
+                        let r = unsafe { w.inner.borrow_mut().w.am_rndv_recv_raw(*d, dst, cap) };
                         (r, Finish::None)
                     }
                     other => {
@@ -471,7 +480,7 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
                         let dst = buf.as_mut_ptr();
                         // SAFETY: `buf`'s memory moves with it into the finish, which lives
                         // until the request completes.
-                        let r = unsafe { w.inner.borrow_mut().w.am_rndv_recv_raw(d, dst, cap) };
+                        let r = unsafe { w.inner.borrow_mut().w.am_rndv_recv_raw(*d, dst, cap) };
                         (
                             r,
                             Finish::Staged {

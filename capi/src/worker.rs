@@ -110,14 +110,32 @@ impl Worker {
     /// endpoint failures and active messages. Gives their number.
     #[inline(never)]
     fn deliver(&self) -> usize {
-        let (mut done, events) = {
+        let (done, events) = {
+            let i = self.inner.borrow();
+            (
+                !i.done.is_empty() || i.w.has_done_tokens(),
+                i.events_queued(),
+            )
+        };
+        let n = if done { self.deliver_done() } else { 0 };
+        if events {
+            n + self.deliver_events()
+        } else {
+            n
+        }
+    }
+
+    /// Runs the callbacks of the finished operations queued for the client. Gives their
+    /// number.
+    fn deliver_done(&self) -> usize {
+        let mut done = {
             let mut i = self.inner.borrow_mut();
             let mut done = std::mem::take(&mut *self.spare.borrow_mut());
             if !i.done.is_empty() {
                 std::mem::swap(&mut done, &mut i.done);
             }
             i.w.take_done_tokens(&mut done);
-            (done, i.events_queued())
+            done
         };
         let n = done.len();
         // Each entry is completed where it lies and then dropped; the length is cleared first,
@@ -143,36 +161,40 @@ impl Worker {
         } else {
             std::mem::forget(old);
         }
-        if events {
-            n + self.deliver_events()
-        } else {
-            n
-        }
+        n
     }
 
     /// Runs the error handlers of failed endpoints and the handlers of arrived active
     /// messages. Gives their number.
-    #[cold]
-    #[inline(never)]
     fn deliver_events(&self) -> usize {
-        let (errs, mut ams) = {
+        let (failed, mut ams) = {
             let mut i = self.inner.borrow_mut();
-            let errs = std::mem::take(&mut *i.ep_errors.borrow_mut());
+            // SAFETY: as in `Inner::events_queued`: no borrow of the queue is held now.
+            let failed = unsafe { !(*i.ep_errors.as_ptr()).is_empty() };
             let spare = std::mem::take(&mut i.am_spare);
             let ams = std::mem::replace(&mut *i.am_in.borrow_mut(), spare);
-            (errs, ams)
+            (failed, ams)
         };
-        let n = errs.len() + ams.len();
-        for (h, status) in errs {
-            self.ep_failed(h, status);
+        let mut n = ams.len();
+        if failed {
+            n += self.deliver_failures();
         }
-        for a in ams.drain(..) {
-            match a {
-                AmArrival::Whole(id, data, ep) => self.deliver_am(id, data, ep),
-                AmArrival::Eager(id, buf, header_len, ep) => {
-                    crate::am::deliver_eager(self, id, buf, header_len, ep)
+        // Each arrival is moved out where it lies; the length is cleared first, so a handler
+        // that panics leaks the rest instead of dropping them twice.
+        // SAFETY: `ams[..len]` are initialized and each is read out once; `ams` no longer owns
+        // them once its length is 0.
+        unsafe {
+            let len = ams.len();
+            ams.set_len(0);
+            let base = ams.as_ptr();
+            for k in 0..len {
+                match std::ptr::read(base.add(k)) {
+                    AmArrival::Eager(id, buf, header_len, ep) => {
+                        crate::am::deliver_eager(self, id, buf, header_len, ep)
+                    }
+                    AmArrival::Whole(id, data, ep) => self.deliver_am(id, data, ep),
+                    AmArrival::Rndv(id, msg, ep) => crate::am::deliver(self, id, *msg, ep),
                 }
-                AmArrival::Rndv(id, msg, ep) => crate::am::deliver(self, id, *msg, ep),
             }
         }
         // The emptied queue, with its capacity, is the next spare (a handler that progressed
@@ -180,6 +202,18 @@ impl Worker {
         let mut i = self.inner.borrow_mut();
         if ams.capacity() > i.am_spare.capacity() {
             i.am_spare = ams;
+        }
+        n
+    }
+
+    /// Runs the error handlers of the endpoints that failed. Gives their number.
+    #[cold]
+    #[inline(never)]
+    fn deliver_failures(&self) -> usize {
+        let errs = std::mem::take(&mut *self.inner.borrow().ep_errors.borrow_mut());
+        let n = errs.len();
+        for (h, status) in errs {
+            self.ep_failed(h, status);
         }
         n
     }

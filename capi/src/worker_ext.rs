@@ -17,7 +17,7 @@ pub enum Held {
     /// An eager message: header and data in one buffer; the client holds a pointer to the data.
     Data(Vec<u8>),
     /// A message sent by rendezvous, its data still at the sender.
-    Rndv(ucp::AmRndv),
+    Rndv(Box<ucp::AmRndv>),
 }
 
 /// The worker's extra state; borrowed only while no client code runs.

@@ -20,6 +20,11 @@ use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
 
+/// Largest user header plus data [`State::am_send_short`] gathers on the stack for a
+/// message with a user header (one without goes out from the caller's data): the inline
+/// limit of the shared-memory FIFO element is below it.
+const SHORT_GATHER_MAX: usize = 256;
+
 impl Worker {
     /// Sets the handler of user active-message `id` (replacing any previous one).
     pub fn am_set_handler(
@@ -40,6 +45,23 @@ impl Worker {
     pub fn am_send(&mut self, ep: EpHandle, id: u16, header: &[u8], data: &[u8]) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
         self.st.am_send(idx, id, header, SendData::Borrowed(data))
+    }
+
+    /// Sends user active message `id` when it goes out at once as one short transport message
+    /// (the common small message: header and data copied into the transport now, nothing left
+    /// to complete). Gives false, having sent nothing, when it does not (too long, sends queued
+    /// before it, back-pressure, an endpoint still connecting): [`Worker::am_send`] or
+    /// [`Worker::am_send_raw`] then takes it.
+    #[inline]
+    pub fn am_send_short(
+        &mut self,
+        ep: EpHandle,
+        id: u16,
+        header: &[u8],
+        data: &[u8],
+    ) -> Result<bool> {
+        let idx = self.st.ep_idx(ep)?;
+        self.st.am_send_short_out(idx, id, header, data)
     }
 
     /// Like [`Worker::am_send`], taking the data vector (given back in the completion).
@@ -76,6 +98,57 @@ impl State {
         }
     }
 
+    /// Sends a small eager active message at once, inline on endpoint `idx`'s AM lane in one
+    /// transport call (prefix, [`UserAmHdr`] word, then header and data): the common small
+    /// message without a request or a pooled buffer. False when it was not sent (too large,
+    /// above the rendezvous threshold, the endpoint not ready, something queued before it, or
+    /// back-pressure): [`State::am_send`] then takes it.
+    #[inline(always)]
+    pub(crate) fn am_send_short(
+        &mut self,
+        idx: usize,
+        id: u16,
+        header: &[u8],
+        data: &[u8],
+    ) -> Result<bool> {
+        let n = header.len() + data.len();
+        let Some(p) = self.ep(idx).proto.as_deref() else {
+            return Ok(false);
+        };
+        // `short_max` is the payload after the prefix and one 8-byte word, as here.
+        if p.short_max.is_none_or(|m| n > m) || data.len() >= p.rndv_thresh {
+            return Ok(false);
+        }
+        let word = UserAmHdr {
+            id,
+            hdr_len: header.len() as u32,
+        }
+        .word();
+        if header.is_empty() {
+            return self.am_short_now(idx, am_id::USER_AM, word, data);
+        }
+        if n > SHORT_GATHER_MAX {
+            return Ok(false);
+        }
+        // Header and data side by side for the one transport call (a few dozen bytes).
+        let mut g = [0u8; SHORT_GATHER_MAX];
+        g[..header.len()].copy_from_slice(header);
+        g[header.len()..n].copy_from_slice(data);
+        self.am_short_now(idx, am_id::USER_AM, word, &g[..n])
+    }
+
+    /// [`State::am_send_short`] kept out of line (for [`Worker::am_send_short`]).
+    #[inline(never)]
+    fn am_send_short_out(
+        &mut self,
+        idx: usize,
+        id: u16,
+        header: &[u8],
+        data: &[u8],
+    ) -> Result<bool> {
+        self.am_send_short(idx, id, header, data)
+    }
+
     pub(crate) fn am_send(
         &mut self,
         idx: usize,
@@ -83,6 +156,15 @@ impl State {
         header: &[u8],
         data: SendData<'_>,
     ) -> Result<Op> {
+        if self.am_send_short(idx, id, header, data.as_slice())? {
+            return Ok(Op::Done(Completion {
+                buf: match data {
+                    SendData::Owned(v) => Some(v),
+                    SendData::Borrowed(_) | SendData::Raw(_) => None,
+                },
+                ..Completion::ok()
+            }));
+        }
         self.ep_usable(idx)?;
         let proto = self
             .ep(idx)

@@ -148,7 +148,7 @@ impl State {
         let msg = AmMsg {
             buf: uh.to_vec(),
             header_len: uh.len(),
-            rndv: Some(d),
+            rndv: Some(Box::new(d)),
         };
         self.am_desc_deliver(idx, h.id, msg);
         Ok(true)
@@ -222,7 +222,7 @@ mod tests {
                 let d = m.rndv.expect("a descriptor for 4 MiB");
                 assert_eq!((d.len(), d.ep), (big.len(), from));
                 if decline {
-                    b.am_rndv_drop(d).expect("drop");
+                    b.am_rndv_drop(*d).expect("drop");
                     both(&mut a, &mut b, s)
                         .status
                         .expect("a declined send completes");
@@ -230,7 +230,7 @@ mod tests {
                 }
                 let mut dst = vec![0u8; cap];
                 // SAFETY: `dst` outlives the request, which is waited for below.
-                let op = unsafe { b.am_rndv_recv_raw(d, dst.as_mut_ptr(), cap) }.expect("recv");
+                let op = unsafe { b.am_rndv_recv_raw(*d, dst.as_mut_ptr(), cap) }.expect("recv");
                 let c = both(&mut b, &mut a, op);
                 if cap < big.len() {
                     assert!(

@@ -413,14 +413,17 @@ impl<'a> RtrHdr<'a> {
     }
 }
 
-/// Header of a user active message.
+/// Header of a user active message: one little-endian word, so a short message goes out as
+/// the sender prefix, this word and the user header and data behind them (one `am_short2`).
 ///
 /// ```text
-/// 0          2               6
-/// +----------+---------------+-------------+---------
-/// | id u16   | hdr len u32   | user header | data
-/// +----------+---------------+-------------+---------
+/// 0          2              4               8
+/// +----------+--------------+---------------+-------------+---------
+/// | id u16   | reserved u16 | hdr len u32   | user header | data
+/// +----------+--------------+---------------+-------------+---------
 /// ```
+///
+/// The reserved bytes are 0; a message with any of them set is malformed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UserAmHdr {
     /// User's active-message id.
@@ -431,22 +434,34 @@ pub struct UserAmHdr {
 
 impl UserAmHdr {
     /// Encoded length.
-    pub const LEN: usize = 6;
+    pub const LEN: usize = 8;
+    /// The header as the little-endian word it is on the wire.
+    #[inline(always)]
+    pub fn word(&self) -> u64 {
+        self.id as u64 | (self.hdr_len as u64) << 32
+    }
     /// Encodes into a fixed array.
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[..2].copy_from_slice(&self.id.to_le_bytes());
-        b[2..].copy_from_slice(&self.hdr_len.to_le_bytes());
-        b
+        self.word().to_le_bytes()
     }
     /// Decodes the header from the front of `b`.
+    #[inline]
     pub fn decode(b: &[u8]) -> Result<Self> {
         let h = head::<{ Self::LEN }>(b, "user active message header")?;
+        if u16_at(h, 2) != 0 {
+            return Err(reserved_set());
+        }
         Ok(UserAmHdr {
             id: u16_at(h, 0),
-            hdr_len: u32_at(h, 2),
+            hdr_len: u32_at(h, 4),
         })
     }
+}
+
+/// The error of a user active-message header with reserved bytes set.
+#[cold]
+fn reserved_set() -> Error {
+    Error::Wire("user active message header: reserved bytes set".into())
 }
 
 /// Endpoint address of the sender's connect-to-endpoint lane (rc_verbs), exchanged over the

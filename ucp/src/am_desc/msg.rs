@@ -8,8 +8,9 @@ pub struct AmMsg {
     pub buf: Vec<u8>,
     /// Length of the user header at the start of `buf`.
     pub header_len: usize,
-    /// For a message sent by rendezvous: its data, still at the sender.
-    pub rndv: Option<AmRndv>,
+    /// For a message sent by rendezvous: its data, still at the sender (boxed: an eager
+    /// message, the common one, then moves as five words).
+    pub rndv: Option<Box<AmRndv>>,
 }
 
 /// The data of an active message sent by rendezvous, still in the sender's memory.

@@ -119,6 +119,31 @@ fn ep_addr_round_trip_and_rejects_bad_input() {
     assert!(matches!(EpAddrHdr::decode(&[2, 9]), Err(Error::Wire(_))));
 }
 
+/// The user active-message header is one word: id, two reserved zero bytes, header length;
+/// a header with a reserved byte set is malformed, not read past.
+#[test]
+fn user_am_header_is_one_word_with_reserved_bytes_zero() {
+    let u = UserAmHdr {
+        id: 0x1234,
+        hdr_len: 0x0506_0708,
+    };
+    assert_eq!(u.encode(), [0x34, 0x12, 0, 0, 0x08, 0x07, 0x06, 0x05]);
+    assert_eq!(u.encode(), u.word().to_le_bytes());
+    assert_eq!(UserAmHdr::decode(&u.encode()).expect("decode"), u);
+    for at in [2, 3] {
+        let mut b = u.encode();
+        b[at] = 1;
+        assert!(
+            matches!(UserAmHdr::decode(&b), Err(Error::Wire(_))),
+            "reserved byte {at}"
+        );
+        assert!(matches!(
+            Msg::decode(am_id::USER_AM, &b),
+            Err(Error::Wire(_))
+        ));
+    }
+}
+
 #[test]
 fn am_rts_round_trip_and_truncation() {
     let u = UserAmHdr { id: 3, hdr_len: 4 };

@@ -53,8 +53,8 @@ pub struct ProtoStats {
     /// endpoint's, or of the wrong kind or stage): each failed its sender's endpoint and left
     /// the request named alone.
     pub forged_ids: u64,
-    /// Messages received through the general path: every kind but whole eager messages and
-    /// atomic requests and replies, and those too from an endpoint the fast path does not
+    /// Messages received through the general path: every kind but whole eager messages,
+    /// atomic requests and replies and eager user active messages, and those too from an endpoint the fast path does not
     /// take (unknown, failed, or on its new AM lane before the lane-switch marker).
     pub rx_general: u64,
 }

@@ -11,7 +11,7 @@
     )
 )]
 
-use crate::wire::{am_id, split_eager_only, split_prefix, EagerHdr, Msg, NO_REQ};
+use crate::wire::{am_id, split_eager_only, split_prefix, EagerHdr, Msg, UserAmHdr, NO_REQ};
 use crate::wireup::Admit;
 use crate::worker::ep::EpState;
 use crate::worker::state::State;
@@ -45,7 +45,33 @@ impl State {
         {
             return;
         }
+        if id == am_id::USER_AM && self.user_am_fast(iface, data) {
+            return;
+        }
         self.handle_am_general(iface, id, data);
+    }
+
+    /// A USER_AM message (a small active message) from a known, usable peer on its usual lane,
+    /// straight to the active-message family without the general decode: true when it was
+    /// delivered; false leaves it to the general path, which checks it all again and reports
+    /// what is wrong.
+    #[inline(always)]
+    fn user_am_fast(&mut self, iface: Option<usize>, data: &[u8]) -> bool {
+        let Ok((src, body)) = split_prefix(data) else {
+            return false;
+        };
+        let Ok(h) = UserAmHdr::decode(body) else {
+            return false;
+        };
+        let rest = &body[UserAmHdr::LEN..];
+        let Some(uh) = rest.get(..h.hdr_len as usize) else {
+            return false;
+        };
+        let Some(idx) = self.fast_sender(iface, src) else {
+            return false;
+        };
+        self.on_user_am(idx, h, uh, &rest[uh.len()..]);
+        true
     }
 
     /// [`State::handle_am_from`] of a message in a receive buffer the worker may keep: an
