@@ -301,6 +301,46 @@ mod tests {
         assert_eq!(left, b"5");
     }
 
+    /// Bytes that arrive while receives wait go straight into them, in posting order (a
+    /// partial receive with the first bytes, a `waitall` one with all it asks for); what they
+    /// leave is buffered ahead of later bytes, as its own message.
+    #[test]
+    fn stream_bytes_go_straight_into_waiting_receives() {
+        let (mut a, mut b, ep) = pair("posix");
+        let s0 = a.stream_send(ep, b"").expect("empty send");
+        let end = Instant::now() + Duration::from_secs(60);
+        while !b.has_ep_to(a.address()).expect("address") {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        both(&mut a, &mut b, s0).status.expect("empty send");
+        let back = b
+            .ep_create(a.address(), EpParams::default())
+            .expect("ep back");
+        let mut d1 = [0u8; 2];
+        let mut d2 = [0u8; 3];
+        // SAFETY: both buffers outlive the requests, completed below.
+        let r1 = unsafe { b.stream_recv_raw(back, d1.as_mut_ptr(), 2, false) }.expect("recv");
+        // SAFETY: as above.
+        let r2 = unsafe { b.stream_recv_raw(back, d2.as_mut_ptr(), 3, true) }.expect("recv");
+        let s1 = a.stream_send(ep, b"abcdef").expect("send");
+        let c1 = both(&mut b, &mut a, r1);
+        let c2 = both(&mut b, &mut a, r2);
+        assert_eq!((c1.len, &d1), (2, b"ab"));
+        assert_eq!((c2.len, &d2), (3, b"cde"));
+        both(&mut a, &mut b, s1).status.expect("send");
+        let s2 = a.stream_send(ep, b"gh").expect("send");
+        while b.stream_available(back).unwrap_or(0) < 3 {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        both(&mut a, &mut b, s2).status.expect("send");
+        assert_eq!(b.stream_take_message(back).expect("take"), b"f");
+        assert_eq!(b.stream_take_message(back).expect("take"), b"gh");
+    }
+
     /// `stream_take_message` hands out one message at a time, the rest of one a receive
     /// took the start of first.
     #[test]

@@ -12,7 +12,7 @@
     )
 )]
 
-use crate::request::Op;
+use crate::request::{Completion, Op};
 use crate::wire::am_id;
 use crate::worker::pending::am_send;
 use crate::worker::req::RecvBuf;
@@ -120,6 +120,21 @@ impl Worker {
 impl State {
     pub(crate) fn stream_send(&mut self, idx: usize, data: SendData<'_>) -> Result<Op> {
         self.ep_usable(idx)?;
+        // Bytes that fit one fragment and go out now need no request.
+        let fits = self
+            .ep(idx)
+            .proto
+            .as_deref()
+            .is_some_and(|p| (1..=p.bcopy_single_max).contains(&data.as_slice().len()));
+        if fits && self.send_ctl2_now(idx, am_id::STREAM, data.as_slice(), &[])? {
+            return Ok(Op::Done(Completion {
+                buf: match data {
+                    SendData::Owned(v) => Some(v),
+                    SendData::Borrowed(_) | SendData::Raw(_) => None,
+                },
+                ..Completion::ok()
+            }));
+        }
         let key = self.new_send(idx, 0, data, false);
         self.send_mut(key).stage = SendStage::Stream;
         if !self.ep_ready(idx) || !self.stream_step(key)? {
@@ -176,6 +191,8 @@ impl State {
         if have < queued + need {
             self.ep_usable(idx)?;
         }
+        // With no bytes buffered only an empty receive can complete now.
+        let serve = have > 0 || buf.is_empty();
         let key = self.new_req(
             Some(idx),
             ReqKind::StreamRecv {
@@ -185,7 +202,9 @@ impl State {
             },
         );
         self.ep_mut(idx).extra_mut().stream_waiters.push_back(key);
-        self.stream_serve(idx);
+        if serve {
+            self.stream_serve(idx);
+        }
         Ok(self.op_of(key))
     }
 
@@ -226,14 +245,65 @@ impl State {
         }
     }
 
-    /// STREAM: bytes of the peer's stream, appended and handed to waiting receives.
+    /// STREAM: bytes of the peer's stream, handed to waiting receives; what they do not take
+    /// is appended to the endpoint's received bytes.
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8]) {
+        let direct = self
+            .ep(idx)
+            .extra
+            .as_deref()
+            .is_some_and(|x| x.stream_rx.is_empty() && !x.stream_waiters.is_empty());
+        let data = if direct {
+            self.stream_fill(idx, data)
+        } else {
+            data
+        };
         if !data.is_empty() {
             let x = self.ep_mut(idx).extra_mut();
             x.stream_rx.extend(data);
             x.stream_frags.push_back(data.len());
         }
         self.stream_serve(idx);
+    }
+}
+
+impl State {
+    /// Copies arrived stream bytes straight into the waiting receives of endpoint `idx`, which
+    /// has no older bytes buffered, completing those that are satisfied, in posting order.
+    /// Gives the bytes no receive took (none when a receive is still waiting).
+    fn stream_fill<'d>(&mut self, idx: usize, mut data: &'d [u8]) -> &'d [u8] {
+        while !data.is_empty() {
+            let Some(&key) = self
+                .ep(idx)
+                .extra
+                .as_deref()
+                .and_then(|x| x.stream_waiters.front())
+            else {
+                break;
+            };
+            let done = match self.req_get_mut(key).map(|r| &mut r.kind) {
+                Some(ReqKind::StreamRecv {
+                    buf,
+                    filled,
+                    waitall,
+                }) => {
+                    let n = (buf.len() - *filled).min(data.len());
+                    buf[*filled..*filled + n].copy_from_slice(&data[..n]);
+                    data = &data[n..];
+                    *filled += n;
+                    *filled == buf.len() || (!*waitall && *filled > 0)
+                }
+                _ => true,
+            };
+            if !done {
+                break;
+            }
+            self.ep_mut(idx).extra_mut().stream_waiters.pop_front();
+            if self.req_get(key).is_some_and(|r| r.done.is_none()) {
+                self.finish(key, Ok(()));
+            }
+        }
+        data
     }
 }
 

@@ -54,8 +54,9 @@ pub struct ProtoStats {
     /// the request named alone.
     pub forged_ids: u64,
     /// Messages received through the general path: every kind but whole eager messages,
-    /// atomic requests and replies and eager user active messages, and those too from an endpoint the fast path does not
-    /// take (unknown, failed, or on its new AM lane before the lane-switch marker).
+    /// atomic requests and replies, eager user active messages and stream bytes, and those
+    /// too from an endpoint the fast paths do not take (unknown, failed, or on its new AM
+    /// lane before the lane-switch marker).
     pub rx_general: u64,
 }
 

@@ -48,6 +48,15 @@ impl State {
         if id == am_id::USER_AM && self.user_am_fast(iface, data) {
             return;
         }
+        if id == am_id::STREAM {
+            if let Ok((src, body)) = split_prefix(data) {
+                if let Some(idx) = self.fast_sender(iface, src) {
+                    // Stream bytes of a known, usable peer on its usual lane.
+                    self.on_stream(idx, body);
+                    return;
+                }
+            }
+        }
         self.handle_am_general(iface, id, data);
     }
 

@@ -10,6 +10,7 @@
     )
 )]
 
+use crate::wire::PREFIX_LEN;
 use crate::worker::ep::{EpState, Pending};
 use crate::worker::req::{ReqKind, SendStage};
 use crate::worker::state::State;
@@ -123,17 +124,8 @@ impl State {
     /// behind earlier sends of the endpoint.
     pub(crate) fn send_ctl2(&mut self, idx: usize, id: u8, head: &[u8], tail: &[u8]) -> Result<()> {
         self.ep_usable(idx)?;
-        let uuid = self.uuid.to_le_bytes();
-        let ep = &mut self.eps[idx];
-        if ep.pending.is_empty() {
-            if let Some(l) = ep.lanes.as_mut() {
-                let (li, uep) = &mut l.uct[l.am];
-                let out = am_send(uep, &self.info[*li].attr, id, &[&uuid, head, tail])?;
-                if out != Outcome::NoResource {
-                    ep.last_tx = self.now_stamp;
-                    return Ok(());
-                }
-            }
+        if self.send_ctl2_now(idx, id, head, tail)? {
+            return Ok(());
         }
         let mut v = self.pool.pop().unwrap_or_default();
         v.clear();
@@ -144,6 +136,40 @@ impl State {
             .push_back(Pending::Ctl { id, body: v });
         self.mark_pending(idx);
         Ok(())
+    }
+
+    /// Sends message `id` with body `head` then `tail` on endpoint `idx`'s AM lane now (inline
+    /// or by bcopy), when nothing is queued before it and the endpoint is connected. False when
+    /// it was not sent (queued sends, connecting, back-pressure): nothing is queued here.
+    #[inline]
+    pub(crate) fn send_ctl2_now(
+        &mut self,
+        idx: usize,
+        id: u8,
+        head: &[u8],
+        tail: &[u8],
+    ) -> Result<bool> {
+        let ep = &mut self.eps[idx];
+        if ep.pending.is_empty() {
+            if let Some(l) = ep.lanes.as_mut() {
+                let (li, uep) = &mut l.uct[l.am];
+                let attr = &self.info[*li].attr;
+                let out = if tail.is_empty()
+                    && attr.flags.contains(IfaceFlags::AM_SHORT)
+                    && PREFIX_LEN + head.len() <= attr.am.max_short
+                {
+                    // The prefix as the transport's 8-byte header: one piece to copy.
+                    uep.am_short(id, self.uuid, head)?
+                } else {
+                    am_send(uep, attr, id, &[&self.uuid.to_le_bytes(), head, tail])?
+                };
+                if out != Outcome::NoResource {
+                    ep.last_tx = self.now_stamp;
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// Sends a control message, or queues it behind earlier sends of the endpoint.

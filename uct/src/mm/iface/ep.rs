@@ -261,7 +261,7 @@ impl Endpoint for MmEp {
             // SAFETY: the inline area of a claimed element holds INLINE_MAX >= len bytes.
             unsafe {
                 (inl as *mut [u8; 8]).write_unaligned(header.to_le_bytes());
-                std::ptr::copy_nonoverlapping(payload.as_ptr(), inl.add(8), payload.len());
+                copy_piece(inl.add(8), payload);
             }
             Ok((fifo::KIND_INLINE, len, ()))
         })
