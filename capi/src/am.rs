@@ -40,6 +40,13 @@ pub fn reply_ep(w: &Worker, h: EpHandle) -> *mut Ep {
     if !first.is_null() {
         return first;
     }
+    implicit_ep(w, h)
+}
+
+/// [`reply_ep`] when the client has no endpoint on rucx endpoint `h`: one made for replies.
+#[cold]
+#[inline(never)]
+fn implicit_ep(w: &Worker, h: EpHandle) -> *mut Ep {
     // SAFETY: a zeroed parameter struct is "no fields".
     let p: EpParams = unsafe { std::mem::zeroed() };
     let ep = new_ep(w, h, &p, false);
