@@ -101,7 +101,7 @@ impl Worker {
     ///
     /// The request keeps the memory alive until it completes, so dropping `map` early is
     /// safe; the bytes must not be changed until completion (the peer may see either). A range
-    /// outside the mapping, or an empty one, gives [`Error::InvalidParam`](ucs::Error::InvalidParam).
+    /// outside the mapping, or an empty one, gives [`Error::InvalidParam`].
     #[inline]
     pub fn tag_send_mapped(
         &mut self,

@@ -13,9 +13,8 @@
 use crate::request::{Completion, Op};
 use crate::tag::stages::TagSend;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
-use crate::wireup::TM_THRESH;
-use crate::worker::endpoint::bad_handle;
-use crate::worker::ep::{Ep, EpState};
+use crate::wireup::{ProtoConfig, TM_THRESH};
+use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
 use crate::worker::req::SendBuf;
@@ -23,7 +22,6 @@ use crate::worker::req::{ReqKind, SendData, SendReq, SendStage};
 use crate::worker::state::State;
 use crate::worker::EpHandle;
 use ucs::{Outcome, Result};
-use uct::Endpoint as _;
 
 impl State {
     /// Sends a tagged message: eager short at once when it can (see [`State::tag_send_short`]),
@@ -43,7 +41,7 @@ impl State {
     }
 
     /// The common case of a non-synchronous send, in as few steps as it takes: see
-    /// [`short_on`]. Gives false (nothing sent) when the message does not qualify or meets
+    /// [`short_fits`]. Gives false (nothing sent) when the message does not qualify or meets
     /// back-pressure: [`State::tag_send_proto`] then takes it.
     #[inline(always)]
     pub(crate) fn tag_send_short(
@@ -52,12 +50,11 @@ impl State {
         tag: u64,
         data: &SendData<'_>,
     ) -> Result<bool> {
-        let ep = &mut self.eps[idx];
-        if !short_on(ep, self.uuid, tag, data)? {
+        if !self.short2_now(idx, am_id::EAGER_ONLY, tag, data.as_slice(), |p| {
+            short_fits(p, data)
+        })? {
             return Ok(false);
         }
-        // Read after the write: the clock stays out of the registers the write needs.
-        ep.last_tx = self.now_stamp;
         self.short_sent();
         Ok(true)
     }
@@ -72,28 +69,20 @@ impl State {
         tag: u64,
         data: &SendData<'_>,
     ) -> Result<bool> {
-        let wid = self.id;
-        let Some(ep) = self
-            .eps
-            .get_mut(h.idx as usize)
-            .filter(|e| e.gen == h.gen && h.wid == wid)
-        else {
-            return Err(bad_handle(h.wid != wid));
-        };
-        if !short_on(ep, self.uuid, tag, data)? {
+        if !self.short2_at(h, am_id::EAGER_ONLY, tag, data.as_slice(), |p| {
+            short_fits(p, data)
+        })? {
             return Ok(false);
         }
-        // Read after the write: the clock stays out of the registers the write needs.
-        ep.last_tx = self.now_stamp;
         self.short_sent();
         Ok(true)
     }
 
-    /// Counts a message [`short_on`] sent.
+    /// Counts a message sent eager-short.
     #[inline(always)]
     fn short_sent(&mut self) {
-        self.next_msg_id += 1;
-        self.stats.eager_single += 1;
+        self.new_msg_id();
+        self.stats_mut().eager_single += 1;
     }
 
     /// [`State::tag_send_short_at`], kept out of line (for `Worker::tag_send`, which builds the
@@ -120,7 +109,7 @@ impl State {
     ) -> Result<Op> {
         self.ep_usable(idx)?;
         let len = data.as_slice().len();
-        let ep = &self.eps[idx];
+        let ep = self.ep(idx);
         let ready = ep.pending.is_empty() && ep.lanes.is_some();
         let (rndv, zc) = match &ep.proto {
             Some(p) => (len >= p.tag_thresh(sync), p.zcopy_thresh),
@@ -146,11 +135,11 @@ impl State {
         }
         // Fast path: a non-synchronous eager message sent completely right now needs no request.
         if ready && !sync && !rndv {
-            let msg_id = self.next_msg_id;
+            let msg_id = self.peek_msg_id();
             let mut offset = 0;
             let done = self.eager_send(idx, tag, data.as_slice(), NO_REQ, msg_id, &mut offset)?;
             if offset > 0 {
-                self.next_msg_id += 1;
+                self.new_msg_id();
             }
             if done {
                 return Ok(sent_at_once(data, tag));
@@ -167,7 +156,7 @@ impl State {
         self.send_mut(key).msg_id = id;
         // Back-pressure queues the request (it resumes from `progress_pending`, in order).
         let queued = !ready || !self.send_step(key)?;
-        if queued && self.reqs[key].done.is_none() {
+        if queued && self.req_mut(key).done.is_none() {
             self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
@@ -200,7 +189,7 @@ impl State {
     /// peer's id never reaches here unchecked.
     #[allow(clippy::unreachable)]
     pub(crate) fn send_mut(&mut self, key: usize) -> &mut SendReq {
-        match &mut self.reqs[key].kind {
+        match &mut self.req_mut(key).kind {
             ReqKind::Send(s) => s,
             _ => unreachable!("request {key} is not a send"),
         }
@@ -221,8 +210,9 @@ impl State {
         offset: &mut usize,
     ) -> Result<bool> {
         let len = data.len();
-        let ep = &mut self.eps[idx];
-        let (Some(proto), Some(l)) = (ep.proto.as_ref(), ep.lanes.as_mut()) else {
+        let uuid = self.worker_uuid().to_le_bytes();
+        let now = self.now_stamp();
+        let Some((proto, uep, attr, last_tx)) = self.am_lane_ref(idx) else {
             return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
         };
         // A synchronous message's header is longer by the sender's request id.
@@ -234,9 +224,6 @@ impl State {
         if *offset != 0 || len + sync_extra > proto.bcopy_single_max {
             return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
         }
-        let uuid = self.uuid.to_le_bytes();
-        let (li, uep) = &mut l.uct[l.am];
-        let attr = &self.info[*li].attr;
         let out = if sreq != NO_REQ {
             let h = EagerSyncHdr { tag, sreq }.encode();
             am_send(uep, attr, am_id::EAGER_SYNC_ONLY, &[&uuid, &h, data])?
@@ -247,9 +234,9 @@ impl State {
         if out == Outcome::NoResource {
             return Ok(false);
         }
-        ep.last_tx = self.now_stamp;
+        *last_tx = now;
         *offset = len.max(1);
-        self.stats.eager_single += 1;
+        self.stats_mut().eager_single += 1;
         Ok(true)
     }
 
@@ -264,48 +251,53 @@ impl State {
         msg_id: u64,
         offset: &mut usize,
     ) -> Result<bool> {
-        let uuid = self.uuid.to_le_bytes();
-        let ep = &mut self.eps[idx];
-        let (proto, (li, uep), last_tx) = ep.ready_am()?;
-        let attr = &self.info[*li].attr;
+        let uuid = self.worker_uuid().to_le_bytes();
+        let now = self.now_stamp();
+        let (proto, uep, attr, last_tx) = self.am_lane_ref(idx).ok_or_else(connecting)?;
         let len = data.len();
-        while *offset < len {
-            let out = if *offset == 0 {
-                let n = proto.first_frag.min(len);
-                let h = EagerFirstHdr {
-                    tag,
-                    msg_id,
-                    total_len: len as u64,
-                    sreq,
+        // Whether the first fragment went out now (the message counts as a multi-fragment one).
+        let mut first_out = false;
+        let r = 'send: {
+            while *offset < len {
+                let (out, n) = if *offset == 0 {
+                    let n = proto.first_frag.min(len);
+                    let h = EagerFirstHdr {
+                        tag,
+                        msg_id,
+                        total_len: len as u64,
+                        sreq,
+                    }
+                    .encode();
+                    let o = am_send(uep, attr, am_id::EAGER_FIRST, &[&uuid, &h, &data[..n]]);
+                    (o, n)
+                } else {
+                    let n = proto.middle_frag.min(len - *offset);
+                    let h = FragHdr {
+                        id: msg_id,
+                        offset: *offset as u64,
+                    }
+                    .encode();
+                    let piece = &data[*offset..*offset + n];
+                    (
+                        am_send(uep, attr, am_id::EAGER_MIDDLE, &[&uuid, &h, piece]),
+                        n,
+                    )
+                };
+                match out {
+                    Ok(Outcome::NoResource) => break 'send Ok(false),
+                    Ok(_) => {}
+                    Err(e) => break 'send Err(e),
                 }
-                .encode();
-                let o = am_send(uep, attr, am_id::EAGER_FIRST, &[&uuid, &h, &data[..n]])?;
-                if o != Outcome::NoResource {
-                    self.stats.eager_multi += 1;
-                }
-                (o, n)
-            } else {
-                let n = proto.middle_frag.min(len - *offset);
-                let h = FragHdr {
-                    id: msg_id,
-                    offset: *offset as u64,
-                }
-                .encode();
-                let o = am_send(
-                    uep,
-                    attr,
-                    am_id::EAGER_MIDDLE,
-                    &[&uuid, &h, &data[*offset..*offset + n]],
-                )?;
-                (o, n)
-            };
-            if out.0 == Outcome::NoResource {
-                return Ok(false);
+                first_out |= *offset == 0;
+                *last_tx = now;
+                *offset += n;
             }
-            *last_tx = self.now_stamp;
-            *offset += out.1;
+            Ok(true)
+        };
+        if first_out {
+            self.stats_mut().eager_multi += 1;
         }
-        Ok(true)
+        r
     }
 
     /// Advances eager send `key` of endpoint `idx`, in `stage`, as far as resources allow
@@ -315,7 +307,7 @@ impl State {
         match stage {
             TagSend::Eager if self.send_mut(key).is_am() => self.send_rts(key),
             TagSend::Eager => {
-                let proto = *self.eps[idx].ready_proto()?;
+                let proto = *self.ep(idx).ready_proto()?;
                 let s = self.send_mut(key);
                 let len = s.data.len();
                 // (Only before the first eager fragment left: a tag message below the tag
@@ -358,34 +350,20 @@ impl State {
     }
 }
 
-/// The eager-short step on endpoint `ep`: a message that fits one `am_short` of the AM lane
-/// ([`ProtoConfig::short_max`](crate::wireup::ProtoConfig::short_max)),
-/// on an endpoint that is usable, connected and has nothing queued, below the rendezvous, tag
-/// offload and zero-copy thresholds, goes out as one EAGER_ONLY message written straight into
-/// the transport. Gives false (nothing sent) when the message does not qualify or meets
-/// back-pressure.
+/// Whether a tag message of `data` goes eager-short on an endpoint with thresholds `p`: it
+/// fits one `am_short` of the AM lane
+/// ([`ProtoConfig::short_max`]) and lies below the
+/// rendezvous, tag offload and (for a caller-owned vector) zero-copy thresholds. The rest of
+/// the step ([`State::short2_now`]) writes it straight into the transport as one EAGER_ONLY
+/// message when the endpoint is usable, connected and has nothing queued.
 #[inline(always)]
-fn short_on(ep: &mut Ep, uuid: u64, tag: u64, data: &SendData<'_>) -> Result<bool> {
-    let d = data.as_slice();
-    let len = d.len();
-    if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
-        return Ok(false);
-    }
-    let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
-        return Ok(false);
-    };
+fn short_fits(p: &ProtoConfig, data: &SendData<'_>) -> bool {
+    let len = data.as_slice().len();
     // The AM lane's `am_short` limit (the thresholds were computed from that lane), below the
     // rendezvous and tag offload thresholds: one comparison.
-    if !p.tag_short(len) {
-        return Ok(false);
-    }
-    if matches!(data, SendData::Owned(_)) && p.zcopy_thresh.is_some_and(|z| len >= z && len > 0) {
-        return Ok(false);
-    }
-    let Some((_, uep)) = l.uct.get_mut(l.am) else {
-        return Ok(false);
-    };
-    Ok(uep.am_short2(am_id::EAGER_ONLY, uuid, tag, d)? != Outcome::NoResource)
+    p.tag_short(len)
+        && !(matches!(data, SendData::Owned(_))
+            && p.zcopy_thresh.is_some_and(|z| len >= z && len > 0))
 }
 
 /// The completion of a send that went out at once: an owned vector comes back in it.

@@ -7,8 +7,9 @@
 //! (`State::tag`, `State::rndv`, `State::amo`, `State::am`, `State::tm`), whose fields only
 //! the family names. The set:
 //! - endpoints: [`State::ep`], [`State::ep_get`], [`State::ep_mut`], [`State::ep_queue_empty`],
-//!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_mut`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`], [`State::req_step`],
-//!   [`State::add_lane`]; the lanes through
+//!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_mut`],
+//!   [`State::am_lane_ref`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`],
+//!   [`State::req_step`], [`State::add_lane`]; the lanes through
 //!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
 //! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
 //! - requests: [`State::req_get`], [`State::req_mut`], [`State::next_wire_id`],
@@ -17,19 +18,22 @@
 //!   (`worker/peer_req.rs`);
 //! - progress queues: `queue_req` and `mark_pending` (`worker/pending.rs`: a request queued
 //!   behind an endpoint's earlier sends), `send_ctl`/`send_ctl_now`/`send_ctl2` (control
-//!   messages that wait their turn), [`State::am_short_now`] (one that goes inline now or
-//!   not at all);
-//! - the worker's identity and time: [`State::worker_uuid`], [`State::worker_id`],
-//!   `now`; the buffer pool (`get_buf`/`put_buf`).
+//!   messages that wait their turn), [`State::am_short_now`] and [`State::short2_now`] /
+//!   [`State::short2_at`] (a message that goes inline now or not at all; the tag send's
+//!   eager-short step passes its size test);
+//! - the worker's identity, time and counters: [`State::worker_uuid`], [`State::worker_id`],
+//!   `now`, `now_stamp`, [`State::new_msg_id`], [`State::peek_msg_id`],
+//!   [`State::stats_mut`]; the buffer pool (`get_buf`/`put_buf`).
 //!
-//! Not yet behind it (see `ARCHITECTURE.md`): the tag, rendezvous, wire-up and RMA families
-//! still read some core fields directly (`eps`, `info`, `mds`, `reqs`, `scratch`,
-//! `next_msg_id`), which stay `pub(crate)` for them.
+//! Not yet behind it (see `ARCHITECTURE.md`): wire-up (`wireup/ep.rs`) still reads core
+//! fields directly (`eps`, `info`, `by_uct`, `by_uuid`, `iface_users`, `cfg`, `stats`), and
+//! the tag offload's interface pick reads `iface_users`; they stay `pub(crate)` for them.
 
 use crate::request::Completion;
 use crate::wire::PREFIX_LEN;
 use crate::wireup::ProtoConfig;
-use crate::worker::api_types::ProtoStats;
+use crate::worker::api_types::{EpHandle, ProtoStats};
+use crate::worker::endpoint::bad_handle;
 use crate::worker::ep::{Ep, EpState, IfaceInfo, Stamp};
 use crate::worker::req::{Notify, Req};
 use crate::worker::state::State;
@@ -133,6 +137,22 @@ impl State {
         let l = self.eps[idx].lanes.as_mut()?;
         let (li, uep) = &mut l.uct[l.am];
         Some((*li, uep, &self.info[*li]))
+    }
+
+    /// Endpoint `idx`'s protocol thresholds and AM lane, to send on: the thresholds, the lane's
+    /// transport endpoint, its interface's attributes and the endpoint's time of last send to
+    /// note (`None` while the endpoint is connecting).
+    #[inline(always)]
+    pub(crate) fn am_lane_ref(
+        &mut self,
+        idx: usize,
+    ) -> Option<(&ProtoConfig, &mut AnyEp, &IfaceAttr, &mut Stamp)> {
+        let ep = &mut self.eps[idx];
+        let (Some(proto), Some(l)) = (ep.proto.as_deref(), ep.lanes.as_mut()) else {
+            return None;
+        };
+        let (li, uep) = &mut l.uct[l.am];
+        Some((proto, uep, &self.info[*li].attr, &mut ep.last_tx))
     }
 
     /// Whether nothing waits on endpoint `idx`'s pending list: a new operation may start at
@@ -268,6 +288,60 @@ impl State {
             }
         }
         Ok(false)
+    }
+
+    /// Sends message `id` of the prefix, the word `h1` and `data` at once in one `am_short2` on
+    /// endpoint `idx`'s AM lane, when the endpoint is usable, connected, has nothing queued
+    /// and `fits` accepts its protocol thresholds (the family's size test); notes the send
+    /// time. False when it was not sent (nothing was). The eager-short step of the tag send.
+    #[inline(always)]
+    pub(crate) fn short2_now(
+        &mut self,
+        idx: usize,
+        id: u8,
+        h1: u64,
+        data: &[u8],
+        fits: impl FnOnce(&ProtoConfig) -> bool,
+    ) -> Result<bool> {
+        let ep = &mut self.eps[idx];
+        if !short2_on(ep, self.uuid, id, h1, data, fits)? {
+            return Ok(false);
+        }
+        // Read after the write: the clock stays out of the registers the write needs.
+        ep.last_tx = self.now_stamp;
+        Ok(true)
+    }
+
+    /// [`State::short2_now`] on the endpoint handle `h`, checked and looked up once as
+    /// [`State::ep_idx`] does, with its error.
+    #[inline(always)]
+    pub(crate) fn short2_at(
+        &mut self,
+        h: EpHandle,
+        id: u8,
+        h1: u64,
+        data: &[u8],
+        fits: impl FnOnce(&ProtoConfig) -> bool,
+    ) -> Result<bool> {
+        let wid = self.id;
+        let Some(ep) = self
+            .eps
+            .get_mut(h.idx as usize)
+            .filter(|e| e.gen == h.gen && h.wid == wid)
+        else {
+            return Err(bad_handle(h.wid != wid));
+        };
+        if !short2_on(ep, self.uuid, id, h1, data, fits)? {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_stamp;
+        Ok(true)
+    }
+
+    /// The id the next message sent in fragments gets from [`State::new_msg_id`].
+    #[inline]
+    pub(crate) fn peek_msg_id(&self) -> u64 {
+        self.next_msg_id
     }
 
     /// Tells the next progress call that a queue of its steps holds work (a family queued
@@ -411,4 +485,31 @@ impl State {
     pub(crate) fn worker_address(&self) -> &[u8] {
         &self.address
     }
+}
+
+/// The send of [`State::short2_now`] on endpoint `ep`: false (nothing sent) when the endpoint
+/// failed, closed, has sends queued or no lanes yet, when `fits` refuses its thresholds, or on
+/// back-pressure.
+#[inline(always)]
+fn short2_on(
+    ep: &mut Ep,
+    uuid: u64,
+    id: u8,
+    h1: u64,
+    data: &[u8],
+    fits: impl FnOnce(&ProtoConfig) -> bool,
+) -> Result<bool> {
+    if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
+        return Ok(false);
+    }
+    let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
+        return Ok(false);
+    };
+    if !fits(p) {
+        return Ok(false);
+    }
+    let Some((_, uep)) = l.uct.get_mut(l.am) else {
+        return Ok(false);
+    };
+    Ok(uep.am_short2(id, uuid, h1, data)? != Outcome::NoResource)
 }
