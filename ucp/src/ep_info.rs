@@ -24,7 +24,7 @@ impl Worker {
         let mut out: Vec<(String, String)> = Vec::new();
         let order = std::iter::once(l.am).chain((0..l.uct.len()).filter(|&i| i != l.am));
         for lane in order {
-            let i = &self.st.info[l.uct[lane].0];
+            let i = self.st.iface(l.uct[lane].0);
             let pair = (i.tl_name.to_string(), i.dev_name.to_string());
             if !out.contains(&pair) {
                 out.push(pair);

@@ -50,9 +50,9 @@
 //! core's `SendStage`/`RecvStage` hold (naming only the stages a request starts in). [`rma`],
 //! `stream` and [`wireup`] are families too. A family's state struct hides its fields from
 //! the core and the other families; a family reaches the core through the `State` methods of
-//! `worker::core_api` (endpoints, lanes, requests, progress queues, counters). The modules
-//! have no cycle; wire-up and the tag send fast path still read some core fields directly
-//! (ARCHITECTURE.md, "Known debts").
+//! `worker::core_api` (endpoints, lanes, requests, progress queues, counters): `State`'s own
+//! fields are private to `worker`. The modules have no cycle; the families are still
+//! `impl State` blocks (ARCHITECTURE.md, "Known debts").
 //! [`wire`] defines every message's header, and [`mt`] runs a worker for many threads.
 
 #![warn(missing_docs)]

@@ -134,7 +134,9 @@ impl TmState {
 }
 
 /// After `tag_recv`: posts receive `key`, still waiting in the matcher, to the transport, or
-/// counts it as software-only.
+/// counts it as software-only. Inlined into the receive post (`tag_recv_queue`): a call of
+/// its own cost 23 instructions per expected 4 KiB message over posix (ucp-instr.sh).
+#[inline]
 pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
     let (tag, mask, ptr, len) = match st.req_get_mut(key) {
         Some(Req {
@@ -153,6 +155,9 @@ pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
     st.tm.sw_only += 1;
 }
 
+/// Posts a receive to the tag interface when one is picked and takes it (see
+/// `after_post`); false leaves it software-only.
+#[inline]
 fn try_post(
     ifaces: &mut [AnyIface],
     st: &mut State,
@@ -167,7 +172,8 @@ fn try_post(
     if mask != crate::tag_match::EXACT || st.tm.sw_only > 0 || len < TM_THRESH {
         return false;
     }
-    st.tm.repick(&st.iface_users);
+    let (tm, users) = st.tm_and_iface_users();
+    tm.repick(users);
     let tm = &st.tm;
     let Some((ti, _)) = tm.iface.as_ref() else {
         return false;

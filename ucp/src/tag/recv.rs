@@ -164,8 +164,7 @@ impl State {
     /// later that finds no message waiting fail at once with it. Gives how many failed now.
     pub(crate) fn fail_tag_recvs(&mut self, err: Error) -> usize {
         let posted: Vec<(usize, u32)> = self
-            .reqs
-            .iter()
+            .requests()
             .filter_map(|(k, r)| match r {
                 Req {
                     gen,

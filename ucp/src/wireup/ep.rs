@@ -25,13 +25,13 @@ use uct::{AnyEp, AnyIface};
 /// Creates the transport endpoints of ucp endpoint `idx` from its peer address, which it
 /// forgets afterwards unless a lane still needs it (see `Ep::addr_done`).
 pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()> {
-    let Some(addr) = st.eps[idx].extra.as_mut().and_then(|x| x.addr.take()) else {
+    let Some(addr) = st.ep_mut(idx).extra.as_mut().and_then(|x| x.addr.take()) else {
         return Err(Error::InvalidParam(
             "endpoint has no peer address to connect to".into(),
         ));
     };
     let r = connect_lanes(ifaces, st, idx, &addr);
-    let ep = &mut st.eps[idx];
+    let ep = st.ep_mut(idx);
     ep.extra_mut().addr = Some(addr);
     ep.addr_done();
     r
@@ -44,8 +44,8 @@ fn connect_lanes(
     idx: usize,
     addr: &WorkerAddress,
 ) -> Result<()> {
-    let locals: Vec<LocalTl<'_>> = st
-        .info
+    let infos = st.ifaces();
+    let locals: Vec<LocalTl<'_>> = infos
         .iter()
         .map(|i| LocalTl {
             tl_name: i.tl_name,
@@ -54,12 +54,10 @@ fn connect_lanes(
             md_reg: i.md_reg,
         })
         .collect();
-    let self_across = st.cfg.self_across_workers;
+    let self_across = st.config().self_across_workers;
     let sel: LaneSelection = select_lanes(&locals, addr, |li, ri| {
         let r = &addr.tls[ri];
-        if !self_across
-            && st.info[li].tl_name == "self"
-            && ifaces[li].iface_address() != r.iface_addr
+        if !self_across && infos[li].tl_name == "self" && ifaces[li].iface_address() != r.iface_addr
         {
             return Err("self reaches only its own worker".into());
         }
@@ -70,7 +68,7 @@ fn connect_lanes(
     let mut rma_wait = None;
     if let Some(p) = sel
         .rma
-        .filter(|p| crate::wireup::connect_to_ep_only(&st.info[p.local].attr))
+        .filter(|p| crate::wireup::connect_to_ep_only(&infos[p.local].attr))
     {
         rma_wait = Some(Box::new(WaitLane {
             li: p.local,
@@ -108,31 +106,31 @@ fn connect_lanes(
         .map(|(l, e)| (l, e))
         .chain(rma_wait.iter().map(|w| (&w.li, &w.ep)))
     {
-        st.by_uct.insert((*li, e.id().0), idx);
-        st.iface_users[*li] += 1;
+        st.register_lane(idx, *li, e.id().0);
     }
-    let am_attr = &st.info[uct_eps[am].0].attr;
-    let rma_attr = rma.map(|r| &st.info[uct_eps[r].0].attr);
-    let am_md_reg = st.info[uct_eps[am].0].md_reg;
-    let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, &st.cfg);
+    let infos = st.ifaces();
+    let am_attr = &infos[uct_eps[am].0].attr;
+    let rma_attr = rma.map(|r| &infos[uct_eps[r].0].attr);
+    let am_md_reg = infos[uct_eps[am].0].md_reg;
+    let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, st.config());
     st.tm_adjust_proto(uct_eps[am].0, &mut proto);
     let proto = st.intern_proto(proto);
     // Exactly the lanes' size (one or two, not the four a first push reserves): a worker holds
     // one such list per endpoint.
     uct_eps.shrink_to_fit();
-    let ep = &mut st.eps[idx];
+    let ep = st.ep_mut(idx);
     let mut lanes = Lanes::new(uct_eps, am, rma, amo);
     lanes.amo_later = amo_later;
     lanes.rma_wait = rma_wait;
     ep.lanes = Some(lanes);
     ep.proto = Some(proto);
     ep.state = EpState::Ready;
-    if st.cfg.proto_info {
+    if st.config().proto_info {
         if let Ok(t) = st.proto_table(idx) {
-            eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.eps[idx].uuid);
+            eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.ep(idx).uuid);
         }
     }
-    if !st.eps[idx].pending.is_empty() {
+    if !st.ep(idx).pending.is_empty() {
         st.mark_pending(idx);
     }
     Ok(())
@@ -153,9 +151,10 @@ impl State {
                 return;
             }
         }
-        if let Some(&idx) = self.by_uuid.get(&src) {
-            if !matches!(self.eps[idx].state, EpState::Failed | EpState::Closed) {
-                self.eps[idx].last_rx = self.now_stamp;
+        if let Some(idx) = self.ep_of_peer(src) {
+            if !matches!(self.ep(idx).state, EpState::Failed | EpState::Closed) {
+                let now = self.now_stamp();
+                self.ep_mut(idx).last_rx = now;
                 return;
             }
         }
@@ -172,21 +171,24 @@ impl State {
     /// exist (after the wire-up message on the creator's side): answers an address that
     /// arrived early, or sends ours.
     pub(crate) fn ep_lane_start(&mut self, idx: usize) -> Result<()> {
-        if self.eps[idx]
+        if self
+            .ep(idx)
             .lanes
             .as_ref()
             .is_none_or(|l| l.rma_wait.is_none())
         {
             return Ok(());
         }
-        if let Some((connected, addr)) = self.eps[idx]
+        if let Some((connected, addr)) = self
+            .ep_mut(idx)
             .extra
             .as_mut()
             .and_then(|x| x.peer_ep_addr.take())
         {
             return self.on_ep_addr(idx, connected, &addr);
         }
-        let ep_addr = match self.eps[idx]
+        let ep_addr = match self
+            .ep(idx)
             .lanes
             .as_ref()
             .and_then(|l| l.rma_wait.as_ref())
@@ -214,7 +216,7 @@ impl State {
         peer_connected: bool,
         addr: &[u8],
     ) -> Result<()> {
-        let ep = &mut self.eps[idx];
+        let ep = self.ep_mut(idx);
         let Some(l) = ep.lanes.as_mut() else {
             ep.extra_mut().peer_ep_addr = Some((peer_connected, addr.to_vec()));
             return Ok(());
@@ -245,15 +247,13 @@ impl State {
                     let Some(w) = l.rma_wait.take() else {
                         return Ok(());
                     };
-                    let name = self.info[w.li].tl_name;
+                    let peer = ep.uuid;
+                    let name = self.iface(w.li).tl_name;
                     tracing::warn!(
-                        "{name} lane to {:#018x} did not connect, staying on the wire-up lane: {e}",
-                        ep.uuid
+                        "{name} lane to {peer:#018x} did not connect, staying on the wire-up lane: {e}"
                     );
-                    if self.by_uct.remove(&(w.li, w.ep.id().0)).is_some() {
-                        self.iface_users[w.li] = self.iface_users[w.li].saturating_sub(1);
-                    }
-                    self.eps[idx].addr_done();
+                    self.unregister_lane(w.li, w.ep.id().0);
+                    self.ep_mut(idx).addr_done();
                     return Ok(());
                 }
             }
@@ -268,7 +268,17 @@ impl State {
             self.send_ctl(idx, am_id::EP_ADDR, &body)?;
         }
         if peer_connected {
-            let Some(l) = self.eps[idx].lanes.as_mut() else {
+            let Some(w_li) = self
+                .ep(idx)
+                .lanes
+                .as_ref()
+                .and_then(|l| l.rma_wait.as_ref())
+                .map(|w| w.li)
+            else {
+                return Ok(());
+            };
+            let carries_am = crate::wireup::carries_am(&self.iface(w_li).attr, self.config());
+            let Some(l) = self.ep_mut(idx).lanes.as_mut() else {
                 return Ok(());
             };
             let Some(w) = l.rma_wait.take() else {
@@ -277,21 +287,24 @@ impl State {
             l.uct.push((w.li, w.ep));
             let lane = l.uct.len() - 1;
             l.set_rma(lane);
-            if crate::wireup::carries_am(&self.info[w.li].attr, &self.cfg) {
+            if carries_am {
                 l.am_next = u8::try_from(lane).ok();
             }
             let am_li = l.uct[l.am].0;
             let mut proto = ProtoConfig::compute(
-                &self.info[am_li].attr,
-                self.info[am_li].md_reg,
-                Some(&self.info[w.li].attr),
-                &self.cfg,
+                &self.iface(am_li).attr,
+                self.iface(am_li).md_reg,
+                Some(&self.iface(w_li).attr),
+                self.config(),
             );
             self.tm_adjust_proto(am_li, &mut proto);
-            self.eps[idx].proto = Some(self.intern_proto(proto));
-            self.eps[idx].addr_done();
-            if self.cfg.proto_info
-                && self.eps[idx]
+            let proto = self.intern_proto(proto);
+            let ep = self.ep_mut(idx);
+            ep.proto = Some(proto);
+            ep.addr_done();
+            if self.config().proto_info
+                && self
+                    .ep(idx)
                     .lanes
                     .as_ref()
                     .is_some_and(|l| l.am_next.is_none())
@@ -299,13 +312,13 @@ impl State {
                 if let Ok(t) = self.proto_table(idx) {
                     eprintln!(
                         "[rucx] endpoint to {:#018x} (RMA lane connected):\n{t}",
-                        self.eps[idx].uuid
+                        self.ep(idx).uuid
                     );
                 }
             }
-            if self.eps[idx].pending.is_empty() && !self.am_switch_try(idx)? {
+            if self.ep(idx).pending.is_empty() && !self.am_switch_try(idx)? {
                 self.mark_pending(idx);
-            } else if !self.eps[idx].pending.is_empty() {
+            } else if !self.ep(idx).pending.is_empty() {
                 // `progress_pending` switches once the queue drained.
                 self.mark_pending(idx);
             }
@@ -318,9 +331,8 @@ impl State {
     /// the thresholds from its limits. Call only with an empty pending queue. Gives false when
     /// the marker met back-pressure (retry from progress); true when switched or nothing due.
     pub(crate) fn am_switch_try(&mut self, idx: usize) -> Result<bool> {
-        let uuid = self.uuid.to_le_bytes();
-        let ep = &mut self.eps[idx];
-        let Some(l) = ep.lanes.as_mut() else {
+        let uuid = self.worker_uuid().to_le_bytes();
+        let Some(l) = self.ep(idx).lanes.as_ref() else {
             return Ok(true);
         };
         let Some(new) = l.am_next.map(usize::from) else {
@@ -328,14 +340,17 @@ impl State {
         };
         let old = l.am;
         {
-            let (li, uep) = &mut l.uct[old];
-            if am_send(uep, &self.info[*li].attr, am_id::AM_LANE_SWITCH, &[&uuid])?
-                == Outcome::NoResource
-            {
+            let (uep, info) = self.lane_mut(idx, old)?;
+            if am_send(uep, &info.attr, am_id::AM_LANE_SWITCH, &[&uuid])? == Outcome::NoResource {
                 return Ok(false);
             }
         }
-        ep.last_tx = self.now_stamp;
+        let now = self.now_stamp();
+        let ep = self.ep_mut(idx);
+        ep.last_tx = now;
+        let Some(l) = ep.lanes.as_mut() else {
+            return Ok(true);
+        };
         l.am = new;
         l.am_next = None;
         // The old lane stays connected; unless it is the RMA lane, its interface no longer
@@ -343,27 +358,31 @@ impl State {
         // atomics lane does not keep it busy: polling tcp costs a system call per progress
         // call, and atomics, rare, wake it (an interface that had an event is polled on every
         // call for a while).
-        if l.rma() != Some(old) {
+        let released = (l.rma() != Some(old)).then(|| {
             l.released = u8::try_from(old).ok();
-            let li = l.uct[old].0;
-            self.iface_users[li] = self.iface_users[li].saturating_sub(1);
-        }
+            l.uct[old].0
+        });
         let new_li = l.uct[new].0;
         let rma_li = l.rma().map(|r| l.uct[r].0);
+        if let Some(li) = released {
+            self.release_iface(li);
+        }
         let mut proto = ProtoConfig::compute(
-            &self.info[new_li].attr,
-            self.info[new_li].md_reg,
-            rma_li.map(|r| &self.info[r].attr),
-            &self.cfg,
+            &self.iface(new_li).attr,
+            self.iface(new_li).md_reg,
+            rma_li.map(|r| &self.iface(r).attr),
+            self.config(),
         );
         self.tm_adjust_proto(new_li, &mut proto);
-        self.eps[idx].proto = Some(self.intern_proto(proto));
-        self.stats.am_lane_switches += 1;
-        if self.cfg.proto_info {
+        let proto = self.intern_proto(proto);
+        self.ep_mut(idx).proto = Some(proto);
+        self.stats_mut().am_lane_switches += 1;
+        if self.config().proto_info {
             if let Ok(t) = self.proto_table(idx) {
                 eprintln!(
                     "[rucx] endpoint to {:#018x} (AM and RMA lanes moved to {}):\n{t}",
-                    self.eps[idx].uuid, self.info[new_li].tl_name
+                    self.ep(idx).uuid,
+                    self.iface(new_li).tl_name
                 );
             }
         }
@@ -373,10 +392,10 @@ impl State {
     /// The peer's lane-switch marker (`on_new`: it came over the new lane, a protocol error):
     /// handles the messages its new lane delivered early, in order.
     pub(crate) fn on_lane_switch(&mut self, idx: usize, on_new: bool) -> Result<()> {
-        let held = self.eps[idx].extra_mut().rx_gate.marker(on_new)?;
-        let gen = self.eps[idx].gen;
+        let held = self.ep_mut(idx).extra_mut().rx_gate.marker(on_new)?;
+        let gen = self.ep(idx).gen;
         for (id, data) in held {
-            if self.eps.get(idx).is_none_or(|e| {
+            if self.ep_get(idx).is_none_or(|e| {
                 e.gen != gen || matches!(e.state, EpState::Failed | EpState::Closed)
             }) {
                 break;

@@ -9,10 +9,13 @@
 //! - endpoints: [`State::ep`], [`State::ep_get`], [`State::ep_mut`], [`State::ep_queue_empty`],
 //!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_mut`],
 //!   [`State::am_lane_ref`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`],
-//!   [`State::req_step`], [`State::add_lane`]; the lanes through
+//!   [`State::req_step`], [`State::add_lane`], [`State::register_lane`],
+//!   [`State::unregister_lane`], [`State::release_iface`], [`State::ep_of_peer`],
+//!   [`State::tm_and_iface_users`]; the lanes through
 //!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
 //! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
-//! - requests: [`State::req_get`], [`State::req_mut`], [`State::next_wire_id`],
+//! - requests: [`State::req_get`], [`State::req_mut`], [`State::requests`],
+//!   [`State::next_wire_id`],
 //!   [`State::drop_req`], [`State::take_finished`], [`State::deliver_detached`], and `new_req`, `wire_id`, `req_ep`,
 //!   `req_by_wire`, `finish` (`worker/request.rs`), `peer_id`/`peer_req`
 //!   (`worker/peer_req.rs`);
@@ -25,9 +28,8 @@
 //!   `now`, `now_stamp`, [`State::new_msg_id`], [`State::peek_msg_id`],
 //!   [`State::stats_mut`]; the buffer pool (`get_buf`/`put_buf`).
 //!
-//! Not yet behind it (see `ARCHITECTURE.md`): wire-up (`wireup/ep.rs`) still reads core
-//! fields directly (`eps`, `info`, `by_uct`, `by_uuid`, `iface_users`, `cfg`, `stats`), and
-//! the tag offload's interface pick reads `iface_users`; they stay `pub(crate)` for them.
+//! `State`'s own fields are private to `worker` (`pub(super)`): a family names only its own
+//! state struct and these methods.
 
 use crate::request::Completion;
 use crate::wire::PREFIX_LEN;
@@ -351,14 +353,51 @@ impl State {
         self.more_work = true;
     }
 
+    /// The tag offload's state beside the interfaces' user counts (its interface pick weighs
+    /// the candidates by them).
+    #[inline(always)]
+    pub(crate) fn tm_and_iface_users(
+        &mut self,
+    ) -> (&mut crate::tag::offload::state::TmState, &[u32]) {
+        (&mut self.tm, &self.iface_users)
+    }
+
+    /// Every request of the worker, with its key (in no particular order).
+    pub(crate) fn requests(&self) -> impl Iterator<Item = (usize, &Req)> {
+        self.reqs.iter()
+    }
+
+    /// Counts transport endpoint `ep_id` of interface `li` as a lane of endpoint `idx`: its
+    /// events find the endpoint, and its interface counts one more user (it is polled on
+    /// every progress call while it has users).
+    #[inline]
+    pub(crate) fn register_lane(&mut self, idx: usize, li: usize, ep_id: u32) {
+        self.by_uct.insert((li, ep_id), idx);
+        self.iface_users[li] += 1;
+    }
+
+    /// Forgets transport endpoint `ep_id` of interface `li` as a lane (a lane that did not
+    /// connect): its interface counts one user less.
+    pub(crate) fn unregister_lane(&mut self, li: usize, ep_id: u32) {
+        if self.by_uct.remove(&(li, ep_id)).is_some() {
+            self.release_iface(li);
+        }
+    }
+
+    /// Interface `li` counts one user less (an endpoint moved its AM lane off it, keeping the
+    /// transport endpoint connected).
+    pub(crate) fn release_iface(&mut self, li: usize) {
+        self.iface_users[li] = self.iface_users[li].saturating_sub(1);
+    }
+
     /// Adds transport endpoint `uep` of interface `li` to the lanes of endpoint `idx` (a lane
     /// connected after the others): its events find the endpoint, and its interface counts it.
     /// Gives the new lane's index (`None`: the endpoint has no lanes).
     pub(crate) fn add_lane(&mut self, idx: usize, li: usize, uep: AnyEp) -> Option<usize> {
+        self.eps[idx].lanes.as_ref()?;
+        self.register_lane(idx, li, uep.id().0);
         let l = self.eps[idx].lanes.as_mut()?;
-        self.by_uct.insert((li, uep.id().0), idx);
         l.uct.push((li, uep));
-        self.iface_users[li] += 1;
         Some(l.uct.len() - 1)
     }
 }

@@ -25,28 +25,28 @@ use ucs::time::Clock;
 use uct::AnyMd;
 
 pub(crate) struct State {
-    pub(crate) uuid: u64,
+    pub(super) uuid: u64,
     /// Process-unique worker id, carried by every [`EpHandle`](crate::EpHandle).
-    pub(crate) id: u32,
+    pub(super) id: u32,
     /// Shared with every [`Request`](crate::Request) handed out: its identity, and the handles
     /// dropped since the last progress call.
     pub(super) req_shared: std::rc::Rc<crate::request::ReqShared>,
-    pub(crate) cfg: UcpConfig,
+    pub(super) cfg: UcpConfig,
     pub(super) features: Features,
     pub(super) clock: Box<dyn Clock>,
     pub(super) mds: Vec<AnyMd>,
-    pub(crate) info: Vec<IfaceInfo>,
+    pub(super) info: Vec<IfaceInfo>,
     /// Some interface of `info` is `ep_only` (set once, with `info`).
     pub(super) any_ep_only: bool,
     pub(super) address: Vec<u8>,
-    pub(crate) eps: Slab<Ep>,
+    pub(super) eps: Slab<Ep>,
     pub(super) ep_gen: u32,
-    pub(crate) by_uuid: crate::worker::peers::PeerIndex,
-    pub(crate) by_uct: UctIndex,
+    pub(super) by_uuid: crate::worker::peers::PeerIndex,
+    pub(super) by_uct: UctIndex,
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
     /// only every [`IDLE_IFACE_PERIOD`] progress calls.
-    pub(crate) iface_users: Vec<u32>,
-    pub(crate) reqs: crate::worker::req_table::ReqTable,
+    pub(super) iface_users: Vec<u32>,
+    pub(super) reqs: crate::worker::req_table::ReqTable,
     pub(super) req_gen: u32,
     pub(super) pool: Vec<Vec<u8>>,
     pub(super) to_connect: Vec<usize>,
@@ -58,7 +58,7 @@ pub(crate) struct State {
     pub(super) pending_eps: Vec<usize>,
     pub(super) flushes: Vec<usize>,
     pub(super) failed_notify: Vec<usize>,
-    pub(crate) next_msg_id: u64,
+    pub(super) next_msg_id: u64,
     pub(super) scratch: Vec<u8>,
     /// Reused buffer for the remote key an RTS carries (see [`State::rts_rkey`]).
     pub(super) rkey_scratch: Vec<u8>,
@@ -71,11 +71,11 @@ pub(crate) struct State {
     /// timestamps for keepalive use it, so the data path reads no clock per message.
     pub(super) now_cache: Duration,
     /// `now_cache` as a [`Stamp`], what endpoints note as their last send and receive times.
-    pub(crate) now_stamp: Stamp,
+    pub(super) now_stamp: Stamp,
     /// Set when the worker may have slept (`arm`): the next progress call reads the clock.
     pub(super) clock_stale: bool,
     pub(super) malformed_unknown: u64,
-    pub(crate) stats: ProtoStats,
+    pub(super) stats: ProtoStats,
     /// User active messages: the handlers.
     pub(crate) am: crate::am::state::AmState,
     pub(crate) regions: crate::rma::Regions,
