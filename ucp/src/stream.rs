@@ -231,17 +231,14 @@ impl State {
                     buf[*filled + na..*filled + n].copy_from_slice(&b[..n - na]);
                     ep.stream_consume(n);
                     *filled += n;
-                    *filled == buf.len() || (!*waitall && *filled > 0)
+                    satisfied(buf.len(), *filled, *waitall)
                 }
                 _ => true,
             };
             if !done {
                 break;
             }
-            self.ep_mut(idx).extra_mut().stream_waiters.pop_front();
-            if self.req_get(key).is_some_and(|r| r.done.is_none()) {
-                self.finish(key, Ok(()));
-            }
+            self.stream_waiter_done(idx, key);
         }
     }
 
@@ -265,9 +262,6 @@ impl State {
         }
         self.stream_serve(idx);
     }
-}
-
-impl State {
     /// Copies arrived stream bytes straight into the waiting receives of endpoint `idx`, which
     /// has no older bytes buffered, completing those that are satisfied, in posting order.
     /// Gives the bytes no receive took (none when a receive is still waiting).
@@ -291,20 +285,32 @@ impl State {
                     buf[*filled..*filled + n].copy_from_slice(&data[..n]);
                     data = &data[n..];
                     *filled += n;
-                    *filled == buf.len() || (!*waitall && *filled > 0)
+                    satisfied(buf.len(), *filled, *waitall)
                 }
                 _ => true,
             };
             if !done {
                 break;
             }
-            self.ep_mut(idx).extra_mut().stream_waiters.pop_front();
-            if self.req_get(key).is_some_and(|r| r.done.is_none()) {
-                self.finish(key, Ok(()));
-            }
+            self.stream_waiter_done(idx, key);
         }
         data
     }
+
+    /// Receive `key`, the oldest waiting on endpoint `idx`, has what it waits for: it leaves
+    /// the queue and completes.
+    fn stream_waiter_done(&mut self, idx: usize, key: usize) {
+        self.ep_mut(idx).extra_mut().stream_waiters.pop_front();
+        if self.req_get(key).is_some_and(|r| r.done.is_none()) {
+            self.finish(key, Ok(()));
+        }
+    }
+}
+
+/// Whether a stream receive of `len` bytes holding `filled` is complete: full, or (without
+/// `waitall`) holding any byte.
+fn satisfied(len: usize, filled: usize, waitall: bool) -> bool {
+    filled == len || (!waitall && filled > 0)
 }
 
 impl crate::worker::ep::EpExtra {
