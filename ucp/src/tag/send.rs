@@ -14,6 +14,7 @@ use crate::request::{Completion, Op};
 use crate::tag::stages::TagSend;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::wireup::{ProtoConfig, TM_THRESH};
+use crate::worker::core_api::AmLaneRef;
 use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
@@ -211,8 +212,14 @@ impl State {
     ) -> Result<bool> {
         let len = data.len();
         let uuid = self.worker_uuid().to_le_bytes();
-        let now = self.now_stamp();
-        let Some((proto, uep, attr, last_tx)) = self.am_lane_ref(idx) else {
+        let Some(AmLaneRef {
+            proto,
+            uep,
+            attr,
+            last_tx,
+            now,
+        }) = self.am_lane_ref(idx)
+        else {
             return self.eager_send_frags(idx, tag, data, sreq, msg_id, offset);
         };
         // A synchronous message's header is longer by the sender's request id.
@@ -234,7 +241,7 @@ impl State {
         if out == Outcome::NoResource {
             return Ok(false);
         }
-        *last_tx = now;
+        *last_tx = *now;
         *offset = len.max(1);
         self.stats_mut().eager_single += 1;
         Ok(true)
@@ -252,8 +259,13 @@ impl State {
         offset: &mut usize,
     ) -> Result<bool> {
         let uuid = self.worker_uuid().to_le_bytes();
-        let now = self.now_stamp();
-        let (proto, uep, attr, last_tx) = self.am_lane_ref(idx).ok_or_else(connecting)?;
+        let AmLaneRef {
+            proto,
+            uep,
+            attr,
+            last_tx,
+            now,
+        } = self.am_lane_ref(idx).ok_or_else(connecting)?;
         let len = data.len();
         // Whether the first fragment went out now (the message counts as a multi-fragment one).
         let mut first_out = false;
@@ -289,7 +301,7 @@ impl State {
                     Err(e) => break 'send Err(e),
                 }
                 first_out |= *offset == 0;
-                *last_tx = now;
+                *last_tx = *now;
                 *offset += n;
             }
             Ok(true)

@@ -64,6 +64,22 @@ pub(crate) struct AmLane<'a> {
     pub(crate) last_tx: &'a mut Stamp,
 }
 
+/// An endpoint's AM lane, ready to send on, with its thresholds by reference (see
+/// [`State::am_lane_ref`]).
+pub(crate) struct AmLaneRef<'a> {
+    /// The endpoint's protocol thresholds.
+    pub(crate) proto: &'a ProtoConfig,
+    /// The lane's transport endpoint.
+    pub(crate) uep: &'a mut AnyEp,
+    /// Its interface's attributes.
+    pub(crate) attr: &'a IfaceAttr,
+    /// The endpoint's time of last send, to note a send in.
+    pub(crate) last_tx: &'a mut Stamp,
+    /// The worker's clock stamp, to note (read it after the send: the clock then stays out of
+    /// the registers the send needs).
+    pub(crate) now: &'a Stamp,
+}
+
 impl State {
     /// Endpoint `idx` (an index the caller holds: a live endpoint).
     #[inline]
@@ -141,20 +157,22 @@ impl State {
         Some((*li, uep, &self.info[*li]))
     }
 
-    /// Endpoint `idx`'s protocol thresholds and AM lane, to send on: the thresholds, the lane's
-    /// transport endpoint, its interface's attributes and the endpoint's time of last send to
-    /// note (`None` while the endpoint is connecting).
+    /// Endpoint `idx`'s protocol thresholds and AM lane, to send on (`None` while the endpoint
+    /// is connecting); see [`AmLaneRef`].
     #[inline(always)]
-    pub(crate) fn am_lane_ref(
-        &mut self,
-        idx: usize,
-    ) -> Option<(&ProtoConfig, &mut AnyEp, &IfaceAttr, &mut Stamp)> {
+    pub(crate) fn am_lane_ref(&mut self, idx: usize) -> Option<AmLaneRef<'_>> {
         let ep = &mut self.eps[idx];
         let (Some(proto), Some(l)) = (ep.proto.as_deref(), ep.lanes.as_mut()) else {
             return None;
         };
         let (li, uep) = &mut l.uct[l.am];
-        Some((proto, uep, &self.info[*li].attr, &mut ep.last_tx))
+        Some(AmLaneRef {
+            proto,
+            uep,
+            attr: &self.info[*li].attr,
+            last_tx: &mut ep.last_tx,
+            now: &self.now_stamp,
+        })
     }
 
     /// Whether nothing waits on endpoint `idx`'s pending list: a new operation may start at
