@@ -225,6 +225,9 @@ for cls in shm tcp; do
     done
 done
 
+row "shm ucp_am_lat 8B (us p50)" lat 20000 "$SHM_UCX" "$SHM_RUCX" -t ucp_am_lat -s 8
+row "shm ucp_am_bw 8B (msg/s)" mr 200000 "$SHM_UCX" "$SHM_RUCX" -t ucp_am_bw -s 8
+row "shm stream_bw 64KiB (MB/s)" bw 10000 "$SHM_UCX" "$SHM_RUCX" -t stream_bw -s 65536
 row "shm ucp_put_lat 8B (us p50)" lat 20000 "$SHM_UCX" "$SHM_RUCX" -t ucp_put_lat -s 8
 row "shm ucp_put_bw 64KiB (MB/s)" bw 10000 "$SHM_UCX" "$SHM_RUCX" -t ucp_put_bw -s 65536 -O 16
 row "shm ucp_get 64KiB (MB/s)" bw 10000 "$SHM_UCX" "$SHM_RUCX" -t ucp_get -s 65536 -O 16
