@@ -14,6 +14,7 @@ pub(crate) mod state;
 
 use crate::request::{Completion, Op};
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
+use crate::wireup::ProtoConfig;
 use crate::worker::ep::connecting;
 use crate::worker::req::{zeroed_buf, SendData};
 use crate::worker::state::State;
@@ -112,20 +113,16 @@ impl State {
         data: &[u8],
     ) -> Result<bool> {
         let n = header.len() + data.len();
-        let Some(p) = self.ep(idx).proto.as_deref() else {
-            return Ok(false);
-        };
         // `short_max` is the payload after the prefix and one 8-byte word, as here.
-        if p.short_max.is_none_or(|m| n > m) || data.len() >= p.rndv_thresh {
-            return Ok(false);
-        }
+        let fits =
+            |p: &ProtoConfig| p.short_max.is_some_and(|m| n <= m) && data.len() < p.rndv_thresh;
         let word = UserAmHdr {
             id,
             hdr_len: header.len() as u32,
         }
         .word();
         if header.is_empty() {
-            return self.am_short_now(idx, am_id::USER_AM, word, data);
+            return self.short2_now(idx, am_id::USER_AM, word, data, fits);
         }
         if n > SHORT_GATHER_MAX {
             return Ok(false);
@@ -134,7 +131,7 @@ impl State {
         let mut g = [0u8; SHORT_GATHER_MAX];
         g[..header.len()].copy_from_slice(header);
         g[header.len()..n].copy_from_slice(data);
-        self.am_short_now(idx, am_id::USER_AM, word, &g[..n])
+        self.short2_now(idx, am_id::USER_AM, word, &g[..n], fits)
     }
 
     /// [`State::am_send_short`] kept out of line (for [`Worker::am_send_short`]).
