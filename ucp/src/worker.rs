@@ -38,7 +38,7 @@ pub(crate) mod ep;
 mod failure;
 mod flush;
 pub(crate) mod peer_req;
-mod peers;
+pub(crate) mod peers;
 pub(crate) mod pending;
 pub(crate) mod progress;
 pub(crate) mod req;

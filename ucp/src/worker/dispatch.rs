@@ -11,7 +11,9 @@
     )
 )]
 
-use crate::wire::{am_id, split_eager_only, split_prefix, EagerHdr, Msg, UserAmHdr, NO_REQ};
+use crate::wire::{
+    am_id, split_eager_only, split_prefix, EagerHdr, FragHdr, Msg, UserAmHdr, NO_REQ,
+};
 use crate::wireup::Admit;
 use crate::worker::ep::EpState;
 use crate::worker::state::State;
@@ -48,6 +50,9 @@ impl State {
         if id == am_id::USER_AM && self.user_am_fast(iface, data) {
             return;
         }
+        if id == am_id::EAGER_MIDDLE && self.eager_middle_fast(iface, data) {
+            return;
+        }
         if id == am_id::STREAM {
             if let Ok((src, body)) = split_prefix(data) {
                 if let Some(idx) = self.fast_sender(iface, src) {
@@ -80,6 +85,26 @@ impl State {
             return false;
         };
         self.on_user_am(idx, h, uh, &rest[uh.len()..]);
+        true
+    }
+
+    /// An EAGER_MIDDLE fragment from a known, usable peer on its usual lane, straight to the
+    /// tag family without the general decode: true when it was handled (an error it finds
+    /// fails the endpoint as on the general path); false leaves it to the general path.
+    #[inline(always)]
+    fn eager_middle_fast(&mut self, iface: Option<usize>, data: &[u8]) -> bool {
+        let Ok((src, body)) = split_prefix(data) else {
+            return false;
+        };
+        let Ok(h) = FragHdr::decode(body) else {
+            return false;
+        };
+        let Some(idx) = self.fast_sender(iface, src) else {
+            return false;
+        };
+        if let Err(e) = self.eager_middle(src, h, &body[FragHdr::LEN..]) {
+            self.am_failed(idx, src, am_id::EAGER_MIDDLE, e);
+        }
         true
     }
 

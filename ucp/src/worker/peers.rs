@@ -23,6 +23,26 @@ pub(crate) type UuidHash = std::hash::BuildHasherDefault<UuidHasher>;
 #[derive(Default)]
 pub(crate) struct UuidHasher(u64);
 
+/// [`UuidHash`] started from a random seed of its own: for keys a peer chooses (such as its
+/// message ids), which it then cannot pick to collide without knowing the seed.
+#[derive(Clone)]
+pub(crate) struct SeededUuidHash(u64);
+
+impl Default for SeededUuidHash {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        SeededUuidHash(std::collections::hash_map::RandomState::new().hash_one(0u64))
+    }
+}
+
+impl std::hash::BuildHasher for SeededUuidHash {
+    type Hasher = UuidHasher;
+    #[inline]
+    fn build_hasher(&self) -> UuidHasher {
+        UuidHasher(self.0)
+    }
+}
+
 impl std::hash::Hasher for UuidHasher {
     #[inline]
     fn finish(&self) -> u64 {
