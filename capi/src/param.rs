@@ -64,7 +64,8 @@ impl Nbx {
 
 /// Reads a `ucp_request_param_t`: unknown field bits, and memory types other than host, are
 /// refused (unknown flag bits are ignored, as UCX does); `FORCE_IMM_CMPL` is not supported;
-/// the `memh` and `FAST_CMPL`/`MULTI_SEND` hints are accepted and have no effect.
+/// the `memh` and `MULTI_SEND` hints are accepted and have no effect (`FAST_CMPL` moves a tag
+/// send's rendezvous threshold, see `ucp_tag_send_nbx`).
 ///
 /// # Safety
 /// `param` NULL or valid.

@@ -9,9 +9,9 @@ use crate::handles::{worker_ref, Cb, OpArgs, Worker};
 use crate::param::{check_param, param_datatype, parse_param, read_param};
 use crate::request::{recv_contig, submit};
 use std::ffi::{c_int, c_void};
-use ucp::{Message, Op};
+use ucp::{Message, Op, TagSendMode};
 
-/// Starts a tag send (`sync`: completes when the receiver matched it).
+/// Starts a tag send of `mode` (`Sync`: completes when the receiver matched it).
 ///
 /// # Safety
 /// A live endpoint; buffer valid for the datatype.
@@ -24,7 +24,7 @@ unsafe fn tag_send(
     count: usize,
     dt: Datatype,
     tag: Tag,
-    sync: bool,
+    mode: TagSendMode,
     no_imm: bool,
     args: impl FnOnce() -> OpArgs,
 ) -> StatusPtr {
@@ -42,19 +42,17 @@ unsafe fn tag_send(
         let mut i = w.inner.borrow_mut();
         // The common send, small enough to go out at once, gives UCS_OK without a completion
         // to build and take apart (a failure here is found again, and reported, below).
-        if let (SendData::Slice(s), false, false) = (&data, sync, no_imm) {
+        if let (SendData::Slice(s), false) = (&data, mode == TagSendMode::Sync || no_imm) {
             if let Ok(true) = i.w.tag_send_short(h, tag, s) {
                 return status_ptr(UCS_OK);
             }
         }
-        match (data, sync) {
+        match data {
             // SAFETY: the client keeps a send buffer unchanged until the request completes
             // (the contract of every UCX send), so rucx reads it in place.
-            (SendData::Slice(s), sync) => unsafe {
-                i.w.tag_send_raw(h, tag, s.as_ptr(), s.len(), sync)
-            },
-            (SendData::Owned(v), true) => i.w.tag_send_sync(h, tag, &v),
-            (SendData::Owned(v), false) => i.w.tag_send_vec(h, tag, v),
+            SendData::Slice(s) => unsafe { i.w.tag_send_raw(h, tag, s.as_ptr(), s.len(), mode) },
+            SendData::Owned(v) if mode == TagSendMode::Sync => i.w.tag_send_sync(h, tag, &v),
+            SendData::Owned(v) => i.w.tag_send_vec(h, tag, v),
         }
     };
     // A send that finished at once gives UCS_OK and leaves caller-supplied request memory
@@ -88,7 +86,19 @@ pub unsafe extern "C" fn ucp_tag_send_nb(
     ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
         // SAFETY: forwarded.
-        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, false, false, args) }
+        unsafe {
+            tag_send(
+                NAME,
+                ep,
+                buffer,
+                count,
+                datatype,
+                tag,
+                TagSendMode::Standard,
+                false,
+                args,
+            )
+        }
     })
 }
 
@@ -110,7 +120,19 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nb(
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
         // SAFETY: forwarded.
-        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, true, false, args) }
+        unsafe {
+            tag_send(
+                NAME,
+                ep,
+                buffer,
+                count,
+                datatype,
+                tag,
+                TagSendMode::Sync,
+                false,
+                args,
+            )
+        }
     })
 }
 
@@ -135,6 +157,13 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
             Err(s) => return status_ptr(s),
         };
         let no_imm = p.op_attr_mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
+        // The caller waits for this send at once (a blocking MPI send): see
+        // `TagSendMode::FastCompletion`.
+        let mode = if p.op_attr_mask & UCP_OP_ATTR_FLAG_FAST_CMPL != 0 {
+            TagSendMode::FastCompletion
+        } else {
+            TagSendMode::Standard
+        };
         // SAFETY: forwarded.
         unsafe {
             tag_send(
@@ -144,7 +173,7 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
                 count,
                 param_datatype(p),
                 tag,
-                false,
+                mode,
                 no_imm,
                 || read_param(p).send_args(),
             )
@@ -181,7 +210,7 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
                 count,
                 param_datatype(p),
                 tag,
-                true,
+                TagSendMode::Sync,
                 no_imm,
                 || read_param(p).send_args(),
             )

@@ -92,6 +92,7 @@ pub use request::{Completion, HookedOp, Op, Received, Request, RequestId};
 pub use rma::{MemMap, Rkey};
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};
+pub use wireup::TagSendMode;
 pub use worker::{
     AmHandler, AmoSize, CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats,
     RequestCallback, Worker,

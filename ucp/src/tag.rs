@@ -26,6 +26,7 @@ pub(crate) mod unexp;
 
 use crate::request::{Completion, HookedOp, Op, Request, RequestId};
 use crate::rma::MemMap;
+use crate::wireup::TagSendMode;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::SendData;
 use crate::worker::{EpHandle, Message, ProbeInfo, Worker};
@@ -47,7 +48,8 @@ impl Worker {
             }));
         }
         let idx = self.st.ep_idx(ep)?;
-        self.st.tag_send_proto(idx, tag, data, false)
+        self.st
+            .tag_send_proto(idx, tag, data, TagSendMode::Standard)
     }
 
     /// [`Worker::tag_send`] that gives `None` when the send finished at once (as UCX's
@@ -68,10 +70,12 @@ impl Worker {
     #[inline(never)]
     fn tag_send_nb_rest(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Option<Request>> {
         let idx = self.st.ep_idx(ep)?;
-        request_of(
-            self.st
-                .tag_send_proto(idx, tag, SendData::Borrowed(data), false)?,
-        )
+        request_of(self.st.tag_send_proto(
+            idx,
+            tag,
+            SendData::Borrowed(data),
+            TagSendMode::Standard,
+        )?)
     }
 
     /// Sends a tagged message from a vector the worker takes and gives back in the completion's

@@ -31,7 +31,7 @@ pub(crate) mod ep;
 mod proto;
 pub use proto::TM_THRESH;
 
-pub use proto::{ProtoConfig, RndvScheme};
+pub use proto::{ProtoConfig, RndvScheme, TagSendMode};
 
 use crate::address::WorkerAddress;
 use crate::config::UcpConfig;

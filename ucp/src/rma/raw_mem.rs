@@ -17,6 +17,7 @@ use crate::request::{Completion, Op};
 use crate::rma::ops::RmaDir;
 use crate::rma::shared_file;
 use crate::rma::{MemMap, Rkey};
+use crate::wireup::TagSendMode;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::SendData;
 use crate::worker::{EpHandle, Message, Worker};
@@ -24,8 +25,8 @@ use std::ptr::NonNull;
 use ucs::{Error, Result};
 
 impl Worker {
-    /// Sends `len` bytes at `ptr` as a tagged message (`sync`: completes only when the receiver
-    /// matched it), reading the caller's memory in place: eager fragments are copied out as
+    /// Sends `len` bytes at `ptr` as a tagged message (`mode`: when it completes, see
+    /// [`TagSendMode`]), reading the caller's memory in place: eager fragments are copied out as
     /// they go, a rendezvous registers the memory and the peer reads it there, so no copy of a
     /// large message is made. The completion's `buf` is `None`.
     ///
@@ -39,7 +40,7 @@ impl Worker {
         tag: u64,
         ptr: *const u8,
         len: usize,
-        sync: bool,
+        mode: TagSendMode,
     ) -> Result<Op> {
         let data: &[u8] = if len == 0 {
             &[]
@@ -50,14 +51,14 @@ impl Worker {
         let data = SendData::Raw(data);
         // As `Worker::tag_send`: an eager-short send's completion is built here. The short
         // path checks the handle; the others check it here.
-        if !sync && self.st.tag_send_short_out(ep, tag, &data)? {
+        if mode != TagSendMode::Sync && self.st.tag_send_short_out(ep, tag, &data)? {
             return Ok(Op::Done(Completion {
                 tag,
                 ..Completion::ok()
             }));
         }
         let idx = self.st.ep_idx(ep)?;
-        self.st.tag_send_proto(idx, tag, data, sync)
+        self.st.tag_send_proto(idx, tag, data, mode)
     }
 
     /// Posts a receive for `tag` under `mask` straight into `len` bytes at `ptr`: the data
@@ -254,13 +255,28 @@ mod tests {
     #[test]
     fn raw_send_and_receive_in_place() {
         let (mut a, mut b, ba) = pair();
-        for len in [0usize, 5, 70_000, 3 << 20] {
+        let p = b.ep_proto_config(ba).expect("proto");
+        assert!(
+            p.fast_rndv_thresh > 70_000 && p.tag_rndv_thresh < 70_000,
+            "{p:?}"
+        );
+        // Each size in each mode (a synchronous send of 5 bytes, fast completion for one of
+        // 70,000: eager below `fast_rndv_thresh`, where a standard send takes a rendezvous).
+        let runs = [
+            (0usize, TagSendMode::Standard),
+            (5, TagSendMode::Sync),
+            (70_000, TagSendMode::Standard),
+            (70_000, TagSendMode::FastCompletion),
+            (3 << 20, TagSendMode::FastCompletion),
+        ];
+        for (len, mode) in runs {
+            let before = b.stats();
             let src: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
             let mut dst = vec![0u8; len + 16];
             // SAFETY: both buffers outlive the operations, which complete below.
             let (s, r) = unsafe {
                 (
-                    b.tag_send_raw(ba, 9, src.as_ptr(), len, len == 5).unwrap(),
+                    b.tag_send_raw(ba, 9, src.as_ptr(), len, mode).unwrap(),
                     a.tag_recv_raw(dst.as_mut_ptr(), dst.len(), 9, u64::MAX)
                         .unwrap(),
                 )
@@ -290,6 +306,20 @@ mod tests {
             assert!(rc.buf.is_none(), "raw receives give no vector back");
             assert!(dst[..len] == src[..], "{len} bytes landed in place");
             assert!(dst[len..].iter().all(|&x| x == 0));
+            let after = b.stats();
+            let (rndv, multi) = (
+                after.rndv_rts - before.rndv_rts,
+                after.eager_multi - before.eager_multi,
+            );
+            match (len, mode) {
+                (70_000, TagSendMode::Standard) | (0x30_0000, _) => {
+                    assert_eq!((rndv, multi), (1, 0), "{len} {mode:?} by rendezvous")
+                }
+                (70_000, TagSendMode::FastCompletion) => {
+                    assert_eq!((rndv, multi), (0, 1), "{len} {mode:?} eager")
+                }
+                _ => assert_eq!(rndv, 0, "{len} {mode:?}"),
+            }
         }
     }
 

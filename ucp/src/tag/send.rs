@@ -13,7 +13,7 @@
 use crate::request::{Completion, Op};
 use crate::tag::stages::TagSend;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
-use crate::wireup::{ProtoConfig, TM_THRESH};
+use crate::wireup::{ProtoConfig, TagSendMode, TM_THRESH};
 use crate::worker::core_api::AmLaneRef;
 use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
@@ -38,7 +38,12 @@ impl State {
         if !sync && self.tag_send_short(idx, tag, &data)? {
             return Ok(sent_at_once(data, tag));
         }
-        self.tag_send_proto(idx, tag, data, sync)
+        let mode = if sync {
+            TagSendMode::Sync
+        } else {
+            TagSendMode::Standard
+        };
+        self.tag_send_proto(idx, tag, data, mode)
     }
 
     /// The common case of a non-synchronous send, in as few steps as it takes: see
@@ -106,14 +111,15 @@ impl State {
         idx: usize,
         tag: u64,
         data: SendData<'_>,
-        sync: bool,
+        mode: TagSendMode,
     ) -> Result<Op> {
         self.ep_usable(idx)?;
+        let sync = mode == TagSendMode::Sync;
         let len = data.as_slice().len();
         let ep = self.ep(idx);
         let ready = ep.pending.is_empty() && ep.lanes.is_some();
         let (rndv, zc) = match &ep.proto {
-            Some(p) => (len >= p.tag_thresh(sync), p.zcopy_thresh),
+            Some(p) => (len >= p.tag_thresh(mode), p.zcopy_thresh),
             None => (false, None),
         };
         // Tag offload when the lane offers it and nothing is queued before this message (it
@@ -149,12 +155,15 @@ impl State {
             let s = self.send_mut(key);
             s.offset = offset;
             s.msg_id = msg_id;
+            s.fast_cmpl = mode == TagSendMode::FastCompletion;
             self.queue_req(idx, key);
             return Ok(self.op_of(key));
         }
         let key = self.new_send(idx, tag, data, sync);
         let id = self.new_msg_id();
-        self.send_mut(key).msg_id = id;
+        let s = self.send_mut(key);
+        s.msg_id = id;
+        s.fast_cmpl = mode == TagSendMode::FastCompletion;
         // Back-pressure queues the request (it resumes from `progress_pending`, in order).
         let queued = !ready || !self.send_step(key)?;
         if queued && self.req_mut(key).done.is_none() {
@@ -324,7 +333,12 @@ impl State {
                 let len = s.data.len();
                 // (Only before the first eager fragment left: a tag message below the tag
                 // threshold may have started eager.)
-                if s.offset == 0 && len >= proto.tag_thresh(s.sync) {
+                let mode = match (s.sync, s.fast_cmpl) {
+                    (true, _) => TagSendMode::Sync,
+                    (false, true) => TagSendMode::FastCompletion,
+                    (false, false) => TagSendMode::Standard,
+                };
+                if s.offset == 0 && len >= proto.tag_thresh(mode) {
                     return self.send_rts(key);
                 }
                 let (tag, sync, msg_id, mut off) = (s.tag, s.sync, s.msg_id, s.offset);

@@ -88,6 +88,9 @@ pub(crate) struct SendReq {
     pub(crate) rndv: Option<Box<Rndv>>,
     pub(crate) give_back: bool,
     pub(crate) sync: bool,
+    /// A [`TagSendMode::FastCompletion`](crate::wireup::TagSendMode) send: its rendezvous
+    /// threshold is `fast_rndv_thresh`.
+    pub(crate) fast_cmpl: bool,
     pub(crate) stage: SendStage,
     pub(crate) rts_sent: bool,
     /// A user `put` (no rendezvous messages around it).
@@ -109,6 +112,7 @@ impl SendReq {
             rndv: None,
             give_back,
             sync,
+            fast_cmpl: false,
             stage: SendStage::Tag(TagSend::Eager),
             rts_sent: false,
             user_rma: false,
