@@ -14,7 +14,7 @@
 //!                  16..24  owner (AtomicU64: claimer's pid << 32 | low 32 bits of the
 //!                          position, stamped right after the claim)
 //!                  24..256 inline payload (INLINE_MAX bytes)
-//! offset BUFS_OFF NBUFS buffers of BUF_SIZE bytes (page aligned): NELEMS, one per element,
+//! offset BUFS_OFF NBUFS buffers of BUF_SIZE bytes (line aligned): NELEMS, one per element,
 //!                 and SPARE_BUFS spares. A bcopy sender packs straight into the buffer its
 //!                 element names (no extra copy), from BUF_DATA_OFF on.
 //! ```
@@ -47,13 +47,16 @@ pub const ELEM_SIZE: usize = 256;
 pub const ELEM_HDR: usize = 24;
 /// Largest payload carried inside an element.
 pub const INLINE_MAX: usize = ELEM_SIZE - ELEM_HDR;
-/// Size of one element's bcopy buffer.
-pub const BUF_SIZE: usize = 8192;
+/// Size of one element's bcopy buffer: 8 KiB of payload after a 16-byte header and
+/// [`BUF_DATA_OFF`] fit one buffer, so an 8 KiB tag message (a common MPI size: HPCC's
+/// RandomAccess buckets) goes out as one fragment, not two (UCX's posix buffers are 8256 bytes
+/// too). A multiple of a cache line; [`NBUFS`] of them make whole pages.
+pub const BUF_SIZE: usize = 8256;
 /// Where a message starts in its buffer: 16 bytes before a cache line, so that after a 16-byte
 /// header (ucp's eager header: sender id and tag; the tag offload's tag and immediate value)
 /// the payload is line-aligned. Both copies of it (the sender's pack, the receiver's copy
-/// out) then store and load whole lines, and a page-aligned user buffer does not sit 16
-/// bytes behind it in the page (4 KiB aliasing of the sender's loads with its own stores).
+/// out) then store and load whole lines, and a user buffer at the same offset in its page does
+/// not sit 16 bytes behind it (4 KiB aliasing of the sender's loads with its own stores).
 pub const BUF_DATA_OFF: usize = 48;
 /// Lines of the next position's buffer a producer streaming large messages prefetches
 /// ([`FifoPtrs::prefetch_next_buf`]).
@@ -73,10 +76,11 @@ pub const SPARE_BUFS: usize = 64;
 pub const NBUFS: usize = NELEMS as usize + SPARE_BUFS;
 /// Size of a FIFO segment.
 pub const SEG_LEN: usize = BUFS_OFF + NBUFS * BUF_SIZE;
+const _: () = assert!(SEG_LEN.is_multiple_of(4096) && BUF_SIZE.is_multiple_of(64));
 /// Identifies a rucx FIFO segment ("rucxfifo").
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rucxfifo");
 /// Layout version.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// The consumer publishes `tail` at least every this many messages.
 pub const RELEASE_BATCH: u64 = NELEMS / 4;
 
