@@ -137,8 +137,16 @@ impl Buffers {
     fn send(&self, w: &mut Worker, ep: EpHandle, i: usize) -> Op {
         let (start, n) = self.at[i];
         // SAFETY: as `post_recv`, for `send`, which is never written while requests run.
-        unsafe { w.tag_send_raw(ep, i as u64, self.send.as_ptr().add(start), n, false) }
-            .expect("tag_send_raw")
+        unsafe {
+            w.tag_send_raw(
+                ep,
+                i as u64,
+                self.send.as_ptr().add(start),
+                n,
+                ucp::TagSendMode::Standard,
+            )
+        }
+        .expect("tag_send_raw")
     }
 
     /// Checks every received message against the peer's pattern (`seed`), and that nothing

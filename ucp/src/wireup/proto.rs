@@ -86,10 +86,11 @@ const EAGER_CAP: usize = 512 << 10;
 /// the both-ways model sets the rendezvous threshold (shared memory with cma). That model
 /// weighs a stream of messages each way with several in flight, where the rendezvous round
 /// trips overlap; a blocking send waits for each one. Measured with `bench/sendrecv.c`
-/// (MPI_Sendrecv under Open MPI, whose blocking send sets `UCP_OP_ATTR_FLAG_FAST_CMPL`), posix
-/// + cma, 2-core VM, GB/s per direction, eager (`RUCX_RNDV_THRESH=512k`) against rendezvous:
-/// 16 KiB 4.0-5.3 against 1.6-2.2, 64 KiB 7.6-8.1 against 4.5-6.8, 128 KiB 7.2-8.0 against
-/// 6.3-6.4, 256 KiB 2.8-3.6 against 6.4-6.6 (UCX 1.22 keeps such sends eager below 256 KiB).
+/// (MPI_Sendrecv under Open MPI, whose blocking send sets `UCP_OP_ATTR_FLAG_FAST_CMPL`) over
+/// posix and cma on a 2-core VM, GB/s per direction, eager (`RUCX_RNDV_THRESH=512k`) against
+/// rendezvous: 16 KiB 4.0-5.3 against 1.6-2.2, 64 KiB 7.6-8.1 against 4.5-6.8, 128 KiB 7.2-8.0
+/// against 6.3-6.4, 256 KiB 2.8-3.6 against 6.4-6.6 (UCX 1.22 keeps such sends eager below
+/// 256 KiB).
 pub const FAST_CMPL_EAGER_MAX: usize = 128 << 10;
 /// Bytes of one shared-memory rendezvous read step (`RUCX_RNDV_FRAG_SIZE` overrides it): UCX's
 /// cma segment. tag_bibw over posix + cma (--mem heap, medians of 5, SCHED_FIFO, 2-core AMD
