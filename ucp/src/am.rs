@@ -12,7 +12,7 @@
 
 pub(crate) mod state;
 
-use crate::request::{Completion, Op};
+use crate::request::Op;
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
 use crate::wireup::ProtoConfig;
 use crate::worker::ep::connecting;
@@ -154,13 +154,7 @@ impl State {
         data: SendData<'_>,
     ) -> Result<Op> {
         if self.am_send_short(idx, id, header, data.as_slice())? {
-            return Ok(Op::Done(Completion {
-                buf: match data {
-                    SendData::Owned(v) => Some(v),
-                    SendData::Borrowed(_) | SendData::Raw(_) => None,
-                },
-                ..Completion::ok()
-            }));
+            return Ok(data.sent_at_once(0));
         }
         self.ep_usable(idx)?;
         let proto = self
@@ -183,14 +177,7 @@ impl State {
             let r = self.send_ctl2(idx, am_id::USER_AM, &head, data.as_slice());
             self.put_buf(head);
             r?;
-            let give = match data {
-                SendData::Owned(v) => Some(v),
-                SendData::Borrowed(_) | SendData::Raw(_) => None,
-            };
-            return Ok(Op::Done(Completion {
-                buf: give,
-                ..Completion::ok()
-            }));
+            return Ok(data.sent_at_once(0));
         }
         if header.len() + 64 > proto.bcopy_single_max {
             return Err(Error::MessageTooLong {

@@ -12,7 +12,7 @@
     )
 )]
 
-use crate::request::{Completion, Op};
+use crate::request::Op;
 use crate::wire::am_id;
 use crate::worker::pending::am_send;
 use crate::worker::req::RecvBuf;
@@ -127,13 +127,7 @@ impl State {
             .as_deref()
             .is_some_and(|p| (1..=p.bcopy_single_max).contains(&data.as_slice().len()));
         if fits && self.send_ctl2_now(idx, am_id::STREAM, data.as_slice(), &[])? {
-            return Ok(Op::Done(Completion {
-                buf: match data {
-                    SendData::Owned(v) => Some(v),
-                    SendData::Borrowed(_) | SendData::Raw(_) => None,
-                },
-                ..Completion::ok()
-            }));
+            return Ok(data.sent_at_once(0));
         }
         let key = self.new_send(idx, 0, data, false);
         self.send_mut(key).stage = SendStage::Stream;

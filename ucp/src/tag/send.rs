@@ -10,7 +10,7 @@
     )
 )]
 
-use crate::request::{Completion, Op};
+use crate::request::Op;
 use crate::tag::stages::TagSend;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::wireup::{ProtoConfig, TagSendMode, TM_THRESH};
@@ -36,7 +36,7 @@ impl State {
         sync: bool,
     ) -> Result<Op> {
         if !sync && self.tag_send_short(idx, tag, &data)? {
-            return Ok(sent_at_once(data, tag));
+            return Ok(data.sent_at_once(tag));
         }
         let mode = if sync {
             TagSendMode::Sync
@@ -149,7 +149,7 @@ impl State {
                 self.new_msg_id();
             }
             if done {
-                return Ok(sent_at_once(data, tag));
+                return Ok(data.sent_at_once(tag));
             }
             let key = self.new_send(idx, tag, data, sync);
             let s = self.send_mut(key);
@@ -390,18 +390,4 @@ fn short_fits(p: &ProtoConfig, data: &SendData<'_>) -> bool {
     p.tag_short(len)
         && !(matches!(data, SendData::Owned(_))
             && p.zcopy_thresh.is_some_and(|z| len >= z && len > 0))
-}
-
-/// The completion of a send that went out at once: an owned vector comes back in it.
-#[inline(always)]
-fn sent_at_once(data: SendData<'_>, tag: u64) -> Op {
-    let buf = match data {
-        SendData::Owned(v) => Some(v),
-        SendData::Borrowed(_) | SendData::Raw(_) => None,
-    };
-    Op::Done(Completion {
-        buf,
-        tag,
-        ..Completion::ok()
-    })
 }

@@ -54,12 +54,10 @@ impl State {
             return;
         }
         if id == am_id::STREAM {
-            if let Ok((src, body)) = split_prefix(data) {
-                if let Some(idx) = self.fast_sender(iface, src) {
-                    // Stream bytes of a known, usable peer on its usual lane.
-                    self.on_stream(idx, body);
-                    return;
-                }
+            if let Some((idx, _, body)) = self.fast_body(iface, data) {
+                // Stream bytes of a known, usable peer on its usual lane.
+                self.on_stream(idx, body);
+                return;
             }
         }
         self.handle_am_general(iface, id, data);
@@ -71,7 +69,7 @@ impl State {
     /// what is wrong.
     #[inline(always)]
     fn user_am_fast(&mut self, iface: Option<usize>, data: &[u8]) -> bool {
-        let Ok((src, body)) = split_prefix(data) else {
+        let Some((idx, _, body)) = self.fast_body(iface, data) else {
             return false;
         };
         let Ok(h) = UserAmHdr::decode(body) else {
@@ -79,9 +77,6 @@ impl State {
         };
         let rest = &body[UserAmHdr::LEN..];
         let Some(uh) = rest.get(..h.hdr_len as usize) else {
-            return false;
-        };
-        let Some(idx) = self.fast_sender(iface, src) else {
             return false;
         };
         self.on_user_am(idx, h, uh, &rest[uh.len()..]);
@@ -93,13 +88,10 @@ impl State {
     /// fails the endpoint as on the general path); false leaves it to the general path.
     #[inline(always)]
     fn eager_middle_fast(&mut self, iface: Option<usize>, data: &[u8]) -> bool {
-        let Ok((src, body)) = split_prefix(data) else {
+        let Some((idx, src, body)) = self.fast_body(iface, data) else {
             return false;
         };
         let Ok(h) = FragHdr::decode(body) else {
-            return false;
-        };
-        let Some(idx) = self.fast_sender(iface, src) else {
             return false;
         };
         if let Err(e) = self.eager_middle(src, h, &body[FragHdr::LEN..]) {
@@ -122,6 +114,20 @@ impl State {
             return;
         }
         self.handle_am_from(iface, id, data);
+    }
+
+    /// A message's sender endpoint ([`State::fast_sender`]), the sender's uuid and the body
+    /// after the prefix, for a fast path. None when the message is too short for a prefix or its
+    /// sender does not qualify: the general path then checks it all again.
+    #[inline(always)]
+    fn fast_body<'d>(
+        &mut self,
+        iface: Option<usize>,
+        data: &'d [u8],
+    ) -> Option<(usize, u64, &'d [u8])> {
+        let (src, body) = split_prefix(data).ok()?;
+        let idx = self.fast_sender(iface, src)?;
+        Some((idx, src, body))
     }
 
     /// The endpoint of sender `src` for a fast path: known, usable, and not on the new lane of

@@ -11,7 +11,7 @@
     )
 )]
 
-use crate::request::Completion;
+use crate::request::{Completion, Op};
 use crate::rndv::stages::{RndvRecv, RndvSend};
 use crate::tag::stages::{TagRecv, TagSend};
 use crate::worker::api_types::RequestCallback;
@@ -351,6 +351,21 @@ impl SendData<'_> {
             SendData::Borrowed(b) | SendData::Raw(b) => b,
             SendData::Owned(v) => v,
         }
+    }
+
+    /// The result of a send of this data that finished at once (no request): an owned vector
+    /// goes back to the caller in its completion.
+    #[inline(always)]
+    pub(crate) fn sent_at_once(self, tag: u64) -> Op {
+        let buf = match self {
+            SendData::Owned(v) => Some(v),
+            SendData::Borrowed(_) | SendData::Raw(_) => None,
+        };
+        Op::Done(Completion {
+            buf,
+            tag,
+            ..Completion::ok()
+        })
     }
 }
 
