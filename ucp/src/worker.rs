@@ -114,8 +114,11 @@ pub struct Worker {
     /// The next progress call polls every interface (set after an event-fd wakeup or a busy
     /// arm, whose event may be on an idle interface).
     pub(crate) poll_all: bool,
+    /// The interfaces the calls between two clock reads poll when they are not one (`solo`);
+    /// see [`Worker::progress`].
+    pub(crate) polled: progress::PollList,
     /// The one interface the calls between two clock reads poll, when exactly one qualifies
-    /// for polling on every call (see [`Worker::progress`]); `None`: they go through all.
+    /// (polled inline, the common case); `None`: they go through `polled`.
     pub(crate) solo: Option<usize>,
     /// `solo` has no endpoints (it is polled for a recent event): its events are noted in
     /// `last_event`, which keeps it polled; those of an interface with endpoints need not be.
@@ -264,6 +267,7 @@ impl Worker {
             tick: 0,
             last_event: vec![0; n_ifaces],
             poll_all: true,
+            polled: progress::PollList::default(),
             solo: None,
             solo_idle: false,
             idle_due: Duration::ZERO,

@@ -40,6 +40,47 @@ pub(crate) const IDLE_IFACE_RECENT: u32 = 256;
 /// timestamps and keepalive deadlines need milliseconds, and the coarse clock costs more than
 /// an idle shared-memory poll.
 pub(crate) const CLOCK_PERIOD: u32 = 16;
+/// Most interfaces a [`PollList`] names. A worker usually polls one (its shared-memory or
+/// network interface) or two (MPICH also opens an endpoint to itself: the self transport);
+/// one with more qualifying asks every interface on every call.
+const POLL_LIST_MAX: usize = 4;
+
+/// The interfaces the calls between two clock reads poll: those [`Worker::wants_poll`] names,
+/// found on each call that reads the clock. An interface that gains its first endpoint
+/// meanwhile waits for that call (at most `CLOCK_PERIOD` calls); one that loses its last is
+/// polled until then. Each entry is the interface's index and whether it has no endpoints
+/// (polled for a recent event: its events are noted in `last_event`, which keeps it polled;
+/// those of an interface with endpoints need not be).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct PollList {
+    /// Entries in `ifaces`; more than [`POLL_LIST_MAX`]: more qualify than it holds.
+    len: u8,
+    ifaces: [(u16, bool); POLL_LIST_MAX],
+}
+
+impl PollList {
+    /// The entries (none when more qualify than the list holds).
+    #[cfg(test)]
+    pub(crate) fn listed(&self) -> &[(u16, bool)] {
+        self.ifaces.get(..usize::from(self.len)).unwrap_or(&[])
+    }
+
+    /// The interfaces `w` polls on every call.
+    fn of(w: &Worker) -> Self {
+        let mut l = PollList::default();
+        for i in 0..w.ifaces.len() {
+            if w.wants_poll(i, false) {
+                let Some(slot) = l.ifaces.get_mut(usize::from(l.len)) else {
+                    l.len += 1;
+                    return l;
+                };
+                *slot = (i as u16, w.st.iface_users[i] == 0);
+                l.len += 1;
+            }
+        }
+        l
+    }
+}
 
 impl Worker {
     /// Makes progress on every interface, then on queued sends and timers. Gives the number of
@@ -55,7 +96,7 @@ impl Worker {
         }
         let n = match self.solo {
             Some(i) => self.poll_one(i, self.solo_idle),
-            None => self.poll_wanted(),
+            None => self.poll_listed(),
         };
         if self.st.more_to_do(false) {
             return n + self.progress_more();
@@ -87,6 +128,9 @@ impl Worker {
         let mut n = self.poll_ifaces(all, true);
         self.solo = self.solo_iface();
         self.solo_idle = self.solo.is_some_and(|i| self.st.iface_users[i] == 0);
+        if self.solo.is_none() {
+            self.polled = PollList::of(self);
+        }
         if self.st.more_to_do(clock_read) {
             n += self.progress_more();
         }
@@ -111,9 +155,8 @@ impl Worker {
     }
 
     /// The interface that alone qualifies for polling on every call ([`Worker::wants_poll`]),
-    /// looked for on each call that reads the clock: until the next such call the others are
-    /// left alone. An interface that gains its first endpoint meanwhile waits for that call (at
-    /// most `CLOCK_PERIOD` calls); one that loses its last is polled until then.
+    /// looked for on each call that reads the clock (the common case, cheaper to find than a
+    /// whole [`PollList`]).
     fn solo_iface(&self) -> Option<usize> {
         let mut solo = None;
         for i in 0..self.ifaces.len() {
@@ -128,7 +171,7 @@ impl Worker {
     }
 
     /// Polls interface `i`, noting an event in `last_event` when `note` (an interface with
-    /// endpoints needs no note: nothing reads it, and the solo call returns sooner without).
+    /// endpoints needs no note: nothing reads it, and the call returns sooner without).
     /// Gives the number of events handled.
     #[inline(always)]
     fn poll_one(&mut self, i: usize, note: bool) -> usize {
@@ -160,11 +203,21 @@ impl Worker {
         n
     }
 
-    /// [`Worker::poll_ifaces`] of the interfaces [`Worker::wants_poll`] names, out of line: the
-    /// common call, which polls one interface (`solo`), then keeps a small frame.
+    /// Polls the interfaces of [`Worker::polled`] when it lists none or several (one alone is
+    /// `solo`, polled inline), or every interface [`Worker::wants_poll`] names when more
+    /// qualify than it holds. Out of line: the common call, which polls one interface, then
+    /// keeps a small frame.
     #[inline(never)]
-    fn poll_wanted(&mut self) -> usize {
-        self.poll_ifaces(false, false)
+    fn poll_listed(&mut self) -> usize {
+        let l = self.polled;
+        let Some(listed) = l.ifaces.get(..usize::from(l.len)) else {
+            return self.poll_ifaces(false, false);
+        };
+        let mut n = 0;
+        for &(i, idle) in listed {
+            n += self.poll_one(usize::from(i), idle);
+        }
+        n
     }
 
     /// The steps of [`Worker::progress`] after the interfaces: endpoints to connect, pending
@@ -464,6 +517,68 @@ mod tests {
                 "posix alone is polled between clock reads"
             );
         }
+    }
+
+    /// A worker with an endpoint to itself (as MPICH opens one to every rank, its own
+    /// included) and one to a peer polls both interfaces between clock reads, self and posix,
+    /// and no other; messages keep arriving on both.
+    #[test]
+    fn calls_between_clock_reads_poll_each_interface_with_endpoints() {
+        let ctx = Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: vec!["posix".into(), "cma".into(), "self".into()],
+                keepalive_interval: None,
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut a = Worker::new(&ctx).expect("worker a");
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let ab = a
+            .ep_create(b.address(), EpParams::default())
+            .expect("ep a->b");
+        let own = a.address().to_vec();
+        let aa = a.ep_create(&own, EpParams::default()).expect("ep a->a");
+        for tag in 0..64u64 {
+            let msg = tag.to_le_bytes();
+            assert_eq!(exchange(&mut a, ab, &mut b, tag, &msg), msg);
+            let mut recv = match a.tag_recv(vec![0u8; 8], tag, u64::MAX).expect("recv") {
+                Op::Pending(r) => r,
+                Op::Done(c) => panic!("nothing was sent yet: {:?}", c.status),
+            };
+            if let Op::Pending(mut s) = a.tag_send(aa, tag, &msg).expect("self send") {
+                let deadline = Instant::now() + WATCHDOG;
+                loop {
+                    a.progress();
+                    match a.request_take(s) {
+                        Ok(c) => break c.status.expect("self send"),
+                        Err(r) => s = r,
+                    }
+                    assert!(Instant::now() < deadline, "watchdog: self send");
+                }
+            }
+            let deadline = Instant::now() + WATCHDOG;
+            let got = loop {
+                a.progress();
+                match a.request_take(recv) {
+                    Ok(c) => break c.buf.expect("buffer"),
+                    Err(r) => recv = r,
+                }
+                assert!(Instant::now() < deadline, "watchdog: self message");
+            };
+            assert_eq!(got[..], msg);
+        }
+        let pos = |tl: &str| a.st.info.iter().position(|i| i.tl_name == tl).expect(tl) as u16;
+        let mut listed: Vec<u16> = a.polled.listed().iter().map(|&(i, _)| i).collect();
+        listed.sort_unstable();
+        let mut want = vec![pos("posix"), pos("self")];
+        want.sort_unstable();
+        assert_eq!(a.solo, None);
+        assert_eq!(
+            listed, want,
+            "posix and self are polled between clock reads"
+        );
     }
 
     /// The same late peer reaches a worker whose idle interfaces get no count-paced poll at

@@ -367,6 +367,55 @@ impl std::fmt::Debug for SelfIface {
 }
 
 impl SelfIface {
+    /// [`Iface::progress`] with something to do: delivers the messages queued now, then runs
+    /// the pending sends.
+    #[inline(never)]
+    fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        let inner = Rc::clone(&self.inner);
+        let mut n = 0;
+        // Deliver the messages queued now (not those queued by callbacks meanwhile).
+        let avail = inner.ring.borrow().count();
+        for _ in 0..avail {
+            let (loan, am_id, len) = {
+                let mut ring = inner.ring.borrow_mut();
+                let idx = ring.head % RX_RING_LEN;
+                let slot = &mut ring.slots[idx];
+                match slot.state {
+                    SlotState::Ready(len) => {
+                        let buf = std::mem::take(&mut slot.buf);
+                        let am_id = slot.am_id;
+                        drop(ring);
+                        (SlotLoan::consume(&inner, idx, buf), am_id, len)
+                    }
+                    SlotState::Dropped => {
+                        slot.state = SlotState::Free;
+                        ring.head = ring.head.wrapping_add(1);
+                        continue;
+                    }
+                    // A pack closure is still writing it (a send from inside a callback).
+                    SlotState::Writing | SlotState::Free => break,
+                }
+            };
+            sink.am(am_id, &loan.buf[..len]);
+            n += 1;
+            drop(loan); // returns the buffer and frees the slot
+        }
+        if n > 0 {
+            let blocked = inner.blocked.borrow();
+            if !blocked.is_empty() {
+                for sender in blocked.iter().filter_map(Weak::upgrade) {
+                    sender.notify_send();
+                }
+                drop(blocked);
+                inner.blocked.borrow_mut().clear();
+            }
+        }
+        if inner.n_pending.get() > 0 {
+            n += self.dispatch_pending(sink);
+        }
+        n
+    }
+
     /// Opens a self interface on `params.device` (which must be `memory0`).
     pub fn open(params: &IfaceParams) -> Result<Self> {
         if params.device != DEVICE_NAME {
@@ -537,50 +586,15 @@ impl Iface for SelfIface {
         Ok(self.new_ep(None))
     }
 
+    /// Nothing queued and no send pending: two loads (a worker with an endpoint to itself,
+    /// as MPICH opens one, polls this interface on every call). Otherwise
+    /// [`SelfIface::progress_busy`] delivers.
+    #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let inner = Rc::clone(&self.inner);
-        let mut n = 0;
-        // Deliver the messages queued now (not those queued by callbacks meanwhile).
-        let avail = inner.ring.borrow().count();
-        for _ in 0..avail {
-            let (loan, am_id, len) = {
-                let mut ring = inner.ring.borrow_mut();
-                let idx = ring.head % RX_RING_LEN;
-                let slot = &mut ring.slots[idx];
-                match slot.state {
-                    SlotState::Ready(len) => {
-                        let buf = std::mem::take(&mut slot.buf);
-                        let am_id = slot.am_id;
-                        drop(ring);
-                        (SlotLoan::consume(&inner, idx, buf), am_id, len)
-                    }
-                    SlotState::Dropped => {
-                        slot.state = SlotState::Free;
-                        ring.head = ring.head.wrapping_add(1);
-                        continue;
-                    }
-                    // A pack closure is still writing it (a send from inside a callback).
-                    SlotState::Writing | SlotState::Free => break,
-                }
-            };
-            sink.am(am_id, &loan.buf[..len]);
-            n += 1;
-            drop(loan); // returns the buffer and frees the slot
+        if self.inner.n_pending.get() == 0 && self.inner.ring.borrow().count() == 0 {
+            return 0;
         }
-        if n > 0 {
-            let blocked = inner.blocked.borrow();
-            if !blocked.is_empty() {
-                for sender in blocked.iter().filter_map(Weak::upgrade) {
-                    sender.notify_send();
-                }
-                drop(blocked);
-                inner.blocked.borrow_mut().clear();
-            }
-        }
-        if inner.n_pending.get() > 0 {
-            n += self.dispatch_pending(sink);
-        }
-        n
+        self.progress_busy(sink)
     }
 
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {
