@@ -377,4 +377,60 @@ mod tests {
         assert_eq!(b.stream_take_message(back).expect("take"), b"hi");
         assert!(b.stream_take_message(back).expect("take").is_empty());
     }
+
+    /// Stream messages that arrive in shared-memory buffers with no receive waiting stay in
+    /// those buffers (the receive copies them once); their bytes come out whole and in order,
+    /// across receives that start and end inside messages, and the buffers go back.
+    #[test]
+    fn stream_bytes_wait_in_the_transport_buffers() {
+        let (mut a, mut b, ep) = pair("posix");
+        let end = Instant::now() + Duration::from_secs(60);
+        let msgs: Vec<Vec<u8>> = (0..6u8)
+            .map(|k| {
+                (0..3000 + 7 * usize::from(k))
+                    .map(|i| (i as u8) ^ k)
+                    .collect()
+            })
+            .collect();
+        let sends: Vec<_> = msgs
+            .iter()
+            .map(|m| a.stream_send(ep, m).expect("send"))
+            .collect();
+        while !b.has_ep_to(a.address()).expect("address") {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        let back = b
+            .ep_create(a.address(), EpParams::default())
+            .expect("ep back");
+        let total: usize = msgs.iter().map(Vec::len).sum();
+        while b.stream_available(back).unwrap_or(0) < total {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        for s in sends {
+            both(&mut a, &mut b, s).status.expect("send");
+        }
+        let held = |w: &Worker| {
+            let idx = w.st.ep_idx(back).expect("ep");
+            w.st.ep(idx)
+                .extra
+                .as_deref()
+                .map_or(0, |x| x.stream_rx.held())
+        };
+        assert_eq!(held(&b), msgs.len(), "every message waits in its buffer");
+        let want: Vec<u8> = msgs.concat();
+        let mut got = vec![0u8; total];
+        for chunk in got.chunks_mut(4001) {
+            let len = chunk.len();
+            // SAFETY: `chunk` outlives the request, completed below.
+            let op =
+                unsafe { b.stream_recv_raw(back, chunk.as_mut_ptr(), len, true) }.expect("recv");
+            assert_eq!(b.complete(op).len, len);
+        }
+        assert!(got == want, "the bytes came out in order");
+        assert_eq!(held(&b), 0, "the buffers went back");
+    }
 }

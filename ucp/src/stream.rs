@@ -12,6 +12,8 @@
     )
 )]
 
+pub(crate) mod rx;
+
 use crate::request::Op;
 use crate::wire::am_id;
 use crate::worker::pending::am_send;
@@ -82,9 +84,7 @@ impl Worker {
         let mut out = self.st.get_buf();
         if let Some(x) = self.st.ep_mut(idx).extra.as_deref_mut() {
             if x.stream_waiters.is_empty() {
-                let n = max.min(x.stream_rx.len());
-                out.extend(x.stream_rx.range(..n));
-                x.stream_consume(n);
+                x.stream_rx.take(&mut out, max);
             }
         }
         Ok(out)
@@ -100,8 +100,7 @@ impl Worker {
             .ep(idx)
             .extra
             .as_deref()
-            .and_then(|x| x.stream_frags.front().copied())
-            .unwrap_or(0);
+            .map_or(0, |x| x.stream_rx.front_message_left());
         self.stream_take(ep, first)
     }
 
@@ -218,13 +217,7 @@ impl State {
                     filled,
                     waitall,
                 }) => {
-                    let n = (buf.len() - *filled).min(ep.stream_rx.len());
-                    let (a, b) = ep.stream_rx.as_slices();
-                    let na = n.min(a.len());
-                    buf[*filled..*filled + na].copy_from_slice(&a[..na]);
-                    buf[*filled + na..*filled + n].copy_from_slice(&b[..n - na]);
-                    ep.stream_consume(n);
-                    *filled += n;
+                    *filled += ep.stream_rx.copy_out(&mut buf[*filled..]);
                     satisfied(buf.len(), *filled, *waitall)
                 }
                 _ => true,
@@ -238,7 +231,7 @@ impl State {
 
     /// STREAM: bytes of the peer's stream, handed to waiting receives; what they do not take
     /// is appended to the endpoint's received bytes.
-    pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8]) {
+    pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {
         let direct = self
             .ep(idx)
             .extra
@@ -250,9 +243,14 @@ impl State {
             data
         };
         if !data.is_empty() {
+            // Kept in the transport's buffer when it can spare it (one copy, into the receive
+            // that takes the bytes), else copied out.
+            let held = keep.and_then(|k| k.keep(data));
             let x = self.ep_mut(idx).extra_mut();
-            x.stream_rx.extend(data);
-            x.stream_frags.push_back(data.len());
+            match held {
+                Some(h) => x.stream_rx.push_held(h),
+                None => x.stream_rx.push_copy(data),
+            }
         }
         self.stream_serve(idx);
     }
@@ -305,22 +303,4 @@ impl State {
 /// `waitall`) holding any byte.
 fn satisfied(len: usize, filled: usize, waitall: bool) -> bool {
     filled == len || (!waitall && filled > 0)
-}
-
-impl crate::worker::ep::EpExtra {
-    /// Drops the oldest `n` received stream bytes (and the messages they end).
-    pub(crate) fn stream_consume(&mut self, mut n: usize) {
-        self.stream_rx.drain(..n);
-        while n > 0 {
-            let Some(f) = self.stream_frags.front_mut() else {
-                break;
-            };
-            if *f > n {
-                *f -= n;
-                break;
-            }
-            n -= *f;
-            self.stream_frags.pop_front();
-        }
-    }
 }

@@ -56,7 +56,7 @@ impl State {
         if id == am_id::STREAM {
             if let Some((idx, _, body)) = self.fast_body(iface, data) {
                 // Stream bytes of a known, usable peer on its usual lane.
-                self.on_stream(idx, body);
+                self.on_stream(idx, body, None);
                 return;
             }
         }
@@ -101,7 +101,8 @@ impl State {
     }
 
     /// [`State::handle_am_from`] of a message in a receive buffer the worker may keep: an
-    /// EAGER_ONLY message that finds no receive stays there while unexpected.
+    /// EAGER_ONLY message that finds no receive stays there while unexpected, and so do stream
+    /// bytes no receive takes at once.
     #[inline]
     pub(crate) fn handle_am_keep(
         &mut self,
@@ -110,7 +111,13 @@ impl State {
         data: &[u8],
         keep: uct::AmKeep<'_>,
     ) {
-        if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data, Some(keep)) {
+        if id == am_id::STREAM {
+            if let Some((idx, _, body)) = self.fast_body(iface, data) {
+                // Stream bytes no receive takes now may stay in the buffer.
+                self.on_stream(idx, body, Some(keep));
+                return;
+            }
+        } else if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data, Some(keep)) {
             return;
         }
         self.handle_am_from(iface, id, data);
@@ -290,7 +297,7 @@ impl State {
             Msg::AtomicRep(h) => self.on_atomic_rep(idx, h),
             Msg::PutReq(h, data) => self.on_put_req(idx, h, data),
             Msg::Stream(data) => {
-                self.on_stream(idx, data);
+                self.on_stream(idx, data, None);
                 Ok(())
             }
             Msg::EpAddr(h) => self.on_ep_addr(idx, h.connected, h.ep_addr),
