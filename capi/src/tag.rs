@@ -85,20 +85,9 @@ pub unsafe extern "C" fn ucp_tag_send_nb(
     const NAME: &str = "ucp_tag_send_nb";
     ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        let mode = TagSendMode::Standard;
         // SAFETY: forwarded.
-        unsafe {
-            tag_send(
-                NAME,
-                ep,
-                buffer,
-                count,
-                datatype,
-                tag,
-                TagSendMode::Standard,
-                false,
-                args,
-            )
-        }
+        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, mode, false, args) }
     })
 }
 
@@ -119,20 +108,9 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nb(
     const NAME: &str = "ucp_tag_send_sync_nb";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
         let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        let mode = TagSendMode::Sync;
         // SAFETY: forwarded.
-        unsafe {
-            tag_send(
-                NAME,
-                ep,
-                buffer,
-                count,
-                datatype,
-                tag,
-                TagSendMode::Sync,
-                false,
-                args,
-            )
-        }
+        unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, mode, false, args) }
     })
 }
 

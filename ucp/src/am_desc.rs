@@ -341,13 +341,11 @@ mod tests {
         assert_eq!(b.stream_take_message(back).expect("take"), b"gh");
     }
 
-    /// `stream_take_message` hands out one message at a time, the rest of one a receive
-    /// took the start of first.
-    #[test]
-    fn stream_take_message_gives_one_message_at_a_time() {
-        let (mut a, mut b, ep) = pair("posix");
+    /// Sends `msgs` on `ep` (a to b) as stream messages, waits until all their bytes arrived
+    /// at b and the sends completed, and gives b's endpoint back to a.
+    fn stream_arrived(a: &mut Worker, b: &mut Worker, ep: EpHandle, msgs: &[&[u8]]) -> EpHandle {
         let end = Instant::now() + Duration::from_secs(60);
-        let sends: Vec<_> = [&b"abc"[..], b"defg", b"hi"]
+        let sends: Vec<_> = msgs
             .iter()
             .map(|m| a.stream_send(ep, m).expect("send"))
             .collect();
@@ -359,14 +357,24 @@ mod tests {
         let back = b
             .ep_create(a.address(), EpParams::default())
             .expect("ep back");
-        while b.stream_available(back).unwrap_or(0) < 9 {
+        let total: usize = msgs.iter().map(|m| m.len()).sum();
+        while b.stream_available(back).unwrap_or(0) < total {
             a.progress();
             b.progress();
             assert!(Instant::now() < end, "watchdog");
         }
         for s in sends {
-            both(&mut a, &mut b, s).status.expect("send");
+            both(a, b, s).status.expect("send");
         }
+        back
+    }
+
+    /// `stream_take_message` hands out one message at a time, the rest of one a receive
+    /// took the start of first.
+    #[test]
+    fn stream_take_message_gives_one_message_at_a_time() {
+        let (mut a, mut b, ep) = pair("posix");
+        let back = stream_arrived(&mut a, &mut b, ep, &[&b"abc"[..], b"defg", b"hi"]);
         assert_eq!(b.stream_take_message(back).expect("take"), b"abc");
         // A receive takes the start of the second message; the rest is still one message.
         let mut dst = [0u8; 2];
@@ -384,7 +392,6 @@ mod tests {
     #[test]
     fn stream_bytes_wait_in_the_transport_buffers() {
         let (mut a, mut b, ep) = pair("posix");
-        let end = Instant::now() + Duration::from_secs(60);
         let msgs: Vec<Vec<u8>> = (0..6u8)
             .map(|k| {
                 (0..3000 + 7 * usize::from(k))
@@ -392,27 +399,9 @@ mod tests {
                     .collect()
             })
             .collect();
-        let sends: Vec<_> = msgs
-            .iter()
-            .map(|m| a.stream_send(ep, m).expect("send"))
-            .collect();
-        while !b.has_ep_to(a.address()).expect("address") {
-            a.progress();
-            b.progress();
-            assert!(Instant::now() < end, "watchdog");
-        }
-        let back = b
-            .ep_create(a.address(), EpParams::default())
-            .expect("ep back");
+        let parts: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
+        let back = stream_arrived(&mut a, &mut b, ep, &parts);
         let total: usize = msgs.iter().map(Vec::len).sum();
-        while b.stream_available(back).unwrap_or(0) < total {
-            a.progress();
-            b.progress();
-            assert!(Instant::now() < end, "watchdog");
-        }
-        for s in sends {
-            both(&mut a, &mut b, s).status.expect("send");
-        }
         let held = |w: &Worker| {
             let idx = w.st.ep_idx(back).expect("ep");
             w.st.ep(idx)

@@ -478,20 +478,25 @@ mod tests {
         }
     }
 
+    /// A tag context over transports `tls`, without keepalive.
+    fn tag_ctx(tls: &[&str]) -> Context {
+        Context::new(ContextParams {
+            features: Features::TAG,
+            config: Some(UcpConfig {
+                tls: tls.iter().map(|t| t.to_string()).collect(),
+                keepalive_interval: None,
+                ..Default::default()
+            }),
+        })
+        .expect("context")
+    }
+
     /// With posix and cma, the calls between two clock reads poll the posix interface alone:
     /// cma is `SYNC_ONLY` (nothing arrives on it, its progress only watches peers), so only
     /// the calls that read the clock poll it. Messages keep arriving all along.
     #[test]
     fn calls_between_clock_reads_poll_the_one_busy_interface() {
-        let ctx = Context::new(ContextParams {
-            features: Features::TAG,
-            config: Some(UcpConfig {
-                tls: vec!["posix".into(), "cma".into()],
-                keepalive_interval: None,
-                ..Default::default()
-            }),
-        })
-        .expect("context");
+        let ctx = tag_ctx(&["posix", "cma"]);
         let mut a = Worker::new(&ctx).expect("worker a");
         let mut b = Worker::new(&ctx).expect("worker b");
         let ab = a
@@ -524,15 +529,7 @@ mod tests {
     /// and no other; messages keep arriving on both.
     #[test]
     fn calls_between_clock_reads_poll_each_interface_with_endpoints() {
-        let ctx = Context::new(ContextParams {
-            features: Features::TAG,
-            config: Some(UcpConfig {
-                tls: vec!["posix".into(), "cma".into(), "self".into()],
-                keepalive_interval: None,
-                ..Default::default()
-            }),
-        })
-        .expect("context");
+        let ctx = tag_ctx(&["posix", "cma", "self"]);
         let mut a = Worker::new(&ctx).expect("worker a");
         let mut b = Worker::new(&ctx).expect("worker b");
         let ab = a
