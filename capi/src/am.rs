@@ -2,8 +2,10 @@
 //! `ucp_am_send_nbx`, `ucp_am_recv_data_nbx`, `ucp_am_data_release`.
 //!
 //! A handler runs from `ucp_worker_progress` with the user header and the data. An eager
-//! message comes whole, with `UCP_AM_RECV_ATTR_FLAG_DATA`: the handler may keep the data by
-//! returning `UCS_INPROGRESS` and release it later with `ucp_am_data_release`. A message sent
+//! message comes whole. A small one (see [`crate::am_inbox`]) comes from the worker's queue,
+//! without `UCP_AM_RECV_ATTR_FLAG_DATA`; a larger one comes in a buffer of its own, with the
+//! flag: the handler may keep that data by returning `UCS_INPROGRESS` and release it later with
+//! `ucp_am_data_release`. A message sent
 //! by rendezvous comes with `UCP_AM_RECV_ATTR_FLAG_RNDV` and a descriptor in place of the
 //! data: `ucp_am_recv_data_nbx` reads the data from the sender straight into the client's
 //! memory (rucx's rendezvous, [`ucp::AmRndv`]), `ucp_am_data_release` declines it, and a
@@ -13,6 +15,7 @@
 //! (`UCP_AM_SEND_FLAG_EAGER` and `_RNDV` are hints, as in UCX's protocol selection); the header
 //! is always copied, so `UCP_AM_SEND_FLAG_COPY_HEADER` holds whatever the flags say.
 
+use crate::am_inbox::SmallAm;
 use crate::datatype::{recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
@@ -22,7 +25,7 @@ use crate::param::{check_param, param_datatype, read_param};
 use crate::request::submit;
 use crate::worker_ext::Held;
 use std::ffi::{c_uint, c_void};
-use ucp::{AmMsg, Completion, EpHandle, Op};
+use ucp::{AmMsg, AmRndv, Completion, EpHandle, Op};
 
 /// Longest user header `ucp_am_send_nbx` takes (`ucp_worker_query`'s `max_am_header`): a
 /// header travels in the first fragment, and every rucx transport's fragment holds this much
@@ -54,6 +57,48 @@ fn implicit_ep(w: &Worker, h: EpHandle) -> *mut Ep {
     ep
 }
 
+/// Runs the handler of a small eager active message that came for a
+/// `ucp_worker_set_am_recv_handler` handler, from its queue entry: without
+/// `UCP_AM_RECV_ATTR_FLAG_DATA` (the handler copies what it keeps). Worker locked, nothing
+/// borrowed.
+pub fn deliver_small(w: &Worker, id: u16, mut m: SmallAm, ep: EpHandle) {
+    let handler = w.inner.borrow().am_recv_handlers.get(id);
+    let Some((cb, arg, _flags)) = handler else {
+        tracing::warn!("active message {id} arrived with no handler set; dropped");
+        return;
+    };
+    let param = AmRecvParam {
+        recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP,
+        reply_ep: reply_ep(w, ep).cast(),
+    };
+    let header_len = m.header().len();
+    let header = m.header().as_ptr();
+    let data = m.data();
+    // SAFETY: the client's handler; header and data stay valid during the call.
+    let s = unsafe {
+        cb(
+            arg as *mut c_void,
+            header.cast(),
+            header_len,
+            data.as_mut_ptr().cast(),
+            data.len(),
+            &param,
+        )
+    };
+    if s == UCS_INPROGRESS {
+        kept_unlent(id);
+    }
+}
+
+/// A handler returned `UCS_INPROGRESS` for data it was not lent.
+#[cold]
+fn kept_unlent(id: u16) {
+    tracing::warn!(
+        "active message {id}: the handler kept data it was not lent (no \
+         UCP_AM_RECV_ATTR_FLAG_DATA); ignored"
+    );
+}
+
 /// Runs the handler of an eager active message (`buf`: `header_len` bytes of user header,
 /// then the data) that came for a `ucp_worker_set_am_recv_handler` handler: the data is
 /// passed in place with `UCP_AM_RECV_ATTR_FLAG_DATA`, and kept for `ucp_am_data_release` when
@@ -62,7 +107,7 @@ pub fn deliver_eager(w: &Worker, id: u16, buf: Vec<u8>, header_len: usize, ep: E
     let handler = w.inner.borrow().am_recv_handlers.get(id);
     let Some((cb, arg, _flags)) = handler else {
         tracing::warn!("active message {id} arrived with no handler set; dropped");
-        w.inner.borrow_mut().w.am_data_release(buf);
+        recycle(w, buf);
         return;
     };
     let param = AmRecvParam {
@@ -91,32 +136,25 @@ pub fn deliver_eager(w: &Worker, id: u16, buf: Vec<u8>, header_len: usize, ep: E
             .held
             .insert(data as usize, Held::Data(buf));
     } else {
-        w.inner.borrow_mut().w.am_data_release(buf);
+        recycle(w, buf);
     }
 }
 
-/// Runs the handler of an active message that came for a `ucp_worker_set_am_recv_handler`
-/// handler (eager messages go to [`deliver_eager`]). Worker locked, nothing borrowed.
-pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
-    let AmMsg {
-        buf,
-        header_len,
-        rndv,
-    } = msg;
-    let Some(d) = rndv else {
-        return deliver_eager(w, id, buf, header_len, ep);
-    };
+/// Gives an eager message's buffer back to the worker's spares.
+fn recycle(w: &Worker, buf: Vec<u8>) {
+    w.inner.borrow().am_in.borrow_mut().recycle(buf);
+}
+
+/// Runs the handler of an active message sent by rendezvous (`header`: its user header, `d`:
+/// its data at the sender) that came for a `ucp_worker_set_am_recv_handler` handler. Worker
+/// locked, nothing borrowed.
+pub fn deliver_rndv(w: &Worker, id: u16, header: Vec<u8>, d: AmRndv, ep: EpHandle) {
     let handler = w.inner.borrow().am_recv_handlers.get(id);
     let Some((cb, arg, _flags)) = handler else {
         tracing::warn!("active message {id} arrived with no handler set; dropped");
-        drop_msg(
-            w,
-            AmMsg {
-                buf,
-                header_len,
-                rndv: Some(d),
-            },
-        );
+        if let Err(e) = w.inner.borrow_mut().w.am_rndv_drop(d) {
+            tracing::debug!("declining an active message: {e}");
+        }
         return;
     };
     let param = AmRecvParam {
@@ -126,13 +164,16 @@ pub fn deliver(w: &Worker, id: u16, msg: AmMsg, ep: EpHandle) {
     let len = d.len();
     // The descriptor the client holds: a box whose address names it in `held`.
     let desc = Box::into_raw(Box::new(0u8)) as usize;
-    w.ext.borrow_mut().held.insert(desc, Held::Rndv(d));
+    w.ext
+        .borrow_mut()
+        .held
+        .insert(desc, Held::Rndv(Box::new(d)));
     // SAFETY: the client's handler; the header stays valid during the call.
     let s = unsafe {
         cb(
             arg as *mut c_void,
-            buf.as_ptr().cast(),
-            header_len,
+            header.as_ptr().cast(),
+            header.len(),
             desc as *mut c_void,
             len,
             &param,
@@ -157,24 +198,15 @@ fn aligned(w: &Worker, buf: Vec<u8>, header_len: usize) -> (Vec<u8>, usize) {
     let pad = base.next_multiple_of(align) - base;
     v.resize(pad, 0);
     v.extend_from_slice(&buf);
-    w.inner.borrow_mut().w.am_data_release(buf);
+    recycle(w, buf);
     (v, pad + header_len)
-}
-
-/// Frees a message no handler takes (a rendezvous one is declined, so its sender finishes).
-fn drop_msg(w: &Worker, msg: AmMsg) {
-    let mut i = w.inner.borrow_mut();
-    if let Some(d) = msg.rndv {
-        let _ = i.w.am_rndv_drop(*d);
-    }
-    i.w.am_data_release(msg.buf);
 }
 
 /// Releases held data or declines a held descriptor; false when `data` names neither.
 fn release(w: &Worker, data: usize) -> bool {
     let held = w.ext.borrow_mut().held.remove(&data);
     match held {
-        Some(Held::Data(buf)) => w.inner.borrow_mut().w.am_data_release(buf),
+        Some(Held::Data(buf)) => recycle(w, buf),
         Some(Held::Rndv(d)) => {
             // SAFETY: the descriptor's box, made in `deliver`.
             drop(unsafe { Box::from_raw(data as *mut u8) });
@@ -266,13 +298,17 @@ pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
             Some(cb) => {
                 i.am_recv_handlers.insert(id, (cb, arg as usize, flags));
                 let q = i.am_in.clone();
-                i.w.am_set_desc_handler(id, move |ep, m| {
-                    let a = if m.rndv.is_none() {
-                        AmArrival::Eager(id, m.buf, m.header_len, ep)
-                    } else {
-                        AmArrival::Rndv(id, Box::new(m), ep)
-                    };
-                    q.borrow_mut().push(a)
+                // Data handed over inline is 8-byte aligned: enough unless more is asked.
+                let inline_ok = w.am_alignment <= 8;
+                i.w.am_set_desc_handler(id, move |ep, m| match m {
+                    AmMsg::Eager { header, data } => {
+                        q.borrow_mut().push_eager(id, ep, header, data, inline_ok)
+                    }
+                    AmMsg::Rndv { header, data } => q.borrow_mut().push(AmArrival::Rndv(
+                        id,
+                        Box::new((header.to_vec(), data)),
+                        ep,
+                    )),
                 });
             }
             None => {
@@ -460,7 +496,7 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
                 };
                 let fs = finish.deliver(Some(data), data.len());
                 let len = data.len();
-                w.inner.borrow_mut().w.am_data_release(buf);
+                recycle(w, buf);
                 if status != UCS_OK || fs.is_some() {
                     return status_ptr(fs.unwrap_or(status));
                 }

@@ -5,6 +5,7 @@
 //! another API module, and the modules form no cycle. The calls on them stay with their
 //! family: `impl Worker` progress in [`crate::worker`], requests in [`crate::request`].
 
+use crate::am_inbox::{AmQueue, SmallAm};
 use crate::datatype::Finish;
 use crate::ffi::*;
 use crate::guard::{refuse, status_of};
@@ -44,20 +45,20 @@ pub struct Context {
     pub features: u64,
 }
 
-/// An active message waiting for `ucp_worker_progress`.
+/// An active message waiting for `ucp_worker_progress` (in an [`AmInbox`]).
 pub enum AmArrival {
     /// For an old-API handler (`ucp_worker_set_am_handler`): id, data, sender endpoint.
     Whole(u16, Vec<u8>, EpHandle),
+    /// A small eager message for a handler of `ucp_worker_set_am_recv_handler`, copied inline:
+    /// id, message, sender endpoint.
+    Small(u16, SmallAm, EpHandle),
     /// An eager message for a handler of `ucp_worker_set_am_recv_handler`: id, buffer (user
     /// header, then data), header length, sender endpoint.
     Eager(u16, Vec<u8>, usize, EpHandle),
-    /// A rendezvous message for a handler of `ucp_worker_set_am_recv_handler`: id, message
-    /// (boxed: rare, and large next to the eager form), sender endpoint.
-    Rndv(u16, Box<ucp::AmMsg>, EpHandle),
+    /// A rendezvous message for a handler of `ucp_worker_set_am_recv_handler`: id, user header
+    /// and descriptor (boxed: rare, and large next to the eager forms), sender endpoint.
+    Rndv(u16, Box<(Vec<u8>, ucp::AmRndv)>, EpHandle),
 }
-
-/// Active messages waiting for `ucp_worker_progress`.
-pub type AmQueue = Rc<RefCell<Vec<AmArrival>>>;
 
 /// What only the lock holder touches while no client code runs.
 pub struct Inner {
@@ -67,11 +68,8 @@ pub struct Inner {
     pub done: Vec<(u64, Completion)>,
     /// Endpoints that failed: (handle, status).
     pub ep_errors: Rc<RefCell<Vec<(EpHandle, Status)>>>,
-    /// Active messages that arrived: (id, data, sender endpoint).
+    /// Active messages that arrived, waiting for their handlers.
     pub am_in: AmQueue,
-    /// An empty vector with capacity, swapped with `am_in` when its messages are delivered
-    /// (so arrivals do not allocate a new queue each time).
-    pub am_spare: Vec<AmArrival>,
     /// Old-API active-message handlers: id -> (callback, arg, flags).
     pub am_handlers: IdTable<(AmCb, usize, u32)>,
     /// Handlers of `ucp_worker_set_am_recv_handler`: id -> (callback, arg, flags).

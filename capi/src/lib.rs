@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod am;
+pub mod am_inbox;
 pub mod amo;
 pub mod compat;
 pub mod config;

@@ -167,43 +167,29 @@ impl Worker {
     /// Runs the error handlers of failed endpoints and the handlers of arrived active
     /// messages. Gives their number.
     fn deliver_events(&self) -> usize {
-        let (failed, mut ams) = {
-            let mut i = self.inner.borrow_mut();
-            // SAFETY: as in `Inner::events_queued`: no borrow of the queue is held now.
-            let failed = unsafe { !(*i.ep_errors.as_ptr()).is_empty() };
-            let spare = std::mem::take(&mut i.am_spare);
-            let ams = std::mem::replace(&mut *i.am_in.borrow_mut(), spare);
-            (failed, ams)
-        };
-        let mut n = ams.len();
-        if failed {
-            n += self.deliver_failures();
-        }
-        // Each arrival is moved out where it lies; the length is cleared first, so a handler
-        // that panics leaks the rest instead of dropping them twice.
-        // SAFETY: `ams[..len]` are initialized and each is read out once; `ams` no longer owns
-        // them once its length is 0.
-        unsafe {
-            let len = ams.len();
-            ams.set_len(0);
-            let base = ams.as_ptr();
-            for k in 0..len {
-                match std::ptr::read(base.add(k)) {
-                    AmArrival::Eager(id, buf, header_len, ep) => {
-                        crate::am::deliver_eager(self, id, buf, header_len, ep)
-                    }
-                    AmArrival::Whole(id, data, ep) => self.deliver_am(id, data, ep),
-                    AmArrival::Rndv(id, msg, ep) => crate::am::deliver(self, id, *msg, ep),
+        // SAFETY: as in `Inner::events_queued`: no borrow of the queue is held now.
+        let failed = unsafe { !(*self.inner.borrow().ep_errors.as_ptr()).is_empty() };
+        let mut n = if failed { self.deliver_failures() } else { 0 };
+        // One message at a time off the front: a handler that progresses the worker delivers
+        // the ones behind its own, and each is delivered once.
+        loop {
+            let a = self.inner.borrow().am_in.borrow_mut().pop();
+            let Some(a) = a else {
+                return n;
+            };
+            n += 1;
+            match a {
+                AmArrival::Small(id, m, ep) => crate::am::deliver_small(self, id, m, ep),
+                AmArrival::Eager(id, buf, header_len, ep) => {
+                    crate::am::deliver_eager(self, id, buf, header_len, ep)
+                }
+                AmArrival::Whole(id, data, ep) => self.deliver_am(id, data, ep),
+                AmArrival::Rndv(id, msg, ep) => {
+                    let (header, d) = *msg;
+                    crate::am::deliver_rndv(self, id, header, d, ep)
                 }
             }
         }
-        // The emptied queue, with its capacity, is the next spare (a handler that progressed
-        // the worker may have left one already: the larger is kept).
-        let mut i = self.inner.borrow_mut();
-        if ams.capacity() > i.am_spare.capacity() {
-            i.am_spare = ams;
-        }
-        n
     }
 
     /// Runs the error handlers of the endpoints that failed. Gives their number.
@@ -397,7 +383,6 @@ pub unsafe extern "C" fn ucp_worker_create(
             done: Vec::new(),
             ep_errors: Rc::default(),
             am_in: Rc::default(),
-            am_spare: Vec::new(),
             am_handlers: Default::default(),
             am_recv_handlers: Default::default(),
             eps: Default::default(),

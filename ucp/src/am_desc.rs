@@ -1,7 +1,7 @@
 //! User active messages handed to their handler as descriptors (UCX's
-//! `ucp_worker_set_am_recv_handler`): an eager message arrives whole, in one pooled buffer
-//! holding the user header and then the data; a message sent by rendezvous arrives as its
-//! header and an [`AmRndv`] that names the sender's data without fetching it. The receiver then
+//! `ucp_worker_set_am_recv_handler`): an eager message arrives whole, its user header and data
+//! lent from the buffer they arrived in for the handler's call; a message sent by rendezvous
+//! arrives as its header and an [`AmRndv`] that names the sender's data without fetching it. The receiver then
 //! reads the data straight into memory of its choice ([`Worker::am_rndv_recv_raw`]) or declines
 //! it ([`Worker::am_rndv_drop`]); either way the sender's request completes.
 //!
@@ -31,7 +31,11 @@ use ucs::{Error, Result};
 impl Worker {
     /// Sets the descriptor handler of user active message `id`, replacing any handler of
     /// that id (of either kind).
-    pub fn am_set_desc_handler(&mut self, id: u16, handler: impl FnMut(EpHandle, AmMsg) + 'static) {
+    pub fn am_set_desc_handler(
+        &mut self,
+        id: u16,
+        handler: impl FnMut(EpHandle, AmMsg<'_>) + 'static,
+    ) {
         self.st.am.set_desc(id, Box::new(handler));
     }
 
@@ -98,8 +102,9 @@ impl Worker {
 }
 
 impl State {
-    /// USER_AM for an id with a descriptor handler: header and data in one pooled buffer.
-    /// Gives false when the id has none (the caller delivers the message the other way).
+    /// USER_AM for an id with a descriptor handler: header and data lent to it where they
+    /// arrived. Gives false when the id has none (the caller delivers the message the other
+    /// way).
     pub(crate) fn am_desc_eager(
         &mut self,
         idx: usize,
@@ -110,15 +115,7 @@ impl State {
         if !self.am.has_desc(h.id) {
             return false;
         }
-        let mut buf = self.get_buf();
-        buf.extend_from_slice(uh);
-        buf.extend_from_slice(data);
-        let msg = AmMsg {
-            buf,
-            header_len: uh.len(),
-            rndv: None,
-        };
-        self.am_desc_deliver(idx, h.id, msg);
+        self.am_desc_deliver(idx, h.id, AmMsg::Eager { header: uh, data });
         true
     }
 
@@ -145,16 +142,18 @@ impl State {
             tl: rts.buf.tl.to_owned(),
             rkey: rts.buf.rkey.to_vec(),
         };
-        let msg = AmMsg {
-            buf: uh.to_vec(),
-            header_len: uh.len(),
-            rndv: Some(Box::new(d)),
-        };
-        self.am_desc_deliver(idx, h.id, msg);
+        self.am_desc_deliver(
+            idx,
+            h.id,
+            AmMsg::Rndv {
+                header: uh,
+                data: d,
+            },
+        );
         Ok(true)
     }
 
-    fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg) {
+    fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg<'_>) {
         let gen = self.ep(idx).gen;
         let ep = self.ep_handle(idx, gen);
         if let Some(cb) = self.am.desc_handler(id) {
@@ -165,7 +164,9 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use crate::{AmMsg, Context, ContextParams, EpHandle, EpParams, Features, UcpConfig, Worker};
+    use crate::{
+        AmMsg, AmRndv, Context, ContextParams, EpHandle, EpParams, Features, UcpConfig, Worker,
+    };
     use std::cell::RefCell;
     use std::rc::Rc;
     use std::time::{Duration, Instant};
@@ -203,26 +204,35 @@ mod tests {
     fn eager_whole_and_rendezvous_by_descriptor() {
         for tls in ["posix", "tcp"] {
             let (mut a, mut b, ep) = pair(tls);
-            let got: Rc<RefCell<Vec<(EpHandle, AmMsg)>>> = Rc::default();
+            // What the handler got, copied: sender, header, then the data or its descriptor.
+            type Got = (EpHandle, Vec<u8>, Result<Vec<u8>, AmRndv>);
+            let got: Rc<RefCell<Vec<Got>>> = Rc::default();
             let g = got.clone();
-            b.am_set_desc_handler(9, move |ep, m| g.borrow_mut().push((ep, m)));
+            b.am_set_desc_handler(9, move |ep, m| {
+                g.borrow_mut().push(match m {
+                    AmMsg::Eager { header, data } => (ep, header.to_vec(), Ok(data.to_vec())),
+                    AmMsg::Rndv { header, data } => (ep, header.to_vec(), Err(data)),
+                })
+            });
             let s = a.am_send(ep, 9, b"hdr", b"small").expect("send");
             until(&mut a, &mut b, || !got.borrow().is_empty());
-            let (_, m) = got.borrow_mut().pop().expect("message");
-            assert!(m.rndv.is_none(), "{tls}");
-            assert_eq!((m.header_len, &m.buf[..]), (3, &b"hdrsmall"[..]));
+            let (_, header, data) = got.borrow_mut().pop().expect("message");
+            assert_eq!(&header[..], b"hdr", "{tls}");
+            assert_eq!(&data.expect("eager data")[..], b"small", "{tls}");
             both(&mut a, &mut b, s).status.expect("eager send");
 
             let big: Vec<u8> = (0..(4 << 20)).map(|i| (i % 251) as u8).collect();
             for (cap, decline) in [(big.len(), false), (100, false), (0, true)] {
                 let s = a.am_send(ep, 9, b"H", &big).expect("send big");
                 until(&mut a, &mut b, || !got.borrow().is_empty());
-                let (from, m) = got.borrow_mut().pop().expect("message");
-                assert_eq!(&m.buf[..], b"H");
-                let d = m.rndv.expect("a descriptor for 4 MiB");
+                let (from, header, data) = got.borrow_mut().pop().expect("message");
+                assert_eq!(&header[..], b"H");
+                let Err(d) = data else {
+                    panic!("{tls}: 4 MiB came eager, not as a descriptor")
+                };
                 assert_eq!((d.len(), d.ep), (big.len(), from));
                 if decline {
-                    b.am_rndv_drop(*d).expect("drop");
+                    b.am_rndv_drop(d).expect("drop");
                     both(&mut a, &mut b, s)
                         .status
                         .expect("a declined send completes");
@@ -230,7 +240,7 @@ mod tests {
                 }
                 let mut dst = vec![0u8; cap];
                 // SAFETY: `dst` outlives the request, which is waited for below.
-                let op = unsafe { b.am_rndv_recv_raw(*d, dst.as_mut_ptr(), cap) }.expect("recv");
+                let op = unsafe { b.am_rndv_recv_raw(d, dst.as_mut_ptr(), cap) }.expect("recv");
                 let c = both(&mut b, &mut a, op);
                 if cap < big.len() {
                     assert!(

@@ -3,14 +3,23 @@
 use crate::worker::api_types::EpHandle;
 
 /// An active message as a descriptor handler gets it.
-pub struct AmMsg {
-    /// The user header (`header_len` bytes), then for an eager message the data.
-    pub buf: Vec<u8>,
-    /// Length of the user header at the start of `buf`.
-    pub header_len: usize,
-    /// For a message sent by rendezvous: its data, still at the sender (boxed: an eager
-    /// message, the common one, then moves as five words).
-    pub rndv: Option<Box<AmRndv>>,
+pub enum AmMsg<'a> {
+    /// An eager message: its user header and its data, borrowed from the receive buffer they
+    /// arrived in for the handler's call only (a handler copies what it keeps).
+    Eager {
+        /// The user header.
+        header: &'a [u8],
+        /// The data.
+        data: &'a [u8],
+    },
+    /// A message sent by rendezvous: its user header (borrowed for the call) and a descriptor
+    /// of its data, still at the sender.
+    Rndv {
+        /// The user header.
+        header: &'a [u8],
+        /// The data's descriptor.
+        data: AmRndv,
+    },
 }
 
 /// The data of an active message sent by rendezvous, still in the sender's memory.
@@ -38,4 +47,4 @@ impl AmRndv {
 }
 
 /// A descriptor handler: gets the endpoint the message came from and the message.
-pub type AmDescHandler = Box<dyn FnMut(EpHandle, AmMsg)>;
+pub type AmDescHandler = Box<dyn FnMut(EpHandle, AmMsg<'_>)>;

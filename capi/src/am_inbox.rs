@@ -1,0 +1,194 @@
+//! Active messages between their arrival, inside rucx's progress, and their handlers, which run
+//! after it (`ucp_worker_progress` calls them once rucx's worker is no longer borrowed, so a
+//! handler may call back into the library).
+//!
+//! A small eager message (user header and data together at most [`SMALL_AM_MAX`] bytes) is
+//! copied into its queue entry and handed to its handler from there, without
+//! `UCP_AM_RECV_ATTR_FLAG_DATA` (as UCX hands over the messages its shared-memory transport
+//! carries inline): no buffer is taken or given back for it. A larger eager message is copied
+//! into a buffer of its own, from a list of spares, which the handler may keep. The queue is
+//! taken from the front one message at a time, so a handler that progresses the worker
+//! delivers the messages behind its own, in order, and none twice.
+
+use crate::handles::AmArrival;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use ucp::EpHandle;
+
+/// Largest user header plus data copied into a queue entry: an 8-byte-aligned entry of this
+/// size holds the small messages of latency and message-rate tests (8 B of data and a header
+/// of up to 56 B) while the entry stays two cache lines.
+pub const SMALL_AM_MAX: usize = 64;
+
+/// Spare message buffers kept for reuse, at most.
+const SPARES_MAX: usize = 64;
+/// Buffers larger than this are freed, not kept as spares.
+const SPARE_CAP_MAX: usize = 64 * 1024;
+
+/// A small eager message's bytes: the data first (so it starts 8-byte aligned), then the user
+/// header.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub struct SmallAm {
+    /// Data, then header.
+    pub bytes: [u8; SMALL_AM_MAX],
+    /// Length of the data.
+    pub len: u8,
+    /// Length of the user header.
+    pub header_len: u8,
+}
+
+impl SmallAm {
+    /// The message of `header` and `data`, if it fits.
+    #[inline(always)]
+    pub fn of(header: &[u8], data: &[u8]) -> Option<SmallAm> {
+        let n = header.len() + data.len();
+        if n > SMALL_AM_MAX {
+            return None;
+        }
+        let mut m = SmallAm {
+            bytes: [0; SMALL_AM_MAX],
+            len: data.len() as u8,
+            header_len: header.len() as u8,
+        };
+        m.bytes[..data.len()].copy_from_slice(data);
+        m.bytes[data.len()..n].copy_from_slice(header);
+        Some(m)
+    }
+
+    /// The data.
+    pub fn data(&mut self) -> &mut [u8] {
+        &mut self.bytes[..usize::from(self.len)]
+    }
+
+    /// The user header.
+    pub fn header(&self) -> &[u8] {
+        let d = usize::from(self.len);
+        &self.bytes[d..d + usize::from(self.header_len)]
+    }
+}
+
+/// The worker's active messages waiting for their handlers, and spare buffers for the larger
+/// ones.
+#[derive(Default)]
+pub struct AmInbox {
+    queue: VecDeque<AmArrival>,
+    spares: Vec<Vec<u8>>,
+}
+
+/// The inbox, shared with the handlers registered in rucx's worker.
+pub type AmQueue = Rc<RefCell<AmInbox>>;
+
+impl AmInbox {
+    /// True when no message waits.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Queues a message for its handler.
+    #[inline(always)]
+    pub fn push(&mut self, a: AmArrival) {
+        self.queue.push_back(a);
+    }
+
+    /// The oldest waiting message.
+    #[inline(always)]
+    pub fn pop(&mut self) -> Option<AmArrival> {
+        self.queue.pop_front()
+    }
+
+    /// Queues eager message `id` from `ep` (user header, data) for a
+    /// `ucp_worker_set_am_recv_handler` handler: inline when small and `inline_ok` (the
+    /// worker asks for no alignment above 8), else in a buffer of its own.
+    #[inline(always)]
+    pub fn push_eager(
+        &mut self,
+        id: u16,
+        ep: EpHandle,
+        header: &[u8],
+        data: &[u8],
+        inline_ok: bool,
+    ) {
+        if inline_ok {
+            if let Some(m) = SmallAm::of(header, data) {
+                return self.push(AmArrival::Small(id, m, ep));
+            }
+        }
+        let mut buf = self.spares.pop().unwrap_or_default();
+        buf.clear();
+        buf.reserve(header.len() + data.len());
+        buf.extend_from_slice(header);
+        buf.extend_from_slice(data);
+        self.push(AmArrival::Eager(id, buf, header.len(), ep));
+    }
+
+    /// Takes back a message buffer once its data is no longer used.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.spares.len() < SPARES_MAX && buf.capacity() <= SPARE_CAP_MAX {
+            self.spares.push(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker and an endpoint of it (to itself).
+    fn an_endpoint() -> (ucp::Worker, EpHandle) {
+        let ctx = ucp::Context::new(ucp::ContextParams {
+            features: ucp::Features::AM,
+            config: Some(ucp::UcpConfig {
+                tls: vec!["self".into()],
+                ..Default::default()
+            }),
+        })
+        .expect("context");
+        let mut w = ucp::Worker::new(&ctx).expect("worker");
+        let addr = w.address().to_vec();
+        let ep = w
+            .ep_create(&addr, ucp::EpParams::default())
+            .expect("endpoint");
+        (w, ep)
+    }
+
+    #[test]
+    fn small_messages_keep_data_aligned_and_header_after_it() {
+        let mut m = SmallAm::of(b"hdr", b"12345678").expect("fits");
+        assert_eq!(m.data(), b"12345678");
+        assert_eq!(m.header(), b"hdr");
+        assert!((m.data().as_ptr() as usize).is_multiple_of(8));
+        assert!(SmallAm::of(&[1; 60], &[2; 4]).is_some());
+        assert!(SmallAm::of(&[1; 60], &[2; 5]).is_none());
+        let mut empty = SmallAm::of(b"", b"").expect("fits");
+        assert!(empty.data().is_empty() && empty.header().is_empty());
+    }
+
+    #[test]
+    fn messages_come_out_in_order_and_buffers_are_reused() {
+        let mut q = AmInbox::default();
+        let (_w, ep) = an_endpoint();
+        q.push_eager(1, ep, b"h", b"small", true);
+        q.push_eager(2, ep, b"h", &[7; 100], true);
+        q.push_eager(3, ep, b"h", b"no inline", false);
+        let Some(AmArrival::Small(1, mut m, _)) = q.pop() else {
+            panic!("small message not inline")
+        };
+        assert_eq!(m.data(), b"small");
+        let Some(AmArrival::Eager(2, buf, 1, _)) = q.pop() else {
+            panic!("large message not in a buffer")
+        };
+        assert_eq!(&buf[1..], &[7; 100][..]);
+        let addr = buf.as_ptr();
+        q.recycle(buf);
+        assert!(matches!(q.pop(), Some(AmArrival::Eager(3, _, 1, _))));
+        assert!(q.pop().is_none() && q.is_empty());
+        q.push_eager(4, ep, b"", &[1; 80], true);
+        let Some(AmArrival::Eager(4, buf, 0, _)) = q.pop() else {
+            panic!("large message not in a buffer")
+        };
+        assert_eq!(buf.as_ptr(), addr, "the spare buffer was not reused");
+    }
+}
