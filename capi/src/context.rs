@@ -14,7 +14,7 @@ use ucp::{Context as UcpContext, ContextParams, Features};
 /// field and flag of UCX's `ucp.h` of that release (see `capi/README.md` for what is refused).
 pub const API_MAJOR: c_uint = 1;
 /// See [`API_MAJOR`].
-pub const API_MINOR: c_uint = 18;
+pub const API_MINOR: c_uint = 22;
 
 const PARAM_KNOWN: u64 = UCP_PARAM_FIELD_FEATURES
     | UCP_PARAM_FIELD_REQUEST_SIZE
@@ -208,7 +208,7 @@ pub unsafe extern "C" fn ucp_get_version(
 /// `const char *ucp_get_version_string(void)`.
 #[no_mangle]
 pub extern "C" fn ucp_get_version_string() -> *const c_char {
-    c"1.18.0 (rucx)".as_ptr()
+    c"1.22.0 (rucx)".as_ptr()
 }
 
 /// `ucs_status_t ucp_context_query(ucp_context_h context_p, ucp_context_attr_t *attr)`.

@@ -286,6 +286,38 @@ pub struct DtIov {
     pub length: usize,
 }
 
+/// The fields UCX 1.20 added at the end of `ucp_request_param_t` (read only from a client built
+/// against 1.20 or later that sets their `UCP_OP_ATTR_FIELD_REMOTE*` bits).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RequestParamRemote {
+    pub remote_datatype: Datatype,
+    pub remote: *const c_void,
+    pub remote_count: usize,
+}
+
+/// `ucp_dt_local_sgl_t` (UCX 1.20).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DtLocalSgl {
+    pub field_mask: u64,
+    pub buffers: *const *const c_void,
+    pub lengths: *const usize,
+    pub memhs: *const *mut c_void,
+    pub counts: *const usize,
+    pub strides: *const usize,
+}
+
+/// `ucp_dt_remote_sgl_t` (UCX 1.20).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DtRemoteSgl {
+    pub field_mask: u64,
+    pub remote_addrs: *const u64,
+    pub lengths: *const usize,
+    pub rkeys: *const *mut c_void,
+}
+
 /// `ucp_generic_dt_ops_t` (six callbacks, no mask).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -357,6 +389,9 @@ const _: () = {
     assert!(std::mem::size_of::<MemMapParams>() == 40);
     assert!(std::mem::size_of::<MemAttr>() == 32);
     assert!(std::mem::size_of::<DtIov>() == 16);
+    assert!(std::mem::size_of::<RequestParam>() + std::mem::size_of::<RequestParamRemote>() == 96);
+    assert!(std::mem::size_of::<DtLocalSgl>() == 48);
+    assert!(std::mem::size_of::<DtRemoteSgl>() == 32);
 };
 
 /// A status as a `ucs_status_ptr_t` (`UCS_STATUS_PTR`).

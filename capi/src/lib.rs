@@ -1,7 +1,7 @@
 //! # rucx-capi — libucp.so.0 for C programs
 //!
 //! UCX's public ucp C API (`ucp/api/ucp.h`, `ucp_compat.h`: every function of UCX 1.13 and
-//! those 1.14-1.18 added; `ucp_get_version` says 1.18) on top of rucx's `ucp` crate, so MPI
+//! those 1.14-1.22 added, with the parameter fields of 1.22; `ucp_get_version` says 1.22) on top of rucx's `ucp` crate, so MPI
 //! libraries built against UCX (Debian's Open MPI 4.1 and MPICH 4.0), UCX's example programs
 //! and `io_demo` run on rucx with nothing changed but `LD_LIBRARY_PATH`. `capi/build.sh OUT_DIR` builds `libucp.so.0` (this crate),
 //! `libucs.so.0` (`capi/ucs`) and `libucm.so.0` (`capi/ucm`) into one folder.
@@ -34,6 +34,7 @@ pub mod param;
 pub mod query;
 pub mod request;
 pub mod rma;
+pub mod rma_sgl;
 pub mod stream;
 pub mod tag;
 pub mod wakeup;

@@ -168,8 +168,8 @@ fn check_rare(name: &str, p: &RequestParam) -> Result<(), Status> {
     if p.op_attr_mask & remote != 0 {
         return Err(refuse(
             name,
-            UCS_ERR_UNSUPPORTED,
-            "remote scatter-gather datatypes (UCX 1.20) are not supported",
+            UCS_ERR_INVALID_PARAM,
+            "a remote datatype (UCX 1.20's scatter-gather lists) is for ucp_put_nbx only",
         ));
     }
     check_mask(

@@ -766,6 +766,13 @@ unsafe extern "C" fn rma_nbx_general<const GET: bool>(
     let name = if GET { "ucp_get_nbx" } else { "ucp_put_nbx" };
     ffi_hot(name, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
+        if !GET && unsafe { crate::rma_sgl::wanted(param) } {
+            // SAFETY: forwarded (`param` is not NULL).
+            return unsafe {
+                crate::rma_sgl::put(name, ep, buffer, count, remote_addr, rkey, param)
+            };
+        }
+        // SAFETY: forwarded.
         let p = match unsafe { crate::param::parse_param(name, param, true) } {
             Ok(p) => p,
             Err(s) => return status_ptr(s),

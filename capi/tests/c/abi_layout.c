@@ -368,7 +368,7 @@ int main(void)
 
     unsigned maj, min, rel;
     ucp_get_version(&maj, &min, &rel);
-    CHECK(maj == 1 && min == 18, "version %u.%u", maj, min);
+    CHECK(maj == 1 && min == 22, "version %u.%u", maj, min);
     CHECK(strstr(ucp_get_version_string(), "rucx") != NULL,
           "the loaded libucp is not rucx's: %s", ucp_get_version_string());
     CHECK(strlen(ucs_status_string(UCS_ERR_CANCELED)) > 0, "-");

@@ -8,7 +8,8 @@
 #   - UCX 1.22's io_demo (from its wheel) in tag and AM modes with its data checks on (-q);
 #   - UCX 1.22's ucx_perftest (same wheel), unmodified, its ucp tests (tag, put, get, AM,
 #     stream; eager and rendezvous sizes);
-#   - every constant of UCX 1.22's headers checked against rucx's values.
+#   - every constant of UCX 1.22's headers checked against rucx's values;
+#   - capi/tests/c/sgl_put.c, built against UCX 1.22's headers: IOV and SGL puts.
 # Every process must have loaded LIBDIR/libucp.so.0 (LD_DEBUG=libs shows the file the loader
 # initialised). Ports (capi/tests/ports.sh): ucp_client_server and io_demo listen on port 0
 # (the first prints its port, the second's is read from the kernel's socket table);
@@ -109,6 +110,24 @@ if out=$(bash "$here/../c/constants.sh" "$lib" "$cache/ucx122/libucx/include" 2>
 else
     bad "constants of UCX 1.22's headers:"
     echo "$out" | sed 's/^/    | /'
+fi
+
+# ucp_put_nbx with IOV and UCX 1.20's scatter-gather lists (capi/tests/c/sgl_put.c), built
+# against UCX 1.22's headers.
+if ${CC:-cc} -O1 -g -Wall -Wextra -Werror -Wno-sign-compare -o "$tmp/sgl_put" \
+    "$root/capi/tests/c/sgl_put.c" -I"$cache/ucx122/libucx/include" -L"$lib" -lucp -lucs; then
+    for tls in shm,self tcp; do
+        tag=sgl$RANDOM
+        if UCX_TLS=$tls UCX_NET_DEVICES=lo rucx "$tag" "$tmp/sgl.log" timeout 120 "$tmp/sgl_put" &&
+            grep -q "sgl_put: OK" "$tmp/sgl.log" && loaded_rucx "$tag" 1; then
+            ok "sgl_put $tls (IOV and SGL puts, UCX 1.22 headers)"
+        else
+            bad "sgl_put $tls:"
+            grep -v WARN "$tmp/sgl.log" | tail -n 8 | cut -c1-200 | sed 's/^/    | /'
+        fi
+    done
+else
+    bad "compiling capi/tests/c/sgl_put.c against UCX 1.22's headers"
 fi
 
 for tls in shm tcp; do
