@@ -143,6 +143,19 @@ pub trait Iface {
     /// Makes progress: receives messages, completes operations, dispatches pending requests and
     /// endpoint errors into `sink`. Gives the number of events delivered.
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize;
+    /// A poll that finds nothing to do, when that can be seen in a few loads: true means this
+    /// call was the poll (it counts as one) and `progress` would have delivered nothing; false
+    /// means `progress` must run. Callers inline it to answer an idle spin without calls. The
+    /// default (a transport without such a quick look) says false.
+    #[inline(always)]
+    fn idle_poll(&mut self) -> bool {
+        false
+    }
+    /// `progress` right after [`Iface::idle_poll`] said false, without looking again (the
+    /// default is `progress` itself).
+    fn progress_not_idle<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        self.progress(sink)
+    }
     /// Completes when every operation issued on this interface has completed remotely.
     fn flush(&mut self, comp: CompletionId) -> Result<Outcome>;
     /// Orders operations issued after it behind those issued before it, on every endpoint.

@@ -126,6 +126,12 @@ fn progress_of<I: Iface, S: EventSink>(iface: &mut I, sink: &mut S) -> usize {
     iface.progress(sink)
 }
 
+/// [`progress_of`] after the transport's quick look said the poll is not idle.
+#[inline(never)]
+fn progress_not_idle_of<I: Iface, S: EventSink>(iface: &mut I, sink: &mut S) -> usize {
+    iface.progress_not_idle(sink)
+}
+
 /// One transport's `am_short2`, in a function of its own: the dispatch in [`AnyEp`] is then
 /// inlined into the caller (a jump to this function, or the body itself for a transport with
 /// [`Transport::INLINE_AM_SHORT2`]), and the sending transport's body pays for its own
@@ -234,6 +240,14 @@ macro_rules! transports {
             #[inline(always)]
             fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
                 match *self { $( AnyIface::$variant(ref mut i) => progress_of(i, sink), )* }
+            }
+            #[inline(always)]
+            fn idle_poll(&mut self) -> bool {
+                match *self { $( AnyIface::$variant(ref mut i) => i.idle_poll(), )* }
+            }
+            #[inline(always)]
+            fn progress_not_idle<S: EventSink>(&mut self, sink: &mut S) -> usize {
+                match *self { $( AnyIface::$variant(ref mut i) => progress_not_idle_of(i, sink), )* }
             }
             fn flush(&mut self, comp: CompletionId) -> Result<Outcome> {
                 match *self { $( AnyIface::$variant(ref mut i) => i.flush(comp), )* }

@@ -84,14 +84,57 @@ impl PollList {
 
 impl Worker {
     /// Makes progress on every interface, then on queued sends and timers. Gives the number of
-    /// events handled. Inlined into its callers (the C library's `ucp_worker_progress` among
-    /// them): a spin with nothing to do then costs no call of its own.
-    #[inline]
+    /// events handled. The idle spin (one interface polled, whose quick look finds nothing, and
+    /// no other work) is inlined into the callers (the C library's `ucp_worker_progress` among
+    /// them) and costs no call; the rest is [`Worker::progress_polled`].
+    #[inline(always)]
     pub fn progress(&mut self) -> usize {
         self.tick = self.tick.wrapping_add(1);
         // One call in CLOCK_PERIOD (IDLE_IFACE_PERIOD is a multiple of it), and any call after
         // a wake-up or with a stale clock, reads the clock and may poll every interface.
-        if self.tick.is_multiple_of(CLOCK_PERIOD) | self.st.clock_stale | self.poll_all {
+        let timed = self.tick.is_multiple_of(CLOCK_PERIOD) | self.st.clock_stale | self.poll_all;
+        if !timed {
+            if let Some(i) = self.solo {
+                if let Some(f) = self.ifaces.get_mut(i) {
+                    if !f.idle_poll() {
+                        return self.progress_solo(i);
+                    }
+                    if !self.st.more_to_do(false) {
+                        return 0;
+                    }
+                    return self.progress_more();
+                }
+            }
+        }
+        self.progress_polled(timed)
+    }
+
+    /// [`Worker::progress`] when the one interface polled has something (its quick look said
+    /// so), then the queued work.
+    #[inline(never)]
+    fn progress_solo(&mut self, i: usize) -> usize {
+        let matched = self.st.tag.matched();
+        let Some(iface) = self.ifaces.get_mut(i) else {
+            return 0;
+        };
+        let n = iface.progress_not_idle(&mut Sink {
+            st: &mut self.st,
+            iface: i,
+            matched,
+        });
+        if n > 0 && self.solo_idle {
+            self.last_event[i] = self.tick;
+        }
+        if self.st.more_to_do(false) {
+            return n + self.progress_more();
+        }
+        n
+    }
+
+    /// [`Worker::progress`] past the idle quick look (the tick already counted).
+    #[inline(never)]
+    fn progress_polled(&mut self, timed: bool) -> usize {
+        if timed {
             return self.progress_timed();
         }
         let n = match self.solo {

@@ -769,21 +769,38 @@ impl Iface for MmIface {
         })
     }
 
-    /// Nothing arrived, nothing waits and no periodic check is due: a few loads and compares.
+    /// Nothing arrived, nothing waits and no periodic check is due ([`MmIface::idle_poll`]).
     /// Otherwise [`MmIface::progress_busy`] does the work.
     #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        self.tick = self.tick.wrapping_add(1);
-        if !self.fifo.is_ready(self.read_pos)
-            && self.released == self.read_pos
-            && !self.tick.is_multiple_of(PEER_CHECK_INTERVAL)
-            && self.common.pending_total.get() == 0
-            && self.common.unreported.get() == 0
-            && !self.common.tag_work.get()
-        {
+        if self.idle_poll() {
             return 0;
         }
+        self.progress_not_idle(sink)
+    }
+
+    #[inline(always)]
+    fn progress_not_idle<S: EventSink>(&mut self, sink: &mut S) -> usize {
+        self.tick = self.tick.wrapping_add(1);
         self.progress_busy(sink)
+    }
+
+    /// A few loads and compares: nothing arrived, nothing waits, no periodic check is due on
+    /// this poll. Only a poll that is idle counts itself (one tick); one that is not leaves the
+    /// tick to the `progress` call that follows, so a due periodic check is not skipped.
+    #[inline(always)]
+    fn idle_poll(&mut self) -> bool {
+        let tick = self.tick.wrapping_add(1);
+        let idle = !self.fifo.is_ready(self.read_pos)
+            && self.released == self.read_pos
+            && !tick.is_multiple_of(PEER_CHECK_INTERVAL)
+            && self.common.pending_total.get() == 0
+            && self.common.unreported.get() == 0
+            && !self.common.tag_work.get();
+        if idle {
+            self.tick = tick;
+        }
+        idle
     }
 
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {

@@ -591,9 +591,19 @@ impl Iface for SelfIface {
     /// [`SelfIface::progress_busy`] delivers.
     #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        if self.inner.n_pending.get() == 0 && self.inner.ring.borrow().count() == 0 {
+        if self.idle_poll() {
             return 0;
         }
+        self.progress_busy(sink)
+    }
+
+    #[inline(always)]
+    fn idle_poll(&mut self) -> bool {
+        self.inner.n_pending.get() == 0 && self.inner.ring.borrow().count() == 0
+    }
+
+    #[inline(always)]
+    fn progress_not_idle<S: EventSink>(&mut self, sink: &mut S) -> usize {
         self.progress_busy(sink)
     }
 
