@@ -11,6 +11,7 @@
  * not depend on timing and an instruction counter (callgrind) sees the same count run after run.
  * Prints "rank 0 libucp PATH" and "ns_per_msg SIZE NS" (wall clock over ITERS, after a warm-up); the
  * first and last byte of every received message are checked, and a wrong one exits with 1.
+ * MSGCOST_SELF_EP set: each worker also has an endpoint to itself, as MPICH opens one.
  * "idle" sends nothing after the warm-up: each iteration is one ucp_worker_progress call on
  * worker A with nothing to do (what a rank waiting for a message spins on). "pml" is "expected"
  * the way Open MPI's pml ucx does it: caller-supplied request memory (UCP_OP_ATTR_FIELD_REQUEST)
@@ -306,6 +307,18 @@ int main(int argc, char **argv)
         ep_params.address = addr;
         check(ucp_ep_create(b, &ep_params, &back), "ep_create back");
         ucp_worker_release_address(a, addr);
+    }
+    if (getenv("MSGCOST_SELF_EP") != NULL) {
+        /* An endpoint from each worker to itself, as MPICH opens one (UCX_TLS=posix,self: both
+         * interfaces are then polled on every call). */
+        ucp_worker_h ws[2] = {a, b};
+        for (int w = 0; w < 2; w++) {
+            ucp_ep_h self_ep;
+            check(ucp_worker_get_address(ws[w], &addr, &addr_len), "get_address self");
+            ep_params.address = addr;
+            check(ucp_ep_create(ws[w], &ep_params, &self_ep), "ep_create self");
+            ucp_worker_release_address(ws[w], addr);
+        }
     }
     if (am) {
         ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |

@@ -104,9 +104,35 @@ impl Worker {
                     }
                     return self.progress_more();
                 }
+            } else if self.listed_idle() {
+                if !self.st.more_to_do(false) {
+                    return 0;
+                }
+                return self.progress_more();
             }
         }
         self.progress_polled(timed)
+    }
+
+    /// True when every interface of the [`PollList`] (MPICH's worker polls two: shared memory
+    /// and self) is idle by its quick look (each look then counts as its poll); false as soon
+    /// as one is not, or when more qualify than the list holds: the list is then polled.
+    #[inline(always)]
+    fn listed_idle(&mut self) -> bool {
+        let len = usize::from(self.polled.len);
+        if len > POLL_LIST_MAX {
+            return false;
+        }
+        for k in 0..len {
+            let i = usize::from(self.polled.ifaces[k].0);
+            let Some(f) = self.ifaces.get_mut(i) else {
+                return false;
+            };
+            if !f.idle_poll() {
+                return false;
+            }
+        }
+        true
     }
 
     /// [`Worker::progress`] when the one interface polled has something (its quick look said
