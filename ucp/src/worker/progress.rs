@@ -104,57 +104,99 @@ impl Worker {
                     }
                     return self.progress_more();
                 }
-            } else if self.listed_idle() {
-                if !self.st.more_to_do(false) {
-                    return 0;
-                }
-                return self.progress_more();
+            } else {
+                return self.progress_listed();
             }
         }
         self.progress_polled(timed)
     }
 
-    /// True when every interface of the [`PollList`] (MPICH's worker polls two: shared memory
-    /// and self) is idle by its quick look (each look then counts as its poll); false as soon
-    /// as one is not, or when more qualify than the list holds: the list is then polled.
-    #[inline(always)]
-    fn listed_idle(&mut self) -> bool {
+    /// [`Worker::progress`] on a call that polls the [`PollList`] (MPICH's worker polls two
+    /// interfaces: shared memory and self): their quick looks, then the interfaces from the
+    /// first that has something, then the queued work. Out of line, so the one-interface
+    /// spin inlined into the callers stays small.
+    #[inline(never)]
+    fn progress_listed(&mut self) -> usize {
         let len = usize::from(self.polled.len);
+        let busy = self.listed_first_busy(len);
+        if busy < len {
+            return self.progress_listed_from(busy);
+        }
+        if busy > len {
+            return self.progress_polled(false);
+        }
+        if !self.st.more_to_do(false) {
+            return 0;
+        }
+        self.progress_more()
+    }
+
+    /// The quick looks of the [`PollList`]'s `len` interfaces, in order, up to the first that
+    /// finds something: its position, `len` when every one is idle (each look then counted as
+    /// its poll), or more than `len` when more interfaces qualify than the list holds.
+    #[inline(always)]
+    fn listed_first_busy(&mut self, len: usize) -> usize {
         if len > POLL_LIST_MAX {
-            return false;
+            return usize::MAX;
         }
         for k in 0..len {
             let i = usize::from(self.polled.ifaces[k].0);
             let Some(f) = self.ifaces.get_mut(i) else {
-                return false;
+                return usize::MAX;
             };
             if !f.idle_poll() {
-                return false;
+                return k;
             }
         }
-        true
+        len
     }
 
     /// [`Worker::progress`] when the one interface polled has something (its quick look said
     /// so), then the queued work.
     #[inline(never)]
     fn progress_solo(&mut self, i: usize) -> usize {
-        let matched = self.st.tag.matched();
-        let Some(iface) = self.ifaces.get_mut(i) else {
+        let n = self.poll_one_not_idle(i, self.solo_idle);
+        if self.st.more_to_do(false) {
+            return n + self.progress_more();
+        }
+        n
+    }
+
+    /// [`Worker::progress`] when entry `k` of the [`PollList`] has something (its quick look
+    /// said so, those before it were idle): that interface and the ones after it, then the
+    /// queued work.
+    #[inline(never)]
+    fn progress_listed_from(&mut self, k: usize) -> usize {
+        let l = self.polled;
+        let Some(&(i, idle)) = l.ifaces.get(k) else {
             return 0;
         };
-        let n = iface.progress_not_idle(&mut Sink {
-            st: &mut self.st,
-            iface: i,
-            matched,
-        });
-        if n > 0 && self.solo_idle {
-            self.last_event[i] = self.tick;
+        let mut n = self.poll_one_not_idle(usize::from(i), idle);
+        for &(i, idle) in l.ifaces.get(k + 1..usize::from(l.len)).unwrap_or(&[]) {
+            n += self.poll_one(usize::from(i), idle);
         }
         if self.st.more_to_do(false) {
             return n + self.progress_more();
         }
         n
+    }
+
+    /// [`Worker::poll_one`] of an interface whose quick look just found something.
+    #[inline(always)]
+    fn poll_one_not_idle(&mut self, i: usize, note: bool) -> usize {
+        let matched = self.st.tag.matched();
+        let Some(iface) = self.ifaces.get_mut(i) else {
+            return 0;
+        };
+        let k = iface.progress_not_idle(&mut Sink {
+            st: &mut self.st,
+            iface: i,
+            matched,
+        });
+        if k > 0 && note {
+            self.last_event[i] = self.tick;
+        }
+        k
     }
 
     /// [`Worker::progress`] past the idle quick look (the tick already counted).
