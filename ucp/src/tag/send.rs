@@ -333,12 +333,7 @@ impl State {
                 let len = s.data.len();
                 // (Only before the first eager fragment left: a tag message below the tag
                 // threshold may have started eager.)
-                let mode = match (s.sync, s.fast_cmpl) {
-                    (true, _) => TagSendMode::Sync,
-                    (false, true) => TagSendMode::FastCompletion,
-                    (false, false) => TagSendMode::Standard,
-                };
-                if s.offset == 0 && len >= proto.tag_thresh(mode) {
+                if s.offset == 0 && len >= proto.tag_thresh(s.mode()) {
                     return self.send_rts(key);
                 }
                 let (tag, sync, msg_id, mut off) = (s.tag, s.sync, s.msg_id, s.offset);

@@ -14,6 +14,7 @@
 use crate::request::{Completion, Op};
 use crate::rndv::stages::{RndvRecv, RndvSend};
 use crate::tag::stages::{TagRecv, TagSend};
+use crate::wireup::TagSendMode;
 use crate::worker::api_types::RequestCallback;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -88,7 +89,7 @@ pub(crate) struct SendReq {
     pub(crate) rndv: Option<Box<Rndv>>,
     pub(crate) give_back: bool,
     pub(crate) sync: bool,
-    /// A [`TagSendMode::FastCompletion`](crate::wireup::TagSendMode) send: its rendezvous
+    /// A [`TagSendMode::FastCompletion`] send: its rendezvous
     /// threshold is `fast_rndv_thresh`.
     pub(crate) fast_cmpl: bool,
     pub(crate) stage: SendStage,
@@ -117,6 +118,16 @@ impl SendReq {
             rts_sent: false,
             user_rma: false,
             acked: false,
+        }
+    }
+
+    /// The mode of a tag send: what its rendezvous threshold is.
+    #[inline]
+    pub(crate) fn mode(&self) -> TagSendMode {
+        match (self.sync, self.fast_cmpl) {
+            (true, _) => TagSendMode::Sync,
+            (false, true) => TagSendMode::FastCompletion,
+            (false, false) => TagSendMode::Standard,
         }
     }
 

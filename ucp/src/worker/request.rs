@@ -557,23 +557,6 @@ impl State {
                 return;
             }
         }
-        // A stream receive bound to the completion hook (the C library's) holds nothing but
-        // its buffer either: its result goes to the hook now, not through the callback queue.
-        if let (ReqKind::StreamRecv { buf, filled, .. }, Notify::Hook(t)) = (&mut r.kind, &r.notify)
-        {
-            let (t, len) = (*t, *filled);
-            let buf = std::mem::take(buf).into_vec();
-            self.reqs.free_plain(key);
-            let c = Completion {
-                status,
-                buf,
-                len,
-                tag: 0,
-                value: 0,
-            };
-            self.hook_done(t, c);
-            return;
-        }
         self.finish_any(key, status);
     }
 
@@ -648,16 +631,24 @@ impl State {
             }
             return;
         }
-        r.done = Some(
-            Completion {
-                status,
-                buf,
-                len,
-                tag,
-                value,
+        let c = Completion {
+            status,
+            buf,
+            len,
+            tag,
+            value,
+        };
+        if let Notify::Hook(t) = r.notify {
+            // The completion hook (the C library's) touches nothing of the worker: its result
+            // goes to it now, not through the callback queue.
+            self.reqs.free(key);
+            if let Some(v) = recycle {
+                self.put_buf(v);
             }
-            .into(),
-        );
+            self.hook_done(t, c);
+            return;
+        }
+        r.done = Some(c.into());
         if !matches!(r.notify, Notify::Take) {
             self.callbacks_due.push(key);
             self.more_work = true;
