@@ -168,7 +168,8 @@ pub struct Worker {
     pub am_alignment: usize,
     /// True once an endpoint with a client error handler was made on this worker: the client
     /// handles errors, so a failed tag receive is reported to it; until then a tag receive
-    /// failed by a peer's failure ends the process ([`crate::request`]'s `fatal_recv_failure`).
+    /// failed by a peer's failure ends the process ([`crate::request`]'s `fatal_recv_failure`),
+    /// as does a tag send refused at once because its peer failed (`fatal_send_failure`).
     pub handles_errors: Cell<bool>,
 }
 

@@ -384,6 +384,27 @@ fn fatal_recv_failure(h: *mut ReqHdr, status: Status) {
     std::process::abort();
 }
 
+/// A tag send failed at once because its endpoint can no longer deliver (`why`: the peer
+/// failed, or closed its endpoint), on a worker whose endpoints have no error handler
+/// (`UCP_ERR_HANDLING_MODE_NONE`, as Open MPI and MPICH make theirs). Such a client has not
+/// asked to learn of peer failures, and an MPI library may go on past the failed send with
+/// data that never came: MPICH's recursive-doubling allreduce records the error of one step's
+/// `MPIC_Sendrecv`, reduces the receive buffer that step never filled, sends that on to the
+/// next partner and can return `MPI_SUCCESS` (a rank whose link was cut then reported garbage
+/// as its result, tests/netns/mpi-hosts.sh's cut case). As a failed receive does
+/// ([`fatal_recv_failure`]), the send ends the process, after one line saying why (naming the
+/// peer), as UCX ends a process on an error it cannot report.
+#[cold]
+#[inline(never)]
+pub(crate) fn fatal_send_failure(name: &str, why: &ucs::Error) -> ! {
+    tracing::error!(
+        "{name}: a tag send failed at once ({why}) on a worker whose endpoints have no error \
+         handler (UCP_ERR_HANDLING_MODE_NONE): the client may go on as if the message had \
+         been sent, so the process ends here"
+    );
+    std::process::abort();
+}
+
 /// Puts a pooled request memory back on the free list (caller memory is left alone).
 #[inline]
 fn recycle(w: &Worker, h: *mut ReqHdr) {

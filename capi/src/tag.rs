@@ -7,7 +7,7 @@ use crate::ffi::*;
 use crate::guard::{ffi, ffi_hot, refuse};
 use crate::handles::{worker_ref, Cb, OpArgs, Worker};
 use crate::param::{check_param, param_datatype, parse_param, read_param};
-use crate::request::{recv_contig, submit};
+use crate::request::{fatal_send_failure, recv_contig, submit};
 use std::ffi::{c_int, c_void};
 use ucp::{Message, Op, TagSendMode};
 
@@ -63,6 +63,21 @@ unsafe fn tag_send(
         Ok(Op::Done(c)) if !no_imm && c.status.is_ok() && c.buf.is_none() => {
             std::mem::forget(c);
             status_ptr(UCS_OK)
+        }
+        Err(e) if !w.handles_errors.get() => {
+            // A send refused because the peer is gone, on a worker without error handling:
+            // the endpoint failed or was closed, or the transport found the connection reset
+            // or timed out as it sent (the endpoint fails on the next progress call).
+            if let Err(why) = w.inner.borrow().w.ep_status(h) {
+                fatal_send_failure(name, &why);
+            }
+            if let ucs::Error::ConnectionReset(_)
+            | ucs::Error::PeerFailure(_)
+            | ucs::Error::Timeout(_) = e
+            {
+                fatal_send_failure(name, &e);
+            }
+            submit(name, w, Err(e), &args(), Finish::None)
         }
         res => submit(name, w, res, &args(), Finish::None),
     }

@@ -63,6 +63,14 @@ fn c_program_against_the_ucx_headers() {
         "a receive failed on a worker without error handling must end the process (posix, \
          tcp):\n{stdout}\n{stderr}"
     );
+    assert_eq!(
+        stdout
+            .matches("unhandled_failure: the sender ended by SIGABRT")
+            .count(),
+        2,
+        "a send refused at once on a worker without error handling must end the process \
+         (posix, tcp):\n{stdout}\n{stderr}"
+    );
     assert!(
         stdout.contains("of UCX 1.13's headers checked, 0 wrong"),
         "every constant of UCX 1.13's headers must match rucx's:\n{stdout}\n{stderr}"

@@ -7,6 +7,12 @@
  * pipe, receives one greeting (so the receiver's endpoint is wired up), waits for the receiver
  * to post a tag receive, and kills itself. The receiver must then die of SIGABRT within the
  * time limit, its receive callback never run; the test process checks both.
+ *
+ * Nor may a tag send to the dead peer be refused at once and the process go on: an MPI library
+ * may carry on past it with data that never came (MPICH's allreduce reduced a buffer the failed
+ * step never filled and returned MPI_SUCCESS). The same pair runs again with a sender that,
+ * after the peer's death, sends until the send fails: it must die of SIGABRT instead of seeing
+ * the failure returned.
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -108,8 +114,47 @@ static void receiver(int addr_r, int go_w)
     exit(3);
 }
 
-int main(void)
+/* The sender: endpoint without error handling, greeting, then (the peer dead) tag sends until
+ * one is refused. Each send that gives a request is waited for (its failure, if any, comes by
+ * its status); the first send refused at once must not return. */
+static void sender(int addr_r, int go_w)
 {
+    setup();
+    size_t len;
+    REQUIRE(read(addr_r, &len, sizeof(len)) == sizeof(len) && len < 65536, "address length");
+    void *a = malloc(len);
+    REQUIRE(read(addr_r, a, len) == (ssize_t)len, "address in");
+    ucp_ep_params_t ep_p = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = a};
+    ucp_ep_h ep;
+    REQUIRE(ucp_ep_create(worker, &ep_p, &ep) == UCS_OK, "ep");
+    ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = sent};
+    wait_req(ucp_tag_send_nbx(ep, "hello", 6, 1, &sp));
+    REQUIRE(write(go_w, "g", 1) == 1, "go");
+    time_t end = time(NULL) + 60;
+    while (time(NULL) < end) {
+        void *r = ucp_tag_send_nbx(ep, "more", 5, 3, &sp);
+        if (UCS_PTR_IS_ERR(r)) {
+            fprintf(stderr, "unhandled_failure: the send was refused with '%s' and the sender goes on\n",
+                    ucs_status_string(UCS_PTR_STATUS(r)));
+            exit(4);
+        }
+        if (r != NULL) {
+            while (ucp_request_check_status(r) == UCS_INPROGRESS && time(NULL) < end) {
+                ucp_worker_progress(worker);
+            }
+            ucp_request_free(r);
+        }
+        ucp_worker_progress(worker);
+    }
+    fprintf(stderr, "unhandled_failure: the sender is still alive\n");
+    exit(3);
+}
+
+/* Runs `survivor` against a peer that dies; gives 0 when the survivor died of SIGABRT. */
+static int run(void (*survivor)(int, int), const char *who, const char *what)
+{
+    /* Children must not inherit (and print again) what is buffered. */
+    fflush(stdout);
     int addr[2], go[2];
     REQUIRE(pipe(addr) == 0 && pipe(go) == 0, "pipes");
     pid_t p = fork();
@@ -120,17 +165,25 @@ int main(void)
     pid_t r = fork();
     REQUIRE(r >= 0, "fork");
     if (r == 0) {
-        receiver(addr[0], go[1]);
+        survivor(addr[0], go[1]);
     }
     int st = 0;
-    REQUIRE(waitpid(r, &st, 0) == r, "wait for the receiver");
+    REQUIRE(waitpid(r, &st, 0) == r, "wait for the survivor");
     kill(p, SIGKILL);
     waitpid(p, NULL, 0);
+    close(addr[0]), close(addr[1]), close(go[0]), close(go[1]);
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
-        fprintf(stderr, "unhandled_failure: FAIL: the receiver ended with status %#x, not SIGABRT\n",
-                st);
+        fprintf(stderr, "unhandled_failure: FAIL: the %s ended with status %#x, not SIGABRT\n",
+                who, st);
         return 1;
     }
-    printf("unhandled_failure: the receiver ended by SIGABRT, its receive never completed\n");
+    printf("unhandled_failure: the %s ended by SIGABRT, %s\n", who, what);
     return 0;
+}
+
+int main(void)
+{
+    int bad = run(receiver, "receiver", "its receive never completed");
+    bad |= run(sender, "sender", "its failed send never returned");
+    return bad;
 }
