@@ -376,12 +376,32 @@ fn fatal_recv_failure(h: *mut ReqHdr, status: Status) {
         return;
     }
     let what = crate::ucs_codes::status_cstr(status).to_string_lossy();
+    log_queued_failures(w);
     tracing::error!(
         "a tag receive failed ({what}) on a worker whose endpoints have no error handler \
          (UCP_ERR_HANDLING_MODE_NONE): the client cannot tell it from an arrival, so the \
          process ends here"
     );
     std::process::abort();
+}
+
+/// Logs the endpoint failures `ucp_worker_progress` has queued but not yet delivered, each
+/// naming its peer: a receive failed by a peer's failure can complete (and end the process)
+/// before the failure itself is delivered and logged.
+#[cold]
+fn log_queued_failures(w: &Worker) {
+    let Ok(i) = w.inner.try_borrow() else {
+        return;
+    };
+    let Ok(errs) = i.ep_errors.try_borrow() else {
+        return;
+    };
+    for &(h, status) in errs.iter() {
+        match i.w.ep_status(h) {
+            Err(e) => tracing::error!("{e}"),
+            Ok(()) => tracing::error!("an endpoint failed (status {status})"),
+        }
+    }
 }
 
 /// A tag send failed at once because its endpoint can no longer deliver (`why`: the peer
