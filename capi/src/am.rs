@@ -15,12 +15,12 @@
 //! (`UCP_AM_SEND_FLAG_EAGER` and `_RNDV` are hints, as in UCX's protocol selection); the header
 //! is always copied, so `UCP_AM_SEND_FLAG_COPY_HEADER` holds whatever the flags say.
 
-use crate::am_inbox::SmallAm;
+use crate::am_inbox::{AmArrival, SmallAm};
 use crate::datatype::{recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{check_mask, ffi, ffi_hot, refuse};
-use crate::handles::{new_ep, worker_ref, AmArrival, Cb, Ep, OpArgs, Worker};
+use crate::handles::{new_ep, worker_ref, Cb, Ep, OpArgs, Worker};
 use crate::param::{check_param, param_datatype, read_param};
 use crate::request::submit;
 use crate::worker_ext::Held;

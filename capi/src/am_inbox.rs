@@ -10,7 +10,6 @@
 //! taken from the front one message at a time, so a handler that progresses the worker
 //! delivers the messages behind its own, in order, and none twice.
 
-use crate::handles::AmArrival;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -67,6 +66,21 @@ impl SmallAm {
         let d = usize::from(self.len);
         &self.bytes[d..d + usize::from(self.header_len)]
     }
+}
+
+/// An active message waiting for `ucp_worker_progress`.
+pub enum AmArrival {
+    /// For an old-API handler (`ucp_worker_set_am_handler`): id, data, sender endpoint.
+    Whole(u16, Vec<u8>, EpHandle),
+    /// A small eager message for a handler of `ucp_worker_set_am_recv_handler`, copied inline:
+    /// id, message, sender endpoint.
+    Small(u16, SmallAm, EpHandle),
+    /// An eager message for a handler of `ucp_worker_set_am_recv_handler`: id, buffer (user
+    /// header, then data), header length, sender endpoint.
+    Eager(u16, Vec<u8>, usize, EpHandle),
+    /// A rendezvous message for a handler of `ucp_worker_set_am_recv_handler`: id, user header
+    /// and descriptor (boxed: rare, and large next to the eager forms), sender endpoint.
+    Rndv(u16, Box<(Vec<u8>, ucp::AmRndv)>, EpHandle),
 }
 
 /// The worker's active messages waiting for their handlers, and spare buffers for the larger

@@ -5,7 +5,7 @@
 //! another API module, and the modules form no cycle. The calls on them stay with their
 //! family: `impl Worker` progress in [`crate::worker`], requests in [`crate::request`].
 
-use crate::am_inbox::{AmQueue, SmallAm};
+use crate::am_inbox::AmQueue;
 use crate::datatype::Finish;
 use crate::ffi::*;
 use crate::guard::{refuse, status_of};
@@ -43,21 +43,6 @@ pub struct Context {
     pub client_minor: c_uint,
     /// The features asked for (`UCP_FEATURE_*`).
     pub features: u64,
-}
-
-/// An active message waiting for `ucp_worker_progress` (in an [`AmInbox`]).
-pub enum AmArrival {
-    /// For an old-API handler (`ucp_worker_set_am_handler`): id, data, sender endpoint.
-    Whole(u16, Vec<u8>, EpHandle),
-    /// A small eager message for a handler of `ucp_worker_set_am_recv_handler`, copied inline:
-    /// id, message, sender endpoint.
-    Small(u16, SmallAm, EpHandle),
-    /// An eager message for a handler of `ucp_worker_set_am_recv_handler`: id, buffer (user
-    /// header, then data), header length, sender endpoint.
-    Eager(u16, Vec<u8>, usize, EpHandle),
-    /// A rendezvous message for a handler of `ucp_worker_set_am_recv_handler`: id, user header
-    /// and descriptor (boxed: rare, and large next to the eager forms), sender endpoint.
-    Rndv(u16, Box<(Vec<u8>, ucp::AmRndv)>, EpHandle),
 }
 
 /// What only the lock holder touches while no client code runs.

@@ -34,7 +34,6 @@ pub mod param;
 pub mod query;
 pub mod request;
 pub mod rma;
-pub mod rma_sgl;
 pub mod stream;
 pub mod tag;
 pub mod wakeup;

@@ -5,6 +5,8 @@
 //! `delta` turns them into rucx's (they differ for `UCP_MEM_MAP_FIXED` mappings, see
 //! [`crate::mem`]).
 
+mod sgl;
+
 use crate::datatype::{slice, Finish};
 use crate::ep::{ep_ref, wait};
 use crate::ffi::*;
@@ -766,11 +768,9 @@ unsafe extern "C" fn rma_nbx_general<const GET: bool>(
     let name = if GET { "ucp_get_nbx" } else { "ucp_put_nbx" };
     ffi_hot(name, status_ptr(UCS_ERR_NO_MEMORY), || {
         // SAFETY: forwarded.
-        if !GET && unsafe { crate::rma_sgl::wanted(param) } {
+        if !GET && unsafe { sgl::wanted(param) } {
             // SAFETY: forwarded (`param` is not NULL).
-            return unsafe {
-                crate::rma_sgl::put(name, ep, buffer, count, remote_addr, rkey, param)
-            };
+            return unsafe { sgl::put(name, ep, buffer, count, remote_addr, rkey, param) };
         }
         // SAFETY: forwarded.
         let p = match unsafe { crate::param::parse_param(name, param, true) } {

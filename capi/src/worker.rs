@@ -7,10 +7,11 @@
 //! serialized workers of a context without `mt_workers_shared` take no lock: their client calls
 //! in from one thread at a time, as the header requires.
 
+use crate::am_inbox::AmArrival;
 use crate::ctext::write_name;
 use crate::ffi::*;
 use crate::guard::{check_mask, fail, ffi, ffi_hot, refuse};
-use crate::handles::{worker_ref, AmArrival, Cb, Context, Inner, OpArgs, Pool, ReqHdr, Worker};
+use crate::handles::{worker_ref, Cb, Context, Inner, OpArgs, Pool, ReqHdr, Worker};
 use crate::lock::RLock;
 use crate::request::{complete, hooked, run_callback, submit};
 use std::cell::Cell;

@@ -10,6 +10,7 @@
 //! operation completes when every block was handed over: at once when each did, else when a
 //! flush of the endpoint completes (which covers the blocks still queued).
 
+use super::{rkey_for, CRkey};
 use crate::datatype::{send_data, slice, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
@@ -18,7 +19,6 @@ use crate::handles::{Ep, OpArgs, Worker};
 use crate::mem::ACCESS_WRITE;
 use crate::param::parse_param;
 use crate::request::submit;
-use crate::rma::{rkey_for, CRkey};
 use std::ffi::c_void;
 use ucp::{Completion, EpHandle, Op, Rkey};
 
