@@ -87,8 +87,9 @@ static void peer(int addr_w, int go_r)
     kill(getpid(), SIGKILL);
 }
 
-/* The receiver: endpoint without error handling, greeting, a receive nobody will answer. */
-static void receiver(int addr_r, int go_w)
+/* Sets up, reads the peer's address from addr_r, makes an endpoint to it without error
+ * handling and sends it a greeting (waited for). */
+static ucp_ep_h greet(int addr_r)
 {
     setup();
     size_t len;
@@ -100,6 +101,13 @@ static void receiver(int addr_r, int go_w)
     REQUIRE(ucp_ep_create(worker, &ep_p, &ep) == UCS_OK, "ep");
     ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = sent};
     wait_req(ucp_tag_send_nbx(ep, "hello", 6, 1, &sp));
+    return ep;
+}
+
+/* The receiver: endpoint without error handling, greeting, a receive nobody will answer. */
+static void receiver(int addr_r, int go_w)
+{
+    (void)greet(addr_r);
     char buf[8];
     ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.recv = received};
     void *r = ucp_tag_recv_nbx(worker, buf, sizeof(buf), 2, ~0ull, &rp);
@@ -119,16 +127,8 @@ static void receiver(int addr_r, int go_w)
  * its status); the first send refused at once must not return. */
 static void sender(int addr_r, int go_w)
 {
-    setup();
-    size_t len;
-    REQUIRE(read(addr_r, &len, sizeof(len)) == sizeof(len) && len < 65536, "address length");
-    void *a = malloc(len);
-    REQUIRE(read(addr_r, a, len) == (ssize_t)len, "address in");
-    ucp_ep_params_t ep_p = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = a};
-    ucp_ep_h ep;
-    REQUIRE(ucp_ep_create(worker, &ep_p, &ep) == UCS_OK, "ep");
+    ucp_ep_h ep = greet(addr_r);
     ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK, .cb.send = sent};
-    wait_req(ucp_tag_send_nbx(ep, "hello", 6, 1, &sp));
     REQUIRE(write(go_w, "g", 1) == 1, "go");
     time_t end = time(NULL) + 60;
     while (time(NULL) < end) {

@@ -155,7 +155,7 @@ impl Worker {
     /// so), then the queued work.
     #[inline(never)]
     fn progress_solo(&mut self, i: usize) -> usize {
-        let n = self.poll_one_not_idle(i, self.solo_idle);
+        let n = self.poll_one(i, self.solo_idle, true);
         if self.st.more_to_do(false) {
             return n + self.progress_more();
         }
@@ -171,32 +171,14 @@ impl Worker {
         let Some(&(i, idle)) = l.ifaces.get(k) else {
             return 0;
         };
-        let mut n = self.poll_one_not_idle(usize::from(i), idle);
+        let mut n = self.poll_one(usize::from(i), idle, true);
         for &(i, idle) in l.ifaces.get(k + 1..usize::from(l.len)).unwrap_or(&[]) {
-            n += self.poll_one(usize::from(i), idle);
+            n += self.poll_one(usize::from(i), idle, false);
         }
         if self.st.more_to_do(false) {
             return n + self.progress_more();
         }
         n
-    }
-
-    /// [`Worker::poll_one`] of an interface whose quick look just found something.
-    #[inline(always)]
-    fn poll_one_not_idle(&mut self, i: usize, note: bool) -> usize {
-        let matched = self.st.tag.matched();
-        let Some(iface) = self.ifaces.get_mut(i) else {
-            return 0;
-        };
-        let k = iface.progress_not_idle(&mut Sink {
-            st: &mut self.st,
-            iface: i,
-            matched,
-        });
-        if k > 0 && note {
-            self.last_event[i] = self.tick;
-        }
-        k
     }
 
     /// [`Worker::progress`] past the idle quick look (the tick already counted).
@@ -206,7 +188,7 @@ impl Worker {
             return self.progress_timed();
         }
         let n = match self.solo {
-            Some(i) => self.poll_one(i, self.solo_idle),
+            Some(i) => self.poll_one(i, self.solo_idle, false),
             None => self.poll_listed(),
         };
         if self.st.more_to_do(false) {
@@ -283,18 +265,24 @@ impl Worker {
 
     /// Polls interface `i`, noting an event in `last_event` when `note` (an interface with
     /// endpoints needs no note: nothing reads it, and the call returns sooner without).
-    /// Gives the number of events handled.
+    /// `looked`: the interface's quick look has just found something, so its poll starts past
+    /// it. Gives the number of events handled.
     #[inline(always)]
-    fn poll_one(&mut self, i: usize, note: bool) -> usize {
+    fn poll_one(&mut self, i: usize, note: bool, looked: bool) -> usize {
         let matched = self.st.tag.matched();
         let Some(iface) = self.ifaces.get_mut(i) else {
             return 0;
         };
-        let k = iface.progress(&mut Sink {
+        let mut sink = Sink {
             st: &mut self.st,
             iface: i,
             matched,
-        });
+        };
+        let k = if looked {
+            iface.progress_not_idle(&mut sink)
+        } else {
+            iface.progress(&mut sink)
+        };
         if k > 0 && note {
             self.last_event[i] = self.tick;
         }
@@ -308,7 +296,7 @@ impl Worker {
         let mut n = 0;
         for i in 0..self.ifaces.len() {
             if all || self.wants_poll(i, timed) {
-                n += self.poll_one(i, true);
+                n += self.poll_one(i, true, false);
             }
         }
         n
@@ -326,7 +314,7 @@ impl Worker {
         };
         let mut n = 0;
         for &(i, idle) in listed {
-            n += self.poll_one(usize::from(i), idle);
+            n += self.poll_one(usize::from(i), idle, false);
         }
         n
     }
