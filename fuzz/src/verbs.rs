@@ -4,7 +4,8 @@
 
 use super::{decode_only, into_buf, round_trip, wire_err};
 
-/// `uct::rc_verbs::tag::wire`: `EagerHdr`, `RndvHdr` (each with what follows it) and `AckHdr`.
+/// `uct::rc_verbs::tag::wire`: `EagerHdr`, `RndvHdr` (each with what follows it), `AckHdr`,
+/// `PutReqHdr` and `PutDoneHdr`.
 pub fn rc_verbs_tag_wire(data: &[u8]) -> usize {
     use uct::rc_verbs::tag::wire::*;
     let mut ok = 0;
@@ -57,6 +58,18 @@ pub fn rc_verbs_tag_wire(data: &[u8]) -> usize {
         AckHdr::decode,
         |x| x.encode().to_vec(),
     );
+    ok += round_trip(
+        "rc_verbs PutReqHdr",
+        &id_then(ID_TAG_PUT_REQ, data),
+        PutReqHdr::decode,
+        |x| x.encode().to_vec(),
+    );
+    ok += round_trip(
+        "rc_verbs PutDoneHdr",
+        &id_then(ID_TAG_PUT_DONE, data),
+        PutDoneHdr::decode,
+        |x| x.encode().to_vec(),
+    );
     ok
 }
 
@@ -85,6 +98,23 @@ pub(crate) fn rc_verbs_tag_wire_seeds() -> Vec<Vec<u8>> {
         AckHdr {
             op_id: 3,
             status: ACK_FAILED,
+        }
+        .encode()
+        .to_vec(),
+        PutReqHdr {
+            op_id: 3,
+            offset: 32768,
+            length: 32768,
+            addr: 0x7f00_0020_0000,
+            rkey: 0x5678,
+            slot: 2,
+        }
+        .encode()
+        .to_vec(),
+        PutDoneHdr {
+            op_id: 3,
+            slot: 2,
+            status: ACK_OK,
         }
         .encode()
         .to_vec(),

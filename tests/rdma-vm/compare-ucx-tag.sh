@@ -22,7 +22,9 @@
 #              BW_WARMUP (default 20: tag_bw warm-up iterations; both perftests keep a window of
 #              sends and receives in flight, rucx's with a buffer each (-O 16), so the warm-up
 #              covers the window and the registration of every buffer is out of the measurement),
-#              ROWS (default "rc_lat rc_bw64k rc_bw1m ud_lat") to run a subset
+#              ROWS (default "rc_lat rc_bw64k rc_bw1m ud_lat") to run a subset,
+#              RUCX_VARIANTS="NAME=path ..." more perftest builds alternating with it in the same
+#              boot (rows rucxNAME_tm_on / rucxNAME_tm_off, or rucxNAME on ud)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,6 +43,16 @@ if [[ -z "${RUCX_PERFTEST:-}" ]]; then
 fi
 WORK="$(mktemp -d /tmp/rdma-vm-tag.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
+VARIANT_NAMES=""
+VARIANT_FILES=()
+for nv in ${RUCX_VARIANTS:-}; do
+    name=${nv%%=*}
+    [[ "$name" =~ ^[A-Za-z0-9]+$ && -x "${nv#*=}" ]] ||
+        { echo "RUCX_VARIANTS: '$nv' is not NAME=executable" >&2; exit 1; }
+    cp "${nv#*=}" "$WORK/perftest$name"
+    VARIANT_NAMES+=" $name"
+    VARIANT_FILES+=(-f "$WORK/perftest$name")
+done
 cat >"$WORK/compare.sh" <<EOF
 #!/bin/bash
 UCX_RC="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:1"
@@ -88,11 +100,15 @@ for rep in \$(seq 1 $REPS); do
         esac
         if [ \$row = ud_lat ]; then
             run "\$row/ucx" "\$UCX_UD" ucx_perftest "\${a[@]}"
-            run "\$row/rucx" "\$RUCX_UD" perftest "\${a[@]}"
+            for v in "" $VARIANT_NAMES; do
+                run "\$row/rucx\$v" "\$RUCX_UD" perftest\$v "\${a[@]}"
+            done
         else
             run "\$row/ucx" "\$UCX_RC" ucx_perftest "\${a[@]}"
-            run "\$row/rucx_tm_on" "\$RUCX_ON" perftest "\${a[@]}"
-            run "\$row/rucx_tm_off" "\$RUCX_OFF" perftest "\${a[@]}"
+            for v in "" $VARIANT_NAMES; do
+                run "\$row/rucx\${v}_tm_on" "\$RUCX_ON" perftest\$v "\${a[@]}"
+                run "\$row/rucx\${v}_tm_off" "\$RUCX_OFF" perftest\$v "\${a[@]}"
+            done
         fi
     done
 done
@@ -100,7 +116,7 @@ EOF
 chmod +x "$WORK/compare.sh"
 cp "$RUCX_PERFTEST" "$WORK/perftest"
 echo "host load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$HERE/run.sh" -t "${VM_TIMEOUT:-5400}" -f "$WORK/perftest" -f "$HERE/listen-port.sh" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
+"$HERE/run.sh" -t "${VM_TIMEOUT:-5400}" -f "$WORK/perftest" "${VARIANT_FILES[@]}" -f "$HERE/listen-port.sh" -f "$WORK/compare.sh" -- compare.sh | tee "$WORK/out"
 echo "host load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "=== tag matching over RDMA in the Soft-RoCE VM, medians of $REPS runs"
@@ -131,6 +147,7 @@ for row, (col, unit, better) in spec.items():
     for s in systems:
         if s != "ucx" and base:
             print(f"{row}: ratio {s}/ucx {meds[s] / base:.2f} ({better} is better)")
-    if "rucx_tm_on" in meds and "rucx_tm_off" in meds and meds["rucx_tm_off"]:
-        print(f"{row}: ratio rucx offload on/off {meds['rucx_tm_on'] / meds['rucx_tm_off']:.2f}")
+    for s in systems:
+        if s.endswith("_tm_on") and meds.get(s[:-3] + "off"):
+            print(f"{row}: ratio {s[:-6]} offload on/off {meds[s] / meds[s[:-3] + 'off']:.2f}")
 PY

@@ -134,9 +134,18 @@ pub const RNR_RETRY_COUNT: ConfigVar = ConfigVar {
     doc: "RC receiver-not-ready retries (0-7, 7 means unlimited)",
 };
 
+/// `RUCX_RC_TM_RNDV_SPLIT`: tag-offload rendezvous at least this long are split between the
+/// receiver's RDMA READ of the head and the sender's RDMA WRITE of the tail.
+pub const TM_RNDV_SPLIT: ConfigVar = ConfigVar {
+    name: "RC_TM_RNDV_SPLIT",
+    default: "64k",
+    doc: "tag-offload rendezvous of at least this size are moved half by the receiver's RDMA \
+          READ, half by the sender's RDMA WRITE (inf: READ only)",
+};
+
 /// Every rc_verbs configuration variable, registered with `ucs::config::register` when the
 /// transport is queried or opened (so the unknown-variable check knows them).
-pub static RC_VERBS_VARS: [ConfigVar; 11] = [
+pub static RC_VERBS_VARS: [ConfigVar; 12] = [
     GID_INDEX,
     TX_QUEUE_LEN,
     RX_QUEUE_LEN,
@@ -148,6 +157,7 @@ pub static RC_VERBS_VARS: [ConfigVar; 11] = [
     TIMEOUT,
     RETRY_COUNT,
     RNR_RETRY_COUNT,
+    TM_RNDV_SPLIT,
 ];
 
 pub(crate) fn uint_var(v: &ConfigVar, min: u64, max: u64) -> Result<u64> {
@@ -176,6 +186,8 @@ pub(crate) struct RcConfig {
     pub timeout: u8,
     pub retry_count: u8,
     pub rnr_retry: u8,
+    /// Shortest tag-offload rendezvous that is split (`u64::MAX`: none).
+    pub tm_split: u64,
 }
 
 impl RcConfig {
@@ -199,6 +211,7 @@ impl RcConfig {
             timeout: ib_timeout_exponent(TIMEOUT.duration()?),
             retry_count: uint_var(&RETRY_COUNT, 0, 7)? as u8,
             rnr_retry: uint_var(&RNR_RETRY_COUNT, 0, 7)? as u8,
+            tm_split: TM_RNDV_SPLIT.size()?.bytes(),
         })
     }
 }

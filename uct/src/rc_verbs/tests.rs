@@ -27,6 +27,7 @@ fn cfg() -> RcConfig {
         timeout: ib_timeout_exponent(Duration::from_millis(20)),
         retry_count: 2,
         rnr_retry: 7,
+        tm_split: 4096,
     }
 }
 

@@ -4,7 +4,7 @@
 //! RDMA READ straight into the posted buffer.
 //!
 //! - **Wire** ([`wire`]): tagged messages are RC sends on the endpoint's queue pair, in order
-//!   with its active messages, with a transport-private id byte (`0xe0`..`0xe2`) and a header;
+//!   with its active messages, with a transport-private id byte (`0xe0`..`0xe4`) and a header;
 //!   they carry receive credits in their immediate data like every active message.
 //! - **Posted receives** ([`PostedRecvs`], shared with any transport that matches in software)
 //!   wait in posting order; a tagged message takes the first one whose tag matches under its
@@ -23,6 +23,18 @@
 //!   every `tag_rndv_request`) goes to `tag_unexp_rndv` with the sender's address and a packed
 //!   rc_verbs rkey, so the layer above can read the data itself and `tag_rndv_cancel` the
 //!   sender's operation.
+//! - **Split rendezvous**: a matched rendezvous of at least `RUCX_RC_TM_RNDV_SPLIT` bytes
+//!   (default 64k; `inf` turns it off) into a one-piece buffer, when the endpoint has two send
+//!   slots and a credit, is moved in two halves at once: the receiver asks the sender
+//!   ([`wire::PutReqHdr`]) to RDMA-WRITE the tail (from the first page boundary at or below
+//!   the middle) into the posted buffer and READs the head itself; the sender posts the
+//!   WRITE and then its report ([`wire::PutDoneHdr`], which RC delivers after the written
+//!   data). The receive completes, and the acknowledgement goes, when the READ has completed
+//!   and the report has come. A software RDMA device (rxe) does a READ's work on the reader's
+//!   side (the responder runs from the READ request's arrival) and a WRITE's on the writer's,
+//!   in its `ibv_post_send`: on one host the two halves are copied by two CPUs in parallel,
+//!   where a whole READ keeps one busy. A sender that no longer has the operation (canceled)
+//!   writes nothing and reports failure; the receive then fails with `RemoteAccess`.
 //! - **Back-pressure**: a READ or acknowledgement that finds no send slot (or no credit) waits
 //!   in a queue retried from progress; nothing is dropped.
 //! - **Failures**: a failed endpoint completes its READs (receive with the endpoint's error)
@@ -89,11 +101,14 @@ use crate::ep::TagRecvId;
 use crate::iface::{EventSink, RndvRemote, TagRecvCancel};
 use crate::md::Iov;
 use crate::tag_posted::recv_result;
-use state::Read;
+use state::{Read, RecvBuf};
 use std::cell::RefCell;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
-use wire::{AckHdr, EagerHdr, RndvHdr, ACK_OK, ID_TAG_ACK, ID_TAG_EAGER, ID_TAG_RNDV};
+use wire::{
+    AckHdr, EagerHdr, PutDoneHdr, PutReqHdr, RndvHdr, ACK_FAILED, ACK_OK, ID_TAG_ACK, ID_TAG_EAGER,
+    ID_TAG_PUT_DONE, ID_TAG_PUT_REQ, ID_TAG_RNDV,
+};
 
 impl Inner {
     /// Posts the READ of matched rendezvous `slot`, or queues it when the endpoint has no send
@@ -103,7 +118,7 @@ impl Inner {
             return;
         };
         let (key, gen, addr, rkey) = (r.key, r.gen, r.addr, r.rkey);
-        let want = r.length.min(r.buf.capacity());
+        let want = r.length.min(r.buf.capacity()) - r.put;
         let mut sges = [ibv_sge::default(); RECV_MAX_IOV];
         let n = r.buf.read_sges(want, &mut sges);
         let state = match self.ep(key, gen) {
@@ -140,10 +155,22 @@ impl Inner {
 
     /// Finishes matched rendezvous `slot` (its READ completed, failed, or had nothing to
     /// read): queues the receive's completion and, on success, the acknowledgement.
-    pub(super) fn tag_read_finish(&mut self, slot: usize, err: Option<Error>) {
-        let Some(r) = self.tag.reads.try_remove(slot) else {
+    pub(super) fn tag_read_finish(&mut self, slot: usize, mut err: Option<Error>) {
+        let Some(r) = self.tag.reads.get_mut(slot) else {
             return;
         };
+        if err.is_none() {
+            if r.waiting_put {
+                r.read_done = true;
+                return;
+            }
+            if r.put_failed {
+                err = Some(Error::RemoteAccess(
+                    "the sender could not write its part of the rendezvous".into(),
+                ));
+            }
+        }
+        let r = self.tag.reads.remove(slot);
         let res = match err {
             Some(e) => Err(e),
             None => {
@@ -192,6 +219,127 @@ impl Inner {
         }
     }
 
+    /// How many bytes at the end of matched rendezvous of `want` bytes into `buf` on endpoint
+    /// `key`/`gen` the sender should write (0: the READ takes it all). Split when the
+    /// rendezvous is at least `RUCX_RC_TM_RNDV_SPLIT` long, the buffer is one piece and the
+    /// write request can go now (a send slot for it and one for the READ, and a credit).
+    fn tag_split_len(&mut self, key: usize, gen: u16, want: usize, buf: &RecvBuf) -> usize {
+        if (want as u64) < self.cfg.tm_split || buf.n != 1 {
+            return 0;
+        }
+        match self.ep(key, gen) {
+            Some(ep) if ep.failed.is_none() && ep.sq_avail >= 2 && ep.am_credits() > 0 => {}
+            _ => return 0,
+        }
+        // The head ends on a page boundary (READ responses then fill whole pages).
+        let head = (want / 2) & !4095;
+        if head == 0 {
+            0
+        } else {
+            want - head
+        }
+    }
+
+    /// Asks the sender of matched rendezvous `slot` to write the last `put` bytes (the
+    /// resources were checked by [`Self::tag_split_len`]).
+    fn tag_send_put_req(&mut self, slot: usize) -> Result<()> {
+        let Some(r) = self.tag.reads.get(slot) else {
+            return Ok(());
+        };
+        let head = r.length.min(r.buf.capacity()) - r.put;
+        let h = PutReqHdr {
+            op_id: r.op_id,
+            offset: head as u64,
+            length: r.put as u64,
+            addr: r.buf.sges[0].addr + head as u64,
+            rkey: r.buf.rkey0,
+            slot: slot as u32,
+        };
+        let key = r.key;
+        let b = h.encode();
+        self.post_inline_am(key, &b)
+    }
+
+    /// Posts `msg` inline as an active message on `key` (the caller checked slot and credit).
+    fn post_inline_am(&mut self, key: usize, msg: &[u8]) -> Result<()> {
+        let mut sge = ibv_sge {
+            addr: msg.as_ptr() as u64,
+            length: msg.len() as u32,
+            lkey: 0,
+        };
+        let mut wr = ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            send_flags: ffi::IBV_SEND_INLINE,
+            ..Default::default()
+        };
+        self.post_am(key, &mut wr, TxKind::Plain, false)
+    }
+
+    /// As the sender, writes the tail a receiver asked for and reports it, or reports that it
+    /// cannot; `false` when the endpoint has no two send slots and a credit now (retry later).
+    fn tag_try_put(&mut self, key: usize, gen: u16, h: PutReqHdr) -> bool {
+        match self.ep(key, gen) {
+            Some(ep) if ep.failed.is_none() => {
+                if ep.sq_avail < 2 || ep.am_credits() == 0 {
+                    return false;
+                }
+            }
+            _ => return true,
+        }
+        let src = self
+            .tag
+            .op(h.op_id, key, gen)
+            .filter(|o| h.offset + h.length <= o.len && h.length > 0)
+            .map(|o| (o.addr + h.offset, o.lkey));
+        let mut status = ACK_FAILED;
+        if let Some((addr, lkey)) = src {
+            let mut sge = ibv_sge {
+                addr,
+                length: h.length as u32,
+                lkey,
+            };
+            let mut wr = ibv_send_wr {
+                sg_list: &mut sge,
+                num_sge: 1,
+                opcode: ffi::IBV_WR_RDMA_WRITE,
+                ..Default::default()
+            };
+            wr.set_rdma(h.addr, h.rkey);
+            if let Err(e) = self.post(key, &mut wr, TxKind::Plain, false) {
+                self.fail_ep(key, e);
+                return true;
+            }
+            status = ACK_OK;
+        }
+        let done = PutDoneHdr {
+            op_id: h.op_id,
+            slot: h.slot,
+            status,
+        }
+        .encode();
+        if let Err(e) = self.post_inline_am(key, &done) {
+            self.fail_ep(key, e);
+        }
+        true
+    }
+
+    /// As the receiver, the sender's report on the tail of matched rendezvous `h.slot`.
+    fn tag_put_done(&mut self, key: usize, gen: u16, h: PutDoneHdr) {
+        let slot = h.slot as usize;
+        let Some(r) = self.tag.reads.get_mut(slot) else {
+            return;
+        };
+        if r.op_id != h.op_id || r.key != key || r.gen != gen || !r.waiting_put {
+            return;
+        }
+        r.waiting_put = false;
+        r.put_failed = h.status != ACK_OK;
+        if r.read_done {
+            self.tag_read_finish(slot, None);
+        }
+    }
+
     /// Retries the READs and acknowledgements that waited for send resources (one pass).
     fn tag_retry(&mut self) {
         for _ in 0..self.tag.reads_waiting.len() {
@@ -205,6 +353,14 @@ impl Inner {
                 break;
             };
             self.tag_send_ack(key, gen, ack);
+        }
+        for _ in 0..self.tag.puts_owed.len() {
+            let Some((key, gen, h)) = self.tag.puts_owed.pop_front() else {
+                break;
+            };
+            if !self.tag_try_put(key, gen, h) {
+                self.tag.puts_owed.push_back((key, gen, h));
+            }
         }
     }
 
@@ -221,8 +377,21 @@ impl Inner {
             !mine
         });
         t.acks_owed.retain(|a| !(a.0 == key && a.1 == gen));
+        t.puts_owed.retain(|a| !(a.0 == key && a.1 == gen));
         if !t.reads_waiting.is_empty() {
             self.eps_attention = true;
+        }
+        // Split rendezvous whose READ completed wait for a report that will not come.
+        let mut stuck = [0usize; MAX_POSTED];
+        let mut n = 0;
+        for (slot, r) in self.tag.reads.iter() {
+            if r.key == key && r.gen == gen && r.read_done && n < MAX_POSTED {
+                stuck[n] = slot;
+                n += 1;
+            }
+        }
+        for &slot in &stuck[..n] {
+            self.tag_read_finish(slot, Some(err.clone()));
         }
     }
 
@@ -231,6 +400,7 @@ impl Inner {
     pub(super) fn tag_ep_gone(&mut self, key: usize, gen: u16) {
         self.tag.ops.retain(|_, o| !(o.key == key && o.gen == gen));
         self.tag.acks_owed.retain(|a| !(a.0 == key && a.1 == gen));
+        self.tag.puts_owed.retain(|a| !(a.0 == key && a.1 == gen));
         let mut gone = [0usize; MAX_POSTED];
         let mut n = 0;
         for (slot, r) in self.tag.reads.iter() {
@@ -266,6 +436,18 @@ impl RcVerbsIface {
             ID_TAG_EAGER => self.tag_eager_arrived(data, sink),
             ID_TAG_RNDV => self.tag_rndv_arrived(key, gen, data, sink),
             ID_TAG_ACK => self.tag_ack_arrived(key, gen, data, sink),
+            ID_TAG_PUT_REQ => PutReqHdr::decode(data).map(|h| {
+                let mut inner = self.inner.borrow_mut();
+                if !inner.tag_try_put(key, gen, h) {
+                    inner.tag.puts_owed.push_back((key, gen, h));
+                    inner.eps_attention = true;
+                }
+                0
+            }),
+            ID_TAG_PUT_DONE => PutDoneHdr::decode(data).map(|h| {
+                self.inner.borrow_mut().tag_put_done(key, gen, h);
+                0
+            }),
             id => Err(Error::Wire(format!("unknown rc_verbs message id {id:#x}"))),
         };
         r.unwrap_or_else(|e| {
@@ -302,6 +484,8 @@ impl RcVerbsIface {
             let mut g = self.inner.borrow_mut();
             let inner = &mut *g;
             if let Some(p) = inner.tag.posted.take_match(h.tag) {
+                let want = length.min(p.buf.capacity());
+                let put = inner.tag_split_len(key, gen, want, &p.buf);
                 let slot = inner.tag.reads.insert(Read {
                     ctx: p.ctx,
                     tag: h.tag,
@@ -312,7 +496,18 @@ impl RcVerbsIface {
                     key,
                     gen,
                     buf: p.buf,
+                    put,
+                    waiting_put: put > 0,
+                    read_done: false,
+                    put_failed: false,
                 });
+                if put > 0 {
+                    if let Err(e) = inner.tag_send_put_req(slot) {
+                        inner.fail_ep(key, e.clone());
+                        inner.tag_read_finish(slot, Some(e));
+                        return Ok(0);
+                    }
+                }
                 inner.tag_start_read(slot);
                 return Ok(0);
             }

@@ -211,7 +211,8 @@ impl RcVerbsEp {
         };
         check_len(header.len(), max_hdr)?;
         check_len(v.len(), max_len)?;
-        let rkey = mem_of(v.memh(), md_name)?.rkey();
+        let mem = mem_of(v.memh(), md_name)?;
+        let (rkey, lkey) = (mem.rkey(), mem.lkey());
         let slot = {
             let mut inner = self.inner.borrow_mut();
             if inner.tag.ops.len() >= MAX_RNDV_OPS {
@@ -224,6 +225,9 @@ impl RcVerbsEp {
                 comp,
                 key: self.key,
                 gen: self.gen,
+                addr: v.ptr() as u64,
+                len: v.len() as u64,
+                lkey,
                 _keep: v.memh().clone(),
             })
         };

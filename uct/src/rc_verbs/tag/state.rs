@@ -3,7 +3,7 @@
 //! progress owes. What the interface's shared state holds; the operations on it are in
 //! `tag/mod.rs` (receiving side) and `tag/send.rs` (sending side).
 
-use super::wire::AckHdr;
+use super::wire::{AckHdr, PutReqHdr};
 use crate::ep::{CompletionId, TagRecvId};
 use crate::md::{Iov, MemHandle};
 use crate::rc_verbs::ffi::ibv_sge;
@@ -32,6 +32,8 @@ pub(super) type TagDone = (TagRecvId, u64, u64, usize, Result<()>);
 pub(crate) struct RecvBuf {
     pub(super) n: usize,
     pub(super) sges: [ibv_sge; RECV_MAX_IOV],
+    /// Remote key of the first piece (for the sender's write of a split rendezvous).
+    pub(super) rkey0: u32,
     pub(super) _keep: [Option<MemHandle>; RECV_MAX_IOV],
 }
 
@@ -46,6 +48,7 @@ impl RecvBuf {
         let mut b = RecvBuf {
             n: iov.len(),
             sges: [ibv_sge::default(); RECV_MAX_IOV],
+            rkey0: 0,
             _keep: Default::default(),
         };
         for (i, v) in iov.iter().enumerate() {
@@ -57,6 +60,9 @@ impl RecvBuf {
                 })?,
                 lkey: mem.lkey(),
             };
+            if i == 0 {
+                b.rkey0 = mem.rkey();
+            }
             b._keep[i] = Some(v.memh().clone());
         }
         Ok(b)
@@ -104,7 +110,9 @@ impl RecvBuf {
     }
 }
 
-/// A matched rendezvous: the READ into a posted receive, posted or waiting for a send slot.
+/// A matched rendezvous: the READ into a posted receive, posted or waiting for a send slot;
+/// when split, the sender writes the last `put` bytes and the receive completes once the READ
+/// has completed and the sender's [`super::wire::PutDoneHdr`] has come.
 pub(super) struct Read {
     pub(super) ctx: TagRecvId,
     pub(super) tag: u64,
@@ -115,6 +123,14 @@ pub(super) struct Read {
     pub(super) key: usize,
     pub(super) gen: u16,
     pub(super) buf: RecvBuf,
+    /// Bytes at the end that the sender writes (0: not split).
+    pub(super) put: usize,
+    /// The sender's report on the write has not come yet.
+    pub(super) waiting_put: bool,
+    /// The READ completed (the receive waits for the sender's report).
+    pub(super) read_done: bool,
+    /// The sender reported that it could not write.
+    pub(super) put_failed: bool,
 }
 
 /// A sender's outstanding rendezvous.
@@ -123,6 +139,10 @@ pub(super) struct RndvOp {
     pub(super) comp: CompletionId,
     pub(super) key: usize,
     pub(super) gen: u16,
+    /// The data (address, length, local key), for the tail a receiver asks us to write.
+    pub(super) addr: u64,
+    pub(super) len: u64,
+    pub(super) lkey: u32,
     /// Keeps the data's registration while the receiver may read it.
     pub(super) _keep: MemHandle,
 }
@@ -135,6 +155,8 @@ pub(crate) struct TagState {
     pub(super) reads_waiting: VecDeque<usize>,
     /// Acknowledgements that found no send slot or credit: `(endpoint, generation, ack)`.
     pub(super) acks_owed: VecDeque<(usize, u16, AckHdr)>,
+    /// Write requests of split rendezvous (as a sender) that found no send slot or credit.
+    pub(super) puts_owed: VecDeque<(usize, u16, PutReqHdr)>,
     /// Receive completions to report from progress (canceled receives, failed READs).
     pub(super) done: VecDeque<TagDone>,
     /// Sender completions to report from progress (rendezvous of failed endpoints).
@@ -150,6 +172,7 @@ impl TagState {
             reads: slab::Slab::with_capacity(MAX_POSTED),
             reads_waiting: VecDeque::with_capacity(MAX_POSTED),
             acks_owed: VecDeque::with_capacity(MAX_POSTED),
+            puts_owed: VecDeque::with_capacity(MAX_POSTED),
             done: VecDeque::with_capacity(MAX_POSTED),
             comps: VecDeque::with_capacity(64),
             ops: slab::Slab::with_capacity(256),
@@ -163,6 +186,7 @@ impl TagState {
             || !self.comps.is_empty()
             || !self.reads_waiting.is_empty()
             || !self.acks_owed.is_empty()
+            || !self.puts_owed.is_empty()
     }
 
     /// `tag_recv_zcopy` (seam 1 of the module docs).
@@ -210,6 +234,14 @@ impl TagState {
     pub(super) fn op_id(&mut self, slot: usize) -> u64 {
         self.op_seq = self.op_seq.wrapping_add(1);
         (self.op_seq << OP_SLOT_BITS) | (slot as u64 + 1)
+    }
+
+    /// The operation `id` of endpoint `key`/`gen`.
+    pub(super) fn op(&self, id: u64, key: usize, gen: u16) -> Option<&RndvOp> {
+        let slot = ((id & OP_SLOT_MASK) as usize).checked_sub(1)?;
+        self.ops
+            .get(slot)
+            .filter(|o| o.id == id && o.key == key && o.gen == gen)
     }
 
     /// Takes the operation `id` of endpoint `key`/`gen` out of the table.

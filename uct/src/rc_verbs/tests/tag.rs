@@ -169,3 +169,84 @@ fn sender_death_fails_the_matched_receive() {
     });
     assert_eq!(s2.base.errors[0].0, b.id());
 }
+
+/// Sends `n` bytes by tag rendezvous from `a` (on `i1`) into a one-piece receive of `cap`
+/// bytes on `i2`; with the tests' `tm_split` of 4 KiB the receiver reads the head and the
+/// sender writes the tail. Gives the receive's result and what landed in the buffer.
+fn split_rendezvous(n: usize, cap: usize, cancel: bool) -> Option<(usize, Result<()>, Vec<u8>)> {
+    let dev = device()?;
+    let (md, mut i1, mut i2, mut a, _b) = two_sides(&dev);
+    let src = md.mem_alloc(n).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i * 13 + 5) as u8).collect();
+    src.write(0, &data).unwrap();
+    let dst = md.mem_alloc(cap + 64).unwrap();
+    dst.write(0, &vec![0xee; cap + 64]).unwrap();
+    let s_iov = [Iov::whole(&src)];
+    let op = match a.tag_rndv_zcopy(6, b"h", &s_iov, CompletionId(3)).unwrap() {
+        Outcome::Done(op) => op,
+        other => panic!("rendezvous start gave {other:?}"),
+    };
+    if cancel {
+        a.tag_rndv_cancel(op).unwrap();
+    }
+    let iov = [Iov::new(&dst, 0, cap).unwrap()];
+    let r = i2.tag_recv_zcopy(6, u64::MAX, &iov, TagRecvId(4)).unwrap();
+    assert_eq!(r, Outcome::InProgress);
+    let (mut s1, mut s2) = (TagSink::default(), TagSink::default());
+    let start = Instant::now();
+    while s2.done.is_empty() || (!cancel && s1.base.comps.is_empty()) {
+        i1.progress(&mut s1);
+        i2.progress(&mut s2);
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "split rendezvous"
+        );
+    }
+    if cancel {
+        assert!(s1.base.comps.is_empty(), "a canceled rendezvous completed");
+    } else {
+        assert_eq!(s1.base.comps, vec![(3, Ok(0))]);
+    }
+    let (ctx, tag, len, res) = s2.done.pop().unwrap();
+    assert_eq!((ctx, tag), (TagRecvId(4), 6));
+    let mut got = vec![0u8; cap + 64];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got[cap..], vec![0xee; 64][..], "written past the buffer");
+    if res.is_ok() || matches!(res, Err(Error::Truncated { .. })) {
+        let k = n.min(cap);
+        assert!(got[..k] == data[..k], "the data differ");
+    }
+    Some((len, res, got))
+}
+
+#[test]
+fn split_rendezvous_delivers_head_and_tail() {
+    let Some((len, res, _)) = split_rendezvous(300_001, 300_001, false) else {
+        return;
+    };
+    assert_eq!(len, 300_001);
+    assert!(res.is_ok(), "{res:?}");
+}
+
+#[test]
+fn split_rendezvous_into_a_smaller_buffer_truncates() {
+    let Some((len, res, _)) = split_rendezvous(200_000, 70_000, false) else {
+        return;
+    };
+    assert_eq!(len, 200_000);
+    assert!(matches!(res, Err(Error::Truncated { .. })), "{res:?}");
+}
+
+#[test]
+fn split_rendezvous_of_a_canceled_send_fails_the_receive() {
+    // The sender no longer knows the operation: it writes nothing and reports so.
+    let Some((_, res, got)) = split_rendezvous(100_000, 100_000, true) else {
+        return;
+    };
+    assert!(matches!(res, Err(Error::RemoteAccess(_))), "{res:?}");
+    assert_eq!(
+        got[60_000..100_000],
+        vec![0xee; 40_000][..],
+        "the tail was written"
+    );
+}
