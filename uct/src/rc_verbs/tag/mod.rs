@@ -203,18 +203,7 @@ impl Inner {
             return;
         }
         let b = ack.encode();
-        let mut sge = ibv_sge {
-            addr: b.as_ptr() as u64,
-            length: b.len() as u32,
-            lkey: 0,
-        };
-        let mut wr = ibv_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            send_flags: ffi::IBV_SEND_INLINE,
-            ..Default::default()
-        };
-        if let Err(e) = self.post_am(key, &mut wr, TxKind::Plain, false) {
+        if let Err(e) = self.post_inline_am(key, &b) {
             self.fail_ep(key, e);
         }
     }
