@@ -1,6 +1,7 @@
 //! A ucp sender that outruns its receiver over shared memory allocates nothing once warm: a
 //! counting global allocator (counting this thread only) watches sends meet a full FIFO, queue
-//! as pending requests and be retried by the sender's progress calls.
+//! as pending requests and be retried by the sender's progress calls (tagged messages and
+//! active messages).
 
 use std::sync::atomic::Ordering;
 use ucp::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker, TAG_MASK_EXACT};
@@ -9,12 +10,16 @@ use ucs::testing::{CountingAlloc, ALLOCS, COUNTING};
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
 
+/// The allocation count is one for the process: the tests take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A sender that outruns its receiver over shared memory: the FIFO fills, later sends queue
 /// as pending requests, and the sender's progress calls retry them while the FIFO stays full.
 /// None of that allocates once warm (the retries used to build a fresh endpoint list on every
 /// progress call).
 #[test]
 fn ucp_alloc_back_pressure_over_posix_allocates_nothing_when_warm() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = UcpConfig {
         tls: vec!["posix".into()],
         keepalive_interval: None,
@@ -91,4 +96,145 @@ fn ucp_alloc_back_pressure_over_posix_allocates_nothing_when_warm() {
     let allocs = ALLOCS.load(Ordering::SeqCst) - before;
     assert!(pending > 0, "no send met back-pressure");
     assert_eq!(allocs, 0, "allocations while sends waited on a full FIFO");
+}
+
+/// Eager active messages meet the same back-pressure: a send the FIFO cannot take is a
+/// request that finishes when the message has gone out (not a copy reported sent at once and
+/// queued without bound), so a sender that keeps at most `WINDOW` sends outstanding (as
+/// ucx_perftest's `ucp_am_bw` keeps 32) waits for its receiver. The receiver gets every message
+/// once and in order, and none of it allocates once warm.
+#[test]
+fn ucp_am_back_pressure_gives_requests_and_allocates_nothing_when_warm() {
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+    use std::rc::Rc;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = UcpConfig {
+        tls: vec!["posix".into()],
+        keepalive_interval: None,
+        ..Default::default()
+    };
+    let ctx = Context::new(ContextParams {
+        features: Features::AM,
+        config: Some(cfg),
+    })
+    .unwrap();
+    let mut a = Worker::new(&ctx).unwrap();
+    let mut b = Worker::new(&ctx).unwrap();
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    const BURST: usize = 2000;
+    const WINDOW: usize = 32;
+    const ID: u16 = 9;
+    // What the handler got: (header byte, data word), and the data buffers to give back.
+    type Got = (Vec<(u8, u64)>, Vec<Vec<u8>>);
+    let got: Rc<RefCell<Got>> = Rc::new(RefCell::new((
+        Vec::with_capacity(BURST),
+        Vec::with_capacity(BURST),
+    )));
+    let g = got.clone();
+    b.am_set_handler(ID, move |_ep, hdr, data| {
+        let mut g = g.borrow_mut();
+        let word = u64::from_le_bytes(data[..8].try_into().unwrap());
+        g.0.push((hdr[0], word));
+        g.1.push(data);
+    });
+    let drain = |b: &mut Worker, got: &RefCell<Got>| {
+        b.progress();
+        let mut g = got.borrow_mut();
+        while let Some(d) = g.1.pop() {
+            b.am_data_release(d);
+        }
+    };
+    let mut sbufs: Vec<Vec<u8>> = (0..WINDOW + 1).map(|_| vec![0u8; 8]).collect();
+    let mut sends = VecDeque::with_capacity(WINDOW + 1);
+    let mut seq = 0u64;
+    // Sends BURST messages; gives how many met back-pressure and how often the sender had to
+    // wait for its receiver.
+    let mut round = |a: &mut Worker, b: &mut Worker| -> (usize, usize) {
+        let first = seq;
+        let mut pending = 0;
+        let mut waited = 0;
+        for _ in 0..BURST {
+            let mut v = sbufs.pop().unwrap();
+            v.copy_from_slice(&seq.to_le_bytes());
+            match a.am_send_vec(ab, ID, &[seq as u8], v).unwrap() {
+                Op::Done(c) => sbufs.push(c.buf.unwrap()),
+                Op::Pending(r) => {
+                    sends.push_back(r);
+                    pending += 1;
+                }
+            }
+            seq += 1;
+            if sends.len() == WINDOW {
+                // The sender alone may still move the oldest (its view of the FIFO's free
+                // room can be stale); when it cannot, only the receiver frees it.
+                for _ in 0..50 {
+                    a.progress();
+                }
+                let mut r = sends.pop_front().unwrap();
+                r = match a.request_take(r) {
+                    Ok(c) => {
+                        assert!(c.status.is_ok(), "{c:?}");
+                        sbufs.push(c.buf.unwrap());
+                        continue;
+                    }
+                    Err(back) => back,
+                };
+                waited += 1;
+                let c = loop {
+                    match a.request_take(r) {
+                        Ok(c) => break c,
+                        Err(back) => r = back,
+                    }
+                    drain(b, &got);
+                    a.progress();
+                };
+                assert!(c.status.is_ok(), "{c:?}");
+                sbufs.push(c.buf.unwrap());
+            }
+        }
+        while let Some(mut r) = sends.pop_front() {
+            let c = loop {
+                match a.request_take(r) {
+                    Ok(c) => break c,
+                    Err(back) => r = back,
+                }
+                drain(b, &got);
+                a.progress();
+            };
+            assert!(c.status.is_ok(), "{c:?}");
+            sbufs.push(c.buf.unwrap());
+        }
+        for _ in 0..1_000_000 {
+            if got.borrow().0.len() >= BURST {
+                break;
+            }
+            drain(b, &got);
+            a.progress();
+        }
+        let mut g = got.borrow_mut();
+        assert_eq!(g.0.len(), BURST, "messages delivered twice");
+        for (i, &(h, word)) in g.0.iter().enumerate() {
+            let want = first + i as u64;
+            assert_eq!((h, word), (want as u8, want), "message {i} of the round");
+        }
+        g.0.clear();
+        (pending, waited)
+    };
+    for _ in 0..3 {
+        round(&mut a, &mut b);
+    }
+    let before = ALLOCS.load(Ordering::SeqCst);
+    COUNTING.with(|c| c.set(true));
+    let (mut pending, mut waited) = (0, 0);
+    for _ in 0..3 {
+        let (p, w) = round(&mut a, &mut b);
+        pending += p;
+        waited += w;
+    }
+    COUNTING.with(|c| c.set(false));
+    let allocs = ALLOCS.load(Ordering::SeqCst) - before;
+    assert!(pending > 0, "no active message met back-pressure");
+    assert!(waited > 0, "the sender never had to wait for its receiver");
+    assert_eq!(allocs, 0, "allocations while active messages waited on a full FIFO");
 }

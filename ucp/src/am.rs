@@ -16,7 +16,10 @@ use crate::request::Op;
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
 use crate::wireup::ProtoConfig;
 use crate::worker::ep::connecting;
-use crate::worker::req::{zeroed_buf, SendData};
+use crate::worker::ep::Stamp;
+use crate::worker::pending::am_send;
+use crate::worker::req::{zeroed_buf, Req, ReqKind, SendData, SendStage};
+use ucs::Outcome;
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
@@ -134,6 +137,43 @@ impl State {
         self.short2_now(idx, am_id::USER_AM, word, &g[..n], fits)
     }
 
+    /// Sends eager active message `key` (queued by [`State::am_send`]) whatever is queued
+    /// behind it: the user header is taken from the request when it goes out. Gives false on
+    /// back-pressure.
+    pub(crate) fn am_eager_step(&mut self, key: usize) -> Result<bool> {
+        let idx = self.req_ep(key)?;
+        let uuid = self.worker_uuid().to_le_bytes();
+        let now = self.now();
+        let mut head = self.get_buf();
+        if let Some(Some((id, header))) = self.send_mut(key).rndv.as_deref().map(|r| &r.am) {
+            let hdr_len = header.len() as u32;
+            head.extend_from_slice(&UserAmHdr { id: *id, hdr_len }.encode());
+            head.extend_from_slice(header);
+        }
+        let r = match self.am_lane_and_req(idx, key) {
+            Ok((lane, Req { kind: ReqKind::Send(s), .. })) => {
+                let out = am_send(lane.uep, lane.attr, am_id::USER_AM, &[&uuid, &head, &s.data]);
+                if matches!(out, Ok(o) if o != Outcome::NoResource) {
+                    *lane.last_tx = Stamp::of(now);
+                }
+                out.map(|o| o != Outcome::NoResource)
+            }
+            Ok(_) => Ok(true),
+            Err(e) => Err(e),
+        };
+        self.put_buf(head);
+        if r? {
+            // The header's buffer goes back to the pool (the rendezvous box drops what it holds).
+            let kept = self.send_mut(key).rndv.as_deref_mut().and_then(|r| r.am.take());
+            if let Some((_, h)) = kept {
+                self.put_buf(h);
+            }
+            self.finish(key, Ok(()));
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     /// [`State::am_send_short`] kept out of line (for [`Worker::am_send_short`]).
     #[inline(never)]
     fn am_send_short_out(
@@ -174,10 +214,21 @@ impl State {
             let mut head = self.get_buf();
             head.extend_from_slice(&UserAmHdr { id, hdr_len: hlen }.encode());
             head.extend_from_slice(header);
-            let r = self.send_ctl2(idx, am_id::USER_AM, &head, data.as_slice());
+            let r = self.send_ctl2_now(idx, am_id::USER_AM, &head, data.as_slice());
             self.put_buf(head);
-            r?;
-            return Ok(data.sent_at_once(0));
+            if r? {
+                return Ok(data.sent_at_once(0));
+            }
+            // Back-pressure, sends queued before it, or still connecting: a request that
+            // finishes when the message has gone out (so a client that waits for its sends
+            // waits for the receiver, instead of queueing without bound).
+            let key = self.new_send(idx, 0, data, false);
+            let mut kept = self.get_buf();
+            kept.extend_from_slice(header);
+            self.send_rndv(key).am = Some((id, kept));
+            self.send_mut(key).stage = SendStage::AmEager;
+            self.queue_req(idx, key);
+            return Ok(self.op_of(key));
         }
         if header.len() + 64 > proto.bcopy_single_max {
             return Err(Error::MessageTooLong {

@@ -39,6 +39,9 @@ pub(crate) enum SendStage {
     Rndv(RndvSend),
     /// A stream send going out.
     Stream,
+    /// An eager user active message queued behind back-pressure or earlier sends (its id
+    /// and user header in the request's `rndv.am`).
+    AmEager,
 }
 
 impl SendStage {
@@ -49,7 +52,7 @@ impl SendStage {
         match self {
             SendStage::Tag(t) => t.takes_sync_ack(offset),
             SendStage::Rndv(r) => r.takes_sync_ack(offset),
-            SendStage::Stream => false,
+            SendStage::Stream | SendStage::AmEager => false,
         }
     }
 
@@ -76,7 +79,8 @@ pub(crate) struct Rndv {
     /// A receive's rendezvous get: the lane (index in the endpoint's `uct`) whose transport
     /// reads the sender's key, when not the RMA lane.
     pub(crate) get_lane: Option<usize>,
-    /// User active message sent or received by rendezvous: id and user header.
+    /// User active message sent or received by rendezvous, or an eager one queued
+    /// ([`SendStage::AmEager`]): id and user header.
     pub(crate) am: Option<(u16, Vec<u8>)>,
 }
 
@@ -144,7 +148,8 @@ impl SendReq {
         }
     }
 
-    /// A user active message sent by rendezvous (it has a user header).
+    /// A user active message (it has a user header): sent by rendezvous at the tag family's
+    /// eager stage, an eager one at [`SendStage::AmEager`].
     #[inline]
     pub(crate) fn is_am(&self) -> bool {
         self.rndv.as_ref().is_some_and(|x| x.am.is_some())
