@@ -339,18 +339,19 @@ impl State {
         Ok(())
     }
 
-    /// An eager zero-copy fragment of send `key` completed: after the last one, the send
-    /// finishes (or waits for its acknowledgement).
+    /// An eager zero-copy fragment of send `key` (a tag or a stream send) completed: after the
+    /// last one, the send finishes (or a tag send waits for its acknowledgement).
     pub(crate) fn zcopy_completed(&mut self, key: usize) {
         let x = self.send_rndv(key);
         x.inflight = x.inflight.saturating_sub(1);
         let inflight = x.inflight;
         let s = self.send_mut(key);
-        if inflight == 0
-            && s.offset >= s.data.len()
-            && s.stage == SendStage::Rndv(RndvSend::EagerZcopy)
-        {
-            self.zcopy_done(key);
+        if inflight == 0 && s.offset >= s.data.len() {
+            match s.stage {
+                SendStage::Rndv(RndvSend::EagerZcopy) => self.zcopy_done(key),
+                SendStage::StreamZcopy => self.finish(key, Ok(())),
+                _ => {}
+            }
         }
     }
 

@@ -31,6 +31,9 @@ pub struct ProtoStats {
     pub eager_multi: u64,
     /// Eager messages sent zero-copy from the caller's vector.
     pub eager_zcopy: u64,
+    /// Stream sends that went out in zero-copy fragments (a lane whose zero-copy messages are
+    /// longer than its bcopy ones, such as tcp's).
+    pub stream_zcopy: u64,
     /// Rendezvous requests (RTS) sent.
     pub rndv_rts: u64,
     /// Rendezvous received with get_zcopy.

@@ -86,6 +86,7 @@ impl State {
             SendStage::Tag(stage) => self.tag_send_step(key, idx, stage),
             SendStage::Rndv(stage) => self.rndv_send_step(key, stage),
             SendStage::Stream => self.stream_step(key),
+            SendStage::StreamZcopy => self.stream_zcopy_step(key),
             SendStage::AmEager => self.am_eager_step(key),
         }
     }

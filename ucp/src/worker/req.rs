@@ -39,6 +39,9 @@ pub(crate) enum SendStage {
     Rndv(RndvSend),
     /// A stream send going out.
     Stream,
+    /// A stream send going out in zero-copy fragments (its registration in `rndv.memh`, the
+    /// fragments the transport has not completed counted in `rndv.inflight`).
+    StreamZcopy,
     /// An eager user active message queued behind back-pressure or earlier sends (its id
     /// and user header in the request's `rndv.am`).
     AmEager,
@@ -52,7 +55,7 @@ impl SendStage {
         match self {
             SendStage::Tag(t) => t.takes_sync_ack(offset),
             SendStage::Rndv(r) => r.takes_sync_ack(offset),
-            SendStage::Stream | SendStage::AmEager => false,
+            SendStage::Stream | SendStage::StreamZcopy | SendStage::AmEager => false,
         }
     }
 
