@@ -211,11 +211,7 @@ impl RecvReq {
     /// caller's, and it has no rendezvous state): dropping it would do nothing.
     #[inline(always)]
     pub(crate) fn owns_nothing(&self) -> bool {
-        self.rndv.is_none()
-            && match &self.buf {
-                RecvBuf::Owned(v) => v.capacity() == 0,
-                RecvBuf::Raw { .. } => true,
-            }
+        self.rndv.is_none() && self.buf.owns_nothing()
     }
 
     /// The registration of the buffer, if any.
@@ -425,6 +421,15 @@ impl RecvBuf {
         match NonNull::new(ptr).filter(|_| len > 0) {
             Some(ptr) => RecvBuf::Raw { ptr, len },
             None => RecvBuf::Owned(Vec::new()),
+        }
+    }
+
+    /// True when dropping the buffer would do nothing (caller memory, or a vector given back).
+    #[inline(always)]
+    pub(crate) fn owns_nothing(&self) -> bool {
+        match self {
+            RecvBuf::Owned(v) => v.capacity() == 0,
+            RecvBuf::Raw { .. } => true,
         }
     }
 

@@ -192,12 +192,16 @@ impl ReqTable {
         debug_assert!(r.live() && r.done.is_none());
         r.gen |= VACANT;
         r.ep = None;
-        // A finished eager receive (the common request) owns nothing: its fields are
-        // overwritten without running their drop code.
-        if matches!(&r.kind, ReqKind::Recv(rv) if rv.owns_nothing())
-            && matches!(r.notify, Notify::Take)
-        {
+        // A finished eager or stream receive (the common requests) owns nothing: its fields
+        // are overwritten without running their drop code.
+        let plain = match &r.kind {
+            ReqKind::Recv(rv) => rv.owns_nothing(),
+            ReqKind::StreamRecv { buf, .. } => buf.owns_nothing(),
+            _ => false,
+        };
+        if plain && matches!(r.notify, Notify::Take | Notify::Hook(_) | Notify::Token(_)) {
             std::mem::forget(std::mem::replace(&mut r.kind, ReqKind::Close));
+            std::mem::forget(std::mem::replace(&mut r.notify, Notify::Take));
         } else {
             r.kind = ReqKind::Close;
             r.notify = Notify::Take;
