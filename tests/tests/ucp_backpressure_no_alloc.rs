@@ -4,7 +4,9 @@
 //! active messages).
 
 use std::sync::atomic::Ordering;
-use ucp::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker, TAG_MASK_EXACT};
+use ucp::{
+    Context, ContextParams, EpHandle, EpParams, Features, Op, UcpConfig, Worker, TAG_MASK_EXACT,
+};
 use ucs::testing::{CountingAlloc, ALLOCS, COUNTING};
 
 #[global_allocator]
@@ -13,6 +15,25 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 /// The allocation count is one for the process: the tests take turns.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Two workers over posix shared memory (no keepalive) and an endpoint from the first to the
+/// second.
+fn posix_pair(features: Features) -> (Worker, Worker, EpHandle) {
+    let cfg = UcpConfig {
+        tls: vec!["posix".into()],
+        keepalive_interval: None,
+        ..Default::default()
+    };
+    let ctx = Context::new(ContextParams {
+        features,
+        config: Some(cfg),
+    })
+    .unwrap();
+    let mut a = Worker::new(&ctx).unwrap();
+    let b = Worker::new(&ctx).unwrap();
+    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    (a, b, ab)
+}
+
 /// A sender that outruns its receiver over shared memory: the FIFO fills, later sends queue
 /// as pending requests, and the sender's progress calls retry them while the FIFO stays full.
 /// None of that allocates once warm (the retries used to build a fresh endpoint list on every
@@ -20,19 +41,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn ucp_alloc_back_pressure_over_posix_allocates_nothing_when_warm() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = UcpConfig {
-        tls: vec!["posix".into()],
-        keepalive_interval: None,
-        ..Default::default()
-    };
-    let ctx = Context::new(ContextParams {
-        features: Features::TAG,
-        config: Some(cfg),
-    })
-    .unwrap();
-    let mut a = Worker::new(&ctx).unwrap();
-    let mut b = Worker::new(&ctx).unwrap();
-    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    let (mut a, mut b, ab) = posix_pair(Features::TAG);
     // More messages than the receive FIFO holds, so part of every round waits as pending.
     const BURST: usize = 600;
     // Sends give their vectors (no copy into the worker's small buffer pool).
@@ -109,19 +118,7 @@ fn ucp_am_back_pressure_gives_requests_and_allocates_nothing_when_warm() {
     use std::collections::VecDeque;
     use std::rc::Rc;
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = UcpConfig {
-        tls: vec!["posix".into()],
-        keepalive_interval: None,
-        ..Default::default()
-    };
-    let ctx = Context::new(ContextParams {
-        features: Features::AM,
-        config: Some(cfg),
-    })
-    .unwrap();
-    let mut a = Worker::new(&ctx).unwrap();
-    let mut b = Worker::new(&ctx).unwrap();
-    let ab = a.ep_create(b.address(), EpParams::default()).unwrap();
+    let (mut a, mut b, ab) = posix_pair(Features::AM);
     const BURST: usize = 2000;
     const WINDOW: usize = 32;
     const ID: u16 = 9;
