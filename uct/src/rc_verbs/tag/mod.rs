@@ -101,7 +101,7 @@ use crate::ep::TagRecvId;
 use crate::iface::{EventSink, RndvRemote, TagRecvCancel};
 use crate::md::Iov;
 use crate::tag_posted::recv_result;
-use state::{Read, RecvBuf};
+use state::{Read, RecvBuf, Tail};
 use std::cell::RefCell;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
@@ -160,14 +160,17 @@ impl Inner {
             return;
         };
         if err.is_none() {
-            if r.waiting_put {
-                r.read_done = true;
-                return;
-            }
-            if r.put_failed {
-                err = Some(Error::RemoteAccess(
-                    "the sender could not write its part of the rendezvous".into(),
-                ));
+            match r.tail {
+                Tail::Awaited | Tail::AwaitedReadDone => {
+                    r.tail = Tail::AwaitedReadDone;
+                    return;
+                }
+                Tail::Failed => {
+                    err = Some(Error::RemoteAccess(
+                        "the sender could not write its part of the rendezvous".into(),
+                    ));
+                }
+                Tail::Settled => {}
             }
         }
         let r = self.tag.reads.remove(slot);
@@ -279,23 +282,17 @@ impl Inner {
         let src = self
             .tag
             .op(h.op_id, key, gen)
-            .filter(|o| h.offset + h.length <= o.len && h.length > 0)
+            .filter(|o| h.length > 0 && h.offset.checked_add(h.length).is_some_and(|e| e <= o.len))
             .map(|o| (o.addr + h.offset, o.lkey));
         let mut status = ACK_FAILED;
         if let Some((addr, lkey)) = src {
-            let mut sge = ibv_sge {
+            let local = ibv_sge {
                 addr,
                 length: h.length as u32,
                 lkey,
             };
-            let mut wr = ibv_send_wr {
-                sg_list: &mut sge,
-                num_sge: 1,
-                opcode: ffi::IBV_WR_RDMA_WRITE,
-                ..Default::default()
-            };
-            wr.set_rdma(h.addr, h.rkey);
-            if let Err(e) = self.post(key, &mut wr, TxKind::Plain, false) {
+            let remote = (h.addr, h.rkey);
+            if let Err(e) = self.post_rdma_write(key, local, remote, 0, TxKind::Plain, false) {
                 self.fail_ep(key, e);
                 return true;
             }
@@ -319,12 +316,16 @@ impl Inner {
         let Some(r) = self.tag.reads.get_mut(slot) else {
             return;
         };
-        if r.op_id != h.op_id || r.key != key || r.gen != gen || !r.waiting_put {
+        if r.op_id != h.op_id || r.key != key || r.gen != gen || !r.tail.awaited() {
             return;
         }
-        r.waiting_put = false;
-        r.put_failed = h.status != ACK_OK;
-        if r.read_done {
+        let read_done = r.tail == Tail::AwaitedReadDone;
+        r.tail = if h.status == ACK_OK {
+            Tail::Settled
+        } else {
+            Tail::Failed
+        };
+        if read_done {
             self.tag_read_finish(slot, None);
         }
     }
@@ -374,7 +375,7 @@ impl Inner {
         let mut stuck = [0usize; MAX_POSTED];
         let mut n = 0;
         for (slot, r) in self.tag.reads.iter() {
-            if r.key == key && r.gen == gen && r.read_done && n < MAX_POSTED {
+            if r.key == key && r.gen == gen && r.tail == Tail::AwaitedReadDone && n < MAX_POSTED {
                 stuck[n] = slot;
                 n += 1;
             }
@@ -486,9 +487,7 @@ impl RcVerbsIface {
                     gen,
                     buf: p.buf,
                     put,
-                    waiting_put: put > 0,
-                    read_done: false,
-                    put_failed: false,
+                    tail: Tail::new(put),
                 });
                 if put > 0 {
                     if let Err(e) = inner.tag_send_put_req(slot) {

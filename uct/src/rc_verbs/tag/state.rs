@@ -125,12 +125,45 @@ pub(super) struct Read {
     pub(super) buf: RecvBuf,
     /// Bytes at the end that the sender writes (0: not split).
     pub(super) put: usize,
-    /// The sender's report on the write has not come yet.
-    pub(super) waiting_put: bool,
-    /// The READ completed (the receive waits for the sender's report).
-    pub(super) read_done: bool,
+    /// Where the sender's half stands.
+    pub(super) tail: Tail,
+}
+
+/// The sender's half of a matched rendezvous (its RDMA WRITE of the tail and the report that
+/// follows it); the READ is the receiver's half. A split rendezvous starts `Awaited`; the
+/// READ's completion and the sender's report then come in either order:
+///
+/// ```text
+/// Awaited --READ completes--> AwaitedReadDone --report--> receive completes
+///    |--report: written--> Settled --READ completes--> receive completes
+///    `--report: failed---> Failed  --READ completes--> receive fails (RemoteAccess)
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Tail {
+    /// Nothing owed by the sender: not split, or its write is reported done.
+    Settled,
+    /// The sender's report has not come; the READ is in flight or waits for a slot.
+    Awaited,
+    /// The sender's report has not come, and the READ has completed.
+    AwaitedReadDone,
     /// The sender reported that it could not write.
-    pub(super) put_failed: bool,
+    Failed,
+}
+
+impl Tail {
+    /// The state of a rendezvous whose sender writes `put` bytes (0: not split).
+    pub(super) fn new(put: usize) -> Self {
+        if put > 0 {
+            Tail::Awaited
+        } else {
+            Tail::Settled
+        }
+    }
+
+    /// Whether the sender's report is still to come.
+    pub(super) fn awaited(self) -> bool {
+        matches!(self, Tail::Awaited | Tail::AwaitedReadDone)
+    }
 }
 
 /// A sender's outstanding rendezvous.
