@@ -539,6 +539,12 @@ impl Endpoint for RcVerbsEp {
         rkey: &RemoteKey,
         comp: CompletionId,
     ) -> Result<Outcome> {
+        // A get of a rendezvous that went unexpected may be split (`tag/get.rs`).
+        if let Some(done) =
+            self.with(|inner, k| inner.tag_split_get(k, iov, remote_addr, rkey, comp))?
+        {
+            return Ok(done);
+        }
         self.rdma_zcopy(ffi::IBV_WR_RDMA_READ, iov, remote_addr, rkey, comp)
     }
 

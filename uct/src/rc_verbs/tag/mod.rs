@@ -22,7 +22,9 @@
 //!   sender's `tag_rndv_zcopy`. Nothing above the transport takes part. An unmatched one (and
 //!   every `tag_rndv_request`) goes to `tag_unexp_rndv` with the sender's address and a packed
 //!   rc_verbs rkey, so the layer above can read the data itself and `tag_rndv_cancel` the
-//!   sender's operation.
+//!   sender's operation. The interface remembers the last unmatched announcements, and a
+//!   `get_zcopy` of exactly one's data is split as below ([`get`]: with receives reposted as
+//!   earlier ones complete, most announcements beat their receive).
 //! - **Split rendezvous**: a matched rendezvous of at least `RUCX_RC_TM_RNDV_SPLIT` bytes
 //!   (default 64k; `inf` turns it off) into a one-piece buffer, when the endpoint has two send
 //!   slots and a credit, is moved in two halves at once: the receiver asks the sender
@@ -87,10 +89,12 @@
     )
 )]
 
+mod get;
 mod send;
 pub(super) mod state;
 pub mod wire;
 
+pub use get::UNEXP_REMEMBERED;
 pub use state::{MAX_POSTED, MAX_RNDV_OPS, RECV_MAX_IOV};
 
 use super::ffi::{self, ibv_send_wr, ibv_sge};
@@ -101,6 +105,7 @@ use crate::ep::TagRecvId;
 use crate::iface::{EventSink, RndvRemote, TagRecvCancel};
 use crate::md::Iov;
 use crate::tag_posted::recv_result;
+use get::{Unexp, GET_SLOT};
 use state::{Read, RecvBuf, Tail};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -156,6 +161,9 @@ impl Inner {
     /// Finishes matched rendezvous `slot` (its READ completed, failed, or had nothing to
     /// read): queues the receive's completion and, on success, the acknowledgement.
     pub(super) fn tag_read_finish(&mut self, slot: usize, mut err: Option<Error>) {
+        if slot as u32 & GET_SLOT != 0 {
+            return self.tag_get_read_done((slot as u32 & !GET_SLOT) as usize, err);
+        }
         let Some(r) = self.tag.reads.get_mut(slot) else {
             return;
         };
@@ -253,7 +261,7 @@ impl Inner {
     }
 
     /// Posts `msg` inline as an active message on `key` (the caller checked slot and credit).
-    fn post_inline_am(&mut self, key: usize, msg: &[u8]) -> Result<()> {
+    pub(super) fn post_inline_am(&mut self, key: usize, msg: &[u8]) -> Result<()> {
         let mut sge = ibv_sge {
             addr: msg.as_ptr() as u64,
             length: msg.len() as u32,
@@ -312,6 +320,10 @@ impl Inner {
 
     /// As the receiver, the sender's report on the tail of matched rendezvous `h.slot`.
     fn tag_put_done(&mut self, key: usize, gen: u16, h: PutDoneHdr) {
+        if h.slot & GET_SLOT != 0 {
+            let slot = (h.slot & !GET_SLOT) as usize;
+            return self.tag_get_put_done(slot, key, gen, h.op_id, h.status == ACK_OK);
+        }
         let slot = h.slot as usize;
         let Some(r) = self.tag.reads.get_mut(slot) else {
             return;
@@ -383,11 +395,13 @@ impl Inner {
         for &slot in &stuck[..n] {
             self.tag_read_finish(slot, Some(err.clone()));
         }
+        self.tag_gets_ep_failed(key, gen, err);
     }
 
     /// Endpoint `key`/`gen` is being dropped: its rendezvous operations go without completion
     /// (the caller dropped it), READs on it fail, owed acknowledgements are dropped.
     pub(super) fn tag_ep_gone(&mut self, key: usize, gen: u16) {
+        self.tag_gets_ep_gone(key, gen);
         self.tag.ops.retain(|_, o| !(o.key == key && o.gen == gen));
         self.tag.acks_owed.retain(|a| !(a.0 == key && a.1 == gen));
         self.tag.puts_owed.retain(|a| !(a.0 == key && a.1 == gen));
@@ -500,6 +514,16 @@ impl RcVerbsIface {
                 return Ok(0);
             }
         }
+        if h.op_id != 0 {
+            self.inner.borrow_mut().tag_remember_unexp(Unexp {
+                key,
+                gen,
+                addr: h.addr,
+                rkey: h.rkey,
+                length: h.length,
+                op_id: h.op_id,
+            });
+        }
         let packed = PackedRkey {
             rkey: h.rkey,
             base: h.addr,
@@ -585,6 +609,12 @@ impl RcVerbsIface {
         let mut inner = self.inner.borrow_mut();
         let md_name = inner.md_name;
         inner.tag.post(tag, mask, iov, ctx, md_name)
+    }
+
+    /// How many gets of unexpected rendezvous were split (`get.rs`; for tests and
+    /// diagnostics).
+    pub fn tag_split_gets(&self) -> u64 {
+        self.inner.borrow().tag.split_gets
     }
 
     /// A handle that cancels this interface's posted receives from anywhere.

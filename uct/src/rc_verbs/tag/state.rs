@@ -3,6 +3,7 @@
 //! progress owes. What the interface's shared state holds; the operations on it are in
 //! `tag/mod.rs` (receiving side) and `tag/send.rs` (sending side).
 
+use super::get::{SplitGet, Unexp, UNEXP_REMEMBERED};
 use super::wire::{AckHdr, PutReqHdr};
 use crate::ep::{CompletionId, TagRecvId};
 use crate::md::{Iov, MemHandle};
@@ -196,6 +197,12 @@ pub(crate) struct TagState {
     pub(super) comps: VecDeque<(CompletionId, Result<u64>)>,
     pub(super) ops: slab::Slab<RndvOp>,
     pub(super) op_seq: u64,
+    /// Rendezvous announcements that went up as unexpected (see `get.rs`).
+    pub(super) unexp: VecDeque<Unexp>,
+    /// Split gets in flight (see `get.rs`).
+    pub(super) gets: slab::Slab<SplitGet>,
+    /// Gets split so far (for tests and diagnostics).
+    pub(super) split_gets: u64,
 }
 
 impl TagState {
@@ -210,6 +217,9 @@ impl TagState {
             comps: VecDeque::with_capacity(64),
             ops: slab::Slab::with_capacity(256),
             op_seq: 0,
+            unexp: VecDeque::with_capacity(UNEXP_REMEMBERED),
+            gets: slab::Slab::with_capacity(UNEXP_REMEMBERED),
+            split_gets: 0,
         }
     }
 

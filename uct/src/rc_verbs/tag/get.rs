@@ -1,0 +1,229 @@
+//! Split gets: the receiving side of a rendezvous that went unexpected.
+//!
+//! A rendezvous announcement that finds no posted receive goes up as unexpected, and the layer
+//! above reads the data itself with `get_zcopy` once its receive is posted (ucp's software
+//! rendezvous). The interface remembers the last [`UNEXP_REMEMBERED`] such announcements
+//! (endpoint, address, rkey, length, the sender's operation id). A `get_zcopy` on the same
+//! endpoint of exactly one remembered announcement's data, of at least
+//! `RUCX_RC_TM_RNDV_SPLIT` bytes, into a one-piece buffer is then moved as a matched one is
+//! (`tag/mod.rs`, split rendezvous): the sender's interface writes the tail (it still holds the
+//! operation: the layer above cancels it only after this get completed) while the head is
+//! read; the get completes when the READ has completed and the sender's report has come.
+//!
+//! Why: with a window of receives reposted as the earlier ones complete (MPI codes, tag_bw),
+//! the next announcement often arrives before its receive is posted: `tag_bw` 64 KiB with 16
+//! receives ahead matched 82 of 320 rendezvous in the transport (`tag_offload_stats`), so most
+//! were read by one READ on the receiver's CPU alone. The split is the transport's business
+//! only; the get's contract (data in place, then one completion) does not change.
+//!
+//! A split get's slot carries [`GET_SLOT`] in its `TxKind::TagRead` and in the write request,
+//! so completions and reports find it beside the matched rendezvous' READs.
+
+use super::state::Tail;
+use super::wire::PutReqHdr;
+use crate::ep::CompletionId;
+use crate::md::{Iov, RemoteKey};
+use crate::rc_verbs::ffi::{self, ibv_send_wr, ibv_sge};
+use crate::rc_verbs::mem_of;
+use crate::rc_verbs::state::{Inner, TxKind};
+use ucs::{Error, Outcome, Result};
+
+/// Unexpected rendezvous announcements remembered per interface (the oldest is forgotten; a
+/// forgotten one is read by one READ, as before).
+pub const UNEXP_REMEMBERED: usize = 64;
+/// Marks the slot of a split get (in `TxKind::TagRead` and `PutReqHdr::slot`).
+pub(super) const GET_SLOT: u32 = 1 << 31;
+
+/// An announcement that went up as unexpected.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Unexp {
+    pub(super) key: usize,
+    pub(super) gen: u16,
+    pub(super) addr: u64,
+    pub(super) rkey: u32,
+    pub(super) length: u64,
+    pub(super) op_id: u64,
+}
+
+/// A split get in flight.
+pub(super) struct SplitGet {
+    pub(super) comp: CompletionId,
+    pub(super) op_id: u64,
+    pub(super) key: usize,
+    pub(super) gen: u16,
+    pub(super) tail: Tail,
+}
+
+impl Inner {
+    /// Remembers unexpected announcement `u` (forgetting the oldest when full).
+    pub(super) fn tag_remember_unexp(&mut self, u: Unexp) {
+        if u.length < self.cfg.tm_split {
+            return;
+        }
+        let q = &mut self.tag.unexp;
+        if q.len() == UNEXP_REMEMBERED {
+            q.pop_front();
+        }
+        q.push_back(u);
+    }
+
+    /// `get_zcopy` of `len` bytes at `remote_addr`/`rkey` into `iov` on endpoint `key`: when it
+    /// reads exactly a remembered announcement's data and can be split now, posts the write
+    /// request and the READ of the head and gives `Some`; `None`: the caller reads it all.
+    pub(in crate::rc_verbs) fn tag_split_get(
+        &mut self,
+        key: usize,
+        iov: &[Iov<'_>],
+        remote_addr: u64,
+        remote_key: &RemoteKey,
+        comp: CompletionId,
+    ) -> Result<Option<Outcome>> {
+        let [v] = iov else {
+            return Ok(None);
+        };
+        let len = v.len() as u64;
+        if self.tag.unexp.is_empty() || len < self.cfg.tm_split || len > u32::MAX as u64 {
+            return Ok(None);
+        }
+        let rkey = remote_key.tl_value as u32;
+        let gen = self.eps[key].gen;
+        let Some(i) =
+            self.tag.unexp.iter().position(|u| {
+                u.key == key && u.gen == gen && u.addr == remote_addr && u.rkey == rkey
+            })
+        else {
+            return Ok(None);
+        };
+        if self.tag.unexp[i].length != len {
+            return Ok(None);
+        }
+        remote_key.check(remote_addr, len as usize)?;
+        let ep = &self.eps[key];
+        ep.status()?;
+        if !ep.pending.is_empty() || ep.sq_avail < 2 || ep.am_credits() == 0 {
+            return Ok(None);
+        }
+        let mem = mem_of(v.memh(), self.md_name)?;
+        let (lkey, local_rkey) = (mem.lkey(), mem.rkey());
+        // The head ends on a page boundary (READ responses then fill whole pages).
+        let head = (len / 2) & !4095;
+        if head == 0 {
+            return Ok(None);
+        }
+        let Some(u) = self.tag.unexp.remove(i) else {
+            return Ok(None);
+        };
+        let slot = self.tag.gets.insert(SplitGet {
+            comp,
+            op_id: u.op_id,
+            key,
+            gen,
+            tail: Tail::Awaited,
+        }) as u32;
+        let req = PutReqHdr {
+            op_id: u.op_id,
+            offset: head,
+            length: len - head,
+            addr: v.ptr() as u64 + head,
+            rkey: local_rkey,
+            slot: slot | GET_SLOT,
+        }
+        .encode();
+        if let Err(e) = self.post_inline_am(key, &req) {
+            self.fail_ep(key, e.clone());
+            self.tag.gets.remove(slot as usize);
+            return Err(e);
+        }
+        let mut sge = ibv_sge {
+            addr: v.ptr() as u64,
+            length: head as u32,
+            lkey,
+        };
+        let mut wr = ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: ffi::IBV_WR_RDMA_READ,
+            ..Default::default()
+        };
+        wr.set_rdma(remote_addr, rkey);
+        if let Err(e) = self.post(key, &mut wr, TxKind::TagRead(slot | GET_SLOT), true) {
+            self.fail_ep(key, e.clone());
+            self.tag.gets.remove(slot as usize);
+            return Err(e);
+        }
+        self.tag.split_gets += 1;
+        Ok(Some(Outcome::InProgress))
+    }
+
+    /// The READ of split get `slot` completed (or failed with `err`).
+    pub(super) fn tag_get_read_done(&mut self, slot: usize, err: Option<Error>) {
+        let Some(g) = self.tag.gets.get_mut(slot) else {
+            return;
+        };
+        if err.is_none() && g.tail.awaited() {
+            g.tail = Tail::AwaitedReadDone;
+            return;
+        }
+        self.tag_get_finish(slot, err);
+    }
+
+    /// The sender's report on the tail of split get `slot` (`ok`: it wrote it).
+    pub(super) fn tag_get_put_done(
+        &mut self,
+        slot: usize,
+        key: usize,
+        gen: u16,
+        op_id: u64,
+        ok: bool,
+    ) {
+        let Some(g) = self.tag.gets.get_mut(slot) else {
+            return;
+        };
+        if g.op_id != op_id || g.key != key || g.gen != gen || !g.tail.awaited() {
+            return;
+        }
+        let read_done = g.tail == Tail::AwaitedReadDone;
+        g.tail = if ok { Tail::Settled } else { Tail::Failed };
+        if read_done {
+            self.tag_get_finish(slot, None);
+        }
+    }
+
+    /// Completes split get `slot`: with `err`, or with the sender's failure to write.
+    fn tag_get_finish(&mut self, slot: usize, err: Option<Error>) {
+        let Some(g) = self.tag.gets.try_remove(slot) else {
+            return;
+        };
+        let res = match (err, g.tail) {
+            (Some(e), _) => Err(e),
+            (None, Tail::Failed) => Err(Error::RemoteAccess(
+                "the sender could not write its part of the rendezvous".into(),
+            )),
+            (None, _) => Ok(0),
+        };
+        self.tag.comps.push_back((g.comp, res));
+        self.eps_attention = true;
+    }
+
+    /// Endpoint `key`/`gen` failed with `err`: its split gets whose READ completed (waiting
+    /// for a report that will not come) complete with the error; it forgets its announcements.
+    pub(super) fn tag_gets_ep_failed(&mut self, key: usize, gen: u16, err: &Error) {
+        self.tag.unexp.retain(|u| !(u.key == key && u.gen == gen));
+        while let Some(slot) = self
+            .tag
+            .gets
+            .iter()
+            .find(|(_, g)| g.key == key && g.gen == gen && g.tail == Tail::AwaitedReadDone)
+            .map(|(slot, _)| slot)
+        {
+            self.tag_get_finish(slot, Some(err.clone()));
+        }
+    }
+
+    /// Endpoint `key`/`gen` is being dropped: its split gets go without completion (as its
+    /// other operations do), its announcements are forgotten.
+    pub(super) fn tag_gets_ep_gone(&mut self, key: usize, gen: u16) {
+        self.tag.unexp.retain(|u| !(u.key == key && u.gen == gen));
+        self.tag.gets.retain(|_, g| !(g.key == key && g.gen == gen));
+    }
+}
