@@ -8,7 +8,11 @@
 //! `RUCX_RC_TM_RNDV_SPLIT` bytes, into a one-piece buffer is then moved as a matched one is
 //! (`tag/mod.rs`, split rendezvous): the sender's interface writes the tail (it still holds the
 //! operation: the layer above cancels it only after this get completed) while the head is
-//! read; the get completes when the READ has completed and the sender's report has come.
+//! read; the get completes when the READ has completed and the sender's report has come. A
+//! sender that no longer holds the operation (a stale announcement: it reused the buffer for a
+//! rendezvous the transport never saw) writes nothing and says so, and the tail is then read
+//! here too, so the get never fails for it; a newer announcement of the same data on the same
+//! endpoint replaces an older one.
 //!
 //! Why: with a window of receives reposted as the earlier ones complete (MPI codes, tag_bw),
 //! the next announcement often arrives before its receive is posted: `tag_bw` 64 KiB with 16
@@ -19,7 +23,6 @@
 //! A split get's slot carries [`GET_SLOT`] in its `TxKind::TagRead` and in the write request,
 //! so completions and reports find it beside the matched rendezvous' READs.
 
-use super::state::Tail;
 use super::wire::PutReqHdr;
 use crate::ep::CompletionId;
 use crate::md::{Iov, RemoteKey};
@@ -51,7 +54,23 @@ pub(super) struct SplitGet {
     pub(super) op_id: u64,
     pub(super) key: usize,
     pub(super) gen: u16,
-    pub(super) tail: Tail,
+    /// READs of this get in flight: the head's, then the tail's when the sender could not
+    /// write it.
+    pub(super) reads_out: u8,
+    /// The sender's report on the tail has not come yet.
+    pub(super) report_due: bool,
+    /// The tail, for reading it ourselves when the sender cannot write it.
+    pub(super) tail: TailRead,
+}
+
+/// Where the tail of a split get is and goes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TailRead {
+    pub(super) local: u64,
+    pub(super) lkey: u32,
+    pub(super) remote: u64,
+    pub(super) rkey: u32,
+    pub(super) len: u32,
 }
 
 impl Inner {
@@ -61,6 +80,9 @@ impl Inner {
             return;
         }
         let q = &mut self.tag.unexp;
+        // An older announcement of the same data on the same endpoint is most likely finished
+        // (the sender reused its buffer): the newest one names the live operation.
+        q.retain(|o| !(o.key == u.key && o.gen == u.gen && o.addr == u.addr && o.rkey == u.rkey));
         if q.len() == UNEXP_REMEMBERED {
             q.pop_front();
         }
@@ -118,7 +140,15 @@ impl Inner {
             op_id: u.op_id,
             key,
             gen,
-            tail: Tail::Awaited,
+            reads_out: 1,
+            report_due: true,
+            tail: TailRead {
+                local: v.ptr() as u64 + head,
+                lkey,
+                remote: remote_addr + head,
+                rkey,
+                len: (len - head) as u32,
+            },
         }) as u32;
         let req = PutReqHdr {
             op_id: u.op_id,
@@ -155,19 +185,22 @@ impl Inner {
         Ok(Some(Outcome::InProgress))
     }
 
-    /// The READ of split get `slot` completed (or failed with `err`).
+    /// A READ of split get `slot` completed (or failed with `err`).
     pub(super) fn tag_get_read_done(&mut self, slot: usize, err: Option<Error>) {
         let Some(g) = self.tag.gets.get_mut(slot) else {
             return;
         };
-        if err.is_none() && g.tail.awaited() {
-            g.tail = Tail::AwaitedReadDone;
-            return;
+        if let Some(e) = err {
+            return self.tag_get_finish(slot, Err(e));
         }
-        self.tag_get_finish(slot, err);
+        g.reads_out = g.reads_out.saturating_sub(1);
+        if g.reads_out == 0 && !g.report_due {
+            self.tag_get_finish(slot, Ok(0));
+        }
     }
 
-    /// The sender's report on the tail of split get `slot` (`ok`: it wrote it).
+    /// The sender's report on the tail of split get `slot` (`ok`: it wrote it). When it could
+    /// not (it no longer holds the operation: a stale announcement), the tail is read here.
     pub(super) fn tag_get_put_done(
         &mut self,
         slot: usize,
@@ -179,44 +212,93 @@ impl Inner {
         let Some(g) = self.tag.gets.get_mut(slot) else {
             return;
         };
-        if g.op_id != op_id || g.key != key || g.gen != gen || !g.tail.awaited() {
+        if g.op_id != op_id || g.key != key || g.gen != gen || !g.report_due {
             return;
         }
-        let read_done = g.tail == Tail::AwaitedReadDone;
-        g.tail = if ok { Tail::Settled } else { Tail::Failed };
-        if read_done {
-            self.tag_get_finish(slot, None);
+        g.report_due = false;
+        if !ok {
+            self.tag_get_read_tail(slot);
+        } else if g.reads_out == 0 {
+            self.tag_get_finish(slot, Ok(0));
         }
     }
 
-    /// Completes split get `slot`: with `err`, or with the sender's failure to write.
-    fn tag_get_finish(&mut self, slot: usize, err: Option<Error>) {
+    /// Posts the READ of split get `slot`'s tail, or queues it until the endpoint has a send
+    /// slot.
+    pub(super) fn tag_get_read_tail(&mut self, slot: usize) {
+        let Some(g) = self.tag.gets.get(slot) else {
+            return;
+        };
+        let (key, gen, t) = (g.key, g.gen, g.tail);
+        let ready = match self.ep(key, gen) {
+            None => Err(Error::ConnectionReset(
+                "the endpoint of a split get was closed".into(),
+            )),
+            Some(ep) => match &ep.failed {
+                Some(e) => Err(e.clone()),
+                None => Ok(ep.sq_avail > 0),
+            },
+        };
+        match ready {
+            Err(e) => return self.tag_get_finish(slot, Err(e)),
+            Ok(false) => {
+                self.tag.gets_waiting.push_back(slot);
+                self.eps_attention = true;
+                return;
+            }
+            Ok(true) => {}
+        }
+        let mut sge = ibv_sge {
+            addr: t.local,
+            length: t.len,
+            lkey: t.lkey,
+        };
+        let mut wr = ibv_send_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: ffi::IBV_WR_RDMA_READ,
+            ..Default::default()
+        };
+        wr.set_rdma(t.remote, t.rkey);
+        let kind = TxKind::TagRead(slot as u32 | GET_SLOT);
+        match self.post(key, &mut wr, kind, true) {
+            Ok(()) => {
+                if let Some(g) = self.tag.gets.get_mut(slot) {
+                    g.reads_out += 1;
+                }
+            }
+            Err(e) => {
+                self.fail_ep(key, e.clone());
+                self.tag_get_finish(slot, Err(e));
+            }
+        }
+    }
+
+    /// Completes split get `slot` with `res`.
+    fn tag_get_finish(&mut self, slot: usize, res: Result<u64>) {
         let Some(g) = self.tag.gets.try_remove(slot) else {
             return;
         };
-        let res = match (err, g.tail) {
-            (Some(e), _) => Err(e),
-            (None, Tail::Failed) => Err(Error::RemoteAccess(
-                "the sender could not write its part of the rendezvous".into(),
-            )),
-            (None, _) => Ok(0),
-        };
+        if !self.tag.gets_waiting.is_empty() {
+            self.tag.gets_waiting.retain(|&s| s != slot);
+        }
         self.tag.comps.push_back((g.comp, res));
         self.eps_attention = true;
     }
 
-    /// Endpoint `key`/`gen` failed with `err`: its split gets whose READ completed (waiting
-    /// for a report that will not come) complete with the error; it forgets its announcements.
+    /// Endpoint `key`/`gen` failed with `err`: its split gets with no READ in flight (waiting
+    /// for a report or a send slot that will not come) complete with the error; it forgets its
+    /// announcements. Those with a READ in flight complete on its flushed completion.
     pub(super) fn tag_gets_ep_failed(&mut self, key: usize, gen: u16, err: &Error) {
         self.tag.unexp.retain(|u| !(u.key == key && u.gen == gen));
         while let Some(slot) = self
             .tag
             .gets
             .iter()
-            .find(|(_, g)| g.key == key && g.gen == gen && g.tail == Tail::AwaitedReadDone)
+            .find(|(_, g)| g.key == key && g.gen == gen && g.reads_out == 0)
             .map(|(slot, _)| slot)
         {
-            self.tag_get_finish(slot, Some(err.clone()));
+            self.tag_get_finish(slot, Err(err.clone()));
         }
     }
 
@@ -225,5 +307,7 @@ impl Inner {
     pub(super) fn tag_gets_ep_gone(&mut self, key: usize, gen: u16) {
         self.tag.unexp.retain(|u| !(u.key == key && u.gen == gen));
         self.tag.gets.retain(|_, g| !(g.key == key && g.gen == gen));
+        let gets = &self.tag.gets;
+        self.tag.gets_waiting.retain(|&s| gets.contains(s));
     }
 }

@@ -356,6 +356,12 @@ impl Inner {
             };
             self.tag_send_ack(key, gen, ack);
         }
+        for _ in 0..self.tag.gets_waiting.len() {
+            let Some(slot) = self.tag.gets_waiting.pop_front() else {
+                break;
+            };
+            self.tag_get_read_tail(slot);
+        }
         for _ in 0..self.tag.puts_owed.len() {
             let Some((key, gen, h)) = self.tag.puts_owed.pop_front() else {
                 break;

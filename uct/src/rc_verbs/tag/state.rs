@@ -201,6 +201,8 @@ pub(crate) struct TagState {
     pub(super) unexp: VecDeque<Unexp>,
     /// Split gets in flight (see `get.rs`).
     pub(super) gets: slab::Slab<SplitGet>,
+    /// Split gets whose tail READ found no send slot, retried from progress.
+    pub(super) gets_waiting: VecDeque<usize>,
     /// Gets split so far (for tests and diagnostics).
     pub(super) split_gets: u64,
 }
@@ -219,6 +221,7 @@ impl TagState {
             op_seq: 0,
             unexp: VecDeque::with_capacity(UNEXP_REMEMBERED),
             gets: slab::Slab::with_capacity(UNEXP_REMEMBERED),
+            gets_waiting: VecDeque::with_capacity(UNEXP_REMEMBERED),
             split_gets: 0,
         }
     }
@@ -230,6 +233,7 @@ impl TagState {
             || !self.reads_waiting.is_empty()
             || !self.acks_owed.is_empty()
             || !self.puts_owed.is_empty()
+            || !self.gets_waiting.is_empty()
     }
 
     /// `tag_recv_zcopy` (seam 1 of the module docs).
