@@ -428,20 +428,13 @@ impl Endpoint for RcVerbsEp {
             if !inner.check_send(k, false)? {
                 return Ok(Outcome::NoResource);
             }
-            let mut sge = ibv_sge {
+            let local = ibv_sge {
                 addr: data.as_ptr() as u64,
                 length: data.len() as u32,
                 lkey: 0,
             };
-            let mut wr = ibv_send_wr {
-                sg_list: &mut sge,
-                num_sge: 1,
-                opcode: ffi::IBV_WR_RDMA_WRITE,
-                send_flags: ffi::IBV_SEND_INLINE,
-                ..Default::default()
-            };
-            wr.set_rdma(remote_addr, rkey.tl_value as u32);
-            inner.post(k, &mut wr, TxKind::Plain, false)?;
+            let remote = (remote_addr, rkey.tl_value as u32);
+            inner.post_rdma_write(k, local, remote, ffi::IBV_SEND_INLINE, TxKind::Plain, false)?;
             Ok(Outcome::DONE)
         })
     }
@@ -478,19 +471,13 @@ impl Endpoint for RcVerbsEp {
             inner.tx_free.push(b);
             return Err(e);
         }
-        let mut sge = ibv_sge {
+        let local = ibv_sge {
             addr: buf as u64,
             length: len as u32,
             lkey,
         };
-        let mut wr = ibv_send_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: ffi::IBV_WR_RDMA_WRITE,
-            ..Default::default()
-        };
-        wr.set_rdma(remote_addr, rkey.tl_value as u32);
-        if let Err(e) = inner.post(self.key, &mut wr, TxKind::Buf(b), false) {
+        let remote = (remote_addr, rkey.tl_value as u32);
+        if let Err(e) = inner.post_rdma_write(self.key, local, remote, 0, TxKind::Buf(b), false) {
             inner.tx_free.push(b);
             return Err(e);
         }
@@ -552,6 +539,12 @@ impl Endpoint for RcVerbsEp {
         rkey: &RemoteKey,
         comp: CompletionId,
     ) -> Result<Outcome> {
+        // A get of a rendezvous that went unexpected may be split (`tag/get.rs`).
+        if let Some(done) =
+            self.with(|inner, k| inner.tag_split_get(k, iov, remote_addr, rkey, comp))?
+        {
+            return Ok(done);
+        }
         self.rdma_zcopy(ffi::IBV_WR_RDMA_READ, iov, remote_addr, rkey, comp)
     }
 

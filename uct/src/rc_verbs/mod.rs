@@ -135,12 +135,14 @@ pub const RNR_RETRY_COUNT: ConfigVar = ConfigVar {
 };
 
 /// `RUCX_RC_TM_RNDV_SPLIT`: tag-offload rendezvous at least this long are split between the
-/// receiver's RDMA READ of the head and the sender's RDMA WRITE of the tail.
+/// receiver's RDMA READ of the head and the sender's RDMA WRITE of the tail (matched ones, and
+/// the get of one that went unexpected: `tag/get.rs`).
 pub const TM_RNDV_SPLIT: ConfigVar = ConfigVar {
     name: "RC_TM_RNDV_SPLIT",
     default: "64k",
-    doc: "tag-offload rendezvous of at least this size are moved half by the receiver's RDMA \
-          READ, half by the sender's RDMA WRITE (inf: READ only)",
+    doc: "tag-offload rendezvous of at least this size (matched, or read by a get after going \
+          unexpected) are moved half by the receiver's RDMA READ, half by the sender's RDMA \
+          WRITE (inf: READ only)",
 };
 
 /// Every rc_verbs configuration variable, registered with `ucs::config::register` when the

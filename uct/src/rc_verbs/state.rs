@@ -274,6 +274,30 @@ impl Inner {
         Ok(())
     }
 
+    /// Posts one RDMA WRITE of `local` to `remote` (address, rkey) on endpoint `key`; with
+    /// [`ffi::IBV_SEND_INLINE`] in `flags` the data are copied during the call (the lkey is
+    /// then unused). The caller checked the send slot.
+    #[inline]
+    pub(super) fn post_rdma_write(
+        &mut self,
+        key: usize,
+        mut local: ibv_sge,
+        remote: (u64, u32),
+        flags: u32,
+        kind: TxKind,
+        needs_comp: bool,
+    ) -> Result<()> {
+        let mut wr = ibv_send_wr {
+            sg_list: &mut local,
+            num_sge: 1,
+            opcode: ffi::IBV_WR_RDMA_WRITE,
+            send_flags: flags,
+            ..Default::default()
+        };
+        wr.set_rdma(remote.0, remote.1);
+        self.post(key, &mut wr, kind, needs_comp)
+    }
+
     /// Posts an active message (`wr` holds its scatter list and flags) on `key` as a send
     /// with immediate data carrying our reposted-receive count: the peer's credits ride on
     /// the message, so a ping-pong never needs a separate credit write.
@@ -538,20 +562,20 @@ fn write_credit(
     // SAFETY: word 1 of our registered credit page, written only by us; the NIC reads it
     // when it executes the write (any later value is also correct: counts only grow).
     unsafe { std::ptr::write_volatile(src, ep.rx_reposted) };
-    let mut sge = ibv_sge {
+    let local = ibv_sge {
         addr: src as u64,
         length: 8,
         lkey: ep.credit.mr.lkey(),
     };
-    let mut wr = ibv_send_wr {
-        sg_list: &mut sge,
-        num_sge: 1,
-        opcode: ffi::IBV_WR_RDMA_WRITE,
-        ..Default::default()
-    };
-    wr.set_rdma(remote.credit_addr, remote.credit_rkey);
     let reposted = ep.rx_reposted;
-    inner.post(k, &mut wr, kind, signaled)?;
+    inner.post_rdma_write(
+        k,
+        local,
+        (remote.credit_addr, remote.credit_rkey),
+        0,
+        kind,
+        signaled,
+    )?;
     inner.eps[k].rx_reported = reposted;
     Ok(())
 }

@@ -22,7 +22,9 @@
 //!   sender's `tag_rndv_zcopy`. Nothing above the transport takes part. An unmatched one (and
 //!   every `tag_rndv_request`) goes to `tag_unexp_rndv` with the sender's address and a packed
 //!   rc_verbs rkey, so the layer above can read the data itself and `tag_rndv_cancel` the
-//!   sender's operation.
+//!   sender's operation. The interface remembers the last unmatched announcements, and a
+//!   `get_zcopy` of exactly one's data is split as below ([`get`]: with receives reposted as
+//!   earlier ones complete, most announcements beat their receive).
 //! - **Split rendezvous**: a matched rendezvous of at least `RUCX_RC_TM_RNDV_SPLIT` bytes
 //!   (default 64k; `inf` turns it off) into a one-piece buffer, when the endpoint has two send
 //!   slots and a credit, is moved in two halves at once: the receiver asks the sender
@@ -87,10 +89,12 @@
     )
 )]
 
+mod get;
 mod send;
 pub(super) mod state;
 pub mod wire;
 
+pub use get::UNEXP_REMEMBERED;
 pub use state::{MAX_POSTED, MAX_RNDV_OPS, RECV_MAX_IOV};
 
 use super::ffi::{self, ibv_send_wr, ibv_sge};
@@ -101,7 +105,8 @@ use crate::ep::TagRecvId;
 use crate::iface::{EventSink, RndvRemote, TagRecvCancel};
 use crate::md::Iov;
 use crate::tag_posted::recv_result;
-use state::{Read, RecvBuf};
+use get::{Unexp, GET_SLOT};
+use state::{Read, RecvBuf, Tail};
 use std::cell::RefCell;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};
@@ -156,18 +161,24 @@ impl Inner {
     /// Finishes matched rendezvous `slot` (its READ completed, failed, or had nothing to
     /// read): queues the receive's completion and, on success, the acknowledgement.
     pub(super) fn tag_read_finish(&mut self, slot: usize, mut err: Option<Error>) {
+        if slot as u32 & GET_SLOT != 0 {
+            return self.tag_get_read_done((slot as u32 & !GET_SLOT) as usize, err);
+        }
         let Some(r) = self.tag.reads.get_mut(slot) else {
             return;
         };
         if err.is_none() {
-            if r.waiting_put {
-                r.read_done = true;
-                return;
-            }
-            if r.put_failed {
-                err = Some(Error::RemoteAccess(
-                    "the sender could not write its part of the rendezvous".into(),
-                ));
+            match r.tail {
+                Tail::Awaited | Tail::AwaitedReadDone => {
+                    r.tail = Tail::AwaitedReadDone;
+                    return;
+                }
+                Tail::Failed => {
+                    err = Some(Error::RemoteAccess(
+                        "the sender could not write its part of the rendezvous".into(),
+                    ));
+                }
+                Tail::Settled => {}
             }
         }
         let r = self.tag.reads.remove(slot);
@@ -250,7 +261,7 @@ impl Inner {
     }
 
     /// Posts `msg` inline as an active message on `key` (the caller checked slot and credit).
-    fn post_inline_am(&mut self, key: usize, msg: &[u8]) -> Result<()> {
+    pub(super) fn post_inline_am(&mut self, key: usize, msg: &[u8]) -> Result<()> {
         let mut sge = ibv_sge {
             addr: msg.as_ptr() as u64,
             length: msg.len() as u32,
@@ -279,23 +290,17 @@ impl Inner {
         let src = self
             .tag
             .op(h.op_id, key, gen)
-            .filter(|o| h.offset + h.length <= o.len && h.length > 0)
+            .filter(|o| h.length > 0 && h.offset.checked_add(h.length).is_some_and(|e| e <= o.len))
             .map(|o| (o.addr + h.offset, o.lkey));
         let mut status = ACK_FAILED;
         if let Some((addr, lkey)) = src {
-            let mut sge = ibv_sge {
+            let local = ibv_sge {
                 addr,
                 length: h.length as u32,
                 lkey,
             };
-            let mut wr = ibv_send_wr {
-                sg_list: &mut sge,
-                num_sge: 1,
-                opcode: ffi::IBV_WR_RDMA_WRITE,
-                ..Default::default()
-            };
-            wr.set_rdma(h.addr, h.rkey);
-            if let Err(e) = self.post(key, &mut wr, TxKind::Plain, false) {
+            let remote = (h.addr, h.rkey);
+            if let Err(e) = self.post_rdma_write(key, local, remote, 0, TxKind::Plain, false) {
                 self.fail_ep(key, e);
                 return true;
             }
@@ -315,16 +320,24 @@ impl Inner {
 
     /// As the receiver, the sender's report on the tail of matched rendezvous `h.slot`.
     fn tag_put_done(&mut self, key: usize, gen: u16, h: PutDoneHdr) {
+        if h.slot & GET_SLOT != 0 {
+            let slot = (h.slot & !GET_SLOT) as usize;
+            return self.tag_get_put_done(slot, key, gen, h.op_id, h.status == ACK_OK);
+        }
         let slot = h.slot as usize;
         let Some(r) = self.tag.reads.get_mut(slot) else {
             return;
         };
-        if r.op_id != h.op_id || r.key != key || r.gen != gen || !r.waiting_put {
+        if r.op_id != h.op_id || r.key != key || r.gen != gen || !r.tail.awaited() {
             return;
         }
-        r.waiting_put = false;
-        r.put_failed = h.status != ACK_OK;
-        if r.read_done {
+        let read_done = r.tail == Tail::AwaitedReadDone;
+        r.tail = if h.status == ACK_OK {
+            Tail::Settled
+        } else {
+            Tail::Failed
+        };
+        if read_done {
             self.tag_read_finish(slot, None);
         }
     }
@@ -342,6 +355,12 @@ impl Inner {
                 break;
             };
             self.tag_send_ack(key, gen, ack);
+        }
+        for _ in 0..self.tag.gets_waiting.len() {
+            let Some(slot) = self.tag.gets_waiting.pop_front() else {
+                break;
+            };
+            self.tag_get_read_tail(slot);
         }
         for _ in 0..self.tag.puts_owed.len() {
             let Some((key, gen, h)) = self.tag.puts_owed.pop_front() else {
@@ -374,7 +393,7 @@ impl Inner {
         let mut stuck = [0usize; MAX_POSTED];
         let mut n = 0;
         for (slot, r) in self.tag.reads.iter() {
-            if r.key == key && r.gen == gen && r.read_done && n < MAX_POSTED {
+            if r.key == key && r.gen == gen && r.tail == Tail::AwaitedReadDone && n < MAX_POSTED {
                 stuck[n] = slot;
                 n += 1;
             }
@@ -382,11 +401,13 @@ impl Inner {
         for &slot in &stuck[..n] {
             self.tag_read_finish(slot, Some(err.clone()));
         }
+        self.tag_gets_ep_failed(key, gen, err);
     }
 
     /// Endpoint `key`/`gen` is being dropped: its rendezvous operations go without completion
     /// (the caller dropped it), READs on it fail, owed acknowledgements are dropped.
     pub(super) fn tag_ep_gone(&mut self, key: usize, gen: u16) {
+        self.tag_gets_ep_gone(key, gen);
         self.tag.ops.retain(|_, o| !(o.key == key && o.gen == gen));
         self.tag.acks_owed.retain(|a| !(a.0 == key && a.1 == gen));
         self.tag.puts_owed.retain(|a| !(a.0 == key && a.1 == gen));
@@ -486,9 +507,7 @@ impl RcVerbsIface {
                     gen,
                     buf: p.buf,
                     put,
-                    waiting_put: put > 0,
-                    read_done: false,
-                    put_failed: false,
+                    tail: Tail::new(put),
                 });
                 if put > 0 {
                     if let Err(e) = inner.tag_send_put_req(slot) {
@@ -500,6 +519,16 @@ impl RcVerbsIface {
                 inner.tag_start_read(slot);
                 return Ok(0);
             }
+        }
+        if h.op_id != 0 {
+            self.inner.borrow_mut().tag_remember_unexp(Unexp {
+                key,
+                gen,
+                addr: h.addr,
+                rkey: h.rkey,
+                length: h.length,
+                op_id: h.op_id,
+            });
         }
         let packed = PackedRkey {
             rkey: h.rkey,
@@ -586,6 +615,12 @@ impl RcVerbsIface {
         let mut inner = self.inner.borrow_mut();
         let md_name = inner.md_name;
         inner.tag.post(tag, mask, iov, ctx, md_name)
+    }
+
+    /// How many gets of unexpected rendezvous were split (`get.rs`; for tests and
+    /// diagnostics).
+    pub fn tag_split_gets(&self) -> u64 {
+        self.inner.borrow().tag.split_gets
     }
 
     /// A handle that cancels this interface's posted receives from anywhere.

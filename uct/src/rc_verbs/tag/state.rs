@@ -3,6 +3,7 @@
 //! progress owes. What the interface's shared state holds; the operations on it are in
 //! `tag/mod.rs` (receiving side) and `tag/send.rs` (sending side).
 
+use super::get::{SplitGet, Unexp, UNEXP_REMEMBERED};
 use super::wire::{AckHdr, PutReqHdr};
 use crate::ep::{CompletionId, TagRecvId};
 use crate::md::{Iov, MemHandle};
@@ -125,12 +126,45 @@ pub(super) struct Read {
     pub(super) buf: RecvBuf,
     /// Bytes at the end that the sender writes (0: not split).
     pub(super) put: usize,
-    /// The sender's report on the write has not come yet.
-    pub(super) waiting_put: bool,
-    /// The READ completed (the receive waits for the sender's report).
-    pub(super) read_done: bool,
+    /// Where the sender's half stands.
+    pub(super) tail: Tail,
+}
+
+/// The sender's half of a matched rendezvous (its RDMA WRITE of the tail and the report that
+/// follows it); the READ is the receiver's half. A split rendezvous starts `Awaited`; the
+/// READ's completion and the sender's report then come in either order:
+///
+/// ```text
+/// Awaited --READ completes--> AwaitedReadDone --report--> receive completes
+///    |--report: written--> Settled --READ completes--> receive completes
+///    `--report: failed---> Failed  --READ completes--> receive fails (RemoteAccess)
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Tail {
+    /// Nothing owed by the sender: not split, or its write is reported done.
+    Settled,
+    /// The sender's report has not come; the READ is in flight or waits for a slot.
+    Awaited,
+    /// The sender's report has not come, and the READ has completed.
+    AwaitedReadDone,
     /// The sender reported that it could not write.
-    pub(super) put_failed: bool,
+    Failed,
+}
+
+impl Tail {
+    /// The state of a rendezvous whose sender writes `put` bytes (0: not split).
+    pub(super) fn new(put: usize) -> Self {
+        if put > 0 {
+            Tail::Awaited
+        } else {
+            Tail::Settled
+        }
+    }
+
+    /// Whether the sender's report is still to come.
+    pub(super) fn awaited(self) -> bool {
+        matches!(self, Tail::Awaited | Tail::AwaitedReadDone)
+    }
 }
 
 /// A sender's outstanding rendezvous.
@@ -163,6 +197,14 @@ pub(crate) struct TagState {
     pub(super) comps: VecDeque<(CompletionId, Result<u64>)>,
     pub(super) ops: slab::Slab<RndvOp>,
     pub(super) op_seq: u64,
+    /// Rendezvous announcements that went up as unexpected (see `get.rs`).
+    pub(super) unexp: VecDeque<Unexp>,
+    /// Split gets in flight (see `get.rs`).
+    pub(super) gets: slab::Slab<SplitGet>,
+    /// Split gets whose tail READ found no send slot, retried from progress.
+    pub(super) gets_waiting: VecDeque<usize>,
+    /// Gets split so far (for tests and diagnostics).
+    pub(super) split_gets: u64,
 }
 
 impl TagState {
@@ -177,6 +219,10 @@ impl TagState {
             comps: VecDeque::with_capacity(64),
             ops: slab::Slab::with_capacity(256),
             op_seq: 0,
+            unexp: VecDeque::with_capacity(UNEXP_REMEMBERED),
+            gets: slab::Slab::with_capacity(UNEXP_REMEMBERED),
+            gets_waiting: VecDeque::with_capacity(UNEXP_REMEMBERED),
+            split_gets: 0,
         }
     }
 
@@ -187,6 +233,7 @@ impl TagState {
             || !self.reads_waiting.is_empty()
             || !self.acks_owed.is_empty()
             || !self.puts_owed.is_empty()
+            || !self.gets_waiting.is_empty()
     }
 
     /// `tag_recv_zcopy` (seam 1 of the module docs).

@@ -12,6 +12,8 @@ struct TagSink {
     base: Sink,
     done: Vec<(TagRecvId, u64, usize, Result<()>)>,
     unexp_rndv: Vec<(u64, usize, Vec<u8>)>,
+    /// Address and packed rkey of each unexpected rendezvous.
+    unexp_remote: Vec<(u64, Vec<u8>)>,
 }
 
 impl EventSink for TagSink {
@@ -29,6 +31,7 @@ impl EventSink for TagSink {
     }
     fn tag_unexp_rndv(&mut self, tag: u64, r: RndvRemote<'_>) {
         self.unexp_rndv.push((tag, r.length, r.header.to_vec()));
+        self.unexp_remote.push((r.remote_addr, r.rkey.to_vec()));
     }
 }
 
@@ -249,4 +252,96 @@ fn split_rendezvous_of_a_canceled_send_fails_the_receive() {
         vec![0xee; 40_000][..],
         "the tail was written"
     );
+}
+
+/// A get's result, the data sent, what landed, and the gets split.
+type GetOutcome = (Result<u64>, Vec<u8>, Vec<u8>, u64);
+
+/// Sends `n` bytes by tag rendezvous from `a` (on `i1`) with no receive posted on `i2`, so it
+/// goes up as unexpected; then `b` reads the first `get_len` bytes with `get_zcopy`, as ucp's
+/// software rendezvous does. Gives the get's result, the data sent, what landed in the buffer
+/// (`get_len` bytes and 64 more) and how many gets `i2` split.
+fn unexpected_then_get(n: usize, get_len: usize, cancel: bool) -> Option<GetOutcome> {
+    let dev = device()?;
+    let (md, mut i1, mut i2, mut a, mut b) = two_sides(&dev);
+    let src = md.mem_alloc(n).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 + 1) as u8).collect();
+    src.write(0, &data).unwrap();
+    let op = match a
+        .tag_rndv_zcopy(8, b"h", &[Iov::whole(&src)], CompletionId(3))
+        .unwrap()
+    {
+        Outcome::Done(op) => op,
+        other => panic!("rendezvous start gave {other:?}"),
+    };
+    let (mut s1, mut s2) = (TagSink::default(), TagSink::default());
+    wait_tag(&mut i2, &mut s2, "unexpected rendezvous", |s| {
+        !s.unexp_remote.is_empty()
+    });
+    assert_eq!(s2.unexp_rndv[0].1, n);
+    let (addr, packed) = s2.unexp_remote.pop().unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    if cancel {
+        a.tag_rndv_cancel(op).unwrap();
+    }
+    let dst = md.mem_alloc(get_len + 64).unwrap();
+    dst.write(0, &vec![0xee; get_len + 64]).unwrap();
+    let iov = [Iov::new(&dst, 0, get_len).unwrap()];
+    let r = b.get_zcopy(&iov, addr, &rkey, CompletionId(9)).unwrap();
+    assert_eq!(r, Outcome::InProgress);
+    let start = Instant::now();
+    while s2.base.comps.is_empty() {
+        i1.progress(&mut s1);
+        i2.progress(&mut s2);
+        assert!(start.elapsed() < Duration::from_secs(30), "get");
+    }
+    assert!(
+        s1.base.comps.is_empty(),
+        "the sender's rendezvous completed without an ack"
+    );
+    let (comp, res) = s2.base.comps.pop().unwrap();
+    assert_eq!(comp, 9);
+    let mut got = vec![0u8; get_len + 64];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(
+        got[get_len..],
+        vec![0xee; 64][..],
+        "written past the buffer"
+    );
+    Some((res, data, got, i2.tag_split_gets()))
+}
+
+#[test]
+fn get_of_an_unexpected_rendezvous_is_split() {
+    let n = 300_001;
+    let Some((res, data, got, split)) = unexpected_then_get(n, n, false) else {
+        return;
+    };
+    assert_eq!(res, Ok(0));
+    assert_eq!(split, 1, "the get was not split");
+    assert!(got[..n] == data[..], "the data differ");
+}
+
+#[test]
+fn get_of_part_of_an_unexpected_rendezvous_reads_it_all() {
+    let n = 300_001;
+    let Some((res, data, got, split)) = unexpected_then_get(n, n - 1, false) else {
+        return;
+    };
+    assert_eq!(res, Ok(0));
+    assert_eq!(split, 0, "a get of other data than announced was split");
+    assert!(got[..n - 1] == data[..n - 1], "the data differ");
+}
+
+#[test]
+fn split_get_of_a_canceled_rendezvous_reads_the_tail_itself() {
+    // The sender no longer knows the operation (a stale announcement): it writes nothing and
+    // reports so, and the receiver reads the tail too.
+    let n = 100_000;
+    let Some((res, data, got, split)) = unexpected_then_get(n, n, true) else {
+        return;
+    };
+    assert_eq!(split, 1, "the get was not split");
+    assert_eq!(res, Ok(0));
+    assert!(got[..n] == data[..], "the data differ");
 }
