@@ -233,5 +233,8 @@ fn ucp_am_back_pressure_gives_requests_and_allocates_nothing_when_warm() {
     let allocs = ALLOCS.load(Ordering::SeqCst) - before;
     assert!(pending > 0, "no active message met back-pressure");
     assert!(waited > 0, "the sender never had to wait for its receiver");
-    assert_eq!(allocs, 0, "allocations while active messages waited on a full FIFO");
+    assert_eq!(
+        allocs, 0,
+        "allocations while active messages waited on a full FIFO"
+    );
 }

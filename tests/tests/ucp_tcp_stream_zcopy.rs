@@ -49,14 +49,18 @@ fn finish(a: &mut Worker, b: &mut Worker, on_a: bool, op: Op) -> Completion {
 fn ucp_tcp_stream_long_sends_go_zero_copy_in_order() {
     let mut a = worker();
     let mut b = worker();
-    let ab = a.ep_create(b.address(), EpParams::default()).expect("ep a->b");
+    let ab = a
+        .ep_create(b.address(), EpParams::default())
+        .expect("ep a->b");
     let start = Instant::now();
     while !b.has_ep_to(a.address()).expect("has_ep_to") {
         a.progress();
         b.progress();
         assert!(start.elapsed() < WATCHDOG, "wire-up");
     }
-    let ba = b.ep_create(a.address(), EpParams::default()).expect("ep b->a");
+    let ba = b
+        .ep_create(a.address(), EpParams::default())
+        .expect("ep b->a");
     let sizes = [(1 << 20) + 3, 5, 200_000, 65_535, 1, 70_000, 3 << 20];
     let mut all = Vec::new();
     let mut sends = Vec::new();
@@ -92,5 +96,8 @@ fn ucp_tcp_stream_long_sends_go_zero_copy_in_order() {
     assert!(got == all, "stream bytes differ");
     assert_eq!(b.stream_available(ba).unwrap(), 0);
     let zc = a.stats().stream_zcopy;
-    assert!(zc >= 4, "long stream sends went zero-copy {zc} times (of 5 long ones)");
+    assert!(
+        zc >= 4,
+        "long stream sends went zero-copy {zc} times (of 5 long ones)"
+    );
 }

@@ -19,9 +19,9 @@ use crate::worker::ep::connecting;
 use crate::worker::ep::Stamp;
 use crate::worker::pending::am_send;
 use crate::worker::req::{zeroed_buf, Req, ReqKind, SendData, SendStage};
-use ucs::Outcome;
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
+use ucs::Outcome;
 use ucs::{Error, Result};
 
 /// Largest user header plus data [`State::am_send_short`] gathers on the stack for a
@@ -151,8 +151,19 @@ impl State {
             head.extend_from_slice(header);
         }
         let r = match self.am_lane_and_req(idx, key) {
-            Ok((lane, Req { kind: ReqKind::Send(s), .. })) => {
-                let out = am_send(lane.uep, lane.attr, am_id::USER_AM, &[&uuid, &head, &s.data]);
+            Ok((
+                lane,
+                Req {
+                    kind: ReqKind::Send(s),
+                    ..
+                },
+            )) => {
+                let out = am_send(
+                    lane.uep,
+                    lane.attr,
+                    am_id::USER_AM,
+                    &[&uuid, &head, &s.data],
+                );
                 if matches!(out, Ok(o) if o != Outcome::NoResource) {
                     *lane.last_tx = Stamp::of(now);
                 }
@@ -164,7 +175,11 @@ impl State {
         self.put_buf(head);
         if r? {
             // The header's buffer goes back to the pool (the rendezvous box drops what it holds).
-            let kept = self.send_mut(key).rndv.as_deref_mut().and_then(|r| r.am.take());
+            let kept = self
+                .send_mut(key)
+                .rndv
+                .as_deref_mut()
+                .and_then(|r| r.am.take());
             if let Some((_, h)) = kept {
                 self.put_buf(h);
             }

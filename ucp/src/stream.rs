@@ -16,18 +16,18 @@ pub(crate) mod rx;
 
 use crate::request::Op;
 use crate::wire::am_id;
+use crate::wire::PREFIX_LEN;
+use crate::worker::ep::Stamp;
 use crate::worker::pending::am_send;
 use crate::worker::req::RecvBuf;
-use crate::worker::ep::Stamp;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_ZCOPY};
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
-use crate::wire::PREFIX_LEN;
 use std::ptr::NonNull;
+use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::Iov;
 use uct::MemoryDomain as _;
-use ucs::{Error, Outcome, Result};
 
 impl Worker {
     /// Appends bytes to the endpoint's ordered stream.
@@ -228,10 +228,14 @@ impl State {
             return Ok(true);
         };
         let Some(x) = s.rndv.as_deref_mut() else {
-            return Err(Error::InvalidParam("stream zero-copy without registration".into()));
+            return Err(Error::InvalidParam(
+                "stream zero-copy without registration".into(),
+            ));
         };
         let Some(memh) = x.memh.clone() else {
-            return Err(Error::InvalidParam("stream zero-copy without registration".into()));
+            return Err(Error::InvalidParam(
+                "stream zero-copy without registration".into(),
+            ));
         };
         let len = s.data.len();
         while s.offset < len {
