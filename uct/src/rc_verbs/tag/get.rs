@@ -26,6 +26,7 @@
 //! A split get's slot carries [`GET_SLOT`] in its `TxKind::TagRead` and in the write request,
 //! so completions and reports find it beside the matched rendezvous' READs.
 
+use super::state::{SplitGet, TailRead, Unexp, GET_SLOT, UNEXP_REMEMBERED};
 use super::wire::PutReqHdr;
 use crate::ep::CompletionId;
 use crate::md::{Iov, RemoteKey};
@@ -33,48 +34,6 @@ use crate::rc_verbs::ffi::{self, ibv_send_wr, ibv_sge};
 use crate::rc_verbs::mem_of;
 use crate::rc_verbs::state::{Inner, TxKind};
 use ucs::{Error, Outcome, Result};
-
-/// Unexpected rendezvous announcements remembered per interface (the oldest is forgotten; a
-/// forgotten one is read by one READ, as before).
-pub const UNEXP_REMEMBERED: usize = 64;
-/// Marks the slot of a split get (in `TxKind::TagRead` and `PutReqHdr::slot`).
-pub(super) const GET_SLOT: u32 = 1 << 31;
-
-/// An announcement that went up as unexpected.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Unexp {
-    pub(super) key: usize,
-    pub(super) gen: u16,
-    pub(super) addr: u64,
-    pub(super) rkey: u32,
-    pub(super) length: u64,
-    pub(super) op_id: u64,
-}
-
-/// A split get in flight.
-pub(super) struct SplitGet {
-    pub(super) comp: CompletionId,
-    pub(super) op_id: u64,
-    pub(super) key: usize,
-    pub(super) gen: u16,
-    /// READs of this get in flight: the head's, then the tail's when the sender could not
-    /// write it.
-    pub(super) reads_out: u8,
-    /// The sender's report on the tail has not come yet.
-    pub(super) report_due: bool,
-    /// The tail, for reading it ourselves when the sender cannot write it.
-    pub(super) tail: TailRead,
-}
-
-/// Where the tail of a split get is and goes.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct TailRead {
-    pub(super) local: u64,
-    pub(super) lkey: u32,
-    pub(super) remote: u64,
-    pub(super) rkey: u32,
-    pub(super) len: u32,
-}
 
 impl Inner {
     /// Remembers unexpected announcement `u` (forgetting the oldest when full).

@@ -94,7 +94,7 @@ mod send;
 pub(super) mod state;
 pub mod wire;
 
-pub use get::UNEXP_REMEMBERED;
+pub use state::UNEXP_REMEMBERED;
 pub use state::{MAX_POSTED, MAX_RNDV_OPS, RECV_MAX_IOV};
 
 use super::ffi::{self, ibv_send_wr, ibv_sge};
@@ -105,8 +105,8 @@ use crate::ep::TagRecvId;
 use crate::iface::{EventSink, RndvRemote, TagRecvCancel};
 use crate::md::Iov;
 use crate::tag_posted::recv_result;
-use get::{Unexp, GET_SLOT};
 use state::{Read, RecvBuf, Tail};
+use state::{Unexp, GET_SLOT};
 use std::cell::RefCell;
 use std::rc::Rc;
 use ucs::{Error, Outcome, Result};

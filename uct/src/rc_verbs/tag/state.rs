@@ -3,7 +3,6 @@
 //! progress owes. What the interface's shared state holds; the operations on it are in
 //! `tag/mod.rs` (receiving side) and `tag/send.rs` (sending side).
 
-use super::get::{SplitGet, Unexp, UNEXP_REMEMBERED};
 use super::wire::{AckHdr, PutReqHdr};
 use crate::ep::{CompletionId, TagRecvId};
 use crate::md::{Iov, MemHandle};
@@ -24,6 +23,48 @@ pub const MAX_RNDV_OPS: usize = 4096;
 const OP_SLOT_BITS: u32 = 16;
 const OP_SLOT_MASK: u64 = (1 << OP_SLOT_BITS) - 1;
 const _: () = assert!(MAX_RNDV_OPS < OP_SLOT_MASK as usize);
+
+/// Unexpected rendezvous announcements remembered per interface (the oldest is forgotten; a
+/// forgotten one is read by one READ, as before).
+pub const UNEXP_REMEMBERED: usize = 64;
+/// Marks the slot of a split get (in `TxKind::TagRead` and `PutReqHdr::slot`).
+pub(super) const GET_SLOT: u32 = 1 << 31;
+
+/// An announcement that went up as unexpected.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Unexp {
+    pub(super) key: usize,
+    pub(super) gen: u16,
+    pub(super) addr: u64,
+    pub(super) rkey: u32,
+    pub(super) length: u64,
+    pub(super) op_id: u64,
+}
+
+/// A split get in flight.
+pub(super) struct SplitGet {
+    pub(super) comp: CompletionId,
+    pub(super) op_id: u64,
+    pub(super) key: usize,
+    pub(super) gen: u16,
+    /// READs of this get in flight: the head's, then the tail's when the sender could not
+    /// write it.
+    pub(super) reads_out: u8,
+    /// The sender's report on the tail has not come yet.
+    pub(super) report_due: bool,
+    /// The tail, for reading it ourselves when the sender cannot write it.
+    pub(super) tail: TailRead,
+}
+
+/// Where the tail of a split get is and goes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TailRead {
+    pub(super) local: u64,
+    pub(super) lkey: u32,
+    pub(super) remote: u64,
+    pub(super) rkey: u32,
+    pub(super) len: u32,
+}
 
 /// A completion of a posted receive: `(ctx, tag, imm, length, result)`.
 pub(super) type TagDone = (TagRecvId, u64, u64, usize, Result<()>);
