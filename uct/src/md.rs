@@ -175,6 +175,10 @@ pub struct RemoteKey {
     mapped: Option<NonNull<u8>>,
     /// A transport value: a verbs rkey, a cma pid, a tcp key id.
     pub tl_value: u64,
+    /// Bytes right after the region's end, in this process's mapping, that may be written
+    /// without reaching anyone's data (a mapped segment's page padding and its private
+    /// scratch tail); 0 unless the transport says so (see [`RemoteKey::with_tail_room`]).
+    tail_room: u64,
     /// Keeps a mapping (or other transport state) alive while the key lives.
     _owner: Option<Arc<dyn Any + Send + Sync>>,
 }
@@ -203,6 +207,7 @@ impl RemoteKey {
             len,
             mapped: None,
             tl_value,
+            tail_room: 0,
             _owner: None,
         }
     }
@@ -223,8 +228,25 @@ impl RemoteKey {
             len,
             mapped: Some(mapped),
             tl_value,
+            tail_room: 0,
             _owner: owner,
         }
+    }
+    /// The key with `tail_room` bytes after its region's end that writes may land on
+    /// harmlessly (see [`RemoteKey::tail_room`]).
+    ///
+    /// # Safety
+    /// `mapped+len..mapped+len+tail_room` must stay valid for writes while the key's owner
+    /// lives, and hold nothing anyone reads.
+    pub unsafe fn with_tail_room(mut self, tail_room: u64) -> Self {
+        self.tail_room = tail_room;
+        self
+    }
+    /// Bytes right after the region's end, in this process's mapping, that may be written
+    /// without reaching anyone's data: a pack callback that runs past the region lands there.
+    #[inline]
+    pub fn tail_room(&self) -> u64 {
+        self.tail_room
     }
     /// Checks `remote_addr..remote_addr+len` against the region; gives the offset inside it.
     /// Inlined: every remote access on a mapped key (put/get short over shared memory) starts

@@ -33,6 +33,8 @@ pub const MAX_IOV: usize = 16;
 pub const RMA_MAX_SHORT: usize = 4096;
 /// Largest `put_bcopy` / `get_bcopy`.
 pub const RMA_MAX_BCOPY: usize = 8192;
+// A pack into a peer's mapped memory may run RMA_MAX_BCOPY bytes from any start in a region.
+const _: () = assert!(super::segment::SCRATCH_TAIL >= RMA_MAX_BCOPY);
 /// Largest `put_zcopy` / `get_zcopy`.
 pub const RMA_MAX_ZCOPY: usize = 1 << 30;
 mod ep;

@@ -110,7 +110,9 @@ impl MemoryDomain for MmMd {
         // decode() checked offset + len <= segment length, which attach() mapped.
         let mapped = NonNull::new(seg.base().as_ptr().wrapping_add(k.offset as usize))
             .expect("inside a mapping");
-        // SAFETY: the mapping covers offset..offset+len and is kept alive by the key's owner.
-        Ok(unsafe { RemoteKey::mapped(k.base, k.len, mapped, 0, Some(seg)) })
+        let tail = seg.scratch_after(k.offset, k.len);
+        // SAFETY: the mapping covers offset..offset+len and is kept alive by the key's owner;
+        // `tail` bytes after the region are its segment's padding and scratch tail.
+        Ok(unsafe { RemoteKey::mapped(k.base, k.len, mapped, 0, Some(seg)).with_tail_room(tail) })
     }
 }

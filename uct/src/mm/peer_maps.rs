@@ -79,9 +79,11 @@ impl PeerMaps {
         // decode() checked offset + len <= the segment's length, which is mapped whole.
         let mapped = NonNull::new(seg.base().as_ptr().wrapping_add(k.offset as usize))
             .ok_or_else(|| Error::RemoteAccess("mapping at address 0".into()))?;
+        let tail = seg.scratch_after(k.offset, k.len);
         // SAFETY: the mapping covers offset..offset+len of the segment and is kept alive by
-        // the key's owner (the Arc); the key's bounds are the region the peer packed.
-        Ok(unsafe { RemoteKey::mapped(k.base, k.len, mapped, 0, Some(seg)) })
+        // the key's owner (the Arc); the key's bounds are the region the peer packed; `tail`
+        // bytes after it are the segment's padding and scratch tail.
+        Ok(unsafe { RemoteKey::mapped(k.base, k.len, mapped, 0, Some(seg)).with_tail_room(tail) })
     }
 
     /// The mapping of `seg`: a cached one when it still names that segment, else a new one.

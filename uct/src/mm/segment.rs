@@ -32,7 +32,20 @@ pub struct Segment {
     /// Inode of an attached posix segment (0 otherwise): tells it from a later segment that
     /// reuses its descriptor number.
     ino: u64,
+    /// Bytes of private scratch memory mapped right after an attached data segment (0
+    /// otherwise): see [`SCRATCH_TAIL`].
+    tail: usize,
 }
+
+/// Private, anonymous memory mapped right after every attached data segment (the peer's
+/// `mem_alloc` memory), as large as the longest `put_bcopy`. A put's pack callback may write
+/// up to that many bytes wherever the put starts; with this tail, what it writes past a
+/// region at the end of the segment lands in this process's own scratch pages, never in the
+/// peer's other memory, so the put can pack straight into the peer's memory instead of into
+/// a bounce buffer and copying again (ucx_perftest `put_bw -D bcopy -s 4096` on a 4 KiB
+/// region: one copy instead of two). The pages are never touched unless such a pack runs
+/// long, so they cost address space only.
+pub const SCRATCH_TAIL: usize = 8192;
 
 // SAFETY: a Segment is a mapping; it hands out raw addresses only, and all access through them is
 // by copies and atomics behind `unsafe` with their own justification.
@@ -94,6 +107,7 @@ impl Segment {
             },
             _fd: Some(fd),
             ino: 0,
+            tail: 0,
         })
     }
 
@@ -125,6 +139,7 @@ impl Segment {
             },
             _fd: None,
             ino: 0,
+            tail: 0,
         })
     }
 
@@ -133,16 +148,17 @@ impl Segment {
     /// granted this process access ([`crate::grant`]; the pid in `seg` is only the peer's
     /// claim; a grant not there yet is waited for up to [`crate::grant::GRANT_WAIT`]), and with [`Error::Unreachable`] when it is gone or not a rucx segment of that
     /// size created by that process.
+    /// The mapping has [`SCRATCH_TAIL`] bytes of private scratch after it.
     pub fn attach(seg: SegRef) -> Result<Segment> {
         crate::grant::check(seg.pid, &format!("mapping a {} segment", seg.kind.name()))?;
-        Self::attach_unchecked(seg)
+        Self::attach_unchecked(seg, SCRATCH_TAIL)
     }
 
     /// [`Segment::attach`] without waiting for a grant that has not arrived (for paths inside
     /// `progress`, where a peer naming a process that never grants must not stall us).
     pub fn attach_no_wait(seg: SegRef) -> Result<Segment> {
         crate::grant::check_now(seg.pid, &format!("mapping a {} segment", seg.kind.name()))?;
-        Self::attach_unchecked(seg)
+        Self::attach_unchecked(seg, SCRATCH_TAIL)
     }
 
     /// Maps a peer's receive FIFO: any process may send to a rucx interface, so no grant is
@@ -156,7 +172,7 @@ impl Segment {
     /// although it never touches them. Later pages are first touched by writes, which map
     /// only the page written. Without the advice (kernels before 5.14) nothing else changes.
     pub fn attach_fifo(seg: SegRef) -> Result<Segment> {
-        let s = Self::attach_unchecked(seg)?;
+        let s = Self::attach_unchecked(seg, 0)?;
         // SAFETY: FFI on the first page of our own mapping; the advice only fills page tables.
         unsafe {
             libc::madvise(
@@ -168,18 +184,20 @@ impl Segment {
         Ok(s)
     }
 
-    fn attach_unchecked(seg: SegRef) -> Result<Segment> {
+    /// Maps `seg` with `tail` bytes of private scratch after it (see [`SCRATCH_TAIL`]).
+    fn attach_unchecked(seg: SegRef, tail: usize) -> Result<Segment> {
         let len = usize::try_from(seg.len)
             .ok()
             .filter(|l| *l > 0 && page_align(*l) == Some(*l))
+            .filter(|l| l.checked_add(tail).is_some())
             .ok_or_else(|| Error::Wire(format!("segment length {}", seg.len)))?;
         match seg.kind {
-            SegKind::Posix => Self::attach_posix(seg, len),
-            SegKind::Sysv => Self::attach_sysv(seg, len),
+            SegKind::Posix => Self::attach_posix(seg, len, tail),
+            SegKind::Sysv => Self::attach_sysv(seg, len, tail),
         }
     }
 
-    fn attach_posix(seg: SegRef, len: usize) -> Result<Segment> {
+    fn attach_posix(seg: SegRef, len: usize, tail: usize) -> Result<Segment> {
         let fd_no = i32::try_from(posix_fd(seg.id))
             .map_err(|_| Error::Wire(format!("posix segment fd {}", seg.id)))?;
         // The path and the link target live on the stack: a hub attaches one FIFO per peer,
@@ -225,15 +243,40 @@ impl Segment {
                 path.to_string_lossy()
             )));
         }
+        let base = if tail == 0 {
+            map_fd(&fd, len, "mmap of a peer's posix segment")?
+        } else {
+            let area = reserve(len + tail, "mmap of a peer's posix segment")?;
+            // SAFETY: FFI; replaces the first `len` bytes of the area we just reserved (and
+            // own) with the segment, shared and read-write.
+            let p = unsafe {
+                libc::mmap(
+                    area.as_ptr().cast(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                let e = Error::last_os("mmap of a peer's posix segment");
+                // SAFETY: the area we reserved; nothing else uses it.
+                unsafe { libc::munmap(area.as_ptr().cast(), len + tail) };
+                return Err(e);
+            }
+            area
+        };
         Ok(Segment {
-            base: map_fd(&fd, len, "mmap of a peer's posix segment")?,
+            base,
             seg,
             _fd: None,
             ino: st.st_ino,
+            tail,
         })
     }
 
-    fn attach_sysv(seg: SegRef, len: usize) -> Result<Segment> {
+    fn attach_sysv(seg: SegRef, len: usize, tail: usize) -> Result<Segment> {
         let id = i32::try_from(seg.id)
             .map_err(|_| Error::Wire(format!("sysv segment id {}", seg.id)))?;
         // SAFETY: an all-zero shmid_ds is a valid out-parameter.
@@ -251,12 +294,29 @@ impl Segment {
                 seg.pid
             )));
         }
-        // SAFETY: FFI; the kernel picks the address.
-        let p = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+        // With a tail, the segment replaces the start of an area reserved for both.
+        let area = match tail {
+            0 => None,
+            _ => Some(reserve(
+                len + tail,
+                "reserving address space for a sysv segment",
+            )?),
+        };
+        let (at, flags) = match area {
+            Some(a) => (a.as_ptr() as *const libc::c_void, libc::SHM_REMAP),
+            None => (std::ptr::null(), 0),
+        };
+        // SAFETY: FFI; the kernel picks the address, or we name the start of the area we
+        // reserved (page-aligned, which SHMLBA needs on Linux) and own.
+        let p = unsafe { libc::shmat(id, at, flags) };
         if p as isize == -1 {
+            let e = std::io::Error::last_os_error();
+            if let Some(a) = area {
+                // SAFETY: the area we reserved; nothing else uses it.
+                unsafe { libc::munmap(a.as_ptr().cast(), len + tail) };
+            }
             return Err(Error::Unreachable(format!(
-                "cannot attach sysv segment {id}: {}",
-                std::io::Error::last_os_error()
+                "cannot attach sysv segment {id}: {e}"
             )));
         }
         Ok(Segment {
@@ -264,7 +324,22 @@ impl Segment {
             seg,
             _fd: None,
             ino: 0,
+            tail,
         })
+    }
+
+    /// Bytes after the region `offset..offset+len` of this segment that writes may land on
+    /// harmlessly: when the region ends in the segment's last page (as a `mem_alloc` region
+    /// does), the rest of that page and the private scratch tail (see [`SCRATCH_TAIL`]);
+    /// otherwise none (the bytes after the region may be someone's data).
+    pub fn scratch_after(&self, offset: u64, len: u64) -> u64 {
+        let size = self.seg.len;
+        match offset.checked_add(len) {
+            Some(end) if end <= size && page_align(end as usize) == Some(size as usize) => {
+                size - end + self.tail as u64
+            }
+            _ => 0,
+        }
     }
 
     /// Start of the mapping.
@@ -353,18 +428,43 @@ fn map_fd(fd: &OwnedFd, len: usize, what: &str) -> Result<NonNull<u8>> {
     NonNull::new(p.cast()).ok_or_else(|| Error::NoMemory(format!("{what}: mapped at address 0")))
 }
 
+/// Reserves `len` bytes of private, zero-filled, read-write memory at an address the kernel
+/// picks: the area an attached segment and its scratch tail go in.
+fn reserve(len: usize, what: &str) -> Result<NonNull<u8>> {
+    // SAFETY: FFI; a new anonymous mapping at an address the kernel picks.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::last_os(what));
+    }
+    NonNull::new(p.cast()).ok_or_else(|| Error::NoMemory(format!("{what}: mapped at address 0")))
+}
+
 impl Drop for Segment {
     fn drop(&mut self) {
+        let len = self.seg.len as usize;
         match self.seg.kind {
-            // SAFETY: our own mapping of `seg.len` bytes (the kernel rounds the length up to
-            // whole pages, as it did when mapping); nobody uses it after drop (holders keep the
-            // Segment).
+            // SAFETY: our own mapping of `seg.len` bytes and its tail (the kernel rounds the
+            // length up to whole pages, as it did when mapping); nobody uses it after drop
+            // (holders keep the Segment).
             SegKind::Posix => unsafe {
-                libc::munmap(self.base.as_ptr().cast(), self.seg.len as usize);
+                libc::munmap(self.base.as_ptr().cast(), len + self.tail);
             },
-            // SAFETY: we own this attachment; nobody uses it after drop.
+            // SAFETY: we own this attachment and the tail after it; nobody uses them after
+            // drop.
             SegKind::Sysv => unsafe {
                 libc::shmdt(self.base.as_ptr() as *const libc::c_void);
+                if self.tail > 0 {
+                    libc::munmap(self.base.as_ptr().add(len).cast(), self.tail);
+                }
             },
         }
     }

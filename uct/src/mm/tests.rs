@@ -214,6 +214,80 @@ fn sysv_backpressure_and_pending() {
     backpressure_and_pending::<SysvTransport>();
 }
 
+/// A put_bcopy into a region that ends with its segment packs straight into the peer's
+/// memory, wherever it starts (what runs past the region lands in the mapping's scratch
+/// tail, and the put fails); one that fits is whole.
+fn put_bcopy_packs_in_place<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
+    let (md, _a, _b, mut ep) = pair::<T>();
+    let target = md.mem_alloc(4096).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&target, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let base = target.addr() as u64;
+    let at = |off: u64| rkey.local_ptr(base + off, 1).unwrap() as usize;
+
+    // A whole-region put, packed where it goes.
+    let mut dst_at = 0;
+    let n = ep
+        .put_bcopy(
+            |buf| {
+                dst_at = buf.as_ptr() as usize;
+                buf[..4096].copy_from_slice(&pattern(4096, 3));
+                4096
+            },
+            base,
+            &rkey,
+        )
+        .unwrap()
+        .unwrap_done();
+    assert_eq!((n, dst_at), (4096, at(0)), "packed in place");
+    let mut v = vec![0u8; 4096];
+    target.read(0, &mut v).unwrap();
+    assert_eq!(v, pattern(4096, 3));
+
+    // Near the end: still in place, the callback may write max_bcopy bytes.
+    let n = ep
+        .put_bcopy(
+            |buf| {
+                dst_at = buf.as_ptr() as usize;
+                let len = buf.len();
+                buf.fill(0xee);
+                assert_eq!(len, crate::mm::iface::RMA_MAX_BCOPY);
+                96
+            },
+            base + 4000,
+            &rkey,
+        )
+        .unwrap()
+        .unwrap_done();
+    assert_eq!((n, dst_at), (96, at(4000)));
+    target.read(0, &mut v).unwrap();
+    assert_eq!(
+        &v[..4000],
+        &pattern(4096, 3)[..4000],
+        "bytes before the put kept"
+    );
+    assert!(v[4000..].iter().all(|b| *b == 0xee));
+
+    // A pack that says it wrote past the region fails the put.
+    let e = ep.put_bcopy(|_| 200, base + 4000, &rkey).unwrap_err();
+    assert!(matches!(e, Error::RemoteAccess(_)), "{e:?}");
+    // The segment next to it (another allocation) is untouched.
+    let next = md.mem_alloc(4096).unwrap();
+    let mut w = vec![1u8; 16];
+    next.read(0, &mut w).unwrap();
+    assert_eq!(w, vec![0u8; 16]);
+}
+
+#[test]
+fn posix_put_bcopy_packs_in_place() {
+    put_bcopy_packs_in_place::<PosixTransport>();
+}
+#[test]
+fn sysv_put_bcopy_packs_in_place() {
+    put_bcopy_packs_in_place::<SysvTransport>();
+}
+
 fn rma_and_atomics<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
     let (md, _a, _b, mut ep) = pair::<T>();
     let target = md.mem_alloc(4096).unwrap();

@@ -176,6 +176,16 @@ impl MmEp {
     }
 }
 
+/// A put_bcopy's pack wrote more than the region holds from its start.
+#[cold]
+#[inline(never)]
+fn past_region(len: usize, remote_addr: u64, rkey: &RemoteKey) -> Error {
+    Error::RemoteAccess(format!(
+        "put_bcopy of {len} bytes at {remote_addr:#x} runs past the remote region {:#x}+{}",
+        rkey.remote_base, rkey.len
+    ))
+}
+
 /// An unmapped key names the memory domain to unpack it with; other errors pass.
 #[cold]
 #[inline(never)]
@@ -363,16 +373,22 @@ impl Endpoint for MmEp {
             .saturating_sub(remote_addr)
             .min(RMA_MAX_BCOPY as u64) as usize;
         let p = self.rma_ptr(rkey, remote_addr, room)?;
-        if room == RMA_MAX_BCOPY {
-            // Pack straight into the peer's memory: max_bcopy bytes fit the region.
-            // SAFETY: `room` bytes at p are inside the mapped region (checked just above).
-            let dst = unsafe { std::slice::from_raw_parts_mut(p, room) };
+        if room as u64 + rkey.tail_room() >= RMA_MAX_BCOPY as u64 {
+            // Pack straight into the peer's memory: max_bcopy bytes fit the region, or what
+            // does not lands in the mapping's scratch after it (see `Segment::scratch_after`).
+            // SAFETY: `room` bytes at p are inside the mapped region (checked just above) and
+            // the key's tail room bytes after the region are writable scratch.
+            let dst = unsafe { std::slice::from_raw_parts_mut(p, RMA_MAX_BCOPY) };
             let len = pack(dst);
             check_len(len, RMA_MAX_BCOPY)?;
+            if len > room {
+                return Err(past_region(len, remote_addr, rkey));
+            }
             return Ok(Outcome::Done(len));
         }
-        // Near the end of the region: pack into the interface's bounce buffer, so a pack that
-        // runs past the region changes nothing there.
+        // Near the end of a region without scratch after it (one that ends before its
+        // segment's last page): pack into the interface's bounce buffer, so a pack that runs
+        // past the region changes nothing there.
         let Ok(mut bounce) = self.common.bounce.try_borrow_mut() else {
             return Err(Error::Busy(
                 "put_bcopy called from inside another put_bcopy's pack".into(),
@@ -381,11 +397,7 @@ impl Endpoint for MmEp {
         let len = pack(&mut bounce[..]);
         check_len(len, RMA_MAX_BCOPY)?;
         if len > room {
-            return Err(Error::RemoteAccess(format!(
-                "put_bcopy of {len} bytes at {remote_addr:#x} runs past the remote region \
-                 {:#x}+{}",
-                rkey.remote_base, rkey.len
-            )));
+            return Err(past_region(len, remote_addr, rkey));
         }
         // SAFETY: len <= room bytes at p are inside the mapped region.
         unsafe { std::ptr::copy_nonoverlapping(bounce.as_ptr(), p, len) };
