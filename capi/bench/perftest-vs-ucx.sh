@@ -7,13 +7,16 @@
 #   ucx113  the same binary on Debian's UCX 1.13
 #   ucx122  UCX 1.22's ucx_perftest on UCX 1.22's own lib/ (the libucx-cu12 wheel from PyPI,
 #           fetched into target/ucx122 unless UCX122_DIR names an unpacked one)
-#   rucx@122  (shown, not in the ratio) UCX 1.22's ucx_perftest on rucx's libraries: the same
-#           binary on both sides of the ucx122 column
+#   rucx@122  UCX 1.22's ucx_perftest on rucx's libraries: the same binary as the ucx122 column
 # Rows: ucp stream_bw, ucp_am_lat and ucp_am_bw at 8 B, 64 KiB and 1 MiB over shared memory
 # (UCX_TLS=shm,self) and tcp (UCX_TLS=tcp on lo); uct am_lat, am_bw and put_bw over posix
 # and tcp. Printed per row: the median of each (latency: 50th percentile in usec; bandwidth:
-# overall MB/s), and rucx's ratio to the best UCX (latency: rucx/best, goal <= 1.0;
-# bandwidth: rucx/best, goal >= 1.0). A run that fails prints "-" (rucx's libucp may lack a
+# overall MB/s) and three ratios (latency: rucx/UCX, goal <= 1.0; bandwidth: rucx/UCX, goal
+# >= 1.0): "best", rucx (Debian's binary) against the best UCX column whichever binary it ran;
+# "=113", the same binary (Debian's 1.13) on rucx against UCX 1.13; "=122", the same binary
+# (UCX 1.22's) on rucx against UCX 1.22. The same-binary ratios compare the libraries alone:
+# the two ucx_perftest builds differ in their own per-iteration cost (Debian's 1.13 spends
+# about 50 more instructions per uct am_bw iteration in its own loop than 1.22's). A run that fails prints "-" (rucx's libucp may lack a
 # call a row needs). ROWS=REGEX runs the rows whose label matches (e.g. ROWS='^uct'). Take
 # timings on a quiet machine: the script says so when the load is high.
 set -uo pipefail
@@ -92,6 +95,12 @@ median() {
         if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2 }'
 }
 
+# ratio_of RUCX UCX: RUCX / UCX to two decimals, "-" when either is missing.
+ratio_of() {
+    awk -v r="$1" -v u="$2" 'BEGIN { if (r == "-" || u == "-" || u == 0) print "-";
+        else printf "%.2f", r / u }'
+}
+
 # Rows: label|kind|environment|perftest arguments
 rows=()
 for net in "shm|UCX_TLS=shm,self" "tcp|UCX_TLS=tcp UCX_NET_DEVICES=lo"; do
@@ -115,7 +124,7 @@ rows+=("uct am_bw tcp bcopy 4KiB|bw||-t am_bw -x tcp -d lo -D bcopy -s 4096 -n 2
 rows+=("uct put_bw tcp zcopy 64KiB|bw||-t put_bw -x tcp -d lo -D zcopy -s 65536 -n 2000")
 
 impls=(rucx ucx113 ucx122 rucx122)
-printf '%-30s %5s %12s %12s %12s %8s %12s\n' row unit rucx ucx113 ucx122 ratio rucx@122
+printf '%-30s %5s %10s %10s %10s %10s %6s %6s %6s\n' row unit rucx ucx113 ucx122 rucx@122 best =113 =122
 for row in "${rows[@]}"; do
     IFS='|' read -r label kind envs args <<<"$row"
     if [ -n "${ROWS:-}" ] && ! [[ $label =~ $ROWS ]]; then
@@ -141,9 +150,11 @@ for row in "${rows[@]}"; do
         if (b != "-" && (best == "" || (kind == "lat" ? b < best : b > best))) best = b;
         if (best == "" || best == 0) { print "-"; exit }
         printf "%.2f", r / best }')
+    same113=$(ratio_of "$m_rucx" "$m_113")
+    same122=$(ratio_of "$m_r122" "$m_122")
     unit=usec
     [ "$kind" = bw ] && unit=MB/s
-    printf '%-30s %5s %12s %12s %12s %8s %12s\n' "$label" "$unit" "$m_rucx" "$m_113" "$m_122" \
-        "$ratio" "$m_r122"
+    printf '%-30s %5s %10s %10s %10s %10s %6s %6s %6s\n' "$label" "$unit" "$m_rucx" "$m_113" \
+        "$m_122" "$m_r122" "$ratio" "$same113" "$same122"
     unset vals
 done
