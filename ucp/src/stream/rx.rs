@@ -1,30 +1,26 @@
 //! Received stream bytes no receive has taken yet, per endpoint: the peer's messages in
 //! arrival order, each still in the transport's receive buffer ([`uct::HeldBuf`]: the bytes
 //! are copied once, into the receive that takes them) or, when the transport cannot spare the
-//! buffer, copied out into a vector of its own.
+//! buffer, copied into the endpoint's byte buffer (one buffer for all such messages, so a
+//! receiver that falls behind a stream of small messages allocates nothing per message).
 
 use std::collections::VecDeque;
 use uct::HeldBuf;
 
-/// Vectors of consumed messages kept for the next copies (a receiver that falls behind then
-/// allocates nothing per message).
-const SPARE_VECS: usize = 8;
+/// Consumed bytes at the front of the copied bytes' buffer above which (and above half of
+/// it) the buffer is compacted before more is appended: a receiver that never drains it
+/// completely does not make it grow for ever, and each byte moves at most once on average.
+const COMPACT_MIN: usize = 64 * 1024;
+/// Capacity of the copied bytes' buffer kept once it drains; a larger one (after a burst) is
+/// freed.
+const KEEP_CAP_MAX: usize = 1 << 20;
 
 /// One message the peer sent, or what is left of it.
 enum Seg {
-    /// Copied out of the transport's buffer.
-    Owned(Vec<u8>),
+    /// Copied into [`StreamRx::copied`]: its length there.
+    Copied(usize),
     /// Still in the transport's receive buffer, released when consumed.
     Held(HeldBuf),
-}
-
-impl Seg {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Seg::Owned(v) => v,
-            Seg::Held(h) => h.data(),
-        }
-    }
 }
 
 /// The received, not yet consumed stream bytes of one endpoint.
@@ -35,7 +31,10 @@ pub(crate) struct StreamRx {
     front_off: usize,
     /// Bytes not yet consumed, in all messages.
     len: usize,
-    spare: Vec<Vec<u8>>,
+    /// The bytes of the [`Seg::Copied`] messages, in arrival order; those before
+    /// `copied_off` are consumed.
+    copied: Vec<u8>,
+    copied_off: usize,
 }
 
 impl StreamRx {
@@ -53,7 +52,7 @@ impl StreamRx {
 
     /// Holds no memory (an endpoint's rarely used part with only this may be dropped).
     pub(crate) fn is_unused(&self) -> bool {
-        self.segs.capacity() == 0 && self.spare.is_empty()
+        self.segs.capacity() == 0 && self.copied.capacity() == 0
     }
 
     /// Appends a message kept in the transport's buffer.
@@ -69,11 +68,13 @@ impl StreamRx {
         if data.is_empty() {
             return;
         }
-        let mut v = self.spare.pop().unwrap_or_default();
-        v.clear();
-        v.extend_from_slice(data);
+        if self.copied_off >= COMPACT_MIN && self.copied_off >= self.copied.len() / 2 {
+            self.copied.drain(..self.copied_off);
+            self.copied_off = 0;
+        }
+        self.copied.extend_from_slice(data);
         self.len += data.len();
-        self.segs.push_back(Seg::Owned(v));
+        self.segs.push_back(Seg::Copied(data.len()));
     }
 
     /// Messages waiting in the transport's buffers.
@@ -85,11 +86,21 @@ impl StreamRx {
             .count()
     }
 
+    /// The unconsumed bytes of the oldest message (None when none waits).
+    #[inline]
+    fn front(&self) -> Option<&[u8]> {
+        match self.segs.front()? {
+            Seg::Copied(n) => {
+                let left = n - self.front_off;
+                self.copied.get(self.copied_off..self.copied_off + left)
+            }
+            Seg::Held(h) => h.data().get(self.front_off..),
+        }
+    }
+
     /// Bytes left of the oldest message (0 when none waits).
     pub(crate) fn front_message_left(&self) -> usize {
-        self.segs
-            .front()
-            .map_or(0, |s| s.bytes().len() - self.front_off)
+        self.front().map_or(0, |b| b.len())
     }
 
     /// Copies the oldest bytes into `dst`, as many as fit and are there, and consumes them
@@ -97,10 +108,9 @@ impl StreamRx {
     pub(crate) fn copy_out(&mut self, dst: &mut [u8]) -> usize {
         let mut n = 0;
         while n < dst.len() {
-            let Some(seg) = self.segs.front() else {
+            let Some(src) = self.front() else {
                 break;
             };
-            let src = &seg.bytes()[self.front_off..];
             let k = src.len().min(dst.len() - n);
             dst[n..n + k].copy_from_slice(&src[..k]);
             n += k;
@@ -113,10 +123,9 @@ impl StreamRx {
     pub(crate) fn take(&mut self, out: &mut Vec<u8>, max: usize) {
         let mut left = max.min(self.len);
         while left > 0 {
-            let Some(seg) = self.segs.front() else {
+            let Some(src) = self.front() else {
                 break;
             };
-            let src = &seg.bytes()[self.front_off..];
             let k = src.len().min(left);
             out.extend_from_slice(&src[..k]);
             left -= k;
@@ -128,15 +137,23 @@ impl StreamRx {
     fn consume_front(&mut self, k: usize) {
         self.len -= k;
         self.front_off += k;
-        let done = self
-            .segs
-            .front()
-            .is_some_and(|s| self.front_off >= s.bytes().len());
+        let (copied, done) = match self.segs.front() {
+            Some(Seg::Copied(n)) => (true, self.front_off >= *n),
+            Some(Seg::Held(h)) => (false, self.front_off >= h.data().len()),
+            None => (false, false),
+        };
+        if copied {
+            self.copied_off += k;
+        }
         if done {
             self.front_off = 0;
-            if let Some(Seg::Owned(v)) = self.segs.pop_front() {
-                if self.spare.len() < SPARE_VECS {
-                    self.spare.push(v);
+            self.segs.pop_front();
+            if copied && self.copied_off == self.copied.len() {
+                self.copied_off = 0;
+                if self.copied.capacity() > KEEP_CAP_MAX {
+                    self.copied = Vec::new();
+                } else {
+                    self.copied.clear();
                 }
             }
         }
@@ -169,9 +186,41 @@ mod tests {
         assert!(rx.is_empty());
         assert_eq!(rx.copy_out(&mut b), 0);
         assert_eq!(rx.front_message_left(), 0);
-        // The consumed messages' vectors are kept for the next copies.
-        assert_eq!(rx.spare.len(), 2);
+        // The copied bytes' buffer is kept for the next copies.
+        assert!(rx.copied.capacity() >= 18 && rx.copied.is_empty());
         rx.push_copy(b"again");
-        assert_eq!(rx.spare.len(), 1);
+        assert_eq!(rx.copied, b"again");
+    }
+
+    /// A receiver that always leaves some bytes behind: the buffer is compacted, stays bounded,
+    /// and the bytes still come out in order.
+    #[test]
+    fn a_receiver_that_never_drains_keeps_the_buffer_bounded() {
+        let mut rx = StreamRx::default();
+        let mut next_in = 0u32;
+        let mut next_out = 0u32;
+        for _ in 0..200_000 {
+            rx.push_copy(&next_in.to_le_bytes());
+            next_in += 1;
+            if rx.len() > 64 {
+                let mut b = [0u8; 4];
+                assert_eq!(rx.copy_out(&mut b), 4);
+                assert_eq!(u32::from_le_bytes(b), next_out);
+                next_out += 1;
+            }
+        }
+        assert!(
+            rx.copied.len() <= 2 * COMPACT_MIN + 128,
+            "{}",
+            rx.copied.len()
+        );
+        let mut rest = Vec::new();
+        rx.take(&mut rest, usize::MAX);
+        for w in rest.chunks(4) {
+            assert_eq!(u32::from_le_bytes(w.try_into().unwrap()), next_out);
+            next_out += 1;
+        }
+        assert_eq!(next_out, next_in);
+        assert!(rx.is_empty() && rx.copied.is_empty());
     }
 }
