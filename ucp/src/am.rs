@@ -16,7 +16,6 @@ use crate::request::Op;
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
 use crate::wireup::ProtoConfig;
 use crate::worker::ep::connecting;
-use crate::worker::ep::Stamp;
 use crate::worker::pending::am_send;
 use crate::worker::req::{zeroed_buf, Req, ReqKind, SendData, SendStage};
 use crate::worker::state::State;
@@ -143,7 +142,7 @@ impl State {
     pub(crate) fn am_eager_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let uuid = self.worker_uuid().to_le_bytes();
-        let now = self.now();
+        let now = self.now_stamp();
         let mut head = self.get_buf();
         if let Some(Some((id, header))) = self.send_mut(key).rndv.as_deref().map(|r| &r.am) {
             let hdr_len = header.len() as u32;
@@ -165,7 +164,7 @@ impl State {
                     &[&uuid, &head, &s.data],
                 );
                 if matches!(out, Ok(o) if o != Outcome::NoResource) {
-                    *lane.last_tx = Stamp::of(now);
+                    *lane.last_tx = now;
                 }
                 out.map(|o| o != Outcome::NoResource)
             }

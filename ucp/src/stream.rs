@@ -17,7 +17,6 @@ pub(crate) mod rx;
 use crate::request::{Completion, Op};
 use crate::wire::am_id;
 use crate::wire::PREFIX_LEN;
-use crate::worker::ep::Stamp;
 use crate::worker::pending::am_send;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_ZCOPY};
@@ -148,7 +147,7 @@ impl State {
             return self.stream_zcopy_step(key);
         }
         let uuid = self.worker_uuid().to_le_bytes();
-        let now = self.now();
+        let now = self.now_stamp();
         let (lane, req) = self.am_lane_and_req(idx, key)?;
         let (uep, attr, last_tx) = (lane.uep, lane.attr, lane.last_tx);
         let frag = lane.proto.bcopy_single_max;
@@ -167,7 +166,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            *last_tx = Stamp::of(now);
+            *last_tx = now;
             s.offset += n;
         }
         self.finish(key, Ok(()));
@@ -221,7 +220,7 @@ impl State {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let uuid = self.worker_uuid().to_le_bytes();
-        let now = self.now();
+        let now = self.now_stamp();
         let (lane, req) = self.am_lane_and_req(idx, key)?;
         let max = lane.attr.am.max_zcopy;
         let ReqKind::Send(s) = &mut req.kind else {
@@ -249,7 +248,7 @@ impl State {
                 Outcome::InProgress => x.inflight += 1,
                 Outcome::Done(()) => {}
             }
-            *lane.last_tx = Stamp::of(now);
+            *lane.last_tx = now;
             s.offset += n;
         }
         if x.inflight == 0 {

@@ -79,7 +79,7 @@ impl State {
         let wire = self.wire_id(key);
         let peer_wire = self.peer_id(idx, key);
         let uuid = self.worker_uuid().to_le_bytes();
-        let now = self.now();
+        let now = self.now_stamp();
         let ReqStep {
             ep,
             ifaces: info,
@@ -142,7 +142,7 @@ impl State {
             if s.offset == 0 {
                 stats.eager_zcopy += 1;
             }
-            *last_tx = crate::worker::ep::Stamp::of(now);
+            *last_tx = now;
             s.offset += n;
         }
         if x.inflight == 0 {
@@ -389,7 +389,7 @@ impl State {
     pub(crate) fn pipeline_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let uuid = self.worker_uuid().to_le_bytes();
-        let now = self.now();
+        let now = self.now_stamp();
         let ReqStep {
             ep,
             ifaces: info,
@@ -419,7 +419,7 @@ impl State {
             if out == Outcome::NoResource {
                 return Ok(false);
             }
-            *last_tx = crate::worker::ep::Stamp::of(now);
+            *last_tx = now;
             s.offset += n;
         }
         self.finish(key, Ok(()));

@@ -134,6 +134,7 @@ impl StreamRx {
     }
 
     /// Consumes `k` bytes of the front message (at most what is left of it).
+    #[inline]
     fn consume_front(&mut self, k: usize) {
         self.len -= k;
         self.front_off += k;
