@@ -135,9 +135,8 @@ impl State {
         }
         let key = self.new_send(idx, 0, data, false);
         self.send_mut(key).stage = SendStage::Stream;
-        if !self.ep_ready(idx) || !self.stream_step(key)? {
-            self.queue_req(idx, key);
-        }
+        let ready = self.ep_ready(idx);
+        self.start_req(idx, key, !ready)?;
         Ok(self.op_of(key))
     }
 

@@ -449,9 +449,10 @@ impl State {
                 }
                 let s = self.send_mut(key);
                 let ptr = NonNull::new(s.data.as_mut_ptr())
-                    .ok_or_else(|| Error::InvalidParam("empty put buffer".into()))?;
+                    .ok_or_else(|| Error::InvalidParam("empty put buffer".into()));
                 // SAFETY: the vector is owned by the request and outlives the handle.
-                let m = unsafe { self.md(li).mem_reg(ptr, len) }?;
+                let m = ptr.and_then(|ptr| unsafe { self.md(li).mem_reg(ptr, len) });
+                let m = self.unless_failed(key, m)?;
                 let x = self.send_rndv(key);
                 x.memh = Some(m);
                 x.rkey = Some(rk);
@@ -459,10 +460,8 @@ impl State {
                 let s = self.send_mut(key);
                 s.user_rma = true;
                 s.stage = SendStage::Rndv(RndvSend::Put);
-                let queued = !self.ep(idx).pending.is_empty();
-                if queued || !self.put_step(key)? {
-                    self.queue_req(idx, key);
-                }
+                let behind = !self.ep(idx).pending.is_empty();
+                self.start_req(idx, key, behind)?;
                 Ok(self.op_of(key))
             }
             RmaDir::Get(mut buf) => {
@@ -473,9 +472,10 @@ impl State {
                     self.finish(key, Ok(()));
                     return Ok(self.op_of(key));
                 }
-                let ptr = ptr.ok_or_else(|| Error::InvalidParam("empty get buffer".into()))?;
+                let ptr = ptr.ok_or_else(|| Error::InvalidParam("empty get buffer".into()));
                 // SAFETY: the buffer is owned by the request and outlives the handle.
-                let m = unsafe { self.md(li).mem_reg(ptr, len) }?;
+                let m = ptr.and_then(|ptr| unsafe { self.md(li).mem_reg(ptr, len) });
+                let m = self.unless_failed(key, m)?;
                 let x = self.recv_rndv(key);
                 x.memh = Some(m);
                 x.rkey = Some(rk);
@@ -485,10 +485,8 @@ impl State {
                 r.user_rma = true;
                 r.stage = RecvStage::Rndv(RndvRecv::Get);
                 // Behind a queued operation (or fence) it waits its turn.
-                let queued = !self.ep(idx).pending.is_empty();
-                if queued || !self.get_step(key)? {
-                    self.queue_req(idx, key);
-                }
+                let behind = !self.ep(idx).pending.is_empty();
+                self.start_req(idx, key, behind)?;
                 Ok(self.op_of(key))
             }
         }

@@ -68,9 +68,7 @@ impl State {
             }
         }
         let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
-        if !ready || !self.send_step(key)? {
-            self.queue_req(idx, key);
-        }
+        self.start_req(idx, key, !ready)?;
         Ok(self.op_of(key))
     }
 

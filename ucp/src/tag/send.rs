@@ -165,10 +165,7 @@ impl State {
         s.msg_id = id;
         s.fast_cmpl = mode == TagSendMode::FastCompletion;
         // Back-pressure queues the request (it resumes from `progress_pending`, in order).
-        let queued = !ready || !self.send_step(key)?;
-        if queued && self.req_mut(key).done.is_none() {
-            self.queue_req(idx, key);
-        }
+        self.start_req(idx, key, !ready)?;
         Ok(self.op_of(key))
     }
 

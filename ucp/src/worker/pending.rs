@@ -91,6 +91,61 @@ impl State {
         }
     }
 
+    /// Starts request `key` (a send, or an RMA get) on endpoint `idx`: its first step unless
+    /// `behind` (earlier operations wait on the endpoint), queued when it cannot go now. An
+    /// error while nothing has gone out removes the request and is returned, so the call fails
+    /// as if it never started; one after part of the operation went out (a fragment, a
+    /// zero-copy piece the transport still reads, an announcement the peer may answer) fails
+    /// the endpoint instead, as `progress_pending` does, which finishes the request with it.
+    pub(crate) fn start_req(&mut self, idx: usize, key: usize, behind: bool) -> Result<()> {
+        let went = if behind {
+            false
+        } else {
+            let step = match &self.reqs[key].kind {
+                ReqKind::Recv(_) => self.get_step(key),
+                _ => self.send_step(key),
+            };
+            match step {
+                Ok(went) => went,
+                Err(e) if self.req_untouched(key) => {
+                    self.drop_req(key);
+                    return Err(e);
+                }
+                Err(e) => {
+                    self.fail_ep(idx, e);
+                    return Ok(());
+                }
+            }
+        };
+        if !went && self.reqs[key].done.is_none() {
+            self.queue_req(idx, key);
+        }
+        Ok(())
+    }
+
+    /// `r`, removing request `key` (made for an operation that then failed to start) when
+    /// it is an error.
+    pub(crate) fn unless_failed<T>(&mut self, key: usize, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.drop_req(key);
+        }
+        r
+    }
+
+    /// Request `key` is unfinished and nothing of it has gone out yet.
+    fn req_untouched(&self, key: usize) -> bool {
+        let r = &self.reqs[key];
+        let idle = |x: &Option<Box<crate::worker::req::Rndv>>| {
+            x.as_deref().is_none_or(|x| x.inflight == 0)
+        };
+        r.done.is_none()
+            && match &r.kind {
+                ReqKind::Send(s) => s.offset == 0 && idle(&s.rndv) && !s.stage.waits_rndv_answer(),
+                ReqKind::Recv(r) => r.offset == 0 && idle(&r.rndv),
+                _ => false,
+            }
+    }
+
     pub(crate) fn mark_pending(&mut self, idx: usize) {
         let ep = &mut self.eps[idx];
         if !ep.in_pending_list {
