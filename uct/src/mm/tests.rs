@@ -5,7 +5,7 @@ use super::*;
 use crate::caps::EventFlags;
 use crate::ep::{AtomicOp, Endpoint};
 use crate::iface::{EventSink, Iface, IfaceParams};
-use crate::md::{Iov, MemoryDomain};
+use crate::md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 use crate::transport::Transport;
 use crate::EpId;
 use crate::{CompletionId, PendingId};
@@ -214,16 +214,23 @@ fn sysv_backpressure_and_pending() {
     backpressure_and_pending::<SysvTransport>();
 }
 
+/// A region a peer reaches: `len` bytes allocated from `md`, their packed key, the key as a
+/// peer unpacks it, and their address.
+fn remote_region(md: &MmMd, len: usize) -> (MemHandle, Vec<u8>, RemoteKey, u64) {
+    let target = md.mem_alloc(len).unwrap();
+    let mut packed = Vec::new();
+    md.rkey_pack(&target, &mut packed).unwrap();
+    let rkey = md.rkey_unpack(&packed).unwrap();
+    let base = target.addr() as u64;
+    (target, packed, rkey, base)
+}
+
 /// A put_bcopy into a region that ends with its segment packs straight into the peer's
 /// memory, wherever it starts (what runs past the region lands in the mapping's scratch
 /// tail, and the put fails); one that fits is whole.
 fn put_bcopy_packs_in_place<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
     let (md, _a, _b, mut ep) = pair::<T>();
-    let target = md.mem_alloc(4096).unwrap();
-    let mut packed = Vec::new();
-    md.rkey_pack(&target, &mut packed).unwrap();
-    let rkey = md.rkey_unpack(&packed).unwrap();
-    let base = target.addr() as u64;
+    let (target, _, rkey, base) = remote_region(&md, 4096);
     let at = |off: u64| rkey.local_ptr(base + off, 1).unwrap() as usize;
 
     // A whole-region put, packed where it goes.
@@ -290,11 +297,7 @@ fn sysv_put_bcopy_packs_in_place() {
 
 fn rma_and_atomics<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
     let (md, _a, _b, mut ep) = pair::<T>();
-    let target = md.mem_alloc(4096).unwrap();
-    let mut packed = Vec::new();
-    md.rkey_pack(&target, &mut packed).unwrap();
-    let rkey = md.rkey_unpack(&packed).unwrap();
-    let base = target.addr() as u64;
+    let (target, packed, rkey, base) = remote_region(&md, 4096);
 
     ep.put_short(b"hello", base + 100, &rkey)
         .unwrap()
