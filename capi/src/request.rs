@@ -263,15 +263,30 @@ pub unsafe fn recv_contig(
         })
     };
     drop(inner);
+    submit_hooked(name, w, &args, mem, res)
+}
+
+/// The client's result of a receive posted through a hooked call (`tag_recv_raw_hooked`,
+/// `stream_recv_raw_hooked`) whose token closure took request memory `mem` (null when it was
+/// not called): the request for one left waiting, else what [`submit`] gives. Worker locked,
+/// rucx worker not borrowed.
+#[inline(always)]
+pub fn submit_hooked(
+    name: &str,
+    w: &Worker,
+    args: &OpArgs,
+    mem: (*mut ReqHdr, u32),
+    res: ucs::Result<HookedOp>,
+) -> StatusPtr {
     let (h, pooled) = mem;
     match res {
         // rucx asks for the token of every receive it leaves waiting.
         Ok(HookedOp::Pending(id)) if !h.is_null() => {
-            write_header(h, w, &args, pooled, Some(id), Finish::None);
+            write_header(h, w, args, pooled, Some(id), Finish::None);
             user_of(h)
         }
         Ok(HookedOp::Pending(_)) => status_ptr(UCS_ERR_NO_RESOURCE),
-        Ok(HookedOp::Done(c)) => submit_done(w, &args, Finish::None, c),
+        Ok(HookedOp::Done(c)) => submit_done(w, args, Finish::None, c),
         Err(e) => {
             if pooled != 0 {
                 w.pool.borrow_mut().put(h as *mut u8);

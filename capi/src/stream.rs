@@ -12,9 +12,9 @@ use crate::datatype::{recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{ffi, ffi_hot, refuse};
-use crate::handles::{worker_ref, Cb, Ep, OpArgs, Worker};
+use crate::handles::{worker_ref, Cb, Ep, OpArgs, ReqHdr, Worker};
 use crate::param::{check_param, param_datatype, read_param};
-use crate::request::submit;
+use crate::request::{request_mem, submit, submit_hooked};
 use std::ffi::{c_uint, c_void};
 use ucp::Op;
 
@@ -155,11 +155,17 @@ unsafe fn recv(
     };
     let (res, finish) = match finish {
         Finish::Copy { dst, .. } => {
+            // Request memory is taken only for a receive left waiting (see `recv_contig`).
+            let mut mem: (*mut ReqHdr, u32) = (std::ptr::null_mut(), 0);
             // SAFETY: the client keeps its buffer until the request completes.
-            (
-                unsafe { i.w.stream_recv_raw(h, dst, len, waitall) },
-                Finish::None,
-            )
+            let res = unsafe {
+                i.w.stream_recv_raw_hooked(h, dst, len, waitall, || {
+                    mem = request_mem(w, &args);
+                    mem.0 as u64
+                })
+            };
+            drop(i);
+            return submit_hooked(name, w, &args, mem, res);
         }
         other => {
             let mut buf = vec![0u8; len];

@@ -14,7 +14,7 @@
 
 pub(crate) mod rx;
 
-use crate::request::{Completion, Op};
+use crate::request::{Completion, HookedOp, Op};
 use crate::wire::am_id;
 use crate::wire::PREFIX_LEN;
 use crate::worker::pending::am_send;
@@ -60,6 +60,31 @@ impl Worker {
         // SAFETY: forwarded contract.
         let buf = unsafe { RecvBuf::raw(ptr, len) };
         self.st.stream_recv(idx, buf, waitall)
+    }
+
+    /// [`Worker::stream_recv_raw`] with the result going to the completion hook
+    /// ([`Worker::set_completion_hook`]) under the token `token()` gives, as
+    /// [`Worker::request_into_hook`] of its request would: a receive that finishes at once
+    /// gives its completion (and `token` is not called); one left waiting is bound to the hook
+    /// without a [`Request`] handle being made and taken apart.
+    ///
+    /// # Safety
+    /// As [`Worker::stream_recv_raw`].
+    pub unsafe fn stream_recv_raw_hooked(
+        &mut self,
+        ep: EpHandle,
+        ptr: *mut u8,
+        len: usize,
+        waitall: bool,
+        token: impl FnOnce() -> u64,
+    ) -> Result<HookedOp> {
+        let idx = self.st.ep_idx(ep)?;
+        // SAFETY: forwarded contract.
+        let buf = unsafe { RecvBuf::raw(ptr, len) };
+        match self.st.stream_recv_keyed(idx, buf, waitall)? {
+            Ok(c) => Ok(HookedOp::Done(c)),
+            Err((key, gen)) => Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token()))),
+        }
     }
 
     /// Appends `len` bytes at `ptr` to the endpoint's stream, read in place.
@@ -256,19 +281,29 @@ impl State {
         Ok(true)
     }
 
-    pub(crate) fn stream_recv(
+    pub(crate) fn stream_recv(&mut self, idx: usize, buf: RecvBuf, waitall: bool) -> Result<Op> {
+        Ok(match self.stream_recv_keyed(idx, buf, waitall)? {
+            Ok(c) => Op::Done(c),
+            Err((key, gen)) => Op::Pending(self.handle_of(key, gen)),
+        })
+    }
+
+    /// [`State::stream_recv`] giving a receive left waiting as its request's key and
+    /// generation (no [`Request`] handle made).
+    #[inline(always)]
+    pub(crate) fn stream_recv_keyed(
         &mut self,
         idx: usize,
         mut buf: RecvBuf,
         waitall: bool,
-    ) -> Result<Op> {
+    ) -> Result<std::result::Result<Completion, (usize, u32)>> {
         // No receive queued before this one and enough bytes buffered: served now, without a
         // request (what a receiver that is behind its sender meets on every call).
         if let Some(x) = self.ep_mut(idx).extra.as_deref_mut() {
             let need = if waitall { buf.len() } else { buf.len().min(1) };
             if need > 0 && x.stream_waiters.is_empty() && x.stream_rx.len() >= need {
                 let len = x.stream_rx.copy_out(&mut buf[..]);
-                return Ok(Op::Done(Completion {
+                return Ok(Ok(Completion {
                     status: Ok(()),
                     buf: buf.into_vec(),
                     len,
@@ -309,7 +344,10 @@ impl State {
         if serve {
             self.stream_serve(idx);
         }
-        Ok(self.op_of(key))
+        match self.take_finished(key) {
+            Some(c) => Ok(Ok(c)),
+            None => Ok(Err((key, self.req_mut(key).gen))),
+        }
     }
 
     /// Moves received stream bytes into waiting receives, in posting order.

@@ -24,7 +24,7 @@ pub(crate) mod stages;
 pub(crate) mod state;
 pub(crate) mod unexp;
 
-use crate::request::{Completion, HookedOp, Op, Request, RequestId};
+use crate::request::{Completion, HookedOp, Op, Request};
 use crate::rma::MemMap;
 use crate::wireup::TagSendMode;
 use crate::worker::req::RecvBuf;
@@ -234,18 +234,7 @@ impl Worker {
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
         match self.st.req_get_mut(key) {
             Some(r) if r.gen == gen && r.done.is_none() => {
-                use crate::worker::req::Notify;
-                // A receive just posted is `Take`, which owns nothing: not dropping it spares
-                // an out-of-line drop call.
-                let old = std::mem::replace(&mut r.notify, Notify::Hook(token()));
-                if matches!(old, Notify::Take) {
-                    std::mem::forget(old);
-                }
-                Ok(HookedOp::Pending(RequestId {
-                    wid: self.st.worker_id(),
-                    key: key as u32,
-                    gen,
-                }))
+                Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token())))
             }
             // Failed at once (a receive failure in force): its result goes with the token.
             _ => {

@@ -31,7 +31,7 @@
 //! `State`'s own fields are private to `worker` (`pub(super)`): a family names only its own
 //! state struct and these methods.
 
-use crate::request::Completion;
+use crate::request::{Completion, RequestId};
 use crate::wire::PREFIX_LEN;
 use crate::wireup::ProtoConfig;
 use crate::worker::api_types::{EpHandle, ProtoStats};
@@ -511,6 +511,25 @@ impl State {
     #[inline]
     pub(crate) fn handle_of(&self, key: usize, gen: u32) -> crate::request::Request {
         crate::request::Request::new(key, gen, &self.req_shared)
+    }
+
+    /// Binds waiting request `key` (generation `gen`, just made: nobody holds a handle of it)
+    /// to the completion hook under `token`, as `Worker::request_into_hook` of its handle
+    /// would, without the handle.
+    #[inline(always)]
+    pub(crate) fn hook_waiting(&mut self, key: usize, gen: u32, token: u64) -> RequestId {
+        let r = &mut self.reqs[key];
+        // A request just made is `Take`, which owns nothing: not dropping it spares an
+        // out-of-line drop call.
+        let old = std::mem::replace(&mut r.notify, Notify::Hook(token));
+        if matches!(old, Notify::Take) {
+            std::mem::forget(old);
+        }
+        RequestId {
+            wid: self.id,
+            key: key as u32,
+            gen,
+        }
     }
 
     /// The endpoint connected to the worker with uuid `uuid`.
