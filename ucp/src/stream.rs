@@ -13,6 +13,7 @@
 )]
 
 pub(crate) mod rx;
+pub(crate) mod stages;
 
 use crate::request::{Completion, Op};
 use crate::wire::am_id;
@@ -23,6 +24,7 @@ use crate::worker::req::RecvBuf;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_ZCOPY};
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
+use stages::{StreamRecv, StreamSend};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -135,14 +137,25 @@ impl State {
             return Ok(data.sent_at_once(0));
         }
         let key = self.new_send(idx, 0, data, false);
-        self.send_mut(key).stage = SendStage::Stream;
+        self.send_mut(key).stage = SendStage::Stream(StreamSend::Bcopy);
         if !self.ep_ready(idx) || !self.stream_step(key)? {
             self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
     }
 
-    pub(crate) fn stream_step(&mut self, key: usize) -> Result<bool> {
+    /// Advances stream send `key`, in `stage`, as far as resources allow (see
+    /// `State::send_step`). Gives false on back-pressure.
+    pub(crate) fn stream_send_step(&mut self, key: usize, stage: StreamSend) -> Result<bool> {
+        match stage {
+            StreamSend::Bcopy => self.stream_step(key),
+            StreamSend::Zcopy => self.stream_zcopy_step(key),
+        }
+    }
+
+    /// Sends the bcopy fragments of stream send `key` that the lane takes now (or, from its
+    /// start, goes zero-copy). Gives false on back-pressure.
+    fn stream_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         if self.send_mut(key).offset == 0 && self.stream_zcopy_start(idx, key) {
             return self.stream_zcopy_step(key);
@@ -203,7 +216,7 @@ impl State {
         match unsafe { self.md(li).mem_reg(ptr, len) } {
             Ok(m) => {
                 self.send_rndv(key).memh = Some(m);
-                self.send_mut(key).stage = SendStage::StreamZcopy;
+                self.send_mut(key).stage = SendStage::Stream(StreamSend::Zcopy);
                 self.stats_mut().stream_zcopy += 1;
                 true
             }
@@ -215,9 +228,9 @@ impl State {
     }
 
     /// Sends the zero-copy fragments of stream send `key` that the lane takes now; the send
-    /// finishes when the transport has completed them all (`zcopy_completed`). Gives false on
-    /// back-pressure.
-    pub(crate) fn stream_zcopy_step(&mut self, key: usize) -> Result<bool> {
+    /// finishes when the transport has completed them all
+    /// ([`State::stream_zcopy_completed`]). Gives false on back-pressure.
+    fn stream_zcopy_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let uuid = self.worker_uuid().to_le_bytes();
@@ -258,6 +271,21 @@ impl State {
         Ok(true)
     }
 
+    /// A zero-copy fragment of stream send `key` completed: after the last one (all sent),
+    /// the send finishes.
+    pub(crate) fn stream_zcopy_completed(&mut self, key: usize) {
+        let x = self.send_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let inflight = x.inflight;
+        let s = self.send_mut(key);
+        if inflight == 0
+            && s.offset >= s.data.len()
+            && s.stage == SendStage::Stream(StreamSend::Zcopy)
+        {
+            self.finish(key, Ok(()));
+        }
+    }
+
     pub(crate) fn stream_recv(
         &mut self,
         idx: usize,
@@ -287,7 +315,7 @@ impl State {
                 x.stream_waiters
                     .iter()
                     .map(|&k| match self.req_get(k).map(|r| &r.kind) {
-                        Some(ReqKind::StreamRecv { buf, filled, .. }) => buf.len() - filled,
+                        Some(ReqKind::StreamRecv(r)) => r.room(),
                         _ => 0,
                     })
                     .sum::<usize>(),
@@ -301,11 +329,7 @@ impl State {
         let serve = have > 0 || buf.is_empty();
         let key = self.new_req(
             Some(idx),
-            ReqKind::StreamRecv {
-                buf,
-                filled: 0,
-                waitall,
-            },
+            ReqKind::StreamRecv(StreamRecv::new(buf, waitall)),
         );
         self.ep_mut(idx).extra_mut().stream_waiters.push_back(key);
         if serve {
@@ -325,13 +349,9 @@ impl State {
             let (ep, req) = self.ep_and_req_mut(idx, key);
             let ep = ep.extra_mut();
             let done = match req.map(|r| &mut r.kind) {
-                Some(ReqKind::StreamRecv {
-                    buf,
-                    filled,
-                    waitall,
-                }) => {
-                    *filled += ep.stream_rx.copy_out(&mut buf[*filled..]);
-                    satisfied(buf.len(), *filled, *waitall)
+                Some(ReqKind::StreamRecv(r)) => {
+                    r.filled += ep.stream_rx.copy_out(&mut r.buf[r.filled..]);
+                    r.satisfied()
                 }
                 _ => true,
             };
@@ -381,16 +401,12 @@ impl State {
                 break;
             };
             let done = match self.req_get_mut(key).map(|r| &mut r.kind) {
-                Some(ReqKind::StreamRecv {
-                    buf,
-                    filled,
-                    waitall,
-                }) => {
-                    let n = (buf.len() - *filled).min(data.len());
-                    buf[*filled..*filled + n].copy_from_slice(&data[..n]);
+                Some(ReqKind::StreamRecv(r)) => {
+                    let n = r.room().min(data.len());
+                    r.buf[r.filled..r.filled + n].copy_from_slice(&data[..n]);
                     data = &data[n..];
-                    *filled += n;
-                    satisfied(buf.len(), *filled, *waitall)
+                    r.filled += n;
+                    r.satisfied()
                 }
                 _ => true,
             };
@@ -410,10 +426,4 @@ impl State {
             self.finish(key, Ok(()));
         }
     }
-}
-
-/// Whether a stream receive of `len` bytes holding `filled` is complete: full, or (without
-/// `waitall`) holding any byte.
-fn satisfied(len: usize, filled: usize, waitall: bool) -> bool {
-    filled == len || (!waitall && filled > 0)
 }

@@ -321,11 +321,11 @@ impl State {
         x.inflight = x.inflight.saturating_sub(1);
         let (inflight, rreq) = (x.inflight, x.peer_req);
         let s = self.send_mut(key);
-        let stage = s.stage;
+        let wait_flush = s.stage == SendStage::Rndv(RndvSend::WaitPutFlush);
         if inflight != 0 || s.offset != s.data.len() {
             return Ok(());
         }
-        if stage == SendStage::Rndv(RndvSend::WaitPutFlush) {
+        if wait_flush {
             let r = self
                 .req_ep(key)
                 .and_then(|ep| self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode()));
@@ -339,19 +339,18 @@ impl State {
         Ok(())
     }
 
-    /// An eager zero-copy fragment of send `key` (a tag or a stream send) completed: after the
-    /// last one, the send finishes (or a tag send waits for its acknowledgement).
-    pub(crate) fn zcopy_completed(&mut self, key: usize) {
+    /// An eager zero-copy fragment of tag send `key` completed: after the last one, the send
+    /// finishes (or waits for its acknowledgement).
+    pub(crate) fn rndv_zcopy_completed(&mut self, key: usize) {
         let x = self.send_rndv(key);
         x.inflight = x.inflight.saturating_sub(1);
         let inflight = x.inflight;
         let s = self.send_mut(key);
-        if inflight == 0 && s.offset >= s.data.len() {
-            match s.stage {
-                SendStage::Rndv(RndvSend::EagerZcopy) => self.zcopy_done(key),
-                SendStage::StreamZcopy => self.finish(key, Ok(())),
-                _ => {}
-            }
+        if inflight == 0
+            && s.offset >= s.data.len()
+            && s.stage == SendStage::Rndv(RndvSend::EagerZcopy)
+        {
+            self.zcopy_done(key);
         }
     }
 

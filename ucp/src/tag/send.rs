@@ -326,7 +326,6 @@ impl State {
     pub(crate) fn tag_send_step(&mut self, key: usize, idx: usize, stage: TagSend) -> Result<bool> {
         let wire = self.peer_id(idx, key);
         match stage {
-            TagSend::Eager if self.send_mut(key).is_am() => self.send_rts(key),
             TagSend::Eager => {
                 let proto = *self.ep(idx).ready_proto()?;
                 let s = self.send_mut(key);

@@ -606,8 +606,9 @@ impl State {
                 };
                 (buf, rv.total, rv.sender_tag, 0)
             }
-            ReqKind::StreamRecv { buf, filled, .. } => {
-                (std::mem::take(buf).into_vec(), *filled, 0, 0)
+            ReqKind::StreamRecv(sr) => {
+                let (buf, filled) = sr.take_result();
+                (buf, filled, 0, 0)
             }
             ReqKind::Atomic { value } => (None, 0, 0, *value),
             ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
