@@ -195,12 +195,7 @@ impl State {
             return Ok(data.sent_at_once(0));
         }
         self.ep_usable(idx)?;
-        let proto = self
-            .ep(idx)
-            .proto
-            .as_deref()
-            .copied()
-            .ok_or_else(connecting)?;
+        let proto = self.ep(idx).proto().copied().ok_or_else(connecting)?;
         let hlen = u32::try_from(header.len())
             .map_err(|_| Error::InvalidParam("active-message header too long".into()))?;
         let total = UserAmHdr::LEN + header.len() + data.as_slice().len();
@@ -240,7 +235,7 @@ impl State {
         let key = self.new_send(idx, 0, data, false);
         self.send_rndv(key).am = Some((id, header.to_vec()));
         self.send_mut(key).stage = SendStage::Am(AmSend::Rts);
-        let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
+        let ready = self.ep_ready(idx);
         if !ready || !self.send_rts(key)? {
             self.queue_req(idx, key);
         }

@@ -90,7 +90,7 @@ impl Worker {
     pub fn stream_take(&mut self, ep: EpHandle, max: usize) -> Result<Vec<u8>> {
         let idx = self.st.ep_idx(ep)?;
         let mut out = self.st.get_buf();
-        if let Some(x) = self.st.ep_mut(idx).extra.as_deref_mut() {
+        if let Some(x) = self.st.ep_mut(idx).extra_get_mut() {
             if x.stream_waiters.is_empty() {
                 x.stream_rx.take(&mut out, max);
             }
@@ -106,8 +106,7 @@ impl Worker {
         let first = self
             .st
             .ep(idx)
-            .extra
-            .as_deref()
+            .extra()
             .map_or(0, |x| x.stream_rx.front_message_left());
         self.stream_take(ep, first)
     }
@@ -115,12 +114,7 @@ impl Worker {
     /// Stream bytes received and not yet consumed on the endpoint.
     pub fn stream_available(&self, ep: EpHandle) -> Result<usize> {
         let idx = self.st.ep_idx(ep)?;
-        Ok(self
-            .st
-            .ep(idx)
-            .extra
-            .as_ref()
-            .map_or(0, |x| x.stream_rx.len()))
+        Ok(self.st.ep(idx).extra().map_or(0, |x| x.stream_rx.len()))
     }
 }
 
@@ -130,8 +124,7 @@ impl State {
         // Bytes that fit one fragment and go out now need no request.
         let fits = self
             .ep(idx)
-            .proto
-            .as_deref()
+            .proto()
             .is_some_and(|p| (1..=p.bcopy_single_max).contains(&data.as_slice().len()));
         if fits && self.send_ctl2_now(idx, am_id::STREAM, data.as_slice(), &[])? {
             return Ok(data.sent_at_once(0));
@@ -192,12 +185,12 @@ impl State {
     /// from the caller's memory against 8 KiB copied ones, an eighth of the system calls on
     /// both sides) once the data reaches the lane's zero-copy threshold.
     fn stream_zcopy_start(&mut self, idx: usize, key: usize) -> bool {
-        let Some(l) = self.ep(idx).lanes.as_ref() else {
+        let Some(l) = self.ep(idx).lanes() else {
             return false;
         };
         let li = l.uct[l.am].0;
         let len = self.send_mut(key).data.len();
-        let Some(proto) = self.ep(idx).proto.as_deref() else {
+        let Some(proto) = self.ep(idx).proto() else {
             return false;
         };
         let am = &self.iface(li).attr.am;
@@ -294,7 +287,7 @@ impl State {
     ) -> Result<Op> {
         // No receive queued before this one and enough bytes buffered: served now, without a
         // request (what a receiver that is behind its sender meets on every call).
-        if let Some(x) = self.ep_mut(idx).extra.as_deref_mut() {
+        if let Some(x) = self.ep_mut(idx).extra_get_mut() {
             let need = if waitall { buf.len() } else { buf.len().min(1) };
             if need > 0 && x.stream_waiters.is_empty() && x.stream_rx.len() >= need {
                 let len = x.stream_rx.copy_out(&mut buf[..]);
@@ -308,7 +301,7 @@ impl State {
             }
         }
         // Bytes that arrived before the peer closed can still be read.
-        let (have, queued) = match self.ep(idx).extra.as_deref() {
+        let (have, queued) = match self.ep(idx).extra() {
             None => (0, 0),
             Some(x) => (
                 x.stream_rx.len(),
@@ -340,12 +333,7 @@ impl State {
 
     /// Moves received stream bytes into waiting receives, in posting order.
     pub(crate) fn stream_serve(&mut self, idx: usize) {
-        while let Some(&key) = self
-            .ep(idx)
-            .extra
-            .as_deref()
-            .and_then(|x| x.stream_waiters.front())
-        {
+        while let Some(&key) = self.ep(idx).extra().and_then(|x| x.stream_waiters.front()) {
             let (ep, req) = self.ep_and_req_mut(idx, key);
             let ep = ep.extra_mut();
             let done = match req.map(|r| &mut r.kind) {
@@ -367,8 +355,7 @@ impl State {
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {
         let direct = self
             .ep(idx)
-            .extra
-            .as_deref()
+            .extra()
             .is_some_and(|x| x.stream_rx.is_empty() && !x.stream_waiters.is_empty());
         let data = if direct {
             self.stream_fill(idx, data)
@@ -392,12 +379,7 @@ impl State {
     /// Gives the bytes no receive took (none when a receive is still waiting).
     fn stream_fill<'d>(&mut self, idx: usize, mut data: &'d [u8]) -> &'d [u8] {
         while !data.is_empty() {
-            let Some(&key) = self
-                .ep(idx)
-                .extra
-                .as_deref()
-                .and_then(|x| x.stream_waiters.front())
-            else {
+            let Some(&key) = self.ep(idx).extra().and_then(|x| x.stream_waiters.front()) else {
                 break;
             };
             let done = match self.req_get_mut(key).map(|r| &mut r.kind) {

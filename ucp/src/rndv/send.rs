@@ -52,7 +52,7 @@ impl State {
         v: Vec<u8>,
         sync: bool,
     ) -> Result<Op> {
-        let li = self.ep(idx).lanes.as_ref().map(|l| l.uct[l.am].0);
+        let li = self.ep(idx).lanes().map(|l| l.uct[l.am].0);
         let key = self.new_send(idx, tag, SendData::Owned(v), sync);
         let id = self.new_msg_id();
         let s = self.send_mut(key);
@@ -67,7 +67,7 @@ impl State {
                 self.send_mut(key).stage = SendStage::Rndv(RndvSend::EagerZcopy);
             }
         }
-        let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
+        let ready = self.ep_ready(idx);
         if !ready || !self.send_step(key)? {
             self.queue_req(idx, key);
         }
@@ -169,13 +169,11 @@ impl State {
         let len = self.send_mut(key).data.len();
         let pipelined = self
             .ep(idx)
-            .proto
-            .as_deref()
+            .proto()
             .is_some_and(|p| p.rndv_for(len) == RndvScheme::AmPipeline);
         let rma_iface = self
             .ep(idx)
-            .lanes
-            .as_ref()
+            .lanes()
             .and_then(|l| l.rma().map(|r| l.uct[r].0))
             .filter(|_| !pipelined);
         let s = self.send_mut(key);
@@ -440,8 +438,7 @@ impl State {
         self.tm_mapped_materialize(key);
         let rma = self
             .ep(idx)
-            .lanes
-            .as_ref()
+            .lanes()
             .and_then(|l| l.rma().map(|r| l.uct[r].0));
         self.send_rndv(key).peer_req = h.rreq;
         let s = self.send_mut(key);
@@ -463,7 +460,7 @@ impl State {
         if !use_put {
             self.send_mut(key).stage = SendStage::Rndv(RndvSend::Pipeline);
         }
-        if !self.ep(idx).pending.is_empty() || !self.send_step(key)? {
+        if !self.ep(idx).queue_empty() || !self.send_step(key)? {
             self.queue_req(idx, key);
         }
         Ok(())

@@ -300,7 +300,7 @@ impl State {
             );
             return;
         };
-        self.ep_mut(idx).last_rx = self.now_stamp();
+        self.ep_note_rx(idx);
         self.eager_arrived(idx, imm, tag, data, data.len(), NO_REQ, None, None);
     }
 
@@ -325,7 +325,7 @@ impl State {
         self.tm.matched += 1;
         if let Some(idx) = self.ep_of_peer(imm) {
             self.req_mut(key).ep = Some(idx);
-            self.ep_mut(idx).last_rx = self.now_stamp();
+            self.ep_note_rx(idx);
         }
         let (rtag, rmask) = {
             let r = self.recv_mut(key);

@@ -117,8 +117,8 @@ impl State {
         let sync = mode == TagSendMode::Sync;
         let len = data.as_slice().len();
         let ep = self.ep(idx);
-        let ready = ep.pending.is_empty() && ep.lanes.is_some();
-        let (rndv, zc) = match &ep.proto {
+        let ready = ep.ready();
+        let (rndv, zc) = match ep.proto() {
             Some(p) => (len >= p.tag_thresh(mode), p.zcopy_thresh),
             None => (false, None),
         };

@@ -11,8 +11,15 @@
 //!   [`State::am_lane_ref`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`],
 //!   [`State::req_step`], [`State::add_lane`], [`State::register_lane`],
 //!   [`State::unregister_lane`], [`State::release_iface`], [`State::ep_of_peer`],
-//!   [`State::tm_and_iface_users`]; the lanes through
+//!   [`State::tm_and_iface_users`], [`State::ep_note_tx`], [`State::ep_note_rx`],
+//!   [`State::queue_after_acks`]; the lanes through
 //!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
+//! - one endpoint's record ([`Ep`], whose fields are private to `worker`): [`Ep::gen`],
+//!   [`Ep::peer_uuid`], [`Ep::state`], [`Ep::is_down`], [`Ep::queue_empty`], [`Ep::ready`],
+//!   [`Ep::lanes`], [`Ep::lanes_mut`], [`Ep::lanes_mut_with_extra`], [`Ep::proto`],
+//!   [`Ep::set_proto`], [`Ep::connected`], [`Ep::extra`], [`Ep::extra_get_mut`],
+//!   [`Ep::extra_mut`], [`Ep::note_amo_sent`], [`Ep::note_amo_acked`],
+//!   [`Ep::set_err_handler`];
 //! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
 //! - requests: [`State::req_get`], [`State::req_mut`], [`State::requests`],
 //!   [`State::next_wire_id`],
@@ -25,7 +32,7 @@
 //!   [`State::short2_at`] (a message that goes inline now or not at all; the tag send's
 //!   eager-short step passes its size test);
 //! - the worker's identity, time and counters: [`State::worker_uuid`], [`State::worker_id`],
-//!   `now`, `now_stamp`, [`State::new_msg_id`], [`State::peek_msg_id`],
+//!   `now`, [`State::new_msg_id`], [`State::peek_msg_id`],
 //!   [`State::stats_mut`]; the buffer pool (`get_buf`/`put_buf`).
 //!
 //! `State`'s own fields are private to `worker` (`pub(super)`): a family names only its own
@@ -34,11 +41,13 @@
 use crate::request::Completion;
 use crate::wire::PREFIX_LEN;
 use crate::wireup::ProtoConfig;
+use crate::worker::api_types::ErrHandler;
 use crate::worker::api_types::{EpHandle, ProtoStats};
 use crate::worker::endpoint::bad_handle;
-use crate::worker::ep::{Ep, EpState, IfaceInfo, Stamp};
+use crate::worker::ep::{Ep, EpExtra, EpState, IfaceInfo, Lanes, Pending, Stamp};
 use crate::worker::req::{Notify, Req};
 use crate::worker::state::State;
+use std::rc::Rc;
 use ucs::{Outcome, Result};
 use uct::{AnyEp, AnyMd, Endpoint as _, IfaceAttr, IfaceFlags};
 
@@ -470,14 +479,6 @@ impl State {
 }
 
 impl State {
-    /// The time of the current progress call, as endpoints note their last send and receive.
-    #[inline]
-    pub(crate) fn now_stamp(&self) -> Stamp {
-        self.now_stamp
-    }
-}
-
-impl State {
     /// Request `key`, if there is one, to change.
     #[inline]
     pub(crate) fn req_get_mut(&mut self, key: usize) -> Option<&mut Req> {
@@ -541,6 +542,137 @@ impl State {
     /// This worker's packed address.
     pub(crate) fn worker_address(&self) -> &[u8] {
         &self.address
+    }
+}
+
+/// What a family reads and changes of an endpoint record ([`Ep`]'s fields are the core's).
+impl Ep {
+    /// The generation of the endpoint's slot (what its handles carry).
+    #[inline]
+    pub(crate) fn gen(&self) -> u32 {
+        self.gen
+    }
+
+    /// The uuid of the peer worker.
+    #[inline]
+    pub(crate) fn peer_uuid(&self) -> u64 {
+        self.uuid
+    }
+
+    /// Where the endpoint is in its life.
+    #[inline]
+    pub(crate) fn state(&self) -> EpState {
+        self.state
+    }
+
+    /// Failed or closed: no new operation may start.
+    #[inline]
+    pub(crate) fn is_down(&self) -> bool {
+        matches!(self.state, EpState::Failed | EpState::Closed)
+    }
+
+    /// Whether nothing waits on the endpoint's pending list (see [`State::ep_queue_empty`]).
+    #[inline]
+    pub(crate) fn queue_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Connected (it has lanes) and nothing waits on its pending list.
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        self.pending.is_empty() && self.lanes.is_some()
+    }
+
+    /// The lanes (`None` while connecting).
+    #[inline]
+    pub(crate) fn lanes(&self) -> Option<&Lanes> {
+        self.lanes.as_ref()
+    }
+
+    /// The lanes, to change (`None` while connecting).
+    #[inline]
+    pub(crate) fn lanes_mut(&mut self) -> Option<&mut Lanes> {
+        self.lanes.as_mut()
+    }
+
+    /// The lanes, to change, beside the rarely used part (both `None` until there is one).
+    #[inline]
+    pub(crate) fn lanes_mut_with_extra(&mut self) -> (Option<&mut Lanes>, Option<&EpExtra>) {
+        (self.lanes.as_mut(), self.extra.as_deref())
+    }
+
+    /// The protocol thresholds (`None` while connecting).
+    #[inline]
+    pub(crate) fn proto(&self) -> Option<&ProtoConfig> {
+        self.proto.as_deref()
+    }
+
+    /// New protocol thresholds (the lanes changed).
+    pub(crate) fn set_proto(&mut self, proto: Rc<ProtoConfig>) {
+        self.proto = Some(proto);
+    }
+
+    /// The endpoint's lanes are connected: it gets them and their thresholds and is ready.
+    pub(crate) fn connected(&mut self, lanes: Lanes, proto: Rc<ProtoConfig>) {
+        self.lanes = Some(lanes);
+        self.proto = Some(proto);
+        self.state = EpState::Ready;
+    }
+
+    /// The rarely used part, if it was allocated (see [`Ep::extra_mut`]).
+    #[inline]
+    pub(crate) fn extra(&self) -> Option<&EpExtra> {
+        self.extra.as_deref()
+    }
+
+    /// The rarely used part, to change, if it was allocated.
+    #[inline]
+    pub(crate) fn extra_get_mut(&mut self) -> Option<&mut EpExtra> {
+        self.extra.as_deref_mut()
+    }
+
+    /// Counts an emulated put or atomic sent or queued (a wrapping count; the flushes and
+    /// fences of the endpoint wait for as many replies).
+    #[inline]
+    pub(crate) fn note_amo_sent(&mut self) {
+        self.amo_sent = self.amo_sent.wrapping_add(1);
+    }
+
+    /// Counts a reply to an emulated put or atomic.
+    #[inline]
+    pub(crate) fn note_amo_acked(&mut self) {
+        self.amo_acked = self.amo_acked.wrapping_add(1);
+    }
+
+    /// Sets who learns of the endpoint's failure.
+    pub(crate) fn set_err_handler(&mut self, h: Option<ErrHandler>) {
+        self.err_handler = h;
+    }
+}
+
+impl State {
+    /// Notes a send on endpoint `idx` now (its keepalive's last send time).
+    #[inline]
+    pub(crate) fn ep_note_tx(&mut self, idx: usize) {
+        self.eps[idx].last_tx = self.now_stamp;
+    }
+
+    /// Notes a receive on endpoint `idx` now (its keepalive's last receive time).
+    #[inline]
+    pub(crate) fn ep_note_rx(&mut self, idx: usize) {
+        self.eps[idx].last_rx = self.now_stamp;
+    }
+
+    /// Holds what is queued on endpoint `idx` after this until the target has applied every
+    /// emulated put and atomic sent before it (when some are unacknowledged and nothing is
+    /// queued yet).
+    pub(crate) fn queue_after_acks(&mut self, idx: usize) {
+        let ep = &mut self.eps[idx];
+        if ep.amo_sent != ep.amo_acked && ep.pending.is_empty() {
+            let amo_sent = ep.amo_sent;
+            ep.pending.push_back(Pending::Acked { amo_sent });
+            self.mark_pending(idx);
+        }
     }
 }
 
