@@ -20,7 +20,7 @@ use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
-use crate::worker::req::{comp_id, Notify, ReqKind, COMP_ATOMIC};
+use crate::worker::req::{comp_id, ReqKind, COMP_ATOMIC};
 use crate::worker::state::State;
 use crate::worker::{AmoSize, EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
@@ -217,11 +217,11 @@ impl Worker {
                 }
                 let wid = self.st.worker_id();
                 let r = self.st.req_mut(key);
-                r.notify = Notify::Hook(token);
+                r.notify_hook(token);
                 Ok(AmoStart::Hooked(RequestId {
                     wid,
                     key: key as u32,
-                    gen: r.gen,
+                    gen: r.gen(),
                 }))
             }
         }

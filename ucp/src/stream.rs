@@ -404,7 +404,7 @@ impl State {
     /// the queue and completes.
     fn stream_waiter_done(&mut self, idx: usize, key: usize) {
         self.ep_mut(idx).extra_mut().stream_waiters.pop_front();
-        if self.req_get(key).is_some_and(|r| r.done.is_none()) {
+        if self.req_get(key).is_some_and(|r| !r.is_finished()) {
             self.finish(key, Ok(()));
         }
     }

@@ -233,14 +233,8 @@ impl Worker {
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
         match self.st.req_get_mut(key) {
-            Some(r) if r.gen == gen && r.done.is_none() => {
-                use crate::worker::req::Notify;
-                // A receive just posted is `Take`, which owns nothing: not dropping it spares
-                // an out-of-line drop call.
-                let old = std::mem::replace(&mut r.notify, Notify::Hook(token()));
-                if matches!(old, Notify::Take) {
-                    std::mem::forget(old);
-                }
+            Some(r) if r.gen() == gen && !r.is_finished() => {
+                r.notify_hook(token());
                 Ok(HookedOp::Pending(RequestId {
                     wid: self.st.worker_id(),
                     key: key as u32,

@@ -460,7 +460,7 @@ impl State {
             RmaDir::Get(mut buf) => {
                 let ptr = NonNull::new(buf.as_mut_ptr());
                 let key = self.new_recv(buf, 0, 0);
-                self.req_mut(key).ep = Some(idx);
+                self.req_mut(key).set_ep(idx);
                 if len == 0 {
                     self.finish(key, Ok(()));
                     return Ok(self.op_of(key));

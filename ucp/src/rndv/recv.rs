@@ -37,7 +37,7 @@ impl State {
         tl: &str,
         rkey: &[u8],
     ) -> Result<()> {
-        self.req_mut(key).ep = Some(ep);
+        self.req_mut(key).set_ep(ep);
         let cap = self.recv_mut(key).buf.len();
         {
             let r = self.recv_mut(key);
@@ -291,7 +291,7 @@ impl State {
                 }
             }
             Err(e) => {
-                let ep = self.req(key).ep;
+                let ep = self.req(key).ep();
                 self.finish(key, Err(e.clone()));
                 if let Some(ep) = ep {
                     self.fail_ep(ep, e);

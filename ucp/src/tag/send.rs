@@ -166,7 +166,7 @@ impl State {
         s.fast_cmpl = mode == TagSendMode::FastCompletion;
         // Back-pressure queues the request (it resumes from `progress_pending`, in order).
         let queued = !ready || !self.send_step(key)?;
-        if queued && self.req_mut(key).done.is_none() {
+        if queued && !self.req_mut(key).is_finished() {
             self.queue_req(idx, key);
         }
         Ok(self.op_of(key))

@@ -21,6 +21,10 @@
 //!   [`Ep::extra_mut`], [`Ep::note_amo_sent`], [`Ep::note_amo_acked`],
 //!   [`Ep::set_err_handler`];
 //! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
+//! - one request's record ([`Req`]: its `kind`, the families' records, is theirs; the rest
+//!   is private to `worker`): [`Req::gen`], [`Req::ep`], [`Req::set_ep`],
+//!   [`Req::is_finished`], [`Req::kind_with_notify`], [`Req::notify_hook`],
+//!   [`Req::keep_result`];
 //! - requests: [`State::req_get`], [`State::req_mut`], [`State::requests`],
 //!   [`State::next_wire_id`],
 //!   [`State::drop_req`], [`State::take_finished`], [`State::deliver_detached`], and `new_req`, `wire_id`, `req_ep`,
@@ -45,7 +49,7 @@ use crate::worker::api_types::ErrHandler;
 use crate::worker::api_types::{EpHandle, ProtoStats};
 use crate::worker::endpoint::bad_handle;
 use crate::worker::ep::{Ep, EpExtra, EpState, IfaceInfo, Lanes, Pending, Stamp};
-use crate::worker::req::{Notify, Req};
+use crate::worker::req::{Done, Notify, Req, ReqKind};
 use crate::worker::state::State;
 use std::rc::Rc;
 use ucs::{Outcome, Result};
@@ -647,6 +651,62 @@ impl Ep {
     /// Sets who learns of the endpoint's failure.
     pub(crate) fn set_err_handler(&mut self, h: Option<ErrHandler>) {
         self.err_handler = h;
+    }
+}
+
+/// What a family reads and changes of a request record besides its kind ([`Req`]'s other
+/// fields are the core's).
+impl Req {
+    /// The generation of the request's slot (what its handles carry).
+    #[inline]
+    pub(crate) fn gen(&self) -> u32 {
+        self.gen
+    }
+
+    /// The endpoint the request runs on (`None`: none yet, or a worker-wide one).
+    #[inline]
+    pub(crate) fn ep(&self) -> Option<usize> {
+        self.ep
+    }
+
+    /// Ties the request to endpoint `idx` (a receive matched to a message from it; an RMA
+    /// operation on it): its failure fails the request.
+    #[inline]
+    pub(crate) fn set_ep(&mut self, idx: usize) {
+        self.ep = Some(idx);
+    }
+
+    /// The request's kind, to change, beside who learns of its result.
+    #[inline(always)]
+    pub(crate) fn kind_with_notify(&mut self) -> (&mut ReqKind, &Notify) {
+        (&mut self.kind, &self.notify)
+    }
+
+    /// Whether the request has its result.
+    #[inline]
+    pub(crate) fn is_finished(&self) -> bool {
+        self.done.is_some()
+    }
+
+    /// Gives the result to the completion hook under `token` instead (see [`Notify::Hook`]).
+    #[inline]
+    pub(crate) fn notify_hook(&mut self, token: u64) {
+        let old = std::mem::replace(&mut self.notify, Notify::Hook(token));
+        // A request just made is `Take`, which owns nothing: not dropping it spares an
+        // out-of-line drop call.
+        if matches!(old, Notify::Take) {
+            std::mem::forget(old);
+        }
+    }
+
+    /// Keeps result `d` in the slot of a request that had none (checked by the caller, as
+    /// [`State::req_waiting_by_wire`] does) and is kept for `request_take` (`Notify::Take`):
+    /// what [`State::finish`] does for it, without its other checks.
+    #[inline(always)]
+    pub(crate) fn keep_result(&mut self, d: Done) {
+        debug_assert!(self.done.is_none() && matches!(self.notify, Notify::Take));
+        // `done` is empty: nothing to drop.
+        std::mem::forget(self.done.replace(d));
     }
 }
 

@@ -230,13 +230,15 @@ pub(crate) enum ReqKind {
     },
 }
 
+/// One request: its kind (the families' records), and the core's bookkeeping, private to
+/// `worker` (the families use the accessors in `worker/core_api.rs`).
 pub(crate) struct Req {
-    pub(crate) gen: u32,
-    pub(crate) ep: Option<usize>,
+    pub(super) gen: u32,
+    pub(super) ep: Option<usize>,
     pub(crate) kind: ReqKind,
-    pub(crate) done: Option<Done>,
+    pub(super) done: Option<Done>,
     /// Who learns of the result when the request finishes.
-    pub(crate) notify: Notify,
+    pub(super) notify: Notify,
 }
 
 /// How a finished request's result is handed over.

@@ -131,7 +131,7 @@ impl State {
             return;
         };
         let (_, op, _memh) = self.tm.rndv_ops.swap_remove(i);
-        let ep = self.req_get(key).and_then(|r| r.ep);
+        let ep = self.req_get(key).and_then(|r| r.ep());
         if let Some(l) = ep
             .and_then(|idx| self.ep_get_mut(idx))
             .and_then(|e| e.lanes_mut())
