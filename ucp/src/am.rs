@@ -104,6 +104,28 @@ impl State {
         }
     }
 
+    /// User active message `id` with user header `hdr`, received by rendezvous on endpoint
+    /// `ep` into `data` (its request gone): to its handler, or logged as lost when the
+    /// transfer failed.
+    pub(crate) fn am_rndv_received(
+        &mut self,
+        ep: Option<usize>,
+        id: u16,
+        hdr: &[u8],
+        status: Result<()>,
+        data: Option<Vec<u8>>,
+    ) {
+        match (status, data, ep) {
+            (Ok(()), Some(data), Some(ep)) => self.deliver_am(ep, id, hdr, data),
+            (Ok(()), Some(data), None) => {
+                tracing::warn!("active message {id} lost: its request has no endpoint");
+                self.put_buf(data);
+            }
+            (Err(e), _, _) => tracing::warn!("active message {id} lost: {e}"),
+            _ => {}
+        }
+    }
+
     /// Sends a small eager active message at once, inline on endpoint `idx`'s AM lane in one
     /// transport call (prefix, [`UserAmHdr`] word, then header and data): the common small
     /// message without a request or a pooled buffer. False when it was not sent (too large,

@@ -414,7 +414,7 @@ mod tests {
         let total: usize = msgs.iter().map(Vec::len).sum();
         let held = |w: &Worker| {
             let idx = w.st.ep_idx(back).expect("ep");
-            w.st.ep(idx).extra().map_or(0, |x| x.stream_rx.held())
+            w.st.ep(idx).extra().map_or(0, |x| x.stream.held())
         };
         assert_eq!(held(&b), msgs.len(), "every message waits in its buffer");
         let want: Vec<u8> = msgs.concat();

@@ -502,6 +502,14 @@ impl State {
         true
     }
 
+    /// Transport atomic `key` completed, fetching `value`: it finishes with it.
+    pub(crate) fn amo_fetched(&mut self, key: usize, value: u64) {
+        if let ReqKind::Atomic { value: v } = &mut self.req_mut(key).kind {
+            *v = value;
+        }
+        self.finish(key, Ok(()));
+    }
+
     /// ATOMIC_REP: the target's reply to one of our emulated atomics.
     pub(crate) fn on_atomic_rep(&mut self, idx: usize, h: AtomicRepHdr) -> Result<()> {
         let ep = self.ep_mut(idx);

@@ -91,8 +91,8 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         let mut out = self.st.get_buf();
         if let Some(x) = self.st.ep_mut(idx).extra_get_mut() {
-            if x.stream_waiters.is_empty() {
-                x.stream_rx.take(&mut out, max);
+            if x.stream.waiters.is_empty() {
+                x.stream.rx.take(&mut out, max);
             }
         }
         Ok(out)
@@ -107,14 +107,14 @@ impl Worker {
             .st
             .ep(idx)
             .extra()
-            .map_or(0, |x| x.stream_rx.front_message_left());
+            .map_or(0, |x| x.stream.rx.front_message_left());
         self.stream_take(ep, first)
     }
 
     /// Stream bytes received and not yet consumed on the endpoint.
     pub fn stream_available(&self, ep: EpHandle) -> Result<usize> {
         let idx = self.st.ep_idx(ep)?;
-        Ok(self.st.ep(idx).extra().map_or(0, |x| x.stream_rx.len()))
+        Ok(self.st.ep(idx).extra().map_or(0, |x| x.stream.rx.len()))
     }
 }
 
@@ -289,8 +289,8 @@ impl State {
         // request (what a receiver that is behind its sender meets on every call).
         if let Some(x) = self.ep_mut(idx).extra_get_mut() {
             let need = if waitall { buf.len() } else { buf.len().min(1) };
-            if need > 0 && x.stream_waiters.is_empty() && x.stream_rx.len() >= need {
-                let len = x.stream_rx.copy_out(&mut buf[..]);
+            if need > 0 && x.stream.waiters.is_empty() && x.stream.rx.len() >= need {
+                let len = x.stream.rx.copy_out(&mut buf[..]);
                 return Ok(Op::Done(Completion {
                     status: Ok(()),
                     buf: buf.into_vec(),
@@ -304,8 +304,9 @@ impl State {
         let (have, queued) = match self.ep(idx).extra() {
             None => (0, 0),
             Some(x) => (
-                x.stream_rx.len(),
-                x.stream_waiters
+                x.stream.rx.len(),
+                x.stream
+                    .waiters
                     .iter()
                     .map(|&k| match self.req_get(k).map(|r| &r.kind) {
                         Some(ReqKind::StreamRecv(r)) => r.room(),
@@ -324,7 +325,7 @@ impl State {
             Some(idx),
             ReqKind::StreamRecv(StreamRecv::new(buf, waitall)),
         );
-        self.ep_mut(idx).extra_mut().stream_waiters.push_back(key);
+        self.ep_mut(idx).extra_mut().stream.waiters.push_back(key);
         if serve {
             self.stream_serve(idx);
         }
@@ -333,12 +334,12 @@ impl State {
 
     /// Moves received stream bytes into waiting receives, in posting order.
     pub(crate) fn stream_serve(&mut self, idx: usize) {
-        while let Some(&key) = self.ep(idx).extra().and_then(|x| x.stream_waiters.front()) {
+        while let Some(&key) = self.ep(idx).extra().and_then(|x| x.stream.waiters.front()) {
             let (ep, req) = self.ep_and_req_mut(idx, key);
             let ep = ep.extra_mut();
             let done = match req.map(|r| &mut r.kind) {
                 Some(ReqKind::StreamRecv(r)) => {
-                    r.filled += ep.stream_rx.copy_out(&mut r.buf[r.filled..]);
+                    r.filled += ep.stream.rx.copy_out(&mut r.buf[r.filled..]);
                     r.satisfied()
                 }
                 _ => true,
@@ -356,7 +357,7 @@ impl State {
         let direct = self
             .ep(idx)
             .extra()
-            .is_some_and(|x| x.stream_rx.is_empty() && !x.stream_waiters.is_empty());
+            .is_some_and(|x| x.stream.rx.is_empty() && !x.stream.waiters.is_empty());
         let data = if direct {
             self.stream_fill(idx, data)
         } else {
@@ -368,8 +369,8 @@ impl State {
             let held = keep.and_then(|k| k.keep(data));
             let x = self.ep_mut(idx).extra_mut();
             match held {
-                Some(h) => x.stream_rx.push_held(h),
-                None => x.stream_rx.push_copy(data),
+                Some(h) => x.stream.rx.push_held(h),
+                None => x.stream.rx.push_copy(data),
             }
         }
         self.stream_serve(idx);
@@ -379,7 +380,7 @@ impl State {
     /// Gives the bytes no receive took (none when a receive is still waiting).
     fn stream_fill<'d>(&mut self, idx: usize, mut data: &'d [u8]) -> &'d [u8] {
         while !data.is_empty() {
-            let Some(&key) = self.ep(idx).extra().and_then(|x| x.stream_waiters.front()) else {
+            let Some(&key) = self.ep(idx).extra().and_then(|x| x.stream.waiters.front()) else {
                 break;
             };
             let done = match self.req_get_mut(key).map(|r| &mut r.kind) {
@@ -403,7 +404,7 @@ impl State {
     /// Receive `key`, the oldest waiting on endpoint `idx`, has what it waits for: it leaves
     /// the queue and completes.
     fn stream_waiter_done(&mut self, idx: usize, key: usize) {
-        self.ep_mut(idx).extra_mut().stream_waiters.pop_front();
+        self.ep_mut(idx).extra_mut().stream.waiters.pop_front();
         if self.req_get(key).is_some_and(|r| !r.is_finished()) {
             self.finish(key, Ok(()));
         }

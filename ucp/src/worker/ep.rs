@@ -12,7 +12,7 @@
 )]
 
 use crate::address::WorkerAddress;
-use crate::stream::rx::StreamRx;
+use crate::stream::rx::EpStream;
 use crate::wireup::{AmSwitchGate, ProtoConfig};
 use crate::worker::api_types::ErrHandler;
 use std::collections::VecDeque;
@@ -187,9 +187,8 @@ pub(crate) struct EpExtra {
     /// The peer's decoded address while a lane still needs it: until the lanes are connected,
     /// and after that only for a deferred atomic lane or a connect-to-endpoint lane.
     pub(crate) addr: Option<WorkerAddress>,
-    /// Received stream bytes no receive took yet.
-    pub(crate) stream_rx: StreamRx,
-    pub(crate) stream_waiters: VecDeque<usize>,
+    /// The stream family's part: received bytes no receive took yet, waiting receives.
+    pub(crate) stream: EpStream,
     /// A peer endpoint address that arrived before this endpoint's lanes were created.
     pub(crate) peer_ep_addr: Option<(bool, Vec<u8>)>,
     /// Receive side of the peer's AM lane switch.
@@ -202,8 +201,7 @@ impl EpExtra {
     /// Holds nothing an empty one would not.
     fn is_empty(&self) -> bool {
         self.addr.is_none()
-            && self.stream_rx.is_unused()
-            && self.stream_waiters.capacity() == 0
+            && self.stream.is_unused()
             && self.peer_ep_addr.is_none()
             && !self.rx_gate.switched()
             && self.rx_gate.held() == 0
