@@ -194,7 +194,7 @@ pub(crate) struct EpExtra {
     /// Receive side of the peer's AM lane switch.
     pub(crate) rx_gate: AmSwitchGate,
     /// The error that failed the endpoint ([`EpState::Failed`]).
-    pub(crate) error: Option<Error>,
+    pub(super) error: Option<Error>,
 }
 
 impl EpExtra {
