@@ -5,7 +5,8 @@
 
 use std::sync::atomic::Ordering;
 use ucp::{
-    Context, ContextParams, EpHandle, EpParams, Features, Op, UcpConfig, Worker, TAG_MASK_EXACT,
+    Context, ContextParams, EpHandle, EpParams, Features, Op, Request, UcpConfig, Worker,
+    TAG_MASK_EXACT,
 };
 use ucs::testing::{CountingAlloc, ALLOCS, COUNTING};
 
@@ -142,6 +143,19 @@ fn ucp_am_back_pressure_gives_requests_and_allocates_nothing_when_warm() {
             b.am_data_release(d);
         }
     };
+    // Waits for send `r` while draining the receiver; gives back the send's data vector.
+    let wait_send = |a: &mut Worker, b: &mut Worker, mut r: Request| -> Vec<u8> {
+        let c = loop {
+            match a.request_take(r) {
+                Ok(c) => break c,
+                Err(back) => r = back,
+            }
+            drain(b, &got);
+            a.progress();
+        };
+        assert!(c.status.is_ok(), "{c:?}");
+        c.buf.unwrap()
+    };
     let mut sbufs: Vec<Vec<u8>> = (0..WINDOW + 1).map(|_| vec![0u8; 8]).collect();
     let mut sends = VecDeque::with_capacity(WINDOW + 1);
     let mut seq = 0u64;
@@ -168,8 +182,7 @@ fn ucp_am_back_pressure_gives_requests_and_allocates_nothing_when_warm() {
                 for _ in 0..50 {
                     a.progress();
                 }
-                let mut r = sends.pop_front().unwrap();
-                r = match a.request_take(r) {
+                let r = match a.request_take(sends.pop_front().unwrap()) {
                     Ok(c) => {
                         assert!(c.status.is_ok(), "{c:?}");
                         sbufs.push(c.buf.unwrap());
@@ -178,29 +191,11 @@ fn ucp_am_back_pressure_gives_requests_and_allocates_nothing_when_warm() {
                     Err(back) => back,
                 };
                 waited += 1;
-                let c = loop {
-                    match a.request_take(r) {
-                        Ok(c) => break c,
-                        Err(back) => r = back,
-                    }
-                    drain(b, &got);
-                    a.progress();
-                };
-                assert!(c.status.is_ok(), "{c:?}");
-                sbufs.push(c.buf.unwrap());
+                sbufs.push(wait_send(a, b, r));
             }
         }
-        while let Some(mut r) = sends.pop_front() {
-            let c = loop {
-                match a.request_take(r) {
-                    Ok(c) => break c,
-                    Err(back) => r = back,
-                }
-                drain(b, &got);
-                a.progress();
-            };
-            assert!(c.status.is_ok(), "{c:?}");
-            sbufs.push(c.buf.unwrap());
+        while let Some(r) = sends.pop_front() {
+            sbufs.push(wait_send(a, b, r));
         }
         for _ in 0..1_000_000 {
             if got.borrow().0.len() >= BURST {

@@ -10,6 +10,7 @@
     )
 )]
 
+pub(crate) mod stages;
 pub(crate) mod state;
 
 use crate::request::Op;
@@ -17,9 +18,10 @@ use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
 use crate::wireup::ProtoConfig;
 use crate::worker::ep::connecting;
 use crate::worker::pending::am_send;
-use crate::worker::req::{zeroed_buf, Req, ReqKind, SendData, SendStage};
+use crate::worker::req::{zeroed_buf, ReqKind, SendData, SendStage};
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
+use stages::AmSend;
 use ucs::Outcome;
 use ucs::{Error, Result};
 
@@ -101,6 +103,28 @@ impl State {
         }
     }
 
+    /// User active message `id` with user header `hdr`, received by rendezvous on endpoint
+    /// `ep` into `data` (its request gone): to its handler, or logged as lost when the
+    /// transfer failed.
+    pub(crate) fn am_rndv_received(
+        &mut self,
+        ep: Option<usize>,
+        id: u16,
+        hdr: &[u8],
+        status: Result<()>,
+        data: Option<Vec<u8>>,
+    ) {
+        match (status, data, ep) {
+            (Ok(()), Some(data), Some(ep)) => self.deliver_am(ep, id, hdr, data),
+            (Ok(()), Some(data), None) => {
+                tracing::warn!("active message {id} lost: its request has no endpoint");
+                self.put_buf(data);
+            }
+            (Err(e), _, _) => tracing::warn!("active message {id} lost: {e}"),
+            _ => {}
+        }
+    }
+
     /// Sends a small eager active message at once, inline on endpoint `idx`'s AM lane in one
     /// transport call (prefix, [`UserAmHdr`] word, then header and data): the common small
     /// message without a request or a pooled buffer. False when it was not sent (too large,
@@ -136,56 +160,37 @@ impl State {
         self.short2_now(idx, am_id::USER_AM, word, &g[..n], fits)
     }
 
+    /// Advances active-message send `key` (at a [`SendStage::Am`] stage) as far as resources
+    /// allow (see `State::send_step`). Gives false on back-pressure.
+    pub(crate) fn am_send_step(&mut self, key: usize) -> Result<bool> {
+        if matches!(self.send_mut(key).stage, SendStage::Am(AmSend::Rts)) {
+            return self.send_rts(key);
+        }
+        self.am_eager_step(key)
+    }
+
     /// Sends eager active message `key` (queued by [`State::am_send`]) whatever is queued
-    /// behind it: the user header is taken from the request when it goes out. Gives false on
-    /// back-pressure.
-    pub(crate) fn am_eager_step(&mut self, key: usize) -> Result<bool> {
+    /// behind it, with the head its stage keeps. Gives false on back-pressure.
+    fn am_eager_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let uuid = self.worker_uuid().to_le_bytes();
         let now = self.now_stamp();
-        let mut head = self.get_buf();
-        if let Some(Some((id, header))) = self.send_mut(key).rndv.as_deref().map(|r| &r.am) {
-            let hdr_len = header.len() as u32;
-            head.extend_from_slice(&UserAmHdr { id: *id, hdr_len }.encode());
-            head.extend_from_slice(header);
-        }
-        let r = match self.am_lane_and_req(idx, key) {
-            Ok((
-                lane,
-                Req {
-                    kind: ReqKind::Send(s),
-                    ..
-                },
-            )) => {
-                let out = am_send(
-                    lane.uep,
-                    lane.attr,
-                    am_id::USER_AM,
-                    &[&uuid, &head, &s.data],
-                );
-                if matches!(out, Ok(o) if o != Outcome::NoResource) {
-                    *lane.last_tx = now;
-                }
-                out.map(|o| o != Outcome::NoResource)
-            }
-            Ok(_) => Ok(true),
-            Err(e) => Err(e),
-        };
-        self.put_buf(head);
-        if r? {
-            // The header's buffer goes back to the pool (the rendezvous box drops what it holds).
-            let kept = self
-                .send_mut(key)
-                .rndv
-                .as_deref_mut()
-                .and_then(|r| r.am.take());
-            if let Some((_, h)) = kept {
-                self.put_buf(h);
-            }
-            self.finish(key, Ok(()));
+        let (lane, req) = self.am_lane_and_req(idx, key)?;
+        let ReqKind::Send(s) = &mut req.kind else {
             return Ok(true);
+        };
+        let SendStage::Am(AmSend::Eager { head }) = &mut s.stage else {
+            return Ok(true);
+        };
+        let out = am_send(lane.uep, lane.attr, am_id::USER_AM, &[&uuid, head, &s.data])?;
+        if out == Outcome::NoResource {
+            return Ok(false);
         }
-        Ok(false)
+        *lane.last_tx = now;
+        let head = std::mem::take(head);
+        self.put_buf(head);
+        self.finish(key, Ok(()));
+        Ok(true)
     }
 
     /// [`State::am_send_short`] kept out of line (for [`Worker::am_send_short`]).
@@ -211,12 +216,7 @@ impl State {
             return Ok(data.sent_at_once(0));
         }
         self.ep_usable(idx)?;
-        let proto = self
-            .ep(idx)
-            .proto
-            .as_deref()
-            .copied()
-            .ok_or_else(connecting)?;
+        let proto = self.ep(idx).proto().copied().ok_or_else(connecting)?;
         let hlen = u32::try_from(header.len())
             .map_err(|_| Error::InvalidParam("active-message header too long".into()))?;
         let total = UserAmHdr::LEN + header.len() + data.as_slice().len();
@@ -228,19 +228,22 @@ impl State {
             let mut head = self.get_buf();
             head.extend_from_slice(&UserAmHdr { id, hdr_len: hlen }.encode());
             head.extend_from_slice(header);
-            let r = self.send_ctl2_now(idx, am_id::USER_AM, &head, data.as_slice());
-            self.put_buf(head);
-            if r? {
+            let sent = match self.send_ctl2_now(idx, am_id::USER_AM, &head, data.as_slice()) {
+                Ok(sent) => sent,
+                Err(e) => {
+                    self.put_buf(head);
+                    return Err(e);
+                }
+            };
+            if sent {
+                self.put_buf(head);
                 return Ok(data.sent_at_once(0));
             }
             // Back-pressure, sends queued before it, or still connecting: a request that
             // finishes when the message has gone out (so a client that waits for its sends
-            // waits for the receiver, instead of queueing without bound).
+            // waits for the receiver, instead of queueing without bound); it keeps the head.
             let key = self.new_send(idx, 0, data, false);
-            let mut kept = self.get_buf();
-            kept.extend_from_slice(header);
-            self.send_rndv(key).am = Some((id, kept));
-            self.send_mut(key).stage = SendStage::AmEager;
+            self.send_mut(key).stage = SendStage::Am(AmSend::Eager { head });
             self.queue_req(idx, key);
             return Ok(self.op_of(key));
         }
@@ -252,7 +255,8 @@ impl State {
         }
         let key = self.new_send(idx, 0, data, false);
         self.send_rndv(key).am = Some((id, header.to_vec()));
-        let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
+        self.send_mut(key).stage = SendStage::Am(AmSend::Rts);
+        let ready = self.ep_ready(idx);
         if !ready || !self.send_rts(key)? {
             self.queue_req(idx, key);
         }

@@ -133,7 +133,7 @@ impl State {
         }
         let len = usize::try_from(rts.len)
             .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
-        let gen = self.ep(idx).gen;
+        let gen = self.ep(idx).gen();
         let d = AmRndv {
             ep: self.ep_handle(idx, gen),
             sreq: rts.sreq,
@@ -154,7 +154,7 @@ impl State {
     }
 
     fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg<'_>) {
-        let gen = self.ep(idx).gen;
+        let gen = self.ep(idx).gen();
         let ep = self.ep_handle(idx, gen);
         if let Some(cb) = self.am.desc_handler(id) {
             cb(ep, msg);
@@ -414,10 +414,7 @@ mod tests {
         let total: usize = msgs.iter().map(Vec::len).sum();
         let held = |w: &Worker| {
             let idx = w.st.ep_idx(back).expect("ep");
-            w.st.ep(idx)
-                .extra
-                .as_deref()
-                .map_or(0, |x| x.stream_rx.held())
+            w.st.ep(idx).extra().map_or(0, |x| x.stream.held())
         };
         assert_eq!(held(&b), msgs.len(), "every message waits in its buffer");
         let want: Vec<u8> = msgs.concat();

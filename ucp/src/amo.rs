@@ -20,7 +20,7 @@ use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
-use crate::worker::req::{comp_id, Notify, ReqKind, COMP_ATOMIC};
+use crate::worker::req::{comp_id, ReqKind, COMP_ATOMIC};
 use crate::worker::state::State;
 use crate::worker::{AmoSize, EpHandle, Worker};
 use ucs::{Error, Outcome, Result};
@@ -75,7 +75,7 @@ impl Worker {
     /// atomics stay emulated over the AM lane (they were correct either way).
     pub(crate) fn connect_amo_lane(&mut self, idx: usize) {
         let st = &mut self.st;
-        let Some(l) = st.ep_mut(idx).lanes.as_mut() else {
+        let Some(l) = st.ep_mut(idx).lanes_mut() else {
             return;
         };
         let Some(p) = l.amo_later.take() else {
@@ -89,7 +89,7 @@ impl Worker {
         match res {
             Ok(uep) => {
                 if let Some(lane) = st.add_lane(idx, p.local, uep) {
-                    if let Some(l) = st.ep_mut(idx).lanes.as_mut() {
+                    if let Some(l) = st.ep_mut(idx).lanes_mut() {
                         l.set_amo(lane);
                     }
                 }
@@ -217,11 +217,11 @@ impl Worker {
                 }
                 let wid = self.st.worker_id();
                 let r = self.st.req_mut(key);
-                r.notify = Notify::Hook(token);
+                r.notify_hook(token);
                 Ok(AmoStart::Hooked(RequestId {
                     wid,
                     key: key as u32,
-                    gen: r.gen,
+                    gen: r.gen(),
                 }))
             }
         }
@@ -289,7 +289,7 @@ impl State {
         // Through the transport when the lane has it and nothing is queued ahead.
         // A peer segment mapped here takes CPU atomics on the shared-memory lane.
         let cpu = |lane: usize| {
-            self.ep(idx).lanes.as_ref().is_some_and(|l| {
+            self.ep(idx).lanes().is_some_and(|l| {
                 let a = &self.iface(l.uct[lane].0).attr;
                 a.flags.contains(IfaceFlags::ATOMIC_CPU)
                     && match size {
@@ -301,7 +301,7 @@ impl State {
         let (amo, amo_key) = match &rkey.mapped {
             Some((lane, k)) if cpu(*lane) => (Some(*lane), Some(k)),
             _ => (
-                self.ep(idx).lanes.as_ref().and_then(|l| l.amo()),
+                self.ep(idx).lanes().and_then(|l| l.amo()),
                 rkey.amo.as_ref(),
             ),
         };
@@ -310,7 +310,7 @@ impl State {
             // before (the slab's next key and the next generation), so an atomic that completes
             // at once costs no request.
             let wire = self.next_wire_id();
-            let l = self.ep_mut(idx).lanes.as_mut().ok_or_else(connecting)?;
+            let l = self.ep_mut(idx).lanes_mut().ok_or_else(connecting)?;
             let uep = &mut l.uct[lane].1;
             let comp = comp_id(COMP_ATOMIC, wire);
             let out: Outcome<u64> = match (kind, size, fetch) {
@@ -376,7 +376,7 @@ impl State {
         }
         // The target acknowledges every emulated atomic; flushes and fences wait for that.
         let ep = self.ep_mut(idx);
-        ep.amo_sent = ep.amo_sent.wrapping_add(1);
+        ep.note_amo_sent();
         Ok(match key {
             Some(k) => Started::Req(k),
             None => Started::Done(0),
@@ -502,10 +502,18 @@ impl State {
         true
     }
 
+    /// Transport atomic `key` completed, fetching `value`: it finishes with it.
+    pub(crate) fn amo_fetched(&mut self, key: usize, value: u64) {
+        if let ReqKind::Atomic { value: v } = &mut self.req_mut(key).kind {
+            *v = value;
+        }
+        self.finish(key, Ok(()));
+    }
+
     /// ATOMIC_REP: the target's reply to one of our emulated atomics.
     pub(crate) fn on_atomic_rep(&mut self, idx: usize, h: AtomicRepHdr) -> Result<()> {
         let ep = self.ep_mut(idx);
-        ep.amo_acked = ep.amo_acked.wrapping_add(1);
+        ep.note_amo_acked();
         if h.req == NO_REQ {
             if h.status != 0 {
                 tracing::warn!(

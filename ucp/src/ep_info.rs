@@ -20,7 +20,7 @@ impl Worker {
     /// it is connecting.
     pub fn ep_transports(&self, ep: EpHandle) -> Result<Vec<(String, String)>> {
         let idx = self.st.ep_idx(ep)?;
-        let l = self.st.ep(idx).lanes.as_ref().ok_or_else(connecting)?;
+        let l = self.st.ep(idx).lanes().ok_or_else(connecting)?;
         let mut out: Vec<(String, String)> = Vec::new();
         let order = std::iter::once(l.am).chain((0..l.uct.len()).filter(|&i| i != l.am));
         for lane in order {
@@ -37,7 +37,7 @@ impl Worker {
     /// `params.err_handler` removes it.
     pub fn ep_set_err_handler(&mut self, ep: EpHandle, params: crate::EpParams) -> Result<()> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.ep_mut(idx).err_handler = params.err_handler;
+        self.st.ep_mut(idx).set_err_handler(params.err_handler);
         Ok(())
     }
 
@@ -45,7 +45,7 @@ impl Worker {
     /// its lanes' performance models (overheads, latency, bandwidth), as UCX estimates it.
     pub fn ep_estimate_time(&self, ep: EpHandle, size: usize) -> Result<f64> {
         let idx = self.st.ep_idx(ep)?;
-        let l = self.st.ep(idx).lanes.as_ref().ok_or_else(connecting)?;
+        let l = self.st.ep(idx).lanes().ok_or_else(connecting)?;
         l.uct
             .iter()
             .map(|(li, _)| self.st.iface(*li).attr.perf.time_for(size))

@@ -46,8 +46,9 @@
 //! `State` (`tag::state::TagState`: the [`tag_match::TagMatcher`] that keeps MPI ordering and
 //! the unexpected messages; `tag::offload::state::TmState`; `rndv::RndvState`: the reads in
 //! progress and the pool of rendezvous state; `amo::state::AmoState`; `am::state::AmState`:
-//! the handlers), and defines its request stages (`tag::stages`, `rndv::stages`), which the
-//! core's `SendStage`/`RecvStage` hold (naming only the stages a request starts in). [`rma`],
+//! the handlers), and defines its request stages (`tag::stages`, `rndv::stages`,
+//! `stream::stages`, `am::stages`), which the core's `SendStage`/`RecvStage`/`ReqKind` hold
+//! (naming only the stages a request starts in). [`rma`],
 //! `stream` and [`wireup`] are families too. A family's state struct hides its fields from
 //! the core and the other families; a family reaches the core through the `State` methods of
 //! `worker::core_api` (endpoints, lanes, requests, progress queues, counters): `State`'s own

@@ -13,6 +13,7 @@
 )]
 
 pub(crate) mod rx;
+pub(crate) mod stages;
 
 use crate::request::{Completion, HookedOp, Op};
 use crate::wire::am_id;
@@ -22,6 +23,7 @@ use crate::worker::req::RecvBuf;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_ZCOPY};
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
+use stages::{StreamRecv, StreamSend};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -112,9 +114,9 @@ impl Worker {
     pub fn stream_take(&mut self, ep: EpHandle, max: usize) -> Result<Vec<u8>> {
         let idx = self.st.ep_idx(ep)?;
         let mut out = self.st.get_buf();
-        if let Some(x) = self.st.ep_mut(idx).extra.as_deref_mut() {
-            if x.stream_waiters.is_empty() {
-                x.stream_rx.take(&mut out, max);
+        if let Some(x) = self.st.ep_mut(idx).extra_get_mut() {
+            if x.stream.waiters.is_empty() {
+                x.stream.rx.take(&mut out, max);
             }
         }
         Ok(out)
@@ -128,21 +130,15 @@ impl Worker {
         let first = self
             .st
             .ep(idx)
-            .extra
-            .as_deref()
-            .map_or(0, |x| x.stream_rx.front_message_left());
+            .extra()
+            .map_or(0, |x| x.stream.rx.front_message_left());
         self.stream_take(ep, first)
     }
 
     /// Stream bytes received and not yet consumed on the endpoint.
     pub fn stream_available(&self, ep: EpHandle) -> Result<usize> {
         let idx = self.st.ep_idx(ep)?;
-        Ok(self
-            .st
-            .ep(idx)
-            .extra
-            .as_ref()
-            .map_or(0, |x| x.stream_rx.len()))
+        Ok(self.st.ep(idx).extra().map_or(0, |x| x.stream.rx.len()))
     }
 }
 
@@ -152,20 +148,30 @@ impl State {
         // Bytes that fit one fragment and go out now need no request.
         let fits = self
             .ep(idx)
-            .proto
-            .as_deref()
+            .proto()
             .is_some_and(|p| (1..=p.bcopy_single_max).contains(&data.as_slice().len()));
         if fits && self.send_ctl2_now(idx, am_id::STREAM, data.as_slice(), &[])? {
             return Ok(data.sent_at_once(0));
         }
         let key = self.new_send(idx, 0, data, false);
-        self.send_mut(key).stage = SendStage::Stream;
+        self.send_mut(key).stage = SendStage::Stream(StreamSend::Bcopy);
         let ready = self.ep_ready(idx);
         self.start_req(idx, key, !ready)?;
         Ok(self.op_of(key))
     }
 
-    pub(crate) fn stream_step(&mut self, key: usize) -> Result<bool> {
+    /// Advances stream send `key`, in `stage`, as far as resources allow (see
+    /// `State::send_step`). Gives false on back-pressure.
+    pub(crate) fn stream_send_step(&mut self, key: usize, stage: StreamSend) -> Result<bool> {
+        match stage {
+            StreamSend::Bcopy => self.stream_step(key),
+            StreamSend::Zcopy => self.stream_zcopy_step(key),
+        }
+    }
+
+    /// Sends the bcopy fragments of stream send `key` that the lane takes now (or, from its
+    /// start, goes zero-copy). Gives false on back-pressure.
+    fn stream_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         if self.send_mut(key).offset == 0 && self.stream_zcopy_start(idx, key) {
             return self.stream_zcopy_step(key);
@@ -202,12 +208,12 @@ impl State {
     /// from the caller's memory against 8 KiB copied ones, an eighth of the system calls on
     /// both sides) once the data reaches the lane's zero-copy threshold.
     fn stream_zcopy_start(&mut self, idx: usize, key: usize) -> bool {
-        let Some(l) = self.ep(idx).lanes.as_ref() else {
+        let Some(l) = self.ep(idx).lanes() else {
             return false;
         };
         let li = l.uct[l.am].0;
         let len = self.send_mut(key).data.len();
-        let Some(proto) = self.ep(idx).proto.as_deref() else {
+        let Some(proto) = self.ep(idx).proto() else {
             return false;
         };
         let am = &self.iface(li).attr.am;
@@ -226,7 +232,7 @@ impl State {
         match unsafe { self.md(li).mem_reg(ptr, len) } {
             Ok(m) => {
                 self.send_rndv(key).memh = Some(m);
-                self.send_mut(key).stage = SendStage::StreamZcopy;
+                self.send_mut(key).stage = SendStage::Stream(StreamSend::Zcopy);
                 self.stats_mut().stream_zcopy += 1;
                 true
             }
@@ -238,9 +244,9 @@ impl State {
     }
 
     /// Sends the zero-copy fragments of stream send `key` that the lane takes now; the send
-    /// finishes when the transport has completed them all (`zcopy_completed`). Gives false on
-    /// back-pressure.
-    pub(crate) fn stream_zcopy_step(&mut self, key: usize) -> Result<bool> {
+    /// finishes when the transport has completed them all
+    /// ([`State::stream_zcopy_completed`]). Gives false on back-pressure.
+    fn stream_zcopy_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let uuid = self.worker_uuid().to_le_bytes();
@@ -281,6 +287,21 @@ impl State {
         Ok(true)
     }
 
+    /// A zero-copy fragment of stream send `key` completed: after the last one (all sent),
+    /// the send finishes.
+    pub(crate) fn stream_zcopy_completed(&mut self, key: usize) {
+        let x = self.send_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let inflight = x.inflight;
+        let s = self.send_mut(key);
+        if inflight == 0
+            && s.offset >= s.data.len()
+            && s.stage == SendStage::Stream(StreamSend::Zcopy)
+        {
+            self.finish(key, Ok(()));
+        }
+    }
+
     pub(crate) fn stream_recv(&mut self, idx: usize, buf: RecvBuf, waitall: bool) -> Result<Op> {
         Ok(match self.stream_recv_keyed(idx, buf, waitall)? {
             Ok(c) => Op::Done(c),
@@ -299,10 +320,10 @@ impl State {
     ) -> Result<std::result::Result<Completion, (usize, u32)>> {
         // No receive queued before this one and enough bytes buffered: served now, without a
         // request (what a receiver that is behind its sender meets on every call).
-        if let Some(x) = self.ep_mut(idx).extra.as_deref_mut() {
+        if let Some(x) = self.ep_mut(idx).extra_get_mut() {
             let need = if waitall { buf.len() } else { buf.len().min(1) };
-            if need > 0 && x.stream_waiters.is_empty() && x.stream_rx.len() >= need {
-                let len = x.stream_rx.copy_out(&mut buf[..]);
+            if need > 0 && x.stream.waiters.is_empty() && x.stream.rx.len() >= need {
+                let len = x.stream.rx.copy_out(&mut buf[..]);
                 return Ok(Ok(Completion {
                     status: Ok(()),
                     buf: buf.into_vec(),
@@ -313,14 +334,15 @@ impl State {
             }
         }
         // Bytes that arrived before the peer closed can still be read.
-        let (have, queued) = match self.ep(idx).extra.as_deref() {
+        let (have, queued) = match self.ep(idx).extra() {
             None => (0, 0),
             Some(x) => (
-                x.stream_rx.len(),
-                x.stream_waiters
+                x.stream.rx.len(),
+                x.stream
+                    .waiters
                     .iter()
                     .map(|&k| match self.req_get(k).map(|r| &r.kind) {
-                        Some(ReqKind::StreamRecv { buf, filled, .. }) => buf.len() - filled,
+                        Some(ReqKind::StreamRecv(r)) => r.room(),
                         _ => 0,
                     })
                     .sum::<usize>(),
@@ -334,40 +356,27 @@ impl State {
         let serve = have > 0 || buf.is_empty();
         let key = self.new_req(
             Some(idx),
-            ReqKind::StreamRecv {
-                buf,
-                filled: 0,
-                waitall,
-            },
+            ReqKind::StreamRecv(StreamRecv::new(buf, waitall)),
         );
-        self.ep_mut(idx).extra_mut().stream_waiters.push_back(key);
+        self.ep_mut(idx).extra_mut().stream.waiters.push_back(key);
         if serve {
             self.stream_serve(idx);
         }
         match self.take_finished(key) {
             Some(c) => Ok(Ok(c)),
-            None => Ok(Err((key, self.req_mut(key).gen))),
+            None => Ok(Err((key, self.req_mut(key).gen()))),
         }
     }
 
     /// Moves received stream bytes into waiting receives, in posting order.
     pub(crate) fn stream_serve(&mut self, idx: usize) {
-        while let Some(&key) = self
-            .ep(idx)
-            .extra
-            .as_deref()
-            .and_then(|x| x.stream_waiters.front())
-        {
+        while let Some(&key) = self.ep(idx).extra().and_then(|x| x.stream.waiters.front()) {
             let (ep, req) = self.ep_and_req_mut(idx, key);
             let ep = ep.extra_mut();
             let done = match req.map(|r| &mut r.kind) {
-                Some(ReqKind::StreamRecv {
-                    buf,
-                    filled,
-                    waitall,
-                }) => {
-                    *filled += ep.stream_rx.copy_out(&mut buf[*filled..]);
-                    satisfied(buf.len(), *filled, *waitall)
+                Some(ReqKind::StreamRecv(r)) => {
+                    r.filled += ep.stream.rx.copy_out(&mut r.buf[r.filled..]);
+                    r.satisfied()
                 }
                 _ => true,
             };
@@ -383,9 +392,8 @@ impl State {
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {
         let direct = self
             .ep(idx)
-            .extra
-            .as_deref()
-            .is_some_and(|x| x.stream_rx.is_empty() && !x.stream_waiters.is_empty());
+            .extra()
+            .is_some_and(|x| x.stream.rx.is_empty() && !x.stream.waiters.is_empty());
         let data = if direct {
             self.stream_fill(idx, data)
         } else {
@@ -397,8 +405,8 @@ impl State {
             let held = keep.and_then(|k| k.keep(data));
             let x = self.ep_mut(idx).extra_mut();
             match held {
-                Some(h) => x.stream_rx.push_held(h),
-                None => x.stream_rx.push_copy(data),
+                Some(h) => x.stream.rx.push_held(h),
+                None => x.stream.rx.push_copy(data),
             }
         }
         self.stream_serve(idx);
@@ -408,25 +416,16 @@ impl State {
     /// Gives the bytes no receive took (none when a receive is still waiting).
     fn stream_fill<'d>(&mut self, idx: usize, mut data: &'d [u8]) -> &'d [u8] {
         while !data.is_empty() {
-            let Some(&key) = self
-                .ep(idx)
-                .extra
-                .as_deref()
-                .and_then(|x| x.stream_waiters.front())
-            else {
+            let Some(&key) = self.ep(idx).extra().and_then(|x| x.stream.waiters.front()) else {
                 break;
             };
             let done = match self.req_get_mut(key).map(|r| &mut r.kind) {
-                Some(ReqKind::StreamRecv {
-                    buf,
-                    filled,
-                    waitall,
-                }) => {
-                    let n = (buf.len() - *filled).min(data.len());
-                    buf[*filled..*filled + n].copy_from_slice(&data[..n]);
+                Some(ReqKind::StreamRecv(r)) => {
+                    let n = r.room().min(data.len());
+                    r.buf[r.filled..r.filled + n].copy_from_slice(&data[..n]);
                     data = &data[n..];
-                    *filled += n;
-                    satisfied(buf.len(), *filled, *waitall)
+                    r.filled += n;
+                    r.satisfied()
                 }
                 _ => true,
             };
@@ -441,15 +440,9 @@ impl State {
     /// Receive `key`, the oldest waiting on endpoint `idx`, has what it waits for: it leaves
     /// the queue and completes.
     fn stream_waiter_done(&mut self, idx: usize, key: usize) {
-        self.ep_mut(idx).extra_mut().stream_waiters.pop_front();
-        if self.req_get(key).is_some_and(|r| r.done.is_none()) {
+        self.ep_mut(idx).extra_mut().stream.waiters.pop_front();
+        if self.req_get(key).is_some_and(|r| !r.is_finished()) {
             self.finish(key, Ok(()));
         }
     }
-}
-
-/// Whether a stream receive of `len` bytes holding `filled` is complete: full, or (without
-/// `waitall`) holding any byte.
-fn satisfied(len: usize, filled: usize, waitall: bool) -> bool {
-    filled == len || (!waitall && filled > 0)
 }

@@ -233,7 +233,7 @@ impl Worker {
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
         match self.st.req_get_mut(key) {
-            Some(r) if r.gen == gen && r.done.is_none() => {
+            Some(r) if r.gen() == gen && !r.is_finished() => {
                 Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token())))
             }
             // Failed at once (a receive failure in force): its result goes with the token.

@@ -64,7 +64,7 @@ impl Worker {
             return None;
         }
         let e = self.st.ep_get(ep.idx as usize)?;
-        if e.gen != ep.gen || e.state != EpState::Ready || !e.pending.is_empty() {
+        if e.gen() != ep.gen || e.state() != EpState::Ready || !e.queue_empty() {
             return None;
         }
         if let Some(size) = atomics {
@@ -299,8 +299,7 @@ mod tests {
         // general path keeps the endpoint busy until the target acknowledges it.
         let st = &mut a.st;
         let idx = ep.idx as usize;
-        let e = st.ep_mut(idx);
-        e.amo_sent = e.amo_sent.wrapping_add(1);
+        st.ep_mut(idx).note_amo_sent();
         assert!(!a.ep_is_quiet(ep), "an atomic is unacknowledged");
         a.fence();
         assert_eq!(
@@ -308,9 +307,7 @@ mod tests {
             None,
             "a fence is queued"
         );
-        let st = &mut a.st;
-        let e = st.ep_mut(idx);
-        e.amo_acked = e.amo_sent;
+        a.st.ep_mut(idx).note_amo_acked();
         let op = a.flush().expect("flush");
         wait(&mut w, op);
         assert_eq!(

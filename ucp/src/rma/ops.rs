@@ -16,7 +16,6 @@ use crate::rma::{MemMap, Rkey, RkeyBundle};
 use crate::rndv::stages::{RndvRecv, RndvSend};
 use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
 use crate::worker::ep::connecting;
-use crate::worker::ep::Pending;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::{comp_id, RecvStage, SendData, SendStage, COMP_GET};
 use crate::worker::state::State;
@@ -123,7 +122,7 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         let bundle = RkeyBundle::decode(packed)?;
         self.connect_amo_lane(idx);
-        let lanes = self.st.ep(idx).lanes.as_ref().ok_or_else(connecting)?;
+        let lanes = self.st.ep(idx).lanes().ok_or_else(connecting)?;
         let key_for = |li: usize| -> Option<uct::RemoteKey> {
             let tl = self.st.iface(li).tl_name;
             let (_, k) = bundle.entries.iter().find(|(t, _)| t == tl)?;
@@ -229,7 +228,7 @@ impl State {
                 "remote key was unpacked on another worker".into(),
             ));
         }
-        if (rkey.ep.idx, rkey.ep.gen) != (idx as u32, self.ep(idx).gen) {
+        if (rkey.ep.idx, rkey.ep.gen) != (idx as u32, self.ep(idx).gen()) {
             return Err(Error::InvalidParam(
                 "remote key was unpacked for another endpoint".into(),
             ));
@@ -247,7 +246,7 @@ impl State {
         self.ep_usable(idx)?;
         self.check_rkey(idx, rkey)?;
         if let Some((lane, mk)) = &rkey.mapped {
-            if self.ep(idx).pending.is_empty() {
+            if self.ep(idx).queue_empty() {
                 return self.rma_mapped(idx, *lane, mk, dir, remote_addr, rkey);
             }
         }
@@ -260,12 +259,7 @@ impl State {
             }
         }
         // Through the RMA lane, after the target has applied the emulated puts before it.
-        let ep = self.ep_mut(idx);
-        if ep.amo_sent != ep.amo_acked && ep.pending.is_empty() {
-            let amo_sent = ep.amo_sent;
-            ep.pending.push_back(Pending::Acked { amo_sent });
-            self.mark_pending(idx);
-        }
+        self.queue_after_acks(idx);
         self.rma_registered(idx, dir, remote_addr, rkey)
     }
 
@@ -278,10 +272,9 @@ impl State {
         let ep = self.ep(idx);
         len != 0
             && len <= EMULATED_PUT_MAX
-            && ep.pending.is_empty()
+            && ep.queue_empty()
             && ep
-                .lanes
-                .as_ref()
+                .lanes()
                 .is_some_and(|l| self.iface(l.uct[l.am].0).dev_type == DeviceType::Shm)
     }
 
@@ -291,7 +284,7 @@ impl State {
         let h = PutReqHdr { addr: remote_addr }.encode();
         self.send_ctl2(idx, am_id::PUT_REQ, &h, d)?;
         let ep = self.ep_mut(idx);
-        ep.amo_sent = ep.amo_sent.wrapping_add(1);
+        ep.note_amo_sent();
         Ok(Op::Done(Completion::ok()))
     }
 
@@ -421,8 +414,7 @@ impl State {
         })?;
         let li = self
             .ep(idx)
-            .lanes
-            .as_ref()
+            .lanes()
             .and_then(|l| l.rma().map(|r| l.uct[r].0))
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
         let len = match &dir {
@@ -460,14 +452,14 @@ impl State {
                 let s = self.send_mut(key);
                 s.user_rma = true;
                 s.stage = SendStage::Rndv(RndvSend::Put);
-                let behind = !self.ep(idx).pending.is_empty();
+                let behind = !self.ep(idx).queue_empty();
                 self.start_req(idx, key, behind)?;
                 Ok(self.op_of(key))
             }
             RmaDir::Get(mut buf) => {
                 let ptr = NonNull::new(buf.as_mut_ptr());
                 let key = self.new_recv(buf, 0, 0);
-                self.req_mut(key).ep = Some(idx);
+                self.req_mut(key).set_ep(idx);
                 if len == 0 {
                     self.finish(key, Ok(()));
                     return Ok(self.op_of(key));
@@ -485,7 +477,7 @@ impl State {
                 r.user_rma = true;
                 r.stage = RecvStage::Rndv(RndvRecv::Get);
                 // Behind a queued operation (or fence) it waits its turn.
-                let behind = !self.ep(idx).pending.is_empty();
+                let behind = !self.ep(idx).queue_empty();
                 self.start_req(idx, key, behind)?;
                 Ok(self.op_of(key))
             }

@@ -37,7 +37,7 @@ impl State {
         tl: &str,
         rkey: &[u8],
     ) -> Result<()> {
-        self.req_mut(key).ep = Some(ep);
+        self.req_mut(key).set_ep(ep);
         let cap = self.recv_mut(key).buf.len();
         {
             let r = self.recv_mut(key);
@@ -58,18 +58,17 @@ impl State {
             self.finish(key, st);
             return Ok(());
         }
-        let rma_pos = self.ep(ep).lanes.as_ref().and_then(|l| l.rma());
+        let rma_pos = self.ep(ep).lanes().and_then(|l| l.rma());
         let rma = self
             .ep(ep)
-            .lanes
-            .as_ref()
+            .lanes()
             .and_then(|l| l.rma().map(|r| l.uct[r].0));
         let wire = self.peer_id(ep, key);
         // A sender that described its data with a remote key (memory in a mapped segment, or
         // a size above the pipeline's range) is read with the RMA lane's scheme: a key to a
         // mapped segment costs one copy and no system call, where the pipeline costs two.
         // Without a key the data comes by the AM pipeline.
-        let scheme = self.ep(ep).proto.as_deref().map(|p| match p.rndv_for(len) {
+        let scheme = self.ep(ep).proto().map(|p| match p.rndv_for(len) {
             RndvScheme::AmPipeline if !rkey.is_empty() => p.rndv,
             s => s,
         });
@@ -153,7 +152,7 @@ impl State {
         if rkey.is_empty() || tl.is_empty() {
             return None;
         }
-        let l = self.ep(ep).lanes.as_ref()?;
+        let l = self.ep(ep).lanes()?;
         let usable = |i: usize| {
             let li = l.uct[i].0;
             self.iface(li).tl_name == tl
@@ -219,7 +218,7 @@ impl State {
             req,
             ..
         } = self.req_step(idx, key);
-        let frag = ep.proto.as_deref().map_or(usize::MAX, |p| p.rndv_frag);
+        let frag = ep.proto().map_or(usize::MAX, |p| p.rndv_frag);
         let l = ep.ready_lanes()?;
         let lane = match &req.kind {
             ReqKind::Recv(r) => r.rndv.as_ref().and_then(|x| x.get_lane),
@@ -292,7 +291,7 @@ impl State {
                 }
             }
             Err(e) => {
-                let ep = self.req(key).ep;
+                let ep = self.req(key).ep();
                 self.finish(key, Err(e.clone()));
                 if let Some(ep) = ep {
                     self.fail_ep(ep, e);

@@ -52,7 +52,7 @@ impl State {
         v: Vec<u8>,
         sync: bool,
     ) -> Result<Op> {
-        let li = self.ep(idx).lanes.as_ref().map(|l| l.uct[l.am].0);
+        let li = self.ep(idx).lanes().map(|l| l.uct[l.am].0);
         let key = self.new_send(idx, tag, SendData::Owned(v), sync);
         let id = self.new_msg_id();
         let s = self.send_mut(key);
@@ -67,7 +67,7 @@ impl State {
                 self.send_mut(key).stage = SendStage::Rndv(RndvSend::EagerZcopy);
             }
         }
-        let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
+        let ready = self.ep_ready(idx);
         self.start_req(idx, key, !ready)?;
         Ok(self.op_of(key))
     }
@@ -167,13 +167,11 @@ impl State {
         let len = self.send_mut(key).data.len();
         let pipelined = self
             .ep(idx)
-            .proto
-            .as_deref()
+            .proto()
             .is_some_and(|p| p.rndv_for(len) == RndvScheme::AmPipeline);
         let rma_iface = self
             .ep(idx)
-            .lanes
-            .as_ref()
+            .lanes()
             .and_then(|l| l.rma().map(|r| l.uct[r].0))
             .filter(|_| !pipelined);
         let s = self.send_mut(key);
@@ -319,11 +317,11 @@ impl State {
         x.inflight = x.inflight.saturating_sub(1);
         let (inflight, rreq) = (x.inflight, x.peer_req);
         let s = self.send_mut(key);
-        let stage = s.stage;
+        let wait_flush = s.stage == SendStage::Rndv(RndvSend::WaitPutFlush);
         if inflight != 0 || s.offset != s.data.len() {
             return Ok(());
         }
-        if stage == SendStage::Rndv(RndvSend::WaitPutFlush) {
+        if wait_flush {
             let r = self
                 .req_ep(key)
                 .and_then(|ep| self.send_ctl(ep, am_id::ATP, &ReqHdr { req: rreq }.encode()));
@@ -337,19 +335,18 @@ impl State {
         Ok(())
     }
 
-    /// An eager zero-copy fragment of send `key` (a tag or a stream send) completed: after the
-    /// last one, the send finishes (or a tag send waits for its acknowledgement).
-    pub(crate) fn zcopy_completed(&mut self, key: usize) {
+    /// An eager zero-copy fragment of tag send `key` completed: after the last one, the send
+    /// finishes (or waits for its acknowledgement).
+    pub(crate) fn rndv_zcopy_completed(&mut self, key: usize) {
         let x = self.send_rndv(key);
         x.inflight = x.inflight.saturating_sub(1);
         let inflight = x.inflight;
         let s = self.send_mut(key);
-        if inflight == 0 && s.offset >= s.data.len() {
-            match s.stage {
-                SendStage::Rndv(RndvSend::EagerZcopy) => self.zcopy_done(key),
-                SendStage::StreamZcopy => self.finish(key, Ok(())),
-                _ => {}
-            }
+        if inflight == 0
+            && s.offset >= s.data.len()
+            && s.stage == SendStage::Rndv(RndvSend::EagerZcopy)
+        {
+            self.zcopy_done(key);
         }
     }
 
@@ -439,8 +436,7 @@ impl State {
         self.tm_mapped_materialize(key);
         let rma = self
             .ep(idx)
-            .lanes
-            .as_ref()
+            .lanes()
             .and_then(|l| l.rma().map(|r| l.uct[r].0));
         self.send_rndv(key).peer_req = h.rreq;
         let s = self.send_mut(key);
@@ -462,7 +458,7 @@ impl State {
         if !use_put {
             self.send_mut(key).stage = SendStage::Rndv(RndvSend::Pipeline);
         }
-        if !self.ep(idx).pending.is_empty() || !self.send_step(key)? {
+        if !self.ep(idx).queue_empty() || !self.send_step(key)? {
             self.queue_req(idx, key);
         }
         Ok(())

@@ -23,6 +23,27 @@ enum Seg {
     Held(HeldBuf),
 }
 
+/// The stream family's part of one endpoint: the received bytes no receive took yet, and the
+/// receives waiting for bytes (request keys, in posting order).
+#[derive(Default)]
+pub(crate) struct EpStream {
+    pub(in crate::stream) rx: StreamRx,
+    pub(in crate::stream) waiters: VecDeque<usize>,
+}
+
+impl EpStream {
+    /// Holds nothing and keeps no memory (the endpoint's rarely used part may be freed).
+    pub(crate) fn is_unused(&self) -> bool {
+        self.rx.is_unused() && self.waiters.capacity() == 0
+    }
+
+    /// Messages waiting in the transport's buffers.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.rx.held()
+    }
+}
+
 /// The received, not yet consumed stream bytes of one endpoint.
 #[derive(Default)]
 pub(crate) struct StreamRx {

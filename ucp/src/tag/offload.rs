@@ -88,7 +88,7 @@ use crate::tag::stages::TagRecv;
 use crate::wire::NO_REQ;
 use crate::wireup::ProtoConfig;
 use crate::wireup::TM_THRESH;
-use crate::worker::req::{RecvStage, Req, ReqKind};
+use crate::worker::req::{RecvStage, ReqKind};
 use crate::worker::state::State;
 use crate::worker::Worker;
 use state::{TmState, TmStats};
@@ -139,13 +139,12 @@ impl TmState {
 #[inline]
 pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
     let (tag, mask, ptr, len) = match st.req_get_mut(key) {
-        Some(Req {
-            done: None,
-            kind: ReqKind::Recv(rv),
-            ..
-        }) if rv.stage == RecvStage::Tag(TagRecv::Posted) => {
-            (rv.tag, rv.mask, rv.buf.as_mut_ptr(), rv.buf.len())
-        }
+        Some(r) if !r.is_finished() => match &mut r.kind {
+            ReqKind::Recv(rv) if rv.stage == RecvStage::Tag(TagRecv::Posted) => {
+                (rv.tag, rv.mask, rv.buf.as_mut_ptr(), rv.buf.len())
+            }
+            _ => return,
+        },
         _ => return,
     };
     let wire = st.wire_id(key);
@@ -300,7 +299,7 @@ impl State {
             );
             return;
         };
-        self.ep_mut(idx).last_rx = self.now_stamp();
+        self.ep_note_rx(idx);
         self.eager_arrived(idx, imm, tag, data, data.len(), NO_REQ, None, None);
     }
 
@@ -324,8 +323,8 @@ impl State {
         }
         self.tm.matched += 1;
         if let Some(idx) = self.ep_of_peer(imm) {
-            self.req_mut(key).ep = Some(idx);
-            self.ep_mut(idx).last_rx = self.now_stamp();
+            self.req_mut(key).set_ep(idx);
+            self.ep_note_rx(idx);
         }
         let (rtag, rmask) = {
             let r = self.recv_mut(key);

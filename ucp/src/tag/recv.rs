@@ -17,7 +17,7 @@ use crate::tag::stages::TagRecv;
 use crate::tag::unexp::{Target, Unexp, UnexpKind, UNEXP_INLINE};
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::req::RecvBuf;
-use crate::worker::req::{Done, Notify, RecvReq, RecvStage, Req, ReqKind};
+use crate::worker::req::{Done, Notify, RecvReq, RecvStage, ReqKind};
 use crate::worker::state::State;
 use ucs::{Error, Result};
 
@@ -165,13 +165,12 @@ impl State {
     pub(crate) fn fail_tag_recvs(&mut self, err: Error) -> usize {
         let posted: Vec<(usize, u32)> = self
             .requests()
-            .filter_map(|(k, r)| match r {
-                Req {
-                    gen,
-                    done: None,
-                    kind: ReqKind::Recv(rr),
-                    ..
-                } if rr.stage == RecvStage::Tag(TagRecv::Posted) => Some((k, *gen)),
+            .filter_map(|(k, r)| match &r.kind {
+                ReqKind::Recv(rr)
+                    if !r.is_finished() && rr.stage == RecvStage::Tag(TagRecv::Posted) =>
+                {
+                    Some((k, r.gen()))
+                }
                 _ => None,
             })
             .collect();
@@ -187,12 +186,10 @@ impl State {
     /// finishes it with `err`; false when it can no longer be (matched, finished or gone).
     pub(crate) fn unpost(&mut self, key: usize, gen: u32, err: Error) -> bool {
         let (tag, mask) = match self.req_get(key) {
-            Some(Req {
-                gen: g,
-                done: None,
-                kind: ReqKind::Recv(r),
-                ..
-            }) if *g == gen && r.stage == RecvStage::Tag(TagRecv::Posted) => (r.tag, r.mask),
+            Some(req) if req.gen() == gen && !req.is_finished() => match &req.kind {
+                ReqKind::Recv(r) if r.stage == RecvStage::Tag(TagRecv::Posted) => (r.tag, r.mask),
+                _ => return false,
+            },
             _ => return false,
         };
         let wire = self.wire_id(key);
@@ -219,7 +216,7 @@ impl State {
             };
             self.tag.small_unexp.free(uid as u64);
             let len = usize::from(e.len);
-            self.req_mut(key).ep = Some(e.ep as usize);
+            self.req_mut(key).set_ep(e.ep as usize);
             let r = self.recv_mut(key);
             r.sender_tag = e.tag;
             r.total = len;
@@ -234,7 +231,7 @@ impl State {
 
     /// Delivers unexpected message `u` (out of the queue) to receive `key`.
     fn deliver_unexp(&mut self, key: usize, u: Unexp) {
-        self.req_mut(key).ep = Some(u.ep);
+        self.req_mut(key).set_ep(u.ep);
         let eager = |st: &mut State, data: &[u8], total: usize, sreq: u64| {
             if sreq != NO_REQ {
                 let _ = st.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
@@ -292,8 +289,8 @@ impl State {
         let ReqKind::Recv(r) = &mut req.kind else {
             return false;
         };
-        req.ep = Some(idx);
         copy_in(&mut r.buf, data);
+        req.set_ep(idx);
         true
     }
 
@@ -307,34 +304,30 @@ impl State {
         let Some((key, req)) = self.req_waiting_by_wire(wire) else {
             return;
         };
-        let ReqKind::Recv(rv) = &mut req.kind else {
+        let (kind, notify) = req.kind_with_notify();
+        let ReqKind::Recv(rv) = kind else {
             return;
         };
         let cap = rv.buf.len();
         copy_in(&mut rv.buf, data);
-        if rv.rndv.is_none() && matches!(req.notify, Notify::Take) {
+        if rv.rndv.is_none() && matches!(notify, Notify::Take) {
             // The result holds length and tag; nothing reads the request's endpoint, tag,
             // lengths or stage once it has one, so they are left as posted.
             let buf = std::mem::take(&mut rv.buf).into_vec();
-            // `done` is empty (`waiting_by_wire` checked): nothing to drop.
-            std::mem::forget(req.done.replace(Done::new(
-                eager_status(total, cap),
-                buf,
-                total,
-                tag,
-            )));
+            // `done` is empty (`waiting_by_wire` checked).
+            req.keep_result(Done::new(eager_status(total, cap), buf, total, tag));
             return;
         }
-        if let (None, Notify::Hook(t)) = (&rv.rndv, &req.notify) {
+        if let (None, Notify::Hook(t)) = (&rv.rndv, notify) {
             let t = *t;
             let buf = std::mem::take(&mut rv.buf).into_vec();
             return self.eager_hook_done(key, t, buf, eager_status(total, cap), total, tag);
         }
-        req.ep = Some(idx);
         rv.sender_tag = tag;
         rv.total = total;
         rv.received = total;
         rv.stage = RecvStage::Tag(TagRecv::Eager);
+        req.set_ep(idx);
         self.finish(key, eager_status(total, cap))
     }
 

@@ -117,8 +117,8 @@ impl State {
         let sync = mode == TagSendMode::Sync;
         let len = data.as_slice().len();
         let ep = self.ep(idx);
-        let ready = ep.pending.is_empty() && ep.lanes.is_some();
-        let (rndv, zc) = match &ep.proto {
+        let ready = ep.ready();
+        let (rndv, zc) = match ep.proto() {
             Some(p) => (len >= p.tag_thresh(mode), p.zcopy_thresh),
             None => (false, None),
         };
@@ -323,7 +323,6 @@ impl State {
     pub(crate) fn tag_send_step(&mut self, key: usize, idx: usize, stage: TagSend) -> Result<bool> {
         let wire = self.peer_id(idx, key);
         match stage {
-            TagSend::Eager if self.send_mut(key).is_am() => self.send_rts(key),
             TagSend::Eager => {
                 let proto = *self.ep(idx).ready_proto()?;
                 let s = self.send_mut(key);

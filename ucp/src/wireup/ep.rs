@@ -14,7 +14,7 @@
 use crate::address::WorkerAddress;
 use crate::wire::{am_id, EpAddrHdr};
 use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig};
-use crate::worker::ep::{EpState, Lanes, WaitLane};
+use crate::worker::ep::{Lanes, WaitLane};
 use crate::worker::pending::am_send;
 use crate::worker::state::State;
 use ucs::{Error, Outcome, Result};
@@ -25,7 +25,7 @@ use uct::{AnyEp, AnyIface};
 /// Creates the transport endpoints of ucp endpoint `idx` from its peer address, which it
 /// forgets afterwards unless a lane still needs it (see `Ep::addr_done`).
 pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()> {
-    let Some(addr) = st.ep_mut(idx).extra.as_mut().and_then(|x| x.addr.take()) else {
+    let Some(addr) = st.ep_mut(idx).extra_get_mut().and_then(|x| x.addr.take()) else {
         return Err(Error::InvalidParam(
             "endpoint has no peer address to connect to".into(),
         ));
@@ -122,15 +122,13 @@ fn connect_lanes(
     let mut lanes = Lanes::new(uct_eps, am, rma, amo);
     lanes.amo_later = amo_later;
     lanes.rma_wait = rma_wait;
-    ep.lanes = Some(lanes);
-    ep.proto = Some(proto);
-    ep.state = EpState::Ready;
+    ep.connected(lanes, proto);
     if st.config().proto_info {
         if let Ok(t) = st.proto_table(idx) {
-            eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.ep(idx).uuid);
+            eprintln!("[rucx] endpoint to {:#018x}:\n{t}", st.ep(idx).peer_uuid());
         }
     }
-    if !st.ep(idx).pending.is_empty() {
+    if !st.ep(idx).queue_empty() {
         st.mark_pending(idx);
     }
     Ok(())
@@ -152,9 +150,8 @@ impl State {
             }
         }
         if let Some(idx) = self.ep_of_peer(src) {
-            if !matches!(self.ep(idx).state, EpState::Failed | EpState::Closed) {
-                let now = self.now_stamp();
-                self.ep_mut(idx).last_rx = now;
+            if !self.ep(idx).is_down() {
+                self.ep_note_rx(idx);
                 return;
             }
         }
@@ -171,28 +168,17 @@ impl State {
     /// exist (after the wire-up message on the creator's side): answers an address that
     /// arrived early, or sends ours.
     pub(crate) fn ep_lane_start(&mut self, idx: usize) -> Result<()> {
-        if self
-            .ep(idx)
-            .lanes
-            .as_ref()
-            .is_none_or(|l| l.rma_wait.is_none())
-        {
+        if self.ep(idx).lanes().is_none_or(|l| l.rma_wait.is_none()) {
             return Ok(());
         }
         if let Some((connected, addr)) = self
             .ep_mut(idx)
-            .extra
-            .as_mut()
+            .extra_get_mut()
             .and_then(|x| x.peer_ep_addr.take())
         {
             return self.on_ep_addr(idx, connected, &addr);
         }
-        let ep_addr = match self
-            .ep(idx)
-            .lanes
-            .as_ref()
-            .and_then(|l| l.rma_wait.as_ref())
-        {
+        let ep_addr = match self.ep(idx).lanes().and_then(|l| l.rma_wait.as_ref()) {
             Some(w) => w.ep.ep_address()?,
             None => return Ok(()),
         };
@@ -217,8 +203,12 @@ impl State {
         addr: &[u8],
     ) -> Result<()> {
         let ep = self.ep_mut(idx);
-        let Some(l) = ep.lanes.as_mut() else {
+        let peer = ep.peer_uuid();
+        if ep.lanes().is_none() {
             ep.extra_mut().peer_ep_addr = Some((peer_connected, addr.to_vec()));
+            return Ok(());
+        }
+        let (Some(l), extra) = ep.lanes_mut_with_extra() else {
             return Ok(());
         };
         let Some(w) = l.rma_wait.as_mut() else {
@@ -227,9 +217,7 @@ impl State {
         };
         let mut reply = None;
         if !w.connected {
-            let dev = ep
-                .extra
-                .as_ref()
+            let dev = extra
                 .and_then(|x| x.addr.as_ref())
                 .and_then(|a| a.tls.get(w.remote))
                 .map(|t| t.device_addr.as_slice())
@@ -247,7 +235,6 @@ impl State {
                     let Some(w) = l.rma_wait.take() else {
                         return Ok(());
                     };
-                    let peer = ep.uuid;
                     let name = self.iface(w.li).tl_name;
                     tracing::warn!(
                         "{name} lane to {peer:#018x} did not connect, staying on the wire-up lane: {e}"
@@ -270,15 +257,14 @@ impl State {
         if peer_connected {
             let Some(w_li) = self
                 .ep(idx)
-                .lanes
-                .as_ref()
+                .lanes()
                 .and_then(|l| l.rma_wait.as_ref())
                 .map(|w| w.li)
             else {
                 return Ok(());
             };
             let carries_am = crate::wireup::carries_am(&self.iface(w_li).attr, self.config());
-            let Some(l) = self.ep_mut(idx).lanes.as_mut() else {
+            let Some(l) = self.ep_mut(idx).lanes_mut() else {
                 return Ok(());
             };
             let Some(w) = l.rma_wait.take() else {
@@ -300,25 +286,20 @@ impl State {
             self.tm_adjust_proto(am_li, &mut proto);
             let proto = self.intern_proto(proto);
             let ep = self.ep_mut(idx);
-            ep.proto = Some(proto);
+            ep.set_proto(proto);
             ep.addr_done();
-            if self.config().proto_info
-                && self
-                    .ep(idx)
-                    .lanes
-                    .as_ref()
-                    .is_some_and(|l| l.am_next.is_none())
+            if self.config().proto_info && self.ep(idx).lanes().is_some_and(|l| l.am_next.is_none())
             {
                 if let Ok(t) = self.proto_table(idx) {
                     eprintln!(
                         "[rucx] endpoint to {:#018x} (RMA lane connected):\n{t}",
-                        self.ep(idx).uuid
+                        self.ep(idx).peer_uuid()
                     );
                 }
             }
-            if self.ep(idx).pending.is_empty() && !self.am_switch_try(idx)? {
+            if self.ep(idx).queue_empty() && !self.am_switch_try(idx)? {
                 self.mark_pending(idx);
-            } else if !self.ep(idx).pending.is_empty() {
+            } else if !self.ep(idx).queue_empty() {
                 // `progress_pending` switches once the queue drained.
                 self.mark_pending(idx);
             }
@@ -332,7 +313,7 @@ impl State {
     /// the marker met back-pressure (retry from progress); true when switched or nothing due.
     pub(crate) fn am_switch_try(&mut self, idx: usize) -> Result<bool> {
         let uuid = self.worker_uuid().to_le_bytes();
-        let Some(l) = self.ep(idx).lanes.as_ref() else {
+        let Some(l) = self.ep(idx).lanes() else {
             return Ok(true);
         };
         let Some(new) = l.am_next.map(usize::from) else {
@@ -345,10 +326,9 @@ impl State {
                 return Ok(false);
             }
         }
-        let now = self.now_stamp();
+        self.ep_note_tx(idx);
         let ep = self.ep_mut(idx);
-        ep.last_tx = now;
-        let Some(l) = ep.lanes.as_mut() else {
+        let Some(l) = ep.lanes_mut() else {
             return Ok(true);
         };
         l.am = new;
@@ -375,13 +355,13 @@ impl State {
         );
         self.tm_adjust_proto(new_li, &mut proto);
         let proto = self.intern_proto(proto);
-        self.ep_mut(idx).proto = Some(proto);
+        self.ep_mut(idx).set_proto(proto);
         self.stats_mut().am_lane_switches += 1;
         if self.config().proto_info {
             if let Ok(t) = self.proto_table(idx) {
                 eprintln!(
                     "[rucx] endpoint to {:#018x} (AM and RMA lanes moved to {}):\n{t}",
-                    self.ep(idx).uuid,
+                    self.ep(idx).peer_uuid(),
                     self.iface(new_li).tl_name
                 );
             }
@@ -393,11 +373,12 @@ impl State {
     /// handles the messages its new lane delivered early, in order.
     pub(crate) fn on_lane_switch(&mut self, idx: usize, on_new: bool) -> Result<()> {
         let held = self.ep_mut(idx).extra_mut().rx_gate.marker(on_new)?;
-        let gen = self.ep(idx).gen;
+        let gen = self.ep(idx).gen();
         for (id, data) in held {
-            if self.ep_get(idx).is_none_or(|e| {
-                e.gen != gen || matches!(e.state, EpState::Failed | EpState::Closed)
-            }) {
+            if self
+                .ep_get(idx)
+                .is_none_or(|e| e.gen() != gen || e.is_down())
+            {
                 break;
             }
             self.handle_am_from(None, id, &data);

@@ -11,21 +11,33 @@
 //!   [`State::am_lane_ref`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`],
 //!   [`State::req_step`], [`State::add_lane`], [`State::register_lane`],
 //!   [`State::unregister_lane`], [`State::release_iface`], [`State::ep_of_peer`],
-//!   [`State::tm_and_iface_users`]; the lanes through
+//!   [`State::tm_and_iface_users`], [`State::ep_note_tx`], [`State::ep_note_rx`],
+//!   [`State::queue_after_acks`]; the lanes through
 //!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
+//! - one endpoint's record ([`Ep`], whose fields are private to `worker`): [`Ep::gen`],
+//!   [`Ep::peer_uuid`], [`Ep::state`], [`Ep::is_down`], [`Ep::queue_empty`], [`Ep::ready`],
+//!   [`Ep::lanes`], [`Ep::lanes_mut`], [`Ep::lanes_mut_with_extra`], [`Ep::proto`],
+//!   [`Ep::set_proto`], [`Ep::connected`], [`Ep::extra`], [`Ep::extra_get_mut`],
+//!   [`Ep::extra_mut`], [`Ep::note_amo_sent`], [`Ep::note_amo_acked`],
+//!   [`Ep::set_err_handler`];
 //! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
+//! - one request's record ([`Req`]: its `kind`, the families' records, is theirs; the rest
+//!   is private to `worker`): [`Req::gen`], [`Req::ep`], [`Req::set_ep`],
+//!   [`Req::is_finished`], [`Req::kind_with_notify`], [`Req::notify_hook`],
+//!   [`Req::keep_result`];
 //! - requests: [`State::req_get`], [`State::req_mut`], [`State::requests`],
 //!   [`State::next_wire_id`],
-//!   [`State::drop_req`], [`State::take_finished`], [`State::deliver_detached`], and `new_req`, `wire_id`, `req_ep`,
+//!   [`State::drop_req`], [`State::take_finished`], [`State::deliver_detached`],
+//!   [`State::hook_waiting`], and `new_req`, `wire_id`, `req_ep`,
 //!   `req_by_wire`, `finish` (`worker/request.rs`), `peer_id`/`peer_req`
 //!   (`worker/peer_req.rs`);
-//! - progress queues: `queue_req` and `mark_pending` (`worker/pending.rs`: a request queued
-//!   behind an endpoint's earlier sends), `send_ctl`/`send_ctl_now`/`send_ctl2` (control
+//! - progress queues: `start_req`, `queue_req` and `mark_pending` (`worker/pending.rs`: a
+//!   request's first step, or queued behind an endpoint's earlier sends), `send_ctl`/`send_ctl_now`/`send_ctl2` (control
 //!   messages that wait their turn), [`State::am_short_now`] and [`State::short2_now`] /
 //!   [`State::short2_at`] (a message that goes inline now or not at all; the tag send's
 //!   eager-short step passes its size test);
 //! - the worker's identity, time and counters: [`State::worker_uuid`], [`State::worker_id`],
-//!   `now`, `now_stamp`, [`State::new_msg_id`], [`State::peek_msg_id`],
+//!   `now`, [`State::now_stamp`], [`State::new_msg_id`], [`State::peek_msg_id`],
 //!   [`State::stats_mut`]; the buffer pool (`get_buf`/`put_buf`).
 //!
 //! `State`'s own fields are private to `worker` (`pub(super)`): a family names only its own
@@ -34,11 +46,13 @@
 use crate::request::{Completion, RequestId};
 use crate::wire::PREFIX_LEN;
 use crate::wireup::ProtoConfig;
+use crate::worker::api_types::ErrHandler;
 use crate::worker::api_types::{EpHandle, ProtoStats};
 use crate::worker::endpoint::bad_handle;
-use crate::worker::ep::{Ep, EpState, IfaceInfo, Stamp};
-use crate::worker::req::{Notify, Req};
+use crate::worker::ep::{Ep, EpExtra, EpState, IfaceInfo, Lanes, Pending, Stamp};
+use crate::worker::req::{Done, Notify, Req, ReqKind};
 use crate::worker::state::State;
+use std::rc::Rc;
 use ucs::{Outcome, Result};
 use uct::{AnyEp, AnyMd, Endpoint as _, IfaceAttr, IfaceFlags};
 
@@ -223,6 +237,12 @@ impl State {
     #[inline]
     pub(crate) fn req_mut(&mut self, key: usize) -> &mut Req {
         &mut self.reqs[key]
+    }
+
+    /// The time of the current progress call, as endpoints note their last send and receive.
+    #[inline]
+    pub(crate) fn now_stamp(&self) -> Stamp {
+        self.now_stamp
     }
 
     /// This worker's uuid (what its messages carry as the sender).
@@ -470,14 +490,6 @@ impl State {
 }
 
 impl State {
-    /// The time of the current progress call, as endpoints note their last send and receive.
-    #[inline]
-    pub(crate) fn now_stamp(&self) -> Stamp {
-        self.now_stamp
-    }
-}
-
-impl State {
     /// Request `key`, if there is one, to change.
     #[inline]
     pub(crate) fn req_get_mut(&mut self, key: usize) -> Option<&mut Req> {
@@ -518,13 +530,7 @@ impl State {
     /// would, without the handle.
     #[inline(always)]
     pub(crate) fn hook_waiting(&mut self, key: usize, gen: u32, token: u64) -> RequestId {
-        let r = &mut self.reqs[key];
-        // A request just made is `Take`, which owns nothing: not dropping it spares an
-        // out-of-line drop call.
-        let old = std::mem::replace(&mut r.notify, Notify::Hook(token));
-        if matches!(old, Notify::Take) {
-            std::mem::forget(old);
-        }
+        self.reqs[key].notify_hook(token);
         RequestId {
             wid: self.id,
             key: key as u32,
@@ -560,6 +566,193 @@ impl State {
     /// This worker's packed address.
     pub(crate) fn worker_address(&self) -> &[u8] {
         &self.address
+    }
+}
+
+/// What a family reads and changes of an endpoint record ([`Ep`]'s fields are the core's).
+impl Ep {
+    /// The generation of the endpoint's slot (what its handles carry).
+    #[inline]
+    pub(crate) fn gen(&self) -> u32 {
+        self.gen
+    }
+
+    /// The uuid of the peer worker.
+    #[inline]
+    pub(crate) fn peer_uuid(&self) -> u64 {
+        self.uuid
+    }
+
+    /// Where the endpoint is in its life.
+    #[inline]
+    pub(crate) fn state(&self) -> EpState {
+        self.state
+    }
+
+    /// Failed or closed: no new operation may start.
+    #[inline]
+    pub(crate) fn is_down(&self) -> bool {
+        matches!(self.state, EpState::Failed | EpState::Closed)
+    }
+
+    /// Whether nothing waits on the endpoint's pending list (see [`State::ep_queue_empty`]).
+    #[inline]
+    pub(crate) fn queue_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Connected (it has lanes) and nothing waits on its pending list.
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        self.pending.is_empty() && self.lanes.is_some()
+    }
+
+    /// The lanes (`None` while connecting).
+    #[inline]
+    pub(crate) fn lanes(&self) -> Option<&Lanes> {
+        self.lanes.as_ref()
+    }
+
+    /// The lanes, to change (`None` while connecting).
+    #[inline]
+    pub(crate) fn lanes_mut(&mut self) -> Option<&mut Lanes> {
+        self.lanes.as_mut()
+    }
+
+    /// The lanes, to change, beside the rarely used part (both `None` until there is one).
+    #[inline]
+    pub(crate) fn lanes_mut_with_extra(&mut self) -> (Option<&mut Lanes>, Option<&EpExtra>) {
+        (self.lanes.as_mut(), self.extra.as_deref())
+    }
+
+    /// The protocol thresholds (`None` while connecting).
+    #[inline]
+    pub(crate) fn proto(&self) -> Option<&ProtoConfig> {
+        self.proto.as_deref()
+    }
+
+    /// New protocol thresholds (the lanes changed).
+    pub(crate) fn set_proto(&mut self, proto: Rc<ProtoConfig>) {
+        self.proto = Some(proto);
+    }
+
+    /// The endpoint's lanes are connected: it gets them and their thresholds and is ready.
+    pub(crate) fn connected(&mut self, lanes: Lanes, proto: Rc<ProtoConfig>) {
+        self.lanes = Some(lanes);
+        self.proto = Some(proto);
+        self.state = EpState::Ready;
+    }
+
+    /// The rarely used part, if it was allocated (see [`Ep::extra_mut`]).
+    #[inline]
+    pub(crate) fn extra(&self) -> Option<&EpExtra> {
+        self.extra.as_deref()
+    }
+
+    /// The rarely used part, to change, if it was allocated.
+    #[inline]
+    pub(crate) fn extra_get_mut(&mut self) -> Option<&mut EpExtra> {
+        self.extra.as_deref_mut()
+    }
+
+    /// Counts an emulated put or atomic sent or queued (a wrapping count; the flushes and
+    /// fences of the endpoint wait for as many replies).
+    #[inline]
+    pub(crate) fn note_amo_sent(&mut self) {
+        self.amo_sent = self.amo_sent.wrapping_add(1);
+    }
+
+    /// Counts a reply to an emulated put or atomic.
+    #[inline]
+    pub(crate) fn note_amo_acked(&mut self) {
+        self.amo_acked = self.amo_acked.wrapping_add(1);
+    }
+
+    /// Sets who learns of the endpoint's failure.
+    pub(crate) fn set_err_handler(&mut self, h: Option<ErrHandler>) {
+        self.err_handler = h;
+    }
+}
+
+/// What a family reads and changes of a request record besides its kind ([`Req`]'s other
+/// fields are the core's).
+impl Req {
+    /// The generation of the request's slot (what its handles carry).
+    #[inline]
+    pub(crate) fn gen(&self) -> u32 {
+        self.gen
+    }
+
+    /// The endpoint the request runs on (`None`: none yet, or a worker-wide one).
+    #[inline]
+    pub(crate) fn ep(&self) -> Option<usize> {
+        self.ep
+    }
+
+    /// Ties the request to endpoint `idx` (a receive matched to a message from it; an RMA
+    /// operation on it): its failure fails the request.
+    #[inline]
+    pub(crate) fn set_ep(&mut self, idx: usize) {
+        self.ep = Some(idx);
+    }
+
+    /// The request's kind, to change, beside who learns of its result.
+    #[inline(always)]
+    pub(crate) fn kind_with_notify(&mut self) -> (&mut ReqKind, &Notify) {
+        (&mut self.kind, &self.notify)
+    }
+
+    /// Whether the request has its result.
+    #[inline]
+    pub(crate) fn is_finished(&self) -> bool {
+        self.done.is_some()
+    }
+
+    /// Gives the result to the completion hook under `token` instead (see [`Notify::Hook`]).
+    #[inline]
+    pub(crate) fn notify_hook(&mut self, token: u64) {
+        let old = std::mem::replace(&mut self.notify, Notify::Hook(token));
+        // A request just made is `Take`, which owns nothing: not dropping it spares an
+        // out-of-line drop call.
+        if matches!(old, Notify::Take) {
+            std::mem::forget(old);
+        }
+    }
+
+    /// Keeps result `d` in the slot of a request that had none (checked by the caller, as
+    /// [`State::req_waiting_by_wire`] does) and is kept for `request_take` (`Notify::Take`):
+    /// what [`State::finish`] does for it, without its other checks.
+    #[inline(always)]
+    pub(crate) fn keep_result(&mut self, d: Done) {
+        debug_assert!(self.done.is_none() && matches!(self.notify, Notify::Take));
+        // `done` is empty: nothing to drop.
+        std::mem::forget(self.done.replace(d));
+    }
+}
+
+impl State {
+    /// Notes a send on endpoint `idx` now (its keepalive's last send time).
+    #[inline]
+    pub(crate) fn ep_note_tx(&mut self, idx: usize) {
+        self.eps[idx].last_tx = self.now_stamp;
+    }
+
+    /// Notes a receive on endpoint `idx` now (its keepalive's last receive time).
+    #[inline]
+    pub(crate) fn ep_note_rx(&mut self, idx: usize) {
+        self.eps[idx].last_rx = self.now_stamp;
+    }
+
+    /// Holds what is queued on endpoint `idx` after this until the target has applied every
+    /// emulated put and atomic sent before it (when some are unacknowledged and nothing is
+    /// queued yet).
+    pub(crate) fn queue_after_acks(&mut self, idx: usize) {
+        let ep = &mut self.eps[idx];
+        if ep.amo_sent != ep.amo_acked && ep.pending.is_empty() {
+            let amo_sent = ep.amo_sent;
+            ep.pending.push_back(Pending::Acked { amo_sent });
+            self.mark_pending(idx);
+        }
     }
 }
 

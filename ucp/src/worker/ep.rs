@@ -12,7 +12,7 @@
 )]
 
 use crate::address::WorkerAddress;
-use crate::stream::rx::StreamRx;
+use crate::stream::rx::EpStream;
 use crate::wireup::{AmSwitchGate, ProtoConfig};
 use crate::worker::api_types::ErrHandler;
 use std::collections::VecDeque;
@@ -154,28 +154,28 @@ impl Stamp {
 }
 
 pub(crate) struct Ep {
-    pub(crate) gen: u32,
-    pub(crate) in_pending_list: bool,
-    pub(crate) close_acked: bool,
+    pub(super) gen: u32,
+    pub(super) in_pending_list: bool,
+    pub(super) close_acked: bool,
     /// Atomics emulated over active messages (ATOMIC_REQ) sent or queued, and replies to
     /// them received (wrapping counts): a flush waits until they are equal, a fence until the
     /// replies reach the count at the fence.
-    pub(crate) amo_sent: u32,
-    pub(crate) amo_acked: u32,
+    pub(super) amo_sent: u32,
+    pub(super) amo_acked: u32,
     /// Scrambles the ids of this endpoint's requests on the wire (see
     /// [`State::peer_id`](crate::worker::state::State::peer_id)).
-    pub(crate) secret: u64,
-    pub(crate) uuid: u64,
-    pub(crate) lanes: Option<Lanes>,
+    pub(super) secret: u64,
+    pub(super) uuid: u64,
+    pub(super) lanes: Option<Lanes>,
     /// The protocol thresholds, shared by every endpoint with the same ones (see
     /// [`State::intern_proto`](crate::worker::state::State::intern_proto)).
-    pub(crate) proto: Option<Rc<ProtoConfig>>,
-    pub(crate) state: EpState,
-    pub(crate) pending: VecDeque<Pending>,
-    pub(crate) err_handler: Option<ErrHandler>,
-    pub(crate) last_tx: Stamp,
-    pub(crate) last_rx: Stamp,
-    pub(crate) extra: Option<Box<EpExtra>>,
+    pub(super) proto: Option<Rc<ProtoConfig>>,
+    pub(super) state: EpState,
+    pub(super) pending: VecDeque<Pending>,
+    pub(super) err_handler: Option<ErrHandler>,
+    pub(super) last_tx: Stamp,
+    pub(super) last_rx: Stamp,
+    pub(super) extra: Option<Box<EpExtra>>,
 }
 
 // Every endpoint has one (1,000 endpoints, 1,000 of these): keep it small.
@@ -187,23 +187,21 @@ pub(crate) struct EpExtra {
     /// The peer's decoded address while a lane still needs it: until the lanes are connected,
     /// and after that only for a deferred atomic lane or a connect-to-endpoint lane.
     pub(crate) addr: Option<WorkerAddress>,
-    /// Received stream bytes no receive took yet.
-    pub(crate) stream_rx: StreamRx,
-    pub(crate) stream_waiters: VecDeque<usize>,
+    /// The stream family's part: received bytes no receive took yet, waiting receives.
+    pub(crate) stream: EpStream,
     /// A peer endpoint address that arrived before this endpoint's lanes were created.
     pub(crate) peer_ep_addr: Option<(bool, Vec<u8>)>,
     /// Receive side of the peer's AM lane switch.
     pub(crate) rx_gate: AmSwitchGate,
     /// The error that failed the endpoint ([`EpState::Failed`]).
-    pub(crate) error: Option<Error>,
+    pub(super) error: Option<Error>,
 }
 
 impl EpExtra {
     /// Holds nothing an empty one would not.
     fn is_empty(&self) -> bool {
         self.addr.is_none()
-            && self.stream_rx.is_unused()
-            && self.stream_waiters.capacity() == 0
+            && self.stream.is_unused()
             && self.peer_ep_addr.is_none()
             && !self.rx_gate.switched()
             && self.rx_gate.held() == 0

@@ -85,9 +85,17 @@ impl State {
         match self.send_mut(key).stage {
             SendStage::Tag(stage) => self.tag_send_step(key, idx, stage),
             SendStage::Rndv(stage) => self.rndv_send_step(key, stage),
-            SendStage::Stream => self.stream_step(key),
-            SendStage::StreamZcopy => self.stream_zcopy_step(key),
-            SendStage::AmEager => self.am_eager_step(key),
+            SendStage::Stream(stage) => self.stream_send_step(key, stage),
+            SendStage::Am(_) => self.am_send_step(key),
+        }
+    }
+
+    /// A zero-copy fragment of send `key` completed (the transport's completion
+    /// `COMP_ZCOPY`), in the family that owns its stage.
+    pub(crate) fn zcopy_completed(&mut self, key: usize) {
+        match self.send_mut(key).stage {
+            SendStage::Stream(_) => self.stream_zcopy_completed(key),
+            _ => self.rndv_zcopy_completed(key),
         }
     }
 

@@ -481,10 +481,10 @@ impl State {
                 Ok(())
             }
             COMP_ATOMIC => {
-                if let (ReqKind::Atomic { value }, Ok(v)) = (&mut self.reqs[key].kind, &result) {
-                    *value = *v;
+                // (An error returned above.)
+                if let Ok(v) = result {
+                    self.amo_fetched(key, v);
                 }
-                self.finish(key, Ok(()));
                 Ok(())
             }
             COMP_FLUSH => {

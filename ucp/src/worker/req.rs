@@ -11,13 +11,17 @@
     )
 )]
 
-use crate::request::{Completion, Op};
+mod buf;
+
+pub(crate) use buf::{RecvBuf, SendBuf, SendData};
+
+use crate::am::stages::AmSend;
+use crate::request::Completion;
 use crate::rndv::stages::{RndvRecv, RndvSend};
+use crate::stream::stages::{StreamRecv, StreamSend};
 use crate::tag::stages::{TagRecv, TagSend};
 use crate::wireup::TagSendMode;
 use crate::worker::api_types::RequestCallback;
-use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
 use ucs::{Error, Result};
 use uct::{CompletionId, MemHandle, RemoteKey};
 
@@ -33,35 +37,30 @@ pub(crate) fn comp_id(kind: u64, wire: u64) -> CompletionId {
 }
 
 /// Where a send is: a stage of the family that runs it (the stage types are the families').
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) enum SendStage {
     Tag(TagSend),
     Rndv(RndvSend),
-    /// A stream send going out.
-    Stream,
-    /// A stream send going out in zero-copy fragments (its registration in `rndv.memh`, the
-    /// fragments the transport has not completed counted in `rndv.inflight`).
-    StreamZcopy,
-    /// An eager user active message queued behind back-pressure or earlier sends (its id
-    /// and user header in the request's `rndv.am`).
-    AmEager,
+    Stream(StreamSend),
+    Am(AmSend),
 }
 
 impl SendStage {
     /// A SYNC_ACK may name the send now (see the families' `takes_sync_ack`); `offset` is how
     /// much of the data went out.
     #[inline]
-    pub(crate) fn takes_sync_ack(self, offset: usize) -> bool {
+    pub(crate) fn takes_sync_ack(&self, offset: usize) -> bool {
         match self {
             SendStage::Tag(t) => t.takes_sync_ack(offset),
             SendStage::Rndv(r) => r.takes_sync_ack(offset),
-            SendStage::Stream | SendStage::StreamZcopy | SendStage::AmEager => false,
+            SendStage::Stream(s) => s.takes_sync_ack(offset),
+            SendStage::Am(a) => a.takes_sync_ack(offset),
         }
     }
 
     /// Waiting for the answer (ATS or RTR) to an RTS it sent.
     #[inline]
-    pub(crate) fn waits_rndv_answer(self) -> bool {
+    pub(crate) fn waits_rndv_answer(&self) -> bool {
         matches!(self, SendStage::Rndv(r) if r.waits_answer())
     }
 }
@@ -82,8 +81,7 @@ pub(crate) struct Rndv {
     /// A receive's rendezvous get: the lane (index in the endpoint's `uct`) whose transport
     /// reads the sender's key, when not the RMA lane.
     pub(crate) get_lane: Option<usize>,
-    /// User active message sent or received by rendezvous, or an eager one queued
-    /// ([`SendStage::AmEager`]): id and user header.
+    /// User active message sent or received by rendezvous: id and user header.
     pub(crate) am: Option<(u16, Vec<u8>)>,
 }
 
@@ -149,13 +147,6 @@ impl SendReq {
         if let Some(x) = self.rndv.as_deref_mut() {
             x.memh = None;
         }
-    }
-
-    /// A user active message (it has a user header): sent by rendezvous at the tag family's
-    /// eager stage, an eager one at [`SendStage::AmEager`].
-    #[inline]
-    pub(crate) fn is_am(&self) -> bool {
-        self.rndv.as_ref().is_some_and(|x| x.am.is_some())
     }
 }
 
@@ -224,12 +215,7 @@ impl RecvReq {
 pub(crate) enum ReqKind {
     Send(SendReq),
     Recv(RecvReq),
-    StreamRecv {
-        buf: crate::worker::req::RecvBuf,
-        filled: usize,
-        /// Completes only when `buf` is full; otherwise as soon as it holds any byte.
-        waitall: bool,
-    },
+    StreamRecv(StreamRecv),
     Atomic {
         value: u64,
     },
@@ -244,13 +230,15 @@ pub(crate) enum ReqKind {
     },
 }
 
+/// One request: its kind (the families' records), and the core's bookkeeping, private to
+/// `worker` (the families use the accessors in `worker/core_api.rs`).
 pub(crate) struct Req {
-    pub(crate) gen: u32,
-    pub(crate) ep: Option<usize>,
+    pub(super) gen: u32,
+    pub(super) ep: Option<usize>,
     pub(crate) kind: ReqKind,
-    pub(crate) done: Option<Done>,
+    pub(super) done: Option<Done>,
     /// Who learns of the result when the request finishes.
-    pub(crate) notify: Notify,
+    pub(super) notify: Notify,
 }
 
 /// How a finished request's result is handed over.
@@ -349,206 +337,4 @@ pub(crate) fn zeroed_buf(len: usize) -> Result<Vec<u8>> {
     // SAFETY: `p` comes from the global allocator with the layout of `len` u8s (capacity
     // `len`), and all `len` bytes are initialised (zero).
     Ok(unsafe { Vec::from_raw_parts(p, len, len) })
-}
-
-pub(crate) enum SendData<'a> {
-    Borrowed(&'a [u8]),
-    Owned(Vec<u8>),
-    /// Caller memory that stays valid and unchanged until the send completes (see
-    /// `Worker::tag_send_raw`): a request reads it in place instead of copying it.
-    Raw(&'a [u8]),
-}
-
-impl SendData<'_> {
-    #[inline]
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            SendData::Borrowed(b) | SendData::Raw(b) => b,
-            SendData::Owned(v) => v,
-        }
-    }
-
-    /// The result of a send of this data that finished at once (no request): an owned vector
-    /// goes back to the caller in its completion.
-    #[inline(always)]
-    pub(crate) fn sent_at_once(self, tag: u64) -> Op {
-        let buf = match self {
-            SendData::Owned(v) => Some(v),
-            SendData::Borrowed(_) | SendData::Raw(_) => None,
-        };
-        Op::Done(Completion {
-            buf,
-            tag,
-            ..Completion::ok()
-        })
-    }
-}
-
-/// Where a receive (or get) writes: a vector the worker owns and gives back in the
-/// completion, or caller memory (`Raw`) that it writes in place and gives nothing back for.
-pub(crate) enum RecvBuf {
-    /// A vector owned by the request.
-    Owned(Vec<u8>),
-    /// Caller memory, valid and untouched by the caller until the request completes (see
-    /// [`Worker::tag_recv_raw`](crate::Worker::tag_recv_raw)).
-    Raw {
-        /// Start.
-        ptr: NonNull<u8>,
-        /// Capacity in bytes.
-        len: usize,
-    },
-}
-
-impl Default for RecvBuf {
-    fn default() -> Self {
-        RecvBuf::Owned(Vec::new())
-    }
-}
-
-impl From<Vec<u8>> for RecvBuf {
-    fn from(v: Vec<u8>) -> Self {
-        RecvBuf::Owned(v)
-    }
-}
-
-impl RecvBuf {
-    /// Caller memory; a zero-length region needs no valid pointer.
-    ///
-    /// # Safety
-    /// `ptr` valid for writes of `len` bytes until the request completes.
-    #[inline(always)]
-    pub(crate) unsafe fn raw(ptr: *mut u8, len: usize) -> Self {
-        match NonNull::new(ptr).filter(|_| len > 0) {
-            Some(ptr) => RecvBuf::Raw { ptr, len },
-            None => RecvBuf::Owned(Vec::new()),
-        }
-    }
-
-    /// True when dropping the buffer would do nothing (caller memory, or a vector given back).
-    #[inline(always)]
-    pub(crate) fn owns_nothing(&self) -> bool {
-        match self {
-            RecvBuf::Owned(v) => v.capacity() == 0,
-            RecvBuf::Raw { .. } => true,
-        }
-    }
-
-    /// The vector to give back in a completion (`None` for caller memory).
-    #[inline]
-    pub(crate) fn into_vec(self) -> Option<Vec<u8>> {
-        match self {
-            RecvBuf::Owned(v) => Some(v),
-            RecvBuf::Raw { .. } => None,
-        }
-    }
-}
-
-impl Deref for RecvBuf {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        match self {
-            RecvBuf::Owned(v) => v,
-            // SAFETY: the caller promised `len` valid bytes until completion (see `raw`).
-            RecvBuf::Raw { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
-        }
-    }
-}
-
-impl DerefMut for RecvBuf {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            RecvBuf::Owned(v) => v,
-            // SAFETY: as in `deref`; the caller does not access the memory meanwhile.
-            RecvBuf::Raw { ptr, len } => unsafe {
-                std::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
-            },
-        }
-    }
-}
-
-/// What a send reads: a vector the request owns, or caller memory (`Raw`) valid and unchanged
-/// until the request completes (see [`Worker::tag_send_raw`](crate::Worker::tag_send_raw)).
-pub(crate) enum SendBuf {
-    /// A vector owned by the request.
-    Owned(Vec<u8>),
-    /// Caller memory.
-    Raw {
-        /// Start.
-        ptr: NonNull<u8>,
-        /// Length in bytes.
-        len: usize,
-    },
-}
-
-impl Default for SendBuf {
-    fn default() -> Self {
-        SendBuf::Owned(Vec::new())
-    }
-}
-
-impl From<Vec<u8>> for SendBuf {
-    fn from(v: Vec<u8>) -> Self {
-        SendBuf::Owned(v)
-    }
-}
-
-impl SendBuf {
-    /// Caller memory behind `b`, which the caller keeps valid and unchanged until the request
-    /// completes (the contract of [`Worker::tag_send_raw`](crate::Worker::tag_send_raw), the only
-    /// maker of `SendData::Raw`).
-    pub(crate) fn raw(b: &[u8]) -> Self {
-        match NonNull::new(b.as_ptr() as *mut u8).filter(|_| !b.is_empty()) {
-            Some(ptr) => SendBuf::Raw { ptr, len: b.len() },
-            None => SendBuf::Owned(Vec::new()),
-        }
-    }
-
-    /// The vector to give back or recycle when the request ends (`None` for caller memory).
-    #[inline]
-    pub(crate) fn into_vec(self) -> Option<Vec<u8>> {
-        match self {
-            SendBuf::Owned(v) => Some(v),
-            SendBuf::Raw { .. } => None,
-        }
-    }
-
-    /// Replaces the contents with a copy of `src` (reusing an owned vector).
-    pub(crate) fn copy_from(&mut self, src: &[u8]) {
-        match self {
-            SendBuf::Owned(v) => {
-                v.clear();
-                v.extend_from_slice(src);
-            }
-            SendBuf::Raw { .. } => *self = SendBuf::Owned(src.to_vec()),
-        }
-    }
-}
-
-impl Deref for SendBuf {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        match self {
-            SendBuf::Owned(v) => v,
-            // SAFETY: the caller keeps `len` bytes valid until completion (see `raw`).
-            SendBuf::Raw { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
-        }
-    }
-}
-
-impl DerefMut for SendBuf {
-    /// Mutable access is only used for the address given to a memory registration (the bytes
-    /// are never written through it).
-    #[inline]
-    fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            SendBuf::Owned(v) => v,
-            // SAFETY: as in `deref`; the send path only takes the pointer to register it.
-            SendBuf::Raw { ptr, len } => unsafe {
-                std::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
-            },
-        }
-    }
 }

@@ -196,7 +196,7 @@ impl ReqTable {
         // are overwritten without running their drop code.
         let plain = match &r.kind {
             ReqKind::Recv(rv) => rv.owns_nothing(),
-            ReqKind::StreamRecv { buf, .. } => buf.owns_nothing(),
+            ReqKind::StreamRecv(sr) => sr.owns_nothing(),
             _ => false,
         };
         if plain && matches!(r.notify, Notify::Take | Notify::Hook(_) | Notify::Token(_)) {

@@ -606,8 +606,9 @@ impl State {
                 };
                 (buf, rv.total, rv.sender_tag, 0)
             }
-            ReqKind::StreamRecv { buf, filled, .. } => {
-                (std::mem::take(buf).into_vec(), *filled, 0, 0)
+            ReqKind::StreamRecv(sr) => {
+                let (buf, filled) = sr.take_result();
+                (buf, filled, 0, 0)
             }
             ReqKind::Atomic { value } => (None, 0, 0, *value),
             ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
@@ -617,18 +618,10 @@ impl State {
             self.rndv.recycle(x);
         }
         if let Some((id, hdr)) = am {
-            // A user active message that came by rendezvous: hand it to its handler.
+            // A user active message that came by rendezvous: its family hands it out.
             let ep = r.ep;
             self.reqs.take_done(key);
-            match (status, buf, ep) {
-                (Ok(()), Some(data), Some(ep)) => self.deliver_am(ep, id, &hdr, data),
-                (Ok(()), Some(data), None) => {
-                    tracing::warn!("active message {id} lost: its request has no endpoint");
-                    self.put_buf(data);
-                }
-                (Err(e), _, _) => tracing::warn!("active message {id} lost: {e}"),
-                _ => {}
-            }
+            self.am_rndv_received(ep, id, &hdr, status, buf);
             return;
         }
         let c = Completion {

@@ -63,7 +63,7 @@ impl State {
                 return Ok(Err(data));
             }
             self.tm.sent += 1;
-            self.ep_mut(idx).last_tx = self.now_stamp();
+            self.ep_note_tx(idx);
             let buf = match data {
                 SendData::Owned(v) => Some(v),
                 SendData::Borrowed(_) | SendData::Raw(_) => None,
@@ -84,7 +84,7 @@ impl State {
         // SAFETY: the request owns `data` and keeps it unchanged until the send completes;
         // `finish` drops the registration before it gives the vector back.
         let memh = unsafe { self.md(li).mem_reg(p, len) }?;
-        let l = self.ep_mut(idx).lanes.as_mut().ok_or_else(connecting)?;
+        let l = self.ep_mut(idx).lanes_mut().ok_or_else(connecting)?;
         let out = l.uct[l.am].1.tag_eager_zcopy(
             tag,
             uuid,
@@ -109,7 +109,7 @@ impl State {
                 return Ok(Ok(self.op_of(key)));
             }
         }
-        self.ep_mut(idx).last_tx = self.now_stamp();
+        self.ep_note_tx(idx);
         Ok(Ok(self.op_of(key)))
     }
 
@@ -131,10 +131,10 @@ impl State {
             return;
         };
         let (_, op, _memh) = self.tm.rndv_ops.swap_remove(i);
-        let ep = self.req_get(key).and_then(|r| r.ep);
+        let ep = self.req_get(key).and_then(|r| r.ep());
         if let Some(l) = ep
             .and_then(|idx| self.ep_get_mut(idx))
-            .and_then(|e| e.lanes.as_mut())
+            .and_then(|e| e.lanes_mut())
         {
             if let Err(e) = l.uct[l.am].1.tag_rndv_cancel(op) {
                 tracing::debug!("tag rendezvous {op} already gone: {e}");
@@ -196,11 +196,10 @@ impl State {
     ) -> Result<Op> {
         let ptr = map.range(offset, len)?;
         self.ep_usable(idx)?;
-        let ready = self.ep(idx).pending.is_empty() && self.ep(idx).lanes.is_some();
+        let ready = self.ep_ready(idx);
         let rndv = self
             .ep(idx)
-            .proto
-            .as_deref()
+            .proto()
             .is_some_and(|p| len >= p.tag_rndv_thresh);
         if ready && !rndv && self.tm.enabled && len >= TM_THRESH {
             if let Some(op) = self.tm_eager_mapped(idx, tag, map, ptr, len)? {
@@ -231,7 +230,7 @@ impl State {
         len: usize,
         keep: Keep,
     ) -> Result<Op> {
-        let l = self.ep(idx).lanes.as_ref().ok_or_else(connecting)?;
+        let l = self.ep(idx).lanes().ok_or_else(connecting)?;
         let li = l.uct[l.am].0;
         let rma = l
             .rma()
@@ -295,8 +294,7 @@ impl State {
         } else if let (true, Some(memh)) = (hdr.len() <= max_hdr, am_memh) {
             let off = ptr.as_ptr() as usize - memh.addr() as usize;
             self.ep_mut(idx)
-                .lanes
-                .as_mut()
+                .lanes_mut()
                 .ok_or_else(connecting)
                 .and_then(|l| {
                     let iov = Iov::new(&memh, off, len)?;
@@ -349,7 +347,7 @@ impl State {
         let s = self.send_mut(key);
         s.rts_sent = true;
         s.stage = SendStage::Rndv(RndvSend::WaitRndv);
-        self.ep_mut(idx).last_tx = self.now_stamp();
+        self.ep_note_tx(idx);
         Ok(self.op_of(key))
     }
 
@@ -366,7 +364,7 @@ impl State {
         ptr: NonNull<u8>,
         len: usize,
     ) -> Result<Option<Op>> {
-        let Some(l) = self.ep(idx).lanes.as_ref() else {
+        let Some(l) = self.ep(idx).lanes() else {
             return Ok(None);
         };
         let li = l.uct[l.am].0;
@@ -388,7 +386,7 @@ impl State {
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
         let wire = self.wire_id(key);
         let uuid = self.worker_uuid();
-        let out = match self.ep_mut(idx).lanes.as_mut() {
+        let out = match self.ep_mut(idx).lanes_mut() {
             Some(l) => l.uct[l.am]
                 .1
                 .tag_eager_zcopy(tag, uuid, &[iov], comp_id(COMP_TM, wire)),
@@ -420,7 +418,7 @@ impl State {
                 return Ok(None);
             }
         }
-        self.ep_mut(idx).last_tx = self.now_stamp();
+        self.ep_note_tx(idx);
         Ok(Some(self.op_of(key)))
     }
 
@@ -455,7 +453,7 @@ impl State {
         data: SendData<'d>,
     ) -> Result<std::result::Result<Op, SendData<'d>>> {
         let len = data.as_slice().len();
-        let Some(l) = self.ep(idx).lanes.as_ref() else {
+        let Some(l) = self.ep(idx).lanes() else {
             return Ok(Err(data));
         };
         let li = l.uct[l.am].0;
@@ -464,11 +462,7 @@ impl State {
         // Sizes ucp's own rendezvous moves better than the transport's (the AM pipeline's
         // range, or every size where ucp reads in steps: see `ProtoConfig::tm_rndv_min`) go by
         // the ordinary RTS.
-        let pipelined = self
-            .ep(idx)
-            .proto
-            .as_deref()
-            .is_some_and(|p| len < p.tm_rndv_min);
+        let pipelined = self.ep(idx).proto().is_some_and(|p| len < p.tm_rndv_min);
         if !a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
             || len == 0
             || len > a.tag.rndv_max_zcopy
@@ -510,7 +504,7 @@ impl State {
         .encode(&mut hdr);
         self.put_rkey_scratch(rkey);
         let out = if hdr.len() <= max_hdr {
-            match self.ep_mut(idx).lanes.as_mut() {
+            match self.ep_mut(idx).lanes_mut() {
                 Some(l) => l.uct[l.am].1.tag_rndv_zcopy(
                     tag,
                     &hdr,
@@ -534,7 +528,7 @@ impl State {
                 s.rts_sent = true;
                 s.stage = SendStage::Rndv(RndvSend::WaitRndv);
                 self.stats_mut().rndv_rts += 1;
-                self.ep_mut(idx).last_tx = self.now_stamp();
+                self.ep_note_tx(idx);
             }
             // `InProgress` carries no operation id (not what tcp answers): the ordinary path.
             Outcome::InProgress | Outcome::NoResource => {
