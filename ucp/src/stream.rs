@@ -290,13 +290,8 @@ impl State {
     /// A zero-copy fragment of stream send `key` completed: after the last one (all sent),
     /// the send finishes.
     pub(crate) fn stream_zcopy_completed(&mut self, key: usize) {
-        let x = self.send_rndv(key);
-        x.inflight = x.inflight.saturating_sub(1);
-        let inflight = x.inflight;
-        let s = self.send_mut(key);
-        if inflight == 0
-            && s.offset >= s.data.len()
-            && s.stage == SendStage::Stream(StreamSend::Zcopy)
+        if self.zcopy_piece_done(key)
+            && self.send_mut(key).stage == SendStage::Stream(StreamSend::Zcopy)
         {
             self.finish(key, Ok(()));
         }

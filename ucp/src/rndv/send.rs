@@ -338,13 +338,8 @@ impl State {
     /// An eager zero-copy fragment of tag send `key` completed: after the last one, the send
     /// finishes (or waits for its acknowledgement).
     pub(crate) fn rndv_zcopy_completed(&mut self, key: usize) {
-        let x = self.send_rndv(key);
-        x.inflight = x.inflight.saturating_sub(1);
-        let inflight = x.inflight;
-        let s = self.send_mut(key);
-        if inflight == 0
-            && s.offset >= s.data.len()
-            && s.stage == SendStage::Rndv(RndvSend::EagerZcopy)
+        if self.zcopy_piece_done(key)
+            && self.send_mut(key).stage == SendStage::Rndv(RndvSend::EagerZcopy)
         {
             self.zcopy_done(key);
         }

@@ -143,6 +143,17 @@ impl State {
         }
     }
 
+    /// A zero-copy piece of send `key` completed: counts it off the pieces in flight, and
+    /// gives true when none is left and all of the data went out (the families' completion
+    /// of a zero-copy send then finishes it).
+    pub(crate) fn zcopy_piece_done(&mut self, key: usize) -> bool {
+        let x = self.send_rndv(key);
+        x.inflight = x.inflight.saturating_sub(1);
+        let inflight = x.inflight;
+        let s = self.send_mut(key);
+        inflight == 0 && s.offset >= s.data.len()
+    }
+
     /// The rendezvous state of receive `key`, as [`State::send_rndv`].
     #[allow(clippy::unreachable)]
     pub(crate) fn recv_rndv(&mut self, key: usize) -> &mut Rndv {
