@@ -227,7 +227,9 @@ fn remote_region(md: &MmMd, len: usize) -> (MemHandle, Vec<u8>, RemoteKey, u64) 
 
 /// A put_bcopy into a region that ends with its segment packs straight into the peer's
 /// memory, wherever it starts (what runs past the region lands in the mapping's scratch
-/// tail, and the put fails); one that fits is whole.
+/// tail, and the put fails); one that fits is whole. The pack may write all `max_bcopy`
+/// bytes from a start 96 bytes before the region's end: 8 KiB past it, which without the
+/// scratch tail would run off the mapping (a fault) or into whatever is mapped after it.
 fn put_bcopy_packs_in_place<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>() {
     let (md, _a, _b, mut ep) = pair::<T>();
     let (target, _, rkey, base) = remote_region(&md, 4096);
@@ -276,14 +278,30 @@ fn put_bcopy_packs_in_place<T: Transport<Md = MmMd, Iface = MmIface, Ep = MmEp>>
     );
     assert!(v[4000..].iter().all(|b| *b == 0xee));
 
-    // A pack that says it wrote past the region fails the put.
-    let e = ep.put_bcopy(|_| 200, base + 4000, &rkey).unwrap_err();
+    // A pack that writes all it was given and says it wrote past the region fails the put;
+    // nothing before its start changes, and another allocation of the peer's stays as it was.
+    let (other, _, _, _) = remote_region(&md, 4096);
+    other.write(0, &pattern(4096, 5)).unwrap();
+    let e = ep
+        .put_bcopy(
+            |buf| {
+                buf.fill(0xab);
+                200
+            },
+            base + 4000,
+            &rkey,
+        )
+        .unwrap_err();
     assert!(matches!(e, Error::RemoteAccess(_)), "{e:?}");
-    // The segment next to it (another allocation) is untouched.
-    let next = md.mem_alloc(4096).unwrap();
-    let mut w = vec![1u8; 16];
-    next.read(0, &mut w).unwrap();
-    assert_eq!(w, vec![0u8; 16]);
+    target.read(0, &mut v).unwrap();
+    assert_eq!(
+        &v[..4000],
+        &pattern(4096, 3)[..4000],
+        "bytes before the put kept"
+    );
+    let mut o = vec![0u8; 4096];
+    other.read(0, &mut o).unwrap();
+    assert_eq!(o, pattern(4096, 5), "another segment changed");
 }
 
 #[test]
