@@ -298,14 +298,14 @@ fn ucp_self_keepalive_detects_silent_peer_and_fails_requests() {
     // Both alive: keepalives flow, nothing fails however long it runs.
     for _ in 0..30 {
         p.clock.advance(Duration::from_millis(100));
-        p.pump(16);
+        p.pump(ucp::CLOCK_PERIOD as usize);
     }
     assert_eq!(p.a.ep_status(ab), Ok(()));
     // b goes silent: a detects it within the timeout plus one check interval. A worker reads
-    // its clock once per `CLOCK_PERIOD` (16) progress calls, so each step gives it that many.
+    // its clock once per `CLOCK_PERIOD` progress calls, so each step gives it that many.
     for _ in 0..12 {
         p.clock.advance(Duration::from_millis(100));
-        for _ in 0..16 {
+        for _ in 0..ucp::CLOCK_PERIOD {
             p.a.progress();
         }
     }
@@ -736,7 +736,7 @@ fn ucp_self_busy_peer_is_never_declared_dead_by_default() {
     let s = p.a.tag_send_sync(p.ab, 1, b"x").unwrap();
     for _ in 0..6_000 {
         p.clock.advance(Duration::from_millis(100));
-        for _ in 0..16 {
+        for _ in 0..ucp::CLOCK_PERIOD {
             p.a.progress();
         }
     }

@@ -168,9 +168,10 @@ fn a_flush_close_without_acknowledgement_ends_at_its_deadline() {
     for _ in 0..100 {
         a.progress();
     }
-    // A worker reads its clock once per 16 progress calls: each step gives it that many.
+    // A worker reads its clock once per `CLOCK_PERIOD` progress calls: each step gives it that
+    // many.
     clock.advance(Duration::from_secs(4));
-    for _ in 0..16 {
+    for _ in 0..ucp::CLOCK_PERIOD {
         a.progress();
     }
     assert!(
@@ -178,7 +179,7 @@ fn a_flush_close_without_acknowledgement_ends_at_its_deadline() {
         "closed before the deadline"
     );
     clock.advance(Duration::from_secs(1));
-    for _ in 0..16 {
+    for _ in 0..ucp::CLOCK_PERIOD {
         a.progress();
     }
     assert!(

@@ -41,6 +41,7 @@ pub(crate) mod peer_req;
 pub(crate) mod peers;
 pub(crate) mod pending;
 pub(crate) mod progress;
+pub use progress::CLOCK_PERIOD;
 pub(crate) mod req;
 mod req_table;
 mod request;
