@@ -170,10 +170,10 @@ impl Worker {
     /// having sent nothing, when it does not (too long for one short message, sends queued
     /// before it, back-pressure, an endpoint still connecting): [`Worker::tag_send`] or
     /// [`Worker::tag_send_raw`] then takes it.
-    #[inline]
+    #[inline(always)]
     pub fn tag_send_short(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<bool> {
         self.st
-            .tag_send_short_out(ep, tag, &SendData::Borrowed(data))
+            .tag_send_short_at(ep, tag, &SendData::Borrowed(data))
     }
 
     /// Posts a receive for `tag` under `mask` into `buf` (its length is the capacity). The
