@@ -129,7 +129,9 @@ impl MmEp {
         self.rx_seen = rx;
         let r = fill(self.fifo.inline_area(c.pos), self.fifo.buf_area(c.pos));
         std::mem::forget(guard);
-        let out = match r {
+        // Each arm returns its own result (one match whose result is returned after the wake
+        // check copied the whole `Result`, error included, on every send).
+        match r {
             Ok((kind, len, v)) => {
                 // SAFETY: claimed above, not yet published.
                 unsafe { self.fifo.publish(c.pos, am_id, kind, len as u32) };
@@ -138,18 +140,20 @@ impl MmEp {
                     self.fifo
                         .prefetch_next_buf(c.pos + 1, self.cached_tail, cpu);
                 }
+                if c.wake {
+                    self.wake();
+                }
                 Ok(Outcome::Done(v))
             }
             Err(e) => {
                 // SAFETY: as above; the element is skipped by the receiver.
                 unsafe { self.fifo.publish(c.pos, 0, fifo::KIND_SKIP, 0) };
+                if c.wake {
+                    self.wake();
+                }
                 Err(e)
             }
-        };
-        if c.wake {
-            self.wake();
         }
-        out
     }
 
     /// The local address of the peer's `remote_addr..+len`. Inlined into put/get short, which
