@@ -231,7 +231,7 @@ impl Worker {
                 Op::Pending(r) => self.request_into_hook(r, token()).map(HookedOp::Pending),
             };
         }
-        let (key, gen) = self.tag_recv_queue(buf, tag, mask);
+        let (key, gen) = self.tag_recv_queue_inline(buf, tag, mask);
         match self.st.req_get_mut(key) {
             Some(r) if r.gen() == gen && !r.is_finished() => {
                 Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token())))
@@ -248,17 +248,30 @@ impl Worker {
     /// Gives the new request's key and generation.
     #[inline(never)]
     fn tag_recv_queue(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
+        self.tag_recv_queue_inline(buf, tag, mask)
+    }
+
+    /// [`Worker::tag_recv_queue`] inlined into its caller (the C library's receive), with the
+    /// rare steps (a receive failure in force, a post to the transport) out of line.
+    #[inline(always)]
+    fn tag_recv_queue_inline(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
         let len = buf.len();
         let (key, gen) = self.st.tag_recv_post(buf, tag, mask);
-        if let Some(e) = &self.st.tag.recv_failure {
-            let e = e.clone();
-            self.st.unpost(key, gen, e);
-            return (key, gen);
-        }
-        if self.st.tm.may_post(mask, len) {
+        if self.st.tag.recv_failure.is_some() {
+            self.tag_recv_refuse(key, gen);
+        } else if self.st.tm.may_post(mask, len) {
             crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, key);
         }
         (key, gen)
+    }
+
+    /// Fails receive `key` (generation `gen`), just posted, with the receive failure in force.
+    #[cold]
+    #[inline(never)]
+    fn tag_recv_refuse(&mut self, key: usize, gen: u32) {
+        if let Some(e) = self.st.tag.recv_failure.clone() {
+            self.st.unpost(key, gen, e);
+        }
     }
 
     /// Fails every tag receive waiting for a message with `err`, and from now on every receive
