@@ -57,7 +57,7 @@ impl Worker {
     /// to complete). Gives false, having sent nothing, when it does not (too long, sends queued
     /// before it, back-pressure, an endpoint still connecting): [`Worker::am_send`] or
     /// [`Worker::am_send_raw`] then takes it.
-    #[inline]
+    #[inline(always)]
     pub fn am_send_short(
         &mut self,
         ep: EpHandle,
@@ -66,7 +66,7 @@ impl Worker {
         data: &[u8],
     ) -> Result<bool> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.am_send_short_out(idx, id, header, data)
+        self.st.am_send_short(idx, id, header, data)
     }
 
     /// Like [`Worker::am_send`], taking the data vector (given back in the completion).
@@ -191,18 +191,6 @@ impl State {
         self.put_buf(head);
         self.finish(key, Ok(()));
         Ok(true)
-    }
-
-    /// [`State::am_send_short`] kept out of line (for [`Worker::am_send_short`]).
-    #[inline(never)]
-    fn am_send_short_out(
-        &mut self,
-        idx: usize,
-        id: u16,
-        header: &[u8],
-        data: &[u8],
-    ) -> Result<bool> {
-        self.am_send_short(idx, id, header, data)
     }
 
     pub(crate) fn am_send(
