@@ -95,6 +95,6 @@ pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};
 pub use wireup::TagSendMode;
 pub use worker::{
-    AmHandler, AmoSize, CloseMode, CLOCK_PERIOD, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats,
-    RequestCallback, Worker,
+    AmHandler, AmoSize, CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats,
+    RequestCallback, Worker, CLOCK_PERIOD,
 };
