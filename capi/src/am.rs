@@ -61,15 +61,24 @@ fn implicit_ep(w: &Worker, h: EpHandle) -> *mut Ep {
 /// `ucp_worker_set_am_recv_handler` handler, from its queue entry: without
 /// `UCP_AM_RECV_ATTR_FLAG_DATA` (the handler copies what it keeps). Worker locked, nothing
 /// borrowed.
-pub fn deliver_small(w: &Worker, id: u16, mut m: SmallAm, ep: EpHandle) {
-    let handler = w.inner.borrow().am_recv_handlers.get(id);
+#[inline(always)]
+pub fn deliver_small(w: &Worker, id: u16, m: &mut SmallAm, ep: EpHandle) {
+    let (handler, first) = {
+        let i = w.inner.borrow();
+        (i.am_recv_handlers.get(id), i.eps.first(ep))
+    };
     let Some((cb, arg, _flags)) = handler else {
         tracing::warn!("active message {id} arrived with no handler set; dropped");
         return;
     };
+    let reply = if first.is_null() {
+        implicit_ep(w, ep)
+    } else {
+        first
+    };
     let param = AmRecvParam {
         recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP,
-        reply_ep: reply_ep(w, ep).cast(),
+        reply_ep: reply.cast(),
     };
     let header_len = m.header().len();
     let header = m.header().as_ptr();

@@ -3,12 +3,15 @@
 //! handler may call back into the library).
 //!
 //! A small eager message (user header and data together at most [`SMALL_AM_MAX`] bytes) is
-//! copied into its queue entry and handed to its handler from there, without
-//! `UCP_AM_RECV_ATTR_FLAG_DATA` (as UCX hands over the messages its shared-memory transport
-//! carries inline): no buffer is taken or given back for it. A larger eager message is copied
-//! into a buffer of its own, from a list of spares, which the handler may keep. The queue is
-//! taken from the front one message at a time, so a handler that progresses the worker
-//! delivers the messages behind its own, in order, and none twice.
+//! copied into a slot of a ring of small messages, written in place, and handed to its handler
+//! from one copy of the slot, without `UCP_AM_RECV_ATTR_FLAG_DATA` (as UCX hands over the
+//! messages its shared-memory transport carries inline): no buffer is taken or given back for
+//! it. A larger eager message is copied into a buffer of its own, from a list of spares, which
+//! the handler may keep; it and every other kind wait in the general queue. Order is kept
+//! across the two: a small message goes to the ring only while the general queue is empty, so
+//! everything in the ring is older than everything in the queue, and the ring is emptied
+//! first. Both are taken from the front one message at a time, so a handler that progresses
+//! the worker delivers the messages behind its own, in order, and none twice.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -83,10 +86,29 @@ pub enum AmArrival {
     Rndv(u16, Box<(Vec<u8>, ucp::AmRndv)>, EpHandle),
 }
 
+/// A small message in the ring: id, sender endpoint and bytes.
+#[derive(Clone, Copy)]
+pub struct SmallSlot {
+    /// Data, then header.
+    pub m: SmallAm,
+    /// Active-message id.
+    pub id: u16,
+    /// Sender endpoint.
+    pub ep: EpHandle,
+}
+
+/// Slots the ring of small messages starts with (it doubles when full).
+const RING_START: usize = 64;
+
 /// The worker's active messages waiting for their handlers, and spare buffers for the larger
 /// ones.
 #[derive(Default)]
 pub struct AmInbox {
+    /// Small messages, older than everything in `queue`: `ring[head..head + len]`, wrapping
+    /// (its length is zero or a power of two).
+    ring: Vec<SmallSlot>,
+    head: usize,
+    len: usize,
     queue: VecDeque<AmArrival>,
     spares: Vec<Vec<u8>>,
 }
@@ -98,7 +120,64 @@ impl AmInbox {
     /// True when no message waits.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.len == 0 && self.queue.is_empty()
+    }
+
+    /// The oldest small message of the ring, copied out of its slot.
+    #[inline(always)]
+    pub fn pop_small(&mut self) -> Option<SmallSlot> {
+        if self.len == 0 {
+            return None;
+        }
+        let s = *self.ring.get(self.head)?;
+        self.head = (self.head + 1) & (self.ring.len() - 1);
+        self.len -= 1;
+        Some(s)
+    }
+
+    /// Writes small message `id` from `ep` (`header` and `data` together fit in
+    /// [`SMALL_AM_MAX`] bytes) into the ring's next slot, in place.
+    #[inline(always)]
+    fn push_small(&mut self, id: u16, ep: EpHandle, header: &[u8], data: &[u8]) {
+        if self.len == self.ring.len() {
+            self.grow(id, ep);
+        }
+        let at = (self.head + self.len) & (self.ring.len() - 1);
+        let Some(s) = self.ring.get_mut(at) else {
+            return;
+        };
+        self.len += 1;
+        let d = data.len().min(SMALL_AM_MAX);
+        let h = header.len().min(SMALL_AM_MAX - d);
+        s.id = id;
+        s.ep = ep;
+        s.m.len = d as u8;
+        s.m.header_len = h as u8;
+        s.m.bytes[..d].copy_from_slice(&data[..d]);
+        s.m.bytes[d..d + h].copy_from_slice(&header[..h]);
+    }
+
+    /// Doubles the ring (the first time: [`RING_START`] slots), its messages first, in order;
+    /// new slots are filled with a message of `id` from `ep` (overwritten when used).
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, id: u16, ep: EpHandle) {
+        let cap = (self.ring.len() * 2).max(RING_START);
+        let fill = SmallSlot {
+            m: SmallAm {
+                bytes: [0; SMALL_AM_MAX],
+                len: 0,
+                header_len: 0,
+            },
+            id,
+            ep,
+        };
+        let mut ring = Vec::with_capacity(cap);
+        let mask = self.ring.len().wrapping_sub(1);
+        ring.extend((0..self.len).map(|k| self.ring[(self.head + k) & mask]));
+        ring.resize(cap, fill);
+        self.ring = ring;
+        self.head = 0;
     }
 
     /// Queues a message for its handler.
@@ -107,7 +186,8 @@ impl AmInbox {
         self.queue.push_back(a);
     }
 
-    /// The oldest waiting message.
+    /// The oldest message of the general queue (younger than any in the ring: take
+    /// [`AmInbox::pop_small`] first).
     #[inline(always)]
     pub fn pop(&mut self) -> Option<AmArrival> {
         self.queue.pop_front()
@@ -125,7 +205,10 @@ impl AmInbox {
         data: &[u8],
         inline_ok: bool,
     ) {
-        if inline_ok {
+        if inline_ok && header.len() + data.len() <= SMALL_AM_MAX {
+            if self.queue.is_empty() {
+                return self.push_small(id, ep, header, data);
+            }
             if let Some(m) = SmallAm::of(header, data) {
                 return self.push(AmArrival::Small(id, m, ep));
             }
@@ -187,10 +270,12 @@ mod tests {
         q.push_eager(1, ep, b"h", b"small", true);
         q.push_eager(2, ep, b"h", &[7; 100], true);
         q.push_eager(3, ep, b"h", b"no inline", false);
-        let Some(AmArrival::Small(1, mut m, _)) = q.pop() else {
+        let Some(SmallSlot { id: 1, mut m, .. }) = q.pop_small() else {
             panic!("small message not inline")
         };
         assert_eq!(m.data(), b"small");
+        assert_eq!(m.header(), b"h");
+        assert!(q.pop_small().is_none());
         let Some(AmArrival::Eager(2, buf, 1, _)) = q.pop() else {
             panic!("large message not in a buffer")
         };
@@ -204,5 +289,40 @@ mod tests {
             panic!("large message not in a buffer")
         };
         assert_eq!(buf.as_ptr(), addr, "the spare buffer was not reused");
+    }
+
+    /// Small messages behind a larger one wait behind it; the ring grows past its first size
+    /// with its messages in order, also when they wrap around its end.
+    #[test]
+    fn small_messages_keep_their_order_with_the_others_and_across_growth() {
+        let mut q = AmInbox::default();
+        let (_w, ep) = an_endpoint();
+        let mut next = 0u16;
+        let mut want = 0u16;
+        // Wrap the ring's start, then fill it past its size.
+        for _ in 0..RING_START / 2 {
+            q.push_eager(next, ep, b"", &next.to_le_bytes(), true);
+            next += 1;
+        }
+        for _ in 0..RING_START / 2 {
+            let s = q.pop_small().expect("small message");
+            assert_eq!(s.id, want);
+            want += 1;
+        }
+        for _ in 0..RING_START * 3 {
+            q.push_eager(next, ep, b"", &next.to_le_bytes(), true);
+            next += 1;
+        }
+        q.push_eager(next, ep, b"", &[1; 100], true);
+        next += 1;
+        q.push_eager(next, ep, b"", b"late", true);
+        while let Some(mut s) = q.pop_small() {
+            assert_eq!((s.id, &*s.m.data()), (want, &want.to_le_bytes()[..]));
+            want += 1;
+        }
+        assert_eq!(want, next - 1, "small messages left the ring out of order");
+        assert!(matches!(q.pop(), Some(AmArrival::Eager(id, ..)) if id == next - 1));
+        assert!(matches!(q.pop(), Some(AmArrival::Small(id, ..)) if id == next));
+        assert!(q.is_empty());
     }
 }

@@ -173,14 +173,22 @@ impl Worker {
         let mut n = if failed { self.deliver_failures() } else { 0 };
         // One message at a time off the front: a handler that progresses the worker delivers
         // the ones behind its own, and each is delivered once.
+        let q = self.inner.borrow().am_in.clone();
         loop {
-            let a = self.inner.borrow().am_in.borrow_mut().pop();
+            // The ring of small messages first: they are older than the general queue's.
+            let s = q.borrow_mut().pop_small();
+            if let Some(mut s) = s {
+                n += 1;
+                crate::am::deliver_small(self, s.id, &mut s.m, s.ep);
+                continue;
+            }
+            let a = q.borrow_mut().pop();
             let Some(a) = a else {
                 return n;
             };
             n += 1;
             match a {
-                AmArrival::Small(id, m, ep) => crate::am::deliver_small(self, id, m, ep),
+                AmArrival::Small(id, mut m, ep) => crate::am::deliver_small(self, id, &mut m, ep),
                 AmArrival::Eager(id, buf, header_len, ep) => {
                     crate::am::deliver_eager(self, id, buf, header_len, ep)
                 }
