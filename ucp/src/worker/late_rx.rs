@@ -1,10 +1,12 @@
 //! Messages that arrive for an endpoint that has already failed.
 //!
 //! A peer's messages and its failure travel apart: a shared-memory peer writes into our FIFO and
-//! exits, and the worker may learn of the exit (the transport's periodic look at the peer, or a
-//! connect to its address that finds it gone) before it reads what the peer wrote. Those
-//! messages were sent whole by a peer that kept the protocol; losing them without a word would
-//! lose data whose send had completed. So the endpoint remembers why it failed:
+//! exits, and the worker may learn of the exit before it reads what the peer wrote: the connect
+//! its wire-up queued runs after the exit and fails, or a transport reports the exit ahead of
+//! the peer's last messages (the shared-memory transport waits for them since it reads its
+//! FIFO up to where the exit was seen, but nothing in the transport contract promises it).
+//! Those messages were sent whole by a peer that kept the protocol; losing them without a word
+//! would lose data whose send had completed. So the endpoint remembers why it failed:
 //!
 //! - the peer went away (its process exited, its connection was reset, its address no longer
 //!   reaches it): a tag message that is complete in itself (EAGER_ONLY, EAGER_SYNC_ONLY, whose

@@ -5,8 +5,10 @@
 //!
 //! 1. The parent reads the wire-up (its endpoint waits to connect), the child writes and exits,
 //!    the queued connect fails (the peer is gone), and only then is the message read.
-//! 2. The endpoint is connected; the child writes and exits, the transport reports the exit
-//!    (its periodic look at the peers) before the message is read.
+//! 2. The endpoint is connected; the child writes and exits, and the exit is reported before
+//!    the message is read (what the shared-memory transport's periodic look at the peers did
+//!    before it learned to read its FIFO first; made here by failing the endpoint as the
+//!    transport's report does).
 
 use crate::address::WorkerAddress;
 use crate::wire::am_id;
