@@ -37,6 +37,9 @@ pub(crate) mod endpoint;
 pub(crate) mod ep;
 mod failure;
 mod flush;
+mod late_rx;
+#[cfg(test)]
+mod late_rx_tests;
 pub(crate) mod peer_req;
 pub(crate) mod peers;
 pub(crate) mod pending;

@@ -61,6 +61,11 @@ pub struct ProtoStats {
     /// too from an endpoint the fast paths do not take (unknown, failed, or on its new AM
     /// lane before the lane-switch marker).
     pub rx_general: u64,
+    /// Messages that arrived for an endpoint that had failed because its peer went away and
+    /// were still delivered (complete tag messages the peer wrote before it went).
+    pub late_delivered: u64,
+    /// Messages that arrived for a failed endpoint and were dropped (each logged).
+    pub late_dropped: u64,
 }
 
 /// A completion callback set with

@@ -201,8 +201,14 @@ impl State {
         // The peer's AM lane switch: messages on its new lane wait for the marker on the old.
         let on_new = iface.is_some_and(|i| self.info[i].ep_only);
         let ep = &mut self.eps[idx];
-        if matches!(ep.state, EpState::Failed | EpState::Closed) {
-            return;
+        match ep.state {
+            // What the peer wrote before its endpoint failed (see `late_rx`).
+            EpState::Failed => {
+                self.late_msg(idx, src, id, body);
+                return;
+            }
+            EpState::Closed => return,
+            EpState::Connecting | EpState::Ready => {}
         }
         ep.last_rx = self.now_stamp;
         if on_new && ep.extra_mut().rx_gate.admit(true, id, data) == Admit::Held {
@@ -266,6 +272,7 @@ impl State {
             other => other,
         };
         self.fail_ep(idx, e);
+        self.late_rx_distrust(idx);
     }
 
     /// Routes a decoded message to the handler of its protocol family.

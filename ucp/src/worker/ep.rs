@@ -195,6 +195,22 @@ pub(crate) struct EpExtra {
     pub(crate) rx_gate: AmSwitchGate,
     /// The error that failed the endpoint ([`EpState::Failed`]).
     pub(super) error: Option<Error>,
+    /// What becomes of the peer's messages that arrive after the endpoint failed.
+    pub(super) late_rx: LateRx,
+}
+
+/// What becomes of the messages that arrive for a failed endpoint (see `worker::late_rx`);
+/// kept in the endpoint's `EpExtra` from its failure on.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LateRx {
+    /// The endpoint failed because its peer went away, and the peer never broke the protocol:
+    /// its complete tag messages are delivered.
+    pub(super) deliver: bool,
+    /// The peer broke the protocol (the endpoint failed by it, or a message of the failed
+    /// endpoint was malformed).
+    pub(super) misbehaved: bool,
+    /// A dropped message was logged at warn level.
+    pub(super) warned: bool,
 }
 
 impl EpExtra {
@@ -206,6 +222,7 @@ impl EpExtra {
             && !self.rx_gate.switched()
             && self.rx_gate.held() == 0
             && self.error.is_none()
+            && self.late_rx == Default::default()
     }
 }
 

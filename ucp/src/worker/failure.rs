@@ -29,6 +29,7 @@ impl State {
         tracing::debug!("endpoint to {:#018x} failed: {err}", ep.uuid);
         ep.state = EpState::Failed;
         ep.extra_mut().error = Some(err.clone());
+        self.late_rx_on_failure(idx, &err);
         self.stats.ep_failures += 1;
         self.teardown_ep(idx, &err);
         self.failed_notify.push(idx);

@@ -295,7 +295,7 @@ impl Worker {
     /// Polls every interface (`all`) or those [`Worker::wants_poll`] names. Gives the number
     /// of events handled.
     #[inline(always)]
-    fn poll_ifaces(&mut self, all: bool, timed: bool) -> usize {
+    pub(super) fn poll_ifaces(&mut self, all: bool, timed: bool) -> usize {
         let mut n = 0;
         for i in 0..self.ifaces.len() {
             if all || self.wants_poll(i, timed) {
@@ -326,7 +326,7 @@ impl Worker {
     /// queues, flushes, closes, timers, failure notifications, callbacks and dropped request
     /// handles, each only when it has something to do. Gives the number of events handled.
     #[inline(never)]
-    fn progress_more(&mut self) -> usize {
+    pub(super) fn progress_more(&mut self) -> usize {
         let mut n = 0;
         while let Some(idx) = self.st.to_connect.pop() {
             if let Err(e) = connect_ep(&mut self.ifaces, &mut self.st, idx)

@@ -453,6 +453,11 @@ impl FifoPtrs {
     pub fn claimed_beyond(&self, read_pos: u64) -> bool {
         self.head().load(Ordering::Acquire) & !ring::ARMED != read_pos
     }
+    /// The first position no producer has claimed yet: everything a producer wrote before
+    /// this call lies below it.
+    pub fn claimed_end(&self) -> u64 {
+        self.head().load(Ordering::Acquire) & !ring::ARMED
+    }
 }
 
 #[cfg(all(test, not(loom)))]

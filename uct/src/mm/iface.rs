@@ -230,6 +230,7 @@ impl EpShared {
             return;
         }
         common.unreported.set(common.unreported.get() + 1);
+        common.exits_unnoted.set(true);
         // The process exited: every endpoint to it fails, none needs its pidfd any more.
         self.peer.unwatch();
     }
@@ -271,6 +272,9 @@ pub(crate) struct Common {
     pending_total: Cell<usize>,
     /// Endpoints found failed but not yet reported.
     unreported: Cell<usize>,
+    /// A peer's exit was found since the interface last noted how far its FIFO was claimed
+    /// (see [`MmIface::exit_drain_to`]).
+    exits_unnoted: Cell<bool>,
     /// Tag offload: posted receives, rendezvous operations, deferred tag events.
     pub(super) tag: RefCell<TagState>,
     /// Deferred tag events wait for progress.
@@ -318,6 +322,12 @@ pub struct MmIface {
     tick: u32,
     /// When the peers and grants were last looked at (see [`PEER_CHECK_PERIOD`]).
     last_check: std::time::Instant,
+    /// How far the FIFO was claimed when a peer's exit was last noted: an exited peer's
+    /// messages all lie below, and its endpoint's error is reported only once they have been
+    /// read (so the error comes after them, as a closed connection's end comes after its data;
+    /// the layer above would otherwise see the failure first and find the peer's last
+    /// messages arriving for a failed endpoint).
+    exit_drain_to: u64,
 }
 
 impl MmIface {
@@ -400,6 +410,7 @@ impl MmIface {
                 peers: EpollPeers::new(sock.clone()),
                 pending_total: Cell::new(0),
                 unreported: Cell::new(0),
+                exits_unnoted: Cell::new(false),
                 tag: RefCell::new(TagState::new()),
                 tag_work: Cell::new(false),
                 rx_rounds: Cell::new(0),
@@ -411,6 +422,7 @@ impl MmIface {
             next_ep: 0,
             tick: 0,
             last_check: std::time::Instant::now(),
+            exit_drain_to: 0,
         })
     }
 
@@ -470,7 +482,7 @@ impl MmIface {
 
     /// Dispatches pending requests and endpoint errors. Allocates nothing.
     #[inline(never)]
-    fn progress_eps<S: EventSink>(&mut self, sink: &mut S, check_peers: bool) -> usize {
+    pub(super) fn progress_eps<S: EventSink>(&mut self, sink: &mut S, check_peers: bool) -> usize {
         let mut count = 0;
         let mut i = 0;
         while i < self.eps.len() {
@@ -483,7 +495,12 @@ impl MmIface {
                 ep.mark_failed(&self.common);
             }
             if ep.failed.get() {
-                if !ep.reported.get() {
+                if self.common.exits_unnoted.replace(false) {
+                    self.exit_drain_to = self.fifo.claimed_end();
+                }
+                // What the exited peer wrote is read first (see `exit_drain_to`); a position
+                // it claimed and never published is stepped over by `check_stall`.
+                if !ep.reported.get() && self.read_pos >= self.exit_drain_to {
                     ep.reported.set(true);
                     self.common.unreported.set(self.common.unreported.get() - 1);
                     let err = ep.peer_error();

@@ -40,6 +40,8 @@ pub mod segment;
 pub mod wire;
 pub mod wire_tag;
 
+#[cfg(all(test, not(loom)))]
+mod exit_tests;
 pub mod iface;
 pub mod keep;
 pub mod peer_maps;
