@@ -176,8 +176,9 @@ impl Worker {
         let q = self.inner.borrow().am_in.clone();
         loop {
             // The ring of small messages first: they are older than the general queue's.
-            let s = q.borrow_mut().pop_small();
-            if let Some(mut s) = s {
+            let mut s = q.borrow_mut().pop_small();
+            // Used where it was popped to (moving it out of the option copied it again).
+            if let Some(s) = &mut s {
                 n += 1;
                 crate::am::deliver_small(self, s.id, &mut s.m, s.ep);
                 continue;
