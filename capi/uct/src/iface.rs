@@ -9,8 +9,9 @@
 use crate::addr_slot;
 use crate::component::Md;
 use crate::ep::{
-    ep_am_bcopy, ep_am_short, ep_am_short_iov, ep_am_zcopy, ep_connect_to_ep_op, ep_create_op,
-    ep_destroy_op, ep_fence, ep_flush, ep_get_address_op, ep_pending_add, ep_pending_purge,
+    ep_am_bcopy, ep_am_short, ep_am_short_iov, ep_am_short_mm, ep_am_zcopy, ep_connect_to_ep_op,
+    ep_create_op, ep_destroy_op, ep_fence, ep_flush, ep_get_address_op, ep_pending_add,
+    ep_pending_purge,
 };
 use crate::ffi::*;
 use crate::guard::{fail, ffi, hot, outcome, refuse, text};
@@ -234,7 +235,7 @@ pub unsafe extern "C" fn uct_iface_open(
             return UCS_ERR_NO_MEMORY;
         }
         let it = Box::new(Iface {
-            ops: OPS,
+            ops: ops_for(&iface),
             st: State {
                 iface: UnsafeCell::new(iface),
                 worker: w,
@@ -710,6 +711,18 @@ pub const OPS: IfaceOps = IfaceOps {
     iface_get_address: uct_iface_get_address,
     iface_is_reachable: uct_iface_is_reachable,
 };
+
+/// The operations table of `iface`: [`OPS`], with the entries that have a version for its
+/// transport (the shared-memory transports' `ep_am_short`, [`ep_am_short_mm`]).
+pub fn ops_for(iface: &AnyIface) -> IfaceOps {
+    match iface {
+        AnyIface::Posix(_) | AnyIface::Sysv(_) => IfaceOps {
+            ep_am_short: ep_am_short_mm,
+            ..OPS
+        },
+        _ => OPS,
+    }
+}
 
 #[cfg(test)]
 mod tests {
