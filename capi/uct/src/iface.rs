@@ -234,6 +234,7 @@ pub unsafe extern "C" fn uct_iface_open(
         if scratch.is_null() {
             return UCS_ERR_NO_MEMORY;
         }
+        let am_in_place = matches!(iface, AnyIface::Posix(_) | AnyIface::Sysv(_));
         let it = Box::new(Iface {
             ops: ops_for(&iface),
             st: State {
@@ -256,6 +257,7 @@ pub unsafe extern "C" fn uct_iface_open(
                 progress_id: Cell::new(-1),
                 busy: Cell::new(false),
                 polled_flush: Cell::new(None),
+                am_in_place,
                 scratch: Cell::new(scratch),
                 misuse_reported: Cell::new(false),
             },
