@@ -19,8 +19,8 @@ use crate::handle::{slice_or_empty, AmHandler, Ep, Iface, State};
 use crate::ops::IfaceOps;
 use crate::rma::{
     ep_atomic32_fetch, ep_atomic32_post, ep_atomic64_fetch, ep_atomic64_post, ep_atomic_cswap32,
-    ep_atomic_cswap64, ep_get_bcopy, ep_get_short, ep_get_zcopy, ep_put_bcopy, ep_put_short,
-    ep_put_zcopy,
+    ep_atomic_cswap64, ep_get_bcopy, ep_get_short, ep_get_zcopy, ep_put_bcopy, ep_put_bcopy_mm,
+    ep_put_short, ep_put_zcopy,
 };
 use crate::sink::{iface_progress, new_scratch, poll_flush, progress_cb};
 use crate::worker::Worker;
@@ -715,11 +715,13 @@ pub const OPS: IfaceOps = IfaceOps {
 };
 
 /// The operations table of `iface`: [`OPS`], with the entries that have a version for its
-/// transport (the shared-memory transports' `ep_am_short`, [`ep_am_short_mm`]).
+/// transport (the shared-memory transports' `ep_am_short` and `ep_put_bcopy`: [`ep_am_short_mm`],
+/// [`ep_put_bcopy_mm`]).
 pub fn ops_for(iface: &AnyIface) -> IfaceOps {
     match iface {
         AnyIface::Posix(_) | AnyIface::Sysv(_) => IfaceOps {
             ep_am_short: ep_am_short_mm,
+            ep_put_bcopy: ep_put_bcopy_mm,
             ..OPS
         },
         _ => OPS,
