@@ -44,6 +44,11 @@ pub struct State {
     pub busy: Cell<bool>,
     /// The flush of a caller polling `uct_iface_flush` without a completion.
     pub polled_flush: Cell<Option<usize>>,
+    /// Messages the transport gives only for the call ([`uct::EventSink::am`]: the short
+    /// ones in shared memory's FIFO elements) go to the handler in place, without
+    /// `UCT_CB_PARAM_FLAG_DESC`, as UCX's own transport of that name gives them (its mm
+    /// transport: posix, sysv); otherwise they are copied into a descriptor when they fit one.
+    pub am_in_place: bool,
     /// The descriptor the next copied message goes into.
     pub(crate) scratch: Cell<*mut u8>,
     /// A handler kept a message it was given in place (reported once).

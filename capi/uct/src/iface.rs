@@ -9,8 +9,9 @@
 use crate::addr_slot;
 use crate::component::Md;
 use crate::ep::{
-    ep_am_bcopy, ep_am_short, ep_am_short_iov, ep_am_zcopy, ep_connect_to_ep_op, ep_create_op,
-    ep_destroy_op, ep_fence, ep_flush, ep_get_address_op, ep_pending_add, ep_pending_purge,
+    ep_am_bcopy, ep_am_short, ep_am_short_iov, ep_am_short_mm, ep_am_zcopy, ep_connect_to_ep_op,
+    ep_create_op, ep_destroy_op, ep_fence, ep_flush, ep_get_address_op, ep_pending_add,
+    ep_pending_purge,
 };
 use crate::ffi::*;
 use crate::guard::{fail, ffi, hot, outcome, refuse, text};
@@ -18,8 +19,8 @@ use crate::handle::{slice_or_empty, AmHandler, Ep, Iface, State};
 use crate::ops::IfaceOps;
 use crate::rma::{
     ep_atomic32_fetch, ep_atomic32_post, ep_atomic64_fetch, ep_atomic64_post, ep_atomic_cswap32,
-    ep_atomic_cswap64, ep_get_bcopy, ep_get_short, ep_get_zcopy, ep_put_bcopy, ep_put_short,
-    ep_put_zcopy,
+    ep_atomic_cswap64, ep_get_bcopy, ep_get_short, ep_get_zcopy, ep_put_bcopy, ep_put_bcopy_mm,
+    ep_put_short, ep_put_zcopy,
 };
 use crate::sink::{iface_progress, new_scratch, poll_flush, progress_cb};
 use crate::worker::Worker;
@@ -233,8 +234,9 @@ pub unsafe extern "C" fn uct_iface_open(
         if scratch.is_null() {
             return UCS_ERR_NO_MEMORY;
         }
+        let am_in_place = matches!(iface, AnyIface::Posix(_) | AnyIface::Sysv(_));
         let it = Box::new(Iface {
-            ops: OPS,
+            ops: ops_for(&iface),
             st: State {
                 iface: UnsafeCell::new(iface),
                 worker: w,
@@ -255,6 +257,7 @@ pub unsafe extern "C" fn uct_iface_open(
                 progress_id: Cell::new(-1),
                 busy: Cell::new(false),
                 polled_flush: Cell::new(None),
+                am_in_place,
                 scratch: Cell::new(scratch),
                 misuse_reported: Cell::new(false),
             },
@@ -710,6 +713,20 @@ pub const OPS: IfaceOps = IfaceOps {
     iface_get_address: uct_iface_get_address,
     iface_is_reachable: uct_iface_is_reachable,
 };
+
+/// The operations table of `iface`: [`OPS`], with the entries that have a version for its
+/// transport (the shared-memory transports' `ep_am_short` and `ep_put_bcopy`: [`ep_am_short_mm`],
+/// [`ep_put_bcopy_mm`]).
+pub fn ops_for(iface: &AnyIface) -> IfaceOps {
+    match iface {
+        AnyIface::Posix(_) | AnyIface::Sysv(_) => IfaceOps {
+            ep_am_short: ep_am_short_mm,
+            ep_put_bcopy: ep_put_bcopy_mm,
+            ..OPS
+        },
+        _ => OPS,
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,10 @@
 //! descriptor laid out as UCX's (`uct_recv_desc_t *`, the interface's `rx_headroom`, the
 //! data) and given with `UCT_CB_PARAM_FLAG_DESC`, so the handler may keep it (return
 //! `UCS_INPROGRESS`) until `uct_iface_release_desc`. A longer message is given in place,
-//! without the flag: the handler reads it during the call.
+//! without the flag: the handler reads it during the call. So are the short messages of the
+//! shared-memory interfaces (posix, sysv), whatever their size, as UCX's mm transport gives
+//! its inline messages ([`State::am_in_place`]): an `am_short` then reaches its handler
+//! without a copy.
 
 use crate::ffi::*;
 use crate::guard::{hot, outcome};
@@ -170,17 +173,26 @@ pub struct Sink<'a> {
 }
 
 impl Sink<'_> {
+    /// The handler of `id`; `None` (with a log line) for an id without one.
     #[inline(always)]
-    fn deliver(&mut self, id: u8, data: &[u8]) {
+    fn handler(&self, id: u8, data: &[u8]) -> Option<(uct_am_callback_t, *mut c_void)> {
         // SAFETY: handlers change only through uct_iface_set_am_handler, which copies whole
         // entries; a copy is read here.
         let h = unsafe { (*self.st.am.get())[id as usize] };
-        let Some(cb) = h.cb else {
-            tracing::warn!(
-                id,
-                len = data.len(),
-                "active message for an id without a handler dropped"
-            );
+        match h.cb {
+            Some(cb) => Some((cb, h.arg)),
+            None => {
+                no_handler(id, data.len());
+                None
+            }
+        }
+    }
+
+    /// Gives `data` to the handler of `id` in a descriptor it may keep when it fits one
+    /// ([`DESC_COPY_MAX`]), else in place.
+    #[inline(always)]
+    fn deliver_desc(&mut self, id: u8, data: &[u8]) {
+        let Some((cb, arg)) = self.handler(id, data) else {
             return;
         };
         let scratch = self.st.scratch.get();
@@ -190,21 +202,49 @@ impl Sink<'_> {
             // SAFETY: data fits (checked above).
             unsafe { copy_small(data, dst) };
             // SAFETY: the client's handler, with the descriptor's data.
-            let s = unsafe { cb(h.arg, dst.cast(), data.len(), UCT_CB_PARAM_FLAG_DESC) };
+            let s = unsafe { cb(arg, dst.cast(), data.len(), UCT_CB_PARAM_FLAG_DESC) };
             if s == UCS_INPROGRESS {
                 // The handler keeps the descriptor until uct_iface_release_desc.
                 self.st.scratch.set(new_scratch(self.st.rx_headroom));
             }
         } else {
-            // SAFETY: the client's handler, reading the message in place during the call.
-            let s = unsafe { cb(h.arg, data.as_ptr() as *mut c_void, data.len(), 0) };
-            if s == UCS_INPROGRESS && !self.st.misuse_reported.replace(true) {
-                tracing::error!(
-                    "active message handler for id {id} returned UCS_INPROGRESS for a message \
-                     given without UCT_CB_PARAM_FLAG_DESC: the data is valid only during the call"
-                );
-            }
+            self.deliver_in_place(cb, arg, id, data);
         }
+    }
+
+    /// Gives `data` to the handler in place, without `UCT_CB_PARAM_FLAG_DESC`: it reads the
+    /// message during the call and may not keep it.
+    #[inline(always)]
+    fn deliver_in_place(&mut self, cb: uct_am_callback_t, arg: *mut c_void, id: u8, data: &[u8]) {
+        // SAFETY: the client's handler, reading the message in place during the call.
+        let s = unsafe { cb(arg, data.as_ptr() as *mut c_void, data.len(), 0) };
+        if s == UCS_INPROGRESS {
+            kept_in_place(self.st, id);
+        }
+    }
+}
+
+/// The log line for an active message whose id has no handler (it is dropped).
+#[cold]
+#[inline(never)]
+fn no_handler(id: u8, len: usize) {
+    tracing::warn!(
+        id,
+        len,
+        "active message for an id without a handler dropped"
+    );
+}
+
+/// The log line (once per interface) for a handler that returned `UCS_INPROGRESS` for a
+/// message given in place.
+#[cold]
+#[inline(never)]
+fn kept_in_place(st: &State, id: u8) {
+    if !st.misuse_reported.replace(true) {
+        tracing::error!(
+            "active message handler for id {id} returned UCS_INPROGRESS for a message \
+             given without UCT_CB_PARAM_FLAG_DESC: the data is valid only during the call"
+        );
     }
 }
 
@@ -233,9 +273,27 @@ unsafe fn copy_small(data: &[u8], dst: *mut u8) {
 }
 
 impl EventSink for Sink<'_> {
-    #[inline]
+    /// A message the transport gives only for the call: on an interface whose short messages
+    /// are given in place ([`State::am_in_place`], the shared-memory ones, whose `am` messages
+    /// are the short ones in their FIFO elements) it is handed over where it lies, without
+    /// `UCT_CB_PARAM_FLAG_DESC`, as UCX's mm transport does; elsewhere in a descriptor when it
+    /// fits one.
+    #[inline(always)]
     fn am(&mut self, id: u8, data: &[u8]) {
-        self.deliver(id, data);
+        if self.st.am_in_place {
+            if let Some((cb, arg)) = self.handler(id, data) {
+                self.deliver_in_place(cb, arg, id, data);
+            }
+        } else {
+            self.deliver_desc(id, data);
+        }
+    }
+
+    /// A message in a buffer the transport would lend (shared memory's bcopy messages): in a
+    /// descriptor when it fits one (the buffer itself is not lent to C), else in place.
+    #[inline(always)]
+    fn am_keep(&mut self, id: u8, data: &[u8], _keep: uct::AmKeep<'_>) {
+        self.deliver_desc(id, data);
     }
 
     fn completion(&mut self, comp: CompletionId, result: ucs::Result<u64>) {
