@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
+use ucs::testing::{hex, unhex};
 use uct::{CompletionId, Endpoint, Error, Iface, Iov, MemoryDomain};
 
 /// Removes `CAP_SYS_PTRACE` from the calling thread's effective and permitted sets.
@@ -79,16 +80,6 @@ fn cma_detects_a_peer_the_kernel_forbids_and_fails_only_the_operation() {
     })
     .join()
     .expect("the capability-less thread's checks");
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 #[test]

@@ -20,20 +20,11 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use ucp::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
+use ucs::testing::{hex, unhex};
 
 const YAMA: &str = "/proc/sys/kernel/yama/ptrace_scope";
 const TLS: &str = "posix,cma";
 const SIZES: [usize; 3] = [300_000, 2 << 20, 70_000];
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 fn worker() -> (Context, Worker) {
     let ctx = Context::new(ContextParams {

@@ -9,6 +9,7 @@
 mod checks;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use ucs::testing::hex;
 
 /// xorshift64*: deterministic, no dependency.
 struct Rng(u64);
@@ -23,10 +24,6 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Runs `check` on `input`, naming the target and the input if it panics. Returns how many

@@ -28,6 +28,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 use ucp::{Context, ContextParams, EpParams, Features, Op, Request, UcpConfig, Worker};
 use ucs::random::SeededRng;
+use ucs::testing::{hex, unhex};
 
 const ROLE: &str = "RUCX_FAULT_SOAK_ROLE";
 const TLS: &str = "RUCX_FAULT_SOAK_TLS";
@@ -107,16 +108,6 @@ fn content(seed: u64, i: u64, len: usize) -> Vec<u8> {
 
 fn is_sync(i: u64) -> bool {
     i % 3 == 2
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 /// Open descriptors, without the process-wide cma grant sockets (the `rucx-grant-<pid>`

@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ucs::testing::{hex, unhex};
 use uct::{CompletionId, EpId, Error, EventSink, Iface};
 
 /// Interfaces of each shared-memory transport in the peer, and cma endpoints to it.
@@ -20,16 +21,6 @@ const K: usize = 50;
 /// The most descriptors the K endpoints of one transport may add in all (the peer's pidfd, the
 /// grant connection, and slack for the first endpoint's lazily made state).
 const MAX_GROWTH: usize = 4;
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")

@@ -7,19 +7,10 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ucs::testing::{hex, unhex};
 use uct::{
     AtomicOp, CompletionId, Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain, Outcome,
 };
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 /// Kills the child and aborts the test binary if the test is still running after 120 s.
 struct Watchdog(Arc<AtomicBool>);

@@ -9,13 +9,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ucs::testing::unhex;
 use uct::{CompletionId, Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain, Outcome};
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 #[derive(Default)]
 struct Rec {

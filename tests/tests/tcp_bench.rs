@@ -27,6 +27,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use ucs::testing::hex;
 use uct::tcp::{TcpEp, TcpIface, TcpTransport};
 use uct::{CompletionId, Endpoint, Error, EventSink, Iface, MemoryDomain, Outcome, Transport};
 
@@ -48,10 +49,6 @@ fn cpus() -> (usize, usize) {
     let v = std::env::var("RUCX_BENCH_CPUS").unwrap_or_else(|_| "0,1".into());
     let mut it = v.split(',').map(|x| x.trim().parse().expect("cpu number"));
     (it.next().unwrap(), it.next().unwrap())
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Vec<u8> {

@@ -11,6 +11,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use ucs::testing::{hex, unhex};
 use uct::tcp::TcpTransport;
 use uct::{
     CompletionId, Endpoint, EpId, Error, EventSink, Iface, Iov, MemoryDomain, Outcome, RemoteKey,
@@ -40,16 +41,6 @@ impl EventSink for Sink {
     fn ep_error(&mut self, ep: EpId, err: Error) {
         self.errors.push((ep, err));
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn device() -> String {

@@ -12,6 +12,7 @@ use ucp::{
     CloseMode, Completion, Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker,
     TAG_MASK_EXACT,
 };
+use ucs::testing::{hex, unhex};
 
 const WATCHDOG: Duration = Duration::from_secs(120);
 const ROLE: &str = "RUCX_PM_ROLE";
@@ -37,16 +38,6 @@ fn worker(tls: &str) -> Worker {
     })
     .expect("context");
     Worker::new(&ctx).expect("worker")
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn pattern(round: u64) -> Vec<u8> {

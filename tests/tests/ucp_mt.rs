@@ -12,6 +12,7 @@ use ucp::{
     Completion, Context, ContextParams, EpParams, Features, MtRequest, MtWorker, Op, UcpConfig,
     Worker, TAG_MASK_EXACT,
 };
+use ucs::testing::{hex, unhex};
 
 const WATCHDOG: Duration = Duration::from_secs(120);
 const ROLE: &str = "RUCX_UCP_MT_ROLE";
@@ -32,16 +33,6 @@ fn ctx() -> Context {
         }),
     })
     .expect("context")
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn pattern(n: usize, seed: u64) -> Vec<u8> {

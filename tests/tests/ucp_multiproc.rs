@@ -8,6 +8,7 @@ use ucp::{
     Completion, Context, ContextParams, EpHandle, EpParams, Error, Features, Op, UcpConfig, Worker,
     TAG_MASK_EXACT,
 };
+use ucs::testing::{hex, unhex};
 
 const WATCHDOG: Duration = Duration::from_secs(120);
 const ROLE: &str = "RUCX_UCP_TEST_ROLE";
@@ -47,16 +48,6 @@ fn worker_cfg(cfg: UcpConfig) -> Worker {
     })
     .expect("context");
     Worker::new(&ctx).expect("worker")
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn pattern(n: usize, seed: u64) -> Vec<u8> {

@@ -23,6 +23,7 @@ use ucp::{
     Completion, Context, ContextParams, EpHandle, EpParams, Features, Op, UcpConfig, Worker,
     TAG_MASK_EXACT,
 };
+use ucs::testing::{hex, unhex};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 const ROLE: &str = "RUCX_RCV_TEST_ROLE";
@@ -288,16 +289,6 @@ fn listener_connection_then_rc_verbs_lanes() {
 }
 
 // ---- two processes ---------------------------------------------------------------------------
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 /// The peer process: connects to the parent, reports its AM lane once wired up, and echoes
 /// every message back with its tag (receiving with a wildcard) until the STOP tag.

@@ -14,6 +14,7 @@ use ucp::{
     Context, ContextParams, EpHandle, EpParams, Features, Op, Request, UcpConfig, Worker,
     TAG_MASK_EXACT,
 };
+use ucs::testing::{hex, unhex};
 
 const WATCHDOG: Duration = Duration::from_secs(120);
 const ROLE: &str = "RUCX_RNDV_TEST_ROLE";
@@ -45,16 +46,6 @@ fn worker(frag: Option<usize>) -> Worker {
     })
     .expect("context");
     Worker::new(&ctx).expect("worker")
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn byte(i: usize, seed: u64) -> u8 {

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use ucp::{
     Completion, Context, ContextParams, EpHandle, EpParams, Features, Op, UcpConfig, Worker,
 };
+use ucs::testing::{hex, unhex};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 const ROLE: &str = "RUCX_UDT_ROLE";
@@ -228,16 +229,6 @@ fn rc_verbs_wired_up_by_ud_verbs_without_tcp() {
 }
 
 // ---- two processes ---------------------------------------------------------------------------
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 /// The peer process: connects to the parent over ud_verbs and echoes every message with its
 /// tag (wildcard receives) until STOP.

@@ -1,5 +1,6 @@
 //! Test support shared by the workspace: a global allocator that counts the
-//! allocations this thread makes while counting is switched on, and a port where nothing listens.
+//! allocations this thread makes while counting is switched on, a port where nothing listens,
+//! and the hex text in which multi-process tests pass worker addresses to their children.
 //!
 //! In a test binary: `#[global_allocator] static GLOBAL: CountingAlloc = CountingAlloc;`, then
 //! `COUNTING.with(|c| c.set(true))`, run the loop, switch it off and read [`ALLOCS`].
@@ -88,5 +89,36 @@ mod refusing_port_tests {
         assert_ne!(port, 0);
         let e = std::net::TcpStream::connect(("127.0.0.1", port)).expect_err("refused");
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    }
+}
+
+/// `b` as lowercase hex text (two digits a byte): how multi-process tests pass a worker
+/// address to a child on its command line or in its environment.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The bytes of hex text made by [`hex`].
+///
+/// # Panics
+/// On text that is not pairs of hex digits (a test's own corrupted input).
+pub fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd-length hex text");
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex digits"))
+        .collect()
+}
+
+#[cfg(test)]
+mod hex_tests {
+    use super::*;
+
+    #[test]
+    fn hex_text_round_trips() {
+        let b: Vec<u8> = (0..=255).collect();
+        assert_eq!(hex(&[0x00, 0x7f, 0xff]), "007fff");
+        assert_eq!(unhex(&hex(&b)), b);
+        assert!(std::panic::catch_unwind(|| unhex("0g")).is_err());
+        assert!(std::panic::catch_unwind(|| unhex("abc")).is_err());
     }
 }

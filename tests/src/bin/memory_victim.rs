@@ -21,6 +21,7 @@
 //! A watchdog alarm ends it after 120 s whatever happens.
 
 use std::io::{BufRead, Write};
+use ucs::testing::{hex, unhex};
 use uct::{Iface, MemoryDomain};
 
 /// Length of every buffer: the 68 KB of the reproduced forged put.
@@ -29,16 +30,6 @@ const LEN: usize = 68 * 1024;
 /// The pattern byte at offset `i`.
 fn pattern(i: usize) -> u8 {
     (i as u32).wrapping_mul(13).wrapping_add(7) as u8
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn intact(b: &[u8]) -> bool {

@@ -8,16 +8,7 @@
 
 use std::io::{BufRead, Write};
 use ucp::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
+use ucs::testing::{hex, unhex};
 
 fn complete(w: &mut Worker, op: Op) -> ucp::Completion {
     match op {

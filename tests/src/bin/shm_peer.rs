@@ -14,17 +14,8 @@
 //! publishing it. A watchdog alarm ends it after 120 s whatever happens.
 
 use std::io::{BufRead, Write};
+use ucs::testing::{hex, unhex};
 use uct::{CompletionId, Endpoint, EpId, EventSink, Iface, MemoryDomain};
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 #[derive(Default)]
 struct Inbox(Vec<(u8, Vec<u8>)>);

@@ -9,17 +9,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Instant;
+use ucs::testing::{hex, unhex};
 use uct::{CompletionId, Endpoint, EventSink, Iface, Outcome};
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 fn pin(core: usize) {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; FFI on our own process.

@@ -12,6 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 use ucp::{Completion, Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
+use ucs::testing::{hex, unhex};
 
 /// The victim's buffer length (the reproduced forged put wrote 68 KB).
 pub const LEN: usize = 68 * 1024;
@@ -25,16 +26,6 @@ pub fn pattern(i: usize) -> u8 {
 pub fn holds_pattern(b: &[u8]) -> bool {
     let want: Vec<u8> = (0..LEN).map(pattern).collect();
     b.windows(16).any(|w| want.windows(16).any(|p| p == w))
-}
-
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 /// A running `memory_victim`.

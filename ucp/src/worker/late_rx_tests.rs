@@ -19,6 +19,7 @@ use crate::{Completion, Context, ContextParams, Features, Op, Request, UcpConfig
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
+use ucs::testing::{hex, unhex};
 use ucs::Error;
 
 const ROLE: &str = "RUCX_LATE_RX_TEST_ROLE";
@@ -47,16 +48,6 @@ fn ctx() -> Context {
         }),
     })
     .expect("context")
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
 }
 
 fn pattern(n: usize) -> Vec<u8> {

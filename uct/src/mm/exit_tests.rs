@@ -12,6 +12,7 @@ use crate::{CompletionId, EpId, PendingId};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use ucs::testing::{hex, unhex};
 use ucs::Error;
 
 const ROLE: &str = "RUCX_MM_EXIT_TEST_ROLE";
@@ -19,16 +20,6 @@ const PEER: &str = "RUCX_MM_EXIT_TEST_PEER";
 const WATCHDOG: Duration = Duration::from_secs(60);
 /// The child's messages: id and length (inline, in a buffer, and the largest).
 const MSGS: [(u8, usize); 3] = [(3, 100), (4, 4000), (5, fifo::BUF_DATA_MAX)];
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect()
-}
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
