@@ -45,18 +45,28 @@ impl SmallAm {
     /// The message of `header` and `data`, if it fits.
     #[inline(always)]
     pub fn of(header: &[u8], data: &[u8]) -> Option<SmallAm> {
-        let n = header.len() + data.len();
-        if n > SMALL_AM_MAX {
+        if header.len() + data.len() > SMALL_AM_MAX {
             return None;
         }
         let mut m = SmallAm {
             bytes: [0; SMALL_AM_MAX],
-            len: data.len() as u8,
-            header_len: header.len() as u8,
+            len: 0,
+            header_len: 0,
         };
-        m.bytes[..data.len()].copy_from_slice(data);
-        m.bytes[data.len()..n].copy_from_slice(header);
+        m.fill(header, data);
         Some(m)
+    }
+
+    /// Writes `header` and `data` (together at most [`SMALL_AM_MAX`] bytes: the caller checks;
+    /// a longer one is cut to fit) into this message, in place.
+    #[inline(always)]
+    fn fill(&mut self, header: &[u8], data: &[u8]) {
+        let d = data.len().min(SMALL_AM_MAX);
+        let h = header.len().min(SMALL_AM_MAX - d);
+        self.len = d as u8;
+        self.header_len = h as u8;
+        self.bytes[..d].copy_from_slice(&data[..d]);
+        self.bytes[d..d + h].copy_from_slice(&header[..h]);
     }
 
     /// The data.
@@ -147,14 +157,9 @@ impl AmInbox {
             return;
         };
         self.len += 1;
-        let d = data.len().min(SMALL_AM_MAX);
-        let h = header.len().min(SMALL_AM_MAX - d);
         s.id = id;
         s.ep = ep;
-        s.m.len = d as u8;
-        s.m.header_len = h as u8;
-        s.m.bytes[..d].copy_from_slice(&data[..d]);
-        s.m.bytes[d..d + h].copy_from_slice(&header[..h]);
+        s.m.fill(header, data);
     }
 
     /// Doubles the ring (the first time: [`RING_START`] slots), its messages first, in order;
