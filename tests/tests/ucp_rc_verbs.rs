@@ -561,7 +561,9 @@ fn mp_order_across_the_lane_switch() {
         if wired && before_switch.is_none() {
             before_switch = Some(sent);
         }
-        if wired && sent >= 50 {
+        // At least 50 in all and 20 after the switch, however late the switch comes (a slow
+        // host once switched only after the 58th).
+        if wired && sent >= 50.max(before_switch.unwrap_or(0) + 20) {
             break;
         }
         assert!(Instant::now() < end, "watchdog: lane switch");
