@@ -330,6 +330,32 @@ pub fn hooked(w: &Worker, token: u64, c: &Completion) {
     }
 }
 
+/// Completes the hook receive of `e` (rucx took the whole message into its buffer, without
+/// error): its status and info, then its callback, then its recycling if the client freed it
+/// meanwhile, as [`hooked`] and [`run_callback`] do in two steps for other results. Worker
+/// locked, rucx worker not borrowed.
+///
+/// # Safety
+/// `e.token` is a live request header of `w` that has not completed.
+#[inline(always)]
+pub unsafe fn complete_recv_ok(w: &Worker, e: &ucp::RecvOk) {
+    let h = e.token as *mut ReqHdr;
+    // SAFETY: as the contract says (a receive's header: `Finish::None`).
+    let hdr = unsafe { &mut *h };
+    hdr.status = UCS_OK;
+    hdr.info = TagRecvInfo {
+        sender_tag: e.tag,
+        length: e.len,
+    };
+    let prev = set_flags(hdr, F_COMPLETED);
+    if prev & F_CB_OFF == 0 {
+        call_back(h, hdr.cb, hdr.user_data, UCS_OK, hdr.info);
+    }
+    if prev & F_RELEASED != 0 {
+        recycle(w, h);
+    }
+}
+
 /// Completes a request [`hooked`] queued: marks it completed and calls its callback, then
 /// recycles it if the client freed it meanwhile. Worker locked, rucx worker not borrowed.
 ///

@@ -68,7 +68,11 @@ pub unsafe extern "C" fn ucp_worker_get_efd(worker: *mut Worker, fd: *mut c_int)
 /// True when this library holds completions or events for the next progress call.
 fn queued(w: &Worker) -> bool {
     let i = w.inner.borrow();
-    !i.done.is_empty() || i.w.has_done_tokens() || w.has_due() || i.has_events()
+    !i.done.is_empty()
+        || i.w.has_recv_ok()
+        || i.w.has_done_tokens()
+        || w.has_due()
+        || i.has_events()
 }
 
 /// Arms the worker: `Ok(true)` when it may sleep on its descriptor.

@@ -32,12 +32,10 @@ impl Worker {
             let mut i = self.inner.borrow_mut();
             let n = i.w.progress();
             // The common case, a spin with nothing finished, touches no queue.
-            (
-                n,
-                !i.done.is_empty() || i.w.has_done_tokens() || i.events_queued(),
-            )
+            let others = !i.done.is_empty() || i.w.has_done_tokens() || i.events_queued();
+            (n, i.w.has_recv_ok() as u8 | (others as u8) << 1)
         };
-        let n = if queued || !self.due_head.get().is_null() {
+        let n = if queued != 0 || !self.due_head.get().is_null() {
             n + self.after_progress(queued)
         } else {
             n
@@ -50,11 +48,17 @@ impl Worker {
     }
 
     /// The part of [`Worker::progress`] after rucx's progress call when it finished something:
-    /// the due callbacks, then (when `queued`) the queued completions and events.
+    /// the receives that finished whole and without error (`queued` bit 0), the due
+    /// callbacks, then (bit 1) the queued completions and events.
     #[inline(never)]
-    fn after_progress(&self, queued: bool) -> usize {
-        let n = self.run_due();
-        if queued {
+    fn after_progress(&self, queued: u8) -> usize {
+        let n = if queued & 1 != 0 {
+            self.deliver_recv_ok()
+        } else {
+            0
+        };
+        let n = n + self.run_due();
+        if queued & 2 != 0 {
             n + self.deliver()
         } else {
             n
@@ -123,6 +127,30 @@ impl Worker {
             n + self.deliver_events()
         } else {
             n
+        }
+    }
+
+    /// Completes the receives rucx queued as finished whole and without error
+    /// (`ucp::Worker::pop_recv_ok`), in order, calling their callbacks (one at a time off the
+    /// queue: a callback that progresses the worker completes the ones behind its own). Gives
+    /// their number.
+    #[inline(always)]
+    fn deliver_recv_ok(&self) -> usize {
+        let mut n = 0;
+        loop {
+            let (e, more) = {
+                let mut i = self.inner.borrow_mut();
+                match i.w.pop_recv_ok() {
+                    Some(e) => (e, i.w.has_recv_ok()),
+                    None => return n,
+                }
+            };
+            // SAFETY: the token of a hook receive is its live header, not completed yet.
+            unsafe { crate::request::complete_recv_ok(self, &e) };
+            n += 1;
+            if !more {
+                return n;
+            }
         }
     }
 
@@ -438,6 +466,10 @@ pub unsafe extern "C" fn ucp_worker_create(
                 // SAFETY: as above.
                 hooked(unsafe { &*(addr as *const Worker) }, token, c)
             })));
+        // Whole eager receives that finish without error come as plain records instead,
+        // completed by `deliver_recv_ok` after progress.
+        // SAFETY: the worker just made.
+        unsafe { &*raw }.inner.borrow_mut().w.queue_recv_ok(true);
         ctx.workers
             .lock()
             .unwrap_or_else(|p| p.into_inner())

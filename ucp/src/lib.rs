@@ -96,5 +96,5 @@ pub use ucs::{Error, Result};
 pub use wireup::TagSendMode;
 pub use worker::{
     AmHandler, AmoSize, CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats,
-    RequestCallback, Worker, CLOCK_PERIOD,
+    RecvOk, RequestCallback, Worker, CLOCK_PERIOD,
 };

@@ -59,7 +59,9 @@ mod wait;
 pub use crate::config::TM_ENABLE;
 pub use crate::tag::offload::state::TmStats;
 pub use crate::wireup::TM_THRESH;
-pub use api_types::{AmHandler, AmoSize, EpHandle, ErrHandler, ProtoStats, RequestCallback};
+pub use api_types::{
+    AmHandler, AmoSize, EpHandle, ErrHandler, ProtoStats, RecvOk, RequestCallback,
+};
 
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Features};
@@ -264,6 +266,8 @@ impl Worker {
                 callbacks_due: Vec::new(),
                 tokens_done: Vec::new(),
                 completion_hook: None,
+                recv_ok: std::collections::VecDeque::new(),
+                recv_ok_on: false,
                 closings: Vec::new(),
                 tm: crate::tag::offload::state::TmState::new(),
                 protos: Vec::new(),

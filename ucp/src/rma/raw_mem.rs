@@ -253,6 +253,73 @@ mod tests {
     }
 
     #[test]
+    fn queued_ok_receives_come_in_order_and_the_rest_go_to_the_hook() {
+        use crate::{HookedOp, RecvOk};
+        use std::{cell::RefCell, rc::Rc};
+        let (mut a, mut b, ba) = pair();
+        // (token, length, tag, success) of each result the hook saw.
+        type Seen = Vec<(u64, usize, u64, bool)>;
+        let seen: Rc<RefCell<Seen>> = Rc::default();
+        let log = Rc::clone(&seen);
+        a.set_completion_hook(Some(Box::new(move |token, c| {
+            log.borrow_mut()
+                .push((token, c.len, c.tag, c.status.is_ok()))
+        })));
+        a.queue_recv_ok(true);
+        assert!(!a.has_recv_ok());
+        let mut dst = [[0u8; 8]; 3];
+        // Three receives: two that fit their messages, one whose message is too long.
+        for (k, d) in dst.iter_mut().enumerate() {
+            let cap = if k == 1 { 4 } else { 8 };
+            // SAFETY: `dst` outlives the receives, which complete below.
+            let op = unsafe {
+                a.tag_recv_raw_hooked(d.as_mut_ptr(), cap, 10 + k as u64, u64::MAX, || {
+                    100 + k as u64
+                })
+            }
+            .expect("post");
+            assert!(matches!(op, HookedOp::Pending(_)), "{op:?}");
+        }
+        for (tag, msg) in [(10, &b"first"[..]), (11, b"too long"), (12, b"third!")] {
+            send_short(&mut a, &mut b, ba, tag, msg);
+        }
+        let mut ok = Vec::new();
+        for _ in 0..1_000_000 {
+            a.progress();
+            b.progress();
+            while let Some(e) = a.pop_recv_ok() {
+                ok.push(e);
+            }
+            if ok.len() == 2 && !seen.borrow().is_empty() {
+                break;
+            }
+        }
+        let rok = |token, len, tag| RecvOk { token, len, tag };
+        assert_eq!(ok, [rok(100, 5, 10), rok(102, 6, 12)]);
+        // The truncated one went to the hook, with its error.
+        assert_eq!(seen.borrow().as_slice(), &[(101, 8, 11, false)]);
+        assert_eq!(
+            (&dst[0][..5], &dst[1][..4], &dst[2][..6]),
+            (&b"first"[..], &b"too "[..], &b"third!"[..])
+        );
+        // Off again: an ok receive goes to the hook.
+        a.queue_recv_ok(false);
+        // SAFETY: as above.
+        unsafe { a.tag_recv_raw_hooked(dst[0].as_mut_ptr(), 8, 13, u64::MAX, || 103) }
+            .expect("post");
+        send_short(&mut a, &mut b, ba, 13, b"hook");
+        for _ in 0..1_000_000 {
+            if seen.borrow().len() == 2 {
+                break;
+            }
+            a.progress();
+            b.progress();
+        }
+        assert_eq!(seen.borrow()[1], (103, 4, 13, true));
+        assert!(a.pop_recv_ok().is_none());
+    }
+
+    #[test]
     fn raw_send_and_receive_in_place() {
         let (mut a, mut b, ba) = pair();
         let p = b.ep_proto_config(ba).expect("proto");

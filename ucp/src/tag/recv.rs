@@ -16,6 +16,7 @@ use crate::request::{Completion, Op};
 use crate::tag::stages::TagRecv;
 use crate::tag::unexp::{Target, Unexp, UnexpKind, UNEXP_INLINE};
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
+use crate::worker::api_types::RecvOk;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::{Done, Notify, RecvReq, RecvStage, ReqKind};
 use crate::worker::state::State;
@@ -341,6 +342,10 @@ impl State {
     #[inline(never)]
     fn eager_hook_ok(&mut self, key: usize, token: u64, len: usize, tag: u64) {
         self.free_plain_req(key);
+        if self.recv_ok_on {
+            self.recv_ok.push_back(RecvOk { token, len, tag });
+            return;
+        }
         let c = Completion {
             status: Ok(()),
             buf: None,

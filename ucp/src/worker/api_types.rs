@@ -76,6 +76,20 @@ pub type RequestCallback = Box<dyn FnOnce(Completion)>;
 /// hook request's token and result.
 pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
 
+/// A hook receive that took a whole eager message into the client's memory and finished
+/// without error: what [`Worker::pop_recv_ok`](crate::Worker::pop_recv_ok) gives instead of
+/// a call of the completion hook once [`Worker::queue_recv_ok`](crate::Worker::queue_recv_ok)
+/// is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvOk {
+    /// The hook request's token.
+    pub token: u64,
+    /// The message's length (all of it is in the buffer).
+    pub len: usize,
+    /// The sender's tag.
+    pub tag: u64,
+}
+
 /// Operand size of an atomic operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AmoSize {

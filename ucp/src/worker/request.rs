@@ -12,7 +12,7 @@
 )]
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
-use crate::worker::api_types::CompletionHook;
+use crate::worker::api_types::{CompletionHook, RecvOk};
 use crate::worker::req::{Done, Notify, RecvStage, ReqKind};
 use crate::worker::req_table::TakeRecv;
 use crate::worker::state::State;
@@ -267,6 +267,32 @@ impl Worker {
     /// sees the result in place; what it holds (a buffer, an error) is dropped after the call.
     pub fn set_completion_hook(&mut self, hook: Option<CompletionHook>) {
         self.st.completion_hook = hook;
+    }
+
+    /// With `on`, a hook receive that takes a whole eager message into the client's memory and
+    /// finishes without error is not given to the completion hook: it is queued, as a
+    /// [`RecvOk`], for [`Worker::pop_recv_ok`] (a plain record instead of a call with a
+    /// [`Completion`]; whoever drains it completes the request). Off (the default), or turned
+    /// off, every result goes to the hook; turning it off drops what is queued.
+    pub fn queue_recv_ok(&mut self, on: bool) {
+        self.st.recv_ok_on = on;
+        self.st.recv_ok = if on {
+            std::collections::VecDeque::with_capacity(64)
+        } else {
+            std::collections::VecDeque::new()
+        };
+    }
+
+    /// True when [`Worker::pop_recv_ok`] has something to give.
+    #[inline(always)]
+    pub fn has_recv_ok(&self) -> bool {
+        !self.st.recv_ok.is_empty()
+    }
+
+    /// The oldest queued [`RecvOk`], taken off the queue.
+    #[inline(always)]
+    pub fn pop_recv_ok(&mut self) -> Option<RecvOk> {
+        self.st.recv_ok.pop_front()
     }
 
     /// Like [`Worker::request_into_token_queued`], but the result goes to the completion hook

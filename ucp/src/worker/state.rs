@@ -14,7 +14,7 @@ use crate::config::UcpConfig;
 use crate::context::Features;
 use crate::request::Completion;
 use crate::wireup::ProtoConfig;
-use crate::worker::api_types::{CompletionHook, ProtoStats};
+use crate::worker::api_types::{CompletionHook, ProtoStats, RecvOk};
 use crate::worker::ep::{Closing, Ep, IfaceInfo, Stamp};
 use crate::worker::req::{ReqKind, Rndv, POOL_BUF_MAX, POOL_MAX};
 use crate::worker::uct_index::UctIndex;
@@ -88,6 +88,12 @@ pub(crate) struct State {
     pub(super) tokens_done: Vec<(u64, Completion)>,
     /// Where the results of hook requests go (`None`: to `tokens_done`, like a token's).
     pub(super) completion_hook: Option<CompletionHook>,
+    /// With [`Worker::queue_recv_ok`](crate::Worker::queue_recv_ok) on: the hook receives
+    /// that finished whole and without error, for
+    /// [`Worker::pop_recv_ok`](crate::Worker::pop_recv_ok) (the hook is not called for them).
+    pub(crate) recv_ok: std::collections::VecDeque<RecvOk>,
+    /// [`Worker::queue_recv_ok`](crate::Worker::queue_recv_ok) is on.
+    pub(crate) recv_ok_on: bool,
     pub(super) closings: Vec<Closing>,
     /// Tag matching: the matcher and the unexpected messages.
     pub(crate) tag: crate::tag::state::TagState,
