@@ -305,8 +305,9 @@ mod tests {
         // Off again: an ok receive goes to the hook.
         a.queue_recv_ok(false);
         // SAFETY: as above.
-        unsafe { a.tag_recv_raw_hooked(dst[0].as_mut_ptr(), 8, 13, u64::MAX, || 103) }
+        let op = unsafe { a.tag_recv_raw_hooked(dst[0].as_mut_ptr(), 8, 13, u64::MAX, || 103) }
             .expect("post");
+        assert!(matches!(op, HookedOp::Pending(_)), "{op:?}");
         send_short(&mut a, &mut b, ba, 13, b"hook");
         for _ in 0..1_000_000 {
             if seen.borrow().len() == 2 {
