@@ -236,16 +236,10 @@ impl TagMatcher {
         self.unexpected.remove(i).map(|(_, id)| id)
     }
 
-    /// Removes an unexpected message by id (when its sender failed); false if absent.
-    pub fn remove_unexpected(&mut self, id: u64) -> bool {
-        let pos = self.unexpected.iter().position(|(_, u)| u == id);
-        match pos {
-            Some(i) => {
-                self.unexpected.remove(i);
-                true
-            }
-            None => false,
-        }
+    /// True when unexpected message `id` is queued (not taken by a receive or a removing
+    /// probe).
+    pub fn is_unexpected_queued(&self, id: u64) -> bool {
+        self.unexpected.iter().any(|(_, u)| u == id)
     }
 
     /// Number of queued receives.

@@ -146,7 +146,7 @@ impl State {
             UnexpKind::Inline { len, .. } => usize::from(*len),
             UnexpKind::Eager { total, .. } => *total,
             UnexpKind::Held(held) => held.data().len(),
-            UnexpKind::Rts { len, .. } => *len,
+            UnexpKind::Rts { len, .. } | UnexpKind::Lost { len, .. } => *len,
         }
     }
 
@@ -232,7 +232,10 @@ impl State {
 
     /// Delivers unexpected message `u` (out of the queue) to receive `key`.
     fn deliver_unexp(&mut self, key: usize, u: Unexp) {
-        self.req_mut(key).set_ep(u.ep);
+        // A lost message's endpoint is gone (the index may name another one by now).
+        if !matches!(u.kind, UnexpKind::Lost { .. }) {
+            self.req_mut(key).set_ep(u.ep);
+        }
         let eager = |st: &mut State, data: &[u8], total: usize, sreq: u64| {
             if sreq != NO_REQ {
                 let _ = st.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
@@ -271,6 +274,12 @@ impl State {
                 if let Err(e) = r {
                     self.fail_ep(u.ep, e);
                 }
+            }
+            UnexpKind::Lost { len, err } => {
+                let r = self.recv_mut(key);
+                r.sender_tag = u.tag;
+                r.total = len;
+                self.finish(key, Err(err));
             }
         }
     }

@@ -92,10 +92,12 @@ impl TagState {
         });
     }
 
-    /// Endpoint `idx` (peer `uuid`) failed: its unexpected messages that can no longer
-    /// complete (incomplete, or rendezvous whose data sits with the failed peer) are dropped;
-    /// complete eager ones stay receivable.
-    pub(crate) fn peer_failed(&mut self, idx: usize, uuid: u64) {
+    /// Endpoint `idx` (peer `uuid`) failed or was closed with `err`: its unexpected messages
+    /// that can no longer complete (incomplete, or rendezvous whose data sits with the peer)
+    /// become [`UnexpKind::Lost`], so that the receive that matches one fails with `err`
+    /// rather than waiting for a later message; complete eager ones stay receivable. Gives how
+    /// many were lost.
+    pub(crate) fn peer_failed(&mut self, idx: usize, uuid: u64, err: &ucs::Error) -> usize {
         let dead: Vec<usize> = self
             .unexp
             .iter()
@@ -104,18 +106,33 @@ impl TagState {
             })
             .map(|(k, _)| k)
             .collect();
+        let n = dead.len();
         for uid in dead {
-            if !self.matcher.remove_unexpected(uid as u64) {
+            if self.matcher.is_unexpected_queued(uid as u64) {
+                let u = &mut self.unexp[uid];
+                let len = match &u.kind {
+                    UnexpKind::Eager { total, .. } => *total,
+                    UnexpKind::Rts { len, .. } => *len,
+                    _ => 0,
+                };
+                let old = std::mem::replace(
+                    &mut u.kind,
+                    UnexpKind::Lost {
+                        len,
+                        err: err.clone(),
+                    },
+                );
+                if let Some(mk) = u.msg_key.take() {
+                    self.assembling.remove(&mk);
+                }
+                drop(old);
+            } else {
                 // Taken by a removing probe: its handle fails when received, and its slot
                 // stays taken until then (see `Worker::msg_uid`).
                 self.msgs_failed.push(uid);
-                continue;
-            }
-            let u = self.unexp.remove(uid);
-            if let Some(mk) = u.msg_key {
-                self.assembling.remove(&mk);
             }
         }
         self.assembling.retain(|(s, _), _| *s != uuid);
+        n
     }
 }

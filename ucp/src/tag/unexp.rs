@@ -21,6 +21,10 @@ pub(crate) enum UnexpKind {
         total: usize,
         sreq: u64,
     },
+    /// A message whose data can no longer come (its endpoint failed or was closed while it
+    /// was incomplete, or a rendezvous whose data sat with the peer): `len` bytes announced;
+    /// the receive that matches it fails with `err`.
+    Lost { len: usize, err: ucs::Error },
     /// A rendezvous announcement.
     Rts {
         sreq: u64,

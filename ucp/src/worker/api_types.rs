@@ -66,6 +66,9 @@ pub struct ProtoStats {
     pub late_delivered: u64,
     /// Messages that arrived for a failed endpoint and were dropped (each logged).
     pub late_dropped: u64,
+    /// Unexpected messages whose endpoint failed or closed before they could complete
+    /// (incomplete, or rendezvous): kept, and the receive that matches one fails.
+    pub unexp_lost: u64,
 }
 
 /// A completion callback set with

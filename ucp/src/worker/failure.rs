@@ -79,8 +79,24 @@ impl State {
             }
             self.finish(k, Err(err.clone()));
         }
-        let uuid = self.eps[idx].uuid;
-        self.tag.peer_failed(idx, uuid);
+        let (uuid, failed) = (self.eps[idx].uuid, self.eps[idx].state == EpState::Failed);
+        let lost = self.tag.peer_failed(idx, uuid, err);
+        if lost != 0 {
+            self.stats.unexp_lost += lost as u64;
+            // A closed endpoint's are the closer's own doing; a failed one's are news.
+            if failed {
+                tracing::warn!(
+                    "endpoint to {uuid:#018x} failed ({err}) with {lost} unexpected messages \
+                     incomplete or waiting in rendezvous: their data cannot come, and the \
+                     receives that match them fail"
+                );
+            } else {
+                tracing::debug!(
+                    "endpoint to {uuid:#018x} closed with {lost} unexpected messages that \
+                     cannot complete: the receives that match them fail"
+                );
+            }
+        }
     }
 
     pub(crate) fn notify_failures(&mut self) -> usize {
