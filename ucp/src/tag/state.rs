@@ -65,6 +65,18 @@ impl TagState {
         self.unexp.vacant_key()
     }
 
+    /// Keeps a message of `len` bytes from endpoint `ep` that can no longer complete as an
+    /// unexpected [`UnexpKind::Lost`] one, under the id [`TagState::next_unexp_id`] gave: the
+    /// receive that matches it fails with `err`.
+    pub(crate) fn park_lost(&mut self, ep: usize, tag: u64, len: usize, err: ucs::Error) {
+        self.unexp.insert(Unexp {
+            ep,
+            tag,
+            kind: UnexpKind::Lost { len, err },
+            msg_key: None,
+        });
+    }
+
     /// Keeps the rendezvous announcement (RTS) from endpoint `ep` as an unexpected message,
     /// under the id [`TagState::next_unexp_id`] gave.
     #[allow(clippy::too_many_arguments)]

@@ -13,7 +13,8 @@
 //!   acknowledgement has nowhere to go) is still delivered, to its receive or to the unexpected
 //!   queue. A message that cannot complete without the peer (the first fragment of a longer
 //!   message, a rendezvous whose data stays with the peer) fails the posted receive it matches
-//!   with the endpoint's error;
+//!   with the endpoint's error, or, when none matches, waits unexpected as lost for the
+//!   receive that matches it later to fail so;
 //! - anything else (the peer broke the protocol, keepalive found it silent, a local error): its
 //!   messages are dropped. A peer that misbehaved is not trusted again.
 //!
@@ -48,6 +49,8 @@ enum Fate {
     Delivered,
     /// The posted receive it matched failed with the endpoint's error.
     RecvFailed,
+    /// No receive matched it: kept as lost, for the one that matches it later to fail.
+    Lost,
     /// Dropped, for the reason given.
     Dropped(&'static str),
 }
@@ -106,43 +109,56 @@ impl State {
                      endpoint failed: the receive it matched fails"
                 );
             }
+            Fate::Lost => {
+                tracing::debug!(
+                    "ucp message {id} from worker {src:#018x} cannot complete after its \
+                     endpoint failed: kept as lost, the receive that matches it will fail"
+                );
+            }
             Fate::Dropped(why) => self.late_dropped(idx, src, id, body.len(), why),
         }
     }
 
     /// [`State::late_msg`] of an endpoint whose peer went away.
     fn late_deliver(&mut self, idx: usize, src: u64, id: u8, body: &[u8]) -> Fate {
-        let (tag, data, whole) = if id == am_id::EAGER_ONLY {
+        // (tag, the whole message when it is here, else the length announced)
+        let (tag, whole, len) = if id == am_id::EAGER_ONLY {
             match EagerHdr::decode(body) {
-                Ok(h) => (h.tag, &body[EagerHdr::LEN..], true),
+                Ok(h) => (h.tag, Some(&body[EagerHdr::LEN..]), 0),
                 Err(e) => return self.late_malformed(idx, src, id, e),
             }
         } else {
             match Msg::decode(id, body) {
-                Ok(Msg::Eager(h, data)) => (h.tag, data, true),
+                Ok(Msg::Eager(h, data)) => (h.tag, Some(data), 0),
                 // Its acknowledgement has no one to go to: delivered as a plain message.
-                Ok(Msg::EagerSync(h, data)) => (h.tag, data, true),
+                Ok(Msg::EagerSync(h, data)) => (h.tag, Some(data), 0),
                 // The rest of the message, or its data, stays with the peer.
-                Ok(Msg::EagerFirst(h, data)) => (h.tag, data, false),
-                Ok(Msg::Rts(h)) => (h.tag, &[][..], false),
+                Ok(Msg::EagerFirst(h, _)) => (h.tag, None, h.total_len),
+                Ok(Msg::Rts(h)) => (h.tag, None, h.len),
                 Ok(_) => return Fate::Dropped("it cannot be handled without the peer"),
                 Err(e) => return self.late_malformed(idx, src, id, e),
             }
         };
-        if whole {
+        if let Some(data) = whole {
             let total = data.len();
             self.eager_arrived(idx, src, tag, data, total, NO_REQ, None, None);
             return Fate::Delivered;
         }
-        match self.tm_match(tag).and_then(|wire| self.req_by_wire(wire)) {
-            Some(key) => {
-                let err = self.eps[idx].failure();
-                self.finish(key, Err(err));
+        let err = self.eps[idx].failure();
+        let uid = self.tag.next_unexp_id();
+        match self.tm_arrive(tag, uid as u64) {
+            Some(wire) => {
+                if let Some(key) = self.req_by_wire(wire) {
+                    self.finish(key, Err(err));
+                }
                 Fate::RecvFailed
             }
-            None => Fate::Dropped(
-                "it cannot complete without the peer, and no posted receive matches it",
-            ),
+            None => {
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                self.tag.park_lost(idx, tag, len, err);
+                self.stats.unexp_lost += 1;
+                Fate::Lost
+            }
         }
     }
 

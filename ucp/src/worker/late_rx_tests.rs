@@ -311,6 +311,28 @@ fn rendezvous_of_an_exited_peer_fails_its_receive() {
     );
 }
 
+/// A rendezvous of the exited peer that arrives with no receive posted waits unexpected as
+/// lost: the receive posted later fails at once with the endpoint's error, with the length and
+/// tag announced, rather than waiting for a message that will not come.
+#[test]
+fn rendezvous_of_an_exited_peer_fails_the_receive_posted_later() {
+    let (mut w, idx, r, _child) = connect_after_exit(RNDV_LEN);
+    assert!(w.request_cancel(&r).expect("cancel"));
+    drop(w.request_take(r));
+    for _ in 0..SETTLE_CALLS {
+        w.progress();
+    }
+    assert_eq!(w.stats().unexp_lost, 1);
+    assert_eq!(w.stats().late_dropped, 0);
+    let op = w.tag_recv(vec![0; RNDV_LEN], TAG, u64::MAX).expect("recv");
+    let Op::Done(c) = op else {
+        panic!("the receive waits for the dead peer's rendezvous")
+    };
+    assert_eq!(c.status, Err(w.st.eps[idx].failure()));
+    assert_eq!((c.len, c.tag), (RNDV_LEN, TAG));
+    assert_eq!(w.unexpected_count(), 0);
+}
+
 /// An endpoint failed because its peer broke the protocol delivers nothing more of it: the
 /// message is dropped (and counted, and logged).
 #[test]
