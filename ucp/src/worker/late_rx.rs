@@ -9,14 +9,15 @@
 //! would lose data whose send had completed. So the endpoint remembers why it failed:
 //!
 //! - the peer went away (its process exited, its connection was reset, its address no longer
-//!   reaches it): a tag message that is complete in itself (EAGER_ONLY, EAGER_SYNC_ONLY, whose
+//!   reaches it), or keepalive found it silent for longer than its timeout (a peer that was
+//!   only busy writes on when it comes back, and what it sent is good): a tag message that is complete in itself (EAGER_ONLY, EAGER_SYNC_ONLY, whose
 //!   acknowledgement has nowhere to go) is still delivered, to its receive or to the unexpected
 //!   queue. A message that cannot complete without the peer (the first fragment of a longer
 //!   message, a rendezvous whose data stays with the peer) fails the posted receive it matches
 //!   with the endpoint's error, or, when none matches, waits unexpected as lost for the
 //!   receive that matches it later to fail so;
-//! - anything else (the peer broke the protocol, keepalive found it silent, a local error): its
-//!   messages are dropped. A peer that misbehaved is not trusted again.
+//! - anything else (the peer broke the protocol, a local error): its messages are dropped. A
+//!   peer that misbehaved is not trusted again.
 //!
 //! Every message dropped here is logged: the endpoint's first at warn level with the reason,
 //! the rest at debug level; control messages (wire-up, keepalive, close) at debug level only,
@@ -35,12 +36,16 @@ use crate::wire::{am_id, EagerHdr, Msg, NO_REQ};
 use crate::worker::state::State;
 use ucs::Error;
 
-/// Whether failure `err` means the peer went away, rather than that it misbehaved or that
-/// something went wrong here: what it wrote before is still good.
+/// Whether failure `err` means the peer went away or fell silent (keepalive's `Timeout`),
+/// rather than that it misbehaved or that something went wrong here: what it wrote is still
+/// good.
 fn peer_gone(err: &Error) -> bool {
     matches!(
         err,
-        Error::PeerFailure(_) | Error::ConnectionReset(_) | Error::Unreachable(_)
+        Error::PeerFailure(_)
+            | Error::ConnectionReset(_)
+            | Error::Unreachable(_)
+            | Error::Timeout(_)
     )
 }
 

@@ -333,6 +333,23 @@ fn rendezvous_of_an_exited_peer_fails_the_receive_posted_later() {
     assert_eq!(w.unexpected_count(), 0);
 }
 
+/// An endpoint that keepalive failed (its peer was silent past the timeout) still delivers
+/// the whole messages the peer wrote: a busy peer is not a misbehaving one.
+#[test]
+fn message_of_a_peer_keepalive_failed_is_delivered() {
+    let (mut w, idx, r, _child) = exit_reported_first(EAGER_LEN, |st, idx| {
+        st.fail_ep(
+            idx,
+            Error::Timeout("silent past RUCX_KEEPALIVE_TIMEOUT".into()),
+        )
+    });
+    assert!(matches!(w.st.eps[idx].failure(), Error::Timeout(_)));
+    let c = settle(&mut w, r).unwrap_or_else(|_| panic!("the message was dropped"));
+    assert_eq!(c.status, Ok(()));
+    assert_eq!(c.buf.expect("buffer")[..], pattern(EAGER_LEN)[..]);
+    assert_eq!((w.stats().late_delivered, w.stats().late_dropped), (1, 0));
+}
+
 /// An endpoint failed because its peer broke the protocol delivers nothing more of it: the
 /// message is dropped (and counted, and logged).
 #[test]
