@@ -20,7 +20,7 @@ use crate::wire::am_id;
 use crate::wire::PREFIX_LEN;
 use crate::worker::pending::am_send;
 use crate::worker::req::RecvBuf;
-use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_ZCOPY};
+use crate::worker::req::{comp_id, Notify, ReqKind, SendData, SendStage, COMP_ZCOPY};
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use stages::{StreamRecv, StreamSend};
@@ -310,6 +310,33 @@ impl State {
     pub(crate) fn stream_recv_keyed(
         &mut self,
         idx: usize,
+        buf: RecvBuf,
+        waitall: bool,
+    ) -> Result<std::result::Result<Completion, (usize, u32)>> {
+        // The common receive, posted ahead of its bytes: nothing buffered and no receive
+        // queued before it, so it waits (on a usable endpoint) and nothing is served now.
+        let quiet = self
+            .ep(idx)
+            .extra()
+            .is_none_or(|x| x.stream.rx.is_empty() && x.stream.waiters.is_empty());
+        if quiet && !buf.is_empty() {
+            self.ep_usable(idx)?;
+            let key = self.new_req(
+                Some(idx),
+                ReqKind::StreamRecv(StreamRecv::new(buf, waitall)),
+            );
+            self.ep_mut(idx).extra_mut().stream.waiters.push_back(key);
+            return Ok(Err((key, self.last_req_gen())));
+        }
+        self.stream_recv_other(idx, buf, waitall)
+    }
+
+    /// [`State::stream_recv_keyed`] of a receive that finds bytes buffered, receives queued
+    /// before it, or an empty buffer.
+    #[inline(never)]
+    fn stream_recv_other(
+        &mut self,
+        idx: usize,
         mut buf: RecvBuf,
         waitall: bool,
     ) -> Result<std::result::Result<Completion, (usize, u32)>> {
@@ -384,7 +411,85 @@ impl State {
 
     /// STREAM: bytes of the peer's stream, handed to waiting receives; what they do not take
     /// is appended to the endpoint's received bytes.
+    #[inline]
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {
+        // The common case: nothing buffered, and the oldest waiting receive takes all of it.
+        let front = match self.ep(idx).extra() {
+            Some(x) if x.stream.rx.is_empty() => x.stream.waiters.front().copied(),
+            _ => None,
+        };
+        if let Some(key) = front {
+            if self.stream_fill_front(idx, key, data) {
+                return;
+            }
+        }
+        self.on_stream_other(idx, data, keep);
+    }
+
+    /// Copies `data` into receive `key`, the oldest waiting on endpoint `idx`, which has no
+    /// older bytes buffered, when it has room for all of it (false, nothing done, otherwise);
+    /// a receive that has what it waits for then completes. One into the client's memory
+    /// whose result goes to the completion hook (the C library's) gets a result of constants
+    /// (as a tag receive's `eager_hook_ok`), without the general finish.
+    #[inline(always)]
+    fn stream_fill_front(&mut self, idx: usize, key: usize, data: &[u8]) -> bool {
+        let Some(req) = self.req_get_mut(key) else {
+            return false;
+        };
+        if req.is_finished() {
+            return false;
+        }
+        let (kind, notify) = req.kind_with_notify();
+        let ReqKind::StreamRecv(r) = kind else {
+            return false;
+        };
+        if data.is_empty() || data.len() > r.room() {
+            return false;
+        }
+        r.buf[r.filled..r.filled + data.len()].copy_from_slice(data);
+        r.filled += data.len();
+        if !r.satisfied() {
+            return true;
+        }
+        let len = r.filled;
+        let hook = match notify {
+            Notify::Hook(t) if r.owns_nothing() => Some(*t),
+            _ => None,
+        };
+        let waiters = &mut self.ep_mut(idx).extra_mut().stream.waiters;
+        waiters.pop_front();
+        let more = !waiters.is_empty();
+        match hook {
+            Some(t) => self.stream_hook_ok(key, t, len),
+            None => self.finish(key, Ok(())),
+        }
+        if more {
+            // An empty receive behind it completes now too.
+            self.stream_serve(idx);
+        }
+        true
+    }
+
+    /// Completes stream receive `key`, which owns nothing, with `len` bytes, for the
+    /// completion hook under `token`: its slot is freed and the hook given a result whose
+    /// status and buffer are constants (nothing of it is dropped after the hook).
+    #[inline(never)]
+    fn stream_hook_ok(&mut self, key: usize, token: u64, len: usize) {
+        self.free_plain_req(key);
+        let c = Completion {
+            status: Ok(()),
+            buf: None,
+            len,
+            tag: 0,
+            value: 0,
+        };
+        self.hook_done(token, c);
+    }
+
+    /// [`State::on_stream`] of bytes that do not all go into the oldest waiting receive (or
+    /// find bytes buffered before them).
+    #[inline(never)]
+    fn on_stream_other(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {
         let direct = self
             .ep(idx)
             .extra()
