@@ -109,6 +109,19 @@ impl Worker {
         self.st.stream_send(idx, SendData::Raw(data))
     }
 
+    /// Sends `data` (1 to the AM lane's short limit bytes) at once in one message when nothing
+    /// is queued before it on the endpoint and the lane takes it now: true when it went (the
+    /// send is complete), false when nothing was sent and the send takes the general path
+    /// ([`Worker::stream_send`]). The C library's common stream send, without a completion to
+    /// build and take apart.
+    #[inline(always)]
+    pub fn stream_send_short(&mut self, ep: EpHandle, data: &[u8]) -> Result<bool> {
+        let len = data.len();
+        self.st.short1_at(ep, am_id::STREAM, data, |p| {
+            len > 0 && p.short_max.is_some_and(|m| len <= m)
+        })
+    }
+
     /// Takes up to `max` received stream bytes no receive waits for (none while receives are
     /// queued on the endpoint, whose bytes they are). Gives an empty vector when none are there.
     pub fn stream_take(&mut self, ep: EpHandle, max: usize) -> Result<Vec<u8>> {

@@ -344,7 +344,8 @@ impl State {
         fits: impl FnOnce(&ProtoConfig) -> bool,
     ) -> Result<bool> {
         let ep = &mut self.eps[idx];
-        if !short2_on(ep, self.uuid, id, h1, data, fits)? {
+        let uuid = self.uuid;
+        if !short_on(ep, fits, |uep| uep.am_short2(id, uuid, h1, data))? {
             return Ok(false);
         }
         // Read after the write: the clock stays out of the registers the write needs.
@@ -363,6 +364,33 @@ impl State {
         data: &[u8],
         fits: impl FnOnce(&ProtoConfig) -> bool,
     ) -> Result<bool> {
+        let uuid = self.uuid;
+        self.short_at(h, fits, |uep| uep.am_short2(id, uuid, h1, data))
+    }
+
+    /// [`State::short2_at`] of message `id` of the prefix and `data` (no other header word),
+    /// in one `am_short`. The stream send's one-message step.
+    #[inline(always)]
+    pub(crate) fn short1_at(
+        &mut self,
+        h: EpHandle,
+        id: u8,
+        data: &[u8],
+        fits: impl FnOnce(&ProtoConfig) -> bool,
+    ) -> Result<bool> {
+        let uuid = self.uuid;
+        self.short_at(h, fits, |uep| uep.am_short(id, uuid, data))
+    }
+
+    /// The endpoint lookup and send of [`State::short2_at`] and [`State::short1_at`], `send`
+    /// doing the transport's call.
+    #[inline(always)]
+    fn short_at(
+        &mut self,
+        h: EpHandle,
+        fits: impl FnOnce(&ProtoConfig) -> bool,
+        send: impl FnOnce(&mut AnyEp) -> Result<Outcome>,
+    ) -> Result<bool> {
         let wid = self.id;
         let Some(ep) = self
             .eps
@@ -371,7 +399,7 @@ impl State {
         else {
             return Err(bad_handle(h.wid != wid));
         };
-        if !short2_on(ep, self.uuid, id, h1, data, fits)? {
+        if !short_on(ep, fits, send)? {
             return Ok(false);
         }
         ep.last_tx = self.now_stamp;
@@ -756,17 +784,14 @@ impl State {
     }
 }
 
-/// The send of [`State::short2_now`] on endpoint `ep`: false (nothing sent) when the endpoint
-/// failed, closed, has sends queued or no lanes yet, when `fits` refuses its thresholds, or on
-/// back-pressure.
+/// The send of [`State::short2_now`] on endpoint `ep` (`send` the transport's call on its AM
+/// lane): false (nothing sent) when the endpoint failed, closed, has sends queued or no lanes
+/// yet, when `fits` refuses its thresholds, or on back-pressure.
 #[inline(always)]
-fn short2_on(
+fn short_on(
     ep: &mut Ep,
-    uuid: u64,
-    id: u8,
-    h1: u64,
-    data: &[u8],
     fits: impl FnOnce(&ProtoConfig) -> bool,
+    send: impl FnOnce(&mut AnyEp) -> Result<Outcome>,
 ) -> Result<bool> {
     if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
         return Ok(false);
@@ -780,5 +805,5 @@ fn short2_on(
     let Some((_, uep)) = l.uct.get_mut(l.am) else {
         return Ok(false);
     };
-    Ok(uep.am_short2(id, uuid, h1, data)? != Outcome::NoResource)
+    Ok(send(uep)? != Outcome::NoResource)
 }
