@@ -83,7 +83,11 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         // SAFETY: forwarded contract.
         let buf = unsafe { RecvBuf::raw(ptr, len) };
-        match self.st.stream_recv_keyed(idx, buf, waitall)? {
+        if self.st.stream_recv_waits(idx, len) {
+            let (key, gen) = self.st.stream_recv_wait(idx, buf, waitall)?;
+            return Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token())));
+        }
+        match self.st.stream_recv_other(idx, buf, waitall)? {
             Ok(c) => Ok(HookedOp::Done(c)),
             Err((key, gen)) => Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token()))),
         }
@@ -326,22 +330,45 @@ impl State {
         buf: RecvBuf,
         waitall: bool,
     ) -> Result<std::result::Result<Completion, (usize, u32)>> {
-        // The common receive, posted ahead of its bytes: nothing buffered and no receive
-        // queued before it, so it waits (on a usable endpoint) and nothing is served now.
-        let quiet = self
-            .ep(idx)
-            .extra()
-            .is_none_or(|x| x.stream.rx.is_empty() && x.stream.waiters.is_empty());
-        if quiet && !buf.is_empty() {
-            self.ep_usable(idx)?;
-            let key = self.new_req(
-                Some(idx),
-                ReqKind::StreamRecv(StreamRecv::new(buf, waitall)),
-            );
-            self.ep_mut(idx).extra_mut().stream.waiters.push_back(key);
-            return Ok(Err((key, self.last_req_gen())));
+        if self.stream_recv_waits(idx, buf.len()) {
+            return Ok(Err(self.stream_recv_wait(idx, buf, waitall)?));
         }
         self.stream_recv_other(idx, buf, waitall)
+    }
+
+    /// Whether a receive of `len` bytes posted now on endpoint `idx` waits for its bytes, as
+    /// the common receive, posted ahead of them, does: it wants some, none are buffered and no
+    /// receive is queued before it (so nothing is served now).
+    #[inline(always)]
+    fn stream_recv_waits(&self, idx: usize, len: usize) -> bool {
+        len > 0
+            && self
+                .ep(idx)
+                .extra()
+                .is_none_or(|x| x.stream.rx.is_empty() && x.stream.waiters.is_empty())
+    }
+
+    /// Queues a receive into `buf` on endpoint `idx` that waits for its bytes
+    /// ([`State::stream_recv_waits`]), when the endpoint is usable: its request's key and
+    /// generation.
+    #[inline(always)]
+    fn stream_recv_wait(
+        &mut self,
+        idx: usize,
+        buf: RecvBuf,
+        waitall: bool,
+    ) -> Result<(usize, u32)> {
+        self.ep_usable(idx)?;
+        let key = self.new_req(
+            Some(idx),
+            ReqKind::StreamRecv(StreamRecv::new(buf, waitall)),
+        );
+        let ep = self.ep_mut(idx);
+        match ep.extra_get_mut() {
+            Some(x) => x.stream.waiters.push_back(key),
+            None => ep.extra_mut().stream.waiters.push_back(key),
+        }
+        Ok((key, self.last_req_gen()))
     }
 
     /// [`State::stream_recv_keyed`] of a receive that finds bytes buffered, receives queued
