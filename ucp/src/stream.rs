@@ -16,6 +16,7 @@ pub(crate) mod rx;
 pub(crate) mod stages;
 
 use crate::request::{Completion, HookedOp, Op};
+use crate::tag::copy::copy_in;
 use crate::wire::am_id;
 use crate::wire::PREFIX_LEN;
 use crate::worker::pending::am_send;
@@ -451,42 +452,51 @@ impl State {
 
     /// STREAM: bytes of the peer's stream, handed to waiting receives; what they do not take
     /// is appended to the endpoint's received bytes.
-    #[inline]
+    #[inline(never)]
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {
-        // The common case: nothing buffered, and the oldest waiting receive takes all of it.
-        let front = match self.ep(idx).extra() {
-            Some(x) if x.stream.rx.is_empty() => x.stream.waiters.front().copied(),
-            _ => None,
-        };
-        if let Some(key) = front {
-            if self.stream_fill_front(idx, key, data) {
-                return;
-            }
+        self.on_stream_inline(idx, data, keep);
+    }
+
+    /// [`State::on_stream`], inlined into the STREAM message's fast path.
+    #[inline(always)]
+    pub(crate) fn on_stream_inline(
+        &mut self,
+        idx: usize,
+        data: &[u8],
+        keep: Option<uct::AmKeep<'_>>,
+    ) {
+        if !data.is_empty() && self.stream_fill_front(idx, data) {
+            return;
         }
         self.on_stream_other(idx, data, keep);
     }
 
-    /// Copies `data` into receive `key`, the oldest waiting on endpoint `idx`, which has no
-    /// older bytes buffered, when it has room for all of it (false, nothing done, otherwise);
-    /// a receive that has what it waits for then completes. One into the client's memory
-    /// whose result goes to the completion hook (the C library's) gets a result of constants
-    /// (as a tag receive's `eager_hook_ok`), without the general finish.
+    /// The common arrival: endpoint `idx` has no bytes buffered and its oldest waiting receive
+    /// has room for all of `data` (not empty): copies it in (true), completing the receive if
+    /// it has what it waits for; false, nothing done, otherwise. A receive into the client's
+    /// memory whose result goes to the completion hook (the C library's) gets a result of
+    /// constants (as a tag receive's `eager_hook_ok`), without the general finish.
     #[inline(always)]
-    fn stream_fill_front(&mut self, idx: usize, key: usize, data: &[u8]) -> bool {
-        let Some(req) = self.req_get_mut(key) else {
+    fn stream_fill_front(&mut self, idx: usize, data: &[u8]) -> bool {
+        let front = match self.ep(idx).extra() {
+            Some(x) if x.stream.rx.is_empty() => x.stream.waiters.front().copied(),
+            _ => None,
+        };
+        let Some(key) = front else {
             return false;
         };
-        if req.is_finished() {
+        let (ep, req) = self.ep_and_req_mut(idx, key);
+        let Some(req) = req.filter(|r| !r.is_finished()) else {
             return false;
-        }
+        };
         let (kind, notify) = req.kind_with_notify();
         let ReqKind::StreamRecv(r) = kind else {
             return false;
         };
-        if data.is_empty() || data.len() > r.room() {
+        if data.len() > r.room() {
             return false;
         }
-        r.buf[r.filled..r.filled + data.len()].copy_from_slice(data);
+        copy_in(&mut r.buf[r.filled..r.filled + data.len()], data);
         r.filled += data.len();
         if !r.satisfied() {
             return true;
@@ -496,9 +506,17 @@ impl State {
             Notify::Hook(t) if r.owns_nothing() => Some(*t),
             _ => None,
         };
-        let waiters = &mut self.ep_mut(idx).extra_mut().stream.waiters;
-        waiters.pop_front();
-        let more = !waiters.is_empty();
+        // The part was there (`front` came from it).
+        let more = ep.extra_get_mut().is_some_and(|x| {
+            let waiters = &mut x.stream.waiters;
+            if waiters.len() == 1 {
+                // The usual queue of one (clearing it is inline; `pop_front` is a call).
+                waiters.clear();
+            } else {
+                waiters.pop_front();
+            }
+            !waiters.is_empty()
+        });
         match hook {
             Some(t) => self.stream_hook_ok(key, t, len),
             None => self.finish(key, Ok(())),

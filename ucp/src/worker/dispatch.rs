@@ -47,7 +47,7 @@ impl State {
     #[inline(never)]
     fn stream_msg(&mut self, iface: Option<usize>, data: &[u8]) {
         match self.fast_body(iface, data) {
-            Some((idx, _, body)) => self.on_stream(idx, body, None),
+            Some((idx, _, body)) => self.on_stream_inline(idx, body, None),
             None => self.handle_am_general(iface, am_id::STREAM, data),
         }
     }
