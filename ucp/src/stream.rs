@@ -71,8 +71,11 @@ impl Worker {
     /// gives its completion (and `token` is not called); one left waiting is bound to the hook
     /// without a [`Request`] handle being made and taken apart.
     ///
+    /// Inlined into its caller (the C library's receive); the rare cases are one call.
+    ///
     /// # Safety
     /// As [`Worker::stream_recv_raw`].
+    #[inline(always)]
     pub unsafe fn stream_recv_raw_hooked(
         &mut self,
         ep: EpHandle,
