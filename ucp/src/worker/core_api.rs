@@ -344,8 +344,7 @@ impl State {
         fits: impl FnOnce(&ProtoConfig) -> bool,
     ) -> Result<bool> {
         let ep = &mut self.eps[idx];
-        let uuid = self.uuid;
-        if !short_on(ep, fits, |uep| uep.am_short2(id, uuid, h1, data))? {
+        if !short2_on(ep, self.uuid, id, h1, data, fits)? {
             return Ok(false);
         }
         // Read after the write: the clock stays out of the registers the write needs.
@@ -364,12 +363,23 @@ impl State {
         data: &[u8],
         fits: impl FnOnce(&ProtoConfig) -> bool,
     ) -> Result<bool> {
-        let uuid = self.uuid;
-        self.short_at(h, fits, |uep| uep.am_short2(id, uuid, h1, data))
+        let wid = self.id;
+        let Some(ep) = self
+            .eps
+            .get_mut(h.idx as usize)
+            .filter(|e| e.gen == h.gen && h.wid == wid)
+        else {
+            return Err(bad_handle(h.wid != wid));
+        };
+        if !short2_on(ep, self.uuid, id, h1, data, fits)? {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_stamp;
+        Ok(true)
     }
 
     /// [`State::short2_at`] of message `id` of the prefix and `data` (no other header word),
-    /// in one `am_short`. The stream send's one-message step.
+    /// in one `am_short`: the stream send's one-message step.
     #[inline(always)]
     pub(crate) fn short1_at(
         &mut self,
@@ -377,19 +387,6 @@ impl State {
         id: u8,
         data: &[u8],
         fits: impl FnOnce(&ProtoConfig) -> bool,
-    ) -> Result<bool> {
-        let uuid = self.uuid;
-        self.short_at(h, fits, |uep| uep.am_short(id, uuid, data))
-    }
-
-    /// The endpoint lookup and send of [`State::short2_at`] and [`State::short1_at`], `send`
-    /// doing the transport's call.
-    #[inline(always)]
-    fn short_at(
-        &mut self,
-        h: EpHandle,
-        fits: impl FnOnce(&ProtoConfig) -> bool,
-        send: impl FnOnce(&mut AnyEp) -> Result<Outcome>,
     ) -> Result<bool> {
         let wid = self.id;
         let Some(ep) = self
@@ -399,7 +396,10 @@ impl State {
         else {
             return Err(bad_handle(h.wid != wid));
         };
-        if !short_on(ep, fits, send)? {
+        let Some(uep) = short_lane(ep, fits) else {
+            return Ok(false);
+        };
+        if uep.am_short(id, self.uuid, data)? == Outcome::NoResource {
             return Ok(false);
         }
         ep.last_tx = self.now_stamp;
@@ -784,26 +784,38 @@ impl State {
     }
 }
 
-/// The send of [`State::short2_now`] on endpoint `ep` (`send` the transport's call on its AM
-/// lane): false (nothing sent) when the endpoint failed, closed, has sends queued or no lanes
-/// yet, when `fits` refuses its thresholds, or on back-pressure.
+/// The send of [`State::short2_now`] on endpoint `ep`: false (nothing sent) when the endpoint
+/// failed, closed, has sends queued or no lanes yet, when `fits` refuses its thresholds, or on
+/// back-pressure.
 #[inline(always)]
-fn short_on(
+fn short2_on(
     ep: &mut Ep,
+    uuid: u64,
+    id: u8,
+    h1: u64,
+    data: &[u8],
     fits: impl FnOnce(&ProtoConfig) -> bool,
-    send: impl FnOnce(&mut AnyEp) -> Result<Outcome>,
 ) -> Result<bool> {
-    if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
+    let Some(uep) = short_lane(ep, fits) else {
         return Ok(false);
+    };
+    Ok(uep.am_short2(id, uuid, h1, data)? != Outcome::NoResource)
+}
+
+/// The AM lane of endpoint `ep` for a send of [`State::short2_now`] or [`State::short1_at`]:
+/// `None` when the endpoint failed, closed, has sends queued or no lanes yet, or when `fits`
+/// refuses its thresholds. (The transport's call stays in the caller: passed in as a closure
+/// it was left out of line, 48 instructions more per tag send.)
+#[inline(always)]
+fn short_lane(ep: &mut Ep, fits: impl FnOnce(&ProtoConfig) -> bool) -> Option<&mut AnyEp> {
+    if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
+        return None;
     }
     let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
-        return Ok(false);
+        return None;
     };
     if !fits(p) {
-        return Ok(false);
+        return None;
     }
-    let Some((_, uep)) = l.uct.get_mut(l.am) else {
-        return Ok(false);
-    };
-    Ok(send(uep)? != Outcome::NoResource)
+    l.uct.get_mut(l.am).map(|(_, uep)| uep)
 }
