@@ -8,7 +8,7 @@
 //! one element of the datatype; whole elements only). Receives complete in posting order.
 
 use crate::am::stream_args;
-use crate::datatype::{recv_target, send_data, Finish, SendData};
+use crate::datatype::{contig_len, recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{ffi, ffi_hot, refuse};
@@ -45,6 +45,13 @@ unsafe fn send(
     let _g = w.lock.lock();
     let res = {
         let mut i = w.inner.borrow_mut();
+        // The common send, small enough to go out at once, gives UCS_OK without a completion
+        // to build and take apart (a failure here is found again, and reported, below).
+        if let (SendData::Slice(s), false) = (&data, no_imm) {
+            if let Ok(true) = i.w.stream_send_short(h, s) {
+                return status_ptr(UCS_OK);
+            }
+        }
         match data {
             // SAFETY: the client keeps the buffer until the request completes.
             SendData::Slice(s) => unsafe { i.w.stream_send_raw(h, s.as_ptr(), s.len()) },
@@ -132,57 +139,90 @@ unsafe fn recv(
         Ok(x) => x,
         Err(s) => return status_ptr(s),
     };
+    // Contiguous memory, the common receive: the data lands in the client's buffer, without a
+    // `Finish` to build and drop.
+    if dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG {
+        let cap = match contig_len(name, count, dt) {
+            Ok(len) => len,
+            Err(s) => return status_ptr(s),
+        };
+        if cap > 0 && buffer.is_null() {
+            return status_ptr(refuse(name, UCS_ERR_INVALID_PARAM, "buffer is NULL"));
+        }
+        let elem = ((dt >> UCP_DATATYPE_SHIFT) as usize).max(1);
+        let _g = w.lock.lock();
+        let mut i = w.inner.borrow_mut();
+        let (len, waitall) = whole_elems(&i.w, h, cap, elem, waitall);
+        // Request memory is taken only for a receive left waiting (see `recv_contig`).
+        let mut mem: (*mut ReqHdr, u32) = (std::ptr::null_mut(), 0);
+        // SAFETY: the client keeps its buffer until the request completes.
+        let res = unsafe {
+            i.w.stream_recv_raw_hooked(h, buffer.cast(), len, waitall, || {
+                mem = request_mem(w, &args);
+                mem.0 as u64
+            })
+        };
+        drop(i);
+        return submit_hooked(name, w, &args, mem, res);
+    }
     // SAFETY: forwarded contract.
-    let (cap, finish) = match unsafe { recv_target(name, buffer, count, dt) } {
+    unsafe { recv_staged(name, w, h, buffer, count, dt, waitall, args) }
+}
+
+/// [`recv`] into IOV or generic datatypes: received whole into a vector, then scattered or
+/// unpacked.
+///
+/// # Safety
+/// As the header documents.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn recv_staged(
+    name: &str,
+    w: &Worker,
+    h: ucp::EpHandle,
+    buffer: *mut c_void,
+    count: usize,
+    dt: Datatype,
+    waitall: bool,
+    args: OpArgs,
+) -> StatusPtr {
+    // SAFETY: forwarded contract.
+    let (cap, then) = match unsafe { recv_target(name, buffer, count, dt) } {
         Ok(x) => x,
         Err(s) => return status_ptr(s),
     };
-    let elem = if dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG {
-        ((dt >> UCP_DATATYPE_SHIFT) as usize).max(1)
-    } else {
-        1
-    };
     let _g = w.lock.lock();
     let mut i = w.inner.borrow_mut();
-    // Whole elements only: without WAITALL, take the whole elements that are there, or wait
-    // for one.
-    let (len, waitall) = if waitall || elem == 1 {
-        (cap, waitall)
-    } else {
-        let have = i.w.stream_available(h).unwrap_or(0);
-        let whole = (have / elem * elem).min(cap);
-        (if whole > 0 { whole } else { elem.min(cap) }, true)
-    };
-    let (res, finish) = match finish {
-        Finish::Copy { dst, .. } => {
-            // Request memory is taken only for a receive left waiting (see `recv_contig`).
-            let mut mem: (*mut ReqHdr, u32) = (std::ptr::null_mut(), 0);
-            // SAFETY: the client keeps its buffer until the request completes.
-            let res = unsafe {
-                i.w.stream_recv_raw_hooked(h, dst, len, waitall, || {
-                    mem = request_mem(w, &args);
-                    mem.0 as u64
-                })
-            };
-            drop(i);
-            return submit_hooked(name, w, &args, mem, res);
-        }
-        other => {
-            let mut buf = vec![0u8; len];
-            let dst = buf.as_mut_ptr();
-            // SAFETY: `buf`'s memory moves with it into the finish, alive until completion.
-            let r = unsafe { i.w.stream_recv_raw(h, dst, len, waitall) };
-            (
-                r,
-                Finish::Staged {
-                    buf,
-                    then: Box::new(other),
-                },
-            )
-        }
-    };
+    let (len, waitall) = whole_elems(&i.w, h, cap, 1, waitall);
+    let mut buf = vec![0u8; len];
+    let dst = buf.as_mut_ptr();
+    // SAFETY: `buf`'s memory moves with it into the finish, alive until completion.
+    let res = unsafe { i.w.stream_recv_raw(h, dst, len, waitall) };
     drop(i);
+    let finish = Finish::Staged {
+        buf,
+        then: Box::new(then),
+    };
     submit(name, w, res, &args, finish)
+}
+
+/// The length and WAITALL of a receive of up to `cap` bytes of `elem`-byte elements: whole
+/// elements only, so without WAITALL it takes the whole elements that are there, or waits for
+/// one.
+#[inline(always)]
+fn whole_elems(
+    w: &ucp::Worker,
+    h: ucp::EpHandle,
+    cap: usize,
+    elem: usize,
+    waitall: bool,
+) -> (usize, bool) {
+    if waitall || elem == 1 {
+        return (cap, waitall);
+    }
+    let have = w.stream_available(h).unwrap_or(0);
+    let whole = (have / elem * elem).min(cap);
+    (if whole > 0 { whole } else { elem.min(cap) }, true)
 }
 
 /// `ucs_status_ptr_t ucp_stream_recv_nb(ucp_ep_h ep, void *buffer, size_t count,

@@ -165,7 +165,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use crate::{
-        AmMsg, AmRndv, Context, ContextParams, EpHandle, EpParams, Features, UcpConfig, Worker,
+        AmMsg, AmRndv, Context, ContextParams, EpHandle, EpParams, Features, Op, UcpConfig, Worker,
     };
     use std::cell::RefCell;
     use std::rc::Rc;
@@ -349,6 +349,55 @@ mod tests {
         both(&mut a, &mut b, s2).status.expect("send");
         assert_eq!(b.stream_take_message(back).expect("take"), b"f");
         assert_eq!(b.stream_take_message(back).expect("take"), b"gh");
+    }
+
+    /// A message that fits the oldest waiting receive goes straight into it (the arrival's
+    /// fast path): a `waitall` receive filled by two messages completes with the second, and
+    /// an empty receive queued behind it completes with it.
+    #[test]
+    fn stream_fast_fill_completes_the_empty_receive_behind() {
+        let (mut a, mut b, ep) = pair("posix");
+        let s0 = a.stream_send(ep, b"").expect("empty send");
+        let end = Instant::now() + Duration::from_secs(60);
+        while !b.has_ep_to(a.address()).expect("address") {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        both(&mut a, &mut b, s0).status.expect("empty send");
+        let back = b
+            .ep_create(a.address(), EpParams::default())
+            .expect("ep back");
+        let mut d1 = [0u8; 4];
+        // SAFETY: the buffer outlives the request, completed below.
+        let r1 = unsafe { b.stream_recv_raw(back, d1.as_mut_ptr(), 4, true) }.expect("recv");
+        // SAFETY: an empty receive writes nothing.
+        let r2 = unsafe { b.stream_recv_raw(back, d1.as_mut_ptr(), 0, true) }.expect("recv");
+        let (Op::Pending(p1), Op::Pending(p2)) = (r1, r2) else {
+            panic!("both receives must wait");
+        };
+        let s1 = a.stream_send(ep, b"ab").expect("send");
+        both(&mut a, &mut b, s1).status.expect("send");
+        // Shared memory delivers within a few calls; the bytes must not be left buffered.
+        for _ in 0..100 {
+            b.progress();
+        }
+        assert_eq!(b.stream_available(back).expect("ep"), 0, "in the receive");
+        assert!(
+            !b.request_test(&p1).expect("test"),
+            "half a waitall receive"
+        );
+        assert!(!b.request_test(&p2).expect("test"), "behind it");
+        let s2 = a.stream_send(ep, b"cd").expect("send");
+        let c1 = both(&mut b, &mut a, Op::Pending(p1));
+        assert!(
+            b.request_test(&p2).expect("test"),
+            "the empty receive completed with the one before"
+        );
+        let c2 = both(&mut b, &mut a, Op::Pending(p2));
+        assert_eq!((c1.len, &d1), (4, b"abcd"));
+        assert_eq!(c2.len, 0);
+        both(&mut a, &mut b, s2).status.expect("send");
     }
 
     /// Sends `msgs` on `ep` (a to b) as stream messages, waits until all their bytes arrived

@@ -16,11 +16,12 @@ pub(crate) mod rx;
 pub(crate) mod stages;
 
 use crate::request::{Completion, HookedOp, Op};
+use crate::tag::copy::copy_in;
 use crate::wire::am_id;
 use crate::wire::PREFIX_LEN;
 use crate::worker::pending::am_send;
 use crate::worker::req::RecvBuf;
-use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_ZCOPY};
+use crate::worker::req::{comp_id, Notify, ReqKind, SendData, SendStage, COMP_ZCOPY};
 use crate::worker::state::State;
 use crate::worker::{EpHandle, Worker};
 use stages::{StreamRecv, StreamSend};
@@ -70,8 +71,11 @@ impl Worker {
     /// gives its completion (and `token` is not called); one left waiting is bound to the hook
     /// without a [`Request`] handle being made and taken apart.
     ///
+    /// Inlined into its caller (the C library's receive); the rare cases are one call.
+    ///
     /// # Safety
     /// As [`Worker::stream_recv_raw`].
+    #[inline(always)]
     pub unsafe fn stream_recv_raw_hooked(
         &mut self,
         ep: EpHandle,
@@ -83,7 +87,11 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         // SAFETY: forwarded contract.
         let buf = unsafe { RecvBuf::raw(ptr, len) };
-        match self.st.stream_recv_keyed(idx, buf, waitall)? {
+        if self.st.stream_recv_waits(idx, len) {
+            let (key, gen) = self.st.stream_recv_wait(idx, buf, waitall)?;
+            return Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token())));
+        }
+        match self.st.stream_recv_other(idx, buf, waitall)? {
             Ok(c) => Ok(HookedOp::Done(c)),
             Err((key, gen)) => Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token()))),
         }
@@ -107,6 +115,19 @@ impl Worker {
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
         self.st.stream_send(idx, SendData::Raw(data))
+    }
+
+    /// Sends `data` (1 to the AM lane's short limit bytes) at once in one message when nothing
+    /// is queued before it on the endpoint and the lane takes it now: true when it went (the
+    /// send is complete), false when nothing was sent and the send takes the general path
+    /// ([`Worker::stream_send`]). The C library's common stream send, without a completion to
+    /// build and take apart.
+    #[inline(always)]
+    pub fn stream_send_short(&mut self, ep: EpHandle, data: &[u8]) -> Result<bool> {
+        let len = data.len();
+        self.st.short1_at(ep, am_id::STREAM, data, |p| {
+            len > 0 && p.short_max.is_some_and(|m| len <= m)
+        })
     }
 
     /// Takes up to `max` received stream bytes no receive waits for (none while receives are
@@ -310,6 +331,56 @@ impl State {
     pub(crate) fn stream_recv_keyed(
         &mut self,
         idx: usize,
+        buf: RecvBuf,
+        waitall: bool,
+    ) -> Result<std::result::Result<Completion, (usize, u32)>> {
+        if self.stream_recv_waits(idx, buf.len()) {
+            return Ok(Err(self.stream_recv_wait(idx, buf, waitall)?));
+        }
+        self.stream_recv_other(idx, buf, waitall)
+    }
+
+    /// Whether a receive of `len` bytes posted now on endpoint `idx` waits for its bytes, as
+    /// the common receive, posted ahead of them, does: it wants some, none are buffered and no
+    /// receive is queued before it (so nothing is served now).
+    #[inline(always)]
+    fn stream_recv_waits(&self, idx: usize, len: usize) -> bool {
+        len > 0
+            && self
+                .ep(idx)
+                .extra()
+                .is_none_or(|x| x.stream.rx.is_empty() && x.stream.waiters.is_empty())
+    }
+
+    /// Queues a receive into `buf` on endpoint `idx` that waits for its bytes
+    /// ([`State::stream_recv_waits`]), when the endpoint is usable: its request's key and
+    /// generation.
+    #[inline(always)]
+    fn stream_recv_wait(
+        &mut self,
+        idx: usize,
+        buf: RecvBuf,
+        waitall: bool,
+    ) -> Result<(usize, u32)> {
+        self.ep_usable(idx)?;
+        let key = self.new_req(
+            Some(idx),
+            ReqKind::StreamRecv(StreamRecv::new(buf, waitall)),
+        );
+        let ep = self.ep_mut(idx);
+        match ep.extra_get_mut() {
+            Some(x) => x.stream.waiters.push_back(key),
+            None => ep.extra_mut().stream.waiters.push_back(key),
+        }
+        Ok((key, self.last_req_gen()))
+    }
+
+    /// [`State::stream_recv_keyed`] of a receive that finds bytes buffered, receives queued
+    /// before it, or an empty buffer.
+    #[inline(never)]
+    fn stream_recv_other(
+        &mut self,
+        idx: usize,
         mut buf: RecvBuf,
         waitall: bool,
     ) -> Result<std::result::Result<Completion, (usize, u32)>> {
@@ -384,7 +455,102 @@ impl State {
 
     /// STREAM: bytes of the peer's stream, handed to waiting receives; what they do not take
     /// is appended to the endpoint's received bytes.
+    #[inline(never)]
     pub(crate) fn on_stream(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {
+        self.on_stream_inline(idx, data, keep);
+    }
+
+    /// [`State::on_stream`], inlined into the STREAM message's fast path.
+    #[inline(always)]
+    pub(crate) fn on_stream_inline(
+        &mut self,
+        idx: usize,
+        data: &[u8],
+        keep: Option<uct::AmKeep<'_>>,
+    ) {
+        if !data.is_empty() && self.stream_fill_front(idx, data) {
+            return;
+        }
+        self.on_stream_other(idx, data, keep);
+    }
+
+    /// The common arrival: endpoint `idx` has no bytes buffered and its oldest waiting receive
+    /// has room for all of `data` (not empty): copies it in (true), completing the receive if
+    /// it has what it waits for; false, nothing done, otherwise. A receive into the client's
+    /// memory whose result goes to the completion hook (the C library's) gets a result of
+    /// constants (as a tag receive's `eager_hook_ok`), without the general finish.
+    #[inline(always)]
+    fn stream_fill_front(&mut self, idx: usize, data: &[u8]) -> bool {
+        let front = match self.ep(idx).extra() {
+            Some(x) if x.stream.rx.is_empty() => x.stream.waiters.front().copied(),
+            _ => None,
+        };
+        let Some(key) = front else {
+            return false;
+        };
+        let (ep, req) = self.ep_and_req_mut(idx, key);
+        let Some(req) = req.filter(|r| !r.is_finished()) else {
+            return false;
+        };
+        let (kind, notify) = req.kind_with_notify();
+        let ReqKind::StreamRecv(r) = kind else {
+            return false;
+        };
+        if data.len() > r.room() {
+            return false;
+        }
+        copy_in(&mut r.buf[r.filled..r.filled + data.len()], data);
+        r.filled += data.len();
+        if !r.satisfied() {
+            return true;
+        }
+        let len = r.filled;
+        let hook = match notify {
+            Notify::Hook(t) if r.owns_nothing() => Some(*t),
+            _ => None,
+        };
+        // The part was there (`front` came from it).
+        let more = ep.extra_get_mut().is_some_and(|x| {
+            let waiters = &mut x.stream.waiters;
+            if waiters.len() == 1 {
+                // The usual queue of one (clearing it is inline; `pop_front` is a call).
+                waiters.clear();
+            } else {
+                waiters.pop_front();
+            }
+            !waiters.is_empty()
+        });
+        match hook {
+            Some(t) => self.stream_hook_ok(key, t, len),
+            None => self.finish(key, Ok(())),
+        }
+        if more {
+            // An empty receive behind it completes now too.
+            self.stream_serve(idx);
+        }
+        true
+    }
+
+    /// Completes stream receive `key`, which owns nothing, with `len` bytes, for the
+    /// completion hook under `token`: its slot is freed and the hook given a result whose
+    /// status and buffer are constants (nothing of it is dropped after the hook).
+    #[inline(never)]
+    fn stream_hook_ok(&mut self, key: usize, token: u64, len: usize) {
+        self.free_plain_req(key);
+        let c = Completion {
+            status: Ok(()),
+            buf: None,
+            len,
+            tag: 0,
+            value: 0,
+        };
+        self.hook_done(token, c);
+    }
+
+    /// [`State::on_stream`] of bytes that do not all go into the oldest waiting receive (or
+    /// find bytes buffered before them).
+    #[inline(never)]
+    fn on_stream_other(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {
         let direct = self
             .ep(idx)
             .extra()

@@ -378,6 +378,34 @@ impl State {
         Ok(true)
     }
 
+    /// [`State::short2_at`] of message `id` of the prefix and `data` (no other header word),
+    /// in one `am_short`: the stream send's one-message step.
+    #[inline(always)]
+    pub(crate) fn short1_at(
+        &mut self,
+        h: EpHandle,
+        id: u8,
+        data: &[u8],
+        fits: impl FnOnce(&ProtoConfig) -> bool,
+    ) -> Result<bool> {
+        let wid = self.id;
+        let Some(ep) = self
+            .eps
+            .get_mut(h.idx as usize)
+            .filter(|e| e.gen == h.gen && h.wid == wid)
+        else {
+            return Err(bad_handle(h.wid != wid));
+        };
+        let Some(uep) = short_lane(ep, fits) else {
+            return Ok(false);
+        };
+        if uep.am_short(id, self.uuid, data)? == Outcome::NoResource {
+            return Ok(false);
+        }
+        ep.last_tx = self.now_stamp;
+        Ok(true)
+    }
+
     /// The id the next message sent in fragments gets from [`State::new_msg_id`].
     #[inline]
     pub(crate) fn peek_msg_id(&self) -> u64 {
@@ -768,17 +796,26 @@ fn short2_on(
     data: &[u8],
     fits: impl FnOnce(&ProtoConfig) -> bool,
 ) -> Result<bool> {
-    if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
-        return Ok(false);
-    }
-    let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
-        return Ok(false);
-    };
-    if !fits(p) {
-        return Ok(false);
-    }
-    let Some((_, uep)) = l.uct.get_mut(l.am) else {
+    let Some(uep) = short_lane(ep, fits) else {
         return Ok(false);
     };
     Ok(uep.am_short2(id, uuid, h1, data)? != Outcome::NoResource)
+}
+
+/// The AM lane of endpoint `ep` for a send of [`State::short2_now`] or [`State::short1_at`]:
+/// `None` when the endpoint failed, closed, has sends queued or no lanes yet, or when `fits`
+/// refuses its thresholds. (The transport's call stays in the caller: passed in as a closure
+/// it was left out of line, 48 instructions more per tag send.)
+#[inline(always)]
+fn short_lane(ep: &mut Ep, fits: impl FnOnce(&ProtoConfig) -> bool) -> Option<&mut AnyEp> {
+    if matches!(ep.state, EpState::Failed | EpState::Closed) || !ep.pending.is_empty() {
+        return None;
+    }
+    let (Some(p), Some(l)) = (&ep.proto, &mut ep.lanes) else {
+        return None;
+    };
+    if !fits(p) {
+        return None;
+    }
+    l.uct.get_mut(l.am).map(|(_, uep)| uep)
 }

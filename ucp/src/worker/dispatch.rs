@@ -36,10 +36,23 @@ impl State {
         if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data, None) {
             return;
         }
+        if id == am_id::STREAM {
+            return self.stream_msg(iface, data);
+        }
         self.handle_am_other(iface, id, data);
     }
 
-    /// [`State::handle_am_from`] of every message but a fast-path EAGER_ONLY one.
+    /// A STREAM message: the bytes of a known, usable peer on its usual lane go straight to
+    /// the stream family; anything else takes the general path.
+    #[inline(never)]
+    fn stream_msg(&mut self, iface: Option<usize>, data: &[u8]) {
+        match self.fast_body(iface, data) {
+            Some((idx, _, body)) => self.on_stream_inline(idx, body, None),
+            None => self.handle_am_general(iface, am_id::STREAM, data),
+        }
+    }
+
+    /// [`State::handle_am_from`] of every message but a fast-path EAGER_ONLY one and STREAM.
     #[inline(never)]
     fn handle_am_other(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
         if (id == am_id::ATOMIC_REQ || id == am_id::ATOMIC_REP)
@@ -52,13 +65,6 @@ impl State {
         }
         if id == am_id::EAGER_MIDDLE && self.eager_middle_fast(iface, data) {
             return;
-        }
-        if id == am_id::STREAM {
-            if let Some((idx, _, body)) = self.fast_body(iface, data) {
-                // Stream bytes of a known, usable peer on its usual lane.
-                self.on_stream(idx, body, None);
-                return;
-            }
         }
         self.handle_am_general(iface, id, data);
     }
