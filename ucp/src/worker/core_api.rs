@@ -363,14 +363,7 @@ impl State {
         data: &[u8],
         fits: impl FnOnce(&ProtoConfig) -> bool,
     ) -> Result<bool> {
-        let wid = self.id;
-        let Some(ep) = self
-            .eps
-            .get_mut(h.idx as usize)
-            .filter(|e| e.gen == h.gen && h.wid == wid)
-        else {
-            return Err(bad_handle(h.wid != wid));
-        };
+        let ep = ep_at(&mut self.eps, self.id, h)?;
         if !short2_on(ep, self.uuid, id, h1, data, fits)? {
             return Ok(false);
         }
@@ -388,14 +381,7 @@ impl State {
         data: &[u8],
         fits: impl FnOnce(&ProtoConfig) -> bool,
     ) -> Result<bool> {
-        let wid = self.id;
-        let Some(ep) = self
-            .eps
-            .get_mut(h.idx as usize)
-            .filter(|e| e.gen == h.gen && h.wid == wid)
-        else {
-            return Err(bad_handle(h.wid != wid));
-        };
+        let ep = ep_at(&mut self.eps, self.id, h)?;
         let Some(uep) = short_lane(ep, fits) else {
             return Ok(false);
         };
@@ -781,6 +767,16 @@ impl State {
             ep.pending.push_back(Pending::Acked { amo_sent });
             self.mark_pending(idx);
         }
+    }
+}
+
+/// The endpoint of handle `h` among `eps` (of worker `wid`), or the handle's error, as
+/// [`State::ep_idx`] checks it: the short sends' one lookup.
+#[inline(always)]
+fn ep_at(eps: &mut slab::Slab<Ep>, wid: u32, h: EpHandle) -> Result<&mut Ep> {
+    match eps.get_mut(h.idx as usize) {
+        Some(e) if e.gen == h.gen && h.wid == wid => Ok(e),
+        _ => Err(bad_handle(h.wid != wid)),
     }
 }
 
