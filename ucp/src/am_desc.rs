@@ -258,6 +258,25 @@ mod tests {
     }
 
     /// Progresses both workers until `op` of `x` finishes; gives its completion.
+    /// Two workers over posix, `a`'s endpoint to `b` wired up by an empty stream message, and
+    /// `b`'s endpoint back to `a` (whose stream the tests receive on); with a watchdog
+    /// deadline.
+    fn stream_pair() -> (Worker, Worker, EpHandle, EpHandle, Instant) {
+        let (mut a, mut b, ep) = pair("posix");
+        let s0 = a.stream_send(ep, b"").expect("empty send");
+        let end = Instant::now() + Duration::from_secs(60);
+        while !b.has_ep_to(a.address()).expect("address") {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+        both(&mut a, &mut b, s0).status.expect("empty send");
+        let back = b
+            .ep_create(a.address(), EpParams::default())
+            .expect("ep back");
+        (a, b, ep, back, end)
+    }
+
     fn both(x: &mut Worker, y: &mut Worker, op: crate::Op) -> crate::Completion {
         let r = match op {
             crate::Op::Done(c) => return c,
@@ -316,18 +335,7 @@ mod tests {
     /// leave is buffered ahead of later bytes, as its own message.
     #[test]
     fn stream_bytes_go_straight_into_waiting_receives() {
-        let (mut a, mut b, ep) = pair("posix");
-        let s0 = a.stream_send(ep, b"").expect("empty send");
-        let end = Instant::now() + Duration::from_secs(60);
-        while !b.has_ep_to(a.address()).expect("address") {
-            a.progress();
-            b.progress();
-            assert!(Instant::now() < end, "watchdog");
-        }
-        both(&mut a, &mut b, s0).status.expect("empty send");
-        let back = b
-            .ep_create(a.address(), EpParams::default())
-            .expect("ep back");
+        let (mut a, mut b, ep, back, end) = stream_pair();
         let mut d1 = [0u8; 2];
         let mut d2 = [0u8; 3];
         // SAFETY: both buffers outlive the requests, completed below.
@@ -356,18 +364,7 @@ mod tests {
     /// an empty receive queued behind it completes with it.
     #[test]
     fn stream_fast_fill_completes_the_empty_receive_behind() {
-        let (mut a, mut b, ep) = pair("posix");
-        let s0 = a.stream_send(ep, b"").expect("empty send");
-        let end = Instant::now() + Duration::from_secs(60);
-        while !b.has_ep_to(a.address()).expect("address") {
-            a.progress();
-            b.progress();
-            assert!(Instant::now() < end, "watchdog");
-        }
-        both(&mut a, &mut b, s0).status.expect("empty send");
-        let back = b
-            .ep_create(a.address(), EpParams::default())
-            .expect("ep back");
+        let (mut a, mut b, ep, back, _) = stream_pair();
         let mut d1 = [0u8; 4];
         // SAFETY: the buffer outlives the request, completed below.
         let r1 = unsafe { b.stream_recv_raw(back, d1.as_mut_ptr(), 4, true) }.expect("recv");
