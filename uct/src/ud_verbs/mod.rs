@@ -19,7 +19,8 @@
 //!   after [`state::ACK_DELAY`]); go-back-N: duplicates and datagrams after a gap are dropped
 //!   and answered (a NAK makes the sender resend at once); a timeout (`RUCX_UD_RTO`, doubling
 //!   up to [`state::RTO_MAX`]) resends everything unacknowledged, and after
-//!   `RUCX_UD_RETRY_COUNT` timeouts in a row the endpoint fails with `PeerFailure`
+//!   `RUCX_UD_RETRY_COUNT` timeouts in a row, once the peer has also acknowledged nothing for
+//!   `RUCX_UD_TIMEOUT` (30 s, as UCX's), the endpoint fails with `PeerFailure`
 //!   (ERRHANDLE_PEER_FAILURE). Delivery is once and in order per endpoint pair.
 //! - **Memory per peer is fixed**: an endpoint holds an address handle, a window of
 //!   [`state::TX_WINDOW`] entries allocated when it is created and never grown, and its
@@ -79,6 +80,22 @@ pub const RETRY_COUNT: ConfigVar = ConfigVar {
     default: "10",
     doc: "ud_verbs retransmissions without an acknowledgement before the endpoint fails",
 };
+/// `RUCX_UD_TIMEOUT`: UCX's `UCX_UD_TIMEOUT` (30 s there too): the shortest silence of a peer
+/// before its endpoint fails. The retries alone (20 ms doubling to 1 s, 10 of them) span
+/// about 5 s, which a live peer outlasted: over `RUCX_TLS=rc_verbs,ud_verbs` ucp polls the
+/// ud_verbs wire-up interface beside the busy rc_verbs lane only on some progress calls
+/// (`ucp/src/worker/progress.rs`), and a receiver of tag_bw 1 MiB with tag offload off makes
+/// few of them: it spends 50-150 ms inside each RDMA READ's `ibv_post_send` (rxe runs the
+/// READ's responder and completer in that call's softirq) under the VM's emulated CPU. So
+/// the sender's keepalive probe went unacknowledged through all 10 retries on a loaded host
+/// (`compare-ucx-tag.sh 5`, host load 7-9: 2 of 10 offload-off 1 MiB runs ended with "the
+/// ud_verbs peer acknowledged nothing in 10 retransmissions").
+pub const TIMEOUT: ConfigVar = ConfigVar {
+    name: "UD_TIMEOUT",
+    default: "30s",
+    doc: "ud_verbs: a peer that acknowledges nothing for this long (and RUCX_UD_RETRY_COUNT \
+          retransmissions) fails its endpoint",
+};
 /// `RUCX_UD_FAULT_DROP`: fault injection, a share of received datagrams dropped.
 pub const FAULT_DROP: ConfigVar = ConfigVar {
     name: "UD_FAULT_DROP",
@@ -87,12 +104,13 @@ pub const FAULT_DROP: ConfigVar = ConfigVar {
 };
 
 /// Every ud_verbs configuration variable.
-pub static UD_VERBS_VARS: [ConfigVar; 6] = [
+pub static UD_VERBS_VARS: [ConfigVar; 7] = [
     TX_QUEUE_LEN,
     RX_QUEUE_LEN,
     TX_BUFS,
     RTO,
     RETRY_COUNT,
+    TIMEOUT,
     FAULT_DROP,
 ];
 
@@ -104,6 +122,8 @@ pub(crate) struct UdConfig {
     pub tx_bufs: u32,
     pub rto: Duration,
     pub retry_count: u32,
+    /// Shortest silence of a peer before its endpoint fails (besides `retry_count`).
+    pub peer_timeout: Duration,
     /// Share of received datagrams dropped on purpose, and the seed of the choice.
     pub drop: Option<(f64, u64)>,
 }
@@ -148,6 +168,7 @@ impl UdConfig {
             tx_bufs: uint_var(&TX_BUFS, 16, 65536)? as u32,
             rto,
             retry_count: uint_var(&RETRY_COUNT, 1, 100)? as u32,
+            peer_timeout: TIMEOUT.duration()?,
             drop: parse_drop(&FAULT_DROP.raw())
                 .map_err(|e| Error::Config(format!("RUCX_UD_FAULT_DROP={e}")))?,
         })

@@ -43,7 +43,8 @@ pub struct TxEntry {
 pub enum Timeout {
     /// Send everything unacknowledged again (with an acknowledgement request).
     Resend,
-    /// The peer answered none of `retries` resends: it is gone.
+    /// The peer answered none of the resends, for at least the window's silence limit: it is
+    /// gone.
     PeerFailed,
 }
 
@@ -58,6 +59,11 @@ pub struct TxWindow {
     rto: Duration,
     max_retries: u32,
     retries: u32,
+    /// Shortest time without an acknowledgement before the peer may be declared failed.
+    max_silence: Duration,
+    /// Since when the oldest unacknowledged datagram has waited without an acknowledgement
+    /// (the window's last progress; `None`: nothing in flight).
+    waiting_since: Option<Duration>,
     deadline: Option<Duration>,
     /// During a recovery: the last sequence number sent again so far, and the last one that
     /// was in flight when it began (`None`: no recovery).
@@ -66,8 +72,15 @@ pub struct TxWindow {
 
 impl TxWindow {
     /// A window of `cap` datagrams; the first timeout after `rto_base`, doubling up to
-    /// `rto_max`; the peer fails after `max_retries` timeouts in a row.
-    pub fn new(cap: usize, rto_base: Duration, rto_max: Duration, max_retries: u32) -> Self {
+    /// `rto_max`; the peer fails after `max_retries` timeouts in a row once nothing has been
+    /// acknowledged for `max_silence` (until then the resends go on every `rto_max`).
+    pub fn new(
+        cap: usize,
+        rto_base: Duration,
+        rto_max: Duration,
+        max_retries: u32,
+        max_silence: Duration,
+    ) -> Self {
         TxWindow {
             ring: VecDeque::with_capacity(cap),
             cap,
@@ -77,6 +90,8 @@ impl TxWindow {
             rto: rto_base,
             max_retries,
             retries: 0,
+            max_silence,
+            waiting_since: None,
             deadline: None,
             recovery: None,
         }
@@ -120,6 +135,7 @@ impl TxWindow {
         if self.deadline.is_none() {
             self.deadline = Some(now + self.rto);
         }
+        self.waiting_since.get_or_insert(now);
         psn
     }
     /// A cumulative acknowledgement of every datagram up to `ack`: gives each acknowledged
@@ -138,10 +154,10 @@ impl TxWindow {
         if advanced {
             self.retries = 0;
             self.rto = self.rto_base;
-            self.deadline = if self.ring.is_empty() {
-                None
+            (self.deadline, self.waiting_since) = if self.ring.is_empty() {
+                (None, None)
             } else {
-                Some(now + self.rto)
+                (Some(now + self.rto), Some(now))
             };
         }
         advanced
@@ -151,10 +167,13 @@ impl TxWindow {
         self.deadline
     }
     /// The timer fired at `now` (the caller checked the deadline): one more retry, with the
-    /// timeout doubled, or the peer's failure after too many.
+    /// timeout doubled, or the peer's failure after too many that also span the silence limit.
     pub fn on_timeout(&mut self, now: Duration) -> Timeout {
-        self.retries += 1;
-        if self.retries > self.max_retries {
+        self.retries = self.retries.saturating_add(1);
+        let silent = self
+            .waiting_since
+            .is_none_or(|t| now.saturating_sub(t) >= self.max_silence);
+        if self.retries > self.max_retries && silent {
             self.deadline = None;
             return Timeout::PeerFailed;
         }
@@ -211,6 +230,7 @@ impl TxWindow {
             free(e.buf);
         }
         self.deadline = None;
+        self.waiting_since = None;
         self.recovery = None;
     }
 }
@@ -287,7 +307,7 @@ mod tests {
 
     #[test]
     fn cumulative_ack_frees_in_order_and_restarts_the_timer() {
-        let mut w = TxWindow::new(4, 10 * MS, 80 * MS, 3);
+        let mut w = TxWindow::new(4, 10 * MS, 80 * MS, 3, Duration::ZERO);
         for b in 0..4 {
             assert_eq!(w.push(b, 8, Duration::ZERO), b as u16 + 1);
         }
@@ -304,7 +324,7 @@ mod tests {
 
     #[test]
     fn timeouts_back_off_and_then_fail_the_peer() {
-        let mut w = TxWindow::new(4, 10 * MS, 25 * MS, 2);
+        let mut w = TxWindow::new(4, 10 * MS, 25 * MS, 2, Duration::ZERO);
         w.push(0, 1, Duration::ZERO);
         assert_eq!(w.on_timeout(10 * MS), Timeout::Resend);
         assert_eq!(w.deadline(), Some(30 * MS), "doubled to 20 ms");
@@ -312,7 +332,7 @@ mod tests {
         assert_eq!(w.deadline(), Some(55 * MS), "capped at 25 ms");
         assert_eq!(w.on_timeout(55 * MS), Timeout::PeerFailed);
         // An acknowledgement in between resets the count.
-        let mut w = TxWindow::new(4, 10 * MS, 25 * MS, 1);
+        let mut w = TxWindow::new(4, 10 * MS, 25 * MS, 1, Duration::ZERO);
         w.push(0, 1, Duration::ZERO);
         w.push(1, 1, Duration::ZERO);
         assert_eq!(w.on_timeout(10 * MS), Timeout::Resend);
@@ -321,8 +341,45 @@ mod tests {
     }
 
     #[test]
+    fn the_peer_fails_only_after_the_silence_limit_too() {
+        // A receiver that polls its ud interface only now and then (a wire-up helper beside a
+        // busy lane) acknowledges late: the retries run out before the silence limit, and
+        // the resends go on every `rto_max` until it has passed.
+        let mut w = TxWindow::new(4, 10 * MS, 25 * MS, 2, 100 * MS);
+        w.push(0, 1, 5 * MS);
+        assert_eq!(w.on_timeout(15 * MS), Timeout::Resend);
+        assert_eq!(w.on_timeout(35 * MS), Timeout::Resend);
+        assert_eq!(
+            w.on_timeout(60 * MS),
+            Timeout::Resend,
+            "retries out, 55 ms silent"
+        );
+        assert_eq!(w.deadline(), Some(85 * MS));
+        assert_eq!(w.on_timeout(85 * MS), Timeout::Resend);
+        assert_eq!(w.on_timeout(110 * MS), Timeout::PeerFailed, "105 ms silent");
+        // An acknowledgement restarts the silence from its time, not from the first send.
+        let mut w = TxWindow::new(4, 10 * MS, 25 * MS, 0, 100 * MS);
+        w.push(0, 1, Duration::ZERO);
+        w.push(1, 1, Duration::ZERO);
+        assert!(w.ack(1, 90 * MS, |_| {}));
+        assert_eq!(
+            w.on_timeout(150 * MS),
+            Timeout::Resend,
+            "60 ms since the ack"
+        );
+        assert_eq!(w.on_timeout(190 * MS), Timeout::PeerFailed);
+        // Emptied and refilled: the wait starts with the new datagram.
+        let mut w = TxWindow::new(4, 10 * MS, 25 * MS, 0, 100 * MS);
+        w.push(0, 1, Duration::ZERO);
+        assert!(w.ack(1, MS, |_| {}));
+        w.push(1, 1, 500 * MS);
+        assert_eq!(w.on_timeout(510 * MS), Timeout::Resend);
+        assert_eq!(w.on_timeout(600 * MS), Timeout::PeerFailed);
+    }
+
+    #[test]
     fn recovery_resends_in_bursts_as_acknowledgements_return() {
-        let mut w = TxWindow::new(64, 10 * MS, 80 * MS, 3);
+        let mut w = TxWindow::new(64, 10 * MS, 80 * MS, 3, Duration::ZERO);
         for b in 0..40 {
             w.push(b, 1, Duration::ZERO);
         }
@@ -370,7 +427,7 @@ mod tests {
     fn lossy_link(seed: u64, loss_pct: u64, n: u32) {
         let mut rng = ucs::random::SeededRng::new(seed);
         let mut roll = |pct: u64| rng.next_u64() % 100 < pct;
-        let mut tx = TxWindow::new(16, 4 * MS, 64 * MS, 1000);
+        let mut tx = TxWindow::new(16, 4 * MS, 64 * MS, 1000, Duration::ZERO);
         let mut rx = RxState::default();
         let mut now = Duration::ZERO;
         let mut to_rx: VecDeque<(Psn, u32)> = VecDeque::new();

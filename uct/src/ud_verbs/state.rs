@@ -413,11 +413,12 @@ impl Inner {
                         self.resend(key);
                     }
                     Timeout::PeerFailed => {
-                        let n = self.cfg.retry_count;
+                        let (n, t) = (self.cfg.retry_count, self.cfg.peer_timeout);
                         self.fail_ep(
                             key,
                             Error::PeerFailure(format!(
-                                "the ud_verbs peer acknowledged nothing in {n} retransmissions"
+                                "the ud_verbs peer acknowledged nothing in {n} retransmissions \
+                                 and at least {t:?} (RUCX_UD_RETRY_COUNT, RUCX_UD_TIMEOUT)"
                             )),
                         );
                         key += 1;
@@ -563,7 +564,13 @@ impl Inner {
             conn_sn,
             dest,
             user,
-            tx: TxWindow::new(TX_WINDOW, self.cfg.rto, RTO_MAX, self.cfg.retry_count),
+            tx: TxWindow::new(
+                TX_WINDOW,
+                self.cfg.rto,
+                RTO_MAX,
+                self.cfg.retry_count,
+                self.cfg.peer_timeout,
+            ),
             rx: RxState::default(),
             ack_now: false,
             nak: false,

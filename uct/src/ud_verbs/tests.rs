@@ -22,6 +22,7 @@ fn cfg() -> UdConfig {
         tx_bufs: 256,
         rto: Duration::from_millis(5),
         retry_count: 4,
+        peer_timeout: Duration::ZERO,
         drop: None,
     }
 }
