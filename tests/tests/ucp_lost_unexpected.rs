@@ -5,21 +5,12 @@
 //! sender is dropped, which closes its connection.
 
 use std::time::{Duration, Instant};
-use ucp::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker, TAG_MASK_EXACT};
+use ucp::{EpParams, Features, Op, Worker, TAG_MASK_EXACT};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 
 fn worker() -> Worker {
-    let ctx = Context::new(ContextParams {
-        features: Features::TAG,
-        config: Some(UcpConfig {
-            tls: vec!["tcp".into()],
-            net_devices: vec!["lo".into()],
-            ..Default::default()
-        }),
-    })
-    .expect("context");
-    Worker::new(&ctx).expect("worker")
+    rucx_tests::tcp_lo_worker(Features::TAG)
 }
 
 #[test]

@@ -6,26 +6,14 @@
 //! another test running in parallel would disturb.
 
 use std::time::{Duration, Instant};
-use ucp::{
-    Completion, Context, ContextParams, EpHandle, EpParams, Features, Op, Request, UcpConfig,
-    Worker, TAG_MASK_EXACT,
-};
+use ucp::{Completion, EpHandle, EpParams, Features, Op, Request, Worker, TAG_MASK_EXACT};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 const MSGS: u64 = 3000;
 const TAG: u64 = 0x5eed;
 
 fn worker() -> Worker {
-    let ctx = Context::new(ContextParams {
-        features: Features::TAG,
-        config: Some(UcpConfig {
-            tls: vec!["tcp".into()],
-            net_devices: vec!["lo".into()],
-            ..Default::default()
-        }),
-    })
-    .expect("context");
-    Worker::new(&ctx).expect("worker")
+    rucx_tests::tcp_lo_worker(Features::TAG)
 }
 
 /// Open socket descriptors of this process (listeners and connection ends).

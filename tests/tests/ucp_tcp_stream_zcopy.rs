@@ -3,21 +3,12 @@
 //! reads every byte once and in order whatever the sizes of its receives.
 
 use std::time::{Duration, Instant};
-use ucp::{Completion, Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
+use ucp::{Completion, EpParams, Features, Op, Worker};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 
 fn worker() -> Worker {
-    let ctx = Context::new(ContextParams {
-        features: Features::STREAM,
-        config: Some(UcpConfig {
-            tls: vec!["tcp".into()],
-            net_devices: vec!["lo".into()],
-            ..Default::default()
-        }),
-    })
-    .expect("context");
-    Worker::new(&ctx).expect("worker")
+    rucx_tests::tcp_lo_worker(Features::STREAM)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -182,19 +182,25 @@ mod tests {
         panic!("the short send never went out");
     }
 
-    #[test]
-    fn hooked_raw_receive_goes_to_the_hook_or_finishes_at_once() {
-        use crate::HookedOp;
-        use std::{cell::RefCell, rc::Rc};
-        let (mut a, mut b, ba) = pair();
-        // (token, length, tag, success) of each result the hook saw.
-        type Seen = Vec<(u64, usize, u64, bool)>;
-        let seen: Rc<RefCell<Seen>> = Rc::default();
-        let log = Rc::clone(&seen);
-        a.set_completion_hook(Some(Box::new(move |token, c| {
+    /// (token, length, tag, success) of each result a completion hook saw.
+    type Seen = std::rc::Rc<std::cell::RefCell<Vec<(u64, usize, u64, bool)>>>;
+
+    /// Sets a completion hook on `w` that logs each result it sees.
+    fn hook_log(w: &mut Worker) -> Seen {
+        let seen = Seen::default();
+        let log = seen.clone();
+        w.set_completion_hook(Some(Box::new(move |token, c| {
             log.borrow_mut()
                 .push((token, c.len, c.tag, c.status.is_ok()))
         })));
+        seen
+    }
+
+    #[test]
+    fn hooked_raw_receive_goes_to_the_hook_or_finishes_at_once() {
+        use crate::HookedOp;
+        let (mut a, mut b, ba) = pair();
+        let seen = hook_log(&mut a);
         let mut dst = vec![0u8; 16];
         // Posted first: the token is asked for once, the result comes to the hook.
         let mut asked = 0;
@@ -255,16 +261,8 @@ mod tests {
     #[test]
     fn queued_ok_receives_come_in_order_and_the_rest_go_to_the_hook() {
         use crate::{HookedOp, RecvOk};
-        use std::{cell::RefCell, rc::Rc};
         let (mut a, mut b, ba) = pair();
-        // (token, length, tag, success) of each result the hook saw.
-        type Seen = Vec<(u64, usize, u64, bool)>;
-        let seen: Rc<RefCell<Seen>> = Rc::default();
-        let log = Rc::clone(&seen);
-        a.set_completion_hook(Some(Box::new(move |token, c| {
-            log.borrow_mut()
-                .push((token, c.len, c.tag, c.status.is_ok()))
-        })));
+        let seen = hook_log(&mut a);
         a.queue_recv_ok(true);
         assert!(!a.has_recv_ok());
         let mut dst = [[0u8; 8]; 3];
