@@ -330,9 +330,9 @@ pub fn hooked(w: &Worker, token: u64, c: &Completion) {
     }
 }
 
-/// Completes the hook receive of `e` (rucx took the whole message into its buffer, without
-/// error): its status and info, then its callback, then its recycling if the client freed it
-/// meanwhile, as [`hooked`] and [`run_callback`] do in two steps for other results. Worker
+/// Completes the hook receive of `e` (tag or stream: rucx put what it waited for into its
+/// buffer, without error): its status and info, then its callback, then its recycling if the
+/// client freed it meanwhile, as [`hooked`] and [`run_callback`] do in two steps for other results. Worker
 /// locked, rucx worker not borrowed.
 ///
 /// # Safety

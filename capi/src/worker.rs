@@ -48,7 +48,7 @@ impl Worker {
     }
 
     /// The part of [`Worker::progress`] after rucx's progress call when it finished something:
-    /// the receives that finished whole and without error (`queued` bit 0), the due
+    /// the receives that finished into client memory without error (`queued` bit 0), the due
     /// callbacks, then (bit 1) the queued completions and events.
     #[inline(never)]
     fn after_progress(&self, queued: u8) -> usize {
@@ -130,7 +130,7 @@ impl Worker {
         }
     }
 
-    /// Completes the receives rucx queued as finished whole and without error
+    /// Completes the receives rucx queued as finished into client memory without error
     /// (`ucp::Worker::pop_recv_ok`), in order, calling their callbacks (one at a time off the
     /// queue: a callback that progresses the worker completes the ones behind its own). Gives
     /// their number.
@@ -466,7 +466,7 @@ pub unsafe extern "C" fn ucp_worker_create(
                 // SAFETY: as above.
                 hooked(unsafe { &*(addr as *const Worker) }, token, c)
             })));
-        // Whole eager receives that finish without error come as plain records instead,
+        // Receives that finish into client memory without error come as plain records instead,
         // completed by `deliver_recv_ok` after progress.
         // SAFETY: the worker just made.
         unsafe { &*raw }.inner.borrow_mut().w.queue_recv_ok(true);

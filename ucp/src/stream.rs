@@ -478,7 +478,7 @@ impl State {
     /// has room for all of `data` (not empty): copies it in (true), completing the receive if
     /// it has what it waits for; false, nothing done, otherwise. A receive into the client's
     /// memory whose result goes to the completion hook (the C library's) gets a result of
-    /// constants (as a tag receive's `eager_hook_ok`), without the general finish.
+    /// constants ([`State::hook_ok`], as a tag receive's), without the general finish.
     #[inline(always)]
     fn stream_fill_front(&mut self, idx: usize, data: &[u8]) -> bool {
         let front = match self.ep(idx).extra() {
@@ -521,7 +521,7 @@ impl State {
             !waiters.is_empty()
         });
         match hook {
-            Some(t) => self.stream_hook_ok(key, t, len),
+            Some(t) => self.hook_ok(key, t, len, 0),
             None => self.finish(key, Ok(())),
         }
         if more {
@@ -529,22 +529,6 @@ impl State {
             self.stream_serve(idx);
         }
         true
-    }
-
-    /// Completes stream receive `key`, which owns nothing, with `len` bytes, for the
-    /// completion hook under `token`: its slot is freed and the hook given a result whose
-    /// status and buffer are constants (nothing of it is dropped after the hook).
-    #[inline(never)]
-    fn stream_hook_ok(&mut self, key: usize, token: u64, len: usize) {
-        self.free_plain_req(key);
-        let c = Completion {
-            status: Ok(()),
-            buf: None,
-            len,
-            tag: 0,
-            value: 0,
-        };
-        self.hook_done(token, c);
     }
 
     /// [`State::on_stream`] of bytes that do not all go into the oldest waiting receive (or

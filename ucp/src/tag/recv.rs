@@ -16,7 +16,6 @@ use crate::request::{Completion, Op};
 use crate::tag::stages::TagRecv;
 use crate::tag::unexp::{Target, Unexp, UnexpKind, UNEXP_INLINE};
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
-use crate::worker::api_types::RecvOk;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::{Done, Notify, RecvReq, RecvStage, ReqKind};
 use crate::worker::state::State;
@@ -332,7 +331,7 @@ impl State {
             let t = *t;
             let buf = std::mem::take(&mut rv.buf).into_vec();
             if buf.is_none() && total <= cap {
-                return self.eager_hook_ok(key, t, total, tag);
+                return self.hook_ok(key, t, total, tag);
             }
             return self.eager_hook_done(key, t, buf, eager_status(total, cap), total, tag);
         }
@@ -342,27 +341,6 @@ impl State {
         rv.stage = RecvStage::Tag(TagRecv::Eager);
         req.set_ep(idx);
         self.finish(key, eager_status(total, cap))
-    }
-
-    /// [`State::eager_hook_done`] of a receive into the client's memory that took the whole
-    /// message (the C library's common case): the result's status and buffer are constants,
-    /// so nothing of it is dropped after the hook (a `Completion` given by value costs its
-    /// error's and buffer's drop checks).
-    #[inline(never)]
-    fn eager_hook_ok(&mut self, key: usize, token: u64, len: usize, tag: u64) {
-        self.free_plain_req(key);
-        if self.recv_ok_on {
-            self.recv_ok.push_back(RecvOk { token, len, tag });
-            return;
-        }
-        let c = Completion {
-            status: Ok(()),
-            buf: None,
-            len,
-            tag,
-            value: 0,
-        };
-        self.hook_done(token, c);
     }
 
     /// [`State::recv_eager_whole`] into a hook receive: as `finish` does for one, without

@@ -79,8 +79,8 @@ pub type RequestCallback = Box<dyn FnOnce(Completion)>;
 /// hook request's token and result.
 pub type CompletionHook = Box<dyn FnMut(u64, &Completion)>;
 
-/// A hook receive that took a whole eager message into the client's memory and finished
-/// without error: what [`Worker::pop_recv_ok`](crate::Worker::pop_recv_ok) gives instead of
+/// A hook receive (tag: a whole eager message; stream: the bytes it waited for) that finished
+/// into the client's memory without error: what [`Worker::pop_recv_ok`](crate::Worker::pop_recv_ok) gives instead of
 /// a call of the completion hook once [`Worker::queue_recv_ok`](crate::Worker::queue_recv_ok)
 /// is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub struct RecvOk {
     pub token: u64,
     /// The message's length (all of it is in the buffer).
     pub len: usize,
-    /// The sender's tag.
+    /// The sender's tag (0 for a stream receive).
     pub tag: u64,
 }
 

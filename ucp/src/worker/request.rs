@@ -269,8 +269,8 @@ impl Worker {
         self.st.completion_hook = hook;
     }
 
-    /// With `on`, a hook receive that takes a whole eager message into the client's memory and
-    /// finishes without error is not given to the completion hook: it is queued, as a
+    /// With `on`, a hook receive (tag or stream) that finishes into the client's memory without
+    /// error is not given to the completion hook: it is queued, as a
     /// [`RecvOk`], for [`Worker::pop_recv_ok`] (a plain record instead of a call with a
     /// [`Completion`]; whoever drains it completes the request). Off (the default), or turned
     /// off, every result goes to the hook; turning it off drops what is queued.
@@ -708,6 +708,28 @@ impl State {
             n += 1;
         }
         n
+    }
+
+    /// Hook receive `key` (token `token`) finished into the client's memory without error,
+    /// with `len` bytes and `tag` (0 for a stream): its slot is freed, and the result queued as
+    /// a [`RecvOk`] when [`Worker::queue_recv_ok`] is on, else given to the hook with a status
+    /// and buffer that are constants (nothing of it is dropped after the hook). The common
+    /// completion of the C library's tag and stream receives.
+    #[inline(never)]
+    pub(crate) fn hook_ok(&mut self, key: usize, token: u64, len: usize, tag: u64) {
+        self.free_plain_req(key);
+        if self.recv_ok_on {
+            self.recv_ok.push_back(RecvOk { token, len, tag });
+            return;
+        }
+        let c = Completion {
+            status: Ok(()),
+            buf: None,
+            len,
+            tag,
+            value: 0,
+        };
+        self.hook_done(token, c);
     }
 
     /// Gives a hook request's result to the completion hook (or, without one, queues it as a
