@@ -132,6 +132,10 @@ pub struct Worker {
     /// Once the clock reaches this, the next call that finds it moved polls every interface
     /// (see [`progress::IDLE_IFACE_WAIT`]).
     pub(crate) idle_due: Duration,
+    /// The tick and the clock of the last call that read the clock: how long the calls since
+    /// took tells slow calls (see [`progress::SLOW_CALL`]).
+    pub(crate) clock_read_tick: u32,
+    pub(crate) clock_read_at: Duration,
 }
 
 /// The next process-unique worker id (never 0).
@@ -279,6 +283,8 @@ impl Worker {
             solo: None,
             solo_idle: false,
             idle_due: Duration::ZERO,
+            clock_read_tick: 0,
+            clock_read_at: Duration::ZERO,
         };
         w.st.start_keepalive()?;
         w.st.tm.init(&w.ifaces, &w.st.info)?;

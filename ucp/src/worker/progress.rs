@@ -43,6 +43,13 @@ pub(crate) const IDLE_IFACE_RECENT: u32 = 256;
 /// on average; callgrind, `msgcost 8 N idle`), at 64 it adds 4 (111 on average), and 64 idle
 /// calls still take well under a microsecond.
 pub const CLOCK_PERIOD: u32 = 64;
+/// Progress calls that take this long each, on average since the last clock read, read the
+/// clock on every call until they are quick again. Counting calls paces the clock, the timers
+/// and the idle interfaces' polling only while calls are quick: over Soft-RoCE a call can
+/// spend 50-150 ms in one RDMA READ doorbell, and `CLOCK_PERIOD` such calls left the ud_verbs
+/// wire-up interface unpolled (its peer's keepalive probes unanswered) for seconds. The test
+/// runs only on calls that read the clock anyway, so quick calls pay nothing for it.
+pub(crate) const SLOW_CALL: Duration = Duration::from_millis(1);
 /// Most interfaces a [`PollList`] names. A worker usually polls one (its shared-memory or
 /// network interface) or two (MPICH also opens an endpoint to itself: the self transport);
 /// one with more qualifying asks every interface on every call.
@@ -210,6 +217,10 @@ impl Worker {
             // The coarse clock may lag the fine reading the worker started with: the cache
             // never goes back (a timer due at the cached time stays due).
             let now = self.st.clock.now_coarse();
+            let calls = self.tick.wrapping_sub(self.clock_read_tick).max(1);
+            let slow = now.saturating_sub(self.clock_read_at) >= SLOW_CALL * calls;
+            self.clock_read_tick = self.tick;
+            self.clock_read_at = now;
             if now > self.st.now_cache {
                 self.st.now_cache = now;
                 self.st.now_stamp = crate::worker::ep::Stamp::of(now);
@@ -219,7 +230,8 @@ impl Worker {
                     all = true;
                 }
             }
-            self.st.clock_stale = false;
+            // Slow calls: the next one reads the clock too.
+            self.st.clock_stale = slow;
         }
         let mut n = self.poll_ifaces(all, true);
         self.solo = self.solo_iface();
@@ -730,6 +742,67 @@ mod tests {
         };
         got.status.expect("receive");
         assert_eq!(&got.buf.expect("buffer")[..got.len], b"by the clock");
+    }
+
+    /// Progress calls that each take 100 ms (as one that rings an RDMA READ doorbell over
+    /// Soft-RoCE): once a clock read has seen it, every call reads the clock and polls the idle
+    /// interfaces, so a late peer's connection is taken at once, not on the next count-paced
+    /// call (up to `CLOCK_PERIOD` calls, seconds of them, later).
+    #[test]
+    fn slow_calls_read_the_clock_and_poll_idle_interfaces_on_every_call() {
+        let ctx = tcp_ctx();
+        let clock = ManualClock::new();
+        let mut a = Worker::with_clock(&ctx, clock.clone()).expect("worker a");
+        let slow = |a: &mut Worker| {
+            clock.advance(Duration::from_millis(100));
+            a.progress()
+        };
+        for _ in 0..4 * IDLE_IFACE_RECENT {
+            slow(&mut a);
+        }
+        assert!(
+            a.st.clock_stale,
+            "slow calls: the next call reads the clock"
+        );
+        assert!(
+            a.tick.is_multiple_of(IDLE_IFACE_PERIOD),
+            "the count-paced poll is a whole period away"
+        );
+        let mut b = Worker::new(&ctx).expect("worker b");
+        let a_addr = a.address().to_vec();
+        let ba = b.ep_create(&a_addr, EpParams::default()).expect("ep b->a");
+        let mut recv = match a.tag_recv(vec![0u8; 64], 5, u64::MAX).expect("recv") {
+            Op::Pending(r) => r,
+            Op::Done(c) => panic!("nothing was sent yet: {:?}", c.status),
+        };
+        let mut send = match b.tag_send(ba, 5, b"slow receiver").expect("send") {
+            Op::Pending(r) => Some(r),
+            Op::Done(_) => None,
+        };
+        let deadline = Instant::now() + WATCHDOG;
+        let mut calls = 0;
+        let got = loop {
+            slow(&mut a);
+            calls += 1;
+            b.progress();
+            if let Some(r) = send.take() {
+                send = b.request_take(r).err();
+            }
+            match a.request_take(recv) {
+                Ok(c) => break c,
+                Err(r) => recv = r,
+            }
+            assert!(
+                Instant::now() < deadline,
+                "watchdog: a never got b's message"
+            );
+        };
+        got.status.expect("receive");
+        assert_eq!(&got.buf.expect("buffer")[..got.len], b"slow receiver");
+        assert!(
+            calls < super::CLOCK_PERIOD / 2,
+            "the slow receiver took {calls} calls to take a late peer's message"
+        );
     }
 
     /// A worker whose tcp interface has had no endpoint and no event for many progress calls,

@@ -72,7 +72,8 @@ pub(crate) struct State {
     pub(super) now_cache: Duration,
     /// `now_cache` as a [`Stamp`], what endpoints note as their last send and receive times.
     pub(super) now_stamp: Stamp,
-    /// Set when the worker may have slept (`arm`): the next progress call reads the clock.
+    /// Set when the worker may have slept (`arm`), a timer is due already, or the last calls
+    /// were slow (`progress::SLOW_CALL`): the next progress call reads the clock.
     pub(super) clock_stale: bool,
     pub(super) malformed_unknown: u64,
     pub(super) stats: ProtoStats,
