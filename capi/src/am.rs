@@ -2,7 +2,7 @@
 //! `ucp_am_send_nbx`, `ucp_am_recv_data_nbx`, `ucp_am_data_release`.
 //!
 //! A handler runs from `ucp_worker_progress` with the user header and the data. An eager
-//! message comes whole. A small one (see [`crate::am_inbox`]) comes from the worker's queue,
+//! message comes whole. A small one (see [`ucp::SmallAm`]) comes from the worker's queue,
 //! without `UCP_AM_RECV_ATTR_FLAG_DATA`; a larger one comes in a buffer of its own, with the
 //! flag: the handler may keep that data by returning `UCS_INPROGRESS` and release it later with
 //! `ucp_am_data_release`. A message sent
@@ -15,7 +15,6 @@
 //! (`UCP_AM_SEND_FLAG_EAGER` and `_RNDV` are hints, as in UCX's protocol selection); the header
 //! is always copied, so `UCP_AM_SEND_FLAG_COPY_HEADER` holds whatever the flags say.
 
-use crate::am_inbox::{AmArrival, SmallAm};
 use crate::datatype::{recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
@@ -25,7 +24,7 @@ use crate::param::{check_param, param_datatype, read_param};
 use crate::request::submit;
 use crate::worker_ext::Held;
 use std::ffi::{c_uint, c_void};
-use ucp::{AmMsg, AmRndv, Completion, EpHandle, Op};
+use ucp::{AmRndv, Completion, EpHandle, Op, SmallAm};
 
 /// Longest user header `ucp_am_send_nbx` takes (`ucp_worker_query`'s `max_am_header`): a
 /// header travels in the first fragment, and every rucx transport's fragment holds this much
@@ -57,16 +56,41 @@ fn implicit_ep(w: &Worker, h: EpHandle) -> *mut Ep {
     ep
 }
 
-/// Runs the handler of a small eager active message that came for a
-/// `ucp_worker_set_am_recv_handler` handler, from its queue entry: without
-/// `UCP_AM_RECV_ATTR_FLAG_DATA` (the handler copies what it keeps). Worker locked, nothing
-/// borrowed.
+/// Takes the oldest small eager active message queued for a `ucp_worker_set_am_recv_handler`
+/// handler and runs the handler ([`run_small`]). Gives whether more messages wait, `None` when
+/// no small one did. Worker locked, nothing borrowed.
 #[inline(always)]
-pub fn deliver_small(w: &Worker, id: u16, m: &mut SmallAm, ep: EpHandle) {
+pub fn deliver_small(w: &Worker) -> Option<bool> {
+    let (mut s, more, handler, first) = {
+        let mut i = w.inner.borrow_mut();
+        let (s, more) = i.w.am_pop_small()?;
+        (s, more, i.am_recv_handlers.get(s.id), i.eps.first(s.ep))
+    };
+    run_small(w, s.id, &mut s.m, s.ep, handler, first);
+    Some(more)
+}
+
+/// [`deliver_small`] for a small message queued behind a larger one.
+pub fn deliver_small_queued(w: &Worker, id: u16, m: &mut SmallAm, ep: EpHandle) {
     let (handler, first) = {
         let i = w.inner.borrow();
         (i.am_recv_handlers.get(id), i.eps.first(ep))
     };
+    run_small(w, id, m, ep, handler, first);
+}
+
+/// Runs `handler`, the handler of small eager active message `id` from `ep`, on a copy of the
+/// message: without `UCP_AM_RECV_ATTR_FLAG_DATA` (the handler copies what it keeps); `first`
+/// is the client's first endpoint on `ep` (null: a reply endpoint is made). Nothing borrowed.
+#[inline(always)]
+fn run_small(
+    w: &Worker,
+    id: u16,
+    m: &mut SmallAm,
+    ep: EpHandle,
+    handler: Option<(AmRecvCb, usize, u32)>,
+    first: *mut Ep,
+) {
     let Some((cb, arg, _flags)) = handler else {
         tracing::warn!("active message {id} arrived with no handler set; dropped");
         return;
@@ -151,7 +175,7 @@ pub fn deliver_eager(w: &Worker, id: u16, buf: Vec<u8>, header_len: usize, ep: E
 
 /// Gives an eager message's buffer back to the worker's spares.
 fn recycle(w: &Worker, buf: Vec<u8>) {
-    w.inner.borrow().am_in.borrow_mut().recycle(buf);
+    w.inner.borrow_mut().w.am_recycle(buf);
 }
 
 /// Runs the handler of an active message sent by rendezvous (`header`: its user header, `d`:
@@ -306,19 +330,8 @@ pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
         match cb {
             Some(cb) => {
                 i.am_recv_handlers.insert(id, (cb, arg as usize, flags));
-                let q = i.am_in.clone();
                 // Data handed over inline is 8-byte aligned: enough unless more is asked.
-                let inline_ok = w.am_alignment <= 8;
-                i.w.am_set_desc_handler(id, move |ep, m| match m {
-                    AmMsg::Eager { header, data } => {
-                        q.borrow_mut().push_eager(id, ep, header, data, inline_ok)
-                    }
-                    AmMsg::Rndv { header, data } => q.borrow_mut().push(AmArrival::Rndv(
-                        id,
-                        Box::new((header.to_vec(), data)),
-                        ep,
-                    )),
-                });
+                i.w.am_set_queued(id, false, w.am_alignment <= 8);
             }
             None => {
                 i.am_recv_handlers.remove(id);

@@ -5,7 +5,6 @@
 //! another API module, and the modules form no cycle. The calls on them stay with their
 //! family: `impl Worker` progress in [`crate::worker`], requests in [`crate::request`].
 
-use crate::am_inbox::AmQueue;
 use crate::datatype::Finish;
 use crate::ffi::*;
 use crate::guard::{refuse, status_of};
@@ -53,8 +52,6 @@ pub struct Inner {
     pub done: Vec<(u64, Completion)>,
     /// Endpoints that failed: (handle, status).
     pub ep_errors: Rc<RefCell<Vec<(EpHandle, Status)>>>,
-    /// Active messages that arrived, waiting for their handlers.
-    pub am_in: AmQueue,
     /// Old-API active-message handlers: id -> (callback, arg, flags).
     pub am_handlers: IdTable<(AmCb, usize, u32)>,
     /// Handlers of `ucp_worker_set_am_recv_handler`: id -> (callback, arg, flags).
@@ -73,10 +70,10 @@ impl Inner {
     /// True when an endpoint failure or an active message waits for delivery.
     #[inline(always)]
     pub(crate) fn events_queued(&self) -> bool {
-        // SAFETY: both queues are filled by rucx's callbacks during `progress` and emptied by
+        // SAFETY: the queue is filled by rucx's callbacks during `progress` and emptied by
         // `deliver`; neither holds a borrow when this is called (between calls, with the
-        // worker locked), so reading their lengths through the cells' pointers is sound.
-        unsafe { !(*self.ep_errors.as_ptr()).is_empty() || !(*self.am_in.as_ptr()).is_empty() }
+        // worker locked), so reading its length through the cell's pointer is sound.
+        unsafe { !(*self.ep_errors.as_ptr()).is_empty() || self.w.am_has_queued() }
     }
 }
 

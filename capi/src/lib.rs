@@ -14,7 +14,6 @@
 #![warn(missing_docs)]
 
 pub mod am;
-pub mod am_inbox;
 pub mod amo;
 pub mod compat;
 pub mod config;

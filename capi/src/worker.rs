@@ -7,7 +7,6 @@
 //! serialized workers of a context without `mt_workers_shared` take no lock: their client calls
 //! in from one thread at a time, as the header requires.
 
-use crate::am_inbox::AmArrival;
 use crate::ctext::write_name;
 use crate::ffi::*;
 use crate::guard::{check_mask, fail, ffi, ffi_hot, refuse};
@@ -19,7 +18,7 @@ use std::cell::RefCell;
 use std::ffi::{c_uint, c_void, CStr};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use ucp::{Completion, EpHandle, WorkerAddress};
+use ucp::{AmArrival, Completion, EpHandle, WorkerAddress};
 
 impl Worker {
     /// Runs rucx's progress, then (outside it) the callbacks of the requests it finished, and
@@ -201,23 +200,25 @@ impl Worker {
         let mut n = if failed { self.deliver_failures() } else { 0 };
         // One message at a time off the front: a handler that progresses the worker delivers
         // the ones behind its own, and each is delivered once.
-        let q = self.inner.borrow().am_in.clone();
         loop {
             // The ring of small messages first: they are older than the general queue's.
-            let mut s = q.borrow_mut().pop_small();
-            // Used where it was popped to (moving it out of the option copied it again).
-            if let Some(s) = &mut s {
-                n += 1;
-                crate::am::deliver_small(self, s.id, &mut s.m, s.ep);
-                continue;
+            match crate::am::deliver_small(self) {
+                Some(true) => {
+                    n += 1;
+                    continue;
+                }
+                Some(false) => return n + 1,
+                None => {}
             }
-            let a = q.borrow_mut().pop();
+            let a = self.inner.borrow_mut().w.am_pop();
             let Some(a) = a else {
                 return n;
             };
             n += 1;
             match a {
-                AmArrival::Small(id, mut m, ep) => crate::am::deliver_small(self, id, &mut m, ep),
+                AmArrival::Small(id, mut m, ep) => {
+                    crate::am::deliver_small_queued(self, id, &mut m, ep)
+                }
                 AmArrival::Eager(id, buf, header_len, ep) => {
                     crate::am::deliver_eager(self, id, buf, header_len, ep)
                 }
@@ -420,7 +421,6 @@ pub unsafe extern "C" fn ucp_worker_create(
             w,
             done: Vec::new(),
             ep_errors: Rc::default(),
-            am_in: Rc::default(),
             am_handlers: Default::default(),
             am_recv_handlers: Default::default(),
             eps: Default::default(),
@@ -786,11 +786,8 @@ pub unsafe extern "C" fn ucp_worker_set_am_handler(
         match cb {
             Some(cb) => {
                 i.am_handlers.insert(id, (cb, arg as usize, flags));
-                let q = i.am_in.clone();
                 i.am_recv_handlers.remove(id);
-                i.w.am_set_handler(id, move |ep, _hdr, data| {
-                    q.borrow_mut().push(AmArrival::Whole(id, data, ep))
-                });
+                i.w.am_set_queued(id, true, false);
             }
             None => {
                 i.am_handlers.remove(id);

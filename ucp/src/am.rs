@@ -10,6 +10,7 @@
     )
 )]
 
+pub(crate) mod inbox;
 pub(crate) mod stages;
 pub(crate) mod state;
 
@@ -90,16 +91,13 @@ impl State {
             return;
         };
         let h = self.ep_handle(ep, gen);
-        match self.am.handler(id) {
-            Some(cb) => cb(h, hdr, data),
-            None => {
-                tracing::warn!(
-                    id,
-                    len = data.len(),
-                    "active message without handler dropped"
-                );
-                self.put_buf(data);
-            }
+        if let Some(data) = self.am.take_whole(id, h, hdr, data) {
+            tracing::warn!(
+                id,
+                len = data.len(),
+                "active message without handler dropped"
+            );
+            self.put_buf(data);
         }
     }
 

@@ -20,6 +20,7 @@
 pub(crate) mod msg;
 pub use msg::{AmDescHandler, AmMsg, AmRndv};
 
+use crate::am::inbox::{AmArrival, SmallSlot};
 use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
 use crate::worker::req::RecvBuf;
@@ -37,6 +38,41 @@ impl Worker {
         handler: impl FnMut(EpHandle, AmMsg<'_>) + 'static,
     ) {
         self.st.am.set_desc(id, Box::new(handler));
+    }
+
+    /// Queues the messages of user active message `id` in the worker's inbox, replacing any
+    /// handler of that id: as a descriptor handler would get them (eager ones copied: small
+    /// ones inline when `inline_ok`, larger ones into a buffer the client may keep), or, with
+    /// `whole`, as a whole-message handler would. For a client that runs its handlers after
+    /// the progress call (the C library's may call back into it): it takes them in order with
+    /// [`Worker::am_pop_small`] first, then [`Worker::am_pop`].
+    pub fn am_set_queued(&mut self, id: u16, whole: bool, inline_ok: bool) {
+        self.st.am.set_queued(id, whole, inline_ok);
+    }
+
+    /// Messages wait in the inbox ([`Worker::am_set_queued`]).
+    #[inline(always)]
+    pub fn am_has_queued(&self) -> bool {
+        !self.st.am.inbox.is_empty()
+    }
+
+    /// The oldest queued small message, with whether more wait (in the ring or the queue);
+    /// take these before [`Worker::am_pop`]'s.
+    #[inline(always)]
+    pub fn am_pop_small(&mut self) -> Option<(SmallSlot, bool)> {
+        let s = self.st.am.inbox.pop_small()?;
+        Some((s, !self.st.am.inbox.is_empty()))
+    }
+
+    /// The oldest queued message past the small ones of [`Worker::am_pop_small`].
+    pub fn am_pop(&mut self) -> Option<AmArrival> {
+        self.st.am.inbox.pop()
+    }
+
+    /// Gives back the buffer of a queued eager message once its data is no longer used (kept
+    /// for the next ones).
+    pub fn am_recycle(&mut self, buf: Vec<u8>) {
+        self.st.am.inbox.recycle(buf);
     }
 
     /// Removes the handler of user active message `id` (of either kind): such messages are
@@ -112,11 +148,10 @@ impl State {
         uh: &[u8],
         data: &[u8],
     ) -> bool {
-        if !self.am.has_desc(h.id) {
-            return false;
-        }
-        self.am_desc_deliver(idx, h.id, AmMsg::Eager { header: uh, data });
-        true
+        let gen = self.ep(idx).gen();
+        let ep = self.ep_handle(idx, gen);
+        self.am
+            .take_desc(h.id, ep, AmMsg::Eager { header: uh, data })
     }
 
     /// AM_RTS for an id with a descriptor handler: the handler gets the header and a
@@ -153,12 +188,11 @@ impl State {
         Ok(true)
     }
 
+    #[inline(always)]
     fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg<'_>) {
         let gen = self.ep(idx).gen();
         let ep = self.ep_handle(idx, gen);
-        if let Some(cb) = self.am.desc_handler(id) {
-            cb(ep, msg);
-        }
+        self.am.take_desc(id, ep, msg);
     }
 }
 
@@ -255,6 +289,81 @@ mod tests {
                 both(&mut a, &mut b, s).status.expect("sender completes");
             }
         }
+    }
+
+    /// Queued ids ([`Worker::am_set_queued`]): messages wait in the inbox in arrival order,
+    /// small eager ones inline, larger eager ones in a buffer, rendezvous ones as a descriptor
+    /// (declined here: the sender completes), a whole-queued id's messages whole; nothing is
+    /// queued for an id without a handler.
+    #[test]
+    fn queued_messages_come_in_order_by_kind() {
+        use crate::AmArrival;
+        let (mut a, mut b, ep) = pair("posix");
+        b.am_set_queued(3, false, true);
+        b.am_set_queued(4, true, false);
+        let big: Vec<u8> = (0..(4 << 20)).map(|i| (i % 251) as u8).collect();
+        let mid = vec![7u8; 1000];
+        let msgs: [(u16, &[u8], &[u8]); 7] = [
+            (3, b"h1", b"one"),
+            (3, b"h2", b"two"),
+            (3, b"h3", &mid),
+            (3, b"h4", b"four"),
+            (3, b"h5", &big),
+            (5, b"", b"nobody's"),
+            (4, b"", b"whole"),
+        ];
+        let sends: Vec<_> = msgs
+            .iter()
+            .map(|&(id, hdr, data)| a.am_send(ep, id, hdr, data).expect("send"))
+            .collect();
+        // (id, header, data or its length) in the order taken.
+        let mut got: Vec<(u16, Vec<u8>, Vec<u8>)> = Vec::new();
+        let end = Instant::now() + Duration::from_secs(60);
+        while got.len() < 6 {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+            while let Some((mut s, _)) = b.am_pop_small() {
+                got.push((s.id, s.m.header().to_vec(), s.m.data().to_vec()));
+            }
+            while let Some(x) = b.am_pop() {
+                got.push(match x {
+                    AmArrival::Small(id, mut m, _) => (id, m.header().to_vec(), m.data().to_vec()),
+                    AmArrival::Eager(id, buf, hl, _) => {
+                        let e = (id, buf[..hl].to_vec(), buf[hl..].to_vec());
+                        b.am_recycle(buf);
+                        e
+                    }
+                    AmArrival::Rndv(id, m, _) => {
+                        let (hdr, d) = *m;
+                        let len = d.len().to_le_bytes().to_vec();
+                        b.am_rndv_drop(d).expect("decline");
+                        (id, hdr, len)
+                    }
+                    AmArrival::Whole(id, data, _) => (id, Vec::new(), data),
+                });
+            }
+        }
+        let want: Vec<(u16, Vec<u8>, Vec<u8>)> = vec![
+            (3, b"h1".to_vec(), b"one".to_vec()),
+            (3, b"h2".to_vec(), b"two".to_vec()),
+            (3, b"h3".to_vec(), mid.clone()),
+            (3, b"h4".to_vec(), b"four".to_vec()),
+            (3, b"h5".to_vec(), big.len().to_le_bytes().to_vec()),
+            (4, Vec::new(), b"whole".to_vec()),
+        ];
+        assert!(got == want, "taken out of order or changed: {:?}", {
+            got.iter()
+                .map(|g| (g.0, g.1.clone(), g.2.len()))
+                .collect::<Vec<_>>()
+        });
+        for s in sends {
+            both(&mut a, &mut b, s).status.expect("send");
+        }
+        assert!(
+            !b.am_has_queued(),
+            "a message of an id without handler was queued"
+        );
     }
 
     /// Progresses both workers until `op` of `x` finishes; gives its completion.

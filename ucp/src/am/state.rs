@@ -1,7 +1,10 @@
-//! What the user active-message family keeps per worker: the handlers.
+//! What the user active-message family keeps per worker: the handlers, and the inbox of the
+//! messages queued for a client that takes them after the progress call.
 
-use crate::am_desc::msg::AmDescHandler;
+use crate::am::inbox::{AmArrival, AmInbox};
+use crate::am_desc::msg::{AmDescHandler, AmMsg};
 use crate::worker::api_types::AmHandler;
+use crate::worker::EpHandle;
 
 /// The handler registered for one id.
 #[derive(Default)]
@@ -12,6 +15,11 @@ enum Slot {
     Whole(AmHandler),
     /// A descriptor handler.
     Desc(AmDescHandler),
+    /// Queued in the inbox as a descriptor handler would get them, small eager messages inline
+    /// when `inline_ok`.
+    Queued { inline_ok: bool },
+    /// Queued in the inbox whole (as a whole-message handler would get them).
+    QueuedWhole,
 }
 
 /// The user active-message family's state: one handler per id, of either kind (a whole-message
@@ -21,6 +29,8 @@ enum Slot {
 #[derive(Default)]
 pub(crate) struct AmState {
     slots: Vec<Slot>,
+    /// The messages of queued ids, for the client.
+    pub(crate) inbox: AmInbox,
 }
 
 impl AmState {
@@ -43,6 +53,16 @@ impl AmState {
         *self.slot_mut(id) = Slot::Desc(h);
     }
 
+    /// Queues the messages of `id` in the inbox (see [`Slot::Queued`], [`Slot::QueuedWhole`]),
+    /// replacing any handler.
+    pub(crate) fn set_queued(&mut self, id: u16, whole: bool, inline_ok: bool) {
+        *self.slot_mut(id) = if whole {
+            Slot::QueuedWhole
+        } else {
+            Slot::Queued { inline_ok }
+        };
+    }
+
     /// Removes the handler of `id`, of either kind.
     pub(crate) fn remove(&mut self, id: u16) {
         if let Some(slot) = self.slots.get_mut(usize::from(id)) {
@@ -50,9 +70,56 @@ impl AmState {
         }
     }
 
-    /// The whole-message handler of `id`.
+    /// Gives whole message `id` from `ep` (user header `hdr`, data `data`) to its
+    /// whole-message handler or queues it whole; gives the data back when `id` has neither.
     #[inline]
-    pub(crate) fn handler(&mut self, id: u16) -> Option<&mut AmHandler> {
+    pub(crate) fn take_whole(
+        &mut self,
+        id: u16,
+        ep: EpHandle,
+        hdr: &[u8],
+        data: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        match self.slots.get_mut(usize::from(id)) {
+            Some(Slot::Whole(h)) => h(ep, hdr, data),
+            Some(Slot::QueuedWhole) => self.inbox.push(AmArrival::Whole(id, data, ep)),
+            _ => return Some(data),
+        }
+        None
+    }
+
+    /// Gives message `msg` of `id` from `ep` to its descriptor handler or queues it; false
+    /// when `id` has neither.
+    #[inline(always)]
+    pub(crate) fn take_desc(&mut self, id: u16, ep: EpHandle, msg: AmMsg<'_>) -> bool {
+        match self.slots.get_mut(usize::from(id)) {
+            Some(Slot::Queued { inline_ok }) => match msg {
+                AmMsg::Eager { header, data } => {
+                    self.inbox.push_eager(id, ep, header, data, *inline_ok)
+                }
+                AmMsg::Rndv { header, data } => {
+                    self.inbox
+                        .push(AmArrival::Rndv(id, Box::new((header.to_vec(), data)), ep))
+                }
+            },
+            Some(Slot::Desc(h)) => h(ep, msg),
+            _ => return false,
+        }
+        true
+    }
+
+    /// `id` has a descriptor handler or is queued as one would get it.
+    #[inline]
+    pub(crate) fn has_desc(&self, id: u16) -> bool {
+        matches!(
+            self.slots.get(usize::from(id)),
+            Some(Slot::Desc(_) | Slot::Queued { .. })
+        )
+    }
+
+    /// The whole-message handler of `id`.
+    #[cfg(test)]
+    fn handler(&mut self, id: u16) -> Option<&mut AmHandler> {
         match self.slots.get_mut(usize::from(id)) {
             Some(Slot::Whole(h)) => Some(h),
             _ => None,
@@ -60,18 +127,12 @@ impl AmState {
     }
 
     /// The descriptor handler of `id`.
-    #[inline]
-    pub(crate) fn desc_handler(&mut self, id: u16) -> Option<&mut AmDescHandler> {
+    #[cfg(test)]
+    fn desc_handler(&mut self, id: u16) -> Option<&mut AmDescHandler> {
         match self.slots.get_mut(usize::from(id)) {
             Some(Slot::Desc(h)) => Some(h),
             _ => None,
         }
-    }
-
-    /// `id` has a descriptor handler.
-    #[inline]
-    pub(crate) fn has_desc(&self, id: u16) -> bool {
-        matches!(self.slots.get(usize::from(id)), Some(Slot::Desc(_)))
     }
 }
 

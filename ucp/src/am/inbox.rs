@@ -1,22 +1,21 @@
-//! Active messages between their arrival, inside rucx's progress, and their handlers, which run
-//! after it (`ucp_worker_progress` calls them once rucx's worker is no longer borrowed, so a
-//! handler may call back into the library).
+//! Active messages queued for a client that runs their handlers after the progress call
+//! ([`Worker::am_set_queued`](crate::Worker::am_set_queued)): the C library, whose handlers
+//! may call back into the library, so they run once the worker is no longer borrowed.
 //!
 //! A small eager message (user header and data together at most [`SMALL_AM_MAX`] bytes) is
-//! copied into a slot of a ring of small messages, written in place, and handed to its handler
-//! from one copy of the slot, without `UCP_AM_RECV_ATTR_FLAG_DATA` (as UCX hands over the
-//! messages its shared-memory transport carries inline): no buffer is taken or given back for
-//! it. A larger eager message is copied into a buffer of its own, from a list of spares, which
-//! the handler may keep; it and every other kind wait in the general queue. Order is kept
-//! across the two: a small message goes to the ring only while the general queue is empty, so
-//! everything in the ring is older than everything in the queue, and the ring is emptied
-//! first. Both are taken from the front one message at a time, so a handler that progresses
-//! the worker delivers the messages behind its own, in order, and none twice.
+//! copied into a slot of a ring of small messages, written in place, and taken out with one
+//! copy of the slot: no buffer is taken or given back for it. A larger eager message is copied
+//! into a buffer of its own, from a list of spares, which the client may keep (and give back
+//! with [`Worker::am_recycle`](crate::Worker::am_recycle)); it and every other kind wait in the
+//! general queue. Order is kept across the two: a small message goes to the ring only while
+//! the general queue is empty, so everything in the ring is older than everything in the
+//! queue, and the ring is emptied first. Both are taken from the front one message at a time,
+//! so a handler that progresses the worker delivers the messages behind its own, in order, and
+//! none twice.
 
-use std::cell::RefCell;
+use crate::am_desc::AmRndv;
+use crate::worker::EpHandle;
 use std::collections::VecDeque;
-use std::rc::Rc;
-use ucp::EpHandle;
 
 /// Largest user header plus data copied into a queue entry: an 8-byte-aligned entry of this
 /// size holds the small messages of latency and message-rate tests (8 B of data and a header
@@ -70,30 +69,32 @@ impl SmallAm {
     }
 
     /// The data.
+    #[inline(always)]
     pub fn data(&mut self) -> &mut [u8] {
         &mut self.bytes[..usize::from(self.len)]
     }
 
     /// The user header.
+    #[inline(always)]
     pub fn header(&self) -> &[u8] {
         let d = usize::from(self.len);
         &self.bytes[d..d + usize::from(self.header_len)]
     }
 }
 
-/// An active message waiting for `ucp_worker_progress`.
+/// A queued active message (not a small one in the ring).
 pub enum AmArrival {
-    /// For an old-API handler (`ucp_worker_set_am_handler`): id, data, sender endpoint.
+    /// For an id queued whole ([`Worker::am_set_queued_whole`](crate::Worker::am_set_queued_whole)):
+    /// id, data, sender endpoint.
     Whole(u16, Vec<u8>, EpHandle),
-    /// A small eager message for a handler of `ucp_worker_set_am_recv_handler`, copied inline:
-    /// id, message, sender endpoint.
+    /// A small eager message, copied inline (queued behind a larger one): id, message, sender
+    /// endpoint.
     Small(u16, SmallAm, EpHandle),
-    /// An eager message for a handler of `ucp_worker_set_am_recv_handler`: id, buffer (user
-    /// header, then data), header length, sender endpoint.
+    /// An eager message: id, buffer (user header, then data), header length, sender endpoint.
     Eager(u16, Vec<u8>, usize, EpHandle),
-    /// A rendezvous message for a handler of `ucp_worker_set_am_recv_handler`: id, user header
-    /// and descriptor (boxed: rare, and large next to the eager forms), sender endpoint.
-    Rndv(u16, Box<(Vec<u8>, ucp::AmRndv)>, EpHandle),
+    /// A message sent by rendezvous: id, user header and descriptor (boxed: rare, and large
+    /// next to the eager forms), sender endpoint.
+    Rndv(u16, Box<(Vec<u8>, AmRndv)>, EpHandle),
 }
 
 /// A small message in the ring: id, sender endpoint and bytes.
@@ -110,10 +111,9 @@ pub struct SmallSlot {
 /// Slots the ring of small messages starts with (it doubles when full).
 const RING_START: usize = 64;
 
-/// The worker's active messages waiting for their handlers, and spare buffers for the larger
-/// ones.
+/// The worker's queued active messages, and spare buffers for the larger ones.
 #[derive(Default)]
-pub struct AmInbox {
+pub(crate) struct AmInbox {
     /// Small messages, older than everything in `queue`: `ring[head..head + len]`, wrapping
     /// (its length is zero or a power of two).
     ring: Vec<SmallSlot>,
@@ -122,9 +122,6 @@ pub struct AmInbox {
     queue: VecDeque<AmArrival>,
     spares: Vec<Vec<u8>>,
 }
-
-/// The inbox, shared with the handlers registered in rucx's worker.
-pub type AmQueue = Rc<RefCell<AmInbox>>;
 
 impl AmInbox {
     /// True when no message waits.
@@ -198,9 +195,8 @@ impl AmInbox {
         self.queue.pop_front()
     }
 
-    /// Queues eager message `id` from `ep` (user header, data) for a
-    /// `ucp_worker_set_am_recv_handler` handler: inline when small and `inline_ok` (the
-    /// worker asks for no alignment above 8), else in a buffer of its own.
+    /// Queues eager message `id` from `ep` (user header, data): inline when small and
+    /// `inline_ok` (the client asks for no alignment above 8), else in a buffer of its own.
     #[inline(always)]
     pub fn push_eager(
         &mut self,
@@ -239,19 +235,19 @@ mod tests {
     use super::*;
 
     /// A worker and an endpoint of it (to itself).
-    fn an_endpoint() -> (ucp::Worker, EpHandle) {
-        let ctx = ucp::Context::new(ucp::ContextParams {
-            features: ucp::Features::AM,
-            config: Some(ucp::UcpConfig {
+    fn an_endpoint() -> (crate::Worker, EpHandle) {
+        let ctx = crate::Context::new(crate::ContextParams {
+            features: crate::Features::AM,
+            config: Some(crate::UcpConfig {
                 tls: vec!["self".into()],
                 ..Default::default()
             }),
         })
         .expect("context");
-        let mut w = ucp::Worker::new(&ctx).expect("worker");
+        let mut w = crate::Worker::new(&ctx).expect("worker");
         let addr = w.address().to_vec();
         let ep = w
-            .ep_create(&addr, ucp::EpParams::default())
+            .ep_create(&addr, crate::EpParams::default())
             .expect("endpoint");
         (w, ep)
     }
