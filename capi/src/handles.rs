@@ -68,12 +68,17 @@ impl Inner {
     }
 
     /// True when an endpoint failure or an active message waits for delivery.
+    fn events_queued(&self) -> bool {
+        self.failures_queued() || self.w.am_has_queued()
+    }
+
+    /// True when an endpoint failure waits for delivery.
     #[inline(always)]
-    pub(crate) fn events_queued(&self) -> bool {
+    pub(crate) fn failures_queued(&self) -> bool {
         // SAFETY: the queue is filled by rucx's callbacks during `progress` and emptied by
         // `deliver`; neither holds a borrow when this is called (between calls, with the
         // worker locked), so reading its length through the cell's pointer is sound.
-        unsafe { !(*self.ep_errors.as_ptr()).is_empty() || self.w.am_has_queued() }
+        unsafe { !(*self.ep_errors.as_ptr()).is_empty() }
     }
 }
 

@@ -20,6 +20,11 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use ucp::{AmArrival, Completion, EpHandle, WorkerAddress};
 
+/// [`Worker::progress`]'s mask: queued completions or endpoint failures (beside ucp's
+/// `QUEUED_RECV_OK` and `QUEUED_AM`).
+const QUEUED_OTHERS: u8 = 2;
+const _: () = assert!(QUEUED_OTHERS & (ucp::QUEUED_RECV_OK | ucp::QUEUED_AM) == 0);
+
 impl Worker {
     /// Runs rucx's progress, then (outside it) the callbacks of the requests it finished, and
     /// the completions, endpoint failures and active messages it queued. Gives the number of
@@ -31,8 +36,12 @@ impl Worker {
             let mut i = self.inner.borrow_mut();
             let n = i.w.progress();
             // The common case, a spin with nothing finished, touches no queue.
-            let others = !i.done.is_empty() || i.w.has_done_tokens() || i.events_queued();
-            (n, i.w.has_recv_ok() as u8 | (others as u8) << 1)
+            let others = !i.done.is_empty() || i.w.has_done_tokens() || i.failures_queued();
+            // ucp's bits (receives as records, active messages) and this library's own.
+            (
+                n,
+                i.w.client_queued() | if others { QUEUED_OTHERS } else { 0 },
+            )
         };
         let n = if queued != 0 || !self.due_head.get().is_null() {
             n + self.after_progress(queued)
@@ -47,18 +56,24 @@ impl Worker {
     }
 
     /// The part of [`Worker::progress`] after rucx's progress call when it finished something:
-    /// the receives that finished into client memory without error (`queued` bit 0), the due
-    /// callbacks, then (bit 1) the queued completions and events.
+    /// the receives that finished into client memory without error (`queued` has
+    /// `QUEUED_RECV_OK`), the due callbacks, then the queued completions and endpoint failures
+    /// ([`QUEUED_OTHERS`]) and the active messages (`QUEUED_AM`).
     #[inline(never)]
     fn after_progress(&self, queued: u8) -> usize {
-        let n = if queued & 1 != 0 {
+        let n = if queued & ucp::QUEUED_RECV_OK != 0 {
             self.deliver_recv_ok()
         } else {
             0
         };
         let n = n + self.run_due();
-        if queued & 2 != 0 {
+        let n = if queued & QUEUED_OTHERS != 0 {
             n + self.deliver()
+        } else {
+            n
+        };
+        if queued & ucp::QUEUED_AM != 0 {
+            n + self.deliver_ams()
         } else {
             n
         }
@@ -111,19 +126,19 @@ impl Worker {
     }
 
     /// Runs the client's callbacks for what the last progress call produced: completions, then
-    /// endpoint failures and active messages. Gives their number.
+    /// endpoint failures. Gives their number.
     #[inline(never)]
     fn deliver(&self) -> usize {
-        let (done, events) = {
+        let (done, failed) = {
             let i = self.inner.borrow();
             (
                 !i.done.is_empty() || i.w.has_done_tokens(),
-                i.events_queued(),
+                i.failures_queued(),
             )
         };
         let n = if done { self.deliver_done() } else { 0 };
-        if events {
-            n + self.deliver_events()
+        if failed {
+            n + self.deliver_failures()
         } else {
             n
         }
@@ -192,12 +207,10 @@ impl Worker {
         n
     }
 
-    /// Runs the error handlers of failed endpoints and the handlers of arrived active
-    /// messages. Gives their number.
-    fn deliver_events(&self) -> usize {
-        // SAFETY: as in `Inner::events_queued`: no borrow of the queue is held now.
-        let failed = unsafe { !(*self.inner.borrow().ep_errors.as_ptr()).is_empty() };
-        let mut n = if failed { self.deliver_failures() } else { 0 };
+    /// Runs the handlers of the active messages queued. Gives their number.
+    #[inline(always)]
+    fn deliver_ams(&self) -> usize {
+        let mut n = 0;
         // One message at a time off the front: a handler that progresses the worker delivers
         // the ones behind its own, and each is delivered once.
         loop {

@@ -91,7 +91,9 @@ impl State {
             return;
         };
         let h = self.ep_handle(ep, gen);
-        if let Some(data) = self.am.take_whole(id, h, hdr, data) {
+        let left = self.am.take_whole(id, h, hdr, data);
+        self.note_am_queued();
+        if let Some(data) = left {
             tracing::warn!(
                 id,
                 len = data.len(),

@@ -25,7 +25,7 @@ use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
 use crate::worker::req::RecvBuf;
 use crate::worker::req::SendData;
-use crate::worker::state::State;
+use crate::worker::state::{State, QUEUED_AM};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
 
@@ -53,7 +53,7 @@ impl Worker {
     /// Messages wait in the inbox ([`Worker::am_set_queued`]).
     #[inline(always)]
     pub fn am_has_queued(&self) -> bool {
-        !self.st.am.inbox.is_empty()
+        self.st.client_queued & QUEUED_AM != 0
     }
 
     /// The oldest queued small message, with whether more wait (in the ring or the queue);
@@ -61,12 +61,20 @@ impl Worker {
     #[inline(always)]
     pub fn am_pop_small(&mut self) -> Option<(SmallSlot, bool)> {
         let s = self.st.am.inbox.pop_small()?;
-        Some((s, !self.st.am.inbox.is_empty()))
+        let more = !self.st.am.inbox.is_empty();
+        if !more {
+            self.st.client_queued &= !QUEUED_AM;
+        }
+        Some((s, more))
     }
 
     /// The oldest queued message past the small ones of [`Worker::am_pop_small`].
     pub fn am_pop(&mut self) -> Option<AmArrival> {
-        self.st.am.inbox.pop()
+        let a = self.st.am.inbox.pop();
+        if self.st.am.inbox.is_empty() {
+            self.st.client_queued &= !QUEUED_AM;
+        }
+        a
     }
 
     /// Gives back the buffer of a queued eager message once its data is no longer used (kept
@@ -150,8 +158,19 @@ impl State {
     ) -> bool {
         let gen = self.ep(idx).gen();
         let ep = self.ep_handle(idx, gen);
-        self.am
-            .take_desc(h.id, ep, AmMsg::Eager { header: uh, data })
+        let taken = self
+            .am
+            .take_desc(h.id, ep, AmMsg::Eager { header: uh, data });
+        self.note_am_queued();
+        taken
+    }
+
+    /// Marks the AM inbox in [`State::client_queued`] when it holds messages.
+    #[inline(always)]
+    pub(crate) fn note_am_queued(&mut self) {
+        if !self.am.inbox.is_empty() {
+            self.client_queued |= QUEUED_AM;
+        }
     }
 
     /// AM_RTS for an id with a descriptor handler: the handler gets the header and a
@@ -193,6 +212,7 @@ impl State {
         let gen = self.ep(idx).gen();
         let ep = self.ep_handle(idx, gen);
         self.am.take_desc(id, ep, msg);
+        self.note_am_queued();
     }
 }
 

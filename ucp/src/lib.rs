@@ -95,6 +95,7 @@ pub use rma::{MemMap, Rkey};
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};
 pub use wireup::TagSendMode;
+pub use worker::state::{QUEUED_AM, QUEUED_RECV_OK};
 pub use worker::{
     AmHandler, AmoSize, CloseMode, EpHandle, EpParams, ErrHandler, Message, ProbeInfo, ProtoStats,
     RecvOk, RequestCallback, Worker, CLOCK_PERIOD,

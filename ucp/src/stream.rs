@@ -69,7 +69,7 @@ impl Worker {
     /// ([`Worker::set_completion_hook`]) under the token `token()` gives, as
     /// [`Worker::request_into_hook`] of its request would: a receive that finishes at once
     /// gives its completion (and `token` is not called); one left waiting is bound to the hook
-    /// without a [`Request`] handle being made and taken apart.
+    /// without a [`Request`](crate::Request) handle being made and taken apart.
     ///
     /// Inlined into its caller (the C library's receive); the rare cases are one call.
     ///

@@ -272,6 +272,7 @@ impl Worker {
                 completion_hook: None,
                 recv_ok: std::collections::VecDeque::new(),
                 recv_ok_on: false,
+                client_queued: 0,
                 closings: Vec::new(),
                 tm: crate::tag::offload::state::TmState::new(),
                 protos: Vec::new(),

@@ -84,7 +84,7 @@ impl SmallAm {
 
 /// A queued active message (not a small one in the ring).
 pub enum AmArrival {
-    /// For an id queued whole ([`Worker::am_set_queued_whole`](crate::Worker::am_set_queued_whole)):
+    /// For an id queued whole ([`Worker::am_set_queued`](crate::Worker::am_set_queued) with `whole`):
     /// id, data, sender endpoint.
     Whole(u16, Vec<u8>, EpHandle),
     /// A small eager message, copied inline (queued behind a larger one): id, message, sender

@@ -54,7 +54,7 @@ pub struct ProtoConfig {
     /// buffers (set by the worker, see `State::tm_adjust_proto`).
     pub tag_rndv_thresh: usize,
     /// [`TagSendMode::FastCompletion`] tag messages of at least this size go by rendezvous:
-    /// `tag_rndv_thresh`, or [`FAST_CMPL_EAGER_MAX`] + 1 where the both-ways model sets the
+    /// `tag_rndv_thresh`, or `FAST_CMPL_EAGER_MAX` (128 KiB) + 1 where the both-ways model sets the
     /// threshold and no `RUCX_RNDV_THRESH` is given.
     pub fast_rndv_thresh: usize,
     /// Rendezvous data path of messages above `rndv_am_max`.

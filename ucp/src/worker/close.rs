@@ -28,7 +28,7 @@ impl Worker {
     }
 
     /// Starts closing an endpoint; the request finishes when it is closed. `Flush` flushes,
-    /// sends CLOSE and waits (at most [`CLOSE_ACK_WAIT`]) until the peer has processed it,
+    /// sends CLOSE and waits (at most `CLOSE_ACK_WAIT`) until the peer has processed it,
     /// so everything sent before reached the peer's application.
     pub fn ep_close_nb(&mut self, ep: EpHandle, mode: CloseMode) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;

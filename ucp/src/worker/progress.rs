@@ -96,7 +96,7 @@ impl Worker {
     /// Makes progress on every interface, then on queued sends and timers. Gives the number of
     /// events handled. The idle spin (one interface polled, whose quick look finds nothing, and
     /// no other work) is inlined into the callers (the C library's `ucp_worker_progress` among
-    /// them) and costs no call; the rest is [`Worker::progress_polled`].
+    /// them) and costs no call; the rest is `Worker::progress_polled`.
     #[inline(always)]
     pub fn progress(&mut self) -> usize {
         self.tick = self.tick.wrapping_add(1);

@@ -15,7 +15,7 @@ use crate::request::{Completion, Op, Received, Request, RequestId};
 use crate::worker::api_types::{CompletionHook, RecvOk};
 use crate::worker::req::{Done, Notify, RecvStage, ReqKind};
 use crate::worker::req_table::TakeRecv;
-use crate::worker::state::State;
+use crate::worker::state::{State, QUEUED_RECV_OK};
 use crate::worker::Worker;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -276,6 +276,7 @@ impl Worker {
     /// off, every result goes to the hook; turning it off drops what is queued.
     pub fn queue_recv_ok(&mut self, on: bool) {
         self.st.recv_ok_on = on;
+        self.st.client_queued &= !QUEUED_RECV_OK;
         self.st.recv_ok = if on {
             std::collections::VecDeque::with_capacity(64)
         } else {
@@ -286,13 +287,25 @@ impl Worker {
     /// True when [`Worker::pop_recv_ok`] has something to give.
     #[inline(always)]
     pub fn has_recv_ok(&self) -> bool {
-        !self.st.recv_ok.is_empty()
+        self.st.client_queued & QUEUED_RECV_OK != 0
+    }
+
+    /// What waits for the client, in one byte: [`QUEUED_RECV_OK`] when
+    /// [`Worker::pop_recv_ok`] has something to give, [`QUEUED_AM`](crate::QUEUED_AM) when
+    /// [`Worker::am_pop_small`] or [`Worker::am_pop`] has.
+    #[inline(always)]
+    pub fn client_queued(&self) -> u8 {
+        self.st.client_queued
     }
 
     /// The oldest queued [`RecvOk`], taken off the queue.
     #[inline(always)]
     pub fn pop_recv_ok(&mut self) -> Option<RecvOk> {
-        self.st.recv_ok.pop_front()
+        let r = self.st.recv_ok.pop_front();
+        if self.st.recv_ok.is_empty() {
+            self.st.client_queued &= !QUEUED_RECV_OK;
+        }
+        r
     }
 
     /// Like [`Worker::request_into_token_queued`], but the result goes to the completion hook
@@ -720,6 +733,7 @@ impl State {
         self.free_plain_req(key);
         if self.recv_ok_on {
             self.recv_ok.push_back(RecvOk { token, len, tag });
+            self.client_queued |= QUEUED_RECV_OK;
             return;
         }
         let c = Completion {

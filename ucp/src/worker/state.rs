@@ -95,6 +95,11 @@ pub(crate) struct State {
     pub(crate) recv_ok: std::collections::VecDeque<RecvOk>,
     /// [`Worker::queue_recv_ok`](crate::Worker::queue_recv_ok) is on.
     pub(crate) recv_ok_on: bool,
+    /// What waits for the client ([`Worker::client_queued`](crate::Worker::client_queued)):
+    /// [`QUEUED_RECV_OK`] when `recv_ok` has records, [`QUEUED_AM`] when the AM family's inbox
+    /// has messages. Set when they are queued, cleared when the last is taken: one load tells
+    /// a progress call of the C library whether it has anything to hand out.
+    pub(crate) client_queued: u8,
     pub(super) closings: Vec<Closing>,
     /// Tag matching: the matcher and the unexpected messages.
     pub(crate) tag: crate::tag::state::TagState,
@@ -105,6 +110,13 @@ pub(crate) struct State {
     /// The distinct protocol configurations of the endpoints (see [`State::intern_proto`]).
     pub(super) protos: Vec<Rc<ProtoConfig>>,
 }
+
+/// [`Worker::client_queued`](crate::Worker::client_queued): receives queued as [`RecvOk`]
+/// records.
+pub const QUEUED_RECV_OK: u8 = 1;
+/// [`Worker::client_queued`](crate::Worker::client_queued): active messages queued in the
+/// inbox.
+pub const QUEUED_AM: u8 = 4;
 
 /// Distinct protocol configurations [`State::intern_proto`] keeps.
 pub(crate) const PROTOS_MAX: usize = 32;
