@@ -692,6 +692,47 @@ mod tests {
         );
     }
 
+    /// A new worker of `ctx` (the late peer) sends `msg` with `tag` to `a`, which has a receive
+    /// posted for it; `step` progresses `a` (once per call), the peer is progressed between.
+    /// Gives what `a` received and the number of `step` calls it took.
+    fn late_peer_message(
+        ctx: &Context,
+        a: &mut Worker,
+        tag: u64,
+        msg: &[u8],
+        mut step: impl FnMut(&mut Worker),
+    ) -> (crate::Completion, u32) {
+        let mut b = Worker::new(ctx).expect("worker b");
+        let a_addr = a.address().to_vec();
+        let ba = b.ep_create(&a_addr, EpParams::default()).expect("ep b->a");
+        let mut recv = match a.tag_recv(vec![0u8; 64], tag, u64::MAX).expect("recv") {
+            Op::Pending(r) => r,
+            Op::Done(c) => panic!("nothing was sent yet: {:?}", c.status),
+        };
+        let mut send = match b.tag_send(ba, tag, msg).expect("send") {
+            Op::Pending(r) => Some(r),
+            Op::Done(_) => None,
+        };
+        let deadline = Instant::now() + WATCHDOG;
+        let mut calls = 0;
+        loop {
+            step(a);
+            calls += 1;
+            b.progress();
+            if let Some(r) = send.take() {
+                send = b.request_take(r).err();
+            }
+            match a.request_take(recv) {
+                Ok(c) => return (c, calls),
+                Err(r) => recv = r,
+            }
+            assert!(
+                Instant::now() < deadline,
+                "watchdog: a never got b's message"
+            );
+        }
+    }
+
     /// The same late peer reaches a worker whose idle interfaces get no count-paced poll at
     /// all (its call count skips every multiple of `IDLE_IFACE_PERIOD`): the clock moving by
     /// `IDLE_IFACE_WAIT` between calls is enough.
@@ -707,19 +748,7 @@ mod tests {
             .last_event
             .iter()
             .all(|&last| a.tick.wrapping_sub(last) > IDLE_IFACE_RECENT + IDLE_IFACE_PERIOD));
-        let mut b = Worker::new(&ctx).expect("worker b");
-        let a_addr = a.address().to_vec();
-        let ba = b.ep_create(&a_addr, EpParams::default()).expect("ep b->a");
-        let mut recv = match a.tag_recv(vec![0u8; 64], 9, u64::MAX).expect("recv") {
-            Op::Pending(r) => r,
-            Op::Done(c) => panic!("nothing was sent yet: {:?}", c.status),
-        };
-        let mut send = match b.tag_send(ba, 9, b"by the clock").expect("send") {
-            Op::Pending(r) => Some(r),
-            Op::Done(_) => None,
-        };
-        let deadline = Instant::now() + WATCHDOG;
-        let got = loop {
+        let (got, _) = late_peer_message(&ctx, &mut a, 9, b"by the clock", |a| {
             if a.tick.wrapping_add(1).is_multiple_of(IDLE_IFACE_PERIOD) {
                 a.tick = a.tick.wrapping_add(1);
             }
@@ -727,19 +756,7 @@ mod tests {
                 clock.advance(super::IDLE_IFACE_WAIT * 2);
             }
             a.progress();
-            b.progress();
-            if let Some(r) = send.take() {
-                send = b.request_take(r).err();
-            }
-            match a.request_take(recv) {
-                Ok(c) => break c,
-                Err(r) => recv = r,
-            }
-            assert!(
-                Instant::now() < deadline,
-                "watchdog: a never got b's message"
-            );
-        };
+        });
         got.status.expect("receive");
         assert_eq!(&got.buf.expect("buffer")[..got.len], b"by the clock");
     }
@@ -768,35 +785,9 @@ mod tests {
             a.tick.is_multiple_of(IDLE_IFACE_PERIOD),
             "the count-paced poll is a whole period away"
         );
-        let mut b = Worker::new(&ctx).expect("worker b");
-        let a_addr = a.address().to_vec();
-        let ba = b.ep_create(&a_addr, EpParams::default()).expect("ep b->a");
-        let mut recv = match a.tag_recv(vec![0u8; 64], 5, u64::MAX).expect("recv") {
-            Op::Pending(r) => r,
-            Op::Done(c) => panic!("nothing was sent yet: {:?}", c.status),
-        };
-        let mut send = match b.tag_send(ba, 5, b"slow receiver").expect("send") {
-            Op::Pending(r) => Some(r),
-            Op::Done(_) => None,
-        };
-        let deadline = Instant::now() + WATCHDOG;
-        let mut calls = 0;
-        let got = loop {
-            slow(&mut a);
-            calls += 1;
-            b.progress();
-            if let Some(r) = send.take() {
-                send = b.request_take(r).err();
-            }
-            match a.request_take(recv) {
-                Ok(c) => break c,
-                Err(r) => recv = r,
-            }
-            assert!(
-                Instant::now() < deadline,
-                "watchdog: a never got b's message"
-            );
-        };
+        let (got, calls) = late_peer_message(&ctx, &mut a, 5, b"slow receiver", |a| {
+            slow(a);
+        });
         got.status.expect("receive");
         assert_eq!(&got.buf.expect("buffer")[..got.len], b"slow receiver");
         assert!(
