@@ -613,6 +613,7 @@ pub unsafe extern "C" fn ucp_request_release(request: *mut c_void) {
 ///
 /// # Safety
 /// A request from this library, released once.
+#[inline(always)]
 unsafe fn release(name: &str, request: *mut c_void, bits: u32) {
     let Some((w, h)) = worker_of(request) else {
         not_a_request(name);
@@ -624,12 +625,19 @@ unsafe fn release(name: &str, request: *mut c_void, bits: u32) {
     if prev & F_RELEASED != 0 {
         // A callback freeing a request the client had released already (or a double free):
         // recycling twice would hand the memory out twice.
-        tracing::warn!("{name}: the request was freed already");
+        freed_twice(name);
         return;
     }
     if prev & F_COMPLETED != 0 && prev & F_CB_DUE == 0 {
         recycle(w, h);
     }
+}
+
+/// Logs a request freed again (see [`release`]).
+#[cold]
+#[inline(never)]
+fn freed_twice(name: &str) {
+    tracing::warn!("{name}: the request was freed already");
 }
 
 /// `void ucp_request_cancel(ucp_worker_h worker, void *request)`: a receive that has not
