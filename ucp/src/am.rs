@@ -14,6 +14,7 @@ pub(crate) mod inbox;
 pub(crate) mod stages;
 pub(crate) mod state;
 
+use crate::am::state::Taken;
 use crate::request::Op;
 use crate::wire::{am_id, EagerHdr, RtsHdr, UserAmHdr};
 use crate::wireup::ProtoConfig;
@@ -91,15 +92,22 @@ impl State {
             return;
         };
         let h = self.ep_handle(ep, gen);
-        let left = self.am.take_whole(id, h, hdr, data);
-        self.note_am_queued();
-        if let Some(data) = left {
-            tracing::warn!(
-                id,
-                len = data.len(),
-                "active message without handler dropped"
-            );
-            self.put_buf(data);
+        self.deliver_am_to(h, id, hdr, data);
+    }
+
+    /// [`State::deliver_am`] from endpoint handle `h`.
+    #[inline]
+    fn deliver_am_to(&mut self, h: EpHandle, id: u16, hdr: &[u8], data: Vec<u8>) {
+        match self.am.take_whole(id, h, hdr, data) {
+            Ok(taken) => self.note_taken(taken),
+            Err(data) => {
+                tracing::warn!(
+                    id,
+                    len = data.len(),
+                    "active message without handler dropped"
+                );
+                self.put_buf(data);
+            }
         }
     }
 
@@ -253,12 +261,17 @@ impl State {
 
     /// USER_AM: a user active message sent eagerly.
     pub(crate) fn on_user_am(&mut self, idx: usize, h: UserAmHdr, uh: &[u8], data: &[u8]) {
-        if self.am_desc_eager(idx, h, uh, data) {
-            return;
+        let gen = self.ep(idx).gen();
+        let ep = self.ep_handle(idx, gen);
+        let (am, pool) = self.am_and_pool();
+        match am.take_eager(h.id, ep, uh, data, || pool.pop().unwrap_or_default()) {
+            Taken::No => tracing::warn!(
+                id = h.id,
+                len = data.len(),
+                "active message without handler dropped"
+            ),
+            taken => self.note_taken(taken),
         }
-        let mut v = self.get_buf();
-        v.extend_from_slice(data);
-        self.deliver_am(idx, h.id, uh, v);
     }
 
     /// AM_RTS: a user active message sent by rendezvous; its data is fetched into a new buffer.

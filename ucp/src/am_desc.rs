@@ -21,6 +21,7 @@ pub(crate) mod msg;
 pub use msg::{AmDescHandler, AmMsg, AmRndv};
 
 use crate::am::inbox::{AmArrival, SmallSlot};
+use crate::am::state::Taken;
 use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
 use crate::worker::req::RecvBuf;
@@ -146,29 +147,10 @@ impl Worker {
 }
 
 impl State {
-    /// USER_AM for an id with a descriptor handler: header and data lent to it where they
-    /// arrived. Gives false when the id has none (the caller delivers the message the other
-    /// way).
-    pub(crate) fn am_desc_eager(
-        &mut self,
-        idx: usize,
-        h: UserAmHdr,
-        uh: &[u8],
-        data: &[u8],
-    ) -> bool {
-        let gen = self.ep(idx).gen();
-        let ep = self.ep_handle(idx, gen);
-        let taken = self
-            .am
-            .take_desc(h.id, ep, AmMsg::Eager { header: uh, data });
-        self.note_am_queued();
-        taken
-    }
-
-    /// Marks the AM inbox in [`State::client_queued`] when it holds messages.
+    /// Marks the AM inbox in [`State::client_queued`] when a message went into it.
     #[inline(always)]
-    pub(crate) fn note_am_queued(&mut self) {
-        if !self.am.inbox.is_empty() {
+    pub(crate) fn note_taken(&mut self, taken: Taken) {
+        if taken == Taken::Queued {
             self.client_queued |= QUEUED_AM;
         }
     }
@@ -211,8 +193,8 @@ impl State {
     fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg<'_>) {
         let gen = self.ep(idx).gen();
         let ep = self.ep_handle(idx, gen);
-        self.am.take_desc(id, ep, msg);
-        self.note_am_queued();
+        let taken = self.am.take_desc(id, ep, msg);
+        self.note_taken(taken);
     }
 }
 

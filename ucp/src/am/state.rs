@@ -6,6 +6,17 @@ use crate::am_desc::msg::{AmDescHandler, AmMsg};
 use crate::worker::api_types::AmHandler;
 use crate::worker::EpHandle;
 
+/// What became of a message given to [`AmState::take_desc`] or [`AmState::take_whole`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Taken {
+    /// Its id has no handler of that kind: not taken.
+    No,
+    /// Its handler ran.
+    ByHandler,
+    /// It waits in the inbox.
+    Queued,
+}
+
 /// The handler registered for one id.
 #[derive(Default)]
 enum Slot {
@@ -79,33 +90,79 @@ impl AmState {
         ep: EpHandle,
         hdr: &[u8],
         data: Vec<u8>,
-    ) -> Option<Vec<u8>> {
+    ) -> Result<Taken, Vec<u8>> {
         match self.slots.get_mut(usize::from(id)) {
-            Some(Slot::Whole(h)) => h(ep, hdr, data),
-            Some(Slot::QueuedWhole) => self.inbox.push(AmArrival::Whole(id, data, ep)),
-            _ => return Some(data),
+            Some(Slot::Whole(h)) => {
+                h(ep, hdr, data);
+                Ok(Taken::ByHandler)
+            }
+            Some(Slot::QueuedWhole) => {
+                self.inbox.push(AmArrival::Whole(id, data, ep));
+                Ok(Taken::Queued)
+            }
+            _ => Err(data),
         }
-        None
     }
 
-    /// Gives message `msg` of `id` from `ep` to its descriptor handler or queues it; false
-    /// when `id` has neither.
+    /// Gives eager message `id` from `ep` (user header, data) to its handler of either kind or
+    /// queues it, with one look at the table: a whole-message handler's copy goes into a
+    /// buffer `buf` gives.
     #[inline(always)]
-    pub(crate) fn take_desc(&mut self, id: u16, ep: EpHandle, msg: AmMsg<'_>) -> bool {
+    pub(crate) fn take_eager(
+        &mut self,
+        id: u16,
+        ep: EpHandle,
+        header: &[u8],
+        data: &[u8],
+        buf: impl FnOnce() -> Vec<u8>,
+    ) -> Taken {
         match self.slots.get_mut(usize::from(id)) {
-            Some(Slot::Queued { inline_ok }) => match msg {
-                AmMsg::Eager { header, data } => {
-                    self.inbox.push_eager(id, ep, header, data, *inline_ok)
-                }
-                AmMsg::Rndv { header, data } => {
-                    self.inbox
-                        .push(AmArrival::Rndv(id, Box::new((header.to_vec(), data)), ep))
-                }
-            },
-            Some(Slot::Desc(h)) => h(ep, msg),
-            _ => return false,
+            Some(Slot::Queued { inline_ok }) => {
+                self.inbox.push_eager(id, ep, header, data, *inline_ok);
+                Taken::Queued
+            }
+            Some(Slot::Desc(h)) => {
+                h(ep, AmMsg::Eager { header, data });
+                Taken::ByHandler
+            }
+            Some(Slot::Whole(h)) => {
+                let mut v = buf();
+                v.extend_from_slice(data);
+                h(ep, header, v);
+                Taken::ByHandler
+            }
+            Some(Slot::QueuedWhole) => {
+                let mut v = buf();
+                v.extend_from_slice(data);
+                self.inbox.push(AmArrival::Whole(id, v, ep));
+                Taken::Queued
+            }
+            _ => Taken::No,
         }
-        true
+    }
+
+    /// Gives message `msg` of `id` from `ep` to its descriptor handler or queues it.
+    #[inline(always)]
+    pub(crate) fn take_desc(&mut self, id: u16, ep: EpHandle, msg: AmMsg<'_>) -> Taken {
+        match self.slots.get_mut(usize::from(id)) {
+            Some(Slot::Queued { inline_ok }) => {
+                match msg {
+                    AmMsg::Eager { header, data } => {
+                        self.inbox.push_eager(id, ep, header, data, *inline_ok)
+                    }
+                    AmMsg::Rndv { header, data } => {
+                        self.inbox
+                            .push(AmArrival::Rndv(id, Box::new((header.to_vec(), data)), ep))
+                    }
+                }
+                Taken::Queued
+            }
+            Some(Slot::Desc(h)) => {
+                h(ep, msg);
+                Taken::ByHandler
+            }
+            _ => Taken::No,
+        }
     }
 
     /// `id` has a descriptor handler or is queued as one would get it.

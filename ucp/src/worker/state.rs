@@ -145,6 +145,13 @@ impl State {
         self.pool.pop().unwrap_or_default()
     }
 
+    /// The active-message family's state beside the buffer pool (for a whole message's copy
+    /// while the family's table is borrowed).
+    #[inline(always)]
+    pub(crate) fn am_and_pool(&mut self) -> (&mut crate::am::state::AmState, &mut Vec<Vec<u8>>) {
+        (&mut self.am, &mut self.pool)
+    }
+
     pub(crate) fn put_buf(&mut self, mut v: Vec<u8>) {
         if v.capacity() <= POOL_BUF_MAX && self.pool.len() < POOL_MAX {
             v.clear();
