@@ -148,6 +148,6 @@ for row, (col, unit, better) in spec.items():
         if s != "ucx" and base:
             print(f"{row}: ratio {s}/ucx {meds[s] / base:.2f} ({better} is better)")
     for s in systems:
-        if s.endswith("_tm_on") and meds.get(s[:-3] + "off"):
-            print(f"{row}: ratio {s[:-6]} offload on/off {meds[s] / meds[s[:-3] + 'off']:.2f}")
+        if s.endswith("_tm_on") and meds.get(s[:-2] + "off"):
+            print(f"{row}: ratio {s[:-6]} offload on/off {meds[s] / meds[s[:-2] + 'off']:.2f}")
 PY
