@@ -22,7 +22,8 @@
 #              BW_WARMUP (default 20: tag_bw warm-up iterations; both perftests keep a window of
 #              sends and receives in flight, rucx's with a buffer each (-O 16), so the warm-up
 #              covers the window and the registration of every buffer is out of the measurement),
-#              ROWS (default "rc_lat rc_bw64k rc_bw1m ud_lat") to run a subset,
+#              ROWS (default "rc_lat rc_bw64k rc_bw1m ud_lat") to run a subset, or add rc_bw32k
+#              (tag_bw 32 KiB, BW32_ITERS default 600: at the tag-offload split threshold),
 #              RUCX_VARIANTS="NAME=path ..." more perftest builds alternating with it in the same
 #              boot (rows rucxNAME_tm_on / rucxNAME_tm_off, or rucxNAME on ud)
 set -euo pipefail
@@ -31,6 +32,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 REPS=${1:-5}
 LAT_ITERS=${LAT_ITERS:-2000}
+BW32_ITERS=${BW32_ITERS:-600}
 BW64_ITERS=${BW64_ITERS:-300}
 BW1M_ITERS=${BW1M_ITERS:-40}
 BW_WARMUP=${BW_WARMUP:-20}
@@ -94,6 +96,7 @@ for rep in \$(seq 1 $REPS); do
     for row in $ROWS; do
         case \$row in
             rc_lat) a=(-t tag_lat -s 8 -n $LAT_ITERS -w 100) ;;
+            rc_bw32k) a=(-t tag_bw -s 32768 -n $BW32_ITERS -w $BW_WARMUP) ;;
             rc_bw64k) a=(-t tag_bw -s 65536 -n $BW64_ITERS -w $BW_WARMUP) ;;
             rc_bw1m) a=(-t tag_bw -s 1048576 -n $BW1M_ITERS -w $BW_WARMUP) ;;
             ud_lat) a=(-t tag_lat -s 8 -n $LAT_ITERS -w 100) ;;
@@ -133,7 +136,7 @@ for line in open(sys.argv[1]):
 # Final line columns: iterations, typical latency, avg latency, overall latency (us), avg MB/s,
 # overall MB/s, avg msg/s, overall msg/s.
 spec = {"rc_lat": (1, "us typical latency", "lower"), "ud_lat": (1, "us typical latency", "lower"),
-        "rc_bw64k": (5, "MB/s overall", "higher"), "rc_bw1m": (5, "MB/s overall", "higher")}
+        "rc_bw32k": (5, "MB/s overall", "higher"), "rc_bw64k": (5, "MB/s overall", "higher"), "rc_bw1m": (5, "MB/s overall", "higher")}
 for row, (col, unit, better) in spec.items():
     systems = sorted(l.split("/")[1] for l in runs if l.startswith(row + "/"))
     if not systems:
@@ -148,6 +151,6 @@ for row, (col, unit, better) in spec.items():
         if s != "ucx" and base:
             print(f"{row}: ratio {s}/ucx {meds[s] / base:.2f} ({better} is better)")
     for s in systems:
-        if s.endswith("_tm_on") and meds.get(s[:-3] + "off"):
-            print(f"{row}: ratio {s[:-6]} offload on/off {meds[s] / meds[s[:-3] + 'off']:.2f}")
+        if s.endswith("_tm_on") and meds.get(s[:-2] + "off"):
+            print(f"{row}: ratio {s[:-6]} offload on/off {meds[s] / meds[s[:-2] + 'off']:.2f}")
 PY

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Where the receiver's vCPU spends a tag_bw run over rc_verbs in steady state, UCX 1.13 beside
-# rucx (tag offload off, and on with ON=1): inside the Soft-RoCE VM each configuration runs
-# tag_bw SIZE bytes x N (server = receiver on vCPU 0, client = sender on vCPU 1); WAIT seconds
-# after the client starts (set-up over: registration, page population, wire-up), the per-CPU
-# jiffies of /proc/stat, rxe0's sent packets and a `perf record -C 0` (cpu-clock, call graphs)
-# cover a window of WIN seconds. Prints, per run: the result, the MiB moved in the window
-# (packets / 1030: 1 MiB is 1024 READ responses at rxe's 1024-byte MTU plus a few messages),
-# vCPU 0's and vCPU 1's jiffies by kind, and vCPU 0's perf samples by context (softirq:
-# the stack holds handle_softirqs; syscall: a system call without a softirq in it; pagefault;
-# idle) and by process. The host's perf (same 6.1 major version as the guest's kernel) goes in
+# Where both vCPUs spend a tag_bw run over rc_verbs in steady state, UCX 1.13 beside rucx (tag
+# offload off, and on with ON=1): inside the Soft-RoCE VM each configuration runs tag_bw SIZE
+# bytes x N (server = receiver on vCPU 0, client = sender on vCPU 1); WAIT seconds after the
+# client starts (set-up over: registration, page population, wire-up), the per-CPU jiffies of
+# /proc/stat, rxe0's sent packets and a `perf record -a` (cpu-clock, call graphs, both vCPUs:
+# with offload on the sender's vCPU copies the half it RDMA-WRITEs) cover a window of WIN
+# seconds. Prints, per run: the result, the MiB moved in the window (packets / 1030: 1 MiB is
+# 1024 READ responses at rxe's 1024-byte MTU plus a few messages), each vCPU's jiffies by kind,
+# its perf samples by process and context (softirq: the stack holds handle_softirqs; syscall: a
+# system call without a softirq in it; pagefault; idle; user: the rest, a spinning perftest
+# among them), and its kernel samples by leaf function and the two frames above it (the copies
+# `memcpy_erms<rxe_mr_copy<...`, the ICRC `crc32_body<...`, the zeroing of every new packet
+# buffer `memset_erms<__kmem_cache_alloc_node<...`: Debian's kernel zeroes allocations,
+# init_on_alloc). The host's perf (same 6.1 major version as the guest's kernel) goes in
 # with -f. Under TCG the guest's `sleep WIN` lasts longer than WIN seconds of the client's own
 # clock (164 MiB moved in a "5 s" window of a 12.5 MB/s run), so compare the window's counts
 # between the runs of one boot, as shares. It reports; it asserts nothing.
@@ -56,26 +60,38 @@ for rep in \$(seq 1 $REPS); do
         c=\$!
         sleep \$WAIT
         p0=\$(cat \$PKTS); grep '^cpu[01] ' /proc/stat >/tmp/c0
-        perf record -q -C 0 -g -e cpu-clock -F 250 -o /tmp/perf.data -- sleep \$WIN 2>/dev/null
+        perf record -q -a -g -e cpu-clock -F 250 -o /tmp/perf.data -- sleep \$WIN 2>/dev/null
         p1=\$(cat \$PKTS); grep '^cpu[01] ' /proc/stat >/tmp/c1
         wait \$c || echo "\$t: client failed: \$(tail -2 /tmp/client.out)"
         wait \$s || echo "\$t: server failed: \$(tail -2 /tmp/server.out)"
         echo "== \$t \$(grep 'Final:' /tmp/client.out | tail -1)"
         echo "   window (guest sleep \${WIN}s): ~\$(( (p1 - p0) / 1030 )) MiB (rxe0 sent_pkts \$((p1 - p0)))"
         paste /tmp/c0 /tmp/c1 | awk '{ printf "   %s jiffies: user %d sys %d idle %d softirq %d\n", \$1, \$13-\$2, \$15-\$4, \$16-\$5, \$19-\$8 }'
-        echo "   vCPU 0 perf samples (250 Hz) by process and context:"
-        perf script -i /tmp/perf.data -F comm,ip,sym 2>/dev/null | awk '
+        perf script -i /tmp/perf.data -F cpu,comm,ip,sym 2>/dev/null | awk '
             function out() {
                 k = "user/kernel thread"
                 if (stack ~ / handle_softirqs/) k = "softirq"
                 else if (stack ~ / (native_safe_halt|default_idle)/) k = "idle"
                 else if (stack ~ / exc_page_fault/) k = "pagefault"
                 else if (stack ~ / do_syscall_64/) k = "syscall"
-                c[comm " " k]++; n = 0
+                ctx[cpu "|" comm " " k]++
+                if (k == "softirq" || k == "syscall") leaf[cpu "|" f[1] "<" f[2] "<" f[3]]++
+                n = 0
             }
-            /^[^ \t]/ { if (n) out(); comm = \$1; n = 1; stack = ""; next }
-            { stack = stack " " \$2 }
-            END { if (n) out(); for (x in c) printf "     %6d  %s\n", c[x], x }' | sort -rn | head -8
+            /^[^ \t]/ { if (n) out(); comm = \$1; cpu = \$2; gsub(/[^0-9]/, "", cpu); cpu += 0; n = 1
+                         stack = ""; d = 0; delete f; next }
+            { stack = stack " " \$2; if (d < 3) f[++d] = \$2 }
+            END {
+                if (n) out()
+                for (x in ctx) { split(x, a, "|"); printf "c%s %7d  %s\n", a[1], ctx[x], a[2] }
+                for (x in leaf) { split(x, a, "|"); printf "l%s %7d  %s\n", a[1], leaf[x], a[2] }
+            }' | sort -k1,1 -k2,2nr >/tmp/perf.txt
+        for cpu in 0 1; do
+            echo "   vCPU \$cpu perf samples (250 Hz) by process and context:"
+            grep "^c\$cpu " /tmp/perf.txt | head -6 | cut -d' ' -f2-
+            echo "   vCPU \$cpu kernel samples by leaf function < caller < caller:"
+            grep "^l\$cpu " /tmp/perf.txt | head -8 | cut -d' ' -f2-
+        done
     done
 done
 EOF

@@ -26,7 +26,7 @@
 //!   `get_zcopy` of exactly one's data is split as below ([`get`]: with receives reposted as
 //!   earlier ones complete, most announcements beat their receive).
 //! - **Split rendezvous**: a matched rendezvous of at least `RUCX_RC_TM_RNDV_SPLIT` bytes
-//!   (default 64k; `inf` turns it off) into a one-piece buffer, when the endpoint has two send
+//!   (default 32k; `inf` turns it off) into a one-piece buffer, when the endpoint has two send
 //!   slots and a credit, is moved in two halves at once: the receiver asks the sender
 //!   ([`wire::PutReqHdr`]) to RDMA-WRITE the tail (from the first page boundary at or below
 //!   the middle) into the posted buffer and READs the head itself; the sender posts the
