@@ -14,7 +14,7 @@
 //! none twice.
 
 use crate::am_desc::AmRndv;
-use crate::worker::EpHandle;
+use crate::worker::api_types::EpHandle;
 use std::collections::VecDeque;
 
 /// Largest user header plus data copied into a queue entry: an 8-byte-aligned entry of this
@@ -234,22 +234,13 @@ impl AmInbox {
 mod tests {
     use super::*;
 
-    /// A worker and an endpoint of it (to itself).
-    fn an_endpoint() -> (crate::Worker, EpHandle) {
-        let ctx = crate::Context::new(crate::ContextParams {
-            features: crate::Features::AM,
-            config: Some(crate::UcpConfig {
-                tls: vec!["self".into()],
-                ..Default::default()
-            }),
-        })
-        .expect("context");
-        let mut w = crate::Worker::new(&ctx).expect("worker");
-        let addr = w.address().to_vec();
-        let ep = w
-            .ep_create(&addr, crate::EpParams::default())
-            .expect("endpoint");
-        (w, ep)
+    /// An endpoint handle (the inbox only carries it).
+    fn an_endpoint() -> EpHandle {
+        EpHandle {
+            wid: 1,
+            idx: 0,
+            gen: 1,
+        }
     }
 
     #[test]
@@ -267,7 +258,7 @@ mod tests {
     #[test]
     fn messages_come_out_in_order_and_buffers_are_reused() {
         let mut q = AmInbox::default();
-        let (_w, ep) = an_endpoint();
+        let ep = an_endpoint();
         q.push_eager(1, ep, b"h", b"small", true);
         q.push_eager(2, ep, b"h", &[7; 100], true);
         q.push_eager(3, ep, b"h", b"no inline", false);
@@ -297,7 +288,7 @@ mod tests {
     #[test]
     fn small_messages_keep_their_order_with_the_others_and_across_growth() {
         let mut q = AmInbox::default();
-        let (_w, ep) = an_endpoint();
+        let ep = an_endpoint();
         let mut next = 0u16;
         let mut want = 0u16;
         // Wrap the ring's start, then fill it past its size.

@@ -4,7 +4,7 @@
 use crate::am::inbox::{AmArrival, AmInbox};
 use crate::am_desc::msg::{AmDescHandler, AmMsg};
 use crate::worker::api_types::AmHandler;
-use crate::worker::EpHandle;
+use crate::worker::api_types::EpHandle;
 
 /// What became of a message given to [`AmState::take_desc`] or [`AmState::take_whole`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
