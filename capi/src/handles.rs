@@ -64,11 +64,6 @@ impl Inner {
     /// True when an endpoint failure or an active message waits for delivery (out of the hot
     /// path: `ucp_worker_arm`).
     pub fn has_events(&self) -> bool {
-        self.events_queued()
-    }
-
-    /// True when an endpoint failure or an active message waits for delivery.
-    fn events_queued(&self) -> bool {
         self.failures_queued() || self.w.am_has_queued()
     }
 

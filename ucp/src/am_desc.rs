@@ -178,23 +178,9 @@ impl State {
             tl: rts.buf.tl.to_owned(),
             rkey: rts.buf.rkey.to_vec(),
         };
-        self.am_desc_deliver(
-            idx,
-            h.id,
-            AmMsg::Rndv {
-                header: uh,
-                data: d,
-            },
-        );
-        Ok(true)
-    }
-
-    #[inline(always)]
-    fn am_desc_deliver(&mut self, idx: usize, id: u16, msg: AmMsg<'_>) {
-        let gen = self.ep(idx).gen();
-        let ep = self.ep_handle(idx, gen);
-        let taken = self.am.take_desc(id, ep, msg);
+        let taken = self.am.take_rndv(h.id, d.ep, uh, d);
         self.note_taken(taken);
+        Ok(true)
     }
 }
 
@@ -368,7 +354,6 @@ mod tests {
         );
     }
 
-    /// Progresses both workers until `op` of `x` finishes; gives its completion.
     /// Two workers over posix, `a`'s endpoint to `b` wired up by an empty stream message, and
     /// `b`'s endpoint back to `a` (whose stream the tests receive on); with a watchdog
     /// deadline.
@@ -376,18 +361,24 @@ mod tests {
         let (mut a, mut b, ep) = pair("posix");
         let s0 = a.stream_send(ep, b"").expect("empty send");
         let end = Instant::now() + Duration::from_secs(60);
+        let back = ep_back(&mut a, &mut b, end);
+        both(&mut a, &mut b, s0).status.expect("empty send");
+        (a, b, ep, back, end)
+    }
+
+    /// `b`'s endpoint back to `a`, once `a`'s wire-up reached `b` (both progressed until then,
+    /// at most until `end`).
+    fn ep_back(a: &mut Worker, b: &mut Worker, end: Instant) -> EpHandle {
         while !b.has_ep_to(a.address()).expect("address") {
             a.progress();
             b.progress();
             assert!(Instant::now() < end, "watchdog");
         }
-        both(&mut a, &mut b, s0).status.expect("empty send");
-        let back = b
-            .ep_create(a.address(), EpParams::default())
-            .expect("ep back");
-        (a, b, ep, back, end)
+        b.ep_create(a.address(), EpParams::default())
+            .expect("ep back")
     }
 
+    /// Progresses both workers until `op` of `x` finishes; gives its completion.
     fn both(x: &mut Worker, y: &mut Worker, op: crate::Op) -> crate::Completion {
         let r = match op {
             crate::Op::Done(c) => return c,
@@ -408,16 +399,8 @@ mod tests {
     fn stream_partial_and_waitall_receives() {
         let (mut a, mut b, ep) = pair("posix");
         let s0 = a.stream_send(ep, b"abc").expect("send");
-        // The reverse endpoint exists once the wire-up arrived.
         let end = Instant::now() + Duration::from_secs(60);
-        while !b.has_ep_to(a.address()).expect("address") {
-            a.progress();
-            b.progress();
-            assert!(Instant::now() < end, "watchdog");
-        }
-        let back = b
-            .ep_create(a.address(), EpParams::default())
-            .expect("ep back");
+        let back = ep_back(&mut a, &mut b, end);
         while b.stream_available(back).unwrap_or(0) < 3 {
             a.progress();
             b.progress();
@@ -516,14 +499,7 @@ mod tests {
             .iter()
             .map(|m| a.stream_send(ep, m).expect("send"))
             .collect();
-        while !b.has_ep_to(a.address()).expect("address") {
-            a.progress();
-            b.progress();
-            assert!(Instant::now() < end, "watchdog");
-        }
-        let back = b
-            .ep_create(a.address(), EpParams::default())
-            .expect("ep back");
+        let back = ep_back(a, b, end);
         let total: usize = msgs.iter().map(|m| m.len()).sum();
         while b.stream_available(back).unwrap_or(0) < total {
             a.progress();

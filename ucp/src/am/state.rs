@@ -2,11 +2,12 @@
 //! messages queued for a client that takes them after the progress call.
 
 use crate::am::inbox::{AmArrival, AmInbox};
-use crate::am_desc::msg::{AmDescHandler, AmMsg};
+use crate::am_desc::msg::{AmDescHandler, AmMsg, AmRndv};
 use crate::worker::api_types::AmHandler;
 use crate::worker::api_types::EpHandle;
 
-/// What became of a message given to [`AmState::take_desc`] or [`AmState::take_whole`].
+/// What became of a message given to [`AmState::take_eager`], [`AmState::take_whole`] or
+/// [`AmState::take_rndv`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Taken {
     /// Its id has no handler of that kind: not taken.
@@ -141,24 +142,17 @@ impl AmState {
         }
     }
 
-    /// Gives message `msg` of `id` from `ep` to its descriptor handler or queues it.
-    #[inline(always)]
-    pub(crate) fn take_desc(&mut self, id: u16, ep: EpHandle, msg: AmMsg<'_>) -> Taken {
+    /// Gives rendezvous message `id` from `ep` (user header, descriptor of its data) to its
+    /// descriptor handler or queues it.
+    pub(crate) fn take_rndv(&mut self, id: u16, ep: EpHandle, header: &[u8], d: AmRndv) -> Taken {
         match self.slots.get_mut(usize::from(id)) {
-            Some(Slot::Queued { inline_ok }) => {
-                match msg {
-                    AmMsg::Eager { header, data } => {
-                        self.inbox.push_eager(id, ep, header, data, *inline_ok)
-                    }
-                    AmMsg::Rndv { header, data } => {
-                        self.inbox
-                            .push(AmArrival::Rndv(id, Box::new((header.to_vec(), data)), ep))
-                    }
-                }
+            Some(Slot::Queued { .. }) => {
+                self.inbox
+                    .push(AmArrival::Rndv(id, Box::new((header.to_vec(), d)), ep));
                 Taken::Queued
             }
             Some(Slot::Desc(h)) => {
-                h(ep, msg);
+                h(ep, AmMsg::Rndv { header, data: d });
                 Taken::ByHandler
             }
             _ => Taken::No,

@@ -82,12 +82,13 @@ pub const RETRY_COUNT: ConfigVar = ConfigVar {
 };
 /// `RUCX_UD_TIMEOUT`: UCX's `UCX_UD_TIMEOUT` (30 s there too): the shortest silence of a peer
 /// before its endpoint fails. The retries alone (20 ms doubling to 1 s, 10 of them) span
-/// about 5 s, which a live peer outlasted: over `RUCX_TLS=rc_verbs,ud_verbs` ucp polls the
-/// ud_verbs wire-up interface beside the busy rc_verbs lane only on some progress calls
-/// (`ucp/src/worker/progress.rs`), and a receiver of tag_bw 1 MiB with tag offload off makes
-/// few of them: it spends 50-150 ms inside each RDMA READ's `ibv_post_send` (rxe runs the
-/// READ's responder and completer in that call's softirq) under the VM's emulated CPU. So
-/// the sender's keepalive probe went unacknowledged through all 10 retries on a loaded host
+/// about 5 s, which a live peer outlasted: over `RUCX_TLS=rc_verbs,ud_verbs` a receiver of
+/// tag_bw 1 MiB with tag offload off spends 50-150 ms inside each RDMA READ's `ibv_post_send`
+/// (rxe runs the READ's responder and completer in that call's softirq) under the VM's
+/// emulated CPU, and polls the ud_verbs wire-up interface beside the busy rc_verbs lane at
+/// most once per such call (ucp polls it on every call once calls are slow:
+/// `ucp/src/worker/progress.rs`, `SLOW_CALL`; before that, on one call in 64 or 256). The
+/// sender's keepalive probe went unacknowledged through all 10 retries on a loaded host
 /// (`compare-ucx-tag.sh 5`, host load 7-9: 2 of 10 offload-off 1 MiB runs ended with "the
 /// ud_verbs peer acknowledged nothing in 10 retransmissions").
 pub const TIMEOUT: ConfigVar = ConfigVar {
