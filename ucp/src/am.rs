@@ -259,7 +259,8 @@ impl State {
         Ok(self.op_of(key))
     }
 
-    /// USER_AM: a user active message sent eagerly.
+    /// USER_AM: a user active message sent eagerly (inlined into the dispatch's fast path).
+    #[inline(always)]
     pub(crate) fn on_user_am(&mut self, idx: usize, h: UserAmHdr, uh: &[u8], data: &[u8]) {
         let gen = self.ep(idx).gen();
         let ep = self.ep_handle(idx, gen);

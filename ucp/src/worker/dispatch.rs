@@ -36,10 +36,29 @@ impl State {
         if id == am_id::EAGER_ONLY && self.eager_only_fast(iface, data, None) {
             return;
         }
-        if id == am_id::STREAM {
-            return self.stream_msg(iface, data);
+        self.handle_am_by_id(iface, id, data);
+    }
+
+    /// [`State::handle_am_from`] past the eager fast path: stream bytes and user active
+    /// messages to their families' fast paths (calls in tail position: no frame of their
+    /// own here), the rest to [`State::handle_am_other`].
+    #[inline(never)]
+    fn handle_am_by_id(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
+        match id {
+            am_id::STREAM => self.stream_msg(iface, data),
+            am_id::USER_AM => self.user_am_msg(iface, data),
+            _ => self.handle_am_other(iface, id, data),
         }
-        self.handle_am_other(iface, id, data);
+    }
+
+    /// A USER_AM message: one call from the transport's receive loop to the active-message
+    /// family (not through [`State::handle_am_other`]'s tests of other ids first); anything
+    /// [`State::user_am_fast`] does not take goes to the general path.
+    #[inline(never)]
+    fn user_am_msg(&mut self, iface: Option<usize>, data: &[u8]) {
+        if !self.user_am_fast(iface, data) {
+            self.handle_am_general(iface, am_id::USER_AM, data);
+        }
     }
 
     /// A STREAM message: the bytes of a known, usable peer on its usual lane go straight to
@@ -52,15 +71,13 @@ impl State {
         }
     }
 
-    /// [`State::handle_am_from`] of every message but a fast-path EAGER_ONLY one and STREAM.
+    /// [`State::handle_am_from`] of every message but a fast-path EAGER_ONLY one, STREAM and
+    /// USER_AM.
     #[inline(never)]
     fn handle_am_other(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
         if (id == am_id::ATOMIC_REQ || id == am_id::ATOMIC_REP)
             && self.atomic_msg_fast(iface, id, data)
         {
-            return;
-        }
-        if id == am_id::USER_AM && self.user_am_fast(iface, data) {
             return;
         }
         if id == am_id::EAGER_MIDDLE && self.eager_middle_fast(iface, data) {
