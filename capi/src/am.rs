@@ -24,7 +24,7 @@ use crate::param::{check_param, param_datatype, read_param};
 use crate::request::submit;
 use crate::worker_ext::Held;
 use std::ffi::{c_uint, c_void};
-use ucp::{AmRndv, Completion, EpHandle, Op, SmallAm};
+use ucp::{AmRndv, Completion, EpHandle, Op, SmallAm, SmallSlot, SmallTaken};
 
 /// Longest user header `ucp_am_send_nbx` takes (`ucp_worker_query`'s `max_am_header`): a
 /// header travels in the first fragment, and every rucx transport's fragment holds this much
@@ -57,17 +57,48 @@ fn implicit_ep(w: &Worker, h: EpHandle) -> *mut Ep {
 }
 
 /// Takes the oldest small eager active message queued for a `ucp_worker_set_am_recv_handler`
-/// handler and runs the handler ([`run_small`]). Gives whether more messages wait, `None` when
-/// no small one did. Worker locked, nothing borrowed.
+/// handler and runs the handler ([`run_small`]): in place when its transport lent it, else on
+/// its copy. Gives whether more messages wait, `None` when no small one did. Worker locked,
+/// nothing borrowed.
 #[inline(always)]
 pub fn deliver_small(w: &Worker) -> Option<bool> {
-    let (mut s, more, handler, first) = {
+    let (taken, more, handler, first) = {
         let mut i = w.inner.borrow_mut();
-        let (s, more) = i.w.am_pop_small()?;
-        (s, more, i.am_recv_handlers.get(s.id), i.eps.first(s.ep))
+        let (t, more) = i.w.am_pop_small()?;
+        let (id, ep) = match &t {
+            SmallTaken::Lent(l) => (l.id, l.ep),
+            SmallTaken::Copied(s) => (s.id, s.ep),
+        };
+        (t, more, i.am_recv_handlers.get(id), i.eps.first(ep))
     };
-    run_small(w, s.id, &mut s.m, s.ep, handler, first);
+    match taken {
+        SmallTaken::Lent(l) => {
+            // SAFETY: the worker has not progressed since it lent the message (this runs
+            // right after its progress call, and a handler must not progress the worker).
+            let (header, data) = unsafe { l.parts() };
+            let m = SmallMsg {
+                header: header.as_ptr(),
+                header_len: header.len(),
+                data: data.as_ptr() as *mut u8,
+                len: data.len(),
+            };
+            run_small(w, l.id, m, l.ep, handler, first);
+        }
+        SmallTaken::Copied(s) => run_copied(w, s, handler, first),
+    }
     Some(more)
+}
+
+/// [`run_small`] on a small message copied out of the ring. Out of line: the lent message's
+/// path (the common one when messages do not pile up) and the other completions' stay small.
+#[inline(never)]
+fn run_copied(
+    w: &Worker,
+    mut s: SmallSlot,
+    handler: Option<(AmRecvCb, usize, u32)>,
+    first: *mut Ep,
+) {
+    run_small(w, s.id, SmallMsg::of(&mut s.m), s.ep, handler, first);
 }
 
 /// [`deliver_small`] for a small message queued behind a larger one.
@@ -76,17 +107,43 @@ pub fn deliver_small_queued(w: &Worker, id: u16, m: &mut SmallAm, ep: EpHandle) 
         let i = w.inner.borrow();
         (i.am_recv_handlers.get(id), i.eps.first(ep))
     };
-    run_small(w, id, m, ep, handler, first);
+    run_small(w, id, SmallMsg::of(m), ep, handler, first);
 }
 
-/// Runs `handler`, the handler of small eager active message `id` from `ep`, on a copy of the
-/// message: without `UCP_AM_RECV_ATTR_FLAG_DATA` (the handler copies what it keeps); `first`
-/// is the client's first endpoint on `ep` (null: a reply endpoint is made). Nothing borrowed.
+/// Where a small message's user header and data are for its handler: a copy's, or the bytes
+/// its transport lent.
+struct SmallMsg {
+    header: *const u8,
+    header_len: usize,
+    data: *mut u8,
+    len: usize,
+}
+
+impl SmallMsg {
+    /// The parts of copy `m`.
+    #[inline(always)]
+    fn of(m: &mut SmallAm) -> SmallMsg {
+        let header_len = m.header().len();
+        let header = m.header().as_ptr();
+        let data = m.data();
+        SmallMsg {
+            header,
+            header_len,
+            data: data.as_mut_ptr(),
+            len: data.len(),
+        }
+    }
+}
+
+/// Runs `handler`, the handler of small eager active message `id` from `ep`, on `m` (a copy,
+/// or bytes lent by the transport until the next progress call): without
+/// `UCP_AM_RECV_ATTR_FLAG_DATA` (the handler copies what it keeps); `first` is the client's
+/// first endpoint on `ep` (null: a reply endpoint is made). Nothing borrowed.
 #[inline(always)]
 fn run_small(
     w: &Worker,
     id: u16,
-    m: &mut SmallAm,
+    m: SmallMsg,
     ep: EpHandle,
     handler: Option<(AmRecvCb, usize, u32)>,
     first: *mut Ep,
@@ -104,17 +161,14 @@ fn run_small(
         recv_attr: UCP_AM_RECV_ATTR_FIELD_REPLY_EP,
         reply_ep: reply.cast(),
     };
-    let header_len = m.header().len();
-    let header = m.header().as_ptr();
-    let data = m.data();
     // SAFETY: the client's handler; header and data stay valid during the call.
     let s = unsafe {
         cb(
             arg as *mut c_void,
-            header.cast(),
-            header_len,
-            data.as_mut_ptr().cast(),
-            data.len(),
+            m.header.cast(),
+            m.header_len,
+            m.data.cast(),
+            m.len,
             &param,
         )
     };

@@ -260,18 +260,33 @@ impl State {
     }
 
     /// USER_AM: a user active message sent eagerly (inlined into the dispatch's fast path).
+    /// With `lend` its transport lends `data`: gives true when the inbox kept it there
+    /// ([`Taken::Lent`]).
     #[inline(always)]
-    pub(crate) fn on_user_am(&mut self, idx: usize, h: UserAmHdr, uh: &[u8], data: &[u8]) {
+    pub(crate) fn on_user_am(
+        &mut self,
+        idx: usize,
+        h: UserAmHdr,
+        uh: &[u8],
+        data: &[u8],
+        lend: bool,
+    ) -> bool {
         let gen = self.ep(idx).gen();
         let ep = self.ep_handle(idx, gen);
         let (am, pool) = self.am_and_pool();
-        match am.take_eager(h.id, ep, uh, data, || pool.pop().unwrap_or_default()) {
-            Taken::No => tracing::warn!(
-                id = h.id,
-                len = data.len(),
-                "active message without handler dropped"
-            ),
-            taken => self.note_taken(taken),
+        match am.take_eager(h.id, ep, uh, data, lend, || pool.pop().unwrap_or_default()) {
+            Taken::No => {
+                tracing::warn!(
+                    id = h.id,
+                    len = data.len(),
+                    "active message without handler dropped"
+                );
+                false
+            }
+            taken => {
+                self.note_taken(taken);
+                taken == Taken::Lent
+            }
         }
     }
 

@@ -20,7 +20,7 @@
 pub(crate) mod msg;
 pub use msg::{AmDescHandler, AmMsg, AmRndv};
 
-use crate::am::inbox::{AmArrival, SmallSlot};
+use crate::am::inbox::{AmArrival, SmallTaken};
 use crate::am::state::Taken;
 use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
@@ -58,9 +58,10 @@ impl Worker {
     }
 
     /// The oldest queued small message, with whether more wait (in the ring or the queue);
-    /// take these before [`Worker::am_pop`]'s.
+    /// take these before [`Worker::am_pop`]'s. A lent one ([`SmallTaken::Lent`]) must be read
+    /// before the next progress call.
     #[inline(always)]
-    pub fn am_pop_small(&mut self) -> Option<(SmallSlot, bool)> {
+    pub fn am_pop_small(&mut self) -> Option<(SmallTaken, bool)> {
         let s = self.st.am.inbox.pop_small()?;
         let more = !self.st.am.inbox.is_empty();
         if !more {
@@ -150,7 +151,7 @@ impl State {
     /// Marks the AM inbox in [`State::client_queued`] when a message went into it.
     #[inline(always)]
     pub(crate) fn note_taken(&mut self, taken: Taken) {
-        if taken == Taken::Queued {
+        if matches!(taken, Taken::Queued | Taken::Lent) {
             self.client_queued |= QUEUED_AM;
         }
     }
@@ -279,6 +280,18 @@ mod tests {
         }
     }
 
+    /// A small message taken from the inbox: (id, header, data), read in place when lent.
+    fn small_parts(t: crate::SmallTaken) -> (u16, Vec<u8>, Vec<u8>) {
+        match t {
+            crate::SmallTaken::Lent(l) => {
+                // SAFETY: taken right after the progress call that lent it.
+                let (h, d) = unsafe { l.parts() };
+                (l.id, h.to_vec(), d.to_vec())
+            }
+            crate::SmallTaken::Copied(mut s) => (s.id, s.m.header().to_vec(), s.m.data().to_vec()),
+        }
+    }
+
     /// Queued ids ([`Worker::am_set_queued`]): messages wait in the inbox in arrival order,
     /// small eager ones inline, larger eager ones in a buffer, rendezvous ones as a descriptor
     /// (declined here: the sender completes), a whole-queued id's messages whole; nothing is
@@ -311,8 +324,8 @@ mod tests {
             a.progress();
             b.progress();
             assert!(Instant::now() < end, "watchdog");
-            while let Some((mut s, _)) = b.am_pop_small() {
-                got.push((s.id, s.m.header().to_vec(), s.m.data().to_vec()));
+            while let Some((t, _)) = b.am_pop_small() {
+                got.push(small_parts(t));
             }
             while let Some(x) = b.am_pop() {
                 got.push(match x {
@@ -352,6 +365,65 @@ mod tests {
             !b.am_has_queued(),
             "a message of an id without handler was queued"
         );
+    }
+
+    /// Progresses `a` and `b` until `b` lent a message.
+    fn lend_one(a: &mut Worker, b: &mut Worker) {
+        let end = Instant::now() + Duration::from_secs(60);
+        while !b.st.am.inbox.has_lent() {
+            a.progress();
+            b.progress();
+            assert!(Instant::now() < end, "watchdog");
+        }
+    }
+
+    /// Over shared memory a small message that finds nothing waiting is lent: the progress
+    /// call ends on it and it is read in place. One not taken before the next progress call
+    /// is copied first: it comes out whole and first, although the sender then sends enough
+    /// to reuse its FIFO element several times over.
+    #[test]
+    fn lent_messages_are_read_in_place_or_copied_before_the_next_progress() {
+        let (mut a, mut b, ep) = pair("posix");
+        b.am_set_queued(3, false, true);
+        let s = a.am_send(ep, 3, b"h0", b"lent").expect("send");
+        both(&mut a, &mut b, s).status.expect("send");
+        lend_one(&mut a, &mut b);
+        let Some((crate::SmallTaken::Lent(l), false)) = b.am_pop_small() else {
+            panic!("the first message was not lent, or more wait");
+        };
+        // SAFETY: b has not progressed since it lent the message.
+        let (h, d) = unsafe { l.parts() };
+        assert_eq!((l.id, h, d), (3, &b"h0"[..], &b"lent"[..]));
+        assert!(!b.am_has_queued());
+
+        let s = a.am_send(ep, 3, b"h1", b"left").expect("send");
+        both(&mut a, &mut b, s).status.expect("send");
+        lend_one(&mut a, &mut b);
+        // Not taken: 1000 more messages through the same 256-element FIFO, all received
+        // before any is taken.
+        let mut last = None;
+        for k in 0..1000u32 {
+            // A request left waiting is released with its handle (but the last one's).
+            last = Some(a.am_send(ep, 3, b"", &k.to_le_bytes()).expect("send"));
+            a.progress();
+            b.progress();
+        }
+        both(&mut a, &mut b, last.expect("sent"))
+            .status
+            .expect("send");
+        for _ in 0..1000 {
+            a.progress();
+            b.progress();
+        }
+        let mut got = Vec::new();
+        while let Some((t, _)) = b.am_pop_small() {
+            got.push(small_parts(t));
+        }
+        assert_eq!(got.len(), 1001);
+        assert_eq!(got[0], (3, b"h1".to_vec(), b"left".to_vec()));
+        for (k, m) in got[1..].iter().enumerate() {
+            assert_eq!(*m, (3, Vec::new(), (k as u32).to_le_bytes().to_vec()));
+        }
     }
 
     /// Two workers over posix, `a`'s endpoint to `b` wired up by an empty stream message, and

@@ -81,7 +81,7 @@ pub mod wireup;
 pub mod worker;
 
 pub use address::{TlAddress, WorkerAddress};
-pub use am::inbox::{AmArrival, SmallAm, SmallSlot, SMALL_AM_MAX};
+pub use am::inbox::{AmArrival, LentAm, SmallAm, SmallSlot, SmallTaken, SMALL_AM_MAX};
 pub use am_desc::{AmMsg, AmRndv};
 pub use amo::AmoStart;
 pub use cm_client::{ConnectPoll, Connecting};

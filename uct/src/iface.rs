@@ -61,6 +61,24 @@ pub trait EventSink {
         let _ = keep;
         self.am(id, data);
     }
+    /// Whether the sink may borrow the bytes of active messages with `id` past the call that
+    /// delivers them ([`EventSink::am_lend`]). By default never.
+    #[inline]
+    fn lends(&self, id: u8) -> bool {
+        let _ = id;
+        false
+    }
+    /// An active message of an id [`EventSink::lends`] names, whose bytes the sink may borrow
+    /// past this call: a transport that calls this (rather than [`EventSink::am`]) keeps
+    /// `data` where it is, unreleased, until its next progress call when the sink gives true
+    /// ("lent"), and then ends this progress call at once, the message counted as taken. The
+    /// sink's caller then reads the bytes in place before it progresses the interface again.
+    /// By default handled as [`EventSink::am`] (nothing lent).
+    #[inline]
+    fn am_lend(&mut self, id: u8, data: &[u8]) -> bool {
+        self.am(id, data);
+        false
+    }
     /// Whether the interface should end its progress call before active message `id` with
     /// `data`, leaving it for the next call (the sink delivered what its caller waits for, and
     /// the message would only be parked). Asked only after a call has taken a message, so

@@ -12,6 +12,12 @@
 //! queue, and the ring is emptied first. Both are taken from the front one message at a time,
 //! so a handler that progresses the worker delivers the messages behind its own, in order, and
 //! none twice.
+//!
+//! A small message that arrives while nothing waits, from a transport that can lend it
+//! ([`uct::EventSink::am_lend`]: shared memory), is not copied at all: the inbox notes where
+//! its bytes are ([`LentAm`]), the transport ends its progress call and keeps them there until
+//! its next one, and the client reads them in place. A lent message not taken before the next
+//! progress call is copied into the ring first (at its front: it is the oldest).
 
 use crate::am_desc::AmRndv;
 use crate::worker::api_types::EpHandle;
@@ -108,6 +114,57 @@ pub struct SmallSlot {
     pub ep: EpHandle,
 }
 
+/// A small eager message lent by its transport: its bytes are still in the transport's
+/// receive buffer, where they stay until the worker's next progress call.
+pub struct LentAm {
+    /// Active-message id.
+    pub id: u16,
+    /// Sender endpoint.
+    pub ep: EpHandle,
+    header: *const u8,
+    header_len: usize,
+    data: *const u8,
+    len: usize,
+}
+
+impl LentAm {
+    /// Where `header` and `data` are (both lent by the transport).
+    #[inline(always)]
+    fn new(id: u16, ep: EpHandle, header: &[u8], data: &[u8]) -> LentAm {
+        LentAm {
+            id,
+            ep,
+            header: header.as_ptr(),
+            header_len: header.len(),
+            data: data.as_ptr(),
+            len: data.len(),
+        }
+    }
+
+    /// The user header and the data.
+    ///
+    /// # Safety
+    /// Only before the worker's next progress call: the transport keeps the bytes until then.
+    #[inline(always)]
+    pub unsafe fn parts(&self) -> (&[u8], &[u8]) {
+        // SAFETY: the caller's contract; both were slices when lent.
+        unsafe {
+            (
+                std::slice::from_raw_parts(self.header, self.header_len),
+                std::slice::from_raw_parts(self.data, self.len),
+            )
+        }
+    }
+}
+
+/// A small message taken from the inbox ([`Worker::am_pop_small`](crate::Worker::am_pop_small)).
+pub enum SmallTaken {
+    /// Lent by its transport: read in place before the next progress call.
+    Lent(LentAm),
+    /// Copied out of the ring.
+    Copied(SmallSlot),
+}
+
 /// Slots the ring of small messages starts with (it doubles when full).
 const RING_START: usize = 64;
 
@@ -121,25 +178,63 @@ pub(crate) struct AmInbox {
     len: usize,
     queue: VecDeque<AmArrival>,
     spares: Vec<Vec<u8>>,
+    /// The message lent by its transport, older than everything in `ring` and `queue`.
+    lent: Option<LentAm>,
 }
 
 impl AmInbox {
     /// True when no message waits.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.len == 0 && self.queue.is_empty()
+        self.len == 0 && self.queue.is_empty() && self.lent.is_none()
     }
 
-    /// The oldest small message of the ring, copied out of its slot.
+    /// True when a lent message waits (to be taken, or copied by [`AmInbox::unlend`] before
+    /// its transport progresses again).
     #[inline(always)]
-    pub fn pop_small(&mut self) -> Option<SmallSlot> {
+    pub fn has_lent(&self) -> bool {
+        self.lent.is_some()
+    }
+
+    /// The oldest small message: the lent one, else the ring's first, copied out of its slot.
+    #[inline(always)]
+    pub fn pop_small(&mut self) -> Option<SmallTaken> {
+        if let Some(l) = self.lent.take() {
+            return Some(SmallTaken::Lent(l));
+        }
         if self.len == 0 {
             return None;
         }
         let s = *self.ring.get(self.head)?;
         self.head = (self.head + 1) & (self.ring.len() - 1);
         self.len -= 1;
-        Some(s)
+        Some(SmallTaken::Copied(s))
+    }
+
+    /// Copies the lent message into the ring, at its front, before its transport progresses
+    /// again (it was not taken after the progress call that lent it).
+    #[cold]
+    #[inline(never)]
+    pub fn unlend(&mut self) {
+        let Some(l) = self.lent.take() else {
+            return;
+        };
+        // SAFETY: the transport keeps the bytes until its next progress call, which has not
+        // begun (the worker calls this first).
+        let (header, data) = unsafe { l.parts() };
+        if self.len == self.ring.len() {
+            self.grow(l.id, l.ep);
+        }
+        let mask = self.ring.len() - 1;
+        let at = (self.head + mask) & mask;
+        let Some(s) = self.ring.get_mut(at) else {
+            return;
+        };
+        self.head = at;
+        self.len += 1;
+        s.id = l.id;
+        s.ep = l.ep;
+        s.m.fill(header, data);
     }
 
     /// Writes small message `id` from `ep` (`header` and `data` together fit in
@@ -197,6 +292,8 @@ impl AmInbox {
 
     /// Queues eager message `id` from `ep` (user header, data): inline when small and
     /// `inline_ok` (the client asks for no alignment above 8), else in a buffer of its own.
+    /// With `lend` (its transport lends the bytes), a small one that finds nothing waiting is
+    /// noted where it is instead ([`LentAm`]): gives true then.
     #[inline(always)]
     pub fn push_eager(
         &mut self,
@@ -205,13 +302,20 @@ impl AmInbox {
         header: &[u8],
         data: &[u8],
         inline_ok: bool,
-    ) {
+        lend: bool,
+    ) -> bool {
         if inline_ok && header.len() + data.len() <= SMALL_AM_MAX {
             if self.queue.is_empty() {
-                return self.push_small(id, ep, header, data);
+                if lend && self.len == 0 && self.lent.is_none() {
+                    self.lent = Some(LentAm::new(id, ep, header, data));
+                    return true;
+                }
+                self.push_small(id, ep, header, data);
+                return false;
             }
             if let Some(m) = SmallAm::of(header, data) {
-                return self.push(AmArrival::Small(id, m, ep));
+                self.push(AmArrival::Small(id, m, ep));
+                return false;
             }
         }
         let mut buf = self.spares.pop().unwrap_or_default();
@@ -220,6 +324,7 @@ impl AmInbox {
         buf.extend_from_slice(header);
         buf.extend_from_slice(data);
         self.push(AmArrival::Eager(id, buf, header.len(), ep));
+        false
     }
 
     /// Takes back a message buffer once its data is no longer used.
@@ -233,6 +338,14 @@ impl AmInbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A small message copied out of the ring (none is lent in these tests).
+    fn copied(t: Option<SmallTaken>) -> Option<SmallSlot> {
+        match t? {
+            SmallTaken::Copied(s) => Some(s),
+            SmallTaken::Lent(_) => panic!("a message was lent"),
+        }
+    }
 
     /// An endpoint handle (the inbox only carries it).
     fn an_endpoint() -> EpHandle {
@@ -259,10 +372,10 @@ mod tests {
     fn messages_come_out_in_order_and_buffers_are_reused() {
         let mut q = AmInbox::default();
         let ep = an_endpoint();
-        q.push_eager(1, ep, b"h", b"small", true);
-        q.push_eager(2, ep, b"h", &[7; 100], true);
-        q.push_eager(3, ep, b"h", b"no inline", false);
-        let Some(SmallSlot { id: 1, mut m, .. }) = q.pop_small() else {
+        q.push_eager(1, ep, b"h", b"small", true, false);
+        q.push_eager(2, ep, b"h", &[7; 100], true, false);
+        q.push_eager(3, ep, b"h", b"no inline", false, false);
+        let Some(SmallTaken::Copied(SmallSlot { id: 1, mut m, .. })) = q.pop_small() else {
             panic!("small message not inline")
         };
         assert_eq!(m.data(), b"small");
@@ -276,7 +389,7 @@ mod tests {
         q.recycle(buf);
         assert!(matches!(q.pop(), Some(AmArrival::Eager(3, _, 1, _))));
         assert!(q.pop().is_none() && q.is_empty());
-        q.push_eager(4, ep, b"", &[1; 80], true);
+        q.push_eager(4, ep, b"", &[1; 80], true, false);
         let Some(AmArrival::Eager(4, buf, 0, _)) = q.pop() else {
             panic!("large message not in a buffer")
         };
@@ -293,22 +406,22 @@ mod tests {
         let mut want = 0u16;
         // Wrap the ring's start, then fill it past its size.
         for _ in 0..RING_START / 2 {
-            q.push_eager(next, ep, b"", &next.to_le_bytes(), true);
+            q.push_eager(next, ep, b"", &next.to_le_bytes(), true, false);
             next += 1;
         }
         for _ in 0..RING_START / 2 {
-            let s = q.pop_small().expect("small message");
+            let s = copied(q.pop_small()).expect("small message");
             assert_eq!(s.id, want);
             want += 1;
         }
         for _ in 0..RING_START * 3 {
-            q.push_eager(next, ep, b"", &next.to_le_bytes(), true);
+            q.push_eager(next, ep, b"", &next.to_le_bytes(), true, false);
             next += 1;
         }
-        q.push_eager(next, ep, b"", &[1; 100], true);
+        q.push_eager(next, ep, b"", &[1; 100], true, false);
         next += 1;
-        q.push_eager(next, ep, b"", b"late", true);
-        while let Some(mut s) = q.pop_small() {
+        q.push_eager(next, ep, b"", b"late", true, false);
+        while let Some(mut s) = copied(q.pop_small()) {
             assert_eq!((s.id, &*s.m.data()), (want, &want.to_le_bytes()[..]));
             want += 1;
         }
@@ -316,5 +429,54 @@ mod tests {
         assert!(matches!(q.pop(), Some(AmArrival::Eager(id, ..)) if id == next - 1));
         assert!(matches!(q.pop(), Some(AmArrival::Small(id, ..)) if id == next));
         assert!(q.is_empty());
+    }
+
+    /// A small message that finds nothing waiting is lent (the later ones go to the ring);
+    /// it comes out first, in place, or copied to the ring's front by `unlend` (here over a
+    /// full ring, which grows). Nothing is lent while anything waits.
+    #[test]
+    fn a_lent_message_comes_out_first_in_place_or_copied() {
+        let ep = an_endpoint();
+        let lent_bytes = *b"lent";
+        let mut q = AmInbox::default();
+        assert!(q.push_eager(1, ep, b"h", &lent_bytes, true, true));
+        assert!(!q.push_eager(2, ep, b"", b"ring", true, true), "lent twice");
+        assert!(!q.is_empty() && q.has_lent());
+        let Some(SmallTaken::Lent(l)) = q.pop_small() else {
+            panic!("the lent message did not come first")
+        };
+        // SAFETY: `lent_bytes` and the header literal outlive this.
+        let (h, d) = unsafe { l.parts() };
+        assert_eq!((l.id, h, d), (1, &b"h"[..], &b"lent"[..]));
+        assert_eq!(
+            d.as_ptr(),
+            lent_bytes.as_ptr(),
+            "the lent message was copied"
+        );
+        assert_eq!(copied(q.pop_small()).map(|s| s.id), Some(2));
+        assert!(q.is_empty());
+
+        assert!(q.push_eager(3, ep, b"", &lent_bytes, true, true));
+        for id in 4..4 + RING_START as u16 {
+            assert!(!q.push_eager(id, ep, b"", &id.to_le_bytes(), true, true));
+        }
+        q.unlend();
+        assert!(!q.has_lent());
+        let mut s = copied(q.pop_small()).expect("the lent message");
+        assert_eq!((s.id, &*s.m.data()), (3, &b"lent"[..]));
+        for id in 4..4 + RING_START as u16 {
+            assert_eq!(copied(q.pop_small()).map(|s| s.id), Some(id));
+        }
+        assert!(q.is_empty());
+
+        q.push_eager(9, ep, b"", &[1; 100], true, true);
+        assert!(
+            !q.push_eager(10, ep, b"", b"late", true, true),
+            "lent behind a queued one"
+        );
+        assert!(
+            !q.push_eager(11, ep, b"", b"x", false, true),
+            "lent without inline_ok"
+        );
     }
 }

@@ -16,6 +16,8 @@ pub(crate) enum Taken {
     ByHandler,
     /// It waits in the inbox.
     Queued,
+    /// It waits in the inbox, lent by its transport ([`crate::am::inbox::LentAm`]).
+    Lent,
 }
 
 /// The handler registered for one id.
@@ -105,9 +107,18 @@ impl AmState {
         }
     }
 
+    /// Copies a lent message not taken yet into the inbox: called before a transport
+    /// progresses (and may release the bytes it lent).
+    #[inline(always)]
+    pub(crate) fn unlend(&mut self) {
+        if self.inbox.has_lent() {
+            self.inbox.unlend();
+        }
+    }
+
     /// Gives eager message `id` from `ep` (user header, data) to its handler of either kind or
     /// queues it, with one look at the table: a whole-message handler's copy goes into a
-    /// buffer `buf` gives.
+    /// buffer `buf` gives. With `lend`, a queued one may be lent ([`Taken::Lent`]).
     #[inline(always)]
     pub(crate) fn take_eager(
         &mut self,
@@ -115,12 +126,19 @@ impl AmState {
         ep: EpHandle,
         header: &[u8],
         data: &[u8],
+        lend: bool,
         buf: impl FnOnce() -> Vec<u8>,
     ) -> Taken {
         match self.slots.get_mut(usize::from(id)) {
             Some(Slot::Queued { inline_ok }) => {
-                self.inbox.push_eager(id, ep, header, data, *inline_ok);
-                Taken::Queued
+                if self
+                    .inbox
+                    .push_eager(id, ep, header, data, *inline_ok, lend)
+                {
+                    Taken::Lent
+                } else {
+                    Taken::Queued
+                }
             }
             Some(Slot::Desc(h)) => {
                 h(ep, AmMsg::Eager { header, data });

@@ -39,6 +39,18 @@ impl State {
         self.handle_am_by_id(iface, id, data);
     }
 
+    /// [`State::handle_am_from`] of a message whose transport lends its bytes
+    /// ([`uct::EventSink::am_lend`]; a USER_AM one): gives true when the AM inbox kept them
+    /// there.
+    #[inline(always)]
+    pub(crate) fn handle_am_lend(&mut self, iface: Option<usize>, id: u8, data: &[u8]) -> bool {
+        if id == am_id::USER_AM {
+            return self.user_am_msg(iface, data, true);
+        }
+        self.handle_am_by_id(iface, id, data);
+        false
+    }
+
     /// [`State::handle_am_from`] past the eager fast path: stream bytes and user active
     /// messages to their families' fast paths (calls in tail position: no frame of their
     /// own here), the rest to [`State::handle_am_other`].
@@ -46,18 +58,25 @@ impl State {
     fn handle_am_by_id(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
         match id {
             am_id::STREAM => self.stream_msg(iface, data),
-            am_id::USER_AM => self.user_am_msg(iface, data),
+            am_id::USER_AM => {
+                self.user_am_msg(iface, data, false);
+            }
             _ => self.handle_am_other(iface, id, data),
         }
     }
 
     /// A USER_AM message: one call from the transport's receive loop to the active-message
-    /// family (not through [`State::handle_am_other`]'s tests of other ids first); anything
-    /// [`State::user_am_fast`] does not take goes to the general path.
+    /// family (not through [`State::handle_am_other`]'s tests of other ids); anything
+    /// [`State::user_am_fast`] does not take goes to the general path. Gives true when the
+    /// message was lent.
     #[inline(never)]
-    fn user_am_msg(&mut self, iface: Option<usize>, data: &[u8]) {
-        if !self.user_am_fast(iface, data) {
-            self.handle_am_general(iface, am_id::USER_AM, data);
+    fn user_am_msg(&mut self, iface: Option<usize>, data: &[u8], lend: bool) -> bool {
+        match self.user_am_fast(iface, data, lend) {
+            Some(lent) => lent,
+            None => {
+                self.handle_am_general(iface, am_id::USER_AM, data);
+                false
+            }
         }
     }
 
@@ -87,23 +106,16 @@ impl State {
     }
 
     /// A USER_AM message (a small active message) from a known, usable peer on its usual lane,
-    /// straight to the active-message family without the general decode: true when it was
-    /// delivered; false leaves it to the general path, which checks it all again and reports
-    /// what is wrong.
+    /// straight to the active-message family without the general decode: whether it was lent
+    /// (`lend`: its transport lends `data`) once delivered; `None` leaves it to the general
+    /// path, which checks it all again and reports what is wrong.
     #[inline(always)]
-    fn user_am_fast(&mut self, iface: Option<usize>, data: &[u8]) -> bool {
-        let Some((idx, _, body)) = self.fast_body(iface, data) else {
-            return false;
-        };
-        let Ok(h) = UserAmHdr::decode(body) else {
-            return false;
-        };
+    fn user_am_fast(&mut self, iface: Option<usize>, data: &[u8], lend: bool) -> Option<bool> {
+        let (idx, _, body) = self.fast_body(iface, data)?;
+        let h = UserAmHdr::decode(body).ok()?;
         let rest = &body[UserAmHdr::LEN..];
-        let Some(uh) = rest.get(..h.hdr_len as usize) else {
-            return false;
-        };
-        self.on_user_am(idx, h, uh, &rest[uh.len()..]);
-        true
+        let uh = rest.get(..h.hdr_len as usize)?;
+        Some(self.on_user_am(idx, h, uh, &rest[uh.len()..], lend))
     }
 
     /// An EAGER_MIDDLE fragment from a known, usable peer on its usual lane, straight to the
@@ -319,7 +331,7 @@ impl State {
             Msg::RndvData(h, data) => self.on_rndv_data(idx, h, data),
             Msg::Atp(h) => self.on_atp(idx, h),
             Msg::UserAm(h, uh, data) => {
-                self.on_user_am(idx, h, uh, data);
+                self.on_user_am(idx, h, uh, data, false);
                 Ok(())
             }
             Msg::AmRts(h, uh, rts) => self.on_am_rts(idx, h, uh, rts),

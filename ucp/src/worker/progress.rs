@@ -284,6 +284,9 @@ impl Worker {
     /// it. Gives the number of events handled.
     #[inline(always)]
     fn poll_one(&mut self, i: usize, note: bool, looked: bool) -> usize {
+        // A lent active message not taken since the call that lent it: copied out before its
+        // transport may release its bytes.
+        self.st.am.unlend();
         let matched = self.st.tag.matched();
         let Some(iface) = self.ifaces.get_mut(i) else {
             return 0;
@@ -418,6 +421,17 @@ pub(crate) struct Sink<'a> {
 impl EventSink for Sink<'_> {
     fn am(&mut self, id: u8, data: &[u8]) {
         self.st.handle_am_from(Some(self.iface), id, data);
+    }
+    /// User active messages: a small one for the C library's handlers (an id queued without
+    /// `whole`) that finds nothing waiting is lent, and the client reads it in place.
+    #[inline(always)]
+    fn lends(&self, id: u8) -> bool {
+        id == am_id::USER_AM
+    }
+    /// Out of line: the receive loop that calls it stays as small as without lending.
+    #[inline(never)]
+    fn am_lend(&mut self, id: u8, data: &[u8]) -> bool {
+        self.st.handle_am_lend(Some(self.iface), id, data)
     }
     fn am_keep(&mut self, id: u8, data: &[u8], keep: uct::AmKeep<'_>) {
         self.st.handle_am_keep(Some(self.iface), id, data, keep);

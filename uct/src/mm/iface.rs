@@ -571,6 +571,20 @@ impl MmIface {
                     sink.am_keep(id, data, self.bufs.offer(self.read_pos, data));
                     self.bufs.name_kept(self.read_pos, buf);
                 }
+                Polled::Msg(id, data) if sink.lends(id) => {
+                    if sink.am_lend(id, data) {
+                        // The message stays in its element, lent to the sink's caller until
+                        // the next call: the call ends here, without releasing it.
+                        let lent = self.read_pos;
+                        self.read_pos += 1;
+                        n += 1;
+                        if lent - self.released >= fifo::RELEASE_BATCH {
+                            self.fifo.release(lent);
+                            self.released = lent;
+                        }
+                        break;
+                    }
+                }
                 Polled::Msg(id, data) | Polled::Buf(id, data) => {
                     if id < crate::ep::AM_ID_MAX {
                         sink.am(id, data);
