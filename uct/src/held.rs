@@ -6,7 +6,7 @@
 //! made safe.
 //!
 //! The types name no transport. A transport whose receive slots each name a buffer (mm's FIFO
-//! elements, [`crate::mm::keep`]) keeps a few spare buffers in a [`Spares`] list: keeping a
+//! elements, [`crate::mm::keep`]) keeps a few spare buffers in a `Spares` list: keeping a
 //! message hands its slot a free spare and takes the slot's old buffer out of circulation
 //! until the [`HeldBuf`] drops, which puts it back on the list. The transport then tells its
 //! producers the slot's new buffer (it sees the slot change when the sink returns). Keeping
@@ -16,7 +16,7 @@ use std::any::Any;
 use std::cell::Cell;
 use std::rc::Rc;
 
-/// Most buffers a [`Spares`] list holds.
+/// Most buffers a `Spares` list holds.
 pub(crate) const SPARES_MAX: usize = 64;
 
 /// The free spare buffers of a transport's receive slots, shared by the transport and every

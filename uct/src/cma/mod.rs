@@ -454,7 +454,7 @@ impl Iface for CmaIface {
         Ok(CmaEp { id, process: peer })
     }
     /// Nothing failed and no peer check is due: a counter and two tests, inlined into the
-    /// caller. Otherwise [`CmaIface::progress_eps`] does the work.
+    /// caller. Otherwise `CmaIface::progress_eps` does the work.
     #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
         // Look at the peers (a poll on each pidfd) and serve grant requests on one call in

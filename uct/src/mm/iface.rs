@@ -803,7 +803,7 @@ impl Iface for MmIface {
     }
 
     /// Nothing arrived, nothing waits and no periodic check is due ([`MmIface::idle_poll`]).
-    /// Otherwise [`MmIface::progress_busy`] does the work.
+    /// Otherwise `MmIface::progress_busy` does the work.
     #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
         if self.idle_poll() {

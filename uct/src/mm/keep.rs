@@ -2,11 +2,11 @@
 //! there after the element is consumed (the receiver's [`AmKeep::keep`] gives a [`HeldBuf`]),
 //! and is read from there once, when it is wanted, instead of being copied out first.
 //!
-//! The FIFO segment has [`SPARE_BUFS`] buffers beyond one per element, free in a [`Spares`]
+//! The FIFO segment has [`SPARE_BUFS`] buffers beyond one per element, free in a `Spares`
 //! list. Keeping a message hands its element a free spare and takes the element's old buffer
 //! out of circulation until the [`HeldBuf`] drops, which returns it to the list (that logic is
 //! transport-neutral, in [`crate::held`]); this table then writes the element's `buf` word so
-//! the next producer uses the spare ([`RxBufs::name_kept`]). No producer is directed to a held
+//! the next producer uses the spare (`RxBufs::name_kept`). No producer is directed to a held
 //! buffer: only elements name buffers, and no element names a held one. When no spare is free,
 //! [`AmKeep::keep`] gives `None` and the receiver copies the message as before. Keeping and
 //! releasing allocate nothing and call nothing virtual.
@@ -59,7 +59,7 @@ impl RxBufs {
     }
 
     /// The offer to keep `data`, the message of the element of `pos`. After the sink has
-    /// seen it, [`RxBufs::name_kept`] must run before `pos` is released.
+    /// seen it, `RxBufs::name_kept` must run before `pos` is released.
     #[inline(always)]
     pub(super) fn offer<'a>(&'a self, pos: u64, data: &'a [u8]) -> AmKeep<'a> {
         AmKeep::new(

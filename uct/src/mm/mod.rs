@@ -17,7 +17,7 @@
 //! stepped over by the receiver once its stamp names a dead process. Limitation: a sender
 //! that dies in the two instructions between its claim and its stamp still stalls that FIFO.
 //!
-//! Tag offload ([`tag`]): tagged messages share the FIFO with active messages; the receiving
+//! Tag offload (`tag`): tagged messages share the FIFO with active messages; the receiving
 //! interface matches them against its posted receives, copies eager payloads straight from the
 //! FIFO element into the posted buffer, and serves a matched rendezvous itself (mapping the
 //! sender's segment, or one `process_vm_readv`), acknowledging through the sender's FIFO.

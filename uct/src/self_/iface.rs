@@ -588,7 +588,7 @@ impl Iface for SelfIface {
 
     /// Nothing queued and no send pending: two loads (a worker with an endpoint to itself,
     /// as MPICH opens one, polls this interface on every call). Otherwise
-    /// [`SelfIface::progress_busy`] delivers.
+    /// `SelfIface::progress_busy` delivers.
     #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
         if self.idle_poll() {

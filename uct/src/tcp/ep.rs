@@ -404,7 +404,7 @@ impl Endpoint for TcpEp {
 
     /// The kernel probes an idle connection itself (keepalive); a connection with data
     /// outstanding fails here when the peer's host has acknowledged nothing for the keepalive
-    /// time ([`super::sockopt::unacked_silence`]): a link cut for good, not a busy peer.
+    /// time (`super::sockopt::unacked_silence`): a link cut for good, not a busy peer.
     fn check(&mut self) -> Result<()> {
         let mut g = self.inner.borrow_mut();
         let inner = &mut *g;

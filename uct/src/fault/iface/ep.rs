@@ -43,7 +43,7 @@ fn reset() -> Error {
     Error::ConnectionReset("fault injection dropped this endpoint's connection".into())
 }
 
-/// An endpoint of a fault-injecting interface (see the [module documentation](super)).
+/// An endpoint of a fault-injecting interface (see the module documentation).
 pub struct FaultEp<E: Endpoint> {
     id: EpId,
     st: Rc<RefCell<EpState<E>>>,
