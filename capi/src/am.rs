@@ -2,8 +2,10 @@
 //! `ucp_am_send_nbx`, `ucp_am_recv_data_nbx`, `ucp_am_data_release`.
 //!
 //! A handler runs from `ucp_worker_progress` with the user header and the data. An eager
-//! message comes whole. A small one (see [`ucp::SmallAm`]) comes from the worker's queue,
-//! without `UCP_AM_RECV_ATTR_FLAG_DATA`; a larger one comes in a buffer of its own, with the
+//! message comes whole. A small one (see [`ucp::SmallAm`]) comes without
+//! `UCP_AM_RECV_ATTR_FLAG_DATA`, from the worker's queue or, over shared memory, in place in
+//! the receive FIFO ([`ucp::LentAm`]: valid until the worker progresses again, which a
+//! handler must not do, as in UCX); a larger one comes in a buffer of its own, with the
 //! flag: the handler may keep that data by returning `UCS_INPROGRESS` and release it later with
 //! `ucp_am_data_release`. A message sent
 //! by rendezvous comes with `UCP_AM_RECV_ATTR_FLAG_RNDV` and a descriptor in place of the
