@@ -16,6 +16,9 @@
 #              RUCX_VARIANTS="NAME=path ..." more perftest builds to count
 #              NO_UCX=1  count rucx only
 #              CG_KEEP=dir  keep the callgrind files there (DIR/perftestNAME.cg, DIR/ucx.cg)
+#              CG_RUCX_ENV="..." rucx's environment (default RUCX_TLS=rc_verbs,tcp
+#                           RUCX_NET_DEVICES=rxe0:1,veth0; compare-ucx-tag.sh's rows run
+#                           RUCX_TLS=rc_verbs,ud_verbs RUCX_NET_DEVICES=rxe0:1 RUCX_TM_ENABLE=y|n)
 #              CG_OPTS="..." more callgrind options (e.g. --dump-instr=yes, for per-instruction
 #                           counts in the kept files)
 set -euo pipefail
@@ -32,7 +35,7 @@ command -v callgrind_annotate >/dev/null || { echo "callgrind_annotate is needed
 if [[ -z "${RUCX_PERFTEST:-}" ]]; then
     (cd "$ROOT" && timeout 1800 cargo build -q --release -p perftest) ||
         { echo "no perftest package to build; set RUCX_PERFTEST" >&2; exit 1; }
-    RUCX_PERFTEST="$ROOT/target/release/perftest"
+    RUCX_PERFTEST="${CARGO_TARGET_DIR:-$ROOT/target}/release/perftest"
 fi
 WORK="$(mktemp -d /tmp/rdma-vm-cg.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
@@ -54,7 +57,7 @@ cat >"$WORK/cg.sh" <<EOF
 #!/bin/bash
 export VALGRIND_LIB=/opt/rdmavm/bin
 source listen-port.sh
-RUCX_ENV="RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0"
+RUCX_ENV="${CG_RUCX_ENV:-RUCX_TLS=rc_verbs,tcp RUCX_NET_DEVICES=rxe0:1,veth0}"
 UCX_ENV="UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n UCX_NET_DEVICES=rxe0:1"
 # count NAME ENV PROG: one server/client pair, the client under callgrind.
 count() {

@@ -96,10 +96,12 @@ for line in sys.stdin:
 NO_ALLOC="$(test_exe rc_verbs_no_alloc --test rc_verbs_no_alloc)"
 [[ -x "$NO_ALLOC" ]] || die "could not build the rc_verbs_no_alloc test"
 timeout 1200 cargo build -q -p rucx-examples --bin uct_hello_world || die "could not build uct_hello_world"
-HELLO="$ROOT/target/debug/uct_hello_world"
+# Cargo's own target directory (CARGO_TARGET_DIR when set, as in a worktree with its own).
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+HELLO="$TARGET_DIR/debug/uct_hello_world"
 timeout 1200 cargo build -q -p perftest --bin rucx-info --bin perftest || die "could not build rucx-info and perftest"
-INFO="$ROOT/target/debug/rucx-info"
-PERFTEST="$ROOT/target/debug/perftest"
+INFO="$TARGET_DIR/debug/rucx-info"
+PERFTEST="$TARGET_DIR/debug/perftest"
 
 WORK="$(mktemp -d /tmp/rdma-vm-ci.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT

@@ -16,7 +16,7 @@ REPS=${1:-3}
 if [[ -z "${RUCX_PERFTEST:-}" ]]; then
     (cd "$ROOT" && timeout 1800 cargo build -q --release -p perftest) ||
         { echo "no perftest package to build; set RUCX_PERFTEST" >&2; exit 1; }
-    RUCX_PERFTEST="$ROOT/target/release/perftest"
+    RUCX_PERFTEST="${CARGO_TARGET_DIR:-$ROOT/target}/release/perftest"
 fi
 WORK="$(mktemp -d /tmp/rdma-vm-cmp.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT

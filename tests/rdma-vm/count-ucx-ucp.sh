@@ -19,7 +19,7 @@ N=${1:-2000}
 if [[ -z "${RUCX_PERFTEST:-}" ]]; then
     (cd "$ROOT" && timeout 1800 cargo build -q --release -p perftest) ||
         { echo "no perftest package to build; set RUCX_PERFTEST" >&2; exit 1; }
-    RUCX_PERFTEST="$ROOT/target/release/perftest"
+    RUCX_PERFTEST="${CARGO_TARGET_DIR:-$ROOT/target}/release/perftest"
 fi
 STRACE="$(command -v strace || true)"
 [[ -n "$STRACE" ]] || { echo "strace is needed on the host (apt-get install strace)" >&2; exit 1; }

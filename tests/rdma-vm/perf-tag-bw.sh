@@ -32,7 +32,7 @@ PERF="$(command -v perf || true)"
 if [[ -z "${RUCX_PERFTEST:-}" ]]; then
     (cd "$ROOT" && timeout 3600 cargo build -q --release -p perftest) ||
         { echo "no perftest package to build; set RUCX_PERFTEST" >&2; exit 1; }
-    RUCX_PERFTEST="$ROOT/target/release/perftest"
+    RUCX_PERFTEST="${CARGO_TARGET_DIR:-$ROOT/target}/release/perftest"
 fi
 WORK="$(mktemp -d /tmp/rdma-vm-perf.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
