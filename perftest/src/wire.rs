@@ -340,8 +340,9 @@ impl Channel {
     /// socket's own mode is left alone. Toggling it around a blocking peek cost two `ioctl`
     /// (`FIONBIO`) per check, and the waits of every test check every 65,536 idle spins: a
     /// tag_bw sender with tag offload off, idle while the receiver copies, made 0.8-1.6 of
-    /// them per message under `strace` (what `count-ucx-tag-bw.sh` showed as an `ioctl` per
-    /// message; registrations are `ioctl` too, but the cache made none per message).
+    /// them per message under `strace` (what `tests/rdma-vm/count-ucx-tag.sh tag_bw` showed as
+    /// an `ioctl` per message; registrations are `ioctl` too, but the cache made none per
+    /// message).
     fn peek_now(&self, buf: &mut [u8]) -> io::Result<usize> {
         use std::os::fd::AsRawFd as _;
         // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the call, and the
