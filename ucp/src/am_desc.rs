@@ -148,7 +148,7 @@ impl Worker {
 }
 
 impl State {
-    /// Marks the AM inbox in [`State::client_queued`] when a message went into it.
+    /// Marks the AM inbox in [`Core::client_queued`](crate::worker::state::Core::client_queued) when a message went into it.
     #[inline(always)]
     pub(crate) fn note_taken(&mut self, taken: Taken) {
         if matches!(taken, Taken::Queued | Taken::Lent) {

@@ -326,7 +326,7 @@ impl State {
     }
 
     /// [`State::stream_recv`] giving a receive left waiting as its request's key and
-    /// generation (no [`Request`] handle made).
+    /// generation (no [`Request`](crate::Request) handle made).
     #[inline(always)]
     pub(crate) fn stream_recv_keyed(
         &mut self,
@@ -478,7 +478,7 @@ impl State {
     /// has room for all of `data` (not empty): copies it in (true), completing the receive if
     /// it has what it waits for; false, nothing done, otherwise. A receive into the client's
     /// memory whose result goes to the completion hook (the C library's) gets a result of
-    /// constants ([`State::hook_ok`], as a tag receive's), without the general finish.
+    /// constants ([`Core::hook_ok`](crate::worker::state::Core::hook_ok), as a tag receive's), without the general finish.
     #[inline(always)]
     fn stream_fill_front(&mut self, idx: usize, data: &[u8]) -> bool {
         let front = match self.ep(idx).extra() {

@@ -12,7 +12,7 @@
 //! `am`, `stream` and [`crate::wireup`].
 //!
 //! Peers are not trusted. A message that names one of our requests (SYNC_ACK, ATS, RTR,
-//! RNDV_DATA, ATP, ATOMIC_REP) is checked by `State::peer_req` against the request's owning
+//! RNDV_DATA, ATP, ATOMIC_REP) is checked by `Core::peer_req` against the request's owning
 //! endpoint, kind and stage before anything is touched; a mismatch fails the endpoint that sent
 //! it and nothing else. Request ids on the wire are scrambled with a secret drawn per endpoint,
 //! so one peer cannot name another endpoint's requests. No `unwrap`, `expect`, `unreachable!`
@@ -66,7 +66,7 @@ pub use api_types::{
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Features};
 use crate::worker::ep::IfaceInfo;
-use crate::worker::state::State;
+use crate::worker::state::{Core, State};
 use slab::Slab;
 use std::time::Duration;
 use ucs::time::{Clock, MonotonicClock};
@@ -228,54 +228,56 @@ impl Worker {
         let mut w = Worker {
             ifaces,
             st: State {
-                uuid,
-                id: next_worker_id(),
-                req_shared: Default::default(),
-                cfg: ctx.config().clone(),
-                features: ctx.features(),
-                clock: Box::new(clock),
-                mds,
-                any_ep_only: info.iter().any(|i| i.ep_only),
-                info,
-                address,
-                eps: Slab::new(),
-                ep_gen: 0,
-                by_uuid: Default::default(),
-                by_uct: Default::default(),
-                iface_users: vec![0; n_ifaces],
-                reqs: Default::default(),
-                req_gen: 0,
-                pool: Vec::new(),
-                to_connect: Vec::new(),
-                more_work: false,
-                pending_eps: Vec::new(),
-                flushes: Vec::new(),
-                failed_notify: Vec::new(),
-                next_msg_id: 1,
-                scratch: Vec::new(),
-                rkey_scratch: Vec::new(),
-                now_cache: now,
-                now_stamp: crate::worker::ep::Stamp::of(now),
-                timers: Default::default(),
-                next_timer: Duration::MAX,
-                clock_stale: false,
-                malformed_unknown: 0,
-                stats: ProtoStats::default(),
+                core: Core {
+                    uuid,
+                    id: next_worker_id(),
+                    req_shared: Default::default(),
+                    cfg: ctx.config().clone(),
+                    features: ctx.features(),
+                    clock: Box::new(clock),
+                    mds,
+                    any_ep_only: info.iter().any(|i| i.ep_only),
+                    info,
+                    address,
+                    eps: Slab::new(),
+                    ep_gen: 0,
+                    by_uuid: Default::default(),
+                    by_uct: Default::default(),
+                    iface_users: vec![0; n_ifaces],
+                    reqs: Default::default(),
+                    req_gen: 0,
+                    pool: Vec::new(),
+                    to_connect: Vec::new(),
+                    more_work: false,
+                    pending_eps: Vec::new(),
+                    flushes: Vec::new(),
+                    failed_notify: Vec::new(),
+                    next_msg_id: 1,
+                    scratch: Vec::new(),
+                    rkey_scratch: Vec::new(),
+                    now_cache: now,
+                    now_stamp: crate::worker::ep::Stamp::of(now),
+                    timers: Default::default(),
+                    next_timer: Duration::MAX,
+                    clock_stale: false,
+                    malformed_unknown: 0,
+                    stats: ProtoStats::default(),
+                    quarantine: Vec::new(),
+                    callbacks_due: Vec::new(),
+                    tokens_done: Vec::new(),
+                    completion_hook: None,
+                    recv_ok: std::collections::VecDeque::new(),
+                    recv_ok_on: false,
+                    client_queued: 0,
+                    closings: Vec::new(),
+                    protos: Vec::new(),
+                },
                 am: Default::default(),
                 tag: Default::default(),
                 rndv: Default::default(),
                 regions: Default::default(),
                 amo: Default::default(),
-                quarantine: Vec::new(),
-                callbacks_due: Vec::new(),
-                tokens_done: Vec::new(),
-                completion_hook: None,
-                recv_ok: std::collections::VecDeque::new(),
-                recv_ok_on: false,
-                client_queued: 0,
-                closings: Vec::new(),
                 tm: crate::tag::offload::state::TmState::new(),
-                protos: Vec::new(),
             },
             tick: 0,
             last_event: vec![0; n_ifaces],
@@ -288,7 +290,7 @@ impl Worker {
             clock_read_at: Duration::ZERO,
         };
         w.st.start_keepalive()?;
-        w.st.tm.init(&w.ifaces, &w.st.info)?;
+        w.st.tm.init(&w.ifaces, &w.st.core.info)?;
         Ok(w)
     }
 

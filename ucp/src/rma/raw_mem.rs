@@ -1,5 +1,5 @@
 //! Operations on memory the worker does not own (for a C API whose callers pass raw buffers):
-//! the receive state holds a [`RecvBuf`] and the send state a [`SendBuf`], each either a vector
+//! the receive state holds a [`RecvBuf`] and the send state a [`SendBuf`](crate::worker::req::SendBuf), each either a vector
 //! the worker owns or the caller's memory. The `unsafe` entry points below post receives and
 //! gets straight into caller memory and send from it in place, so no copy through a vector is
 //! made (beyond what a transport's own eager path copies).

@@ -54,7 +54,7 @@
 //! are matched by ucp as unexpected, correctly but without the offload's saved copy.
 //!
 //! Sends from mapped memory ([`Worker::tag_send_mapped`]): a rendezvous whose data lies in a
-//! [`MemMap`]'s posix/sysv segment passes the segment's own memory handle to `tag_rndv_zcopy`,
+//! [`MemMap`](crate::MemMap)'s posix/sysv segment passes the segment's own memory handle to `tag_rndv_zcopy`,
 //! so the receiving interface copies straight from the mapped segment (one `memcpy`, no
 //! `process_vm_readv`), and its RTS (for the software path, or with offload off) describes the
 //! data in place with the segment's own key when the AM lane reads it in place (posix, sysv:

@@ -66,7 +66,7 @@ impl State {
     }
 
     /// [`State::tag_send_short`] on the endpoint handle `h`, checked and looked up once as
-    /// [`State::ep_idx`] does, with its error. On false the handle is valid and `h.idx` is the
+    /// [`Core::ep_idx`](crate::worker::state::Core::ep_idx) does, with its error. On false the handle is valid and `h.idx` is the
     /// endpoint's index.
     #[inline(always)]
     pub(crate) fn tag_send_short_at(
@@ -192,7 +192,7 @@ impl State {
     }
 
     /// The send request `key`. Internal invariant: callers pass keys of requests they know are
-    /// sends (created as one, or checked by [`State::peer_req`] or the completion kind); a
+    /// sends (created as one, or checked by [`Core::peer_req`](crate::worker::state::Core::peer_req) or the completion kind); a
     /// peer's id never reaches here unchecked.
     #[allow(clippy::unreachable)]
     pub(crate) fn send_mut(&mut self, key: usize) -> &mut SendReq {
@@ -371,7 +371,7 @@ impl State {
 /// fits one `am_short` of the AM lane
 /// ([`ProtoConfig::short_max`]) and lies below the
 /// rendezvous, tag offload and (for a caller-owned vector) zero-copy thresholds. The rest of
-/// the step ([`State::short2_now`]) writes it straight into the transport as one EAGER_ONLY
+/// the step ([`Core::short2_now`](crate::worker::state::Core::short2_now)) writes it straight into the transport as one EAGER_ONLY
 /// message when the endpoint is usable, connected and has nothing queued.
 #[inline(always)]
 fn short_fits(p: &ProtoConfig, data: &SendData<'_>) -> bool {

@@ -1,18 +1,18 @@
 //! The worker core's interface to the protocol families: what a family (tag, rendezvous, RMA,
-//! atomics, active messages, stream, wire-up) may ask of [`State`] besides its own state.
+//! atomics, active messages, stream, wire-up) may ask of the worker's [`Core`] besides its own state.
 //!
 //! The core owns endpoints and their lanes, the request table, the progress queues, the
 //! buffer pool, the clock and the counters; a family reaches them through these methods and
 //! the few others listed here, and keeps its own per-worker state in its own struct
 //! (`State::tag`, `State::rndv`, `State::amo`, `State::am`, `State::tm`), whose fields only
 //! the family names. The set:
-//! - endpoints: [`State::ep`], [`State::ep_get`], [`State::ep_mut`], [`State::ep_queue_empty`],
-//!   [`State::ep_ready`], [`State::ep_gen`], [`State::lane_mut`], [`State::am_lane_mut`],
-//!   [`State::am_lane_ref`], [`State::am_lane_and_req`], [`State::ep_and_req_mut`],
-//!   [`State::req_step`], [`State::add_lane`], [`State::register_lane`],
-//!   [`State::unregister_lane`], [`State::release_iface`], [`State::ep_of_peer`],
-//!   [`State::tm_and_iface_users`], [`State::ep_note_tx`], [`State::ep_note_rx`],
-//!   [`State::queue_after_acks`]; the lanes through
+//! - endpoints: [`Core::ep`], [`Core::ep_get`], [`Core::ep_mut`], [`Core::ep_queue_empty`],
+//!   [`Core::ep_ready`], [`Core::ep_gen`], [`Core::lane_mut`], [`Core::am_lane_mut`],
+//!   [`Core::am_lane_ref`], [`Core::am_lane_and_req`], [`Core::ep_and_req_mut`],
+//!   [`Core::req_step`], [`Core::add_lane`], [`Core::register_lane`],
+//!   [`Core::unregister_lane`], [`Core::release_iface`], [`Core::ep_of_peer`],
+//!   [`State::tm_and_iface_users`], [`Core::ep_note_tx`], [`Core::ep_note_rx`],
+//!   [`Core::queue_after_acks`]; the lanes through
 //!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
 //! - one endpoint's record ([`Ep`], whose fields are private to `worker`): [`Ep::gen`],
 //!   [`Ep::peer_uuid`], [`Ep::state`], [`Ep::is_down`], [`Ep::queue_empty`], [`Ep::ready`],
@@ -20,28 +20,30 @@
 //!   [`Ep::set_proto`], [`Ep::connected`], [`Ep::extra`], [`Ep::extra_get_mut`],
 //!   [`Ep::extra_mut`], [`Ep::note_amo_sent`], [`Ep::note_amo_acked`],
 //!   [`Ep::set_err_handler`];
-//! - interfaces and memory domains: [`State::iface`], [`State::ifaces`], [`State::md`];
+//! - interfaces and memory domains: [`Core::iface`], [`Core::ifaces`], [`Core::md`];
 //! - one request's record ([`Req`]: its `kind`, the families' records, is theirs; the rest
 //!   is private to `worker`): [`Req::gen`], [`Req::ep`], [`Req::set_ep`],
 //!   [`Req::is_finished`], [`Req::kind_with_notify`], [`Req::notify_hook`],
 //!   [`Req::keep_result`];
-//! - requests: [`State::req_get`], [`State::req_mut`], [`State::requests`],
-//!   [`State::next_wire_id`],
-//!   [`State::drop_req`], [`State::take_finished`], [`State::deliver_detached`],
-//!   [`State::hook_waiting`], and `new_req`, `wire_id`, `req_ep`,
+//! - requests: [`Core::req_get`], [`Core::req_mut`], [`Core::requests`],
+//!   [`Core::next_wire_id`],
+//!   [`Core::drop_req`], [`Core::take_finished`], [`Core::deliver_detached`],
+//!   [`Core::hook_waiting`], and `new_req`, `wire_id`, `req_ep`,
 //!   `req_by_wire`, `finish` (`worker/request.rs`), `peer_id`/`peer_req`
 //!   (`worker/peer_req.rs`);
 //! - progress queues: `start_req`, `queue_req` and `mark_pending` (`worker/pending.rs`: a
 //!   request's first step, or queued behind an endpoint's earlier sends), `send_ctl`/`send_ctl_now`/`send_ctl2` (control
-//!   messages that wait their turn), [`State::am_short_now`] and [`State::short2_now`] /
-//!   [`State::short2_at`] (a message that goes inline now or not at all; the tag send's
+//!   messages that wait their turn), [`Core::am_short_now`] and [`Core::short2_now`] /
+//!   [`Core::short2_at`] (a message that goes inline now or not at all; the tag send's
 //!   eager-short step passes its size test);
-//! - the worker's identity, time and counters: [`State::worker_uuid`], [`State::worker_id`],
-//!   `now`, [`State::now_stamp`], [`State::new_msg_id`], [`State::peek_msg_id`],
-//!   [`State::stats_mut`]; the buffer pool (`get_buf`/`put_buf`).
+//! - the worker's identity, time and counters: [`Core::worker_uuid`], [`Core::worker_id`],
+//!   `now`, [`Core::now_stamp`], [`Core::new_msg_id`], [`Core::peek_msg_id`],
+//!   [`Core::stats_mut`]; the buffer pool (`get_buf`/`put_buf`).
 //!
-//! `State`'s own fields are private to `worker` (`pub(super)`): a family names only its own
-//! state struct and these methods.
+//! `Core`'s fields are private to `worker` (`pub(super)`), and these methods are `Core`'s, so
+//! they can reach no family's state (the compiler checks it); [`State`] is the core plus the
+//! families' state structs and derefs to the core. A family names only its own state struct
+//! and these methods.
 
 use crate::request::{Completion, RequestId};
 use crate::wire::PREFIX_LEN;
@@ -51,14 +53,14 @@ use crate::worker::api_types::{EpHandle, ProtoStats};
 use crate::worker::endpoint::bad_handle;
 use crate::worker::ep::{Ep, EpExtra, EpState, IfaceInfo, Lanes, Pending, Stamp};
 use crate::worker::req::{Done, Notify, Req, ReqKind};
-use crate::worker::state::State;
+use crate::worker::state::{Core, State};
 use std::rc::Rc;
 use ucs::{Outcome, Result};
 use uct::{AnyEp, AnyMd, Endpoint as _, IfaceAttr, IfaceFlags};
 
 /// What a protocol step for one request on one endpoint works on at once: the endpoint, the
 /// worker's interfaces (as its lanes name them), the request and the counters (see
-/// [`State::req_step`]).
+/// [`Core::req_step`]).
 pub(crate) struct ReqStep<'a> {
     pub(crate) ep: &'a mut Ep,
     pub(crate) ifaces: &'a [IfaceInfo],
@@ -66,7 +68,7 @@ pub(crate) struct ReqStep<'a> {
     pub(crate) stats: &'a mut ProtoStats,
 }
 
-/// An endpoint's AM lane, ready to send on (see [`State::am_lane_and_req`]).
+/// An endpoint's AM lane, ready to send on (see [`Core::am_lane_and_req`]).
 pub(crate) struct AmLane<'a> {
     /// The endpoint's protocol thresholds.
     pub(crate) proto: ProtoConfig,
@@ -79,7 +81,7 @@ pub(crate) struct AmLane<'a> {
 }
 
 /// An endpoint's AM lane, ready to send on, with its thresholds by reference (see
-/// [`State::am_lane_ref`]).
+/// [`Core::am_lane_ref`]).
 pub(crate) struct AmLaneRef<'a> {
     /// The endpoint's protocol thresholds.
     pub(crate) proto: &'a ProtoConfig,
@@ -94,7 +96,7 @@ pub(crate) struct AmLaneRef<'a> {
     pub(crate) now: &'a Stamp,
 }
 
-impl State {
+impl Core {
     /// Endpoint `idx` (an index the caller holds: a live endpoint).
     #[inline]
     pub(crate) fn ep(&self, idx: usize) -> &Ep {
@@ -113,7 +115,7 @@ impl State {
         self.eps.get_mut(idx)
     }
 
-    /// Endpoint `idx`, to change (as [`State::ep`]).
+    /// Endpoint `idx`, to change (as [`Core::ep`]).
     #[inline]
     pub(crate) fn ep_mut(&mut self, idx: usize) -> &mut Ep {
         &mut self.eps[idx]
@@ -233,7 +235,7 @@ impl State {
         self.reqs.get(key)
     }
 
-    /// Request `key`, to change (as [`State::req_get`]).
+    /// Request `key`, to change (as [`Core::req_get`]).
     #[inline]
     pub(crate) fn req_mut(&mut self, key: usize) -> &mut Req {
         &mut self.reqs[key]
@@ -258,8 +260,8 @@ impl State {
     }
 }
 
-impl State {
-    /// The wire id the next [`State::new_req`] will give: an operation that may finish at
+impl Core {
+    /// The wire id the next [`Core::new_req`] will give: an operation that may finish at
     /// once names itself with it and creates the request only when it does not.
     #[inline]
     pub(crate) fn next_wire_id(&self) -> u64 {
@@ -352,8 +354,8 @@ impl State {
         Ok(true)
     }
 
-    /// [`State::short2_now`] on the endpoint handle `h`, checked and looked up once as
-    /// [`State::ep_idx`] does, with its error.
+    /// [`Core::short2_now`] on the endpoint handle `h`, checked and looked up once as
+    /// [`Core::ep_idx`] does, with its error.
     #[inline(always)]
     pub(crate) fn short2_at(
         &mut self,
@@ -371,7 +373,7 @@ impl State {
         Ok(true)
     }
 
-    /// [`State::short2_at`] of message `id` of the prefix and `data` (no other header word),
+    /// [`Core::short2_at`] of message `id` of the prefix and `data` (no other header word),
     /// in one `am_short`: the stream send's one-message step.
     #[inline(always)]
     pub(crate) fn short1_at(
@@ -392,7 +394,7 @@ impl State {
         Ok(true)
     }
 
-    /// The id the next message sent in fragments gets from [`State::new_msg_id`].
+    /// The id the next message sent in fragments gets from [`Core::new_msg_id`].
     #[inline]
     pub(crate) fn peek_msg_id(&self) -> u64 {
         self.next_msg_id
@@ -403,15 +405,6 @@ impl State {
     #[inline]
     pub(crate) fn note_queued_work(&mut self) {
         self.more_work = true;
-    }
-
-    /// The tag offload's state beside the interfaces' user counts (its interface pick weighs
-    /// the candidates by them).
-    #[inline(always)]
-    pub(crate) fn tm_and_iface_users(
-        &mut self,
-    ) -> (&mut crate::tag::offload::state::TmState, &[u32]) {
-        (&mut self.tm, &self.iface_users)
     }
 
     /// Every request of the worker, with its key (in no particular order).
@@ -454,7 +447,7 @@ impl State {
     }
 }
 
-impl State {
+impl Core {
     /// Request `key` (a live request the caller holds).
     #[inline]
     pub(crate) fn req(&self, key: usize) -> &Req {
@@ -476,8 +469,8 @@ impl State {
     }
 }
 
-impl State {
-    /// The worker's reused encoding buffer (give it back with [`State::put_scratch`]).
+impl Core {
+    /// The worker's reused encoding buffer (give it back with [`Core::put_scratch`]).
     #[inline]
     pub(crate) fn take_scratch(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.scratch)
@@ -490,7 +483,7 @@ impl State {
     }
 
     /// The worker's reused buffer for a packed remote key (give it back with
-    /// [`State::put_rkey_scratch`]).
+    /// [`Core::put_rkey_scratch`]).
     #[inline]
     pub(crate) fn take_rkey_scratch(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.rkey_scratch)
@@ -503,14 +496,14 @@ impl State {
     }
 }
 
-impl State {
+impl Core {
     /// Request `key`, if there is one, to change.
     #[inline]
     pub(crate) fn req_get_mut(&mut self, key: usize) -> Option<&mut Req> {
         self.reqs.get_mut(key)
     }
 
-    /// The generation of the request [`State::new_req`] made last.
+    /// The generation of the request [`Core::new_req`] made last.
     #[inline]
     pub(crate) fn last_req_gen(&self) -> u32 {
         self.req_gen
@@ -570,7 +563,7 @@ impl State {
     }
 }
 
-impl State {
+impl Core {
     /// Queues endpoint `idx` to connect its lanes on the next progress call.
     pub(crate) fn queue_connect(&mut self, idx: usize) {
         self.to_connect.push(idx);
@@ -609,7 +602,7 @@ impl Ep {
         matches!(self.state, EpState::Failed | EpState::Closed)
     }
 
-    /// Whether nothing waits on the endpoint's pending list (see [`State::ep_queue_empty`]).
+    /// Whether nothing waits on the endpoint's pending list (see [`Core::ep_queue_empty`]).
     #[inline]
     pub(crate) fn queue_empty(&self) -> bool {
         self.pending.is_empty()
@@ -734,7 +727,7 @@ impl Req {
     }
 
     /// Keeps result `d` in the slot of a request that had none (checked by the caller, as
-    /// [`State::req_waiting_by_wire`] does) and is kept for `request_take` (`Notify::Take`):
+    /// [`Core::req_waiting_by_wire`] does) and is kept for `request_take` (`Notify::Take`):
     /// what [`State::finish`] does for it, without its other checks.
     #[inline(always)]
     pub(crate) fn keep_result(&mut self, d: Done) {
@@ -744,7 +737,7 @@ impl Req {
     }
 }
 
-impl State {
+impl Core {
     /// Notes a send on endpoint `idx` now (its keepalive's last send time).
     #[inline]
     pub(crate) fn ep_note_tx(&mut self, idx: usize) {
@@ -771,7 +764,7 @@ impl State {
 }
 
 /// The endpoint of handle `h` among `eps` (of worker `wid`), or the handle's error, as
-/// [`State::ep_idx`] checks it: the short sends' one lookup.
+/// [`Core::ep_idx`] checks it: the short sends' one lookup.
 #[inline(always)]
 fn ep_at(eps: &mut slab::Slab<Ep>, wid: u32, h: EpHandle) -> Result<&mut Ep> {
     match eps.get_mut(h.idx as usize) {
@@ -780,7 +773,7 @@ fn ep_at(eps: &mut slab::Slab<Ep>, wid: u32, h: EpHandle) -> Result<&mut Ep> {
     }
 }
 
-/// The send of [`State::short2_now`] on endpoint `ep`: false (nothing sent) when the endpoint
+/// The send of [`Core::short2_now`] on endpoint `ep`: false (nothing sent) when the endpoint
 /// failed, closed, has sends queued or no lanes yet, when `fits` refuses its thresholds, or on
 /// back-pressure.
 #[inline(always)]
@@ -798,7 +791,7 @@ fn short2_on(
     Ok(uep.am_short2(id, uuid, h1, data)? != Outcome::NoResource)
 }
 
-/// The AM lane of endpoint `ep` for a send of [`State::short2_now`] or [`State::short1_at`]:
+/// The AM lane of endpoint `ep` for a send of [`Core::short2_now`] or [`Core::short1_at`]:
 /// `None` when the endpoint failed, closed, has sends queued or no lanes yet, or when `fits`
 /// refuses its thresholds. (The transport's call stays in the caller: passed in as a closure
 /// it was left out of line, 48 instructions more per tag send.)
@@ -814,4 +807,15 @@ fn short_lane(ep: &mut Ep, fits: impl FnOnce(&ProtoConfig) -> bool) -> Option<&m
         return None;
     }
     l.uct.get_mut(l.am).map(|(_, uep)| uep)
+}
+
+impl State {
+    /// The tag offload's state beside the interfaces' user counts (its interface pick weighs
+    /// the candidates by them).
+    #[inline(always)]
+    pub(crate) fn tm_and_iface_users(
+        &mut self,
+    ) -> (&mut crate::tag::offload::state::TmState, &[u32]) {
+        (&mut self.tm, &self.core.iface_users)
+    }
 }

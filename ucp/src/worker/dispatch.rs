@@ -178,16 +178,16 @@ impl State {
     /// Without an `ep_only` interface there is no such lane: one flag skips that test.
     #[inline(always)]
     pub(crate) fn fast_sender(&mut self, iface: Option<usize>, src: u64) -> Option<usize> {
-        let idx = self.by_uuid.lookup(src)?;
-        let ep = &mut self.eps[idx];
+        let idx = self.core.by_uuid.lookup(src)?;
+        let ep = &mut self.core.eps[idx];
         if matches!(ep.state, EpState::Failed | EpState::Closed)
-            || (self.any_ep_only
-                && iface.is_some_and(|i| self.info[i].ep_only)
+            || (self.core.any_ep_only
+                && iface.is_some_and(|i| self.core.info[i].ep_only)
                 && !ep.extra.as_deref().is_some_and(|x| x.rx_gate.switched()))
         {
             return None;
         }
-        ep.last_rx = self.now_stamp;
+        ep.last_rx = self.core.now_stamp;
         Some(idx)
     }
 
@@ -216,11 +216,11 @@ impl State {
     /// Every message but the common one of [`State::handle_am_from`].
     #[inline(never)]
     fn handle_am_general(&mut self, iface: Option<usize>, id: u8, data: &[u8]) {
-        self.stats.rx_general += 1;
+        self.core.stats.rx_general += 1;
         let (src, body) = match split_prefix(data) {
             Ok(x) => x,
             Err(e) => {
-                self.malformed_unknown += 1;
+                self.core.malformed_unknown += 1;
                 tracing::warn!("dropping a ucp message from an unknown sender: {e}");
                 return;
             }
@@ -229,13 +229,13 @@ impl State {
             self.handle_wireup(src, body);
             return;
         }
-        let Some(idx) = self.by_uuid.lookup(src) else {
+        let Some(idx) = self.core.by_uuid.lookup(src) else {
             self.msg_from_unknown(src, id);
             return;
         };
         // The peer's AM lane switch: messages on its new lane wait for the marker on the old.
-        let on_new = iface.is_some_and(|i| self.info[i].ep_only);
-        let ep = &mut self.eps[idx];
+        let on_new = iface.is_some_and(|i| self.core.info[i].ep_only);
+        let ep = &mut self.core.eps[idx];
         match ep.state {
             // What the peer wrote before its endpoint failed (see `late_rx`).
             EpState::Failed => {
@@ -245,9 +245,9 @@ impl State {
             EpState::Closed => return,
             EpState::Connecting | EpState::Ready => {}
         }
-        ep.last_rx = self.now_stamp;
+        ep.last_rx = self.core.now_stamp;
         if on_new && ep.extra_mut().rx_gate.admit(true, id, data) == Admit::Held {
-            self.stats.am_switch_held += 1;
+            self.core.stats.am_switch_held += 1;
             return;
         }
         let r = if id == am_id::EAGER_ONLY {

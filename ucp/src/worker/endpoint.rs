@@ -16,7 +16,7 @@ use crate::wireup::ep::connect_ep;
 use crate::wireup::ProtoConfig;
 use crate::worker::ep::{connecting, Ep, EpExtra, EpState};
 use crate::worker::peer_req::PEER_ID_MASK;
-use crate::worker::state::State;
+use crate::worker::state::{Core, State};
 use crate::worker::{EpHandle, EpParams, ErrHandler, Worker};
 use std::collections::VecDeque;
 use ucs::{Error, Result};
@@ -151,7 +151,7 @@ pub(crate) fn bad_handle(foreign: bool) -> Error {
     })
 }
 
-impl State {
+impl Core {
     pub(crate) fn new_ep(&mut self, addr: WorkerAddress, err_handler: Option<ErrHandler>) -> usize {
         self.ep_gen = self.ep_gen.wrapping_add(1);
         let now = self.now();
@@ -239,7 +239,9 @@ impl State {
             _ => Error::ConnectionReset("endpoint is closed".into()),
         }
     }
+}
 
+impl State {
     pub(crate) fn proto_table(&self, idx: usize) -> Result<String> {
         let ep = &self.eps[idx];
         let (lanes, proto) = match (&ep.lanes, &ep.proto) {

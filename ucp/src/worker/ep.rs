@@ -89,7 +89,7 @@ impl Lanes {
     }
 }
 
-/// A connect-to-endpoint lane being wired up (see [`EpAddrHdr`]).
+/// A connect-to-endpoint lane being wired up (see [`EpAddrHdr`](crate::wire::EpAddrHdr)).
 pub(crate) struct WaitLane {
     /// Local interface index.
     pub(crate) li: usize,
@@ -163,12 +163,12 @@ pub(crate) struct Ep {
     pub(super) amo_sent: u32,
     pub(super) amo_acked: u32,
     /// Scrambles the ids of this endpoint's requests on the wire (see
-    /// [`State::peer_id`](crate::worker::state::State::peer_id)).
+    /// [`State::peer_id`](crate::worker::state::Core::peer_id)).
     pub(super) secret: u64,
     pub(super) uuid: u64,
     pub(super) lanes: Option<Lanes>,
     /// The protocol thresholds, shared by every endpoint with the same ones (see
-    /// [`State::intern_proto`](crate::worker::state::State::intern_proto)).
+    /// [`Core::intern_proto`](crate::worker::state::Core::intern_proto)).
     pub(super) proto: Option<Rc<ProtoConfig>>,
     pub(super) state: EpState,
     pub(super) pending: VecDeque<Pending>,

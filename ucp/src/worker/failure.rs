@@ -101,12 +101,12 @@ impl State {
 
     pub(crate) fn notify_failures(&mut self) -> usize {
         let mut n = 0;
-        while let Some(idx) = self.failed_notify.pop() {
-            let Some(ep) = self.eps.get_mut(idx) else {
+        while let Some(idx) = self.core.failed_notify.pop() {
+            let Some(ep) = self.core.eps.get_mut(idx) else {
                 continue;
             };
             let h = EpHandle {
-                wid: self.id,
+                wid: self.core.id,
                 idx: idx as u32,
                 gen: ep.gen,
             };

@@ -65,8 +65,8 @@ impl Worker {
     /// have nothing outstanding (see [`Worker::ep_flush`]). False for an unknown handle.
     #[inline]
     pub fn ep_is_quiet(&mut self, ep: EpHandle) -> bool {
-        match self.st.eps.get_mut(ep.idx as usize) {
-            Some(e) if e.gen == ep.gen && ep.wid == self.st.id => {
+        match self.st.core.eps.get_mut(ep.idx as usize) {
+            Some(e) if e.gen == ep.gen && ep.wid == self.st.core.id => {
                 e.state == EpState::Ready && ep_quiet(e)
             }
             _ => false,

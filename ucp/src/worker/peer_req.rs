@@ -14,10 +14,10 @@
 )]
 
 use crate::worker::req::ReqKind;
-use crate::worker::state::State;
+use crate::worker::state::Core;
 use ucs::{Error, Result};
 
-/// A message that names one of our requests, for [`State::peer_req`].
+/// A message that names one of our requests, for [`Core::peer_req`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Named {
     SyncAck,
@@ -76,10 +76,10 @@ impl Named {
     }
 }
 
-impl State {
+impl Core {
     /// The id request `key` has on the wire towards the peer of endpoint `idx`: its internal
     /// id (generation and slot, 60 bits) scrambled with the endpoint's secret, so no other peer
-    /// can guess it. The top four bits stay clear: it is never [`NO_REQ`].
+    /// can guess it. The top four bits stay clear: it is never [`NO_REQ`](crate::wire::NO_REQ).
     pub(crate) fn peer_id(&self, idx: usize, key: usize) -> u64 {
         self.wire_id(key) ^ self.eps[idx].secret
     }
@@ -87,7 +87,7 @@ impl State {
     /// The request the peer of endpoint `idx` names by `id` in message `named`, checked: a
     /// live request of that endpoint, of the kind and in the stage the message may touch.
     /// Anything else (a guessed, finished or another endpoint's request, or one in the wrong
-    /// stage) is a protocol error, counted in [`ProtoStats::forged_ids`] and logged; the caller
+    /// stage) is a protocol error, counted in [`ProtoStats::forged_ids`](crate::ProtoStats::forged_ids) and logged; the caller
     /// fails the endpoint, and the request named is left as it was.
     pub(crate) fn peer_req(&mut self, idx: usize, id: u64, named: Named) -> Result<usize> {
         let wire = id ^ self.eps[idx].secret;

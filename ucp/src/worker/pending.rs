@@ -13,7 +13,7 @@
 use crate::wire::PREFIX_LEN;
 use crate::worker::ep::{EpState, Pending};
 use crate::worker::req::{ReqKind, SendStage};
-use crate::worker::state::State;
+use crate::worker::state::{Core, State};
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::{AnyEp, IfaceAttr, IfaceFlags};
@@ -130,7 +130,9 @@ impl State {
         }
         Ok(())
     }
+}
 
+impl Core {
     /// `r`, removing request `key` (made for an operation that then failed to start) when
     /// it is an error.
     pub(crate) fn unless_failed<T>(&mut self, key: usize, r: Result<T>) -> Result<T> {
@@ -242,19 +244,21 @@ impl State {
     pub(crate) fn send_ctl(&mut self, idx: usize, id: u8, body: &[u8]) -> Result<()> {
         self.send_ctl2(idx, id, body, &[])
     }
+}
 
+impl State {
     pub(crate) fn progress_pending(&mut self) -> usize {
-        if self.pending_eps.is_empty() {
+        if self.core.pending_eps.is_empty() {
             return 0;
         }
         let mut n = 0;
         // The endpoints still pending afterwards are kept at the front of `list` (`kept` of
         // them), so a sender that meets back-pressure on every call allocates nothing here.
-        let mut list = std::mem::take(&mut self.pending_eps);
+        let mut list = std::mem::take(&mut self.core.pending_eps);
         let mut kept = 0;
         for i in 0..list.len() {
             let idx = list[i];
-            let Some(ep) = self.eps.get_mut(idx) else {
+            let Some(ep) = self.core.eps.get_mut(idx) else {
                 continue;
             };
             ep.in_pending_list = false;
@@ -265,16 +269,16 @@ impl State {
                 }
                 continue;
             }
-            while let Some(p) = self.eps[idx].pending.pop_front() {
+            while let Some(p) = self.core.eps[idx].pending.pop_front() {
                 let r = match &p {
                     Pending::Ctl { id, body } => {
-                        let uuid = self.uuid.to_le_bytes();
-                        let ep = &mut self.eps[idx];
+                        let uuid = self.core.uuid.to_le_bytes();
+                        let ep = &mut self.core.eps[idx];
                         let l = ep.lanes.as_mut().map(|l| (l.am, &mut l.uct));
                         match l {
                             Some((am, uct)) => {
                                 let (li, uep) = &mut uct[am];
-                                am_send(uep, &self.info[*li].attr, *id, &[&uuid, body])
+                                am_send(uep, &self.core.info[*li].attr, *id, &[&uuid, body])
                                     .map(|o| o != Outcome::NoResource)
                             }
                             None => Ok(false),
@@ -282,14 +286,14 @@ impl State {
                     }
                     Pending::Fence { key, amo_sent } => self.fence_passed(idx, *key, *amo_sent),
                     Pending::Acked { amo_sent } => {
-                        Ok((amo_sent.wrapping_sub(self.eps[idx].amo_acked) as i32) <= 0)
+                        Ok((amo_sent.wrapping_sub(self.core.eps[idx].amo_acked) as i32) <= 0)
                     }
                     Pending::Req(key) => {
                         let key = *key;
-                        if self.reqs.get(key).is_none_or(|r| r.done.is_some()) {
+                        if self.core.reqs.get(key).is_none_or(|r| r.done.is_some()) {
                             Ok(true)
                         } else {
-                            match &self.reqs[key].kind {
+                            match &self.core.reqs[key].kind {
                                 ReqKind::Recv(_) => self.get_step(key),
                                 _ => self.send_step(key),
                             }
@@ -304,7 +308,7 @@ impl State {
                         }
                     }
                     Ok(false) => {
-                        self.eps[idx].pending.push_front(p);
+                        self.core.eps[idx].pending.push_front(p);
                         list[kept] = idx;
                         kept += 1;
                         break;
@@ -316,7 +320,7 @@ impl State {
                 }
             }
             // The queue drained on the old lane: a due AM lane switch happens now.
-            let due = self.eps.get(idx).is_some_and(|e| {
+            let due = self.core.eps.get(idx).is_some_and(|e| {
                 e.state == EpState::Ready
                     && e.pending.is_empty()
                     && e.lanes.as_ref().is_some_and(|l| l.am_next.is_some())
@@ -333,15 +337,15 @@ impl State {
             }
         }
         list.truncate(kept);
-        if self.pending_eps.is_empty() {
+        if self.core.pending_eps.is_empty() {
             // Nothing was marked meanwhile: the kept endpoints (each once) are the list.
             for &idx in &list {
-                if let Some(ep) = self.eps.get_mut(idx) {
+                if let Some(ep) = self.core.eps.get_mut(idx) {
                     ep.in_pending_list = true;
                 }
             }
-            self.more_work |= !list.is_empty();
-            self.pending_eps = list;
+            self.core.more_work |= !list.is_empty();
+            self.core.pending_eps = list;
         } else {
             for idx in list {
                 self.mark_pending(idx);

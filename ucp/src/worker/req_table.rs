@@ -19,7 +19,7 @@
 use crate::request::{Completion, Received};
 use crate::worker::req::{Done, Notify, Req, ReqKind};
 
-/// Generation bit of a vacant slot. Generations use the low 28 bits (see `State::new_req`), so
+/// Generation bit of a vacant slot. Generations use the low 28 bits (see `Core::new_req`), so
 /// no live request's generation, handle or wire id has it.
 const VACANT: u32 = 1 << 30;
 

@@ -15,7 +15,7 @@ use crate::request::{Completion, Op, Received, Request, RequestId};
 use crate::worker::api_types::{CompletionHook, RecvOk};
 use crate::worker::req::{Done, Notify, RecvStage, ReqKind};
 use crate::worker::req_table::TakeRecv;
-use crate::worker::state::{State, QUEUED_RECV_OK};
+use crate::worker::state::{Core, State, QUEUED_RECV_OK};
 use crate::worker::Worker;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -506,7 +506,7 @@ impl Worker {
     }
 }
 
-impl State {
+impl Core {
     #[inline]
     pub(crate) fn new_req(&mut self, ep: Option<usize>, kind: ReqKind) -> usize {
         self.req_gen = self.req_gen.wrapping_add(1) & 0x0FFF_FFFF;
@@ -539,155 +539,6 @@ impl State {
             return Op::Pending(Request::new(key, r.gen, &self.req_shared));
         }
         Op::Done(self.reqs.take_done(key).unwrap_or_else(Completion::ok))
-    }
-
-    /// Finishes request `key` with `status`, releasing what the protocol held.
-    /// A request already finished (or freed) is left alone. An eager receive whose result goes
-    /// to a token is queued for `take_done_tokens` at once and its slot freed here (nothing else
-    /// waits on it), without a pass through `run_callbacks`.
-    #[inline]
-    pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
-        let Some(r) = self.reqs.get_mut(key) else {
-            return;
-        };
-        if r.done.is_some() {
-            return;
-        }
-        // An eager receive holds nothing but its buffer.
-        if let ReqKind::Recv(rv) = &mut r.kind {
-            if rv.rndv.is_none() {
-                let buf = std::mem::take(&mut rv.buf).into_vec();
-                let (len, tag) = (rv.total, rv.sender_tag);
-                match r.notify {
-                    // The buffer was moved out and there is no rendezvous state: the kind owns
-                    // nothing, nor does a token.
-                    Notify::Hook(t) => {
-                        self.reqs.free_plain(key);
-                        let c = Completion {
-                            status,
-                            buf,
-                            len,
-                            tag,
-                            value: 0,
-                        };
-                        self.hook_done(t, c);
-                        return;
-                    }
-                    Notify::Token(t) => {
-                        self.reqs.free_plain(key);
-                        let c = Completion {
-                            status,
-                            buf,
-                            len,
-                            tag,
-                            value: 0,
-                        };
-                        self.tokens_done.push((t, c));
-                        return;
-                    }
-                    _ => {}
-                }
-                // `done` is empty (checked above): nothing to drop.
-                std::mem::forget(r.done.replace(Done::new(status, buf, len, tag)));
-                if !matches!(r.notify, Notify::Take) {
-                    self.callbacks_due.push(key);
-                    self.more_work = true;
-                }
-                return;
-            }
-        }
-        self.finish_any(key, status);
-    }
-
-    /// [`State::finish`] of any request.
-    fn finish_any(&mut self, key: usize, status: Result<()>) {
-        let r = &self.reqs[key];
-        if let ReqKind::Flush {
-            parent: Some(p), ..
-        } = r.kind
-        {
-            self.flush_part_done(key, p, status);
-            return;
-        }
-        if matches!(r.kind, ReqKind::Send(_)) {
-            self.tm_send_finishing(key);
-        }
-        let r = &mut self.reqs[key];
-        let mut recycle = None;
-        let mut am = None;
-        let mut rndv = None;
-        let (buf, len, tag, value) = match &mut r.kind {
-            ReqKind::Send(s) => {
-                rndv = s.rndv.take();
-                let data = std::mem::take(&mut s.data).into_vec();
-                if s.give_back {
-                    (data, 0, s.tag, 0)
-                } else {
-                    recycle = data;
-                    (None, 0, s.tag, 0)
-                }
-            }
-            ReqKind::Recv(rv) => {
-                rndv = rv.rndv.take();
-                // A receive that failed while the peer may still write into it (rendezvous
-                // put into our registered buffer) keeps its buffer in quarantine until the
-                // worker is dropped, so a late write never lands in freed memory.
-                let exposed = status.is_err()
-                    && rndv.as_ref().is_some_and(|x| x.memh.is_some())
-                    && matches!(rv.stage, RecvStage::Rndv(_));
-                am = rndv.as_mut().and_then(|x| x.am.take());
-                let buf = std::mem::take(&mut rv.buf).into_vec();
-                let buf = if exposed {
-                    self.quarantine.extend(buf);
-                    None
-                } else {
-                    buf
-                };
-                (buf, rv.total, rv.sender_tag, 0)
-            }
-            ReqKind::StreamRecv(sr) => {
-                let (buf, filled) = sr.take_result();
-                (buf, filled, 0, 0)
-            }
-            ReqKind::Atomic { value } => (None, 0, 0, *value),
-            ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
-        };
-        if let Some(x) = rndv {
-            // Drops the registration and remote key before the buffer is given back.
-            self.rndv.recycle(x);
-        }
-        if let Some((id, hdr)) = am {
-            // A user active message that came by rendezvous: its family hands it out.
-            let ep = r.ep;
-            self.reqs.take_done(key);
-            self.am_rndv_received(ep, id, &hdr, status, buf);
-            return;
-        }
-        let c = Completion {
-            status,
-            buf,
-            len,
-            tag,
-            value,
-        };
-        if let Notify::Hook(t) = r.notify {
-            // The completion hook (the C library's) touches nothing of the worker: its result
-            // goes to it now, not through the callback queue.
-            self.reqs.free(key);
-            if let Some(v) = recycle {
-                self.put_buf(v);
-            }
-            self.hook_done(t, c);
-            return;
-        }
-        r.done = Some(c.into());
-        if !matches!(r.notify, Notify::Take) {
-            self.callbacks_due.push(key);
-            self.more_work = true;
-        }
-        if let Some(v) = recycle {
-            self.put_buf(v);
-        }
     }
 
     /// Invokes the callbacks of requests that finished, queues the results of token requests,
@@ -782,6 +633,157 @@ impl State {
     fn free_req(&mut self, key: usize) {
         if let Some(buf) = self.reqs.take_done(key).and_then(|c| c.buf) {
             self.put_buf(buf);
+        }
+    }
+}
+
+impl State {
+    /// Finishes request `key` with `status`, releasing what the protocol held.
+    /// A request already finished (or freed) is left alone. An eager receive whose result goes
+    /// to a token is queued for `take_done_tokens` at once and its slot freed here (nothing else
+    /// waits on it), without a pass through `run_callbacks`.
+    #[inline]
+    pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
+        let Some(r) = self.reqs.get_mut(key) else {
+            return;
+        };
+        if r.done.is_some() {
+            return;
+        }
+        // An eager receive holds nothing but its buffer.
+        if let ReqKind::Recv(rv) = &mut r.kind {
+            if rv.rndv.is_none() {
+                let buf = std::mem::take(&mut rv.buf).into_vec();
+                let (len, tag) = (rv.total, rv.sender_tag);
+                match r.notify {
+                    // The buffer was moved out and there is no rendezvous state: the kind owns
+                    // nothing, nor does a token.
+                    Notify::Hook(t) => {
+                        self.reqs.free_plain(key);
+                        let c = Completion {
+                            status,
+                            buf,
+                            len,
+                            tag,
+                            value: 0,
+                        };
+                        self.hook_done(t, c);
+                        return;
+                    }
+                    Notify::Token(t) => {
+                        self.reqs.free_plain(key);
+                        let c = Completion {
+                            status,
+                            buf,
+                            len,
+                            tag,
+                            value: 0,
+                        };
+                        self.tokens_done.push((t, c));
+                        return;
+                    }
+                    _ => {}
+                }
+                // `done` is empty (checked above): nothing to drop.
+                std::mem::forget(r.done.replace(Done::new(status, buf, len, tag)));
+                if !matches!(r.notify, Notify::Take) {
+                    self.callbacks_due.push(key);
+                    self.more_work = true;
+                }
+                return;
+            }
+        }
+        self.finish_any(key, status);
+    }
+
+    /// [`State::finish`] of any request.
+    fn finish_any(&mut self, key: usize, status: Result<()>) {
+        let r = &self.core.reqs[key];
+        if let ReqKind::Flush {
+            parent: Some(p), ..
+        } = r.kind
+        {
+            self.flush_part_done(key, p, status);
+            return;
+        }
+        if matches!(r.kind, ReqKind::Send(_)) {
+            self.tm_send_finishing(key);
+        }
+        let r = &mut self.core.reqs[key];
+        let mut recycle = None;
+        let mut am = None;
+        let mut rndv = None;
+        let (buf, len, tag, value) = match &mut r.kind {
+            ReqKind::Send(s) => {
+                rndv = s.rndv.take();
+                let data = std::mem::take(&mut s.data).into_vec();
+                if s.give_back {
+                    (data, 0, s.tag, 0)
+                } else {
+                    recycle = data;
+                    (None, 0, s.tag, 0)
+                }
+            }
+            ReqKind::Recv(rv) => {
+                rndv = rv.rndv.take();
+                // A receive that failed while the peer may still write into it (rendezvous
+                // put into our registered buffer) keeps its buffer in quarantine until the
+                // worker is dropped, so a late write never lands in freed memory.
+                let exposed = status.is_err()
+                    && rndv.as_ref().is_some_and(|x| x.memh.is_some())
+                    && matches!(rv.stage, RecvStage::Rndv(_));
+                am = rndv.as_mut().and_then(|x| x.am.take());
+                let buf = std::mem::take(&mut rv.buf).into_vec();
+                let buf = if exposed {
+                    self.core.quarantine.extend(buf);
+                    None
+                } else {
+                    buf
+                };
+                (buf, rv.total, rv.sender_tag, 0)
+            }
+            ReqKind::StreamRecv(sr) => {
+                let (buf, filled) = sr.take_result();
+                (buf, filled, 0, 0)
+            }
+            ReqKind::Atomic { value } => (None, 0, 0, *value),
+            ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
+        };
+        if let Some(x) = rndv {
+            // Drops the registration and remote key before the buffer is given back.
+            self.rndv.recycle(x);
+        }
+        if let Some((id, hdr)) = am {
+            // A user active message that came by rendezvous: its family hands it out.
+            let ep = r.ep;
+            self.core.reqs.take_done(key);
+            self.am_rndv_received(ep, id, &hdr, status, buf);
+            return;
+        }
+        let c = Completion {
+            status,
+            buf,
+            len,
+            tag,
+            value,
+        };
+        if let Notify::Hook(t) = r.notify {
+            // The completion hook (the C library's) touches nothing of the worker: its result
+            // goes to it now, not through the callback queue.
+            self.core.reqs.free(key);
+            if let Some(v) = recycle {
+                self.put_buf(v);
+            }
+            self.hook_done(t, c);
+            return;
+        }
+        r.done = Some(c.into());
+        if !matches!(r.notify, Notify::Take) {
+            self.core.callbacks_due.push(key);
+            self.core.more_work = true;
+        }
+        if let Some(v) = recycle {
+            self.put_buf(v);
         }
     }
 }

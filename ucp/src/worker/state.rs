@@ -24,7 +24,10 @@ use std::time::Duration;
 use ucs::time::Clock;
 use uct::AnyMd;
 
-pub(crate) struct State {
+/// The worker core: endpoints and their lanes, the request table, the progress and pending
+/// queues, the clock, the configuration and the counters. The protocol families reach it
+/// through the methods of `worker/core_api.rs` (its fields are private to `worker`).
+pub(crate) struct Core {
     pub(super) uuid: u64,
     /// Process-unique worker id, carried by every [`EpHandle`](crate::EpHandle).
     pub(super) id: u32,
@@ -44,7 +47,7 @@ pub(crate) struct State {
     pub(super) by_uuid: crate::worker::peers::PeerIndex,
     pub(super) by_uct: UctIndex,
     /// Transport endpoints per interface (index as `info`): interfaces without any are polled
-    /// only every [`IDLE_IFACE_PERIOD`] progress calls.
+    /// only every [`IDLE_IFACE_PERIOD`](crate::worker::progress::IDLE_IFACE_PERIOD) progress calls.
     pub(super) iface_users: Vec<u32>,
     pub(super) reqs: crate::worker::req_table::ReqTable,
     pub(super) req_gen: u32,
@@ -77,11 +80,6 @@ pub(crate) struct State {
     pub(super) clock_stale: bool,
     pub(super) malformed_unknown: u64,
     pub(super) stats: ProtoStats,
-    /// User active messages: the handlers.
-    pub(crate) am: crate::am::state::AmState,
-    pub(crate) regions: crate::rma::Regions,
-    /// Atomics: how many went which way.
-    pub(crate) amo: crate::amo::state::AmoState,
     pub(super) quarantine: Vec<Vec<u8>>,
     /// Finished requests whose callback or token is due at the end of this progress call.
     pub(super) callbacks_due: Vec<usize>,
@@ -101,14 +99,41 @@ pub(crate) struct State {
     /// a progress call of the C library whether it has anything to hand out.
     pub(crate) client_queued: u8,
     pub(super) closings: Vec<Closing>,
+    /// The distinct protocol configurations of the endpoints (see [`Core::intern_proto`]).
+    pub(super) protos: Vec<Rc<ProtoConfig>>,
+}
+
+/// The worker's state: the [`Core`] and each protocol family's own state struct. It derefs
+/// to the core, so the worker's machinery names the core's fields and methods directly.
+pub(crate) struct State {
+    /// Endpoints, requests, queues, clock, configuration and counters.
+    pub(super) core: Core,
+    /// User active messages: the handlers.
+    pub(crate) am: crate::am::state::AmState,
+    pub(crate) regions: crate::rma::Regions,
+    /// Atomics: how many went which way.
+    pub(crate) amo: crate::amo::state::AmoState,
     /// Tag matching: the matcher and the unexpected messages.
     pub(crate) tag: crate::tag::state::TagState,
     /// Tag offload (see `tag_offload`).
     pub(crate) tm: crate::tag::offload::state::TmState,
     /// Rendezvous: the pool of rendezvous boxes, the reads in progress.
     pub(crate) rndv: crate::rndv::RndvState,
-    /// The distinct protocol configurations of the endpoints (see [`State::intern_proto`]).
-    pub(super) protos: Vec<Rc<ProtoConfig>>,
+}
+
+impl std::ops::Deref for State {
+    type Target = Core;
+    #[inline(always)]
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for State {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
 }
 
 /// [`Worker::client_queued`](crate::Worker::client_queued): receives queued as [`RecvOk`]
@@ -118,10 +143,10 @@ pub const QUEUED_RECV_OK: u8 = 1;
 /// inbox.
 pub const QUEUED_AM: u8 = 4;
 
-/// Distinct protocol configurations [`State::intern_proto`] keeps.
+/// Distinct protocol configurations [`Core::intern_proto`] keeps.
 pub(crate) const PROTOS_MAX: usize = 32;
 
-impl State {
+impl Core {
     pub(crate) fn now(&self) -> Duration {
         self.clock.now()
     }
@@ -145,25 +170,27 @@ impl State {
         self.pool.pop().unwrap_or_default()
     }
 
-    /// The active-message family's state beside the buffer pool (for a whole message's copy
-    /// while the family's table is borrowed).
-    #[inline(always)]
-    pub(crate) fn am_and_pool(&mut self) -> (&mut crate::am::state::AmState, &mut Vec<Vec<u8>>) {
-        (&mut self.am, &mut self.pool)
-    }
-
     pub(crate) fn put_buf(&mut self, mut v: Vec<u8>) {
         if v.capacity() <= POOL_BUF_MAX && self.pool.len() < POOL_MAX {
             v.clear();
             self.pool.push(v);
         }
     }
+}
+
+impl State {
+    /// The active-message family's state beside the buffer pool (for a whole message's copy
+    /// while the family's table is borrowed).
+    #[inline(always)]
+    pub(crate) fn am_and_pool(&mut self) -> (&mut crate::am::state::AmState, &mut Vec<Vec<u8>>) {
+        (&mut self.am, &mut self.core.pool)
+    }
 
     /// The rendezvous state of send `key`, taken from the pool (or allocated) on first use.
     /// Internal invariant, as [`State::send_mut`].
     #[allow(clippy::unreachable)]
     pub(crate) fn send_rndv(&mut self, key: usize) -> &mut Rndv {
-        match &mut self.reqs[key].kind {
+        match &mut self.core.reqs[key].kind {
             ReqKind::Send(s) => self.rndv.box_in(&mut s.rndv),
             _ => unreachable!("request {key} is not a send"),
         }
@@ -183,7 +210,7 @@ impl State {
     /// The rendezvous state of receive `key`, as [`State::send_rndv`].
     #[allow(clippy::unreachable)]
     pub(crate) fn recv_rndv(&mut self, key: usize) -> &mut Rndv {
-        match &mut self.reqs[key].kind {
+        match &mut self.core.reqs[key].kind {
             ReqKind::Recv(r) => self.rndv.box_in(&mut r.rndv),
             _ => unreachable!("request {key} is not a receive"),
         }

@@ -71,9 +71,9 @@ impl State {
 
     /// Runs the timers due at `now_cache` and recomputes `next_timer`.
     pub(crate) fn run_timers(&mut self) {
-        let mut due = std::mem::take(&mut self.timers.due);
+        let mut due = std::mem::take(&mut self.core.timers.due);
         due.clear();
-        self.timers.queue.expire(self.now_cache, &mut due);
+        self.core.timers.queue.expire(self.core.now_cache, &mut due);
         let mut closes = false;
         for &(id, what) in &due {
             match what {
@@ -81,11 +81,16 @@ impl State {
                 Timer::CloseTimeout => closes |= self.close_timed_out(id),
             }
         }
-        self.timers.due = due;
+        self.core.timers.due = due;
         if closes {
             self.progress_closings();
         }
-        self.next_timer = self.timers.queue.next_deadline().unwrap_or(Duration::MAX);
+        self.core.next_timer = self
+            .core
+            .timers
+            .queue
+            .next_deadline()
+            .unwrap_or(Duration::MAX);
     }
 
     /// Whether the application-level keepalive is on (`RUCX_KEEPALIVE_TIMEOUT` set): keepalive

@@ -157,11 +157,11 @@ impl State {
         }
     }
 
-    /// Sends `len` bytes at `offset` of `map` (see [`Worker::tag_send_mapped`]). A rendezvous
+    /// Sends `len` bytes at `offset` of `map` (see [`Worker::tag_send_mapped`](crate::Worker::tag_send_mapped)). A rendezvous
     /// from a shared segment announces the data in place: by `tag_rndv_zcopy` with the
     /// segment's own memory handle (the peer's interface then copies straight from the mapped
     /// segment into a posted receive), or by the software RTS with the RMA lane's registration
-    /// of the segment. Everything else is sent like [`Worker::tag_send`] (a copy).
+    /// of the segment. Everything else is sent like [`Worker::tag_send`](crate::Worker::tag_send) (a copy).
     /// `Worker::tag_send_mapped` sends these bytes by the eager-short step first: `len` bytes at
     /// `offset` of `map`. A bad range is an error, after that of a bad handle `h` (the order
     /// `Worker::tag_send_mapped` checks them in).

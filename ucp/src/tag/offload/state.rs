@@ -46,13 +46,13 @@ pub(crate) struct TmState {
     pub(super) sent_rndv: u64,
     /// Rendezvous the peer's transport pulled (no ATS).
     pub(super) matched_rndv: u64,
-    /// Sends reading their data in place from a [`MemMap`]'s shared segment, not finished.
+    /// Sends reading their data in place from a [`MemMap`](crate::MemMap)'s shared segment, not finished.
     pub(super) mapped: Vec<MappedSend>,
     /// Rendezvous sent from a mapped segment (by tag offload or the software RTS).
     pub(super) sent_mapped: u64,
 }
 
-/// A rendezvous send whose data stays in a [`MemMap`]'s shared segment until it finishes.
+/// A rendezvous send whose data stays in a [`MemMap`](crate::MemMap)'s shared segment until it finishes.
 pub(super) struct MappedSend {
     /// Wire id of the send request.
     pub(super) wire: u64,
@@ -114,7 +114,7 @@ impl TmState {
 
     /// For a receive of `len` bytes under `mask` just queued in the matcher: false when it
     /// cannot be posted to the transport (a wildcard, a small one, or a software-only receive
-    /// waiting before it), and then counts it as software-only; true when [`after_post`] is
+    /// waiting before it), and then counts it as software-only; true when [`after_post`](crate::tag::offload::after_post) is
     /// to decide.
     #[inline]
     pub(crate) fn may_post(&mut self, mask: u64, len: usize) -> bool {
