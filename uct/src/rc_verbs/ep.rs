@@ -158,7 +158,7 @@ impl RcVerbsEp {
 
     /// The common steps of the short sends, under one borrow: the id, the length against the
     /// inline limit, the endpoint's readiness (`NoResource` when it must wait), and the post
-    /// of `parts` gathered into one inline entry. `None` when the parts do not fit [`GATHER`]
+    /// of `parts` gathered into one inline entry. `None` when the parts do not fit `GATHER`
     /// bytes: the caller posts them as separate entries. Always inlined: with a fixed number
     /// of parts the gathering unrolls.
     #[inline(always)]
@@ -200,7 +200,7 @@ const GATHER: usize = 128;
 
 /// Posts an inline active message of the id and `parts` gathered into one stack buffer, as one
 /// scatter entry of endpoint `key` (the provider then copies one piece instead of one per
-/// part, during the call). `None` when they do not fit [`GATHER`] bytes (the caller posts the
+/// part, during the call). `None` when they do not fit `GATHER` bytes (the caller posts the
 /// parts). Always inlined: with a fixed number of parts the gathering loop unrolls.
 #[inline(always)]
 fn post_gathered(inner: &mut Inner, key: usize, id: u8, parts: &[&[u8]]) -> Option<Result<()>> {
@@ -268,7 +268,7 @@ impl Endpoint for RcVerbsEp {
         Ok(Outcome::DONE)
     }
 
-    /// The two header words and a payload that fit [`GATHER`] bytes go into one inline
+    /// The two header words and a payload that fit `GATHER` bytes go into one inline
     /// scatter entry under one borrow, without the general gather of
     /// [`Endpoint::am_short_iov`] (which takes longer messages). Inlined into the dispatch
     /// over every transport's endpoint (`AnyEp`): out of line it cost the rc_verbs send about

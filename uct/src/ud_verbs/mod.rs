@@ -16,18 +16,18 @@
 //! - **Reliability** ([`proto`]): every active message is one datagram with a 16-bit sequence
 //!   number, kept in its send buffer until acknowledged (cumulative acknowledgements ride on
 //!   every datagram; a receiver acknowledges on its own when asked, after a quarter window, or
-//!   after [`state::ACK_DELAY`]); go-back-N: duplicates and datagrams after a gap are dropped
+//!   after `state::ACK_DELAY`); go-back-N: duplicates and datagrams after a gap are dropped
 //!   and answered (a NAK makes the sender resend at once); a timeout (`RUCX_UD_RTO`, doubling
-//!   up to [`state::RTO_MAX`]) resends everything unacknowledged, and after
+//!   up to `state::RTO_MAX`) resends everything unacknowledged, and after
 //!   `RUCX_UD_RETRY_COUNT` timeouts in a row, once the peer has also acknowledged nothing for
 //!   `RUCX_UD_TIMEOUT` (30 s, as UCX's), the endpoint fails with `PeerFailure`
 //!   (ERRHANDLE_PEER_FAILURE). Delivery is once and in order per endpoint pair.
 //! - **Memory per peer is fixed**: an endpoint holds an address handle, a window of
-//!   [`state::TX_WINDOW`] entries allocated when it is created and never grown, and its
+//!   `state::TX_WINDOW` entries allocated when it is created and never grown, and its
 //!   receive state (a few words); buffers come from the interface's pools.
 //! - **Faults on purpose**: `RUCX_UD_FAULT_DROP=P[,seed=N]` drops a share `P` of the received
 //!   datagrams before they are looked at, as a lossy network would (the loss tests use it).
-//! - Active messages: `am_short` (header and payload up to [`state::MAX_SHORT`]) and `am_bcopy`
+//! - Active messages: `am_short` (header and payload up to `state::MAX_SHORT`) and `am_bcopy`
 //!   (one path MTU minus the header); no zero-copy, RMA or atomics, as UCX's ud_verbs.
 
 mod ep;

@@ -23,7 +23,7 @@
 //!   every `tag_rndv_request`) goes to `tag_unexp_rndv` with the sender's address and a packed
 //!   rc_verbs rkey, so the layer above can read the data itself and `tag_rndv_cancel` the
 //!   sender's operation. The interface remembers the last unmatched announcements, and a
-//!   `get_zcopy` of exactly one's data is split as below ([`get`]: with receives reposted as
+//!   `get_zcopy` of exactly one's data is split as below (`get`: with receives reposted as
 //!   earlier ones complete, most announcements beat their receive).
 //! - **Split rendezvous**: a matched rendezvous of at least `RUCX_RC_TM_RNDV_SPLIT` bytes
 //!   (default 32k; `inf` turns it off) into a one-piece buffer, when the endpoint has two send
@@ -56,7 +56,7 @@
 //! for unexpected ones; the NIC itself runs the READ of a matched rendezvous. In this module
 //! that replaces exactly three things, and nothing outside it changes (the `Iface` and
 //! `Endpoint` tag methods, `TagLimits` and ucp stay as they are):
-//! 1. [`TagState::post`] / [`TagState::cancel`]: a tag-list operation on the TM-SRQ instead of
+//! 1. `TagState::post` / `TagState::cancel`: a tag-list operation on the TM-SRQ instead of
 //!    [`PostedRecvs`] (a cancel completes on its `TM_DEL` completion; the "already matched"
 //!    answer is the `Busy` given here for a receive with a READ in flight);
 //! 2. `RcVerbsIface::tag_arrived` becomes the handling of the TM completions of the receive
@@ -73,11 +73,8 @@
 //! Nothing here allocates per message: the queues and tables keep their capacity; a posted
 //! receive holds clones of its memory handles (reference counts).
 //!
-//! The state all this works on ([`TagState`]) is in `state.rs`.
+//! The state all this works on (`TagState`) is in `state.rs`.
 //!
-//! [`TagState`]: state::TagState
-//! [`TagState::post`]: state::TagState::post
-//! [`TagState::cancel`]: state::TagState::cancel
 //! [`PostedRecvs`]: crate::tag_posted::PostedRecvs
 #![cfg_attr(
     not(test),
