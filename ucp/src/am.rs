@@ -259,19 +259,20 @@ impl State {
         Ok(self.op_of(key))
     }
 
-    /// USER_AM: a user active message sent eagerly (inlined into the dispatch's fast path).
+    /// USER_AM: a user active message sent eagerly from endpoint `idx` of generation `gen`
+    /// (inlined into the dispatch's fast path).
     /// With `lend` its transport lends `data`: gives true when the inbox kept it there
     /// ([`Taken::Lent`]).
     #[inline(always)]
     pub(crate) fn on_user_am(
         &mut self,
         idx: usize,
+        gen: u32,
         h: UserAmHdr,
         uh: &[u8],
         data: &[u8],
         lend: bool,
     ) -> bool {
-        let gen = self.ep(idx).gen();
         let ep = self.ep_handle(idx, gen);
         let (am, pool) = self.am_and_pool();
         match am.take_eager(h.id, ep, uh, data, lend, || pool.pop().unwrap_or_default()) {

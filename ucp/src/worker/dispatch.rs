@@ -111,11 +111,12 @@ impl State {
     /// path, which checks it all again and reports what is wrong.
     #[inline(always)]
     fn user_am_fast(&mut self, iface: Option<usize>, data: &[u8], lend: bool) -> Option<bool> {
-        let (idx, _, body) = self.fast_body(iface, data)?;
+        let (src, body) = split_prefix(data).ok()?;
+        let (idx, gen) = self.fast_sender_gen(iface, src)?;
         let h = UserAmHdr::decode(body).ok()?;
         let rest = &body[UserAmHdr::LEN..];
         let uh = rest.get(..h.hdr_len as usize)?;
-        Some(self.on_user_am(idx, h, uh, &rest[uh.len()..], lend))
+        Some(self.on_user_am(idx, gen, h, uh, &rest[uh.len()..], lend))
     }
 
     /// An EAGER_MIDDLE fragment from a known, usable peer on its usual lane, straight to the
@@ -178,6 +179,13 @@ impl State {
     /// Without an `ep_only` interface there is no such lane: one flag skips that test.
     #[inline(always)]
     pub(crate) fn fast_sender(&mut self, iface: Option<usize>, src: u64) -> Option<usize> {
+        self.fast_sender_gen(iface, src).map(|(idx, _)| idx)
+    }
+
+    /// [`State::fast_sender`] with the endpoint's generation (for an [`EpHandle`] of the
+    /// sender without a second look at the endpoint table).
+    #[inline(always)]
+    fn fast_sender_gen(&mut self, iface: Option<usize>, src: u64) -> Option<(usize, u32)> {
         let idx = self.core.by_uuid.lookup(src)?;
         let ep = &mut self.core.eps[idx];
         if matches!(ep.state, EpState::Failed | EpState::Closed)
@@ -188,7 +196,7 @@ impl State {
             return None;
         }
         ep.last_rx = self.core.now_stamp;
-        Some(idx)
+        Some((idx, ep.gen))
     }
 
     /// An EAGER_ONLY message: true when it was delivered here; false leaves it to the general
@@ -331,7 +339,8 @@ impl State {
             Msg::RndvData(h, data) => self.on_rndv_data(idx, h, data),
             Msg::Atp(h) => self.on_atp(idx, h),
             Msg::UserAm(h, uh, data) => {
-                self.on_user_am(idx, h, uh, data, false);
+                let gen = self.ep(idx).gen();
+                self.on_user_am(idx, gen, h, uh, data, false);
                 Ok(())
             }
             Msg::AmRts(h, uh, rts) => self.on_am_rts(idx, h, uh, rts),
