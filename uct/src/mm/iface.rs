@@ -612,7 +612,10 @@ impl MmIface {
     /// Tuning: whether a call that consumed `n` messages and then found the FIFO empty returns
     /// to its caller at once, before the release and the periodic checks. What it buys: in a
     /// ping-pong the caller sends its reply one release, one tick test and the pending/tag
-    /// tests sooner (d9cf677; no number was recorded with it). The next call does what was
+    /// tests sooner (d9cf677). Measured on 2026-12-07 (`perftest --local -t tag_lat -n 200000`,
+    /// 7 alternating pairs against a build where this gives false, host load 3): typical
+    /// latency median 0.195 us with it, 0.197 without, about 1%, near the noise; it stays
+    /// because it costs nothing a call that finds no message pays. The next call does what was
     /// left (the unreleased position makes its quick look fail), and does not return early
     /// itself (`checks_owed`), so at most every other call that consumes messages skips the
     /// housekeeping and a stream of single messages still releases and runs pending sends
