@@ -266,7 +266,7 @@ impl Worker {
                     callbacks_due: Vec::new(),
                     tokens_done: Vec::new(),
                     completion_hook: None,
-                    recv_ok: std::collections::VecDeque::new(),
+                    recv_ok: Default::default(),
                     recv_ok_on: false,
                     client_queued: 0,
                     closings: Vec::new(),

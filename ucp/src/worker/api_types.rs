@@ -93,6 +93,49 @@ pub struct RecvOk {
     pub tag: u64,
 }
 
+/// The [`RecvOk`] records waiting for the client, oldest first: a vector read from `head`,
+/// emptied when the last is taken (the client drains it after each progress call), so a push
+/// is a vector push and a take one load and an index step, without a ring's wrap arithmetic.
+#[derive(Debug, Default)]
+pub(crate) struct RecvOkQueue {
+    items: Vec<RecvOk>,
+    head: usize,
+}
+
+impl RecvOkQueue {
+    /// An empty queue with room for `n` records.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        RecvOkQueue {
+            items: Vec::with_capacity(n),
+            head: 0,
+        }
+    }
+
+    /// Queues `r` behind the others.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, r: RecvOk) {
+        self.items.push(r);
+    }
+
+    /// Takes the oldest record.
+    #[inline(always)]
+    pub(crate) fn pop(&mut self) -> Option<RecvOk> {
+        let r = *self.items.get(self.head)?;
+        self.head += 1;
+        if self.head == self.items.len() {
+            self.items.clear();
+            self.head = 0;
+        }
+        Some(r)
+    }
+
+    /// Nothing is queued.
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
 /// Operand size of an atomic operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AmoSize {
@@ -100,4 +143,32 @@ pub enum AmoSize {
     U32,
     /// 64 bits.
     U64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recv_ok_queue_gives_records_in_order_while_pushed_during_the_drain() {
+        let r = |token| RecvOk {
+            token,
+            len: 8,
+            tag: 1,
+        };
+        let mut q = RecvOkQueue::with_capacity(2);
+        assert!(q.is_empty() && q.pop().is_none());
+        q.push(r(1));
+        q.push(r(2));
+        assert_eq!(q.pop(), Some(r(1)));
+        // A callback that progresses the worker queues more while the client drains.
+        q.push(r(3));
+        assert!(!q.is_empty());
+        assert_eq!(q.pop(), Some(r(2)));
+        assert_eq!(q.pop(), Some(r(3)));
+        assert!(q.is_empty() && q.pop().is_none());
+        q.push(r(4));
+        assert_eq!(q.pop(), Some(r(4)));
+        assert!(q.is_empty());
+    }
 }

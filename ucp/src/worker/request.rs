@@ -278,9 +278,9 @@ impl Worker {
         self.st.recv_ok_on = on;
         self.st.client_queued &= !QUEUED_RECV_OK;
         self.st.recv_ok = if on {
-            std::collections::VecDeque::with_capacity(64)
+            crate::worker::api_types::RecvOkQueue::with_capacity(64)
         } else {
-            std::collections::VecDeque::new()
+            Default::default()
         };
     }
 
@@ -301,7 +301,7 @@ impl Worker {
     /// The oldest queued [`RecvOk`], taken off the queue.
     #[inline(always)]
     pub fn pop_recv_ok(&mut self) -> Option<RecvOk> {
-        let r = self.st.recv_ok.pop_front();
+        let r = self.st.recv_ok.pop();
         if self.st.recv_ok.is_empty() {
             self.st.client_queued &= !QUEUED_RECV_OK;
         }
@@ -583,7 +583,7 @@ impl Core {
     pub(crate) fn hook_ok(&mut self, key: usize, token: u64, len: usize, tag: u64) {
         self.free_plain_req(key);
         if self.recv_ok_on {
-            self.recv_ok.push_back(RecvOk { token, len, tag });
+            self.recv_ok.push(RecvOk { token, len, tag });
             self.client_queued |= QUEUED_RECV_OK;
             return;
         }

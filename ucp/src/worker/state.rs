@@ -14,7 +14,7 @@ use crate::config::UcpConfig;
 use crate::context::Features;
 use crate::request::Completion;
 use crate::wireup::ProtoConfig;
-use crate::worker::api_types::{CompletionHook, ProtoStats, RecvOk};
+use crate::worker::api_types::{CompletionHook, ProtoStats, RecvOkQueue};
 use crate::worker::ep::{Closing, Ep, IfaceInfo, Stamp};
 use crate::worker::req::{ReqKind, Rndv, POOL_BUF_MAX, POOL_MAX};
 use crate::worker::uct_index::UctIndex;
@@ -90,7 +90,7 @@ pub(crate) struct Core {
     /// With [`Worker::queue_recv_ok`](crate::Worker::queue_recv_ok) on: the hook receives
     /// that finished whole and without error, for
     /// [`Worker::pop_recv_ok`](crate::Worker::pop_recv_ok) (the hook is not called for them).
-    pub(crate) recv_ok: std::collections::VecDeque<RecvOk>,
+    pub(crate) recv_ok: RecvOkQueue,
     /// [`Worker::queue_recv_ok`](crate::Worker::queue_recv_ok) is on.
     pub(crate) recv_ok_on: bool,
     /// What waits for the client ([`Worker::client_queued`](crate::Worker::client_queued)):
@@ -136,7 +136,7 @@ impl std::ops::DerefMut for State {
     }
 }
 
-/// [`Worker::client_queued`](crate::Worker::client_queued): receives queued as [`RecvOk`]
+/// [`Worker::client_queued`](crate::Worker::client_queued): receives queued as [`RecvOk`](crate::RecvOk)
 /// records.
 pub const QUEUED_RECV_OK: u8 = 1;
 /// [`Worker::client_queued`](crate::Worker::client_queued): active messages queued in the
