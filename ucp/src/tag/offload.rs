@@ -353,7 +353,6 @@ impl State {
         {
             let cap = TM_EAGER_MAX.min(a.tag.eager_max_zcopy).saturating_add(1);
             p.tag_rndv_thresh = p.rndv_thresh.max(cap);
-            p.fast_rndv_thresh = p.fast_rndv_thresh.max(p.tag_rndv_thresh);
         }
         // Receives from this size on may get a rendezvous through the transport: from memory
         // the sender mapped (see `tm_mapped_rndv`) at any rendezvous size, otherwise above the

@@ -19,9 +19,9 @@ pub enum TagSendMode {
     /// Completes when the receiver has matched the message (`ucp_tag_send_sync_nbx`).
     Sync,
     /// As `Standard`, from a caller that waits for the completion at once (a blocking send:
-    /// UCX's `UCP_OP_ATTR_FLAG_FAST_CMPL`). A rendezvous round trip is then on the caller's
-    /// clock, so such sends stay eager to larger sizes
-    /// ([`ProtoConfig::fast_rndv_thresh`]).
+    /// UCX's `UCP_OP_ATTR_FLAG_FAST_CMPL`). Same thresholds as `Standard`: with both directions
+    /// busy, a blocking send is faster by rendezvous from the same size on (see
+    /// `ProtoConfig::new`'s note on it).
     FastCompletion,
 }
 
@@ -53,10 +53,6 @@ pub struct ProtoConfig {
     /// more where the AM lane's tag offload receives eager messages straight into posted
     /// buffers (set by the worker, see `State::tm_adjust_proto`).
     pub tag_rndv_thresh: usize,
-    /// [`TagSendMode::FastCompletion`] tag messages of at least this size go by rendezvous:
-    /// `tag_rndv_thresh`, or `FAST_CMPL_EAGER_MAX` (128 KiB) + 1 where the both-ways model sets the
-    /// threshold and no `RUCX_RNDV_THRESH` is given.
-    pub fast_rndv_thresh: usize,
     /// Rendezvous data path of messages above `rndv_am_max`.
     pub rndv: RndvScheme,
     /// Rendezvous messages up to this size stream through the AM lane ([`RndvScheme::AmPipeline`])
@@ -82,16 +78,6 @@ pub struct ProtoConfig {
 const MEMCPY_BW: f64 = 5e9;
 /// Messages this large are never eager when rendezvous is possible: bounds unexpected buffering.
 const EAGER_CAP: usize = 512 << 10;
-/// Largest fast-completion tag send ([`TagSendMode::FastCompletion`]) that stays eager where
-/// the both-ways model sets the rendezvous threshold (shared memory with cma). That model
-/// weighs a stream of messages each way with several in flight, where the rendezvous round
-/// trips overlap; a blocking send waits for each one. Measured with `bench/sendrecv.c`
-/// (MPI_Sendrecv under Open MPI, whose blocking send sets `UCP_OP_ATTR_FLAG_FAST_CMPL`) over
-/// posix and cma on a 2-core VM, GB/s per direction, eager (`RUCX_RNDV_THRESH=512k`) against
-/// rendezvous: 16 KiB 4.0-5.3 against 1.6-2.2, 64 KiB 7.6-8.1 against 4.5-6.8, 128 KiB 7.2-8.0
-/// against 6.3-6.4, 256 KiB 2.8-3.6 against 6.4-6.6 (UCX 1.22 keeps such sends eager below
-/// 256 KiB).
-pub const FAST_CMPL_EAGER_MAX: usize = 128 << 10;
 /// Bytes of one shared-memory rendezvous read step (`RUCX_RNDV_FRAG_SIZE` overrides it): UCX's
 /// cma segment. tag_bibw over posix + cma (--mem heap, medians of 5, SCHED_FIFO, 2-core AMD
 /// EPYC VM) moved 1 MiB at 7.5 GiB/s per direction in 512 KiB steps against 6.8-6.9 in 128 KiB
@@ -264,10 +250,15 @@ impl ProtoConfig {
             (_, Some(r), None) => one_way_thresh(am, r, middle_frag, bcopy_single_max),
         };
         let rndv_thresh = cfg.rndv_thresh.unwrap_or(auto);
-        let fast_rndv_thresh = match (&both_ways, cfg.rndv_thresh) {
-            (Some(_), None) => rndv_thresh.max(FAST_CMPL_EAGER_MAX + 1),
-            _ => rndv_thresh,
-        };
+        // A blocking send (`TagSendMode::FastCompletion`) takes the same threshold. Until
+        // 2026-12-07 such sends stayed eager up to 128 KiB where the both-ways model sets the
+        // threshold (measured then: MPI_Sendrecv at 64 KiB eager 7.6-8.1 GB/s per direction
+        // against rendezvous 4.5-6.8). Measured again with `bench/sendrecv.c` under Open MPI
+        // (posix + cma, 2-core VM, ranks under SCHED_FIFO, MB/s per direction), rendezvous
+        // against eager against UCX 1.22: 16 KiB 3789-4092 / 3375-3540 / 4769-4787, 32 KiB
+        // 6996-7026 / 3534-3862 / 6919-7014, 64 KiB 10545-11341 / 4100-4430 / 6006-6789,
+        // 128 KiB 12793 / 5568 / 6041-7321: the rendezvous' single copy wins from the
+        // model's threshold on.
         // The pipeline is weighed only against another interface's RMA (shared memory's AM
         // lane against cma): where one interface serves both lanes (`rma` is `am` itself), its
         // zero-copy moves the same bytes over the same link without the pipeline's two copies,
@@ -305,7 +296,6 @@ impl ProtoConfig {
             middle_frag,
             rndv_thresh,
             tag_rndv_thresh: rndv_thresh,
-            fast_rndv_thresh,
             rndv,
             rndv_am_max,
             rndv_frag,
@@ -349,7 +339,7 @@ impl ProtoConfig {
         match mode {
             TagSendMode::Standard => self.tag_rndv_thresh,
             TagSendMode::Sync => self.rndv_thresh,
-            TagSendMode::FastCompletion => self.fast_rndv_thresh,
+            TagSendMode::FastCompletion => self.tag_rndv_thresh,
         }
     }
 
@@ -419,13 +409,6 @@ impl ProtoConfig {
             _ => &rma_lanes,
         };
         row(&mut s, usize::MAX, name(self.rndv), lanes);
-        if self.fast_rndv_thresh > self.tag_rndv_thresh {
-            let _ = writeln!(
-                s,
-                "  fast-completion tag sends: eager below {}",
-                self.fast_rndv_thresh
-            );
-        }
         s
     }
 }

@@ -94,8 +94,7 @@ pub(crate) struct SendReq {
     pub(crate) rndv: Option<Box<Rndv>>,
     pub(crate) give_back: bool,
     pub(crate) sync: bool,
-    /// A [`TagSendMode::FastCompletion`] send: its rendezvous
-    /// threshold is `fast_rndv_thresh`.
+    /// A [`TagSendMode::FastCompletion`] send (its caller waits for it at once).
     pub(crate) fast_cmpl: bool,
     pub(crate) stage: SendStage,
     pub(crate) rts_sent: bool,
