@@ -337,7 +337,7 @@ pub fn hooked(w: &Worker, token: u64, c: &Completion) {
     if let Cb::None = hdr.cb {
         let prev = set_flags(hdr, F_COMPLETED);
         if prev & F_RELEASED != 0 {
-            recycle(w, h);
+            recycle(w, h, prev);
         }
     } else {
         set_flags(hdr, F_CB_DUE);
@@ -368,7 +368,7 @@ pub unsafe fn complete_recv_ok(w: &Worker, e: &ucp::RecvOk) {
         call_back(h, hdr.cb, hdr.user_data, UCS_OK, hdr.info);
     }
     if prev & F_RELEASED != 0 {
-        recycle(w, h);
+        recycle(w, h, prev);
     }
 }
 
@@ -388,7 +388,7 @@ pub unsafe fn run_callback(w: &Worker, h: *mut ReqHdr) {
         call_back(h, hdr.cb, hdr.user_data, hdr.status, hdr.info);
     }
     if prev & F_RELEASED != 0 {
-        recycle(w, h);
+        recycle(w, h, prev);
     }
 }
 
@@ -482,11 +482,12 @@ pub(crate) fn fatal_send_failure(name: &str, why: &ucs::Error) -> ! {
     std::process::abort();
 }
 
-/// Puts a pooled request memory back on the free list (caller memory is left alone).
+/// Puts a pooled request memory back on the free list (caller memory is left alone);
+/// `flags` are its header's flags as last read (`F_POOLED` is set when the header is written
+/// and never changes, so any read tells).
 #[inline]
-fn recycle(w: &Worker, h: *mut ReqHdr) {
-    // SAFETY: a live header.
-    if unsafe { (*h).flags.load(Ordering::Relaxed) } & F_POOLED != 0 {
+fn recycle(w: &Worker, h: *mut ReqHdr, flags: u32) {
+    if flags & F_POOLED != 0 {
         w.pool.borrow_mut().put(h as *mut u8);
     }
 }
@@ -510,7 +511,7 @@ pub fn complete(w: &Worker, key: usize, c: &Completion) {
         call_back(h, hdr.cb, hdr.user_data, status, info);
     }
     if prev & F_RELEASED != 0 {
-        recycle(w, h);
+        recycle(w, h, prev);
     }
 }
 
@@ -645,7 +646,7 @@ unsafe fn release(name: &str, request: *mut c_void, bits: u32) {
         return;
     }
     if prev & F_COMPLETED != 0 && prev & F_CB_DUE == 0 {
-        recycle(w, h);
+        recycle(w, h, prev);
     }
 }
 
