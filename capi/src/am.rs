@@ -22,7 +22,7 @@ use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{check_mask, ffi, ffi_hot, refuse};
 use crate::handles::{new_ep, worker_ref, Cb, Ep, OpArgs, Worker};
-use crate::param::{check_param, param_datatype, read_param};
+use crate::param::{check_param, param_datatype, ParamArgs, SEND};
 use crate::request::submit;
 use crate::worker_ext::Held;
 use std::ffi::{c_uint, c_void};
@@ -460,7 +460,7 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
                 std::mem::forget(c);
                 status_ptr(UCS_OK)
             }
-            res => submit(NAME, w, res, &read_param(p).send_args(), Finish::None),
+            res => submit(NAME, w, res, &ParamArgs::<SEND>::new(p), Finish::None),
         }
     })
 }

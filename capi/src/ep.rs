@@ -22,7 +22,9 @@ pub(crate) fn ep_ref<'a>(name: &str, ep: *mut Ep) -> Result<(&'a Worker, EpHandl
     // SAFETY: a live endpoint from ucp_ep_create; its worker outlives it.
     unsafe {
         if (*ep).connecting {
-            return crate::conn::await_connection(name, ep);
+            // On success the endpoint holds its new handle, read below with the common case's
+            // (so both give their result in registers, not through the stack).
+            crate::conn::await_connection(name, ep)?;
         }
         Ok((&*(*ep).worker, (*ep).h))
     }

@@ -476,6 +476,51 @@ impl OpArgs {
     }
 }
 
+/// The request arguments of an operation, each read where it is used: an [`OpArgs`], or a
+/// `ucp_request_param_t` read field by field ([`crate::param::ParamArgs`]), so an operation that
+/// finishes at once reads only what its outcome needs.
+pub trait ReqArgs {
+    /// Caller-supplied request memory (`UCP_OP_ATTR_FIELD_REQUEST`), or null.
+    fn caller_req(&self) -> *mut c_void;
+    /// Callback.
+    fn cb(&self) -> Cb;
+    /// `user_data`.
+    fn user_data(&self) -> *mut c_void;
+    /// `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`: always return a request.
+    fn no_imm(&self) -> bool;
+    /// `recv_info.tag_info` to fill on immediate completion, or null.
+    fn info_out(&self) -> *mut TagRecvInfo;
+    /// A length to fill on immediate completion, or null.
+    fn len_out(&self) -> *mut usize;
+}
+
+impl ReqArgs for OpArgs {
+    #[inline(always)]
+    fn caller_req(&self) -> *mut c_void {
+        self.caller_req
+    }
+    #[inline(always)]
+    fn cb(&self) -> Cb {
+        self.cb
+    }
+    #[inline(always)]
+    fn user_data(&self) -> *mut c_void {
+        self.user_data
+    }
+    #[inline(always)]
+    fn no_imm(&self) -> bool {
+        self.no_imm
+    }
+    #[inline(always)]
+    fn info_out(&self) -> *mut TagRecvInfo {
+        self.info_out
+    }
+    #[inline(always)]
+    fn len_out(&self) -> *mut usize {
+        self.len_out
+    }
+}
+
 /// Most request memories one allocation of the pool holds.
 const MAX_BLOCK: usize = 64;
 

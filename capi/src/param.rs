@@ -3,7 +3,7 @@
 
 use crate::ffi::*;
 use crate::guard::{check_mask, refuse};
-use crate::handles::{Cb, OpArgs};
+use crate::handles::{Cb, OpArgs, ReqArgs};
 use std::ffi::c_void;
 
 /// A parsed `ucp_request_param_t`.
@@ -59,6 +59,110 @@ impl Nbx {
         let mut a = self.args(cb);
         a.info_out = self.recv_info.cast();
         a
+    }
+}
+
+/// The callback of [`ParamArgs`]: a send's (`ucp_send_nbx_callback_t`).
+pub const SEND: u8 = 0;
+/// The callback of [`ParamArgs`]: a tag receive's (`ucp_tag_recv_nbx_callback_t`), whose
+/// `recv_info` is the tag info to fill on immediate completion.
+pub const TAG_RECV: u8 = 1;
+
+/// The callback of [`ParamArgs`]: a stream receive's (`ucp_stream_recv_nbx_callback_t`), whose
+/// `recv_info` (or the call's own `length` argument) is the length to fill on immediate
+/// completion.
+pub const STREAM_RECV: u8 = 2;
+
+/// The request arguments of a checked `ucp_request_param_t` (see [`check_param`]) of a call
+/// whose callback has shape `KIND` ([`SEND`], [`TAG_RECV`], [`STREAM_RECV`]), each field read
+/// where it is used (building a whole [`OpArgs`] first costs the fields an outcome does not
+/// need).
+#[derive(Clone, Copy)]
+pub struct ParamArgs<'a, const KIND: u8> {
+    p: &'a RequestParam,
+    /// A stream receive's `length` argument (null: `recv_info`, if given).
+    length: *mut usize,
+}
+
+impl<'a, const KIND: u8> ParamArgs<'a, KIND> {
+    /// The arguments of `p`, checked by [`check_param`].
+    #[inline(always)]
+    pub fn new(p: &'a RequestParam) -> Self {
+        ParamArgs {
+            p,
+            length: std::ptr::null_mut(),
+        }
+    }
+
+    /// The arguments of a stream receive's `p` with its `length` argument (NULL or not).
+    #[inline(always)]
+    pub fn with_length(p: &'a RequestParam, length: *mut usize) -> Self {
+        ParamArgs { p, length }
+    }
+
+    #[inline(always)]
+    fn has(&self, bit: u32) -> bool {
+        self.p.op_attr_mask & bit != 0
+    }
+}
+
+impl<const KIND: u8> ReqArgs for ParamArgs<'_, KIND> {
+    #[inline(always)]
+    fn caller_req(&self) -> *mut c_void {
+        param_request(self.p)
+    }
+    #[inline(always)]
+    fn cb(&self) -> Cb {
+        if !self.has(UCP_OP_ATTR_FIELD_CALLBACK) {
+            return Cb::None;
+        }
+        // SAFETY: every member of the union is one function pointer; read it as a pointer.
+        let raw = unsafe { self.p.cb.raw };
+        if raw.is_null() {
+            Cb::None
+        } else if KIND == TAG_RECV {
+            // SAFETY: FIELD_CALLBACK of a tag receive holds a ucp_tag_recv_nbx_callback_t.
+            Cb::RecvNbx(unsafe { std::mem::transmute::<*const c_void, TagRecvNbxCb>(raw) })
+        } else if KIND == STREAM_RECV {
+            // SAFETY: FIELD_CALLBACK of a stream receive holds a
+            // ucp_stream_recv_nbx_callback_t.
+            Cb::StreamRecvNbx(unsafe { std::mem::transmute::<*const c_void, StreamRecvNbxCb>(raw) })
+        } else {
+            // SAFETY: FIELD_CALLBACK of a send-like call holds a ucp_send_nbx_callback_t.
+            Cb::SendNbx(unsafe { std::mem::transmute::<*const c_void, SendNbxCb>(raw) })
+        }
+    }
+    #[inline(always)]
+    fn user_data(&self) -> *mut c_void {
+        if self.has(UCP_OP_ATTR_FIELD_USER_DATA) {
+            self.p.user_data
+        } else {
+            std::ptr::null_mut()
+        }
+    }
+    #[inline(always)]
+    fn no_imm(&self) -> bool {
+        self.has(UCP_OP_ATTR_FLAG_NO_IMM_CMPL)
+    }
+    #[inline(always)]
+    fn info_out(&self) -> *mut TagRecvInfo {
+        if KIND == TAG_RECV && self.has(UCP_OP_ATTR_FIELD_RECV_INFO) {
+            self.p.recv_info.cast()
+        } else {
+            std::ptr::null_mut()
+        }
+    }
+    #[inline(always)]
+    fn len_out(&self) -> *mut usize {
+        if KIND != STREAM_RECV {
+            std::ptr::null_mut()
+        } else if !self.length.is_null() {
+            self.length
+        } else if self.has(UCP_OP_ATTR_FIELD_RECV_INFO) {
+            self.p.recv_info.cast()
+        } else {
+            std::ptr::null_mut()
+        }
     }
 }
 
@@ -122,17 +226,23 @@ pub(crate) fn param_datatype(p: &RequestParam) -> Datatype {
     }
 }
 
+/// The request memory of a checked param (FIELD_REQUEST), or null.
+#[inline(always)]
+pub(crate) fn param_request(p: &RequestParam) -> *mut c_void {
+    if p.op_attr_mask & UCP_OP_ATTR_FIELD_REQUEST != 0 {
+        p.request
+    } else {
+        std::ptr::null_mut()
+    }
+}
+
 /// The fields of a checked param.
 #[inline(always)]
 pub(crate) fn read_param(p: &RequestParam) -> Nbx {
     let m = p.op_attr_mask;
     let has = |b: u32| m & b != 0;
     Nbx {
-        request: if has(UCP_OP_ATTR_FIELD_REQUEST) {
-            p.request
-        } else {
-            std::ptr::null_mut()
-        },
+        request: param_request(p),
         cb: if has(UCP_OP_ATTR_FIELD_CALLBACK) {
             // SAFETY: every member of the union is one function pointer; read it as a pointer.
             unsafe { p.cb.raw }

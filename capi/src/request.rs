@@ -23,7 +23,7 @@ use crate::datatype::Finish;
 use crate::ffi::*;
 use crate::guard::{ffi, ffi_hot, status_of};
 use crate::handles::{
-    hdr_of, user_of, Cb, OpArgs, ReqHdr, Worker, F_CB_DUE, F_CB_OFF, F_COMPLETED, F_POOLED,
+    hdr_of, user_of, Cb, ReqArgs, ReqHdr, Worker, F_CB_DUE, F_CB_OFF, F_COMPLETED, F_POOLED,
     F_RELEASED,
 };
 use std::ffi::c_void;
@@ -33,11 +33,12 @@ use ucp::{Completion, HookedOp, Op, RequestId};
 /// Request memory for an operation: the caller's (FIELD_REQUEST) or the pool's, and the
 /// `F_POOLED` bit that says which.
 #[inline(always)]
-pub(crate) fn request_mem(w: &Worker, args: &OpArgs) -> (*mut ReqHdr, u32) {
-    if args.caller_req.is_null() {
+pub(crate) fn request_mem(w: &Worker, args: &impl ReqArgs) -> (*mut ReqHdr, u32) {
+    let caller_req = args.caller_req();
+    if caller_req.is_null() {
         (w.pool.borrow_mut().get() as *mut ReqHdr, F_POOLED)
     } else {
-        (hdr_of(args.caller_req), 0)
+        (hdr_of(caller_req), 0)
     }
 }
 
@@ -46,7 +47,7 @@ pub(crate) fn request_mem(w: &Worker, args: &OpArgs) -> (*mut ReqHdr, u32) {
 pub(crate) fn write_header(
     hdr: *mut ReqHdr,
     w: &Worker,
-    args: &OpArgs,
+    args: &impl ReqArgs,
     flags: u32,
     req: Option<RequestId>,
     finish: Finish,
@@ -59,8 +60,8 @@ pub(crate) fn write_header(
             status: UCS_INPROGRESS,
             info: TagRecvInfo::default(),
             worker: w,
-            cb: args.cb,
-            user_data: args.user_data,
+            cb: args.cb(),
+            user_data: args.user_data(),
             req,
             finish,
             next: std::ptr::null_mut(),
@@ -70,7 +71,7 @@ pub(crate) fn write_header(
 
 /// Builds a request header (in caller memory or from the pool).
 #[inline(always)]
-fn new_request(w: &Worker, args: &OpArgs, flags: u32) -> *mut ReqHdr {
+fn new_request(w: &Worker, args: &impl ReqArgs, flags: u32) -> *mut ReqHdr {
     let (hdr, pooled) = request_mem(w, args);
     write_header(hdr, w, args, flags | pooled, None, Finish::None);
     hdr
@@ -142,7 +143,7 @@ pub fn submit(
     name: &str,
     w: &Worker,
     res: ucs::Result<Op>,
-    args: &OpArgs,
+    args: &impl ReqArgs,
     finish: Finish,
 ) -> StatusPtr {
     match res {
@@ -155,20 +156,22 @@ pub fn submit(
 /// [`submit`] of an operation that finished at once: `NULL` or an error pointer (caller
 /// memory gets a completed header too), or a request when the client asked for one.
 #[inline(always)]
-fn submit_done(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -> StatusPtr {
-    if args.no_imm {
+fn submit_done(w: &Worker, args: &impl ReqArgs, finish: Finish, c: Completion) -> StatusPtr {
+    if args.no_imm() {
         return submit_done_later(w, args, finish, c);
     }
     let (status, info) = finalize(finish, &c);
-    if !args.info_out.is_null() {
+    let info_out = args.info_out();
+    if !info_out.is_null() {
         // SAFETY: the client's recv_info pointer.
-        unsafe { *args.info_out = info };
+        unsafe { *info_out = info };
     }
-    if !args.len_out.is_null() {
+    let len_out = args.len_out();
+    if !len_out.is_null() {
         // SAFETY: the client's length pointer.
-        unsafe { *args.len_out = info.length };
+        unsafe { *len_out = info.length };
     }
-    if !args.caller_req.is_null() {
+    if !args.caller_req().is_null() {
         let h = new_request(w, args, 0);
         // SAFETY: a header just built.
         unsafe {
@@ -192,7 +195,7 @@ fn submit_failed(name: &str, e: &ucs::Error, finish: Finish) -> StatusPtr {
 /// [`submit`] of an operation that finished at once when the client asked for a request
 /// anyway (`NO_IMM_CMPL`): it completes from the next `ucp_worker_progress`.
 #[inline(never)]
-fn submit_done_later(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -> StatusPtr {
+fn submit_done_later(w: &Worker, args: &impl ReqArgs, finish: Finish, c: Completion) -> StatusPtr {
     let h = new_request(w, args, 0);
     // SAFETY: a header just built.
     unsafe { (*h).finish = finish };
@@ -205,7 +208,12 @@ fn submit_done_later(w: &Worker, args: &OpArgs, finish: Finish, c: Completion) -
 /// (`take_done_tokens`, drained by [`complete`]); keyed by the header's address either way.
 /// The header is written once, after rucx took the request: nothing reads it before.
 #[inline(never)]
-pub fn submit_pending(w: &Worker, args: &OpArgs, finish: Finish, r: ucp::Request) -> StatusPtr {
+pub fn submit_pending(
+    w: &Worker,
+    args: &impl ReqArgs,
+    finish: Finish,
+    r: ucp::Request,
+) -> StatusPtr {
     let (h, pooled) = request_mem(w, args);
     let res = {
         let mut inner = w.inner.borrow_mut();
@@ -247,20 +255,28 @@ pub unsafe fn recv_contig(
     cap: usize,
     tag: u64,
     mask: u64,
-    args: impl FnOnce() -> OpArgs,
+    args: impl ReqArgs,
 ) -> StatusPtr {
     let mut inner = w.inner.borrow_mut();
     // Request memory is taken only for a receive left waiting; its header is written after
     // rucx bound the receive to it (a receive that finished meanwhile has its result queued
     // with the token, for `complete`): nothing reads the header before this call returns.
-    let args = args();
     let mut mem: (*mut ReqHdr, u32) = (std::ptr::null_mut(), 0);
     // SAFETY: forwarded contract.
     let res = unsafe {
-        inner.w.tag_recv_raw_hooked(dst, cap, tag, mask, || {
-            mem = request_mem(w, &args);
-            mem.0 as u64
-        })
+        inner.w.tag_recv_raw_hooked(
+            dst,
+            cap,
+            tag,
+            mask,
+            // Inlined: out of line, the closure's call and its captures in memory cost more
+            // than its body.
+            #[inline(always)]
+            || {
+                mem = request_mem(w, &args);
+                mem.0 as u64
+            },
+        )
     };
     drop(inner);
     submit_hooked(name, w, &args, mem, res)
@@ -274,7 +290,7 @@ pub unsafe fn recv_contig(
 pub fn submit_hooked(
     name: &str,
     w: &Worker,
-    args: &OpArgs,
+    args: &impl ReqArgs,
     mem: (*mut ReqHdr, u32),
     res: ucs::Result<HookedOp>,
 ) -> StatusPtr {
@@ -321,7 +337,7 @@ pub fn hooked(w: &Worker, token: u64, c: &Completion) {
     if let Cb::None = hdr.cb {
         let prev = set_flags(hdr, F_COMPLETED);
         if prev & F_RELEASED != 0 {
-            recycle(w, h);
+            recycle(w, h, prev);
         }
     } else {
         set_flags(hdr, F_CB_DUE);
@@ -352,7 +368,7 @@ pub unsafe fn complete_recv_ok(w: &Worker, e: &ucp::RecvOk) {
         call_back(h, hdr.cb, hdr.user_data, UCS_OK, hdr.info);
     }
     if prev & F_RELEASED != 0 {
-        recycle(w, h);
+        recycle(w, h, prev);
     }
 }
 
@@ -372,7 +388,7 @@ pub unsafe fn run_callback(w: &Worker, h: *mut ReqHdr) {
         call_back(h, hdr.cb, hdr.user_data, hdr.status, hdr.info);
     }
     if prev & F_RELEASED != 0 {
-        recycle(w, h);
+        recycle(w, h, prev);
     }
 }
 
@@ -466,11 +482,12 @@ pub(crate) fn fatal_send_failure(name: &str, why: &ucs::Error) -> ! {
     std::process::abort();
 }
 
-/// Puts a pooled request memory back on the free list (caller memory is left alone).
+/// Puts a pooled request memory back on the free list (caller memory is left alone);
+/// `flags` are its header's flags as last read (`F_POOLED` is set when the header is written
+/// and never changes, so any read tells).
 #[inline]
-fn recycle(w: &Worker, h: *mut ReqHdr) {
-    // SAFETY: a live header.
-    if unsafe { (*h).flags.load(Ordering::Relaxed) } & F_POOLED != 0 {
+fn recycle(w: &Worker, h: *mut ReqHdr, flags: u32) {
+    if flags & F_POOLED != 0 {
         w.pool.borrow_mut().put(h as *mut u8);
     }
 }
@@ -494,7 +511,7 @@ pub fn complete(w: &Worker, key: usize, c: &Completion) {
         call_back(h, hdr.cb, hdr.user_data, status, info);
     }
     if prev & F_RELEASED != 0 {
-        recycle(w, h);
+        recycle(w, h, prev);
     }
 }
 
@@ -629,7 +646,7 @@ unsafe fn release(name: &str, request: *mut c_void, bits: u32) {
         return;
     }
     if prev & F_COMPLETED != 0 && prev & F_CB_DUE == 0 {
-        recycle(w, h);
+        recycle(w, h, prev);
     }
 }
 

@@ -7,13 +7,12 @@
 //! completes when the buffer is full, otherwise with the bytes that have arrived (at least
 //! one element of the datatype; whole elements only). Receives complete in posting order.
 
-use crate::am::stream_args;
 use crate::datatype::{contig_len, recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{ffi, ffi_hot, refuse};
-use crate::handles::{worker_ref, Cb, Ep, OpArgs, ReqHdr, Worker};
-use crate::param::{check_param, param_datatype, read_param};
+use crate::handles::{worker_ref, Cb, Ep, OpArgs, ReqArgs, ReqHdr, Worker};
+use crate::param::{check_param, param_datatype, ParamArgs, SEND, STREAM_RECV};
 use crate::request::{request_mem, submit, submit_hooked};
 use std::ffi::{c_uint, c_void};
 use ucp::Op;
@@ -31,7 +30,7 @@ unsafe fn send(
     count: usize,
     dt: Datatype,
     no_imm: bool,
-    args: impl FnOnce() -> OpArgs,
+    args: impl ReqArgs,
 ) -> StatusPtr {
     let (w, h) = match ep_ref(name, ep) {
         Ok(x) => x,
@@ -65,7 +64,7 @@ unsafe fn send(
             std::mem::forget(c);
             status_ptr(UCS_OK)
         }
-        res => submit(name, w, res, &args(), Finish::None),
+        res => submit(name, w, res, &args, Finish::None),
     }
 }
 
@@ -89,7 +88,7 @@ pub unsafe extern "C" fn ucp_stream_send_nb(
             // Reserved in UCX.
             tracing::debug!("{NAME}: ignoring flags {flags:#x}");
         }
-        let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
         // SAFETY: forwarded.
         unsafe { send(NAME, ep, buffer, count, datatype, false, args) }
     })
@@ -115,7 +114,7 @@ pub unsafe extern "C" fn ucp_stream_send_nbx(
             Err(s) => return status_ptr(s),
         };
         let no_imm = p.op_attr_mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0;
-        let args = || read_param(p).send_args();
+        let args = ParamArgs::<SEND>::new(p);
         // SAFETY: forwarded.
         unsafe { send(NAME, ep, buffer, count, param_datatype(p), no_imm, args) }
     })
@@ -133,7 +132,7 @@ unsafe fn recv(
     count: usize,
     dt: Datatype,
     waitall: bool,
-    args: OpArgs,
+    args: impl ReqArgs,
 ) -> StatusPtr {
     let (w, h) = match ep_ref(name, ep) {
         Ok(x) => x,
@@ -157,10 +156,17 @@ unsafe fn recv(
         let mut mem: (*mut ReqHdr, u32) = (std::ptr::null_mut(), 0);
         // SAFETY: the client keeps its buffer until the request completes.
         let res = unsafe {
-            i.w.stream_recv_raw_hooked(h, buffer.cast(), len, waitall, || {
-                mem = request_mem(w, &args);
-                mem.0 as u64
-            })
+            i.w.stream_recv_raw_hooked(
+                h,
+                buffer.cast(),
+                len,
+                waitall,
+                #[inline(always)]
+                || {
+                    mem = request_mem(w, &args);
+                    mem.0 as u64
+                },
+            )
         };
         drop(i);
         return submit_hooked(name, w, &args, mem, res);
@@ -184,7 +190,7 @@ unsafe fn recv_staged(
     count: usize,
     dt: Datatype,
     waitall: bool,
-    args: OpArgs,
+    args: impl ReqArgs,
 ) -> StatusPtr {
     // SAFETY: forwarded contract.
     let (cap, then) = match unsafe { recv_target(name, buffer, count, dt) } {
@@ -283,10 +289,7 @@ pub unsafe extern "C" fn ucp_stream_recv_nbx(
         } else {
             0
         };
-        let mut args = stream_args(&read_param(p));
-        if !length.is_null() {
-            args.len_out = length;
-        }
+        let args = ParamArgs::<STREAM_RECV>::with_length(p, length);
         let waitall = flags & UCP_STREAM_RECV_FLAG_WAITALL != 0;
         // SAFETY: forwarded.
         unsafe { recv(NAME, ep, buffer, count, param_datatype(p), waitall, args) }

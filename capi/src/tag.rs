@@ -5,8 +5,8 @@ use crate::datatype::{contig_len, recv_target, send_data, Finish, SendData};
 use crate::ep::ep_ref;
 use crate::ffi::*;
 use crate::guard::{ffi, ffi_hot, refuse};
-use crate::handles::{worker_ref, Cb, OpArgs, Worker};
-use crate::param::{check_param, param_datatype, parse_param, read_param};
+use crate::handles::{worker_ref, Cb, OpArgs, ReqArgs, Worker};
+use crate::param::{check_param, param_datatype, parse_param, ParamArgs, SEND, TAG_RECV};
 use crate::request::{fatal_send_failure, recv_contig, submit};
 use std::ffi::{c_int, c_void};
 use ucp::{Message, Op, TagSendMode};
@@ -26,7 +26,7 @@ unsafe fn tag_send(
     tag: Tag,
     mode: TagSendMode,
     no_imm: bool,
-    args: impl FnOnce() -> OpArgs,
+    args: impl ReqArgs,
 ) -> StatusPtr {
     let (w, h) = match ep_ref(name, ep) {
         Ok(x) => x,
@@ -77,9 +77,9 @@ unsafe fn tag_send(
             {
                 fatal_send_failure(name, &e);
             }
-            submit(name, w, Err(e), &args(), Finish::None)
+            submit(name, w, Err(e), &args, Finish::None)
         }
-        res => submit(name, w, res, &args(), Finish::None),
+        res => submit(name, w, res, &args, Finish::None),
     }
 }
 
@@ -99,7 +99,7 @@ pub unsafe extern "C" fn ucp_tag_send_nb(
 ) -> StatusPtr {
     const NAME: &str = "ucp_tag_send_nb";
     ffi_hot(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
-        let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
         let mode = TagSendMode::Standard;
         // SAFETY: forwarded.
         unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, mode, false, args) }
@@ -122,7 +122,7 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nb(
 ) -> StatusPtr {
     const NAME: &str = "ucp_tag_send_sync_nb";
     ffi(NAME, status_ptr(UCS_ERR_NO_MEMORY), || {
-        let args = || OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
+        let args = OpArgs::with_cb(cb.map(Cb::Send).unwrap_or(Cb::None), false);
         let mode = TagSendMode::Sync;
         // SAFETY: forwarded.
         unsafe { tag_send(NAME, ep, buffer, count, datatype, tag, mode, false, args) }
@@ -168,7 +168,7 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
                 tag,
                 mode,
                 no_imm,
-                || read_param(p).send_args(),
+                ParamArgs::<SEND>::new(p),
             )
         }
     })
@@ -205,7 +205,7 @@ pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
                 tag,
                 TagSendMode::Sync,
                 no_imm,
-                || read_param(p).send_args(),
+                ParamArgs::<SEND>::new(p),
             )
         }
     })
@@ -226,7 +226,7 @@ unsafe fn tag_recv(
     tag: Tag,
     mask: Tag,
     msg: Option<*mut c_void>,
-    args: impl FnOnce() -> OpArgs,
+    args: impl ReqArgs,
 ) -> StatusPtr {
     let w = match worker_ref(name, worker) {
         Ok(w) => w,
@@ -298,7 +298,7 @@ unsafe fn tag_recv(
             }
         }
     };
-    submit(name, w, res, &args(), finish)
+    submit(name, w, res, &args, finish)
 }
 
 /// `ucs_status_ptr_t ucp_tag_recv_nb(ucp_worker_h worker, void *buffer, size_t count,
@@ -323,15 +323,7 @@ pub unsafe extern "C" fn ucp_tag_recv_nb(
         // SAFETY: forwarded.
         unsafe {
             tag_recv(
-                NAME,
-                worker,
-                buffer,
-                count,
-                datatype,
-                tag,
-                tag_mask,
-                None,
-                || args,
+                NAME, worker, buffer, count, datatype, tag, tag_mask, None, args,
             )
         }
     })
@@ -370,7 +362,7 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
                 tag,
                 tag_mask,
                 None,
-                || read_param(p).recv_args(),
+                ParamArgs::<TAG_RECV>::new(p),
             )
         }
     })
@@ -455,7 +447,7 @@ pub unsafe extern "C" fn ucp_tag_msg_recv_nb(
                 0,
                 0,
                 Some(message),
-                || args,
+                args,
             )
         }
     })
@@ -492,7 +484,7 @@ pub unsafe extern "C" fn ucp_tag_msg_recv_nbx(
                 0,
                 0,
                 Some(message),
-                || p.recv_args(),
+                p.recv_args(),
             )
         }
     })
