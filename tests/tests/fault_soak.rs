@@ -490,7 +490,14 @@ fn segments_of(pid: u32) -> Vec<String> {
     if let Ok(d) = std::fs::read_dir("/dev/shm") {
         for e in d.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
-            if name.contains(&pid.to_string()) {
+            // The pid as a whole number in the name: another program's segment whose name
+            // holds a longer number starting with the same digits is not ours (Open MPI's
+            // `vader_segment.vm.0.14110001.0` is not a segment of pid 14110).
+            let pid_s = pid.to_string();
+            if name
+                .split(|c: char| !c.is_ascii_digit())
+                .any(|t| t == pid_s)
+            {
                 v.push(format!("/dev/shm/{name}"));
             }
         }
