@@ -21,7 +21,7 @@ pub enum TagSendMode {
     /// As `Standard`, from a caller that waits for the completion at once (a blocking send:
     /// UCX's `UCP_OP_ATTR_FLAG_FAST_CMPL`). Same thresholds as `Standard`: with both directions
     /// busy, a blocking send is faster by rendezvous from the same size on (see
-    /// `ProtoConfig::new`'s note on it).
+    /// `ProtoConfig::compute`'s note on it).
     FastCompletion,
 }
 
