@@ -168,8 +168,9 @@ impl<const KIND: u8> ReqArgs for ParamArgs<'_, KIND> {
 
 /// Reads a `ucp_request_param_t`: unknown field bits, and memory types other than host, are
 /// refused (unknown flag bits are ignored, as UCX does); `FORCE_IMM_CMPL` is not supported;
-/// the `memh` and `MULTI_SEND` hints are accepted and have no effect (`FAST_CMPL` moves a tag
-/// send's rendezvous threshold, see `ucp_tag_send_nbx`).
+/// the `memh` and `MULTI_SEND` hints are accepted and have no effect (`FAST_CMPL` marks a tag
+/// send as `TagSendMode::FastCompletion`, see `ucp_tag_send_nbx`, which takes the standard
+/// thresholds).
 ///
 /// # Safety
 /// `param` NULL or valid.
