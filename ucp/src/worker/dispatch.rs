@@ -16,7 +16,7 @@ use crate::wire::{
 };
 use crate::wireup::Admit;
 use crate::worker::ep::EpState;
-use crate::worker::state::State;
+use crate::worker::state::{Core, State};
 use ucs::{Error, Result};
 
 impl State {
@@ -159,7 +159,7 @@ impl State {
         self.handle_am_from(iface, id, data);
     }
 
-    /// A message's sender endpoint ([`State::fast_sender`]), the sender's uuid and the body
+    /// A message's sender endpoint ([`Core::fast_sender`]), the sender's uuid and the body
     /// after the prefix, for a fast path. None when the message is too short for a prefix or its
     /// sender does not qualify: the general path then checks it all again.
     #[inline(always)]
@@ -171,32 +171,6 @@ impl State {
         let (src, body) = split_prefix(data).ok()?;
         let idx = self.fast_sender(iface, src)?;
         Some((idx, src, body))
-    }
-
-    /// The endpoint of sender `src` for a fast path: known, usable, and not on the new lane of
-    /// its AM lane switch before the switch's marker arrived (such messages the general path
-    /// gates); its last receive time is noted. None leaves the message to the general path.
-    /// Without an `ep_only` interface there is no such lane: one flag skips that test.
-    #[inline(always)]
-    pub(crate) fn fast_sender(&mut self, iface: Option<usize>, src: u64) -> Option<usize> {
-        self.fast_sender_gen(iface, src).map(|(idx, _)| idx)
-    }
-
-    /// [`State::fast_sender`] with the endpoint's generation (for an [`EpHandle`] of the
-    /// sender without a second look at the endpoint table).
-    #[inline(always)]
-    fn fast_sender_gen(&mut self, iface: Option<usize>, src: u64) -> Option<(usize, u32)> {
-        let idx = self.core.by_uuid.lookup(src)?;
-        let ep = &mut self.core.eps[idx];
-        if matches!(ep.state, EpState::Failed | EpState::Closed)
-            || (self.core.any_ep_only
-                && iface.is_some_and(|i| self.core.info[i].ep_only)
-                && !ep.extra.as_deref().is_some_and(|x| x.rx_gate.switched()))
-        {
-            return None;
-        }
-        ep.last_rx = self.core.now_stamp;
-        Some((idx, ep.gen))
     }
 
     /// An EAGER_ONLY message: true when it was delivered here; false leaves it to the general
@@ -362,5 +336,34 @@ impl State {
                 Ok(())
             }
         }
+    }
+}
+
+/// The sender lookup of the fast paths: endpoints only, no family's state.
+impl Core {
+    /// The endpoint of sender `src` for a fast path: known, usable, and not on the new lane of
+    /// its AM lane switch before the switch's marker arrived (such messages the general path
+    /// gates); its last receive time is noted. None leaves the message to the general path.
+    /// Without an `ep_only` interface there is no such lane: one flag skips that test.
+    #[inline(always)]
+    pub(crate) fn fast_sender(&mut self, iface: Option<usize>, src: u64) -> Option<usize> {
+        self.fast_sender_gen(iface, src).map(|(idx, _)| idx)
+    }
+
+    /// [`Core::fast_sender`] with the endpoint's generation (for an [`EpHandle`](crate::EpHandle) of the
+    /// sender without a second look at the endpoint table).
+    #[inline(always)]
+    fn fast_sender_gen(&mut self, iface: Option<usize>, src: u64) -> Option<(usize, u32)> {
+        let idx = self.by_uuid.lookup(src)?;
+        let ep = &mut self.eps[idx];
+        if matches!(ep.state, EpState::Failed | EpState::Closed)
+            || (self.any_ep_only
+                && iface.is_some_and(|i| self.info[i].ep_only)
+                && !ep.extra.as_deref().is_some_and(|x| x.rx_gate.switched()))
+        {
+            return None;
+        }
+        ep.last_rx = self.now_stamp;
+        Some((idx, ep.gen))
     }
 }
