@@ -24,7 +24,7 @@ mod recv;
 mod send;
 pub(crate) mod stages;
 
-use crate::worker::req::{Rndv, POOL_MAX};
+use crate::worker::req::Rndv;
 use std::collections::VecDeque;
 use ucs::{Error, Outcome, Result};
 use uct::{Iov, RemoteKey};
@@ -34,10 +34,6 @@ const GETS_ROOM: usize = 64;
 
 /// What the rendezvous family keeps per worker (the worker's `State::rndv`).
 pub(crate) struct RndvState {
-    /// Cleared [`Rndv`] boxes of finished requests, reused by the next ones that need one
-    /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
-    #[allow(clippy::vec_box)]
-    pool: Vec<Box<Rndv>>,
     /// Rendezvous reads on a shared-memory device with fragments left (request key and wire
     /// id): progress moves one fragment of the front one per call, round robin (see
     /// `State::get_step`). Made with room for [`GETS_ROOM`], so a steady stream allocates
@@ -48,7 +44,6 @@ pub(crate) struct RndvState {
 impl Default for RndvState {
     fn default() -> Self {
         RndvState {
-            pool: Vec::new(),
             gets: VecDeque::with_capacity(GETS_ROOM),
         }
     }
@@ -108,13 +103,6 @@ impl RndvState {
         !self.gets.is_empty()
     }
 
-    /// The rendezvous box in `slot`, filled from the pool (or allocated) when empty.
-    #[allow(clippy::vec_box)]
-    #[inline]
-    pub(crate) fn box_in<'a>(&mut self, slot: &'a mut Option<Box<Rndv>>) -> &'a mut Rndv {
-        slot.get_or_insert_with(|| self.pool.pop().unwrap_or_default())
-    }
-
     /// Queues rendezvous read `key` (wire id `wire`) to move its next fragment on a later
     /// progress call.
     pub(crate) fn queue_read(&mut self, key: usize, wire: u64) {
@@ -124,13 +112,5 @@ impl RndvState {
     /// The rendezvous read to move a fragment of now, taken from the queue.
     pub(crate) fn next_read(&mut self) -> Option<(usize, u64)> {
         self.gets.pop_front()
-    }
-
-    /// Gives a finished request's rendezvous box back to the pool, cleared.
-    pub(crate) fn recycle(&mut self, mut x: Box<Rndv>) {
-        if self.pool.len() < POOL_MAX {
-            *x = Rndv::default();
-            self.pool.push(x);
-        }
     }
 }

@@ -19,10 +19,10 @@ use crate::request::{Completion, HookedOp, Op};
 use crate::tag::copy::copy_in;
 use crate::wire::am_id;
 use crate::wire::PREFIX_LEN;
-use crate::worker::pending::am_send;
+use crate::worker::pending::{am_send, SendMade};
 use crate::worker::req::RecvBuf;
 use crate::worker::req::{comp_id, Notify, ReqKind, SendData, SendStage, COMP_ZCOPY};
-use crate::worker::state::State;
+use crate::worker::state::Core;
 use crate::worker::{EpHandle, Worker};
 use stages::{StreamRecv, StreamSend};
 use std::ptr::NonNull;
@@ -35,7 +35,8 @@ impl Worker {
     /// Appends bytes to the endpoint's ordered stream.
     pub fn stream_send(&mut self, ep: EpHandle, data: &[u8]) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.stream_send(idx, SendData::Borrowed(data))
+        let made = self.st.stream_send(idx, SendData::Borrowed(data));
+        self.st.start_made(made)
     }
 
     /// Receives exactly `buf.len()` stream bytes from the endpoint (in order, after earlier
@@ -114,7 +115,8 @@ impl Worker {
             // SAFETY: forwarded contract.
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
-        self.st.stream_send(idx, SendData::Raw(data))
+        let made = self.st.stream_send(idx, SendData::Raw(data));
+        self.st.start_made(made)
     }
 
     /// Sends `data` (1 to the AM lane's short limit bytes) at once in one message when nothing
@@ -163,8 +165,10 @@ impl Worker {
     }
 }
 
-impl State {
-    pub(crate) fn stream_send(&mut self, idx: usize, data: SendData<'_>) -> Result<Op> {
+impl Core {
+    /// A stream send of `data` on endpoint `idx`: sent at once when it fits one fragment and
+    /// the lane takes it, else a request for [`State::start_made`](crate::worker::state::State::start_made).
+    pub(crate) fn stream_send(&mut self, idx: usize, data: SendData<'_>) -> Result<SendMade> {
         self.ep_usable(idx)?;
         // Bytes that fit one fragment and go out now need no request.
         let fits = self
@@ -172,13 +176,11 @@ impl State {
             .proto()
             .is_some_and(|p| (1..=p.bcopy_single_max).contains(&data.as_slice().len()));
         if fits && self.send_ctl2_now(idx, am_id::STREAM, data.as_slice(), &[])? {
-            return Ok(data.sent_at_once(0));
+            return Ok(SendMade::Done(data.sent_at_once(0)));
         }
         let key = self.new_send(idx, 0, data, false);
         self.send_mut(key).stage = SendStage::Stream(StreamSend::Bcopy);
-        let ready = self.ep_ready(idx);
-        self.start_req(idx, key, !ready)?;
-        Ok(self.op_of(key))
+        Ok(SendMade::Req { idx, key })
     }
 
     /// Advances stream send `key`, in `stage`, as far as resources allow (see
@@ -266,7 +268,7 @@ impl State {
 
     /// Sends the zero-copy fragments of stream send `key` that the lane takes now; the send
     /// finishes when the transport has completed them all
-    /// ([`State::stream_zcopy_completed`]). Gives false on back-pressure.
+    /// ([`Core::stream_zcopy_completed`]). Gives false on back-pressure.
     fn stream_zcopy_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
@@ -325,7 +327,7 @@ impl State {
         })
     }
 
-    /// [`State::stream_recv`] giving a receive left waiting as its request's key and
+    /// [`Core::stream_recv`] giving a receive left waiting as its request's key and
     /// generation (no [`Request`](crate::Request) handle made).
     #[inline(always)]
     pub(crate) fn stream_recv_keyed(
@@ -353,7 +355,7 @@ impl State {
     }
 
     /// Queues a receive into `buf` on endpoint `idx` that waits for its bytes
-    /// ([`State::stream_recv_waits`]), when the endpoint is usable: its request's key and
+    /// ([`Core::stream_recv_waits`]), when the endpoint is usable: its request's key and
     /// generation.
     #[inline(always)]
     fn stream_recv_wait(
@@ -375,7 +377,7 @@ impl State {
         Ok((key, self.last_req_gen()))
     }
 
-    /// [`State::stream_recv_keyed`] of a receive that finds bytes buffered, receives queued
+    /// [`Core::stream_recv_keyed`] of a receive that finds bytes buffered, receives queued
     /// before it, or an empty buffer.
     #[inline(never)]
     fn stream_recv_other(
@@ -460,7 +462,7 @@ impl State {
         self.on_stream_inline(idx, data, keep);
     }
 
-    /// [`State::on_stream`], inlined into the STREAM message's fast path.
+    /// [`Core::on_stream`], inlined into the STREAM message's fast path.
     #[inline(always)]
     pub(crate) fn on_stream_inline(
         &mut self,
@@ -531,7 +533,7 @@ impl State {
         true
     }
 
-    /// [`State::on_stream`] of bytes that do not all go into the oldest waiting receive (or
+    /// [`Core::on_stream`] of bytes that do not all go into the oldest waiting receive (or
     /// find bytes buffered before them).
     #[inline(never)]
     fn on_stream_other(&mut self, idx: usize, data: &[u8], keep: Option<uct::AmKeep<'_>>) {

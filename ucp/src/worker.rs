@@ -247,6 +247,7 @@ impl Worker {
                     reqs: Default::default(),
                     req_gen: 0,
                     pool: Vec::new(),
+                    rndv_boxes: Vec::new(),
                     to_connect: Vec::new(),
                     more_work: false,
                     pending_eps: Vec::new(),

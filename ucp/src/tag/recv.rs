@@ -17,7 +17,7 @@ use crate::tag::stages::TagRecv;
 use crate::tag::unexp::{Target, Unexp, UnexpKind, UNEXP_INLINE};
 use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::worker::req::RecvBuf;
-use crate::worker::req::{Done, Notify, RecvReq, RecvStage, ReqKind};
+use crate::worker::req::{Done, Notify, RecvStage, ReqKind};
 use crate::worker::state::State;
 use ucs::{Error, Result};
 
@@ -35,21 +35,6 @@ fn eager_status(total: usize, cap: usize) -> Result<()> {
 }
 
 impl State {
-    #[inline]
-    pub(crate) fn new_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> usize {
-        let buf = buf.into();
-        self.new_req(None, ReqKind::Recv(RecvReq::new(buf, tag, mask)))
-    }
-
-    /// The receive request `key`. Internal invariant, as [`State::send_mut`].
-    #[allow(clippy::unreachable)]
-    pub(crate) fn recv_mut(&mut self, key: usize) -> &mut RecvReq {
-        match &mut self.req_mut(key).kind {
-            ReqKind::Recv(r) => r,
-            _ => unreachable!("request {key} is not a receive"),
-        }
-    }
-
     /// Queues a receive for `tag` under `mask` in the matcher (the caller found no waiting
     /// message that fits; it may then go to the transport, see `Worker::tag_recv_buf`). Gives
     /// the new request's key and generation.

@@ -18,8 +18,7 @@ use crate::worker::core_api::AmLaneRef;
 use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
-use crate::worker::req::SendBuf;
-use crate::worker::req::{ReqKind, SendData, SendReq, SendStage};
+use crate::worker::req::{SendData, SendStage};
 use crate::worker::state::State;
 use crate::worker::EpHandle;
 use ucs::{Outcome, Result};
@@ -167,39 +166,6 @@ impl State {
         // Back-pressure queues the request (it resumes from `progress_pending`, in order).
         self.start_req(idx, key, !ready)?;
         Ok(self.op_of(key))
-    }
-
-    pub(crate) fn new_send(
-        &mut self,
-        idx: usize,
-        tag: u64,
-        data: SendData<'_>,
-        sync: bool,
-    ) -> usize {
-        let (data, give_back) = match data {
-            SendData::Owned(v) => (SendBuf::from(v), true),
-            SendData::Borrowed(b) => {
-                let mut v = self.get_buf();
-                v.extend_from_slice(b);
-                (SendBuf::from(v), false)
-            }
-            SendData::Raw(b) => (SendBuf::raw(b), false),
-        };
-        self.new_req(
-            Some(idx),
-            ReqKind::Send(SendReq::new(tag, data, give_back, sync)),
-        )
-    }
-
-    /// The send request `key`. Internal invariant: callers pass keys of requests they know are
-    /// sends (created as one, or checked by [`Core::peer_req`](crate::worker::state::Core::peer_req) or the completion kind); a
-    /// peer's id never reaches here unchecked.
-    #[allow(clippy::unreachable)]
-    pub(crate) fn send_mut(&mut self, key: usize) -> &mut SendReq {
-        match &mut self.req_mut(key).kind {
-            ReqKind::Send(s) => s,
-            _ => unreachable!("request {key} is not a send"),
-        }
     }
 
     /// Sends eager fragments of `data` from `*offset`. Gives true when all are out.

@@ -10,6 +10,7 @@
     )
 )]
 
+use crate::request::Op;
 use crate::wire::PREFIX_LEN;
 use crate::worker::ep::{EpState, Pending};
 use crate::worker::req::{ReqKind, SendStage};
@@ -77,7 +78,29 @@ pub(crate) fn am_send(
     })
 }
 
+/// What a family's code on the [`Core`] made of a send: done at once, or a request that
+/// [`State::start_made`] starts (its first step may be any family's).
+pub(crate) enum SendMade {
+    /// Nothing left to do: the operation's result.
+    Done(Op),
+    /// Request `key` on endpoint `idx`, its stage set, to start.
+    Req { idx: usize, key: usize },
+}
+
 impl State {
+    /// Starts what a family made of a send ([`SendMade`]): a request's first step now, unless
+    /// its endpoint is not ready (see [`State::start_req`]). Gives the operation.
+    pub(crate) fn start_made(&mut self, made: Result<SendMade>) -> Result<Op> {
+        match made? {
+            SendMade::Done(op) => Ok(op),
+            SendMade::Req { idx, key } => {
+                let ready = self.ep_ready(idx);
+                self.start_req(idx, key, !ready)?;
+                Ok(self.op_of(key))
+            }
+        }
+    }
+
     /// Advances send request `key` as far as resources allow, in the family that owns its
     /// stage. Gives false on back-pressure.
     pub(crate) fn send_step(&mut self, key: usize) -> Result<bool> {

@@ -67,7 +67,7 @@ impl SendStage {
 
 /// What a send or receive needs only for rendezvous, zero-copy or RMA: held in a box taken
 /// from `RndvState::pool` when first needed (see
-/// [`State::send_rndv`](crate::worker::state::State::send_rndv)) and given back when
+/// [`Core::send_rndv`](crate::worker::state::Core::send_rndv)) and given back when
 /// the request finishes, so an eager request carries one empty pointer instead.
 #[derive(Default)]
 pub(crate) struct Rndv {

@@ -13,7 +13,9 @@
 
 use crate::request::{Completion, Op, Received, Request, RequestId};
 use crate::worker::api_types::{CompletionHook, RecvOk};
-use crate::worker::req::{Done, Notify, RecvStage, ReqKind};
+use crate::worker::req::{
+    Done, Notify, RecvBuf, RecvReq, RecvStage, ReqKind, SendBuf, SendData, SendReq,
+};
 use crate::worker::req_table::TakeRecv;
 use crate::worker::state::{Core, State, QUEUED_RECV_OK};
 use crate::worker::Worker;
@@ -629,6 +631,57 @@ impl Core {
         n
     }
 
+    /// A new send request on endpoint `idx` of `data` (copied into a pool buffer when
+    /// borrowed), tagged `tag`.
+    pub(crate) fn new_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'_>,
+        sync: bool,
+    ) -> usize {
+        let (data, give_back) = match data {
+            SendData::Owned(v) => (SendBuf::from(v), true),
+            SendData::Borrowed(b) => {
+                let mut v = self.get_buf();
+                v.extend_from_slice(b);
+                (SendBuf::from(v), false)
+            }
+            SendData::Raw(b) => (SendBuf::raw(b), false),
+        };
+        self.new_req(
+            Some(idx),
+            ReqKind::Send(SendReq::new(tag, data, give_back, sync)),
+        )
+    }
+
+    /// The send request `key`. Internal invariant: callers pass keys of requests they know are
+    /// sends (created as one, or checked by [`Core::peer_req`](crate::worker::state::Core::peer_req) or the completion kind); a
+    /// peer's id never reaches here unchecked.
+    #[allow(clippy::unreachable)]
+    pub(crate) fn send_mut(&mut self, key: usize) -> &mut SendReq {
+        match &mut self.req_mut(key).kind {
+            ReqKind::Send(s) => s,
+            _ => unreachable!("request {key} is not a send"),
+        }
+    }
+
+    /// A new receive request into `buf` for `tag` under `mask`.
+    #[inline]
+    pub(crate) fn new_recv(&mut self, buf: impl Into<RecvBuf>, tag: u64, mask: u64) -> usize {
+        let buf = buf.into();
+        self.new_req(None, ReqKind::Recv(RecvReq::new(buf, tag, mask)))
+    }
+
+    /// The receive request `key`. Internal invariant, as [`Core::send_mut`].
+    #[allow(clippy::unreachable)]
+    pub(crate) fn recv_mut(&mut self, key: usize) -> &mut RecvReq {
+        match &mut self.req_mut(key).kind {
+            ReqKind::Recv(r) => r,
+            _ => unreachable!("request {key} is not a receive"),
+        }
+    }
+
     /// Removes request `key`, recycling the buffer its result holds.
     fn free_req(&mut self, key: usize) {
         if let Some(buf) = self.reqs.take_done(key).and_then(|c| c.buf) {
@@ -638,10 +691,54 @@ impl Core {
 }
 
 impl State {
-    /// Finishes request `key` with `status`, releasing what the protocol held.
-    /// A request already finished (or freed) is left alone. An eager receive whose result goes
-    /// to a token is queued for `take_done_tokens` at once and its slot freed here (nothing else
-    /// waits on it), without a pass through `run_callbacks`.
+    /// Finishes request `key` with `status`: first what a family holds of it (a flush's part
+    /// goes to its parent flush, a tag-offload send's entry is released, an active message
+    /// that came by rendezvous goes to its handler), then [`Core::finish`].
+    #[inline]
+    pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
+        let Some(r) = self.core.reqs.get(key) else {
+            return;
+        };
+        if r.done.is_some() {
+            return;
+        }
+        match &r.kind {
+            ReqKind::Recv(rv) if rv.rndv.is_none() => {}
+            ReqKind::Recv(rv) if rv.rndv.as_ref().is_some_and(|x| x.am.is_some()) => {
+                return self.finish_am_by_rndv(key, status);
+            }
+            ReqKind::Flush {
+                parent: Some(p), ..
+            } => {
+                let p = *p;
+                return self.flush_part_done(key, p, status);
+            }
+            ReqKind::Send(_) => self.tm_send_finishing(key),
+            _ => {}
+        }
+        self.core.finish(key, status);
+    }
+
+    /// [`State::finish`] of a receive that brought a user active message by rendezvous: the
+    /// request goes, and the message to the AM family.
+    #[cold]
+    fn finish_am_by_rndv(&mut self, key: usize, status: Result<()>) {
+        let ep = self.core.reqs[key].ep;
+        let (buf, am) = self.core.take_recv_result(key, &status);
+        self.core.reqs.free(key);
+        if let Some((id, hdr)) = am {
+            self.am_rndv_received(ep, id, &hdr, status, buf);
+        }
+    }
+}
+
+impl Core {
+    /// Finishes request `key` with `status`, releasing what the protocol held: the
+    /// completion of a request no family holds anything of (families that may hold
+    /// something go through [`State::finish`]). A request already finished (or freed) is
+    /// left alone. An eager receive whose result goes to a token is queued for
+    /// `take_done_tokens` at once and its slot freed here (nothing else waits on it), without
+    /// a pass through `run_callbacks`.
     #[inline]
     pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
         let Some(r) = self.reqs.get_mut(key) else {
@@ -696,70 +793,70 @@ impl State {
         self.finish_any(key, status);
     }
 
-    /// [`State::finish`] of any request.
-    fn finish_any(&mut self, key: usize, status: Result<()>) {
-        let r = &self.core.reqs[key];
-        if let ReqKind::Flush {
-            parent: Some(p), ..
-        } = r.kind
-        {
-            self.flush_part_done(key, p, status);
-            return;
-        }
-        if matches!(r.kind, ReqKind::Send(_)) {
-            self.tm_send_finishing(key);
-        }
-        let r = &mut self.core.reqs[key];
-        let mut recycle = None;
-        let mut am = None;
-        let mut rndv = None;
-        let (buf, len, tag, value) = match &mut r.kind {
-            ReqKind::Send(s) => {
-                rndv = s.rndv.take();
-                let data = std::mem::take(&mut s.data).into_vec();
-                if s.give_back {
-                    (data, 0, s.tag, 0)
-                } else {
-                    recycle = data;
-                    (None, 0, s.tag, 0)
-                }
-            }
-            ReqKind::Recv(rv) => {
-                rndv = rv.rndv.take();
-                // A receive that failed while the peer may still write into it (rendezvous
-                // put into our registered buffer) keeps its buffer in quarantine until the
-                // worker is dropped, so a late write never lands in freed memory.
-                let exposed = status.is_err()
-                    && rndv.as_ref().is_some_and(|x| x.memh.is_some())
-                    && matches!(rv.stage, RecvStage::Rndv(_));
-                am = rndv.as_mut().and_then(|x| x.am.take());
-                let buf = std::mem::take(&mut rv.buf).into_vec();
-                let buf = if exposed {
-                    self.core.quarantine.extend(buf);
-                    None
-                } else {
-                    buf
-                };
-                (buf, rv.total, rv.sender_tag, 0)
-            }
-            ReqKind::StreamRecv(sr) => {
-                let (buf, filled) = sr.take_result();
-                (buf, filled, 0, 0)
-            }
-            ReqKind::Atomic { value } => (None, 0, 0, *value),
-            ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0),
+    /// Takes what receive `key`'s result keeps: its buffer (kept in quarantine instead when
+    /// it failed while the peer may still write into it: a rendezvous put into our registered
+    /// buffer, so a late write never lands in freed memory) and the user active message it
+    /// brought by rendezvous, if any. Its rendezvous box goes back to the pool.
+    fn take_recv_result(
+        &mut self,
+        key: usize,
+        status: &Result<()>,
+    ) -> (Option<Vec<u8>>, Option<(u16, Vec<u8>)>) {
+        let ReqKind::Recv(rv) = &mut self.reqs[key].kind else {
+            return (None, None);
+        };
+        let mut rndv = rv.rndv.take();
+        let exposed = status.is_err()
+            && rndv.as_ref().is_some_and(|x| x.memh.is_some())
+            && matches!(rv.stage, RecvStage::Rndv(_));
+        let am = rndv.as_mut().and_then(|x| x.am.take());
+        let buf = std::mem::take(&mut rv.buf).into_vec();
+        let buf = if exposed {
+            self.quarantine.extend(buf);
+            None
+        } else {
+            buf
         };
         if let Some(x) = rndv {
             // Drops the registration and remote key before the buffer is given back.
-            self.rndv.recycle(x);
+            Core::recycle_rndv(&mut self.rndv_boxes, x);
         }
-        if let Some((id, hdr)) = am {
-            // A user active message that came by rendezvous: its family hands it out.
-            let ep = r.ep;
-            self.core.reqs.take_done(key);
-            self.am_rndv_received(ep, id, &hdr, status, buf);
-            return;
-        }
+        (buf, am)
+    }
+
+    /// [`Core::finish`] of any request.
+    fn finish_any(&mut self, key: usize, status: Result<()>) {
+        let (buf, len, tag, value, recycle) = match &mut self.reqs[key].kind {
+            ReqKind::Recv(rv) => {
+                let (len, tag) = (rv.total, rv.sender_tag);
+                let (buf, am) = self.take_recv_result(key, &status);
+                if let Some((id, _)) = am {
+                    // Only `State::finish` hands such a message out; none reaches here.
+                    tracing::error!("active message {id} received by rendezvous was dropped");
+                }
+                (buf, len, tag, 0, None)
+            }
+            ReqKind::Send(s) => {
+                let rndv = s.rndv.take();
+                let data = std::mem::take(&mut s.data).into_vec();
+                let r = if s.give_back {
+                    (data, 0, s.tag, 0, None)
+                } else {
+                    (None, 0, s.tag, 0, data)
+                };
+                if let Some(x) = rndv {
+                    // Drops the registration before the buffer is given back.
+                    Core::recycle_rndv(&mut self.rndv_boxes, x);
+                }
+                r
+            }
+            ReqKind::StreamRecv(sr) => {
+                let (buf, filled) = sr.take_result();
+                (buf, filled, 0, 0, None)
+            }
+            ReqKind::Atomic { value } => (None, 0, 0, *value, None),
+            ReqKind::Flush { .. } | ReqKind::Close => (None, 0, 0, 0, None),
+        };
         let c = Completion {
             status,
             buf,
@@ -767,10 +864,11 @@ impl State {
             tag,
             value,
         };
+        let r = &mut self.reqs[key];
         if let Notify::Hook(t) = r.notify {
             // The completion hook (the C library's) touches nothing of the worker: its result
             // goes to it now, not through the callback queue.
-            self.core.reqs.free(key);
+            self.reqs.free(key);
             if let Some(v) = recycle {
                 self.put_buf(v);
             }
@@ -779,8 +877,8 @@ impl State {
         }
         r.done = Some(c.into());
         if !matches!(r.notify, Notify::Take) {
-            self.core.callbacks_due.push(key);
-            self.core.more_work = true;
+            self.callbacks_due.push(key);
+            self.more_work = true;
         }
         if let Some(v) = recycle {
             self.put_buf(v);

@@ -52,6 +52,10 @@ pub(crate) struct Core {
     pub(super) reqs: crate::worker::req_table::ReqTable,
     pub(super) req_gen: u32,
     pub(super) pool: Vec<Vec<u8>>,
+    /// Cleared [`Rndv`] boxes of finished requests, reused by the next ones that need one
+    /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
+    #[allow(clippy::vec_box)]
+    pub(super) rndv_boxes: Vec<Box<Rndv>>,
     pub(super) to_connect: Vec<usize>,
     /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
     /// `failed_notify`, `callbacks_due` or `rndv.gets` (and left set until `progress` finds them
@@ -176,22 +180,32 @@ impl Core {
             self.pool.push(v);
         }
     }
-}
 
-impl State {
-    /// The active-message family's state beside the buffer pool (for a whole message's copy
-    /// while the family's table is borrowed).
-    #[inline(always)]
-    pub(crate) fn am_and_pool(&mut self) -> (&mut crate::am::state::AmState, &mut Vec<Vec<u8>>) {
-        (&mut self.am, &mut self.core.pool)
+    /// The rendezvous box in `slot`, filled from the pool (or allocated) when empty.
+    #[inline]
+    #[allow(clippy::vec_box)]
+    fn rndv_box_in<'a>(
+        boxes: &mut Vec<Box<Rndv>>,
+        slot: &'a mut Option<Box<Rndv>>,
+    ) -> &'a mut Rndv {
+        slot.get_or_insert_with(|| boxes.pop().unwrap_or_default())
+    }
+
+    /// Gives a finished request's rendezvous box back to the pool `boxes`, cleared.
+    #[allow(clippy::vec_box)]
+    pub(super) fn recycle_rndv(boxes: &mut Vec<Box<Rndv>>, mut x: Box<Rndv>) {
+        if boxes.len() < POOL_MAX {
+            *x = Rndv::default();
+            boxes.push(x);
+        }
     }
 
     /// The rendezvous state of send `key`, taken from the pool (or allocated) on first use.
-    /// Internal invariant, as [`State::send_mut`].
+    /// Internal invariant, as [`Core::send_mut`].
     #[allow(clippy::unreachable)]
     pub(crate) fn send_rndv(&mut self, key: usize) -> &mut Rndv {
-        match &mut self.core.reqs[key].kind {
-            ReqKind::Send(s) => self.rndv.box_in(&mut s.rndv),
+        match &mut self.reqs[key].kind {
+            ReqKind::Send(s) => Self::rndv_box_in(&mut self.rndv_boxes, &mut s.rndv),
             _ => unreachable!("request {key} is not a send"),
         }
     }
@@ -207,12 +221,21 @@ impl State {
         inflight == 0 && s.offset >= s.data.len()
     }
 
-    /// The rendezvous state of receive `key`, as [`State::send_rndv`].
+    /// The rendezvous state of receive `key`, as [`Core::send_rndv`].
     #[allow(clippy::unreachable)]
     pub(crate) fn recv_rndv(&mut self, key: usize) -> &mut Rndv {
-        match &mut self.core.reqs[key].kind {
-            ReqKind::Recv(r) => self.rndv.box_in(&mut r.rndv),
+        match &mut self.reqs[key].kind {
+            ReqKind::Recv(r) => Self::rndv_box_in(&mut self.rndv_boxes, &mut r.rndv),
             _ => unreachable!("request {key} is not a receive"),
         }
+    }
+}
+
+impl State {
+    /// The active-message family's state beside the buffer pool (for a whole message's copy
+    /// while the family's table is borrowed).
+    #[inline(always)]
+    pub(crate) fn am_and_pool(&mut self) -> (&mut crate::am::state::AmState, &mut Vec<Vec<u8>>) {
+        (&mut self.am, &mut self.core.pool)
     }
 }
