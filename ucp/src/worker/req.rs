@@ -65,6 +65,9 @@ impl SendStage {
     }
 }
 
+/// A user active message's id and user header, kept by the rendezvous that brings its data.
+pub(crate) type AmByRndv = (u16, Vec<u8>);
+
 /// What a send or receive needs only for rendezvous, zero-copy or RMA: held in a box taken
 /// from `RndvState::pool` when first needed (see
 /// [`Core::send_rndv`](crate::worker::state::Core::send_rndv)) and given back when
@@ -82,7 +85,7 @@ pub(crate) struct Rndv {
     /// reads the sender's key, when not the RMA lane.
     pub(crate) get_lane: Option<usize>,
     /// User active message sent or received by rendezvous: id and user header.
-    pub(crate) am: Option<(u16, Vec<u8>)>,
+    pub(crate) am: Option<AmByRndv>,
 }
 
 pub(crate) struct SendReq {

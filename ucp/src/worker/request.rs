@@ -14,7 +14,7 @@
 use crate::request::{Completion, Op, Received, Request, RequestId};
 use crate::worker::api_types::{CompletionHook, RecvOk};
 use crate::worker::req::{
-    Done, Notify, RecvBuf, RecvReq, RecvStage, ReqKind, SendBuf, SendData, SendReq,
+    AmByRndv, Done, Notify, RecvBuf, RecvReq, RecvStage, ReqKind, SendBuf, SendData, SendReq,
 };
 use crate::worker::req_table::TakeRecv;
 use crate::worker::state::{Core, State, QUEUED_RECV_OK};
@@ -801,7 +801,7 @@ impl Core {
         &mut self,
         key: usize,
         status: &Result<()>,
-    ) -> (Option<Vec<u8>>, Option<(u16, Vec<u8>)>) {
+    ) -> (Option<Vec<u8>>, Option<AmByRndv>) {
         let ReqKind::Recv(rv) = &mut self.reqs[key].kind else {
             return (None, None);
         };
