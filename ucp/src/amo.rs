@@ -383,17 +383,6 @@ impl State {
         })
     }
 
-    /// The address of `len` bytes at `addr` when they lie inside one region this worker mapped
-    /// for remote access.
-    pub(crate) fn mapped_range(&self, addr: u64, len: usize) -> Option<usize> {
-        let addr = usize::try_from(addr).ok()?;
-        self.regions
-            .borrow()
-            .iter()
-            .any(|&(s, l)| addr >= s && addr.checked_add(len).is_some_and(|e| e <= s + l))
-            .then_some(addr)
-    }
-
     /// Applies an emulated atomic to this worker's mapped memory; gives the old value.
     pub(crate) fn apply_atomic(&self, h: &AtomicReqHdr) -> Result<u64> {
         use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};

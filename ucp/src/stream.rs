@@ -180,7 +180,8 @@ impl Core {
         }
         let key = self.new_send(idx, 0, data, false);
         self.send_mut(key).stage = SendStage::Stream(StreamSend::Bcopy);
-        Ok(SendMade::Req { idx, key })
+        let behind = !self.ep_ready(idx);
+        Ok(SendMade::Req { idx, key, behind })
     }
 
     /// Advances stream send `key`, in `stage`, as far as resources allow (see

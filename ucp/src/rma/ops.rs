@@ -16,9 +16,10 @@ use crate::rma::{MemMap, Rkey, RkeyBundle};
 use crate::rndv::stages::{RndvRecv, RndvSend};
 use crate::wire::{am_id, AtomicRepHdr, PutReqHdr, NO_REQ};
 use crate::worker::ep::connecting;
+use crate::worker::pending::SendMade;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::{comp_id, RecvStage, SendData, SendStage, COMP_GET};
-use crate::worker::state::State;
+use crate::worker::state::Core;
 use crate::worker::{EpHandle, Worker};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
@@ -87,7 +88,7 @@ impl Worker {
         let mut keys: Vec<_> = shared.into_iter().collect();
         // SAFETY: the MemMap owns the memory and drops these handles before releasing it.
         unsafe { self.st.register_all(ptr, len, &mut keys) };
-        MemMap::new(ptr, len, backing, self.st.regions.clone(), keys)
+        MemMap::new(ptr, len, backing, self.st.regions().clone(), keys)
     }
 
     /// Maps the user's buffer for remote access (`ucp_mem_map` of existing memory): it is
@@ -107,7 +108,7 @@ impl Worker {
             ptr,
             len,
             crate::rma::Backing::User(buf),
-            self.st.regions.clone(),
+            self.st.regions().clone(),
             keys,
         )
     }
@@ -179,18 +180,31 @@ impl Worker {
     /// remote completion).
     pub fn put(&mut self, ep: EpHandle, data: &[u8], remote_addr: u64, rkey: &Rkey) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.rma(idx, RmaDir::Put(data), remote_addr, rkey)
+        let made = self.st.rma(idx, RmaDir::Put(data), remote_addr, rkey);
+        self.st.start_made(made)
     }
 
     /// Reads `buf.len()` bytes at `remote_addr` of the peer's mapping into `buf` (given back in
     /// the completion).
     pub fn get(&mut self, ep: EpHandle, buf: Vec<u8>, remote_addr: u64, rkey: &Rkey) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.rma(idx, RmaDir::Get(buf.into()), remote_addr, rkey)
+        let made = self.st.rma(idx, RmaDir::Get(buf.into()), remote_addr, rkey);
+        self.st.start_made(made)
     }
 }
 
-impl State {
+impl Core {
+    /// The address of `len` bytes at `addr` when they lie inside one region this worker mapped
+    /// for remote access.
+    pub(crate) fn mapped_range(&self, addr: u64, len: usize) -> Option<usize> {
+        let addr = usize::try_from(addr).ok()?;
+        self.regions()
+            .borrow()
+            .iter()
+            .any(|&(s, l)| addr >= s && addr.checked_add(len).is_some_and(|e| e <= s + l))
+            .then_some(addr)
+    }
+
     /// Registers `ptr..ptr+len` with every memory domain that registers memory and packs its
     /// key, appending `(tl name, handle, packed key)` to `keys` (one per transport name).
     ///
@@ -242,7 +256,7 @@ impl State {
         dir: RmaDir<'_>,
         remote_addr: u64,
         rkey: &Rkey,
-    ) -> Result<Op> {
+    ) -> Result<SendMade> {
         self.ep_usable(idx)?;
         self.check_rkey(idx, rkey)?;
         if let Some((lane, mk)) = &rkey.mapped {
@@ -254,7 +268,7 @@ impl State {
             if self.put_emulation_fits(idx, d.len()) {
                 if let Some(rk) = rkey.rma.as_ref() {
                     rk.check(remote_addr, d.len())?;
-                    return self.put_emulated(idx, d, remote_addr);
+                    return self.put_emulated(idx, d, remote_addr).map(SendMade::Done);
                 }
             }
         }
@@ -329,7 +343,7 @@ impl State {
         dir: RmaDir<'_>,
         remote_addr: u64,
         rkey: &Rkey,
-    ) -> Result<Op> {
+    ) -> Result<SendMade> {
         let len = match &dir {
             RmaDir::Put(d) => d.len(),
             RmaDir::Get(b) => b.len(),
@@ -360,7 +374,7 @@ impl State {
                     }
                 }
                 if off == len {
-                    return Ok(Op::Done(Completion::ok()));
+                    return Ok(SendMade::Done(Op::Done(Completion::ok())));
                 }
                 let at = remote_addr + off as u64;
                 self.rma_registered(idx, RmaDir::Put(&d[off..]), at, rkey)
@@ -385,11 +399,11 @@ impl State {
                     }
                 }
                 if off == len {
-                    return Ok(Op::Done(Completion {
+                    return Ok(SendMade::Done(Op::Done(Completion {
                         len,
                         buf: buf.into_vec(),
                         ..Completion::ok()
-                    }));
+                    })));
                 }
                 // Rare: the lane pushed back. Read the whole buffer through the registered path.
                 self.rma_registered(idx, RmaDir::Get(buf), remote_addr, rkey)
@@ -405,7 +419,7 @@ impl State {
         dir: RmaDir<'_>,
         remote_addr: u64,
         rkey: &Rkey,
-    ) -> Result<Op> {
+    ) -> Result<SendMade> {
         let rk = rkey.rma.clone().ok_or_else(|| {
             Error::Unsupported(
                 "no zero-copy RMA lane to this peer for this mapping (no common transport that registers memory)"
@@ -437,7 +451,7 @@ impl State {
                 let key = self.new_send(idx, 0, SendData::Borrowed(d), false);
                 if len == 0 {
                     self.finish(key, Ok(()));
-                    return Ok(self.op_of(key));
+                    return Ok(SendMade::Done(self.op_of(key)));
                 }
                 let s = self.send_mut(key);
                 let ptr = NonNull::new(s.data.as_mut_ptr())
@@ -453,8 +467,7 @@ impl State {
                 s.user_rma = true;
                 s.stage = SendStage::Rndv(RndvSend::Put);
                 let behind = !self.ep(idx).queue_empty();
-                self.start_req(idx, key, behind)?;
-                Ok(self.op_of(key))
+                Ok(SendMade::Req { idx, key, behind })
             }
             RmaDir::Get(mut buf) => {
                 let ptr = NonNull::new(buf.as_mut_ptr());
@@ -462,7 +475,7 @@ impl State {
                 self.req_mut(key).set_ep(idx);
                 if len == 0 {
                     self.finish(key, Ok(()));
-                    return Ok(self.op_of(key));
+                    return Ok(SendMade::Done(self.op_of(key)));
                 }
                 let ptr = ptr.ok_or_else(|| Error::InvalidParam("empty get buffer".into()));
                 // SAFETY: the buffer is owned by the request and outlives the handle.
@@ -478,8 +491,7 @@ impl State {
                 r.stage = RecvStage::Rndv(RndvRecv::Get);
                 // Behind a queued operation (or fence) it waits its turn.
                 let behind = !self.ep(idx).queue_empty();
-                self.start_req(idx, key, behind)?;
-                Ok(self.op_of(key))
+                Ok(SendMade::Req { idx, key, behind })
             }
         }
     }

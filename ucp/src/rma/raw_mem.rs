@@ -115,7 +115,8 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         // SAFETY: forwarded contract.
         let buf = unsafe { RecvBuf::raw(ptr, len) };
-        self.st.rma(idx, RmaDir::Get(buf), remote_addr, rkey)
+        let made = self.st.rma(idx, RmaDir::Get(buf), remote_addr, rkey);
+        self.st.start_made(made)
     }
 
     /// Maps `len` bytes of caller memory at `ptr` for remote access (`ucp_mem_map` of existing
@@ -138,7 +139,7 @@ impl Worker {
             ptr,
             len,
             crate::rma::Backing::Raw,
-            self.st.regions.clone(),
+            self.st.regions().clone(),
             keys,
         )?;
         // Memory in a shared file mapping: peers that map the same file reach it directly.

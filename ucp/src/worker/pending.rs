@@ -78,24 +78,28 @@ pub(crate) fn am_send(
     })
 }
 
-/// What a family's code on the [`Core`] made of a send: done at once, or a request that
-/// [`State::start_made`] starts (its first step may be any family's).
+/// What a family's code on the [`Core`] made of a send or an RMA operation: done at once, or
+/// a request that [`State::start_made`] starts (its first step may be any family's).
 pub(crate) enum SendMade {
     /// Nothing left to do: the operation's result.
     Done(Op),
-    /// Request `key` on endpoint `idx`, its stage set, to start.
-    Req { idx: usize, key: usize },
+    /// Request `key` on endpoint `idx`, its stage set, to start: its first step now unless
+    /// `behind` (it waits its turn behind the endpoint's queued operations).
+    Req {
+        idx: usize,
+        key: usize,
+        behind: bool,
+    },
 }
 
 impl State {
-    /// Starts what a family made of a send ([`SendMade`]): a request's first step now, unless
-    /// its endpoint is not ready (see [`State::start_req`]). Gives the operation.
+    /// Starts what a family made of a send ([`SendMade`]): a request's first step (see
+    /// [`State::start_req`]). Gives the operation.
     pub(crate) fn start_made(&mut self, made: Result<SendMade>) -> Result<Op> {
         match made? {
             SendMade::Done(op) => Ok(op),
-            SendMade::Req { idx, key } => {
-                let ready = self.ep_ready(idx);
-                self.start_req(idx, key, !ready)?;
+            SendMade::Req { idx, key, behind } => {
+                self.start_req(idx, key, behind)?;
                 Ok(self.op_of(key))
             }
         }

@@ -56,6 +56,9 @@ pub(crate) struct Core {
     /// (boxes, not values: a request holds its box, and the pool keeps the allocations).
     #[allow(clippy::vec_box)]
     pub(super) rndv_boxes: Vec<Box<Rndv>>,
+    /// The memory this worker mapped for remote access (shared with each [`MemMap`](crate::MemMap),
+    /// which removes its range when dropped).
+    pub(super) regions: crate::rma::Regions,
     pub(super) to_connect: Vec<usize>,
     /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
     /// `failed_notify`, `callbacks_due` or `rndv.gets` (and left set until `progress` finds them
@@ -114,7 +117,6 @@ pub(crate) struct State {
     pub(super) core: Core,
     /// User active messages: the handlers.
     pub(crate) am: crate::am::state::AmState,
-    pub(crate) regions: crate::rma::Regions,
     /// Atomics: how many went which way.
     pub(crate) amo: crate::amo::state::AmoState,
     /// Tag matching: the matcher and the unexpected messages.
@@ -168,6 +170,11 @@ impl Core {
             self.protos.push(r.clone());
         }
         r
+    }
+
+    /// The memory this worker mapped for remote access.
+    pub(crate) fn regions(&self) -> &crate::rma::Regions {
+        &self.regions
     }
 
     pub(crate) fn get_buf(&mut self) -> Vec<u8> {
