@@ -20,7 +20,7 @@
 pub(crate) mod msg;
 pub use msg::{AmDescHandler, AmMsg, AmRndv};
 
-use crate::am::inbox::{AmArrival, SmallTaken};
+use crate::am::inbox::{AmArrival, LentAm, SmallTaken};
 use crate::am::state::Taken;
 use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
@@ -68,6 +68,20 @@ impl Worker {
             self.st.client_queued &= !QUEUED_AM;
         }
         Some((s, more))
+    }
+
+    /// The small message its transport lent ([`LentAm`]: the oldest of all, which
+    /// [`Worker::am_pop_small`] also gives first) if one waits, with whether more wait. It must
+    /// be read before the next progress call. The common arrival of a small message, apart:
+    /// its few words stay out of [`SmallTaken`], which is as large as a ring slot.
+    #[inline(always)]
+    pub fn am_pop_lent(&mut self) -> Option<(LentAm, bool)> {
+        let l = self.st.am.inbox.take_lent()?;
+        let more = !self.st.am.inbox.is_empty();
+        if !more {
+            self.st.client_queued &= !QUEUED_AM;
+        }
+        Some((l, more))
     }
 
     /// The oldest queued message past the small ones of [`Worker::am_pop_small`].

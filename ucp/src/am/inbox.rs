@@ -196,6 +196,12 @@ impl AmInbox {
         self.lent.is_some()
     }
 
+    /// The lent message, if one waits (the oldest of all).
+    #[inline(always)]
+    pub fn take_lent(&mut self) -> Option<LentAm> {
+        self.lent.take()
+    }
+
     /// The oldest small message: the lent one, else the ring's first, copied out of its slot.
     #[inline(always)]
     pub fn pop_small(&mut self) -> Option<SmallTaken> {
