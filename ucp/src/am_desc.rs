@@ -391,6 +391,37 @@ mod tests {
         }
     }
 
+    /// `am_pop_lent` takes the lent message alone, with whether more wait, and gives nothing
+    /// once the next progress call copied it to the ring.
+    #[test]
+    fn am_pop_lent_takes_only_a_message_still_lent() {
+        let (mut a, mut b, ep) = pair("posix");
+        b.am_set_queued(4, false, true);
+        let s = a.am_send(ep, 4, b"h", b"one").expect("send");
+        both(&mut a, &mut b, s).status.expect("send");
+        lend_one(&mut a, &mut b);
+        let Some((l, false)) = b.am_pop_lent() else {
+            panic!("no lent message, or more wait");
+        };
+        // SAFETY: b has not progressed since it lent the message.
+        let (h, d) = unsafe { l.parts() };
+        assert_eq!((l.id, h, d), (4, &b"h"[..], &b"one"[..]));
+        assert!(!b.am_has_queued() && b.am_pop_lent().is_none());
+
+        let s = a.am_send(ep, 4, b"", b"two").expect("send");
+        both(&mut a, &mut b, s).status.expect("send");
+        lend_one(&mut a, &mut b);
+        b.progress();
+        assert!(
+            b.am_pop_lent().is_none(),
+            "a copied message came out as lent"
+        );
+        let got: Vec<_> = std::iter::from_fn(|| b.am_pop_small())
+            .map(|(t, _)| small_parts(t))
+            .collect();
+        assert_eq!(got, vec![(4, Vec::new(), b"two".to_vec())]);
+    }
+
     /// Over shared memory a small message that finds nothing waiting is lent: the progress
     /// call ends on it and it is read in place. One not taken before the next progress call
     /// is copied first: it comes out whole and first, although the sender then sends enough
