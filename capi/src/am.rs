@@ -26,7 +26,7 @@ use crate::param::{check_param, param_datatype, ParamArgs, SEND};
 use crate::request::submit;
 use crate::worker_ext::Held;
 use std::ffi::{c_uint, c_void};
-use ucp::{AmRndv, Completion, EpHandle, Op, SmallAm, SmallSlot, SmallTaken};
+use ucp::{AmRndv, Completion, EpHandle, LentAm, Op, SmallAm, SmallTaken};
 
 /// Longest user header `ucp_am_send_nbx` takes (`ucp_worker_query`'s `max_am_header`): a
 /// header travels in the first fragment, and every rucx transport's fragment holds this much
@@ -60,10 +60,35 @@ fn implicit_ep(w: &Worker, h: EpHandle) -> *mut Ep {
 
 /// Takes the oldest small eager active message queued for a `ucp_worker_set_am_recv_handler`
 /// handler and runs the handler ([`run_small`]): in place when its transport lent it, else on
-/// its copy. Gives whether more messages wait, `None` when no small one did. Worker locked,
-/// nothing borrowed.
+/// its copy ([`deliver_copied`]). Gives whether more messages wait, `None` when no small one
+/// did. Worker locked, nothing borrowed.
 #[inline(always)]
 pub fn deliver_small(w: &Worker) -> Option<bool> {
+    // The lent message (the oldest) is taken apart from the ring's: its few words stay in
+    // registers, where `SmallTaken`, as large as a ring slot, went through the stack.
+    let lent = {
+        let mut i = w.inner.borrow_mut();
+        match i.w.am_pop_lent() {
+            Some((l, more)) => {
+                let handler = i.am_recv_handlers.get(l.id);
+                let first = i.eps.first(l.ep);
+                Some((l, more, handler, first))
+            }
+            None => None,
+        }
+    };
+    let Some((l, more, handler, first)) = lent else {
+        return deliver_copied(w);
+    };
+    run_lent(w, l, handler, first);
+    Some(more)
+}
+
+/// [`deliver_small`] when no message is lent: the oldest in the ring, run on its copy. Out of
+/// line: the lent message's path (the common one when messages do not pile up) and the other
+/// completions' stay small.
+#[inline(never)]
+fn deliver_copied(w: &Worker) -> Option<bool> {
     let (taken, more, handler, first) = {
         let mut i = w.inner.borrow_mut();
         let (t, more) = i.w.am_pop_small()?;
@@ -74,33 +99,27 @@ pub fn deliver_small(w: &Worker) -> Option<bool> {
         (t, more, i.am_recv_handlers.get(id), i.eps.first(ep))
     };
     match taken {
-        SmallTaken::Lent(l) => {
-            // SAFETY: the worker has not progressed since it lent the message (this runs
-            // right after its progress call, and a handler must not progress the worker).
-            let (header, data) = unsafe { l.parts() };
-            let m = SmallMsg {
-                header: header.as_ptr(),
-                header_len: header.len(),
-                data: data.as_ptr() as *mut u8,
-                len: data.len(),
-            };
-            run_small(w, l.id, m, l.ep, handler, first);
+        SmallTaken::Lent(l) => run_lent(w, l, handler, first),
+        SmallTaken::Copied(mut s) => {
+            run_small(w, s.id, SmallMsg::of(&mut s.m), s.ep, handler, first)
         }
-        SmallTaken::Copied(s) => run_copied(w, s, handler, first),
     }
     Some(more)
 }
 
-/// [`run_small`] on a small message copied out of the ring. Out of line: the lent message's
-/// path (the common one when messages do not pile up) and the other completions' stay small.
-#[inline(never)]
-fn run_copied(
-    w: &Worker,
-    mut s: SmallSlot,
-    handler: Option<(AmRecvCb, usize, u32)>,
-    first: *mut Ep,
-) {
-    run_small(w, s.id, SmallMsg::of(&mut s.m), s.ep, handler, first);
+/// [`run_small`] on message `l`, read where its transport lent it.
+#[inline(always)]
+fn run_lent(w: &Worker, l: LentAm, handler: Option<(AmRecvCb, usize, u32)>, first: *mut Ep) {
+    // SAFETY: the worker has not progressed since it lent the message (this runs right after
+    // its progress call, and a handler must not progress the worker).
+    let (header, data) = unsafe { l.parts() };
+    let m = SmallMsg {
+        header: header.as_ptr(),
+        header_len: header.len(),
+        data: data.as_ptr() as *mut u8,
+        len: data.len(),
+    };
+    run_small(w, l.id, m, l.ep, handler, first);
 }
 
 /// [`deliver_small`] for a small message queued behind a larger one.

@@ -32,6 +32,15 @@ use ucs::{Error, Result};
 /// limit of the shared-memory FIFO element is below it.
 const SHORT_GATHER_MAX: usize = 256;
 
+/// Where [`State::am_send_short`] finds its endpoint.
+#[derive(Clone, Copy)]
+pub(crate) enum At {
+    /// An endpoint index, already checked.
+    Idx(usize),
+    /// A client's handle, checked with the send's lookup.
+    Handle(EpHandle),
+}
+
 impl Worker {
     /// Sets the handler of user active-message `id` (replacing any previous one).
     pub fn am_set_handler(
@@ -67,8 +76,7 @@ impl Worker {
         header: &[u8],
         data: &[u8],
     ) -> Result<bool> {
-        let idx = self.st.ep_idx(ep)?;
-        self.st.am_send_short(idx, id, header, data)
+        self.st.am_send_short(At::Handle(ep), id, header, data)
     }
 
     /// Like [`Worker::am_send`], taking the data vector (given back in the completion).
@@ -138,10 +146,12 @@ impl State {
     /// message without a request or a pooled buffer. False when it was not sent (too large,
     /// above the rendezvous threshold, the endpoint not ready, something queued before it, or
     /// back-pressure): [`State::am_send`] then takes it.
+    /// The endpoint is `at`: a handle from the client is checked and looked up once, with the
+    /// send (an index, already checked, is looked up directly).
     #[inline(always)]
     pub(crate) fn am_send_short(
         &mut self,
-        idx: usize,
+        at: At,
         id: u16,
         header: &[u8],
         data: &[u8],
@@ -156,7 +166,7 @@ impl State {
         }
         .word();
         if header.is_empty() {
-            return self.short2_now(idx, am_id::USER_AM, word, data, fits);
+            return self.user_am_short2(at, word, data, fits);
         }
         if n > SHORT_GATHER_MAX {
             return Ok(false);
@@ -165,7 +175,22 @@ impl State {
         let mut g = [0u8; SHORT_GATHER_MAX];
         g[..header.len()].copy_from_slice(header);
         g[header.len()..n].copy_from_slice(data);
-        self.short2_now(idx, am_id::USER_AM, word, &g[..n], fits)
+        self.user_am_short2(at, word, &g[..n], fits)
+    }
+
+    /// The one `am_short2` of [`State::am_send_short`]: USER_AM with header word `word`.
+    #[inline(always)]
+    fn user_am_short2(
+        &mut self,
+        at: At,
+        word: u64,
+        data: &[u8],
+        fits: impl FnOnce(&ProtoConfig) -> bool,
+    ) -> Result<bool> {
+        match at {
+            At::Idx(idx) => self.short2_now(idx, am_id::USER_AM, word, data, fits),
+            At::Handle(h) => self.short2_at(h, am_id::USER_AM, word, data, fits),
+        }
     }
 
     /// Advances active-message send `key` (at a [`SendStage::Am`] stage) as far as resources
@@ -208,7 +233,7 @@ impl State {
         header: &[u8],
         data: SendData<'_>,
     ) -> Result<Op> {
-        if self.am_send_short(idx, id, header, data.as_slice())? {
+        if self.am_send_short(At::Idx(idx), id, header, data.as_slice())? {
             return Ok(data.sent_at_once(0));
         }
         self.ep_usable(idx)?;

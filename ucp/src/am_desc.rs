@@ -20,7 +20,7 @@
 pub(crate) mod msg;
 pub use msg::{AmDescHandler, AmMsg, AmRndv};
 
-use crate::am::inbox::{AmArrival, SmallTaken};
+use crate::am::inbox::{AmArrival, LentAm, SmallTaken};
 use crate::am::state::Taken;
 use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
@@ -68,6 +68,20 @@ impl Worker {
             self.st.client_queued &= !QUEUED_AM;
         }
         Some((s, more))
+    }
+
+    /// The small message its transport lent ([`LentAm`]: the oldest of all, which
+    /// [`Worker::am_pop_small`] also gives first) if one waits, with whether more wait. It must
+    /// be read before the next progress call. The common arrival of a small message, apart:
+    /// its few words stay out of [`SmallTaken`], which is as large as a ring slot.
+    #[inline(always)]
+    pub fn am_pop_lent(&mut self) -> Option<(LentAm, bool)> {
+        let l = self.st.am.inbox.take_lent()?;
+        let more = !self.st.am.inbox.is_empty();
+        if !more {
+            self.st.client_queued &= !QUEUED_AM;
+        }
+        Some((l, more))
     }
 
     /// The oldest queued message past the small ones of [`Worker::am_pop_small`].
@@ -375,6 +389,37 @@ mod tests {
             b.progress();
             assert!(Instant::now() < end, "watchdog");
         }
+    }
+
+    /// `am_pop_lent` takes the lent message alone, with whether more wait, and gives nothing
+    /// once the next progress call copied it to the ring.
+    #[test]
+    fn am_pop_lent_takes_only_a_message_still_lent() {
+        let (mut a, mut b, ep) = pair("posix");
+        b.am_set_queued(4, false, true);
+        let s = a.am_send(ep, 4, b"h", b"one").expect("send");
+        both(&mut a, &mut b, s).status.expect("send");
+        lend_one(&mut a, &mut b);
+        let Some((l, false)) = b.am_pop_lent() else {
+            panic!("no lent message, or more wait");
+        };
+        // SAFETY: b has not progressed since it lent the message.
+        let (h, d) = unsafe { l.parts() };
+        assert_eq!((l.id, h, d), (4, &b"h"[..], &b"one"[..]));
+        assert!(!b.am_has_queued() && b.am_pop_lent().is_none());
+
+        let s = a.am_send(ep, 4, b"", b"two").expect("send");
+        both(&mut a, &mut b, s).status.expect("send");
+        lend_one(&mut a, &mut b);
+        b.progress();
+        assert!(
+            b.am_pop_lent().is_none(),
+            "a copied message came out as lent"
+        );
+        let got: Vec<_> = std::iter::from_fn(|| b.am_pop_small())
+            .map(|(t, _)| small_parts(t))
+            .collect();
+        assert_eq!(got, vec![(4, Vec::new(), b"two".to_vec())]);
     }
 
     /// Over shared memory a small message that finds nothing waiting is lent: the progress

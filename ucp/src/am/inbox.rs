@@ -196,6 +196,12 @@ impl AmInbox {
         self.lent.is_some()
     }
 
+    /// The lent message, if one waits (the oldest of all).
+    #[inline(always)]
+    pub fn take_lent(&mut self) -> Option<LentAm> {
+        self.lent.take()
+    }
+
     /// The oldest small message: the lent one, else the ring's first, copied out of its slot.
     #[inline(always)]
     pub fn pop_small(&mut self) -> Option<SmallTaken> {
@@ -304,18 +310,34 @@ impl AmInbox {
         inline_ok: bool,
         lend: bool,
     ) -> bool {
+        if lend && inline_ok && header.len() + data.len() <= SMALL_AM_MAX && self.is_empty() {
+            self.lent = Some(LentAm::new(id, ep, header, data));
+            return true;
+        }
+        self.push_eager_copy(id, ep, header, data, inline_ok);
+        false
+    }
+
+    /// [`AmInbox::push_eager`] of a message not lent: copied into the ring, the queue or a
+    /// buffer of its own. Out of line, so the lent message's path keeps its values in
+    /// registers.
+    #[inline(never)]
+    fn push_eager_copy(
+        &mut self,
+        id: u16,
+        ep: EpHandle,
+        header: &[u8],
+        data: &[u8],
+        inline_ok: bool,
+    ) {
         if inline_ok && header.len() + data.len() <= SMALL_AM_MAX {
             if self.queue.is_empty() {
-                if lend && self.len == 0 && self.lent.is_none() {
-                    self.lent = Some(LentAm::new(id, ep, header, data));
-                    return true;
-                }
                 self.push_small(id, ep, header, data);
-                return false;
+                return;
             }
             if let Some(m) = SmallAm::of(header, data) {
                 self.push(AmArrival::Small(id, m, ep));
-                return false;
+                return;
             }
         }
         let mut buf = self.spares.pop().unwrap_or_default();
@@ -324,7 +346,6 @@ impl AmInbox {
         buf.extend_from_slice(header);
         buf.extend_from_slice(data);
         self.push(AmArrival::Eager(id, buf, header.len(), ep));
-        false
     }
 
     /// Takes back a message buffer once its data is no longer used.

@@ -118,7 +118,10 @@ impl AmState {
 
     /// Gives eager message `id` from `ep` (user header, data) to its handler of either kind or
     /// queues it, with one look at the table: a whole-message handler's copy goes into a
-    /// buffer `buf` gives. With `lend`, a queued one may be lent ([`Taken::Lent`]).
+    /// buffer `buf` gives. With `lend`, a queued one may be lent ([`Taken::Lent`]). The C
+    /// library's queued ids and the Rust API's whole-message handlers are handled inline, the
+    /// rarer kinds out of line ([`AmState::take_eager_rare`]): the fewer values the inline
+    /// arms hold, the fewer the registers spilled on the lent message's path.
     #[inline(always)]
     pub(crate) fn take_eager(
         &mut self,
@@ -130,24 +133,37 @@ impl AmState {
         buf: impl FnOnce() -> Vec<u8>,
     ) -> Taken {
         match self.slots.get_mut(usize::from(id)) {
-            Some(Slot::Queued { inline_ok }) => {
-                if self
-                    .inbox
-                    .push_eager(id, ep, header, data, *inline_ok, lend)
-                {
+            Some(&mut Slot::Queued { inline_ok }) => {
+                if self.inbox.push_eager(id, ep, header, data, inline_ok, lend) {
                     Taken::Lent
                 } else {
                     Taken::Queued
                 }
             }
-            Some(Slot::Desc(h)) => {
-                h(ep, AmMsg::Eager { header, data });
-                Taken::ByHandler
-            }
             Some(Slot::Whole(h)) => {
                 let mut v = buf();
                 v.extend_from_slice(data);
                 h(ep, header, v);
+                Taken::ByHandler
+            }
+            _ => self.take_eager_rare(id, ep, header, data, buf),
+        }
+    }
+
+    /// [`AmState::take_eager`] of an id with a descriptor handler, queued whole, or with no
+    /// handler.
+    #[inline(never)]
+    fn take_eager_rare(
+        &mut self,
+        id: u16,
+        ep: EpHandle,
+        header: &[u8],
+        data: &[u8],
+        buf: impl FnOnce() -> Vec<u8>,
+    ) -> Taken {
+        match self.slots.get_mut(usize::from(id)) {
+            Some(Slot::Desc(h)) => {
+                h(ep, AmMsg::Eager { header, data });
                 Taken::ByHandler
             }
             Some(Slot::QueuedWhole) => {
