@@ -15,14 +15,15 @@ pub(crate) mod state;
 
 use crate::request::{Completion, Op, RequestId};
 use crate::rma::Rkey;
-use crate::wire::{am_id, split_prefix, AtomicRepHdr, AtomicReqHdr, NO_REQ};
+use crate::wire::{am_id, AtomicRepHdr, AtomicReqHdr, NO_REQ};
 use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::OutcomeExt;
 use crate::worker::pending::OutcomeU32;
 use crate::worker::req::{comp_id, ReqKind, COMP_ATOMIC};
-use crate::worker::state::State;
+use crate::worker::state::Family;
 use crate::worker::{AmoSize, EpHandle, Worker};
+use state::AmoState;
 use ucs::{Error, Outcome, Result};
 
 use uct::Endpoint as _;
@@ -52,7 +53,7 @@ impl AmoKind {
 /// compare-and-swap, of a valid size) read straight from its fixed layout; anything else goes
 /// through `decode` and its checks (both accept and give exactly the same).
 #[inline(always)]
-fn decode_req(b: &[u8]) -> Result<AtomicReqHdr> {
+pub(crate) fn decode_req(b: &[u8]) -> Result<AtomicReqHdr> {
     if let Ok(a) = <&[u8; AtomicReqHdr::LEN_NO_COMPARE]>::try_from(b) {
         let word = |o: usize| ucs::codec::u64_at(a, o);
         let (op, size) = (a[8], a[9]);
@@ -116,7 +117,7 @@ impl Worker {
             return Err(Error::InvalidParam("swap is fetch-only".into()));
         }
         let idx = self.st.ep_idx(ep)?;
-        let s = self.st.atomic(
+        let s = self.st.amo_family().atomic(
             idx,
             AmoKind::Op(op),
             size,
@@ -126,7 +127,7 @@ impl Worker {
             rkey,
             false,
         )?;
-        Ok(self.st.op_of_started(s))
+        Ok(self.st.amo_family().op_of_started(s))
     }
 
     /// A fetching atomic; the old value is the completion's `value`.
@@ -140,7 +141,7 @@ impl Worker {
         rkey: &Rkey,
     ) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        let s = self.st.atomic(
+        let s = self.st.amo_family().atomic(
             idx,
             AmoKind::Op(op),
             size,
@@ -150,7 +151,7 @@ impl Worker {
             rkey,
             true,
         )?;
-        Ok(self.st.op_of_started(s))
+        Ok(self.st.amo_family().op_of_started(s))
     }
 
     /// Compare-and-swap; the old value is the completion's `value`.
@@ -165,7 +166,7 @@ impl Worker {
         rkey: &Rkey,
     ) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        let s = self.st.atomic(
+        let s = self.st.amo_family().atomic(
             idx,
             AmoKind::Cswap,
             size,
@@ -175,7 +176,7 @@ impl Worker {
             rkey,
             true,
         )?;
-        Ok(self.st.op_of_started(s))
+        Ok(self.st.amo_family().op_of_started(s))
     }
 
     /// An atomic as [`Worker::atomic_post`] (`fetch` false), [`Worker::atomic_fetch`] or
@@ -205,10 +206,16 @@ impl Worker {
         };
         let idx = self.st.ep_idx(ep)?;
         let fetch = fetch || op.is_none();
-        match self
-            .st
-            .atomic(idx, kind, size, value, compare, remote_addr, rkey, fetch)?
-        {
+        match self.st.amo_family().atomic(
+            idx,
+            kind,
+            size,
+            value,
+            compare,
+            remote_addr,
+            rkey,
+            fetch,
+        )? {
             Started::Done(v) => Ok(AmoStart::Done(v)),
             Started::Req(key) => {
                 // Finished already (a loopback transport may answer within the send).
@@ -242,14 +249,14 @@ pub enum AmoStart {
     Hooked(RequestId),
 }
 
-/// How [`State::atomic`] started an atomic: done at once with the old value, or request `key`
+/// How [`Family::atomic`] started an atomic: done at once with the old value, or request `key`
 /// (of kind `Atomic`) finishes it.
 pub(crate) enum Started {
     Done(u64),
     Req(usize),
 }
 
-impl State {
+impl Family<'_, AmoState> {
     /// The [`Op`] of a started atomic.
     fn op_of_started(&mut self, s: Started) -> Op {
         match s {
@@ -336,11 +343,11 @@ impl State {
             };
             match out {
                 Outcome::Done(v) => {
-                    self.amo.started_hw();
+                    self.own.started_hw();
                     return Ok(Started::Done(v));
                 }
                 Outcome::InProgress => {
-                    self.amo.started_hw();
+                    self.own.started_hw();
                     let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
                     debug_assert_eq!(self.wire_id(key), wire);
                     return Ok(Started::Req(key));
@@ -353,7 +360,7 @@ impl State {
         if let Some(k) = rkey.rma.as_ref().or(rkey.amo.as_ref()) {
             k.check(addr, bytes as usize)?;
         }
-        self.amo.started_emulated();
+        self.own.started_emulated();
         let key = fetch.then(|| self.new_req(Some(idx), ReqKind::Atomic { value: 0 }));
         let req = match key {
             Some(k) => self.peer_id(idx, k),
@@ -466,29 +473,6 @@ impl State {
             return Ok(());
         }
         self.send_ctl2(idx, id, &req.to_le_bytes(), rest)
-    }
-
-    /// An ATOMIC_REQ or ATOMIC_REP from a known peer on its usual lane, decoded and handled
-    /// without the general dispatch: true when it was handled here (a malformed one fails the
-    /// endpoint, as there); false leaves it to the general path (unknown sender, an endpoint
-    /// that failed or closed, the new lane of the peer's AM lane switch).
-    #[inline]
-    pub(crate) fn atomic_msg_fast(&mut self, iface: Option<usize>, id: u8, data: &[u8]) -> bool {
-        let Ok((src, body)) = split_prefix(data) else {
-            return false;
-        };
-        let Some(idx) = self.fast_sender(iface, src) else {
-            return false;
-        };
-        let r = if id == am_id::ATOMIC_REQ {
-            decode_req(body).and_then(|h| self.on_atomic_req(idx, h))
-        } else {
-            AtomicRepHdr::decode(body).and_then(|h| self.on_atomic_rep(idx, h))
-        };
-        if let Err(e) = r {
-            self.am_failed(idx, src, id, e);
-        }
-        true
     }
 
     /// Transport atomic `key` completed, fetching `value`: it finishes with it.

@@ -12,7 +12,7 @@
 )]
 
 use crate::wire::{
-    am_id, split_eager_only, split_prefix, EagerHdr, FragHdr, Msg, UserAmHdr, NO_REQ,
+    am_id, split_eager_only, split_prefix, AtomicRepHdr, EagerHdr, FragHdr, Msg, UserAmHdr, NO_REQ,
 };
 use crate::wireup::Admit;
 use crate::worker::ep::EpState;
@@ -292,6 +292,29 @@ impl State {
         self.late_rx_distrust(idx);
     }
 
+    /// An ATOMIC_REQ or ATOMIC_REP from a known peer on its usual lane, decoded and handled
+    /// without the general dispatch: true when it was handled here (a malformed one fails the
+    /// endpoint, as there); false leaves it to the general path (unknown sender, an endpoint
+    /// that failed or closed, the new lane of the peer's AM lane switch).
+    #[inline]
+    pub(crate) fn atomic_msg_fast(&mut self, iface: Option<usize>, id: u8, data: &[u8]) -> bool {
+        let Ok((src, body)) = split_prefix(data) else {
+            return false;
+        };
+        let Some(idx) = self.fast_sender(iface, src) else {
+            return false;
+        };
+        let r = if id == am_id::ATOMIC_REQ {
+            crate::amo::decode_req(body).and_then(|h| self.amo_family().on_atomic_req(idx, h))
+        } else {
+            AtomicRepHdr::decode(body).and_then(|h| self.amo_family().on_atomic_rep(idx, h))
+        };
+        if let Err(e) = r {
+            self.am_failed(idx, src, id, e);
+        }
+        true
+    }
+
     /// Routes a decoded message to the handler of its protocol family.
     fn handle_msg(&mut self, idx: usize, src: u64, msg: Msg<'_>) -> Result<()> {
         match msg {
@@ -318,8 +341,8 @@ impl State {
                 Ok(())
             }
             Msg::AmRts(h, uh, rts) => self.on_am_rts(idx, h, uh, rts),
-            Msg::AtomicReq(h) => self.on_atomic_req(idx, h),
-            Msg::AtomicRep(h) => self.on_atomic_rep(idx, h),
+            Msg::AtomicReq(h) => self.amo_family().on_atomic_req(idx, h),
+            Msg::AtomicRep(h) => self.amo_family().on_atomic_rep(idx, h),
             Msg::PutReq(h, data) => self.on_put_req(idx, h, data),
             Msg::Stream(data) => {
                 self.on_stream(idx, data, None);

@@ -512,7 +512,7 @@ impl State {
             COMP_ATOMIC => {
                 // (An error returned above.)
                 if let Ok(v) = result {
-                    self.amo_fetched(key, v);
+                    self.amo_family().amo_fetched(key, v);
                 }
                 Ok(())
             }

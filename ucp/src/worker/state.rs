@@ -142,6 +142,41 @@ impl std::ops::DerefMut for State {
     }
 }
 
+/// What a protocol family's code sees of the worker: the [`Core`] and the family's own state
+/// `S`, nothing of another family's (the compiler checks it). It derefs to the core; the
+/// family's state is `own`. [`State`] lends one per call (`State::amo_family`).
+pub(crate) struct Family<'w, S> {
+    core: &'w mut Core,
+    /// The family's own state.
+    pub(crate) own: &'w mut S,
+}
+
+impl<S> std::ops::Deref for Family<'_, S> {
+    type Target = Core;
+    #[inline(always)]
+    fn deref(&self) -> &Core {
+        self.core
+    }
+}
+
+impl<S> std::ops::DerefMut for Family<'_, S> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Core {
+        self.core
+    }
+}
+
+impl State {
+    /// The atomics family's view of the worker.
+    #[inline(always)]
+    pub(crate) fn amo_family(&mut self) -> Family<'_, crate::amo::state::AmoState> {
+        Family {
+            core: &mut self.core,
+            own: &mut self.amo,
+        }
+    }
+}
+
 /// [`Worker::client_queued`](crate::Worker::client_queued): receives queued as [`RecvOk`](crate::RecvOk)
 /// records.
 pub const QUEUED_RECV_OK: u8 = 1;
