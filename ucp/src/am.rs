@@ -324,7 +324,7 @@ impl State {
         uh: &[u8],
         rts: RtsHdr<'_>,
     ) -> Result<()> {
-        if self.am_desc_rts(idx, h, uh, &rts)? {
+        if self.am_family().am_desc_rts(idx, h, uh, &rts)? {
             return Ok(());
         }
         let len = usize::try_from(rts.len)

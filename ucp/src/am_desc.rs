@@ -21,12 +21,12 @@ pub(crate) mod msg;
 pub use msg::{AmDescHandler, AmMsg, AmRndv};
 
 use crate::am::inbox::{AmArrival, LentAm, SmallTaken};
-use crate::am::state::Taken;
+use crate::am::state::{AmState, Taken};
 use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
 use crate::worker::req::RecvBuf;
 use crate::worker::req::SendData;
-use crate::worker::state::{State, QUEUED_AM};
+use crate::worker::state::{Core, Family, QUEUED_AM};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
 
@@ -161,7 +161,7 @@ impl Worker {
     }
 }
 
-impl State {
+impl Core {
     /// Marks the AM inbox in [`Core::client_queued`](crate::worker::state::Core::client_queued) when a message went into it.
     #[inline(always)]
     pub(crate) fn note_taken(&mut self, taken: Taken) {
@@ -169,7 +169,9 @@ impl State {
             self.client_queued |= QUEUED_AM;
         }
     }
+}
 
+impl Family<'_, AmState> {
     /// AM_RTS for an id with a descriptor handler: the handler gets the header and a
     /// descriptor of the sender's data. Gives false when the id has none.
     pub(crate) fn am_desc_rts(
@@ -179,7 +181,7 @@ impl State {
         uh: &[u8],
         rts: &RtsHdr<'_>,
     ) -> Result<bool> {
-        if !self.am.has_desc(h.id) {
+        if !self.own.has_desc(h.id) {
             return Ok(false);
         }
         let len = usize::try_from(rts.len)
@@ -193,7 +195,7 @@ impl State {
             tl: rts.buf.tl.to_owned(),
             rkey: rts.buf.rkey.to_vec(),
         };
-        let taken = self.am.take_rndv(h.id, d.ep, uh, d);
+        let taken = self.own.take_rndv(h.id, d.ep, uh, d);
         self.note_taken(taken);
         Ok(true)
     }

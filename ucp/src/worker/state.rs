@@ -144,7 +144,8 @@ impl std::ops::DerefMut for State {
 
 /// What a protocol family's code sees of the worker: the [`Core`] and the family's own state
 /// `S`, nothing of another family's (the compiler checks it). It derefs to the core; the
-/// family's state is `own`. [`State`] lends one per call (`State::amo_family`).
+/// family's state is `own`. [`State`] lends one per call (`State::amo_family`,
+/// `State::am_family`).
 pub(crate) struct Family<'w, S> {
     core: &'w mut Core,
     /// The family's own state.
@@ -167,6 +168,15 @@ impl<S> std::ops::DerefMut for Family<'_, S> {
 }
 
 impl State {
+    /// The active-message family's view of the worker.
+    #[inline(always)]
+    pub(crate) fn am_family(&mut self) -> Family<'_, crate::am::state::AmState> {
+        Family {
+            core: &mut self.core,
+            own: &mut self.am,
+        }
+    }
+
     /// The atomics family's view of the worker.
     #[inline(always)]
     pub(crate) fn amo_family(&mut self) -> Family<'_, crate::amo::state::AmoState> {
