@@ -2,6 +2,7 @@
 //! [`Message`] handle, and what its worker does with the ones dropped without being received.
 
 use crate::tag::message::Message;
+use crate::tag::state::TagState;
 use crate::worker::req::RecvBuf;
 use crate::worker::state::State;
 use crate::worker::Worker;
@@ -14,7 +15,7 @@ impl State {
     #[cold]
     pub(crate) fn discard_dropped_msgs(&mut self) {
         for uid in self.tag.msg_drops.take() {
-            if self.take_failed_msg(uid).is_some() {
+            if self.tag.take_failed_msg(uid).is_some() {
                 continue;
             }
             // The receive's own result (truncated) is of no interest: dropping its request
@@ -22,15 +23,17 @@ impl State {
             drop(self.recv_unexp_now(RecvBuf::Owned(Vec::new()), uid as u64, 0, uid));
         }
     }
+}
 
+impl TagState {
     /// When the sender of message `uid` (taken by a probe) failed before the message was
     /// complete: frees what arrived of it and gives the error its receive ends with.
-    fn take_failed_msg(&mut self, uid: usize) -> Option<Error> {
-        let i = self.tag.msgs_failed.iter().position(|&u| u == uid)?;
-        self.tag.msgs_failed.swap_remove(i);
-        let u = self.tag.unexp.try_remove(uid)?;
+    pub(crate) fn take_failed_msg(&mut self, uid: usize) -> Option<Error> {
+        let i = self.msgs_failed.iter().position(|&u| u == uid)?;
+        self.msgs_failed.swap_remove(i);
+        let u = self.unexp.try_remove(uid)?;
         if let Some(mk) = u.msg_key {
-            self.tag.assembling.remove(&mk);
+            self.assembling.remove(&mk);
         }
         Some(Error::PeerFailure(
             "the sender of the probed message failed before sending all of it".into(),
@@ -55,7 +58,7 @@ impl Worker {
             ));
         }
         let uid = msg.into_uid();
-        match self.st.take_failed_msg(uid) {
+        match self.st.tag.take_failed_msg(uid) {
             Some(e) => Err(e),
             None => Ok(uid),
         }
