@@ -106,6 +106,9 @@ pub(crate) struct SendReq {
     /// A synchronous send whose SYNC_ACK came while fragments were still going out: it
     /// finishes as soon as they are out.
     pub(crate) acked: bool,
+    /// The tag-offload family holds a transport entry for it (a rendezvous the transport
+    /// announced, or a shared segment the transport reads): `State::finish` releases it.
+    pub(crate) tm_held: bool,
 }
 
 impl SendReq {
@@ -125,6 +128,7 @@ impl SendReq {
             rts_sent: false,
             user_rma: false,
             acked: false,
+            tm_held: false,
         }
     }
 

@@ -713,7 +713,7 @@ impl State {
                 let p = *p;
                 return self.flush_part_done(key, p, status);
             }
-            ReqKind::Send(_) => self.tm_send_finishing(key),
+            ReqKind::Send(s) if s.tm_held => self.tm_send_finishing(key),
             _ => {}
         }
         self.core.finish(key, status);
@@ -730,6 +730,16 @@ impl State {
             self.am_rndv_received(ep, id, &hdr, status, buf);
         }
     }
+}
+
+/// A send the tag-offload family holds an entry of reached [`Core::finish`] without
+/// [`State::finish`], which cancels the entry: a bug of the family that finished it (its
+/// transport entry outlives the request).
+#[cold]
+#[inline(never)]
+fn tm_held_past_state(key: usize) {
+    debug_assert!(false, "tag-offload send {key} finished past State::finish");
+    tracing::error!("tag-offload send {key} finished without its transport entry released");
 }
 
 impl Core {
@@ -837,6 +847,9 @@ impl Core {
                 (buf, len, tag, 0, None)
             }
             ReqKind::Send(s) => {
+                if s.tm_held {
+                    tm_held_past_state(key);
+                }
                 let rndv = s.rndv.take();
                 let data = std::mem::take(&mut s.data).into_vec();
                 let r = if s.give_back {

@@ -146,9 +146,7 @@ impl State {
     /// took it in software, by get, put or pipeline) is canceled, so the transport forgets the
     /// memory before it goes back to the caller.
     pub(crate) fn tm_send_finishing(&mut self, key: usize) {
-        if self.tm.rndv_ops.is_empty() && self.tm.mapped.is_empty() {
-            return;
-        }
+        self.send_mut(key).tm_held = false;
         let wire = self.wire_id(key);
         self.tm_rndv_ats(key, wire);
         // The transport forgot the memory: the segment may go.
@@ -248,6 +246,7 @@ impl State {
         let am_get = a.flags.contains(IfaceFlags::GET_ZCOPY);
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
         let wire = self.wire_id(key);
+        self.send_mut(key).tm_held = true;
         self.tm.mapped.push(MappedSend {
             wire,
             addr: ptr.as_ptr() as usize,
@@ -304,6 +303,7 @@ impl State {
                 })
                 .map(|o| match o {
                     Outcome::Done(op) => {
+                        self.send_mut(key).tm_held = true;
                         self.tm.rndv_ops.push((wire, op, memh.clone()));
                         self.tm.sent_rndv += 1;
                         true
@@ -399,6 +399,7 @@ impl State {
             }
             Ok(Outcome::InProgress) => {
                 self.tm.sent += 1;
+                self.send_mut(key).tm_held = true;
                 self.tm.mapped.push(MappedSend {
                     wire,
                     addr: ptr.as_ptr() as usize,
@@ -520,6 +521,7 @@ impl State {
         match out? {
             Outcome::Done(op) => {
                 self.tm.sent_rndv += 1;
+                self.send_mut(key).tm_held = true;
                 self.tm.rndv_ops.push((wire, op, memh));
                 if let Some(m) = rma_memh {
                     self.send_rndv(key).memh = Some(m);
