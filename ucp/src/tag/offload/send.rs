@@ -144,7 +144,8 @@ impl State {
 
     /// A send request finishes: a transport rendezvous still outstanding for it (the receiver
     /// took it in software, by get, put or pipeline) is canceled, so the transport forgets the
-    /// memory before it goes back to the caller.
+    /// memory before it goes back to the caller. Called by `State::finish` for a send marked
+    /// `tm_held`, which it clears.
     pub(crate) fn tm_send_finishing(&mut self, key: usize) {
         self.send_mut(key).tm_held = false;
         let wire = self.wire_id(key);
