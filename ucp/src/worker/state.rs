@@ -123,7 +123,7 @@ pub(crate) struct State {
     pub(crate) tag: crate::tag::state::TagState,
     /// Tag offload (see `tag_offload`).
     pub(crate) tm: crate::tag::offload::state::TmState,
-    /// Rendezvous: the pool of rendezvous boxes, the reads in progress.
+    /// Rendezvous: the reads in progress on shared memory.
     pub(crate) rndv: crate::rndv::RndvState,
 }
 
