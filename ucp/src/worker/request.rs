@@ -762,34 +762,24 @@ impl Core {
             if rv.rndv.is_none() {
                 let buf = std::mem::take(&mut rv.buf).into_vec();
                 let (len, tag) = (rv.total, rv.sender_tag);
-                match r.notify {
+                if let Notify::Hook(t) | Notify::Token(t) = r.notify {
                     // The buffer was moved out and there is no rendezvous state: the kind owns
                     // nothing, nor does a token.
-                    Notify::Hook(t) => {
-                        self.reqs.free_plain(key);
-                        let c = Completion {
-                            status,
-                            buf,
-                            len,
-                            tag,
-                            value: 0,
-                        };
+                    let hook = matches!(r.notify, Notify::Hook(_));
+                    self.reqs.free_plain(key);
+                    let c = Completion {
+                        status,
+                        buf,
+                        len,
+                        tag,
+                        value: 0,
+                    };
+                    if hook {
                         self.hook_done(t, c);
-                        return;
-                    }
-                    Notify::Token(t) => {
-                        self.reqs.free_plain(key);
-                        let c = Completion {
-                            status,
-                            buf,
-                            len,
-                            tag,
-                            value: 0,
-                        };
+                    } else {
                         self.tokens_done.push((t, c));
-                        return;
                     }
-                    _ => {}
+                    return;
                 }
                 // `done` is empty (checked above): nothing to drop.
                 std::mem::forget(r.done.replace(Done::new(status, buf, len, tag)));
