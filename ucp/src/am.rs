@@ -197,7 +197,7 @@ impl State {
     /// allow (see `State::send_step`). Gives false on back-pressure.
     pub(crate) fn am_send_step(&mut self, key: usize) -> Result<bool> {
         if matches!(self.send_mut(key).stage, SendStage::Am(AmSend::Rts)) {
-            return self.send_rts(key);
+            return self.rndv_family().send_rts(key);
         }
         self.am_eager_step(key)
     }
@@ -278,7 +278,7 @@ impl State {
         self.send_rndv(key).am = Some((id, header.to_vec()));
         self.send_mut(key).stage = SendStage::Am(AmSend::Rts);
         let ready = self.ep_ready(idx);
-        if !ready || !self.send_rts(key)? {
+        if !ready || !self.rndv_family().send_rts(key)? {
             self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
@@ -336,7 +336,7 @@ impl State {
         }
         let key = self.new_recv(zeroed_buf(len)?, 0, 0);
         self.recv_rndv(key).am = Some((h.id, uh.to_vec()));
-        self.rndv_recv_start(
+        self.rndv_family().rndv_recv_start(
             key,
             idx,
             0,

@@ -21,12 +21,12 @@ pub(crate) mod msg;
 pub use msg::{AmDescHandler, AmMsg, AmRndv};
 
 use crate::am::inbox::{AmArrival, LentAm, SmallTaken};
-use crate::am::state::{AmState, Taken};
+use crate::am::state::Taken;
 use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
 use crate::worker::req::RecvBuf;
 use crate::worker::req::SendData;
-use crate::worker::state::{Core, Family, QUEUED_AM};
+use crate::worker::state::{AmFamily, Core, QUEUED_AM};
 use crate::worker::{EpHandle, Worker};
 use ucs::{Error, Result};
 
@@ -120,6 +120,7 @@ impl Worker {
         let key = self.st.new_recv(unsafe { RecvBuf::raw(ptr, len) }, 0, 0);
         if let Err(e) = self
             .st
+            .rndv_family()
             .rndv_recv_start(key, idx, 0, d.sreq, d.len, d.addr, &d.tl, &d.rkey)
         {
             // The request reports the error through its completion.
@@ -171,7 +172,7 @@ impl Core {
     }
 }
 
-impl Family<'_, AmState> {
+impl AmFamily<'_> {
     /// AM_RTS for an id with a descriptor handler: the handler gets the header and a
     /// descriptor of the sender's data. Gives false when the id has none.
     pub(crate) fn am_desc_rts(

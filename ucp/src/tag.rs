@@ -41,7 +41,7 @@ impl Worker {
     #[inline]
     pub fn tag_send(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Op> {
         let data = SendData::Borrowed(data);
-        if self.st.tag_send_short_out(ep, tag, &data)? {
+        if self.st.tag_family().tag_send_short_out(ep, tag, &data)? {
             return Ok(Op::Done(Completion {
                 tag,
                 ..Completion::ok()
@@ -59,6 +59,7 @@ impl Worker {
     pub fn tag_send_nb(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<Option<Request>> {
         if self
             .st
+            .tag_family()
             .tag_send_short_at(ep, tag, &SendData::Borrowed(data))?
         {
             return Ok(None);
@@ -115,10 +116,11 @@ impl Worker {
         offset: usize,
         len: usize,
     ) -> Result<Op> {
-        let small = self.st.mapped_bytes(ep, map, offset, len)?;
+        let small = self.st.tag_family().mapped_bytes(ep, map, offset, len)?;
         // As `Worker::tag_send`: an eager-short send's completion is built here.
         if self
             .st
+            .tag_family()
             .tag_send_short_out(ep, tag, &SendData::Borrowed(small))?
         {
             return Ok(Op::Done(Completion {
@@ -141,9 +143,10 @@ impl Worker {
         offset: usize,
         len: usize,
     ) -> Result<Option<Request>> {
-        let small = self.st.mapped_bytes(ep, map, offset, len)?;
+        let small = self.st.tag_family().mapped_bytes(ep, map, offset, len)?;
         if self
             .st
+            .tag_family()
             .tag_send_short_at(ep, tag, &SendData::Borrowed(small))?
         {
             return Ok(None);
@@ -173,6 +176,7 @@ impl Worker {
     #[inline(always)]
     pub fn tag_send_short(&mut self, ep: EpHandle, tag: u64, data: &[u8]) -> Result<bool> {
         self.st
+            .tag_family()
             .tag_send_short_at(ep, tag, &SendData::Borrowed(data))
     }
 
@@ -200,7 +204,10 @@ impl Worker {
     #[inline(never)]
     fn tag_recv_unexp(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {
         if let Some(uid) = self.st.tag.matcher.take_unexpected(tag, mask) {
-            return self.st.recv_unexp_now(buf, tag, mask, uid as usize);
+            return self
+                .st
+                .tag_family()
+                .recv_unexp_now(buf, tag, mask, uid as usize);
         }
         let (key, gen) = self.tag_recv_queue(buf, tag, mask);
         Op::Pending(self.st.handle_of(key, gen))
@@ -256,11 +263,11 @@ impl Worker {
     #[inline(always)]
     fn tag_recv_queue_inline(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> (usize, u32) {
         let len = buf.len();
-        let (key, gen) = self.st.tag_recv_post(buf, tag, mask);
+        let (key, gen) = self.st.tag_family().tag_recv_post(buf, tag, mask);
         if self.st.tag.recv_failure.is_some() {
             self.tag_recv_refuse(key, gen);
-        } else if self.st.tm.may_post(mask, len) {
-            crate::tag::offload::after_post(&mut self.ifaces, &mut self.st, key);
+        } else if self.st.tag.tm.may_post(mask, len) {
+            crate::tag::offload::after_post(&mut self.ifaces, &mut self.st.tag_family(), key);
         }
         (key, gen)
     }
@@ -270,7 +277,7 @@ impl Worker {
     #[inline(never)]
     fn tag_recv_refuse(&mut self, key: usize, gen: u32) {
         if let Some(e) = self.st.tag.recv_failure.clone() {
-            self.st.unpost(key, gen, e);
+            self.st.tag_family().unpost(key, gen, e);
         }
     }
 
@@ -280,7 +287,7 @@ impl Worker {
     /// peer, so one waiting for a peer that failed would otherwise wait for ever, and for such
     /// a client a failed peer ends the job. Gives how many receives failed now.
     pub fn fail_tag_recvs(&mut self, err: Error) -> usize {
-        self.st.fail_tag_recvs(err)
+        self.st.tag_family().fail_tag_recvs(err)
     }
 
     /// Looks for an unexpected message that fits; with `remove` it is taken off the queue, to
@@ -288,7 +295,7 @@ impl Worker {
     #[inline]
     pub fn tag_probe(&mut self, tag: u64, mask: u64, remove: bool) -> Option<ProbeInfo> {
         if self.st.tag.msg_drops.any() {
-            self.st.discard_dropped_msgs();
+            self.st.tag_family().discard_dropped_msgs();
         }
         let (mtag, uid) = self.st.tag.matcher.probe(tag, mask)?;
         let len = if uid & small::SMALL_UID != 0 {
@@ -298,7 +305,7 @@ impl Worker {
                 .get(uid)
                 .map_or(0, |e| usize::from(e.len))
         } else {
-            self.st.unexp_len(uid as usize)
+            self.st.tag_family().unexp_len(uid as usize)
         };
         let msg = if remove {
             let got = self.st.tag.matcher.take_unexpected(tag, mask);
@@ -324,6 +331,7 @@ impl Worker {
         let uid = self.msg_uid(msg)?;
         Ok(self
             .st
+            .tag_family()
             .recv_unexp_now(RecvBuf::Owned(buf), uid as u64, 0, uid))
     }
 }

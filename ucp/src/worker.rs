@@ -48,6 +48,7 @@ pub use progress::CLOCK_PERIOD;
 pub(crate) mod req;
 mod req_table;
 mod request;
+pub(crate) use request::recv_status;
 pub(crate) mod state;
 #[cfg(test)]
 mod take_tests;
@@ -266,6 +267,8 @@ impl Worker {
                     stats: ProtoStats::default(),
                     quarantine: Vec::new(),
                     callbacks_due: Vec::new(),
+                    held_done: Vec::new(),
+                    to_fail: Vec::new(),
                     tokens_done: Vec::new(),
                     completion_hook: None,
                     recv_ok: Default::default(),
@@ -278,7 +281,6 @@ impl Worker {
                 tag: Default::default(),
                 rndv: Default::default(),
                 amo: Default::default(),
-                tm: crate::tag::offload::state::TmState::new(),
             },
             tick: 0,
             last_event: vec![0; n_ifaces],
@@ -291,7 +293,7 @@ impl Worker {
             clock_read_at: Duration::ZERO,
         };
         w.st.start_keepalive()?;
-        w.st.tm.init(&w.ifaces, &w.st.core.info)?;
+        w.st.tag.tm.init(&w.ifaces, &w.st.core.info)?;
         Ok(w)
     }
 

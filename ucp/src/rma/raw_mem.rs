@@ -51,7 +51,7 @@ impl Worker {
         let data = SendData::Raw(data);
         // As `Worker::tag_send`: an eager-short send's completion is built here. The short
         // path checks the handle; the others check it here.
-        if mode != TagSendMode::Sync && self.st.tag_send_short_out(ep, tag, &data)? {
+        if mode != TagSendMode::Sync && self.st.tag_family().tag_send_short_out(ep, tag, &data)? {
             return Ok(Op::Done(Completion {
                 tag,
                 ..Completion::ok()
@@ -96,7 +96,7 @@ impl Worker {
         let key = self
             .st
             .new_recv(unsafe { RecvBuf::raw(ptr, len) }, uid as u64, 0);
-        self.st.recv_from_unexp(key, uid);
+        self.st.tag_family().recv_from_unexp(key, uid);
         Ok(self.st.op_of(key))
     }
 

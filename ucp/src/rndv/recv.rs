@@ -12,19 +12,19 @@
 
 use super::{zcopy_run, ZcopyRun};
 use crate::rndv::stages::RndvRecv;
-use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, RtsHdr, NO_REQ};
+use crate::wire::{am_id, FragHdr, RemoteBuf, ReqHdr, RtrHdr, RtrMode, NO_REQ};
 use crate::wireup::RndvScheme;
 use crate::worker::core_api::ReqStep;
 use crate::worker::peer_req::Named;
 use crate::worker::req::{comp_id, RecvStage, ReqKind, COMP_GET};
-use crate::worker::state::State;
+use crate::worker::state::RndvFamily;
 use std::ptr::NonNull;
 use ucs::{Error, Result};
 use uct::Endpoint as _;
 use uct::MemoryDomain as _;
 use uct::{IfaceFlags, MdFlags, MemHandle, RemoteKey};
 
-impl State {
+impl RndvFamily<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rndv_recv_start(
         &mut self,
@@ -93,7 +93,7 @@ impl State {
         }
         if let Some(li) = rma {
             let flags = self.iface(li).attr.flags;
-            let reg = |st: &mut State| st.reg_recv(key, li, len);
+            let reg = |st: &mut Self| st.reg_recv(key, li, len);
             if flags.contains(IfaceFlags::PUT_ZCOPY) && self.iface(li).md_reg {
                 if let Ok(m) = reg(self) {
                     let mut packed = Vec::new();
@@ -257,7 +257,7 @@ impl State {
         match run {
             ZcopyRun::Blocked => return Ok(false),
             ZcopyRun::Paused => {
-                self.rndv.queue_read(key, wire);
+                self.own.queue_read(key, wire);
                 self.note_queued_work();
                 return Ok(true);
             }
@@ -269,19 +269,20 @@ impl State {
         Ok(true)
     }
 
-    /// One step of the first rendezvous read in `rndv.gets` (see [`State::get_step`]): its
-    /// next fragment; a read with more left goes to the back. A request that finished
+    /// One step of the first rendezvous read in `rndv.gets` (see [`RndvFamily::get_step`]):
+    /// its next fragment; a read with more left goes to the back. A request that finished
     /// meanwhile (failed with its endpoint, or was freed) is dropped from the queue. Gives
-    /// the number of reads stepped.
-    pub(crate) fn progress_rndv_gets(&mut self) -> usize {
-        let Some((key, wire)) = self.rndv.next_read() else {
-            return 0;
+    /// the number of reads stepped, and the endpoint to fail with the error of a read that
+    /// failed (the request is finished with it here; failing the endpoint is the worker's).
+    pub(crate) fn progress_rndv_gets(&mut self) -> (usize, Option<(usize, Error)>) {
+        let Some((key, wire)) = self.own.next_read() else {
+            return (0, None);
         };
         let live = self.req_by_wire(wire) == Some(key)
             && matches!(&self.req(key).kind,
                 ReqKind::Recv(r) if r.stage == RecvStage::Rndv(RndvRecv::Get));
         if !live {
-            return 0;
+            return (0, None);
         }
         match self.get_step(key) {
             Ok(true) => {}
@@ -293,12 +294,10 @@ impl State {
             Err(e) => {
                 let ep = self.req(key).ep();
                 self.finish(key, Err(e.clone()));
-                if let Some(ep) = ep {
-                    self.fail_ep(ep, e);
-                }
+                return (1, ep.map(|ep| (ep, e)));
             }
         }
-        1
+        (1, None)
     }
 
     /// A get of receive `key` completed: after the last one, the receive is done.
@@ -325,27 +324,6 @@ impl State {
         let sreq = r.rndv.as_ref().map_or(NO_REQ, |x| x.peer_req);
         self.finish(key, Ok(()));
         self.send_ctl(idx, am_id::ATS, &ReqHdr { req: sreq }.encode())
-    }
-
-    /// RTS: a rendezvous send arrived; it starts on the matching receive or waits unexpected.
-    pub(crate) fn on_rts(&mut self, idx: usize, h: RtsHdr<'_>) -> Result<()> {
-        let len = usize::try_from(h.len)
-            .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
-        let uid = self.tag.next_unexp_id();
-        match self.tm_arrive(h.tag, uid as u64) {
-            Some(wire) => match self.req_by_wire(wire) {
-                Some(key) => self.rndv_recv_start(
-                    key, idx, h.tag, h.sreq, len, h.buf.addr, h.buf.tl, h.buf.rkey,
-                ),
-                None => Ok(()),
-            },
-            None => {
-                let b = &h.buf;
-                self.tag
-                    .park_rts(idx, h.tag, h.sreq, len, b.addr, b.tl, b.rkey);
-                Ok(())
-            }
-        }
     }
 
     /// RNDV_DATA: a fragment of a pipelined rendezvous.

@@ -11,7 +11,6 @@
 )]
 
 use super::{zcopy_run, ZcopyRun};
-use crate::request::Op;
 use crate::rndv::stages::RndvSend;
 use crate::tag::stages::TagSend;
 use crate::wire::{
@@ -22,15 +21,16 @@ use crate::wireup::RndvScheme;
 use crate::worker::core_api::ReqStep;
 use crate::worker::peer_req::Named;
 use crate::worker::pending::am_send;
+use crate::worker::pending::SendMade;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage, COMP_PUT, COMP_ZCOPY};
-use crate::worker::state::State;
+use crate::worker::state::{Core, RndvFamily};
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::MemoryDomain as _;
 use uct::{IfaceFlags, Iov, MemHandle};
 
-impl State {
+impl RndvFamily<'_> {
     /// Advances zero-copy or rendezvous send `key`, in `stage`, as far as resources allow (see
     /// `State::send_step`). Gives false on back-pressure.
     pub(crate) fn rndv_send_step(&mut self, key: usize, stage: RndvSend) -> Result<bool> {
@@ -43,15 +43,9 @@ impl State {
         }
     }
 
-    /// Sends an eager message straight from the caller's vector (registered with the AM lane's
-    /// memory domain); falls back to bcopy fragments from it if registration fails.
-    pub(crate) fn zcopy_send(
-        &mut self,
-        idx: usize,
-        tag: u64,
-        v: Vec<u8>,
-        sync: bool,
-    ) -> Result<Op> {
+    /// Makes an eager send straight from the caller's vector (registered with the AM lane's
+    /// memory domain; bcopy fragments from it if registration fails), for the caller to start.
+    pub(crate) fn zcopy_send(&mut self, idx: usize, tag: u64, v: Vec<u8>, sync: bool) -> SendMade {
         let li = self.ep(idx).lanes().map(|l| l.uct[l.am].0);
         let key = self.new_send(idx, tag, SendData::Owned(v), sync);
         let id = self.new_msg_id();
@@ -68,8 +62,11 @@ impl State {
             }
         }
         let ready = self.ep_ready(idx);
-        self.start_req(idx, key, !ready)?;
-        Ok(self.op_of(key))
+        SendMade::Req {
+            idx,
+            key,
+            behind: !ready,
+        }
     }
 
     pub(crate) fn zcopy_step(&mut self, key: usize) -> Result<bool> {
@@ -242,26 +239,6 @@ impl State {
         Ok(true)
     }
 
-    /// The remote key an RTS carries for `memh` on RMA interface `li`, packed into the reused
-    /// `rkey_scratch` (give the buffer back there once the RTS is encoded), with the transport's
-    /// name; an empty key and name when there is no RMA lane or the key cannot be packed (the
-    /// peer then asks for the data by RTR).
-    pub(crate) fn rts_rkey(
-        &mut self,
-        li: Option<usize>,
-        memh: Option<&MemHandle>,
-    ) -> (&'static str, Vec<u8>) {
-        let mut rkey = self.take_rkey_scratch();
-        rkey.clear();
-        if let (Some(li), Some(m)) = (li, memh) {
-            if self.md(li).rkey_pack(m, &mut rkey).is_ok() {
-                return (self.iface(li).tl_name, rkey);
-            }
-            rkey.clear();
-        }
-        ("", rkey)
-    }
-
     pub(crate) fn put_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
@@ -419,16 +396,16 @@ impl State {
     /// ATS: the receiver got the data of a rendezvous send.
     pub(crate) fn on_ats(&mut self, idx: usize, h: ReqHdr) -> Result<()> {
         let key = self.peer_req(idx, h.req, Named::Ats)?;
-        let wire = self.wire_id(key);
-        self.tm_rndv_ats(key, wire);
+        // A send that tag offload holds an entry of is finished through `State::finish`,
+        // which cancels the entry.
         self.finish(key, Ok(()));
         Ok(())
     }
 
-    /// RTR: the receiver asks for the data, by put_zcopy into its buffer or by the pipeline.
-    pub(crate) fn on_rtr(&mut self, idx: usize, h: RtrHdr<'_>) -> Result<()> {
-        let key = self.peer_req(idx, h.sreq, Named::Rtr)?;
-        self.tm_mapped_materialize(key);
+    /// RTR for send `key` (the dispatcher looked up `h.sreq` and had the tag family copy a
+    /// mapped send's data into the request): the receiver asks for the data, by put_zcopy
+    /// into its buffer or by the pipeline.
+    pub(crate) fn on_rtr(&mut self, idx: usize, key: usize, h: RtrHdr<'_>) -> Result<()> {
         let rma = self
             .ep(idx)
             .lanes()
@@ -445,17 +422,41 @@ impl State {
                     let x = self.send_rndv(key);
                     x.rkey = Some(rk);
                     x.remote_addr = h.buf.addr;
-                    self.send_mut(key).stage = SendStage::Rndv(RndvSend::Put);
                     use_put = true;
                 }
             }
         }
-        if !use_put {
-            self.send_mut(key).stage = SendStage::Rndv(RndvSend::Pipeline);
-        }
-        if !self.ep(idx).queue_empty() || !self.send_step(key)? {
+        let stage = if use_put {
+            RndvSend::Put
+        } else {
+            RndvSend::Pipeline
+        };
+        self.send_mut(key).stage = SendStage::Rndv(stage);
+        if !self.ep(idx).queue_empty() || !self.rndv_send_step(key, stage)? {
             self.queue_req(idx, key);
         }
         Ok(())
+    }
+}
+
+impl Core {
+    /// The remote key an RTS carries for `memh` on RMA interface `li`, packed into the reused
+    /// `rkey_scratch` (give the buffer back there once the RTS is encoded), with the transport's
+    /// name; an empty key and name when there is no RMA lane or the key cannot be packed (the
+    /// peer then asks for the data by RTR).
+    pub(crate) fn rts_rkey(
+        &mut self,
+        li: Option<usize>,
+        memh: Option<&MemHandle>,
+    ) -> (&'static str, Vec<u8>) {
+        let mut rkey = self.take_rkey_scratch();
+        rkey.clear();
+        if let (Some(li), Some(m)) = (li, memh) {
+            if self.md(li).rkey_pack(m, &mut rkey).is_ok() {
+                return (self.iface(li).tl_name, rkey);
+            }
+            rkey.clear();
+        }
+        ("", rkey)
     }
 }

@@ -85,18 +85,19 @@ mod send;
 pub(crate) mod state;
 
 use crate::tag::stages::TagRecv;
+use crate::tag::state::TagState;
 use crate::wire::NO_REQ;
 use crate::wireup::ProtoConfig;
 use crate::wireup::TM_THRESH;
 use crate::worker::req::{RecvStage, ReqKind};
-use crate::worker::state::State;
+use crate::worker::state::TagFamily;
 use crate::worker::Worker;
 use state::{TmState, TmStats};
 use std::ptr::NonNull;
 use ucs::{Outcome, Result};
 use uct::Iface as _;
 use uct::MemoryDomain as _;
-use uct::{AnyIface, IfaceFlags, Iov, TagRecvId};
+use uct::{AnyIface, IfaceAttr, IfaceFlags, Iov, TagRecvId};
 
 /// Where tag offload receives eager messages straight into posted buffers (tcp), tag messages
 /// up to this size go eager even above the rendezvous threshold: eager then costs the same
@@ -137,7 +138,7 @@ impl TmState {
 /// counts it as software-only. Inlined into the receive post (`tag_recv_queue`): a call of
 /// its own cost 23 instructions per expected 4 KiB message over posix (ucp-instr.sh).
 #[inline]
-pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
+pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut TagFamily<'_>, key: usize) {
     let (tag, mask, ptr, len) = match st.req_get_mut(key) {
         Some(r) if !r.is_finished() => match &mut r.kind {
             ReqKind::Recv(rv) if rv.stage == RecvStage::Tag(TagRecv::Posted) => {
@@ -151,7 +152,7 @@ pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
     if try_post(ifaces, st, tag, mask, ptr, len, wire) {
         return;
     }
-    st.tm.sw_only += 1;
+    st.own.tm.sw_only += 1;
 }
 
 /// Posts a receive to the tag interface when one is picked and takes it (see
@@ -159,7 +160,7 @@ pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut State, key: usize) {
 #[inline]
 fn try_post(
     ifaces: &mut [AnyIface],
-    st: &mut State,
+    st: &mut TagFamily<'_>,
     tag: u64,
     mask: u64,
     ptr: *mut u8,
@@ -168,12 +169,12 @@ fn try_post(
 ) -> bool {
     // The checks that do not depend on the tag interface first: a small or wildcard receive
     // (most of them) costs no interface pick.
-    if mask != crate::tag_match::EXACT || st.tm.sw_only > 0 || len < TM_THRESH {
+    if mask != crate::tag_match::EXACT || st.own.tm.sw_only > 0 || len < TM_THRESH {
         return false;
     }
-    let (tm, users) = st.tm_and_iface_users();
-    tm.repick(users);
-    let tm = &st.tm;
+    let (core, own) = st.split();
+    own.tm.repick(core.iface_users());
+    let tm = &st.own.tm;
     let Some((ti, _)) = tm.iface.as_ref() else {
         return false;
     };
@@ -199,20 +200,20 @@ fn try_post(
     let r = ifaces[ti].tag_recv_zcopy(tag, mask, &[Iov::whole(&memh)], TagRecvId(wire));
     match r {
         Ok(Outcome::InProgress) => {
-            st.tm.posted.push((wire, memh));
+            st.own.tm.posted.push((wire, memh));
             true
         }
         _ => false,
     }
 }
 
-impl State {
+impl TagFamily<'_> {
     /// Takes receive `wire` back from the transport if it is posted there. `Ok(true)`: it was
     /// offloaded and is now back; `Ok(false)`: it was never offloaded; `Err`: the transport
     /// already matched it.
     #[inline]
     pub(crate) fn tm_unpost(&mut self, wire: u64) -> std::result::Result<bool, ()> {
-        if self.tm.posted.is_empty() {
+        if self.own.tm.posted.is_empty() {
             return Ok(false);
         }
         self.tm_unpost_posted(wire)
@@ -221,15 +222,15 @@ impl State {
     /// [`State::tm_unpost`] when some receive is posted to the transport.
     #[inline(never)]
     fn tm_unpost_posted(&mut self, wire: u64) -> std::result::Result<bool, ()> {
-        let Some(i) = self.tm.posted.iter().position(|p| p.0 == wire) else {
+        let Some(i) = self.own.tm.posted.iter().position(|p| p.0 == wire) else {
             return Ok(false);
         };
-        let Some((_, c)) = self.tm.iface.as_ref() else {
+        let Some((_, c)) = self.own.tm.iface.as_ref() else {
             return Ok(false);
         };
         match c.cancel(TagRecvId(wire), true) {
             Ok(()) => {
-                self.tm.posted.swap_remove(i);
+                self.own.tm.posted.swap_remove(i);
                 Ok(true)
             }
             Err(_) => Err(()),
@@ -240,7 +241,7 @@ impl State {
     pub(crate) fn tm_arrive(&mut self, tag: u64, uid: u64) -> Option<u64> {
         let wire = self.tm_match(tag);
         if wire.is_none() {
-            self.tag.matcher.push_unexpected(tag, uid);
+            self.own.matcher.push_unexpected(tag, uid);
         }
         wire
     }
@@ -250,9 +251,9 @@ impl State {
     /// caller queues it as unexpected when there is none.
     #[inline(always)]
     pub(crate) fn tm_match(&mut self, tag: u64) -> Option<u64> {
-        let wire = self.tag.matcher.match_expected(tag)?;
-        if self.tm.posted.is_empty() {
-            self.tm.sw_only = self.tm.sw_only.saturating_sub(1);
+        let wire = self.own.matcher.match_expected(tag)?;
+        if self.own.tm.posted.is_empty() {
+            self.own.tm.sw_only = self.own.tm.sw_only.saturating_sub(1);
             return Some(wire);
         }
         self.tm_match_posted(tag, wire)
@@ -266,11 +267,11 @@ impl State {
             match self.tm_unpost_posted(wire) {
                 Ok(true) => return Some(wire),
                 Ok(false) => {
-                    self.tm.sw_only = self.tm.sw_only.saturating_sub(1);
+                    self.own.tm.sw_only = self.own.tm.sw_only.saturating_sub(1);
                     return Some(wire);
                 }
                 // The transport matched it with an earlier message: try the next receive.
-                Err(()) => wire = self.tag.matcher.match_expected(tag)?,
+                Err(()) => wire = self.own.matcher.match_expected(tag)?,
             }
         }
     }
@@ -284,7 +285,7 @@ impl State {
     /// After receive `wire` left the matcher by cancel.
     pub(crate) fn tm_after_cancel(&mut self, offloaded: bool) {
         if !offloaded {
-            self.tm.sw_only = self.tm.sw_only.saturating_sub(1);
+            self.own.tm.sw_only = self.own.tm.sw_only.saturating_sub(1);
         }
     }
 
@@ -312,8 +313,8 @@ impl State {
         len: usize,
         res: Result<()>,
     ) {
-        if let Some(i) = self.tm.posted.iter().position(|p| p.0 == wire) {
-            self.tm.posted.swap_remove(i);
+        if let Some(i) = self.own.tm.posted.iter().position(|p| p.0 == wire) {
+            self.own.tm.posted.swap_remove(i);
         }
         let Some(key) = self.req_by_wire(wire) else {
             return;
@@ -321,7 +322,7 @@ impl State {
         if !matches!(self.req(key).kind, ReqKind::Recv(_)) {
             return;
         }
-        self.tm.matched += 1;
+        self.own.tm.matched += 1;
         if let Some(idx) = self.ep_of_peer(imm) {
             self.req_mut(key).set_ep(idx);
             self.ep_note_rx(idx);
@@ -331,7 +332,7 @@ impl State {
             (r.tag, r.mask)
         };
         // Still in the matcher unless a software arrival skipped it (see `tm_arrive`).
-        self.tag.matcher.cancel(rtag, rmask, wire);
+        self.own.matcher.cancel(rtag, rmask, wire);
         let r = self.recv_mut(key);
         r.sender_tag = tag;
         r.total = len;
@@ -345,7 +346,7 @@ impl State {
     /// wins.
     pub(crate) fn tm_adjust_proto(&mut self, li: usize, p: &mut ProtoConfig) {
         let a = &self.iface(li).attr;
-        if self.tm.enabled
+        if self.own.tm.enabled
             && self.config().rndv_thresh.is_none()
             && a.flags
                 .contains(IfaceFlags::TAG_EAGER_BCOPY | IfaceFlags::TAG_EAGER_ZCOPY)
@@ -357,12 +358,14 @@ impl State {
         // Receives from this size on may get a rendezvous through the transport: from memory
         // the sender mapped (see `tm_mapped_rndv`) at any rendezvous size, otherwise above the
         // AM pipeline's range.
-        self.tm.note_rndv_thresh(p.tag_rndv_thresh);
+        self.own.tm.note_rndv_thresh(p.tag_rndv_thresh);
     }
+}
 
-    /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane is `li`.
-    pub(crate) fn tm_proto_row(&self, li: usize, proto: &ProtoConfig, lane: &str) -> String {
-        let a = &self.iface(li).attr;
+impl TagState {
+    /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane's interface has
+    /// attributes `a`.
+    pub(crate) fn tm_proto_row(&self, a: &IfaceAttr, proto: &ProtoConfig, lane: &str) -> String {
         let mut s = String::new();
         if !self.tm.enabled {
             return s;
@@ -398,7 +401,7 @@ impl State {
 impl Worker {
     /// Tag-offload counters (for tests and diagnostics).
     pub fn tag_offload_stats(&self) -> TmStats {
-        let tm = &self.st.tm;
+        let tm = &self.st.tag.tm;
         TmStats {
             posting: tm.enabled && tm.iface.is_some(),
             sent: tm.sent,

@@ -4,18 +4,18 @@
 use crate::tag::message::Message;
 use crate::tag::state::TagState;
 use crate::worker::req::RecvBuf;
-use crate::worker::state::State;
+use crate::worker::state::TagFamily;
 use crate::worker::Worker;
 use ucs::Error;
 
-impl State {
+impl TagFamily<'_> {
     /// Discards the messages whose handles were dropped: each is received into nothing (an
     /// eager one finishes at once; one still arriving, or a rendezvous, through a released
     /// request that the worker frees when it ends).
     #[cold]
     pub(crate) fn discard_dropped_msgs(&mut self) {
-        for uid in self.tag.msg_drops.take() {
-            if self.tag.take_failed_msg(uid).is_some() {
+        for uid in self.own.msg_drops.take() {
+            if self.own.take_failed_msg(uid).is_some() {
                 continue;
             }
             // The receive's own result (truncated) is of no interest: dropping its request

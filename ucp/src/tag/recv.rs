@@ -15,26 +15,14 @@ use super::small::SMALL_UID;
 use crate::request::{Completion, Op};
 use crate::tag::stages::TagRecv;
 use crate::tag::unexp::{Target, Unexp, UnexpKind, UNEXP_INLINE};
-use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, NO_REQ};
+use crate::wire::{am_id, EagerFirstHdr, FragHdr, ReqHdr, RtsHdr, NO_REQ};
+use crate::worker::recv_status;
 use crate::worker::req::RecvBuf;
 use crate::worker::req::{Done, Notify, RecvStage, ReqKind};
-use crate::worker::state::State;
+use crate::worker::state::TagFamily;
 use ucs::{Error, Result};
 
-/// Status of a receive of capacity `cap` that got all `total` bytes of a message.
-#[inline]
-fn eager_status(total: usize, cap: usize) -> Result<()> {
-    if total > cap {
-        Err(Error::Truncated {
-            len: total,
-            capacity: cap,
-        })
-    } else {
-        Ok(())
-    }
-}
-
-impl State {
+impl TagFamily<'_> {
     /// Queues a receive for `tag` under `mask` in the matcher (the caller found no waiting
     /// message that fits; it may then go to the transport, see `Worker::tag_recv_buf`). Gives
     /// the new request's key and generation.
@@ -45,7 +33,7 @@ impl State {
         let gen = self.last_req_gen();
         let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
-        self.tag.matcher.queue(tag, mask, wire);
+        self.own.matcher.queue(tag, mask, wire);
         (key, gen)
     }
 
@@ -63,7 +51,7 @@ impl State {
         if uid as u64 & SMALL_UID != 0 {
             return self.recv_small_now(buf, uid as u64);
         }
-        let u = self.tag.unexp.remove(uid);
+        let u = self.own.unexp.remove(uid);
         let (total, sreq) = match u.kind {
             UnexpKind::Inline { len, data, sreq } => {
                 let len = usize::from(len).min(UNEXP_INLINE);
@@ -86,7 +74,7 @@ impl State {
         }
         let cap = buf.len();
         Op::Done(Completion {
-            status: eager_status(total, cap),
+            status: recv_status(total, cap),
             buf: buf.into_vec(),
             len: total,
             tag: u.tag,
@@ -97,17 +85,17 @@ impl State {
     /// [`State::recv_unexp_now`] of a small message ([`SMALL_UID`]): copied, finished at once.
     #[inline(always)]
     fn recv_small_now(&mut self, mut buf: RecvBuf, uid: u64) -> Op {
-        let Some(e) = self.tag.small_unexp.get(uid) else {
+        let Some(e) = self.own.small_unexp.get(uid) else {
             return Op::Done(Completion::failed(Error::InvalidParam(
                 "the unexpected message is gone".into(),
             )));
         };
         let (total, tag) = (usize::from(e.len), e.tag);
         copy_in(&mut buf, &e.data[..total]);
-        self.tag.small_unexp.free(uid);
+        self.own.small_unexp.free(uid);
         let cap = buf.len();
         Op::Done(Completion {
-            status: eager_status(total, cap),
+            status: recv_status(total, cap),
             buf: buf.into_vec(),
             len: total,
             tag,
@@ -126,7 +114,7 @@ impl State {
 
     /// Length of general unexpected message `uid` (not a small one).
     pub(crate) fn unexp_len(&self, uid: usize) -> usize {
-        match &self.tag.unexp[uid].kind {
+        match &self.own.unexp[uid].kind {
             UnexpKind::Inline { len, .. } => usize::from(*len),
             UnexpKind::Eager { total, .. } => *total,
             UnexpKind::Held(held) => held.data().len(),
@@ -163,7 +151,7 @@ impl State {
             .into_iter()
             .filter(|&(k, g)| self.unpost(k, g, err.clone()))
             .count();
-        self.tag.recv_failure = Some(err);
+        self.own.recv_failure = Some(err);
         n
     }
 
@@ -181,7 +169,7 @@ impl State {
         let Some(offloaded) = self.tm_before_cancel(wire) else {
             return false;
         };
-        if self.tag.matcher.cancel(tag, mask, wire) {
+        if self.own.matcher.cancel(tag, mask, wire) {
             self.tm_after_cancel(offloaded);
             self.finish(key, Err(err));
             true
@@ -193,13 +181,13 @@ impl State {
     /// Delivers unexpected message `uid` to receive `key`.
     pub(crate) fn recv_from_unexp(&mut self, key: usize, uid: usize) {
         if uid as u64 & SMALL_UID != 0 {
-            let Some(&e) = self.tag.small_unexp.get(uid as u64) else {
+            let Some(&e) = self.own.small_unexp.get(uid as u64) else {
                 return self.finish(
                     key,
                     Err(Error::InvalidParam("the unexpected message is gone".into())),
                 );
             };
-            self.tag.small_unexp.free(uid as u64);
+            self.own.small_unexp.free(uid as u64);
             let len = usize::from(e.len);
             self.req_mut(key).set_ep(e.ep as usize);
             let r = self.recv_mut(key);
@@ -210,7 +198,7 @@ impl State {
             r.received = len;
             return self.recv_check_done(key);
         }
-        let u = self.tag.unexp.remove(uid);
+        let u = self.own.unexp.remove(uid);
         self.deliver_unexp(key, u);
     }
 
@@ -220,7 +208,7 @@ impl State {
         if !matches!(u.kind, UnexpKind::Lost { .. }) {
             self.req_mut(key).set_ep(u.ep);
         }
-        let eager = |st: &mut State, data: &[u8], total: usize, sreq: u64| {
+        let eager = |st: &mut Self, data: &[u8], total: usize, sreq: u64| {
             if sreq != NO_REQ {
                 let _ = st.send_ctl(u.ep, am_id::SYNC_ACK, &ReqHdr { req: sreq }.encode());
             }
@@ -232,7 +220,7 @@ impl State {
             r.received = data.len();
             match u.msg_key {
                 Some(mk) => {
-                    st.tag.assembling.insert(mk, Target::Req(key));
+                    st.own.assembling.insert(mk, Target::Req(key));
                 }
                 None => st.recv_check_done(key),
             }
@@ -254,9 +242,11 @@ impl State {
                 tl,
                 rkey,
             } => {
-                let r = self.rndv_recv_start(key, u.ep, u.tag, sreq, len, addr, &tl, &rkey);
+                let r = self
+                    .rndv()
+                    .rndv_recv_start(key, u.ep, u.tag, sreq, len, addr, &tl, &rkey);
                 if let Err(e) = r {
-                    self.fail_ep(u.ep, e);
+                    self.fail_ep_soon(u.ep, e);
                 }
             }
             UnexpKind::Lost { len, err } => {
@@ -265,14 +255,6 @@ impl State {
                 r.total = len;
                 self.finish(key, Err(err));
             }
-        }
-    }
-
-    pub(crate) fn recv_check_done(&mut self, key: usize) {
-        let r = self.recv_mut(key);
-        if r.received >= r.total {
-            let (total, cap) = (r.total, r.buf.len());
-            self.finish(key, eager_status(total, cap));
         }
     }
 
@@ -309,7 +291,7 @@ impl State {
             // lengths or stage once it has one, so they are left as posted.
             let buf = std::mem::take(&mut rv.buf).into_vec();
             // `done` is empty (`waiting_by_wire` checked).
-            req.keep_result(Done::new(eager_status(total, cap), buf, total, tag));
+            req.keep_result(Done::new(recv_status(total, cap), buf, total, tag));
             return;
         }
         if let (None, Notify::Hook(t)) = (&rv.rndv, notify) {
@@ -318,14 +300,14 @@ impl State {
             if buf.is_none() && total <= cap {
                 return self.hook_ok(key, t, total, tag);
             }
-            return self.eager_hook_done(key, t, buf, eager_status(total, cap), total, tag);
+            return self.eager_hook_done(key, t, buf, recv_status(total, cap), total, tag);
         }
         rv.sender_tag = tag;
         rv.total = total;
         rv.received = total;
         rv.stage = RecvStage::Tag(TagRecv::Eager);
         req.set_ep(idx);
-        self.finish(key, eager_status(total, cap))
+        self.finish(key, recv_status(total, cap))
     }
 
     /// [`State::recv_eager_whole`] into a hook receive: as `finish` does for one, without
@@ -409,7 +391,7 @@ impl State {
             r.received = data.len();
         }
         if let Some(m) = msg_id {
-            self.tag.assembling.insert((src, m), Target::Req(key));
+            self.own.assembling.insert((src, m), Target::Req(key));
         }
     }
 
@@ -418,21 +400,21 @@ impl State {
     /// copied into a small entry (see `small`).
     #[inline(always)]
     fn eager_unexpected_inline(&mut self, idx: usize, tag: u64, data: &[u8]) {
-        let uid = self.tag.small_unexp.insert(idx, tag, data);
-        self.tag.matcher.push_unexpected(tag, uid);
+        let uid = self.own.small_unexp.insert(idx, tag, data);
+        self.own.matcher.push_unexpected(tag, uid);
     }
 
     /// [`State::eager_arrived`] of a whole message without acknowledgement that matched no
     /// posted receive and stays in the transport's receive buffer `held` while it waits.
     #[inline(never)]
     fn eager_unexpected_held(&mut self, idx: usize, tag: u64, held: uct::HeldBuf) {
-        let uid = self.tag.unexp.insert(Unexp {
+        let uid = self.own.unexp.insert(Unexp {
             ep: idx,
             tag,
             kind: UnexpKind::Held(held),
             msg_key: None,
         });
-        self.tag.matcher.push_unexpected(tag, uid as u64);
+        self.own.matcher.push_unexpected(tag, uid as u64);
     }
 
     /// [`State::eager_arrived`] that matched no posted receive: the message waits in the
@@ -472,20 +454,20 @@ impl State {
         } else {
             msg_id.map(|m| (src, m))
         };
-        let uid = self.tag.unexp.insert(Unexp {
+        let uid = self.own.unexp.insert(Unexp {
             ep: idx,
             tag,
             kind,
             msg_key,
         });
-        self.tag.matcher.push_unexpected(tag, uid as u64);
+        self.own.matcher.push_unexpected(tag, uid as u64);
         if let Some(mk) = msg_key {
-            self.tag.assembling.insert(mk, Target::Unexp(uid));
+            self.own.assembling.insert(mk, Target::Unexp(uid));
         }
     }
 
     pub(crate) fn eager_middle(&mut self, src: u64, h: FragHdr, data: &[u8]) -> Result<()> {
-        let Some(&t) = self.tag.assembling.get(&(src, h.id)) else {
+        let Some(&t) = self.own.assembling.get(&(src, h.id)) else {
             return Err(Error::Wire(format!(
                 "fragment of unknown message {} (no first fragment)",
                 h.id
@@ -497,7 +479,7 @@ impl State {
                 let r = match self.req_get_mut(key).map(|r| &mut r.kind) {
                     Some(ReqKind::Recv(r)) => r,
                     _ => {
-                        self.tag.assembling.remove(&(src, h.id));
+                        self.own.assembling.remove(&(src, h.id));
                         return Ok(());
                     }
                 };
@@ -517,12 +499,12 @@ impl State {
                 }
                 r.received += data.len();
                 if r.received >= r.total {
-                    self.tag.assembling.remove(&(src, h.id));
+                    self.own.assembling.remove(&(src, h.id));
                     self.recv_check_done(key);
                 }
             }
             Target::Unexp(uid) => {
-                let u = &mut self.tag.unexp[uid];
+                let u = &mut self.own.unexp[uid];
                 let UnexpKind::Eager {
                     data: buf, total, ..
                 } = &mut u.kind
@@ -541,7 +523,7 @@ impl State {
                 extend_payload(buf, data);
                 if buf.len() >= *total {
                     u.msg_key = None;
-                    self.tag.assembling.remove(&(src, h.id));
+                    self.own.assembling.remove(&(src, h.id));
                 }
             }
         }
@@ -558,7 +540,7 @@ impl State {
     ) -> Result<()> {
         let total = usize::try_from(h.total_len)
             .map_err(|_| Error::Wire("message length overflows".into()))?;
-        if self.tag.assembling.contains_key(&(src, h.msg_id)) {
+        if self.own.assembling.contains_key(&(src, h.msg_id)) {
             return Err(Error::Wire(format!(
                 "first fragment of message {} repeated",
                 h.msg_id
@@ -566,5 +548,26 @@ impl State {
         }
         self.eager_arrived(idx, src, h.tag, data, total, h.sreq, Some(h.msg_id), None);
         Ok(())
+    }
+
+    /// RTS: a rendezvous send arrived; it starts on the matching receive or waits unexpected.
+    pub(crate) fn on_rts(&mut self, idx: usize, h: RtsHdr<'_>) -> Result<()> {
+        let len = usize::try_from(h.len)
+            .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
+        let uid = self.own.next_unexp_id();
+        match self.tm_arrive(h.tag, uid as u64) {
+            Some(wire) => match self.req_by_wire(wire) {
+                Some(key) => self.rndv().rndv_recv_start(
+                    key, idx, h.tag, h.sreq, len, h.buf.addr, h.buf.tl, h.buf.rkey,
+                ),
+                None => Ok(()),
+            },
+            None => {
+                let b = &h.buf;
+                self.own
+                    .park_rts(idx, h.tag, h.sreq, len, b.addr, b.tl, b.rkey);
+                Ok(())
+            }
+        }
     }
 }

@@ -10,20 +10,19 @@
     )
 )]
 
-use crate::request::Op;
 use crate::tag::stages::TagSend;
 use crate::wire::{am_id, EagerFirstHdr, EagerHdr, EagerSyncHdr, FragHdr, ReqHdr, NO_REQ};
 use crate::wireup::{ProtoConfig, TagSendMode, TM_THRESH};
 use crate::worker::core_api::AmLaneRef;
 use crate::worker::ep::connecting;
 use crate::worker::peer_req::Named;
-use crate::worker::pending::am_send;
+use crate::worker::pending::{am_send, SendMade};
 use crate::worker::req::{SendData, SendStage};
-use crate::worker::state::State;
+use crate::worker::state::TagFamily;
 use crate::worker::EpHandle;
 use ucs::{Outcome, Result};
 
-impl State {
+impl TagFamily<'_> {
     /// Sends a tagged message: eager short at once when it can (see [`State::tag_send_short`]),
     /// otherwise by the protocol its size and the endpoint choose.
     #[inline]
@@ -33,9 +32,9 @@ impl State {
         tag: u64,
         data: SendData<'_>,
         sync: bool,
-    ) -> Result<Op> {
+    ) -> Result<SendMade> {
         if !sync && self.tag_send_short(idx, tag, &data)? {
-            return Ok(data.sent_at_once(tag));
+            return Ok(SendMade::Done(data.sent_at_once(tag)));
         }
         let mode = if sync {
             TagSendMode::Sync
@@ -102,16 +101,16 @@ impl State {
         self.tag_send_short_at(h, tag, data)
     }
 
-    /// [`State::tag_send`] by the protocol the message's size and the endpoint choose (eager
-    /// short or bcopy, fragments, zero-copy, tag offload, rendezvous), queued behind earlier
-    /// sends or on back-pressure.
+    /// [`TagFamily::tag_send`] by the protocol the message's size and the endpoint choose
+    /// (eager short or bcopy, fragments, zero-copy, tag offload, rendezvous), queued behind
+    /// earlier sends or on back-pressure.
     pub(crate) fn tag_send_proto(
         &mut self,
         idx: usize,
         tag: u64,
         data: SendData<'_>,
         mode: TagSendMode,
-    ) -> Result<Op> {
+    ) -> Result<SendMade> {
         self.ep_usable(idx)?;
         let sync = mode == TagSendMode::Sync;
         let len = data.as_slice().len();
@@ -125,7 +124,7 @@ impl State {
         // sends eager messages of TM_THRESH bytes and more only).
         let data = if ready && !sync && (rndv || len >= TM_THRESH) {
             match self.tm_send(idx, tag, data, rndv)? {
-                Ok(op) => return Ok(op),
+                Ok(op) => return Ok(SendMade::Done(op)),
                 Err(data) => data,
             }
         } else {
@@ -135,7 +134,7 @@ impl State {
         if let (Some(z), false) = (zc, rndv) {
             if len >= z && len > 0 {
                 if let SendData::Owned(v) = data {
-                    return self.zcopy_send(idx, tag, v, sync);
+                    return Ok(self.rndv().zcopy_send(idx, tag, v, sync));
                 }
             }
         }
@@ -148,15 +147,19 @@ impl State {
                 self.new_msg_id();
             }
             if done {
-                return Ok(data.sent_at_once(tag));
+                return Ok(SendMade::Done(data.sent_at_once(tag)));
             }
             let key = self.new_send(idx, tag, data, sync);
             let s = self.send_mut(key);
             s.offset = offset;
             s.msg_id = msg_id;
             s.fast_cmpl = mode == TagSendMode::FastCompletion;
-            self.queue_req(idx, key);
-            return Ok(self.op_of(key));
+            // The rest goes from the endpoint's queue.
+            return Ok(SendMade::Req {
+                idx,
+                key,
+                behind: true,
+            });
         }
         let key = self.new_send(idx, tag, data, sync);
         let id = self.new_msg_id();
@@ -164,8 +167,11 @@ impl State {
         s.msg_id = id;
         s.fast_cmpl = mode == TagSendMode::FastCompletion;
         // Back-pressure queues the request (it resumes from `progress_pending`, in order).
-        self.start_req(idx, key, !ready)?;
-        Ok(self.op_of(key))
+        Ok(SendMade::Req {
+            idx,
+            key,
+            behind: !ready,
+        })
     }
 
     /// Sends eager fragments of `data` from `*offset`. Gives true when all are out.
@@ -296,7 +302,7 @@ impl State {
                 // (Only before the first eager fragment left: a tag message below the tag
                 // threshold may have started eager.)
                 if s.offset == 0 && len >= proto.tag_thresh(s.mode()) {
-                    return self.send_rts(key);
+                    return self.rndv().send_rts(key);
                 }
                 let (tag, sync, msg_id, mut off) = (s.tag, s.sync, s.msg_id, s.offset);
                 let data = std::mem::take(&mut s.data);

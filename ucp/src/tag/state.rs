@@ -3,6 +3,7 @@
 
 use crate::tag::matcher::TagMatcher;
 use crate::tag::message::MsgDrops;
+use crate::tag::offload::state::TmState;
 use crate::tag::small::SmallUnexps;
 use crate::tag::unexp::{Target, Unexp, UnexpKind};
 use crate::worker::peers::SeededUuidHash;
@@ -29,6 +30,8 @@ pub(crate) struct TagState {
     /// Set by [`crate::Worker::fail_tag_recvs`]: a tag receive that finds no message waiting
     /// fails at once with it.
     pub(super) recv_failure: Option<ucs::Error>,
+    /// Tag offload's state (see `tag::offload`).
+    pub(crate) tm: TmState,
 }
 
 impl TagState {

@@ -113,7 +113,7 @@ fn connect_lanes(
     let rma_attr = rma.map(|r| &infos[uct_eps[r].0].attr);
     let am_md_reg = infos[uct_eps[am].0].md_reg;
     let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, st.config());
-    st.tm_adjust_proto(uct_eps[am].0, &mut proto);
+    st.tag_family().tm_adjust_proto(uct_eps[am].0, &mut proto);
     let proto = st.intern_proto(proto);
     // Exactly the lanes' size (one or two, not the four a first push reserves): a worker holds
     // one such list per endpoint.
@@ -283,7 +283,7 @@ impl State {
                 Some(&self.iface(w_li).attr),
                 self.config(),
             );
-            self.tm_adjust_proto(am_li, &mut proto);
+            self.tag_family().tm_adjust_proto(am_li, &mut proto);
             let proto = self.intern_proto(proto);
             let ep = self.ep_mut(idx);
             ep.set_proto(proto);
@@ -353,7 +353,7 @@ impl State {
             rma_li.map(|r| &self.iface(r).attr),
             self.config(),
         );
-        self.tm_adjust_proto(new_li, &mut proto);
+        self.tag_family().tm_adjust_proto(new_li, &mut proto);
         let proto = self.intern_proto(proto);
         self.ep_mut(idx).set_proto(proto);
         self.stats_mut().am_lane_switches += 1;

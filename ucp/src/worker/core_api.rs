@@ -4,14 +4,14 @@
 //! The core owns endpoints and their lanes, the request table, the progress queues, the
 //! buffer pool, the clock and the counters; a family reaches them through these methods and
 //! the few others listed here, and keeps its own per-worker state in its own struct
-//! (`State::tag`, `State::rndv`, `State::amo`, `State::am`, `State::tm`), whose fields only
+//! (`State::tag`, with tag offload's, `State::rndv`, `State::amo`, `State::am`), whose fields only
 //! the family names. The set:
 //! - endpoints: [`Core::ep`], [`Core::ep_get`], [`Core::ep_mut`], [`Core::ep_queue_empty`],
 //!   [`Core::ep_ready`], [`Core::ep_gen`], [`Core::lane_mut`], [`Core::am_lane_mut`],
 //!   [`Core::am_lane_ref`], [`Core::am_lane_and_req`], [`Core::ep_and_req_mut`],
 //!   [`Core::req_step`], [`Core::add_lane`], [`Core::register_lane`],
 //!   [`Core::unregister_lane`], [`Core::release_iface`], [`Core::ep_of_peer`],
-//!   [`State::tm_and_iface_users`], [`Core::ep_note_tx`], [`Core::ep_note_rx`],
+//!   [`Core::iface_users`], [`Core::ep_note_tx`], [`Core::ep_note_rx`],
 //!   [`Core::queue_after_acks`]; the lanes through
 //!   [`Ep::ready_lanes`]/[`Ep::ready_am`]/[`Ep::ready_proto`];
 //! - one endpoint's record ([`Ep`], whose fields are private to `worker`): [`Ep::gen`],
@@ -53,7 +53,7 @@ use crate::worker::api_types::{EpHandle, ProtoStats};
 use crate::worker::endpoint::bad_handle;
 use crate::worker::ep::{Ep, EpExtra, EpState, IfaceInfo, Lanes, Pending, Stamp};
 use crate::worker::req::{Done, Notify, Req, ReqKind};
-use crate::worker::state::{Core, State};
+use crate::worker::state::Core;
 use std::rc::Rc;
 use ucs::{Outcome, Result};
 use uct::{AnyEp, AnyMd, Endpoint as _, IfaceAttr, IfaceFlags};
@@ -97,6 +97,12 @@ pub(crate) struct AmLaneRef<'a> {
 }
 
 impl Core {
+    /// Transport endpoints per interface (index as the interfaces'): how much each is used.
+    #[inline]
+    pub(crate) fn iface_users(&self) -> &[u32] {
+        &self.iface_users
+    }
+
     /// Endpoint `idx` (an index the caller holds: a live endpoint).
     #[inline]
     pub(crate) fn ep(&self, idx: usize) -> &Ep {
@@ -807,15 +813,4 @@ fn short_lane(ep: &mut Ep, fits: impl FnOnce(&ProtoConfig) -> bool) -> Option<&m
         return None;
     }
     l.uct.get_mut(l.am).map(|(_, uep)| uep)
-}
-
-impl State {
-    /// The tag offload's state beside the interfaces' user counts (its interface pick weighs
-    /// the candidates by them).
-    #[inline(always)]
-    pub(crate) fn tm_and_iface_users(
-        &mut self,
-    ) -> (&mut crate::tag::offload::state::TmState, &[u32]) {
-        (&mut self.tm, &self.core.iface_users)
-    }
 }

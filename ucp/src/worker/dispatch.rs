@@ -16,6 +16,7 @@ use crate::wire::{
 };
 use crate::wireup::Admit;
 use crate::worker::ep::EpState;
+use crate::worker::peer_req::Named;
 use crate::worker::state::{Core, State};
 use ucs::{Error, Result};
 
@@ -130,7 +131,10 @@ impl State {
         let Ok(h) = FragHdr::decode(body) else {
             return false;
         };
-        if let Err(e) = self.eager_middle(src, h, &body[FragHdr::LEN..]) {
+        if let Err(e) = self
+            .tag_family()
+            .eager_middle(src, h, &body[FragHdr::LEN..])
+        {
             self.am_failed(idx, src, am_id::EAGER_MIDDLE, e);
         }
         true
@@ -191,7 +195,8 @@ impl State {
             return false;
         };
         let total = payload.len();
-        self.eager_arrived(idx, src, tag, payload, total, NO_REQ, None, keep);
+        self.tag_family()
+            .eager_arrived(idx, src, tag, payload, total, NO_REQ, None, keep);
         true
     }
 
@@ -236,7 +241,16 @@ impl State {
             // The common message, without the general decode and dispatch.
             EagerHdr::decode(body).map(|h| {
                 let payload = &body[EagerHdr::LEN..];
-                self.eager_arrived(idx, src, h.tag, payload, payload.len(), NO_REQ, None, None);
+                self.tag_family().eager_arrived(
+                    idx,
+                    src,
+                    h.tag,
+                    payload,
+                    payload.len(),
+                    NO_REQ,
+                    None,
+                    None,
+                );
             })
         } else {
             match Msg::decode(id, body) {
@@ -320,21 +334,45 @@ impl State {
         match msg {
             Msg::Wireup(_) | Msg::Keepalive => Ok(()),
             Msg::Eager(h, data) => {
-                self.eager_arrived(idx, src, h.tag, data, data.len(), NO_REQ, None, None);
+                self.tag_family().eager_arrived(
+                    idx,
+                    src,
+                    h.tag,
+                    data,
+                    data.len(),
+                    NO_REQ,
+                    None,
+                    None,
+                );
                 Ok(())
             }
             Msg::EagerSync(h, data) => {
-                self.eager_arrived(idx, src, h.tag, data, data.len(), h.sreq, None, None);
+                self.tag_family().eager_arrived(
+                    idx,
+                    src,
+                    h.tag,
+                    data,
+                    data.len(),
+                    h.sreq,
+                    None,
+                    None,
+                );
                 Ok(())
             }
-            Msg::EagerFirst(h, data) => self.on_eager_first(idx, src, h, data),
-            Msg::EagerMiddle(h, data) => self.eager_middle(src, h, data),
-            Msg::SyncAck(h) => self.on_sync_ack(idx, h),
-            Msg::Rts(h) => self.on_rts(idx, h),
-            Msg::Ats(h) => self.on_ats(idx, h),
-            Msg::Rtr(h) => self.on_rtr(idx, h),
-            Msg::RndvData(h, data) => self.on_rndv_data(idx, h, data),
-            Msg::Atp(h) => self.on_atp(idx, h),
+            Msg::EagerFirst(h, data) => self.tag_family().on_eager_first(idx, src, h, data),
+            Msg::EagerMiddle(h, data) => self.tag_family().eager_middle(src, h, data),
+            Msg::SyncAck(h) => self.tag_family().on_sync_ack(idx, h),
+            Msg::Rts(h) => self.tag_family().on_rts(idx, h),
+            Msg::Ats(h) => self.rndv_family().on_ats(idx, h),
+            Msg::Rtr(h) => {
+                let key = self.peer_req(idx, h.sreq, Named::Rtr)?;
+                // A send from a mapped segment the tag family announced in place gets its
+                // own copy of the data first.
+                self.tag_family().tm_mapped_materialize(key);
+                self.rndv_family().on_rtr(idx, key, h)
+            }
+            Msg::RndvData(h, data) => self.rndv_family().on_rndv_data(idx, h, data),
+            Msg::Atp(h) => self.rndv_family().on_atp(idx, h),
             Msg::UserAm(h, uh, data) => {
                 let gen = self.ep(idx).gen();
                 self.on_user_am(idx, gen, h, uh, data, false);

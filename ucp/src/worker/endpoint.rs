@@ -254,7 +254,11 @@ impl State {
         };
         let mut t = proto.table(&name(lanes.am), lanes.rma().map(name).as_deref());
         let li = lanes.uct[lanes.am].0;
-        t.push_str(&self.tm_proto_row(li, proto, &name(lanes.am)));
+        t.push_str(
+            &self
+                .tag
+                .tm_proto_row(&self.info[li].attr, proto, &name(lanes.am)),
+        );
         Ok(t)
     }
 }

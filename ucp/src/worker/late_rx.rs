@@ -146,12 +146,13 @@ impl State {
         };
         if let Some(data) = whole {
             let total = data.len();
-            self.eager_arrived(idx, src, tag, data, total, NO_REQ, None, None);
+            self.tag_family()
+                .eager_arrived(idx, src, tag, data, total, NO_REQ, None, None);
             return Fate::Delivered;
         }
         let err = self.eps[idx].failure();
         let uid = self.tag.next_unexp_id();
-        match self.tm_arrive(tag, uid as u64) {
+        match self.tag_family().tm_arrive(tag, uid as u64) {
             Some(wire) => {
                 if let Some(key) = self.req_by_wire(wire) {
                     self.finish(key, Err(err));

@@ -12,8 +12,9 @@
 
 use crate::request::Op;
 use crate::wire::PREFIX_LEN;
+use crate::wireup::TagSendMode;
 use crate::worker::ep::{EpState, Pending};
-use crate::worker::req::{ReqKind, SendStage};
+use crate::worker::req::{ReqKind, SendData, SendStage};
 use crate::worker::state::{Core, State};
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
@@ -105,13 +106,54 @@ impl State {
         }
     }
 
+    /// Sends a tagged message ([`TagFamily::tag_send`](crate::worker::state::TagFamily), started).
+    #[inline]
+    pub(crate) fn tag_send(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'_>,
+        sync: bool,
+    ) -> Result<Op> {
+        let made = self.tag_family().tag_send(idx, tag, data, sync);
+        self.start_made(made)
+    }
+
+    /// Sends a tagged message by the protocol its size chooses
+    /// ([`TagFamily::tag_send_proto`](crate::worker::state::TagFamily), started).
+    pub(crate) fn tag_send_proto(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        data: SendData<'_>,
+        mode: TagSendMode,
+    ) -> Result<Op> {
+        let made = self.tag_family().tag_send_proto(idx, tag, data, mode);
+        self.start_made(made)
+    }
+
+    /// Sends bytes of a mapped region ([`TagFamily::tag_send_mapped`](crate::worker::state::TagFamily), started).
+    pub(crate) fn tag_send_mapped(
+        &mut self,
+        idx: usize,
+        tag: u64,
+        map: &crate::MemMap,
+        offset: usize,
+        len: usize,
+    ) -> Result<Op> {
+        let made = self
+            .tag_family()
+            .tag_send_mapped(idx, tag, map, offset, len);
+        self.start_made(made)
+    }
+
     /// Advances send request `key` as far as resources allow, in the family that owns its
     /// stage. Gives false on back-pressure.
     pub(crate) fn send_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
         match self.send_mut(key).stage {
-            SendStage::Tag(stage) => self.tag_send_step(key, idx, stage),
-            SendStage::Rndv(stage) => self.rndv_send_step(key, stage),
+            SendStage::Tag(stage) => self.tag_family().tag_send_step(key, idx, stage),
+            SendStage::Rndv(stage) => self.rndv_family().rndv_send_step(key, stage),
             SendStage::Stream(stage) => self.stream_send_step(key, stage),
             SendStage::Am(_) => self.am_send_step(key),
         }
@@ -122,7 +164,7 @@ impl State {
     pub(crate) fn zcopy_completed(&mut self, key: usize) {
         match self.send_mut(key).stage {
             SendStage::Stream(_) => self.stream_zcopy_completed(key),
-            _ => self.rndv_zcopy_completed(key),
+            _ => self.rndv_family().rndv_zcopy_completed(key),
         }
     }
 
@@ -137,7 +179,7 @@ impl State {
             false
         } else {
             let step = match &self.reqs[key].kind {
-                ReqKind::Recv(_) => self.get_step(key),
+                ReqKind::Recv(_) => self.rndv_family().get_step(key),
                 _ => self.send_step(key),
             };
             match step {
@@ -321,7 +363,7 @@ impl State {
                             Ok(true)
                         } else {
                             match &self.core.reqs[key].kind {
-                                ReqKind::Recv(_) => self.get_step(key),
+                                ReqKind::Recv(_) => self.rndv_family().get_step(key),
                                 _ => self.send_step(key),
                             }
                         }

@@ -243,7 +243,7 @@ impl Worker {
             n += self.progress_more();
         }
         if self.st.tag.has_dropped_msgs() {
-            self.st.discard_dropped_msgs();
+            self.st.tag_family().discard_dropped_msgs();
         }
         n
     }
@@ -368,7 +368,18 @@ impl Worker {
             n += st.notify_failures();
         }
         if st.rndv.has_reads() {
-            n += st.progress_rndv_gets();
+            let (k, failed) = st.rndv_family().progress_rndv_gets();
+            n += k;
+            if let Some((idx, e)) = failed {
+                st.fail_ep(idx, e);
+            }
+        }
+        while let Some((idx, e)) = st.to_fail.pop() {
+            st.fail_ep(idx, e);
+            n += 1;
+        }
+        if !st.held_done.is_empty() {
+            n += st.settle_held();
         }
         if !st.callbacks_due.is_empty() {
             n += st.run_callbacks();
@@ -404,6 +415,8 @@ impl State {
             || !self.closings.is_empty()
             || !self.failed_notify.is_empty()
             || !self.callbacks_due.is_empty()
+            || !self.held_done.is_empty()
+            || !self.to_fail.is_empty()
             || self.rndv.has_reads()
     }
 }
@@ -460,14 +473,14 @@ impl EventSink for Sink<'_> {
         }
     }
     fn tag_unexp_eager(&mut self, tag: u64, imm: u64, data: &[u8]) {
-        self.st.tm_unexp_eager(tag, imm, data);
+        self.st.tag_family().tm_unexp_eager(tag, imm, data);
     }
     fn tag_unexp_rndv(&mut self, _tag: u64, rndv: uct::RndvRemote<'_>) {
         // The header is the sender's whole RTS message: the software rendezvous takes over.
         self.st.handle_am(am_id::RTS, rndv.header);
     }
     fn tag_recv_done(&mut self, ctx: TagRecvId, tag: u64, imm: u64, len: usize, res: Result<()>) {
-        self.st.tm_recv_done(ctx.0, tag, imm, len, res);
+        self.st.tag_family().tm_recv_done(ctx.0, tag, imm, len, res);
     }
 }
 
@@ -499,14 +512,14 @@ impl State {
             return;
         }
         let r = match kind {
-            COMP_GET => self.get_completed(key),
-            COMP_PUT => self.put_completed(key),
+            COMP_GET => self.rndv_family().get_completed(key),
+            COMP_PUT => self.rndv_family().put_completed(key),
             COMP_ZCOPY => {
                 self.zcopy_completed(key);
                 Ok(())
             }
             crate::tag::offload::COMP_TM => {
-                self.tm_send_done(key, Ok(()));
+                self.tag_family().tm_send_done(key, Ok(()));
                 Ok(())
             }
             COMP_ATOMIC => {

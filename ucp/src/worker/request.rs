@@ -348,7 +348,7 @@ impl Worker {
         if id.wid != self.st.id {
             return Err(foreign());
         }
-        Ok(self.st.cancel(id.key as usize, id.gen))
+        Ok(self.st.tag_family().cancel(id.key as usize, id.gen))
     }
 
     /// True when a token request has finished since the last [`Worker::take_done_tokens`].
@@ -378,7 +378,7 @@ impl Worker {
         if !req.is_of(&self.st.req_shared) {
             return Err(foreign());
         }
-        Ok(self.st.cancel(req.key as usize, req.gen()))
+        Ok(self.st.tag_family().cancel(req.key as usize, req.gen()))
     }
 
     /// Takes a finished request's result, or registers `waker` to be woken by the `progress()`
@@ -691,9 +691,9 @@ impl Core {
 }
 
 impl State {
-    /// Finishes request `key` with `status`: first what a family holds of it (a flush's part
-    /// goes to its parent flush, a tag-offload send's entry is released, an active message
-    /// that came by rendezvous goes to its handler), then [`Core::finish`].
+    /// Finishes request `key` with `status`: first what a family holds of it (a tag-offload
+    /// send's entry is released, an active message that came by rendezvous goes to its
+    /// handler), then [`Core::finish`].
     #[inline]
     pub(crate) fn finish(&mut self, key: usize, status: Result<()>) {
         let Some(r) = self.core.reqs.get(key) else {
@@ -707,13 +707,7 @@ impl State {
             ReqKind::Recv(rv) if rv.rndv.as_ref().is_some_and(|x| x.am.is_some()) => {
                 return self.finish_am_by_rndv(key, status);
             }
-            ReqKind::Flush {
-                parent: Some(p), ..
-            } => {
-                let p = *p;
-                return self.flush_part_done(key, p, status);
-            }
-            ReqKind::Send(s) if s.tm_held => self.tm_send_finishing(key),
+            ReqKind::Send(s) if s.tm_held => self.tag_family().tm_send_finishing(key),
             _ => {}
         }
         self.core.finish(key, status);
@@ -730,23 +724,26 @@ impl State {
             self.am_rndv_received(ep, id, &hdr, status, buf);
         }
     }
-}
 
-/// A send the tag-offload family holds an entry of reached [`Core::finish`] without
-/// [`State::finish`], which cancels the entry: a bug of the family that finished it (its
-/// transport entry outlives the request).
-#[cold]
-#[inline(never)]
-fn tm_held_past_state(key: usize) {
-    debug_assert!(false, "tag-offload send {key} finished past State::finish");
-    tracing::error!("tag-offload send {key} finished without its transport entry released");
+    /// Finishes the requests [`Core::finish`] left to this level (`held_done`) through
+    /// [`State::finish`]. Gives how many.
+    #[cold]
+    pub(crate) fn settle_held(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((key, status)) = self.core.held_done.pop() {
+            self.finish(key, status);
+            n += 1;
+        }
+        n
+    }
 }
 
 impl Core {
-    /// Finishes request `key` with `status`, releasing what the protocol held: the
-    /// completion of a request no family holds anything of (families that may hold
-    /// something go through [`State::finish`]). A request already finished (or freed) is
-    /// left alone. An eager receive whose result goes to a token is queued for
+    /// Finishes request `key` with `status`, releasing what the protocol held. A request
+    /// another family holds part of (a tag-offload send's transport entry, an active message
+    /// that came by rendezvous) is left to [`State::finish`] (queued on `held_done`, which the
+    /// next progress call settles); a flush's part goes to its parent flush. A request
+    /// already finished (or freed) is left alone. An eager receive whose result goes to a token is queued for
     /// `take_done_tokens` at once and its slot freed here (nothing else waits on it), without
     /// a pass through `run_callbacks`.
     #[inline]
@@ -824,22 +821,45 @@ impl Core {
         (buf, am)
     }
 
+    /// [`Core::finish`] of a request another family holds part of: queued for
+    /// [`State::settle_held`] (once).
+    #[cold]
+    #[inline(never)]
+    fn leave_held(&mut self, key: usize, status: Result<()>) {
+        if !self.held_done.iter().any(|&(k, _)| k == key) {
+            self.held_done.push((key, status));
+            self.more_work = true;
+        }
+    }
+
+    /// Has the worker fail endpoint `idx` with `err` on its next progress call: for a family
+    /// that finds it failed (failing it finishes every family's requests on it, which only
+    /// the worker can).
+    #[cold]
+    pub(crate) fn fail_ep_soon(&mut self, idx: usize, err: Error) {
+        self.to_fail.push((idx, err));
+        self.more_work = true;
+    }
+
     /// [`Core::finish`] of any request.
     fn finish_any(&mut self, key: usize, status: Result<()>) {
         let (buf, len, tag, value, recycle) = match &mut self.reqs[key].kind {
+            ReqKind::Recv(rv) if rv.rndv.as_ref().is_some_and(|x| x.am.is_some()) => {
+                return self.leave_held(key, status);
+            }
+            ReqKind::Send(s) if s.tm_held => return self.leave_held(key, status),
+            ReqKind::Flush {
+                parent: Some(p), ..
+            } => {
+                let p = *p;
+                return self.flush_part_done(key, p, status);
+            }
             ReqKind::Recv(rv) => {
                 let (len, tag) = (rv.total, rv.sender_tag);
-                let (buf, am) = self.take_recv_result(key, &status);
-                if let Some((id, _)) = am {
-                    // Only `State::finish` hands such a message out; none reaches here.
-                    tracing::error!("active message {id} received by rendezvous was dropped");
-                }
+                let (buf, _) = self.take_recv_result(key, &status);
                 (buf, len, tag, 0, None)
             }
             ReqKind::Send(s) => {
-                if s.tm_held {
-                    tm_held_past_state(key);
-                }
                 let rndv = s.rndv.take();
                 let data = std::mem::take(&mut s.data).into_vec();
                 let r = if s.give_back {
@@ -885,6 +905,31 @@ impl Core {
         }
         if let Some(v) = recycle {
             self.put_buf(v);
+        }
+    }
+}
+
+/// Status of a receive of capacity `cap` that got all `total` bytes of a message.
+#[inline]
+pub(crate) fn recv_status(total: usize, cap: usize) -> Result<()> {
+    if total > cap {
+        Err(Error::Truncated {
+            len: total,
+            capacity: cap,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+impl Core {
+    /// Finishes receive `key` once all its bytes arrived (eager fragments, rendezvous
+    /// pipeline data), truncated if they did not fit.
+    pub(crate) fn recv_check_done(&mut self, key: usize) {
+        let r = self.recv_mut(key);
+        if r.received >= r.total {
+            let (total, cap) = (r.total, r.buf.len());
+            self.finish(key, recv_status(total, cap));
         }
     }
 }

@@ -13,6 +13,7 @@
 use crate::config::UcpConfig;
 use crate::context::Features;
 use crate::request::Completion;
+use crate::rndv::RndvState;
 use crate::wireup::ProtoConfig;
 use crate::worker::api_types::{CompletionHook, ProtoStats, RecvOkQueue};
 use crate::worker::ep::{Closing, Ep, IfaceInfo, Stamp};
@@ -61,7 +62,7 @@ pub(crate) struct Core {
     pub(super) regions: crate::rma::Regions,
     pub(super) to_connect: Vec<usize>,
     /// Set when something is queued on `to_connect`, `pending_eps`, `flushes`, `closings`,
-    /// `failed_notify`, `callbacks_due` or `rndv.gets` (and left set until `progress` finds them
+    /// `failed_notify`, `callbacks_due`, `held_done`, `to_fail` or `rndv.gets` (and left set until `progress` finds them
     /// all empty
     /// again): one load tells a progress call whether it has queued work.
     pub(super) more_work: bool,
@@ -90,6 +91,15 @@ pub(crate) struct Core {
     pub(super) quarantine: Vec<Vec<u8>>,
     /// Finished requests whose callback or token is due at the end of this progress call.
     pub(super) callbacks_due: Vec<usize>,
+    /// Requests a family finished through [`Core::finish`] while another family still holds
+    /// part of them (a tag-offload send's transport entry, an active message that came by
+    /// rendezvous): [`State::settle_held`] finishes them through [`State::finish`], which
+    /// releases that part first.
+    pub(super) held_done: Vec<(usize, ucs::Result<()>)>,
+    /// Endpoints a family found failed where it cannot fail them itself (failing one
+    /// finishes every family's requests on it): the next progress call fails them
+    /// (see [`Core::fail_ep_soon`]).
+    pub(super) to_fail: Vec<(usize, ucs::Error)>,
     /// Results of token requests, waiting for `take_done_tokens`.
     pub(super) tokens_done: Vec<(u64, Completion)>,
     /// Where the results of hook requests go (`None`: to `tokens_done`, like a token's).
@@ -119,12 +129,10 @@ pub(crate) struct State {
     pub(crate) am: crate::am::state::AmState,
     /// Atomics: how many went which way.
     pub(crate) amo: crate::amo::state::AmoState,
-    /// Tag matching: the matcher and the unexpected messages.
+    /// Tag matching: the matcher, the unexpected messages and tag offload's state.
     pub(crate) tag: crate::tag::state::TagState,
-    /// Tag offload (see `tag_offload`).
-    pub(crate) tm: crate::tag::offload::state::TmState,
     /// Rendezvous: the reads in progress on shared memory.
-    pub(crate) rndv: crate::rndv::RndvState,
+    pub(crate) rndv: RndvState,
 }
 
 impl std::ops::Deref for State {
@@ -142,17 +150,50 @@ impl std::ops::DerefMut for State {
     }
 }
 
-/// What a protocol family's code sees of the worker: the [`Core`] and the family's own state
-/// `S`, nothing of another family's (the compiler checks it). It derefs to the core; the
-/// family's state is `own`. [`State`] lends one per call (`State::amo_family`,
-/// `State::am_family`).
-pub(crate) struct Family<'w, S> {
+/// What a protocol family's code sees of the worker: the [`Core`], the family's own state
+/// `S` (`own`) and the state of the families it calls by design (`ports`: `()` for most; the
+/// tag and active-message families reach the rendezvous family's, see [`TagFamily`] and
+/// [`AmFamily`]), nothing of any other family's (the compiler checks it). It derefs to the
+/// core. [`State`] lends one per call (`State::tag_family`, `State::rndv_family`, ...).
+pub(crate) struct Family<'w, S, P = ()> {
     core: &'w mut Core,
     /// The family's own state.
     pub(crate) own: &'w mut S,
+    /// The other families' state this family's code reaches.
+    pub(crate) ports: P,
 }
 
-impl<S> std::ops::Deref for Family<'_, S> {
+/// The tag family's view (matching, eager, tag offload): it starts rendezvous, so it reaches
+/// the rendezvous family's state.
+pub(crate) type TagFamily<'w> = Family<'w, crate::tag::state::TagState, &'w mut RndvState>;
+
+/// The active-message family's view: it sends and receives large messages by rendezvous.
+pub(crate) type AmFamily<'w> = Family<'w, crate::am::state::AmState, &'w mut RndvState>;
+
+/// The rendezvous family's view.
+pub(crate) type RndvFamily<'w> = Family<'w, RndvState>;
+
+impl<S, P> Family<'_, S, P> {
+    /// The core and the family's own state, borrowed apart.
+    #[inline(always)]
+    pub(crate) fn split(&mut self) -> (&mut Core, &mut S) {
+        (self.core, self.own)
+    }
+}
+
+impl<S> Family<'_, S, &mut RndvState> {
+    /// The rendezvous family's view, lent for one call by a family that starts rendezvous.
+    #[inline(always)]
+    pub(crate) fn rndv(&mut self) -> RndvFamily<'_> {
+        Family {
+            core: self.core,
+            own: self.ports,
+            ports: (),
+        }
+    }
+}
+
+impl<S, P> std::ops::Deref for Family<'_, S, P> {
     type Target = Core;
     #[inline(always)]
     fn deref(&self) -> &Core {
@@ -160,7 +201,7 @@ impl<S> std::ops::Deref for Family<'_, S> {
     }
 }
 
-impl<S> std::ops::DerefMut for Family<'_, S> {
+impl<S, P> std::ops::DerefMut for Family<'_, S, P> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut Core {
         self.core
@@ -170,10 +211,11 @@ impl<S> std::ops::DerefMut for Family<'_, S> {
 impl State {
     /// The active-message family's view of the worker.
     #[inline(always)]
-    pub(crate) fn am_family(&mut self) -> Family<'_, crate::am::state::AmState> {
+    pub(crate) fn am_family(&mut self) -> AmFamily<'_> {
         Family {
             core: &mut self.core,
             own: &mut self.am,
+            ports: &mut self.rndv,
         }
     }
 
@@ -183,6 +225,27 @@ impl State {
         Family {
             core: &mut self.core,
             own: &mut self.amo,
+            ports: (),
+        }
+    }
+
+    /// The tag family's view of the worker.
+    #[inline(always)]
+    pub(crate) fn tag_family(&mut self) -> TagFamily<'_> {
+        Family {
+            core: &mut self.core,
+            own: &mut self.tag,
+            ports: &mut self.rndv,
+        }
+    }
+
+    /// The rendezvous family's view of the worker.
+    #[inline(always)]
+    pub(crate) fn rndv_family(&mut self) -> RndvFamily<'_> {
+        Family {
+            core: &mut self.core,
+            own: &mut self.rndv,
+            ports: (),
         }
     }
 }

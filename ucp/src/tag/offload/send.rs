@@ -19,8 +19,9 @@ use crate::rndv::stages::RndvSend;
 use crate::wire::{am_id, RemoteBuf, RtsHdr};
 use crate::wireup::TM_THRESH;
 use crate::worker::ep::connecting;
+use crate::worker::pending::SendMade;
 use crate::worker::req::{comp_id, ReqKind, SendData, SendStage};
-use crate::worker::state::State;
+use crate::worker::state::TagFamily;
 use crate::worker::EpHandle;
 use std::ptr::NonNull;
 use ucs::{Error, Outcome, Result};
@@ -28,7 +29,7 @@ use uct::Endpoint as _;
 use uct::MemoryDomain as _;
 use uct::{IfaceFlags, Iov, MdFlags};
 
-impl State {
+impl TagFamily<'_> {
     /// Sends an eager message by tag offload when the endpoint's lane offers it and the size
     /// fits; gives the data back otherwise (nothing was sent).
     pub(crate) fn tm_send<'d>(
@@ -38,7 +39,7 @@ impl State {
         data: SendData<'d>,
         rndv: bool,
     ) -> Result<std::result::Result<Op, SendData<'d>>> {
-        if !self.tm.enabled {
+        if !self.own.tm.enabled {
             return Ok(Err(data));
         }
         if rndv {
@@ -62,7 +63,7 @@ impl State {
             if out.is_no_resource() {
                 return Ok(Err(data));
             }
-            self.tm.sent += 1;
+            self.own.tm.sent += 1;
             self.ep_note_tx(idx);
             let buf = match data {
                 SendData::Owned(v) => Some(v),
@@ -93,11 +94,11 @@ impl State {
         )?;
         match out {
             Outcome::Done(()) => {
-                self.tm.sent += 1;
+                self.own.tm.sent += 1;
                 self.finish(key, Ok(()));
             }
             Outcome::InProgress => {
-                self.tm.sent += 1;
+                self.own.tm.sent += 1;
                 self.send_rndv(key).memh = Some(memh);
                 self.send_mut(key).offset = len;
             }
@@ -117,9 +118,9 @@ impl State {
     /// transport pulled.
     pub(crate) fn tm_send_done(&mut self, key: usize, res: Result<()>) {
         let wire = self.wire_id(key);
-        if let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) {
-            self.tm.rndv_ops.swap_remove(i);
-            self.tm.matched_rndv += 1;
+        if let Some(i) = self.own.tm.rndv_ops.iter().position(|o| o.0 == wire) {
+            self.own.tm.rndv_ops.swap_remove(i);
+            self.own.tm.matched_rndv += 1;
         }
         self.finish(key, res);
     }
@@ -127,10 +128,10 @@ impl State {
     /// The receiver took a tag-offload rendezvous in software (unexpected): its ATS finishes the
     /// send, and the transport's operation is canceled.
     pub(crate) fn tm_rndv_ats(&mut self, key: usize, wire: u64) {
-        let Some(i) = self.tm.rndv_ops.iter().position(|o| o.0 == wire) else {
+        let Some(i) = self.own.tm.rndv_ops.iter().position(|o| o.0 == wire) else {
             return;
         };
-        let (_, op, _memh) = self.tm.rndv_ops.swap_remove(i);
+        let (_, op, _memh) = self.own.tm.rndv_ops.swap_remove(i);
         let ep = self.req_get(key).and_then(|r| r.ep());
         if let Some(l) = ep
             .and_then(|idx| self.ep_get_mut(idx))
@@ -151,8 +152,8 @@ impl State {
         let wire = self.wire_id(key);
         self.tm_rndv_ats(key, wire);
         // The transport forgot the memory: the segment may go.
-        if let Some(i) = self.tm.mapped.iter().position(|m| m.wire == wire) {
-            self.tm.mapped.swap_remove(i);
+        if let Some(i) = self.own.tm.mapped.iter().position(|m| m.wire == wire) {
+            self.own.tm.mapped.swap_remove(i);
         }
     }
 
@@ -192,7 +193,7 @@ impl State {
         map: &MemMap,
         offset: usize,
         len: usize,
-    ) -> Result<Op> {
+    ) -> Result<SendMade> {
         let ptr = map.range(offset, len)?;
         self.ep_usable(idx)?;
         let ready = self.ep_ready(idx);
@@ -200,9 +201,9 @@ impl State {
             .ep(idx)
             .proto()
             .is_some_and(|p| len >= p.tag_rndv_thresh);
-        if ready && !rndv && self.tm.enabled && len >= TM_THRESH {
+        if ready && !rndv && self.own.tm.enabled && len >= TM_THRESH {
             if let Some(op) = self.tm_eager_mapped(idx, tag, map, ptr, len)? {
-                return Ok(op);
+                return Ok(SendMade::Done(op));
             }
         }
         let keep = match (ready && rndv).then(|| map.keep_alive()).flatten() {
@@ -215,6 +216,7 @@ impl State {
             }
         };
         self.tm_mapped_rndv(idx, tag, map, ptr, len, keep)
+            .map(SendMade::Done)
     }
 
     /// The rendezvous of [`State::tag_send_mapped`]: an RTS announcing the `len` bytes at `ptr`
@@ -239,7 +241,7 @@ impl State {
         // The handle the AM lane's transport reads the data through: the shared segment
         // itself, or the heap block's registration with that transport.
         let am_memh = keep.handle_for(map, self.iface(li).tl_name);
-        let offload = self.tm.enabled
+        let offload = self.own.tm.enabled
             && a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
             && len <= a.tag.rndv_max_zcopy
             && am_memh.is_some();
@@ -248,7 +250,7 @@ impl State {
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
         let wire = self.wire_id(key);
         self.send_mut(key).tm_held = true;
-        self.tm.mapped.push(MappedSend {
+        self.own.tm.mapped.push(MappedSend {
             wire,
             addr: ptr.as_ptr() as usize,
             len,
@@ -305,8 +307,8 @@ impl State {
                 .map(|o| match o {
                     Outcome::Done(op) => {
                         self.send_mut(key).tm_held = true;
-                        self.tm.rndv_ops.push((wire, op, memh.clone()));
-                        self.tm.sent_rndv += 1;
+                        self.own.tm.rndv_ops.push((wire, op, memh.clone()));
+                        self.own.tm.sent_rndv += 1;
                         true
                     }
                     // `InProgress` carries no operation id: the ordinary path.
@@ -320,7 +322,7 @@ impl State {
             Ok(sent) => sent,
             Err(e) => {
                 // Nothing went out: forget the request.
-                self.tm.mapped.pop();
+                self.own.tm.mapped.pop();
                 let r = self.remove_req(key);
                 if let ReqKind::Send(s) = r.kind {
                     s.data.into_vec().into_iter().for_each(|v| self.put_buf(v));
@@ -340,7 +342,7 @@ impl State {
             let id = self.new_msg_id();
             self.send_mut(key).msg_id = id;
         }
-        self.tm.sent_mapped += 1;
+        self.own.tm.sent_mapped += 1;
         self.stats_mut().rndv_rts += 1;
         if let Some((_, m)) = rma {
             self.send_rndv(key).memh = Some(m);
@@ -395,13 +397,13 @@ impl State {
         };
         match out {
             Ok(Outcome::Done(())) => {
-                self.tm.sent += 1;
+                self.own.tm.sent += 1;
                 self.finish(key, Ok(()));
             }
             Ok(Outcome::InProgress) => {
-                self.tm.sent += 1;
+                self.own.tm.sent += 1;
                 self.send_mut(key).tm_held = true;
-                self.tm.mapped.push(MappedSend {
+                self.own.tm.mapped.push(MappedSend {
                     wire,
                     addr: ptr.as_ptr() as usize,
                     len,
@@ -428,14 +430,14 @@ impl State {
     /// active messages, or the RTS met back-pressure): a send from a mapped segment copies the
     /// data into the request, which then proceeds like any other send.
     pub(crate) fn tm_mapped_materialize(&mut self, key: usize) {
-        if self.tm.mapped.is_empty() {
+        if self.own.tm.mapped.is_empty() {
             return;
         }
         let wire = self.wire_id(key);
-        let Some(i) = self.tm.mapped.iter().position(|m| m.wire == wire) else {
+        let Some(i) = self.own.tm.mapped.iter().position(|m| m.wire == wire) else {
             return;
         };
-        let m = self.tm.mapped.swap_remove(i);
+        let m = self.own.tm.mapped.swap_remove(i);
         let s = self.send_mut(key);
         // SAFETY: `m._keep` keeps the memory alive, and `addr..addr + len` was checked to lie
         // inside it when the send started.
@@ -521,9 +523,9 @@ impl State {
         self.put_scratch(hdr);
         match out? {
             Outcome::Done(op) => {
-                self.tm.sent_rndv += 1;
+                self.own.tm.sent_rndv += 1;
                 self.send_mut(key).tm_held = true;
-                self.tm.rndv_ops.push((wire, op, memh));
+                self.own.tm.rndv_ops.push((wire, op, memh));
                 if let Some(m) = rma_memh {
                     self.send_rndv(key).memh = Some(m);
                 }

@@ -63,8 +63,8 @@ pub(super) struct MappedSend {
     pub(super) _keep: Keep,
 }
 
-impl TmState {
-    pub(crate) fn new() -> Self {
+impl Default for TmState {
+    fn default() -> Self {
         TmState {
             enabled: false,
             iface: None,
@@ -82,7 +82,9 @@ impl TmState {
             sent_mapped: 0,
         }
     }
+}
 
+impl TmState {
     /// Finds the interfaces with tag offload and a receive canceler; the one with the lowest
     /// latency is the tag interface until endpoints connect (see [`TmState::repick`]).
     pub(crate) fn init(&mut self, ifaces: &[AnyIface], info: &[IfaceInfo]) -> Result<()> {
