@@ -21,18 +21,18 @@ use crate::wireup::ProtoConfig;
 use crate::worker::ep::connecting;
 use crate::worker::pending::am_send;
 use crate::worker::req::{zeroed_buf, ReqKind, SendData, SendStage};
-use crate::worker::state::State;
+use crate::worker::state::AmFamily;
 use crate::worker::{EpHandle, Worker};
 use stages::AmSend;
 use ucs::Outcome;
 use ucs::{Error, Result};
 
-/// Largest user header plus data [`State::am_send_short`] gathers on the stack for a
+/// Largest user header plus data [`AmFamily::am_send_short`] gathers on the stack for a
 /// message with a user header (one without goes out from the caller's data): the inline
 /// limit of the shared-memory FIFO element is below it.
 const SHORT_GATHER_MAX: usize = 256;
 
-/// Where [`State::am_send_short`] finds its endpoint.
+/// Where [`AmFamily::am_send_short`] finds its endpoint.
 #[derive(Clone, Copy)]
 pub(crate) enum At {
     /// An endpoint index, already checked.
@@ -60,7 +60,9 @@ impl Worker {
     /// (or above the rendezvous threshold) goes by rendezvous.
     pub fn am_send(&mut self, ep: EpHandle, id: u16, header: &[u8], data: &[u8]) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.am_send(idx, id, header, SendData::Borrowed(data))
+        self.st
+            .am_family()
+            .am_send(idx, id, header, SendData::Borrowed(data))
     }
 
     /// Sends user active message `id` when it goes out at once as one short transport message
@@ -76,7 +78,9 @@ impl Worker {
         header: &[u8],
         data: &[u8],
     ) -> Result<bool> {
-        self.st.am_send_short(At::Handle(ep), id, header, data)
+        self.st
+            .am_family()
+            .am_send_short(At::Handle(ep), id, header, data)
     }
 
     /// Like [`Worker::am_send`], taking the data vector (given back in the completion).
@@ -88,11 +92,13 @@ impl Worker {
         data: Vec<u8>,
     ) -> Result<Op> {
         let idx = self.st.ep_idx(ep)?;
-        self.st.am_send(idx, id, header, SendData::Owned(data))
+        self.st
+            .am_family()
+            .am_send(idx, id, header, SendData::Owned(data))
     }
 }
 
-impl State {
+impl AmFamily<'_> {
     pub(crate) fn deliver_am(&mut self, ep: usize, id: u16, hdr: &[u8], data: Vec<u8>) {
         let Some(gen) = self.ep_gen(ep) else {
             tracing::warn!(id, "active message for an endpoint that is gone dropped");
@@ -103,10 +109,10 @@ impl State {
         self.deliver_am_to(h, id, hdr, data);
     }
 
-    /// [`State::deliver_am`] from endpoint handle `h`.
+    /// [`AmFamily::deliver_am`] from endpoint handle `h`.
     #[inline]
     fn deliver_am_to(&mut self, h: EpHandle, id: u16, hdr: &[u8], data: Vec<u8>) {
-        match self.am.take_whole(id, h, hdr, data) {
+        match self.own.take_whole(id, h, hdr, data) {
             Ok(taken) => self.note_taken(taken),
             Err(data) => {
                 tracing::warn!(
@@ -145,7 +151,7 @@ impl State {
     /// transport call (prefix, [`UserAmHdr`] word, then header and data): the common small
     /// message without a request or a pooled buffer. False when it was not sent (too large,
     /// above the rendezvous threshold, the endpoint not ready, something queued before it, or
-    /// back-pressure): [`State::am_send`] then takes it.
+    /// back-pressure): [`AmFamily::am_send`] then takes it.
     /// The endpoint is `at`: a handle from the client is checked and looked up once, with the
     /// send (an index, already checked, is looked up directly).
     #[inline(always)]
@@ -178,7 +184,7 @@ impl State {
         self.user_am_short2(at, word, &g[..n], fits)
     }
 
-    /// The one `am_short2` of [`State::am_send_short`]: USER_AM with header word `word`.
+    /// The one `am_short2` of [`AmFamily::am_send_short`]: USER_AM with header word `word`.
     #[inline(always)]
     fn user_am_short2(
         &mut self,
@@ -197,12 +203,12 @@ impl State {
     /// allow (see `State::send_step`). Gives false on back-pressure.
     pub(crate) fn am_send_step(&mut self, key: usize) -> Result<bool> {
         if matches!(self.send_mut(key).stage, SendStage::Am(AmSend::Rts)) {
-            return self.rndv_family().send_rts(key);
+            return self.rndv().send_rts(key);
         }
         self.am_eager_step(key)
     }
 
-    /// Sends eager active message `key` (queued by [`State::am_send`]) whatever is queued
+    /// Sends eager active message `key` (queued by [`AmFamily::am_send`]) whatever is queued
     /// behind it, with the head its stage keeps. Gives false on back-pressure.
     fn am_eager_step(&mut self, key: usize) -> Result<bool> {
         let idx = self.req_ep(key)?;
@@ -278,7 +284,7 @@ impl State {
         self.send_rndv(key).am = Some((id, header.to_vec()));
         self.send_mut(key).stage = SendStage::Am(AmSend::Rts);
         let ready = self.ep_ready(idx);
-        if !ready || !self.rndv_family().send_rts(key)? {
+        if !ready || !self.rndv().send_rts(key)? {
             self.queue_req(idx, key);
         }
         Ok(self.op_of(key))
@@ -299,7 +305,7 @@ impl State {
         lend: bool,
     ) -> bool {
         let ep = self.ep_handle(idx, gen);
-        let (am, pool) = self.am_and_pool();
+        let (am, pool) = self.own_and_pool();
         match am.take_eager(h.id, ep, uh, data, lend, || pool.pop().unwrap_or_default()) {
             Taken::No => {
                 tracing::warn!(
@@ -324,7 +330,7 @@ impl State {
         uh: &[u8],
         rts: RtsHdr<'_>,
     ) -> Result<()> {
-        if self.am_family().am_desc_rts(idx, h, uh, &rts)? {
+        if self.am_desc_rts(idx, h, uh, &rts)? {
             return Ok(());
         }
         let len = usize::try_from(rts.len)
@@ -336,7 +342,7 @@ impl State {
         }
         let key = self.new_recv(zeroed_buf(len)?, 0, 0);
         self.recv_rndv(key).am = Some((h.id, uh.to_vec()));
-        self.rndv_family().rndv_recv_start(
+        self.rndv().rndv_recv_start(
             key,
             idx,
             0,

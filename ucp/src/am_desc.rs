@@ -150,7 +150,9 @@ impl Worker {
             // SAFETY: forwarded contract.
             unsafe { std::slice::from_raw_parts(ptr, len) }
         };
-        self.st.am_send(idx, id, header, SendData::Raw(data))
+        self.st
+            .am_family()
+            .am_send(idx, id, header, SendData::Raw(data))
     }
 
     /// Declines the data of a message sent by rendezvous: the sender's request completes and

@@ -117,7 +117,10 @@ impl State {
         let h = UserAmHdr::decode(body).ok()?;
         let rest = &body[UserAmHdr::LEN..];
         let uh = rest.get(..h.hdr_len as usize)?;
-        Some(self.on_user_am(idx, gen, h, uh, &rest[uh.len()..], lend))
+        Some(
+            self.am_family()
+                .on_user_am(idx, gen, h, uh, &rest[uh.len()..], lend),
+        )
     }
 
     /// An EAGER_MIDDLE fragment from a known, usable peer on its usual lane, straight to the
@@ -375,10 +378,10 @@ impl State {
             Msg::Atp(h) => self.rndv_family().on_atp(idx, h),
             Msg::UserAm(h, uh, data) => {
                 let gen = self.ep(idx).gen();
-                self.on_user_am(idx, gen, h, uh, data, false);
+                self.am_family().on_user_am(idx, gen, h, uh, data, false);
                 Ok(())
             }
-            Msg::AmRts(h, uh, rts) => self.on_am_rts(idx, h, uh, rts),
+            Msg::AmRts(h, uh, rts) => self.am_family().on_am_rts(idx, h, uh, rts),
             Msg::AtomicReq(h) => self.amo_family().on_atomic_req(idx, h),
             Msg::AtomicRep(h) => self.amo_family().on_atomic_rep(idx, h),
             Msg::PutReq(h, data) => self.on_put_req(idx, h, data),

@@ -155,7 +155,7 @@ impl State {
             SendStage::Tag(stage) => self.tag_family().tag_send_step(key, idx, stage),
             SendStage::Rndv(stage) => self.rndv_family().rndv_send_step(key, stage),
             SendStage::Stream(stage) => self.stream_send_step(key, stage),
-            SendStage::Am(_) => self.am_send_step(key),
+            SendStage::Am(_) => self.am_family().am_send_step(key),
         }
     }
 

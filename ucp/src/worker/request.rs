@@ -721,7 +721,7 @@ impl State {
         let (buf, am) = self.core.take_recv_result(key, &status);
         self.core.reqs.free(key);
         if let Some((id, hdr)) = am {
-            self.am_rndv_received(ep, id, &hdr, status, buf);
+            self.am_family().am_rndv_received(ep, id, &hdr, status, buf);
         }
     }
 

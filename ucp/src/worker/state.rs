@@ -179,6 +179,13 @@ impl<S, P> Family<'_, S, P> {
     pub(crate) fn split(&mut self) -> (&mut Core, &mut S) {
         (self.core, self.own)
     }
+
+    /// The family's own state beside the buffer pool (for a whole message's copy while the
+    /// family's state is borrowed).
+    #[inline(always)]
+    pub(crate) fn own_and_pool(&mut self) -> (&mut S, &mut Vec<Vec<u8>>) {
+        (self.own, &mut self.core.pool)
+    }
 }
 
 impl<S> Family<'_, S, &mut RndvState> {
@@ -343,14 +350,5 @@ impl Core {
             ReqKind::Recv(r) => Self::rndv_box_in(&mut self.rndv_boxes, &mut r.rndv),
             _ => unreachable!("request {key} is not a receive"),
         }
-    }
-}
-
-impl State {
-    /// The active-message family's state beside the buffer pool (for a whole message's copy
-    /// while the family's table is borrowed).
-    #[inline(always)]
-    pub(crate) fn am_and_pool(&mut self) -> (&mut crate::am::state::AmState, &mut Vec<Vec<u8>>) {
-        (&mut self.am, &mut self.core.pool)
     }
 }
