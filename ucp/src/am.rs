@@ -112,7 +112,7 @@ impl AmFamily<'_> {
     /// [`AmFamily::deliver_am`] from endpoint handle `h`.
     #[inline]
     fn deliver_am_to(&mut self, h: EpHandle, id: u16, hdr: &[u8], data: Vec<u8>) {
-        match self.own.take_whole(id, h, hdr, data) {
+        match self.own().take_whole(id, h, hdr, data) {
             Ok(taken) => self.note_taken(taken),
             Err(data) => {
                 tracing::warn!(

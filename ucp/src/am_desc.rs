@@ -184,7 +184,7 @@ impl AmFamily<'_> {
         uh: &[u8],
         rts: &RtsHdr<'_>,
     ) -> Result<bool> {
-        if !self.own.has_desc(h.id) {
+        if !self.own().has_desc(h.id) {
             return Ok(false);
         }
         let len = usize::try_from(rts.len)
@@ -198,7 +198,7 @@ impl AmFamily<'_> {
             tl: rts.buf.tl.to_owned(),
             rkey: rts.buf.rkey.to_vec(),
         };
-        let taken = self.own.take_rndv(h.id, d.ep, uh, d);
+        let taken = self.own().take_rndv(h.id, d.ep, uh, d);
         self.note_taken(taken);
         Ok(true)
     }

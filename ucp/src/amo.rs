@@ -343,11 +343,11 @@ impl Family<'_, AmoState> {
             };
             match out {
                 Outcome::Done(v) => {
-                    self.own.started_hw();
+                    self.own().started_hw();
                     return Ok(Started::Done(v));
                 }
                 Outcome::InProgress => {
-                    self.own.started_hw();
+                    self.own().started_hw();
                     let key = self.new_req(Some(idx), ReqKind::Atomic { value: 0 });
                     debug_assert_eq!(self.wire_id(key), wire);
                     return Ok(Started::Req(key));
@@ -360,7 +360,7 @@ impl Family<'_, AmoState> {
         if let Some(k) = rkey.rma.as_ref().or(rkey.amo.as_ref()) {
             k.check(addr, bytes as usize)?;
         }
-        self.own.started_emulated();
+        self.own().started_emulated();
         let key = fetch.then(|| self.new_req(Some(idx), ReqKind::Atomic { value: 0 }));
         let req = match key {
             Some(k) => self.peer_id(idx, k),

@@ -257,7 +257,7 @@ impl RndvFamily<'_> {
         match run {
             ZcopyRun::Blocked => return Ok(false),
             ZcopyRun::Paused => {
-                self.own.queue_read(key, wire);
+                self.own().queue_read(key, wire);
                 self.note_queued_work();
                 return Ok(true);
             }
@@ -275,7 +275,7 @@ impl RndvFamily<'_> {
     /// the number of reads stepped, and the endpoint to fail with the error of a read that
     /// failed (the request is finished with it here; failing the endpoint is the worker's).
     pub(crate) fn progress_rndv_gets(&mut self) -> (usize, Option<(usize, Error)>) {
-        let Some((key, wire)) = self.own.next_read() else {
+        let Some((key, wire)) = self.own().next_read() else {
             return (0, None);
         };
         let live = self.req_by_wire(wire) == Some(key)

@@ -152,7 +152,7 @@ pub(crate) fn after_post(ifaces: &mut [AnyIface], st: &mut TagFamily<'_>, key: u
     if try_post(ifaces, st, tag, mask, ptr, len, wire) {
         return;
     }
-    st.own.tm.sw_only += 1;
+    st.own().tm.sw_only += 1;
 }
 
 /// Posts a receive to the tag interface when one is picked and takes it (see
@@ -169,12 +169,12 @@ fn try_post(
 ) -> bool {
     // The checks that do not depend on the tag interface first: a small or wildcard receive
     // (most of them) costs no interface pick.
-    if mask != crate::tag_match::EXACT || st.own.tm.sw_only > 0 || len < TM_THRESH {
+    if mask != crate::tag_match::EXACT || st.own().tm.sw_only > 0 || len < TM_THRESH {
         return false;
     }
     let (core, own) = st.split();
     own.tm.repick(core.iface_users());
-    let tm = &st.own.tm;
+    let tm = &st.own_ref().tm;
     let Some((ti, _)) = tm.iface.as_ref() else {
         return false;
     };
@@ -200,7 +200,7 @@ fn try_post(
     let r = ifaces[ti].tag_recv_zcopy(tag, mask, &[Iov::whole(&memh)], TagRecvId(wire));
     match r {
         Ok(Outcome::InProgress) => {
-            st.own.tm.posted.push((wire, memh));
+            st.own().tm.posted.push((wire, memh));
             true
         }
         _ => false,
@@ -213,7 +213,7 @@ impl TagFamily<'_> {
     /// already matched it.
     #[inline]
     pub(crate) fn tm_unpost(&mut self, wire: u64) -> std::result::Result<bool, ()> {
-        if self.own.tm.posted.is_empty() {
+        if self.own().tm.posted.is_empty() {
             return Ok(false);
         }
         self.tm_unpost_posted(wire)
@@ -222,15 +222,15 @@ impl TagFamily<'_> {
     /// [`State::tm_unpost`] when some receive is posted to the transport.
     #[inline(never)]
     fn tm_unpost_posted(&mut self, wire: u64) -> std::result::Result<bool, ()> {
-        let Some(i) = self.own.tm.posted.iter().position(|p| p.0 == wire) else {
+        let Some(i) = self.own().tm.posted.iter().position(|p| p.0 == wire) else {
             return Ok(false);
         };
-        let Some((_, c)) = self.own.tm.iface.as_ref() else {
+        let Some((_, c)) = self.own().tm.iface.as_ref() else {
             return Ok(false);
         };
         match c.cancel(TagRecvId(wire), true) {
             Ok(()) => {
-                self.own.tm.posted.swap_remove(i);
+                self.own().tm.posted.swap_remove(i);
                 Ok(true)
             }
             Err(_) => Err(()),
@@ -241,7 +241,7 @@ impl TagFamily<'_> {
     pub(crate) fn tm_arrive(&mut self, tag: u64, uid: u64) -> Option<u64> {
         let wire = self.tm_match(tag);
         if wire.is_none() {
-            self.own.matcher.push_unexpected(tag, uid);
+            self.own().matcher.push_unexpected(tag, uid);
         }
         wire
     }
@@ -251,9 +251,9 @@ impl TagFamily<'_> {
     /// caller queues it as unexpected when there is none.
     #[inline(always)]
     pub(crate) fn tm_match(&mut self, tag: u64) -> Option<u64> {
-        let wire = self.own.matcher.match_expected(tag)?;
-        if self.own.tm.posted.is_empty() {
-            self.own.tm.sw_only = self.own.tm.sw_only.saturating_sub(1);
+        let wire = self.own().matcher.match_expected(tag)?;
+        if self.own().tm.posted.is_empty() {
+            self.own().tm.sw_only = self.own().tm.sw_only.saturating_sub(1);
             return Some(wire);
         }
         self.tm_match_posted(tag, wire)
@@ -267,11 +267,11 @@ impl TagFamily<'_> {
             match self.tm_unpost_posted(wire) {
                 Ok(true) => return Some(wire),
                 Ok(false) => {
-                    self.own.tm.sw_only = self.own.tm.sw_only.saturating_sub(1);
+                    self.own().tm.sw_only = self.own().tm.sw_only.saturating_sub(1);
                     return Some(wire);
                 }
                 // The transport matched it with an earlier message: try the next receive.
-                Err(()) => wire = self.own.matcher.match_expected(tag)?,
+                Err(()) => wire = self.own().matcher.match_expected(tag)?,
             }
         }
     }
@@ -285,7 +285,7 @@ impl TagFamily<'_> {
     /// After receive `wire` left the matcher by cancel.
     pub(crate) fn tm_after_cancel(&mut self, offloaded: bool) {
         if !offloaded {
-            self.own.tm.sw_only = self.own.tm.sw_only.saturating_sub(1);
+            self.own().tm.sw_only = self.own().tm.sw_only.saturating_sub(1);
         }
     }
 
@@ -313,8 +313,8 @@ impl TagFamily<'_> {
         len: usize,
         res: Result<()>,
     ) {
-        if let Some(i) = self.own.tm.posted.iter().position(|p| p.0 == wire) {
-            self.own.tm.posted.swap_remove(i);
+        if let Some(i) = self.own().tm.posted.iter().position(|p| p.0 == wire) {
+            self.own().tm.posted.swap_remove(i);
         }
         let Some(key) = self.req_by_wire(wire) else {
             return;
@@ -322,7 +322,7 @@ impl TagFamily<'_> {
         if !matches!(self.req(key).kind, ReqKind::Recv(_)) {
             return;
         }
-        self.own.tm.matched += 1;
+        self.own().tm.matched += 1;
         if let Some(idx) = self.ep_of_peer(imm) {
             self.req_mut(key).set_ep(idx);
             self.ep_note_rx(idx);
@@ -332,7 +332,7 @@ impl TagFamily<'_> {
             (r.tag, r.mask)
         };
         // Still in the matcher unless a software arrival skipped it (see `tm_arrive`).
-        self.own.matcher.cancel(rtag, rmask, wire);
+        self.own().matcher.cancel(rtag, rmask, wire);
         let r = self.recv_mut(key);
         r.sender_tag = tag;
         r.total = len;
@@ -346,7 +346,7 @@ impl TagFamily<'_> {
     /// wins.
     pub(crate) fn tm_adjust_proto(&mut self, li: usize, p: &mut ProtoConfig) {
         let a = &self.iface(li).attr;
-        if self.own.tm.enabled
+        if self.own_ref().tm.enabled
             && self.config().rndv_thresh.is_none()
             && a.flags
                 .contains(IfaceFlags::TAG_EAGER_BCOPY | IfaceFlags::TAG_EAGER_ZCOPY)
@@ -358,7 +358,7 @@ impl TagFamily<'_> {
         // Receives from this size on may get a rendezvous through the transport: from memory
         // the sender mapped (see `tm_mapped_rndv`) at any rendezvous size, otherwise above the
         // AM pipeline's range.
-        self.own.tm.note_rndv_thresh(p.tag_rndv_thresh);
+        self.own().tm.note_rndv_thresh(p.tag_rndv_thresh);
     }
 }
 

@@ -14,8 +14,8 @@ impl TagFamily<'_> {
     /// request that the worker frees when it ends).
     #[cold]
     pub(crate) fn discard_dropped_msgs(&mut self) {
-        for uid in self.own.msg_drops.take() {
-            if self.own.take_failed_msg(uid).is_some() {
+        for uid in self.own().msg_drops.take() {
+            if self.own().take_failed_msg(uid).is_some() {
                 continue;
             }
             // The receive's own result (truncated) is of no interest: dropping its request

@@ -33,7 +33,7 @@ impl TagFamily<'_> {
         let gen = self.last_req_gen();
         let wire = (gen as u64) << 32 | key as u64;
         debug_assert_eq!(wire, self.wire_id(key));
-        self.own.matcher.queue(tag, mask, wire);
+        self.own().matcher.queue(tag, mask, wire);
         (key, gen)
     }
 
@@ -51,7 +51,7 @@ impl TagFamily<'_> {
         if uid as u64 & SMALL_UID != 0 {
             return self.recv_small_now(buf, uid as u64);
         }
-        let u = self.own.unexp.remove(uid);
+        let u = self.own().unexp.remove(uid);
         let (total, sreq) = match u.kind {
             UnexpKind::Inline { len, data, sreq } => {
                 let len = usize::from(len).min(UNEXP_INLINE);
@@ -85,14 +85,14 @@ impl TagFamily<'_> {
     /// [`State::recv_unexp_now`] of a small message ([`SMALL_UID`]): copied, finished at once.
     #[inline(always)]
     fn recv_small_now(&mut self, mut buf: RecvBuf, uid: u64) -> Op {
-        let Some(e) = self.own.small_unexp.get(uid) else {
+        let Some(e) = self.own().small_unexp.get(uid) else {
             return Op::Done(Completion::failed(Error::InvalidParam(
                 "the unexpected message is gone".into(),
             )));
         };
         let (total, tag) = (usize::from(e.len), e.tag);
         copy_in(&mut buf, &e.data[..total]);
-        self.own.small_unexp.free(uid);
+        self.own().small_unexp.free(uid);
         let cap = buf.len();
         Op::Done(Completion {
             status: recv_status(total, cap),
@@ -114,7 +114,7 @@ impl TagFamily<'_> {
 
     /// Length of general unexpected message `uid` (not a small one).
     pub(crate) fn unexp_len(&self, uid: usize) -> usize {
-        match &self.own.unexp[uid].kind {
+        match &self.own_ref().unexp[uid].kind {
             UnexpKind::Inline { len, .. } => usize::from(*len),
             UnexpKind::Eager { total, .. } => *total,
             UnexpKind::Held(held) => held.data().len(),
@@ -151,7 +151,7 @@ impl TagFamily<'_> {
             .into_iter()
             .filter(|&(k, g)| self.unpost(k, g, err.clone()))
             .count();
-        self.own.recv_failure = Some(err);
+        self.own().recv_failure = Some(err);
         n
     }
 
@@ -169,7 +169,7 @@ impl TagFamily<'_> {
         let Some(offloaded) = self.tm_before_cancel(wire) else {
             return false;
         };
-        if self.own.matcher.cancel(tag, mask, wire) {
+        if self.own().matcher.cancel(tag, mask, wire) {
             self.tm_after_cancel(offloaded);
             self.finish(key, Err(err));
             true
@@ -181,13 +181,13 @@ impl TagFamily<'_> {
     /// Delivers unexpected message `uid` to receive `key`.
     pub(crate) fn recv_from_unexp(&mut self, key: usize, uid: usize) {
         if uid as u64 & SMALL_UID != 0 {
-            let Some(&e) = self.own.small_unexp.get(uid as u64) else {
+            let Some(&e) = self.own().small_unexp.get(uid as u64) else {
                 return self.finish(
                     key,
                     Err(Error::InvalidParam("the unexpected message is gone".into())),
                 );
             };
-            self.own.small_unexp.free(uid as u64);
+            self.own().small_unexp.free(uid as u64);
             let len = usize::from(e.len);
             self.req_mut(key).set_ep(e.ep as usize);
             let r = self.recv_mut(key);
@@ -198,7 +198,7 @@ impl TagFamily<'_> {
             r.received = len;
             return self.recv_check_done(key);
         }
-        let u = self.own.unexp.remove(uid);
+        let u = self.own().unexp.remove(uid);
         self.deliver_unexp(key, u);
     }
 
@@ -220,7 +220,7 @@ impl TagFamily<'_> {
             r.received = data.len();
             match u.msg_key {
                 Some(mk) => {
-                    st.own.assembling.insert(mk, Target::Req(key));
+                    st.own().assembling.insert(mk, Target::Req(key));
                 }
                 None => st.recv_check_done(key),
             }
@@ -391,7 +391,7 @@ impl TagFamily<'_> {
             r.received = data.len();
         }
         if let Some(m) = msg_id {
-            self.own.assembling.insert((src, m), Target::Req(key));
+            self.own().assembling.insert((src, m), Target::Req(key));
         }
     }
 
@@ -400,21 +400,21 @@ impl TagFamily<'_> {
     /// copied into a small entry (see `small`).
     #[inline(always)]
     fn eager_unexpected_inline(&mut self, idx: usize, tag: u64, data: &[u8]) {
-        let uid = self.own.small_unexp.insert(idx, tag, data);
-        self.own.matcher.push_unexpected(tag, uid);
+        let uid = self.own().small_unexp.insert(idx, tag, data);
+        self.own().matcher.push_unexpected(tag, uid);
     }
 
     /// [`State::eager_arrived`] of a whole message without acknowledgement that matched no
     /// posted receive and stays in the transport's receive buffer `held` while it waits.
     #[inline(never)]
     fn eager_unexpected_held(&mut self, idx: usize, tag: u64, held: uct::HeldBuf) {
-        let uid = self.own.unexp.insert(Unexp {
+        let uid = self.own().unexp.insert(Unexp {
             ep: idx,
             tag,
             kind: UnexpKind::Held(held),
             msg_key: None,
         });
-        self.own.matcher.push_unexpected(tag, uid as u64);
+        self.own().matcher.push_unexpected(tag, uid as u64);
     }
 
     /// [`State::eager_arrived`] that matched no posted receive: the message waits in the
@@ -454,20 +454,20 @@ impl TagFamily<'_> {
         } else {
             msg_id.map(|m| (src, m))
         };
-        let uid = self.own.unexp.insert(Unexp {
+        let uid = self.own().unexp.insert(Unexp {
             ep: idx,
             tag,
             kind,
             msg_key,
         });
-        self.own.matcher.push_unexpected(tag, uid as u64);
+        self.own().matcher.push_unexpected(tag, uid as u64);
         if let Some(mk) = msg_key {
-            self.own.assembling.insert(mk, Target::Unexp(uid));
+            self.own().assembling.insert(mk, Target::Unexp(uid));
         }
     }
 
     pub(crate) fn eager_middle(&mut self, src: u64, h: FragHdr, data: &[u8]) -> Result<()> {
-        let Some(&t) = self.own.assembling.get(&(src, h.id)) else {
+        let Some(&t) = self.own().assembling.get(&(src, h.id)) else {
             return Err(Error::Wire(format!(
                 "fragment of unknown message {} (no first fragment)",
                 h.id
@@ -479,7 +479,7 @@ impl TagFamily<'_> {
                 let r = match self.req_get_mut(key).map(|r| &mut r.kind) {
                     Some(ReqKind::Recv(r)) => r,
                     _ => {
-                        self.own.assembling.remove(&(src, h.id));
+                        self.own().assembling.remove(&(src, h.id));
                         return Ok(());
                     }
                 };
@@ -499,12 +499,12 @@ impl TagFamily<'_> {
                 }
                 r.received += data.len();
                 if r.received >= r.total {
-                    self.own.assembling.remove(&(src, h.id));
+                    self.own().assembling.remove(&(src, h.id));
                     self.recv_check_done(key);
                 }
             }
             Target::Unexp(uid) => {
-                let u = &mut self.own.unexp[uid];
+                let u = &mut self.own().unexp[uid];
                 let UnexpKind::Eager {
                     data: buf, total, ..
                 } = &mut u.kind
@@ -523,7 +523,7 @@ impl TagFamily<'_> {
                 extend_payload(buf, data);
                 if buf.len() >= *total {
                     u.msg_key = None;
-                    self.own.assembling.remove(&(src, h.id));
+                    self.own().assembling.remove(&(src, h.id));
                 }
             }
         }
@@ -540,7 +540,7 @@ impl TagFamily<'_> {
     ) -> Result<()> {
         let total = usize::try_from(h.total_len)
             .map_err(|_| Error::Wire("message length overflows".into()))?;
-        if self.own.assembling.contains_key(&(src, h.msg_id)) {
+        if self.own().assembling.contains_key(&(src, h.msg_id)) {
             return Err(Error::Wire(format!(
                 "first fragment of message {} repeated",
                 h.msg_id
@@ -554,7 +554,7 @@ impl TagFamily<'_> {
     pub(crate) fn on_rts(&mut self, idx: usize, h: RtsHdr<'_>) -> Result<()> {
         let len = usize::try_from(h.len)
             .map_err(|_| Error::Wire("rendezvous length overflows".into()))?;
-        let uid = self.own.next_unexp_id();
+        let uid = self.own().next_unexp_id();
         match self.tm_arrive(h.tag, uid as u64) {
             Some(wire) => match self.req_by_wire(wire) {
                 Some(key) => self.rndv().rndv_recv_start(
@@ -564,7 +564,7 @@ impl TagFamily<'_> {
             },
             None => {
                 let b = &h.buf;
-                self.own
+                self.own()
                     .park_rts(idx, h.tag, h.sreq, len, b.addr, b.tl, b.rkey);
                 Ok(())
             }

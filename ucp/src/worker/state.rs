@@ -150,68 +150,119 @@ impl std::ops::DerefMut for State {
     }
 }
 
-/// What a protocol family's code sees of the worker: the [`Core`], the family's own state
-/// `S` (`own`) and the state of the families it calls by design (`ports`: `()` for most; the
-/// tag and active-message families reach the rendezvous family's, see [`TagFamily`] and
-/// [`AmFamily`]), nothing of any other family's (the compiler checks it). It derefs to the
-/// core. [`State`] lends one per call (`State::tag_family`, `State::rndv_family`, ...).
-pub(crate) struct Family<'w, S, P = ()> {
-    core: &'w mut Core,
-    /// The family's own state.
-    pub(crate) own: &'w mut S,
-    /// The other families' state this family's code reaches.
-    pub(crate) ports: P,
+/// What a protocol family's code sees of the worker: the [`Core`] (it derefs to it), the
+/// family's own state `S` ([`Family::own`]) and, for the families that call the rendezvous
+/// family by design (tag and active messages), that family's view ([`Family::rndv`]);
+/// nothing of any other family's (the compiler checks it). [`State`] lends one per call
+/// (`State::tag_family`, `State::rndv_family`, ...).
+///
+/// A view is one pointer to the worker's state, as a `&mut State` is: what it may reach is
+/// said by its methods, not by its fields, so lending one costs nothing on the data path (a
+/// view of three references cost the receive path 4 instructions per message, built on the
+/// stack for each call it was passed to).
+pub(crate) struct Family<'w, S> {
+    st: &'w mut State,
+    own: std::marker::PhantomData<fn(&mut S)>,
 }
 
-/// The tag family's view (matching, eager, tag offload): it starts rendezvous, so it reaches
-/// the rendezvous family's state.
-pub(crate) type TagFamily<'w> = Family<'w, crate::tag::state::TagState, &'w mut RndvState>;
+/// A family's state within [`State`] ([`Family::own`] for the family `S`).
+pub(crate) trait FamilyState: Sized {
+    /// This family's state and the core, borrowed apart.
+    fn parts(st: &mut State) -> (&mut Core, &mut Self);
+    /// This family's state, to read.
+    fn part(st: &State) -> &Self;
+}
+
+macro_rules! family_state {
+    ($ty:ty, $field:ident) => {
+        impl FamilyState for $ty {
+            #[inline(always)]
+            fn parts(st: &mut State) -> (&mut Core, &mut Self) {
+                (&mut st.core, &mut st.$field)
+            }
+            #[inline(always)]
+            fn part(st: &State) -> &Self {
+                &st.$field
+            }
+        }
+    };
+}
+family_state!(crate::tag::state::TagState, tag);
+family_state!(crate::am::state::AmState, am);
+family_state!(crate::amo::state::AmoState, amo);
+family_state!(RndvState, rndv);
+
+/// The tag family's view (matching, eager, tag offload): it starts rendezvous.
+pub(crate) type TagFamily<'w> = Family<'w, crate::tag::state::TagState>;
 
 /// The active-message family's view: it sends and receives large messages by rendezvous.
-pub(crate) type AmFamily<'w> = Family<'w, crate::am::state::AmState, &'w mut RndvState>;
+pub(crate) type AmFamily<'w> = Family<'w, crate::am::state::AmState>;
 
 /// The rendezvous family's view.
 pub(crate) type RndvFamily<'w> = Family<'w, RndvState>;
 
-impl<S, P> Family<'_, S, P> {
+impl<'w, S: FamilyState> Family<'w, S> {
+    /// The view of family `S` of `st`.
+    #[inline(always)]
+    fn of(st: &'w mut State) -> Self {
+        Family {
+            st,
+            own: std::marker::PhantomData,
+        }
+    }
+
+    /// The family's own state.
+    #[inline(always)]
+    pub(crate) fn own(&mut self) -> &mut S {
+        S::parts(self.st).1
+    }
+
+    /// The family's own state, to read.
+    #[inline(always)]
+    pub(crate) fn own_ref(&self) -> &S {
+        S::part(self.st)
+    }
+
     /// The core and the family's own state, borrowed apart.
     #[inline(always)]
     pub(crate) fn split(&mut self) -> (&mut Core, &mut S) {
-        (self.core, self.own)
+        S::parts(self.st)
     }
 
     /// The family's own state beside the buffer pool (for a whole message's copy while the
     /// family's state is borrowed).
     #[inline(always)]
     pub(crate) fn own_and_pool(&mut self) -> (&mut S, &mut Vec<Vec<u8>>) {
-        (self.own, &mut self.core.pool)
+        let (core, own) = S::parts(self.st);
+        (own, &mut core.pool)
     }
 }
 
-impl<S> Family<'_, S, &mut RndvState> {
-    /// The rendezvous family's view, lent for one call by a family that starts rendezvous.
+/// The families that start rendezvous (tag, active messages) reach that family's view.
+pub(crate) trait StartsRndv {}
+impl StartsRndv for crate::tag::state::TagState {}
+impl StartsRndv for crate::am::state::AmState {}
+
+impl<S: StartsRndv> Family<'_, S> {
+    /// The rendezvous family's view, lent for one call.
     #[inline(always)]
     pub(crate) fn rndv(&mut self) -> RndvFamily<'_> {
-        Family {
-            core: self.core,
-            own: self.ports,
-            ports: (),
-        }
+        Family::of(self.st)
     }
 }
 
-impl<S, P> std::ops::Deref for Family<'_, S, P> {
+impl<S> std::ops::Deref for Family<'_, S> {
     type Target = Core;
     #[inline(always)]
     fn deref(&self) -> &Core {
-        self.core
+        &self.st.core
     }
 }
 
-impl<S, P> std::ops::DerefMut for Family<'_, S, P> {
+impl<S> std::ops::DerefMut for Family<'_, S> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut Core {
-        self.core
+        &mut self.st.core
     }
 }
 
@@ -219,41 +270,25 @@ impl State {
     /// The active-message family's view of the worker.
     #[inline(always)]
     pub(crate) fn am_family(&mut self) -> AmFamily<'_> {
-        Family {
-            core: &mut self.core,
-            own: &mut self.am,
-            ports: &mut self.rndv,
-        }
+        Family::of(self)
     }
 
     /// The atomics family's view of the worker.
     #[inline(always)]
     pub(crate) fn amo_family(&mut self) -> Family<'_, crate::amo::state::AmoState> {
-        Family {
-            core: &mut self.core,
-            own: &mut self.amo,
-            ports: (),
-        }
+        Family::of(self)
     }
 
     /// The tag family's view of the worker.
     #[inline(always)]
     pub(crate) fn tag_family(&mut self) -> TagFamily<'_> {
-        Family {
-            core: &mut self.core,
-            own: &mut self.tag,
-            ports: &mut self.rndv,
-        }
+        Family::of(self)
     }
 
     /// The rendezvous family's view of the worker.
     #[inline(always)]
     pub(crate) fn rndv_family(&mut self) -> RndvFamily<'_> {
-        Family {
-            core: &mut self.core,
-            own: &mut self.rndv,
-            ports: (),
-        }
+        Family::of(self)
     }
 }
 

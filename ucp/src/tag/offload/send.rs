@@ -39,7 +39,7 @@ impl TagFamily<'_> {
         data: SendData<'d>,
         rndv: bool,
     ) -> Result<std::result::Result<Op, SendData<'d>>> {
-        if !self.own.tm.enabled {
+        if !self.own().tm.enabled {
             return Ok(Err(data));
         }
         if rndv {
@@ -63,7 +63,7 @@ impl TagFamily<'_> {
             if out.is_no_resource() {
                 return Ok(Err(data));
             }
-            self.own.tm.sent += 1;
+            self.own().tm.sent += 1;
             self.ep_note_tx(idx);
             let buf = match data {
                 SendData::Owned(v) => Some(v),
@@ -94,11 +94,11 @@ impl TagFamily<'_> {
         )?;
         match out {
             Outcome::Done(()) => {
-                self.own.tm.sent += 1;
+                self.own().tm.sent += 1;
                 self.finish(key, Ok(()));
             }
             Outcome::InProgress => {
-                self.own.tm.sent += 1;
+                self.own().tm.sent += 1;
                 self.send_rndv(key).memh = Some(memh);
                 self.send_mut(key).offset = len;
             }
@@ -118,9 +118,9 @@ impl TagFamily<'_> {
     /// transport pulled.
     pub(crate) fn tm_send_done(&mut self, key: usize, res: Result<()>) {
         let wire = self.wire_id(key);
-        if let Some(i) = self.own.tm.rndv_ops.iter().position(|o| o.0 == wire) {
-            self.own.tm.rndv_ops.swap_remove(i);
-            self.own.tm.matched_rndv += 1;
+        if let Some(i) = self.own().tm.rndv_ops.iter().position(|o| o.0 == wire) {
+            self.own().tm.rndv_ops.swap_remove(i);
+            self.own().tm.matched_rndv += 1;
         }
         self.finish(key, res);
     }
@@ -128,10 +128,10 @@ impl TagFamily<'_> {
     /// The receiver took a tag-offload rendezvous in software (unexpected): its ATS finishes the
     /// send, and the transport's operation is canceled.
     pub(crate) fn tm_rndv_ats(&mut self, key: usize, wire: u64) {
-        let Some(i) = self.own.tm.rndv_ops.iter().position(|o| o.0 == wire) else {
+        let Some(i) = self.own().tm.rndv_ops.iter().position(|o| o.0 == wire) else {
             return;
         };
-        let (_, op, _memh) = self.own.tm.rndv_ops.swap_remove(i);
+        let (_, op, _memh) = self.own().tm.rndv_ops.swap_remove(i);
         let ep = self.req_get(key).and_then(|r| r.ep());
         if let Some(l) = ep
             .and_then(|idx| self.ep_get_mut(idx))
@@ -152,8 +152,8 @@ impl TagFamily<'_> {
         let wire = self.wire_id(key);
         self.tm_rndv_ats(key, wire);
         // The transport forgot the memory: the segment may go.
-        if let Some(i) = self.own.tm.mapped.iter().position(|m| m.wire == wire) {
-            self.own.tm.mapped.swap_remove(i);
+        if let Some(i) = self.own().tm.mapped.iter().position(|m| m.wire == wire) {
+            self.own().tm.mapped.swap_remove(i);
         }
     }
 
@@ -201,7 +201,7 @@ impl TagFamily<'_> {
             .ep(idx)
             .proto()
             .is_some_and(|p| len >= p.tag_rndv_thresh);
-        if ready && !rndv && self.own.tm.enabled && len >= TM_THRESH {
+        if ready && !rndv && self.own().tm.enabled && len >= TM_THRESH {
             if let Some(op) = self.tm_eager_mapped(idx, tag, map, ptr, len)? {
                 return Ok(SendMade::Done(op));
             }
@@ -241,7 +241,7 @@ impl TagFamily<'_> {
         // The handle the AM lane's transport reads the data through: the shared segment
         // itself, or the heap block's registration with that transport.
         let am_memh = keep.handle_for(map, self.iface(li).tl_name);
-        let offload = self.own.tm.enabled
+        let offload = self.own_ref().tm.enabled
             && a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
             && len <= a.tag.rndv_max_zcopy
             && am_memh.is_some();
@@ -250,7 +250,7 @@ impl TagFamily<'_> {
         let key = self.new_send(idx, tag, SendData::Borrowed(&[]), false);
         let wire = self.wire_id(key);
         self.send_mut(key).tm_held = true;
-        self.own.tm.mapped.push(MappedSend {
+        self.own().tm.mapped.push(MappedSend {
             wire,
             addr: ptr.as_ptr() as usize,
             len,
@@ -307,8 +307,8 @@ impl TagFamily<'_> {
                 .map(|o| match o {
                     Outcome::Done(op) => {
                         self.send_mut(key).tm_held = true;
-                        self.own.tm.rndv_ops.push((wire, op, memh.clone()));
-                        self.own.tm.sent_rndv += 1;
+                        self.own().tm.rndv_ops.push((wire, op, memh.clone()));
+                        self.own().tm.sent_rndv += 1;
                         true
                     }
                     // `InProgress` carries no operation id: the ordinary path.
@@ -322,7 +322,7 @@ impl TagFamily<'_> {
             Ok(sent) => sent,
             Err(e) => {
                 // Nothing went out: forget the request.
-                self.own.tm.mapped.pop();
+                self.own().tm.mapped.pop();
                 let r = self.remove_req(key);
                 if let ReqKind::Send(s) = r.kind {
                     s.data.into_vec().into_iter().for_each(|v| self.put_buf(v));
@@ -342,7 +342,7 @@ impl TagFamily<'_> {
             let id = self.new_msg_id();
             self.send_mut(key).msg_id = id;
         }
-        self.own.tm.sent_mapped += 1;
+        self.own().tm.sent_mapped += 1;
         self.stats_mut().rndv_rts += 1;
         if let Some((_, m)) = rma {
             self.send_rndv(key).memh = Some(m);
@@ -397,13 +397,13 @@ impl TagFamily<'_> {
         };
         match out {
             Ok(Outcome::Done(())) => {
-                self.own.tm.sent += 1;
+                self.own().tm.sent += 1;
                 self.finish(key, Ok(()));
             }
             Ok(Outcome::InProgress) => {
-                self.own.tm.sent += 1;
+                self.own().tm.sent += 1;
                 self.send_mut(key).tm_held = true;
-                self.own.tm.mapped.push(MappedSend {
+                self.own().tm.mapped.push(MappedSend {
                     wire,
                     addr: ptr.as_ptr() as usize,
                     len,
@@ -430,14 +430,14 @@ impl TagFamily<'_> {
     /// active messages, or the RTS met back-pressure): a send from a mapped segment copies the
     /// data into the request, which then proceeds like any other send.
     pub(crate) fn tm_mapped_materialize(&mut self, key: usize) {
-        if self.own.tm.mapped.is_empty() {
+        if self.own().tm.mapped.is_empty() {
             return;
         }
         let wire = self.wire_id(key);
-        let Some(i) = self.own.tm.mapped.iter().position(|m| m.wire == wire) else {
+        let Some(i) = self.own().tm.mapped.iter().position(|m| m.wire == wire) else {
             return;
         };
-        let m = self.own.tm.mapped.swap_remove(i);
+        let m = self.own().tm.mapped.swap_remove(i);
         let s = self.send_mut(key);
         // SAFETY: `m._keep` keeps the memory alive, and `addr..addr + len` was checked to lie
         // inside it when the send started.
@@ -523,9 +523,9 @@ impl TagFamily<'_> {
         self.put_scratch(hdr);
         match out? {
             Outcome::Done(op) => {
-                self.own.tm.sent_rndv += 1;
+                self.own().tm.sent_rndv += 1;
                 self.send_mut(key).tm_held = true;
-                self.own.tm.rndv_ops.push((wire, op, memh));
+                self.own().tm.rndv_ops.push((wire, op, memh));
                 if let Some(m) = rma_memh {
                     self.send_rndv(key).memh = Some(m);
                 }
