@@ -276,6 +276,8 @@ impl Worker {
                     client_queued: 0,
                     closings: Vec::new(),
                     protos: Vec::new(),
+                    min_tag_rndv: usize::MAX,
+                    tm_enabled: crate::config::TM_ENABLE.bool()?,
                 },
                 am: Default::default(),
                 tag: Default::default(),
@@ -293,7 +295,9 @@ impl Worker {
             clock_read_at: Duration::ZERO,
         };
         w.st.start_keepalive()?;
-        w.st.tag.tm.init(&w.ifaces, &w.st.core.info)?;
+        if w.st.core.tm_enabled {
+            w.st.tag.tm.init(&w.ifaces, &w.st.core.info);
+        }
         Ok(w)
     }
 

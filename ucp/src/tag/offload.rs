@@ -85,12 +85,11 @@ mod send;
 pub(crate) mod state;
 
 use crate::tag::stages::TagRecv;
-use crate::tag::state::TagState;
 use crate::wire::NO_REQ;
 use crate::wireup::ProtoConfig;
 use crate::wireup::TM_THRESH;
 use crate::worker::req::{RecvStage, ReqKind};
-use crate::worker::state::TagFamily;
+use crate::worker::state::{Core, TagFamily};
 use crate::worker::Worker;
 use state::{TmState, TmStats};
 use std::ptr::NonNull;
@@ -184,7 +183,7 @@ fn try_post(
     }
     // Where the transport's eager matching saves no copy, a receive that can only get eager
     // messages would cost a registration and a post for nothing.
-    if !st.iface(ti).attr.tag.eager_saves_copy && len < tm.min_rndv {
+    if !st.iface(ti).attr.tag.eager_saves_copy && len < st.min_tag_rndv() {
         return false;
     }
     let Some(p) = NonNull::new(ptr) else {
@@ -340,13 +339,20 @@ impl TagFamily<'_> {
         r.stage = RecvStage::Tag(TagRecv::Eager);
         self.finish(key, res);
     }
+}
 
+/// Tag offload's part of an endpoint's protocol configuration, which wire-up computes:
+/// these read only the core (the thresholds depend on the interface and on whether offload
+/// is allowed, not on the family's state).
+impl Core {
     /// Sets `p.tag_rndv_thresh` for an endpoint whose AM lane is interface `li` (see
-    /// [`TM_EAGER_MAX`]), and notes it for receive posting. An explicit `RUCX_RNDV_THRESH`
-    /// wins.
-    pub(crate) fn tm_adjust_proto(&mut self, li: usize, p: &mut ProtoConfig) {
+    /// [`TM_EAGER_MAX`]). An explicit `RUCX_RNDV_THRESH` wins. Receives from that size on may
+    /// get a rendezvous through the transport: from memory the sender mapped (see
+    /// `tm_mapped_rndv`) at any rendezvous size, otherwise above the AM pipeline's range
+    /// (the core keeps the smallest for receive posting, [`Core::min_tag_rndv`]).
+    pub(crate) fn tm_adjust_proto(&self, li: usize, p: &mut ProtoConfig) {
         let a = &self.iface(li).attr;
-        if self.own_ref().tm.enabled
+        if self.tm_enabled()
             && self.config().rndv_thresh.is_none()
             && a.flags
                 .contains(IfaceFlags::TAG_EAGER_BCOPY | IfaceFlags::TAG_EAGER_ZCOPY)
@@ -355,19 +361,13 @@ impl TagFamily<'_> {
             let cap = TM_EAGER_MAX.min(a.tag.eager_max_zcopy).saturating_add(1);
             p.tag_rndv_thresh = p.rndv_thresh.max(cap);
         }
-        // Receives from this size on may get a rendezvous through the transport: from memory
-        // the sender mapped (see `tm_mapped_rndv`) at any rendezvous size, otherwise above the
-        // AM pipeline's range.
-        self.own().tm.note_rndv_thresh(p.tag_rndv_thresh);
     }
-}
 
-impl TagState {
     /// The rows `RUCX_PROTO_INFO` adds for an endpoint whose AM lane's interface has
     /// attributes `a`.
     pub(crate) fn tm_proto_row(&self, a: &IfaceAttr, proto: &ProtoConfig, lane: &str) -> String {
         let mut s = String::new();
-        if !self.tm.enabled {
+        if !self.tm_enabled() {
             return s;
         }
         let rt = proto.tag_rndv_thresh;
@@ -403,7 +403,7 @@ impl Worker {
     pub fn tag_offload_stats(&self) -> TmStats {
         let tm = &self.st.tag.tm;
         TmStats {
-            posting: tm.enabled && tm.iface.is_some(),
+            posting: self.st.tm_enabled() && tm.iface.is_some(),
             sent: tm.sent,
             matched: tm.matched,
             posted: tm.posted.len(),

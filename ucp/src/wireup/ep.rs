@@ -16,7 +16,7 @@ use crate::wire::{am_id, EpAddrHdr};
 use crate::wireup::{select_lanes, LaneSelection, LocalTl, ProtoConfig};
 use crate::worker::ep::{Lanes, WaitLane};
 use crate::worker::pending::am_send;
-use crate::worker::state::State;
+use crate::worker::state::Core;
 use ucs::{Error, Outcome, Result};
 use uct::Endpoint as _;
 use uct::Iface as _;
@@ -24,7 +24,7 @@ use uct::{AnyEp, AnyIface};
 
 /// Creates the transport endpoints of ucp endpoint `idx` from its peer address, which it
 /// forgets afterwards unless a lane still needs it (see `Ep::addr_done`).
-pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) -> Result<()> {
+pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut Core, idx: usize) -> Result<()> {
     let Some(addr) = st.ep_mut(idx).extra_get_mut().and_then(|x| x.addr.take()) else {
         return Err(Error::InvalidParam(
             "endpoint has no peer address to connect to".into(),
@@ -40,7 +40,7 @@ pub(crate) fn connect_ep(ifaces: &mut [AnyIface], st: &mut State, idx: usize) ->
 /// [`connect_ep`] with the peer's address `addr`.
 fn connect_lanes(
     ifaces: &mut [AnyIface],
-    st: &mut State,
+    st: &mut Core,
     idx: usize,
     addr: &WorkerAddress,
 ) -> Result<()> {
@@ -113,7 +113,7 @@ fn connect_lanes(
     let rma_attr = rma.map(|r| &infos[uct_eps[r].0].attr);
     let am_md_reg = infos[uct_eps[am].0].md_reg;
     let mut proto = ProtoConfig::compute(am_attr, am_md_reg, rma_attr, st.config());
-    st.tag_family().tm_adjust_proto(uct_eps[am].0, &mut proto);
+    st.tm_adjust_proto(uct_eps[am].0, &mut proto);
     let proto = st.intern_proto(proto);
     // Exactly the lanes' size (one or two, not the four a first push reserves): a worker holds
     // one such list per endpoint.
@@ -134,7 +134,7 @@ fn connect_lanes(
     Ok(())
 }
 
-impl State {
+impl Core {
     pub(crate) fn handle_wireup(&mut self, src: u64, addr: &[u8]) {
         match WorkerAddress::check(addr) {
             Ok(uuid) if uuid == src => {}
@@ -283,7 +283,7 @@ impl State {
                 Some(&self.iface(w_li).attr),
                 self.config(),
             );
-            self.tag_family().tm_adjust_proto(am_li, &mut proto);
+            self.tm_adjust_proto(am_li, &mut proto);
             let proto = self.intern_proto(proto);
             let ep = self.ep_mut(idx);
             ep.set_proto(proto);
@@ -353,7 +353,7 @@ impl State {
             rma_li.map(|r| &self.iface(r).attr),
             self.config(),
         );
-        self.tag_family().tm_adjust_proto(new_li, &mut proto);
+        self.tm_adjust_proto(new_li, &mut proto);
         let proto = self.intern_proto(proto);
         self.ep_mut(idx).set_proto(proto);
         self.stats_mut().am_lane_switches += 1;
@@ -367,22 +367,5 @@ impl State {
             }
         }
         Ok(true)
-    }
-
-    /// The peer's lane-switch marker (`on_new`: it came over the new lane, a protocol error):
-    /// handles the messages its new lane delivered early, in order.
-    pub(crate) fn on_lane_switch(&mut self, idx: usize, on_new: bool) -> Result<()> {
-        let held = self.ep_mut(idx).extra_mut().rx_gate.marker(on_new)?;
-        let gen = self.ep(idx).gen();
-        for (id, data) in held {
-            if self
-                .ep_get(idx)
-                .is_none_or(|e| e.gen() != gen || e.is_down())
-            {
-                break;
-            }
-            self.handle_am_from(None, id, &data);
-        }
-        Ok(())
     }
 }

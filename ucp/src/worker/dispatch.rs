@@ -21,6 +21,24 @@ use crate::worker::state::{Core, State};
 use ucs::{Error, Result};
 
 impl State {
+    /// The peer's lane-switch marker (`on_new`: it came over the new lane, a protocol error):
+    /// dispatches the messages its new lane delivered early, in order (wire-up's lane switch;
+    /// the replay is the dispatcher's).
+    pub(crate) fn on_lane_switch(&mut self, idx: usize, on_new: bool) -> Result<()> {
+        let held = self.ep_mut(idx).extra_mut().rx_gate.marker(on_new)?;
+        let gen = self.ep(idx).gen();
+        for (id, data) in held {
+            if self
+                .ep_get(idx)
+                .is_none_or(|e| e.gen() != gen || e.is_down())
+            {
+                break;
+            }
+            self.handle_am_from(None, id, &data);
+        }
+        Ok(())
+    }
+
     pub(crate) fn handle_am(&mut self, id: u8, data: &[u8]) {
         self.handle_am_from(None, id, data);
     }

@@ -16,7 +16,7 @@ use crate::wireup::ep::connect_ep;
 use crate::wireup::ProtoConfig;
 use crate::worker::ep::{connecting, Ep, EpExtra, EpState};
 use crate::worker::peer_req::PEER_ID_MASK;
-use crate::worker::state::{Core, State};
+use crate::worker::state::Core;
 use crate::worker::{EpHandle, EpParams, ErrHandler, Worker};
 use std::collections::VecDeque;
 use ucs::{Error, Result};
@@ -241,7 +241,9 @@ impl Core {
     }
 }
 
-impl State {
+impl Core {
+    /// The protocol table `RUCX_PROTO_INFO` prints for endpoint `idx` (tag offload's rows
+    /// included).
     pub(crate) fn proto_table(&self, idx: usize) -> Result<String> {
         let ep = &self.eps[idx];
         let (lanes, proto) = match (&ep.lanes, &ep.proto) {
@@ -254,11 +256,7 @@ impl State {
         };
         let mut t = proto.table(&name(lanes.am), lanes.rma().map(name).as_deref());
         let li = lanes.uct[lanes.am].0;
-        t.push_str(
-            &self
-                .tag
-                .tm_proto_row(&self.info[li].attr, proto, &name(lanes.am)),
-        );
+        t.push_str(&self.tm_proto_row(&self.info[li].attr, proto, &name(lanes.am)));
         Ok(t)
     }
 }

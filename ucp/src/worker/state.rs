@@ -118,6 +118,13 @@ pub(crate) struct Core {
     pub(super) closings: Vec<Closing>,
     /// The distinct protocol configurations of the endpoints (see [`Core::intern_proto`]).
     pub(super) protos: Vec<Rc<ProtoConfig>>,
+    /// The smallest tag rendezvous threshold of any endpoint's configuration (`usize::MAX`
+    /// before the first): tag offload posts a receive that can only get eager messages only
+    /// where that saves a copy.
+    pub(super) min_tag_rndv: usize,
+    /// Tag offload allowed (`RUCX_TM_ENABLE`): read by wire-up, which sets the endpoints'
+    /// thresholds for it, and by the tag family, which sends and posts by it.
+    pub(super) tm_enabled: bool,
 }
 
 /// The worker's state: the [`Core`] and each protocol family's own state struct. It derefs
@@ -315,11 +322,24 @@ impl Core {
         if let Some(r) = self.protos.iter().find(|r| ***r == p) {
             return r.clone();
         }
+        self.min_tag_rndv = self.min_tag_rndv.min(p.tag_rndv_thresh);
         let r = Rc::new(p);
         if self.protos.len() < PROTOS_MAX {
             self.protos.push(r.clone());
         }
         r
+    }
+
+    /// The smallest tag rendezvous threshold of any endpoint's configuration.
+    #[inline]
+    pub(crate) fn min_tag_rndv(&self) -> usize {
+        self.min_tag_rndv
+    }
+
+    /// Tag offload allowed (`RUCX_TM_ENABLE`).
+    #[inline]
+    pub(crate) fn tm_enabled(&self) -> bool {
+        self.tm_enabled
     }
 
     /// The memory this worker mapped for remote access.

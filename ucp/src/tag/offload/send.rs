@@ -39,7 +39,7 @@ impl TagFamily<'_> {
         data: SendData<'d>,
         rndv: bool,
     ) -> Result<std::result::Result<Op, SendData<'d>>> {
-        if !self.own().tm.enabled {
+        if !self.tm_enabled() {
             return Ok(Err(data));
         }
         if rndv {
@@ -201,7 +201,7 @@ impl TagFamily<'_> {
             .ep(idx)
             .proto()
             .is_some_and(|p| len >= p.tag_rndv_thresh);
-        if ready && !rndv && self.own().tm.enabled && len >= TM_THRESH {
+        if ready && !rndv && self.tm_enabled() && len >= TM_THRESH {
             if let Some(op) = self.tm_eager_mapped(idx, tag, map, ptr, len)? {
                 return Ok(SendMade::Done(op));
             }
@@ -241,7 +241,7 @@ impl TagFamily<'_> {
         // The handle the AM lane's transport reads the data through: the shared segment
         // itself, or the heap block's registration with that transport.
         let am_memh = keep.handle_for(map, self.iface(li).tl_name);
-        let offload = self.own_ref().tm.enabled
+        let offload = self.tm_enabled()
             && a.flags.contains(IfaceFlags::TAG_RNDV_ZCOPY)
             && len <= a.tag.rndv_max_zcopy
             && am_memh.is_some();

@@ -10,18 +10,14 @@
     )
 )]
 
-use crate::config::TM_ENABLE;
 use crate::rma::Keep;
 use crate::wireup::TM_THRESH;
 use crate::worker::ep::IfaceInfo;
-use ucs::Result;
 use uct::Iface as _;
 use uct::{AnyIface, IfaceFlags, MemHandle};
 
 /// Tag-offload state of a worker.
 pub(crate) struct TmState {
-    /// Offload allowed (`RUCX_TM_ENABLE`).
-    pub(super) enabled: bool,
     /// The interface receives are posted to, and its canceler.
     pub(super) iface: Option<(usize, uct::TagRecvCanceler)>,
     /// Every interface that could be the tag interface: (index, canceler, max posted), by
@@ -32,9 +28,6 @@ pub(crate) struct TmState {
     pub(super) max_posted: usize,
     /// Receives in the matcher's expected queue that are not offloaded.
     pub(super) sw_only: usize,
-    /// Smallest rendezvous threshold of any endpoint: on an interface whose eager offload saves
-    /// no copy, only receives at least this large (which may get a rendezvous) are posted.
-    pub(super) min_rndv: usize,
     /// Messages sent by tag offload.
     pub(super) sent: u64,
     /// Receives completed by the transport.
@@ -66,13 +59,11 @@ pub(super) struct MappedSend {
 impl Default for TmState {
     fn default() -> Self {
         TmState {
-            enabled: false,
             iface: None,
             cands: Vec::new(),
             posted: Vec::new(),
             max_posted: 0,
             sw_only: 0,
-            min_rndv: usize::MAX,
             sent: 0,
             matched: 0,
             rndv_ops: Vec::new(),
@@ -87,11 +78,7 @@ impl Default for TmState {
 impl TmState {
     /// Finds the interfaces with tag offload and a receive canceler; the one with the lowest
     /// latency is the tag interface until endpoints connect (see [`TmState::repick`]).
-    pub(crate) fn init(&mut self, ifaces: &[AnyIface], info: &[IfaceInfo]) -> Result<()> {
-        self.enabled = TM_ENABLE.bool()?;
-        if !self.enabled {
-            return Ok(());
-        }
+    pub(crate) fn init(&mut self, ifaces: &[AnyIface], info: &[IfaceInfo]) {
         let mut cands: Vec<(f64, usize, uct::TagRecvCanceler, usize)> = Vec::new();
         for (i, iface) in ifaces.iter().enumerate() {
             let a = &info[i].attr;
@@ -111,7 +98,6 @@ impl TmState {
             self.max_posted = m;
             self.iface = Some((i, c));
         }
-        Ok(())
     }
 
     /// For a receive of `len` bytes under `mask` just queued in the matcher: false when it
@@ -125,11 +111,6 @@ impl TmState {
             return false;
         }
         true
-    }
-
-    /// Notes an endpoint's tag rendezvous threshold (see `min_rndv`).
-    pub(crate) fn note_rndv_thresh(&mut self, thresh: usize) {
-        self.min_rndv = self.min_rndv.min(thresh);
     }
 }
 
