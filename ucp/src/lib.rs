@@ -43,17 +43,18 @@
 //! requests, progress, pending queues, the incoming-message dispatch, flush, close, failure and
 //! keepalive). Each protocol family has a module with its public calls and the handlers of its
 //! wire messages, keeps its per-worker state in a struct of its own in a module that names no
-//! `State` (`tag::state::TagState`: the [`tag_match::TagMatcher`] that keeps MPI ordering and
-//! the unexpected messages; `tag::offload::state::TmState`; `rndv::RndvState`: the reads in
-//! progress and the pool of rendezvous state; `amo::state::AmoState`; `am::state::AmState`:
-//! the handlers), and defines its request stages (`tag::stages`, `rndv::stages`,
-//! `stream::stages`, `am::stages`), which the core's `SendStage`/`RecvStage`/`ReqKind` hold
-//! (naming only the stages a request starts in). [`rma`],
-//! `stream` and [`wireup`] are families too. A family's state struct hides its fields from
-//! the core and the other families; a family reaches the core through the `State` methods of
-//! `worker::core_api` (endpoints, lanes, requests, progress queues, counters): `State`'s own
-//! fields are private to `worker`. The modules have no cycle; the families are still
-//! `impl State` blocks (ARCHITECTURE.md, "Known debts").
+//! `State` (`tag::state::TagState`: the [`tag_match::TagMatcher`] that keeps MPI ordering, the
+//! unexpected messages and tag offload's `TmState`; `rndv::RndvState`: the reads in progress;
+//! `amo::state::AmoState`; `am::state::AmState`: the handlers), and defines its request
+//! stages (`tag::stages`, `rndv::stages`, `stream::stages`, `am::stages`), which the core's
+//! `SendStage`/`RecvStage`/`ReqKind` hold (naming only the stages a request starts in).
+//! [`rma`], `stream` and [`wireup`] are families too. A family's code runs on the core
+//! (`impl Core`: stream, RMA, wire-up) or on a view the worker lends for one call
+//! (`worker::state::Family`: tag, rendezvous, AM, atomics), which reaches the core's methods
+//! of `worker::core_api` (endpoints, lanes, requests, progress queues, counters), the
+//! family's own state, and the rendezvous family's view for the families that start
+//! rendezvous; nothing else (the compiler checks it). The modules have no cycle
+//! (ARCHITECTURE.md).
 //! [`wire`] defines every message's header, and [`mt`] runs a worker for many threads.
 
 #![warn(missing_docs)]

@@ -6,7 +6,7 @@
 //! models chose (`RUCX_PROTO_INFO=y` prints it). Over shared memory with cma every rendezvous
 //! size goes by get_zcopy: the receiver reads the sender's buffer once, in
 //! [`ProtoConfig::rndv_frag`](crate::wireup::ProtoConfig::rndv_frag) steps between which its
-//! worker goes on progressing (`State::get_step`), so with traffic both ways each core reads
+//! worker goes on progressing (`RndvFamily::get_step`), so with traffic both ways each core reads
 //! the other's data while the other reads its own. The AM pipeline (after an RTR the sender
 //! streams the data in AM-lane bcopy fragments, packed with `copy_payload` straight into the
 //! transport's buffer; the receiver copies each into the receive's buffer) moves what no RMA
@@ -36,7 +36,7 @@ const GETS_ROOM: usize = 64;
 pub(crate) struct RndvState {
     /// Rendezvous reads on a shared-memory device with fragments left (request key and wire
     /// id): progress moves one fragment of the front one per call, round robin (see
-    /// `State::get_step`). Made with room for [`GETS_ROOM`], so a steady stream allocates
+    /// `RndvFamily::get_step`). Made with room for [`GETS_ROOM`], so a steady stream allocates
     /// nothing.
     gets: VecDeque<(usize, u64)>,
 }

@@ -189,7 +189,7 @@ impl Worker {
 
     /// [`Worker::tag_recv`] into either kind of buffer: a receive left waiting in the matcher
     /// goes to the transport's tag matching when it may (see `offload`).
-    /// A message already waiting is received at once (see `State::recv_unexp_now`); the
+    /// A message already waiting is received at once (see `TagFamily::recv_unexp_now`); the
     /// common case, no message waiting, builds its pending result here, in the caller.
     #[inline(always)]
     pub(crate) fn tag_recv_buf(&mut self, buf: RecvBuf, tag: u64, mask: u64) -> Op {

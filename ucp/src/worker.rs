@@ -49,6 +49,8 @@ pub(crate) mod req;
 mod req_table;
 mod request;
 pub(crate) use request::recv_status;
+#[cfg(test)]
+mod held_tests;
 pub(crate) mod state;
 #[cfg(test)]
 mod take_tests;

@@ -218,7 +218,7 @@ impl TagFamily<'_> {
         self.tm_unpost_posted(wire)
     }
 
-    /// [`State::tm_unpost`] when some receive is posted to the transport.
+    /// [`TagFamily::tm_unpost`] when some receive is posted to the transport.
     #[inline(never)]
     fn tm_unpost_posted(&mut self, wire: u64) -> std::result::Result<bool, ()> {
         let Some(i) = self.own().tm.posted.iter().position(|p| p.0 == wire) else {
@@ -258,7 +258,7 @@ impl TagFamily<'_> {
         self.tm_match_posted(tag, wire)
     }
 
-    /// [`State::tm_match`] that found receive `wire` while some receive is posted to the
+    /// [`TagFamily::tm_match`] that found receive `wire` while some receive is posted to the
     /// transport.
     #[inline(never)]
     fn tm_match_posted(&mut self, tag: u64, mut wire: u64) -> Option<u64> {

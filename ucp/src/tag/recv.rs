@@ -82,7 +82,7 @@ impl TagFamily<'_> {
         })
     }
 
-    /// [`State::recv_unexp_now`] of a small message ([`SMALL_UID`]): copied, finished at once.
+    /// [`TagFamily::recv_unexp_now`] of a small message ([`SMALL_UID`]): copied, finished at once.
     #[inline(always)]
     fn recv_small_now(&mut self, mut buf: RecvBuf, uid: u64) -> Op {
         let Some(e) = self.own().small_unexp.get(uid) else {
@@ -103,7 +103,7 @@ impl TagFamily<'_> {
         })
     }
 
-    /// [`State::recv_unexp_now`] of a message that needs a receive request: fragments still
+    /// [`TagFamily::recv_unexp_now`] of a message that needs a receive request: fragments still
     /// arriving, or a rendezvous.
     #[inline(never)]
     fn recv_unexp_request(&mut self, buf: RecvBuf, tag: u64, mask: u64, u: Unexp) -> Op {
@@ -274,7 +274,7 @@ impl TagFamily<'_> {
     /// message `data` of `total` bytes with `tag` from endpoint `idx`: copies it in and
     /// finishes. The slot is looked up once. A receive whose result stays in its slot (the
     /// common case) gets it written there directly; the others go through
-    /// [`State::finish`].
+    /// [`Core::finish`](crate::worker::state::Core::finish).
     #[inline(always)]
     fn recv_eager_whole(&mut self, wire: u64, idx: usize, tag: u64, data: &[u8], total: usize) {
         let Some((key, req)) = self.req_waiting_by_wire(wire) else {
@@ -310,7 +310,7 @@ impl TagFamily<'_> {
         self.finish(key, recv_status(total, cap))
     }
 
-    /// [`State::recv_eager_whole`] into a hook receive: as `finish` does for one, without
+    /// [`TagFamily::recv_eager_whole`] into a hook receive: as `finish` does for one, without
     /// looking the request up again (the kind owns nothing once `buf` is out of it, nor does
     /// the notification). Out of line, so the other receives keep their code as it was.
     #[inline(never)]
@@ -395,7 +395,7 @@ impl TagFamily<'_> {
         }
     }
 
-    /// [`State::eager_arrived`] of a whole message of at most [`UNEXP_INLINE`] bytes without
+    /// [`TagFamily::eager_arrived`] of a whole message of at most [`UNEXP_INLINE`] bytes without
     /// acknowledgement that matched no posted receive: it waits in the unexpected queue,
     /// copied into a small entry (see `small`).
     #[inline(always)]
@@ -404,7 +404,7 @@ impl TagFamily<'_> {
         self.own().matcher.push_unexpected(tag, uid);
     }
 
-    /// [`State::eager_arrived`] of a whole message without acknowledgement that matched no
+    /// [`TagFamily::eager_arrived`] of a whole message without acknowledgement that matched no
     /// posted receive and stays in the transport's receive buffer `held` while it waits.
     #[inline(never)]
     fn eager_unexpected_held(&mut self, idx: usize, tag: u64, held: uct::HeldBuf) {
@@ -417,7 +417,7 @@ impl TagFamily<'_> {
         self.own().matcher.push_unexpected(tag, uid as u64);
     }
 
-    /// [`State::eager_arrived`] that matched no posted receive: the message waits in the
+    /// [`TagFamily::eager_arrived`] that matched no posted receive: the message waits in the
     /// unexpected queue (its fragments, if any, join it there).
     #[allow(clippy::too_many_arguments)]
     fn eager_unexpected(

@@ -23,7 +23,7 @@ use crate::worker::EpHandle;
 use ucs::{Outcome, Result};
 
 impl TagFamily<'_> {
-    /// Sends a tagged message: eager short at once when it can (see [`State::tag_send_short`]),
+    /// Sends a tagged message: eager short at once when it can (see [`TagFamily::tag_send_short`]),
     /// otherwise by the protocol its size and the endpoint choose.
     #[inline]
     pub(crate) fn tag_send(
@@ -46,7 +46,7 @@ impl TagFamily<'_> {
 
     /// The common case of a non-synchronous send, in as few steps as it takes: see
     /// [`short_fits`]. Gives false (nothing sent) when the message does not qualify or meets
-    /// back-pressure: [`State::tag_send_proto`] then takes it.
+    /// back-pressure: [`TagFamily::tag_send_proto`] then takes it.
     #[inline(always)]
     pub(crate) fn tag_send_short(
         &mut self,
@@ -63,7 +63,7 @@ impl TagFamily<'_> {
         Ok(true)
     }
 
-    /// [`State::tag_send_short`] on the endpoint handle `h`, checked and looked up once as
+    /// [`TagFamily::tag_send_short`] on the endpoint handle `h`, checked and looked up once as
     /// [`Core::ep_idx`](crate::worker::state::Core::ep_idx) does, with its error. On false the handle is valid and `h.idx` is the
     /// endpoint's index.
     #[inline(always)]
@@ -89,7 +89,7 @@ impl TagFamily<'_> {
         self.stats_mut().eager_single += 1;
     }
 
-    /// [`State::tag_send_short_at`], kept out of line (for `Worker::tag_send`, which builds the
+    /// [`TagFamily::tag_send_short_at`], kept out of line (for `Worker::tag_send`, which builds the
     /// completion itself).
     #[inline(never)]
     pub(crate) fn tag_send_short_out(
@@ -177,7 +177,7 @@ impl TagFamily<'_> {
     /// Sends eager fragments of `data` from `*offset`. Gives true when all are out.
     ///
     /// A message that fits one fragment goes here, inline in the caller; longer ones (and the
-    /// errors of an endpoint still connecting) in [`State::eager_send_frags`].
+    /// errors of an endpoint still connecting) in [`TagFamily::eager_send_frags`].
     #[inline]
     pub(crate) fn eager_send(
         &mut self,
@@ -225,7 +225,7 @@ impl TagFamily<'_> {
         Ok(true)
     }
 
-    /// [`State::eager_send`] of a message in several fragments (or on an endpoint without
+    /// [`TagFamily::eager_send`] of a message in several fragments (or on an endpoint without
     /// lanes yet: `Busy`).
     pub(crate) fn eager_send_frags(
         &mut self,

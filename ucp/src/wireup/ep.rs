@@ -64,7 +64,7 @@ fn connect_lanes(
         ifaces[li].is_reachable(&r.device_addr, Some(&r.iface_addr))
     })?;
     // A connect-to-endpoint RMA lane gets an unconnected endpoint now and is connected by the
-    // address exchange over the AM lane (`State::ep_lane_start`).
+    // address exchange over the AM lane (`Core::ep_lane_start`).
     let mut rma_wait = None;
     if let Some(p) = sel
         .rma

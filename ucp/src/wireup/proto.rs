@@ -51,7 +51,7 @@ pub struct ProtoConfig {
     pub rndv_thresh: usize,
     /// Non-synchronous tag messages of at least this size go by rendezvous: `rndv_thresh`, or
     /// more where the AM lane's tag offload receives eager messages straight into posted
-    /// buffers (set by the worker, see `State::tm_adjust_proto`).
+    /// buffers (set by the worker, see `Core::tm_adjust_proto`).
     pub tag_rndv_thresh: usize,
     /// Rendezvous data path of messages above `rndv_am_max`.
     pub rndv: RndvScheme,
@@ -59,7 +59,7 @@ pub struct ProtoConfig {
     /// although `rndv` is `Get` or `Put` (0: none). See [`ProtoConfig::rndv_for`].
     pub rndv_am_max: usize,
     /// Bytes a rendezvous read on a shared-memory device (cma, or the sender's mapped segment)
-    /// moves in one step; the receiver's progress runs between steps (see `State::get_step`).
+    /// moves in one step; the receiver's progress runs between steps (see `RndvFamily::get_step`).
     pub rndv_frag: usize,
     /// Rendezvous sends of at least this size may go by the AM lane's tag offload
     /// (`TAG_RNDV_ZCOPY`) where it has one; smaller ones go by ucp's RTS (`usize::MAX`: none).

@@ -41,9 +41,10 @@
 //!   [`Core::stats_mut`]; the buffer pool (`get_buf`/`put_buf`).
 //!
 //! `Core`'s fields are private to `worker` (`pub(super)`), and these methods are `Core`'s, so
-//! they can reach no family's state (the compiler checks it); [`State`] is the core plus the
-//! families' state structs and derefs to the core. A family names only its own state struct
-//! and these methods.
+//! they can reach no family's state (the compiler checks it); `State` is the core plus the
+//! families' state structs and derefs to the core. A family's code runs on its view
+//! ([`Family`](crate::worker::state::Family)): these methods, its own state struct, and the
+//! views of the families it calls by design.
 
 use crate::request::{Completion, RequestId};
 use crate::wire::PREFIX_LEN;
@@ -734,7 +735,7 @@ impl Req {
 
     /// Keeps result `d` in the slot of a request that had none (checked by the caller, as
     /// [`Core::req_waiting_by_wire`] does) and is kept for `request_take` (`Notify::Take`):
-    /// what [`State::finish`] does for it, without its other checks.
+    /// what [`Core::finish`] does for it, without its other checks.
     #[inline(always)]
     pub(crate) fn keep_result(&mut self, d: Done) {
         debug_assert!(self.done.is_none() && matches!(self.notify, Notify::Take));

@@ -201,7 +201,7 @@ impl State {
     /// An EAGER_ONLY message: true when it was delivered here; false leaves it to the general
     /// path (too short, unknown sender, an endpoint that failed or closed, or the new lane of
     /// the peer's AM lane switch), which checks it all again. `keep`: the message's receive
-    /// buffer may be kept (see [`State::eager_arrived`]).
+    /// buffer may be kept (see `TagFamily::eager_arrived`).
     #[inline(always)]
     fn eager_only_fast(
         &mut self,

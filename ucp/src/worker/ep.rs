@@ -38,7 +38,7 @@ pub(crate) struct Lanes {
     /// Boxed: most endpoints have none.
     pub(crate) rma_wait: Option<Box<WaitLane>>,
     /// The connected connect-to-endpoint lane (index in `uct`) the AM lane moves to as soon as
-    /// no message is pending on the old one (see `State::am_switch_try`).
+    /// no message is pending on the old one (see `Core::am_switch_try`).
     pub(crate) am_next: Option<u8>,
     /// The old AM lane (index in `uct`) after a switch, when no other purpose uses it: it no
     /// longer counts as a user of its interface (polled like an idle one), but stays connected
@@ -135,7 +135,7 @@ pub(crate) enum Pending {
 /// One endpoint. A hub worker holds one per peer, so what only some endpoints use (streams,
 /// the lane-switch gate, an early peer endpoint address, the decoded peer address once its
 /// lanes are connected) lives in [`EpExtra`], allocated when first needed.
-/// A reading of the worker's clock (`State::now_cache`) kept in an endpoint, in nanoseconds:
+/// A reading of the worker's clock (`Core::now_cache`) kept in an endpoint, in nanoseconds:
 /// 8 bytes where a `Duration` takes 16.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Stamp(u64);
@@ -163,7 +163,7 @@ pub(crate) struct Ep {
     pub(super) amo_sent: u32,
     pub(super) amo_acked: u32,
     /// Scrambles the ids of this endpoint's requests on the wire (see
-    /// [`State::peer_id`](crate::worker::state::Core::peer_id)).
+    /// [`Core::peer_id`](crate::worker::state::Core::peer_id)).
     pub(super) secret: u64,
     pub(super) uuid: u64,
     pub(super) lanes: Option<Lanes>,

@@ -374,8 +374,10 @@ impl Worker {
                 st.fail_ep(idx, e);
             }
         }
-        while let Some((idx, e)) = st.to_fail.pop() {
-            st.fail_ep(idx, e);
+        while let Some((idx, gen, e)) = st.to_fail.pop() {
+            if st.ep_gen(idx) == Some(gen) {
+                st.fail_ep(idx, e);
+            }
             n += 1;
         }
         if !st.held_done.is_empty() {

@@ -107,7 +107,8 @@ pub(crate) struct SendReq {
     /// finishes as soon as they are out.
     pub(crate) acked: bool,
     /// The tag-offload family holds a transport entry for it (a rendezvous the transport
-    /// announced, or a shared segment the transport reads): `State::finish` releases it.
+    /// announced, or a shared segment the transport reads): `Core::finish` leaves the send to
+    /// `State::finish`, which releases it.
     pub(crate) tm_held: bool,
 }
 

@@ -730,8 +730,12 @@ impl State {
     #[cold]
     pub(crate) fn settle_held(&mut self) -> usize {
         let mut n = 0;
-        while let Some((key, status)) = self.core.held_done.pop() {
-            self.finish(key, status);
+        while let Some((key, gen, status)) = self.core.held_done.pop() {
+            // (A request failed with its endpoint meanwhile is finished already; its slot may
+            // hold another request by now.)
+            if self.core.reqs.get(key).is_some_and(|r| r.gen == gen) {
+                self.finish(key, status);
+            }
             n += 1;
         }
         n
@@ -826,8 +830,9 @@ impl Core {
     #[cold]
     #[inline(never)]
     fn leave_held(&mut self, key: usize, status: Result<()>) {
-        if !self.held_done.iter().any(|&(k, _)| k == key) {
-            self.held_done.push((key, status));
+        let gen = self.reqs[key].gen;
+        if !self.held_done.iter().any(|&(k, g, _)| k == key && g == gen) {
+            self.held_done.push((key, gen, status));
             self.more_work = true;
         }
     }
@@ -837,8 +842,10 @@ impl Core {
     /// the worker can).
     #[cold]
     pub(crate) fn fail_ep_soon(&mut self, idx: usize, err: Error) {
-        self.to_fail.push((idx, err));
-        self.more_work = true;
+        if let Some(gen) = self.ep_gen(idx) {
+            self.to_fail.push((idx, gen, err));
+            self.more_work = true;
+        }
     }
 
     /// [`Core::finish`] of any request.

@@ -71,7 +71,7 @@ pub(crate) struct Core {
     pub(super) failed_notify: Vec<usize>,
     pub(super) next_msg_id: u64,
     pub(super) scratch: Vec<u8>,
-    /// Reused buffer for the remote key an RTS carries (see [`State::rts_rkey`]).
+    /// Reused buffer for the remote key an RTS carries (see [`Core::rts_rkey`]).
     pub(super) rkey_scratch: Vec<u8>,
     /// The worker's timers (keepalive, close deadlines).
     pub(super) timers: crate::worker::timer_queue::Timers,
@@ -95,11 +95,13 @@ pub(crate) struct Core {
     /// part of them (a tag-offload send's transport entry, an active message that came by
     /// rendezvous): [`State::settle_held`] finishes them through [`State::finish`], which
     /// releases that part first.
-    pub(super) held_done: Vec<(usize, ucs::Result<()>)>,
+    /// Each with the request's generation (the slot may be reused before they settle).
+    pub(super) held_done: Vec<(usize, u32, ucs::Result<()>)>,
     /// Endpoints a family found failed where it cannot fail them itself (failing one
     /// finishes every family's requests on it): the next progress call fails them
     /// (see [`Core::fail_ep_soon`]).
-    pub(super) to_fail: Vec<(usize, ucs::Error)>,
+    /// Each with the endpoint's generation (a closed endpoint's slot may be reused).
+    pub(super) to_fail: Vec<(usize, u32, ucs::Error)>,
     /// Results of token requests, waiting for `take_done_tokens`.
     pub(super) tokens_done: Vec<(u64, Completion)>,
     /// Where the results of hook requests go (`None`: to `tokens_done`, like a token's).

@@ -8,7 +8,7 @@
 //! process are there). Only `RUCX_KEEPALIVE_TIMEOUT`, off by default, judges a peer by what
 //! its worker sends.
 //!
-//! `State::next_timer` caches the earliest deadline, so progress spends one comparison on timers
+//! `Core::next_timer` caches the earliest deadline, so progress spends one comparison on timers
 //! per call that reads the clock (a timer added already due marks the clock stale, so the next
 //! call reads it), and a sleeper bounds its sleep with it.
 #![cfg_attr(

@@ -219,7 +219,7 @@ impl TagFamily<'_> {
             .map(SendMade::Done)
     }
 
-    /// The rendezvous of [`State::tag_send_mapped`]: an RTS announcing the `len` bytes at `ptr`
+    /// The rendezvous of [`TagFamily::tag_send_mapped`]: an RTS announcing the `len` bytes at `ptr`
     /// in place, by `tag_rndv_zcopy` when the AM lane offloads rendezvous, else as a software
     /// RTS; `keep` holds the memory until the request finishes.
     fn tm_mapped_rndv(
