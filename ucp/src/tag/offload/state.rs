@@ -17,6 +17,7 @@ use uct::Iface as _;
 use uct::{AnyIface, IfaceFlags, MemHandle};
 
 /// Tag-offload state of a worker.
+#[derive(Default)]
 pub(crate) struct TmState {
     /// The interface receives are posted to, and its canceler.
     pub(super) iface: Option<(usize, uct::TagRecvCanceler)>,
@@ -54,25 +55,6 @@ pub(super) struct MappedSend {
     pub(super) len: usize,
     /// Keeps the memory alive (the `MemMap` may be dropped meanwhile).
     pub(super) _keep: Keep,
-}
-
-impl Default for TmState {
-    fn default() -> Self {
-        TmState {
-            iface: None,
-            cands: Vec::new(),
-            posted: Vec::new(),
-            max_posted: 0,
-            sw_only: 0,
-            sent: 0,
-            matched: 0,
-            rndv_ops: Vec::new(),
-            sent_rndv: 0,
-            matched_rndv: 0,
-            mapped: Vec::new(),
-            sent_mapped: 0,
-        }
-    }
 }
 
 impl TmState {
