@@ -376,6 +376,29 @@ impl State {
     }
 }
 
+impl Core {
+    /// One endpoint's part of a worker-wide flush finished: the part is forgotten, and the
+    /// worker-wide request finishes with the first error or after its last part.
+    pub(crate) fn flush_part_done(&mut self, key: usize, parent: u64, status: Result<()>) {
+        self.reqs.remove(key);
+        self.flushes.retain(|&k| k != key);
+        let Some(p) = self.req_by_wire(parent) else {
+            return;
+        };
+        match status {
+            Err(e) => self.finish(p, Err(e)),
+            Ok(()) => {
+                if let ReqKind::Flush { eps_left, .. } = &mut self.reqs[p].kind {
+                    *eps_left = eps_left.saturating_sub(1);
+                    if *eps_left == 0 {
+                        self.finish(p, Ok(()));
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{Context, ContextParams, EpParams, Features, Op, UcpConfig, Worker};
@@ -444,28 +467,5 @@ mod tests {
         }
         assert!(a.st.reqs.is_empty(), "a flush part is left behind");
         assert!(a.st.flushes.is_empty(), "a flush part is still stepped");
-    }
-}
-
-impl Core {
-    /// One endpoint's part of a worker-wide flush finished: the part is forgotten, and the
-    /// worker-wide request finishes with the first error or after its last part.
-    pub(crate) fn flush_part_done(&mut self, key: usize, parent: u64, status: Result<()>) {
-        self.reqs.remove(key);
-        self.flushes.retain(|&k| k != key);
-        let Some(p) = self.req_by_wire(parent) else {
-            return;
-        };
-        match status {
-            Err(e) => self.finish(p, Err(e)),
-            Ok(()) => {
-                if let ReqKind::Flush { eps_left, .. } = &mut self.reqs[p].kind {
-                    *eps_left = eps_left.saturating_sub(1);
-                    if *eps_left == 0 {
-                        self.finish(p, Ok(()));
-                    }
-                }
-            }
-        }
     }
 }
