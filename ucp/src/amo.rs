@@ -79,7 +79,7 @@ impl Worker {
         let Some(l) = st.ep_mut(idx).lanes_mut() else {
             return;
         };
-        let Some(p) = l.amo_later.take() else {
+        let Some(p) = l.take_amo_later() else {
             return;
         };
         let Some(r) = st.ep(idx).peer_addr().and_then(|a| a.tls.get(p.remote)) else {
@@ -297,7 +297,7 @@ impl Family<'_, AmoState> {
         // A peer segment mapped here takes CPU atomics on the shared-memory lane.
         let cpu = |lane: usize| {
             self.ep(idx).lanes().is_some_and(|l| {
-                let a = &self.iface(l.uct[lane].0).attr;
+                let a = &self.iface(l.iface_of(lane)).attr;
                 a.flags.contains(IfaceFlags::ATOMIC_CPU)
                     && match size {
                         AmoSize::U32 => !a.atomics.fop32.is_empty(),
@@ -318,7 +318,7 @@ impl Family<'_, AmoState> {
             // at once costs no request.
             let wire = self.next_wire_id();
             let l = self.ep_mut(idx).lanes_mut().ok_or_else(connecting)?;
-            let uep = &mut l.uct[lane].1;
+            let uep = l.lane_mut(lane).1;
             let comp = comp_id(COMP_ATOMIC, wire);
             let out: Outcome<u64> = match (kind, size, fetch) {
                 (AmoKind::Op(op), AmoSize::U64, false) => {

@@ -22,9 +22,9 @@ impl Worker {
         let idx = self.st.ep_idx(ep)?;
         let l = self.st.ep(idx).lanes().ok_or_else(connecting)?;
         let mut out: Vec<(String, String)> = Vec::new();
-        let order = std::iter::once(l.am).chain((0..l.uct.len()).filter(|&i| i != l.am));
+        let order = std::iter::once(l.am()).chain((0..l.count()).filter(|&i| i != l.am()));
         for lane in order {
-            let i = self.st.iface(l.uct[lane].0);
+            let i = self.st.iface(l.iface_of(lane));
             let pair = (i.tl_name.to_string(), i.dev_name.to_string());
             if !out.contains(&pair) {
                 out.push(pair);
@@ -46,9 +46,8 @@ impl Worker {
     pub fn ep_estimate_time(&self, ep: EpHandle, size: usize) -> Result<f64> {
         let idx = self.st.ep_idx(ep)?;
         let l = self.st.ep(idx).lanes().ok_or_else(connecting)?;
-        l.uct
-            .iter()
-            .map(|(li, _)| self.st.iface(*li).attr.perf.time_for(size))
+        l.ifaces()
+            .map(|li| self.st.iface(li).attr.perf.time_for(size))
             .min_by(|a, b| a.total_cmp(b))
             .ok_or_else(|| Error::Busy("endpoint has no lanes".into()))
     }

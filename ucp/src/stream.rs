@@ -235,7 +235,7 @@ impl Core {
         let Some(l) = self.ep(idx).lanes() else {
             return false;
         };
-        let li = l.uct[l.am].0;
+        let li = l.am_iface();
         let len = self.send_mut(key).data.len();
         let Some(proto) = self.ep(idx).proto() else {
             return false;

@@ -129,17 +129,17 @@ impl Worker {
             let (_, k) = bundle.entries.iter().find(|(t, _)| t == tl)?;
             self.st.md(li).rkey_unpack(k).ok()
         };
-        let unpack = |lane: Option<usize>| key_for(lanes.uct[lane?].0);
+        let unpack = |lane: Option<usize>| key_for(lanes.iface_of(lane?));
         let copies = |li: usize| {
             let f = self.st.iface(li).attr.flags;
             f.contains(IfaceFlags::PUT_SHORT | IfaceFlags::PUT_BCOPY)
                 && f.contains(IfaceFlags::GET_SHORT | IfaceFlags::GET_BCOPY)
         };
-        let mapped = lanes.uct.iter().enumerate().find_map(|(pos, (li, _))| {
-            if !copies(*li) {
+        let mapped = lanes.ifaces().enumerate().find_map(|(pos, li)| {
+            if !copies(li) {
                 return None;
             }
-            key_for(*li).filter(|k| k.is_mapped()).map(|k| (pos, k))
+            key_for(li).filter(|k| k.is_mapped()).map(|k| (pos, k))
         });
         // Memory in a file this process maps too: accessed through a shared-memory lane,
         // whose operations copy through any mapped key.
@@ -148,15 +148,15 @@ impl Worker {
                 .entries
                 .iter()
                 .find(|(t, _)| t == shared_file::TL_NAME)?;
-            let pos = lanes.uct.iter().position(|(li, _)| {
-                copies(*li) && self.st.iface(*li).dev_type == DeviceType::Shm
-            })?;
+            let pos = lanes
+                .ifaces()
+                .position(|li| copies(li) && self.st.iface(li).dev_type == DeviceType::Shm)?;
             let fk = shared_file::FileKey::decode(k).ok()?;
             shared_file::map_peer_range(&fk).map(|k| (pos, k))
         });
         let mapped_amo = match &mapped {
             Some((pos, _)) => {
-                let a = &self.st.iface(lanes.uct[*pos].0).attr;
+                let a = &self.st.iface(lanes.iface_of(*pos)).attr;
                 let cpu = a.flags.contains(IfaceFlags::ATOMIC_CPU);
                 [
                     cpu && !a.atomics.fop32.is_empty(),
@@ -289,7 +289,7 @@ impl Core {
             && ep.queue_empty()
             && ep
                 .lanes()
-                .is_some_and(|l| self.iface(l.uct[l.am].0).dev_type == DeviceType::Shm)
+                .is_some_and(|l| self.iface(l.am_iface()).dev_type == DeviceType::Shm)
     }
 
     /// A put the target applies (PUT_REQ): done locally once sent or queued; the target's
@@ -429,7 +429,7 @@ impl Core {
         let li = self
             .ep(idx)
             .lanes()
-            .and_then(|l| l.rma().map(|r| l.uct[r].0))
+            .and_then(|l| l.rma_iface())
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
         let len = match &dir {
             RmaDir::Put(d) => d.len(),

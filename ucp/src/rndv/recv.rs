@@ -59,10 +59,7 @@ impl RndvFamily<'_> {
             return Ok(());
         }
         let rma_pos = self.ep(ep).lanes().and_then(|l| l.rma());
-        let rma = self
-            .ep(ep)
-            .lanes()
-            .and_then(|l| l.rma().map(|r| l.uct[r].0));
+        let rma = self.ep(ep).lanes().and_then(|l| l.rma_iface());
         let wire = self.peer_id(ep, key);
         // A sender that described its data with a remote key (memory in a mapped segment, or
         // a size above the pipeline's range) is read with the RMA lane's scheme: a key to a
@@ -154,20 +151,24 @@ impl RndvFamily<'_> {
         }
         let l = self.ep(ep).lanes()?;
         let usable = |i: usize| {
-            let li = l.uct[i].0;
+            let li = l.iface_of(i);
             self.iface(li).tl_name == tl
                 && self.iface(li).attr.flags.contains(IfaceFlags::GET_ZCOPY)
         };
         if let Some(r) = rma.filter(|&r| usable(r) && scheme == Some(RndvScheme::Get)) {
-            return Some((r, l.uct[r].0));
+            return Some((r, l.iface_of(r)));
         }
-        (0..l.uct.len())
+        (0..l.count())
             .find(|&i| {
                 Some(i) != rma
                     && usable(i)
-                    && self.md(l.uct[i].0).attr().flags.contains(MdFlags::RKEY_PTR)
+                    && self
+                        .md(l.iface_of(i))
+                        .attr()
+                        .flags
+                        .contains(MdFlags::RKEY_PTR)
             })
-            .map(|i| (i, l.uct[i].0))
+            .map(|i| (i, l.iface_of(i)))
     }
 
     /// Unpacks the peer's key for lane `lane` (interface `li`) of endpoint `ep`: by the lane's
@@ -177,7 +178,6 @@ impl RndvFamily<'_> {
     fn unpack_rkey(&mut self, ep: usize, lane: usize, li: usize, rkey: &[u8]) -> Result<RemoteKey> {
         let l = self.ep_mut(ep).ready_lanes()?;
         let (_, uep) = l
-            .uct
             .get_mut(lane)
             .ok_or_else(|| Error::InvalidParam(format!("no lane {lane}")))?;
         match uep.peer_rkey_unpack(rkey)? {
@@ -226,10 +226,10 @@ impl RndvFamily<'_> {
         };
         let rma = lane
             .or(l.rma())
-            .filter(|&i| i < l.uct.len())
+            .filter(|&i| i < l.count())
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
-        let (li, uep) = &mut l.uct[rma];
-        let attr = &info[*li].attr;
+        let (li, uep) = l.lane_mut(rma);
+        let attr = &info[li].attr;
         let r = match &mut req.kind {
             ReqKind::Recv(r) => r,
             _ => return Ok(true),
@@ -237,7 +237,7 @@ impl RndvFamily<'_> {
         let Some(x) = r.rndv.as_deref_mut() else {
             return Err(Error::InvalidParam("get without registration".into()));
         };
-        let stepped = !r.user_rma && info[*li].dev_type == uct::DeviceType::Shm;
+        let stepped = !r.user_rma && info[li].dev_type == uct::DeviceType::Shm;
         let max = if attr.get.max_zcopy == 0 {
             r.total
         } else {

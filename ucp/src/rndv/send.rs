@@ -46,7 +46,7 @@ impl RndvFamily<'_> {
     /// Makes an eager send straight from the caller's vector (registered with the AM lane's
     /// memory domain; bcopy fragments from it if registration fails), for the caller to start.
     pub(crate) fn zcopy_send(&mut self, idx: usize, tag: u64, v: Vec<u8>, sync: bool) -> SendMade {
-        let li = self.ep(idx).lanes().map(|l| l.uct[l.am].0);
+        let li = self.ep(idx).lanes().map(|l| l.am_iface());
         let key = self.new_send(idx, tag, SendData::Owned(v), sync);
         let id = self.new_msg_id();
         let s = self.send_mut(key);
@@ -169,7 +169,7 @@ impl RndvFamily<'_> {
         let rma_iface = self
             .ep(idx)
             .lanes()
-            .and_then(|l| l.rma().map(|r| l.uct[r].0))
+            .and_then(|l| l.rma_iface())
             .filter(|_| !pipelined);
         let s = self.send_mut(key);
         if !s.rts_sent && s.memh().is_none() && !s.data.is_empty() {
@@ -252,8 +252,8 @@ impl RndvFamily<'_> {
         let rma = l
             .rma()
             .ok_or_else(|| Error::Unsupported("no RMA lane".into()))?;
-        let (li, uep) = &mut l.uct[rma];
-        let attr = &info[*li].attr;
+        let (li, uep) = l.lane_mut(rma);
+        let attr = &info[li].attr;
         let s = match &mut req.kind {
             ReqKind::Send(s) => s,
             _ => return Ok(true),
@@ -332,8 +332,8 @@ impl RndvFamily<'_> {
         let idx = self.req_ep(key)?;
         let wire = self.wire_id(key);
         let l = self.ep_mut(idx).ready_lanes()?;
-        let rma = l.rma().unwrap_or(l.am);
-        let out = l.uct[rma].1.flush(comp_id(COMP_PUT, wire))?;
+        let rma = l.rma().unwrap_or(l.am());
+        let out = l.lane_mut(rma).1.flush(comp_id(COMP_PUT, wire))?;
         match out {
             Outcome::Done(()) => {
                 let rreq = self.send_rndv(key).peer_req;
@@ -406,10 +406,7 @@ impl RndvFamily<'_> {
     /// mapped send's data into the request): the receiver asks for the data, by put_zcopy
     /// into its buffer or by the pipeline.
     pub(crate) fn on_rtr(&mut self, idx: usize, key: usize, h: RtrHdr<'_>) -> Result<()> {
-        let rma = self
-            .ep(idx)
-            .lanes()
-            .and_then(|l| l.rma().map(|r| l.uct[r].0));
+        let rma = self.ep(idx).lanes().and_then(|l| l.rma_iface());
         self.send_rndv(key).peer_req = h.rreq;
         let s = self.send_mut(key);
         s.offset = 0;

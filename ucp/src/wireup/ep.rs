@@ -120,8 +120,7 @@ fn connect_lanes(
     uct_eps.shrink_to_fit();
     let ep = st.ep_mut(idx);
     let mut lanes = Lanes::new(uct_eps, am, rma, amo);
-    lanes.amo_later = amo_later;
-    lanes.rma_wait = rma_wait;
+    lanes.set_waiting(amo_later, rma_wait);
     ep.connected(lanes, proto);
     if st.config().proto_info {
         if let Ok(t) = st.proto_table(idx) {
@@ -168,7 +167,7 @@ impl Core {
     /// exist (after the wire-up message on the creator's side): answers an address that
     /// arrived early, or sends ours.
     pub(crate) fn ep_lane_start(&mut self, idx: usize) -> Result<()> {
-        if self.ep(idx).lanes().is_none_or(|l| l.rma_wait.is_none()) {
+        if self.ep(idx).lanes().is_none_or(|l| l.rma_wait().is_none()) {
             return Ok(());
         }
         if let Some((connected, addr)) = self
@@ -178,7 +177,7 @@ impl Core {
         {
             return self.on_ep_addr(idx, connected, &addr);
         }
-        let ep_addr = match self.ep(idx).lanes().and_then(|l| l.rma_wait.as_ref()) {
+        let ep_addr = match self.ep(idx).lanes().and_then(|l| l.rma_wait()) {
             Some(w) => w.ep.ep_address()?,
             None => return Ok(()),
         };
@@ -211,7 +210,7 @@ impl Core {
         let (Some(l), extra) = ep.lanes_mut_with_extra() else {
             return Ok(());
         };
-        let Some(w) = l.rma_wait.as_mut() else {
+        let Some(w) = l.rma_wait_mut() else {
             // We do not use that transport to this peer (or already do): nothing to connect.
             return Ok(());
         };
@@ -232,7 +231,7 @@ impl Core {
                     reply = Some(a);
                 }
                 Err(e) => {
-                    let Some(w) = l.rma_wait.take() else {
+                    let Some(w) = l.take_rma_wait() else {
                         return Ok(());
                     };
                     let name = self.iface(w.li).tl_name;
@@ -258,7 +257,7 @@ impl Core {
             let Some(w_li) = self
                 .ep(idx)
                 .lanes()
-                .and_then(|l| l.rma_wait.as_ref())
+                .and_then(|l| l.rma_wait())
                 .map(|w| w.li)
             else {
                 return Ok(());
@@ -267,16 +266,14 @@ impl Core {
             let Some(l) = self.ep_mut(idx).lanes_mut() else {
                 return Ok(());
             };
-            let Some(w) = l.rma_wait.take() else {
+            let Some(w) = l.take_rma_wait() else {
                 return Ok(());
             };
-            l.uct.push((w.li, w.ep));
-            let lane = l.uct.len() - 1;
-            l.set_rma(lane);
+            let lane = l.add_rma_lane(w.li, w.ep);
             if carries_am {
-                l.am_next = u8::try_from(lane).ok();
+                l.set_am_next(lane);
             }
-            let am_li = l.uct[l.am].0;
+            let am_li = l.am_iface();
             let mut proto = ProtoConfig::compute(
                 &self.iface(am_li).attr,
                 self.iface(am_li).md_reg,
@@ -288,7 +285,8 @@ impl Core {
             let ep = self.ep_mut(idx);
             ep.set_proto(proto);
             ep.addr_done();
-            if self.config().proto_info && self.ep(idx).lanes().is_some_and(|l| l.am_next.is_none())
+            if self.config().proto_info
+                && self.ep(idx).lanes().is_some_and(|l| l.am_next().is_none())
             {
                 if let Ok(t) = self.proto_table(idx) {
                     eprintln!(
@@ -316,10 +314,10 @@ impl Core {
         let Some(l) = self.ep(idx).lanes() else {
             return Ok(true);
         };
-        let Some(new) = l.am_next.map(usize::from) else {
+        let Some(new) = l.am_next() else {
             return Ok(true);
         };
-        let old = l.am;
+        let old = l.am();
         {
             let (uep, info) = self.lane_mut(idx, old)?;
             if am_send(uep, &info.attr, am_id::AM_LANE_SWITCH, &[&uuid])? == Outcome::NoResource {
@@ -331,19 +329,14 @@ impl Core {
         let Some(l) = ep.lanes_mut() else {
             return Ok(true);
         };
-        l.am = new;
-        l.am_next = None;
         // The old lane stays connected; unless it is the RMA lane, its interface no longer
         // counts this endpoint as a user (it is then polled like an idle interface). An
         // atomics lane does not keep it busy: polling tcp costs a system call per progress
         // call, and atomics, rare, wake it (an interface that had an event is polled on every
         // call for a while).
-        let released = (l.rma() != Some(old)).then(|| {
-            l.released = u8::try_from(old).ok();
-            l.uct[old].0
-        });
-        let new_li = l.uct[new].0;
-        let rma_li = l.rma().map(|r| l.uct[r].0);
+        let released = l.switch_am();
+        let new_li = l.iface_of(new);
+        let rma_li = l.rma_iface();
         if let Some(li) = released {
             self.release_iface(li);
         }

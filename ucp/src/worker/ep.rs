@@ -22,9 +22,12 @@ use ucs::async_ctx::TimerId;
 use ucs::{Error, Result};
 use uct::{AnyEp, IfaceAttr};
 
+/// An endpoint's lanes: the transport endpoints it sends on (each with its interface's index
+/// in the worker), and which of them carries active messages, RMA and atomics. Its fields are
+/// the worker's; the families and wire-up use the methods below.
 pub(crate) struct Lanes {
-    pub(crate) uct: Vec<(usize, AnyEp)>,
-    pub(crate) am: usize,
+    pub(super) uct: Vec<(usize, AnyEp)>,
+    pub(super) am: usize,
     /// The RMA lane (index in `uct`; see [`Lanes::rma`]).
     rma_lane: Option<u8>,
     /// The atomic lane (index in `uct`; see [`Lanes::amo`]).
@@ -32,18 +35,18 @@ pub(crate) struct Lanes {
     /// The atomic lane chosen but not yet connected: a transport the AM and RMA lanes do not
     /// use gets its endpoint when a remote key is first unpacked (so a tag-only endpoint over
     /// shared memory opens no tcp connection just for atomics). Boxed: most endpoints have none.
-    pub(crate) amo_later: Option<Box<crate::wireup::LanePick>>,
+    pub(super) amo_later: Option<Box<crate::wireup::LanePick>>,
     /// The RMA lane over a connect-to-endpoint transport (rc_verbs) while its endpoint address
     /// exchange runs over the AM lane; it joins `uct` as `rma` once both sides are connected.
     /// Boxed: most endpoints have none.
-    pub(crate) rma_wait: Option<Box<WaitLane>>,
+    pub(super) rma_wait: Option<Box<WaitLane>>,
     /// The connected connect-to-endpoint lane (index in `uct`) the AM lane moves to as soon as
     /// no message is pending on the old one (see `Core::am_switch_try`).
-    pub(crate) am_next: Option<u8>,
+    pub(super) am_next: Option<u8>,
     /// The old AM lane (index in `uct`) after a switch, when no other purpose uses it: it no
     /// longer counts as a user of its interface (polled like an idle one), but stays connected
     /// (its failure still fails the endpoint).
-    pub(crate) released: Option<u8>,
+    pub(super) released: Option<u8>,
 }
 
 impl Lanes {
@@ -86,6 +89,121 @@ impl Lanes {
     /// Makes `lane` (index in `uct`) the atomic lane.
     pub(crate) fn set_amo(&mut self, lane: usize) {
         self.amo_lane = u8::try_from(lane).ok();
+    }
+
+    /// How many lanes there are.
+    #[inline]
+    pub(crate) fn count(&self) -> usize {
+        self.uct.len()
+    }
+
+    /// The AM lane (index).
+    #[inline]
+    pub(crate) fn am(&self) -> usize {
+        self.am
+    }
+
+    /// The worker's index of lane `lane`'s interface.
+    #[inline]
+    pub(crate) fn iface_of(&self, lane: usize) -> usize {
+        self.uct[lane].0
+    }
+
+    /// The worker's index of the AM lane's interface.
+    #[inline]
+    pub(crate) fn am_iface(&self) -> usize {
+        self.uct[self.am].0
+    }
+
+    /// The worker's index of the RMA lane's interface, if there is an RMA lane.
+    #[inline]
+    pub(crate) fn rma_iface(&self) -> Option<usize> {
+        self.rma().map(|r| self.uct[r].0)
+    }
+
+    /// The interfaces of the lanes, in lane order.
+    pub(crate) fn ifaces(&self) -> impl Iterator<Item = usize> + '_ {
+        self.uct.iter().map(|(li, _)| *li)
+    }
+
+    /// Lane `lane`: its interface's index and its transport endpoint.
+    #[inline]
+    pub(crate) fn lane_mut(&mut self, lane: usize) -> (usize, &mut AnyEp) {
+        let (li, ep) = &mut self.uct[lane];
+        (*li, ep)
+    }
+
+    /// Lane `lane`, or `None` past the last one.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, lane: usize) -> Option<(usize, &mut AnyEp)> {
+        self.uct.get_mut(lane).map(|(li, ep)| (*li, ep))
+    }
+
+    /// The AM lane's transport endpoint.
+    #[inline]
+    pub(crate) fn am_ep_mut(&mut self) -> &mut AnyEp {
+        &mut self.uct[self.am].1
+    }
+
+    /// Wire-up: the lanes still to connect (an atomic lane picked for later, a
+    /// connect-to-endpoint RMA lane waiting for its address exchange).
+    pub(crate) fn set_waiting(
+        &mut self,
+        amo_later: Option<Box<crate::wireup::LanePick>>,
+        rma_wait: Option<Box<WaitLane>>,
+    ) {
+        self.amo_later = amo_later;
+        self.rma_wait = rma_wait;
+    }
+
+    /// The atomic lane picked for later, taken (to connect it now).
+    pub(crate) fn take_amo_later(&mut self) -> Option<Box<crate::wireup::LanePick>> {
+        self.amo_later.take()
+    }
+
+    /// The connect-to-endpoint RMA lane waiting for its address exchange.
+    pub(crate) fn rma_wait(&self) -> Option<&WaitLane> {
+        self.rma_wait.as_deref()
+    }
+
+    /// [`Lanes::rma_wait`], to connect it.
+    pub(crate) fn rma_wait_mut(&mut self) -> Option<&mut WaitLane> {
+        self.rma_wait.as_deref_mut()
+    }
+
+    /// [`Lanes::rma_wait`], taken (it connected, or failed to).
+    pub(crate) fn take_rma_wait(&mut self) -> Option<Box<WaitLane>> {
+        self.rma_wait.take()
+    }
+
+    /// Adds a lane on interface `li` as the RMA lane; gives its index.
+    pub(crate) fn add_rma_lane(&mut self, li: usize, ep: AnyEp) -> usize {
+        self.uct.push((li, ep));
+        let lane = self.uct.len() - 1;
+        self.set_rma(lane);
+        lane
+    }
+
+    /// The lane the AM lane moves to once nothing is pending on the old one.
+    pub(crate) fn am_next(&self) -> Option<usize> {
+        self.am_next.map(usize::from)
+    }
+
+    /// Makes `lane` the one the AM lane moves to.
+    pub(crate) fn set_am_next(&mut self, lane: usize) {
+        self.am_next = u8::try_from(lane).ok();
+    }
+
+    /// Moves the AM lane to [`Lanes::am_next`]. The old one, unless it is the RMA lane, is
+    /// released (it no longer counts as a user of its interface): gives that interface's
+    /// index then.
+    pub(crate) fn switch_am(&mut self) -> Option<usize> {
+        let new = self.am_next.take().map(usize::from)?;
+        let old = std::mem::replace(&mut self.am, new);
+        (self.rma() != Some(old)).then(|| {
+            self.released = u8::try_from(old).ok();
+            self.uct[old].0
+        })
     }
 }
 

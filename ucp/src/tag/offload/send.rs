@@ -86,7 +86,7 @@ impl TagFamily<'_> {
         // `finish` drops the registration before it gives the vector back.
         let memh = unsafe { self.md(li).mem_reg(p, len) }?;
         let l = self.ep_mut(idx).lanes_mut().ok_or_else(connecting)?;
-        let out = l.uct[l.am].1.tag_eager_zcopy(
+        let out = l.am_ep_mut().tag_eager_zcopy(
             tag,
             uuid,
             &[Iov::whole(&memh)],
@@ -137,7 +137,7 @@ impl TagFamily<'_> {
             .and_then(|idx| self.ep_get_mut(idx))
             .and_then(|e| e.lanes_mut())
         {
-            if let Err(e) = l.uct[l.am].1.tag_rndv_cancel(op) {
+            if let Err(e) = l.am_ep_mut().tag_rndv_cancel(op) {
                 tracing::debug!("tag rendezvous {op} already gone: {e}");
             }
         }
@@ -232,10 +232,10 @@ impl TagFamily<'_> {
         keep: Keep,
     ) -> Result<Op> {
         let l = self.ep(idx).lanes().ok_or_else(connecting)?;
-        let li = l.uct[l.am].0;
+        let li = l.am_iface();
         let rma = l
             .rma()
-            .map(|r| l.uct[r].0)
+            .map(|r| l.iface_of(r))
             .and_then(|r| map.reg_of(self.iface(r).tl_name).map(|m| (r, m.clone())));
         let a = &self.iface(li).attr;
         // The handle the AM lane's transport reads the data through: the shared segment
@@ -300,8 +300,7 @@ impl TagFamily<'_> {
                 .ok_or_else(connecting)
                 .and_then(|l| {
                     let iov = Iov::new(&memh, off, len)?;
-                    l.uct[l.am]
-                        .1
+                    l.am_ep_mut()
                         .tag_rndv_zcopy(tag, &hdr, &[iov], comp_id(COMP_TM, wire))
                 })
                 .map(|o| match o {
@@ -370,7 +369,7 @@ impl TagFamily<'_> {
         let Some(l) = self.ep(idx).lanes() else {
             return Ok(None);
         };
-        let li = l.uct[l.am].0;
+        let li = l.am_iface();
         let a = &self.iface(li).attr;
         if !a.flags.contains(IfaceFlags::TAG_EAGER_ZCOPY)
             || !a.tag.eager_saves_copy
@@ -390,8 +389,8 @@ impl TagFamily<'_> {
         let wire = self.wire_id(key);
         let uuid = self.worker_uuid();
         let out = match self.ep_mut(idx).lanes_mut() {
-            Some(l) => l.uct[l.am]
-                .1
+            Some(l) => l
+                .am_ep_mut()
                 .tag_eager_zcopy(tag, uuid, &[iov], comp_id(COMP_TM, wire)),
             None => Ok(Outcome::NoResource),
         };
@@ -460,8 +459,8 @@ impl TagFamily<'_> {
         let Some(l) = self.ep(idx).lanes() else {
             return Ok(Err(data));
         };
-        let li = l.uct[l.am].0;
-        let rma_li = l.rma().map(|r| l.uct[r].0);
+        let li = l.am_iface();
+        let rma_li = l.rma_iface();
         let a = &self.iface(li).attr;
         // Sizes ucp's own rendezvous moves better than the transport's (the AM pipeline's
         // range, or every size where ucp reads in steps: see `ProtoConfig::tm_rndv_min`) go by
@@ -509,7 +508,7 @@ impl TagFamily<'_> {
         self.put_rkey_scratch(rkey);
         let out = if hdr.len() <= max_hdr {
             match self.ep_mut(idx).lanes_mut() {
-                Some(l) => l.uct[l.am].1.tag_rndv_zcopy(
+                Some(l) => l.am_ep_mut().tag_rndv_zcopy(
                     tag,
                     &hdr,
                     &[Iov::whole(&memh)],
