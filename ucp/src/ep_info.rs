@@ -55,25 +55,13 @@ impl Worker {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Context, ContextParams, EpParams, Features, UcpConfig, Worker};
+    use crate::Features;
 
     /// An endpoint names the transport of its lanes, and estimates a larger message to take
     /// longer; a stale handle is refused.
     #[test]
     fn transports_and_time_estimates() {
-        let ctx = Context::new(ContextParams {
-            features: Features::TAG,
-            config: Some(UcpConfig {
-                tls: vec!["posix".into()],
-                keepalive_interval: None,
-                self_across_workers: false,
-                ..Default::default()
-            }),
-        })
-        .expect("context");
-        let mut a = Worker::new(&ctx).expect("worker a");
-        let b = Worker::new(&ctx).expect("worker b");
-        let ep = a.ep_create(b.address(), EpParams::default()).expect("ep");
+        let (mut a, _b, ep) = crate::test_pair::pair(&["posix"], Features::TAG);
         let tls = a.ep_transports(ep).expect("transports");
         assert_eq!(tls.first().map(|t| t.0.as_str()), Some("posix"), "{tls:?}");
         let small = a.ep_estimate_time(ep, 8).expect("estimate");

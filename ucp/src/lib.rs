@@ -76,6 +76,8 @@ pub mod rma;
 mod rndv;
 mod stream;
 mod tag;
+#[cfg(test)]
+mod test_pair;
 pub use tag::matcher as tag_match;
 pub mod wire;
 pub mod wireup;

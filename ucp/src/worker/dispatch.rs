@@ -350,34 +350,23 @@ impl State {
         true
     }
 
+    /// A whole eager message (`sreq`: the sender's request to acknowledge, or `NO_REQ`), to
+    /// the tag family.
+    fn eager_whole(&mut self, idx: usize, src: u64, tag: u64, sreq: u64, data: &[u8]) {
+        self.tag_family()
+            .eager_arrived(idx, src, tag, data, data.len(), sreq, None, None);
+    }
+
     /// Routes a decoded message to the handler of its protocol family.
     fn handle_msg(&mut self, idx: usize, src: u64, msg: Msg<'_>) -> Result<()> {
         match msg {
             Msg::Wireup(_) | Msg::Keepalive => Ok(()),
             Msg::Eager(h, data) => {
-                self.tag_family().eager_arrived(
-                    idx,
-                    src,
-                    h.tag,
-                    data,
-                    data.len(),
-                    NO_REQ,
-                    None,
-                    None,
-                );
+                self.eager_whole(idx, src, h.tag, NO_REQ, data);
                 Ok(())
             }
             Msg::EagerSync(h, data) => {
-                self.tag_family().eager_arrived(
-                    idx,
-                    src,
-                    h.tag,
-                    data,
-                    data.len(),
-                    h.sreq,
-                    None,
-                    None,
-                );
+                self.eager_whole(idx, src, h.tag, h.sreq, data);
                 Ok(())
             }
             Msg::EagerFirst(h, data) => self.tag_family().on_eager_first(idx, src, h, data),

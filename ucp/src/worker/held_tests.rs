@@ -4,25 +4,12 @@
 //! still the one they named.
 
 use crate::worker::req::SendData;
-use crate::{Context, ContextParams, EpHandle, EpParams, Features, UcpConfig, Worker};
+use crate::{EpHandle, Features, Worker};
 use ucs::Error;
 
 /// Two workers over posix shared memory; the first has an endpoint to the second.
 fn pair() -> (Worker, Worker, EpHandle) {
-    let ctx = Context::new(ContextParams {
-        features: Features::TAG,
-        config: Some(UcpConfig {
-            tls: vec!["posix".into()],
-            keepalive_interval: None,
-            self_across_workers: false,
-            ..Default::default()
-        }),
-    })
-    .expect("context");
-    let mut a = Worker::new(&ctx).expect("worker a");
-    let b = Worker::new(&ctx).expect("worker b");
-    let ep = a.ep_create(b.address(), EpParams::default()).expect("ep");
-    (a, b, ep)
+    crate::test_pair::pair(&["posix"], Features::TAG)
 }
 
 /// A send on `a`'s endpoint `ep` that tag offload is marked as holding an entry of.

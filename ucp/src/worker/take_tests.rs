@@ -1,7 +1,7 @@
 //! Taking finished requests: `request_take` and `request_take_recv` on the common receive (the
 //! fast path) and on everything else (running, truncated, stale, another worker's).
 
-use crate::{Context, ContextParams, EpHandle, EpParams, Features, Op, UcpConfig, Worker};
+use crate::{EpHandle, Features, Op, Worker};
 use std::time::{Duration, Instant};
 use ucs::Error;
 
@@ -9,20 +9,7 @@ const WATCHDOG: Duration = Duration::from_secs(60);
 
 /// Two workers over posix shared memory; the first has an endpoint to the second.
 fn pair() -> (Worker, Worker, EpHandle) {
-    let ctx = Context::new(ContextParams {
-        features: Features::TAG,
-        config: Some(UcpConfig {
-            tls: vec!["posix".into()],
-            keepalive_interval: None,
-            self_across_workers: false,
-            ..Default::default()
-        }),
-    })
-    .expect("context");
-    let mut a = Worker::new(&ctx).expect("worker a");
-    let b = Worker::new(&ctx).expect("worker b");
-    let ep = a.ep_create(b.address(), EpParams::default()).expect("ep");
-    (a, b, ep)
+    crate::test_pair::pair(&["posix"], Features::TAG)
 }
 
 /// Posts a receive of `cap` bytes for `tag` on `b`; it must not finish at once.
