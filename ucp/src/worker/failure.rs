@@ -20,6 +20,7 @@ use uct::Endpoint as _;
 
 impl State {
     pub(crate) fn fail_ep(&mut self, idx: usize, err: Error) {
+        self.settle_held_first();
         let Some(ep) = self.eps.get_mut(idx) else {
             return;
         };
@@ -37,6 +38,7 @@ impl State {
     }
 
     pub(crate) fn teardown_ep(&mut self, idx: usize, err: &Error) {
+        self.settle_held_first();
         let ep = &mut self.eps[idx];
         let pend: Vec<Pending> = ep.pending.drain(..).collect();
         if let Some(x) = ep.extra.as_deref_mut() {

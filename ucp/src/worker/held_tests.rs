@@ -69,3 +69,28 @@ fn an_endpoint_a_family_found_failed_fails_on_the_next_progress_call() {
     assert!(a.st.ep(idx).is_down(), "failed by progress");
     assert!(a.st.core.to_fail.is_empty());
 }
+
+#[test]
+fn a_held_request_keeps_its_result_when_its_endpoint_fails_before_it_settles() {
+    // An ATS finishes a tag-offload send (left to the worker), then the peer's close fails
+    // the endpoint in the same progress call: the send succeeded.
+    let (mut a, _b, ep) = pair();
+    let key = held_send(&mut a, ep);
+    a.st.core.finish(key, Ok(()));
+    let idx = a.st.ep_idx(ep).expect("endpoint");
+    a.st.fail_ep(
+        idx,
+        Error::ConnectionReset("the peer closed its endpoint".into()),
+    );
+    let r = a.st.req(key);
+    assert!(
+        r.is_finished(),
+        "finished with the endpoint's failure or before it"
+    );
+    let done = a.st.core.reqs[key].done.as_ref().expect("a result");
+    assert!(
+        done.status.is_ok(),
+        "the earlier success was kept: {:?}",
+        done.status
+    );
+}

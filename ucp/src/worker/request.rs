@@ -725,6 +725,16 @@ impl State {
         }
     }
 
+    /// [`State::settle_held`] before the worker finishes requests with an endpoint's failure
+    /// or close: a request a family finished before (an ATS, then the peer's close, in one
+    /// progress call) keeps its own result.
+    #[inline]
+    pub(crate) fn settle_held_first(&mut self) {
+        if !self.core.held_done.is_empty() {
+            self.settle_held();
+        }
+    }
+
     /// Finishes the requests [`Core::finish`] left to this level (`held_done`) through
     /// [`State::finish`]. Gives how many.
     #[cold]
