@@ -98,6 +98,34 @@ impl Worker {
         }
     }
 
+    /// Receives stream bytes into `len` bytes at `ptr` at once when no receive is queued on
+    /// the endpoint and the bytes asked for are buffered (all `len` with `waitall`, else at
+    /// least one): copies them and gives how many, the receive complete without a request or
+    /// a completion. `None`, nothing done, otherwise (an empty receive, an unknown endpoint):
+    /// [`Worker::stream_recv_raw`] then takes the receive. The common receive of a client
+    /// behind its sender (ucx_perftest's stream_bw), which finds its bytes waiting.
+    ///
+    /// # Safety
+    /// `ptr` valid for writes of `len` bytes.
+    #[inline(always)]
+    pub unsafe fn stream_recv_now(
+        &mut self,
+        ep: EpHandle,
+        ptr: *mut u8,
+        len: usize,
+        waitall: bool,
+    ) -> Option<usize> {
+        let idx = self.st.ep_idx(ep).ok()?;
+        let x = self.st.ep_mut(idx).extra_get_mut()?;
+        let need = if waitall { len } else { len.min(1) };
+        if need == 0 || !x.stream.waiters.is_empty() || x.stream.rx.len() < need {
+            return None;
+        }
+        // SAFETY: the caller's `len` writable bytes (`len` > 0 here, so `ptr` is not null).
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        Some(x.stream.rx.copy_out(dst))
+    }
+
     /// Appends `len` bytes at `ptr` to the endpoint's stream, read in place.
     ///
     /// # Safety
@@ -555,6 +583,10 @@ impl Core {
             match held {
                 Some(h) => x.stream.rx.push_held(h),
                 None => x.stream.rx.push_copy(data),
+            }
+            if x.stream.waiters.is_empty() {
+                // Nobody to serve (a receiver behind its sender): the bytes wait.
+                return;
             }
         }
         self.stream_serve(idx);
