@@ -26,7 +26,7 @@ use crate::param::{check_param, param_datatype, ParamArgs, SEND};
 use crate::request::submit;
 use crate::worker_ext::Held;
 use std::ffi::{c_uint, c_void};
-use ucp::{AmRndv, Completion, EpHandle, LentAm, Op, SmallAm, SmallTaken};
+use ucp::{AmRndv, Completion, EpHandle, LentAm, Op, SmallAm};
 
 /// Longest user header `ucp_am_send_nbx` takes (`ucp_worker_query`'s `max_am_header`): a
 /// header travels in the first fragment, and every rucx transport's fragment holds this much
@@ -84,26 +84,19 @@ pub fn deliver_small(w: &Worker) -> Option<bool> {
     Some(more)
 }
 
-/// [`deliver_small`] when no message is lent: the oldest in the ring, run on its copy. Out of
-/// line: the lent message's path (the common one when messages do not pile up) and the other
-/// completions' stay small.
+/// [`deliver_small`] when no message is lent: the oldest in the ring, run on its copy (its
+/// bytes only, copied out of the slot: a handler that progresses the worker may reuse the
+/// slot). Out of line: the lent message's path (the common one when messages do not pile up)
+/// and the other completions' stay small.
 #[inline(never)]
 fn deliver_copied(w: &Worker) -> Option<bool> {
-    let (taken, more, handler, first) = {
+    let mut m = SmallAm::EMPTY;
+    let (id, ep, more, handler, first) = {
         let mut i = w.inner.borrow_mut();
-        let (t, more) = i.w.am_pop_small()?;
-        let (id, ep) = match &t {
-            SmallTaken::Lent(l) => (l.id, l.ep),
-            SmallTaken::Copied(s) => (s.id, s.ep),
-        };
-        (t, more, i.am_recv_handlers.get(id), i.eps.first(ep))
+        let (id, ep, more) = i.w.am_pop_copied(&mut m)?;
+        (id, ep, more, i.am_recv_handlers.get(id), i.eps.first(ep))
     };
-    match taken {
-        SmallTaken::Lent(l) => run_lent(w, l, handler, first),
-        SmallTaken::Copied(mut s) => {
-            run_small(w, s.id, SmallMsg::of(&mut s.m), s.ep, handler, first)
-        }
-    }
+    run_small(w, id, SmallMsg::of(&mut m), ep, handler, first);
     Some(more)
 }
 

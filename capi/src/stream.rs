@@ -15,7 +15,7 @@ use crate::handles::{worker_ref, Cb, Ep, OpArgs, ReqArgs, ReqHdr, Worker};
 use crate::param::{check_param, param_datatype, ParamArgs, SEND, STREAM_RECV};
 use crate::request::{request_mem, submit, submit_hooked};
 use std::ffi::{c_uint, c_void};
-use ucp::Op;
+use ucp::{Op, StreamRecvNow};
 
 /// Starts a stream send of the client's data; `args` (read only when a request is made) and
 /// `no_imm` (`UCP_OP_ATTR_FLAG_NO_IMM_CMPL`) say how it completes.
@@ -152,15 +152,20 @@ unsafe fn recv(
         let _g = w.lock.lock();
         let mut i = w.inner.borrow_mut();
         let (len, waitall) = whole_elems(&i.w, h, cap, elem, waitall);
-        // Request memory is taken only for a receive left waiting (see `recv_contig`).
+        // Request memory is taken only for a receive left waiting (see `recv_contig`). Bytes
+        // already there (a receiver behind its sender) are copied at once, and the call gives
+        // NULL with the length, as a completion at once would, without building one: not when
+        // the client asked for a request in any case, or gave request memory to complete.
+        let now = !args.no_imm() && args.caller_req().is_null();
         let mut mem: (*mut ReqHdr, u32) = (std::ptr::null_mut(), 0);
         // SAFETY: the client keeps its buffer until the request completes.
         let res = unsafe {
-            i.w.stream_recv_raw_hooked(
+            i.w.stream_recv_raw_now_or_hooked(
                 h,
                 buffer.cast(),
                 len,
                 waitall,
+                now,
                 #[inline(always)]
                 || {
                     mem = request_mem(w, &args);
@@ -169,6 +174,18 @@ unsafe fn recv(
             )
         };
         drop(i);
+        let res = match res {
+            Ok(StreamRecvNow::Copied(n)) => {
+                let len_out = args.len_out();
+                if !len_out.is_null() {
+                    // SAFETY: the client's length pointer.
+                    unsafe { *len_out = n };
+                }
+                return std::ptr::null_mut();
+            }
+            Ok(StreamRecvNow::Hooked(op)) => Ok(op),
+            Err(e) => Err(e),
+        };
         return submit_hooked(name, w, &args, mem, res);
     }
     // SAFETY: forwarded contract.

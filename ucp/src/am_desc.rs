@@ -20,7 +20,7 @@
 pub(crate) mod msg;
 pub use msg::{AmDescHandler, AmMsg, AmRndv};
 
-use crate::am::inbox::{AmArrival, LentAm, SmallTaken};
+use crate::am::inbox::{AmArrival, LentAm, SmallAm, SmallTaken};
 use crate::am::state::Taken;
 use crate::request::Op;
 use crate::wire::{am_id, ReqHdr, RtsHdr, UserAmHdr};
@@ -82,6 +82,19 @@ impl Worker {
             self.st.client_queued &= !QUEUED_AM;
         }
         Some((l, more))
+    }
+
+    /// The oldest small message in the ring, copied into `out` (its bytes only), with its id,
+    /// sender endpoint and whether more wait. Take the lent one first
+    /// ([`Worker::am_pop_lent`]): this gives only the ring's.
+    #[inline(always)]
+    pub fn am_pop_copied(&mut self, out: &mut SmallAm) -> Option<(u16, EpHandle, bool)> {
+        let (id, ep) = self.st.am.inbox.pop_copied(out)?;
+        let more = !self.st.am.inbox.is_empty();
+        if !more {
+            self.st.client_queued &= !QUEUED_AM;
+        }
+        Some((id, ep, more))
     }
 
     /// The oldest queued message past the small ones of [`Worker::am_pop_small`].

@@ -95,6 +95,7 @@ pub use listener::{ConnRequest, Listener};
 pub use mt::{MtAmHandler, MtErrHandler, MtMem, MtRequest, MtWorker};
 pub use request::{Completion, HookedOp, Op, Received, Request, RequestId};
 pub use rma::{MemMap, Rkey};
+pub use stream::StreamRecvNow;
 pub use tag_match::EXACT as TAG_MASK_EXACT;
 pub use ucs::{Error, Result};
 pub use wireup::TagSendMode;

@@ -31,6 +31,14 @@ use uct::Endpoint as _;
 use uct::Iov;
 use uct::MemoryDomain as _;
 
+/// What [`Worker::stream_recv_raw_now_or_hooked`] did with a receive.
+pub enum StreamRecvNow {
+    /// The bytes were there: this many copied, the receive complete (no completion made).
+    Copied(usize),
+    /// As [`Worker::stream_recv_raw_hooked`] gives it.
+    Hooked(HookedOp),
+}
+
 impl Worker {
     /// Appends bytes to the endpoint's ordered stream.
     pub fn stream_send(&mut self, ep: EpHandle, data: &[u8]) -> Result<Op> {
@@ -96,6 +104,49 @@ impl Worker {
             Ok(c) => Ok(HookedOp::Done(c)),
             Err((key, gen)) => Ok(HookedOp::Pending(self.st.hook_waiting(key, gen, token()))),
         }
+    }
+
+    /// [`Worker::stream_recv_raw_hooked`], with the receive that finds its bytes buffered (and
+    /// no receive queued before it) served first when `now`: the bytes are copied and the
+    /// count given ([`StreamRecvNow::Copied`]), the receive complete without a request or a
+    /// completion. The common receive of a client behind its sender (ucx_perftest's
+    /// stream_bw); the one posted ahead of its bytes is looked at first, as before. The C
+    /// library passes `now` when the client asked for no request.
+    ///
+    /// # Safety
+    /// As [`Worker::stream_recv_raw`].
+    #[inline(always)]
+    pub unsafe fn stream_recv_raw_now_or_hooked(
+        &mut self,
+        ep: EpHandle,
+        ptr: *mut u8,
+        len: usize,
+        waitall: bool,
+        now: bool,
+        token: impl FnOnce() -> u64,
+    ) -> Result<StreamRecvNow> {
+        let idx = self.st.ep_idx(ep)?;
+        if self.st.stream_recv_waits(idx, len) {
+            // SAFETY: forwarded contract.
+            let buf = unsafe { RecvBuf::raw(ptr, len) };
+            let (key, gen) = self.st.stream_recv_wait(idx, buf, waitall)?;
+            let id = self.st.hook_waiting(key, gen, token());
+            return Ok(StreamRecvNow::Hooked(HookedOp::Pending(id)));
+        }
+        if now {
+            // SAFETY: forwarded contract.
+            if let Some(n) = unsafe { self.st.stream_recv_ready(idx, ptr, len, waitall) } {
+                return Ok(StreamRecvNow::Copied(n));
+            }
+        }
+        // SAFETY: forwarded contract.
+        let buf = unsafe { RecvBuf::raw(ptr, len) };
+        Ok(StreamRecvNow::Hooked(
+            match self.st.stream_recv_other(idx, buf, waitall)? {
+                Ok(c) => HookedOp::Done(c),
+                Err((key, gen)) => HookedOp::Pending(self.st.hook_waiting(key, gen, token())),
+            },
+        ))
     }
 
     /// Appends `len` bytes at `ptr` to the endpoint's stream, read in place.
@@ -355,6 +406,31 @@ impl Core {
                 .is_none_or(|x| x.stream.rx.is_empty() && x.stream.waiters.is_empty())
     }
 
+    /// The receive of `len` bytes at `ptr` on endpoint `idx` served at once when no receive is
+    /// queued on it and the bytes asked for are buffered (all `len` with `waitall`, else at
+    /// least one): copies them and gives how many; `None`, nothing done, otherwise (also for
+    /// an empty receive).
+    ///
+    /// # Safety
+    /// `ptr` valid for writes of `len` bytes.
+    #[inline(always)]
+    unsafe fn stream_recv_ready(
+        &mut self,
+        idx: usize,
+        ptr: *mut u8,
+        len: usize,
+        waitall: bool,
+    ) -> Option<usize> {
+        let x = self.ep_mut(idx).extra_get_mut()?;
+        let need = if waitall { len } else { len.min(1) };
+        if need == 0 || !x.stream.waiters.is_empty() || x.stream.rx.len() < need {
+            return None;
+        }
+        // SAFETY: the caller's `len` writable bytes (`len` > 0 here, so `ptr` is not null).
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        Some(x.stream.rx.copy_out(dst))
+    }
+
     /// Queues a receive into `buf` on endpoint `idx` that waits for its bytes
     /// ([`Core::stream_recv_waits`]), when the endpoint is usable: its request's key and
     /// generation.
@@ -555,6 +631,10 @@ impl Core {
             match held {
                 Some(h) => x.stream.rx.push_held(h),
                 None => x.stream.rx.push_copy(data),
+            }
+            if x.stream.waiters.is_empty() {
+                // Nobody to serve (a receiver behind its sender): the bytes wait.
+                return;
             }
         }
         self.stream_serve(idx);

@@ -20,6 +20,7 @@
 //! progress call is copied into the ring first (at its front: it is the oldest).
 
 use crate::am_desc::AmRndv;
+use crate::tag::copy::copy_in;
 use crate::worker::api_types::EpHandle;
 use std::collections::VecDeque;
 
@@ -47,6 +48,13 @@ pub struct SmallAm {
 }
 
 impl SmallAm {
+    /// No message (a place to copy one into).
+    pub const EMPTY: SmallAm = SmallAm {
+        bytes: [0; SMALL_AM_MAX],
+        len: 0,
+        header_len: 0,
+    };
+
     /// The message of `header` and `data`, if it fits.
     #[inline(always)]
     pub fn of(header: &[u8], data: &[u8]) -> Option<SmallAm> {
@@ -70,8 +78,11 @@ impl SmallAm {
         let h = header.len().min(SMALL_AM_MAX - d);
         self.len = d as u8;
         self.header_len = h as u8;
-        self.bytes[..d].copy_from_slice(&data[..d]);
-        self.bytes[d..d + h].copy_from_slice(&header[..h]);
+        // Small copies inline (8 to 16 bytes of data, the common message, without a call).
+        copy_in(&mut self.bytes[..d], data);
+        if h > 0 {
+            copy_in(&mut self.bytes[d..d + h], header);
+        }
     }
 
     /// The data.
@@ -215,6 +226,25 @@ impl AmInbox {
         self.head = (self.head + 1) & (self.ring.len() - 1);
         self.len -= 1;
         Some(SmallTaken::Copied(s))
+    }
+
+    /// The oldest small message in the ring (none is lent: take [`AmInbox::take_lent`] first),
+    /// its bytes copied into `out`: its id and sender endpoint. Only the bytes the message
+    /// holds are copied, not the slot.
+    #[inline(always)]
+    pub fn pop_copied(&mut self, out: &mut SmallAm) -> Option<(u16, EpHandle)> {
+        if self.len == 0 {
+            return None;
+        }
+        let s = self.ring.get(self.head)?;
+        let n = (usize::from(s.m.len) + usize::from(s.m.header_len)).min(SMALL_AM_MAX);
+        copy_in(&mut out.bytes[..n], &s.m.bytes[..n]);
+        out.len = s.m.len;
+        out.header_len = s.m.header_len;
+        let taken = (s.id, s.ep);
+        self.head = (self.head + 1) & (self.ring.len() - 1);
+        self.len -= 1;
+        Some(taken)
     }
 
     /// Copies the lent message into the ring, at its front, before its transport progresses
@@ -415,6 +445,28 @@ mod tests {
             panic!("large message not in a buffer")
         };
         assert_eq!(buf.as_ptr(), addr, "the spare buffer was not reused");
+    }
+
+    /// `pop_copied` gives the ring's messages in order, each with its own bytes only (what an
+    /// earlier, longer message left in the place they are copied into does not show).
+    #[test]
+    fn popped_copies_hold_each_message_alone() {
+        let mut q = AmInbox::default();
+        let ep = an_endpoint();
+        q.push_eager(1, ep, b"head", &[9; 40], true, false);
+        q.push_eager(2, ep, b"", b"12345678", true, false);
+        q.push_eager(3, ep, b"h", b"abc", true, false);
+        let mut out = SmallAm::EMPTY;
+        assert_eq!(q.pop_copied(&mut out).map(|t| t.0), Some(1));
+        assert_eq!(out.header(), b"head");
+        assert_eq!(out.data(), &[9u8; 40][..]);
+        assert_eq!(q.pop_copied(&mut out).map(|t| t.0), Some(2));
+        assert!(out.header().is_empty());
+        assert_eq!(out.data(), b"12345678");
+        assert_eq!(q.pop_copied(&mut out).map(|t| t.0), Some(3));
+        assert_eq!(out.header(), b"h");
+        assert_eq!(out.data(), b"abc");
+        assert!(q.pop_copied(&mut out).is_none() && q.is_empty());
     }
 
     /// Small messages behind a larger one wait behind it; the ring grows past its first size

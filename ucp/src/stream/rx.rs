@@ -4,6 +4,7 @@
 //! buffer, copied into the endpoint's byte buffer (one buffer for all such messages, so a
 //! receiver that falls behind a stream of small messages allocates nothing per message).
 
+use crate::tag::copy::copy_in;
 use std::collections::VecDeque;
 use uct::HeldBuf;
 
@@ -125,19 +126,68 @@ impl StreamRx {
     }
 
     /// Copies the oldest bytes into `dst`, as many as fit and are there, and consumes them
-    /// (releasing each message used up). Gives how many.
+    /// (releasing each message used up). Gives how many. The common receive of a client
+    /// behind its sender, one small copied message for a receive of its size or more, takes
+    /// one look at the front and one small copy inline ([`copy_in`]); the rest go round
+    /// [`StreamRx::copy_out_each`].
+    #[inline]
     pub(crate) fn copy_out(&mut self, dst: &mut [u8]) -> usize {
+        if let Some(&Seg::Copied(m)) = self.segs.front() {
+            let (at, left) = (self.copied_off, m - self.front_off);
+            if left <= dst.len() && self.segs.len() == 1 && at + left == self.copied.len() {
+                // The last message waiting, a copy, taken whole: the buffer starts over.
+                if let Some(src) = self.copied.get(at..at + left) {
+                    copy_in(dst, src);
+                    self.len -= left;
+                    self.front_off = 0;
+                    self.segs.clear();
+                    self.copied_drained();
+                    return left;
+                }
+            } else if left >= dst.len() {
+                if let Some(src) = self.copied.get(at..at + dst.len()) {
+                    let k = dst.len();
+                    copy_in(dst, src);
+                    self.len -= k;
+                    self.copied_off += k;
+                    if k == left {
+                        self.front_off = 0;
+                        self.segs.pop_front();
+                    } else {
+                        self.front_off += k;
+                    }
+                    return k;
+                }
+            }
+        }
+        self.copy_out_each(dst)
+    }
+
+    /// [`StreamRx::copy_out`] message by message.
+    #[inline(never)]
+    fn copy_out_each(&mut self, dst: &mut [u8]) -> usize {
         let mut n = 0;
         while n < dst.len() {
             let Some(src) = self.front() else {
                 break;
             };
             let k = src.len().min(dst.len() - n);
-            dst[n..n + k].copy_from_slice(&src[..k]);
+            copy_in(&mut dst[n..n + k], src);
             n += k;
             self.consume_front(k);
         }
         n
+    }
+
+    /// Every copied byte is consumed: the buffer starts over (freed after a burst).
+    #[inline]
+    fn copied_drained(&mut self) {
+        self.copied_off = 0;
+        if self.copied.capacity() > KEEP_CAP_MAX {
+            self.copied = Vec::new();
+        } else {
+            self.copied.clear();
+        }
     }
 
     /// Appends up to `max` of the oldest bytes to `out` and consumes them.
@@ -171,12 +221,7 @@ impl StreamRx {
             self.front_off = 0;
             self.segs.pop_front();
             if copied && self.copied_off == self.copied.len() {
-                self.copied_off = 0;
-                if self.copied.capacity() > KEEP_CAP_MAX {
-                    self.copied = Vec::new();
-                } else {
-                    self.copied.clear();
-                }
+                self.copied_drained();
             }
         }
     }
@@ -212,6 +257,35 @@ mod tests {
         assert!(rx.copied.capacity() >= 18 && rx.copied.is_empty());
         rx.push_copy(b"again");
         assert_eq!(rx.copied, b"again");
+    }
+
+    /// The short ways of `copy_out` (a copied front message taken whole, the last one or one
+    /// of several, or in part) keep the bytes in order and the buffer's accounting right.
+    #[test]
+    fn receives_of_a_message_size_take_one_message_each() {
+        let mut rx = StreamRx::default();
+        for m in 0u8..4 {
+            rx.push_copy(&[m; 8]);
+        }
+        let mut b = [0u8; 8];
+        for m in 0u8..3 {
+            assert_eq!(rx.copy_out(&mut b), 8);
+            assert_eq!(b, [m; 8]);
+            assert_eq!(rx.len(), (3 - usize::from(m)) * 8);
+        }
+        let mut half = [0u8; 5];
+        assert_eq!(rx.copy_out(&mut half), 5);
+        assert_eq!(half, [3; 5]);
+        assert_eq!(rx.front_message_left(), 3);
+        let mut big = [0u8; 16];
+        assert_eq!(rx.copy_out(&mut big), 3, "the last message's rest");
+        assert_eq!(&big[..3], &[3; 3]);
+        assert!(rx.is_empty() && rx.copied.is_empty() && rx.copied_off == 0);
+        rx.push_copy(b"abc");
+        rx.push_copy(b"defgh");
+        assert_eq!(rx.copy_out(&mut big), 8, "across messages");
+        assert_eq!(&big[..8], b"abcdefgh");
+        assert!(rx.is_empty() && rx.copied.is_empty());
     }
 
     /// A receiver that always leaves some bytes behind: the buffer is compacted, stays bounded,
