@@ -219,28 +219,13 @@ impl AmFamily<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        AmMsg, AmRndv, Context, ContextParams, EpHandle, EpParams, Features, Op, UcpConfig, Worker,
-    };
+    use crate::{AmMsg, AmRndv, EpHandle, EpParams, Features, Op, Worker};
     use std::cell::RefCell;
     use std::rc::Rc;
     use std::time::{Duration, Instant};
 
     fn pair(tls: &str) -> (Worker, Worker, EpHandle) {
-        let ctx = Context::new(ContextParams {
-            features: Features::AM,
-            config: Some(UcpConfig {
-                tls: vec![tls.into()],
-                keepalive_interval: None,
-                self_across_workers: false,
-                ..Default::default()
-            }),
-        })
-        .expect("context");
-        let mut a = Worker::new(&ctx).expect("worker a");
-        let b = Worker::new(&ctx).expect("worker b");
-        let ep = a.ep_create(b.address(), EpParams::default()).expect("ep");
-        (a, b, ep)
+        crate::test_pair::pair(&[tls], Features::AM)
     }
 
     fn until(a: &mut Worker, b: &mut Worker, mut done: impl FnMut() -> bool) {

@@ -272,17 +272,18 @@ impl RndvFamily<'_> {
     /// One step of the first rendezvous read in `rndv.gets` (see [`RndvFamily::get_step`]):
     /// its next fragment; a read with more left goes to the back. A request that finished
     /// meanwhile (failed with its endpoint, or was freed) is dropped from the queue. Gives
-    /// the number of reads stepped, and the endpoint to fail with the error of a read that
-    /// failed (the request is finished with it here; failing the endpoint is the worker's).
-    pub(crate) fn progress_rndv_gets(&mut self) -> (usize, Option<(usize, Error)>) {
+    /// the number of reads stepped. A read that fails finishes its request with the error,
+    /// and its endpoint fails with it too ([`Core::fail_ep_soon`](crate::worker::state::Core),
+    /// which the same progress call carries out).
+    pub(crate) fn progress_rndv_gets(&mut self) -> usize {
         let Some((key, wire)) = self.own().next_read() else {
-            return (0, None);
+            return 0;
         };
         let live = self.req_by_wire(wire) == Some(key)
             && matches!(&self.req(key).kind,
                 ReqKind::Recv(r) if r.stage == RecvStage::Rndv(RndvRecv::Get));
         if !live {
-            return (0, None);
+            return 0;
         }
         match self.get_step(key) {
             Ok(true) => {}
@@ -294,10 +295,12 @@ impl RndvFamily<'_> {
             Err(e) => {
                 let ep = self.req(key).ep();
                 self.finish(key, Err(e.clone()));
-                return (1, ep.map(|ep| (ep, e)));
+                if let Some(ep) = ep {
+                    self.fail_ep_soon(ep, e);
+                }
             }
         }
-        (1, None)
+        1
     }
 
     /// A get of receive `key` completed: after the last one, the receive is done.

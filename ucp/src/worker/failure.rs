@@ -20,7 +20,6 @@ use uct::Endpoint as _;
 
 impl State {
     pub(crate) fn fail_ep(&mut self, idx: usize, err: Error) {
-        self.settle_held_first();
         let Some(ep) = self.eps.get_mut(idx) else {
             return;
         };

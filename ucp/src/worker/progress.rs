@@ -368,12 +368,9 @@ impl Worker {
             n += st.notify_failures();
         }
         if st.rndv.has_reads() {
-            let (k, failed) = st.rndv_family().progress_rndv_gets();
-            n += k;
-            if let Some((idx, e)) = failed {
-                st.fail_ep(idx, e);
-            }
+            n += st.rndv_family().progress_rndv_gets();
         }
+        // (After the reads: a read that failed has its endpoint failed in this call.)
         while let Some((idx, gen, e)) = st.to_fail.pop() {
             if st.ep_gen(idx) == Some(gen) {
                 st.fail_ep(idx, e);
