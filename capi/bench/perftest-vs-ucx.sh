@@ -8,7 +8,7 @@
 #   ucx122  UCX 1.22's ucx_perftest on UCX 1.22's own lib/ (the libucx-cu12 wheel from PyPI,
 #           fetched into target/ucx122 unless UCX122_DIR names an unpacked one)
 #   rucx@122  UCX 1.22's ucx_perftest on rucx's libraries: the same binary as the ucx122 column
-# Rows: ucp stream_bw, ucp_am_lat and ucp_am_bw at 8 B, 64 KiB and 1 MiB over shared memory
+# Rows: ucp tag_lat at 8 B over shared memory (what MPI's latency rests on); ucp stream_bw, ucp_am_lat and ucp_am_bw at 8 B, 64 KiB and 1 MiB over shared memory
 # (UCX_TLS=shm,self) and tcp (UCX_TLS=tcp on lo); uct am_lat, am_bw and put_bw over posix
 # and tcp. Printed per row: the median of each (latency: 50th percentile in usec; bandwidth:
 # overall MB/s) and three ratios (latency: rucx/UCX, goal <= 1.0; bandwidth: rucx/UCX, goal
@@ -115,6 +115,7 @@ for net in "shm|UCX_TLS=shm,self" "tcp|UCX_TLS=tcp UCX_NET_DEVICES=lo"; do
         rows+=("ucp_am_bw $name ${size}B|bw|$envs|-t ucp_am_bw -s $size -n $n")
     done
 done
+rows+=("tag_lat shm 8B|lat|UCX_TLS=shm,self|-t tag_lat -s 8 -n 100000")
 rows+=("uct am_lat posix 8B|lat||-t am_lat -x posix -d memory -s 8 -n 100000")
 rows+=("uct am_bw posix 8B|bw||-t am_bw -x posix -d memory -s 8 -n 100000")
 rows+=("uct am_bw posix bcopy 4KiB|bw||-t am_bw -x posix -d memory -D bcopy -s 4096 -n 20000")
