@@ -17,39 +17,65 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use ucs::{Error, Result};
 
-/// What a worker shares with the requests it hands out: the (key, generation) pairs of the
-/// handles dropped since the worker last released them. A request's identity check compares
-/// this allocation's address with its worker's.
+/// What a worker shares with the requests it hands out (the (key, generation) pairs of the
+/// handles dropped since the worker last released them) and with the interfaces that ring it
+/// when they get work ([`uct::Iface::ring_on_work`]: the self transport). A request's identity
+/// check compares this allocation's address with its worker's.
 #[derive(Default)]
 pub(crate) struct ReqShared {
     released: RefCell<Vec<(u32, u32)>>,
-    /// Set when a handle is dropped, cleared when `pop` finds the list empty: what progress
-    /// looks at on every call.
-    dirty: Cell<bool>,
+    /// [`DROPPED`] and [`RUNG`]: what progress looks at on every call, in one load.
+    dirty: Cell<u8>,
 }
+
+/// Bit of `ReqShared::dirty`: a handle was dropped since `pop` last found the list empty.
+const DROPPED: u8 = 1;
+/// Bit of `ReqShared::dirty`: an interface that rings got work since `take_rung`.
+const RUNG: u8 = 2;
 
 impl ReqShared {
     /// The next dropped handle, if any.
     pub(crate) fn pop(&self) -> Option<(u32, u32)> {
         let next = self.released.try_borrow_mut().ok()?.pop();
         if next.is_none() {
-            self.dirty.set(false);
+            self.dirty.set(self.dirty.get() & !DROPPED);
         }
         next
     }
 
-    /// True when a handle was dropped since the last `pop` gave `None`.
+    /// True when a handle was dropped since the last `pop` gave `None`, or an interface rang
+    /// since the last `take_rung`.
     #[inline]
     pub(crate) fn any(&self) -> bool {
-        self.dirty.get()
+        self.dirty.get() != 0
+    }
+
+    /// True when a handle was dropped since the last `pop` gave `None`.
+    #[inline]
+    pub(crate) fn dropped(&self) -> bool {
+        self.dirty.get() & DROPPED != 0
+    }
+
+    /// Whether an interface rang since the last call; clears the ring.
+    #[inline]
+    pub(crate) fn take_rung(&self) -> bool {
+        let d = self.dirty.get();
+        self.dirty.set(d & !RUNG);
+        d & RUNG != 0
     }
 
     #[cold]
     fn push(&self, key: u32, gen: u32) {
         if let Ok(mut l) = self.released.try_borrow_mut() {
             l.push((key, gen));
-            self.dirty.set(true);
+            self.dirty.set(self.dirty.get() | DROPPED);
         }
+    }
+}
+
+impl uct::WorkBell for ReqShared {
+    fn ring(&self) {
+        self.dirty.set(self.dirty.get() | RUNG);
     }
 }
 

@@ -71,6 +71,7 @@ use crate::context::{Context, Features};
 use crate::worker::ep::IfaceInfo;
 use crate::worker::state::{Core, State};
 use slab::Slab;
+use std::rc::Rc;
 use std::time::Duration;
 use ucs::time::{Clock, MonotonicClock};
 use ucs::{Error, Result};
@@ -139,6 +140,9 @@ pub struct Worker {
     /// took tells slow calls (see [`progress::SLOW_CALL`]).
     pub(crate) clock_read_tick: u32,
     pub(crate) clock_read_at: Duration,
+    /// The interfaces polled after they ring ([`uct::Iface::ring_on_work`]: the self
+    /// transport) and on calls that read the clock; never `solo` or in `polled`.
+    pub(crate) rung: Vec<usize>,
 }
 
 /// The next process-unique worker id (never 0).
@@ -225,6 +229,14 @@ impl Worker {
         let address = addr.to_bytes()?;
         let now = clock.now();
         let n_ifaces = ifaces.len();
+        let req_shared: Rc<crate::request::ReqShared> = Default::default();
+        // Interfaces that ring the worker when they get work are polled after a ring only.
+        let rung = (0..n_ifaces)
+            .filter(|&i| {
+                let bell: Rc<dyn uct::WorkBell> = req_shared.clone();
+                ifaces.get_mut(i).is_some_and(|f| f.ring_on_work(bell))
+            })
+            .collect();
         if ctx.features().contains(Features::WAKEUP) {
             ifaces.watch_events()?;
         }
@@ -234,7 +246,7 @@ impl Worker {
                 core: Core {
                     uuid,
                     id: next_worker_id(),
-                    req_shared: Default::default(),
+                    req_shared,
                     cfg: ctx.config().clone(),
                     features: ctx.features(),
                     clock: Box::new(clock),
@@ -295,6 +307,7 @@ impl Worker {
             idle_due: Duration::ZERO,
             clock_read_tick: 0,
             clock_read_at: Duration::ZERO,
+            rung,
         };
         w.st.start_keepalive()?;
         if w.st.core.tm_enabled {

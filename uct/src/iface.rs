@@ -48,6 +48,12 @@ pub trait TagRecvCancel {
 /// A shared handle to an interface's [`TagRecvCancel`] (see [`Iface::tag_recv_canceler`]).
 pub type TagRecvCanceler = std::rc::Rc<dyn TagRecvCancel>;
 
+/// What an interface rings when it gets work (see [`Iface::ring_on_work`]).
+pub trait WorkBell {
+    /// Notes that an interface that rings this bell has work.
+    fn ring(&self);
+}
+
 /// Receives everything progress produces. Callbacks may call any endpoint operation
 /// (transports never hold internal borrows across a callback), but must not call `progress`.
 pub trait EventSink {
@@ -167,6 +173,15 @@ pub trait Iface {
     /// default (a transport without such a quick look) says false.
     #[inline(always)]
     fn idle_poll(&mut self) -> bool {
+        false
+    }
+    /// Asks the interface to ring `bell` whenever it gets work. True when it will: its work
+    /// only ever comes from calls made on this thread (the self transport: its ring is filled
+    /// by its own endpoints' sends), so a caller may poll it only after a ring, provided it
+    /// rings again itself when [`Iface::idle_poll`] still finds work after a poll. False (the
+    /// default): poll as usual.
+    fn ring_on_work(&mut self, bell: std::rc::Rc<dyn WorkBell>) -> bool {
+        let _ = bell;
         false
     }
     /// `progress` right after [`Iface::idle_poll`] said false, without looking again (the

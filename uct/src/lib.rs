@@ -40,7 +40,7 @@ pub use ep::{
 };
 pub use held::{AmKeep, HeldBuf};
 pub use iface::{
-    AmHandlers, EventSink, Iface, IfaceParams, RndvRemote, TagRecvCancel, TagRecvCanceler,
+    AmHandlers, EventSink, Iface, IfaceParams, RndvRemote, TagRecvCancel, TagRecvCanceler, WorkBell,
 };
 pub use md::{Iov, MemHandle, MemoryDomain, RemoteKey};
 pub use peer_proc::PeerProcs;

@@ -249,6 +249,9 @@ macro_rules! transports {
             fn progress_not_idle<S: EventSink>(&mut self, sink: &mut S) -> usize {
                 match *self { $( AnyIface::$variant(ref mut i) => progress_not_idle_of(i, sink), )* }
             }
+            fn ring_on_work(&mut self, bell: std::rc::Rc<dyn crate::iface::WorkBell>) -> bool {
+                match *self { $( AnyIface::$variant(ref mut i) => i.ring_on_work(bell), )* }
+            }
             fn flush(&mut self, comp: CompletionId) -> Result<Outcome> {
                 match *self { $( AnyIface::$variant(ref mut i) => i.flush(comp), )* }
             }

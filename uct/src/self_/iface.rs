@@ -14,9 +14,9 @@ pub(super) mod ep;
 use super::wire::{DeviceAddr, EpAddr, IfaceAddr};
 use crate::caps::{AtomicCaps, AtomicOps, EventFlags, IfaceAttr, IfaceFlags, OpLimits, PerfModel};
 use crate::ep::{CompletionId, EpId, PendingId};
-use crate::iface::{EventSink, Iface, IfaceParams};
+use crate::iface::{EventSink, Iface, IfaceParams, WorkBell};
 use ep::SelfEp;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::rc::{Rc, Weak};
@@ -149,6 +149,7 @@ impl<'a> SlotLoan<'a> {
     pub(crate) fn reserve(inner: &'a IfaceInner) -> Option<Self> {
         let mut ring = inner.ring.borrow_mut();
         let idx = ring.reserve()?;
+        inner.mark_work();
         let slot = &mut ring.slots[idx];
         slot.state = SlotState::Writing;
         let buf = std::mem::take(&mut slot.buf);
@@ -228,6 +229,9 @@ pub(crate) struct IfaceInner {
     efd: Waker,
     /// Sender interfaces with pending requests blocked on this ring, woken when it drains.
     blocked: RefCell<Vec<Weak<IfaceInner>>>,
+    /// Rung whenever this interface gets work (a slot of its ring taken, a send queued as
+    /// pending): see [`Iface::ring_on_work`].
+    bell: OnceCell<Rc<dyn WorkBell>>,
 }
 
 impl IfaceInner {
@@ -235,6 +239,14 @@ impl IfaceInner {
         // Only a failing eventfd write errs; the sleeper then wakes at its timeout.
         if let Err(e) = self.efd.wake() {
             tracing::warn!("waking the self interface's sleeper: {e}");
+        }
+    }
+
+    /// Notes that this interface has work (see [`Iface::ring_on_work`]).
+    #[inline(always)]
+    pub(crate) fn mark_work(&self) {
+        if let Some(bell) = self.bell.get() {
+            bell.ring();
         }
     }
 
@@ -443,6 +455,7 @@ impl SelfIface {
             armed: Cell::new(EventFlags::empty()),
             efd,
             blocked: RefCell::new(Vec::with_capacity(4)),
+            bell: OnceCell::new(),
         });
         IFACES.with(|m| m.borrow_mut().insert(id, Rc::downgrade(&inner)));
         Ok(SelfIface {
@@ -515,6 +528,7 @@ impl SelfIface {
                             slot.pending.push_front(req);
                             slot.stalled_in = round;
                             inner.n_pending.set(inner.n_pending.get() + 1);
+                            inner.mark_work();
                         }
                     }
                 }
@@ -586,8 +600,8 @@ impl Iface for SelfIface {
         Ok(self.new_ep(None))
     }
 
-    /// Nothing queued and no send pending: two loads (a worker with an endpoint to itself,
-    /// as MPICH opens one, polls this interface on every call). Otherwise
+    /// Nothing queued and no send pending: two loads (a caller that asked it to ring, see
+    /// [`Iface::ring_on_work`], polls it only after a ring). Otherwise
     /// `SelfIface::progress_busy` delivers.
     #[inline(always)]
     fn progress<S: EventSink>(&mut self, sink: &mut S) -> usize {
@@ -605,6 +619,12 @@ impl Iface for SelfIface {
     #[inline(always)]
     fn progress_not_idle<S: EventSink>(&mut self, sink: &mut S) -> usize {
         self.progress_busy(sink)
+    }
+
+    /// Its work comes only from endpoints of this thread (the ring's slots and the pending
+    /// queue), each of which rings. One bell: a second call keeps the first (and says false).
+    fn ring_on_work(&mut self, bell: Rc<dyn WorkBell>) -> bool {
+        self.inner.bell.set(bell).is_ok()
     }
 
     fn flush(&mut self, _comp: CompletionId) -> Result<Outcome> {

@@ -6,6 +6,7 @@ use crate::ep::{AtomicOp, Endpoint, EpId, PendingId};
 use crate::iface::{EventSink, Iface};
 use crate::md::{Iov, MemoryDomain};
 use crate::CompletionId;
+use std::rc::Rc;
 use ucs::{Error, Outcome};
 
 fn open() -> SelfIface {
@@ -295,6 +296,57 @@ fn pending_wakes_an_armed_sender_of_another_iface() {
     assert_eq!(ra.pend, vec![(ep.id(), PendingId(42))]);
     assert_eq!(a.flush(CompletionId(0)).unwrap(), Outcome::DONE);
     a.event_arm(EventFlags::SEND_COMP).unwrap();
+}
+
+/// Counts its rings.
+#[derive(Default)]
+struct Bell(std::cell::Cell<u32>);
+
+impl crate::iface::WorkBell for Bell {
+    fn ring(&self) {
+        self.0.set(self.0.get() + 1);
+    }
+}
+
+/// Every way work reaches a self interface rings its bell: a message into its ring (short,
+/// bcopy, and a bcopy whose pack fails, which leaves a slot to skip) and a send queued as
+/// pending on its endpoint; receiving and idle polls do not ring.
+#[test]
+fn work_rings_the_bell_of_the_interface_that_gets_it() {
+    let mut a = open();
+    let mut b = open();
+    let (bell_a, bell_b) = (Rc::new(Bell::default()), Rc::new(Bell::default()));
+    assert!(a.ring_on_work(bell_a.clone()));
+    assert!(b.ring_on_work(bell_b.clone()));
+    assert!(
+        !a.ring_on_work(Rc::new(Bell::default())),
+        "one bell per interface"
+    );
+    let mut ep = a
+        .ep_create_connected(b.device_address(), b.iface_address())
+        .unwrap();
+    assert!(ep.am_short(1, 0, b"x").unwrap().is_done());
+    assert!(ep.am_bcopy(1, |_| 0).unwrap().is_done());
+    assert!(ep.am_bcopy(1, |buf| buf.len() + 1).is_err());
+    assert_eq!((bell_a.0.get(), bell_b.0.get()), (0, 3));
+    let mut rec = Rec::default();
+    assert_eq!(b.progress(&mut rec), 2);
+    assert!(b.idle_poll() && a.idle_poll());
+    assert_eq!(
+        (bell_a.0.get(), bell_b.0.get()),
+        (0, 3),
+        "polls do not ring"
+    );
+    while ep.am_short(0, 0, &[]).unwrap() == Outcome::DONE {}
+    let rings_b = bell_b.0.get();
+    ep.pending_add(PendingId(7)).unwrap();
+    assert_eq!(
+        bell_a.0.get(),
+        1,
+        "a pending send is work for the sender's interface"
+    );
+    assert!(!a.idle_poll());
+    assert_eq!(bell_b.0.get(), rings_b);
 }
 
 fn readable(fd: i32) -> bool {

@@ -101,6 +101,7 @@ impl SelfEp {
             let Some(idx) = ring.reserve() else {
                 return Ok(Outcome::NoResource);
             };
+            target.mark_work();
             let slot = &mut ring.slots[idx];
             let len = fill(&mut slot.buf);
             slot.am_id = am_id;
@@ -434,6 +435,7 @@ impl Endpoint for SelfEp {
             slot.pending.push_back(req);
         }
         iface.n_pending.set(iface.n_pending.get() + 1);
+        iface.mark_work();
         target.add_blocked(&iface);
         Ok(())
     }
