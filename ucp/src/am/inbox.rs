@@ -15,9 +15,10 @@
 //!
 //! A small message that arrives while nothing waits, from a transport that can lend it
 //! ([`uct::EventSink::am_lend`]: shared memory), is not copied at all: the inbox notes where
-//! its bytes are ([`LentAm`]), the transport ends its progress call and keeps them there until
-//! its next one, and the client reads them in place. A lent message not taken before the next
-//! progress call is copied into the ring first (at its front: it is the oldest).
+//! its bytes are ([`LentAm`]), the transport keeps them there until its next progress call,
+//! and the client reads them in place. The messages behind it in the same call are copied (the
+//! inbox is not empty then). A lent message not taken before the next progress call is copied
+//! into the ring first (at its front: it is the oldest).
 
 use crate::am_desc::AmRndv;
 use crate::tag::copy::copy_in;
