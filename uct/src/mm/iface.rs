@@ -607,6 +607,13 @@ impl MmIface {
                         }
                         if self.fifo.is_ready(self.read_pos) {
                             n = self.take_behind_lent(sink, n);
+                        } else if self.may_owe_checks(n) {
+                            // Nothing behind it: as a call that found the FIFO empty, this one
+                            // may leave its housekeeping to the next (the lent element is
+                            // unreleased, so the next call is not idle).
+                            self.checks_owed = true;
+                            self.note_rx_round();
+                            return Err(n);
                         }
                         break;
                     }
