@@ -6,7 +6,8 @@
  * Two workers of one context in this process (UCX_TLS=posix, say); worker A sends BURST (32)
  * active messages of SIZE bytes with ucp_am_send_nbx (no user header) to a handler set with
  * ucp_worker_set_am_recv_handler on B, then B calls ucp_worker_progress until its handler has
- * seen all of them (A's sends that return a request are progressed and freed first). One
+ * seen all of them (A's sends that return a request, when a BURST larger than the FIFO meets
+ * back-pressure, are progressed on both workers until they finish, then freed). One
  * thread does everything, so an instruction counter sees the same count run after run.
  * Prints "rank 0 libucp PATH", "ns_per_msg SIZE NS" (wall clock, after a warm-up) and
  * "progress_per_msg X" (B's ucp_worker_progress calls per message). Every message's first and
@@ -20,7 +21,7 @@
 #include <time.h>
 #include <ucp/api/ucp.h>
 
-static long got;
+static long got, sent;
 static long progress_calls;
 
 static void check(ucs_status_t st, const char *what)
@@ -53,8 +54,9 @@ static void burst(ucp_worker_h a, ucp_worker_h b, ucp_ep_h ep, char *sbuf, size_
     long want = got + n;
     for (int i = 0; i < n; i++) {
         if (size > 0) {
-            sbuf[0] = sbuf[size - 1] = (char)(got + i);
+            sbuf[0] = sbuf[size - 1] = (char)sent;
         }
+        sent++;
         void *req = ucp_am_send_nbx(ep, 7, NULL, 0, sbuf, size, &sp);
         if (UCS_PTR_IS_ERR(req)) {
             check(UCS_PTR_STATUS(req), "am send");
