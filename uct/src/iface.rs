@@ -77,9 +77,10 @@ pub trait EventSink {
     /// An active message of an id [`EventSink::lends`] names, whose bytes the sink may borrow
     /// past this call: a transport that calls this (rather than [`EventSink::am`]) keeps
     /// `data` where it is, unreleased, until its next progress call when the sink gives true
-    /// ("lent"), and then ends this progress call at once, the message counted as taken. The
-    /// sink's caller then reads the bytes in place before it progresses the interface again.
-    /// By default handled as [`EventSink::am`] (nothing lent).
+    /// ("lent"), the message counted as taken; the call may go on with the messages behind it
+    /// (shared memory does when the next one is written already). The sink's caller then reads
+    /// the bytes in place before it progresses the interface again. By default handled as
+    /// [`EventSink::am`] (nothing lent).
     #[inline]
     fn am_lend(&mut self, id: u8, data: &[u8]) -> bool {
         self.am(id, data);

@@ -15,9 +15,10 @@
 //!
 //! A small message that arrives while nothing waits, from a transport that can lend it
 //! ([`uct::EventSink::am_lend`]: shared memory), is not copied at all: the inbox notes where
-//! its bytes are ([`LentAm`]), the transport ends its progress call and keeps them there until
-//! its next one, and the client reads them in place. A lent message not taken before the next
-//! progress call is copied into the ring first (at its front: it is the oldest).
+//! its bytes are ([`LentAm`]), the transport keeps them there until its next progress call,
+//! and the client reads them in place. The messages behind it in the same call are copied (the
+//! inbox is not empty then). A lent message not taken before the next progress call is copied
+//! into the ring first (at its front: it is the oldest).
 
 use crate::am_desc::AmRndv;
 use crate::tag::copy::copy_in;
@@ -348,9 +349,9 @@ impl AmInbox {
         false
     }
 
-    /// [`AmInbox::push_eager`] of a message not lent: copied into the ring, the queue or a
-    /// buffer of its own. Out of line, so the lent message's path keeps its values in
-    /// registers.
+    /// [`AmInbox::push_eager`] of a message not lent: copied into the ring (the common case
+    /// here: messages behind a lent one), else [`AmInbox::push_eager_queued`]. Out of line, so
+    /// the lent message's path keeps its values in registers.
     #[inline(never)]
     fn push_eager_copy(
         &mut self,
@@ -360,11 +361,26 @@ impl AmInbox {
         data: &[u8],
         inline_ok: bool,
     ) {
+        if inline_ok && header.len() + data.len() <= SMALL_AM_MAX && self.queue.is_empty() {
+            self.push_small(id, ep, header, data);
+            return;
+        }
+        self.push_eager_queued(id, ep, header, data, inline_ok);
+    }
+
+    /// [`AmInbox::push_eager_copy`] of a message that does not go into the ring: into the
+    /// queue, inline or in a buffer of its own. Out of line: the ring's path saves fewer
+    /// registers.
+    #[inline(never)]
+    fn push_eager_queued(
+        &mut self,
+        id: u16,
+        ep: EpHandle,
+        header: &[u8],
+        data: &[u8],
+        inline_ok: bool,
+    ) {
         if inline_ok && header.len() + data.len() <= SMALL_AM_MAX {
-            if self.queue.is_empty() {
-                self.push_small(id, ep, header, data);
-                return;
-            }
             if let Some(m) = SmallAm::of(header, data) {
                 self.push(AmArrival::Small(id, m, ep));
                 return;

@@ -549,18 +549,38 @@ impl MmIface {
     /// ([`MmIface::may_owe_checks`]).
     #[inline(never)]
     fn progress_busy<S: EventSink>(&mut self, sink: &mut S) -> usize {
-        let mut n = 0;
+        let n = match self.take::<S, false>(sink, 0) {
+            Ok(n) => n,
+            Err(n) => return n,
+        };
+        self.checks_owed = false;
+        if n > 0 {
+            self.note_rx_round();
+        }
+        n + self.housekeeping(n, sink)
+    }
+
+    /// The receive loop of [`MmIface::progress_busy`], `n` messages taken so far: gives the
+    /// messages taken, or `Err` when the call is to end at once ([`MmIface::may_owe_checks`]).
+    /// `HELD`: a message was lent earlier in this call ([`EventSink::am_lend`]), so nothing is
+    /// released (the lent elements stay until the next call).
+    #[inline(always)]
+    fn take<S: EventSink, const HELD: bool>(
+        &mut self,
+        sink: &mut S,
+        mut n: usize,
+    ) -> std::result::Result<usize, usize> {
         while n < POLL_BATCH {
             let buf = self.bufs.slot(self.read_pos);
             // SAFETY: this interface is the FIFO's only consumer and read_pos its next position,
             // with its buffer from our table; the data slice is used only inside the sink call,
             // before the release below (a kept one through its HeldBuf).
             match unsafe { self.fifo.poll(self.read_pos, buf) } {
-                Polled::Empty if self.may_owe_checks(n) => {
+                Polled::Empty if !HELD && self.may_owe_checks(n) => {
                     // The unreleased position sends the next call to the housekeeping.
                     self.checks_owed = true;
                     self.note_rx_round();
-                    return n;
+                    return Err(n);
                 }
                 Polled::Empty => break,
                 Polled::Buf(id, data) if id < crate::ep::AM_ID_MAX => {
@@ -572,15 +592,28 @@ impl MmIface {
                     self.bufs.name_kept(self.read_pos, buf);
                 }
                 Polled::Msg(id, data) if sink.lends(id) => {
-                    if sink.am_lend(id, data) {
+                    if HELD {
+                        // Lent too or taken as `am`: nothing is released in this call anyway.
+                        sink.am_lend(id, data);
+                    } else if sink.am_lend(id, data) {
                         // The message stays in its element, lent to the sink's caller until
-                        // the next call: the call ends here, without releasing it.
+                        // the next call: nothing from it on is released in this call.
                         let lent = self.read_pos;
                         self.read_pos += 1;
                         n += 1;
                         if lent - self.released >= fifo::RELEASE_BATCH {
                             self.fifo.release(lent);
                             self.released = lent;
+                        }
+                        if self.fifo.is_ready(self.read_pos) {
+                            n = self.take_behind_lent(sink, n);
+                        } else if self.may_owe_checks(n) {
+                            // Nothing behind it: as a call that found the FIFO empty, this one
+                            // may leave its housekeeping to the next (the lent element is
+                            // unreleased, so the next call is not idle).
+                            self.checks_owed = true;
+                            self.note_rx_round();
+                            return Err(n);
                         }
                         break;
                     }
@@ -597,16 +630,23 @@ impl MmIface {
             }
             self.read_pos += 1;
             n += 1;
-            if self.read_pos - self.released >= fifo::RELEASE_BATCH {
+            if !HELD && self.read_pos - self.released >= fifo::RELEASE_BATCH {
                 self.fifo.release(self.read_pos);
                 self.released = self.read_pos;
             }
         }
-        self.checks_owed = false;
-        if n > 0 {
-            self.note_rx_round();
+        Ok(n)
+    }
+
+    /// [`MmIface::take`] after a lent message when the next element is written already: the
+    /// call goes on (the sink copies what comes behind), so a receiver behind its sender drains
+    /// a burst in one call, not one call per message. Out of line: the lone lent message's
+    /// path keeps its registers. Gives the messages taken in the call.
+    #[inline(never)]
+    fn take_behind_lent<S: EventSink>(&mut self, sink: &mut S, n: usize) -> usize {
+        match self.take::<S, true>(sink, n) {
+            Ok(n) | Err(n) => n,
         }
-        n + self.housekeeping(n, sink)
     }
 
     /// Tuning: whether a call that consumed `n` messages and then found the FIFO empty returns

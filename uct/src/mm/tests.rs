@@ -713,3 +713,107 @@ fn deferred_messages_wait_for_the_next_call() {
     assert_eq!(sink.asked, 3);
     assert_eq!(b.progress(&mut sink), 0);
 }
+
+/// Lends a message of id 7 when `lend_next` is set (and clears it: one a call, as ucp's inbox
+/// holds one), takes every other as `am`; notes where the lent bytes are.
+#[derive(Default)]
+struct Lending {
+    lend_next: bool,
+    copied: Vec<Vec<u8>>,
+    lent: Vec<(*const u8, usize)>,
+}
+
+impl EventSink for Lending {
+    fn am(&mut self, _id: u8, data: &[u8]) {
+        self.copied.push(data.to_vec());
+    }
+    fn lends(&self, id: u8) -> bool {
+        id == 7
+    }
+    fn am_lend(&mut self, id: u8, data: &[u8]) -> bool {
+        if !std::mem::take(&mut self.lend_next) {
+            self.am(id, data);
+            return false;
+        }
+        self.lent.push((data.as_ptr(), data.len()));
+        true
+    }
+    fn completion(&mut self, _comp: CompletionId, _result: ucs::Result<u64>) {
+        panic!("shared memory never completes later");
+    }
+}
+
+impl Lending {
+    /// The bytes of lent message `i`, read where they were lent.
+    fn lent_bytes(&self, i: usize) -> Vec<u8> {
+        let (p, len) = self.lent[i];
+        // SAFETY: the transport keeps a lent message's bytes until its next progress call,
+        // and the test reads them before it.
+        unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
+    }
+}
+
+/// A lent message stays where it is until the next progress call, and the call goes on past
+/// it: the messages behind it are taken in the same call (here as `am`), so a burst is
+/// drained by one call.
+#[test]
+fn a_call_goes_on_past_a_lent_message() {
+    let (_md, _a, mut b, mut ep) = pair::<PosixTransport>();
+    for i in 0..3u64 {
+        assert_eq!(ep.am_short(7, i, b"burst").unwrap(), Outcome::DONE);
+    }
+    let mut sink = Lending {
+        lend_next: true,
+        ..Default::default()
+    };
+    assert_eq!(b.progress(&mut sink), 3);
+    assert_eq!(sink.lent.len(), 1);
+    let lent = sink.lent_bytes(0);
+    assert_eq!(
+        (&lent[..8], &lent[8..]),
+        (&0u64.to_le_bytes()[..], &b"burst"[..])
+    );
+    assert_eq!(sink.copied.len(), 2);
+    assert_eq!(sink.copied[0][..8], 1u64.to_le_bytes());
+    assert_eq!(sink.copied[1][..8], 2u64.to_le_bytes());
+    // A lone message is lent too; the next call finds nothing.
+    assert_eq!(ep.am_short(7, 3, b"lone").unwrap(), Outcome::DONE);
+    sink.lend_next = true;
+    assert_eq!(b.progress(&mut sink), 1);
+    assert_eq!(&sink.lent_bytes(1)[8..], b"lone");
+    assert_eq!(sink.copied.len(), 2);
+    assert_eq!(b.progress(&mut sink), 0);
+}
+
+/// The messages from a lent one on are not released in its call, even when the call takes
+/// enough to release a batch: the sender cannot reuse the lent element before the next call.
+#[test]
+fn a_lent_message_is_not_released_in_its_call() {
+    let (_md, _a, mut b, mut ep) = pair::<PosixTransport>();
+    let mut sent = 0u64;
+    while ep.am_short(7, sent, b"fill").unwrap() == Outcome::DONE {
+        sent += 1;
+    }
+    assert_eq!(sent, fifo::NELEMS);
+    let mut sink = Lending::default();
+    // Three calls without lending: the first RELEASE_BATCH positions are released on the way.
+    let batch = fifo::RELEASE_BATCH;
+    let mut taken = 0;
+    while taken < batch + batch / 2 {
+        taken += b.progress(&mut sink) as u64;
+    }
+    assert_eq!(taken, batch + batch / 2);
+    // This call lends its first message and takes enough behind it for a batch.
+    sink.lend_next = true;
+    let n = b.progress(&mut sink) as u64;
+    assert!(taken + n >= 2 * batch, "the call took {n} messages");
+    // Room only for what was released before the lent message.
+    let mut more = 0;
+    while ep.am_short(7, 1000 + more, b"more").unwrap() == Outcome::DONE {
+        more += 1;
+    }
+    assert_eq!(more, batch);
+    let lent = sink.lent_bytes(0);
+    assert_eq!(lent[..8], taken.to_le_bytes());
+    assert_eq!(&lent[8..], b"fill");
+}
