@@ -172,11 +172,7 @@ macro_rules! transports {
         /// An interface of any built-in transport. Unboxed although the shared-memory
         /// interface (its receive-buffer table inline) is the largest variant: a worker holds
         /// one per transport, and a box would put a pointer chase on every progress call.
-        /// A tag byte of its own (`repr(u8)`): with the compiler's niche in a variant's field
-        /// instead, each dispatch (every progress call's quick look) decoded it in ~10
-        /// instructions rather than 2.
         #[allow(clippy::large_enum_variant)]
-        #[repr(u8)]
         pub enum AnyIface { $( #[allow(missing_docs)] $variant(<$tl as Transport>::Iface), )* }
         /// An endpoint of any built-in transport.
         pub enum AnyEp { $( #[allow(missing_docs)] $variant(<$tl as Transport>::Ep), )* }
