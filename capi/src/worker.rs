@@ -526,13 +526,25 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut Worker) {
 
 /// `unsigned ucp_worker_progress(ucp_worker_h worker)`.
 ///
+/// A call that found nothing ends with a spin-loop hint (`pause`): clients call this in a
+/// tight loop while they wait, and a loop without it is slower to see the message it waits
+/// for. Measured (UCX 1.22's ucx_perftest on rucx's libraries, tag_lat 8 B over shared memory,
+/// pinned, alternating, medians of 9): 0.214 -> 0.200 us; an Open MPI 8 B ping-pong (11
+/// runs): 0.286 -> 0.253 us; tag_bw and ucp_am_bw 8 B unchanged.
+///
 /// # Safety
 /// A live worker.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Worker) -> c_uint {
     ffi_hot("ucp_worker_progress", 0, || {
         match worker_ref("ucp_worker_progress", worker) {
-            Ok(w) => w.progress().min(c_uint::MAX as usize) as c_uint,
+            Ok(w) => {
+                let n = w.progress();
+                if n == 0 {
+                    std::hint::spin_loop();
+                }
+                n.min(c_uint::MAX as usize) as c_uint
+            }
             Err(_) => 0,
         }
     })
