@@ -529,8 +529,9 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut Worker) {
 /// A call that found nothing ends with a spin-loop hint (`pause`): clients call this in a
 /// tight loop while they wait, and a loop without it is slower to see the message it waits
 /// for. Measured (UCX 1.22's ucx_perftest on rucx's libraries, tag_lat 8 B over shared memory,
-/// pinned, alternating, medians of 9): 0.214 -> 0.200 us; an Open MPI 8 B ping-pong (11
-/// runs): 0.286 -> 0.253 us; tag_bw and ucp_am_bw 8 B unchanged.
+/// pinned, alternating, medians of 9): 0.255 -> 0.233 us; an Open MPI 8 B ping-pong (9 runs):
+/// 0.268 -> 0.236 us; tag_bw and ucp_am_bw 8 B unchanged. (The same hint in ucp's own idle
+/// path gave 0.214 -> 0.200 and 0.286 -> 0.253, but nothing for the Rust API's perftest.)
 ///
 /// # Safety
 /// A live worker.
