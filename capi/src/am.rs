@@ -18,7 +18,7 @@
 //! is always copied, so `UCP_AM_SEND_FLAG_COPY_HEADER` holds whatever the flags say.
 
 use crate::datatype::{recv_target, send_data, Finish, SendData};
-use crate::ep::ep_ref;
+use crate::ep::{ep_handle, ep_worker};
 use crate::ffi::*;
 use crate::guard::{check_mask, ffi, ffi_hot, refuse};
 use crate::handles::{new_ep, worker_ref, Cb, Ep, OpArgs, Worker};
@@ -435,8 +435,8 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
         if let Err(s) = check_send(id, header, header_length, p) {
             return status_ptr(s);
         }
-        let (w, h) = match ep_ref(NAME, ep) {
-            Ok(x) => x,
+        let w = match ep_worker(NAME, ep) {
+            Ok(w) => w,
             Err(s) => return status_ptr(s),
         };
         // SAFETY: the client's header of `header_length` bytes.
@@ -451,6 +451,8 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
         let _g = w.lock.lock();
         let res = {
             let mut i = w.inner.borrow_mut();
+            // SAFETY: accepted by ep_worker above.
+            let h = unsafe { ep_handle(ep) };
             // The common send, small enough to go out at once, gives UCS_OK without a
             // completion to build and take apart (a failure here is found again, and reported,
             // below).

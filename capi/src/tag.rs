@@ -2,7 +2,7 @@
 //! (the parsing of `ucp_request_param_t` is in [`crate::param`]).
 
 use crate::datatype::{contig_len, recv_target, send_data, Finish, SendData};
-use crate::ep::ep_ref;
+use crate::ep::{ep_handle, ep_worker};
 use crate::ffi::*;
 use crate::guard::{ffi, ffi_hot, refuse};
 use crate::handles::{worker_ref, Cb, OpArgs, ReqArgs, Worker};
@@ -28,8 +28,8 @@ unsafe fn tag_send(
     no_imm: bool,
     args: impl ReqArgs,
 ) -> StatusPtr {
-    let (w, h) = match ep_ref(name, ep) {
-        Ok(x) => x,
+    let w = match ep_worker(name, ep) {
+        Ok(w) => w,
         Err(s) => return status_ptr(s),
     };
     // SAFETY: forwarded contract.
@@ -38,8 +38,10 @@ unsafe fn tag_send(
         Err(s) => return status_ptr(s),
     };
     let _g = w.lock.lock();
-    let res = {
+    let (res, h) = {
         let mut i = w.inner.borrow_mut();
+        // SAFETY: accepted by ep_worker above.
+        let h = unsafe { ep_handle(ep) };
         // The common send, small enough to go out at once, gives UCS_OK without a completion
         // to build and take apart (a failure here is found again, and reported, below).
         if let (SendData::Slice(s), false) = (&data, mode == TagSendMode::Sync || no_imm) {
@@ -47,13 +49,14 @@ unsafe fn tag_send(
                 return status_ptr(UCS_OK);
             }
         }
-        match data {
+        let res = match data {
             // SAFETY: the client keeps a send buffer unchanged until the request completes
             // (the contract of every UCX send), so rucx reads it in place.
             SendData::Slice(s) => unsafe { i.w.tag_send_raw(h, tag, s.as_ptr(), s.len(), mode) },
             SendData::Owned(v) if mode == TagSendMode::Sync => i.w.tag_send_sync(h, tag, &v),
             SendData::Owned(v) => i.w.tag_send_vec(h, tag, v),
-        }
+        };
+        (res, h)
     };
     // A send that finished at once gives UCS_OK and leaves caller-supplied request memory
     // untouched, as UCX does (Open MPI's blocking send returns on UCS_OK without reading it).

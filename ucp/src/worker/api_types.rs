@@ -6,12 +6,19 @@ use ucs::Error;
 
 /// An endpoint of a worker: a handle valid with the worker that created it only (it carries that
 /// worker's id; any other worker answers it with `InvalidParam`).
+///
+/// `repr(C)`, index and generation first: a send looks the endpoint up by both, which the
+/// compiler reads as one 8-byte word, and a handle spilled to the stack is written as 8 bytes
+/// and 4. In the order (worker id, index, generation) the 8-byte read straddled the two writes,
+/// so it could not be served from them and waited for every earlier store to reach the cache,
+/// the previous message's stores into a peer's shared-memory FIFO included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(C, align(16))]
 pub struct EpHandle {
-    /// The owning worker's id ([`Worker::id`](crate::Worker::id)).
-    pub(crate) wid: u32,
     pub(crate) idx: u32,
     pub(crate) gen: u32,
+    /// The owning worker's id ([`Worker::id`](crate::Worker::id)).
+    pub(crate) wid: u32,
 }
 
 /// A user active-message handler: gets the sending endpoint, the user header and the data, which

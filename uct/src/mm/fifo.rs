@@ -186,6 +186,26 @@ const _: () = {
     assert!(std::mem::size_of::<AtomicU64>() == 8);
 };
 
+/// Where the message of a claimed position goes when it does not fit the element
+/// ([`FifoPtrs::buf_area`]), looked up only by a sender that uses it. Finding it reads the
+/// element's buffer word, in the line the sender is about to write: a sender of an inline
+/// message that read it asked for the line twice, once to read (the receiver's core keeps a
+/// copy) and once to write, and waited for both; a ping-pong of 8-byte tagged messages
+/// spent two thirds of `ucp_tag_send_nbx`'s time on that read (perf, cpu-clock samples).
+#[derive(Debug, Clone, Copy)]
+pub struct BufArea {
+    fifo: FifoPtrs,
+    pos: u64,
+}
+
+impl BufArea {
+    /// The buffer area ([`BUF_DATA_MAX`] bytes).
+    #[inline(always)]
+    pub fn ptr(self) -> *mut u8 {
+        self.fifo.buf_area(self.pos)
+    }
+}
+
 /// Raw addresses of a mapped FIFO. Valid while the mapping it was made from lives.
 #[derive(Debug, Clone, Copy)]
 pub struct FifoPtrs {
@@ -331,6 +351,12 @@ impl FifoPtrs {
             w - 1
         };
         self.buf_ptr(b).wrapping_add(BUF_DATA_OFF)
+    }
+    /// The buffer area of claimed position `pos`, found only when a sender asks for it
+    /// ([`BufArea::ptr`]).
+    #[inline(always)]
+    pub fn lazy_buf_area(&self, pos: u64) -> BufArea {
+        BufArea { fifo: *self, pos }
     }
     /// Asks the CPU to bring the first line of position `pos`'s element into this core's cache
     /// for writing, ahead of the producer's stores to it. The line was last read by the

@@ -109,7 +109,7 @@ impl MmEp {
     pub(in crate::mm) fn send<T>(
         &mut self,
         am_id: u8,
-        fill: impl FnOnce(*mut u8, *mut u8) -> Result<(u8, usize, T)>,
+        fill: impl FnOnce(*mut u8, fifo::BufArea) -> Result<(u8, usize, T)>,
     ) -> Result<Outcome<T>> {
         self.check_alive()?;
         let Some(c) = self.fifo.claim(&mut self.cached_tail) else {
@@ -127,7 +127,7 @@ impl MmEp {
             self.fifo.prefetch_claim(c.pos + 1, cpu);
         }
         self.rx_seen = rx;
-        let r = fill(self.fifo.inline_area(c.pos), self.fifo.buf_area(c.pos));
+        let r = fill(self.fifo.inline_area(c.pos), self.fifo.lazy_buf_area(c.pos));
         std::mem::forget(guard);
         // The wake-up follows the publish in each arm, so the result is built last, after
         // every call: kept across the call, the `Result` would be stored and moved on the
@@ -331,7 +331,7 @@ impl Endpoint for MmEp {
         self.send(id, |_, buf| {
             // SAFETY: the claimed element's buffer area is BUF_DATA_MAX bytes that only this
             // sender touches until it publishes.
-            let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_DATA_MAX) };
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr(), BUF_DATA_MAX) };
             let len = pack(dst);
             check_len(len, BUF_DATA_MAX)?;
             Ok((fifo::KIND_BUF, len, len))
@@ -349,6 +349,7 @@ impl Endpoint for MmEp {
         check_len(header.len(), AM_MAX_HDR)?;
         let total = check_iov(iov, BUF_DATA_MAX - AM_MAX_HDR)?;
         self.send(id, |_, buf| {
+            let buf = buf.ptr();
             // SAFETY: header + total <= BUF_DATA_MAX bytes of the claimed buffer; every iov piece
             // was bounds-checked against its registered region when it was made.
             unsafe {

@@ -29,7 +29,7 @@ impl MmEp {
         self.send(ID_EAGER, |_, buf| {
             // SAFETY: the claimed element's buffer area is BUF_DATA_MAX bytes only this sender
             // touches until it publishes.
-            let dst = unsafe { std::slice::from_raw_parts_mut(buf, BUF_DATA_MAX) };
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf.ptr(), BUF_DATA_MAX) };
             let Some((h, body)) = dst.split_first_chunk_mut::<{ EagerHdr::LEN }>() else {
                 return Err(Error::MessageTooLong {
                     len: EagerHdr::LEN,
@@ -53,7 +53,7 @@ impl MmEp {
         let total = check_iov(iov, EAGER_MAX_BCOPY)?;
         let inline = EagerHdr::LEN + total <= INLINE_MAX;
         self.send(ID_EAGER, |inl, buf| {
-            let dst = if inline { inl } else { buf };
+            let dst = if inline { inl } else { buf.ptr() };
             let mut h = [0u8; EagerHdr::LEN];
             EagerHdr { tag, imm }.encode(&mut h);
             // SAFETY: 16 + total bytes fit the chosen area (checked above); the pieces were
@@ -85,7 +85,7 @@ impl MmEp {
             // key + header bytes (checked above), both ours until published.
             unsafe {
                 std::ptr::copy_nonoverlapping(fixed.as_ptr(), inl, RndvHdr::LEN);
-                h.encode_body(header, std::slice::from_raw_parts_mut(buf, body));
+                h.encode_body(header, std::slice::from_raw_parts_mut(buf.ptr(), body));
             }
             Ok((fifo::KIND_BUF, body, ()))
         })
