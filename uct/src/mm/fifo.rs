@@ -358,6 +358,12 @@ impl FifoPtrs {
     pub fn lazy_buf_area(&self, pos: u64) -> BufArea {
         BufArea { fifo: *self, pos }
     }
+    /// Asks the CPU to start reading the first line of position `pos`'s element (the consumer,
+    /// ahead of its poll). A hint only.
+    #[inline(always)]
+    pub fn prefetch_elem(&self, pos: u64) {
+        crate::prefetch::prefetch_read(self.elem(pos) as *const u8);
+    }
     /// Asks the CPU to bring the first line of position `pos`'s element into this core's cache
     /// for writing, ahead of the producer's stores to it. The line was last read by the
     /// consumer's core; without the hint the producer's next claim (a locked CAS, which waits

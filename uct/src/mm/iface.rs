@@ -630,6 +630,12 @@ impl MmIface {
             }
             self.read_pos += 1;
             n += 1;
+            // A receiver taking messages one after another is behind its senders: the
+            // elements ahead are likely written, and each is a line to fetch from a sender's
+            // core. Asking for one PREFETCH_AHEAD positions on overlaps that fetch with this
+            // message's work. (A lone message lent to the sink leaves the loop above, so a
+            // ping-pong never asks.)
+            self.fifo.prefetch_elem(self.read_pos + PREFETCH_AHEAD);
             if !HELD && self.read_pos - self.released >= fifo::RELEASE_BATCH {
                 self.fifo.release(self.read_pos);
                 self.released = self.read_pos;
@@ -729,6 +735,9 @@ fn prefetch_deferred(data: &[u8]) {
         crate::prefetch::prefetch_read(line.as_ptr());
     }
 }
+
+/// How many positions past the next one [`MmIface::take`] prefetches.
+const PREFETCH_AHEAD: u64 = 2;
 
 /// Bytes of a deferred message [`prefetch_deferred`] asks for.
 const PREFETCH_DEFERRED: usize = 512;
