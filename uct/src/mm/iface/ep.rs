@@ -119,6 +119,12 @@ impl MmEp {
             fifo: &self.fifo,
             pos: c.pos,
         };
+        // The element's line is asked for writing before anything touches it: a buffer
+        // message's fill reads the element's buffer word ([`fifo::BufArea`]), and a read that
+        // reached the line first would bring it shared and the writes would fetch it again.
+        if let Some(cpu) = self.prefetchw {
+            self.fifo.prefetch_claim(c.pos, cpu);
+        }
         self.fifo.stamp(c.pos, self.pid);
         self.shared.sent_unchecked.set(true);
         let rx = self.common.rx_rounds.get();
