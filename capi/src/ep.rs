@@ -32,13 +32,13 @@ pub(crate) fn ep_ref<'a>(name: &str, ep: *mut Ep) -> Result<(&'a Worker, EpHandl
 
 /// The worker of a client endpoint, for the hot sends, which read the endpoint's handle with
 /// [`ep_handle`] where they use it, after taking the lock and the worker's borrow. The handle
-/// [`ep_ref`] gives is carried across that code in a stack slot, which the compiler wrote in
-/// pieces of one, eight and four bytes and read back in pieces of four and eight: neither read
-/// can take its bytes from the pending writes, so each waited for every earlier store to reach
-/// the cache, the previous message's stores into the peer's FIFO included (the line they write
-/// is fetched from the receiver's core). Sampled with `perf record -e cpu-clock` on
+/// [`ep_ref`] gives comes back inside its `Result`, at an offset that splits it, and is carried
+/// across that code in a stack slot written and read back in pieces that do not match: a read
+/// that cannot take its bytes from the pending writes waits for every earlier store to reach
+/// the cache, the previous message's stores into the peer's FIFO included (lines fetched from
+/// the receiver's core). Sampled with `perf record -e cpu-clock` on
 /// `ucx_perftest -t ucp_am_bw -s 8`, that read was 42% of the sender's time in
-/// `ucp_am_send_nbx`.
+/// `ucp_am_send_nbx` when the sends took their handle from `ep_ref`.
 #[inline(always)]
 pub(crate) fn ep_worker<'a>(name: &str, ep: *mut Ep) -> Result<&'a Worker, Status> {
     if ep.is_null() {

@@ -7,11 +7,11 @@ use ucs::Error;
 /// An endpoint of a worker: a handle valid with the worker that created it only (it carries that
 /// worker's id; any other worker answers it with `InvalidParam`).
 ///
-/// `repr(C)`, index and generation first: a send looks the endpoint up by both, which the
-/// compiler reads as one 8-byte word, and a handle spilled to the stack is written as 8 bytes
-/// and 4. In the order (worker id, index, generation) the 8-byte read straddled the two writes,
-/// so it could not be served from them and waited for every earlier store to reach the cache,
-/// the previous message's stores into a peer's shared-memory FIFO included.
+/// `repr(C, align(16))`: a copy is one 16-byte move, so every field read back from a copy the
+/// compiler spilled to the stack is served from that one store. Packed in 12 bytes, a spilled
+/// copy was stored as 8 bytes and 4 and the send's 8-byte read of index and generation
+/// straddled the two: it waited for every earlier store to reach the cache, the previous
+/// message's stores into a peer's shared-memory FIFO included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C, align(16))]
 pub struct EpHandle {

@@ -187,10 +187,10 @@ const _: () = {
 };
 
 /// Where the message of a claimed position goes when it does not fit the element
-/// ([`FifoPtrs::buf_area`]), looked up only by a sender that uses it. Finding it reads the
-/// element's buffer word, in the line the sender is about to write: a sender of an inline
-/// message that read it asked for the line twice, once to read (the receiver's core keeps a
-/// copy) and once to write, and waited for both; a ping-pong of 8-byte tagged messages
+/// ([`FifoPtrs::buf_area`]), looked up only by a sender that uses it. The lookup reads the
+/// element's buffer word, in the line the sender is about to write: a read that reaches the
+/// line before the writes brings it over shared (the receiver's core keeps a copy), and the
+/// writes fetch it again. When every send looked it up, a ping-pong of 8-byte tagged messages
 /// spent two thirds of `ucp_tag_send_nbx`'s time on that read (perf, cpu-clock samples).
 #[derive(Debug, Clone, Copy)]
 pub struct BufArea {
