@@ -16,18 +16,9 @@ use ucp::{CloseMode, Completion, EpHandle, Op};
 /// The worker and rucx handle of a client endpoint.
 #[inline(always)]
 pub(crate) fn ep_ref<'a>(name: &str, ep: *mut Ep) -> Result<(&'a Worker, EpHandle), Status> {
-    if ep.is_null() {
-        return Err(refuse(name, UCS_ERR_INVALID_PARAM, "ep is NULL"));
-    }
-    // SAFETY: a live endpoint from ucp_ep_create; its worker outlives it.
-    unsafe {
-        if (*ep).connecting {
-            // On success the endpoint holds its new handle, read below with the common case's
-            // (so both give their result in registers, not through the stack).
-            crate::conn::await_connection(name, ep)?;
-        }
-        Ok((&*(*ep).worker, (*ep).h))
-    }
+    let w = ep_worker(name, ep)?;
+    // SAFETY: accepted by ep_worker.
+    Ok((w, unsafe { ep_handle(ep) }))
 }
 
 /// The worker of a client endpoint, for the hot sends, which read the endpoint's handle with
@@ -47,6 +38,7 @@ pub(crate) fn ep_worker<'a>(name: &str, ep: *mut Ep) -> Result<&'a Worker, Statu
     // SAFETY: a live endpoint from ucp_ep_create; its worker outlives it.
     unsafe {
         if (*ep).connecting {
+            // On success the endpoint holds its new handle.
             crate::conn::await_connection(name, ep)?;
         }
         Ok(&*(*ep).worker)
