@@ -633,8 +633,9 @@ impl MmIface {
             // A receiver taking messages one after another is behind its senders: the
             // elements ahead are likely written, and each is a line to fetch from a sender's
             // core. Asking for one PREFETCH_AHEAD positions on overlaps that fetch with this
-            // message's work. (A lone message lent to the sink leaves the loop above, so a
-            // ping-pong never asks.)
+            // message's work. (A lone message lent to the sink leaves the loop above and asks
+            // nothing; a lone tagged one asks for an element its peer writes two messages
+            // later, which this receiver polls, and so fetches, before then anyway.)
             self.fifo.prefetch_elem(self.read_pos + PREFETCH_AHEAD);
             if !HELD && self.read_pos - self.released >= fifo::RELEASE_BATCH {
                 self.fifo.release(self.read_pos);
